@@ -1,0 +1,24 @@
+-- otp_put.lua: store a one-time code's MAC, replacing any previous code.
+--
+-- KEYS[1]  the subject's code HASH: mac, left (attempts left), exp (expiry, ms)
+-- ARGV[1]  mac of the code
+-- ARGV[2]  attempts allowed
+-- ARGV[3]  ttl in ms
+--
+-- Returns 1. The key expires after ttl.
+--
+-- Example:
+--   EVALSHA <sha> 1 "tg:{phone:+33612345678}:otp" "9f86d08..." 5 300000
+--   -> 1
+
+local key = KEYS[1]
+local ttl = tonumber(ARGV[3])
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+redis.call('DEL', key)
+if ttl <= 0 then return 1 end
+redis.call('HSET', key, 'mac', ARGV[1], 'left', tonumber(ARGV[2]), 'exp', now + ttl)
+redis.call('PEXPIRE', key, ttl)
+return 1

@@ -1,0 +1,95 @@
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::domain::{Action, Rule, Subject, SubjectKind};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AuditDecision {
+    Deny,
+    Challenge,
+    Lock,
+    Unblock,
+}
+
+impl AuditDecision {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AuditDecision::Deny => "deny",
+            AuditDecision::Challenge => "challenge",
+            AuditDecision::Lock => "lock",
+            AuditDecision::Unblock => "unblock",
+        }
+    }
+}
+
+/// One row of `audit_events` (DESIGN.md §4).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AuditEvent {
+    pub id: Uuid,
+    pub occurred_at: DateTime<Utc>,
+    pub action: Action,
+    pub decision: AuditDecision,
+    pub reason: String,
+    pub subject_kind: SubjectKind,
+    pub subject: String,
+    pub ip: Option<String>,
+    pub rule: Option<String>,
+    pub observed: Option<i64>,
+    pub limit: Option<i64>,
+    pub window_ms: Option<i64>,
+    pub retry_after_ms: Option<i64>,
+    pub request_id: Option<String>,
+    pub user_agent: Option<String>,
+    pub shadow: bool,
+}
+
+impl AuditEvent {
+    pub fn new(action: Action, decision: AuditDecision, reason: &str, subject: &Subject) -> Self {
+        Self {
+            id: Uuid::now_v7(),
+            occurred_at: Utc::now(),
+            action,
+            decision,
+            reason: reason.to_string(),
+            subject_kind: subject.kind,
+            subject: subject.id.clone(),
+            ip: None,
+            rule: None,
+            observed: None,
+            limit: None,
+            window_ms: None,
+            retry_after_ms: None,
+            request_id: None,
+            user_agent: None,
+            shadow: false,
+        }
+    }
+
+    /// The rule that decided, with the count it saw.
+    pub fn rule(mut self, rule: &Rule, observed: u32) -> Self {
+        self.rule = Some(rule.name());
+        self.observed = Some(observed.into());
+        self.limit = Some(rule.limit.into());
+        self.window_ms = Some(rule.window_ms() as i64);
+        self
+    }
+
+    pub fn retry_after_ms(mut self, ms: u64) -> Self {
+        self.retry_after_ms = Some(ms as i64);
+        self
+    }
+
+    pub fn shadow(mut self, shadow: bool) -> Self {
+        self.shadow = shadow;
+        self
+    }
+
+    pub fn request(mut self, ip: Option<String>, request_id: &str, user_agent: Option<&str>) -> Self {
+        self.ip = ip;
+        self.request_id = Some(request_id.to_string());
+        self.user_agent = user_agent.map(str::to_string);
+        self
+    }
+}

@@ -1,0 +1,13 @@
+//! Values parsed once at the edge; nothing inward handles raw strings.
+
+pub mod client_ip;
+pub mod phone;
+pub mod rule;
+pub mod subject;
+pub mod username;
+
+pub use client_ip::ClientIp;
+pub use phone::{PhoneError, PhoneNumber};
+pub use rule::Rule;
+pub use subject::{Action, Subject, SubjectKind};
+pub use username::Username;

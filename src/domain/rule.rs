@@ -1,0 +1,76 @@
+use std::time::Duration;
+
+use super::SubjectKind;
+use crate::store::WindowSpec;
+
+/// One window of a rule: at most `limit` events per `window` for a subject kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rule {
+    pub kind: SubjectKind,
+    pub limit: u32,
+    pub window: Duration,
+}
+
+impl Rule {
+    pub fn new(kind: SubjectKind, limit: u32, window: Duration) -> Self {
+        Self {
+            kind,
+            limit,
+            window,
+        }
+    }
+
+    pub fn window_ms(&self) -> u64 {
+        self.window.as_millis() as u64
+    }
+
+    /// `phone 5/1h`: the window in the largest unit that divides it exactly.
+    pub fn name(&self) -> String {
+        format!("{} {}/{}", self.kind, self.limit, format_window(self.window_ms()))
+    }
+
+    pub fn enforce(&self) -> WindowSpec {
+        WindowSpec::enforce(self.limit, self.window_ms())
+    }
+
+    pub fn gate(&self) -> WindowSpec {
+        WindowSpec::gate(self.limit, self.window_ms())
+    }
+}
+
+pub fn format_window(ms: u64) -> String {
+    const UNITS: [(u64, &str); 4] = [
+        (86_400_000, "d"),
+        (3_600_000, "h"),
+        (60_000, "m"),
+        (1_000, "s"),
+    ];
+    for (size, unit) in UNITS {
+        if ms > 0 && ms % size == 0 {
+            return format!("{}{}", ms / size, unit);
+        }
+    }
+    format!("{ms}ms")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rule_names_use_the_largest_exact_unit() {
+        let cases = [
+            (SubjectKind::Phone, 1, 60_000, "phone 1/1m"),
+            (SubjectKind::Phone, 10, 86_400_000, "phone 10/1d"),
+            (SubjectKind::Ip, 20, 3_600_000, "ip 20/1h"),
+            (SubjectKind::User, 3, 900_000, "user 3/15m"),
+            (SubjectKind::Global, 1000, 60_000, "global 1000/1m"),
+            (SubjectKind::Phone, 2, 1_500, "phone 2/1500ms"),
+            (SubjectKind::Prefix, 50, 90_000, "prefix 50/90s"),
+            (SubjectKind::User, 3, 5_400_000, "user 3/90m"),
+        ];
+        for (kind, limit, ms, name) in cases {
+            assert_eq!(Rule::new(kind, limit, Duration::from_millis(ms)).name(), name);
+        }
+    }
+}

@@ -1,0 +1,303 @@
+//! `POST /login/check` and `POST /login/attempt` decisions: per-user captcha
+//! and escalating locks, per-IP captcha and block across users.
+
+use serde::Serialize;
+use uuid::Uuid;
+
+use super::{ceil_secs, GuardContext, Policy, RequestInfo};
+use crate::audit::{AuditDecision, AuditEvent};
+use crate::captcha::CaptchaProof;
+use crate::domain::{Action, Subject, SubjectKind, Username};
+use crate::store::{
+    HitRequest, LoginAttemptRequest, LoginVerdict, PeekOutcome, StoreError, WindowSpec,
+};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LoginDecision {
+    Allow,
+    Challenge,
+    Deny,
+}
+
+/// The answer of both login endpoints (DESIGN.md §3 `LoginState`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LoginState {
+    pub decision: LoginDecision,
+    pub captcha_required: bool,
+    pub locked: bool,
+    pub retry_after_secs: Option<u64>,
+    pub failures: u32,
+    pub reason: Option<&'static str>,
+}
+
+impl LoginState {
+    fn allow(failures: u32) -> Self {
+        Self {
+            decision: LoginDecision::Allow,
+            captcha_required: false,
+            locked: false,
+            retry_after_secs: None,
+            failures,
+            reason: None,
+        }
+    }
+}
+
+pub struct LoginAttempt {
+    pub user: Username,
+    pub success: bool,
+    pub captcha: CaptchaProof,
+}
+
+pub struct LoginGuard {
+    ctx: GuardContext,
+}
+
+/// The IP's failure windows: `[captcha tier, block]`.
+struct IpWindows {
+    subject: Subject,
+    key: String,
+    windows: [WindowSpec; 2],
+}
+
+impl IpWindows {
+    fn captcha_count(peek: &PeekOutcome) -> u32 {
+        peek.counts.first().copied().unwrap_or(0)
+    }
+    fn block_count(peek: &PeekOutcome) -> u32 {
+        peek.counts.get(1).copied().unwrap_or(0)
+    }
+}
+
+impl LoginGuard {
+    pub fn new(ctx: GuardContext) -> Self {
+        Self { ctx }
+    }
+
+    fn user_keys(&self, user: &Username) -> (String, String) {
+        let kind = SubjectKind::User.as_str();
+        (
+            self.ctx.keys.window(kind, user.as_str(), Action::LoginAttempt.as_str()),
+            self.ctx.keys.lock(kind, user.as_str()),
+        )
+    }
+
+    fn ip_windows(&self, policy: &Policy, info: &RequestInfo) -> Option<IpWindows> {
+        let ip = info.ip?;
+        let subject = Subject::new(SubjectKind::Ip, ip.subject_id());
+        let key = self
+            .ctx
+            .keys
+            .window(SubjectKind::Ip.as_str(), &subject.id, Action::LoginAttempt.as_str());
+        Some(IpWindows {
+            subject,
+            key,
+            windows: [policy.ip_captcha.gate(), policy.ip_block.enforce()],
+        })
+    }
+
+    async fn peek_ip(&self, ip: Option<&IpWindows>) -> Result<Option<PeekOutcome>, StoreError> {
+        match ip {
+            Some(ip) => Ok(Some(self.ctx.store.peek(&ip.key, &ip.windows).await?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Read-only: what an attempt would meet now.
+    pub async fn check(&self, user: &Username, info: &RequestInfo) -> Result<LoginState, StoreError> {
+        let policy = self.ctx.policy.current();
+        let (window_key, lock_key) = self.user_keys(user);
+        let ip = self.ip_windows(&policy, info);
+        let (user_state, ip_state) = futures::try_join!(
+            self.ctx.store.login_state(&window_key, &lock_key, &policy.login_store),
+            self.peek_ip(ip.as_ref()),
+        )?;
+        let failures = user_state.failures;
+        if policy.shadow {
+            return Ok(LoginState::allow(failures));
+        }
+        if let Some(retry) = user_state.locked_retry_after_ms {
+            return Ok(deny("user_locked", true, retry, failures));
+        }
+        if let Some(peek) = &ip_state {
+            if IpWindows::block_count(peek) >= policy.ip_block.limit {
+                let retry = peek.retry_after_ms.get(1).copied().unwrap_or(0);
+                return Ok(deny("ip_blocked", false, retry, failures));
+            }
+        }
+        let ip_captcha = ip_state
+            .as_ref()
+            .is_some_and(|p| IpWindows::captcha_count(p) >= policy.ip_captcha.limit);
+        if failures >= policy.user_captcha.limit || ip_captcha {
+            return Ok(challenge(failures));
+        }
+        Ok(LoginState::allow(failures))
+    }
+
+    /// Evaluate and record one login outcome (DESIGN.md §3, in order).
+    pub async fn attempt(&self, attempt: LoginAttempt, info: &RequestInfo) -> Result<LoginState, StoreError> {
+        let policy = self.ctx.policy.current();
+        let shadow = policy.shadow;
+        let store = self.ctx.store.as_ref();
+        let user_subject = Subject::new(SubjectKind::User, attempt.user.as_str());
+        let (window_key, lock_key) = self.user_keys(&attempt.user);
+        let ip = self.ip_windows(&policy, info);
+        let ip_state = self.peek_ip(ip.as_ref()).await?;
+
+        // 1. IP blocked.
+        if let (Some(ip), Some(peek)) = (&ip, &ip_state) {
+            let count = IpWindows::block_count(peek);
+            if count >= policy.ip_block.limit {
+                let retry = peek.retry_after_ms.get(1).copied().unwrap_or(0);
+                let event = AuditEvent::new(Action::LoginAttempt, AuditDecision::Deny, "ip_blocked", &ip.subject)
+                    .rule(&policy.ip_block, count)
+                    .retry_after_ms(retry)
+                    .shadow(shadow);
+                self.ctx.audit(info, event);
+                if !shadow {
+                    let user = store.login_state(&window_key, &lock_key, &policy.login_store).await?;
+                    return Ok(deny("ip_blocked", user.locked_retry_after_ms.is_some(), retry, user.failures));
+                }
+            }
+        }
+
+        // 1–3 for the user, atomically in the store.
+        let ip_captcha_count = ip_state.as_ref().map_or(0, IpWindows::captcha_count);
+        let ip_demands_captcha = ip_state.is_some() && ip_captcha_count >= policy.ip_captcha.limit;
+        let captcha_passed = if attempt.captcha.token.is_some() || attempt.captcha.passed.is_some() {
+            let ip_id = ip.as_ref().map(|ip| ip.subject.id.as_str());
+            self.ctx.captcha.passed(&attempt.captcha, ip_id).await
+        } else {
+            false
+        };
+        let member = Uuid::now_v7().to_string();
+        let outcome = store
+            .login_attempt(LoginAttemptRequest {
+                window_key: &window_key,
+                lock_key: &lock_key,
+                policy: &policy.login_store,
+                success: attempt.success,
+                captcha_passed,
+                captcha_demanded: ip_demands_captcha,
+                member: &member,
+                shadow,
+            })
+            .await?;
+        let failures = outcome.failures;
+
+        match outcome.verdict {
+            LoginVerdict::Locked { retry_after_ms } => {
+                let event = AuditEvent::new(Action::LoginAttempt, AuditDecision::Deny, "user_locked", &user_subject)
+                    .rule(&policy.user_lock, policy.user_lock.limit)
+                    .retry_after_ms(retry_after_ms)
+                    .shadow(shadow);
+                self.ctx.audit(info, event);
+                if !shadow {
+                    return Ok(deny("user_locked", true, retry_after_ms, failures));
+                }
+            }
+            LoginVerdict::Challenged => {
+                // The user's own tier first; otherwise the IP demanded it.
+                let user_tier = failures >= policy.user_captcha.limit || !ip_demands_captcha;
+                let event = match (&ip, user_tier) {
+                    (Some(ip), false) => {
+                        AuditEvent::new(Action::LoginAttempt, AuditDecision::Challenge, "captcha_required", &ip.subject)
+                            .rule(&policy.ip_captcha, ip_captcha_count)
+                    }
+                    _ => AuditEvent::new(
+                        Action::LoginAttempt,
+                        AuditDecision::Challenge,
+                        "captcha_required",
+                        &user_subject,
+                    )
+                    .rule(&policy.user_captcha, failures),
+                };
+                self.ctx.audit(info, event.shadow(shadow));
+                if !shadow {
+                    return Ok(challenge(failures));
+                }
+            }
+            LoginVerdict::Recorded => {}
+        }
+
+        // 3. The outcome was recorded (or, in shadow mode, recorded as allowed).
+        if outcome.captcha_crossed {
+            let event = AuditEvent::new(Action::LoginAttempt, AuditDecision::Challenge, "captcha_required", &user_subject)
+                .rule(&policy.user_captcha, failures)
+                .shadow(shadow);
+            self.ctx.audit(info, event);
+        }
+        if let Some(lock_ms) = outcome.locked_for_ms {
+            let event = AuditEvent::new(Action::LoginAttempt, AuditDecision::Lock, "too_many_failures", &user_subject)
+                .rule(&policy.user_lock, policy.user_lock.limit)
+                .retry_after_ms(lock_ms)
+                .shadow(shadow);
+            self.ctx.audit(info, event);
+        }
+        let mut ip_captcha_after = ip_captcha_count;
+        if let (false, Some(ip)) = (attempt.success, &ip) {
+            let hit = store
+                .hit(HitRequest {
+                    key: &ip.key,
+                    windows: &ip.windows,
+                    member: &member,
+                    gate_open: true,
+                    force: true,
+                })
+                .await?;
+            let after = hit.counts.first().copied().unwrap_or(0) + 1;
+            ip_captcha_after = after;
+            if after == policy.ip_captcha.limit {
+                let event = AuditEvent::new(Action::LoginAttempt, AuditDecision::Challenge, "captcha_required", &ip.subject)
+                    .rule(&policy.ip_captcha, after)
+                    .shadow(shadow);
+                self.ctx.audit(info, event);
+            }
+            if after == policy.ip_block.limit {
+                let event = AuditEvent::new(Action::LoginAttempt, AuditDecision::Lock, "ip_blocked", &ip.subject)
+                    .rule(&policy.ip_block, after)
+                    .retry_after_ms(policy.ip_block.window_ms())
+                    .shadow(shadow);
+                self.ctx.audit(info, event);
+            }
+        }
+
+        if shadow {
+            return Ok(LoginState::allow(failures));
+        }
+        let captcha_required = failures >= policy.user_captcha.limit
+            || (ip.is_some() && ip_captcha_after >= policy.ip_captcha.limit);
+        Ok(LoginState {
+            decision: LoginDecision::Allow,
+            captcha_required,
+            locked: outcome.locked_for_ms.is_some(),
+            retry_after_secs: outcome.locked_for_ms.map(ceil_secs),
+            failures,
+            reason: None,
+        })
+    }
+}
+
+fn deny(reason: &'static str, locked: bool, retry_after_ms: u64, failures: u32) -> LoginState {
+    LoginState {
+        decision: LoginDecision::Deny,
+        captcha_required: false,
+        locked,
+        retry_after_secs: Some(ceil_secs(retry_after_ms)),
+        failures,
+        reason: Some(reason),
+    }
+}
+
+fn challenge(failures: u32) -> LoginState {
+    LoginState {
+        decision: LoginDecision::Challenge,
+        captcha_required: true,
+        locked: false,
+        retry_after_secs: None,
+        failures,
+        reason: Some("captcha_required"),
+    }
+}
+

@@ -1,0 +1,49 @@
+//! The decisions. Guards take parsed domain values, talk to the store, the
+//! audit sink and the delivery providers, and return domain outcomes; they know
+//! nothing of HTTP.
+
+mod code;
+pub mod login;
+mod policy;
+mod reserve;
+pub mod sms;
+
+use std::sync::Arc;
+
+pub use policy::{Policy, PolicyCell};
+
+use crate::audit::{AuditEvent, AuditSink};
+use crate::captcha::CaptchaVerifier;
+use crate::domain::ClientIp;
+use crate::store::{Keys, WindowStore};
+
+/// Who asked: carried into audit rows.
+#[derive(Debug, Clone)]
+pub struct RequestInfo {
+    pub request_id: String,
+    pub user_agent: Option<String>,
+    pub ip: Option<ClientIp>,
+}
+
+/// What every guard shares.
+#[derive(Clone)]
+pub struct GuardContext {
+    pub store: Arc<dyn WindowStore>,
+    pub keys: Keys,
+    pub audit: Arc<dyn AuditSink>,
+    pub captcha: Arc<CaptchaVerifier>,
+    pub policy: Arc<PolicyCell>,
+}
+
+impl GuardContext {
+    fn audit(&self, info: &RequestInfo, event: AuditEvent) {
+        let ip = info.ip.map(|ip| ip.to_string());
+        self.audit
+            .record(event.request(ip, &info.request_id, info.user_agent.as_deref()));
+    }
+}
+
+/// Whole seconds, rounded up, as `Retry-After` wants them.
+pub fn ceil_secs(ms: u64) -> u64 {
+    ms.div_ceil(1000)
+}

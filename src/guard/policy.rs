@@ -1,0 +1,86 @@
+//! The decision settings (`[sms]`, `[login]`, `[captcha]`, `[shadow]`) turned
+//! into rules once, and swappable at run time (SIGHUP) without a lock on the
+//! request path beyond one `Arc` clone.
+
+use std::sync::Arc;
+
+use parking_lot::RwLock;
+
+use crate::domain::{Rule, SubjectKind};
+use crate::settings::{LimitSetting, LoginSettings, Settings, SmsSettings};
+use crate::store::LoginPolicy;
+
+pub struct Policy {
+    pub sms: SmsSettings,
+    pub login: LoginSettings,
+    pub shadow: bool,
+    pub phone_rules: Vec<Rule>,
+    pub prefix_rules: Vec<Rule>,
+    pub ip_rules: Vec<Rule>,
+    pub global_rules: Vec<Rule>,
+    /// The SMS captcha tier, per phone and per IP.
+    pub sms_phone_captcha: Rule,
+    pub sms_ip_captcha: Rule,
+    pub login_store: LoginPolicy,
+    pub user_captcha: Rule,
+    pub user_lock: Rule,
+    pub ip_captcha: Rule,
+    pub ip_block: Rule,
+}
+
+const ESCALATION_RESET_MS: u64 = 24 * 3_600_000;
+
+fn rules(kind: SubjectKind, limits: &[LimitSetting]) -> Vec<Rule> {
+    limits
+        .iter()
+        .map(|l| Rule::new(kind, l.limit, l.window))
+        .collect()
+}
+
+impl Policy {
+    pub fn from_settings(settings: &Settings) -> Self {
+        let sms = &settings.sms;
+        let login = &settings.login;
+        Self {
+            phone_rules: rules(SubjectKind::Phone, &sms.phone_limits),
+            prefix_rules: rules(SubjectKind::Prefix, &sms.prefix_limits),
+            ip_rules: rules(SubjectKind::Ip, &sms.ip_limits),
+            global_rules: rules(SubjectKind::Global, &sms.global_limits),
+            sms_phone_captcha: Rule::new(SubjectKind::Phone, sms.captcha_after, sms.captcha_window),
+            sms_ip_captcha: Rule::new(SubjectKind::Ip, sms.captcha_after, sms.captcha_window),
+            login_store: LoginPolicy {
+                captcha_after: login.captcha_after,
+                captcha_window_ms: login.captcha_window.as_millis() as u64,
+                lock_after: login.lock_after,
+                lock_window_ms: login.lock_window.as_millis() as u64,
+                lock_ms: login.lock_duration.as_millis() as u64,
+                lock_max_ms: login.lock_max_duration.as_millis() as u64,
+                reset_on_success: login.reset_on_success,
+                escalation_reset_ms: ESCALATION_RESET_MS,
+            },
+            user_captcha: Rule::new(SubjectKind::User, login.captcha_after, login.captcha_window),
+            user_lock: Rule::new(SubjectKind::User, login.lock_after, login.lock_window),
+            ip_captcha: Rule::new(SubjectKind::Ip, login.ip_captcha_after, login.ip_window),
+            ip_block: Rule::new(SubjectKind::Ip, login.ip_block_after, login.ip_window),
+            sms: sms.clone(),
+            login: login.clone(),
+            shadow: settings.shadow.enabled,
+        }
+    }
+}
+
+pub struct PolicyCell(RwLock<Arc<Policy>>);
+
+impl PolicyCell {
+    pub fn new(policy: Policy) -> Self {
+        Self(RwLock::new(Arc::new(policy)))
+    }
+
+    pub fn current(&self) -> Arc<Policy> {
+        self.0.read().clone()
+    }
+
+    pub fn replace(&self, policy: Policy) {
+        *self.0.write() = Arc::new(policy);
+    }
+}

@@ -1,0 +1,16 @@
+//! tollgate: SMS and login abuse decisions on sliding windows, with an audit
+//! trail. `main.rs` is a thin command line over [`startup::Application`].
+
+pub mod audit;
+pub mod captcha;
+pub mod delivery;
+pub mod domain;
+pub mod error;
+pub mod guard;
+pub mod metrics;
+pub mod reload;
+pub mod routes;
+pub mod settings;
+pub mod startup;
+pub mod store;
+pub mod telemetry;

@@ -1,0 +1,61 @@
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use tollgate::settings::Settings;
+use tollgate::startup::Application;
+
+/// Self-hosted anti-abuse decisions for SMS verification and logins.
+#[derive(Parser)]
+#[command(name = "tollgate", version)]
+struct Cli {
+    /// TOML config file layered over the embedded defaults.
+    #[arg(long, global = true, env = "TOLLGATE_CONFIG")]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the API (the default).
+    Serve,
+    /// Validate the config and print it as TOML, secrets masked.
+    CheckConfig,
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let settings = match Settings::load(cli.config.as_deref()) {
+        Ok(settings) => settings,
+        Err(e) => {
+            eprintln!("tollgate: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match cli.command.unwrap_or(Command::Serve) {
+        Command::CheckConfig => {
+            print!("{}", settings.to_redacted_toml());
+            ExitCode::SUCCESS
+        }
+        Command::Serve => {
+            tollgate::telemetry::init();
+            match serve(settings, cli.config).await {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    tracing::error!(error = ?e, "tollgate stopped with an error");
+                    eprintln!("tollgate: {e:#}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}
+
+async fn serve(settings: Settings, config: Option<PathBuf>) -> anyhow::Result<()> {
+    let app = Application::build(settings).await?;
+    tollgate::reload::spawn_on_sighup(app.policy(), config)?;
+    app.run_until_stopped().await?;
+    Ok(())
+}

@@ -1,0 +1,138 @@
+//! Who is calling: API-key authentication and the client IP (DESIGN.md §3
+//! "Client IP").
+
+use std::net::IpAddr;
+
+use actix_web::http::header;
+use actix_web::{HttpMessage, HttpRequest};
+use ipnet::IpNet;
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use super::request_id::RequestId;
+use crate::domain::client_ip::parse_cidr;
+use crate::domain::ClientIp;
+use crate::error::ApiError;
+use crate::guard::RequestInfo;
+use crate::settings::{Secret, ServerSettings};
+
+const MAX_USER_AGENT: usize = 512;
+
+/// A list of bearer secrets, compared in constant time. Comparing digests keeps
+/// the time independent of the secrets' lengths too.
+#[derive(Clone)]
+pub struct BearerSecrets(Vec<[u8; 32]>);
+
+impl BearerSecrets {
+    pub fn new(secrets: &[Secret]) -> Self {
+        Self(secrets.iter().map(|s| digest(s.expose())).collect())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Whether the request carries one of the secrets as `Authorization: Bearer`.
+    pub fn admits(&self, req: &HttpRequest) -> bool {
+        let Some(token) = bearer(req) else {
+            return false;
+        };
+        let given = digest(token);
+        self.0
+            .iter()
+            .fold(false, |found, known| found | bool::from(known.ct_eq(&given)))
+    }
+}
+
+fn digest(s: &str) -> [u8; 32] {
+    Sha256::digest(s.as_bytes()).into()
+}
+
+fn bearer(req: &HttpRequest) -> Option<&str> {
+    let value = req.headers().get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+}
+
+pub struct Access {
+    api_keys: BearerSecrets,
+    trusted_proxies: Vec<IpNet>,
+}
+
+impl Access {
+    pub fn new(server: &ServerSettings) -> Self {
+        Self {
+            api_keys: BearerSecrets::new(&server.api_keys),
+            trusted_proxies: server.trusted_proxies.iter().filter_map(|p| parse_cidr(p)).collect(),
+        }
+    }
+
+    /// Authenticate a public request and work out its client IP. `body_ip`
+    /// counts only when the request carries a valid API key.
+    pub fn caller(&self, req: &HttpRequest, body_ip: Option<&str>) -> Result<RequestInfo, ApiError> {
+        let authenticated = if self.api_keys.is_empty() {
+            false
+        } else if self.api_keys.admits(req) {
+            true
+        } else {
+            return Err(ApiError::Unauthorized);
+        };
+        let ip = match body_ip {
+            Some(raw) if authenticated => Some(
+                ClientIp::parse(raw)
+                    .ok_or_else(|| ApiError::InvalidRequest("ip is not an IP address".into()))?,
+            ),
+            _ => self.peer_ip(req),
+        };
+        let request_id = req
+            .extensions()
+            .get::<RequestId>()
+            .map(|id| id.0.clone())
+            .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
+        let user_agent = req
+            .headers()
+            .get(header::USER_AGENT)
+            .and_then(|v| v.to_str().ok())
+            .map(|ua| ua.chars().take(MAX_USER_AGENT).collect());
+        Ok(RequestInfo {
+            request_id,
+            user_agent,
+            ip,
+        })
+    }
+
+    /// The peer, or — when the peer is a trusted proxy — the right-most
+    /// `X-Forwarded-For` hop that is not a trusted proxy.
+    fn peer_ip(&self, req: &HttpRequest) -> Option<ClientIp> {
+        let peer = req.peer_addr().map(|a| a.ip())?;
+        if !self.is_trusted(peer) {
+            return Some(ClientIp::new(peer));
+        }
+        let hops: Vec<&str> = req
+            .headers()
+            .get_all("x-forwarded-for")
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .collect();
+        // Walk from the proxy towards the client; stop at the first hop we do
+        // not trust. A hop that does not parse was written by someone we do not
+        // trust either, so the last trusted address seen stands in for it.
+        let mut client = peer;
+        for hop in hops.iter().rev() {
+            match hop.trim().parse::<IpAddr>() {
+                Ok(ip) if self.is_trusted(ip) => client = ip,
+                Ok(ip) => {
+                    client = ip;
+                    break;
+                }
+                Err(_) => break,
+            }
+        }
+        Some(ClientIp::new(client))
+    }
+
+    fn is_trusted(&self, ip: IpAddr) -> bool {
+        let ip = ip.to_canonical();
+        self.trusted_proxies.iter().any(|net| net.contains(&ip))
+    }
+}

@@ -1,0 +1,64 @@
+use actix_web::{web, HttpRequest, HttpResponse};
+use serde::Deserialize;
+
+use super::{post, AppState};
+use crate::captcha::CaptchaProof;
+use crate::domain::Username;
+use crate::error::ApiError;
+use crate::guard::login::LoginAttempt;
+
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.service(post("/login/check", check))
+        .service(post("/login/attempt", attempt));
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CheckBody {
+    user: String,
+    ip: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AttemptBody {
+    user: String,
+    ip: Option<String>,
+    success: bool,
+    captcha_token: Option<String>,
+    captcha_passed: Option<bool>,
+    notify_email: Option<String>,
+}
+
+fn parse_user(raw: &str) -> Result<Username, ApiError> {
+    Username::parse(raw).map_err(|e| ApiError::InvalidRequest(e.to_string()))
+}
+
+async fn check(state: web::Data<AppState>, req: HttpRequest, body: web::Json<CheckBody>) -> Result<HttpResponse, ApiError> {
+    let info = state.access.caller(&req, body.ip.as_deref())?;
+    let user = parse_user(&body.user)?;
+    let login_state = state.login.check(&user, &info).await?;
+    Ok(HttpResponse::Ok().json(login_state))
+}
+
+async fn attempt(state: web::Data<AppState>, req: HttpRequest, body: web::Json<AttemptBody>) -> Result<HttpResponse, ApiError> {
+    let body = body.into_inner();
+    let info = state.access.caller(&req, body.ip.as_deref())?;
+    let user = parse_user(&body.user)?;
+    if let Some(email) = &body.notify_email {
+        let plausible = email.len() <= 254 && email.split_once('@').is_some_and(|(l, d)| !l.is_empty() && d.contains('.'));
+        if !plausible {
+            return Err(ApiError::InvalidRequest("notify_email is not an email address".into()));
+        }
+    }
+    let attempt = LoginAttempt {
+        user,
+        success: body.success,
+        captcha: CaptchaProof {
+            token: body.captcha_token,
+            passed: body.captcha_passed,
+        },
+    };
+    let login_state = state.login.attempt(attempt, &info).await?;
+    Ok(HttpResponse::Ok().json(login_state))
+}

@@ -1,0 +1,58 @@
+//! HTTP routes. Each module registers its own routes; handlers parse, call a
+//! guard and map the outcome to a response.
+
+mod caller;
+mod json;
+pub mod login;
+pub mod ops;
+pub mod request_id;
+pub mod sms;
+
+use std::sync::Arc;
+
+use actix_web::{web, HttpResponse};
+
+pub use caller::Access;
+
+use crate::error::ApiError;
+use crate::guard::login::LoginGuard;
+use crate::guard::sms::SmsGuard;
+use crate::store::WindowStore;
+
+/// Body limit of the public JSON routes.
+pub const BODY_LIMIT: usize = 16 * 1024;
+
+pub struct AppState {
+    pub sms: SmsGuard,
+    pub login: LoginGuard,
+    pub access: Access,
+    /// The store as configured, without the `on_error` fallback, for `/readyz`.
+    pub readiness_store: Arc<dyn WindowStore>,
+}
+
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.app_data(json::config());
+    sms::configure(cfg);
+    login::configure(cfg);
+    ops::configure(cfg);
+}
+
+pub async fn not_found() -> Result<HttpResponse, ApiError> {
+    Err(ApiError::NotFound)
+}
+
+pub async fn method_not_allowed() -> Result<HttpResponse, ApiError> {
+    Err(ApiError::MethodNotAllowed)
+}
+
+/// A POST-only resource whose other methods answer a JSON 405.
+fn post<F, Args>(path: &str, handler: F) -> actix_web::Resource
+where
+    F: actix_web::Handler<Args>,
+    Args: actix_web::FromRequest + 'static,
+    F::Output: actix_web::Responder + 'static,
+{
+    web::resource(path)
+        .route(web::post().to(handler))
+        .default_service(web::to(method_not_allowed))
+}

@@ -1,0 +1,19 @@
+use actix_web::{web, HttpResponse};
+use serde_json::json;
+
+use super::AppState;
+use crate::error::ApiError;
+
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.route("/healthz", web::get().to(healthz))
+        .route("/readyz", web::get().to(readyz));
+}
+
+async fn healthz() -> HttpResponse {
+    HttpResponse::Ok().json(json!({ "status": "ok" }))
+}
+
+async fn readyz(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
+    state.readiness_store.ping().await?;
+    Ok(HttpResponse::Ok().json(json!({ "status": "ready" })))
+}

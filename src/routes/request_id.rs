@@ -1,0 +1,51 @@
+//! One span per request, tagged with a request id taken from `x-request-id`
+//! (when it is a sane token) or made up, and echoed in the response.
+
+use std::time::Instant;
+
+use actix_web::body::MessageBody;
+use actix_web::dev::{ServiceRequest, ServiceResponse};
+use actix_web::http::header::{HeaderName, HeaderValue};
+use actix_web::middleware::Next;
+use actix_web::HttpMessage;
+use tracing::Instrument;
+
+#[derive(Debug, Clone)]
+pub struct RequestId(pub String);
+
+const HEADER: HeaderName = HeaderName::from_static("x-request-id");
+
+fn incoming(req: &ServiceRequest) -> Option<String> {
+    let value = req.headers().get(&HEADER)?.to_str().ok()?;
+    let sane = !value.is_empty()
+        && value.len() <= 128
+        && value.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(&b));
+    sane.then(|| value.to_string())
+}
+
+pub async fn middleware(
+    req: ServiceRequest,
+    next: Next<impl MessageBody>,
+) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
+    let id = incoming(&req).unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
+    req.extensions_mut().insert(RequestId(id.clone()));
+    let span = tracing::info_span!(
+        "request",
+        request_id = %id,
+        method = %req.method(),
+        path = %req.path(),
+    );
+    let started = Instant::now();
+    let mut response = next.call(req).instrument(span.clone()).await?;
+    if let Ok(value) = HeaderValue::from_str(&id) {
+        response.headers_mut().insert(HEADER, value);
+    }
+    span.in_scope(|| {
+        tracing::info!(
+            status = response.status().as_u16(),
+            elapsed_us = started.elapsed().as_micros() as u64,
+            "request done"
+        )
+    });
+    Ok(response)
+}

@@ -1,0 +1,185 @@
+//! Start-up checks the types alone cannot express. Each failure names its key.
+
+use std::time::Duration;
+
+use super::{
+    CaptchaKind, LimitSetting, Settings, SettingsError, SmsProviderKind, StoreBackend,
+};
+use crate::domain::client_ip::parse_cidr;
+
+type Check = Result<(), SettingsError>;
+
+fn positive(key: &str, value: u64) -> Check {
+    if value == 0 {
+        return Err(SettingsError::invalid(key, "must be positive"));
+    }
+    Ok(())
+}
+
+fn duration(key: &str, value: Duration) -> Check {
+    if value.as_millis() == 0 {
+        return Err(SettingsError::invalid(key, "must be at least 1ms"));
+    }
+    Ok(())
+}
+
+fn limits(key: &str, list: &[LimitSetting]) -> Check {
+    for (i, l) in list.iter().enumerate() {
+        positive(&format!("{key}[{i}].limit"), l.limit.into())?;
+        duration(&format!("{key}[{i}].window"), l.window)?;
+    }
+    Ok(())
+}
+
+fn regions(key: &str, list: &[String]) -> Check {
+    for (i, r) in list.iter().enumerate() {
+        if r.len() != 2 || !r.chars().all(|c| c.is_ascii_alphabetic()) {
+            return Err(SettingsError::invalid(
+                &format!("{key}[{i}]"),
+                format!("{r:?} is not an ISO 3166 alpha-2 code"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn url_scheme(key: &str, url: &str, schemes: &[&str]) -> Check {
+    if !schemes.iter().any(|s| url.starts_with(s)) {
+        return Err(SettingsError::invalid(
+            key,
+            format!("must start with one of {}", schemes.join(", ")),
+        ));
+    }
+    Ok(())
+}
+
+impl Settings {
+    pub(super) fn validate(&self) -> Check {
+        for (i, proxy) in self.server.trusted_proxies.iter().enumerate() {
+            if parse_cidr(proxy).is_none() {
+                return Err(SettingsError::invalid(
+                    &format!("server.trusted_proxies[{i}]"),
+                    format!("{proxy:?} is not a CIDR or IP address"),
+                ));
+            }
+        }
+        for (i, k) in self.server.api_keys.iter().enumerate() {
+            if k.is_empty() {
+                return Err(SettingsError::invalid(&format!("server.api_keys[{i}]"), "must not be empty"));
+            }
+        }
+        for (i, k) in self.server.admin_tokens.iter().enumerate() {
+            if k.is_empty() {
+                return Err(SettingsError::invalid(&format!("server.admin_tokens[{i}]"), "must not be empty"));
+            }
+        }
+
+        let store = &self.store;
+        if store.key_prefix.is_empty()
+            || store.key_prefix.contains(['{', '}'])
+            || store.key_prefix.chars().any(char::is_whitespace)
+        {
+            return Err(SettingsError::invalid(
+                "store.key_prefix",
+                "must be non-empty, without braces or spaces",
+            ));
+        }
+        duration("store.timeout", store.timeout)?;
+        if store.backend == StoreBackend::Redis {
+            url_scheme(
+                "store.redis_url",
+                store.redis_url.expose(),
+                &["redis://", "rediss://", "redis-cluster://", "rediss-cluster://"],
+            )?;
+        }
+
+        let audit = &self.audit;
+        url_scheme(
+            "audit.database_url",
+            audit.database_url.expose(),
+            &["sqlite:", "postgres://", "postgresql://"],
+        )?;
+        positive("audit.batch_size", audit.batch_size as u64)?;
+        positive("audit.queue_capacity", audit.queue_capacity as u64)?;
+        duration("audit.flush_interval", audit.flush_interval)?;
+        duration("audit.retention", audit.retention)?;
+        if audit.spool_dir.is_empty() {
+            return Err(SettingsError::invalid("audit.spool_dir", "must not be empty"));
+        }
+
+        let sms = &self.sms;
+        if !(4..=10).contains(&sms.code_length) {
+            return Err(SettingsError::invalid("sms.code_length", "must be between 4 and 10"));
+        }
+        duration("sms.code_ttl", sms.code_ttl)?;
+        positive("sms.max_verify_attempts", sms.max_verify_attempts.into())?;
+        regions("sms.allowed_regions", &sms.allowed_regions)?;
+        regions("sms.denied_regions", &sms.denied_regions)?;
+        positive("sms.captcha_after", sms.captcha_after.into())?;
+        duration("sms.captcha_window", sms.captcha_window)?;
+        limits("sms.phone_limits", &sms.phone_limits)?;
+        limits("sms.ip_limits", &sms.ip_limits)?;
+        limits("sms.prefix_limits", &sms.prefix_limits)?;
+        limits("sms.global_limits", &sms.global_limits)?;
+        if !(1..=15).contains(&sms.prefix_digits) {
+            return Err(SettingsError::invalid("sms.prefix_digits", "must be between 1 and 15"));
+        }
+        let provider = &sms.provider;
+        match provider.kind {
+            SmsProviderKind::Log => {}
+            SmsProviderKind::Webhook => {
+                url_scheme("sms.provider.url", &provider.url, &["http://", "https://"])?
+            }
+            SmsProviderKind::Twilio => {
+                if !provider.url.is_empty() {
+                    url_scheme("sms.provider.url", &provider.url, &["http://", "https://"])?;
+                }
+                for (key, value) in [
+                    ("sms.provider.account_sid", provider.account_sid.as_str()),
+                    ("sms.provider.auth_token", provider.auth_token.expose()),
+                    ("sms.provider.from", provider.from.as_str()),
+                ] {
+                    if value.is_empty() {
+                        return Err(SettingsError::invalid(key, "is required for kind = \"twilio\""));
+                    }
+                }
+            }
+        }
+
+        let login = &self.login;
+        positive("login.captcha_after", login.captcha_after.into())?;
+        duration("login.captcha_window", login.captcha_window)?;
+        positive("login.lock_after", login.lock_after.into())?;
+        duration("login.lock_window", login.lock_window)?;
+        duration("login.lock_duration", login.lock_duration)?;
+        duration("login.lock_max_duration", login.lock_max_duration)?;
+        if login.lock_max_duration < login.lock_duration {
+            return Err(SettingsError::invalid(
+                "login.lock_max_duration",
+                "must not be shorter than login.lock_duration",
+            ));
+        }
+        positive("login.ip_captcha_after", login.ip_captcha_after.into())?;
+        positive("login.ip_block_after", login.ip_block_after.into())?;
+        duration("login.ip_window", login.ip_window)?;
+
+        if self.captcha.kind != CaptchaKind::None && self.captcha.secret.is_empty() {
+            return Err(SettingsError::invalid(
+                "captcha.secret",
+                "is required when captcha.kind is not \"none\"",
+            ));
+        }
+        if !self.captcha.verify_url.is_empty() {
+            url_scheme("captcha.verify_url", &self.captcha.verify_url, &["http://", "https://"])?;
+        }
+
+        let email = &self.email;
+        if !email.smtp_url.expose().is_empty() {
+            url_scheme("email.smtp_url", email.smtp_url.expose(), &["smtp://", "smtps://"])?;
+        }
+        positive("email.alert_threshold", email.alert_threshold.into())?;
+        duration("email.alert_window", email.alert_window)?;
+        duration("email.alert_interval", email.alert_interval)?;
+        Ok(())
+    }
+}

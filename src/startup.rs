@@ -1,0 +1,158 @@
+//! The one place that builds the application from settings: store, audit sink,
+//! providers, HTTP server; and that owns shutdown.
+
+use std::net::TcpListener;
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix_web::dev::{Server, ServerHandle};
+use actix_web::middleware::from_fn;
+use actix_web::{web, App, HttpServer};
+use anyhow::Context;
+
+use crate::audit::{AuditSink, LogSink};
+use crate::captcha::CaptchaVerifier;
+use crate::delivery::{LogSender, SmsSender};
+use crate::guard::login::LoginGuard;
+use crate::guard::sms::SmsGuard;
+use crate::guard::{GuardContext, Policy, PolicyCell};
+use crate::routes::{self, Access, AppState};
+use crate::settings::{OnStoreError, Settings, SmsProviderKind, StoreBackend};
+use crate::store::memory::MemoryStore;
+use crate::store::redis::RedisStore;
+use crate::store::resilient::{Fallback, ResilientStore};
+use crate::store::{Clock, Keys, SystemClock, WindowStore};
+
+/// Parts a test may substitute; production uses none.
+#[derive(Default)]
+pub struct Overrides {
+    pub sms_sender: Option<Arc<dyn SmsSender>>,
+    pub audit: Option<Arc<dyn AuditSink>>,
+    pub clock: Option<Arc<dyn Clock>>,
+}
+
+pub struct Application {
+    server: Server,
+    port: u16,
+    audit: Arc<dyn AuditSink>,
+    policy: Arc<PolicyCell>,
+    background: Vec<tokio::task::JoinHandle<()>>,
+}
+
+const SWEEP_EVERY: Duration = Duration::from_secs(30);
+
+impl Application {
+    pub async fn build(settings: Settings) -> anyhow::Result<Self> {
+        Self::build_with(settings, Overrides::default()).await
+    }
+
+    pub async fn build_with(settings: Settings, overrides: Overrides) -> anyhow::Result<Self> {
+        crate::metrics::describe();
+        let clock: Arc<dyn Clock> = overrides.clock.unwrap_or_else(|| Arc::new(SystemClock));
+        let mut background = Vec::new();
+        let mut sweep = |store: Arc<MemoryStore>| {
+            background.push(tokio::spawn(async move {
+                let mut tick = tokio::time::interval(SWEEP_EVERY);
+                loop {
+                    tick.tick().await;
+                    store.sweep();
+                }
+            }));
+        };
+
+        let primary: Arc<dyn WindowStore> = match settings.store.backend {
+            StoreBackend::Memory => {
+                let memory = Arc::new(MemoryStore::new(clock.clone()));
+                sweep(memory.clone());
+                memory
+            }
+            StoreBackend::Redis => Arc::new(
+                RedisStore::connect(settings.store.redis_url.expose(), settings.store.timeout)
+                    .await
+                    .context("cannot set up the Redis client")?,
+            ),
+        };
+        let fallback = match settings.store.on_error {
+            OnStoreError::Deny => Fallback::Deny,
+            OnStoreError::Allow => Fallback::Allow,
+            OnStoreError::Local => {
+                let local = Arc::new(MemoryStore::new(clock.clone()));
+                sweep(local.clone());
+                Fallback::Local(local)
+            }
+        };
+        let store: Arc<dyn WindowStore> = Arc::new(ResilientStore::new(primary.clone(), fallback));
+
+        let audit: Arc<dyn AuditSink> = overrides.audit.unwrap_or_else(|| Arc::new(LogSink));
+        let sms_sender: Arc<dyn SmsSender> = match overrides.sms_sender {
+            Some(sender) => sender,
+            None => match settings.sms.provider.kind {
+                SmsProviderKind::Log => Arc::new(LogSender),
+                other => anyhow::bail!(
+                    "sms.provider.kind = {other:?} is not available in this build; use \"log\""
+                ),
+            },
+        };
+        let captcha = Arc::new(CaptchaVerifier::new(&settings.captcha).context("cannot build the captcha client")?);
+        let policy = Arc::new(PolicyCell::new(Policy::from_settings(&settings)));
+        let ctx = GuardContext {
+            store,
+            keys: Keys::new(settings.store.key_prefix.clone()),
+            audit: audit.clone(),
+            captcha,
+            policy: policy.clone(),
+        };
+        let state = web::Data::new(AppState {
+            sms: SmsGuard::new(ctx.clone(), sms_sender, settings.sms.code_secret.expose()),
+            login: LoginGuard::new(ctx),
+            access: Access::new(&settings.server),
+            readiness_store: primary,
+        });
+
+        let listener = TcpListener::bind(settings.server.bind)
+            .with_context(|| format!("cannot listen on {}", settings.server.bind))?;
+        let port = listener.local_addr()?.port();
+        let server = HttpServer::new(move || {
+            App::new()
+                .wrap(from_fn(routes::request_id::middleware))
+                .app_data(state.clone())
+                .configure(routes::configure)
+                .default_service(web::to(routes::not_found))
+        })
+        .listen(listener)?
+        .shutdown_timeout(30)
+        .run();
+        tracing::info!(address = %format!("{}:{port}", settings.server.bind.ip()), "tollgate listening");
+        Ok(Self {
+            server,
+            port,
+            audit,
+            policy,
+            background,
+        })
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub fn handle(&self) -> ServerHandle {
+        self.server.handle()
+    }
+
+    /// The decision settings, swappable while serving (SIGHUP).
+    pub fn policy(&self) -> Arc<PolicyCell> {
+        self.policy.clone()
+    }
+
+    /// Serve until SIGTERM / Ctrl-C (or [`ServerHandle::stop`]): in-flight
+    /// requests finish, then the audit queue is drained.
+    pub async fn run_until_stopped(self) -> std::io::Result<()> {
+        let result = self.server.await;
+        self.audit.flush().await;
+        for task in self.background {
+            task.abort();
+        }
+        result
+    }
+}

@@ -1,0 +1,565 @@
+//! The in-process window store: the semantics of the Lua scripts in `lua/`,
+//! for a single instance and for tests.
+//!
+//! Keys are sharded by their Redis Cluster hash tag (the `{...}` part, see
+//! [`Keys`](super::Keys)), so all of one subject's keys live under one map entry
+//! and every operation runs under that subject's lock, which makes
+//! `login_attempt` (window key + lock key) atomic just like its script. Values
+//! and expiries mirror the Redis ones: a window key lives for the longest window
+//! after a hit, a lock key `escalation_reset_ms` past the lock's end, a code for
+//! its TTL; an entry counts as gone once `now > expires_at`, as in Redis.
+//! [`MemoryStore::sweep`] frees expired entries.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use dashmap::DashMap;
+use subtle::ConstantTimeEq;
+
+use super::{
+    Clock, HitOutcome, HitRequest, HitVerdict, LoginAttemptOutcome, LoginAttemptRequest,
+    LoginPolicy, LoginStateOutcome, LoginVerdict, OtpOutcome, PeekOutcome, StoreError,
+    WindowMode, WindowSpec, WindowStore,
+};
+
+pub struct MemoryStore {
+    clock: Arc<dyn Clock>,
+    subjects: DashMap<String, Subject>,
+}
+
+impl MemoryStore {
+    pub fn new(clock: Arc<dyn Clock>) -> Self {
+        Self {
+            clock,
+            subjects: DashMap::new(),
+        }
+    }
+
+    /// Drop expired entries, and subjects left without any. Call periodically.
+    pub fn sweep(&self) {
+        let now = self.clock.now_ms();
+        self.subjects.retain(|_, subject| {
+            subject.entries.retain(|_, entry| !entry.expired(now));
+            !subject.entries.is_empty()
+        });
+    }
+
+    /// Whether `key` holds a live (unexpired) value, like Redis `EXISTS`.
+    pub fn contains_key(&self, key: &str) -> bool {
+        let now = self.clock.now_ms();
+        self.subjects
+            .get(shard_of(key))
+            .and_then(|s| s.entries.get(key).map(|e| !e.expired(now)))
+            .unwrap_or(false)
+    }
+
+    /// Run `f` on the subject that owns `key`, under that subject's lock.
+    fn with_subject<T>(&self, key: &str, f: impl FnOnce(&mut Subject) -> T) -> T {
+        let mut subject = self.subjects.entry(shard_of(key).to_owned()).or_default();
+        f(&mut subject)
+    }
+}
+
+/// The hash tag of a key by the Redis Cluster rule: the text between the first
+/// `{` and the next `}` when not empty; else the whole key.
+fn shard_of(key: &str) -> &str {
+    if let Some(open) = key.find('{') {
+        let rest = &key[open + 1..];
+        if let Some(close) = rest.find('}') {
+            if close > 0 {
+                return &rest[..close];
+            }
+        }
+    }
+    key
+}
+
+#[derive(Default)]
+struct Subject {
+    entries: HashMap<String, Entry>,
+}
+
+struct Entry {
+    value: Value,
+    /// Gone once `now > expires_at`.
+    expires_at: Option<u64>,
+}
+
+impl Entry {
+    fn expired(&self, now: u64) -> bool {
+        self.expires_at.is_some_and(|at| now > at)
+    }
+}
+
+enum Value {
+    Window(Window),
+    Lock { until: u64, level: u32 },
+    Otp { mac: String, left: u32, exp: u64 },
+    Text(String),
+}
+
+impl Value {
+    fn type_name(&self) -> &'static str {
+        match self {
+            Value::Window(_) => "window",
+            Value::Lock { .. } => "lock",
+            Value::Otp { .. } => "otp",
+            Value::Text(_) => "text",
+        }
+    }
+}
+
+fn wrong_type(key: &str, found: &Value, wanted: &str) -> StoreError {
+    StoreError::Protocol(format!(
+        "WRONGTYPE: {key} holds a {}, not a {wanted}",
+        found.type_name()
+    ))
+}
+
+impl Subject {
+    /// The live entry at `key`, dropping it first when it has expired.
+    fn live(&mut self, key: &str, now: u64) -> Option<&mut Entry> {
+        if self.entries.get(key).is_some_and(|e| e.expired(now)) {
+            self.entries.remove(key);
+        }
+        self.entries.get_mut(key)
+    }
+
+    /// A copy of the window at `key` (empty when absent).
+    fn window(&mut self, key: &str, now: u64) -> Result<Window, StoreError> {
+        match self.live(key, now) {
+            None => Ok(Window::default()),
+            Some(Entry {
+                value: Value::Window(w),
+                ..
+            }) => Ok(w.clone()),
+            Some(e) => Err(wrong_type(key, &e.value, "window")),
+        }
+    }
+
+    /// Store a window back, as Redis does: an empty set is no key at all.
+    fn put_window(&mut self, key: &str, window: Window, expires_at: Option<u64>) {
+        if window.events.is_empty() {
+            self.entries.remove(key);
+            return;
+        }
+        let expires_at = match expires_at {
+            Some(at) => Some(at),
+            None => self.entries.get(key).and_then(|e| e.expires_at),
+        };
+        self.entries.insert(
+            key.to_owned(),
+            Entry {
+                value: Value::Window(window),
+                expires_at,
+            },
+        );
+    }
+
+    /// `(until, level)` of the lock record at `key`, if any.
+    fn lock(&mut self, key: &str, now: u64) -> Result<Option<(u64, u32)>, StoreError> {
+        match self.live(key, now) {
+            None => Ok(None),
+            Some(Entry {
+                value: Value::Lock { until, level },
+                ..
+            }) => Ok(Some((*until, *level))),
+            Some(e) => Err(wrong_type(key, &e.value, "lock")),
+        }
+    }
+}
+
+/// A sorted set of events: `(time, member)`, ordered like a Redis ZSET (by
+/// score, then by member bytes), members unique.
+#[derive(Debug, Clone, Default)]
+struct Window {
+    events: Vec<(u64, String)>,
+}
+
+impl Window {
+    /// Drop events that no window of length `longest` still counts.
+    fn prune(&mut self, now: u64, longest: u64) {
+        self.events.retain(|(t, _)| t.saturating_add(longest) > now);
+    }
+
+    /// Events with `now - length < t`.
+    fn count(&self, now: u64, length: u64) -> u32 {
+        let n = self
+            .events
+            .iter()
+            .rev()
+            .take_while(|(t, _)| t.saturating_add(length) > now)
+            .count();
+        u32::try_from(n).unwrap_or(u32::MAX)
+    }
+
+    /// How long until a window of `length` holds fewer than `limit` events.
+    fn wait(&self, now: u64, limit: u32, length: u64) -> u64 {
+        let count = self.count(now, length);
+        if count < limit {
+            return 0;
+        }
+        if limit == 0 {
+            return length;
+        }
+        // The counted events are the newest `count`; the one at position
+        // `count - limit` among them (oldest first) is the `limit`-th newest.
+        let idx = self.events.len() - limit as usize;
+        let (t, _) = &self.events[idx];
+        (t + length).saturating_sub(now)
+    }
+
+    /// `ZADD`: insert, or move an existing member to the new time.
+    fn add(&mut self, now: u64, member: &str) {
+        self.remove(member);
+        let pos = self
+            .events
+            .partition_point(|(t, m)| (*t, m.as_str()) < (now, member));
+        self.events.insert(pos, (now, member.to_owned()));
+    }
+
+    fn remove(&mut self, member: &str) -> bool {
+        match self.events.iter().position(|(_, m)| m == member) {
+            Some(i) => {
+                self.events.remove(i);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Keep the `keep` newest events.
+    fn trim(&mut self, keep: usize) {
+        if self.events.len() > keep {
+            let excess = self.events.len() - keep;
+            self.events.drain(..excess);
+        }
+    }
+}
+
+fn no_windows() -> StoreError {
+    StoreError::Protocol("a window call needs at least one window".into())
+}
+
+#[async_trait]
+impl WindowStore for MemoryStore {
+    async fn hit(&self, req: HitRequest<'_>) -> Result<HitOutcome, StoreError> {
+        let specs = req.windows;
+        let longest = specs.iter().map(|w| w.window_ms).max().ok_or_else(no_windows)?;
+        let keep = specs.iter().map(|w| w.limit).max().unwrap_or(0) as usize;
+        let now = self.clock.now_ms();
+        self.with_subject(req.key, |subject| {
+            let mut window = subject.window(req.key, now)?;
+            window.prune(now, longest);
+            let counts: Vec<u32> = specs.iter().map(|w| window.count(now, w.window_ms)).collect();
+
+            let mut verdict = HitVerdict::Allowed;
+            let mut longest_wait = 0;
+            for (i, spec) in specs.iter().enumerate() {
+                if spec.mode == WindowMode::Enforce && counts[i] >= spec.limit {
+                    let wait = window.wait(now, spec.limit, spec.window_ms);
+                    let first = !matches!(verdict, HitVerdict::Denied { .. });
+                    if first || wait > longest_wait {
+                        longest_wait = wait;
+                        verdict = HitVerdict::Denied {
+                            window: i,
+                            retry_after_ms: wait,
+                        };
+                    }
+                }
+            }
+            if verdict == HitVerdict::Allowed && !req.gate_open {
+                if let Some(i) = specs
+                    .iter()
+                    .zip(&counts)
+                    .position(|(w, c)| w.mode == WindowMode::Gate && *c >= w.limit)
+                {
+                    verdict = HitVerdict::Gated { window: i };
+                }
+            }
+
+            let added = verdict == HitVerdict::Allowed || req.force;
+            if added {
+                window.add(now, req.member);
+            }
+            window.trim(keep);
+
+            let next_retry_after_ms = specs
+                .iter()
+                .filter(|w| w.mode == WindowMode::Enforce)
+                .map(|w| window.wait(now, w.limit, w.window_ms))
+                .max()
+                .unwrap_or(0);
+            subject.put_window(req.key, window, Some(now + longest));
+
+            Ok(HitOutcome {
+                verdict,
+                added,
+                counts,
+                next_retry_after_ms,
+            })
+        })
+    }
+
+    async fn peek(&self, key: &str, windows: &[WindowSpec]) -> Result<PeekOutcome, StoreError> {
+        if windows.is_empty() {
+            return Err(no_windows());
+        }
+        let now = self.clock.now_ms();
+        self.with_subject(key, |subject| {
+            let window = subject.window(key, now)?;
+            Ok(PeekOutcome {
+                counts: windows.iter().map(|w| window.count(now, w.window_ms)).collect(),
+                retry_after_ms: windows
+                    .iter()
+                    .map(|w| window.wait(now, w.limit, w.window_ms))
+                    .collect(),
+            })
+        })
+    }
+
+    async fn undo(&self, key: &str, member: &str) -> Result<(), StoreError> {
+        let now = self.clock.now_ms();
+        self.with_subject(key, |subject| {
+            let mut window = subject.window(key, now)?;
+            if window.remove(member) {
+                subject.put_window(key, window, None);
+            }
+            Ok(())
+        })
+    }
+
+    async fn login_attempt(
+        &self,
+        req: LoginAttemptRequest<'_>,
+    ) -> Result<LoginAttemptOutcome, StoreError> {
+        let p = req.policy;
+        let now = self.clock.now_ms();
+        let longest = p.captcha_window_ms.max(p.lock_window_ms);
+        let keep = p.captcha_after.max(p.lock_after) as usize;
+        self.with_subject(req.window_key, |subject| {
+            // Both keys share the subject's hash tag, so they are in this shard.
+            let mut window = subject.window(req.window_key, now)?;
+            window.prune(now, longest);
+            let prev = subject.lock(req.lock_key, now)?;
+
+            let mut failures = window.count(now, p.captcha_window_ms);
+            let mut verdict = LoginVerdict::Recorded;
+            let mut may_lock = true;
+            match prev {
+                Some((until, _)) if until > now => {
+                    verdict = LoginVerdict::Locked {
+                        retry_after_ms: until - now,
+                    };
+                    may_lock = false;
+                }
+                _ if (failures >= p.captcha_after || req.captcha_demanded)
+                    && !req.captcha_passed =>
+                {
+                    verdict = LoginVerdict::Challenged;
+                }
+                _ => {}
+            }
+
+            let mut captcha_crossed = false;
+            let mut locked_for_ms = None;
+            if verdict == LoginVerdict::Recorded || req.shadow {
+                if req.success {
+                    if p.reset_on_success {
+                        window = Window::default();
+                    }
+                } else {
+                    window.add(now, req.member);
+                    window.trim(keep);
+                    if may_lock && window.count(now, p.lock_window_ms) >= p.lock_after {
+                        let level = match prev {
+                            Some((until, level)) if now.saturating_sub(until) <= p.escalation_reset_ms => {
+                                (level + 1).min(40)
+                            }
+                            _ => 0,
+                        };
+                        let duration = p
+                            .lock_ms
+                            .saturating_mul(1u64 << level.min(63))
+                            .min(p.lock_max_ms);
+                        subject.entries.insert(
+                            req.lock_key.to_owned(),
+                            Entry {
+                                value: Value::Lock {
+                                    until: now + duration,
+                                    level,
+                                },
+                                expires_at: Some(now + duration + p.escalation_reset_ms),
+                            },
+                        );
+                        locked_for_ms = Some(duration);
+                    }
+                }
+                let after = window.count(now, p.captcha_window_ms);
+                captcha_crossed = failures < p.captcha_after && after >= p.captcha_after;
+                failures = after;
+                let expires_at = (!req.success).then_some(now + longest);
+                subject.put_window(req.window_key, window, expires_at);
+            }
+
+            Ok(LoginAttemptOutcome {
+                verdict,
+                failures,
+                captcha_crossed,
+                locked_for_ms,
+            })
+        })
+    }
+
+    async fn login_state(
+        &self,
+        window_key: &str,
+        lock_key: &str,
+        policy: &LoginPolicy,
+    ) -> Result<LoginStateOutcome, StoreError> {
+        let now = self.clock.now_ms();
+        self.with_subject(window_key, |subject| {
+            let window = subject.window(window_key, now)?;
+            let lock = subject.lock(lock_key, now)?;
+            Ok(LoginStateOutcome {
+                locked_retry_after_ms: lock
+                    .filter(|(until, _)| *until > now)
+                    .map(|(until, _)| until - now),
+                failures: window.count(now, policy.captcha_window_ms),
+                lock_window_failures: window.count(now, policy.lock_window_ms),
+            })
+        })
+    }
+
+    async fn otp_put(
+        &self,
+        key: &str,
+        mac: &str,
+        attempts: u32,
+        ttl_ms: u64,
+    ) -> Result<(), StoreError> {
+        let now = self.clock.now_ms();
+        self.with_subject(key, |subject| {
+            subject.entries.remove(key);
+            if ttl_ms > 0 {
+                subject.entries.insert(
+                    key.to_owned(),
+                    Entry {
+                        value: Value::Otp {
+                            mac: mac.to_owned(),
+                            left: attempts,
+                            exp: now + ttl_ms,
+                        },
+                        expires_at: Some(now + ttl_ms),
+                    },
+                );
+            }
+        });
+        Ok(())
+    }
+
+    async fn otp_check(&self, key: &str, mac: &str) -> Result<OtpOutcome, StoreError> {
+        let now = self.clock.now_ms();
+        self.with_subject(key, |subject| {
+            let entry = match subject.live(key, now) {
+                None => return Ok(OtpOutcome::Missing),
+                Some(entry) => entry,
+            };
+            let Value::Otp {
+                mac: stored,
+                left,
+                exp,
+            } = &mut entry.value
+            else {
+                return Err(wrong_type(key, &entry.value, "otp"));
+            };
+            if *left == 0 {
+                return Ok(OtpOutcome::Burnt {
+                    retry_after_ms: exp.saturating_sub(now),
+                });
+            }
+            if bool::from(stored.as_bytes().ct_eq(mac.as_bytes())) {
+                subject.entries.remove(key);
+                return Ok(OtpOutcome::Valid);
+            }
+            *left -= 1;
+            Ok(OtpOutcome::Wrong {
+                attempts_left: *left,
+            })
+        })
+    }
+
+    async fn delete(&self, keys: &[String]) -> Result<(), StoreError> {
+        for key in keys {
+            self.with_subject(key, |subject| subject.entries.remove(key));
+        }
+        Ok(())
+    }
+
+    async fn get_or_init(&self, key: &str, candidate: &str) -> Result<String, StoreError> {
+        let now = self.clock.now_ms();
+        self.with_subject(key, |subject| match subject.live(key, now) {
+            Some(Entry {
+                value: Value::Text(v),
+                ..
+            }) => Ok(v.clone()),
+            Some(e) => Err(wrong_type(key, &e.value, "text")),
+            None => {
+                subject.entries.insert(
+                    key.to_owned(),
+                    Entry {
+                        value: Value::Text(candidate.to_owned()),
+                        expires_at: None,
+                    },
+                );
+                Ok(candidate.to_owned())
+            }
+        })
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{Keys, ManualClock};
+
+    #[test]
+    fn the_shard_is_the_hash_tag_or_the_whole_key() {
+        assert_eq!(shard_of("tg:{user:alice}:lock"), "user:alice");
+        assert_eq!(shard_of("tg:secret:otp"), "tg:secret:otp");
+        assert_eq!(shard_of("tg:{}:x{a}"), "tg:{}:x{a}");
+        assert_eq!(shard_of("tg:{open"), "tg:{open");
+    }
+
+    #[tokio::test]
+    async fn sweep_frees_expired_windows_and_empty_subjects() {
+        let clock = ManualClock::new(1_000_000);
+        let store = MemoryStore::new(Arc::new(clock.clone()));
+        let keys = Keys::new("t");
+        let key = keys.window("phone", "1", "sms_send");
+        let windows = [WindowSpec::enforce(5, 1_000), WindowSpec::enforce(9, 3_000)];
+        let req = HitRequest {
+            key: &key,
+            windows: &windows,
+            member: "m1",
+            gate_open: false,
+            force: false,
+        };
+        store.hit(req).await.unwrap();
+
+        clock.advance_ms(3_000);
+        store.sweep();
+        assert!(store.contains_key(&key), "still held at the window's end");
+        assert_eq!(store.subjects.len(), 1);
+
+        clock.advance_ms(1);
+        store.sweep();
+        assert!(!store.contains_key(&key));
+        assert_eq!(store.subjects.len(), 0, "the empty subject is freed");
+    }
+}

@@ -1,0 +1,260 @@
+//! The window store: sliding-window counters, login locks and one-time codes.
+//!
+//! Every operation here is atomic per subject. On Redis each is one Lua script
+//! call whose keys share the subject's hash tag; in-process each runs under the
+//! subject's lock. Both backends implement exactly the semantics documented on
+//! [`WindowStore`], and `tests/api/store_conformance.rs` runs the same cases
+//! against both.
+
+pub mod clock;
+pub mod keys;
+pub mod memory;
+pub mod redis;
+pub mod resilient;
+
+use async_trait::async_trait;
+
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use keys::Keys;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("store call timed out")]
+    Timeout,
+    #[error("store unreachable: {0}")]
+    Unavailable(String),
+    #[error("store answered something unexpected: {0}")]
+    Protocol(String),
+}
+
+/// What a window does once its count has reached its limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WindowMode {
+    /// The event is refused (a rate limit).
+    Enforce,
+    /// The event is refused unless the request opened the gate (a captcha tier).
+    Gate,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WindowSpec {
+    pub limit: u32,
+    pub window_ms: u64,
+    pub mode: WindowMode,
+}
+
+impl WindowSpec {
+    pub fn enforce(limit: u32, window_ms: u64) -> Self {
+        Self {
+            limit,
+            window_ms,
+            mode: WindowMode::Enforce,
+        }
+    }
+    pub fn gate(limit: u32, window_ms: u64) -> Self {
+        Self {
+            limit,
+            window_ms,
+            mode: WindowMode::Gate,
+        }
+    }
+}
+
+/// One event offered to one subject's windows.
+#[derive(Debug, Clone)]
+pub struct HitRequest<'a> {
+    /// The subject's window key, from [`Keys::window`].
+    pub key: &'a str,
+    pub windows: &'a [WindowSpec],
+    /// Unique id of this event; [`WindowStore::undo`] removes it again.
+    pub member: &'a str,
+    /// The request passed a captcha: `Gate` windows do not refuse it.
+    pub gate_open: bool,
+    /// Shadow mode: record the event even when a window refuses it.
+    pub force: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HitVerdict {
+    Allowed,
+    /// An `Enforce` window is full. `window` indexes the request's windows: the
+    /// refusing window whose wait is longest; `retry_after_ms` is that wait.
+    Denied { window: usize, retry_after_ms: u64 },
+    /// No `Enforce` window refused, but a `Gate` window is full and the gate was
+    /// closed. `window` is the first such window.
+    Gated { window: usize },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HitOutcome {
+    pub verdict: HitVerdict,
+    /// Whether the event was recorded (allowed, or forced).
+    pub added: bool,
+    /// Each window's count before this event, in request order.
+    pub counts: Vec<u32>,
+    /// After this call: how long until every `Enforce` window would admit one
+    /// more event (0 = at once).
+    pub next_retry_after_ms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeekOutcome {
+    /// Each window's current count, in request order.
+    pub counts: Vec<u32>,
+    /// Per window: how long until its count drops below its limit (0 when it
+    /// is already below).
+    pub retry_after_ms: Vec<u64>,
+}
+
+/// The login brute-force policy, in store units.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LoginPolicy {
+    pub captcha_after: u32,
+    pub captcha_window_ms: u64,
+    pub lock_after: u32,
+    pub lock_window_ms: u64,
+    pub lock_ms: u64,
+    pub lock_max_ms: u64,
+    pub reset_on_success: bool,
+    /// A lock that starts within this long of the previous lock's end doubles.
+    pub escalation_reset_ms: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct LoginAttemptRequest<'a> {
+    /// [`Keys::window`] of the user for the `login_attempt` action.
+    pub window_key: &'a str,
+    /// [`Keys::lock`] of the user.
+    pub lock_key: &'a str,
+    pub policy: &'a LoginPolicy,
+    pub success: bool,
+    /// A captcha was verified for this attempt.
+    pub captcha_passed: bool,
+    /// Something outside the user (the IP) demands a captcha.
+    pub captcha_demanded: bool,
+    pub member: &'a str,
+    /// Shadow mode: decide as usual, but record the outcome as if allowed.
+    pub shadow: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LoginVerdict {
+    /// The user is locked; nothing was recorded (unless shadow).
+    Locked { retry_after_ms: u64 },
+    /// A captcha is required and was not passed; nothing recorded (unless shadow).
+    Challenged,
+    /// The outcome was recorded.
+    Recorded,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoginAttemptOutcome {
+    pub verdict: LoginVerdict,
+    /// Failures in the captcha window after this call.
+    pub failures: u32,
+    /// This call recorded the failure that made the captcha window reach
+    /// `captcha_after`.
+    pub captcha_crossed: bool,
+    /// This call locked the user, for this long.
+    pub locked_for_ms: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoginStateOutcome {
+    /// Remaining lock time when locked.
+    pub locked_retry_after_ms: Option<u64>,
+    /// Failures in the captcha window.
+    pub failures: u32,
+    /// Failures in the lock window.
+    pub lock_window_failures: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OtpOutcome {
+    Valid,
+    /// Wrong code; `attempts_left` 0 means this try burnt the code.
+    Wrong { attempts_left: u32 },
+    /// The code was already burnt by wrong tries; it expires after this long.
+    Burnt { retry_after_ms: u64 },
+    /// No code: never sent, used, or expired.
+    Missing,
+}
+
+/// The window store. Times are milliseconds on the store's clock (Redis `TIME`
+/// or the injected [`Clock`]).
+///
+/// Window semantics: an event at time `t` counts in a window of length `w`
+/// while `now - w < t <= now`. Members older than the longest window are
+/// dropped on every hit; at most `max(limit)` newest members are kept.
+#[async_trait]
+pub trait WindowStore: Send + Sync {
+    /// Offer one event to one subject, atomically:
+    /// 1. drop members older than the longest window;
+    /// 2. count every window;
+    /// 3. verdict: `Denied` when an `Enforce` window has `count >= limit` (the
+    ///    refusing window with the longest wait is reported; its wait is when
+    ///    the member at position `count - limit` from the window's oldest
+    ///    leaves it); else `Gated` when a `Gate` window is full and
+    ///    `!gate_open`; else `Allowed`;
+    /// 4. add the member (score = now) when `Allowed` or `force`;
+    /// 5. keep the `max(limit)` newest members, set the key to expire after the
+    ///    longest window;
+    /// 6. compute `next_retry_after_ms` from the counts after the add.
+    async fn hit(&self, req: HitRequest<'_>) -> Result<HitOutcome, StoreError>;
+
+    /// Count the windows without recording anything.
+    async fn peek(&self, key: &str, windows: &[WindowSpec]) -> Result<PeekOutcome, StoreError>;
+
+    /// Remove a previously recorded event (the roll-back of a reservation).
+    async fn undo(&self, key: &str, member: &str) -> Result<(), StoreError>;
+
+    /// One login outcome, atomically with the lock check and the lock decision:
+    /// 1. a live lock → `Locked` (nothing recorded unless `shadow`, and a
+    ///    shadow record never starts a new lock);
+    /// 2. captcha-window failures `>= captcha_after`, or `captcha_demanded`,
+    ///    while `!captcha_passed` → `Challenged` (nothing recorded unless
+    ///    `shadow`);
+    /// 3. success: with `reset_on_success` the failures are deleted;
+    ///    failure: the member is added (trimmed to `max(captcha_after,
+    ///    lock_after)` newest, expiry = the longest window); when the
+    ///    lock-window count reaches `lock_after` the user is locked for
+    ///    `lock_ms * 2^level` capped at `lock_max_ms`, where `level` grows by
+    ///    one for each lock that starts within `escalation_reset_ms` of the end
+    ///    of the previous lock and resets to 0 otherwise. The lock key expires
+    ///    `escalation_reset_ms` after the lock ends.
+    async fn login_attempt(
+        &self,
+        req: LoginAttemptRequest<'_>,
+    ) -> Result<LoginAttemptOutcome, StoreError>;
+
+    /// The user's lock and failure counts, recording nothing.
+    async fn login_state(
+        &self,
+        window_key: &str,
+        lock_key: &str,
+        policy: &LoginPolicy,
+    ) -> Result<LoginStateOutcome, StoreError>;
+
+    /// Store a one-time code's MAC, replacing any previous one.
+    async fn otp_put(
+        &self,
+        key: &str,
+        mac: &str,
+        attempts: u32,
+        ttl_ms: u64,
+    ) -> Result<(), StoreError>;
+
+    /// Check a code: a match deletes it (`Valid`, single use); a miss uses up
+    /// one attempt (`Wrong`), the last one burns it (kept until its expiry so
+    /// that further tries answer `Burnt`).
+    async fn otp_check(&self, key: &str, mac: &str) -> Result<OtpOutcome, StoreError>;
+
+    /// Delete keys (a failed delivery's code, an admin unblock).
+    async fn delete(&self, keys: &[String]) -> Result<(), StoreError>;
+
+    /// Set `key` to `candidate` unless it holds a value; return the stored value.
+    async fn get_or_init(&self, key: &str, candidate: &str) -> Result<String, StoreError>;
+
+    /// Reachability, for `/readyz`.
+    async fn ping(&self) -> Result<(), StoreError>;
+}

@@ -1,0 +1,511 @@
+//! The Redis window store: one Lua script call per operation (see `lua/`), so
+//! each is atomic per subject and timed by the server's clock.
+//!
+//! One `fred` client, not a pool: fred pipelines concurrent commands on its
+//! connection, and Redis runs scripts one at a time anyway, so more connections
+//! would add sockets without adding throughput (the benchmark runs 64 calls in
+//! flight on this one client). Against a cluster the client holds a connection
+//! per primary and routes each script by its keys' hash tag.
+//!
+//! Start-up never waits on Redis: [`RedisStore::connect`] returns once the first
+//! connection is up or after `timeout`, whichever is first, and fred keeps
+//! reconnecting in the background. While disconnected every call fails at once
+//! with [`StoreError::Unavailable`] instead of queueing, so `/readyz` can say so.
+
+use std::future::Future;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use fred::prelude::{
+    ClientLike, Config, Error as FredError, ErrorKind, KeysInterface, ReconnectPolicy,
+    SortedSetsInterface, Value,
+};
+use fred::types::scripts::Script;
+use fred::types::FromValue;
+use futures::{StreamExt, TryStreamExt};
+
+use super::{
+    HitOutcome, HitRequest, HitVerdict, LoginAttemptOutcome, LoginAttemptRequest, LoginPolicy,
+    LoginStateOutcome, LoginVerdict, OtpOutcome, PeekOutcome, StoreError, WindowMode, WindowSpec,
+    WindowStore,
+};
+
+struct Scripts {
+    window_hit: Script,
+    window_peek: Script,
+    login_attempt: Script,
+    login_state: Script,
+    otp_put: Script,
+    otp_check: Script,
+    get_or_init: Script,
+}
+
+impl Scripts {
+    fn new() -> Self {
+        Self {
+            window_hit: Script::from_lua(include_str!("../../lua/window_hit.lua")),
+            window_peek: Script::from_lua(include_str!("../../lua/window_peek.lua")),
+            login_attempt: Script::from_lua(include_str!("../../lua/login_attempt.lua")),
+            login_state: Script::from_lua(include_str!("../../lua/login_state.lua")),
+            otp_put: Script::from_lua(include_str!("../../lua/otp_put.lua")),
+            otp_check: Script::from_lua(include_str!("../../lua/otp_check.lua")),
+            get_or_init: Script::from_lua(include_str!("../../lua/get_or_init.lua")),
+        }
+    }
+
+    fn all(&self) -> [&Script; 7] {
+        [
+            &self.window_hit,
+            &self.window_peek,
+            &self.login_attempt,
+            &self.login_state,
+            &self.otp_put,
+            &self.otp_check,
+            &self.get_or_init,
+        ]
+    }
+}
+
+pub struct RedisStore {
+    client: fred::clients::Client,
+    timeout: Duration,
+    scripts: Scripts,
+}
+
+impl RedisStore {
+    /// Connect to `redis://[user:pass@]host:port[/db]` or
+    /// `redis-cluster://[user:pass@]h1:p1,h2:p2` (fred's own
+    /// `redis-cluster://h1:p1?node=h2:p2` form works too).
+    ///
+    /// Fails only on a malformed URL. An unreachable Redis is not an error: the
+    /// store is returned after at most `timeout`, answers
+    /// [`StoreError::Unavailable`] until a background reconnection succeeds,
+    /// then works. Every call is bounded by `timeout`.
+    pub async fn connect(url: &str, timeout: Duration) -> Result<RedisStore, StoreError> {
+        let mut config = Config::from_url(&fred_url(url))
+            .map_err(|e| StoreError::Unavailable(format!("invalid Redis URL: {}", e.details())))?;
+        // Keep retrying a first connection that fails instead of giving up.
+        config.fail_fast = false;
+        let connect_timeout = timeout.max(Duration::from_millis(500));
+        let client = fred::types::Builder::from_config(config)
+            .with_performance_config(|perf| {
+                perf.default_command_timeout = timeout;
+            })
+            .with_connection_config(|conn| {
+                conn.connection_timeout = connect_timeout;
+                conn.internal_command_timeout = connect_timeout;
+                // A script is not idempotent (an OTP try, a lock decision): never
+                // replay one on a new connection after the caller gave up on it.
+                conn.max_command_attempts = 1;
+                // Close half-open connections that stop answering, to reconnect.
+                conn.unresponsive.max_timeout = Some(connect_timeout * 4);
+                conn.unresponsive.interval = connect_timeout;
+            })
+            .set_policy(ReconnectPolicy::new_exponential(0, 100, 5_000, 2))
+            .build()
+            .map_err(|e| StoreError::Unavailable(format!("Redis client: {}", e.details())))?;
+
+        // Drives the connection and reconnects for the client's lifetime; the
+        // task ends when the client is dropped or quits.
+        let _connection = client.connect();
+
+        let store = RedisStore {
+            client,
+            timeout,
+            scripts: Scripts::new(),
+        };
+        let deadline = tokio::time::Instant::now() + timeout;
+        while !store.client.is_connected() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        if store.client.is_connected() {
+            if let Err(error) = store.load_scripts().await {
+                tracing::warn!(%error, "could not preload the Lua scripts; they load on first use");
+            }
+        } else {
+            tracing::warn!("Redis is not reachable yet; reconnecting in the background");
+        }
+        Ok(store)
+    }
+
+    /// `SCRIPT LOAD` every script (on every primary of a cluster). Optional:
+    /// calls load a missing script themselves on `NOSCRIPT`.
+    pub async fn load_scripts(&self) -> Result<(), StoreError> {
+        for script in self.scripts.all() {
+            self.run(script.load(&self.client)).await?;
+        }
+        Ok(())
+    }
+
+    /// Delete every key that starts with `prefix:` (`SCAN` + `DEL`); returns how
+    /// many were deleted. For tests and benchmarks that use a throw-away key
+    /// prefix: it walks the whole keyspace.
+    pub async fn delete_prefix(&self, prefix: &str) -> Result<u64, StoreError> {
+        let pattern = format!("{}:*", glob_escape(prefix));
+        let keys: Vec<fred::types::Key> = if self.client.is_clustered() {
+            let scan = self.client.scan_cluster_buffered(pattern, Some(500), None);
+            self.run(scan.try_collect()).await?
+        } else {
+            let scan = self.client.scan_buffered(pattern, Some(500), None);
+            self.run(scan.try_collect()).await?
+        };
+        let deleted = keys.len() as u64;
+        self.delete_keys(keys).await?;
+        Ok(deleted)
+    }
+
+    /// One `DEL` per key, pipelined: the keys may be in different slots.
+    async fn delete_keys(&self, keys: Vec<fred::types::Key>) -> Result<(), StoreError> {
+        let client = &self.client;
+        let dels = futures::stream::iter(keys)
+            .map(|key| client.del::<i64, _>(key))
+            .buffer_unordered(64)
+            .try_collect::<Vec<i64>>();
+        self.run(dels).await.map(|_| ())
+    }
+
+    /// Fail fast while disconnected, bound the call by the timeout, map errors.
+    async fn run<T>(&self, call: impl Future<Output = Result<T, FredError>>) -> Result<T, StoreError> {
+        if !self.client.is_connected() {
+            return Err(StoreError::Unavailable(
+                "not connected to Redis (reconnecting)".into(),
+            ));
+        }
+        match tokio::time::timeout(self.timeout, call).await {
+            Err(_) => Err(StoreError::Timeout),
+            Ok(result) => result.map_err(store_error),
+        }
+    }
+
+    async fn eval<R: FromValue>(
+        &self,
+        script: &Script,
+        keys: Vec<&str>,
+        args: Vec<Value>,
+    ) -> Result<R, StoreError> {
+        let keys: Vec<String> = keys.into_iter().map(str::to_owned).collect();
+        self.run(script.evalsha_with_reload::<R, _, _>(&self.client, keys, args))
+            .await
+    }
+
+    /// Run a script that answers an array of `len` integers.
+    async fn eval_ints(
+        &self,
+        script: &Script,
+        keys: Vec<&str>,
+        args: Vec<Value>,
+        len: usize,
+    ) -> Result<Vec<i64>, StoreError> {
+        let out: Vec<i64> = self.eval(script, keys, args).await?;
+        if out.len() != len {
+            return Err(StoreError::Protocol(format!(
+                "expected {len} integers from the script, got {}",
+                out.len()
+            )));
+        }
+        Ok(out)
+    }
+}
+
+impl Drop for RedisStore {
+    /// Stop the background connection task (it would reconnect forever).
+    fn drop(&mut self) {
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let client = self.client.clone();
+            runtime.spawn(async move { client.quit().await });
+        }
+    }
+}
+
+fn store_error(error: FredError) -> StoreError {
+    match error.kind() {
+        ErrorKind::Timeout => StoreError::Timeout,
+        ErrorKind::IO
+        | ErrorKind::Canceled
+        | ErrorKind::Routing
+        | ErrorKind::Cluster
+        | ErrorKind::Backpressure
+        | ErrorKind::Auth
+        | ErrorKind::Sentinel => StoreError::Unavailable(error.to_string()),
+        _ => StoreError::Protocol(error.to_string()),
+    }
+}
+
+/// `redis-cluster://h1:p1,h2:p2` → `redis-cluster://h1:p1?node=h2:p2`, the form
+/// fred parses. Other URLs are returned unchanged.
+fn fred_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    let (userinfo, hosts) = match authority.rsplit_once('@') {
+        Some((user, hosts)) => (format!("{user}@"), hosts),
+        None => (String::new(), authority),
+    };
+    if !hosts.contains(',') {
+        return url.to_owned();
+    }
+    let mut hosts = hosts.split(',').filter(|h| !h.is_empty());
+    let first = hosts.next().unwrap_or_default();
+    let (path, query) = match tail.split_once('?') {
+        Some((path, query)) => (path, Some(query)),
+        None => (tail, None),
+    };
+    let mut params: Vec<String> = query
+        .into_iter()
+        .filter(|q| !q.is_empty())
+        .map(str::to_owned)
+        .collect();
+    params.extend(hosts.map(|h| format!("node={h}")));
+    format!("{scheme}://{userinfo}{first}{path}?{}", params.join("&"))
+}
+
+/// Escape the `SCAN MATCH` glob characters.
+fn glob_escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn int(v: u64) -> Value {
+    Value::from(i64::try_from(v).unwrap_or(i64::MAX))
+}
+
+fn flag(v: bool) -> Value {
+    Value::from(i64::from(v))
+}
+
+fn count(v: i64) -> Result<u32, StoreError> {
+    u32::try_from(v).map_err(|_| StoreError::Protocol(format!("bad count {v} from the script")))
+}
+
+/// A wait in ms; never negative (a clock step on the server could make it so).
+fn wait(v: i64) -> u64 {
+    u64::try_from(v).unwrap_or(0)
+}
+
+fn window_index(v: i64, n: usize) -> Result<usize, StoreError> {
+    usize::try_from(v)
+        .ok()
+        .filter(|i| *i < n)
+        .ok_or_else(|| StoreError::Protocol(format!("bad window index {v} from the script")))
+}
+
+fn no_windows() -> StoreError {
+    StoreError::Protocol("a window call needs at least one window".into())
+}
+
+#[async_trait]
+impl WindowStore for RedisStore {
+    async fn hit(&self, req: HitRequest<'_>) -> Result<HitOutcome, StoreError> {
+        let n = req.windows.len();
+        if n == 0 {
+            return Err(no_windows());
+        }
+        let mut args = Vec::with_capacity(4 + 3 * n);
+        args.push(Value::from(req.member));
+        args.push(flag(req.gate_open));
+        args.push(flag(req.force));
+        args.push(int(n as u64));
+        for w in req.windows {
+            args.push(int(u64::from(w.limit)));
+            args.push(int(w.window_ms));
+            args.push(flag(w.mode == WindowMode::Gate));
+        }
+        let out = self
+            .eval_ints(&self.scripts.window_hit, vec![req.key], args, 5 + n)
+            .await?;
+        let verdict = match out[0] {
+            0 => HitVerdict::Allowed,
+            1 => HitVerdict::Denied {
+                window: window_index(out[1], n)?,
+                retry_after_ms: wait(out[2]),
+            },
+            2 => HitVerdict::Gated {
+                window: window_index(out[1], n)?,
+            },
+            v => return Err(StoreError::Protocol(format!("bad verdict {v} from window_hit"))),
+        };
+        Ok(HitOutcome {
+            verdict,
+            added: out[3] == 1,
+            counts: out[5..].iter().map(|c| count(*c)).collect::<Result<_, _>>()?,
+            next_retry_after_ms: wait(out[4]),
+        })
+    }
+
+    async fn peek(&self, key: &str, windows: &[WindowSpec]) -> Result<PeekOutcome, StoreError> {
+        let n = windows.len();
+        if n == 0 {
+            return Err(no_windows());
+        }
+        let mut args = Vec::with_capacity(1 + 2 * n);
+        args.push(int(n as u64));
+        for w in windows {
+            args.push(int(u64::from(w.limit)));
+            args.push(int(w.window_ms));
+        }
+        let out = self
+            .eval_ints(&self.scripts.window_peek, vec![key], args, 2 * n)
+            .await?;
+        Ok(PeekOutcome {
+            counts: out[..n].iter().map(|c| count(*c)).collect::<Result<_, _>>()?,
+            retry_after_ms: out[n..].iter().map(|w| wait(*w)).collect(),
+        })
+    }
+
+    async fn undo(&self, key: &str, member: &str) -> Result<(), StoreError> {
+        self.run(self.client.zrem::<i64, _, _>(key, member))
+            .await
+            .map(|_| ())
+    }
+
+    async fn login_attempt(
+        &self,
+        req: LoginAttemptRequest<'_>,
+    ) -> Result<LoginAttemptOutcome, StoreError> {
+        let p = req.policy;
+        let args = vec![
+            Value::from(req.member),
+            flag(req.success),
+            flag(req.captcha_passed),
+            flag(req.captcha_demanded),
+            flag(req.shadow),
+            int(u64::from(p.captcha_after)),
+            int(p.captcha_window_ms),
+            int(u64::from(p.lock_after)),
+            int(p.lock_window_ms),
+            int(p.lock_ms),
+            int(p.lock_max_ms),
+            flag(p.reset_on_success),
+            int(p.escalation_reset_ms),
+        ];
+        let out = self
+            .eval_ints(
+                &self.scripts.login_attempt,
+                vec![req.window_key, req.lock_key],
+                args,
+                5,
+            )
+            .await?;
+        let verdict = match out[0] {
+            0 => LoginVerdict::Recorded,
+            1 => LoginVerdict::Locked {
+                retry_after_ms: wait(out[1]),
+            },
+            2 => LoginVerdict::Challenged,
+            v => return Err(StoreError::Protocol(format!("bad verdict {v} from login_attempt"))),
+        };
+        Ok(LoginAttemptOutcome {
+            verdict,
+            failures: count(out[2])?,
+            captcha_crossed: out[3] == 1,
+            locked_for_ms: u64::try_from(out[4]).ok(),
+        })
+    }
+
+    async fn login_state(
+        &self,
+        window_key: &str,
+        lock_key: &str,
+        policy: &LoginPolicy,
+    ) -> Result<LoginStateOutcome, StoreError> {
+        let args = vec![int(policy.captcha_window_ms), int(policy.lock_window_ms)];
+        let out = self
+            .eval_ints(&self.scripts.login_state, vec![window_key, lock_key], args, 3)
+            .await?;
+        Ok(LoginStateOutcome {
+            locked_retry_after_ms: u64::try_from(out[0]).ok(),
+            failures: count(out[1])?,
+            lock_window_failures: count(out[2])?,
+        })
+    }
+
+    async fn otp_put(
+        &self,
+        key: &str,
+        mac: &str,
+        attempts: u32,
+        ttl_ms: u64,
+    ) -> Result<(), StoreError> {
+        let args = vec![Value::from(mac), int(u64::from(attempts)), int(ttl_ms)];
+        let _: i64 = self.eval(&self.scripts.otp_put, vec![key], args).await?;
+        Ok(())
+    }
+
+    async fn otp_check(&self, key: &str, mac: &str) -> Result<OtpOutcome, StoreError> {
+        let out = self
+            .eval_ints(&self.scripts.otp_check, vec![key], vec![Value::from(mac)], 2)
+            .await?;
+        Ok(match out[0] {
+            0 => OtpOutcome::Valid,
+            1 => OtpOutcome::Wrong {
+                attempts_left: count(out[1])?,
+            },
+            2 => OtpOutcome::Burnt {
+                retry_after_ms: wait(out[1]),
+            },
+            3 => OtpOutcome::Missing,
+            v => return Err(StoreError::Protocol(format!("bad outcome {v} from otp_check"))),
+        })
+    }
+
+    async fn delete(&self, keys: &[String]) -> Result<(), StoreError> {
+        if keys.is_empty() {
+            return Ok(());
+        }
+        self.delete_keys(keys.iter().map(|k| k.as_str().into()).collect())
+            .await
+    }
+
+    async fn get_or_init(&self, key: &str, candidate: &str) -> Result<String, StoreError> {
+        self.eval(&self.scripts.get_or_init, vec![key], vec![Value::from(candidate)])
+            .await
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        self.run(self.client.ping::<()>(None)).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn comma_separated_cluster_nodes_become_node_parameters() {
+        assert_eq!(
+            fred_url("redis-cluster://h1:7000,h2:7001,h3:7002"),
+            "redis-cluster://h1:7000?node=h2:7001&node=h3:7002"
+        );
+        assert_eq!(
+            fred_url("redis-cluster://u:p@h1:7000,h2:7001/?x=1"),
+            "redis-cluster://u:p@h1:7000/?x=1&node=h2:7001"
+        );
+        assert_eq!(fred_url("redis://127.0.0.1:6379/2"), "redis://127.0.0.1:6379/2");
+    }
+
+    #[test]
+    fn both_url_forms_parse() {
+        let single = Config::from_url(&fred_url("redis://127.0.0.1:6379/2")).unwrap();
+        assert_eq!(single.database, Some(2));
+        let cluster = Config::from_url(&fred_url("redis-cluster://h1:7000,h2:7001")).unwrap();
+        match cluster.server {
+            fred::types::config::ServerConfig::Clustered { hosts, .. } => {
+                assert_eq!(hosts.len(), 2)
+            }
+            other => panic!("expected a cluster config, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn glob_characters_in_a_prefix_are_escaped() {
+        assert_eq!(glob_escape("tg*[x]?"), "tg\\*\\[x\\]\\?");
+    }
+}

@@ -1,0 +1,130 @@
+//! `store.on_error`: what a decision does when the configured store fails.
+//! All of that policy lives here, so guards only ever see one store.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use super::memory::MemoryStore;
+use super::{
+    HitOutcome, HitRequest, HitVerdict, LoginAttemptOutcome, LoginAttemptRequest, LoginPolicy,
+    LoginStateOutcome, LoginVerdict, OtpOutcome, PeekOutcome, StoreError, WindowSpec, WindowStore,
+};
+use crate::metrics;
+
+pub enum Fallback {
+    /// Fail closed: errors reach the caller (503 `store_unavailable`).
+    Deny,
+    /// Fail open: counters answer as if nothing had been counted. Codes cannot
+    /// be stored or checked without a store, so those calls still fail.
+    Allow,
+    /// Decide with an in-process store until the primary answers again.
+    Local(Arc<MemoryStore>),
+}
+
+pub struct ResilientStore {
+    primary: Arc<dyn WindowStore>,
+    fallback: Fallback,
+}
+
+impl ResilientStore {
+    pub fn new(primary: Arc<dyn WindowStore>, fallback: Fallback) -> Self {
+        Self { primary, fallback }
+    }
+
+    fn failed(&self, e: &StoreError) {
+        metrics::store_error();
+        tracing::warn!(error = %e, "store call failed");
+    }
+}
+
+/// Try the primary; on error apply the fallback: `$local` with the local
+/// store, `$open` (an expression) when failing open, else the error.
+macro_rules! resilient {
+    ($self:ident, |$s:ident| $call:expr, open: $open:expr) => {{
+        let $s = $self.primary.as_ref();
+        match $call.await {
+            Ok(v) => Ok(v),
+            Err(e) => {
+                $self.failed(&e);
+                match &$self.fallback {
+                    Fallback::Deny => Err(e),
+                    Fallback::Allow => $open.ok_or(e),
+                    Fallback::Local(local) => {
+                        let $s: &dyn WindowStore = local.as_ref();
+                        $call.await
+                    }
+                }
+            }
+        }
+    }};
+}
+
+#[async_trait]
+impl WindowStore for ResilientStore {
+    async fn hit(&self, req: HitRequest<'_>) -> Result<HitOutcome, StoreError> {
+        let open = HitOutcome {
+            verdict: HitVerdict::Allowed,
+            added: false,
+            counts: vec![0; req.windows.len()],
+            next_retry_after_ms: 0,
+        };
+        resilient!(self, |s| s.hit(req.clone()), open: Some(open))
+    }
+
+    async fn peek(&self, key: &str, windows: &[WindowSpec]) -> Result<PeekOutcome, StoreError> {
+        let open = PeekOutcome {
+            counts: vec![0; windows.len()],
+            retry_after_ms: vec![0; windows.len()],
+        };
+        resilient!(self, |s| s.peek(key, windows), open: Some(open))
+    }
+
+    async fn undo(&self, key: &str, member: &str) -> Result<(), StoreError> {
+        resilient!(self, |s| s.undo(key, member), open: Some(()))
+    }
+
+    async fn login_attempt(&self, req: LoginAttemptRequest<'_>) -> Result<LoginAttemptOutcome, StoreError> {
+        let open = LoginAttemptOutcome {
+            verdict: LoginVerdict::Recorded,
+            failures: 0,
+            captcha_crossed: false,
+            locked_for_ms: None,
+        };
+        resilient!(self, |s| s.login_attempt(req.clone()), open: Some(open))
+    }
+
+    async fn login_state(
+        &self,
+        window_key: &str,
+        lock_key: &str,
+        policy: &LoginPolicy,
+    ) -> Result<LoginStateOutcome, StoreError> {
+        let open = LoginStateOutcome {
+            locked_retry_after_ms: None,
+            failures: 0,
+            lock_window_failures: 0,
+        };
+        resilient!(self, |s| s.login_state(window_key, lock_key, policy), open: Some(open))
+    }
+
+    async fn otp_put(&self, key: &str, mac: &str, attempts: u32, ttl_ms: u64) -> Result<(), StoreError> {
+        resilient!(self, |s| s.otp_put(key, mac, attempts, ttl_ms), open: None)
+    }
+
+    async fn otp_check(&self, key: &str, mac: &str) -> Result<OtpOutcome, StoreError> {
+        resilient!(self, |s| s.otp_check(key, mac), open: None)
+    }
+
+    async fn delete(&self, keys: &[String]) -> Result<(), StoreError> {
+        resilient!(self, |s| s.delete(keys), open: None)
+    }
+
+    async fn get_or_init(&self, key: &str, candidate: &str) -> Result<String, StoreError> {
+        resilient!(self, |s| s.get_or_init(key, candidate), open: None)
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        self.primary.ping().await
+    }
+}
