@@ -19,8 +19,8 @@ use subtle::ConstantTimeEq;
 
 use super::{
     Clock, HitOutcome, HitRequest, HitVerdict, LoginAttemptOutcome, LoginAttemptRequest,
-    LoginPolicy, LoginStateOutcome, LoginVerdict, OtpOutcome, PeekOutcome, StoreError,
-    WindowMode, WindowSpec, WindowStore,
+    LoginPolicy, LoginStateOutcome, LoginVerdict, OtpOutcome, PeekOutcome, StoreError, WindowMode,
+    WindowSpec, WindowStore,
 };
 
 pub struct MemoryStore {
@@ -246,13 +246,20 @@ fn no_windows() -> StoreError {
 impl WindowStore for MemoryStore {
     async fn hit(&self, req: HitRequest<'_>) -> Result<HitOutcome, StoreError> {
         let specs = req.windows;
-        let longest = specs.iter().map(|w| w.window_ms).max().ok_or_else(no_windows)?;
+        let longest = specs
+            .iter()
+            .map(|w| w.window_ms)
+            .max()
+            .ok_or_else(no_windows)?;
         let keep = specs.iter().map(|w| w.limit).max().unwrap_or(0) as usize;
         let now = self.clock.now_ms();
         self.with_subject(req.key, |subject| {
             let mut window = subject.window(req.key, now)?;
             window.prune(now, longest);
-            let counts: Vec<u32> = specs.iter().map(|w| window.count(now, w.window_ms)).collect();
+            let counts: Vec<u32> = specs
+                .iter()
+                .map(|w| window.count(now, w.window_ms))
+                .collect();
 
             let mut verdict = HitVerdict::Allowed;
             let mut longest_wait = 0;
@@ -310,7 +317,10 @@ impl WindowStore for MemoryStore {
         self.with_subject(key, |subject| {
             let window = subject.window(key, now)?;
             Ok(PeekOutcome {
-                counts: windows.iter().map(|w| window.count(now, w.window_ms)).collect(),
+                counts: windows
+                    .iter()
+                    .map(|w| window.count(now, w.window_ms))
+                    .collect(),
                 retry_after_ms: windows
                     .iter()
                     .map(|w| window.wait(now, w.limit, w.window_ms))
@@ -374,7 +384,9 @@ impl WindowStore for MemoryStore {
                     window.trim(keep);
                     if may_lock && window.count(now, p.lock_window_ms) >= p.lock_after {
                         let level = match prev {
-                            Some((until, level)) if now.saturating_sub(until) <= p.escalation_reset_ms => {
+                            Some((until, level))
+                                if now.saturating_sub(until) <= p.escalation_reset_ms =>
+                            {
                                 (level + 1).min(40)
                             }
                             _ => 0,

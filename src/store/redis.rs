@@ -165,7 +165,10 @@ impl RedisStore {
     }
 
     /// Fail fast while disconnected, bound the call by the timeout, map errors.
-    async fn run<T>(&self, call: impl Future<Output = Result<T, FredError>>) -> Result<T, StoreError> {
+    async fn run<T>(
+        &self,
+        call: impl Future<Output = Result<T, FredError>>,
+    ) -> Result<T, StoreError> {
         if !self.client.is_connected() {
             return Err(StoreError::Unavailable(
                 "not connected to Redis (reconnecting)".into(),
@@ -330,12 +333,19 @@ impl WindowStore for RedisStore {
             2 => HitVerdict::Gated {
                 window: window_index(out[1], n)?,
             },
-            v => return Err(StoreError::Protocol(format!("bad verdict {v} from window_hit"))),
+            v => {
+                return Err(StoreError::Protocol(format!(
+                    "bad verdict {v} from window_hit"
+                )))
+            }
         };
         Ok(HitOutcome {
             verdict,
             added: out[3] == 1,
-            counts: out[5..].iter().map(|c| count(*c)).collect::<Result<_, _>>()?,
+            counts: out[5..]
+                .iter()
+                .map(|c| count(*c))
+                .collect::<Result<_, _>>()?,
             next_retry_after_ms: wait(out[4]),
         })
     }
@@ -355,7 +365,10 @@ impl WindowStore for RedisStore {
             .eval_ints(&self.scripts.window_peek, vec![key], args, 2 * n)
             .await?;
         Ok(PeekOutcome {
-            counts: out[..n].iter().map(|c| count(*c)).collect::<Result<_, _>>()?,
+            counts: out[..n]
+                .iter()
+                .map(|c| count(*c))
+                .collect::<Result<_, _>>()?,
             retry_after_ms: out[n..].iter().map(|w| wait(*w)).collect(),
         })
     }
@@ -400,7 +413,11 @@ impl WindowStore for RedisStore {
                 retry_after_ms: wait(out[1]),
             },
             2 => LoginVerdict::Challenged,
-            v => return Err(StoreError::Protocol(format!("bad verdict {v} from login_attempt"))),
+            v => {
+                return Err(StoreError::Protocol(format!(
+                    "bad verdict {v} from login_attempt"
+                )))
+            }
         };
         Ok(LoginAttemptOutcome {
             verdict,
@@ -418,7 +435,12 @@ impl WindowStore for RedisStore {
     ) -> Result<LoginStateOutcome, StoreError> {
         let args = vec![int(policy.captcha_window_ms), int(policy.lock_window_ms)];
         let out = self
-            .eval_ints(&self.scripts.login_state, vec![window_key, lock_key], args, 3)
+            .eval_ints(
+                &self.scripts.login_state,
+                vec![window_key, lock_key],
+                args,
+                3,
+            )
             .await?;
         Ok(LoginStateOutcome {
             locked_retry_after_ms: u64::try_from(out[0]).ok(),
@@ -441,7 +463,12 @@ impl WindowStore for RedisStore {
 
     async fn otp_check(&self, key: &str, mac: &str) -> Result<OtpOutcome, StoreError> {
         let out = self
-            .eval_ints(&self.scripts.otp_check, vec![key], vec![Value::from(mac)], 2)
+            .eval_ints(
+                &self.scripts.otp_check,
+                vec![key],
+                vec![Value::from(mac)],
+                2,
+            )
             .await?;
         Ok(match out[0] {
             0 => OtpOutcome::Valid,
@@ -452,7 +479,11 @@ impl WindowStore for RedisStore {
                 retry_after_ms: wait(out[1]),
             },
             3 => OtpOutcome::Missing,
-            v => return Err(StoreError::Protocol(format!("bad outcome {v} from otp_check"))),
+            v => {
+                return Err(StoreError::Protocol(format!(
+                    "bad outcome {v} from otp_check"
+                )))
+            }
         })
     }
 
@@ -465,8 +496,12 @@ impl WindowStore for RedisStore {
     }
 
     async fn get_or_init(&self, key: &str, candidate: &str) -> Result<String, StoreError> {
-        self.eval(&self.scripts.get_or_init, vec![key], vec![Value::from(candidate)])
-            .await
+        self.eval(
+            &self.scripts.get_or_init,
+            vec![key],
+            vec![Value::from(candidate)],
+        )
+        .await
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
@@ -488,7 +523,10 @@ mod tests {
             fred_url("redis-cluster://u:p@h1:7000,h2:7001/?x=1"),
             "redis-cluster://u:p@h1:7000/?x=1&node=h2:7001"
         );
-        assert_eq!(fred_url("redis://127.0.0.1:6379/2"), "redis://127.0.0.1:6379/2");
+        assert_eq!(
+            fred_url("redis://127.0.0.1:6379/2"),
+            "redis://127.0.0.1:6379/2"
+        );
     }
 
     #[test]

@@ -1,0 +1,263 @@
+//! `spawn_app`: the real application on port 0, with a random Redis key prefix,
+//! a capturing SMS provider and a capturing audit sink.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix_web::dev::ServerHandle;
+use async_trait::async_trait;
+use parking_lot::Mutex;
+use reqwest::{Response, StatusCode};
+use serde_json::Value;
+use tollgate::audit::{AuditEvent, CapturingSink};
+use tollgate::delivery::{DeliveryError, SmsMessage, SmsSender};
+use tollgate::settings::{LimitSetting, Settings, StoreBackend};
+use tollgate::startup::{Application, Overrides};
+use tollgate::store::redis::RedisStore;
+use tollgate::store::{Clock, ManualClock};
+
+pub const API_KEY: &str = "test-api-key";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Memory,
+    Redis,
+}
+
+pub fn redis_url() -> String {
+    std::env::var("TOLLGATE_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
+}
+
+/// Runs each named `async fn name(backend: Backend)` once per backend:
+/// `module::on_memory::name` and `module::on_redis::name`.
+#[macro_export]
+macro_rules! on_both_backends {
+    ($($name:ident),* $(,)?) => {
+        mod on_memory {
+            $(#[tokio::test]
+            async fn $name() {
+                super::$name($crate::helpers::Backend::Memory).await
+            })*
+        }
+        mod on_redis {
+            $(#[tokio::test]
+            async fn $name() {
+                super::$name($crate::helpers::Backend::Redis).await
+            })*
+        }
+    };
+}
+
+/// An SMS provider that keeps every message, and fails while told to.
+#[derive(Default, Clone)]
+pub struct CapturingSender {
+    messages: Arc<Mutex<Vec<SmsMessage>>>,
+    failing: Arc<Mutex<bool>>,
+}
+
+impl CapturingSender {
+    pub fn messages(&self) -> Vec<SmsMessage> {
+        self.messages.lock().clone()
+    }
+    pub fn fail(&self, failing: bool) {
+        *self.failing.lock() = failing;
+    }
+    /// The code in the last message to `phone`.
+    pub fn last_code(&self, phone: &str) -> String {
+        let messages = self.messages();
+        let body = &messages
+            .iter()
+            .rev()
+            .find(|m| m.to == phone)
+            .unwrap_or_else(|| panic!("no SMS was sent to {phone}"))
+            .body;
+        body.split(|c: char| !c.is_ascii_digit())
+            .find(|run| run.len() == 6)
+            .unwrap_or_else(|| panic!("no 6-digit code in {body:?}"))
+            .to_string()
+    }
+}
+
+#[async_trait]
+impl SmsSender for CapturingSender {
+    async fn send(&self, message: &SmsMessage) -> Result<(), DeliveryError> {
+        if *self.failing.lock() {
+            return Err(DeliveryError::Rejected("503 from the test provider".into()));
+        }
+        self.messages.lock().push(message.clone());
+        Ok(())
+    }
+}
+
+pub struct TestApp {
+    pub address: String,
+    pub client: reqwest::Client,
+    pub sms: CapturingSender,
+    pub audit: CapturingSink,
+    pub backend: Backend,
+    pub key_prefix: String,
+    /// Sent as `Authorization: Bearer` by the helpers when set.
+    pub api_key: Option<String>,
+    handle: ServerHandle,
+}
+
+/// Loose limits everywhere, so that each test tightens only what it checks.
+pub fn test_settings(backend: Backend) -> Settings {
+    let mut s = Settings::defaults().expect("the embedded defaults are valid");
+    s.server.bind = "127.0.0.1:0".parse().unwrap();
+    s.server.api_keys = vec![tollgate::settings::Secret::new(API_KEY)];
+    s.store.backend = match backend {
+        Backend::Memory => StoreBackend::Memory,
+        Backend::Redis => StoreBackend::Redis,
+    };
+    s.store.redis_url = tollgate::settings::SecretUrl::new(redis_url());
+    s.store.key_prefix = format!("tgtest-{}", uuid::Uuid::new_v4().simple());
+    s.store.timeout = Duration::from_secs(2);
+    let loose = |limit| vec![LimitSetting { limit, window: Duration::from_secs(3600) }];
+    s.sms.phone_limits = loose(1000);
+    s.sms.ip_limits = loose(1000);
+    s.sms.prefix_limits = loose(1000);
+    s.sms.global_limits = loose(100_000);
+    s.sms.captcha_after = 1000;
+    s
+}
+
+pub fn limits(pairs: &[(u32, u64)]) -> Vec<LimitSetting> {
+    pairs
+        .iter()
+        .map(|&(limit, ms)| LimitSetting { limit, window: Duration::from_millis(ms) })
+        .collect()
+}
+
+pub async fn spawn_app(backend: Backend, configure: impl FnOnce(&mut Settings)) -> TestApp {
+    spawn_app_with_clock(backend, None, configure).await
+}
+
+pub async fn spawn_app_with_clock(
+    backend: Backend,
+    clock: Option<ManualClock>,
+    configure: impl FnOnce(&mut Settings),
+) -> TestApp {
+    let mut settings = test_settings(backend);
+    configure(&mut settings);
+    let sms = CapturingSender::default();
+    let audit = CapturingSink::default();
+    let overrides = Overrides {
+        sms_sender: Some(Arc::new(sms.clone())),
+        audit: Some(Arc::new(audit.clone())),
+        clock: clock.map(|c| Arc::new(c) as Arc<dyn Clock>),
+    };
+    let key_prefix = settings.store.key_prefix.clone();
+    let api_key = (!settings.server.api_keys.is_empty()).then(|| settings.server.api_keys[0].expose().to_string());
+    let app = Application::build_with(settings, overrides)
+        .await
+        .expect("the application builds");
+    let address = format!("http://127.0.0.1:{}", app.port());
+    let handle = app.handle();
+    tokio::spawn(app.run_until_stopped());
+    TestApp {
+        address,
+        client: reqwest::Client::new(),
+        sms,
+        audit,
+        backend,
+        key_prefix,
+        api_key,
+        handle,
+    }
+}
+
+/// A parsed answer: status, headers and JSON body.
+pub struct Answer {
+    pub status: StatusCode,
+    pub retry_after: Option<String>,
+    pub content_type: Option<String>,
+    pub body: Value,
+}
+
+impl Answer {
+    async fn from(response: Response) -> Self {
+        let status = response.status();
+        let header = |name: &str| {
+            response
+                .headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
+        };
+        let retry_after = header("retry-after");
+        let content_type = header("content-type");
+        let text = response.text().await.expect("a readable body");
+        let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
+        Self {
+            status,
+            retry_after,
+            content_type,
+            body,
+        }
+    }
+
+    pub fn error(&self) -> &str {
+        self.body["error"].as_str().unwrap_or("<no error code>")
+    }
+}
+
+impl TestApp {
+    pub async fn post(&self, path: &str, body: Value) -> Answer {
+        let mut request = self.client.post(format!("{}{path}", self.address)).json(&body);
+        if let Some(key) = &self.api_key {
+            request = request.bearer_auth(key);
+        }
+        Answer::from(request.send().await.expect("the request is answered")).await
+    }
+
+    pub async fn send_raw(&self, request: reqwest::RequestBuilder) -> Answer {
+        Answer::from(request.send().await.expect("the request is answered")).await
+    }
+
+    pub async fn get(&self, path: &str) -> Answer {
+        self.send_raw(self.client.get(format!("{}{path}", self.address))).await
+    }
+
+    pub async fn sms_send(&self, body: Value) -> Answer {
+        self.post("/sms/send", body).await
+    }
+    pub async fn sms_verify(&self, body: Value) -> Answer {
+        self.post("/sms/verify", body).await
+    }
+    pub async fn login_check(&self, body: Value) -> Answer {
+        self.post("/login/check", body).await
+    }
+    pub async fn login_attempt(&self, body: Value) -> Answer {
+        self.post("/login/attempt", body).await
+    }
+
+    pub fn audit_events(&self) -> Vec<AuditEvent> {
+        self.audit.events()
+    }
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        let handle = self.handle.clone();
+        let backend = self.backend;
+        let prefix = self.key_prefix.clone();
+        // Drop cannot await; a runtime of its own on another thread can.
+        let cleanup = std::thread::spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else {
+                return;
+            };
+            rt.block_on(async {
+                if backend == Backend::Redis {
+                    if let Ok(store) = RedisStore::connect(&redis_url(), Duration::from_secs(2)).await {
+                        let _ = store.delete_prefix(&prefix).await;
+                    }
+                }
+            });
+        });
+        let _ = cleanup.join();
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move { handle.stop(false).await });
+        }
+    }
+}

@@ -1,0 +1,295 @@
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tollgate::audit::AuditDecision;
+use tollgate::domain::SubjectKind;
+use tollgate::store::ManualClock;
+
+use crate::helpers::{spawn_app, spawn_app_with_clock, Backend, TestApp};
+use crate::on_both_backends;
+
+on_both_backends!(
+    failures_turn_on_a_captcha_then_a_lock,
+    simultaneous_failures_record_exactly_lock_after_and_lock_once,
+    a_lock_after_a_lock_doubles_up_to_the_maximum,
+    success_clears_the_failures_when_reset_on_success,
+    failures_stay_after_success_when_reset_on_success_is_off,
+    a_correct_password_is_still_denied_while_locked,
+    check_counts_nothing,
+    one_ip_failing_across_users_gets_a_captcha_then_a_block,
+    ipv6_addresses_of_one_64_share_a_counter,
+    shadow_mode_answers_allow_and_audits_would_be_refusals,
+);
+
+async fn fail(app: &TestApp, user: &str, extra: Value) -> Value {
+    let mut body = json!({ "user": user, "success": false });
+    body.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+    let answer = app.login_attempt(body).await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    answer.body
+}
+
+fn state(decision: &str, captcha: bool, locked: bool, retry: Option<u64>, failures: u32, reason: Option<&str>) -> Value {
+    json!({
+        "decision": decision,
+        "captcha_required": captcha,
+        "locked": locked,
+        "retry_after_secs": retry,
+        "failures": failures,
+        "reason": reason,
+    })
+}
+
+async fn failures_turn_on_a_captcha_then_a_lock(backend: Backend) {
+    let app = spawn_app(backend, |s| {
+        s.login.captcha_after = 2;
+        s.login.lock_after = 4;
+        s.login.lock_duration = Duration::from_secs(3600);
+        s.login.lock_max_duration = Duration::from_secs(7200);
+    })
+    .await;
+    let passed = json!({ "captcha_passed": true });
+
+    assert_eq!(fail(&app, "Alice", json!({})).await, state("allow", false, false, None, 1, None));
+    assert_eq!(fail(&app, "alice", json!({})).await, state("allow", true, false, None, 2, None));
+    assert_eq!(
+        fail(&app, "ALICE", json!({})).await,
+        state("challenge", true, false, None, 2, Some("captcha_required")),
+        "without a captcha the attempt is refused and not counted"
+    );
+    assert_eq!(fail(&app, "alice", passed.clone()).await, state("allow", true, false, None, 3, None));
+    assert_eq!(fail(&app, "alice", passed.clone()).await, state("allow", true, true, Some(3600), 4, None));
+
+    let denied = fail(&app, "alice", passed.clone()).await;
+    assert_eq!(denied["decision"], "deny");
+    assert_eq!(denied["reason"], "user_locked");
+    assert_eq!(denied["locked"], true);
+    assert_eq!(denied["failures"], 4, "denied attempts are not counted");
+    let retry = denied["retry_after_secs"].as_u64().unwrap();
+    assert!((3599..=3600).contains(&retry), "{retry}");
+
+    let check = app.login_check(json!({ "user": "alice" })).await;
+    assert_eq!(check.body["decision"], "deny");
+    assert_eq!(check.body["reason"], "user_locked");
+
+    let events = app.audit_events();
+    let summary: Vec<(AuditDecision, &str)> = events.iter().map(|e| (e.decision, e.reason.as_str())).collect();
+    assert_eq!(
+        summary,
+        vec![
+            (AuditDecision::Challenge, "captcha_required"),
+            (AuditDecision::Challenge, "captcha_required"),
+            (AuditDecision::Lock, "too_many_failures"),
+            (AuditDecision::Deny, "user_locked"),
+        ]
+    );
+    assert!(events.iter().all(|e| e.subject_kind == SubjectKind::User && e.subject == "alice"));
+    assert_eq!(events[0].rule.as_deref(), Some("user 2/15m"));
+    assert_eq!(events[2].rule.as_deref(), Some("user 4/1h"));
+    assert_eq!(events[2].retry_after_ms, Some(3_600_000));
+}
+
+async fn simultaneous_failures_record_exactly_lock_after_and_lock_once(backend: Backend) {
+    let app = spawn_app(backend, |s| {
+        s.login.captcha_after = 1000;
+        s.login.lock_after = 10;
+    })
+    .await;
+
+    let attempts = (0..50).map(|_| app.login_attempt(json!({ "user": "bob", "success": false })));
+    let answers = futures::future::join_all(attempts).await;
+
+    let decisions = |d: &str| answers.iter().filter(|a| a.body["decision"] == d).count();
+    assert_eq!((decisions("allow"), decisions("deny")), (10, 40));
+    assert_eq!(answers.iter().filter(|a| a.body["locked"] == true && a.body["decision"] == "allow").count(), 1);
+    let locks = app.audit_events().iter().filter(|e| e.decision == AuditDecision::Lock).count();
+    assert_eq!(locks, 1);
+    let check = app.login_check(json!({ "user": "bob" })).await;
+    assert_eq!(check.body["failures"], 10);
+}
+
+async fn a_lock_after_a_lock_doubles_up_to_the_maximum(backend: Backend) {
+    // Real time on Redis: one-second locks.
+    let app = spawn_app(backend, |s| {
+        s.login.captcha_after = 1000;
+        s.login.lock_after = 2;
+        s.login.lock_duration = Duration::from_millis(1000);
+        s.login.lock_max_duration = Duration::from_millis(2000);
+    })
+    .await;
+
+    fail(&app, "carol", json!({})).await;
+    assert_eq!(fail(&app, "carol", json!({})).await["retry_after_secs"], 1);
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    let second = fail(&app, "carol", json!({})).await;
+    assert_eq!((second["locked"].clone(), second["retry_after_secs"].clone()), (json!(true), json!(2)));
+    tokio::time::sleep(Duration::from_millis(2_100)).await;
+    let third = fail(&app, "carol", json!({})).await;
+    assert_eq!(third["retry_after_secs"], 2, "capped at lock_max_duration");
+}
+
+async fn success_clears_the_failures_when_reset_on_success(backend: Backend) {
+    let app = spawn_app(backend, |_| {}).await;
+    fail(&app, "dave", json!({})).await;
+    fail(&app, "dave", json!({})).await;
+    let ok = app.login_attempt(json!({ "user": "dave", "success": true })).await;
+    assert_eq!(ok.body, state("allow", false, false, None, 0, None));
+    assert_eq!(app.login_check(json!({ "user": "dave" })).await.body["failures"], 0);
+}
+
+async fn failures_stay_after_success_when_reset_on_success_is_off(backend: Backend) {
+    let app = spawn_app(backend, |s| s.login.reset_on_success = false).await;
+    fail(&app, "erin", json!({})).await;
+    fail(&app, "erin", json!({})).await;
+    let ok = app.login_attempt(json!({ "user": "erin", "success": true })).await;
+    assert_eq!(ok.body["failures"], 2);
+}
+
+async fn a_correct_password_is_still_denied_while_locked(backend: Backend) {
+    let app = spawn_app(backend, |s| {
+        s.login.captcha_after = 1000;
+        s.login.lock_after = 1;
+    })
+    .await;
+    assert_eq!(fail(&app, "frank", json!({})).await["locked"], true);
+    let ok = app.login_attempt(json!({ "user": "frank", "success": true })).await;
+    assert_eq!(ok.body["decision"], "deny");
+    assert_eq!(ok.body["reason"], "user_locked");
+    assert_eq!(ok.body["failures"], 1, "the lock did not clear the failures");
+}
+
+async fn check_counts_nothing(backend: Backend) {
+    let app = spawn_app(backend, |_| {}).await;
+    for _ in 0..5 {
+        let check = app.login_check(json!({ "user": "grace", "ip": "203.0.113.5" })).await;
+        assert_eq!(check.status, 200);
+        assert_eq!(check.body, state("allow", false, false, None, 0, None));
+    }
+    assert_eq!(fail(&app, "grace", json!({})).await["failures"], 1);
+    assert!(app.audit_events().is_empty(), "check answers are not audited");
+}
+
+async fn one_ip_failing_across_users_gets_a_captcha_then_a_block(backend: Backend) {
+    let app = spawn_app(backend, |s| {
+        s.login.captcha_after = 1000;
+        s.login.lock_after = 1000;
+        s.login.ip_captcha_after = 2;
+        s.login.ip_block_after = 4;
+    })
+    .await;
+    let ip = json!({ "ip": "203.0.113.50" });
+    let ip_passed = json!({ "ip": "203.0.113.50", "captcha_passed": true });
+
+    assert_eq!(fail(&app, "u1", ip.clone()).await["captcha_required"], false);
+    assert_eq!(fail(&app, "u2", ip.clone()).await["captcha_required"], true);
+    let challenged = fail(&app, "u3", ip.clone()).await;
+    assert_eq!(challenged["decision"], "challenge");
+    assert_eq!(challenged["failures"], 0);
+    assert_eq!(fail(&app, "u3", ip_passed.clone()).await["decision"], "allow");
+    assert_eq!(fail(&app, "u4", ip_passed.clone()).await["decision"], "allow");
+
+    let blocked = fail(&app, "u5", ip_passed.clone()).await;
+    assert_eq!(blocked["decision"], "deny");
+    assert_eq!(blocked["reason"], "ip_blocked");
+    let retry = blocked["retry_after_secs"].as_u64().unwrap();
+    assert!((3599..=3600).contains(&retry), "{retry}");
+    let check = app.login_check(json!({ "user": "u5", "ip": "203.0.113.50" })).await;
+    assert_eq!(check.body["reason"], "ip_blocked");
+
+    let elsewhere = fail(&app, "u5", json!({ "ip": "198.51.100.1" })).await;
+    assert_eq!(elsewhere["decision"], "allow");
+
+    let ip_rows: Vec<(AuditDecision, String)> = app
+        .audit_events()
+        .iter()
+        .filter(|e| e.subject_kind == SubjectKind::Ip)
+        .map(|e| (e.decision, e.rule.clone().unwrap_or_default()))
+        .collect();
+    assert_eq!(
+        ip_rows,
+        vec![
+            (AuditDecision::Challenge, "ip 2/1h".to_string()),
+            (AuditDecision::Challenge, "ip 2/1h".to_string()),
+            (AuditDecision::Lock, "ip 4/1h".to_string()),
+            (AuditDecision::Deny, "ip 4/1h".to_string()),
+        ]
+    );
+}
+
+async fn ipv6_addresses_of_one_64_share_a_counter(backend: Backend) {
+    let app = spawn_app(backend, |s| {
+        s.login.captcha_after = 1000;
+        s.login.ip_captcha_after = 1000;
+        s.login.ip_block_after = 2;
+    })
+    .await;
+    fail(&app, "v1", json!({ "ip": "2001:db8:1:2::1" })).await;
+    fail(&app, "v2", json!({ "ip": "2001:db8:1:2:ffff::9" })).await;
+    let blocked = fail(&app, "v3", json!({ "ip": "2001:db8:1:2::77" })).await;
+    assert_eq!(blocked["reason"], "ip_blocked");
+    let other_64 = fail(&app, "v3", json!({ "ip": "2001:db8:1:3::1" })).await;
+    assert_eq!(other_64["decision"], "allow");
+    let deny = app.audit_events().into_iter().find(|e| e.decision == AuditDecision::Deny).unwrap();
+    assert_eq!(deny.subject, "2001:db8:1:2::/64");
+}
+
+async fn shadow_mode_answers_allow_and_audits_would_be_refusals(backend: Backend) {
+    let app = spawn_app(backend, |s| {
+        s.shadow.enabled = true;
+        s.login.captcha_after = 1;
+        s.login.lock_after = 2;
+    })
+    .await;
+    for failures in 1..=4 {
+        assert_eq!(fail(&app, "heidi", json!({})).await, state("allow", false, false, None, failures.min(2), None),
+            "failures are kept up to max(captcha_after, lock_after)");
+    }
+    let check = app.login_check(json!({ "user": "heidi" })).await;
+    assert_eq!(check.body["decision"], "allow");
+
+    let events = app.audit_events();
+    assert!(events.iter().all(|e| e.shadow), "{events:?}");
+    let decisions: Vec<AuditDecision> = events.iter().map(|e| e.decision).collect();
+    assert_eq!(
+        decisions,
+        vec![
+            AuditDecision::Challenge, // 1st failure crosses captcha_after
+            AuditDecision::Challenge, // 2nd: would be challenged
+            AuditDecision::Lock,      // 2nd: would lock
+            AuditDecision::Deny,      // 3rd: would be denied (locked)
+            AuditDecision::Deny,      // 4th: would be denied (locked)
+        ]
+    );
+}
+
+#[tokio::test]
+async fn lock_escalation_is_exact_and_resets_after_a_day_without_locks() {
+    let clock = ManualClock::new(1_700_000_000_000);
+    let app = spawn_app_with_clock(Backend::Memory, Some(clock.clone()), |s| {
+        s.login.captcha_after = 1000;
+        s.login.lock_after = 2;
+        s.login.lock_window = Duration::from_secs(3600);
+        s.login.lock_duration = Duration::from_secs(60);
+        s.login.lock_max_duration = Duration::from_secs(180);
+    })
+    .await;
+    let lock_secs = |body: Value| {
+        assert_eq!(body["locked"], true, "{body}");
+        body["retry_after_secs"].as_u64().unwrap()
+    };
+
+    fail(&app, "ivan", json!({})).await;
+    assert_eq!(lock_secs(fail(&app, "ivan", json!({})).await), 60);
+    clock.advance_ms(30_000);
+    assert_eq!(fail(&app, "ivan", json!({})).await["retry_after_secs"], 30);
+    clock.advance_ms(30_000);
+    assert_eq!(lock_secs(fail(&app, "ivan", json!({})).await), 120);
+    clock.advance_ms(120_000);
+    assert_eq!(lock_secs(fail(&app, "ivan", json!({})).await), 180);
+    clock.advance_ms(180_000);
+    assert_eq!(lock_secs(fail(&app, "ivan", json!({})).await), 180);
+
+    clock.advance_ms(180_000 + 24 * 3_600_000 + 1);
+    assert_eq!(fail(&app, "ivan", json!({})).await["locked"], false, "old failures left the window");
+    assert_eq!(lock_secs(fail(&app, "ivan", json!({})).await), 60, "the doubling reset");
+}

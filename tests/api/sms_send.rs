@@ -1,0 +1,251 @@
+use std::time::Duration;
+
+use serde_json::json;
+use tollgate::audit::AuditDecision;
+use tollgate::domain::SubjectKind;
+use tollgate::store::ManualClock;
+
+use crate::helpers::{limits, spawn_app, spawn_app_with_clock, Backend};
+use crate::on_both_backends;
+
+const PHONE: &str = "+8613800138000";
+const OTHER_PHONE: &str = "+8613900139000";
+
+on_both_backends!(
+    a_send_answers_the_masked_phone_and_delivers_a_six_digit_code,
+    every_window_of_a_rule_counts_exactly,
+    concurrent_sends_for_one_phone_let_exactly_the_limit_through,
+    a_blocked_ip_does_not_use_up_the_phone_quota,
+    the_prefix_and_global_windows_apply_across_phones,
+    the_captcha_tier_refuses_until_a_captcha_is_passed,
+    regions_outside_the_allow_list_or_on_the_deny_list_are_refused,
+    a_failed_delivery_gives_the_reservation_back,
+    shadow_mode_lets_everything_through_and_audits_what_it_would_refuse,
+);
+
+async fn a_send_answers_the_masked_phone_and_delivers_a_six_digit_code(backend: Backend) {
+    let app = spawn_app(backend, |s| s.sms.phone_limits = limits(&[(1, 60_000), (5, 3_600_000)])).await;
+
+    let answer = app.sms_send(json!({ "phone": "+86 138 0013 8000", "locale": "zh-CN" })).await;
+
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    assert_eq!(
+        answer.body,
+        json!({
+            "status": "sent",
+            "phone": "+86138****8000",
+            "code_ttl_secs": 300,
+            "resend_after_secs": 60,
+            "captcha_required": false
+        })
+    );
+    let messages = app.sms.messages();
+    assert_eq!(messages.len(), 1);
+    assert_eq!(messages[0].to, PHONE);
+    assert_eq!(messages[0].locale, "zh-CN");
+    assert_eq!(app.sms.last_code(PHONE).len(), 6);
+    assert!(app.audit_events().is_empty(), "allowed sends are not audited");
+}
+
+async fn every_window_of_a_rule_counts_exactly(backend: Backend) {
+    let app = spawn_app(backend, |s| s.sms.phone_limits = limits(&[(2, 1_000), (3, 3_000)])).await;
+    let send = || app.sms_send(json!({ "phone": PHONE }));
+
+    assert_eq!(send().await.status, 200);
+    assert_eq!(send().await.status, 200);
+    let third = send().await;
+    assert_eq!(third.status, 429, "{}", third.body);
+    assert_eq!(third.body["rule"], "phone 2/1s");
+
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    assert_eq!(send().await.status, 200, "the 1s window has emptied");
+    let fourth = send().await;
+    assert_eq!(fourth.status, 429);
+    assert_eq!(fourth.body["rule"], "phone 3/3s", "the 3s window still holds three");
+    assert_eq!(app.sms.messages().len(), 3);
+}
+
+async fn concurrent_sends_for_one_phone_let_exactly_the_limit_through(backend: Backend) {
+    let app = spawn_app(backend, |s| s.sms.phone_limits = limits(&[(7, 3_600_000)])).await;
+
+    let sends = (0..60).map(|_| app.sms_send(json!({ "phone": PHONE })));
+    let answers = futures::future::join_all(sends).await;
+
+    let sent = answers.iter().filter(|a| a.status == 200).count();
+    let limited = answers.iter().filter(|a| a.status == 429).count();
+    assert_eq!((sent, limited), (7, 53));
+    assert_eq!(app.sms.messages().len(), 7);
+}
+
+async fn a_blocked_ip_does_not_use_up_the_phone_quota(backend: Backend) {
+    let app = spawn_app(backend, |s| {
+        s.sms.phone_limits = limits(&[(1, 3_600_000)]);
+        s.sms.ip_limits = limits(&[(1, 3_600_000)]);
+    })
+    .await;
+
+    assert_eq!(app.sms_send(json!({ "phone": PHONE, "ip": "203.0.113.7" })).await.status, 200);
+    let blocked = app.sms_send(json!({ "phone": OTHER_PHONE, "ip": "203.0.113.7" })).await;
+    assert_eq!(blocked.status, 429);
+    assert_eq!(blocked.body["rule"], "ip 1/1h");
+
+    let victim = app.sms_send(json!({ "phone": OTHER_PHONE, "ip": "198.51.100.9" })).await;
+    assert_eq!(victim.status, 200, "the victim phone still has its quota: {}", victim.body);
+
+    let events = app.audit_events();
+    assert_eq!(events.len(), 1);
+    let e = &events[0];
+    assert_eq!((e.decision, e.subject_kind, e.subject.as_str()), (AuditDecision::Deny, SubjectKind::Ip, "203.0.113.7"));
+    assert_eq!((e.rule.as_deref(), e.observed, e.limit, e.window_ms), (Some("ip 1/1h"), Some(1), Some(1), Some(3_600_000)));
+    assert_eq!(e.ip.as_deref(), Some("203.0.113.7"));
+    assert!(e.request_id.is_some());
+}
+
+async fn the_prefix_and_global_windows_apply_across_phones(backend: Backend) {
+    let app = spawn_app(backend, |s| {
+        s.sms.prefix_limits = limits(&[(2, 3_600_000)]);
+        s.sms.global_limits = limits(&[(3, 3_600_000)]);
+    })
+    .await;
+
+    assert_eq!(app.sms_send(json!({ "phone": "+8613800138000" })).await.status, 200);
+    assert_eq!(app.sms_send(json!({ "phone": "+8613800138001" })).await.status, 200);
+    let same_range = app.sms_send(json!({ "phone": "+8613800138002" })).await;
+    assert_eq!(same_range.status, 429);
+    assert_eq!(same_range.body["rule"], "prefix 2/1h");
+    let prefix_row = &app.audit_events()[0];
+    assert_eq!((prefix_row.subject_kind, prefix_row.subject.as_str()), (SubjectKind::Prefix, "+8613800"));
+
+    assert_eq!(app.sms_send(json!({ "phone": "+8613900139000" })).await.status, 200);
+    let global = app.sms_send(json!({ "phone": "+8613700137000" })).await;
+    assert_eq!(global.status, 429);
+    assert_eq!(global.body["rule"], "global 3/1h");
+    assert_eq!(app.audit_events()[1].subject, "sms_send");
+}
+
+async fn the_captcha_tier_refuses_until_a_captcha_is_passed(backend: Backend) {
+    let app = spawn_app(backend, |s| s.sms.captcha_after = 2).await;
+    let send = |body| app.sms_send(body);
+
+    assert_eq!(send(json!({ "phone": PHONE })).await.body["captcha_required"], false);
+    let second = send(json!({ "phone": PHONE })).await;
+    assert_eq!(second.body["captcha_required"], true, "the next send will need a captcha");
+
+    let refused = send(json!({ "phone": PHONE })).await;
+    assert_eq!(refused.status, 403);
+    assert_eq!(refused.error(), "captcha_required");
+    assert_eq!(refused.body["captcha_required"], true);
+
+    let not_passed = send(json!({ "phone": PHONE, "captcha_passed": false })).await;
+    assert_eq!(not_passed.status, 403);
+
+    let passed = send(json!({ "phone": PHONE, "captcha_passed": true })).await;
+    assert_eq!(passed.status, 200, "{}", passed.body);
+    assert_eq!(app.sms.messages().len(), 3);
+
+    let events = app.audit_events();
+    assert_eq!(events.len(), 2);
+    assert!(events.iter().all(|e| e.decision == AuditDecision::Challenge && e.reason == "captcha_required"));
+    assert_eq!(events[0].rule.as_deref(), Some("phone 2/1h"));
+}
+
+async fn regions_outside_the_allow_list_or_on_the_deny_list_are_refused(backend: Backend) {
+    let app = spawn_app(backend, |s| {
+        s.sms.allowed_regions = vec!["CN".into(), "US".into()];
+        s.sms.denied_regions = vec!["US".into()];
+    })
+    .await;
+
+    assert_eq!(app.sms_send(json!({ "phone": PHONE })).await.status, 200);
+    for phone in ["+14155552671", "+447400123456"] {
+        let answer = app.sms_send(json!({ "phone": phone })).await;
+        assert_eq!(answer.status, 403, "{phone}");
+        assert_eq!(answer.error(), "region_blocked", "{phone}");
+    }
+    let events = app.audit_events();
+    assert_eq!(events.len(), 2);
+    assert!(events.iter().all(|e| e.reason == "region_blocked" && e.decision == AuditDecision::Deny));
+    assert_eq!(app.sms.messages().len(), 1);
+}
+
+async fn a_failed_delivery_gives_the_reservation_back(backend: Backend) {
+    let app = spawn_app(backend, |s| s.sms.phone_limits = limits(&[(1, 3_600_000)])).await;
+
+    app.sms.fail(true);
+    let failed = app.sms_send(json!({ "phone": PHONE })).await;
+    assert_eq!(failed.status, 502);
+    assert_eq!(failed.error(), "delivery_failed");
+
+    app.sms.fail(false);
+    let retried = app.sms_send(json!({ "phone": PHONE })).await;
+    assert_eq!(retried.status, 200, "the failed send did not use the quota: {}", retried.body);
+    let code = app.sms.last_code(PHONE);
+    let verified = app.sms_verify(json!({ "phone": PHONE, "code": code })).await;
+    assert_eq!(verified.body, json!({ "valid": true }));
+}
+
+async fn shadow_mode_lets_everything_through_and_audits_what_it_would_refuse(backend: Backend) {
+    let app = spawn_app(backend, |s| {
+        s.shadow.enabled = true;
+        s.sms.phone_limits = limits(&[(1, 3_600_000)]);
+        s.sms.denied_regions = vec!["US".into()];
+    })
+    .await;
+
+    for _ in 0..3 {
+        let answer = app.sms_send(json!({ "phone": PHONE })).await;
+        assert_eq!(answer.status, 200, "{}", answer.body);
+        assert_eq!(answer.body["resend_after_secs"], 0);
+    }
+    assert_eq!(app.sms_send(json!({ "phone": "+14155552671" })).await.status, 200);
+    assert_eq!(app.sms.messages().len(), 4);
+
+    let events = app.audit_events();
+    assert_eq!(events.len(), 3, "two would-be rate limits and one region block");
+    assert!(events.iter().all(|e| e.shadow && e.decision == AuditDecision::Deny));
+    assert_eq!(events[0].rule.as_deref(), Some("phone 1/1h"));
+    assert_eq!(events[1].observed, Some(2), "shadow sends are recorded as allowed");
+}
+
+#[tokio::test]
+async fn retry_after_is_exact_to_the_second_and_rounded_up() {
+    let clock = ManualClock::new(1_700_000_000_000);
+    let app = spawn_app_with_clock(Backend::Memory, Some(clock.clone()), |s| {
+        s.sms.phone_limits = limits(&[(1, 60_000), (3, 3_600_000)]);
+    })
+    .await;
+
+    assert_eq!(app.sms_send(json!({ "phone": PHONE })).await.body["resend_after_secs"], 60);
+    clock.advance_ms(15_500);
+    let limited = app.sms_send(json!({ "phone": PHONE })).await;
+    assert_eq!(limited.status, 429);
+    assert_eq!(limited.error(), "rate_limited");
+    assert_eq!(limited.body["retry_after_secs"], 45);
+    assert_eq!(limited.body["rule"], "phone 1/1m");
+    assert_eq!(limited.retry_after.as_deref(), Some("45"));
+    let row = &app.audit_events()[0];
+    assert_eq!((row.retry_after_ms, row.observed, row.limit), (Some(44_500), Some(1), Some(1)));
+
+    clock.advance_ms(44_500);
+    let second = app.sms_send(json!({ "phone": PHONE })).await;
+    assert_eq!(second.status, 200);
+    assert_eq!(second.body["resend_after_secs"], 60);
+    clock.advance_ms(60_000);
+    let third = app.sms_send(json!({ "phone": PHONE })).await;
+    assert_eq!(third.status, 200);
+    assert_eq!(
+        third.body["resend_after_secs"], 3_480,
+        "the hourly window is full until the first send leaves it"
+    );
+}
+
+#[tokio::test]
+async fn retry_after_on_redis_is_within_the_denying_window() {
+    let app = spawn_app(Backend::Redis, |s| s.sms.phone_limits = limits(&[(1, 60_000)])).await;
+    assert_eq!(app.sms_send(json!({ "phone": PHONE })).await.status, 200);
+    let limited = app.sms_send(json!({ "phone": PHONE })).await;
+    assert_eq!(limited.status, 429);
+    let secs = limited.body["retry_after_secs"].as_u64().unwrap();
+    assert!((59..=60).contains(&secs), "retry_after_secs = {secs}");
+    assert_eq!(limited.retry_after, Some(secs.to_string()));
+}

@@ -1,0 +1,293 @@
+//! Login failures, captcha thresholds and escalating locks.
+
+use futures::future::join_all;
+use tollgate::store::{LoginPolicy, LoginVerdict};
+
+use super::backend::{login, policy, Attempt, Backend};
+use super::on_both_backends;
+
+on_both_backends!(
+    fifty_concurrent_failures_record_exactly_lock_after_and_lock_once,
+    a_locked_user_is_refused_and_nothing_is_recorded,
+    the_captcha_threshold_crossing_is_reported_once,
+    locks_double_up_to_the_cap_and_reset_after_a_quiet_period,
+    a_success_clears_the_failures_only_with_reset_on_success,
+    a_demanded_captcha_challenges_until_it_is_passed,
+    a_shadow_attempt_is_recorded_but_starts_no_new_lock_while_locked,
+    a_shadow_attempt_is_recorded_when_challenged,
+    login_state_reports_locks_and_failures_without_recording,
+    a_lock_key_expires_escalation_reset_after_the_lock_ends,
+);
+
+async fn fifty_concurrent_failures_record_exactly_lock_after_and_lock_once(b: &Backend) {
+    let policy = policy();
+    let tasks: Vec<_> = (0..50)
+        .map(|_| {
+            let store = b.store();
+            let keys = b.keys.clone();
+            tokio::spawn(async move {
+                login(&*store, &keys, "mallory", &policy, Attempt::failure()).await
+            })
+        })
+        .collect();
+    let outcomes: Vec<_> = join_all(tasks)
+        .await
+        .into_iter()
+        .map(|r| r.expect("task"))
+        .collect();
+
+    let recorded = outcomes
+        .iter()
+        .filter(|o| o.verdict == LoginVerdict::Recorded)
+        .count();
+    let locked = outcomes
+        .iter()
+        .filter(|o| matches!(o.verdict, LoginVerdict::Locked { .. }))
+        .count();
+    let locks: Vec<u64> = outcomes.iter().filter_map(|o| o.locked_for_ms).collect();
+    assert_eq!(recorded, 5);
+    assert_eq!(locked, 45);
+    assert_eq!(locks, [60_000], "exactly one call locked");
+
+    let state = b.login_state("mallory", &policy).await;
+    assert_eq!(state.lock_window_failures, 5);
+    assert!(state.locked_retry_after_ms.is_some_and(|ms| ms <= 60_000));
+}
+
+async fn a_locked_user_is_refused_and_nothing_is_recorded(b: &Backend) {
+    let policy = LoginPolicy {
+        lock_after: 2,
+        lock_ms: 10_000,
+        ..policy()
+    };
+    b.login("bob", &policy, Attempt::failure()).await;
+    let start = b.mark();
+    let locking = b.login("bob", &policy, Attempt::failure()).await;
+    assert_eq!(locking.verdict, LoginVerdict::Recorded);
+    assert_eq!(locking.locked_for_ms, Some(10_000));
+
+    b.advance(400).await;
+    for attempt in [
+        Attempt::failure(),
+        Attempt::success(),
+        Attempt::failure().with_captcha(),
+    ] {
+        let refused = b.login("bob", &policy, attempt).await;
+        let LoginVerdict::Locked { retry_after_ms } = refused.verdict else {
+            panic!("{attempt:?} should be refused: {refused:?}");
+        };
+        b.assert_wait(retry_after_ms, 10_000, &start, "remaining lock");
+        assert_eq!(refused.locked_for_ms, None);
+        assert_eq!(refused.failures, 2);
+    }
+    let state = b.login_state("bob", &policy).await;
+    assert_eq!(
+        state.lock_window_failures, 2,
+        "no attempt recorded while locked"
+    );
+}
+
+async fn the_captcha_threshold_crossing_is_reported_once(b: &Backend) {
+    let policy = LoginPolicy {
+        captcha_after: 3,
+        lock_after: 10,
+        ..policy()
+    };
+    for (n, crossed) in [(1, false), (2, false), (3, true)] {
+        let out = b.login("carol", &policy, Attempt::failure()).await;
+        assert_eq!(out.verdict, LoginVerdict::Recorded);
+        assert_eq!(out.failures, n);
+        assert_eq!(out.captcha_crossed, crossed, "failure {n}");
+    }
+
+    let challenged = b.login("carol", &policy, Attempt::failure()).await;
+    assert_eq!(challenged.verdict, LoginVerdict::Challenged);
+    assert_eq!(challenged.failures, 3);
+    assert!(!challenged.captcha_crossed);
+
+    let passed = b
+        .login("carol", &policy, Attempt::failure().with_captcha())
+        .await;
+    assert_eq!(passed.verdict, LoginVerdict::Recorded);
+    assert_eq!(passed.failures, 4);
+    assert!(!passed.captcha_crossed, "already past the threshold");
+}
+
+async fn locks_double_up_to_the_cap_and_reset_after_a_quiet_period(b: &Backend) {
+    let policy = LoginPolicy {
+        lock_after: 2,
+        lock_ms: 100,
+        lock_max_ms: 300,
+        escalation_reset_ms: 600,
+        ..policy()
+    };
+    let fail = || b.login("dave", &policy, Attempt::failure());
+
+    assert_eq!(fail().await.locked_for_ms, None);
+    assert_eq!(fail().await.locked_for_ms, Some(100));
+    // Failures stay in the lock window, so one more failure after each lock
+    // locks again, for twice as long, up to the cap.
+    b.advance(100).await;
+    assert_eq!(fail().await.locked_for_ms, Some(200));
+    b.advance(200).await;
+    assert_eq!(fail().await.locked_for_ms, Some(300), "400 capped");
+    b.advance(300).await;
+    assert_eq!(fail().await.locked_for_ms, Some(300), "800 capped");
+    if b.exact() {
+        b.advance(300 + 600).await;
+        assert_eq!(
+            fail().await.locked_for_ms,
+            Some(300),
+            "a lock starting exactly escalation_reset_ms after the last one ends still escalates"
+        );
+    }
+    b.advance(300 + 601).await;
+    assert_eq!(fail().await.locked_for_ms, Some(100), "escalation reset");
+}
+
+async fn a_success_clears_the_failures_only_with_reset_on_success(b: &Backend) {
+    for (reset_on_success, left) in [(true, 0), (false, 2)] {
+        let user = format!("erin-{reset_on_success}");
+        let policy = LoginPolicy {
+            reset_on_success,
+            ..policy()
+        };
+        b.login(&user, &policy, Attempt::failure()).await;
+        b.login(&user, &policy, Attempt::failure()).await;
+        let success = b.login(&user, &policy, Attempt::success()).await;
+        assert_eq!(success.verdict, LoginVerdict::Recorded);
+        assert_eq!(
+            success.failures, left,
+            "reset_on_success = {reset_on_success}"
+        );
+        assert_eq!(
+            b.login_state(&user, &policy).await.lock_window_failures,
+            left
+        );
+    }
+}
+
+async fn a_demanded_captcha_challenges_until_it_is_passed(b: &Backend) {
+    let policy = policy();
+    let demanded = Attempt::failure().captcha_demanded();
+
+    let challenged = b.login("frank", &policy, demanded).await;
+    assert_eq!(challenged.verdict, LoginVerdict::Challenged);
+    assert_eq!(challenged.failures, 0);
+    assert_eq!(
+        b.login_state("frank", &policy).await.failures,
+        0,
+        "not recorded"
+    );
+
+    let passed = b.login("frank", &policy, demanded.with_captcha()).await;
+    assert_eq!(passed.verdict, LoginVerdict::Recorded);
+    assert_eq!(passed.failures, 1);
+}
+
+async fn a_shadow_attempt_is_recorded_but_starts_no_new_lock_while_locked(b: &Backend) {
+    let policy = LoginPolicy {
+        lock_after: 2,
+        ..policy()
+    };
+    b.login("grace", &policy, Attempt::failure()).await;
+    let start = b.mark();
+    let locking = b.login("grace", &policy, Attempt::failure()).await;
+    assert_eq!(locking.locked_for_ms, Some(60_000));
+
+    let shadow = b.login("grace", &policy, Attempt::failure().shadow()).await;
+    let LoginVerdict::Locked { retry_after_ms } = shadow.verdict else {
+        panic!("a shadow attempt is decided as usual: {shadow:?}");
+    };
+    b.assert_wait(retry_after_ms, 60_000, &start, "the first lock, unchanged");
+    assert_eq!(shadow.failures, 3, "recorded");
+    assert_eq!(shadow.locked_for_ms, None, "no new lock");
+
+    let state = b.login_state("grace", &policy).await;
+    assert_eq!(state.lock_window_failures, 3);
+    let remaining = state.locked_retry_after_ms.expect("still locked");
+    b.assert_wait(remaining, 60_000, &start, "the lock was not extended");
+}
+
+async fn a_shadow_attempt_is_recorded_when_challenged(b: &Backend) {
+    let policy = LoginPolicy {
+        captcha_after: 1,
+        lock_after: 3,
+        ..policy()
+    };
+    let first = b.login("heidi", &policy, Attempt::failure()).await;
+    assert!(first.captcha_crossed);
+
+    let plain = b.login("heidi", &policy, Attempt::failure()).await;
+    assert_eq!(plain.verdict, LoginVerdict::Challenged);
+    assert_eq!(plain.failures, 1);
+
+    let shadow = b.login("heidi", &policy, Attempt::failure().shadow()).await;
+    assert_eq!(shadow.verdict, LoginVerdict::Challenged);
+    assert_eq!(shadow.failures, 2, "recorded as if allowed");
+    assert_eq!(shadow.locked_for_ms, None);
+
+    let locking = b.login("heidi", &policy, Attempt::failure().shadow()).await;
+    assert_eq!(locking.verdict, LoginVerdict::Challenged);
+    assert_eq!(
+        locking.locked_for_ms,
+        Some(60_000),
+        "recorded as if allowed, lock included"
+    );
+}
+
+async fn login_state_reports_locks_and_failures_without_recording(b: &Backend) {
+    let policy = LoginPolicy {
+        captcha_window_ms: 1_000,
+        lock_after: 3,
+        ..policy()
+    };
+    let empty = b.login_state("ivan", &policy).await;
+    assert_eq!(empty.locked_retry_after_ms, None);
+    assert_eq!((empty.failures, empty.lock_window_failures), (0, 0));
+
+    b.login("ivan", &policy, Attempt::failure()).await;
+    b.advance(1_000).await;
+    b.login("ivan", &policy, Attempt::failure()).await;
+    for _ in 0..2 {
+        let state = b.login_state("ivan", &policy).await;
+        assert_eq!(state.locked_retry_after_ms, None);
+        assert_eq!(state.failures, 1, "only the last second's failure");
+        assert_eq!(state.lock_window_failures, 2);
+    }
+
+    let start = b.mark();
+    let locking = b.login("ivan", &policy, Attempt::failure()).await;
+    assert_eq!(locking.locked_for_ms, Some(60_000));
+    let state = b.login_state("ivan", &policy).await;
+    let remaining = state.locked_retry_after_ms.expect("locked");
+    b.assert_wait(remaining, 60_000, &start, "lock");
+    assert_eq!(state.lock_window_failures, 3);
+}
+
+async fn a_lock_key_expires_escalation_reset_after_the_lock_ends(b: &Backend) {
+    let policy = LoginPolicy {
+        lock_after: 1,
+        lock_ms: 200,
+        escalation_reset_ms: 400,
+        ..policy()
+    };
+    let lock_key = b.keys.lock("user", "judy");
+    assert_eq!(
+        b.login("judy", &policy, Attempt::failure())
+            .await
+            .locked_for_ms,
+        Some(200)
+    );
+    b.advance(450).await;
+    assert!(b.exists(&lock_key).await, "kept for escalation");
+    assert_eq!(
+        b.login_state("judy", &policy).await.locked_retry_after_ms,
+        None
+    );
+    b.advance(151).await;
+    assert!(
+        !b.exists(&lock_key).await,
+        "gone 400 ms after the lock ended"
+    );
+}

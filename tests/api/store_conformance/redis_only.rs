@@ -1,0 +1,86 @@
+//! What only the Redis store has: connecting, outages, the script cache.
+
+use std::time::{Duration, Instant};
+
+use fred::prelude::{ClientLike, LuaInterface};
+use tollgate::store::redis::RedisStore;
+use tollgate::store::{HitRequest, HitVerdict, StoreError, WindowSpec, WindowStore};
+
+use super::backend::{member, redis_url, Backend};
+
+#[tokio::test]
+async fn a_redis_that_is_down_gives_a_store_that_answers_unavailable_at_once() {
+    // A port nobody listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port");
+    let url = format!("redis://127.0.0.1:{port}");
+
+    let started = Instant::now();
+    let store = RedisStore::connect(&url, Duration::from_millis(300))
+        .await
+        .expect("connect does not fail when Redis is down");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "connect waited {:?}",
+        started.elapsed()
+    );
+
+    let started = Instant::now();
+    let windows = [WindowSpec::enforce(1, 1_000)];
+    let hit = store
+        .hit(HitRequest {
+            key: "tgtest:{down}:x",
+            windows: &windows,
+            member: &member(),
+            gate_open: false,
+            force: false,
+        })
+        .await;
+    assert!(matches!(hit, Err(StoreError::Unavailable(_))), "{hit:?}");
+    assert!(matches!(
+        store.ping().await,
+        Err(StoreError::Unavailable(_))
+    ));
+    assert!(
+        started.elapsed() < Duration::from_millis(100),
+        "calls fail fast"
+    );
+}
+
+#[tokio::test]
+async fn a_malformed_url_is_refused() {
+    let result = RedisStore::connect("redis://[::1", Duration::from_millis(100)).await;
+    assert!(result.is_err());
+}
+
+#[tokio::test]
+async fn scripts_are_loaded_again_after_the_script_cache_is_flushed() {
+    let b = Backend::redis().await;
+    let key = b.keys.window("phone", "+33600000000", "sms_send");
+    let windows = [WindowSpec::enforce(2, 60_000)];
+    assert_eq!(b.hit(&key, &windows).await.verdict, HitVerdict::Allowed);
+
+    let raw = fred::types::Builder::from_config(
+        fred::types::config::Config::from_url(&redis_url()).expect("a URL fred parses"),
+    )
+    .build()
+    .expect("a client");
+    raw.init().await.expect("a connection");
+    raw.script_flush(false).await.expect("SCRIPT FLUSH");
+    let _ = raw.quit().await;
+
+    let second = b
+        .store()
+        .hit(HitRequest {
+            key: &key,
+            windows: &windows,
+            member: &member(),
+            gate_open: false,
+            force: false,
+        })
+        .await;
+    b.cleanup().await;
+    assert_eq!(second.expect("reloaded on NOSCRIPT").counts, [1]);
+}
