@@ -11,7 +11,12 @@ pub fn init() {
     let result = if std::io::stderr().is_terminal() {
         builder.try_init()
     } else {
-        builder.json().flatten_event(true).with_current_span(true).try_init()
+        builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(true)
+            .with_span_list(false)
+            .try_init()
     };
     // A second init (tests start several apps) keeps the first subscriber.
     let _ = result;

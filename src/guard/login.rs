@@ -117,19 +117,21 @@ impl LoginGuard {
         if policy.shadow {
             return Ok(LoginState::allow(failures));
         }
+        let ip_captcha = ip_state
+            .as_ref()
+            .is_some_and(|p| IpWindows::captcha_count(p) >= policy.ip_captcha.limit);
+        let captcha_required = failures >= policy.user_captcha.limit || ip_captcha;
+        let locked = user_state.locked_retry_after_ms.is_some();
         if let Some(retry) = user_state.locked_retry_after_ms {
-            return Ok(deny("user_locked", true, retry, failures));
+            return Ok(deny("user_locked", true, retry, failures, captcha_required));
         }
         if let Some(peek) = &ip_state {
             if IpWindows::block_count(peek) >= policy.ip_block.limit {
                 let retry = peek.retry_after_ms.get(1).copied().unwrap_or(0);
-                return Ok(deny("ip_blocked", false, retry, failures));
+                return Ok(deny("ip_blocked", locked, retry, failures, captcha_required));
             }
         }
-        let ip_captcha = ip_state
-            .as_ref()
-            .is_some_and(|p| IpWindows::captcha_count(p) >= policy.ip_captcha.limit);
-        if failures >= policy.user_captcha.limit || ip_captcha {
+        if captcha_required {
             return Ok(challenge(failures));
         }
         Ok(LoginState::allow(failures))
@@ -157,7 +159,10 @@ impl LoginGuard {
                 self.ctx.audit(info, event);
                 if !shadow {
                     let user = store.login_state(&window_key, &lock_key, &policy.login_store).await?;
-                    return Ok(deny("ip_blocked", user.locked_retry_after_ms.is_some(), retry, user.failures));
+                    let captcha_required = user.failures >= policy.user_captcha.limit
+                        || IpWindows::captcha_count(peek) >= policy.ip_captcha.limit;
+                    let locked = user.locked_retry_after_ms.is_some();
+                    return Ok(deny("ip_blocked", locked, retry, user.failures, captcha_required));
                 }
             }
         }
@@ -194,7 +199,8 @@ impl LoginGuard {
                     .shadow(shadow);
                 self.ctx.audit(info, event);
                 if !shadow {
-                    return Ok(deny("user_locked", true, retry_after_ms, failures));
+                    let captcha_required = failures >= policy.user_captcha.limit || ip_demands_captcha;
+                    return Ok(deny("user_locked", true, retry_after_ms, failures, captcha_required));
                 }
             }
             LoginVerdict::Challenged => {
@@ -279,10 +285,10 @@ impl LoginGuard {
     }
 }
 
-fn deny(reason: &'static str, locked: bool, retry_after_ms: u64, failures: u32) -> LoginState {
+fn deny(reason: &'static str, locked: bool, retry_after_ms: u64, failures: u32, captcha_required: bool) -> LoginState {
     LoginState {
         decision: LoginDecision::Deny,
-        captcha_required: false,
+        captcha_required,
         locked,
         retry_after_secs: Some(ceil_secs(retry_after_ms)),
         failures,

@@ -64,6 +64,7 @@ async fn failures_turn_on_a_captcha_then_a_lock(backend: Backend) {
     assert_eq!(denied["decision"], "deny");
     assert_eq!(denied["reason"], "user_locked");
     assert_eq!(denied["locked"], true);
+    assert_eq!(denied["captcha_required"], true, "the failures still demand a captcha");
     assert_eq!(denied["failures"], 4, "denied attempts are not counted");
     let retry = denied["retry_after_secs"].as_u64().unwrap();
     assert!((3599..=3600).contains(&retry), "{retry}");

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Runs every test of tollgate on this machine: starts Redis and PostgreSQL when
+# they are down (installing them from Debian's packages when missing), then
+# `cargo test`. Extra arguments go to cargo test (e.g. `scripts/test.sh login::`).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+command -v cargo >/dev/null || { echo "test: cargo is missing; install Rust (rustup) first" >&2; exit 1; }
+scripts/services.sh
+
+# The build cache lives outside the clone, so a fresh clone reuses it.
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/tollgate-target}"
+export RUST_BACKTRACE="${RUST_BACKTRACE:-0}"
+cargo test --locked "$@"
