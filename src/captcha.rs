@@ -18,24 +18,32 @@ pub struct CaptchaVerifier {
     kind: CaptchaKind,
     secret: String,
     verify_url: String,
+    timeout: Duration,
     http: reqwest::Client,
 }
 
+/// All three providers answer `{"success": bool, "error-codes": [...], ...}`.
 #[derive(Deserialize)]
 struct SiteverifyAnswer {
     success: bool,
+    #[serde(rename = "error-codes", default)]
+    error_codes: Vec<String>,
+}
+
+/// The siteverify address of each provider, used when `captcha.verify_url` is empty.
+pub fn default_verify_url(kind: CaptchaKind) -> &'static str {
+    match kind {
+        CaptchaKind::None => "",
+        CaptchaKind::Turnstile => "https://challenges.cloudflare.com/turnstile/v0/siteverify",
+        CaptchaKind::Hcaptcha => "https://api.hcaptcha.com/siteverify",
+        CaptchaKind::Recaptcha => "https://www.google.com/recaptcha/api/siteverify",
+    }
 }
 
 impl CaptchaVerifier {
     pub fn new(settings: &CaptchaSettings) -> Result<Self, reqwest::Error> {
-        let default_url = match settings.kind {
-            CaptchaKind::None => "",
-            CaptchaKind::Turnstile => "https://challenges.cloudflare.com/turnstile/v0/siteverify",
-            CaptchaKind::Hcaptcha => "https://api.hcaptcha.com/siteverify",
-            CaptchaKind::Recaptcha => "https://www.google.com/recaptcha/api/siteverify",
-        };
         let verify_url = if settings.verify_url.is_empty() {
-            default_url.to_string()
+            default_verify_url(settings.kind).to_string()
         } else {
             settings.verify_url.clone()
         };
@@ -43,8 +51,12 @@ impl CaptchaVerifier {
             kind: settings.kind,
             secret: settings.secret.expose().to_string(),
             verify_url,
+            timeout: settings.timeout,
             http: reqwest::Client::builder()
-                .timeout(Duration::from_secs(5))
+                .timeout(settings.timeout)
+                .connect_timeout(settings.timeout)
+                .redirect(reqwest::redirect::Policy::none())
+                .user_agent(concat!("tollgate/", env!("CARGO_PKG_VERSION")))
                 .build()?,
         })
     }
@@ -67,7 +79,12 @@ impl CaptchaVerifier {
         match answer {
             Ok(response) if response.status().is_success() => {
                 match response.json::<SiteverifyAnswer>().await {
-                    Ok(answer) => answer.success,
+                    Ok(answer) => {
+                        if !answer.success {
+                            tracing::info!(kind = ?self.kind, errors = ?answer.error_codes, "captcha token not accepted");
+                        }
+                        answer.success
+                    }
                     Err(e) => {
                         tracing::warn!(error = %e, "captcha siteverify answered unreadable JSON");
                         false
@@ -78,10 +95,49 @@ impl CaptchaVerifier {
                 tracing::warn!(status = %response.status(), "captcha siteverify refused the call");
                 false
             }
+            Err(e) if e.is_timeout() => {
+                tracing::warn!(
+                    timeout_ms = self.timeout.as_millis() as u64,
+                    "captcha siteverify timed out"
+                );
+                false
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "captcha siteverify unreachable");
                 false
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_provider_has_its_documented_siteverify_address() {
+        assert_eq!(
+            default_verify_url(CaptchaKind::Turnstile),
+            "https://challenges.cloudflare.com/turnstile/v0/siteverify"
+        );
+        assert_eq!(
+            default_verify_url(CaptchaKind::Hcaptcha),
+            "https://api.hcaptcha.com/siteverify"
+        );
+        assert_eq!(
+            default_verify_url(CaptchaKind::Recaptcha),
+            "https://www.google.com/recaptcha/api/siteverify"
+        );
+    }
+
+    #[test]
+    fn error_codes_are_optional_in_the_answer() {
+        let answer: SiteverifyAnswer = serde_json::from_str(r#"{"success": true}"#).unwrap();
+        assert!(answer.success && answer.error_codes.is_empty());
+        let answer: SiteverifyAnswer = serde_json::from_str(
+            r#"{"success": false, "error-codes": ["invalid-input-response"]}"#,
+        )
+        .unwrap();
+        assert_eq!(answer.error_codes, ["invalid-input-response"]);
     }
 }

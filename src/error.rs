@@ -25,6 +25,8 @@ pub enum ApiError {
     Unauthorized,
     #[error("the rate-limit store is unavailable")]
     StoreUnavailable(#[source] StoreError),
+    #[error("the audit database is unavailable")]
+    AuditUnavailable,
     #[error("the SMS provider did not accept the message")]
     DeliveryFailed,
     #[error("not found")]
@@ -49,6 +51,7 @@ impl ApiError {
             ApiError::RegionBlocked => "region_blocked",
             ApiError::Unauthorized => "unauthorized",
             ApiError::StoreUnavailable(_) => "store_unavailable",
+            ApiError::AuditUnavailable => "audit_unavailable",
             ApiError::DeliveryFailed => "delivery_failed",
             ApiError::NotFound => "not_found",
             ApiError::MethodNotAllowed => "method_not_allowed",
@@ -66,7 +69,9 @@ impl ResponseError for ApiError {
             ApiError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::CaptchaRequired | ApiError::RegionBlocked => StatusCode::FORBIDDEN,
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
-            ApiError::StoreUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::StoreUnavailable(_) | ApiError::AuditUnavailable => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             ApiError::DeliveryFailed => StatusCode::BAD_GATEWAY,
             ApiError::NotFound => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
@@ -81,7 +86,10 @@ impl ResponseError for ApiError {
         let mut body = json!({ "error": self.code(), "message": self.to_string() });
         let mut response = HttpResponse::build(status);
         match self {
-            ApiError::RateLimited { rule, retry_after_ms } => {
+            ApiError::RateLimited {
+                rule,
+                retry_after_ms,
+            } => {
                 let secs = ceil_secs(*retry_after_ms).max(1);
                 body["retry_after_secs"] = json!(secs);
                 body["rule"] = json!(rule);
@@ -114,7 +122,13 @@ impl From<SmsRefusal> for ApiError {
         match refusal {
             SmsRefusal::RegionBlocked { .. } => ApiError::RegionBlocked,
             SmsRefusal::CaptchaRequired => ApiError::CaptchaRequired,
-            SmsRefusal::RateLimited { rule, retry_after_ms } => ApiError::RateLimited { rule, retry_after_ms },
+            SmsRefusal::RateLimited {
+                rule,
+                retry_after_ms,
+            } => ApiError::RateLimited {
+                rule,
+                retry_after_ms,
+            },
             SmsRefusal::DeliveryFailed(cause) => {
                 tracing::warn!(error = %cause, "sms delivery failed");
                 ApiError::DeliveryFailed

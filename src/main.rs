@@ -20,6 +20,8 @@ struct Cli {
 enum Command {
     /// Serve the API (the default).
     Serve,
+    /// Apply the audit database migrations and exit.
+    Migrate,
     /// Validate the config and print it as TOML, secrets masked.
     CheckConfig,
 }
@@ -39,6 +41,16 @@ async fn main() -> ExitCode {
             print!("{}", settings.to_redacted_toml());
             ExitCode::SUCCESS
         }
+        Command::Migrate => match migrate(&settings).await {
+            Ok(()) => {
+                println!("tollgate: audit database is up to date");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("tollgate: {e:#}");
+                ExitCode::FAILURE
+            }
+        },
         Command::Serve => {
             tollgate::telemetry::init();
             match serve(settings, cli.config).await {
@@ -57,5 +69,11 @@ async fn serve(settings: Settings, config: Option<PathBuf>) -> anyhow::Result<()
     let app = Application::build(settings).await?;
     tollgate::reload::spawn_on_sighup(app.policy(), config)?;
     app.run_until_stopped().await?;
+    Ok(())
+}
+
+async fn migrate(settings: &Settings) -> anyhow::Result<()> {
+    let db = tollgate::audit::AuditDb::connect_lazy(settings.audit.database_url.expose())?;
+    db.migrate().await?;
     Ok(())
 }

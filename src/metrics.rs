@@ -11,7 +11,10 @@ pub fn describe() {
     describe_counter!(REQUESTS, "Requests answered, by route and decision");
     describe_counter!(STORE_ERRORS, "Window-store calls that failed or timed out");
     describe_histogram!(STORE_SECONDS, "Duration of window-store calls");
-    describe_counter!(AUDIT_EVENTS, "Audit events by outcome: queued, written, spooled, replayed");
+    describe_counter!(
+        AUDIT_EVENTS,
+        "Audit events by outcome: queued, written, spooled, replayed"
+    );
 }
 
 pub fn store_error() {

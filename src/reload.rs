@@ -8,7 +8,10 @@ use std::sync::Arc;
 use crate::guard::{Policy, PolicyCell};
 use crate::settings::Settings;
 
-pub fn reload_into(policy: &PolicyCell, file: Option<&std::path::Path>) -> Result<(), crate::settings::SettingsError> {
+pub fn reload_into(
+    policy: &PolicyCell,
+    file: Option<&std::path::Path>,
+) -> Result<(), crate::settings::SettingsError> {
     let settings = Settings::load(file)?;
     policy.replace(Policy::from_settings(&settings));
     Ok(())
@@ -22,7 +25,9 @@ pub fn spawn_on_sighup(policy: Arc<PolicyCell>, file: Option<PathBuf>) -> std::i
         while hangups.recv().await.is_some() {
             match reload_into(&policy, file.as_deref()) {
                 Ok(()) => tracing::info!("SIGHUP: decision settings reloaded"),
-                Err(e) => tracing::error!(error = %e, "SIGHUP: config rejected, keeping the old settings"),
+                Err(e) => {
+                    tracing::error!(error = %e, "SIGHUP: config rejected, keeping the old settings")
+                }
             }
         }
     });

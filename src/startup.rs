@@ -10,14 +10,16 @@ use actix_web::middleware::from_fn;
 use actix_web::{web, App, HttpServer};
 use anyhow::Context;
 
-use crate::audit::{AuditSink, LogSink};
+use crate::audit::{retention, AuditDb, AuditSink, DbSink, SinkConfig};
 use crate::captcha::CaptchaVerifier;
-use crate::delivery::{LogSender, SmsSender};
+use crate::delivery::email::Email;
+use crate::delivery::{build_sender, SmsSender};
+use crate::guard::admin::SubjectAdmin;
 use crate::guard::login::LoginGuard;
 use crate::guard::sms::SmsGuard;
 use crate::guard::{GuardContext, Policy, PolicyCell};
 use crate::routes::{self, Access, AppState};
-use crate::settings::{OnStoreError, Settings, SmsProviderKind, StoreBackend};
+use crate::settings::{OnStoreError, Settings, StoreBackend};
 use crate::store::memory::MemoryStore;
 use crate::store::redis::RedisStore;
 use crate::store::resilient::{Fallback, ResilientStore};
@@ -40,6 +42,7 @@ pub struct Application {
 }
 
 const SWEEP_EVERY: Duration = Duration::from_secs(30);
+const MIGRATE_WAIT: Duration = Duration::from_secs(5);
 
 impl Application {
     pub async fn build(settings: Settings) -> anyhow::Result<Self> {
@@ -83,17 +86,47 @@ impl Application {
         };
         let store: Arc<dyn WindowStore> = Arc::new(ResilientStore::new(primary.clone(), fallback));
 
-        let audit: Arc<dyn AuditSink> = overrides.audit.unwrap_or_else(|| Arc::new(LogSink));
+        let (audit, audit_db): (Arc<dyn AuditSink>, Option<AuditDb>) = match overrides.audit {
+            Some(sink) => (sink, None),
+            None => {
+                let config = &settings.audit;
+                let db = AuditDb::connect_lazy(config.database_url.expose())
+                    .context("cannot set up the audit database")?;
+                // Migrate before serving when the database answers; when it is
+                // down the writer migrates once it is back, and spools meanwhile.
+                match tokio::time::timeout(MIGRATE_WAIT, db.migrate()).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => {
+                        tracing::warn!(error = %e, "audit database not migrated yet; events spool until it is")
+                    }
+                    Err(_) => {
+                        tracing::warn!("audit database did not answer; events spool until it does")
+                    }
+                }
+                let sink = DbSink::start(
+                    db.clone(),
+                    SinkConfig {
+                        batch_size: config.batch_size,
+                        flush_interval: config.flush_interval,
+                        queue_capacity: config.queue_capacity,
+                        spool_dir: config.spool_dir.clone().into(),
+                    },
+                );
+                background.push(retention::spawn(db.clone(), config.retention));
+                (sink, Some(db))
+            }
+        };
+        let email = Email::start(&settings.email).context("cannot set up email")?;
+        let audit = email.alerting(audit);
         let sms_sender: Arc<dyn SmsSender> = match overrides.sms_sender {
             Some(sender) => sender,
-            None => match settings.sms.provider.kind {
-                SmsProviderKind::Log => Arc::new(LogSender),
-                other => anyhow::bail!(
-                    "sms.provider.kind = {other:?} is not available in this build; use \"log\""
-                ),
-            },
+            None => {
+                build_sender(&settings.sms.provider).context("cannot set up the SMS provider")?
+            }
         };
-        let captcha = Arc::new(CaptchaVerifier::new(&settings.captcha).context("cannot build the captcha client")?);
+        let captcha = Arc::new(
+            CaptchaVerifier::new(&settings.captcha).context("cannot build the captcha client")?,
+        );
         let policy = Arc::new(PolicyCell::new(Policy::from_settings(&settings)));
         let ctx = GuardContext {
             store,
@@ -104,9 +137,12 @@ impl Application {
         };
         let state = web::Data::new(AppState {
             sms: SmsGuard::new(ctx.clone(), sms_sender, settings.sms.code_secret.expose()),
-            login: LoginGuard::new(ctx),
+            login: LoginGuard::new(ctx.clone(), email.lock_notifier()),
+            admin: SubjectAdmin::new(ctx),
             access: Access::new(&settings.server),
             readiness_store: primary,
+            audit: audit.clone(),
+            audit_db,
         });
 
         let listener = TcpListener::bind(settings.server.bind)
@@ -134,6 +170,10 @@ impl Application {
 
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    pub fn audit_sink(&self) -> Arc<dyn AuditSink> {
+        self.audit.clone()
     }
 
     pub fn handle(&self) -> ServerHandle {

@@ -1,4 +1,4 @@
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, SubsecRound, Utc};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
@@ -22,12 +22,25 @@ impl AuditDecision {
             AuditDecision::Unblock => "unblock",
         }
     }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        [Self::Deny, Self::Challenge, Self::Lock, Self::Unblock]
+            .into_iter()
+            .find(|d| d.as_str() == s)
+    }
+}
+
+/// Now, truncated to milliseconds: the precision every database keeps, so a
+/// keyset cursor made from a row finds that row again on SQLite and PostgreSQL.
+pub fn now_ms() -> DateTime<Utc> {
+    Utc::now().trunc_subsecs(3)
 }
 
 /// One row of `audit_events` (DESIGN.md §4).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AuditEvent {
     pub id: Uuid,
+    #[serde(with = "rfc3339_ms")]
     pub occurred_at: DateTime<Utc>,
     pub action: Action,
     pub decision: AuditDecision,
@@ -49,7 +62,7 @@ impl AuditEvent {
     pub fn new(action: Action, decision: AuditDecision, reason: &str, subject: &Subject) -> Self {
         Self {
             id: Uuid::now_v7(),
-            occurred_at: Utc::now(),
+            occurred_at: now_ms(),
             action,
             decision,
             reason: reason.to_string(),
@@ -86,10 +99,37 @@ impl AuditEvent {
         self
     }
 
-    pub fn request(mut self, ip: Option<String>, request_id: &str, user_agent: Option<&str>) -> Self {
+    pub fn request(
+        mut self,
+        ip: Option<String>,
+        request_id: &str,
+        user_agent: Option<&str>,
+    ) -> Self {
         self.ip = ip;
         self.request_id = Some(request_id.to_string());
         self.user_agent = user_agent.map(str::to_string);
         self
+    }
+}
+
+/// Times as RFC 3339 in UTC with exactly three fractional digits, the same in
+/// JSON, CSV and the spool.
+pub mod rfc3339_ms {
+    use chrono::{DateTime, SecondsFormat, Utc};
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn format(t: &DateTime<Utc>) -> String {
+        t.to_rfc3339_opts(SecondsFormat::Millis, true)
+    }
+
+    pub fn serialize<S: Serializer>(t: &DateTime<Utc>, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&format(t))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<DateTime<Utc>, D::Error> {
+        let raw = String::deserialize(d)?;
+        DateTime::parse_from_rfc3339(&raw)
+            .map(|t| t.with_timezone(&Utc))
+            .map_err(serde::de::Error::custom)
     }
 }

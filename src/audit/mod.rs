@@ -1,11 +1,19 @@
-//! The audit trail's seam: guards build typed [`AuditEvent`]s and hand them to
-//! an [`AuditSink`], which must never block the request.
+//! The audit trail. Guards build typed [`AuditEvent`]s and hand them to an
+//! [`AuditSink`], which never blocks the request; [`DbSink`] makes them durable
+//! (queue → batch writer → database, spool on disk while it is down).
 
+pub mod db;
 mod event;
+pub mod query;
+pub mod retention;
 mod sinks;
+pub mod spool;
+mod writer;
 
-pub use event::{AuditDecision, AuditEvent};
-pub use sinks::{CapturingSink, LogSink};
+pub use db::{AuditDb, AuditError};
+pub use event::{now_ms, rfc3339_ms, AuditDecision, AuditEvent};
+pub use sinks::CapturingSink;
+pub use writer::{DbSink, SinkConfig};
 
 use async_trait::async_trait;
 
@@ -14,6 +22,12 @@ pub trait AuditSink: Send + Sync {
     /// Hand over one event. Never waits for a database.
     fn record(&self, event: AuditEvent);
 
-    /// Wait until every event recorded so far is durable (tests, shutdown).
+    /// Wait until every event recorded so far is durable: in the database, or
+    /// in the spool when the database is down (tests, shutdown).
     async fn flush(&self);
+
+    /// Whether the audit database answers, for `/readyz`.
+    async fn ready(&self) -> bool {
+        true
+    }
 }

@@ -5,28 +5,6 @@ use parking_lot::Mutex;
 
 use super::{AuditEvent, AuditSink};
 
-/// Writes each event to the log. Not durable; for development.
-#[derive(Debug, Default)]
-pub struct LogSink;
-
-#[async_trait]
-impl AuditSink for LogSink {
-    fn record(&self, event: AuditEvent) {
-        tracing::info!(
-            target: "tollgate::audit",
-            action = %event.action,
-            decision = event.decision.as_str(),
-            reason = %event.reason,
-            subject_kind = %event.subject_kind,
-            rule = event.rule.as_deref(),
-            shadow = event.shadow,
-            "audit event"
-        );
-    }
-
-    async fn flush(&self) {}
-}
-
 /// Keeps every event in memory so tests can read them back.
 #[derive(Debug, Default, Clone)]
 pub struct CapturingSink {

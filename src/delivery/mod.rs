@@ -1,12 +1,27 @@
-//! Getting a code to a phone.
+//! Getting a code to a phone, and a notice or an alert to a mailbox.
+//!
+//! SMS providers sit behind [`SmsSender`]; [`build_sender`] picks the one
+//! `[sms.provider]` names. Email (`[email]`) is in [`email`].
 
+pub mod email;
 mod log;
 mod template;
+mod twilio;
+mod webhook;
 
-pub use self::log::LogSender;
-pub use template::render_sms;
+use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
+
+pub use self::log::LogSender;
+pub use template::{
+    render_email, render_sms, resolve_locale, EmailKind, RenderedEmail, TemplateError, LOCALES,
+};
+pub use twilio::{TwilioSender, TWILIO_API};
+pub use webhook::WebhookSender;
+
+use crate::settings::{SmsProviderKind, SmsProviderSettings};
 
 /// One SMS, already rendered.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -24,10 +39,69 @@ pub enum DeliveryError {
     Rejected(String),
     #[error("provider unreachable: {0}")]
     Unreachable(String),
+    #[error("provider did not answer in time")]
+    TimedOut,
+    #[error(transparent)]
+    Template(#[from] TemplateError),
+}
+
+impl DeliveryError {
+    fn from_reqwest(e: reqwest::Error) -> Self {
+        if e.is_timeout() {
+            DeliveryError::TimedOut
+        } else {
+            // Without the URL: a webhook URL may carry a token.
+            DeliveryError::Unreachable(e.without_url().to_string())
+        }
+    }
 }
 
 #[async_trait]
 pub trait SmsSender: Send + Sync {
     /// Deliver once; never retried, so a phone never gets two different codes.
     async fn send(&self, message: &SmsMessage) -> Result<(), DeliveryError>;
+}
+
+/// A provider or mailer that cannot be set up from its settings.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    #[error("invalid setting `{key}`: {message}")]
+    Invalid { key: String, message: String },
+    #[error("cannot build the HTTP client: {0}")]
+    Http(#[from] reqwest::Error),
+}
+
+impl SetupError {
+    pub(crate) fn invalid(key: &str, message: impl Into<String>) -> Self {
+        Self::Invalid {
+            key: key.to_string(),
+            message: message.into(),
+        }
+    }
+}
+
+/// The SMS provider `[sms.provider]` names.
+pub fn build_sender(settings: &SmsProviderSettings) -> Result<Arc<dyn SmsSender>, SetupError> {
+    Ok(match settings.kind {
+        SmsProviderKind::Log => Arc::new(LogSender),
+        SmsProviderKind::Webhook => Arc::new(WebhookSender::new(settings)?),
+        SmsProviderKind::Twilio => Arc::new(TwilioSender::new(settings)?),
+    })
+}
+
+/// The HTTP client of the SMS providers: one `timeout` for the whole call, no
+/// retries (a retried send could text a phone twice), no redirects (a POST
+/// must not turn into a GET elsewhere).
+fn http_client(
+    timeout: Duration,
+    headers: reqwest::header::HeaderMap,
+) -> Result<reqwest::Client, reqwest::Error> {
+    reqwest::Client::builder()
+        .timeout(timeout)
+        .connect_timeout(timeout)
+        .retry(reqwest::retry::never())
+        .redirect(reqwest::redirect::Policy::none())
+        .default_headers(headers)
+        .user_agent(concat!("tollgate/", env!("CARGO_PKG_VERSION")))
+        .build()
 }

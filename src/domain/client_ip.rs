@@ -54,12 +54,20 @@ mod tests {
 
     #[test]
     fn ipv6_is_grouped_by_64_and_mapped_ipv4_is_plain_ipv4() {
-        assert_eq!(ClientIp::parse("203.0.113.7").unwrap().subject_id(), "203.0.113.7");
         assert_eq!(
-            ClientIp::parse("2001:db8:1:2:aaaa::1").unwrap().subject_id(),
+            ClientIp::parse("203.0.113.7").unwrap().subject_id(),
+            "203.0.113.7"
+        );
+        assert_eq!(
+            ClientIp::parse("2001:db8:1:2:aaaa::1")
+                .unwrap()
+                .subject_id(),
             "2001:db8:1:2::/64"
         );
-        assert_eq!(ClientIp::parse("::ffff:198.51.100.4").unwrap().subject_id(), "198.51.100.4");
+        assert_eq!(
+            ClientIp::parse("::ffff:198.51.100.4").unwrap().subject_id(),
+            "198.51.100.4"
+        );
         assert!(ClientIp::parse("300.1.1.1").is_none());
     }
 

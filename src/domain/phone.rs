@@ -101,8 +101,14 @@ mod tests {
 
     #[test]
     fn masking_keeps_country_code_first_three_and_last_four() {
-        assert_eq!(PhoneNumber::parse("+8613800138000").unwrap().masked(), "+86138****8000");
-        assert_eq!(PhoneNumber::parse("+14155552671").unwrap().masked(), "+1415***2671");
+        assert_eq!(
+            PhoneNumber::parse("+8613800138000").unwrap().masked(),
+            "+86138****8000"
+        );
+        assert_eq!(
+            PhoneNumber::parse("+14155552671").unwrap().masked(),
+            "+1415***2671"
+        );
     }
 
     #[test]

@@ -26,7 +26,12 @@ impl Rule {
 
     /// `phone 5/1h`: the window in the largest unit that divides it exactly.
     pub fn name(&self) -> String {
-        format!("{} {}/{}", self.kind, self.limit, format_window(self.window_ms()))
+        format!(
+            "{} {}/{}",
+            self.kind,
+            self.limit,
+            format_window(self.window_ms())
+        )
     }
 
     pub fn enforce(&self) -> WindowSpec {
@@ -70,7 +75,10 @@ mod tests {
             (SubjectKind::User, 3, 5_400_000, "user 3/90m"),
         ];
         for (kind, limit, ms, name) in cases {
-            assert_eq!(Rule::new(kind, limit, Duration::from_millis(ms)).name(), name);
+            assert_eq!(
+                Rule::new(kind, limit, Duration::from_millis(ms)).name(),
+                name
+            );
         }
     }
 }

@@ -76,6 +76,17 @@ impl Action {
             Action::Admin => "admin",
         }
     }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        [
+            Self::SmsSend,
+            Self::SmsVerify,
+            Self::LoginAttempt,
+            Self::Admin,
+        ]
+        .into_iter()
+        .find(|a| a.as_str() == s)
+    }
 }
 
 impl std::fmt::Display for Action {

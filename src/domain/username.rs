@@ -52,7 +52,13 @@ mod tests {
     fn empty_long_and_control_names_are_rejected() {
         assert_eq!(Username::parse(""), Err(UsernameError::Empty));
         assert_eq!(Username::parse("  "), Err(UsernameError::Empty));
-        assert_eq!(Username::parse(&"a".repeat(257)), Err(UsernameError::TooLong));
-        assert_eq!(Username::parse("a\u{0}b"), Err(UsernameError::ControlCharacters));
+        assert_eq!(
+            Username::parse(&"a".repeat(257)),
+            Err(UsernameError::TooLong)
+        );
+        assert_eq!(
+            Username::parse("a\u{0}b"),
+            Err(UsernameError::ControlCharacters)
+        );
     }
 }

@@ -1,12 +1,16 @@
 //! `POST /login/check` and `POST /login/attempt` decisions: per-user captcha
 //! and escalating locks, per-IP captcha and block across users.
 
+use std::sync::Arc;
+use std::time::Duration;
+
 use serde::Serialize;
 use uuid::Uuid;
 
 use super::{ceil_secs, GuardContext, Policy, RequestInfo};
 use crate::audit::{AuditDecision, AuditEvent};
 use crate::captcha::CaptchaProof;
+use crate::delivery::email::{LockNotice, LockNotifier};
 use crate::domain::{Action, Subject, SubjectKind, Username};
 use crate::store::{
     HitRequest, LoginAttemptRequest, LoginVerdict, PeekOutcome, StoreError, WindowSpec,
@@ -48,10 +52,15 @@ pub struct LoginAttempt {
     pub user: Username,
     pub success: bool,
     pub captcha: CaptchaProof,
+    /// Where to tell the account's owner if this attempt locks the account.
+    pub notify_email: Option<String>,
+    /// Locale of that notice.
+    pub locale: Option<String>,
 }
 
 pub struct LoginGuard {
     ctx: GuardContext,
+    notifier: Arc<dyn LockNotifier>,
 }
 
 /// The IP's failure windows: `[captcha tier, block]`.
@@ -71,14 +80,16 @@ impl IpWindows {
 }
 
 impl LoginGuard {
-    pub fn new(ctx: GuardContext) -> Self {
-        Self { ctx }
+    pub fn new(ctx: GuardContext, notifier: Arc<dyn LockNotifier>) -> Self {
+        Self { ctx, notifier }
     }
 
     fn user_keys(&self, user: &Username) -> (String, String) {
         let kind = SubjectKind::User.as_str();
         (
-            self.ctx.keys.window(kind, user.as_str(), Action::LoginAttempt.as_str()),
+            self.ctx
+                .keys
+                .window(kind, user.as_str(), Action::LoginAttempt.as_str()),
             self.ctx.keys.lock(kind, user.as_str()),
         )
     }
@@ -86,10 +97,11 @@ impl LoginGuard {
     fn ip_windows(&self, policy: &Policy, info: &RequestInfo) -> Option<IpWindows> {
         let ip = info.ip?;
         let subject = Subject::new(SubjectKind::Ip, ip.subject_id());
-        let key = self
-            .ctx
-            .keys
-            .window(SubjectKind::Ip.as_str(), &subject.id, Action::LoginAttempt.as_str());
+        let key = self.ctx.keys.window(
+            SubjectKind::Ip.as_str(),
+            &subject.id,
+            Action::LoginAttempt.as_str(),
+        );
         Some(IpWindows {
             subject,
             key,
@@ -105,12 +117,18 @@ impl LoginGuard {
     }
 
     /// Read-only: what an attempt would meet now.
-    pub async fn check(&self, user: &Username, info: &RequestInfo) -> Result<LoginState, StoreError> {
+    pub async fn check(
+        &self,
+        user: &Username,
+        info: &RequestInfo,
+    ) -> Result<LoginState, StoreError> {
         let policy = self.ctx.policy.current();
         let (window_key, lock_key) = self.user_keys(user);
         let ip = self.ip_windows(&policy, info);
         let (user_state, ip_state) = futures::try_join!(
-            self.ctx.store.login_state(&window_key, &lock_key, &policy.login_store),
+            self.ctx
+                .store
+                .login_state(&window_key, &lock_key, &policy.login_store),
             self.peek_ip(ip.as_ref()),
         )?;
         let failures = user_state.failures;
@@ -128,7 +146,13 @@ impl LoginGuard {
         if let Some(peek) = &ip_state {
             if IpWindows::block_count(peek) >= policy.ip_block.limit {
                 let retry = peek.retry_after_ms.get(1).copied().unwrap_or(0);
-                return Ok(deny("ip_blocked", locked, retry, failures, captcha_required));
+                return Ok(deny(
+                    "ip_blocked",
+                    locked,
+                    retry,
+                    failures,
+                    captcha_required,
+                ));
             }
         }
         if captcha_required {
@@ -138,7 +162,11 @@ impl LoginGuard {
     }
 
     /// Evaluate and record one login outcome (DESIGN.md §3, in order).
-    pub async fn attempt(&self, attempt: LoginAttempt, info: &RequestInfo) -> Result<LoginState, StoreError> {
+    pub async fn attempt(
+        &self,
+        attempt: LoginAttempt,
+        info: &RequestInfo,
+    ) -> Result<LoginState, StoreError> {
         let policy = self.ctx.policy.current();
         let shadow = policy.shadow;
         let store = self.ctx.store.as_ref();
@@ -152,17 +180,30 @@ impl LoginGuard {
             let count = IpWindows::block_count(peek);
             if count >= policy.ip_block.limit {
                 let retry = peek.retry_after_ms.get(1).copied().unwrap_or(0);
-                let event = AuditEvent::new(Action::LoginAttempt, AuditDecision::Deny, "ip_blocked", &ip.subject)
-                    .rule(&policy.ip_block, count)
-                    .retry_after_ms(retry)
-                    .shadow(shadow);
+                let event = AuditEvent::new(
+                    Action::LoginAttempt,
+                    AuditDecision::Deny,
+                    "ip_blocked",
+                    &ip.subject,
+                )
+                .rule(&policy.ip_block, count)
+                .retry_after_ms(retry)
+                .shadow(shadow);
                 self.ctx.audit(info, event);
                 if !shadow {
-                    let user = store.login_state(&window_key, &lock_key, &policy.login_store).await?;
+                    let user = store
+                        .login_state(&window_key, &lock_key, &policy.login_store)
+                        .await?;
                     let captcha_required = user.failures >= policy.user_captcha.limit
                         || IpWindows::captcha_count(peek) >= policy.ip_captcha.limit;
                     let locked = user.locked_retry_after_ms.is_some();
-                    return Ok(deny("ip_blocked", locked, retry, user.failures, captcha_required));
+                    return Ok(deny(
+                        "ip_blocked",
+                        locked,
+                        retry,
+                        user.failures,
+                        captcha_required,
+                    ));
                 }
             }
         }
@@ -170,9 +211,13 @@ impl LoginGuard {
         // 1–3 for the user, atomically in the store.
         let ip_captcha_count = ip_state.as_ref().map_or(0, IpWindows::captcha_count);
         let ip_demands_captcha = ip_state.is_some() && ip_captcha_count >= policy.ip_captcha.limit;
-        let captcha_passed = if attempt.captcha.token.is_some() || attempt.captcha.passed.is_some() {
-            let ip_id = ip.as_ref().map(|ip| ip.subject.id.as_str());
-            self.ctx.captcha.passed(&attempt.captcha, ip_id).await
+        let captcha_passed = if attempt.captcha.token.is_some() || attempt.captcha.passed.is_some()
+        {
+            let remote_ip = info.ip.map(|ip| ip.to_string());
+            self.ctx
+                .captcha
+                .passed(&attempt.captcha, remote_ip.as_deref())
+                .await
         } else {
             false
         };
@@ -193,24 +238,39 @@ impl LoginGuard {
 
         match outcome.verdict {
             LoginVerdict::Locked { retry_after_ms } => {
-                let event = AuditEvent::new(Action::LoginAttempt, AuditDecision::Deny, "user_locked", &user_subject)
-                    .rule(&policy.user_lock, policy.user_lock.limit)
-                    .retry_after_ms(retry_after_ms)
-                    .shadow(shadow);
+                let event = AuditEvent::new(
+                    Action::LoginAttempt,
+                    AuditDecision::Deny,
+                    "user_locked",
+                    &user_subject,
+                )
+                .rule(&policy.user_lock, policy.user_lock.limit)
+                .retry_after_ms(retry_after_ms)
+                .shadow(shadow);
                 self.ctx.audit(info, event);
                 if !shadow {
-                    let captcha_required = failures >= policy.user_captcha.limit || ip_demands_captcha;
-                    return Ok(deny("user_locked", true, retry_after_ms, failures, captcha_required));
+                    let captcha_required =
+                        failures >= policy.user_captcha.limit || ip_demands_captcha;
+                    return Ok(deny(
+                        "user_locked",
+                        true,
+                        retry_after_ms,
+                        failures,
+                        captcha_required,
+                    ));
                 }
             }
             LoginVerdict::Challenged => {
                 // The user's own tier first; otherwise the IP demanded it.
                 let user_tier = failures >= policy.user_captcha.limit || !ip_demands_captcha;
                 let event = match (&ip, user_tier) {
-                    (Some(ip), false) => {
-                        AuditEvent::new(Action::LoginAttempt, AuditDecision::Challenge, "captcha_required", &ip.subject)
-                            .rule(&policy.ip_captcha, ip_captcha_count)
-                    }
+                    (Some(ip), false) => AuditEvent::new(
+                        Action::LoginAttempt,
+                        AuditDecision::Challenge,
+                        "captcha_required",
+                        &ip.subject,
+                    )
+                    .rule(&policy.ip_captcha, ip_captcha_count),
                     _ => AuditEvent::new(
                         Action::LoginAttempt,
                         AuditDecision::Challenge,
@@ -229,17 +289,37 @@ impl LoginGuard {
 
         // 3. The outcome was recorded (or, in shadow mode, recorded as allowed).
         if outcome.captcha_crossed {
-            let event = AuditEvent::new(Action::LoginAttempt, AuditDecision::Challenge, "captcha_required", &user_subject)
-                .rule(&policy.user_captcha, failures)
-                .shadow(shadow);
+            let event = AuditEvent::new(
+                Action::LoginAttempt,
+                AuditDecision::Challenge,
+                "captcha_required",
+                &user_subject,
+            )
+            .rule(&policy.user_captcha, failures)
+            .shadow(shadow);
             self.ctx.audit(info, event);
         }
         if let Some(lock_ms) = outcome.locked_for_ms {
-            let event = AuditEvent::new(Action::LoginAttempt, AuditDecision::Lock, "too_many_failures", &user_subject)
-                .rule(&policy.user_lock, policy.user_lock.limit)
-                .retry_after_ms(lock_ms)
-                .shadow(shadow);
+            let event = AuditEvent::new(
+                Action::LoginAttempt,
+                AuditDecision::Lock,
+                "too_many_failures",
+                &user_subject,
+            )
+            .rule(&policy.user_lock, policy.user_lock.limit)
+            .retry_after_ms(lock_ms)
+            .shadow(shadow);
             self.ctx.audit(info, event);
+            // One notice per lock: only the attempt that locked gets here.
+            if let (false, Some(to)) = (shadow, attempt.notify_email) {
+                self.notifier.lock_notice(LockNotice {
+                    to,
+                    user: attempt.user.as_str().to_string(),
+                    locked_for: Duration::from_millis(lock_ms),
+                    ip: info.ip.map(|ip| ip.to_string()),
+                    locale: attempt.locale,
+                });
+            }
         }
         let mut ip_captcha_after = ip_captcha_count;
         if let (false, Some(ip)) = (attempt.success, &ip) {
@@ -255,16 +335,26 @@ impl LoginGuard {
             let after = hit.counts.first().copied().unwrap_or(0) + 1;
             ip_captcha_after = after;
             if after == policy.ip_captcha.limit {
-                let event = AuditEvent::new(Action::LoginAttempt, AuditDecision::Challenge, "captcha_required", &ip.subject)
-                    .rule(&policy.ip_captcha, after)
-                    .shadow(shadow);
+                let event = AuditEvent::new(
+                    Action::LoginAttempt,
+                    AuditDecision::Challenge,
+                    "captcha_required",
+                    &ip.subject,
+                )
+                .rule(&policy.ip_captcha, after)
+                .shadow(shadow);
                 self.ctx.audit(info, event);
             }
             if after == policy.ip_block.limit {
-                let event = AuditEvent::new(Action::LoginAttempt, AuditDecision::Lock, "ip_blocked", &ip.subject)
-                    .rule(&policy.ip_block, after)
-                    .retry_after_ms(policy.ip_block.window_ms())
-                    .shadow(shadow);
+                let event = AuditEvent::new(
+                    Action::LoginAttempt,
+                    AuditDecision::Lock,
+                    "ip_blocked",
+                    &ip.subject,
+                )
+                .rule(&policy.ip_block, after)
+                .retry_after_ms(policy.ip_block.window_ms())
+                .shadow(shadow);
                 self.ctx.audit(info, event);
             }
         }
@@ -285,7 +375,13 @@ impl LoginGuard {
     }
 }
 
-fn deny(reason: &'static str, locked: bool, retry_after_ms: u64, failures: u32, captcha_required: bool) -> LoginState {
+fn deny(
+    reason: &'static str,
+    locked: bool,
+    retry_after_ms: u64,
+    failures: u32,
+    captcha_required: bool,
+) -> LoginState {
     LoginState {
         decision: LoginDecision::Deny,
         captcha_required,
@@ -306,4 +402,3 @@ fn challenge(failures: u32) -> LoginState {
         reason: Some("captcha_required"),
     }
 }
-

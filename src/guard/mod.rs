@@ -2,6 +2,7 @@
 //! audit sink and the delivery providers, and return domain outcomes; they know
 //! nothing of HTTP.
 
+pub mod admin;
 mod code;
 pub mod login;
 mod policy;

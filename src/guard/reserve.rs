@@ -54,7 +54,10 @@ impl Reservation {
 
     /// Whether a subject's captcha tier is reached after this request.
     pub fn gate_reached_after(&self, subject_index: usize) -> bool {
-        let (Some(hit), Some(outcome)) = (self.hits.get(subject_index), self.outcomes.get(subject_index)) else {
+        let (Some(hit), Some(outcome)) = (
+            self.hits.get(subject_index),
+            self.outcomes.get(subject_index),
+        ) else {
             return false;
         };
         let Some(gate) = hit.gate else { return false };
@@ -68,7 +71,12 @@ impl Reservation {
     }
 }
 
-async fn undo_added(store: &dyn WindowStore, hits: &[SubjectHit], outcomes: &[HitOutcome], member: &str) {
+async fn undo_added(
+    store: &dyn WindowStore,
+    hits: &[SubjectHit],
+    outcomes: &[HitOutcome],
+    member: &str,
+) {
     let undos = hits
         .iter()
         .zip(outcomes)
@@ -146,8 +154,13 @@ fn pick_refusal(hits: &[SubjectHit], outcomes: &[HitOutcome]) -> Option<Refusal>
     for (hit, outcome) in hits.iter().zip(outcomes) {
         match outcome.verdict {
             HitVerdict::Allowed => {}
-            HitVerdict::Denied { window, retry_after_ms } => {
-                let Some(rule) = hit.rule_at(window) else { continue };
+            HitVerdict::Denied {
+                window,
+                retry_after_ms,
+            } => {
+                let Some(rule) = hit.rule_at(window) else {
+                    continue;
+                };
                 if denial.as_ref().and_then(|d| d.retry_after_ms) < Some(retry_after_ms) {
                     denial = Some(Refusal {
                         subject: hit.subject.clone(),
@@ -158,7 +171,9 @@ fn pick_refusal(hits: &[SubjectHit], outcomes: &[HitOutcome]) -> Option<Refusal>
                 }
             }
             HitVerdict::Gated { window } => {
-                let Some(rule) = hit.rule_at(window) else { continue };
+                let Some(rule) = hit.rule_at(window) else {
+                    continue;
+                };
                 if gate.is_none() {
                     gate = Some(Refusal {
                         subject: hit.subject.clone(),

@@ -75,7 +75,11 @@ impl SmsGuard {
             .shared_secret
             .get_or_try_init(|| async {
                 let key = self.ctx.keys.secret("otp");
-                let value = self.ctx.store.get_or_init(&key, &code::random_secret()).await?;
+                let value = self
+                    .ctx
+                    .store
+                    .get_or_init(&key, &code::random_secret())
+                    .await?;
                 Ok::<_, StoreError>(value.into_bytes())
             })
             .await?;
@@ -87,9 +91,18 @@ impl SmsGuard {
         let sms = &policy.sms;
         let phone_subject = Subject::new(SubjectKind::Phone, req.phone.e164());
 
-        if !region_allowed(req.phone.region(), &sms.allowed_regions, &sms.denied_regions) {
-            let event = AuditEvent::new(Action::SmsSend, AuditDecision::Deny, "region_blocked", &phone_subject)
-                .shadow(policy.shadow);
+        if !region_allowed(
+            req.phone.region(),
+            &sms.allowed_regions,
+            &sms.denied_regions,
+        ) {
+            let event = AuditEvent::new(
+                Action::SmsSend,
+                AuditDecision::Deny,
+                "region_blocked",
+                &phone_subject,
+            )
+            .shadow(policy.shadow);
             self.ctx.audit(info, event);
             if !policy.shadow {
                 return Err(SmsRefusal::RegionBlocked {
@@ -99,7 +112,12 @@ impl SmsGuard {
         }
 
         let ip = info.ip.map(|ip| ip.subject_id());
-        let captcha_passed = self.ctx.captcha.passed(&req.captcha, ip.as_deref()).await;
+        let remote_ip = info.ip.map(|ip| ip.to_string());
+        let captcha_passed = self
+            .ctx
+            .captcha
+            .passed(&req.captcha, remote_ip.as_deref())
+            .await;
 
         let keys = &self.ctx.keys;
         let action = Action::SmsSend.as_str();
@@ -121,8 +139,16 @@ impl SmsGuard {
             });
         }
         for (kind, id, rules) in [
-            (SubjectKind::Prefix, req.phone.prefix(sms.prefix_digits as usize), &policy.prefix_rules),
-            (SubjectKind::Global, action.to_string(), &policy.global_rules),
+            (
+                SubjectKind::Prefix,
+                req.phone.prefix(sms.prefix_digits as usize),
+                &policy.prefix_rules,
+            ),
+            (
+                SubjectKind::Global,
+                action.to_string(),
+                &policy.global_rules,
+            ),
         ] {
             if !rules.is_empty() {
                 let subject = Subject::new(kind, id);
@@ -156,8 +182,11 @@ impl SmsGuard {
         let delivered = async {
             let mac = code::mac(self.secret().await?, req.phone.e164(), &code);
             let ttl_ms = sms.code_ttl.as_millis() as u64;
-            store.otp_put(&otp_key, &mac, sms.max_verify_attempts, ttl_ms).await?;
-            let (locale, body) = render_sms(req.locale.as_deref(), &code, sms.code_ttl.as_secs());
+            store
+                .otp_put(&otp_key, &mac, sms.max_verify_attempts, ttl_ms)
+                .await?;
+            let (locale, body) = render_sms(req.locale.as_deref(), &code, sms.code_ttl.as_secs())
+                .map_err(DeliveryError::from)?;
             let message = SmsMessage {
                 to: req.phone.e164().to_string(),
                 body,
@@ -193,7 +222,12 @@ impl SmsGuard {
         })
     }
 
-    pub async fn verify(&self, phone: &PhoneNumber, code: &str, info: &RequestInfo) -> Result<Verified, SmsRefusal> {
+    pub async fn verify(
+        &self,
+        phone: &PhoneNumber,
+        code: &str,
+        info: &RequestInfo,
+    ) -> Result<Verified, SmsRefusal> {
         let policy = self.ctx.policy.current();
         let sms = &policy.sms;
         let attempts_rule = Rule::new(SubjectKind::Phone, sms.max_verify_attempts, sms.code_ttl);
@@ -218,9 +252,14 @@ impl SmsGuard {
             }
             OtpOutcome::Burnt { retry_after_ms } => {
                 let subject = Subject::new(SubjectKind::Phone, phone.e164());
-                let event = AuditEvent::new(Action::SmsVerify, AuditDecision::Deny, "rate_limited", &subject)
-                    .rule(&attempts_rule, sms.max_verify_attempts)
-                    .retry_after_ms(retry_after_ms);
+                let event = AuditEvent::new(
+                    Action::SmsVerify,
+                    AuditDecision::Deny,
+                    "rate_limited",
+                    &subject,
+                )
+                .rule(&attempts_rule, sms.max_verify_attempts)
+                .retry_after_ms(retry_after_ms);
                 self.ctx.audit(info, event);
                 Err(SmsRefusal::RateLimited {
                     rule: attempts_rule.name(),
@@ -246,7 +285,8 @@ impl SmsGuard {
 }
 
 fn region_allowed(region: Option<&str>, allowed: &[String], denied: &[String]) -> bool {
-    let listed = |list: &[String]| region.is_some_and(|r| list.iter().any(|l| l.eq_ignore_ascii_case(r)));
+    let listed =
+        |list: &[String]| region.is_some_and(|r| list.iter().any(|l| l.eq_ignore_ascii_case(r)));
     (allowed.is_empty() || listed(allowed)) && !listed(denied)
 }
 

@@ -38,9 +38,9 @@ impl BearerSecrets {
             return false;
         };
         let given = digest(token);
-        self.0
-            .iter()
-            .fold(false, |found, known| found | bool::from(known.ct_eq(&given)))
+        self.0.iter().fold(false, |found, known| {
+            found | bool::from(known.ct_eq(&given))
+        })
     }
 }
 
@@ -56,6 +56,7 @@ fn bearer(req: &HttpRequest) -> Option<&str> {
 
 pub struct Access {
     api_keys: BearerSecrets,
+    admin_tokens: BearerSecrets,
     trusted_proxies: Vec<IpNet>,
 }
 
@@ -63,13 +64,30 @@ impl Access {
     pub fn new(server: &ServerSettings) -> Self {
         Self {
             api_keys: BearerSecrets::new(&server.api_keys),
-            trusted_proxies: server.trusted_proxies.iter().filter_map(|p| parse_cidr(p)).collect(),
+            admin_tokens: BearerSecrets::new(&server.admin_tokens),
+            trusted_proxies: server
+                .trusted_proxies
+                .iter()
+                .filter_map(|p| parse_cidr(p))
+                .collect(),
         }
+    }
+
+    /// Authenticate an admin request (an admin token; no list means no admin).
+    pub fn admin(&self, req: &HttpRequest) -> Result<RequestInfo, ApiError> {
+        if !self.admin_tokens.admits(req) {
+            return Err(ApiError::Unauthorized);
+        }
+        Ok(self.info(req, self.peer_ip(req)))
     }
 
     /// Authenticate a public request and work out its client IP. `body_ip`
     /// counts only when the request carries a valid API key.
-    pub fn caller(&self, req: &HttpRequest, body_ip: Option<&str>) -> Result<RequestInfo, ApiError> {
+    pub fn caller(
+        &self,
+        req: &HttpRequest,
+        body_ip: Option<&str>,
+    ) -> Result<RequestInfo, ApiError> {
         let authenticated = if self.api_keys.is_empty() {
             false
         } else if self.api_keys.admits(req) {
@@ -84,6 +102,10 @@ impl Access {
             ),
             _ => self.peer_ip(req),
         };
+        Ok(self.info(req, ip))
+    }
+
+    fn info(&self, req: &HttpRequest, ip: Option<ClientIp>) -> RequestInfo {
         let request_id = req
             .extensions()
             .get::<RequestId>()
@@ -94,11 +116,11 @@ impl Access {
             .get(header::USER_AGENT)
             .and_then(|v| v.to_str().ok())
             .map(|ua| ua.chars().take(MAX_USER_AGENT).collect());
-        Ok(RequestInfo {
+        RequestInfo {
             request_id,
             user_agent,
             ip,
-        })
+        }
     }
 
     /// The peer, or — when the peer is a trusted proxy — the right-most

@@ -13,11 +13,14 @@ pub fn config() -> JsonConfig {
         .content_type_required(true)
         .error_handler(|err, _req| {
             let api = match &err {
-                JsonPayloadError::Overflow { .. } | JsonPayloadError::OverflowKnownLength { .. } => {
+                JsonPayloadError::Overflow { .. }
+                | JsonPayloadError::OverflowKnownLength { .. } => {
                     ApiError::PayloadTooLarge(BODY_LIMIT)
                 }
                 JsonPayloadError::ContentType => ApiError::UnsupportedMediaType,
-                JsonPayloadError::Deserialize(e) => ApiError::InvalidRequest(format!("invalid JSON body: {e}")),
+                JsonPayloadError::Deserialize(e) => {
+                    ApiError::InvalidRequest(format!("invalid JSON body: {e}"))
+                }
                 other => ApiError::InvalidRequest(format!("unreadable body: {other}")),
             };
             api.into()

@@ -28,27 +28,42 @@ struct AttemptBody {
     captcha_token: Option<String>,
     captcha_passed: Option<bool>,
     notify_email: Option<String>,
+    /// Locale of the lockout notice (`en` when absent or unknown).
+    locale: Option<String>,
 }
 
 fn parse_user(raw: &str) -> Result<Username, ApiError> {
     Username::parse(raw).map_err(|e| ApiError::InvalidRequest(e.to_string()))
 }
 
-async fn check(state: web::Data<AppState>, req: HttpRequest, body: web::Json<CheckBody>) -> Result<HttpResponse, ApiError> {
+async fn check(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    body: web::Json<CheckBody>,
+) -> Result<HttpResponse, ApiError> {
     let info = state.access.caller(&req, body.ip.as_deref())?;
     let user = parse_user(&body.user)?;
     let login_state = state.login.check(&user, &info).await?;
     Ok(HttpResponse::Ok().json(login_state))
 }
 
-async fn attempt(state: web::Data<AppState>, req: HttpRequest, body: web::Json<AttemptBody>) -> Result<HttpResponse, ApiError> {
+async fn attempt(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    body: web::Json<AttemptBody>,
+) -> Result<HttpResponse, ApiError> {
     let body = body.into_inner();
     let info = state.access.caller(&req, body.ip.as_deref())?;
     let user = parse_user(&body.user)?;
     if let Some(email) = &body.notify_email {
-        let plausible = email.len() <= 254 && email.split_once('@').is_some_and(|(l, d)| !l.is_empty() && d.contains('.'));
+        let plausible = email.len() <= 254
+            && email
+                .split_once('@')
+                .is_some_and(|(l, d)| !l.is_empty() && d.contains('.'));
         if !plausible {
-            return Err(ApiError::InvalidRequest("notify_email is not an email address".into()));
+            return Err(ApiError::InvalidRequest(
+                "notify_email is not an email address".into(),
+            ));
         }
     }
     let attempt = LoginAttempt {
@@ -58,6 +73,8 @@ async fn attempt(state: web::Data<AppState>, req: HttpRequest, body: web::Json<A
             token: body.captcha_token,
             passed: body.captcha_passed,
         },
+        notify_email: body.notify_email,
+        locale: super::sms::parse_locale(body.locale)?,
     };
     let login_state = state.login.attempt(attempt, &info).await?;
     Ok(HttpResponse::Ok().json(login_state))

@@ -1,6 +1,7 @@
 //! HTTP routes. Each module registers its own routes; handlers parse, call a
 //! guard and map the outcome to a response.
 
+pub mod admin;
 mod caller;
 mod json;
 pub mod login;
@@ -14,7 +15,9 @@ use actix_web::{web, HttpResponse};
 
 pub use caller::Access;
 
+use crate::audit::{AuditDb, AuditSink};
 use crate::error::ApiError;
+use crate::guard::admin::SubjectAdmin;
 use crate::guard::login::LoginGuard;
 use crate::guard::sms::SmsGuard;
 use crate::store::WindowStore;
@@ -25,15 +28,20 @@ pub const BODY_LIMIT: usize = 16 * 1024;
 pub struct AppState {
     pub sms: SmsGuard,
     pub login: LoginGuard,
+    pub admin: SubjectAdmin,
     pub access: Access,
     /// The store as configured, without the `on_error` fallback, for `/readyz`.
     pub readiness_store: Arc<dyn WindowStore>,
+    pub audit: Arc<dyn AuditSink>,
+    /// The audit database, for the admin API (absent when a test replaced the sink).
+    pub audit_db: Option<AuditDb>,
 }
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.app_data(json::config());
     sms::configure(cfg);
     login::configure(cfg);
+    admin::configure(cfg);
     ops::configure(cfg);
 }
 

@@ -15,5 +15,8 @@ async fn healthz() -> HttpResponse {
 
 async fn readyz(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     state.readiness_store.ping().await?;
+    if !state.audit.ready().await {
+        return Err(ApiError::AuditUnavailable);
+    }
     Ok(HttpResponse::Ok().json(json!({ "status": "ready" })))
 }

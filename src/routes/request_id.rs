@@ -19,7 +19,9 @@ fn incoming(req: &ServiceRequest) -> Option<String> {
     let value = req.headers().get(&HEADER)?.to_str().ok()?;
     let sane = !value.is_empty()
         && value.len() <= 128
-        && value.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(&b));
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(&b));
     sane.then(|| value.to_string())
 }
 

@@ -9,7 +9,8 @@ use crate::error::ApiError;
 use crate::guard::sms::{SendRequest, Verified};
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.service(post("/sms/send", send)).service(post("/sms/verify", verify));
+    cfg.service(post("/sms/send", send))
+        .service(post("/sms/verify", verify));
 }
 
 #[derive(Deserialize)]
@@ -37,16 +38,28 @@ fn parse_phone(raw: &str) -> Result<PhoneNumber, ApiError> {
     })
 }
 
-fn parse_locale(raw: Option<String>) -> Result<Option<String>, ApiError> {
+pub(super) fn parse_locale(raw: Option<String>) -> Result<Option<String>, ApiError> {
     match raw {
-        Some(l) if l.is_empty() || l.len() > 35 || !l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') => {
-            Err(ApiError::InvalidRequest("locale must be a language tag such as zh-CN".into()))
+        Some(l)
+            if l.is_empty()
+                || l.len() > 35
+                || !l
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') =>
+        {
+            Err(ApiError::InvalidRequest(
+                "locale must be a language tag such as zh-CN".into(),
+            ))
         }
         other => Ok(other),
     }
 }
 
-async fn send(state: web::Data<AppState>, req: HttpRequest, body: web::Json<SendBody>) -> Result<HttpResponse, ApiError> {
+async fn send(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    body: web::Json<SendBody>,
+) -> Result<HttpResponse, ApiError> {
     let body = body.into_inner();
     let info = state.access.caller(&req, body.ip.as_deref())?;
     let request = SendRequest {
@@ -67,7 +80,11 @@ async fn send(state: web::Data<AppState>, req: HttpRequest, body: web::Json<Send
     })))
 }
 
-async fn verify(state: web::Data<AppState>, req: HttpRequest, body: web::Json<VerifyBody>) -> Result<HttpResponse, ApiError> {
+async fn verify(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    body: web::Json<VerifyBody>,
+) -> Result<HttpResponse, ApiError> {
     let body = body.into_inner();
     let info = state.access.caller(&req, body.ip.as_deref())?;
     let phone = parse_phone(&body.phone)?;
@@ -80,7 +97,9 @@ async fn verify(state: web::Data<AppState>, req: HttpRequest, body: web::Json<Ve
     }
     let answer = match state.sms.verify(&phone, code, &info).await? {
         Verified::Valid => json!({ "valid": true }),
-        Verified::Invalid { attempts_left } => json!({ "valid": false, "attempts_left": attempts_left }),
+        Verified::Invalid { attempts_left } => {
+            json!({ "valid": false, "attempts_left": attempts_left })
+        }
     };
     Ok(HttpResponse::Ok().json(answer))
 }

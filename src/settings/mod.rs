@@ -163,6 +163,17 @@ pub struct SmsProviderSettings {
     pub from: String,
     /// Extra headers of webhook requests.
     pub headers: BTreeMap<String, Secret>,
+    /// Upper bound of one provider call (connect, send, answer); never retried.
+    #[serde(with = "humantime_serde", default = "default_provider_timeout")]
+    pub timeout: Duration,
+}
+
+fn default_provider_timeout() -> Duration {
+    Duration::from_secs(5)
+}
+
+fn default_locale() -> String {
+    "en".to_string()
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -201,6 +212,9 @@ pub struct CaptchaSettings {
     pub secret: Secret,
     /// Overrides the provider's siteverify address.
     pub verify_url: String,
+    /// Upper bound of one siteverify call; a timeout counts as not passed.
+    #[serde(with = "humantime_serde", default = "default_provider_timeout")]
+    pub timeout: Duration,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -215,6 +229,9 @@ pub struct EmailSettings {
     pub alert_window: Duration,
     #[serde(with = "humantime_serde")]
     pub alert_interval: Duration,
+    /// Locale of the admin alert digests (`templates/email/<locale>/`).
+    #[serde(default = "default_locale")]
+    pub admin_locale: String,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -104,7 +104,10 @@ mod tests {
             mask_url_password("postgres://app:hunter2@db:5432/tg"),
             "postgres://app:***@db:5432/tg"
         );
-        assert_eq!(mask_url_password("redis://:pw@h:6379"), "redis://:***@h:6379");
+        assert_eq!(
+            mask_url_password("redis://:pw@h:6379"),
+            "redis://:***@h:6379"
+        );
         assert_eq!(mask_url_password("redis://h:6379"), "redis://h:6379");
         assert_eq!(
             mask_url_password("sqlite://tollgate-audit.db?mode=rwc"),

@@ -2,9 +2,7 @@
 
 use std::time::Duration;
 
-use super::{
-    CaptchaKind, LimitSetting, Settings, SettingsError, SmsProviderKind, StoreBackend,
-};
+use super::{CaptchaKind, LimitSetting, Settings, SettingsError, SmsProviderKind, StoreBackend};
 use crate::domain::client_ip::parse_cidr;
 
 type Check = Result<(), SettingsError>;
@@ -65,12 +63,18 @@ impl Settings {
         }
         for (i, k) in self.server.api_keys.iter().enumerate() {
             if k.is_empty() {
-                return Err(SettingsError::invalid(&format!("server.api_keys[{i}]"), "must not be empty"));
+                return Err(SettingsError::invalid(
+                    &format!("server.api_keys[{i}]"),
+                    "must not be empty",
+                ));
             }
         }
         for (i, k) in self.server.admin_tokens.iter().enumerate() {
             if k.is_empty() {
-                return Err(SettingsError::invalid(&format!("server.admin_tokens[{i}]"), "must not be empty"));
+                return Err(SettingsError::invalid(
+                    &format!("server.admin_tokens[{i}]"),
+                    "must not be empty",
+                ));
             }
         }
 
@@ -89,7 +93,12 @@ impl Settings {
             url_scheme(
                 "store.redis_url",
                 store.redis_url.expose(),
-                &["redis://", "rediss://", "redis-cluster://", "rediss-cluster://"],
+                &[
+                    "redis://",
+                    "rediss://",
+                    "redis-cluster://",
+                    "rediss-cluster://",
+                ],
             )?;
         }
 
@@ -104,12 +113,18 @@ impl Settings {
         duration("audit.flush_interval", audit.flush_interval)?;
         duration("audit.retention", audit.retention)?;
         if audit.spool_dir.is_empty() {
-            return Err(SettingsError::invalid("audit.spool_dir", "must not be empty"));
+            return Err(SettingsError::invalid(
+                "audit.spool_dir",
+                "must not be empty",
+            ));
         }
 
         let sms = &self.sms;
         if !(4..=10).contains(&sms.code_length) {
-            return Err(SettingsError::invalid("sms.code_length", "must be between 4 and 10"));
+            return Err(SettingsError::invalid(
+                "sms.code_length",
+                "must be between 4 and 10",
+            ));
         }
         duration("sms.code_ttl", sms.code_ttl)?;
         positive("sms.max_verify_attempts", sms.max_verify_attempts.into())?;
@@ -122,9 +137,13 @@ impl Settings {
         limits("sms.prefix_limits", &sms.prefix_limits)?;
         limits("sms.global_limits", &sms.global_limits)?;
         if !(1..=15).contains(&sms.prefix_digits) {
-            return Err(SettingsError::invalid("sms.prefix_digits", "must be between 1 and 15"));
+            return Err(SettingsError::invalid(
+                "sms.prefix_digits",
+                "must be between 1 and 15",
+            ));
         }
         let provider = &sms.provider;
+        duration("sms.provider.timeout", provider.timeout)?;
         match provider.kind {
             SmsProviderKind::Log => {}
             SmsProviderKind::Webhook => {
@@ -140,7 +159,10 @@ impl Settings {
                     ("sms.provider.from", provider.from.as_str()),
                 ] {
                     if value.is_empty() {
-                        return Err(SettingsError::invalid(key, "is required for kind = \"twilio\""));
+                        return Err(SettingsError::invalid(
+                            key,
+                            "is required for kind = \"twilio\"",
+                        ));
                     }
                 }
             }
@@ -169,13 +191,22 @@ impl Settings {
                 "is required when captcha.kind is not \"none\"",
             ));
         }
+        duration("captcha.timeout", self.captcha.timeout)?;
         if !self.captcha.verify_url.is_empty() {
-            url_scheme("captcha.verify_url", &self.captcha.verify_url, &["http://", "https://"])?;
+            url_scheme(
+                "captcha.verify_url",
+                &self.captcha.verify_url,
+                &["http://", "https://"],
+            )?;
         }
 
         let email = &self.email;
         if !email.smtp_url.expose().is_empty() {
-            url_scheme("email.smtp_url", email.smtp_url.expose(), &["smtp://", "smtps://"])?;
+            url_scheme(
+                "email.smtp_url",
+                email.smtp_url.expose(),
+                &["smtp://", "smtps://"],
+            )?;
         }
         positive("email.alert_threshold", email.alert_threshold.into())?;
         duration("email.alert_window", email.alert_window)?;

@@ -70,9 +70,15 @@ mod tests {
     #[test]
     fn keys_of_one_subject_share_its_hash_tag() {
         let keys = Keys::new("tg");
-        assert_eq!(keys.window("user", "alice", "login_attempt"), "tg:{user:alice}:login_attempt");
+        assert_eq!(
+            keys.window("user", "alice", "login_attempt"),
+            "tg:{user:alice}:login_attempt"
+        );
         assert_eq!(keys.lock("user", "alice"), "tg:{user:alice}:lock");
-        assert_eq!(keys.otp("phone", "+8613800138000"), "tg:{phone:+8613800138000}:otp");
+        assert_eq!(
+            keys.otp("phone", "+8613800138000"),
+            "tg:{phone:+8613800138000}:otp"
+        );
     }
 
     #[test]

@@ -79,10 +79,15 @@ pub enum HitVerdict {
     Allowed,
     /// An `Enforce` window is full. `window` indexes the request's windows: the
     /// refusing window whose wait is longest; `retry_after_ms` is that wait.
-    Denied { window: usize, retry_after_ms: u64 },
+    Denied {
+        window: usize,
+        retry_after_ms: u64,
+    },
     /// No `Enforce` window refused, but a `Gate` window is full and the gate was
     /// closed. `window` is the first such window.
-    Gated { window: usize },
+    Gated {
+        window: usize,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -173,9 +178,13 @@ pub struct LoginStateOutcome {
 pub enum OtpOutcome {
     Valid,
     /// Wrong code; `attempts_left` 0 means this try burnt the code.
-    Wrong { attempts_left: u32 },
+    Wrong {
+        attempts_left: u32,
+    },
     /// The code was already burnt by wrong tries; it expires after this long.
-    Burnt { retry_after_ms: u64 },
+    Burnt {
+        retry_after_ms: u64,
+    },
     /// No code: never sent, used, or expired.
     Missing,
 }

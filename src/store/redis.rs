@@ -30,6 +30,10 @@ use super::{
     WindowStore,
 };
 
+mod url;
+
+use self::url::{fred_url, glob_escape};
+
 struct Scripts {
     window_hit: Script,
     window_peek: Script,
@@ -105,8 +109,8 @@ impl RedisStore {
             .build()
             .map_err(|e| StoreError::Unavailable(format!("Redis client: {}", e.details())))?;
 
-        // Drives the connection and reconnects for the client's lifetime; the
-        // task ends when the client is dropped or quits.
+        // The task that drives the connection and reconnects; it runs until the
+        // client quits (see `Drop`).
         let _connection = client.connect();
 
         let store = RedisStore {
@@ -232,48 +236,6 @@ fn store_error(error: FredError) -> StoreError {
         | ErrorKind::Sentinel => StoreError::Unavailable(error.to_string()),
         _ => StoreError::Protocol(error.to_string()),
     }
-}
-
-/// `redis-cluster://h1:p1,h2:p2` → `redis-cluster://h1:p1?node=h2:p2`, the form
-/// fred parses. Other URLs are returned unchanged.
-fn fred_url(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let end = rest.find(['/', '?']).unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(end);
-    let (userinfo, hosts) = match authority.rsplit_once('@') {
-        Some((user, hosts)) => (format!("{user}@"), hosts),
-        None => (String::new(), authority),
-    };
-    if !hosts.contains(',') {
-        return url.to_owned();
-    }
-    let mut hosts = hosts.split(',').filter(|h| !h.is_empty());
-    let first = hosts.next().unwrap_or_default();
-    let (path, query) = match tail.split_once('?') {
-        Some((path, query)) => (path, Some(query)),
-        None => (tail, None),
-    };
-    let mut params: Vec<String> = query
-        .into_iter()
-        .filter(|q| !q.is_empty())
-        .map(str::to_owned)
-        .collect();
-    params.extend(hosts.map(|h| format!("node={h}")));
-    format!("{scheme}://{userinfo}{first}{path}?{}", params.join("&"))
-}
-
-/// Escape the `SCAN MATCH` glob characters.
-fn glob_escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
-            out.push('\\');
-        }
-        out.push(c);
-    }
-    out
 }
 
 fn int(v: u64) -> Value {
@@ -506,44 +468,5 @@ impl WindowStore for RedisStore {
 
     async fn ping(&self) -> Result<(), StoreError> {
         self.run(self.client.ping::<()>(None)).await
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn comma_separated_cluster_nodes_become_node_parameters() {
-        assert_eq!(
-            fred_url("redis-cluster://h1:7000,h2:7001,h3:7002"),
-            "redis-cluster://h1:7000?node=h2:7001&node=h3:7002"
-        );
-        assert_eq!(
-            fred_url("redis-cluster://u:p@h1:7000,h2:7001/?x=1"),
-            "redis-cluster://u:p@h1:7000/?x=1&node=h2:7001"
-        );
-        assert_eq!(
-            fred_url("redis://127.0.0.1:6379/2"),
-            "redis://127.0.0.1:6379/2"
-        );
-    }
-
-    #[test]
-    fn both_url_forms_parse() {
-        let single = Config::from_url(&fred_url("redis://127.0.0.1:6379/2")).unwrap();
-        assert_eq!(single.database, Some(2));
-        let cluster = Config::from_url(&fred_url("redis-cluster://h1:7000,h2:7001")).unwrap();
-        match cluster.server {
-            fred::types::config::ServerConfig::Clustered { hosts, .. } => {
-                assert_eq!(hosts.len(), 2)
-            }
-            other => panic!("expected a cluster config, got {other:?}"),
-        }
-    }
-
-    #[test]
-    fn glob_characters_in_a_prefix_are_escaped() {
-        assert_eq!(glob_escape("tg*[x]?"), "tg\\*\\[x\\]\\?");
     }
 }

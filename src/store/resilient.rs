@@ -84,7 +84,10 @@ impl WindowStore for ResilientStore {
         resilient!(self, |s| s.undo(key, member), open: Some(()))
     }
 
-    async fn login_attempt(&self, req: LoginAttemptRequest<'_>) -> Result<LoginAttemptOutcome, StoreError> {
+    async fn login_attempt(
+        &self,
+        req: LoginAttemptRequest<'_>,
+    ) -> Result<LoginAttemptOutcome, StoreError> {
         let open = LoginAttemptOutcome {
             verdict: LoginVerdict::Recorded,
             failures: 0,
@@ -108,7 +111,13 @@ impl WindowStore for ResilientStore {
         resilient!(self, |s| s.login_state(window_key, lock_key, policy), open: Some(open))
     }
 
-    async fn otp_put(&self, key: &str, mac: &str, attempts: u32, ttl_ms: u64) -> Result<(), StoreError> {
+    async fn otp_put(
+        &self,
+        key: &str,
+        mac: &str,
+        attempts: u32,
+        ttl_ms: u64,
+    ) -> Result<(), StoreError> {
         resilient!(self, |s| s.otp_put(key, mac, attempts, ttl_ms), open: None)
     }
 

@@ -13,31 +13,126 @@ async fn bad_input_answers_a_400_with_an_error_code() {
     let app = spawn_app(Backend::Memory, |_| {}).await;
     let cases: Vec<(&str, Value, &str, &str)> = vec![
         ("/sms/send", json!({}), "invalid_request", "phone missing"),
-        ("/sms/send", json!({ "phone": "" }), "invalid_request", "phone empty"),
-        ("/sms/send", json!({ "phone": 8613800138000u64 }), "invalid_request", "phone not a string"),
-        ("/sms/send", json!({ "phone": "abc" }), "invalid_phone", "phone not a number"),
-        ("/sms/send", json!({ "phone": "13800138000" }), "invalid_phone", "phone without country code"),
-        ("/sms/send", json!({ "phone": "+999123456789" }), "invalid_phone", "no such country code"),
-        ("/sms/send", json!({ "phone": PHONE, "extra": 1 }), "invalid_request", "unknown field"),
-        ("/sms/send", json!({ "phone": PHONE, "locale": "../../etc/passwd" }), "invalid_request", "bad locale"),
-        ("/sms/send", json!({ "phone": PHONE, "ip": "not-an-ip" }), "invalid_request", "bad ip"),
-        ("/sms/send", json!({ "phone": PHONE, "captcha_passed": "yes" }), "invalid_request", "captcha_passed not a bool"),
-        ("/sms/verify", json!({ "phone": PHONE }), "invalid_request", "code missing"),
-        ("/sms/verify", json!({ "phone": PHONE, "code": "" }), "invalid_request", "code empty"),
-        ("/sms/verify", json!({ "phone": "12", "code": "123456" }), "invalid_phone", "verify with a bad phone"),
+        (
+            "/sms/send",
+            json!({ "phone": "" }),
+            "invalid_request",
+            "phone empty",
+        ),
+        (
+            "/sms/send",
+            json!({ "phone": 8613800138000u64 }),
+            "invalid_request",
+            "phone not a string",
+        ),
+        (
+            "/sms/send",
+            json!({ "phone": "abc" }),
+            "invalid_phone",
+            "phone not a number",
+        ),
+        (
+            "/sms/send",
+            json!({ "phone": "13800138000" }),
+            "invalid_phone",
+            "phone without country code",
+        ),
+        (
+            "/sms/send",
+            json!({ "phone": "+999123456789" }),
+            "invalid_phone",
+            "no such country code",
+        ),
+        (
+            "/sms/send",
+            json!({ "phone": PHONE, "extra": 1 }),
+            "invalid_request",
+            "unknown field",
+        ),
+        (
+            "/sms/send",
+            json!({ "phone": PHONE, "locale": "../../etc/passwd" }),
+            "invalid_request",
+            "bad locale",
+        ),
+        (
+            "/sms/send",
+            json!({ "phone": PHONE, "ip": "not-an-ip" }),
+            "invalid_request",
+            "bad ip",
+        ),
+        (
+            "/sms/send",
+            json!({ "phone": PHONE, "captcha_passed": "yes" }),
+            "invalid_request",
+            "captcha_passed not a bool",
+        ),
+        (
+            "/sms/verify",
+            json!({ "phone": PHONE }),
+            "invalid_request",
+            "code missing",
+        ),
+        (
+            "/sms/verify",
+            json!({ "phone": PHONE, "code": "" }),
+            "invalid_request",
+            "code empty",
+        ),
+        (
+            "/sms/verify",
+            json!({ "phone": "12", "code": "123456" }),
+            "invalid_phone",
+            "verify with a bad phone",
+        ),
         ("/login/check", json!({}), "invalid_request", "user missing"),
-        ("/login/check", json!({ "user": "   " }), "invalid_request", "user blank"),
-        ("/login/attempt", json!({ "user": "a" }), "invalid_request", "success missing"),
-        ("/login/attempt", json!({ "user": "a", "success": "no" }), "invalid_request", "success not a bool"),
-        ("/login/attempt", json!({ "user": "a", "success": false, "notify_email": "nope" }), "invalid_request", "bad email"),
-        ("/login/attempt", json!({ "user": "a\u{0}", "success": false }), "invalid_request", "control character"),
-        ("/login/attempt", json!([1, 2]), "invalid_request", "not an object"),
+        (
+            "/login/check",
+            json!({ "user": "   " }),
+            "invalid_request",
+            "user blank",
+        ),
+        (
+            "/login/attempt",
+            json!({ "user": "a" }),
+            "invalid_request",
+            "success missing",
+        ),
+        (
+            "/login/attempt",
+            json!({ "user": "a", "success": "no" }),
+            "invalid_request",
+            "success not a bool",
+        ),
+        (
+            "/login/attempt",
+            json!({ "user": "a", "success": false, "notify_email": "nope" }),
+            "invalid_request",
+            "bad email",
+        ),
+        (
+            "/login/attempt",
+            json!({ "user": "a\u{0}", "success": false }),
+            "invalid_request",
+            "control character",
+        ),
+        (
+            "/login/attempt",
+            json!([1, 2]),
+            "invalid_request",
+            "not an object",
+        ),
     ];
     for (path, body, code, case) in cases {
         let answer = app.post(path, body).await;
         assert_eq!(answer.status, 400, "{case}: {}", answer.body);
         assert_eq!(answer.error(), code, "{case}");
-        assert!(answer.body["message"].as_str().is_some_and(|m| !m.is_empty()), "{case}");
+        assert!(
+            answer.body["message"]
+                .as_str()
+                .is_some_and(|m| !m.is_empty()),
+            "{case}"
+        );
     }
 }
 
@@ -48,21 +143,49 @@ async fn malformed_json_oversized_bodies_and_wrong_content_types_are_json_errors
     let authed = |r: reqwest::RequestBuilder| r.bearer_auth(crate::helpers::API_KEY);
 
     let malformed = app
-        .send_raw(authed(app.client.post(&url).header("content-type", "application/json").body("{\"phone\":")))
+        .send_raw(authed(
+            app.client
+                .post(&url)
+                .header("content-type", "application/json")
+                .body("{\"phone\":"),
+        ))
         .await;
-    assert_eq!((malformed.status.as_u16(), malformed.error()), (400, "invalid_request"));
+    assert_eq!(
+        (malformed.status.as_u16(), malformed.error()),
+        (400, "invalid_request")
+    );
 
     let big = json!({ "phone": PHONE, "locale": "x".repeat(17 * 1024) });
     let too_large = app.send_raw(authed(app.client.post(&url).json(&big))).await;
-    assert_eq!((too_large.status.as_u16(), too_large.error()), (413, "payload_too_large"));
+    assert_eq!(
+        (too_large.status.as_u16(), too_large.error()),
+        (413, "payload_too_large")
+    );
 
     let text = app
-        .send_raw(authed(app.client.post(&url).header("content-type", "text/plain").body(json!({ "phone": PHONE }).to_string())))
+        .send_raw(authed(
+            app.client
+                .post(&url)
+                .header("content-type", "text/plain")
+                .body(json!({ "phone": PHONE }).to_string()),
+        ))
         .await;
-    assert_eq!((text.status.as_u16(), text.error()), (415, "unsupported_media_type"));
+    assert_eq!(
+        (text.status.as_u16(), text.error()),
+        (415, "unsupported_media_type")
+    );
 
-    let none = app.send_raw(authed(app.client.post(&url).body(json!({ "phone": PHONE }).to_string()))).await;
-    assert_eq!((none.status.as_u16(), none.error()), (415, "unsupported_media_type"));
+    let none = app
+        .send_raw(authed(
+            app.client
+                .post(&url)
+                .body(json!({ "phone": PHONE }).to_string()),
+        ))
+        .await;
+    assert_eq!(
+        (none.status.as_u16(), none.error()),
+        (415, "unsupported_media_type")
+    );
     assert_eq!(none.content_type.as_deref(), Some("application/json"));
 }
 
@@ -70,9 +193,15 @@ async fn malformed_json_oversized_bodies_and_wrong_content_types_are_json_errors
 async fn unknown_routes_and_methods_answer_json() {
     let app = spawn_app(Backend::Memory, |_| {}).await;
     let missing = app.get("/nope").await;
-    assert_eq!((missing.status.as_u16(), missing.error()), (404, "not_found"));
+    assert_eq!(
+        (missing.status.as_u16(), missing.error()),
+        (404, "not_found")
+    );
     let wrong_method = app.get("/sms/send").await;
-    assert_eq!((wrong_method.status.as_u16(), wrong_method.error()), (405, "method_not_allowed"));
+    assert_eq!(
+        (wrong_method.status.as_u16(), wrong_method.error()),
+        (405, "method_not_allowed")
+    );
 }
 
 #[tokio::test]
@@ -83,9 +212,23 @@ async fn api_keys_are_required_when_configured() {
 
     let none = app.send_raw(app.client.post(&url).json(&body)).await;
     assert_eq!((none.status.as_u16(), none.error()), (401, "unauthorized"));
-    let wrong = app.send_raw(app.client.post(&url).bearer_auth("test-api-kez").json(&body)).await;
+    let wrong = app
+        .send_raw(
+            app.client
+                .post(&url)
+                .bearer_auth("test-api-kez")
+                .json(&body),
+        )
+        .await;
     assert_eq!(wrong.status, 401);
-    let right = app.send_raw(app.client.post(&url).bearer_auth(crate::helpers::API_KEY).json(&body)).await;
+    let right = app
+        .send_raw(
+            app.client
+                .post(&url)
+                .bearer_auth(crate::helpers::API_KEY)
+                .json(&body),
+        )
+        .await;
     assert_eq!(right.status, 200);
 }
 
@@ -96,8 +239,15 @@ async fn without_an_api_key_the_body_ip_is_ignored_and_the_peer_counts() {
         s.sms.ip_limits = limits(&[(1, 3_600_000)]);
     })
     .await;
-    assert_eq!(app.sms_send(json!({ "phone": PHONE, "ip": "203.0.113.1" })).await.status, 200);
-    let second = app.sms_send(json!({ "phone": "+8613900139000", "ip": "203.0.113.2" })).await;
+    assert_eq!(
+        app.sms_send(json!({ "phone": PHONE, "ip": "203.0.113.1" }))
+            .await
+            .status,
+        200
+    );
+    let second = app
+        .sms_send(json!({ "phone": "+8613900139000", "ip": "203.0.113.2" }))
+        .await;
     assert_eq!(second.status, 429, "both came from 127.0.0.1");
     assert_eq!(app.audit_events()[0].subject, "127.0.0.1");
 }
@@ -120,12 +270,18 @@ async fn a_trusted_proxy_forwards_the_right_most_untrusted_hop() {
     assert_eq!(app.send_raw(send(PHONE)).await.status, 200);
     assert_eq!(app.send_raw(send("+8613900139000")).await.status, 429);
     let row = &app.audit_events()[0];
-    assert_eq!((row.subject.as_str(), row.ip.as_deref()), ("203.0.113.9", Some("203.0.113.9")));
+    assert_eq!(
+        (row.subject.as_str(), row.ip.as_deref()),
+        ("203.0.113.9", Some("203.0.113.9"))
+    );
 }
 
 #[tokio::test]
 async fn a_request_id_is_echoed_and_recorded() {
-    let app = spawn_app(Backend::Memory, |s| s.sms.phone_limits = limits(&[(1, 3_600_000)])).await;
+    let app = spawn_app(Backend::Memory, |s| {
+        s.sms.phone_limits = limits(&[(1, 3_600_000)])
+    })
+    .await;
     app.sms_send(json!({ "phone": PHONE })).await;
     let request = app
         .client
@@ -137,7 +293,10 @@ async fn a_request_id_is_echoed_and_recorded() {
     let response = request.send().await.unwrap();
     assert_eq!(response.headers()["x-request-id"], "req-42");
     let row = &app.audit_events()[0];
-    assert_eq!((row.request_id.as_deref(), row.user_agent.as_deref()), (Some("req-42"), Some("tests/1.0")));
+    assert_eq!(
+        (row.request_id.as_deref(), row.user_agent.as_deref()),
+        (Some("req-42"), Some("tests/1.0"))
+    );
 }
 
 #[tokio::test]
@@ -163,18 +322,31 @@ async fn an_unreachable_store_fails_closed_by_default() {
     let app = spawn_app(Backend::Redis, unreachable_redis(OnStoreError::Deny)).await;
     assert_eq!(app.get("/healthz").await.status, 200, "the process is up");
     let ready = app.get("/readyz").await;
-    assert_eq!((ready.status.as_u16(), ready.error()), (503, "store_unavailable"));
+    assert_eq!(
+        (ready.status.as_u16(), ready.error()),
+        (503, "store_unavailable")
+    );
     let send = app.sms_send(json!({ "phone": PHONE })).await;
-    assert_eq!((send.status.as_u16(), send.error()), (503, "store_unavailable"));
-    let login = app.login_attempt(json!({ "user": "a", "success": false, "ip": "203.0.113.1" })).await;
-    assert_eq!((login.status.as_u16(), login.error()), (503, "store_unavailable"));
+    assert_eq!(
+        (send.status.as_u16(), send.error()),
+        (503, "store_unavailable")
+    );
+    let login = app
+        .login_attempt(json!({ "user": "a", "success": false, "ip": "203.0.113.1" }))
+        .await;
+    assert_eq!(
+        (login.status.as_u16(), login.error()),
+        (503, "store_unavailable")
+    );
     assert!(app.sms.messages().is_empty());
 }
 
 #[tokio::test]
 async fn an_unreachable_store_fails_open_for_counters_when_told_to() {
     let app = spawn_app(Backend::Redis, unreachable_redis(OnStoreError::Allow)).await;
-    let login = app.login_attempt(json!({ "user": "a", "success": false, "ip": "203.0.113.1" })).await;
+    let login = app
+        .login_attempt(json!({ "user": "a", "success": false, "ip": "203.0.113.1" }))
+        .await;
     assert_eq!(login.status, 200);
     assert_eq!(login.body["decision"], "allow");
     let send = app.sms_send(json!({ "phone": PHONE })).await;
@@ -190,7 +362,16 @@ async fn an_unreachable_store_falls_back_to_the_local_one() {
     })
     .await;
     assert_eq!(app.sms_send(json!({ "phone": PHONE })).await.status, 200);
-    assert_eq!(app.sms_send(json!({ "phone": PHONE })).await.status, 429, "the local store counts");
+    assert_eq!(
+        app.sms_send(json!({ "phone": PHONE })).await.status,
+        429,
+        "the local store counts"
+    );
     let code = app.sms.last_code(PHONE);
-    assert_eq!(app.sms_verify(json!({ "phone": PHONE, "code": code })).await.body, json!({ "valid": true }));
+    assert_eq!(
+        app.sms_verify(json!({ "phone": PHONE, "code": code }))
+            .await
+            .body,
+        json!({ "valid": true })
+    );
 }

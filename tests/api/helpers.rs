@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use parking_lot::Mutex;
 use reqwest::{Response, StatusCode};
 use serde_json::Value;
-use tollgate::audit::{AuditEvent, CapturingSink};
+use tollgate::audit::{AuditEvent, AuditSink, CapturingSink};
 use tollgate::delivery::{DeliveryError, SmsMessage, SmsSender};
 use tollgate::settings::{LimitSetting, Settings, StoreBackend};
 use tollgate::startup::{Application, Overrides};
@@ -17,6 +17,7 @@ use tollgate::store::redis::RedisStore;
 use tollgate::store::{Clock, ManualClock};
 
 pub const API_KEY: &str = "test-api-key";
+pub const ADMIN_TOKEN: &str = "test-admin-token";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
@@ -98,6 +99,9 @@ pub struct TestApp {
     pub key_prefix: String,
     /// Sent as `Authorization: Bearer` by the helpers when set.
     pub api_key: Option<String>,
+    /// Sent as `Authorization: Bearer` by the admin helpers.
+    pub admin_token: Option<String>,
+    sink: Arc<dyn AuditSink>,
     handle: ServerHandle,
 }
 
@@ -106,6 +110,7 @@ pub fn test_settings(backend: Backend) -> Settings {
     let mut s = Settings::defaults().expect("the embedded defaults are valid");
     s.server.bind = "127.0.0.1:0".parse().unwrap();
     s.server.api_keys = vec![tollgate::settings::Secret::new(API_KEY)];
+    s.server.admin_tokens = vec![tollgate::settings::Secret::new(ADMIN_TOKEN)];
     s.store.backend = match backend {
         Backend::Memory => StoreBackend::Memory,
         Backend::Redis => StoreBackend::Redis,
@@ -113,7 +118,12 @@ pub fn test_settings(backend: Backend) -> Settings {
     s.store.redis_url = tollgate::settings::SecretUrl::new(redis_url());
     s.store.key_prefix = format!("tgtest-{}", uuid::Uuid::new_v4().simple());
     s.store.timeout = Duration::from_secs(2);
-    let loose = |limit| vec![LimitSetting { limit, window: Duration::from_secs(3600) }];
+    let loose = |limit| {
+        vec![LimitSetting {
+            limit,
+            window: Duration::from_secs(3600),
+        }]
+    };
     s.sms.phone_limits = loose(1000);
     s.sms.ip_limits = loose(1000);
     s.sms.prefix_limits = loose(1000);
@@ -125,7 +135,10 @@ pub fn test_settings(backend: Backend) -> Settings {
 pub fn limits(pairs: &[(u32, u64)]) -> Vec<LimitSetting> {
     pairs
         .iter()
-        .map(|&(limit, ms)| LimitSetting { limit, window: Duration::from_millis(ms) })
+        .map(|&(limit, ms)| LimitSetting {
+            limit,
+            window: Duration::from_millis(ms),
+        })
         .collect()
 }
 
@@ -138,22 +151,88 @@ pub async fn spawn_app_with_clock(
     clock: Option<ManualClock>,
     configure: impl FnOnce(&mut Settings),
 ) -> TestApp {
+    spawn(
+        backend,
+        SpawnOptions {
+            clock,
+            capture_sms: true,
+            capture_audit: true,
+        },
+        configure,
+    )
+    .await
+}
+
+/// Like [`spawn_app`], but audit events go to the real sink and database that
+/// `[audit]` configures (see `crate::audit_db::TestDb`); `app.audit` stays empty.
+pub async fn spawn_app_with_audit_db(
+    backend: Backend,
+    configure: impl FnOnce(&mut Settings),
+) -> TestApp {
+    spawn(
+        backend,
+        SpawnOptions {
+            clock: None,
+            capture_sms: true,
+            capture_audit: false,
+        },
+        configure,
+    )
+    .await
+}
+
+/// Like [`spawn_app`], but SMS go through the provider `[sms.provider]`
+/// configures (webhook, twilio) instead of the capturing one; `app.sms` stays empty.
+pub async fn spawn_app_with_sms_provider(
+    backend: Backend,
+    configure: impl FnOnce(&mut Settings),
+) -> TestApp {
+    spawn(
+        backend,
+        SpawnOptions {
+            clock: None,
+            capture_sms: false,
+            capture_audit: true,
+        },
+        configure,
+    )
+    .await
+}
+
+struct SpawnOptions {
+    clock: Option<ManualClock>,
+    capture_sms: bool,
+    capture_audit: bool,
+}
+
+async fn spawn(
+    backend: Backend,
+    options: SpawnOptions,
+    configure: impl FnOnce(&mut Settings),
+) -> TestApp {
+    let SpawnOptions {
+        clock,
+        capture_sms,
+        capture_audit,
+    } = options;
     let mut settings = test_settings(backend);
     configure(&mut settings);
     let sms = CapturingSender::default();
     let audit = CapturingSink::default();
     let overrides = Overrides {
-        sms_sender: Some(Arc::new(sms.clone())),
-        audit: Some(Arc::new(audit.clone())),
+        sms_sender: capture_sms.then(|| Arc::new(sms.clone()) as Arc<dyn SmsSender>),
+        audit: capture_audit.then(|| Arc::new(audit.clone()) as Arc<dyn AuditSink>),
         clock: clock.map(|c| Arc::new(c) as Arc<dyn Clock>),
     };
     let key_prefix = settings.store.key_prefix.clone();
-    let api_key = (!settings.server.api_keys.is_empty()).then(|| settings.server.api_keys[0].expose().to_string());
+    let api_key = (!settings.server.api_keys.is_empty())
+        .then(|| settings.server.api_keys[0].expose().to_string());
     let app = Application::build_with(settings, overrides)
         .await
         .expect("the application builds");
     let address = format!("http://127.0.0.1:{}", app.port());
     let handle = app.handle();
+    let sink = app.audit_sink();
     tokio::spawn(app.run_until_stopped());
     TestApp {
         address,
@@ -163,6 +242,8 @@ pub async fn spawn_app_with_clock(
         backend,
         key_prefix,
         api_key,
+        admin_token: Some(ADMIN_TOKEN.to_string()),
+        sink,
         handle,
     }
 }
@@ -204,7 +285,10 @@ impl Answer {
 
 impl TestApp {
     pub async fn post(&self, path: &str, body: Value) -> Answer {
-        let mut request = self.client.post(format!("{}{path}", self.address)).json(&body);
+        let mut request = self
+            .client
+            .post(format!("{}{path}", self.address))
+            .json(&body);
         if let Some(key) = &self.api_key {
             request = request.bearer_auth(key);
         }
@@ -216,7 +300,8 @@ impl TestApp {
     }
 
     pub async fn get(&self, path: &str) -> Answer {
-        self.send_raw(self.client.get(format!("{}{path}", self.address))).await
+        self.send_raw(self.client.get(format!("{}{path}", self.address)))
+            .await
     }
 
     pub async fn sms_send(&self, body: Value) -> Answer {
@@ -232,6 +317,27 @@ impl TestApp {
         self.post("/login/attempt", body).await
     }
 
+    /// Wait until the audit events recorded so far are durable.
+    pub async fn flush_audit(&self) {
+        self.sink.flush().await;
+    }
+
+    pub async fn admin_get(&self, path: &str) -> Answer {
+        let mut request = self.client.get(format!("{}{path}", self.address));
+        if let Some(token) = &self.admin_token {
+            request = request.bearer_auth(token);
+        }
+        self.send_raw(request).await
+    }
+
+    pub async fn admin_post(&self, path: &str) -> Answer {
+        let mut request = self.client.post(format!("{}{path}", self.address));
+        if let Some(token) = &self.admin_token {
+            request = request.bearer_auth(token);
+        }
+        self.send_raw(request).await
+    }
+
     pub fn audit_events(&self) -> Vec<AuditEvent> {
         self.audit.events()
     }
@@ -244,12 +350,17 @@ impl Drop for TestApp {
         let prefix = self.key_prefix.clone();
         // Drop cannot await; a runtime of its own on another thread can.
         let cleanup = std::thread::spawn(move || {
-            let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
                 return;
             };
             rt.block_on(async {
                 if backend == Backend::Redis {
-                    if let Ok(store) = RedisStore::connect(&redis_url(), Duration::from_secs(2)).await {
+                    if let Ok(store) =
+                        RedisStore::connect(&redis_url(), Duration::from_secs(2)).await
+                    {
                         let _ = store.delete_prefix(&prefix).await;
                     }
                 }

@@ -23,13 +23,22 @@ on_both_backends!(
 
 async fn fail(app: &TestApp, user: &str, extra: Value) -> Value {
     let mut body = json!({ "user": user, "success": false });
-    body.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+    body.as_object_mut()
+        .unwrap()
+        .extend(extra.as_object().unwrap().clone());
     let answer = app.login_attempt(body).await;
     assert_eq!(answer.status, 200, "{}", answer.body);
     answer.body
 }
 
-fn state(decision: &str, captcha: bool, locked: bool, retry: Option<u64>, failures: u32, reason: Option<&str>) -> Value {
+fn state(
+    decision: &str,
+    captcha: bool,
+    locked: bool,
+    retry: Option<u64>,
+    failures: u32,
+    reason: Option<&str>,
+) -> Value {
     json!({
         "decision": decision,
         "captcha_required": captcha,
@@ -50,21 +59,36 @@ async fn failures_turn_on_a_captcha_then_a_lock(backend: Backend) {
     .await;
     let passed = json!({ "captcha_passed": true });
 
-    assert_eq!(fail(&app, "Alice", json!({})).await, state("allow", false, false, None, 1, None));
-    assert_eq!(fail(&app, "alice", json!({})).await, state("allow", true, false, None, 2, None));
+    assert_eq!(
+        fail(&app, "Alice", json!({})).await,
+        state("allow", false, false, None, 1, None)
+    );
+    assert_eq!(
+        fail(&app, "alice", json!({})).await,
+        state("allow", true, false, None, 2, None)
+    );
     assert_eq!(
         fail(&app, "ALICE", json!({})).await,
         state("challenge", true, false, None, 2, Some("captcha_required")),
         "without a captcha the attempt is refused and not counted"
     );
-    assert_eq!(fail(&app, "alice", passed.clone()).await, state("allow", true, false, None, 3, None));
-    assert_eq!(fail(&app, "alice", passed.clone()).await, state("allow", true, true, Some(3600), 4, None));
+    assert_eq!(
+        fail(&app, "alice", passed.clone()).await,
+        state("allow", true, false, None, 3, None)
+    );
+    assert_eq!(
+        fail(&app, "alice", passed.clone()).await,
+        state("allow", true, true, Some(3600), 4, None)
+    );
 
     let denied = fail(&app, "alice", passed.clone()).await;
     assert_eq!(denied["decision"], "deny");
     assert_eq!(denied["reason"], "user_locked");
     assert_eq!(denied["locked"], true);
-    assert_eq!(denied["captcha_required"], true, "the failures still demand a captcha");
+    assert_eq!(
+        denied["captcha_required"], true,
+        "the failures still demand a captcha"
+    );
     assert_eq!(denied["failures"], 4, "denied attempts are not counted");
     let retry = denied["retry_after_secs"].as_u64().unwrap();
     assert!((3599..=3600).contains(&retry), "{retry}");
@@ -74,7 +98,10 @@ async fn failures_turn_on_a_captcha_then_a_lock(backend: Backend) {
     assert_eq!(check.body["reason"], "user_locked");
 
     let events = app.audit_events();
-    let summary: Vec<(AuditDecision, &str)> = events.iter().map(|e| (e.decision, e.reason.as_str())).collect();
+    let summary: Vec<(AuditDecision, &str)> = events
+        .iter()
+        .map(|e| (e.decision, e.reason.as_str()))
+        .collect();
     assert_eq!(
         summary,
         vec![
@@ -84,7 +111,9 @@ async fn failures_turn_on_a_captcha_then_a_lock(backend: Backend) {
             (AuditDecision::Deny, "user_locked"),
         ]
     );
-    assert!(events.iter().all(|e| e.subject_kind == SubjectKind::User && e.subject == "alice"));
+    assert!(events
+        .iter()
+        .all(|e| e.subject_kind == SubjectKind::User && e.subject == "alice"));
     assert_eq!(events[0].rule.as_deref(), Some("user 2/15m"));
     assert_eq!(events[2].rule.as_deref(), Some("user 4/1h"));
     assert_eq!(events[2].retry_after_ms, Some(3_600_000));
@@ -102,8 +131,18 @@ async fn simultaneous_failures_record_exactly_lock_after_and_lock_once(backend: 
 
     let decisions = |d: &str| answers.iter().filter(|a| a.body["decision"] == d).count();
     assert_eq!((decisions("allow"), decisions("deny")), (10, 40));
-    assert_eq!(answers.iter().filter(|a| a.body["locked"] == true && a.body["decision"] == "allow").count(), 1);
-    let locks = app.audit_events().iter().filter(|e| e.decision == AuditDecision::Lock).count();
+    assert_eq!(
+        answers
+            .iter()
+            .filter(|a| a.body["locked"] == true && a.body["decision"] == "allow")
+            .count(),
+        1
+    );
+    let locks = app
+        .audit_events()
+        .iter()
+        .filter(|e| e.decision == AuditDecision::Lock)
+        .count();
     assert_eq!(locks, 1);
     let check = app.login_check(json!({ "user": "bob" })).await;
     assert_eq!(check.body["failures"], 10);
@@ -123,7 +162,10 @@ async fn a_lock_after_a_lock_doubles_up_to_the_maximum(backend: Backend) {
     assert_eq!(fail(&app, "carol", json!({})).await["retry_after_secs"], 1);
     tokio::time::sleep(Duration::from_millis(1_100)).await;
     let second = fail(&app, "carol", json!({})).await;
-    assert_eq!((second["locked"].clone(), second["retry_after_secs"].clone()), (json!(true), json!(2)));
+    assert_eq!(
+        (second["locked"].clone(), second["retry_after_secs"].clone()),
+        (json!(true), json!(2))
+    );
     tokio::time::sleep(Duration::from_millis(2_100)).await;
     let third = fail(&app, "carol", json!({})).await;
     assert_eq!(third["retry_after_secs"], 2, "capped at lock_max_duration");
@@ -133,16 +175,23 @@ async fn success_clears_the_failures_when_reset_on_success(backend: Backend) {
     let app = spawn_app(backend, |_| {}).await;
     fail(&app, "dave", json!({})).await;
     fail(&app, "dave", json!({})).await;
-    let ok = app.login_attempt(json!({ "user": "dave", "success": true })).await;
+    let ok = app
+        .login_attempt(json!({ "user": "dave", "success": true }))
+        .await;
     assert_eq!(ok.body, state("allow", false, false, None, 0, None));
-    assert_eq!(app.login_check(json!({ "user": "dave" })).await.body["failures"], 0);
+    assert_eq!(
+        app.login_check(json!({ "user": "dave" })).await.body["failures"],
+        0
+    );
 }
 
 async fn failures_stay_after_success_when_reset_on_success_is_off(backend: Backend) {
     let app = spawn_app(backend, |s| s.login.reset_on_success = false).await;
     fail(&app, "erin", json!({})).await;
     fail(&app, "erin", json!({})).await;
-    let ok = app.login_attempt(json!({ "user": "erin", "success": true })).await;
+    let ok = app
+        .login_attempt(json!({ "user": "erin", "success": true }))
+        .await;
     assert_eq!(ok.body["failures"], 2);
 }
 
@@ -153,21 +202,31 @@ async fn a_correct_password_is_still_denied_while_locked(backend: Backend) {
     })
     .await;
     assert_eq!(fail(&app, "frank", json!({})).await["locked"], true);
-    let ok = app.login_attempt(json!({ "user": "frank", "success": true })).await;
+    let ok = app
+        .login_attempt(json!({ "user": "frank", "success": true }))
+        .await;
     assert_eq!(ok.body["decision"], "deny");
     assert_eq!(ok.body["reason"], "user_locked");
-    assert_eq!(ok.body["failures"], 1, "the lock did not clear the failures");
+    assert_eq!(
+        ok.body["failures"], 1,
+        "the lock did not clear the failures"
+    );
 }
 
 async fn check_counts_nothing(backend: Backend) {
     let app = spawn_app(backend, |_| {}).await;
     for _ in 0..5 {
-        let check = app.login_check(json!({ "user": "grace", "ip": "203.0.113.5" })).await;
+        let check = app
+            .login_check(json!({ "user": "grace", "ip": "203.0.113.5" }))
+            .await;
         assert_eq!(check.status, 200);
         assert_eq!(check.body, state("allow", false, false, None, 0, None));
     }
     assert_eq!(fail(&app, "grace", json!({})).await["failures"], 1);
-    assert!(app.audit_events().is_empty(), "check answers are not audited");
+    assert!(
+        app.audit_events().is_empty(),
+        "check answers are not audited"
+    );
 }
 
 async fn one_ip_failing_across_users_gets_a_captcha_then_a_block(backend: Backend) {
@@ -181,20 +240,31 @@ async fn one_ip_failing_across_users_gets_a_captcha_then_a_block(backend: Backen
     let ip = json!({ "ip": "203.0.113.50" });
     let ip_passed = json!({ "ip": "203.0.113.50", "captcha_passed": true });
 
-    assert_eq!(fail(&app, "u1", ip.clone()).await["captcha_required"], false);
+    assert_eq!(
+        fail(&app, "u1", ip.clone()).await["captcha_required"],
+        false
+    );
     assert_eq!(fail(&app, "u2", ip.clone()).await["captcha_required"], true);
     let challenged = fail(&app, "u3", ip.clone()).await;
     assert_eq!(challenged["decision"], "challenge");
     assert_eq!(challenged["failures"], 0);
-    assert_eq!(fail(&app, "u3", ip_passed.clone()).await["decision"], "allow");
-    assert_eq!(fail(&app, "u4", ip_passed.clone()).await["decision"], "allow");
+    assert_eq!(
+        fail(&app, "u3", ip_passed.clone()).await["decision"],
+        "allow"
+    );
+    assert_eq!(
+        fail(&app, "u4", ip_passed.clone()).await["decision"],
+        "allow"
+    );
 
     let blocked = fail(&app, "u5", ip_passed.clone()).await;
     assert_eq!(blocked["decision"], "deny");
     assert_eq!(blocked["reason"], "ip_blocked");
     let retry = blocked["retry_after_secs"].as_u64().unwrap();
     assert!((3599..=3600).contains(&retry), "{retry}");
-    let check = app.login_check(json!({ "user": "u5", "ip": "203.0.113.50" })).await;
+    let check = app
+        .login_check(json!({ "user": "u5", "ip": "203.0.113.50" }))
+        .await;
     assert_eq!(check.body["reason"], "ip_blocked");
 
     let elsewhere = fail(&app, "u5", json!({ "ip": "198.51.100.1" })).await;
@@ -230,7 +300,11 @@ async fn ipv6_addresses_of_one_64_share_a_counter(backend: Backend) {
     assert_eq!(blocked["reason"], "ip_blocked");
     let other_64 = fail(&app, "v3", json!({ "ip": "2001:db8:1:3::1" })).await;
     assert_eq!(other_64["decision"], "allow");
-    let deny = app.audit_events().into_iter().find(|e| e.decision == AuditDecision::Deny).unwrap();
+    let deny = app
+        .audit_events()
+        .into_iter()
+        .find(|e| e.decision == AuditDecision::Deny)
+        .unwrap();
     assert_eq!(deny.subject, "2001:db8:1:2::/64");
 }
 
@@ -242,8 +316,11 @@ async fn shadow_mode_answers_allow_and_audits_would_be_refusals(backend: Backend
     })
     .await;
     for failures in 1..=4 {
-        assert_eq!(fail(&app, "heidi", json!({})).await, state("allow", false, false, None, failures.min(2), None),
-            "failures are kept up to max(captcha_after, lock_after)");
+        assert_eq!(
+            fail(&app, "heidi", json!({})).await,
+            state("allow", false, false, None, failures.min(2), None),
+            "failures are kept up to max(captcha_after, lock_after)"
+        );
     }
     let check = app.login_check(json!({ "user": "heidi" })).await;
     assert_eq!(check.body["decision"], "allow");
@@ -291,6 +368,14 @@ async fn lock_escalation_is_exact_and_resets_after_a_day_without_locks() {
     assert_eq!(lock_secs(fail(&app, "ivan", json!({})).await), 180);
 
     clock.advance_ms(180_000 + 24 * 3_600_000 + 1);
-    assert_eq!(fail(&app, "ivan", json!({})).await["locked"], false, "old failures left the window");
-    assert_eq!(lock_secs(fail(&app, "ivan", json!({})).await), 60, "the doubling reset");
+    assert_eq!(
+        fail(&app, "ivan", json!({})).await["locked"],
+        false,
+        "old failures left the window"
+    );
+    assert_eq!(
+        lock_secs(fail(&app, "ivan", json!({})).await),
+        60,
+        "the doubling reset"
+    );
 }

@@ -1,9 +1,16 @@
 //! One integration-test binary: the API against both store backends, the real
 //! Redis, and the store conformance cases.
 
+mod admin;
+mod audit;
+mod audit_db;
+mod captcha;
+mod delivery;
 mod edges;
+mod email;
 mod helpers;
 mod login;
 mod sms_send;
 mod sms_verify;
+mod smtp;
 mod store_conformance;

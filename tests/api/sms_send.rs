@@ -24,9 +24,14 @@ on_both_backends!(
 );
 
 async fn a_send_answers_the_masked_phone_and_delivers_a_six_digit_code(backend: Backend) {
-    let app = spawn_app(backend, |s| s.sms.phone_limits = limits(&[(1, 60_000), (5, 3_600_000)])).await;
+    let app = spawn_app(backend, |s| {
+        s.sms.phone_limits = limits(&[(1, 60_000), (5, 3_600_000)])
+    })
+    .await;
 
-    let answer = app.sms_send(json!({ "phone": "+86 138 0013 8000", "locale": "zh-CN" })).await;
+    let answer = app
+        .sms_send(json!({ "phone": "+86 138 0013 8000", "locale": "zh-CN" }))
+        .await;
 
     assert_eq!(answer.status, 200, "{}", answer.body);
     assert_eq!(
@@ -44,11 +49,17 @@ async fn a_send_answers_the_masked_phone_and_delivers_a_six_digit_code(backend: 
     assert_eq!(messages[0].to, PHONE);
     assert_eq!(messages[0].locale, "zh-CN");
     assert_eq!(app.sms.last_code(PHONE).len(), 6);
-    assert!(app.audit_events().is_empty(), "allowed sends are not audited");
+    assert!(
+        app.audit_events().is_empty(),
+        "allowed sends are not audited"
+    );
 }
 
 async fn every_window_of_a_rule_counts_exactly(backend: Backend) {
-    let app = spawn_app(backend, |s| s.sms.phone_limits = limits(&[(2, 1_000), (3, 3_000)])).await;
+    let app = spawn_app(backend, |s| {
+        s.sms.phone_limits = limits(&[(2, 1_000), (3, 3_000)])
+    })
+    .await;
     let send = || app.sms_send(json!({ "phone": PHONE }));
 
     assert_eq!(send().await.status, 200);
@@ -61,7 +72,10 @@ async fn every_window_of_a_rule_counts_exactly(backend: Backend) {
     assert_eq!(send().await.status, 200, "the 1s window has emptied");
     let fourth = send().await;
     assert_eq!(fourth.status, 429);
-    assert_eq!(fourth.body["rule"], "phone 3/3s", "the 3s window still holds three");
+    assert_eq!(
+        fourth.body["rule"], "phone 3/3s",
+        "the 3s window still holds three"
+    );
     assert_eq!(app.sms.messages().len(), 3);
 }
 
@@ -84,19 +98,38 @@ async fn a_blocked_ip_does_not_use_up_the_phone_quota(backend: Backend) {
     })
     .await;
 
-    assert_eq!(app.sms_send(json!({ "phone": PHONE, "ip": "203.0.113.7" })).await.status, 200);
-    let blocked = app.sms_send(json!({ "phone": OTHER_PHONE, "ip": "203.0.113.7" })).await;
+    assert_eq!(
+        app.sms_send(json!({ "phone": PHONE, "ip": "203.0.113.7" }))
+            .await
+            .status,
+        200
+    );
+    let blocked = app
+        .sms_send(json!({ "phone": OTHER_PHONE, "ip": "203.0.113.7" }))
+        .await;
     assert_eq!(blocked.status, 429);
     assert_eq!(blocked.body["rule"], "ip 1/1h");
 
-    let victim = app.sms_send(json!({ "phone": OTHER_PHONE, "ip": "198.51.100.9" })).await;
-    assert_eq!(victim.status, 200, "the victim phone still has its quota: {}", victim.body);
+    let victim = app
+        .sms_send(json!({ "phone": OTHER_PHONE, "ip": "198.51.100.9" }))
+        .await;
+    assert_eq!(
+        victim.status, 200,
+        "the victim phone still has its quota: {}",
+        victim.body
+    );
 
     let events = app.audit_events();
     assert_eq!(events.len(), 1);
     let e = &events[0];
-    assert_eq!((e.decision, e.subject_kind, e.subject.as_str()), (AuditDecision::Deny, SubjectKind::Ip, "203.0.113.7"));
-    assert_eq!((e.rule.as_deref(), e.observed, e.limit, e.window_ms), (Some("ip 1/1h"), Some(1), Some(1), Some(3_600_000)));
+    assert_eq!(
+        (e.decision, e.subject_kind, e.subject.as_str()),
+        (AuditDecision::Deny, SubjectKind::Ip, "203.0.113.7")
+    );
+    assert_eq!(
+        (e.rule.as_deref(), e.observed, e.limit, e.window_ms),
+        (Some("ip 1/1h"), Some(1), Some(1), Some(3_600_000))
+    );
     assert_eq!(e.ip.as_deref(), Some("203.0.113.7"));
     assert!(e.request_id.is_some());
 }
@@ -108,15 +141,33 @@ async fn the_prefix_and_global_windows_apply_across_phones(backend: Backend) {
     })
     .await;
 
-    assert_eq!(app.sms_send(json!({ "phone": "+8613800138000" })).await.status, 200);
-    assert_eq!(app.sms_send(json!({ "phone": "+8613800138001" })).await.status, 200);
+    assert_eq!(
+        app.sms_send(json!({ "phone": "+8613800138000" }))
+            .await
+            .status,
+        200
+    );
+    assert_eq!(
+        app.sms_send(json!({ "phone": "+8613800138001" }))
+            .await
+            .status,
+        200
+    );
     let same_range = app.sms_send(json!({ "phone": "+8613800138002" })).await;
     assert_eq!(same_range.status, 429);
     assert_eq!(same_range.body["rule"], "prefix 2/1h");
     let prefix_row = &app.audit_events()[0];
-    assert_eq!((prefix_row.subject_kind, prefix_row.subject.as_str()), (SubjectKind::Prefix, "+8613800"));
+    assert_eq!(
+        (prefix_row.subject_kind, prefix_row.subject.as_str()),
+        (SubjectKind::Prefix, "+8613800")
+    );
 
-    assert_eq!(app.sms_send(json!({ "phone": "+8613900139000" })).await.status, 200);
+    assert_eq!(
+        app.sms_send(json!({ "phone": "+8613900139000" }))
+            .await
+            .status,
+        200
+    );
     let global = app.sms_send(json!({ "phone": "+8613700137000" })).await;
     assert_eq!(global.status, 429);
     assert_eq!(global.body["rule"], "global 3/1h");
@@ -127,9 +178,15 @@ async fn the_captcha_tier_refuses_until_a_captcha_is_passed(backend: Backend) {
     let app = spawn_app(backend, |s| s.sms.captcha_after = 2).await;
     let send = |body| app.sms_send(body);
 
-    assert_eq!(send(json!({ "phone": PHONE })).await.body["captcha_required"], false);
+    assert_eq!(
+        send(json!({ "phone": PHONE })).await.body["captcha_required"],
+        false
+    );
     let second = send(json!({ "phone": PHONE })).await;
-    assert_eq!(second.body["captcha_required"], true, "the next send will need a captcha");
+    assert_eq!(
+        second.body["captcha_required"], true,
+        "the next send will need a captcha"
+    );
 
     let refused = send(json!({ "phone": PHONE })).await;
     assert_eq!(refused.status, 403);
@@ -145,7 +202,9 @@ async fn the_captcha_tier_refuses_until_a_captcha_is_passed(backend: Backend) {
 
     let events = app.audit_events();
     assert_eq!(events.len(), 2);
-    assert!(events.iter().all(|e| e.decision == AuditDecision::Challenge && e.reason == "captcha_required"));
+    assert!(events
+        .iter()
+        .all(|e| e.decision == AuditDecision::Challenge && e.reason == "captcha_required"));
     assert_eq!(events[0].rule.as_deref(), Some("phone 2/1h"));
 }
 
@@ -164,7 +223,9 @@ async fn regions_outside_the_allow_list_or_on_the_deny_list_are_refused(backend:
     }
     let events = app.audit_events();
     assert_eq!(events.len(), 2);
-    assert!(events.iter().all(|e| e.reason == "region_blocked" && e.decision == AuditDecision::Deny));
+    assert!(events
+        .iter()
+        .all(|e| e.reason == "region_blocked" && e.decision == AuditDecision::Deny));
     assert_eq!(app.sms.messages().len(), 1);
 }
 
@@ -178,9 +239,15 @@ async fn a_failed_delivery_gives_the_reservation_back(backend: Backend) {
 
     app.sms.fail(false);
     let retried = app.sms_send(json!({ "phone": PHONE })).await;
-    assert_eq!(retried.status, 200, "the failed send did not use the quota: {}", retried.body);
+    assert_eq!(
+        retried.status, 200,
+        "the failed send did not use the quota: {}",
+        retried.body
+    );
     let code = app.sms.last_code(PHONE);
-    let verified = app.sms_verify(json!({ "phone": PHONE, "code": code })).await;
+    let verified = app
+        .sms_verify(json!({ "phone": PHONE, "code": code }))
+        .await;
     assert_eq!(verified.body, json!({ "valid": true }));
 }
 
@@ -197,14 +264,29 @@ async fn shadow_mode_lets_everything_through_and_audits_what_it_would_refuse(bac
         assert_eq!(answer.status, 200, "{}", answer.body);
         assert_eq!(answer.body["resend_after_secs"], 0);
     }
-    assert_eq!(app.sms_send(json!({ "phone": "+14155552671" })).await.status, 200);
+    assert_eq!(
+        app.sms_send(json!({ "phone": "+14155552671" }))
+            .await
+            .status,
+        200
+    );
     assert_eq!(app.sms.messages().len(), 4);
 
     let events = app.audit_events();
-    assert_eq!(events.len(), 3, "two would-be rate limits and one region block");
-    assert!(events.iter().all(|e| e.shadow && e.decision == AuditDecision::Deny));
+    assert_eq!(
+        events.len(),
+        3,
+        "two would-be rate limits and one region block"
+    );
+    assert!(events
+        .iter()
+        .all(|e| e.shadow && e.decision == AuditDecision::Deny));
     assert_eq!(events[0].rule.as_deref(), Some("phone 1/1h"));
-    assert_eq!(events[1].observed, Some(2), "shadow sends are recorded as allowed");
+    assert_eq!(
+        events[1].observed,
+        Some(2),
+        "shadow sends are recorded as allowed"
+    );
 }
 
 #[tokio::test]
@@ -215,7 +297,10 @@ async fn retry_after_is_exact_to_the_second_and_rounded_up() {
     })
     .await;
 
-    assert_eq!(app.sms_send(json!({ "phone": PHONE })).await.body["resend_after_secs"], 60);
+    assert_eq!(
+        app.sms_send(json!({ "phone": PHONE })).await.body["resend_after_secs"],
+        60
+    );
     clock.advance_ms(15_500);
     let limited = app.sms_send(json!({ "phone": PHONE })).await;
     assert_eq!(limited.status, 429);
@@ -224,7 +309,10 @@ async fn retry_after_is_exact_to_the_second_and_rounded_up() {
     assert_eq!(limited.body["rule"], "phone 1/1m");
     assert_eq!(limited.retry_after.as_deref(), Some("45"));
     let row = &app.audit_events()[0];
-    assert_eq!((row.retry_after_ms, row.observed, row.limit), (Some(44_500), Some(1), Some(1)));
+    assert_eq!(
+        (row.retry_after_ms, row.observed, row.limit),
+        (Some(44_500), Some(1), Some(1))
+    );
 
     clock.advance_ms(44_500);
     let second = app.sms_send(json!({ "phone": PHONE })).await;
@@ -241,7 +329,10 @@ async fn retry_after_is_exact_to_the_second_and_rounded_up() {
 
 #[tokio::test]
 async fn retry_after_on_redis_is_within_the_denying_window() {
-    let app = spawn_app(Backend::Redis, |s| s.sms.phone_limits = limits(&[(1, 60_000)])).await;
+    let app = spawn_app(Backend::Redis, |s| {
+        s.sms.phone_limits = limits(&[(1, 60_000)])
+    })
+    .await;
     assert_eq!(app.sms_send(json!({ "phone": PHONE })).await.status, 200);
     let limited = app.sms_send(json!({ "phone": PHONE })).await;
     assert_eq!(limited.status, 429);

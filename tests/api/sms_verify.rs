@@ -17,7 +17,11 @@ on_both_backends!(
 fn wrong(code: &str) -> String {
     // Any six digits but the right ones.
     let first = code.as_bytes()[0];
-    let swapped = if first == b'9' { '0' } else { char::from(first + 1) };
+    let swapped = if first == b'9' {
+        '0'
+    } else {
+        char::from(first + 1)
+    };
     format!("{swapped}{}", &code[1..])
 }
 
@@ -26,11 +30,15 @@ async fn a_code_verifies_once_and_is_then_used_up(backend: Backend) {
     assert_eq!(app.sms_send(json!({ "phone": PHONE })).await.status, 200);
     let code = app.sms.last_code(PHONE);
 
-    let first = app.sms_verify(json!({ "phone": "+86 138 0013 8000", "code": code })).await;
+    let first = app
+        .sms_verify(json!({ "phone": "+86 138 0013 8000", "code": code }))
+        .await;
     assert_eq!(first.status, 200);
     assert_eq!(first.body, json!({ "valid": true }));
 
-    let again = app.sms_verify(json!({ "phone": PHONE, "code": code })).await;
+    let again = app
+        .sms_verify(json!({ "phone": PHONE, "code": code }))
+        .await;
     assert_eq!(again.body, json!({ "valid": false, "attempts_left": 0 }));
 }
 
@@ -40,16 +48,29 @@ async fn wrong_codes_count_down_and_the_last_one_burns_the_code(backend: Backend
     let code = app.sms.last_code(PHONE);
 
     for left in [2, 1, 0] {
-        let answer = app.sms_verify(json!({ "phone": PHONE, "code": wrong(&code) })).await;
+        let answer = app
+            .sms_verify(json!({ "phone": PHONE, "code": wrong(&code) }))
+            .await;
         assert_eq!(answer.status, 200);
-        assert_eq!(answer.body, json!({ "valid": false, "attempts_left": left }));
+        assert_eq!(
+            answer.body,
+            json!({ "valid": false, "attempts_left": left })
+        );
     }
-    let burnt = app.sms_verify(json!({ "phone": PHONE, "code": code })).await;
-    assert_eq!(burnt.status, 429, "even the right code is refused once burnt");
+    let burnt = app
+        .sms_verify(json!({ "phone": PHONE, "code": code }))
+        .await;
+    assert_eq!(
+        burnt.status, 429,
+        "even the right code is refused once burnt"
+    );
     assert_eq!(burnt.error(), "rate_limited");
     assert_eq!(burnt.body["rule"], "phone 3/5m");
     let secs: u64 = burnt.retry_after.as_deref().unwrap().parse().unwrap();
-    assert!((299..=300).contains(&secs), "until the code expires: {secs}");
+    assert!(
+        (299..=300).contains(&secs),
+        "until the code expires: {secs}"
+    );
 
     let events = app.audit_events();
     assert_eq!(events[0].reason, "verify_attempts_exhausted");
@@ -57,10 +78,17 @@ async fn wrong_codes_count_down_and_the_last_one_burns_the_code(backend: Backend
     assert_eq!(events[0].subject, PHONE);
     assert_eq!(events.len(), 2, "the burn and the refused try after it");
 
-    app.sms_send(json!({ "phone": PHONE, "captcha_passed": true })).await;
+    app.sms_send(json!({ "phone": PHONE, "captcha_passed": true }))
+        .await;
     let fresh = app.sms.last_code(PHONE);
-    let answer = app.sms_verify(json!({ "phone": PHONE, "code": fresh })).await;
-    assert_eq!(answer.body, json!({ "valid": true }), "a new send starts afresh");
+    let answer = app
+        .sms_verify(json!({ "phone": PHONE, "code": fresh }))
+        .await;
+    assert_eq!(
+        answer.body,
+        json!({ "valid": true }),
+        "a new send starts afresh"
+    );
 }
 
 async fn a_new_send_replaces_the_previous_code(backend: Backend) {
@@ -79,7 +107,9 @@ async fn a_new_send_replaces_the_previous_code(backend: Backend) {
 
 async fn a_code_never_sent_is_invalid_with_no_attempts_left(backend: Backend) {
     let app = spawn_app(backend, |_| {}).await;
-    let answer = app.sms_verify(json!({ "phone": PHONE, "code": "123456" })).await;
+    let answer = app
+        .sms_verify(json!({ "phone": PHONE, "code": "123456" }))
+        .await;
     assert_eq!(answer.status, 200);
     assert_eq!(answer.body, json!({ "valid": false, "attempts_left": 0 }));
     assert!(app.audit_events().is_empty());
@@ -92,6 +122,8 @@ async fn an_expired_code_is_invalid_with_no_attempts_left() {
     app.sms_send(json!({ "phone": PHONE })).await;
     let code = app.sms.last_code(PHONE);
     clock.advance_ms(300_001);
-    let answer = app.sms_verify(json!({ "phone": PHONE, "code": code })).await;
+    let answer = app
+        .sms_verify(json!({ "phone": PHONE, "code": code }))
+        .await;
     assert_eq!(answer.body, json!({ "valid": false, "attempts_left": 0 }));
 }

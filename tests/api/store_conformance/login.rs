@@ -269,7 +269,7 @@ async fn a_lock_key_expires_escalation_reset_after_the_lock_ends(b: &Backend) {
     let policy = LoginPolicy {
         lock_after: 1,
         lock_ms: 200,
-        escalation_reset_ms: 400,
+        escalation_reset_ms: 800,
         ..policy()
     };
     let lock_key = b.keys.lock("user", "judy");
@@ -279,15 +279,15 @@ async fn a_lock_key_expires_escalation_reset_after_the_lock_ends(b: &Backend) {
             .locked_for_ms,
         Some(200)
     );
-    b.advance(450).await;
+    b.advance(500).await;
     assert!(b.exists(&lock_key).await, "kept for escalation");
     assert_eq!(
         b.login_state("judy", &policy).await.locked_retry_after_ms,
         None
     );
-    b.advance(151).await;
+    b.advance(501).await;
     assert!(
         !b.exists(&lock_key).await,
-        "gone 400 ms after the lock ended"
+        "gone 800 ms after the lock ended"
     );
 }

@@ -1,0 +1,191 @@
+//! The audit database: PostgreSQL in production, SQLite as the embedded
+//! default. All SQL lives below this module; each database has its own file
+//! because their types differ (UUID/TIMESTAMPTZ there, TEXT here).
+
+mod postgres;
+mod sqlite;
+
+use chrono::{DateTime, Utc};
+
+use super::query::{Cursor, EventFilter};
+use super::AuditEvent;
+
+#[derive(Debug, thiserror::Error)]
+pub enum AuditError {
+    #[error("audit database: {0}")]
+    Database(#[from] sqlx::Error),
+    #[error("audit database migration: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("audit database holds a row tollgate cannot read: {0}")]
+    Corrupt(String),
+    #[error("audit.database_url is not a sqlite: or postgres:// URL")]
+    UnsupportedUrl,
+}
+
+/// Rows per INSERT statement: 16 binds a row stays far below both databases'
+/// bind limits.
+const ROWS_PER_STATEMENT: usize = 1000;
+
+#[derive(Clone, Debug)]
+pub enum AuditDb {
+    Postgres(sqlx::PgPool),
+    Sqlite(sqlx::SqlitePool),
+}
+
+impl AuditDb {
+    /// A lazily connecting pool: a database that is down at start-up is retried
+    /// by the writer, not fatal.
+    pub fn connect_lazy(url: &str) -> Result<Self, AuditError> {
+        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            Ok(Self::Postgres(postgres::pool(url)?))
+        } else if url.starts_with("sqlite:") {
+            Ok(Self::Sqlite(sqlite::pool(url)?))
+        } else {
+            Err(AuditError::UnsupportedUrl)
+        }
+    }
+
+    pub async fn migrate(&self) -> Result<(), AuditError> {
+        match self {
+            Self::Postgres(pool) => sqlx::migrate!("./migrations/postgres").run(pool).await?,
+            Self::Sqlite(pool) => sqlx::migrate!("./migrations/sqlite").run(pool).await?,
+        }
+        Ok(())
+    }
+
+    /// Insert events; an id already present is skipped, which makes replays
+    /// after a crash idempotent. Returns the rows inserted.
+    pub async fn insert(&self, events: &[AuditEvent]) -> Result<u64, AuditError> {
+        let mut inserted = 0;
+        for chunk in events.chunks(ROWS_PER_STATEMENT) {
+            inserted += match self {
+                Self::Postgres(pool) => postgres::insert(pool, chunk).await?,
+                Self::Sqlite(pool) => sqlite::insert(pool, chunk).await?,
+            };
+        }
+        Ok(inserted)
+    }
+
+    /// Newest first, after `cursor`, at most `limit` rows.
+    pub async fn page(
+        &self,
+        filter: &EventFilter,
+        cursor: Option<&Cursor>,
+        limit: usize,
+    ) -> Result<Vec<AuditEvent>, AuditError> {
+        match self {
+            Self::Postgres(pool) => postgres::page(pool, filter, cursor, limit).await,
+            Self::Sqlite(pool) => sqlite::page(pool, filter, cursor, limit).await,
+        }
+    }
+
+    /// Delete rows older than `before`; returns how many.
+    pub async fn purge_before(&self, before: DateTime<Utc>) -> Result<u64, AuditError> {
+        match self {
+            Self::Postgres(pool) => postgres::purge_before(pool, before).await,
+            Self::Sqlite(pool) => sqlite::purge_before(pool, before).await,
+        }
+    }
+
+    pub async fn ping(&self) -> Result<(), AuditError> {
+        match self {
+            Self::Postgres(pool) => sqlx::query("SELECT 1").execute(pool).await.map(drop)?,
+            Self::Sqlite(pool) => sqlx::query("SELECT 1").execute(pool).await.map(drop)?,
+        }
+        Ok(())
+    }
+}
+
+const COLUMNS: &str = r#"id, occurred_at, action, decision, reason, subject_kind, subject, ip, rule, observed, "limit", window_ms, retry_after_ms, request_id, user_agent, shadow"#;
+
+/// Appends ` WHERE …` for a filter and a cursor to a query builder of either
+/// database; `$time` and `$id` turn a time and a UUID into that database's
+/// bind types.
+macro_rules! push_conditions {
+    ($qb:expr, $filter:expr, $cursor:expr, $time:expr, $id:expr) => {{
+        let filter: &$crate::audit::query::EventFilter = $filter;
+        let mut sep = " WHERE ";
+        macro_rules! cond {
+            ($sql:literal, $value:expr) => {{
+                $qb.push(sep).push($sql).push_bind($value);
+                sep = " AND ";
+            }};
+        }
+        if let Some(kind) = filter.subject_kind {
+            cond!("subject_kind = ", kind.as_str());
+        }
+        if let Some(subject) = &filter.subject {
+            cond!("subject = ", subject.clone());
+        }
+        if let Some(action) = filter.action {
+            cond!("action = ", action.as_str());
+        }
+        if let Some(decision) = filter.decision {
+            cond!("decision = ", decision.as_str());
+        }
+        if let Some(ip) = &filter.ip {
+            cond!("ip = ", ip.clone());
+        }
+        if let Some(since) = filter.since {
+            cond!("occurred_at >= ", $time(since));
+        }
+        if let Some(until) = filter.until {
+            cond!("occurred_at <= ", $time(until));
+        }
+        if let Some(cursor) = $cursor {
+            let cursor: &$crate::audit::query::Cursor = cursor;
+            $qb.push(sep)
+                .push("(occurred_at, id) < (")
+                .push_bind($time(cursor.occurred_at))
+                .push(", ")
+                .push_bind($id(cursor.id))
+                .push(")");
+        }
+        let _ = sep;
+    }};
+}
+use push_conditions;
+
+fn corrupt(what: &str, value: &str) -> AuditError {
+    AuditError::Corrupt(format!("{what} {value:?}"))
+}
+
+/// Rebuilds an event from a row's text columns (shared by both databases).
+#[allow(clippy::too_many_arguments)]
+fn event_from_columns(
+    id: uuid::Uuid,
+    occurred_at: DateTime<Utc>,
+    action: &str,
+    decision: &str,
+    reason: String,
+    subject_kind: &str,
+    subject: String,
+    ip: Option<String>,
+    rule: Option<String>,
+    numbers: [Option<i64>; 4],
+    request_id: Option<String>,
+    user_agent: Option<String>,
+    shadow: bool,
+) -> Result<AuditEvent, AuditError> {
+    let [observed, limit, window_ms, retry_after_ms] = numbers;
+    Ok(AuditEvent {
+        id,
+        occurred_at,
+        action: crate::domain::Action::parse(action).ok_or_else(|| corrupt("action", action))?,
+        decision: super::AuditDecision::parse(decision)
+            .ok_or_else(|| corrupt("decision", decision))?,
+        reason,
+        subject_kind: crate::domain::SubjectKind::parse(subject_kind)
+            .ok_or_else(|| corrupt("subject_kind", subject_kind))?,
+        subject,
+        ip,
+        rule,
+        observed,
+        limit,
+        window_ms,
+        retry_after_ms,
+        request_id,
+        user_agent,
+        shadow,
+    })
+}

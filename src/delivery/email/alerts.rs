@@ -1,0 +1,453 @@
+//! Admin alerts. Every audit event passes through [`AlertingSink`]; locks and
+//! SMS denials are copied to a background task that decides when the admins
+//! get a digest: when a subject is locked, or an SMS rule denies more than
+//! `email.alert_threshold` requests within `email.alert_window`; at most one
+//! email per `email.alert_interval`, telling what happened since the last one.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, SecondsFormat, Utc};
+use lettre::message::Mailbox;
+use serde::Serialize;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use super::mailer::{Mailer, Outgoing};
+use crate::audit::{AuditDecision, AuditEvent, AuditSink};
+use crate::delivery::{render_email, EmailKind};
+use crate::domain::Action;
+
+/// Events waiting for the alert task; more are dropped (alerts only, the
+/// audit trail itself is not affected).
+const ALERT_QUEUE: usize = 4096;
+/// Locks listed one by one in a digest; the rest are counted.
+const LISTED_LOCKS: usize = 50;
+
+/// `[email]` keys of the alerts.
+#[derive(Debug, Clone)]
+pub struct AlertSettings {
+    pub to: Vec<Mailbox>,
+    pub threshold: u32,
+    pub window: Duration,
+    pub interval: Duration,
+    pub locale: String,
+}
+
+/// Forwards every event to the inner sink and copies the alert-worthy ones to
+/// the alert task. Never waits.
+pub struct AlertingSink {
+    inner: Arc<dyn AuditSink>,
+    tx: mpsc::Sender<AuditEvent>,
+}
+
+impl AlertingSink {
+    /// Wraps `inner` and spawns the alert task on the current Tokio runtime.
+    pub fn start(
+        inner: Arc<dyn AuditSink>,
+        settings: AlertSettings,
+        mailer: Mailer,
+    ) -> (Self, JoinHandle<()>) {
+        let (tx, rx) = mpsc::channel(ALERT_QUEUE);
+        let task = tokio::spawn(run(rx, settings, mailer));
+        (Self { inner, tx }, task)
+    }
+}
+
+/// Locks (user locks, IP blocks) and denials of the SMS actions.
+fn alert_worthy(event: &AuditEvent) -> bool {
+    match event.decision {
+        AuditDecision::Lock => true,
+        AuditDecision::Deny => matches!(event.action, Action::SmsSend | Action::SmsVerify),
+        AuditDecision::Challenge | AuditDecision::Unblock => false,
+    }
+}
+
+#[async_trait]
+impl AuditSink for AlertingSink {
+    fn record(&self, event: AuditEvent) {
+        if alert_worthy(&event) {
+            if let Err(mpsc::error::TrySendError::Full(_)) = self.tx.try_send(event.clone()) {
+                tracing::warn!("admin alert queue full: event not counted for alerts");
+            }
+        }
+        self.inner.record(event);
+    }
+
+    async fn flush(&self) {
+        self.inner.flush().await;
+    }
+
+    async fn ready(&self) -> bool {
+        self.inner.ready().await
+    }
+}
+
+async fn run(mut rx: mpsc::Receiver<AuditEvent>, settings: AlertSettings, mailer: Mailer) {
+    let mut watch = Watch::new(
+        settings.threshold,
+        settings.window,
+        settings.interval,
+        Utc::now(),
+    );
+    loop {
+        let next = watch.next_send();
+        // A disabled branch's future is still built: give it some instant.
+        let sleep =
+            tokio::time::sleep_until(next.unwrap_or_else(|| Instant::now() + settings.interval));
+        tokio::select! {
+            event = rx.recv() => match event {
+                Some(event) => watch.observe(&event, Instant::now()),
+                None => break,
+            },
+            _ = sleep, if next.is_some() => {
+                if let Some(digest) = watch.take_digest(Instant::now(), Utc::now()) {
+                    send_digest(&mailer, &settings, digest);
+                }
+            }
+        }
+    }
+}
+
+fn send_digest(mailer: &Mailer, settings: &AlertSettings, digest: Digest) {
+    match render_email(EmailKind::AlertDigest, Some(&settings.locale), &digest) {
+        Ok(email) => mailer.enqueue(Outgoing {
+            kind: EmailKind::AlertDigest,
+            to: settings.to.clone(),
+            email,
+        }),
+        Err(e) => tracing::error!(error = %e, "cannot render the admin alert digest"),
+    }
+}
+
+/// What a digest tells (the variables of `templates/email/*/alert_digest.txt`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Digest {
+    pub since: String,
+    pub until: String,
+    pub locks: Vec<LockSeen>,
+    pub more_locks: u64,
+    pub rules: Vec<RuleOverThreshold>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LockSeen {
+    pub kind: String,
+    pub subject: String,
+    pub reason: String,
+    pub rule: Option<String>,
+    pub minutes: u64,
+    pub at: String,
+    pub shadow: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RuleOverThreshold {
+    pub action: String,
+    pub rule: String,
+    pub denials: u64,
+    pub threshold: u32,
+    pub window: String,
+}
+
+#[derive(Debug, Default)]
+struct RuleCount {
+    /// Times of the latest denials, at most `threshold + 1` of them.
+    recent: VecDeque<Instant>,
+    /// Denials since the last digest.
+    since_last: u64,
+    /// More than `threshold` within the window since the last digest.
+    over: bool,
+}
+
+/// The alert state, apart from time and sending so it can be tested alone.
+#[derive(Debug)]
+struct Watch {
+    threshold: u32,
+    window: Duration,
+    interval: Duration,
+    last_sent: Option<Instant>,
+    /// When something first waited for the next digest.
+    pending_since: Option<Instant>,
+    since: DateTime<Utc>,
+    locks: Vec<LockSeen>,
+    more_locks: u64,
+    rules: BTreeMap<(String, String), RuleCount>,
+}
+
+impl Watch {
+    fn new(threshold: u32, window: Duration, interval: Duration, started: DateTime<Utc>) -> Self {
+        Self {
+            threshold,
+            window,
+            interval,
+            last_sent: None,
+            pending_since: None,
+            since: started,
+            locks: Vec::new(),
+            more_locks: 0,
+            rules: BTreeMap::new(),
+        }
+    }
+
+    fn observe(&mut self, event: &AuditEvent, now: Instant) {
+        if !alert_worthy(event) {
+            return;
+        }
+        let alerting = match event.decision {
+            AuditDecision::Lock => {
+                if self.locks.len() < LISTED_LOCKS {
+                    self.locks.push(LockSeen {
+                        kind: event.subject_kind.to_string(),
+                        subject: event.subject.clone(),
+                        reason: event.reason.clone(),
+                        rule: event.rule.clone(),
+                        minutes: (event.retry_after_ms.unwrap_or(0).max(0) as u64).div_ceil(60_000),
+                        at: event.occurred_at.to_rfc3339_opts(SecondsFormat::Secs, true),
+                        shadow: event.shadow,
+                    });
+                } else {
+                    self.more_locks += 1;
+                }
+                true
+            }
+            AuditDecision::Deny => {
+                // Denials without a rule (region_blocked) are grouped by reason.
+                let rule = event.rule.clone().unwrap_or_else(|| event.reason.clone());
+                let count = self
+                    .rules
+                    .entry((event.action.to_string(), rule))
+                    .or_default();
+                count.since_last += 1;
+                count.recent.push_back(now);
+                let keep = self.threshold as usize + 1;
+                while count.recent.len() > keep {
+                    count.recent.pop_front();
+                }
+                let over = count.recent.len() == keep
+                    && count
+                        .recent
+                        .front()
+                        .is_some_and(|first| now.duration_since(*first) < self.window);
+                if over {
+                    count.over = true;
+                }
+                over
+            }
+            AuditDecision::Challenge | AuditDecision::Unblock => false,
+        };
+        if alerting && self.pending_since.is_none() {
+            self.pending_since = Some(now);
+        }
+    }
+
+    /// When the next digest may go out; `None` while nothing waits for one.
+    fn next_send(&self) -> Option<Instant> {
+        let pending = self.pending_since?;
+        Some(match self.last_sent {
+            Some(sent) => (sent + self.interval).max(pending),
+            None => pending,
+        })
+    }
+
+    /// The digest, if one is due at `now`; starts the next period.
+    fn take_digest(&mut self, now: Instant, wall: DateTime<Utc>) -> Option<Digest> {
+        if self.next_send().is_none_or(|due| due > now) {
+            return None;
+        }
+        let rules = self
+            .rules
+            .iter_mut()
+            .filter(|(_, count)| count.over)
+            .map(|((action, rule), count)| RuleOverThreshold {
+                action: action.clone(),
+                rule: rule.clone(),
+                denials: count.since_last,
+                threshold: self.threshold,
+                window: humantime::format_duration(self.window).to_string(),
+            })
+            .collect();
+        for count in self.rules.values_mut() {
+            count.since_last = 0;
+            count.over = false;
+        }
+        // Rules quiet for a whole window are forgotten, so the map stays small.
+        let window = self.window;
+        self.rules.retain(|_, count| {
+            count
+                .recent
+                .back()
+                .is_some_and(|last| now.duration_since(*last) < window)
+        });
+        let digest = Digest {
+            since: self.since.to_rfc3339_opts(SecondsFormat::Secs, true),
+            until: wall.to_rfc3339_opts(SecondsFormat::Secs, true),
+            locks: std::mem::take(&mut self.locks),
+            more_locks: std::mem::take(&mut self.more_locks),
+            rules,
+        };
+        self.since = wall;
+        self.last_sent = Some(now);
+        self.pending_since = None;
+        Some(digest)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::{Rule, Subject, SubjectKind};
+
+    const MIN: Duration = Duration::from_secs(60);
+
+    fn watch(threshold: u32) -> Watch {
+        Watch::new(threshold, 5 * MIN, 60 * MIN, Utc::now())
+    }
+
+    fn lock(user: &str) -> AuditEvent {
+        let rule = Rule::new(SubjectKind::User, 10, 60 * MIN);
+        AuditEvent::new(
+            Action::LoginAttempt,
+            AuditDecision::Lock,
+            "too_many_failures",
+            &Subject::new(SubjectKind::User, user),
+        )
+        .rule(&rule, 10)
+        .retry_after_ms(15 * 60_000)
+    }
+
+    fn sms_denial(phone: &str) -> AuditEvent {
+        let rule = Rule::new(SubjectKind::Phone, 5, 60 * MIN);
+        AuditEvent::new(
+            Action::SmsSend,
+            AuditDecision::Deny,
+            "rate_limited",
+            &Subject::new(SubjectKind::Phone, phone),
+        )
+        .rule(&rule, 5)
+    }
+
+    #[test]
+    fn a_lock_makes_a_digest_due_at_once() {
+        let mut w = watch(100);
+        let t0 = Instant::now();
+        assert_eq!(w.next_send(), None);
+        w.observe(&lock("alice"), t0);
+        assert_eq!(w.next_send(), Some(t0));
+        let digest = w.take_digest(t0, Utc::now()).expect("due");
+        assert_eq!(digest.locks.len(), 1);
+        assert_eq!(digest.locks[0].subject, "alice");
+        assert_eq!(digest.locks[0].minutes, 15);
+        assert!(digest.rules.is_empty());
+        assert_eq!(w.next_send(), None, "nothing waits after a digest");
+    }
+
+    #[test]
+    fn the_next_digest_waits_for_the_interval_and_holds_what_happened_since() {
+        let mut w = watch(100);
+        let t0 = Instant::now();
+        w.observe(&lock("alice"), t0);
+        w.take_digest(t0, Utc::now()).expect("first digest");
+
+        w.observe(&lock("bob"), t0 + MIN);
+        w.observe(&lock("carol"), t0 + 2 * MIN);
+        assert_eq!(w.next_send(), Some(t0 + 60 * MIN));
+        assert!(
+            w.take_digest(t0 + 59 * MIN, Utc::now()).is_none(),
+            "not before the interval"
+        );
+        let digest = w
+            .take_digest(t0 + 60 * MIN, Utc::now())
+            .expect("due after the interval");
+        let users: Vec<&str> = digest.locks.iter().map(|l| l.subject.as_str()).collect();
+        assert_eq!(users, ["bob", "carol"]);
+    }
+
+    #[test]
+    fn an_sms_rule_alerts_only_above_the_threshold_within_the_window() {
+        let mut w = watch(3);
+        let t0 = Instant::now();
+        let secs = Duration::from_secs;
+        for i in 0..3 {
+            w.observe(&sms_denial("+8613800138000"), t0 + secs(i));
+        }
+        assert_eq!(w.next_send(), None, "3 denials are not more than 3");
+
+        // Three more, but the first ones have left the 5-minute window.
+        let later = t0 + 5 * MIN + secs(10);
+        for i in 0..3 {
+            w.observe(&sms_denial("+8613800138000"), later + secs(i));
+        }
+        assert_eq!(w.next_send(), None, "3 within the window");
+
+        w.observe(&sms_denial("+8613900139000"), later + secs(3));
+        assert_eq!(
+            w.next_send(),
+            Some(later + secs(3)),
+            "4 denials within 5 minutes"
+        );
+        let digest = w.take_digest(later + secs(3), Utc::now()).unwrap();
+        assert_eq!(
+            digest.rules,
+            vec![RuleOverThreshold {
+                action: "sms_send".into(),
+                rule: "phone 5/1h".into(),
+                denials: 7,
+                threshold: 3,
+                window: "5m".into(),
+            }]
+        );
+        assert!(digest.locks.is_empty());
+    }
+
+    #[test]
+    fn challenges_and_login_denials_do_not_alert() {
+        let mut w = watch(1);
+        let subject = Subject::new(SubjectKind::User, "alice");
+        let t0 = Instant::now();
+        for _ in 0..5 {
+            w.observe(
+                &AuditEvent::new(
+                    Action::LoginAttempt,
+                    AuditDecision::Deny,
+                    "user_locked",
+                    &subject,
+                ),
+                t0,
+            );
+            w.observe(
+                &AuditEvent::new(
+                    Action::SmsSend,
+                    AuditDecision::Challenge,
+                    "captcha_required",
+                    &subject,
+                ),
+                t0,
+            );
+        }
+        assert_eq!(w.next_send(), None);
+        assert!(!alert_worthy(&AuditEvent::new(
+            Action::LoginAttempt,
+            AuditDecision::Deny,
+            "ip_blocked",
+            &subject
+        )));
+        assert!(alert_worthy(&lock("alice")));
+        assert!(alert_worthy(&sms_denial("+8613800138000")));
+    }
+
+    #[test]
+    fn a_flood_of_locks_lists_the_first_ones_and_counts_the_rest() {
+        let mut w = watch(100);
+        let t0 = Instant::now();
+        for i in 0..(LISTED_LOCKS + 7) {
+            w.observe(&lock(&format!("user{i}")), t0);
+        }
+        let digest = w.take_digest(t0, Utc::now()).unwrap();
+        assert_eq!(digest.locks.len(), LISTED_LOCKS);
+        assert_eq!(digest.more_locks, 7);
+    }
+}

@@ -1,0 +1,95 @@
+//! Email through lettre (async SMTP): the lockout notice to an account's owner
+//! and the admin alert digest. `email.smtp_url` empty turns both off.
+//!
+//! Nothing here sits on a request's path: notices and digests go to a bounded
+//! queue served by one background task ([`mailer`]), which retries transient
+//! SMTP failures with backoff and logs what it could not send.
+
+mod alerts;
+mod mailer;
+mod notice;
+
+use std::sync::Arc;
+
+use lettre::message::Mailbox;
+
+pub use alerts::{AlertSettings, AlertingSink};
+pub use mailer::{Mailer, MailerConfig, Outgoing};
+pub use notice::{mask_email, EmailLockNotifier, LockNotice, LockNotifier, NoNotices};
+
+use super::SetupError;
+use crate::audit::AuditSink;
+use crate::settings::EmailSettings;
+
+/// Email as `[email]` configures it.
+pub struct Email {
+    mailer: Option<Mailer>,
+    alerts: Option<AlertSettings>,
+}
+
+impl Email {
+    /// Checks the addresses and, unless `smtp_url` is empty, starts the mail
+    /// task on the current Tokio runtime.
+    pub fn start(settings: &EmailSettings) -> Result<Self, SetupError> {
+        Self::start_with(settings, MailerConfig::default())
+    }
+
+    pub fn start_with(settings: &EmailSettings, config: MailerConfig) -> Result<Self, SetupError> {
+        if settings.smtp_url.expose().is_empty() {
+            return Ok(Self {
+                mailer: None,
+                alerts: None,
+            });
+        }
+        let to = settings
+            .admin_alerts_to
+            .iter()
+            .enumerate()
+            .map(|(i, address)| {
+                address.parse::<Mailbox>().map_err(|e| {
+                    SetupError::invalid(
+                        &format!("email.admin_alerts_to[{i}]"),
+                        format!("is not an email address: {e}"),
+                    )
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        // The task ends by itself once every `Mailer` is dropped and its queue is empty.
+        let (mailer, _task) = Mailer::start(settings, config)?;
+        let alerts = (!to.is_empty()).then(|| AlertSettings {
+            to,
+            threshold: settings.alert_threshold,
+            window: settings.alert_window,
+            interval: settings.alert_interval,
+            locale: settings.admin_locale.clone(),
+        });
+        Ok(Self {
+            mailer: Some(mailer),
+            alerts,
+        })
+    }
+
+    pub fn enabled(&self) -> bool {
+        self.mailer.is_some()
+    }
+
+    /// Where `LoginGuard` sends lockout notices.
+    pub fn lock_notifier(&self) -> Arc<dyn LockNotifier> {
+        match &self.mailer {
+            Some(mailer) => Arc::new(EmailLockNotifier::new(mailer.clone())),
+            None => Arc::new(NoNotices),
+        }
+    }
+
+    /// The audit sink to use: `inner` itself, or, when admin alerts are on,
+    /// `inner` behind an [`AlertingSink`] (which starts the alert task).
+    pub fn alerting(&self, inner: Arc<dyn AuditSink>) -> Arc<dyn AuditSink> {
+        match (&self.mailer, &self.alerts) {
+            // The task ends by itself once the sink is dropped.
+            (Some(mailer), Some(alerts)) => {
+                Arc::new(AlertingSink::start(inner, alerts.clone(), mailer.clone()).0)
+            }
+            _ => inner,
+        }
+    }
+}

@@ -1,0 +1,104 @@
+//! The lockout notice: one email to `notify_email` per lock. The address goes
+//! from the request to the mail queue and nowhere else.
+
+use std::time::Duration;
+
+use chrono::{SecondsFormat, Utc};
+use lettre::message::Mailbox;
+use serde::Serialize;
+
+use super::mailer::{Mailer, Outgoing};
+use crate::delivery::{render_email, EmailKind};
+
+/// What the owner of a just-locked account is told.
+#[derive(Debug, Clone)]
+pub struct LockNotice {
+    /// `notify_email` of the attempt that locked the account.
+    pub to: String,
+    pub user: String,
+    pub locked_for: Duration,
+    /// The client IP of that attempt, when known.
+    pub ip: Option<String>,
+    pub locale: Option<String>,
+}
+
+/// Tells an account's owner about a lock. Never waits.
+pub trait LockNotifier: Send + Sync {
+    fn lock_notice(&self, notice: LockNotice);
+}
+
+/// Email is off (`email.smtp_url` empty): notices go nowhere.
+#[derive(Debug, Default)]
+pub struct NoNotices;
+
+impl LockNotifier for NoNotices {
+    fn lock_notice(&self, _notice: LockNotice) {}
+}
+
+pub struct EmailLockNotifier {
+    mailer: Mailer,
+}
+
+impl EmailLockNotifier {
+    pub fn new(mailer: Mailer) -> Self {
+        Self { mailer }
+    }
+}
+
+#[derive(Serialize)]
+struct Vars<'a> {
+    user: &'a str,
+    locked_minutes: u64,
+    locked_until: String,
+    ip: &'a str,
+}
+
+impl LockNotifier for EmailLockNotifier {
+    fn lock_notice(&self, notice: LockNotice) {
+        let to: Mailbox = match notice.to.parse() {
+            Ok(to) => to,
+            Err(e) => {
+                tracing::warn!(to = %mask_email(&notice.to), error = %e, "notify_email is not deliverable: no lock notice");
+                return;
+            }
+        };
+        let until = Utc::now()
+            + chrono::Duration::from_std(notice.locked_for).unwrap_or(chrono::Duration::zero());
+        let vars = Vars {
+            user: &notice.user,
+            locked_minutes: notice.locked_for.as_secs().div_ceil(60),
+            locked_until: until.to_rfc3339_opts(SecondsFormat::Secs, true),
+            ip: notice.ip.as_deref().unwrap_or(""),
+        };
+        match render_email(EmailKind::LockNotice, notice.locale.as_deref(), vars) {
+            Ok(email) => self.mailer.enqueue(Outgoing {
+                kind: EmailKind::LockNotice,
+                to: vec![to],
+                email,
+            }),
+            Err(e) => tracing::error!(error = %e, "cannot render the lock notice"),
+        }
+    }
+}
+
+/// `alice@example.com` → `a***@example.com`, for logs.
+pub fn mask_email(address: &str) -> String {
+    match address.rsplit_once('@') {
+        Some((local, domain)) => {
+            let first: String = local.chars().take(1).collect();
+            format!("{first}***@{domain}")
+        }
+        None => "***".to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::mask_email;
+
+    #[test]
+    fn logged_addresses_keep_only_the_first_letter_and_the_domain() {
+        assert_eq!(mask_email("alice@example.com"), "a***@example.com");
+        assert_eq!(mask_email("not-an-address"), "***");
+    }
+}

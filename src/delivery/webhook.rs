@@ -1,0 +1,68 @@
+//! `sms.provider.kind = "webhook"`: POST `{"to", "body", "locale", "request_id"}`
+//! as JSON to `sms.provider.url` with the configured headers; any 2xx is success.
+
+use async_trait::async_trait;
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use serde::Serialize;
+
+use super::{http_client, DeliveryError, SetupError, SmsMessage, SmsSender};
+use crate::settings::SmsProviderSettings;
+
+pub struct WebhookSender {
+    http: reqwest::Client,
+    url: String,
+}
+
+#[derive(Serialize)]
+struct Payload<'a> {
+    to: &'a str,
+    body: &'a str,
+    locale: &'a str,
+    request_id: &'a str,
+}
+
+impl WebhookSender {
+    pub fn new(settings: &SmsProviderSettings) -> Result<Self, SetupError> {
+        let mut headers = HeaderMap::new();
+        for (name, value) in &settings.headers {
+            let key = format!("sms.provider.headers.{name}");
+            let header_name = HeaderName::from_bytes(name.as_bytes())
+                .map_err(|_| SetupError::invalid(&key, "is not a valid HTTP header name"))?;
+            let mut header_value = HeaderValue::from_str(value.expose())
+                .map_err(|_| SetupError::invalid(&key, "is not a valid HTTP header value"))?;
+            header_value.set_sensitive(true);
+            headers.insert(header_name, header_value);
+        }
+        Ok(Self {
+            http: http_client(settings.timeout, headers)?,
+            url: settings.url.clone(),
+        })
+    }
+}
+
+#[async_trait]
+impl SmsSender for WebhookSender {
+    async fn send(&self, message: &SmsMessage) -> Result<(), DeliveryError> {
+        let payload = Payload {
+            to: &message.to,
+            body: &message.body,
+            locale: &message.locale,
+            request_id: &message.request_id,
+        };
+        let response = self
+            .http
+            .post(&self.url)
+            .json(&payload)
+            .send()
+            .await
+            .map_err(DeliveryError::from_reqwest)?;
+        let status = response.status();
+        if status.is_success() {
+            Ok(())
+        } else {
+            Err(DeliveryError::Rejected(format!(
+                "webhook answered {status}"
+            )))
+        }
+    }
+}

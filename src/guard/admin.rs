@@ -1,0 +1,175 @@
+//! What admins see of a subject's live state, and lifting its blocks.
+
+use chrono::{DateTime, SubsecRound, Utc};
+use serde::Serialize;
+
+use super::{GuardContext, Policy, RequestInfo};
+use crate::audit::{AuditDecision, AuditEvent};
+use crate::domain::{Action, Rule, Subject, SubjectKind};
+use crate::store::{StoreError, WindowSpec};
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct WindowState {
+    pub action: Action,
+    pub rule: String,
+    pub count: u32,
+    pub limit: u32,
+    pub window_ms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SubjectState {
+    pub kind: SubjectKind,
+    pub id: String,
+    pub locked_until: Option<DateTime<Utc>>,
+    pub captcha_required: bool,
+    pub windows: Vec<WindowState>,
+}
+
+pub struct SubjectAdmin {
+    ctx: GuardContext,
+}
+
+/// The windows an admin sees for one (subject, action): enforced rules and
+/// captcha tiers, each with the rule that defines it.
+struct Watched {
+    action: Action,
+    rules: Vec<(Rule, WindowSpec)>,
+}
+
+fn watched(policy: &Policy, kind: SubjectKind) -> Vec<Watched> {
+    let enforce = |rules: &[Rule]| rules.iter().map(|r| (*r, r.enforce())).collect::<Vec<_>>();
+    let sms = |mut rules: Vec<(Rule, WindowSpec)>, gate: Option<Rule>| {
+        rules.extend(gate.map(|g| (g, g.gate())));
+        Watched {
+            action: Action::SmsSend,
+            rules,
+        }
+    };
+    match kind {
+        SubjectKind::Phone => vec![sms(
+            enforce(&policy.phone_rules),
+            Some(policy.sms_phone_captcha),
+        )],
+        SubjectKind::Prefix => vec![sms(enforce(&policy.prefix_rules), None)],
+        SubjectKind::Global => vec![sms(enforce(&policy.global_rules), None)],
+        SubjectKind::Ip => vec![
+            sms(enforce(&policy.ip_rules), Some(policy.sms_ip_captcha)),
+            Watched {
+                action: Action::LoginAttempt,
+                rules: vec![
+                    (policy.ip_captcha, policy.ip_captcha.gate()),
+                    (policy.ip_block, policy.ip_block.enforce()),
+                ],
+            },
+        ],
+        SubjectKind::User => vec![Watched {
+            action: Action::LoginAttempt,
+            rules: vec![
+                (policy.user_captcha, policy.user_captcha.gate()),
+                (policy.user_lock, policy.user_lock.enforce()),
+            ],
+        }],
+    }
+}
+
+/// The actions whose windows a subject kind can have.
+fn actions(kind: SubjectKind) -> &'static [Action] {
+    match kind {
+        SubjectKind::Phone | SubjectKind::Prefix | SubjectKind::Global => &[Action::SmsSend],
+        SubjectKind::Ip => &[Action::SmsSend, Action::LoginAttempt],
+        SubjectKind::User => &[Action::LoginAttempt],
+    }
+}
+
+impl SubjectAdmin {
+    pub fn new(ctx: GuardContext) -> Self {
+        Self { ctx }
+    }
+
+    pub async fn state(&self, subject: &Subject) -> Result<SubjectState, StoreError> {
+        let policy = self.ctx.policy.current();
+        let keys = &self.ctx.keys;
+        let kind = subject.kind.as_str();
+        let now = Utc::now();
+        let mut windows = Vec::new();
+        let mut locked_until = None;
+        let mut captcha_required = false;
+
+        for watched in watched(&policy, subject.kind) {
+            let key = keys.window(kind, &subject.id, watched.action.as_str());
+            let specs: Vec<WindowSpec> = watched.rules.iter().map(|(_, spec)| *spec).collect();
+            let peek = self.ctx.store.peek(&key, &specs).await?;
+            for (i, (rule, spec)) in watched.rules.iter().enumerate() {
+                let count = peek.counts.get(i).copied().unwrap_or(0);
+                let full = count >= rule.limit;
+                if full && spec.mode == crate::store::WindowMode::Gate {
+                    captcha_required = true;
+                }
+                // An IP is blocked while its login failures fill the block window.
+                if full
+                    && subject.kind == SubjectKind::Ip
+                    && *rule == policy.ip_block
+                    && watched.action == Action::LoginAttempt
+                {
+                    let retry = peek.retry_after_ms.get(i).copied().unwrap_or(0);
+                    locked_until = Some(now + chrono::Duration::milliseconds(retry as i64));
+                }
+                windows.push(WindowState {
+                    action: watched.action,
+                    rule: rule.name(),
+                    count,
+                    limit: rule.limit,
+                    window_ms: rule.window_ms(),
+                });
+            }
+        }
+        if subject.kind == SubjectKind::User {
+            let window_key = keys.window(kind, &subject.id, Action::LoginAttempt.as_str());
+            let lock_key = keys.lock(kind, &subject.id);
+            let login = self
+                .ctx
+                .store
+                .login_state(&window_key, &lock_key, &policy.login_store)
+                .await?;
+            if let Some(retry) = login.locked_retry_after_ms {
+                locked_until = Some(now + chrono::Duration::milliseconds(retry as i64));
+            }
+        }
+        Ok(SubjectState {
+            kind: subject.kind,
+            id: subject.id.clone(),
+            locked_until: locked_until.map(|t| t.trunc_subsecs(3)),
+            captcha_required,
+            windows,
+        })
+    }
+
+    /// Clear every window and the lock of a subject (a phone's pending or burnt
+    /// code too); audited as `unblock`.
+    pub async fn unblock(
+        &self,
+        subject: &Subject,
+        info: &RequestInfo,
+    ) -> Result<SubjectState, StoreError> {
+        let keys = &self.ctx.keys;
+        let kind = subject.kind.as_str();
+        let mut doomed: Vec<String> = actions(subject.kind)
+            .iter()
+            .map(|action| keys.window(kind, &subject.id, action.as_str()))
+            .collect();
+        doomed.push(keys.lock(kind, &subject.id));
+        if subject.kind == SubjectKind::Phone {
+            doomed.push(keys.otp(kind, &subject.id));
+        }
+        self.ctx.store.delete(&doomed).await?;
+        let event = AuditEvent::new(
+            Action::Admin,
+            AuditDecision::Unblock,
+            "admin_unblock",
+            subject,
+        );
+        self.ctx.audit(info, event);
+        self.state(subject).await
+    }
+}

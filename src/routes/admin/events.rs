@@ -1,0 +1,266 @@
+use actix_web::http::header;
+use actix_web::{web, HttpRequest, HttpResponse};
+use chrono::{DateTime, Utc};
+use futures::StreamExt;
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::audit::query::{Cursor, EventFilter};
+use crate::audit::{rfc3339_ms, AuditDb, AuditDecision, AuditEvent};
+use crate::domain::{Action, SubjectKind};
+use crate::error::ApiError;
+use crate::routes::AppState;
+
+const DEFAULT_LIMIT: usize = 100;
+const MAX_LIMIT: usize = 500;
+/// Rows per database round trip while streaming CSV.
+const CSV_PAGE: usize = 500;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EventsQuery {
+    subject_kind: Option<String>,
+    subject: Option<String>,
+    action: Option<String>,
+    decision: Option<String>,
+    ip: Option<String>,
+    since: Option<String>,
+    until: Option<String>,
+    limit: Option<String>,
+    cursor: Option<String>,
+}
+
+/// Empty parameters (as HTML forms send them) mean "no filter".
+fn given(value: &Option<String>) -> Option<&str> {
+    value.as_deref().map(str::trim).filter(|v| !v.is_empty())
+}
+
+fn parse_time(name: &str, value: &Option<String>) -> Result<Option<DateTime<Utc>>, ApiError> {
+    given(value)
+        .map(|raw| {
+            DateTime::parse_from_rfc3339(raw)
+                .map(|t| t.with_timezone(&Utc))
+                .map_err(|_| ApiError::InvalidRequest(format!("{name} must be an RFC 3339 time")))
+        })
+        .transpose()
+}
+
+fn parse_enum<T>(
+    name: &str,
+    value: &Option<String>,
+    parse: impl Fn(&str) -> Option<T>,
+) -> Result<Option<T>, ApiError> {
+    given(value)
+        .map(|raw| {
+            parse(raw).ok_or_else(|| ApiError::InvalidRequest(format!("unknown {name} {raw:?}")))
+        })
+        .transpose()
+}
+
+struct Parsed {
+    filter: EventFilter,
+    limit: Option<usize>,
+    cursor: Option<Cursor>,
+}
+
+impl EventsQuery {
+    fn parse(&self) -> Result<Parsed, ApiError> {
+        let subject_kind = parse_enum("subject_kind", &self.subject_kind, SubjectKind::parse)?;
+        let subject = self.subject.as_deref().and_then(|raw| {
+            // A raw `+` in a query string arrives as a space: `subject=+8613800138000`.
+            let fixed = match raw.strip_prefix(' ') {
+                Some(rest) if rest.starts_with(|c: char| c.is_ascii_digit()) => format!("+{rest}"),
+                _ => raw.trim().to_string(),
+            };
+            (!fixed.is_empty()).then_some(fixed)
+        });
+        let limit = given(&self.limit)
+            .map(|raw| match raw.parse::<usize>() {
+                Ok(n) if (1..=MAX_LIMIT).contains(&n) => Ok(n),
+                _ => Err(ApiError::InvalidRequest(format!(
+                    "limit must be between 1 and {MAX_LIMIT}"
+                ))),
+            })
+            .transpose()?;
+        let cursor = given(&self.cursor)
+            .map(|raw| {
+                Cursor::decode(raw).ok_or_else(|| {
+                    ApiError::InvalidRequest("cursor is not one this API gave".into())
+                })
+            })
+            .transpose()?;
+        Ok(Parsed {
+            filter: EventFilter {
+                subject_kind,
+                subject,
+                action: parse_enum("action", &self.action, Action::parse)?,
+                decision: parse_enum("decision", &self.decision, AuditDecision::parse)?,
+                ip: given(&self.ip).map(str::to_string),
+                since: parse_time("since", &self.since)?,
+                until: parse_time("until", &self.until)?,
+            },
+            limit,
+            cursor,
+        })
+    }
+}
+
+fn audit_db(state: &AppState) -> Result<&AuditDb, ApiError> {
+    state.audit_db.as_ref().ok_or(ApiError::AuditUnavailable)
+}
+
+fn db_error(e: crate::audit::AuditError) -> ApiError {
+    tracing::warn!(error = %e, "admin query failed");
+    ApiError::AuditUnavailable
+}
+
+pub async fn list(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    query: web::Query<EventsQuery>,
+) -> Result<HttpResponse, ApiError> {
+    state.access.admin(&req)?;
+    let Parsed {
+        filter,
+        limit,
+        cursor,
+    } = query.parse()?;
+    let limit = limit.unwrap_or(DEFAULT_LIMIT);
+    // One row more than asked tells whether another page exists.
+    let mut events = audit_db(&state)?
+        .page(&filter, cursor.as_ref(), limit + 1)
+        .await
+        .map_err(db_error)?;
+    let next_cursor = if events.len() > limit {
+        events.truncate(limit);
+        events.last().map(|e| {
+            Cursor {
+                occurred_at: e.occurred_at,
+                id: e.id,
+            }
+            .encode()
+        })
+    } else {
+        None
+    };
+    Ok(HttpResponse::Ok().json(json!({ "events": events, "next_cursor": next_cursor })))
+}
+
+const CSV_HEADER: [&str; 16] = [
+    "id",
+    "occurred_at",
+    "action",
+    "decision",
+    "reason",
+    "subject_kind",
+    "subject",
+    "ip",
+    "rule",
+    "observed",
+    "limit",
+    "window_ms",
+    "retry_after_ms",
+    "request_id",
+    "user_agent",
+    "shadow",
+];
+
+fn csv_rows(events: &[AuditEvent], header: bool) -> Result<web::Bytes, csv::Error> {
+    let mut out = csv::Writer::from_writer(Vec::with_capacity(events.len() * 200));
+    if header {
+        out.write_record(CSV_HEADER)?;
+    }
+    let opt = |v: &Option<String>| v.clone().unwrap_or_default();
+    let num = |v: Option<i64>| v.map(|n| n.to_string()).unwrap_or_default();
+    for e in events {
+        out.write_record([
+            e.id.to_string(),
+            rfc3339_ms::format(&e.occurred_at),
+            e.action.as_str().to_string(),
+            e.decision.as_str().to_string(),
+            e.reason.clone(),
+            e.subject_kind.as_str().to_string(),
+            e.subject.clone(),
+            opt(&e.ip),
+            opt(&e.rule),
+            num(e.observed),
+            num(e.limit),
+            num(e.window_ms),
+            num(e.retry_after_ms),
+            opt(&e.request_id),
+            opt(&e.user_agent),
+            e.shadow.to_string(),
+        ])?;
+    }
+    out.into_inner()
+        .map(web::Bytes::from)
+        .map_err(|e| csv::Error::from(e.into_error()))
+}
+
+/// The same filters as the JSON list, streamed page by page; `limit`, when
+/// given, caps the rows.
+pub async fn csv(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    query: web::Query<EventsQuery>,
+) -> Result<HttpResponse, ApiError> {
+    state.access.admin(&req)?;
+    let Parsed {
+        filter,
+        limit,
+        cursor,
+    } = query.parse()?;
+    let db = audit_db(&state)?.clone();
+    let header = csv_rows(&[], true).map_err(|e| ApiError::Internal(e.into()))?;
+    struct Walk {
+        db: AuditDb,
+        filter: EventFilter,
+        cursor: Option<Cursor>,
+        left: usize,
+        done: bool,
+    }
+    let walk = Walk {
+        db,
+        filter,
+        cursor,
+        left: limit.unwrap_or(usize::MAX),
+        done: false,
+    };
+    let rows = futures::stream::unfold(walk, |mut walk| async move {
+        if walk.done || walk.left == 0 {
+            return None;
+        }
+        let want = walk.left.min(CSV_PAGE);
+        let page = match walk.db.page(&walk.filter, walk.cursor.as_ref(), want).await {
+            Ok(page) => page,
+            Err(e) => {
+                tracing::error!(error = %e, "CSV export stopped by a database error");
+                return Some((
+                    Err(actix_web::error::ErrorServiceUnavailable(
+                        "audit database unavailable",
+                    )),
+                    walk,
+                ));
+            }
+        };
+        walk.done = page.len() < want;
+        walk.left -= page.len();
+        walk.cursor = page.last().map(|e| Cursor {
+            occurred_at: e.occurred_at,
+            id: e.id,
+        });
+        if page.is_empty() {
+            return None;
+        }
+        let chunk = csv_rows(&page, false).map_err(actix_web::error::ErrorInternalServerError);
+        Some((chunk, walk))
+    });
+    let body = futures::stream::once(async move { Ok::<_, actix_web::Error>(header) }).chain(rows);
+    Ok(HttpResponse::Ok()
+        .insert_header((header::CONTENT_TYPE, "text/csv; charset=utf-8"))
+        .insert_header((
+            header::CONTENT_DISPOSITION,
+            "attachment; filename=\"audit-events.csv\"",
+        ))
+        .streaming(body))
+}

@@ -1,0 +1,71 @@
+use actix_web::{web, HttpRequest, HttpResponse};
+
+use crate::domain::client_ip::parse_cidr;
+use crate::domain::{Action, ClientIp, PhoneError, PhoneNumber, Subject, SubjectKind, Username};
+use crate::error::ApiError;
+use crate::routes::AppState;
+
+/// `{kind}/{id}` from the path, the id normalised as the guards store it
+/// (`%2B8613800138000` and a raw `+` both name the phone `+8613800138000`).
+fn subject(kind: &str, id: &str) -> Result<Subject, ApiError> {
+    let kind = SubjectKind::parse(kind)
+        .ok_or_else(|| ApiError::InvalidRequest(format!("unknown subject kind {kind:?}")))?;
+    let id = id.replace("%2F", "/").replace("%2f", "/");
+    let invalid = |what: &str| ApiError::InvalidRequest(format!("{id:?} is not {what}"));
+    let id = match kind {
+        SubjectKind::Phone => PhoneNumber::parse(&id)
+            .map_err(|e| match e {
+                PhoneError::Empty => ApiError::InvalidRequest(e.to_string()),
+                other => ApiError::InvalidPhone(other.to_string()),
+            })?
+            .e164()
+            .to_string(),
+        SubjectKind::User => Username::parse(&id)
+            .map_err(|e| ApiError::InvalidRequest(e.to_string()))?
+            .as_str()
+            .to_string(),
+        SubjectKind::Ip => {
+            let ip = if id.contains('/') {
+                parse_cidr(&id).map(|net| ClientIp::new(net.network()))
+            } else {
+                ClientIp::parse(&id)
+            };
+            ip.ok_or_else(|| invalid("an IP address"))?.subject_id()
+        }
+        SubjectKind::Prefix => {
+            let digits = id.strip_prefix('+').unwrap_or(&id);
+            if digits.is_empty() || digits.len() > 15 || !digits.chars().all(|c| c.is_ascii_digit())
+            {
+                return Err(invalid("a number prefix such as +8613800"));
+            }
+            format!("+{digits}")
+        }
+        SubjectKind::Global => {
+            if Action::parse(&id) != Some(Action::SmsSend) {
+                return Err(invalid("a global subject (sms_send)"));
+            }
+            id
+        }
+    };
+    Ok(Subject::new(kind, id))
+}
+
+pub async fn state(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    path: web::Path<(String, String)>,
+) -> Result<HttpResponse, ApiError> {
+    state.access.admin(&req)?;
+    let subject = subject(&path.0, &path.1)?;
+    Ok(HttpResponse::Ok().json(state.admin.state(&subject).await?))
+}
+
+pub async fn unblock(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    path: web::Path<(String, String)>,
+) -> Result<HttpResponse, ApiError> {
+    let info = state.access.admin(&req)?;
+    let subject = subject(&path.0, &path.1)?;
+    Ok(HttpResponse::Ok().json(state.admin.unblock(&subject, &info).await?))
+}

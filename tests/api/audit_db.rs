@@ -1,0 +1,190 @@
+//! Audit databases for tests: a fresh PostgreSQL database or SQLite file per
+//! test, dropped afterwards; and a TCP proxy the test can cut.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use sqlx::Connection;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinHandle;
+use tollgate::audit::AuditDb;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DbKind {
+    Postgres,
+    Sqlite,
+}
+
+pub fn postgres_admin_url() -> String {
+    std::env::var("TOLLGATE_TEST_DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
+}
+
+/// Runs each named `async fn name(db: DbKind)` once per audit database.
+#[macro_export]
+macro_rules! on_both_databases {
+    ($($name:ident),* $(,)?) => {
+        mod on_postgres {
+            $(#[tokio::test]
+            async fn $name() {
+                super::$name($crate::audit_db::DbKind::Postgres).await
+            })*
+        }
+        mod on_sqlite {
+            $(#[tokio::test]
+            async fn $name() {
+                super::$name($crate::audit_db::DbKind::Sqlite).await
+            })*
+        }
+    };
+}
+
+pub struct TestDb {
+    pub url: String,
+    pg_name: Option<String>,
+    /// Holds the SQLite file and the spool directory; removed on drop.
+    pub dir: tempfile::TempDir,
+}
+
+impl TestDb {
+    pub async fn new(kind: DbKind) -> Self {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        match kind {
+            DbKind::Postgres => {
+                let name = format!("tgtest_{}", uuid::Uuid::new_v4().simple());
+                let mut admin = sqlx::PgConnection::connect(&postgres_admin_url())
+                    .await
+                    .expect("PostgreSQL is reachable (scripts/services.sh starts it)");
+                sqlx::query(&format!("CREATE DATABASE {name}"))
+                    .execute(&mut admin)
+                    .await
+                    .expect("a test database is created");
+                let base = postgres_admin_url();
+                let url = match base.rfind('/') {
+                    Some(i) => format!("{}/{name}", &base[..i]),
+                    None => format!("{base}/{name}"),
+                };
+                Self {
+                    url,
+                    pg_name: Some(name),
+                    dir,
+                }
+            }
+            DbKind::Sqlite => {
+                let url = format!(
+                    "sqlite://{}?mode=rwc",
+                    dir.path().join("audit.db").display()
+                );
+                Self {
+                    url,
+                    pg_name: None,
+                    dir,
+                }
+            }
+        }
+    }
+
+    pub fn spool_dir(&self) -> std::path::PathBuf {
+        self.dir.path().join("spool")
+    }
+
+    /// A pool of its own, migrated, for direct inserts and checks.
+    pub async fn connect(&self) -> AuditDb {
+        let db = AuditDb::connect_lazy(&self.url).expect("a valid URL");
+        db.migrate().await.expect("migrations apply");
+        db
+    }
+
+    /// The same database through another host:port (the fault proxy).
+    pub fn url_via(&self, port: u16) -> String {
+        self.url
+            .replace("127.0.0.1:5432", &format!("127.0.0.1:{port}"))
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        let Some(name) = self.pg_name.take() else {
+            return;
+        };
+        let dropper = std::thread::spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            rt.block_on(async {
+                if let Ok(mut admin) = sqlx::PgConnection::connect(&postgres_admin_url()).await {
+                    let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                        .execute(&mut admin)
+                        .await;
+                }
+            });
+        });
+        let _ = dropper.join();
+    }
+}
+
+/// A TCP proxy to an upstream address that the test can cut (every open
+/// connection dropped, new ones refused) and restore.
+pub struct FaultProxy {
+    pub port: u16,
+    open: Arc<AtomicBool>,
+    connections: Arc<Mutex<Vec<JoinHandle<()>>>>,
+    accept: JoinHandle<()>,
+}
+
+impl FaultProxy {
+    pub async fn start(upstream: &str) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("a free port");
+        let port = listener.local_addr().unwrap().port();
+        let open = Arc::new(AtomicBool::new(true));
+        let connections: Arc<Mutex<Vec<JoinHandle<()>>>> = Arc::default();
+        let upstream = upstream.to_string();
+        let accept = {
+            let open = open.clone();
+            let connections = connections.clone();
+            tokio::spawn(async move {
+                while let Ok((mut client, _)) = listener.accept().await {
+                    if !open.load(Ordering::SeqCst) {
+                        drop(client);
+                        continue;
+                    }
+                    let upstream = upstream.clone();
+                    let task = tokio::spawn(async move {
+                        if let Ok(mut server) = TcpStream::connect(&upstream).await {
+                            let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                        }
+                    });
+                    connections.lock().push(task);
+                }
+            })
+        };
+        Self {
+            port,
+            open,
+            connections,
+            accept,
+        }
+    }
+
+    pub fn cut(&self) {
+        self.open.store(false, Ordering::SeqCst);
+        for task in self.connections.lock().drain(..) {
+            task.abort();
+        }
+    }
+
+    pub fn restore(&self) {
+        self.open.store(true, Ordering::SeqCst);
+    }
+}
+
+impl Drop for FaultProxy {
+    fn drop(&mut self) {
+        self.cut();
+        self.accept.abort();
+    }
+}

@@ -1,0 +1,270 @@
+//! Captcha tokens checked against a local siteverify endpoint, for each provider kind.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use tollgate::settings::{CaptchaKind, Secret, Settings};
+use wiremock::matchers::{method, path};
+use wiremock::{Mock, MockServer, ResponseTemplate};
+
+use crate::helpers::{spawn_app, Backend, TestApp};
+
+const PHONE: &str = "+8613800138000";
+const IP: &str = "203.0.113.7";
+const SECRET: &str = "captcha-secret";
+const KINDS: [CaptchaKind; 3] = [
+    CaptchaKind::Turnstile,
+    CaptchaKind::Hcaptcha,
+    CaptchaKind::Recaptcha,
+];
+
+/// An app whose second send to a phone needs a captcha, checked at `server`.
+async fn app_with_captcha(
+    kind: CaptchaKind,
+    server: &MockServer,
+    configure: impl FnOnce(&mut Settings),
+) -> TestApp {
+    let verify_url = format!("{}/siteverify", server.uri());
+    spawn_app(Backend::Memory, move |s| {
+        s.sms.captcha_after = 1;
+        s.captcha.kind = kind;
+        s.captcha.secret = Secret::new(SECRET);
+        s.captcha.verify_url = verify_url;
+        configure(s);
+    })
+    .await
+}
+
+async fn siteverify_answers(server: &MockServer, answer: ResponseTemplate) {
+    Mock::given(method("POST"))
+        .and(path("/siteverify"))
+        .respond_with(answer)
+        .mount(server)
+        .await;
+}
+
+/// The forms siteverify received, in order.
+async fn forms(server: &MockServer) -> Vec<BTreeMap<String, String>> {
+    let requests = server
+        .received_requests()
+        .await
+        .expect("request recording is on");
+    for request in &requests {
+        let content_type = request
+            .headers
+            .get("content-type")
+            .and_then(|v| v.to_str().ok());
+        assert_eq!(content_type, Some("application/x-www-form-urlencoded"));
+    }
+    requests
+        .iter()
+        .map(|r| form_urlencoded::parse(&r.body).into_owned().collect())
+        .collect()
+}
+
+fn expected_form(token: &str, ip: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("secret".to_string(), SECRET.to_string()),
+        ("response".to_string(), token.to_string()),
+        ("remoteip".to_string(), ip.to_string()),
+    ])
+}
+
+/// Uses up the free send, so the next one to `PHONE` from `IP` needs a captcha.
+async fn use_up_the_free_send(app: &TestApp) {
+    let first = app.sms_send(json!({ "phone": PHONE, "ip": IP })).await;
+    assert_eq!(first.status, 200, "{}", first.body);
+    assert_eq!(first.body["captcha_required"], true);
+}
+
+#[tokio::test]
+async fn a_token_the_provider_confirms_passes_the_sms_captcha_tier_for_each_kind() {
+    for kind in KINDS {
+        let server = MockServer::start().await;
+        siteverify_answers(
+            &server,
+            ResponseTemplate::new(200).set_body_json(json!({ "success": true })),
+        )
+        .await;
+        let app = app_with_captcha(kind, &server, |_| {}).await;
+        use_up_the_free_send(&app).await;
+
+        let passed = app
+            .sms_send(json!({ "phone": PHONE, "ip": IP, "captcha_token": "token-ok" }))
+            .await;
+
+        assert_eq!(passed.status, 200, "{kind:?}: {}", passed.body);
+        assert_eq!(
+            forms(&server).await,
+            vec![expected_form("token-ok", IP)],
+            "{kind:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_token_the_provider_rejects_is_refused_for_each_kind() {
+    for kind in KINDS {
+        let server = MockServer::start().await;
+        let answer = json!({ "success": false, "error-codes": ["invalid-input-response"] });
+        siteverify_answers(&server, ResponseTemplate::new(200).set_body_json(answer)).await;
+        let app = app_with_captcha(kind, &server, |_| {}).await;
+        use_up_the_free_send(&app).await;
+
+        let refused = app
+            .sms_send(json!({ "phone": PHONE, "ip": IP, "captcha_token": "token-bad" }))
+            .await;
+
+        assert_eq!(refused.status, 403, "{kind:?}: {}", refused.body);
+        assert_eq!(refused.error(), "captcha_required", "{kind:?}");
+        assert_eq!(
+            forms(&server).await,
+            vec![expected_form("token-bad", IP)],
+            "{kind:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn provider_errors_unreadable_answers_and_timeouts_count_as_not_passed() {
+    let cases = [
+        (
+            "a 500 even with success true",
+            ResponseTemplate::new(500).set_body_json(json!({ "success": true })),
+        ),
+        (
+            "a body that is not JSON",
+            ResponseTemplate::new(200).set_body_string("<html>ok</html>"),
+        ),
+        (
+            "an answer without success",
+            ResponseTemplate::new(200).set_body_json(json!({ "hostname": "x" })),
+        ),
+        (
+            "success as a string",
+            ResponseTemplate::new(200).set_body_json(json!({ "success": "true" })),
+        ),
+        (
+            "an answer after the timeout",
+            ResponseTemplate::new(200)
+                .set_body_json(json!({ "success": true }))
+                .set_delay(Duration::from_secs(3)),
+        ),
+    ];
+    for (case, answer) in cases {
+        let server = MockServer::start().await;
+        siteverify_answers(&server, answer).await;
+        let app = app_with_captcha(CaptchaKind::Turnstile, &server, |s| {
+            s.captcha.timeout = Duration::from_millis(300);
+        })
+        .await;
+        use_up_the_free_send(&app).await;
+
+        let started = Instant::now();
+        let refused = app
+            .sms_send(json!({ "phone": PHONE, "ip": IP, "captcha_token": "token" }))
+            .await;
+
+        assert_eq!(refused.status, 403, "{case}: {}", refused.body);
+        assert_eq!(refused.error(), "captcha_required", "{case}");
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "{case}: {:?}",
+            started.elapsed()
+        );
+        assert_eq!(
+            forms(&server).await.len(),
+            1,
+            "{case}: one call, not retried"
+        );
+    }
+}
+
+#[tokio::test]
+async fn captcha_passed_true_does_not_count_when_a_provider_is_configured() {
+    let server = MockServer::start().await;
+    siteverify_answers(
+        &server,
+        ResponseTemplate::new(200).set_body_json(json!({ "success": true })),
+    )
+    .await;
+    let app = app_with_captcha(CaptchaKind::Hcaptcha, &server, |_| {}).await;
+    use_up_the_free_send(&app).await;
+
+    let refused = app
+        .sms_send(json!({ "phone": PHONE, "ip": IP, "captcha_passed": true }))
+        .await;
+
+    assert_eq!(refused.status, 403, "{}", refused.body);
+    assert_eq!(refused.error(), "captcha_required");
+    assert!(
+        forms(&server).await.is_empty(),
+        "no token, no siteverify call"
+    );
+}
+
+#[tokio::test]
+async fn an_ipv6_client_sends_its_own_address_as_remoteip_not_its_64() {
+    let server = MockServer::start().await;
+    siteverify_answers(
+        &server,
+        ResponseTemplate::new(200).set_body_json(json!({ "success": true })),
+    )
+    .await;
+    let app = app_with_captcha(CaptchaKind::Recaptcha, &server, |_| {}).await;
+    let ip = "2001:db8:1:2::7";
+
+    let answer = app
+        .sms_send(json!({ "phone": PHONE, "ip": ip, "captcha_token": "token-v6" }))
+        .await;
+
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    assert_eq!(forms(&server).await, vec![expected_form("token-v6", ip)]);
+}
+
+#[tokio::test]
+async fn a_confirmed_token_lets_a_login_attempt_through_the_captcha_tier() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/siteverify"))
+        .and(wiremock::matchers::body_string_contains("response=good"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({ "success": true })))
+        .mount(&server)
+        .await;
+    siteverify_answers(
+        &server,
+        ResponseTemplate::new(200).set_body_json(json!({ "success": false })),
+    )
+    .await;
+    let app = app_with_captcha(CaptchaKind::Turnstile, &server, |s| {
+        s.login.captcha_after = 1
+    })
+    .await;
+    let attempt = |token: &str| {
+        app.login_attempt(
+            json!({ "user": "alice", "ip": IP, "success": false, "captcha_token": token }),
+        )
+    };
+
+    let first = app
+        .login_attempt(json!({ "user": "alice", "ip": IP, "success": false }))
+        .await;
+    assert_eq!(first.body["captcha_required"], true, "{}", first.body);
+
+    let rejected = attempt("bad").await;
+    assert_eq!(rejected.body["decision"], "challenge", "{}", rejected.body);
+    assert_eq!(
+        rejected.body["failures"], 1,
+        "a refused attempt is not counted"
+    );
+
+    let passed = attempt("good").await;
+    assert_eq!(passed.body["decision"], "allow", "{}", passed.body);
+    assert_eq!(passed.body["failures"], 2, "the attempt was counted");
+
+    assert_eq!(
+        forms(&server).await,
+        vec![expected_form("bad", IP), expected_form("good", IP)]
+    );
+}

@@ -1,0 +1,374 @@
+//! The SMS providers against a local HTTP server that checks what they send.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use tollgate::settings::{Secret, SmsProviderKind};
+use wiremock::matchers::{basic_auth, header, method, path};
+use wiremock::{Mock, MockServer, Request, ResponseTemplate};
+
+use crate::helpers::{limits, spawn_app_with_sms_provider, Answer, Backend, TestApp};
+
+const PHONE: &str = "+8613800138000";
+const TWILIO_PATH: &str = "/2010-04-01/Accounts/AC0123456789/Messages.json";
+
+async fn webhook_app(server: &MockServer, timeout: Duration) -> TestApp {
+    let url = format!("{}/hooks/sms", server.uri());
+    spawn_app_with_sms_provider(Backend::Memory, move |s| {
+        s.sms.phone_limits = limits(&[(1, 3_600_000)]);
+        s.sms.provider.kind = SmsProviderKind::Webhook;
+        s.sms.provider.url = url;
+        s.sms.provider.headers = BTreeMap::from([
+            ("X-Api-Key".to_string(), Secret::new("hook-key")),
+            ("X-Tenant".to_string(), Secret::new("acme")),
+        ]);
+        s.sms.provider.timeout = timeout;
+    })
+    .await
+}
+
+async fn twilio_app(server: &MockServer, timeout: Duration) -> TestApp {
+    // A trailing slash on the base must not double up in the path.
+    let url = format!("{}/", server.uri());
+    spawn_app_with_sms_provider(Backend::Memory, move |s| {
+        s.sms.phone_limits = limits(&[(1, 3_600_000)]);
+        s.sms.provider.kind = SmsProviderKind::Twilio;
+        s.sms.provider.url = url;
+        s.sms.provider.account_sid = "AC0123456789".into();
+        s.sms.provider.auth_token = Secret::new("twilio-token");
+        s.sms.provider.from = "+15005550006".into();
+        s.sms.provider.timeout = timeout;
+    })
+    .await
+}
+
+/// Every request the provider received.
+async fn received(server: &MockServer) -> Vec<Request> {
+    server
+        .received_requests()
+        .await
+        .expect("request recording is on")
+}
+
+fn form(request: &Request) -> BTreeMap<String, String> {
+    form_urlencoded::parse(&request.body).into_owned().collect()
+}
+
+fn header_of<'a>(request: &'a Request, name: &str) -> &'a str {
+    request
+        .headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_else(|| panic!("no {name} header"))
+}
+
+/// The only run of `len` digits in an SMS body.
+fn code_in(body: &str, len: usize) -> String {
+    let runs: Vec<&str> = body
+        .split(|c: char| !c.is_ascii_digit())
+        .filter(|run| run.len() == len)
+        .collect();
+    assert_eq!(runs.len(), 1, "one {len}-digit code in {body:?}");
+    runs[0].to_string()
+}
+
+async fn send_with_request_id(app: &TestApp, body: Value, request_id: &str) -> Answer {
+    let request = app
+        .client
+        .post(format!("{}/sms/send", app.address))
+        .bearer_auth(app.api_key.as_deref().unwrap())
+        .header("x-request-id", request_id)
+        .json(&body);
+    app.send_raw(request).await
+}
+
+#[tokio::test]
+async fn the_webhook_provider_posts_the_message_as_json_with_the_configured_headers() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/hooks/sms"))
+        .respond_with(ResponseTemplate::new(204))
+        .expect(1)
+        .mount(&server)
+        .await;
+    let app = webhook_app(&server, Duration::from_secs(5)).await;
+
+    let answer = send_with_request_id(
+        &app,
+        json!({ "phone": PHONE, "locale": "zh-CN" }),
+        "req-webhook-1",
+    )
+    .await;
+
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let requests = received(&server).await;
+    assert_eq!(requests.len(), 1);
+    let request = &requests[0];
+    assert_eq!(header_of(request, "content-type"), "application/json");
+    assert_eq!(header_of(request, "x-api-key"), "hook-key");
+    assert_eq!(header_of(request, "x-tenant"), "acme");
+    let sent: Value = serde_json::from_slice(&request.body).unwrap();
+    let body = sent["body"].as_str().expect("a text body").to_string();
+    assert_eq!(
+        sent,
+        json!({ "to": PHONE, "body": body, "locale": "zh-CN", "request_id": "req-webhook-1" }),
+        "exactly these four fields"
+    );
+    assert!(body.contains("验证码"), "the zh-CN template: {body}");
+
+    let code = code_in(&body, 6);
+    let verified = app
+        .sms_verify(json!({ "phone": PHONE, "code": code }))
+        .await;
+    assert_eq!(
+        verified.body,
+        json!({ "valid": true }),
+        "the code in the SMS is the stored one"
+    );
+}
+
+#[tokio::test]
+async fn the_code_in_the_sms_has_code_length_digits_and_the_locale_falls_back_to_english() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(200))
+        .mount(&server)
+        .await;
+    let url = server.uri();
+    let app = spawn_app_with_sms_provider(Backend::Memory, move |s| {
+        s.sms.code_length = 8;
+        s.sms.provider.kind = SmsProviderKind::Webhook;
+        s.sms.provider.url = url;
+    })
+    .await;
+
+    let answer = app
+        .sms_send(json!({ "phone": PHONE, "locale": "fr-FR" }))
+        .await;
+
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let sent: Value = serde_json::from_slice(&received(&server).await[0].body).unwrap();
+    assert_eq!(sent["locale"], "en");
+    let body = sent["body"].as_str().unwrap();
+    assert!(body.starts_with("Your verification code is"), "{body}");
+    assert_eq!(code_in(body, 8).len(), 8);
+}
+
+#[tokio::test]
+async fn a_webhook_error_answers_502_and_gives_the_reservation_back() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(500))
+        .up_to_n_times(1)
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(202))
+        .mount(&server)
+        .await;
+    let app = webhook_app(&server, Duration::from_secs(5)).await;
+
+    let failed = app.sms_send(json!({ "phone": PHONE })).await;
+    assert_eq!(failed.status, 502, "{}", failed.body);
+    assert_eq!(failed.error(), "delivery_failed");
+    let failed_sms: Value = serde_json::from_slice(&received(&server).await[0].body).unwrap();
+    let failed_code = code_in(failed_sms["body"].as_str().unwrap(), 6);
+    let verify = app
+        .sms_verify(json!({ "phone": PHONE, "code": failed_code }))
+        .await;
+    assert_eq!(
+        verify.body,
+        json!({ "valid": false, "attempts_left": 0 }),
+        "the code of a failed send is not kept"
+    );
+
+    let retried = app.sms_send(json!({ "phone": PHONE })).await;
+    assert_eq!(
+        retried.status, 200,
+        "the failed send did not use the 1/1h quota: {}",
+        retried.body
+    );
+    assert_eq!(
+        received(&server).await.len(),
+        2,
+        "one call per send, none retried"
+    );
+}
+
+#[tokio::test]
+async fn a_webhook_that_does_not_answer_in_time_answers_502_without_a_retry() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(200).set_delay(Duration::from_secs(3)))
+        .up_to_n_times(1)
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(200))
+        .mount(&server)
+        .await;
+    let app = webhook_app(&server, Duration::from_millis(300)).await;
+
+    let started = Instant::now();
+    let slow = app.sms_send(json!({ "phone": PHONE })).await;
+
+    assert_eq!(slow.status, 502, "{}", slow.body);
+    assert_eq!(slow.error(), "delivery_failed");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "gave up after the timeout: {:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        received(&server).await.len(),
+        1,
+        "a timed-out send is not retried"
+    );
+    let next = app.sms_send(json!({ "phone": PHONE })).await;
+    assert_eq!(
+        next.status, 200,
+        "the reservation was given back: {}",
+        next.body
+    );
+}
+
+#[tokio::test]
+async fn the_twilio_provider_posts_the_form_with_basic_auth_to_the_account_messages_url() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path(TWILIO_PATH))
+        .and(basic_auth("AC0123456789", "twilio-token"))
+        .and(header("content-type", "application/x-www-form-urlencoded"))
+        .respond_with(
+            ResponseTemplate::new(201).set_body_json(json!({ "sid": "SM1", "status": "queued" })),
+        )
+        .expect(1)
+        .mount(&server)
+        .await;
+    let app = twilio_app(&server, Duration::from_secs(5)).await;
+
+    let answer = app.sms_send(json!({ "phone": "+86 138 0013 8000" })).await;
+
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let requests = received(&server).await;
+    assert_eq!(requests.len(), 1);
+    let fields = form(&requests[0]);
+    let body = fields.get("Body").cloned().unwrap_or_default();
+    assert_eq!(
+        fields,
+        BTreeMap::from([
+            ("To".to_string(), PHONE.to_string()),
+            ("From".to_string(), "+15005550006".to_string()),
+            ("Body".to_string(), body.clone()),
+        ]),
+        "exactly To, From and Body"
+    );
+    let code = code_in(&body, 6);
+    let verified = app
+        .sms_verify(json!({ "phone": PHONE, "code": code }))
+        .await;
+    assert_eq!(verified.body, json!({ "valid": true }));
+}
+
+#[tokio::test]
+async fn a_twilio_error_answers_502_and_gives_the_reservation_back() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path(TWILIO_PATH))
+        .respond_with(
+            ResponseTemplate::new(400)
+                .set_body_json(json!({ "code": 21211, "message": "invalid To", "status": 400 })),
+        )
+        .up_to_n_times(1)
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .and(path(TWILIO_PATH))
+        .respond_with(ResponseTemplate::new(201).set_body_json(json!({ "sid": "SM2" })))
+        .mount(&server)
+        .await;
+    let app = twilio_app(&server, Duration::from_secs(5)).await;
+
+    let failed = app.sms_send(json!({ "phone": PHONE })).await;
+    assert_eq!(failed.status, 502, "{}", failed.body);
+    assert_eq!(failed.error(), "delivery_failed");
+
+    let retried = app.sms_send(json!({ "phone": PHONE })).await;
+    assert_eq!(
+        retried.status, 200,
+        "the failed send did not use the 1/1h quota: {}",
+        retried.body
+    );
+    assert_eq!(received(&server).await.len(), 2);
+}
+
+#[tokio::test]
+async fn a_twilio_call_that_times_out_answers_502_without_a_retry() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(201).set_delay(Duration::from_secs(3)))
+        .mount(&server)
+        .await;
+    let app = twilio_app(&server, Duration::from_millis(300)).await;
+
+    let started = Instant::now();
+    let slow = app.sms_send(json!({ "phone": PHONE })).await;
+
+    assert_eq!(slow.status, 502, "{}", slow.body);
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        received(&server).await.len(),
+        1,
+        "a timed-out send is not retried"
+    );
+}
+
+#[tokio::test]
+async fn a_provider_that_redirects_is_a_failed_delivery_not_a_second_request() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/hooks/sms"))
+        .respond_with(ResponseTemplate::new(307).insert_header("location", "/elsewhere"))
+        .mount(&server)
+        .await;
+    Mock::given(path("/elsewhere"))
+        .respond_with(ResponseTemplate::new(200))
+        .mount(&server)
+        .await;
+    let app = webhook_app(&server, Duration::from_secs(5)).await;
+
+    let answer = app.sms_send(json!({ "phone": PHONE })).await;
+
+    assert_eq!(answer.status, 502, "{}", answer.body);
+    let paths: Vec<String> = received(&server)
+        .await
+        .iter()
+        .map(|r| r.url.path().to_string())
+        .collect();
+    assert_eq!(paths, ["/hooks/sms"]);
+}
+
+#[tokio::test]
+async fn an_unreachable_provider_answers_502() {
+    // A port that was free a moment ago: nothing listens there.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let app = spawn_app_with_sms_provider(Backend::Memory, move |s| {
+        s.sms.provider.kind = SmsProviderKind::Webhook;
+        s.sms.provider.url = format!("http://127.0.0.1:{port}/sms");
+    })
+    .await;
+
+    let answer = app.sms_send(json!({ "phone": PHONE })).await;
+
+    assert_eq!(answer.status, 502, "{}", answer.body);
+    assert_eq!(answer.error(), "delivery_failed");
+}

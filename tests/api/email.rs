@@ -1,0 +1,374 @@
+//! Lockout notices and admin alert digests, sent through a real SMTP server.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use tollgate::settings::{SecretUrl, Settings};
+
+use crate::helpers::{limits, spawn_app, Backend, TestApp};
+use crate::on_both_backends;
+use crate::smtp::{self, Inbox};
+
+const IP: &str = "203.0.113.7";
+const FROM: &str = "tollgate@example.org";
+
+on_both_backends!(simultaneous_failures_that_lock_once_send_one_notice,);
+
+/// Email on, locks after 3 failures for 15 minutes, no captcha in the way.
+async fn app_with_email(
+    backend: Backend,
+    configure: impl FnOnce(&mut Settings),
+) -> (TestApp, Inbox) {
+    let (inbox, url) = smtp::start();
+    let app = spawn_app(backend, move |s| {
+        s.email.smtp_url = SecretUrl::new(url);
+        s.email.from = FROM.into();
+        s.login.captcha_after = 100;
+        s.login.ip_captcha_after = 1000;
+        s.login.ip_block_after = 1000;
+        s.login.lock_after = 3;
+        s.login.lock_duration = Duration::from_secs(15 * 60);
+        configure(s);
+    })
+    .await;
+    (app, inbox)
+}
+
+async fn fail(app: &TestApp, user: &str, extra: Value) -> Value {
+    let mut body = json!({ "user": user, "ip": IP, "success": false });
+    body.as_object_mut()
+        .unwrap()
+        .extend(extra.as_object().unwrap().clone());
+    let answer = app.login_attempt(body).await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    answer.body
+}
+
+/// Locks `user` with `lock_after` = 3 failures, each asking for a notice to `to`.
+async fn lock(app: &TestApp, user: &str, to: &str) {
+    for _ in 0..3 {
+        fail(app, user, json!({ "notify_email": to })).await;
+    }
+}
+
+#[tokio::test]
+async fn the_failure_that_locks_sends_one_notice_to_notify_email() {
+    let (app, inbox) = app_with_email(Backend::Memory, |_| {}).await;
+
+    let first = fail(
+        &app,
+        "alice",
+        json!({ "notify_email": "alice@example.com" }),
+    )
+    .await;
+    fail(
+        &app,
+        "alice",
+        json!({ "notify_email": "alice@example.com" }),
+    )
+    .await;
+    let locking = fail(
+        &app,
+        "alice",
+        json!({ "notify_email": "alice@example.com" }),
+    )
+    .await;
+    assert_eq!(first["locked"], false);
+    assert_eq!(locking["locked"], true, "{locking}");
+    for _ in 0..3 {
+        let denied = fail(
+            &app,
+            "alice",
+            json!({ "notify_email": "alice@example.com" }),
+        )
+        .await;
+        assert_eq!(denied["reason"], "user_locked");
+    }
+    // Emails go out in order: once bob's notice is in, any other notice for
+    // alice would be in too.
+    lock(&app, "bob", "bob@example.com").await;
+    let mails = inbox.wait_for_mail_to("bob@example.com").await;
+
+    assert_eq!(mails.len(), 2, "one per lock: {mails:#?}");
+    let notice = &mails[0];
+    assert_eq!(notice.to, ["alice@example.com"]);
+    assert_eq!(notice.from, FROM);
+    assert_eq!(notice.from_header, FROM);
+    assert_eq!(
+        notice.subject,
+        "Your account alice was locked after too many failed sign-ins"
+    );
+    assert!(
+        notice.body.contains("for the account \"alice\""),
+        "{}",
+        notice.body
+    );
+    assert!(
+        notice.body.contains("(the last one from 203.0.113.7)"),
+        "{}",
+        notice.body
+    );
+    assert!(
+        notice
+            .body
+            .contains("\nIt has been locked for 15 minutes, until 20"),
+        "{}",
+        notice.body
+    );
+    assert_eq!(mails[1].to, ["bob@example.com"]);
+
+    let audit = serde_json::to_string(&app.audit_events()).unwrap();
+    assert!(
+        !audit.contains("@example.com"),
+        "the address is not kept in the audit trail"
+    );
+}
+
+async fn simultaneous_failures_that_lock_once_send_one_notice(backend: Backend) {
+    let (app, inbox) = app_with_email(backend, |s| s.login.lock_after = 5).await;
+
+    let attempts = (0..20).map(|_| {
+        fail(
+            &app,
+            "carol",
+            json!({ "notify_email": "carol@example.com" }),
+        )
+    });
+    let answers = futures::future::join_all(attempts).await;
+    assert_eq!(
+        answers
+            .iter()
+            .filter(|a| a["locked"] == true && a["decision"] == "allow")
+            .count(),
+        1
+    );
+    for _ in 0..5 {
+        fail(&app, "dave", json!({ "notify_email": "dave@example.com" })).await;
+    }
+    let mails = inbox.wait_for_mail_to("dave@example.com").await;
+
+    let to: Vec<&str> = mails.iter().map(|m| m.to[0].as_str()).collect();
+    assert_eq!(to, ["carol@example.com", "dave@example.com"]);
+}
+
+#[tokio::test]
+async fn the_notice_is_written_in_the_locale_of_the_attempt() {
+    let (app, inbox) = app_with_email(Backend::Memory, |_| {}).await;
+
+    for _ in 0..3 {
+        fail(
+            &app,
+            "wang",
+            json!({ "notify_email": "wang@example.cn", "locale": "zh-CN" }),
+        )
+        .await;
+    }
+    let mails = inbox.wait_for(1).await;
+
+    assert_eq!(mails[0].subject, "您的账户 wang 因多次登录失败已被锁定");
+    assert!(
+        mails[0].body.contains("已被锁定 15 分钟"),
+        "{}",
+        mails[0].body
+    );
+    assert!(
+        mails[0].body.contains("最近一次来自 203.0.113.7"),
+        "{}",
+        mails[0].body
+    );
+}
+
+#[tokio::test]
+async fn a_refused_smtp_delivery_is_retried_until_accepted() {
+    let (app, inbox) = app_with_email(Backend::Memory, |_| {}).await;
+    inbox.refuse_next(1);
+
+    lock(&app, "erin", "erin@example.com").await;
+    let mails = inbox.wait_for(1).await;
+
+    assert_eq!(mails.len(), 1);
+    assert_eq!(mails[0].to, ["erin@example.com"]);
+    assert_eq!(inbox.tries(), 2, "refused once, then accepted");
+}
+
+#[tokio::test]
+async fn a_silent_smtp_server_does_not_slow_down_the_attempt_that_locks() {
+    // Accepts connections (the kernel does) but never says a word.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("smtp://127.0.0.1:{}", silent.local_addr().unwrap().port());
+    let app = spawn_app(Backend::Memory, move |s| {
+        s.email.smtp_url = SecretUrl::new(url);
+        s.email.admin_alerts_to = vec!["ops@example.com".into()];
+        s.login.captcha_after = 100;
+        s.login.lock_after = 1;
+    })
+    .await;
+
+    let started = Instant::now();
+    let answer = app
+        .login_attempt(
+            json!({ "user": "frank", "success": false, "notify_email": "frank@example.com" }),
+        )
+        .await;
+
+    assert_eq!(answer.body["locked"], true, "{}", answer.body);
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
+    drop(silent);
+}
+
+#[tokio::test]
+async fn no_notice_is_sent_in_shadow_mode() {
+    let (app, inbox) = app_with_email(Backend::Memory, |s| {
+        s.shadow.enabled = true;
+        s.email.admin_alerts_to = vec!["ops@example.com".into()];
+        s.email.alert_interval = Duration::from_millis(100);
+    })
+    .await;
+
+    lock(&app, "grace", "grace@example.com").await;
+    // The would-be locks still reach the admins. A notice is queued before
+    // its attempt answers, so any notice to grace is queued before the digest
+    // that tells of heidi, whose attempts come after grace's.
+    lock(&app, "heidi", "heidi@example.com").await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mails = loop {
+        let mails = inbox.mails();
+        if mails.iter().any(|m| m.body.contains("user heidi")) {
+            break mails;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no digest told of heidi: {mails:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+
+    assert!(
+        mails.iter().all(|m| m.to == ["ops@example.com"]),
+        "only digests: {mails:#?}"
+    );
+    assert!(mails[0].body.contains("user grace"), "{}", mails[0].body);
+    assert!(
+        mails[0].body.contains("[shadow: not enforced]"),
+        "{}",
+        mails[0].body
+    );
+}
+
+#[tokio::test]
+async fn admins_get_a_digest_at_the_first_lock_then_at_most_one_per_interval() {
+    let interval = Duration::from_secs(2);
+    let (app, inbox) = app_with_email(Backend::Memory, |s| {
+        s.email.admin_alerts_to = vec!["ops@example.com".into(), "security@example.com".into()];
+        s.email.alert_interval = interval;
+    })
+    .await;
+
+    lock(&app, "alice", "alice@example.com").await;
+    inbox.wait_for_mail_to("ops@example.com").await;
+    lock(&app, "bob", "bob@example.com").await;
+    lock(&app, "carol", "carol@example.com").await;
+    let mails = inbox.wait_for(5).await;
+
+    let digests: Vec<_> = mails
+        .iter()
+        .filter(|m| m.to.contains(&"ops@example.com".to_string()))
+        .collect();
+    assert_eq!(digests.len(), 2, "{mails:#?}");
+    let (one, two) = (digests[0], digests[1]);
+    assert_eq!(one.to, ["ops@example.com", "security@example.com"]);
+    assert_eq!(
+        one.subject,
+        "[tollgate] 1 lock(s), 0 SMS rule(s) over threshold"
+    );
+    assert!(
+        one.body
+            .contains("user alice: too_many_failures (user 3/1h), 15 min"),
+        "{}",
+        one.body
+    );
+    assert_eq!(
+        two.subject,
+        "[tollgate] 2 lock(s), 0 SMS rule(s) over threshold"
+    );
+    assert!(
+        two.body.contains("user bob") && two.body.contains("user carol"),
+        "{}",
+        two.body
+    );
+    assert!(
+        !two.body.contains("alice"),
+        "only what happened since the last digest: {}",
+        two.body
+    );
+    let gap = two.received_at - one.received_at;
+    assert!(
+        gap >= interval - Duration::from_millis(250),
+        "the second digest waited for the interval: {gap:?}"
+    );
+    let notices: Vec<&str> = mails
+        .iter()
+        .filter(|m| m.to.len() == 1)
+        .map(|m| m.to[0].as_str())
+        .collect();
+    assert_eq!(
+        notices.len(),
+        3,
+        "the owners' notices are separate: {notices:?}"
+    );
+}
+
+#[tokio::test]
+async fn an_sms_rule_denying_more_than_the_threshold_within_the_window_alerts_the_admins() {
+    let interval = Duration::from_millis(300);
+    let (app, inbox) = app_with_email(Backend::Memory, |s| {
+        s.email.admin_alerts_to = vec!["ops@example.com".into()];
+        s.email.alert_threshold = 3;
+        s.email.alert_window = Duration::from_secs(60);
+        s.email.alert_interval = interval;
+        s.sms.phone_limits = limits(&[(1, 3_600_000)]);
+    })
+    .await;
+    let send = || app.sms_send(json!({ "phone": "+8613800138000" }));
+
+    assert_eq!(send().await.status, 200);
+    for _ in 0..3 {
+        assert_eq!(send().await.status, 429);
+    }
+    // A lock after the three denials: its digest must not name the rule yet.
+    for _ in 0..3 {
+        fail(&app, "ivan", json!({})).await;
+    }
+    let first = inbox.wait_for(1).await;
+    assert_eq!(
+        first[0].subject, "[tollgate] 1 lock(s), 0 SMS rule(s) over threshold",
+        "{}",
+        first[0].body
+    );
+
+    assert_eq!(
+        send().await.status,
+        429,
+        "the fourth denial within the window"
+    );
+    let mails = inbox.wait_for(2).await;
+
+    let digest = &mails[1];
+    assert_eq!(digest.to, ["ops@example.com"]);
+    assert_eq!(
+        digest.subject,
+        "[tollgate] 0 lock(s), 1 SMS rule(s) over threshold"
+    );
+    assert!(
+        digest.body.contains(
+            "sms_send \"phone 1/1h\": more than 3 denials within 1m; 1 since the last alert"
+        ),
+        "{}",
+        digest.body
+    );
+    assert!(digest.received_at - mails[0].received_at >= interval - Duration::from_millis(100));
+}
