@@ -1,13 +1,47 @@
-//! Metric names and help texts, all declared here.
+//! Metric names and help texts, all declared here, and the Prometheus
+//! recorder behind `GET /metrics`.
 
-use metrics::{counter, describe_counter, describe_histogram};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use metrics::{counter, describe_counter, describe_histogram, histogram};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 
 pub const REQUESTS: &str = "tollgate_requests_total";
 pub const STORE_ERRORS: &str = "tollgate_store_errors_total";
 pub const STORE_SECONDS: &str = "tollgate_store_seconds";
 pub const AUDIT_EVENTS: &str = "tollgate_audit_events_total";
 
-pub fn describe() {
+static RECORDER: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
+
+/// Install the process-wide recorder once (several apps in one test process
+/// share it) and keep its histograms trimmed.
+pub fn install() -> Option<PrometheusHandle> {
+    RECORDER
+        .get_or_init(|| {
+            let handle = PrometheusBuilder::new()
+                .set_buckets_for_metric(
+                    metrics_exporter_prometheus::Matcher::Full(STORE_SECONDS.into()),
+                    &[
+                        0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+                    ],
+                )
+                .ok()?
+                .install_recorder()
+                .map_err(|e| tracing::warn!(error = %e, "metrics recorder not installed"))
+                .ok()?;
+            describe();
+            let upkeep = handle.clone();
+            std::thread::spawn(move || loop {
+                std::thread::sleep(Duration::from_secs(5));
+                upkeep.run_upkeep();
+            });
+            Some(handle)
+        })
+        .clone()
+}
+
+fn describe() {
     describe_counter!(REQUESTS, "Requests answered, by route and decision");
     describe_counter!(STORE_ERRORS, "Window-store calls that failed or timed out");
     describe_histogram!(STORE_SECONDS, "Duration of window-store calls");
@@ -19,4 +53,13 @@ pub fn describe() {
 
 pub fn store_error() {
     counter!(STORE_ERRORS).increment(1);
+}
+
+pub fn store_call(elapsed: Duration) {
+    histogram!(STORE_SECONDS).record(elapsed.as_secs_f64());
+}
+
+/// One answered request: `decision` is allow, challenge, deny or error.
+pub fn request(route: &'static str, decision: &'static str) {
+    counter!(REQUESTS, "route" => route, "decision" => decision).increment(1);
 }

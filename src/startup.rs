@@ -50,7 +50,7 @@ impl Application {
     }
 
     pub async fn build_with(settings: Settings, overrides: Overrides) -> anyhow::Result<Self> {
-        crate::metrics::describe();
+        let metrics = crate::metrics::install();
         let clock: Arc<dyn Clock> = overrides.clock.unwrap_or_else(|| Arc::new(SystemClock));
         let mut background = Vec::new();
         let mut sweep = |store: Arc<MemoryStore>| {
@@ -143,6 +143,7 @@ impl Application {
             readiness_store: primary,
             audit: audit.clone(),
             audit_db,
+            metrics,
         });
 
         let listener = TcpListener::bind(settings.server.bind)

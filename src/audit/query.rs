@@ -39,7 +39,7 @@ impl Cursor {
     }
 
     pub fn decode(token: &str) -> Option<Self> {
-        if token.len() % 2 != 0 || token.len() > 200 {
+        if !token.len().is_multiple_of(2) || token.len() > 200 {
             return None;
         }
         let bytes: Option<Vec<u8>> = (0..token.len())

@@ -51,7 +51,7 @@ pub fn format_window(ms: u64) -> String {
         (1_000, "s"),
     ];
     for (size, unit) in UNITS {
-        if ms > 0 && ms % size == 0 {
+        if ms > 0 && ms.is_multiple_of(size) {
             return format!("{}{}", ms / size, unit);
         }
     }

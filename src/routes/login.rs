@@ -5,7 +5,8 @@ use super::{post, AppState};
 use crate::captcha::CaptchaProof;
 use crate::domain::Username;
 use crate::error::ApiError;
-use crate::guard::login::LoginAttempt;
+use crate::guard::login::{LoginAttempt, LoginDecision, LoginState};
+use crate::metrics;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(post("/login/check", check))
@@ -43,7 +44,7 @@ async fn check(
 ) -> Result<HttpResponse, ApiError> {
     let info = state.access.caller(&req, body.ip.as_deref())?;
     let user = parse_user(&body.user)?;
-    let login_state = state.login.check(&user, &info).await?;
+    let login_state = count("login_check", state.login.check(&user, &info).await)?;
     Ok(HttpResponse::Ok().json(login_state))
 }
 
@@ -76,6 +77,21 @@ async fn attempt(
         notify_email: body.notify_email,
         locale: super::sms::parse_locale(body.locale)?,
     };
-    let login_state = state.login.attempt(attempt, &info).await?;
+    let login_state = count("login_attempt", state.login.attempt(attempt, &info).await)?;
     Ok(HttpResponse::Ok().json(login_state))
+}
+
+fn count<E>(route: &'static str, result: Result<LoginState, E>) -> Result<LoginState, E> {
+    metrics::request(
+        route,
+        match &result {
+            Ok(state) => match state.decision {
+                LoginDecision::Allow => "allow",
+                LoginDecision::Challenge => "challenge",
+                LoginDecision::Deny => "deny",
+            },
+            Err(_) => "error",
+        },
+    );
+    result
 }

@@ -35,6 +35,8 @@ pub struct AppState {
     pub audit: Arc<dyn AuditSink>,
     /// The audit database, for the admin API (absent when a test replaced the sink).
     pub audit_db: Option<AuditDb>,
+    /// Renders `/metrics`; absent when no recorder could be installed.
+    pub metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
 }
 
 pub fn configure(cfg: &mut web::ServiceConfig) {

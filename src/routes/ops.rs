@@ -6,7 +6,8 @@ use crate::error::ApiError;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.route("/healthz", web::get().to(healthz))
-        .route("/readyz", web::get().to(readyz));
+        .route("/readyz", web::get().to(readyz))
+        .route("/metrics", web::get().to(metrics));
 }
 
 async fn healthz() -> HttpResponse {
@@ -19,4 +20,16 @@ async fn readyz(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
         return Err(ApiError::AuditUnavailable);
     }
     Ok(HttpResponse::Ok().json(json!({ "status": "ready" })))
+}
+
+async fn metrics(state: web::Data<AppState>) -> HttpResponse {
+    match &state.metrics {
+        Some(handle) => HttpResponse::Ok()
+            .content_type("text/plain; version=0.0.4")
+            .body(handle.render()),
+        None => HttpResponse::ServiceUnavailable().json(json!({
+            "error": "metrics_unavailable",
+            "message": "the metrics recorder could not be installed"
+        })),
+    }
 }

@@ -6,7 +6,8 @@ use super::{post, AppState};
 use crate::captcha::CaptchaProof;
 use crate::domain::{PhoneError, PhoneNumber};
 use crate::error::ApiError;
-use crate::guard::sms::{SendRequest, Verified};
+use crate::guard::sms::{SendRequest, SmsRefusal, Verified};
+use crate::metrics;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(post("/sms/send", send))
@@ -70,7 +71,17 @@ async fn send(
             passed: body.captcha_passed,
         },
     };
-    let sent = state.sms.send(request, &info).await?;
+    let result = state.sms.send(request, &info).await;
+    metrics::request(
+        "sms_send",
+        match &result {
+            Ok(_) => "allow",
+            Err(SmsRefusal::CaptchaRequired) => "challenge",
+            Err(SmsRefusal::RateLimited { .. } | SmsRefusal::RegionBlocked { .. }) => "deny",
+            Err(_) => "error",
+        },
+    );
+    let sent = result?;
     Ok(HttpResponse::Ok().json(json!({
         "status": "sent",
         "phone": sent.masked_phone,
@@ -95,7 +106,16 @@ async fn verify(
     if code.len() > 64 {
         return Err(ApiError::InvalidRequest("code is too long".into()));
     }
-    let answer = match state.sms.verify(&phone, code, &info).await? {
+    let result = state.sms.verify(&phone, code, &info).await;
+    metrics::request(
+        "sms_verify",
+        match &result {
+            Ok(Verified::Valid) => "allow",
+            Ok(Verified::Invalid { .. }) | Err(SmsRefusal::RateLimited { .. }) => "deny",
+            Err(_) => "error",
+        },
+    );
+    let answer = match result? {
         Verified::Valid => json!({ "valid": true }),
         Verified::Invalid { attempts_left } => {
             json!({ "valid": false, "attempts_left": attempts_left })

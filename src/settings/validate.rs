@@ -208,6 +208,20 @@ impl Settings {
                 &["smtp://", "smtps://"],
             )?;
         }
+        if email.from.parse::<lettre::message::Mailbox>().is_err() {
+            return Err(SettingsError::invalid(
+                "email.from",
+                "is not an email address",
+            ));
+        }
+        for (i, to) in email.admin_alerts_to.iter().enumerate() {
+            if to.parse::<lettre::message::Mailbox>().is_err() {
+                return Err(SettingsError::invalid(
+                    &format!("email.admin_alerts_to[{i}]"),
+                    format!("{to:?} is not an email address"),
+                ));
+            }
+        }
         positive("email.alert_threshold", email.alert_threshold.into())?;
         duration("email.alert_window", email.alert_window)?;
         duration("email.alert_interval", email.alert_interval)?;

@@ -43,7 +43,10 @@ impl ResilientStore {
 macro_rules! resilient {
     ($self:ident, |$s:ident| $call:expr, open: $open:expr) => {{
         let $s = $self.primary.as_ref();
-        match $call.await {
+        let started = std::time::Instant::now();
+        let result = $call.await;
+        metrics::store_call(started.elapsed());
+        match result {
             Ok(v) => Ok(v),
             Err(e) => {
                 $self.failed(&e);

@@ -372,3 +372,35 @@ async fn an_unreachable_provider_answers_502() {
     assert_eq!(answer.status, 502, "{}", answer.body);
     assert_eq!(answer.error(), "delivery_failed");
 }
+
+#[test]
+fn bad_delivery_captcha_and_email_settings_fail_naming_the_key() {
+    let cases = [
+        ("sms.provider.timeout", "[sms.provider]\ntimeout = \"0s\""),
+        (
+            "sms.provider.url",
+            "[sms.provider]\nkind = \"webhook\"\nurl = \"ftp://x\"",
+        ),
+        (
+            "sms.provider.auth_token",
+            "[sms.provider]\nkind = \"twilio\"\naccount_sid = \"AC1\"\nfrom = \"+15005550006\"",
+        ),
+        ("captcha.timeout", "[captcha]\ntimeout = \"0ms\""),
+        ("captcha.secret", "[captcha]\nkind = \"turnstile\""),
+        ("email.smtp_url", "[email]\nsmtp_url = \"http://mail:25\""),
+        ("email.from", "[email]\nfrom = \"tollgate at example\""),
+        (
+            "email.admin_alerts_to[1]",
+            "[email]\nadmin_alerts_to = [\"ops@example.com\", \"nobody\"]",
+        ),
+    ];
+    for (key, toml) in cases {
+        let path =
+            std::env::temp_dir().join(format!("tollgate-{}.toml", uuid::Uuid::new_v4().simple()));
+        std::fs::write(&path, toml).unwrap();
+        let result = tollgate::settings::Settings::load(Some(&path));
+        std::fs::remove_file(&path).unwrap();
+        let message = result.err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(message.contains(&format!("`{key}`")), "{key}: {message:?}");
+    }
+}

@@ -375,3 +375,35 @@ async fn an_unreachable_store_falls_back_to_the_local_one() {
         json!({ "valid": true })
     );
 }
+
+#[tokio::test]
+async fn metrics_count_decisions_and_store_calls_in_prometheus_text() {
+    let app = spawn_app(Backend::Memory, |s| {
+        s.sms.phone_limits = limits(&[(1, 3_600_000)])
+    })
+    .await;
+    app.sms_send(json!({ "phone": PHONE })).await;
+    app.sms_send(json!({ "phone": PHONE })).await;
+    app.login_check(json!({ "user": "metrics-user" })).await;
+
+    let metrics = app.get("/metrics").await;
+    assert_eq!(metrics.status, 200);
+    let text = metrics
+        .body
+        .as_str()
+        .expect("Prometheus text, not JSON")
+        .to_string();
+    // The recorder is process-wide: other tests add to the same counters.
+    let value = |series: &str| -> f64 {
+        text.lines()
+            .find(|l| l.starts_with(series))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{series} missing from\n{text}"))
+    };
+    assert!(value("tollgate_requests_total{route=\"sms_send\",decision=\"allow\"}") >= 1.0);
+    assert!(value("tollgate_requests_total{route=\"sms_send\",decision=\"deny\"}") >= 1.0);
+    assert!(value("tollgate_requests_total{route=\"login_check\",decision=\"allow\"}") >= 1.0);
+    assert!(value("tollgate_store_seconds_count") >= 3.0);
+    assert!(text.contains("# HELP tollgate_requests_total"));
+}
