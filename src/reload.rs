@@ -1,19 +1,25 @@
 //! SIGHUP: re-read the config file and swap in the decision settings
-//! (`[sms]`, `[login]`, `[shadow]`) without dropping a request. A bad file is
-//! logged and the old settings stay.
+//! (`[sms]`, `[login]`, `[captcha]`, `[shadow]`) without dropping a request:
+//! requests in flight finish with the policy they started with. A bad file is
+//! logged and the old settings stay. Other sections need a restart.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::guard::{Policy, PolicyCell};
 use crate::settings::Settings;
 
-pub fn reload_into(
-    policy: &PolicyCell,
-    file: Option<&std::path::Path>,
-) -> Result<(), crate::settings::SettingsError> {
+#[derive(Debug, thiserror::Error)]
+pub enum ReloadError {
+    #[error(transparent)]
+    Settings(#[from] crate::settings::SettingsError),
+    #[error("cannot build the captcha client: {0}")]
+    Captcha(#[from] reqwest::Error),
+}
+
+pub fn reload_into(policy: &PolicyCell, file: Option<&Path>) -> Result<(), ReloadError> {
     let settings = Settings::load(file)?;
-    policy.replace(Policy::from_settings(&settings));
+    policy.replace(Policy::from_settings(&settings)?);
     Ok(())
 }
 

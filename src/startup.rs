@@ -11,7 +11,6 @@ use actix_web::{web, App, HttpServer};
 use anyhow::Context;
 
 use crate::audit::{retention, AuditDb, AuditSink, DbSink, SinkConfig};
-use crate::captcha::CaptchaVerifier;
 use crate::delivery::email::Email;
 use crate::delivery::{build_sender, SmsSender};
 use crate::guard::admin::SubjectAdmin;
@@ -124,15 +123,12 @@ impl Application {
                 build_sender(&settings.sms.provider).context("cannot set up the SMS provider")?
             }
         };
-        let captcha = Arc::new(
-            CaptchaVerifier::new(&settings.captcha).context("cannot build the captcha client")?,
-        );
-        let policy = Arc::new(PolicyCell::new(Policy::from_settings(&settings)));
+        let policy = Policy::from_settings(&settings).context("cannot build the captcha client")?;
+        let policy = Arc::new(PolicyCell::new(policy));
         let ctx = GuardContext {
             store,
             keys: Keys::new(settings.store.key_prefix.clone()),
             audit: audit.clone(),
-            captcha,
             policy: policy.clone(),
         };
         let state = web::Data::new(AppState {

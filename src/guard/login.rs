@@ -214,7 +214,7 @@ impl LoginGuard {
         let captcha_passed = if attempt.captcha.token.is_some() || attempt.captcha.passed.is_some()
         {
             let remote_ip = info.ip.map(|ip| ip.to_string());
-            self.ctx
+            policy
                 .captcha
                 .passed(&attempt.captcha, remote_ip.as_deref())
                 .await

@@ -14,7 +14,6 @@ use std::sync::Arc;
 pub use policy::{Policy, PolicyCell};
 
 use crate::audit::{AuditEvent, AuditSink};
-use crate::captcha::CaptchaVerifier;
 use crate::domain::ClientIp;
 use crate::store::{Keys, WindowStore};
 
@@ -32,7 +31,6 @@ pub struct GuardContext {
     pub store: Arc<dyn WindowStore>,
     pub keys: Keys,
     pub audit: Arc<dyn AuditSink>,
-    pub captcha: Arc<CaptchaVerifier>,
     pub policy: Arc<PolicyCell>,
 }
 

@@ -1,16 +1,18 @@
 //! The decision settings (`[sms]`, `[login]`, `[captcha]`, `[shadow]`) turned
-//! into rules once, and swappable at run time (SIGHUP) without a lock on the
-//! request path beyond one `Arc` clone.
+//! into rules and clients once, and swappable at run time (SIGHUP) without a
+//! lock on the request path beyond one `Arc` clone.
 
 use std::sync::Arc;
 
 use parking_lot::RwLock;
 
+use crate::captcha::CaptchaVerifier;
 use crate::domain::{Rule, SubjectKind};
 use crate::settings::{LimitSetting, LoginSettings, Settings, SmsSettings};
 use crate::store::LoginPolicy;
 
 pub struct Policy {
+    pub captcha: Arc<CaptchaVerifier>,
     pub sms: SmsSettings,
     pub login: LoginSettings,
     pub shadow: bool,
@@ -38,10 +40,11 @@ fn rules(kind: SubjectKind, limits: &[LimitSetting]) -> Vec<Rule> {
 }
 
 impl Policy {
-    pub fn from_settings(settings: &Settings) -> Self {
+    pub fn from_settings(settings: &Settings) -> Result<Self, reqwest::Error> {
         let sms = &settings.sms;
         let login = &settings.login;
-        Self {
+        Ok(Self {
+            captcha: Arc::new(CaptchaVerifier::new(&settings.captcha)?),
             phone_rules: rules(SubjectKind::Phone, &sms.phone_limits),
             prefix_rules: rules(SubjectKind::Prefix, &sms.prefix_limits),
             ip_rules: rules(SubjectKind::Ip, &sms.ip_limits),
@@ -65,7 +68,7 @@ impl Policy {
             sms: sms.clone(),
             login: login.clone(),
             shadow: settings.shadow.enabled,
-        }
+        })
     }
 }
 

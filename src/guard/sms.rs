@@ -113,8 +113,7 @@ impl SmsGuard {
 
         let ip = info.ip.map(|ip| ip.subject_id());
         let remote_ip = info.ip.map(|ip| ip.to_string());
-        let captcha_passed = self
-            .ctx
+        let captcha_passed = policy
             .captcha
             .passed(&req.captcha, remote_ip.as_deref())
             .await;

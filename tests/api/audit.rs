@@ -2,11 +2,9 @@
 //! down, replay exactly once, after a crash too, and drain on shutdown.
 
 use std::collections::HashMap;
-use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::json;
-use tokio::io::{AsyncBufReadExt, BufReader};
 use tollgate::audit::query::EventFilter;
 use tollgate::audit::{retention, AuditDb, AuditDecision, AuditEvent};
 use tollgate::domain::{Action, Subject, SubjectKind};
@@ -14,6 +12,7 @@ use tollgate::domain::{Action, Subject, SubjectKind};
 use crate::audit_db::{DbKind, FaultProxy, TestDb};
 use crate::helpers::{limits, spawn_app_with_audit_db, Backend, TestApp, API_KEY};
 use crate::on_both_databases;
+use crate::process::Tollgate;
 
 const PHONE: &str = "+8613800138000";
 
@@ -63,7 +62,7 @@ fn request_id_counts(rows: &[AuditEvent]) -> HashMap<String, usize> {
     counts
 }
 
-async fn eventually<F, Fut>(what: &str, timeout: Duration, mut done: F)
+pub async fn eventually<F, Fut>(what: &str, timeout: Duration, mut done: F)
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
@@ -244,65 +243,6 @@ async fn readiness_fails_while_the_audit_database_is_down() {
         (ready.status.as_u16(), ready.error()),
         (503, "audit_unavailable")
     );
-}
-
-/// The real binary, as a child process.
-struct Tollgate {
-    child: tokio::process::Child,
-    address: String,
-}
-
-impl Tollgate {
-    async fn start(config: &std::path::Path) -> Self {
-        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
-            .arg("--config")
-            .arg(config)
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("the tollgate binary starts");
-        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-        let address = tokio::time::timeout(Duration::from_secs(30), async {
-            while let Ok(Some(line)) = lines.next_line().await {
-                if line.contains("tollgate listening") {
-                    let log: serde_json::Value =
-                        serde_json::from_str(&line).expect("JSON logs off a terminal");
-                    return log["address"].as_str().unwrap().to_string();
-                }
-            }
-            panic!("tollgate exited before listening");
-        })
-        .await
-        .expect("tollgate listens within 30 s");
-        // Keep draining the log so the child never blocks on a full pipe.
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-        Self {
-            child,
-            address: format!("http://{address}"),
-        }
-    }
-
-    async fn refused_send(&self, client: &reqwest::Client, request_id: &str) {
-        let response = client
-            .post(format!("{}/sms/send", self.address))
-            .header("x-request-id", request_id)
-            .json(&json!({ "phone": PHONE }))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(response.status(), 429);
-    }
-
-    fn signal(&self, signal: &str) {
-        let pid = self.child.id().expect("still running").to_string();
-        let status = std::process::Command::new("kill")
-            .args([signal, &pid])
-            .status()
-            .unwrap();
-        assert!(status.success());
-    }
 }
 
 fn write_config(

@@ -10,6 +10,8 @@ mod edges;
 mod email;
 mod helpers;
 mod login;
+mod process;
+mod reload;
 mod sms_send;
 mod sms_verify;
 mod smtp;

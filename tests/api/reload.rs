@@ -1,0 +1,95 @@
+//! SIGHUP swaps the decision settings in; a bad file keeps the old ones.
+
+use std::time::Duration;
+
+use serde_json::json;
+use tollgate::guard::{Policy, PolicyCell};
+use tollgate::reload::reload_into;
+use tollgate::settings::Settings;
+
+use crate::audit::eventually;
+use crate::process::Tollgate;
+
+fn config(dir: &std::path::Path, phone_limit: u32, lock_after: u32) -> std::path::PathBuf {
+    let path = dir.join("tollgate.toml");
+    std::fs::write(
+        &path,
+        format!(
+            r#"
+[server]
+bind = "127.0.0.1:0"
+[audit]
+database_url = "sqlite://{}?mode=rwc"
+spool_dir = "{}"
+[sms]
+phone_limits = [{{ limit = {phone_limit}, window = "1h" }}]
+[login]
+lock_after = {lock_after}
+"#,
+            dir.join("audit.db").display(),
+            dir.join("spool").display()
+        ),
+    )
+    .unwrap();
+    path
+}
+
+#[test]
+fn a_reload_swaps_the_decision_settings_and_a_bad_file_keeps_the_old_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let cell = PolicyCell::new(Policy::from_settings(&Settings::defaults().unwrap()).unwrap());
+    assert_eq!(cell.current().phone_rules[0].limit, 1);
+
+    let file = config(dir.path(), 3, 7);
+    reload_into(&cell, Some(&file)).unwrap();
+    assert_eq!(cell.current().phone_rules[0].limit, 3);
+    assert_eq!(cell.current().user_lock.limit, 7);
+
+    let bad = config(dir.path(), 4, 0);
+    let error = reload_into(&cell, Some(&bad)).unwrap_err().to_string();
+    assert!(error.contains("login.lock_after"), "{error}");
+    assert_eq!(
+        cell.current().phone_rules[0].limit,
+        3,
+        "the old settings stay"
+    );
+}
+
+#[tokio::test]
+async fn sighup_reloads_a_running_server_without_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = config(dir.path(), 1, 10);
+    let server = Tollgate::start(&file).await;
+    let client = reqwest::Client::new();
+    let send = || async {
+        client
+            .post(format!("{}/sms/send", server.address))
+            .json(&json!({ "phone": "+8613800138000" }))
+            .send()
+            .await
+            .unwrap()
+    };
+    assert_eq!(send().await.status(), 200);
+    assert_eq!(send().await.status(), 429);
+
+    config(dir.path(), 3, 10);
+    server.signal("-HUP");
+    eventually("the new phone limit", Duration::from_secs(10), || async {
+        send().await.status() == 200
+    })
+    .await;
+    assert_eq!(send().await.status(), 200, "3 per hour now");
+    let limited = send().await;
+    assert_eq!(limited.status(), 429);
+    let body: serde_json::Value = limited.json().await.unwrap();
+    assert_eq!(body["rule"], "phone 3/1h");
+
+    // A bad file is refused; the server keeps serving with the last good settings.
+    config(dir.path(), 50, 0);
+    server.signal("-HUP");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let still = send().await;
+    assert_eq!(still.status(), 429);
+    let body: serde_json::Value = still.json().await.unwrap();
+    assert_eq!(body["rule"], "phone 3/1h");
+}
