@@ -146,6 +146,58 @@ macro_rules! push_conditions {
 }
 use push_conditions;
 
+/// The queries, written once and instantiated per database. Each database
+/// module defines `bind_time`, `bind_id` (its column types) and a `Row` with
+/// `into_event`, then calls `repository!(DatabaseType, PoolType)`.
+macro_rules! repository {
+    ($db:ty, $pool:ty) => {
+        pub async fn insert(pool: &$pool, events: &[AuditEvent]) -> Result<u64, AuditError> {
+            let mut qb = QueryBuilder::<$db>::new(format!("INSERT INTO audit_events ({COLUMNS}) "));
+            qb.push_values(events, |mut row, e| {
+                row.push_bind(bind_id(e.id))
+                    .push_bind(bind_time(e.occurred_at))
+                    .push_bind(e.action.as_str())
+                    .push_bind(e.decision.as_str())
+                    .push_bind(e.reason.clone())
+                    .push_bind(e.subject_kind.as_str())
+                    .push_bind(e.subject.clone())
+                    .push_bind(e.ip.clone())
+                    .push_bind(e.rule.clone())
+                    .push_bind(e.observed)
+                    .push_bind(e.limit)
+                    .push_bind(e.window_ms)
+                    .push_bind(e.retry_after_ms)
+                    .push_bind(e.request_id.clone())
+                    .push_bind(e.user_agent.clone())
+                    .push_bind(e.shadow);
+            });
+            qb.push(" ON CONFLICT (id) DO NOTHING");
+            Ok(qb.build().execute(pool).await?.rows_affected())
+        }
+
+        pub async fn page(
+            pool: &$pool,
+            filter: &EventFilter,
+            cursor: Option<&Cursor>,
+            limit: usize,
+        ) -> Result<Vec<AuditEvent>, AuditError> {
+            let mut qb = QueryBuilder::<$db>::new(format!("SELECT {COLUMNS} FROM audit_events"));
+            push_conditions!(qb, filter, cursor, bind_time, bind_id);
+            qb.push(" ORDER BY occurred_at DESC, id DESC LIMIT ")
+                .push_bind(limit as i64);
+            let rows: Vec<Row> = qb.build_query_as().fetch_all(pool).await?;
+            rows.into_iter().map(Row::into_event).collect()
+        }
+
+        pub async fn purge_before(pool: &$pool, before: DateTime<Utc>) -> Result<u64, AuditError> {
+            let mut qb = QueryBuilder::<$db>::new("DELETE FROM audit_events WHERE occurred_at < ");
+            qb.push_bind(bind_time(before));
+            Ok(qb.build().execute(pool).await?.rows_affected())
+        }
+    };
+}
+use repository;
+
 fn corrupt(what: &str, value: &str) -> AuditError {
     AuditError::Corrupt(format!("{what} {value:?}"))
 }

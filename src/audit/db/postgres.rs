@@ -5,7 +5,7 @@ use sqlx::postgres::{PgPool, PgPoolOptions};
 use sqlx::{FromRow, Postgres, QueryBuilder};
 use uuid::Uuid;
 
-use super::{event_from_columns, push_conditions, AuditError, COLUMNS};
+use super::{event_from_columns, push_conditions, repository, AuditError, COLUMNS};
 use crate::audit::query::{Cursor, EventFilter};
 use crate::audit::AuditEvent;
 
@@ -69,48 +69,4 @@ impl Row {
     }
 }
 
-pub async fn insert(pool: &PgPool, events: &[AuditEvent]) -> Result<u64, AuditError> {
-    let mut qb = QueryBuilder::<Postgres>::new(format!("INSERT INTO audit_events ({COLUMNS}) "));
-    qb.push_values(events, |mut row, e| {
-        row.push_bind(e.id)
-            .push_bind(e.occurred_at)
-            .push_bind(e.action.as_str())
-            .push_bind(e.decision.as_str())
-            .push_bind(e.reason.clone())
-            .push_bind(e.subject_kind.as_str())
-            .push_bind(e.subject.clone())
-            .push_bind(e.ip.clone())
-            .push_bind(e.rule.clone())
-            .push_bind(e.observed)
-            .push_bind(e.limit)
-            .push_bind(e.window_ms)
-            .push_bind(e.retry_after_ms)
-            .push_bind(e.request_id.clone())
-            .push_bind(e.user_agent.clone())
-            .push_bind(e.shadow);
-    });
-    qb.push(" ON CONFLICT (id) DO NOTHING");
-    Ok(qb.build().execute(pool).await?.rows_affected())
-}
-
-pub async fn page(
-    pool: &PgPool,
-    filter: &EventFilter,
-    cursor: Option<&Cursor>,
-    limit: usize,
-) -> Result<Vec<AuditEvent>, AuditError> {
-    let mut qb = QueryBuilder::<Postgres>::new(format!("SELECT {COLUMNS} FROM audit_events"));
-    push_conditions!(qb, filter, cursor, bind_time, bind_id);
-    qb.push(" ORDER BY occurred_at DESC, id DESC LIMIT ")
-        .push_bind(limit as i64);
-    let rows: Vec<Row> = qb.build_query_as().fetch_all(pool).await?;
-    rows.into_iter().map(Row::into_event).collect()
-}
-
-pub async fn purge_before(pool: &PgPool, before: DateTime<Utc>) -> Result<u64, AuditError> {
-    let done = sqlx::query("DELETE FROM audit_events WHERE occurred_at < $1")
-        .bind(before)
-        .execute(pool)
-        .await?;
-    Ok(done.rows_affected())
-}
+repository!(Postgres, PgPool);
