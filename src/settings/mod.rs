@@ -261,9 +261,7 @@ impl Settings {
     }
 
     fn from_figment(figment: Figment) -> Result<Self, SettingsError> {
-        let settings: Settings = figment
-            .extract()
-            .map_err(|e| SettingsError::Load(Box::new(e)))?;
+        let settings: Settings = figment.extract().map_err(load_error)?;
         settings.validate()?;
         Ok(settings)
     }
@@ -271,5 +269,23 @@ impl Settings {
     /// The effective settings as TOML, secrets shown as `"***"`.
     pub fn to_redacted_toml(&self) -> String {
         toml::to_string_pretty(self).unwrap_or_else(|e| format!("# cannot print settings: {e}"))
+    }
+}
+
+/// Names the key as a config file spells it (`sms.code_ttl`), whether the bad
+/// value came from the file or from `TOLLGATE__SMS__CODE_TTL`.
+fn load_error(error: figment::Error) -> SettingsError {
+    if error.path.is_empty() {
+        return SettingsError::Load(Box::new(error));
+    }
+    let key = error.path.join(".").to_lowercase();
+    let source = error
+        .metadata
+        .as_ref()
+        .map(|m| format!(" (from {})", m.name))
+        .unwrap_or_default();
+    SettingsError::Invalid {
+        key,
+        message: format!("{}{source}", error.kind),
     }
 }

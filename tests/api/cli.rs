@@ -1,0 +1,119 @@
+//! The command line: check-config and migrate.
+
+use std::process::Command;
+
+use crate::audit_db::{DbKind, TestDb};
+
+fn tollgate(args: &[&str], envs: &[(&str, &str)]) -> (bool, String, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args(args)
+        .envs(envs.iter().copied())
+        .env_remove("TOLLGATE_CONFIG")
+        .output()
+        .expect("the binary runs");
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn check_config_prints_the_effective_settings_with_secrets_masked() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("tollgate.toml");
+    std::fs::write(
+        &file,
+        r#"
+[server]
+api_keys = ["key-one-secret"]
+admin_tokens = ["admin-secret"]
+[store]
+backend = "redis"
+redis_url = "redis://:redis-password@127.0.0.1:6379"
+[audit]
+database_url = "postgres://app:db-password@127.0.0.1:5432/tollgate"
+[captcha]
+kind = "turnstile"
+secret = "captcha-secret"
+[sms.provider]
+kind = "twilio"
+account_sid = "AC123"
+auth_token = "twilio-secret"
+from = "+15005550006"
+"#,
+    )
+    .unwrap();
+    let (ok, stdout, stderr) = tollgate(
+        &["check-config", "--config", file.to_str().unwrap()],
+        &[("TOLLGATE__LOGIN__LOCK_AFTER", "7")],
+    );
+    assert!(ok, "{stderr}");
+    for secret in [
+        "key-one-secret",
+        "admin-secret",
+        "redis-password",
+        "db-password",
+        "captcha-secret",
+        "twilio-secret",
+    ] {
+        assert!(!stdout.contains(secret), "{secret} leaked:\n{stdout}");
+    }
+    assert!(stdout.contains("\"***\""), "{stdout}");
+    assert!(
+        stdout.contains("postgres://app:***@127.0.0.1:5432/tollgate"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("lock_after = 7"),
+        "environment overrides apply:\n{stdout}"
+    );
+    let parsed: toml::Value = toml::from_str(&stdout).expect("the output is TOML");
+    assert_eq!(parsed["store"]["backend"].as_str(), Some("redis"));
+}
+
+#[test]
+fn check_config_names_the_offending_key_and_exits_1() {
+    let cases = [
+        (
+            vec![("TOLLGATE__LOGIN__LOCK_AFTER", "0")],
+            "login.lock_after",
+        ),
+        (vec![("TOLLGATE__SMS__CODE_TTL", "soon")], "code_ttl"),
+        (vec![("TOLLGATE__STORE__ON_ERROR", "maybe")], "on_error"),
+        (
+            vec![("TOLLGATE__SMS__PHONE_LIMITS", "[{limit=0, window=\"1m\"}]")],
+            "sms.phone_limits[0].limit",
+        ),
+    ];
+    for (env, key) in cases {
+        let (ok, _, stderr) = tollgate(&["check-config"], &env);
+        assert!(!ok, "{env:?} must fail");
+        assert!(stderr.contains(key), "{env:?}: {stderr}");
+    }
+    let (ok, _, stderr) = tollgate(
+        &["check-config", "--config", "/nonexistent/tollgate.toml"],
+        &[],
+    );
+    assert!(!ok);
+    assert!(stderr.contains("/nonexistent/tollgate.toml"), "{stderr}");
+}
+
+#[tokio::test]
+async fn migrate_creates_the_audit_table_and_can_run_twice() {
+    for kind in [DbKind::Postgres, DbKind::Sqlite] {
+        let db = TestDb::new(kind).await;
+        for _ in 0..2 {
+            let (ok, stdout, stderr) =
+                tollgate(&["migrate"], &[("TOLLGATE__AUDIT__DATABASE_URL", &db.url)]);
+            assert!(ok, "{kind:?}: {stderr}");
+            assert!(stdout.contains("up to date"), "{stdout}");
+        }
+        let pool = tollgate::audit::AuditDb::connect_lazy(&db.url).unwrap();
+        let rows = pool
+            .page(&Default::default(), None, 1)
+            .await
+            .expect("the table exists");
+        assert!(rows.is_empty());
+    }
+}
