@@ -3,7 +3,8 @@
 
 use actix_web::http::{header, StatusCode};
 use actix_web::{HttpResponse, ResponseError};
-use serde_json::json;
+use serde::Serialize;
+use utoipa::ToSchema;
 
 use crate::guard::ceil_secs;
 use crate::guard::sms::SmsRefusal;
@@ -41,23 +42,83 @@ pub enum ApiError {
     Internal(#[source] anyhow::Error),
 }
 
+/// Every `error` code the API answers with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    InvalidRequest,
+    InvalidPhone,
+    RateLimited,
+    CaptchaRequired,
+    RegionBlocked,
+    Unauthorized,
+    StoreUnavailable,
+    AuditUnavailable,
+    DeliveryFailed,
+    NotFound,
+    MethodNotAllowed,
+    PayloadTooLarge,
+    UnsupportedMediaType,
+    /// `/metrics` only: no metrics recorder could be installed.
+    MetricsUnavailable,
+    InternalError,
+}
+
+/// The body of every error answer: `error` and `message`, plus
+/// `retry_after_secs` and `rule` on `rate_limited` and `captcha_required: true`
+/// on `captcha_required`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+#[schema(
+    as = Error,
+    example = json!({"error": "rate_limited", "message": "too many requests (phone 5/1h)", "retry_after_secs": 1800, "rule": "phone 5/1h"})
+)]
+pub struct ErrorBody {
+    pub error: ErrorCode,
+    /// Human-readable text; not meant for parsing.
+    pub message: String,
+    /// `rate_limited` only: whole seconds until a retry can pass (also the `Retry-After` header).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false, minimum = 1, example = 1800)]
+    pub retry_after_secs: Option<u64>,
+    /// `rate_limited` only: the rule that denied, `<subject kind> <limit>/<window>`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false, example = "phone 5/1h")]
+    pub rule: Option<String>,
+    /// `captcha_required` only: always `true`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub captcha_required: Option<bool>,
+}
+
+impl ErrorBody {
+    pub fn new(error: ErrorCode, message: impl Into<String>) -> Self {
+        Self {
+            error,
+            message: message.into(),
+            retry_after_secs: None,
+            rule: None,
+            captcha_required: None,
+        }
+    }
+}
+
 impl ApiError {
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> ErrorCode {
         match self {
-            ApiError::InvalidRequest(_) => "invalid_request",
-            ApiError::InvalidPhone(_) => "invalid_phone",
-            ApiError::RateLimited { .. } => "rate_limited",
-            ApiError::CaptchaRequired => "captcha_required",
-            ApiError::RegionBlocked => "region_blocked",
-            ApiError::Unauthorized => "unauthorized",
-            ApiError::StoreUnavailable(_) => "store_unavailable",
-            ApiError::AuditUnavailable => "audit_unavailable",
-            ApiError::DeliveryFailed => "delivery_failed",
-            ApiError::NotFound => "not_found",
-            ApiError::MethodNotAllowed => "method_not_allowed",
-            ApiError::PayloadTooLarge(_) => "payload_too_large",
-            ApiError::UnsupportedMediaType => "unsupported_media_type",
-            ApiError::Internal(_) => "internal_error",
+            ApiError::InvalidRequest(_) => ErrorCode::InvalidRequest,
+            ApiError::InvalidPhone(_) => ErrorCode::InvalidPhone,
+            ApiError::RateLimited { .. } => ErrorCode::RateLimited,
+            ApiError::CaptchaRequired => ErrorCode::CaptchaRequired,
+            ApiError::RegionBlocked => ErrorCode::RegionBlocked,
+            ApiError::Unauthorized => ErrorCode::Unauthorized,
+            ApiError::StoreUnavailable(_) => ErrorCode::StoreUnavailable,
+            ApiError::AuditUnavailable => ErrorCode::AuditUnavailable,
+            ApiError::DeliveryFailed => ErrorCode::DeliveryFailed,
+            ApiError::NotFound => ErrorCode::NotFound,
+            ApiError::MethodNotAllowed => ErrorCode::MethodNotAllowed,
+            ApiError::PayloadTooLarge(_) => ErrorCode::PayloadTooLarge,
+            ApiError::UnsupportedMediaType => ErrorCode::UnsupportedMediaType,
+            ApiError::Internal(_) => ErrorCode::InternalError,
         }
     }
 }
@@ -83,7 +144,7 @@ impl ResponseError for ApiError {
 
     fn error_response(&self) -> HttpResponse {
         let status = self.status_code();
-        let mut body = json!({ "error": self.code(), "message": self.to_string() });
+        let mut body = ErrorBody::new(self.code(), self.to_string());
         let mut response = HttpResponse::build(status);
         match self {
             ApiError::RateLimited {
@@ -91,11 +152,11 @@ impl ResponseError for ApiError {
                 retry_after_ms,
             } => {
                 let secs = ceil_secs(*retry_after_ms).max(1);
-                body["retry_after_secs"] = json!(secs);
-                body["rule"] = json!(rule);
+                body.retry_after_secs = Some(secs);
+                body.rule = Some(rule.clone());
                 response.insert_header((header::RETRY_AFTER, secs.to_string()));
             }
-            ApiError::CaptchaRequired => body["captcha_required"] = json!(true),
+            ApiError::CaptchaRequired => body.captcha_required = Some(true),
             ApiError::Unauthorized => {
                 response.insert_header((header::WWW_AUTHENTICATE, "Bearer"));
             }

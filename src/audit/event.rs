@@ -4,7 +4,7 @@ use uuid::Uuid;
 
 use crate::domain::{Action, Rule, Subject, SubjectKind};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum AuditDecision {
     Deny,
@@ -37,24 +37,38 @@ pub fn now_ms() -> DateTime<Utc> {
 }
 
 /// One row of `audit_events` (DESIGN.md §4).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct AuditEvent {
     pub id: Uuid,
+    /// RFC 3339, UTC, milliseconds.
     #[serde(with = "rfc3339_ms")]
+    #[schema(example = "2026-11-02T08:15:30.123Z")]
     pub occurred_at: DateTime<Utc>,
     pub action: Action,
     pub decision: AuditDecision,
+    #[schema(example = "rate_limited")]
     pub reason: String,
     pub subject_kind: SubjectKind,
+    #[schema(example = "+8613800138000")]
     pub subject: String,
+    #[schema(required = true, example = "203.0.113.7")]
     pub ip: Option<String>,
+    #[schema(required = true, example = "phone 5/1h")]
     pub rule: Option<String>,
+    /// The count in the denying window before the request.
+    #[schema(required = true)]
     pub observed: Option<i64>,
+    #[schema(required = true)]
     pub limit: Option<i64>,
+    #[schema(required = true)]
     pub window_ms: Option<i64>,
+    #[schema(required = true)]
     pub retry_after_ms: Option<i64>,
+    #[schema(required = true)]
     pub request_id: Option<String>,
+    #[schema(required = true)]
     pub user_agent: Option<String>,
+    /// Recorded in shadow mode: the request was let through.
     pub shadow: bool,
 }
 

@@ -8,19 +8,27 @@ use crate::audit::{AuditDecision, AuditEvent};
 use crate::domain::{Action, Rule, Subject, SubjectKind};
 use crate::store::{StoreError, WindowSpec};
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// One window of a subject: its live count against its rule.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[schema(example = json!({"action": "login_attempt", "rule": "user 10/1h", "count": 3, "limit": 10, "window_ms": 3600000}))]
 pub struct WindowState {
     pub action: Action,
+    /// `<subject kind> <limit>/<window>`.
     pub rule: String,
     pub count: u32,
     pub limit: u32,
     pub window_ms: u64,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// A subject's live state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct SubjectState {
     pub kind: SubjectKind,
+    /// The normalised subject id.
+    #[schema(example = "alice")]
     pub id: String,
+    /// When the user's lock (or the IP's block) ends; null when there is none.
+    #[schema(required = true)]
     pub locked_until: Option<DateTime<Utc>>,
     pub captcha_required: bool,
     pub windows: Vec<WindowState>,

@@ -16,7 +16,7 @@ use crate::store::{
     HitRequest, LoginAttemptRequest, LoginVerdict, PeekOutcome, StoreError, WindowSpec,
 };
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum LoginDecision {
     Allow,
@@ -25,13 +25,21 @@ pub enum LoginDecision {
 }
 
 /// The answer of both login endpoints (DESIGN.md §3 `LoginState`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[schema(example = json!({"decision": "deny", "captcha_required": true, "locked": true,
+    "retry_after_secs": 900, "failures": 10, "reason": "user_locked"}))]
 pub struct LoginState {
     pub decision: LoginDecision,
+    /// Whether the next attempt needs a passed captcha.
     pub captcha_required: bool,
     pub locked: bool,
+    /// Seconds until the lock or IP block ends; null when there is none.
+    #[schema(required = true)]
     pub retry_after_secs: Option<u64>,
+    /// The user's failures in `login.captcha_window`.
     pub failures: u32,
+    /// `user_locked`, `ip_blocked` or `captcha_required`; null on `allow`.
+    #[schema(required = true, value_type = Option<String>, example = "user_locked")]
     pub reason: Option<&'static str>,
 }
 

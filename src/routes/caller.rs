@@ -34,9 +34,11 @@ impl BearerSecrets {
 
     /// Whether the request carries one of the secrets as `Authorization: Bearer`.
     pub fn admits(&self, req: &HttpRequest) -> bool {
-        let Some(token) = bearer(req) else {
-            return false;
-        };
+        bearer(req).is_some_and(|token| self.contains(token))
+    }
+
+    /// Whether `token` is one of the secrets.
+    pub fn contains(&self, token: &str) -> bool {
         let given = digest(token);
         self.0.iter().fold(false, |found, known| {
             found | bool::from(known.ct_eq(&given))
@@ -52,6 +54,25 @@ fn bearer(req: &HttpRequest) -> Option<&str> {
     let value = req.headers().get(header::AUTHORIZATION)?.to_str().ok()?;
     let (scheme, token) = value.split_once(' ')?;
     scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+}
+
+/// The admin token an HTML console request presents: `Authorization: Bearer
+/// <token>`, or HTTP Basic with user `admin` and the token as password.
+fn console_token(req: &HttpRequest) -> Option<Secret> {
+    if let Some(token) = bearer(req) {
+        return Some(Secret::new(token));
+    }
+    use base64::Engine as _;
+    let value = req.headers().get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, encoded) = value.split_once(' ')?;
+    if !scheme.eq_ignore_ascii_case("basic") {
+        return None;
+    }
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(encoded.trim())
+        .ok()?;
+    let (user, password) = std::str::from_utf8(&decoded).ok()?.split_once(':')?;
+    (user == "admin").then(|| Secret::new(password))
 }
 
 pub struct Access {
@@ -79,6 +100,18 @@ impl Access {
             return Err(ApiError::Unauthorized);
         }
         Ok(self.info(req, self.peer_ip(req)))
+    }
+
+    /// Authenticate an admin HTML page: an admin token as Bearer or as the
+    /// Basic password of user `admin`. Also returns the token, which keys the
+    /// console's CSRF tokens.
+    pub fn admin_console(&self, req: &HttpRequest) -> Result<(RequestInfo, Secret), ApiError> {
+        match console_token(req) {
+            Some(token) if self.admin_tokens.contains(token.expose()) => {
+                Ok((self.info(req, self.peer_ip(req)), token))
+            }
+            _ => Err(ApiError::Unauthorized),
+        }
     }
 
     /// Authenticate a public request and work out its client IP. `body_ip`

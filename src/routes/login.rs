@@ -1,10 +1,11 @@
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde::Deserialize;
+use utoipa::ToSchema;
 
 use super::{post, AppState};
 use crate::captcha::CaptchaProof;
 use crate::domain::Username;
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorBody};
 use crate::guard::login::{LoginAttempt, LoginDecision, LoginState};
 use crate::metrics;
 
@@ -13,23 +14,43 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .service(post("/login/attempt", attempt));
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(example = json!({"user": "alice", "ip": "203.0.113.7"}))]
 struct CheckBody {
+    /// The login name (NFKC-normalised and lowercased; not blank, no control characters).
+    #[schema(example = "alice", min_length = 1, max_length = 256)]
     user: String,
+    /// The client's IP; honoured only on requests authenticated with an API key.
+    #[schema(example = "203.0.113.7")]
     ip: Option<String>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(example = json!({"user": "alice", "ip": "203.0.113.7", "success": false, "notify_email": "alice@example.com"}))]
 struct AttemptBody {
+    /// The login name (NFKC-normalised and lowercased; not blank, no control characters).
+    #[schema(example = "alice", min_length = 1, max_length = 256)]
     user: String,
+    /// The client's IP; honoured only on requests authenticated with an API key.
+    #[schema(example = "203.0.113.7")]
     ip: Option<String>,
+    /// Whether the password was right.
     success: bool,
+    /// Captcha provider token, verified server-side when `captcha.kind` names a provider.
     captcha_token: Option<String>,
+    /// The caller verified a captcha itself; counts only when `captcha.kind = "none"`.
     captcha_passed: Option<bool>,
+    /// Where to tell the account's owner that it was locked (one email per lock).
+    #[schema(
+        example = "alice@example.com",
+        max_length = 254,
+        pattern = "^[^@]+@.*[.]"
+    )]
     notify_email: Option<String>,
     /// Locale of the lockout notice (`en` when absent or unknown).
+    #[schema(example = "en", pattern = "^[A-Za-z0-9_-]{1,35}$")]
     locale: Option<String>,
 }
 
@@ -37,6 +58,22 @@ fn parse_user(raw: &str) -> Result<Username, ApiError> {
     Username::parse(raw).map_err(|e| ApiError::InvalidRequest(e.to_string()))
 }
 
+/// Whether a captcha or a lock applies to a login (read-only, counts nothing)
+#[utoipa::path(
+    post,
+    path = "/login/check",
+    operation_id = "login_check",
+    tag = "login",
+    responses(
+        (status = 200, description = "`deny` when the user is locked or the IP blocked, `challenge` when a captcha is required, `allow` otherwise", body = LoginState),
+        (status = 400, description = "`invalid_request` (malformed JSON, missing, empty or unknown fields)", body = ErrorBody),
+        (status = 401, description = "`unauthorized`: API keys are configured and none was given", body = ErrorBody),
+        (status = 413, description = "`payload_too_large`: body over 16 KiB", body = ErrorBody),
+        (status = 415, description = "`unsupported_media_type`: body not `application/json`", body = ErrorBody),
+        (status = 503, description = "`store_unavailable` (only with `store.on_error = \"deny\"`)", body = ErrorBody),
+    ),
+    security((), ("api_key" = [])),
+)]
 async fn check(
     state: web::Data<AppState>,
     req: HttpRequest,
@@ -48,6 +85,27 @@ async fn check(
     Ok(HttpResponse::Ok().json(login_state))
 }
 
+/// Report a login outcome and get the resulting state
+///
+/// A locked user or blocked IP answers `deny`, a required and missing captcha
+/// `challenge` (neither is counted); otherwise the outcome is recorded and the
+/// answer is `allow`, saying whether the *next* attempt needs a captcha or
+/// whether this failure locked the user.
+#[utoipa::path(
+    post,
+    path = "/login/attempt",
+    operation_id = "login_attempt",
+    tag = "login",
+    responses(
+        (status = 200, description = "The state after this attempt", body = LoginState),
+        (status = 400, description = "`invalid_request` (malformed JSON, missing, empty or unknown fields, a bad `notify_email`)", body = ErrorBody),
+        (status = 401, description = "`unauthorized`: API keys are configured and none was given", body = ErrorBody),
+        (status = 413, description = "`payload_too_large`: body over 16 KiB", body = ErrorBody),
+        (status = 415, description = "`unsupported_media_type`: body not `application/json`", body = ErrorBody),
+        (status = 503, description = "`store_unavailable` (only with `store.on_error = \"deny\"`)", body = ErrorBody),
+    ),
+    security((), ("api_key" = [])),
+)]
 async fn attempt(
     state: web::Data<AppState>,
     req: HttpRequest,

@@ -5,6 +5,7 @@ pub mod admin;
 mod caller;
 mod json;
 pub mod login;
+pub mod openapi;
 pub mod ops;
 pub mod request_id;
 pub mod sms;
@@ -45,6 +46,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     login::configure(cfg);
     admin::configure(cfg);
     ops::configure(cfg);
+    openapi::configure(cfg);
 }
 
 pub async fn not_found() -> Result<HttpResponse, ApiError> {

@@ -1,8 +1,9 @@
 use actix_web::{web, HttpResponse};
-use serde_json::json;
+use serde::Serialize;
+use utoipa::ToSchema;
 
 use super::AppState;
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorBody, ErrorCode};
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.route("/healthz", web::get().to(healthz))
@@ -10,26 +11,65 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .route("/metrics", web::get().to(metrics));
 }
 
-async fn healthz() -> HttpResponse {
-    HttpResponse::Ok().json(json!({ "status": "ok" }))
+/// `/healthz` and `/readyz` 200.
+#[derive(Serialize, ToSchema)]
+pub struct OpsStatus {
+    /// `ok` (`/healthz`) or `ready` (`/readyz`).
+    #[schema(example = "ok")]
+    status: &'static str,
 }
 
+/// Liveness: the process is up
+#[utoipa::path(
+    get,
+    path = "/healthz",
+    operation_id = "healthz",
+    tag = "operations",
+    responses((status = 200, description = "`{\"status\": \"ok\"}`", body = OpsStatus)),
+)]
+async fn healthz() -> HttpResponse {
+    HttpResponse::Ok().json(OpsStatus { status: "ok" })
+}
+
+/// Readiness: the store and the audit database are reachable
+#[utoipa::path(
+    get,
+    path = "/readyz",
+    operation_id = "readyz",
+    tag = "operations",
+    responses(
+        (status = 200, description = "`{\"status\": \"ready\"}`", body = OpsStatus),
+        (status = 503, description = "`store_unavailable` or `audit_unavailable`", body = ErrorBody),
+    ),
+)]
 async fn readyz(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     state.readiness_store.ping().await?;
     if !state.audit.ready().await {
         return Err(ApiError::AuditUnavailable);
     }
-    Ok(HttpResponse::Ok().json(json!({ "status": "ready" })))
+    Ok(HttpResponse::Ok().json(OpsStatus { status: "ready" }))
 }
 
+/// Prometheus metrics
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    operation_id = "metrics",
+    tag = "operations",
+    responses(
+        (status = 200, description = "Prometheus text exposition format", body = String,
+            content_type = "text/plain; version=0.0.4"),
+        (status = 503, description = "`metrics_unavailable`: no metrics recorder could be installed", body = ErrorBody),
+    ),
+)]
 async fn metrics(state: web::Data<AppState>) -> HttpResponse {
     match &state.metrics {
         Some(handle) => HttpResponse::Ok()
             .content_type("text/plain; version=0.0.4")
             .body(handle.render()),
-        None => HttpResponse::ServiceUnavailable().json(json!({
-            "error": "metrics_unavailable",
-            "message": "the metrics recorder could not be installed"
-        })),
+        None => HttpResponse::ServiceUnavailable().json(ErrorBody::new(
+            ErrorCode::MetricsUnavailable,
+            "the metrics recorder could not be installed",
+        )),
     }
 }

@@ -1,11 +1,12 @@
 use actix_web::{web, HttpRequest, HttpResponse};
-use serde::Deserialize;
-use serde_json::json;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
+use super::openapi::RateLimitedError;
 use super::{post, AppState};
 use crate::captcha::CaptchaProof;
 use crate::domain::{PhoneError, PhoneNumber};
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorBody};
 use crate::guard::sms::{SendRequest, SmsRefusal, Verified};
 use crate::metrics;
 
@@ -14,22 +15,66 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .service(post("/sms/verify", verify));
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(example = json!({"phone": "+8613800138000", "ip": "203.0.113.7", "locale": "zh-CN"}))]
 struct SendBody {
+    /// The phone number in international form (`+`, country code, number);
+    /// a number that is not a valid phone number answers 400 `invalid_phone`.
+    #[schema(example = "+8613800138000", min_length = 1, max_length = 32)]
     phone: String,
+    /// The client's IP; honoured only on requests authenticated with an API key.
+    #[schema(example = "203.0.113.7")]
     ip: Option<String>,
+    /// Language tag of the SMS text (falls back to `en`).
+    #[schema(example = "zh-CN", pattern = "^[A-Za-z0-9_-]{1,35}$")]
     locale: Option<String>,
+    /// Captcha provider token, verified server-side when `captcha.kind` names a provider.
     captcha_token: Option<String>,
+    /// The caller verified a captcha itself; counts only when `captcha.kind = "none"`.
     captcha_passed: Option<bool>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(example = json!({"phone": "+8613800138000", "code": "123456"}))]
 struct VerifyBody {
+    /// The phone number the code was sent to.
+    #[schema(example = "+8613800138000", min_length = 1, max_length = 32)]
     phone: String,
+    #[schema(example = "123456", min_length = 1, max_length = 64)]
     code: String,
+    /// The client's IP; honoured only on requests authenticated with an API key.
     ip: Option<String>,
+}
+
+/// `POST /sms/send` 200.
+#[derive(Serialize, ToSchema)]
+pub struct SendResult {
+    /// Always `sent`.
+    #[schema(example = "sent")]
+    status: &'static str,
+    /// The masked phone number.
+    #[schema(example = "+86138****8000")]
+    phone: String,
+    #[schema(example = 300)]
+    code_ttl_secs: u64,
+    /// When this phone's next send would pass the phone windows (0: at once).
+    #[schema(example = 60)]
+    resend_after_secs: u64,
+    /// Whether the *next* send will need a captcha.
+    captcha_required: bool,
+}
+
+/// `POST /sms/verify` 200: `{"valid": true}` or `{"valid": false, "attempts_left": n}`.
+#[derive(Serialize, ToSchema)]
+#[schema(example = json!({"valid": false, "attempts_left": 3}))]
+pub struct VerifyResult {
+    valid: bool,
+    /// Wrong tries left before the code is burnt; only when `valid` is false.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false, example = 3)]
+    attempts_left: Option<u32>,
 }
 
 fn parse_phone(raw: &str) -> Result<PhoneNumber, ApiError> {
@@ -56,6 +101,26 @@ pub(super) fn parse_locale(raw: Option<String>) -> Result<Option<String>, ApiErr
     }
 }
 
+/// Send an SMS verification code
+#[utoipa::path(
+    post,
+    path = "/sms/send",
+    operation_id = "sms_send",
+    tag = "sms",
+    responses(
+        (status = 200, description = "The code was sent", body = SendResult),
+        (status = 400, description = "`invalid_phone`, or `invalid_request` (malformed JSON, missing, empty or unknown fields)", body = ErrorBody),
+        (status = 401, description = "`unauthorized`: API keys are configured and none was given", body = ErrorBody),
+        (status = 403, description = "`region_blocked`, or `captcha_required` (with `captcha_required: true`)", body = ErrorBody),
+        (status = 413, description = "`payload_too_large`: body over 16 KiB", body = ErrorBody),
+        (status = 415, description = "`unsupported_media_type`: body not `application/json`", body = ErrorBody),
+        (status = 429, description = "`rate_limited`", body = RateLimitedError,
+            headers(("Retry-After" = u64, description = "Whole seconds until a retry can pass"))),
+        (status = 502, description = "`delivery_failed`: the SMS provider refused; the reservation is given back", body = ErrorBody),
+        (status = 503, description = "`store_unavailable` (only with `store.on_error = \"deny\"`)", body = ErrorBody),
+    ),
+    security((), ("api_key" = [])),
+)]
 async fn send(
     state: web::Data<AppState>,
     req: HttpRequest,
@@ -82,15 +147,38 @@ async fn send(
         },
     );
     let sent = result?;
-    Ok(HttpResponse::Ok().json(json!({
-        "status": "sent",
-        "phone": sent.masked_phone,
-        "code_ttl_secs": sent.code_ttl_secs,
-        "resend_after_secs": sent.resend_after_secs,
-        "captcha_required": sent.captcha_required,
-    })))
+    Ok(HttpResponse::Ok().json(SendResult {
+        status: "sent",
+        phone: sent.masked_phone,
+        code_ttl_secs: sent.code_ttl_secs,
+        resend_after_secs: sent.resend_after_secs,
+        captcha_required: sent.captcha_required,
+    }))
 }
 
+/// Check an SMS verification code
+///
+/// A code is single-use. Each wrong code answers `valid: false` with
+/// `attempts_left` counting down; at 0 the code is burnt and further tries
+/// answer 429 until a new send. A used, expired or never-sent code answers
+/// `{"valid": false, "attempts_left": 0}`.
+#[utoipa::path(
+    post,
+    path = "/sms/verify",
+    operation_id = "sms_verify",
+    tag = "sms",
+    responses(
+        (status = 200, description = "Whether the code was right", body = VerifyResult),
+        (status = 400, description = "`invalid_phone`, or `invalid_request` (malformed JSON, missing, empty or unknown fields)", body = ErrorBody),
+        (status = 401, description = "`unauthorized`: API keys are configured and none was given", body = ErrorBody),
+        (status = 413, description = "`payload_too_large`: body over 16 KiB", body = ErrorBody),
+        (status = 415, description = "`unsupported_media_type`: body not `application/json`", body = ErrorBody),
+        (status = 429, description = "`rate_limited`: the code was burnt by too many wrong tries", body = RateLimitedError,
+            headers(("Retry-After" = u64, description = "Whole seconds until the burnt code expires"))),
+        (status = 503, description = "`store_unavailable` (only with `store.on_error = \"deny\"`)", body = ErrorBody),
+    ),
+    security((), ("api_key" = [])),
+)]
 async fn verify(
     state: web::Data<AppState>,
     req: HttpRequest,
@@ -116,10 +204,14 @@ async fn verify(
         },
     );
     let answer = match result? {
-        Verified::Valid => json!({ "valid": true }),
-        Verified::Invalid { attempts_left } => {
-            json!({ "valid": false, "attempts_left": attempts_left })
-        }
+        Verified::Valid => VerifyResult {
+            valid: true,
+            attempts_left: None,
+        },
+        Verified::Invalid { attempts_left } => VerifyResult {
+            valid: false,
+            attempts_left: Some(attempts_left),
+        },
     };
     Ok(HttpResponse::Ok().json(answer))
 }

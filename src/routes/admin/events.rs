@@ -2,13 +2,13 @@ use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
-use serde::Deserialize;
-use serde_json::json;
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
 
 use crate::audit::query::{Cursor, EventFilter};
 use crate::audit::{rfc3339_ms, AuditDb, AuditDecision, AuditEvent};
 use crate::domain::{Action, SubjectKind};
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorBody};
 use crate::routes::AppState;
 
 const DEFAULT_LIMIT: usize = 100;
@@ -16,18 +16,42 @@ const MAX_LIMIT: usize = 500;
 /// Rows per database round trip while streaming CSV.
 const CSV_PAGE: usize = 500;
 
-#[derive(Deserialize)]
+/// The event filters as given; shared with the HTML console.
+#[derive(Deserialize, Default, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct EventsQuery {
-    subject_kind: Option<String>,
-    subject: Option<String>,
-    action: Option<String>,
-    decision: Option<String>,
-    ip: Option<String>,
-    since: Option<String>,
-    until: Option<String>,
-    limit: Option<String>,
-    cursor: Option<String>,
+    #[param(value_type = Option<SubjectKind>)]
+    pub(super) subject_kind: Option<String>,
+    /// The normalised subject id (`+8613800138000`, `alice`, `203.0.113.7`).
+    pub(super) subject: Option<String>,
+    #[param(value_type = Option<Action>)]
+    pub(super) action: Option<String>,
+    #[param(value_type = Option<AuditDecision>)]
+    pub(super) decision: Option<String>,
+    #[param(example = "203.0.113.7")]
+    pub(super) ip: Option<String>,
+    /// Events at or after this time (RFC 3339).
+    #[param(value_type = Option<String>, format = DateTime)]
+    pub(super) since: Option<String>,
+    /// Events at or before this time (RFC 3339).
+    #[param(value_type = Option<String>, format = DateTime)]
+    pub(super) until: Option<String>,
+    /// Page size (default 100); above 500 answers 400.
+    #[param(value_type = Option<u32>, minimum = 1, maximum = 500)]
+    pub(super) limit: Option<String>,
+    /// `next_cursor` of the previous page.
+    pub(super) cursor: Option<String>,
+}
+
+/// `GET /admin/api/events` 200.
+#[derive(Serialize, ToSchema)]
+pub struct EventsPage {
+    /// Newest first.
+    events: Vec<AuditEvent>,
+    /// Pass as `cursor` for the next page; null on the last page.
+    #[schema(required = true)]
+    next_cursor: Option<String>,
 }
 
 /// Empty parameters (as HTML forms send them) mean "no filter".
@@ -57,14 +81,14 @@ fn parse_enum<T>(
         .transpose()
 }
 
-struct Parsed {
-    filter: EventFilter,
-    limit: Option<usize>,
-    cursor: Option<Cursor>,
+pub(super) struct Parsed {
+    pub(super) filter: EventFilter,
+    pub(super) limit: Option<usize>,
+    pub(super) cursor: Option<Cursor>,
 }
 
 impl EventsQuery {
-    fn parse(&self) -> Result<Parsed, ApiError> {
+    pub(super) fn parse(&self) -> Result<Parsed, ApiError> {
         let subject_kind = parse_enum("subject_kind", &self.subject_kind, SubjectKind::parse)?;
         let subject = self.subject.as_deref().and_then(|raw| {
             // A raw `+` in a query string arrives as a space: `subject=+8613800138000`.
@@ -114,21 +138,46 @@ fn db_error(e: crate::audit::AuditError) -> ApiError {
     ApiError::AuditUnavailable
 }
 
+/// Audit events, newest first, one page at a time
+///
+/// Empty parameters mean no filter; unknown parameters answer 400.
+#[utoipa::path(
+    get,
+    path = "/admin/api/events",
+    operation_id = "list_events",
+    tag = "admin",
+    params(EventsQuery),
+    responses(
+        (status = 200, description = "One page of events", body = EventsPage),
+        (status = 400, description = "`invalid_request`: a bad filter, `limit` or `cursor`, or an unknown parameter", body = ErrorBody),
+        (status = 401, description = "`unauthorized`: no valid admin token", body = ErrorBody),
+        (status = 503, description = "`audit_unavailable`: the audit database is unreachable", body = ErrorBody),
+    ),
+    security(("admin_token" = [])),
+)]
 pub async fn list(
     state: web::Data<AppState>,
     req: HttpRequest,
     query: web::Query<EventsQuery>,
 ) -> Result<HttpResponse, ApiError> {
     state.access.admin(&req)?;
-    let Parsed {
-        filter,
-        limit,
-        cursor,
-    } = query.parse()?;
-    let limit = limit.unwrap_or(DEFAULT_LIMIT);
+    let (events, next_cursor) = page(&state, &query.parse()?, DEFAULT_LIMIT).await?;
+    Ok(HttpResponse::Ok().json(EventsPage {
+        events,
+        next_cursor,
+    }))
+}
+
+/// One page of events, newest first, and the cursor of the next page if any.
+pub(super) async fn page(
+    state: &AppState,
+    parsed: &Parsed,
+    default_limit: usize,
+) -> Result<(Vec<AuditEvent>, Option<String>), ApiError> {
+    let limit = parsed.limit.unwrap_or(default_limit);
     // One row more than asked tells whether another page exists.
-    let mut events = audit_db(&state)?
-        .page(&filter, cursor.as_ref(), limit + 1)
+    let mut events = audit_db(state)?
+        .page(&parsed.filter, parsed.cursor.as_ref(), limit + 1)
         .await
         .map_err(db_error)?;
     let next_cursor = if events.len() > limit {
@@ -143,7 +192,7 @@ pub async fn list(
     } else {
         None
     };
-    Ok(HttpResponse::Ok().json(json!({ "events": events, "next_cursor": next_cursor })))
+    Ok((events, next_cursor))
 }
 
 const CSV_HEADER: [&str; 16] = [
@@ -199,6 +248,23 @@ fn csv_rows(events: &[AuditEvent], header: bool) -> Result<web::Bytes, csv::Erro
 
 /// The same filters as the JSON list, streamed page by page; `limit`, when
 /// given, caps the rows.
+#[utoipa::path(
+    get,
+    path = "/admin/api/events.csv",
+    operation_id = "export_events_csv",
+    tag = "admin",
+    params(EventsQuery),
+    summary = "Audit events as streamed CSV",
+    description = "The same filters as `/admin/api/events`; `limit`, when given, caps the rows. \
+        A header row with the audit columns, then one row per event, newest first, times in RFC 3339.",
+    responses(
+        (status = 200, description = "CSV with a header row", body = String, content_type = "text/csv; charset=utf-8"),
+        (status = 400, description = "`invalid_request`: a bad filter, `limit` or `cursor`, or an unknown parameter", body = ErrorBody),
+        (status = 401, description = "`unauthorized`: no valid admin token", body = ErrorBody),
+        (status = 503, description = "`audit_unavailable`: the audit database is unreachable", body = ErrorBody),
+    ),
+    security(("admin_token" = [])),
+)]
 pub async fn csv(
     state: web::Data<AppState>,
     req: HttpRequest,

@@ -1,8 +1,9 @@
 //! The admin API (`/admin/api/...`): audit events as JSON and CSV, a subject's
 //! live state, unblock. Every route needs an admin token.
 
-mod events;
-mod subjects;
+mod console;
+pub(crate) mod events;
+pub(crate) mod subjects;
 
 use actix_web::web;
 
@@ -26,4 +27,5 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .route("/subjects/{kind}/{id:.+}", web::get().to(subjects::state))
             .default_service(web::to(super::not_found)),
     );
+    console::configure(cfg);
 }

@@ -2,12 +2,13 @@ use actix_web::{web, HttpRequest, HttpResponse};
 
 use crate::domain::client_ip::parse_cidr;
 use crate::domain::{Action, ClientIp, PhoneError, PhoneNumber, Subject, SubjectKind, Username};
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorBody};
+use crate::guard::admin::SubjectState;
 use crate::routes::AppState;
 
 /// `{kind}/{id}` from the path, the id normalised as the guards store it
 /// (`%2B8613800138000` and a raw `+` both name the phone `+8613800138000`).
-fn subject(kind: &str, id: &str) -> Result<Subject, ApiError> {
+pub(super) fn subject(kind: &str, id: &str) -> Result<Subject, ApiError> {
     let kind = SubjectKind::parse(kind)
         .ok_or_else(|| ApiError::InvalidRequest(format!("unknown subject kind {kind:?}")))?;
     let id = id.replace("%2F", "/").replace("%2f", "/");
@@ -50,6 +51,26 @@ fn subject(kind: &str, id: &str) -> Result<Subject, ApiError> {
     Ok(Subject::new(kind, id))
 }
 
+/// A subject's live state: counts per window per action, lock, captcha
+#[utoipa::path(
+    get,
+    path = "/admin/api/subjects/{kind}/{id}",
+    operation_id = "get_subject_state",
+    tag = "admin",
+    params(
+        ("kind" = SubjectKind, Path, description = "The subject kind"),
+        ("id" = String, Path, description = "The subject id, percent-encoded \
+            (`%2B8613800138000`; a raw `+` is also accepted); an IPv6 /64 as `2001:db8:1:2::/64` or with `%2F`",
+            example = "alice"),
+    ),
+    responses(
+        (status = 200, description = "The subject's live state", body = SubjectState),
+        (status = 400, description = "`invalid_request` (unknown kind, malformed id) or `invalid_phone`", body = ErrorBody),
+        (status = 401, description = "`unauthorized`: no valid admin token", body = ErrorBody),
+        (status = 503, description = "`store_unavailable`", body = ErrorBody),
+    ),
+    security(("admin_token" = [])),
+)]
 pub async fn state(
     state: web::Data<AppState>,
     req: HttpRequest,
@@ -60,6 +81,26 @@ pub async fn state(
     Ok(HttpResponse::Ok().json(state.admin.state(&subject).await?))
 }
 
+/// Clear a subject's windows and lock (audited as `unblock`)
+#[utoipa::path(
+    post,
+    path = "/admin/api/subjects/{kind}/{id}/unblock",
+    operation_id = "unblock_subject",
+    tag = "admin",
+    params(
+        ("kind" = SubjectKind, Path, description = "The subject kind"),
+        ("id" = String, Path, description = "The subject id, percent-encoded \
+            (`%2B8613800138000`; a raw `+` is also accepted); an IPv6 /64 as `2001:db8:1:2::/64` or with `%2F`",
+            example = "alice"),
+    ),
+    responses(
+        (status = 200, description = "The subject's state after the unblock", body = SubjectState),
+        (status = 400, description = "`invalid_request` (unknown kind, malformed id) or `invalid_phone`", body = ErrorBody),
+        (status = 401, description = "`unauthorized`: no valid admin token", body = ErrorBody),
+        (status = 503, description = "`store_unavailable`", body = ErrorBody),
+    ),
+    security(("admin_token" = [])),
+)]
 pub async fn unblock(
     state: web::Data<AppState>,
     req: HttpRequest,

@@ -1,0 +1,298 @@
+//! The admin HTML console (DESIGN.md §3 "Admin"): `GET /admin` browses the
+//! audit trail, `GET /admin/subjects/{kind}/{id}` shows a subject's live state
+//! with an Unblock form, which posts to `…/unblock` with a CSRF token
+//! (see `csrf`). Pages accept the admin token as Bearer or as the HTTP Basic
+//! password of user `admin`; HTML comes from `templates/admin/` only.
+
+mod csrf;
+mod views;
+
+use actix_web::http::header::{self, HeaderValue};
+use actix_web::http::StatusCode;
+use actix_web::{web, HttpRequest, HttpResponse, Responder, ResponseError};
+use chrono::Utc;
+
+use super::events::{self, EventsQuery, Parsed};
+use super::subjects;
+use crate::audit::query::EventFilter;
+use crate::domain::Subject;
+use crate::error::ApiError;
+use crate::guard::RequestInfo;
+use crate::routes::AppState;
+use crate::settings::Secret;
+use crate::store::StoreError;
+use views::{ErrorPage, EventsPage, FilterForm, SubjectPage};
+
+/// Rows per page of the event table, unless the form asks for another size.
+const PAGE_SIZE: usize = 50;
+/// Recent events shown on a subject page.
+const SUBJECT_EVENTS: usize = 20;
+/// The unblock form carries one short field.
+const FORM_LIMIT: usize = 4 * 1024;
+
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.service(web::resource(["/admin", "/admin/"]).route(web::get().to(events_page)))
+        .service(web::resource("/admin/subjects").route(web::get().to(find_subject)))
+        .service(
+            web::resource("/admin/subjects/{kind}/{id:.+}/unblock")
+                .app_data(web::PayloadConfig::new(FORM_LIMIT))
+                .route(web::post().to(unblock)),
+        )
+        .service(
+            web::resource("/admin/subjects/{kind}/{id:.+}").route(web::get().to(subject_page)),
+        );
+}
+
+/// An HTML answer: the page with `status` (unless rendering failed), never
+/// cached, never framed, no scripts.
+fn html(req: &HttpRequest, status: StatusCode, page: impl Responder) -> HttpResponse {
+    let mut response = page.respond_to(req).map_into_boxed_body();
+    if response.status().is_success() {
+        *response.status_mut() = status;
+    }
+    let headers = response.headers_mut();
+    for (name, value) in [
+        (header::CACHE_CONTROL, "no-store"),
+        (
+            header::CONTENT_SECURITY_POLICY,
+            "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; \
+             frame-ancestors 'none'; base-uri 'none'",
+        ),
+        (header::X_FRAME_OPTIONS, "DENY"),
+        (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+        (header::REFERRER_POLICY, "same-origin"),
+    ] {
+        headers.insert(name, HeaderValue::from_static(value));
+    }
+    response
+}
+
+/// Why a console request gets an error page instead of what it asked for.
+enum Refusal {
+    /// No or wrong credentials: 401 with a Basic challenge, so that a browser
+    /// asks for them.
+    Unauthorized,
+    /// The unblock form came without a valid CSRF token.
+    Forbidden,
+    /// Bad input, or the store or the audit database is down.
+    Api(ApiError),
+}
+
+impl From<ApiError> for Refusal {
+    fn from(e: ApiError) -> Self {
+        Self::Api(e)
+    }
+}
+
+impl From<StoreError> for Refusal {
+    fn from(e: StoreError) -> Self {
+        Self::Api(e.into())
+    }
+}
+
+impl Refusal {
+    fn page(self, req: &HttpRequest) -> HttpResponse {
+        let (status, title, message) = match self {
+            Self::Unauthorized => (
+                StatusCode::UNAUTHORIZED,
+                "Sign-in required",
+                "Sign in as user \"admin\" with an admin token as the password.".to_string(),
+            ),
+            Self::Forbidden => (
+                StatusCode::FORBIDDEN,
+                "Forbidden",
+                "The form's CSRF token is missing, wrong or expired: \
+                 reload the subject page and try again."
+                    .to_string(),
+            ),
+            Self::Api(e) => {
+                if matches!(e, ApiError::Internal(_) | ApiError::StoreUnavailable(_)) {
+                    tracing::error!(error = %e, "admin console");
+                }
+                let status = e.status_code();
+                let title = match status {
+                    StatusCode::BAD_REQUEST => "Bad request",
+                    StatusCode::SERVICE_UNAVAILABLE => "Temporarily unavailable",
+                    _ => "Something went wrong",
+                };
+                (status, title, e.to_string())
+            }
+        };
+        let mut response = html(req, status, ErrorPage { title, message });
+        if status == StatusCode::UNAUTHORIZED {
+            response.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Basic realm=\"tollgate admin\""),
+            );
+        }
+        response
+    }
+}
+
+fn authenticate(state: &AppState, req: &HttpRequest) -> Result<(RequestInfo, Secret), Refusal> {
+    state
+        .access
+        .admin_console(req)
+        .map_err(|_| Refusal::Unauthorized)
+}
+
+fn path_subject(req: &HttpRequest) -> Result<Subject, Refusal> {
+    let (kind, id) = req
+        .match_info()
+        .load::<(String, String)>()
+        .map_err(|e| ApiError::InvalidRequest(format!("invalid path: {e}")))?;
+    Ok(subjects::subject(&kind, &id)?)
+}
+
+fn see_other(location: &str) -> HttpResponse {
+    HttpResponse::SeeOther()
+        .insert_header((header::LOCATION, location))
+        .insert_header((header::CACHE_CONTROL, "no-store"))
+        .finish()
+}
+
+async fn events_page(state: web::Data<AppState>, req: HttpRequest) -> HttpResponse {
+    show_events(&state, &req)
+        .await
+        .unwrap_or_else(|refusal| refusal.page(&req))
+}
+
+/// The event table; bad filters show the form again with the reason (400).
+async fn show_events(state: &AppState, req: &HttpRequest) -> Result<HttpResponse, Refusal> {
+    authenticate(state, req)?;
+    let refused = |query: &EventsQuery, status: StatusCode, message: String| {
+        let page = EventsPage {
+            form: FilterForm::new(query),
+            message: Some(message),
+            rows: Vec::new(),
+            first_href: None,
+            next_href: None,
+        };
+        Ok(html(req, status, page))
+    };
+    let query = match web::Query::<EventsQuery>::from_query(req.query_string()) {
+        Ok(query) => query.into_inner(),
+        Err(e) => {
+            let message = format!("invalid query: {e}");
+            return refused(&EventsQuery::default(), StatusCode::BAD_REQUEST, message);
+        }
+    };
+    let parsed = match query.parse() {
+        Ok(parsed) => parsed,
+        Err(e) => return refused(&query, StatusCode::BAD_REQUEST, e.to_string()),
+    };
+    let (events, next_cursor) = match events::page(state, &parsed, PAGE_SIZE).await {
+        Ok(page) => page,
+        Err(e) => return refused(&query, e.status_code(), e.to_string()),
+    };
+    let page = EventsPage {
+        form: FilterForm::new(&query),
+        message: None,
+        rows: views::rows(&events),
+        first_href: parsed
+            .cursor
+            .is_some()
+            .then(|| views::events_href(&parsed.filter, parsed.limit, None)),
+        next_href: next_cursor.map(|c| views::events_href(&parsed.filter, parsed.limit, Some(&c))),
+    };
+    Ok(html(req, StatusCode::OK, page))
+}
+
+#[derive(serde::Deserialize)]
+struct FindSubject {
+    kind: String,
+    id: String,
+}
+
+/// `GET /admin/subjects?kind=user&id=Alice` (the header's look-up form) →
+/// 303 to the subject's page.
+async fn find_subject(state: web::Data<AppState>, req: HttpRequest) -> HttpResponse {
+    let found = authenticate(&state, &req).and_then(|_| {
+        let query = web::Query::<FindSubject>::from_query(req.query_string())
+            .map_err(|e| ApiError::InvalidRequest(format!("invalid query: {e}")))?;
+        Ok(subjects::subject(&query.kind, query.id.trim())?)
+    });
+    match found {
+        Ok(subject) => see_other(&views::subject_href(subject.kind, &subject.id)),
+        Err(refusal) => refusal.page(&req),
+    }
+}
+
+async fn subject_page(state: web::Data<AppState>, req: HttpRequest) -> HttpResponse {
+    show_subject(&state, &req)
+        .await
+        .unwrap_or_else(|refusal| refusal.page(&req))
+}
+
+async fn show_subject(state: &AppState, req: &HttpRequest) -> Result<HttpResponse, Refusal> {
+    let (_, token) = authenticate(state, req)?;
+    let subject = path_subject(req)?;
+    let live = state.admin.state(&subject).await?;
+    let filter = EventFilter {
+        subject_kind: Some(subject.kind),
+        subject: Some(subject.id.clone()),
+        ..EventFilter::default()
+    };
+    let recent = Parsed {
+        filter: filter.clone(),
+        limit: Some(SUBJECT_EVENTS),
+        cursor: None,
+    };
+    let (rows, events_message) = match events::page(state, &recent, SUBJECT_EVENTS).await {
+        Ok((events, _)) => (views::rows(&events), None),
+        Err(e) => (Vec::new(), Some(e.to_string())),
+    };
+    let now = Utc::now();
+    let href = views::subject_href(subject.kind, &subject.id);
+    let page = SubjectPage {
+        kind: subject.kind.as_str(),
+        id: subject.id.clone(),
+        locked_until: SubjectPage::locked_until(&live, now),
+        captcha_required: live.captcha_required,
+        windows: SubjectPage::windows(&live),
+        unblock_href: format!("{href}/unblock"),
+        csrf: csrf::issue(&token, &subject, now),
+        unblocked: req.query_string() == "unblocked=1",
+        rows,
+        events_message,
+        all_events_href: views::events_href(&filter, None, None),
+    };
+    Ok(html(req, StatusCode::OK, page))
+}
+
+async fn unblock(state: web::Data<AppState>, req: HttpRequest, body: web::Bytes) -> HttpResponse {
+    unblock_subject(&state, &req, &body)
+        .await
+        .unwrap_or_else(|refusal| refusal.page(&req))
+}
+
+/// `POST …/unblock` from the subject page's form: a valid CSRF token for this
+/// subject and these credentials, or 403 and nothing changes.
+async fn unblock_subject(
+    state: &AppState,
+    req: &HttpRequest,
+    body: &[u8],
+) -> Result<HttpResponse, Refusal> {
+    let (info, token) = authenticate(state, req)?;
+    let subject = path_subject(req)?;
+    // Browsers say when a request comes from another site; no form of ours does.
+    let cross_site = req
+        .headers()
+        .get("sec-fetch-site")
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"cross-site"));
+    let given = form_urlencoded::parse(body)
+        .find(|(name, _)| name == "csrf")
+        .map(|(_, value)| value.into_owned());
+    let valid = given.is_some_and(|t| csrf::verify(&token, &subject, &t, Utc::now()));
+    if cross_site || !valid {
+        tracing::warn!(
+            subject_kind = subject.kind.as_str(),
+            cross_site,
+            "console unblock refused: missing or bad CSRF token"
+        );
+        return Err(Refusal::Forbidden);
+    }
+    state.admin.unblock(&subject, &info).await?;
+    let href = views::subject_href(subject.kind, &subject.id);
+    Ok(see_other(&format!("{href}?unblocked=1")))
+}

@@ -1,0 +1,293 @@
+//! What the console's templates show: the page structs (askama, compiled in
+//! from `templates/admin/`) and the plain values they print. Everything is
+//! escaped by the templates; nothing here builds HTML.
+
+use askama::Template;
+use askama_web::WebTemplate;
+use chrono::{DateTime, Utc};
+
+use super::super::events::EventsQuery;
+use crate::audit::query::EventFilter;
+use crate::audit::{AuditDecision, AuditEvent};
+use crate::domain::{Action, SubjectKind};
+use crate::guard::admin::SubjectState;
+
+const ACTIONS: [Action; 4] = [
+    Action::SmsSend,
+    Action::SmsVerify,
+    Action::LoginAttempt,
+    Action::Admin,
+];
+const DECISIONS: [AuditDecision; 4] = [
+    AuditDecision::Deny,
+    AuditDecision::Challenge,
+    AuditDecision::Lock,
+    AuditDecision::Unblock,
+];
+
+/// An `<option>` of a filter `<select>`.
+pub struct Opt {
+    pub value: &'static str,
+    pub selected: bool,
+}
+
+fn options(values: impl IntoIterator<Item = &'static str>, current: &str) -> Vec<Opt> {
+    values
+        .into_iter()
+        .map(|value| Opt {
+            value,
+            selected: value == current,
+        })
+        .collect()
+}
+
+/// The filter form as the admin filled it in, to show it again.
+pub struct FilterForm {
+    pub subject_kinds: Vec<Opt>,
+    pub actions: Vec<Opt>,
+    pub decisions: Vec<Opt>,
+    pub subject: String,
+    pub ip: String,
+    pub since: String,
+    pub until: String,
+    pub limit: String,
+}
+
+impl FilterForm {
+    pub fn new(query: &EventsQuery) -> Self {
+        let text = |v: &Option<String>| v.as_deref().unwrap_or_default().trim().to_string();
+        Self {
+            subject_kinds: options(
+                SubjectKind::ALL.map(SubjectKind::as_str),
+                &text(&query.subject_kind),
+            ),
+            actions: options(ACTIONS.map(Action::as_str), &text(&query.action)),
+            decisions: options(DECISIONS.map(AuditDecision::as_str), &text(&query.decision)),
+            subject: text(&query.subject),
+            ip: text(&query.ip),
+            since: text(&query.since),
+            until: text(&query.until),
+            limit: text(&query.limit),
+        }
+    }
+}
+
+/// A path segment with everything but RFC 3986 unreserved bytes
+/// percent-encoded (`+8613800138000` → `%2B8613800138000`, `/64` → `%2F64`).
+fn path_segment(raw: &str) -> String {
+    raw.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                char::from(b).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+pub fn subject_href(kind: SubjectKind, id: &str) -> String {
+    format!("/admin/subjects/{}/{}", kind.as_str(), path_segment(id))
+}
+
+/// `/admin?…` for a filter (and a page size and cursor), empty values left out.
+pub fn events_href(filter: &EventFilter, limit: Option<usize>, cursor: Option<&str>) -> String {
+    let time = |t: DateTime<Utc>| t.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true);
+    let (since, until) = (filter.since.map(time), filter.until.map(time));
+    let limit = limit.map(|n| n.to_string());
+    let pairs = [
+        ("subject_kind", filter.subject_kind.map(SubjectKind::as_str)),
+        ("subject", filter.subject.as_deref()),
+        ("action", filter.action.map(Action::as_str)),
+        ("decision", filter.decision.map(AuditDecision::as_str)),
+        ("ip", filter.ip.as_deref()),
+        ("since", since.as_deref()),
+        ("until", until.as_deref()),
+        ("limit", limit.as_deref()),
+        ("cursor", cursor),
+    ];
+    let mut query = form_urlencoded::Serializer::new(String::new());
+    for (name, value) in pairs {
+        if let Some(value) = value {
+            query.append_pair(name, value);
+        }
+    }
+    let query = query.finish();
+    if query.is_empty() {
+        "/admin".to_string()
+    } else {
+        format!("/admin?{query}")
+    }
+}
+
+fn timestamp(t: &DateTime<Utc>) -> String {
+    t.format("%Y-%m-%d %H:%M:%S%.3f").to_string()
+}
+
+fn duration_ms(ms: u64) -> String {
+    // Whole seconds read better than `14m 59s 998ms`.
+    let secs = ms.div_ceil(1000);
+    humantime::format_duration(std::time::Duration::from_secs(secs)).to_string()
+}
+
+/// One audit event as the table shows it.
+pub struct Row {
+    pub occurred_at: String,
+    pub action: &'static str,
+    pub decision: &'static str,
+    pub reason: String,
+    pub subject_kind: &'static str,
+    pub subject: String,
+    pub subject_href: String,
+    pub ip: String,
+    pub rule: String,
+    pub observed: String,
+    pub retry_after: String,
+    pub request_id: String,
+    pub user_agent: String,
+    pub shadow: bool,
+}
+
+impl From<&AuditEvent> for Row {
+    fn from(e: &AuditEvent) -> Self {
+        let text = |v: &Option<String>| v.clone().unwrap_or_default();
+        let observed = match (e.observed, e.limit) {
+            (Some(seen), Some(limit)) => format!("{seen} / {limit}"),
+            (Some(seen), None) => seen.to_string(),
+            (None, Some(limit)) => format!("– / {limit}"),
+            (None, None) => String::new(),
+        };
+        Self {
+            occurred_at: timestamp(&e.occurred_at),
+            action: e.action.as_str(),
+            decision: e.decision.as_str(),
+            reason: e.reason.clone(),
+            subject_kind: e.subject_kind.as_str(),
+            subject: e.subject.clone(),
+            subject_href: subject_href(e.subject_kind, &e.subject),
+            ip: text(&e.ip),
+            rule: text(&e.rule),
+            observed,
+            retry_after: e
+                .retry_after_ms
+                .filter(|ms| *ms > 0)
+                .map(|ms| duration_ms(ms as u64))
+                .unwrap_or_default(),
+            request_id: text(&e.request_id),
+            user_agent: text(&e.user_agent),
+            shadow: e.shadow,
+        }
+    }
+}
+
+pub fn rows(events: &[AuditEvent]) -> Vec<Row> {
+    events.iter().map(Row::from).collect()
+}
+
+#[derive(Template, WebTemplate)]
+#[template(path = "admin/events.html")]
+pub struct EventsPage {
+    pub form: FilterForm,
+    /// Why the filters were refused, or why no rows could be read.
+    pub message: Option<String>,
+    pub rows: Vec<Row>,
+    /// The first page with the same filters, when this is a later one.
+    pub first_href: Option<String>,
+    pub next_href: Option<String>,
+}
+
+/// One window of a subject, as the subject page shows it.
+pub struct WindowRow {
+    pub action: &'static str,
+    pub rule: String,
+    pub count: u32,
+    pub limit: u32,
+    pub window: String,
+    pub full: bool,
+}
+
+#[derive(Template, WebTemplate)]
+#[template(path = "admin/subject.html")]
+pub struct SubjectPage {
+    pub kind: &'static str,
+    pub id: String,
+    /// `2026-11-01 12:00:00.000 UTC (in 14m 59s)`, or empty when not locked.
+    pub locked_until: String,
+    pub captcha_required: bool,
+    pub windows: Vec<WindowRow>,
+    pub unblock_href: String,
+    pub csrf: String,
+    pub unblocked: bool,
+    pub rows: Vec<Row>,
+    /// Why the recent events are missing, when they are.
+    pub events_message: Option<String>,
+    pub all_events_href: String,
+}
+
+impl SubjectPage {
+    pub fn locked_until(state: &SubjectState, now: DateTime<Utc>) -> String {
+        state
+            .locked_until
+            .map(|t| {
+                let left = (t - now).num_milliseconds().max(0) as u64;
+                format!("{} UTC (in {})", timestamp(&t), duration_ms(left))
+            })
+            .unwrap_or_default()
+    }
+
+    pub fn windows(state: &SubjectState) -> Vec<WindowRow> {
+        state
+            .windows
+            .iter()
+            .map(|w| WindowRow {
+                action: w.action.as_str(),
+                rule: w.rule.clone(),
+                count: w.count,
+                limit: w.limit,
+                window: duration_ms(w.window_ms),
+                full: w.count >= w.limit,
+            })
+            .collect()
+    }
+}
+
+#[derive(Template, WebTemplate)]
+#[template(path = "admin/error.html")]
+pub struct ErrorPage {
+    pub title: &'static str,
+    pub message: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn subject_links_encode_what_a_path_segment_cannot_hold() {
+        assert_eq!(
+            subject_href(SubjectKind::Phone, "+8613800138000"),
+            "/admin/subjects/phone/%2B8613800138000"
+        );
+        assert_eq!(
+            subject_href(SubjectKind::Ip, "2001:db8::/64"),
+            "/admin/subjects/ip/2001%3Adb8%3A%3A%2F64"
+        );
+        assert_eq!(
+            subject_href(SubjectKind::User, "<b>é"),
+            "/admin/subjects/user/%3Cb%3E%C3%A9"
+        );
+    }
+
+    #[test]
+    fn event_links_carry_only_the_filters_given() {
+        assert_eq!(events_href(&EventFilter::default(), None, None), "/admin");
+        let filter = EventFilter {
+            subject_kind: Some(SubjectKind::Phone),
+            subject: Some("+86 1&2".into()),
+            ..EventFilter::default()
+        };
+        assert_eq!(
+            events_href(&filter, Some(20), Some("ab")),
+            "/admin?subject_kind=phone&subject=%2B86+1%262&limit=20&cursor=ab"
+        );
+    }
+}

@@ -1,0 +1,121 @@
+//! `GET /openapi.json`: the OpenAPI document, generated from the code. Each
+//! handler carries a `#[utoipa::path]` (responses, parameters, security); the
+//! request bodies come from the handlers' `web::Json<T>` / `web::Query<T>`
+//! arguments and the schemas from `ToSchema` on the types the handlers
+//! (de)serialise, so a renamed or added field shows up here by itself.
+
+use std::sync::LazyLock;
+
+use actix_web::http::header;
+use actix_web::{web, HttpResponse};
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::{Modify, OpenApi, ToSchema};
+
+use super::{admin, login, ops, sms};
+use crate::error::ErrorBody;
+
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.route("/openapi.json", web::get().to(openapi_json));
+}
+
+/// Bearer scheme of the public routes: an entry of `server.api_keys`.
+pub const API_KEY_SCHEME: &str = "api_key";
+/// Bearer scheme of the admin routes: an entry of `server.admin_tokens`.
+pub const ADMIN_TOKEN_SCHEME: &str = "admin_token";
+
+#[derive(OpenApi)]
+#[openapi(
+    paths(
+        sms::send,
+        sms::verify,
+        login::check,
+        login::attempt,
+        admin::events::list,
+        admin::events::csv,
+        admin::subjects::state,
+        admin::subjects::unblock,
+        ops::healthz,
+        ops::readyz,
+        ops::metrics,
+        openapi_json,
+    ),
+    modifiers(&SecuritySchemes),
+    tags(
+        (name = "sms", description = "SMS verification codes: `/sms/send`, `/sms/verify`"),
+        (name = "login", description = "Login captcha and lock decisions"),
+        (name = "admin", description = "Audit events and live subject state; needs an admin token"),
+        (name = "operations", description = "Health, readiness, metrics and this document"),
+    ),
+)]
+pub struct ApiDoc;
+
+/// The two bearer schemes. Neither opens the other's routes.
+struct SecuritySchemes;
+
+impl Modify for SecuritySchemes {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            API_KEY_SCHEME,
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .description(Some(
+                        "`Authorization: Bearer <API key>`, one of `server.api_keys`. \
+                         Required on `/sms/*` and `/login/*` when `server.api_keys` is non-empty; \
+                         the body's `ip` is honoured only on requests that carry one.",
+                    ))
+                    .build(),
+            ),
+        );
+        components.add_security_scheme(
+            ADMIN_TOKEN_SCHEME,
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .description(Some(
+                        "`Authorization: Bearer <admin token>`, one of `server.admin_tokens`. \
+                         With no admin token configured the admin routes answer 401.",
+                    ))
+                    .build(),
+            ),
+        );
+    }
+}
+
+/// A `rate_limited` error: the error body with `retry_after_secs` and `rule`
+/// always present. Documentation only; `ApiError` serialises [`ErrorBody`].
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub struct RateLimitedError {
+    #[serde(flatten)]
+    error: ErrorBody,
+    /// Whole seconds until a retry can pass; the same as the `Retry-After` header.
+    #[schema(minimum = 1, example = 1800)]
+    retry_after_secs: u64,
+    /// The rule that denied, `<subject kind> <limit>/<window>`.
+    #[schema(example = "phone 5/1h")]
+    rule: String,
+}
+
+/// The document, built once.
+pub static DOCUMENT: LazyLock<String> = LazyLock::new(|| {
+    ApiDoc::openapi()
+        .to_json()
+        .expect("the OpenAPI document serialises")
+});
+
+/// This OpenAPI document
+#[utoipa::path(
+    get,
+    path = "/openapi.json",
+    operation_id = "openapi",
+    tag = "operations",
+    responses((status = 200, description = "The OpenAPI 3 document of this API", body = Object,
+        content_type = "application/json")),
+)]
+async fn openapi_json() -> HttpResponse {
+    HttpResponse::Ok()
+        .insert_header((header::CONTENT_TYPE, "application/json"))
+        .body(DOCUMENT.as_str())
+}

@@ -1,0 +1,620 @@
+//! The admin HTML console: Basic and Bearer sign-in, the event table from a
+//! real database (filters, pages, escaping), a subject's page and the
+//! CSRF-protected Unblock form.
+
+use chrono::Utc;
+use reqwest::header::{HeaderMap, CONTENT_TYPE, LOCATION, WWW_AUTHENTICATE};
+use reqwest::{RequestBuilder, StatusCode};
+use serde_json::{json, Value};
+use tollgate::audit::{AuditDecision, AuditEvent};
+use tollgate::domain::{Action, Subject, SubjectKind};
+
+use crate::audit_db::{DbKind, TestDb};
+use crate::helpers::{spawn_app, spawn_app_with_audit_db, Backend, TestApp, ADMIN_TOKEN, API_KEY};
+use crate::on_both_databases;
+
+/// How the test signs in.
+#[derive(Clone, Copy, Debug)]
+enum Auth<'a> {
+    None,
+    Basic(&'a str, &'a str),
+    Bearer(&'a str),
+}
+
+const ADMIN: Auth<'static> = Auth::Basic("admin", ADMIN_TOKEN);
+
+struct Page {
+    status: StatusCode,
+    headers: HeaderMap,
+    body: String,
+}
+
+impl Page {
+    fn header(&self, name: impl reqwest::header::AsHeaderName) -> &str {
+        self.headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+    }
+
+    /// The value of the first `name="…" value="…"` attribute pair.
+    fn input(&self, name: &str) -> String {
+        let marker = format!("name=\"{name}\" value=\"");
+        let start = self
+            .body
+            .find(&marker)
+            .unwrap_or_else(|| panic!("no input {name} in {}", self.body))
+            + marker.len();
+        let len = self.body[start..].find('"').unwrap();
+        self.body[start..start + len].to_string()
+    }
+
+    /// The `href` of the link whose text is `text`, HTML entities undone.
+    fn link(&self, text: &str) -> Option<String> {
+        let text_at = self.body.find(&format!(">{text}</a>"))?;
+        let tag = &self.body[self.body[..text_at].rfind("<a ")?..text_at];
+        let start = tag.find("href=\"")? + "href=\"".len();
+        let len = tag[start..].find('"')?;
+        Some(unescape(&tag[start..start + len]))
+    }
+}
+
+/// Undoes askama's HTML escaping (`&#60;` and friends).
+fn unescape(html: &str) -> String {
+    html.replace("&#34;", "\"")
+        .replace("&#39;", "'")
+        .replace("&#60;", "<")
+        .replace("&#62;", ">")
+        .replace("&#38;", "&")
+}
+
+/// A client that does not follow redirects, so a test sees the 303.
+fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+}
+
+async fn send(request: RequestBuilder, auth: Auth<'_>) -> Page {
+    let request = match auth {
+        Auth::None => request,
+        Auth::Basic(user, password) => request.basic_auth(user, Some(password)),
+        Auth::Bearer(token) => request.bearer_auth(token),
+    };
+    let response = request.send().await.expect("the request is answered");
+    Page {
+        status: response.status(),
+        headers: response.headers().clone(),
+        body: response.text().await.expect("a readable body"),
+    }
+}
+
+async fn get(app: &TestApp, path: &str, auth: Auth<'_>) -> Page {
+    send(client().get(format!("{}{path}", app.address)), auth).await
+}
+
+async fn post_form(app: &TestApp, path: &str, form: &[(&str, &str)], auth: Auth<'_>) -> Page {
+    let request = client().post(format!("{}{path}", app.address)).form(form);
+    send(request, auth).await
+}
+
+async fn db_app(db: &TestDb, configure: impl FnOnce(&mut tollgate::settings::Settings)) -> TestApp {
+    let (url, spool) = (db.url.clone(), db.spool_dir());
+    spawn_app_with_audit_db(Backend::Memory, move |s| {
+        s.audit.database_url = tollgate::settings::SecretUrl::new(url);
+        s.audit.spool_dir = spool.display().to_string();
+        configure(s);
+    })
+    .await
+}
+
+fn assert_html(page: &Page, status: u16, context: &str) {
+    assert_eq!(page.status.as_u16(), status, "{context}: {}", page.body);
+    assert!(
+        page.header(CONTENT_TYPE).starts_with("text/html"),
+        "{context}: {}",
+        page.header(CONTENT_TYPE)
+    );
+}
+
+const PAGES: [(&str, &str); 3] = [
+    ("GET", "/admin"),
+    ("GET", "/admin/subjects/user/alice"),
+    ("POST", "/admin/subjects/user/alice/unblock"),
+];
+
+async fn call(app: &TestApp, method: &str, path: &str, auth: Auth<'_>) -> Page {
+    if method == "GET" {
+        get(app, path, auth).await
+    } else {
+        post_form(app, path, &[], auth).await
+    }
+}
+
+#[tokio::test]
+async fn console_pages_ask_for_basic_credentials_and_refuse_wrong_ones() {
+    let db = TestDb::new(DbKind::Sqlite).await;
+    let app = db_app(&db, |_| {}).await;
+    let mut almost = ADMIN_TOKEN.to_string();
+    almost.pop();
+    for (method, path) in PAGES {
+        for auth in [
+            Auth::None,
+            Auth::Basic("admin", "wrong"),
+            Auth::Basic("admin", &almost),
+            Auth::Basic("root", ADMIN_TOKEN),
+            Auth::Basic("admin", API_KEY),
+            Auth::Bearer("wrong"),
+            Auth::Bearer(API_KEY),
+        ] {
+            let page = call(&app, method, path, auth).await;
+            assert_html(&page, 401, &format!("{method} {path} with {auth:?}"));
+            assert_eq!(
+                page.header(WWW_AUTHENTICATE),
+                "Basic realm=\"tollgate admin\"",
+                "{method} {path} with {auth:?}"
+            );
+        }
+    }
+    for auth in [ADMIN, Auth::Bearer(ADMIN_TOKEN)] {
+        for path in ["/admin", "/admin/", "/admin/subjects/user/alice"] {
+            let page = get(&app, path, auth).await;
+            assert_html(&page, 200, &format!("{path} with {auth:?}"));
+            assert_eq!(page.header("cache-control"), "no-store");
+            assert!(page
+                .header("content-security-policy")
+                .contains("frame-ancestors 'none'"));
+        }
+    }
+}
+
+#[tokio::test]
+async fn with_no_admin_tokens_configured_the_console_always_answers_401() {
+    let db = TestDb::new(DbKind::Sqlite).await;
+    let app = db_app(&db, |s| s.server.admin_tokens = vec![]).await;
+    for (method, path) in PAGES {
+        for auth in [ADMIN, Auth::Bearer(ADMIN_TOKEN), Auth::Basic("admin", "")] {
+            let page = call(&app, method, path, auth).await;
+            assert_html(&page, 401, &format!("{method} {path} with {auth:?}"));
+            assert!(page.header(WWW_AUTHENTICATE).starts_with("Basic"));
+        }
+    }
+}
+
+/// `n` events marked `evt_000`, `evt_001`, … in `request_id`, one millisecond
+/// apart (newest last): every third for phone `+8613800138000`, the others for
+/// `alice` (even) and `bob` (odd).
+fn marked_events(n: usize) -> Vec<AuditEvent> {
+    let start = tollgate::audit::now_ms() - chrono::Duration::hours(1);
+    (0..n)
+        .map(|i| {
+            let (subject, action, decision) = if i % 3 == 0 {
+                (
+                    Subject::new(SubjectKind::Phone, "+8613800138000"),
+                    Action::SmsSend,
+                    AuditDecision::Deny,
+                )
+            } else {
+                let user = if i % 2 == 0 { "alice" } else { "bob" };
+                (
+                    Subject::new(SubjectKind::User, user),
+                    Action::LoginAttempt,
+                    AuditDecision::Lock,
+                )
+            };
+            let mut e = AuditEvent::new(action, decision, "rate_limited", &subject);
+            e.occurred_at = start + chrono::Duration::milliseconds(i as i64);
+            e.request_id = Some(format!("evt_{i:03}"));
+            e.ip = Some(format!("203.0.113.{}", i % 4));
+            e
+        })
+        .collect()
+}
+
+/// The `evt_…` markers a page shows, in order.
+fn markers(page: &Page) -> Vec<usize> {
+    page.body
+        .match_indices("evt_")
+        .map(|(at, _)| page.body[at + 4..at + 7].parse().unwrap())
+        .collect()
+}
+
+on_both_databases!(
+    the_event_table_lists_real_rows_newest_first_and_filters_narrow_it,
+    the_next_page_link_walks_every_row_once_keeping_the_filters,
+    bad_filters_answer_a_400_page_with_the_form_and_the_reason,
+    user_supplied_text_is_escaped_on_every_page,
+);
+
+async fn the_event_table_lists_real_rows_newest_first_and_filters_narrow_it(kind: DbKind) {
+    let db = TestDb::new(kind).await;
+    db.connect().await.insert(&marked_events(12)).await.unwrap();
+    let app = db_app(&db, |_| {}).await;
+
+    let all = get(&app, "/admin", ADMIN).await;
+    assert_html(&all, 200, "/admin");
+    assert_eq!(markers(&all), (0..12).rev().collect::<Vec<_>>());
+    assert!(all
+        .body
+        .contains("href=\"/admin/subjects/phone/%2B8613800138000\""));
+    assert!(all.body.contains("href=\"/admin/subjects/user/alice\""));
+    assert!(all.link("Next page »").is_none(), "one page holds 12 rows");
+
+    type Pick = fn(usize) -> bool;
+    let cases: [(&str, Pick); 5] = [
+        ("subject_kind=phone", |i| i % 3 == 0),
+        ("subject_kind=user&subject=alice", |i| {
+            i % 3 != 0 && i % 2 == 0
+        }),
+        ("subject=%2B8613800138000&decision=deny", |i| i % 3 == 0),
+        ("action=login_attempt&ip=203.0.113.1", |i| {
+            i % 3 != 0 && i % 4 == 1
+        }),
+        // What an HTML form sends: every field, the unused ones empty.
+        (
+            "subject_kind=user&subject=bob&action=&decision=lock&ip=&since=&until=&limit=",
+            |i| i % 3 != 0 && i % 2 == 1,
+        ),
+    ];
+    for (query, pick) in cases {
+        let page = get(&app, &format!("/admin?{query}"), ADMIN).await;
+        assert_html(&page, 200, query);
+        let expected: Vec<usize> = (0..12).rev().filter(|i| pick(*i)).collect();
+        assert!(!expected.is_empty(), "{query} selects something");
+        assert_eq!(markers(&page), expected, "{query}");
+    }
+    let subject_page = get(&app, "/admin?subject_kind=user&subject=alice", ADMIN).await;
+    assert!(
+        subject_page
+            .body
+            .contains("<option value=\"user\" selected>"),
+        "the form shows the filters in use"
+    );
+    let nothing = get(&app, "/admin?subject=nobody", ADMIN).await;
+    assert_html(&nothing, 200, "no match");
+    assert!(nothing.body.contains("No events."));
+}
+
+async fn the_next_page_link_walks_every_row_once_keeping_the_filters(kind: DbKind) {
+    let db = TestDb::new(kind).await;
+    db.connect().await.insert(&marked_events(30)).await.unwrap();
+    let app = db_app(&db, |_| {}).await;
+
+    let mut path = "/admin?subject_kind=user&limit=4".to_string();
+    let mut seen = Vec::new();
+    let mut pages = 0;
+    loop {
+        let page = get(&app, &path, ADMIN).await;
+        assert_html(&page, 200, &path);
+        let rows = markers(&page);
+        assert!(rows.len() <= 4, "{path}: {rows:?}");
+        seen.extend(rows);
+        pages += 1;
+        if pages > 1 {
+            let first = page
+                .link("« Newest")
+                .expect("a later page links to the first");
+            assert_eq!(first, "/admin?subject_kind=user&limit=4");
+        }
+        match page.link("Next page »") {
+            Some(next) => {
+                assert!(
+                    next.contains("subject_kind=user") && next.contains("limit=4"),
+                    "{next}"
+                );
+                path = next;
+            }
+            None => break,
+        }
+    }
+    let expected: Vec<usize> = (0..30).rev().filter(|i| i % 3 != 0).collect();
+    assert_eq!(seen, expected, "every user row once, newest first");
+    assert_eq!(pages, 5);
+}
+
+async fn bad_filters_answer_a_400_page_with_the_form_and_the_reason(kind: DbKind) {
+    let db = TestDb::new(kind).await;
+    let app = db_app(&db, |_| {}).await;
+    for (query, reason) in [
+        ("since=yesterday", "since must be an RFC 3339 time"),
+        (
+            "until=2026-13-01T00:00:00Z",
+            "until must be an RFC 3339 time",
+        ),
+        ("limit=501", "limit must be between 1 and 500"),
+        ("limit=ten", "limit must be between 1 and 500"),
+        ("cursor=zz", "cursor is not one this API gave"),
+        ("subject_kind=planet", "unknown subject_kind"),
+        ("decision=maybe", "unknown decision"),
+        ("action=fly", "unknown action"),
+        ("colour=blue", "unknown field"),
+    ] {
+        let page = get(&app, &format!("/admin?{query}"), ADMIN).await;
+        assert_html(&page, 400, query);
+        assert!(page.body.contains(reason), "{query}: {}", page.body);
+        assert!(page.body.contains("<form class=\"filters\""), "{query}");
+    }
+    let page = get(&app, "/admin?since=yesterday&subject=alice", ADMIN).await;
+    assert_eq!(
+        page.input("since"),
+        "yesterday",
+        "the form keeps what was typed"
+    );
+    assert_eq!(page.input("subject"), "alice");
+
+    for path in [
+        "/admin/subjects/planet/mars",
+        "/admin/subjects/phone/12",
+        "/admin/subjects?kind=user",
+    ] {
+        let page = get(&app, path, ADMIN).await;
+        assert_html(&page, 400, path);
+    }
+}
+
+/// A failed login of `user` sent with a user agent.
+async fn fail_with_agent(app: &TestApp, user: &str, agent: &str) -> Value {
+    let request = app
+        .client
+        .post(format!("{}/login/attempt", app.address))
+        .bearer_auth(API_KEY)
+        .header("user-agent", agent)
+        .json(
+            &json!({ "user": user, "ip": "203.0.113.9", "success": false, "captcha_passed": true }),
+        );
+    app.send_raw(request).await.body
+}
+
+async fn user_supplied_text_is_escaped_on_every_page(kind: DbKind) {
+    let db = TestDb::new(kind).await;
+    let app = db_app(&db, |s| {
+        s.login.captcha_after = 1;
+        s.login.lock_after = 2;
+    })
+    .await;
+    let user = "<script>alert(1)</script>";
+    let agent = "Mozilla <b>bold</b> & \"quoted\"";
+    fail_with_agent(&app, user, agent).await;
+    assert_eq!(fail_with_agent(&app, user, agent).await["locked"], true);
+    app.flush_audit().await;
+
+    let subject_href = "/admin/subjects/user/%3Cscript%3Ealert%281%29%3C%2Fscript%3E";
+    let events = get(&app, "/admin?subject_kind=user", ADMIN).await;
+    let subject = get(&app, subject_href, ADMIN).await;
+    let filtered = get(
+        &app,
+        "/admin?subject=%3Cscript%3Ealert(1)%3C%2Fscript%3E&ip=%22%3E%3Cb%3E",
+        ADMIN,
+    )
+    .await;
+    for (name, page) in [
+        ("events", &events),
+        ("subject", &subject),
+        ("filtered", &filtered),
+    ] {
+        assert_html(page, 200, name);
+        assert!(!page.body.contains("<script"), "{name}: {}", page.body);
+        assert!(!page.body.contains("<b>"), "{name}: {}", page.body);
+    }
+    assert!(
+        events
+            .body
+            .contains("&#60;script&#62;alert(1)&#60;/script&#62;"),
+        "the user name is shown, escaped: {}",
+        events.body
+    );
+    assert!(
+        events
+            .body
+            .contains("Mozilla &#60;b&#62;bold&#60;/b&#62; &#38; &#34;quoted&#34;"),
+        "the user agent is shown, escaped: {}",
+        events.body
+    );
+    assert!(events.body.contains(&format!("href=\"{subject_href}\"")));
+    assert!(
+        subject.body.contains("Locked until") && !subject.body.contains("not locked"),
+        "{}",
+        subject.body
+    );
+    assert_eq!(unescape(&filtered.input("ip")), "\"><b>");
+}
+
+/// Two failed logins of `alice` lock her (captcha after 1, lock after 2).
+async fn locked_alice(configure: impl FnOnce(&mut tollgate::settings::Settings)) -> TestApp {
+    let app = spawn_app(Backend::Memory, |s| {
+        s.login.captcha_after = 1;
+        s.login.lock_after = 2;
+        configure(s);
+    })
+    .await;
+    for _ in 0..2 {
+        app.login_attempt(json!({ "user": "alice", "ip": "203.0.113.1", "success": false, "captcha_passed": true }))
+            .await;
+    }
+    assert!(is_locked(&app, "alice").await, "alice is locked");
+    app
+}
+
+async fn is_locked(app: &TestApp, user: &str) -> bool {
+    let state = app
+        .admin_get(&format!("/admin/api/subjects/user/{user}"))
+        .await;
+    assert_eq!(state.status, 200, "{}", state.body);
+    state.body["locked_until"].is_string()
+}
+
+fn unblock_rows(app: &TestApp) -> Vec<AuditEvent> {
+    app.audit_events()
+        .into_iter()
+        .filter(|e| e.decision == AuditDecision::Unblock)
+        .collect()
+}
+
+#[tokio::test]
+async fn a_locked_user_shows_its_state_and_windows_on_the_subject_page() {
+    let app = locked_alice(|_| {}).await;
+    let page = get(&app, "/admin/subjects/user/Alice", ADMIN).await;
+    assert_html(&page, 200, "subject page");
+    let body = &page.body;
+    assert!(
+        body.contains("<h1><span class=\"muted\">user</span> alice</h1>"),
+        "{body}"
+    );
+    let today = Utc::now().format("%Y-%m-%d").to_string();
+    assert!(body.contains("<dt>Locked until</dt>"), "{body}");
+    assert!(!body.contains("not locked"), "{body}");
+    assert!(body.contains(&today), "locked_until is shown: {body}");
+    assert!(
+        body.contains("<dt>Captcha required</dt>\n  <dd>yes</dd>"),
+        "{body}"
+    );
+    for rule in ["user 1/15m", "user 2/1h"] {
+        assert!(body.contains(rule), "{rule}: {body}");
+    }
+    assert!(body.contains("<strong>full</strong>"), "{body}");
+    assert!(body.contains(
+        "<form class=\"unblock\" method=\"post\" action=\"/admin/subjects/user/alice/unblock\">"
+    ));
+    assert!(!page.input("csrf").is_empty());
+
+    let unlocked = get(&app, "/admin/subjects/user/bob", ADMIN).await;
+    assert_html(&unlocked, 200, "bob");
+    assert!(unlocked.body.contains("not locked"));
+    // The header's look-up form.
+    let found = get(&app, "/admin/subjects?kind=user&id=+ALICE+", ADMIN).await;
+    assert_eq!(found.status, 303);
+    assert_eq!(found.header(LOCATION), "/admin/subjects/user/alice");
+}
+
+#[tokio::test]
+async fn unblock_with_the_pages_csrf_token_unblocks_audits_and_redirects_back() {
+    let app = locked_alice(|_| {}).await;
+    let page = get(&app, "/admin/subjects/user/alice", ADMIN).await;
+    let csrf = page.input("csrf");
+
+    let answer = post_form(
+        &app,
+        "/admin/subjects/user/alice/unblock",
+        &[("csrf", &csrf)],
+        ADMIN,
+    )
+    .await;
+    assert_eq!(answer.status, 303, "{}", answer.body);
+    assert_eq!(
+        answer.header(LOCATION),
+        "/admin/subjects/user/alice?unblocked=1"
+    );
+    assert!(!is_locked(&app, "alice").await);
+    let rows = unblock_rows(&app);
+    assert_eq!(rows.len(), 1, "one unblock audited");
+    assert_eq!(
+        (
+            rows[0].action,
+            rows[0].subject_kind,
+            rows[0].subject.as_str()
+        ),
+        (Action::Admin, SubjectKind::User, "alice")
+    );
+    let again = app
+        .login_attempt(json!({ "user": "alice", "ip": "203.0.113.1", "success": true }))
+        .await;
+    assert_eq!(again.status, 200, "{}", again.body);
+    assert_eq!(again.body["decision"], "allow", "alice can log in again");
+
+    let back = get(&app, "/admin/subjects/user/alice?unblocked=1", ADMIN).await;
+    assert_html(&back, 200, "after unblock");
+    assert!(back.body.contains("Unblocked: every window"));
+    assert!(back.body.contains("not locked"));
+
+    // Bearer credentials work the same way, with the token they were issued for.
+    let bearer = Auth::Bearer(ADMIN_TOKEN);
+    let csrf = get(&app, "/admin/subjects/user/alice", bearer)
+        .await
+        .input("csrf");
+    let answer = post_form(
+        &app,
+        "/admin/subjects/user/alice/unblock",
+        &[("csrf", &csrf)],
+        bearer,
+    )
+    .await;
+    assert_eq!(answer.status, 303, "{}", answer.body);
+}
+
+#[tokio::test]
+async fn unblock_without_or_with_a_wrong_csrf_token_is_forbidden_and_leaves_the_lock() {
+    const OTHER_TOKEN: &str = "second-admin-token";
+    let app = locked_alice(|s| {
+        s.server
+            .admin_tokens
+            .push(tollgate::settings::Secret::new(OTHER_TOKEN))
+    })
+    .await;
+    let alice = get(&app, "/admin/subjects/user/alice", ADMIN)
+        .await
+        .input("csrf");
+    let bob = get(&app, "/admin/subjects/user/bob", ADMIN)
+        .await
+        .input("csrf");
+    let other_admin = get(
+        &app,
+        "/admin/subjects/user/alice",
+        Auth::Basic("admin", OTHER_TOKEN),
+    )
+    .await
+    .input("csrf");
+    let (issued, tag) = alice.split_once('.').unwrap();
+    let mut flipped = tag.to_string();
+    let last = if flipped.pop() == Some('0') { '1' } else { '0' };
+    flipped.push(last);
+    let tampered = format!("{issued}.{flipped}");
+    let stale = format!("{}.{tag}", issued.parse::<i64>().unwrap() - 13 * 3600);
+
+    let cases: Vec<(&str, Vec<(&str, &str)>)> = vec![
+        ("no token", vec![]),
+        ("empty token", vec![("csrf", "")]),
+        ("garbage", vec![("csrf", "not-a-token")]),
+        ("tampered", vec![("csrf", &tampered)]),
+        ("expired", vec![("csrf", &stale)]),
+        ("another subject's token", vec![("csrf", &bob)]),
+        ("another admin token's form", vec![("csrf", &other_admin)]),
+        ("wrong field name", vec![("token", &alice)]),
+    ];
+    for (name, form) in &cases {
+        let answer = post_form(&app, "/admin/subjects/user/alice/unblock", form, ADMIN).await;
+        assert_html(&answer, 403, name);
+        assert!(answer.body.contains("CSRF"), "{name}");
+    }
+    let cross_site = client()
+        .post(format!("{}/admin/subjects/user/alice/unblock", app.address))
+        .header("sec-fetch-site", "cross-site")
+        .form(&[("csrf", alice.as_str())]);
+    assert_html(&send(cross_site, ADMIN).await, 403, "a cross-site request");
+    let as_bob = post_form(
+        &app,
+        "/admin/subjects/user/bob/unblock",
+        &[("csrf", &alice)],
+        ADMIN,
+    )
+    .await;
+    assert_html(&as_bob, 403, "alice's token on bob's form");
+
+    assert!(is_locked(&app, "alice").await, "the lock is still in place");
+    assert!(unblock_rows(&app).is_empty(), "nothing audited as unblock");
+    let refused = app
+        .login_attempt(json!({ "user": "alice", "ip": "203.0.113.1", "success": true }))
+        .await;
+    assert_eq!(refused.body["locked"], true, "{}", refused.body);
+
+    // The same token is still good for its own subject and credentials.
+    let answer = post_form(
+        &app,
+        "/admin/subjects/user/alice/unblock",
+        &[("csrf", &alice)],
+        ADMIN,
+    )
+    .await;
+    assert_eq!(answer.status, 303, "{}", answer.body);
+    assert!(!is_locked(&app, "alice").await);
+}
