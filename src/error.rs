@@ -32,8 +32,9 @@ pub enum ApiError {
     DeliveryFailed,
     #[error("not found")]
     NotFound,
-    #[error("method not allowed")]
-    MethodNotAllowed,
+    /// Carries the methods the route does allow, for the `Allow` header.
+    #[error("method not allowed; this route accepts {0}")]
+    MethodNotAllowed(&'static str),
     #[error("request body is larger than {0} bytes")]
     PayloadTooLarge(usize),
     #[error("request body must be application/json")]
@@ -115,7 +116,7 @@ impl ApiError {
             ApiError::AuditUnavailable => ErrorCode::AuditUnavailable,
             ApiError::DeliveryFailed => ErrorCode::DeliveryFailed,
             ApiError::NotFound => ErrorCode::NotFound,
-            ApiError::MethodNotAllowed => ErrorCode::MethodNotAllowed,
+            ApiError::MethodNotAllowed(_) => ErrorCode::MethodNotAllowed,
             ApiError::PayloadTooLarge(_) => ErrorCode::PayloadTooLarge,
             ApiError::UnsupportedMediaType => ErrorCode::UnsupportedMediaType,
             ApiError::Internal(_) => ErrorCode::InternalError,
@@ -135,7 +136,7 @@ impl ResponseError for ApiError {
             }
             ApiError::DeliveryFailed => StatusCode::BAD_GATEWAY,
             ApiError::NotFound => StatusCode::NOT_FOUND,
-            ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -155,6 +156,9 @@ impl ResponseError for ApiError {
                 body.retry_after_secs = Some(secs);
                 body.rule = Some(rule.clone());
                 response.insert_header((header::RETRY_AFTER, secs.to_string()));
+            }
+            ApiError::MethodNotAllowed(allowed) => {
+                response.insert_header((header::ALLOW, *allowed));
             }
             ApiError::CaptchaRequired => body.captcha_required = Some(true),
             ApiError::Unauthorized => {

@@ -53,12 +53,8 @@ pub async fn not_found() -> Result<HttpResponse, ApiError> {
     Err(ApiError::NotFound)
 }
 
-pub async fn method_not_allowed() -> Result<HttpResponse, ApiError> {
-    Err(ApiError::MethodNotAllowed)
-}
-
-/// A POST-only resource whose other methods answer a JSON 405.
-fn post<F, Args>(path: &str, handler: F) -> actix_web::Resource
+/// A POST-only resource whose other methods answer a JSON 405 with `Allow`.
+pub(crate) fn post<F, Args>(path: &str, handler: F) -> actix_web::Resource
 where
     F: actix_web::Handler<Args>,
     Args: actix_web::FromRequest + 'static,
@@ -66,5 +62,21 @@ where
 {
     web::resource(path)
         .route(web::post().to(handler))
-        .default_service(web::to(method_not_allowed))
+        .default_service(web::to(|| async {
+            Err::<HttpResponse, _>(ApiError::MethodNotAllowed("POST"))
+        }))
+}
+
+/// A GET-only resource whose other methods answer a JSON 405 with `Allow`.
+pub(crate) fn get<F, Args>(path: &str, handler: F) -> actix_web::Resource
+where
+    F: actix_web::Handler<Args>,
+    Args: actix_web::FromRequest + 'static,
+    F::Output: actix_web::Responder + 'static,
+{
+    web::resource(path)
+        .route(web::get().to(handler))
+        .default_service(web::to(|| async {
+            Err::<HttpResponse, _>(ApiError::MethodNotAllowed("GET"))
+        }))
 }

@@ -15,7 +15,7 @@ use super::{admin, login, ops, sms};
 use crate::error::ErrorBody;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.route("/openapi.json", web::get().to(openapi_json));
+    cfg.service(super::get("/openapi.json", openapi_json));
 }
 
 /// Bearer scheme of the public routes: an entry of `server.api_keys`.

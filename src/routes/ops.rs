@@ -6,9 +6,9 @@ use super::AppState;
 use crate::error::{ApiError, ErrorBody, ErrorCode};
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.route("/healthz", web::get().to(healthz))
-        .route("/readyz", web::get().to(readyz))
-        .route("/metrics", web::get().to(metrics));
+    cfg.service(super::get("/healthz", healthz))
+        .service(super::get("/readyz", readyz))
+        .service(super::get("/metrics", metrics));
 }
 
 /// `/healthz` and `/readyz` 200.

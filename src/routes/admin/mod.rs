@@ -18,13 +18,13 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .app_data(web::PathConfig::default().error_handler(|err, _req| {
                 ApiError::InvalidRequest(format!("invalid path: {err}")).into()
             }))
-            .route("/events", web::get().to(events::list))
-            .route("/events.csv", web::get().to(events::csv))
-            .route(
+            .service(super::get("/events", events::list))
+            .service(super::get("/events.csv", events::csv))
+            .service(super::post(
                 "/subjects/{kind}/{id:.+}/unblock",
-                web::post().to(subjects::unblock),
-            )
-            .route("/subjects/{kind}/{id:.+}", web::get().to(subjects::state))
+                subjects::unblock,
+            ))
+            .service(super::get("/subjects/{kind}/{id:.+}", subjects::state))
             .default_service(web::to(super::not_found)),
     );
     console::configure(cfg);
