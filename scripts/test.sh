@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 
 command -v cargo >/dev/null || { echo "test: cargo is missing; install Rust (rustup) first" >&2; exit 1; }
 scripts/services.sh
+scripts/redis-cluster.sh
 
 # The build cache lives outside the clone, so a fresh clone reuses it.
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/tollgate-target}"

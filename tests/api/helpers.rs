@@ -97,6 +97,8 @@ pub struct TestApp {
     pub audit: CapturingSink,
     pub backend: Backend,
     pub key_prefix: String,
+    /// The Redis (or cluster) the app talks to; its test keys are deleted on drop.
+    pub redis_url: String,
     /// Sent as `Authorization: Bearer` by the helpers when set.
     pub api_key: Option<String>,
     /// Sent as `Authorization: Bearer` by the admin helpers.
@@ -225,6 +227,7 @@ async fn spawn(
         clock: clock.map(|c| Arc::new(c) as Arc<dyn Clock>),
     };
     let key_prefix = settings.store.key_prefix.clone();
+    let redis_url = settings.store.redis_url.expose().to_string();
     let api_key = (!settings.server.api_keys.is_empty())
         .then(|| settings.server.api_keys[0].expose().to_string());
     let app = Application::build_with(settings, overrides)
@@ -241,6 +244,7 @@ async fn spawn(
         audit,
         backend,
         key_prefix,
+        redis_url,
         api_key,
         admin_token: Some(ADMIN_TOKEN.to_string()),
         sink,
@@ -348,6 +352,7 @@ impl Drop for TestApp {
         let handle = self.handle.clone();
         let backend = self.backend;
         let prefix = self.key_prefix.clone();
+        let url = self.redis_url.clone();
         // Drop cannot await; a runtime of its own on another thread can.
         let cleanup = std::thread::spawn(move || {
             let Ok(rt) = tokio::runtime::Builder::new_current_thread()
@@ -358,10 +363,15 @@ impl Drop for TestApp {
             };
             rt.block_on(async {
                 if backend == Backend::Redis {
-                    if let Ok(store) =
-                        RedisStore::connect(&redis_url(), Duration::from_secs(2)).await
-                    {
-                        let _ = store.delete_prefix(&prefix).await;
+                    if let Ok(store) = RedisStore::connect(&url, Duration::from_secs(2)).await {
+                        // A fresh client may still be connecting (a cluster's
+                        // nodes one by one): retry briefly.
+                        for _ in 0..30 {
+                            if store.delete_prefix(&prefix).await.is_ok() {
+                                break;
+                            }
+                            tokio::time::sleep(Duration::from_millis(100)).await;
+                        }
                     }
                 }
             });

@@ -6,6 +6,7 @@ mod audit;
 mod audit_db;
 mod captcha;
 mod cli;
+mod cluster;
 mod console;
 mod delivery;
 mod edges;

@@ -1,0 +1,108 @@
+//! The same service on a Redis Cluster (scripts/redis-cluster.sh starts one on
+//! 127.0.0.1:17000-17002): every script's keys share a subject's hash slot, and
+//! a request's subjects live on different nodes.
+
+use serde_json::json;
+use tollgate::audit::AuditDecision;
+use tollgate::settings::SecretUrl;
+
+use crate::helpers::{limits, spawn_app, Backend, TestApp};
+
+fn cluster_url() -> String {
+    std::env::var("TOLLGATE_TEST_REDIS_CLUSTER_URL").unwrap_or_else(|_| {
+        "redis-cluster://127.0.0.1:17000,127.0.0.1:17001,127.0.0.1:17002".into()
+    })
+}
+
+async fn on_cluster(configure: impl FnOnce(&mut tollgate::settings::Settings)) -> TestApp {
+    let app = spawn_app(Backend::Redis, |s| {
+        s.store.redis_url = SecretUrl::new(cluster_url());
+        configure(s);
+    })
+    .await;
+    let ready = app.get("/readyz").await;
+    assert_eq!(
+        ready.status, 200,
+        "the cluster answers (scripts/redis-cluster.sh): {}",
+        ready.body
+    );
+    app
+}
+
+#[tokio::test]
+async fn sends_are_exact_under_concurrency_and_refusals_roll_back_across_nodes() {
+    let app = on_cluster(|s| {
+        s.sms.phone_limits = limits(&[(5, 3_600_000)]);
+        s.sms.ip_limits = limits(&[(2, 3_600_000)]);
+    })
+    .await;
+    // One phone, thirty clients: the phone's window alone decides.
+    let sends = (0..30).map(|i| {
+        app.sms_send(json!({ "phone": "+8613800138000", "ip": format!("198.51.100.{i}") }))
+    });
+    let answers = futures::future::join_all(sends).await;
+    assert_eq!(answers.iter().filter(|a| a.status == 200).count(), 5);
+
+    // Refused by the phone (another node), the IP keeps its quota of 2.
+    for _ in 0..3 {
+        let refused = app
+            .sms_send(json!({ "phone": "+8613800138000", "ip": "203.0.113.1" }))
+            .await;
+        assert_eq!(refused.body["rule"], "phone 5/1h");
+    }
+    for phone in ["+8613900139000", "+8613600136000"] {
+        let sent = app
+            .sms_send(json!({ "phone": phone, "ip": "203.0.113.1" }))
+            .await;
+        assert_eq!(
+            sent.status, 200,
+            "the IP quota was rolled back: {}",
+            sent.body
+        );
+    }
+    let blocked = app
+        .sms_send(json!({ "phone": "+8613700137000", "ip": "203.0.113.1" }))
+        .await;
+    assert_eq!(blocked.body["rule"], "ip 2/1h");
+
+    let code = app.sms.last_code("+8613900139000");
+    let verified = app
+        .sms_verify(json!({ "phone": "+8613900139000", "code": code }))
+        .await;
+    assert_eq!(verified.body, json!({ "valid": true }));
+}
+
+#[tokio::test]
+async fn simultaneous_failures_lock_once_and_an_admin_unblocks() {
+    let app = on_cluster(|s| {
+        s.login.captcha_after = 1000;
+        s.login.lock_after = 5;
+    })
+    .await;
+    let attempts = (0..25).map(|_| app.login_attempt(json!({ "user": "alice", "success": false })));
+    let answers = futures::future::join_all(attempts).await;
+    assert_eq!(
+        answers
+            .iter()
+            .filter(|a| a.body["decision"] == "allow")
+            .count(),
+        5
+    );
+    let locks = app
+        .audit_events()
+        .iter()
+        .filter(|e| e.decision == AuditDecision::Lock)
+        .count();
+    assert_eq!(locks, 1);
+
+    let state = app.admin_get("/admin/api/subjects/user/alice").await;
+    assert!(state.body["locked_until"].is_string(), "{}", state.body);
+    let unblocked = app
+        .admin_post("/admin/api/subjects/user/alice/unblock")
+        .await;
+    assert_eq!(unblocked.body["locked_until"], serde_json::Value::Null);
+    let after = app
+        .login_attempt(json!({ "user": "alice", "success": true }))
+        .await;
+    assert_eq!(after.body["decision"], "allow");
+}
