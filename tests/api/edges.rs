@@ -407,3 +407,136 @@ async fn metrics_count_decisions_and_store_calls_in_prometheus_text() {
     assert!(value("tollgate_store_seconds_count") >= 3.0);
     assert!(text.contains("# HELP tollgate_requests_total"));
 }
+
+/// A Redis of the test's own, so that it can be frozen without freezing the
+/// other tests' shared one.
+struct PrivateRedis {
+    port: u16,
+    child: std::process::Child,
+}
+
+impl PrivateRedis {
+    async fn start() -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = std::process::Command::new("redis-server")
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("redis-server is installed (scripts/services.sh)");
+        for _ in 0..100 {
+            if tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .is_ok()
+            {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        Self { port, child }
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Freeze the server (SIGSTOP): connections stay open, nothing answers.
+    fn freeze(&self) {
+        self.signal("-STOP");
+    }
+
+    fn thaw(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, signal: &str) {
+        let status = std::process::Command::new("kill")
+            .args([signal, &self.child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(status.success());
+    }
+}
+
+impl Drop for PrivateRedis {
+    fn drop(&mut self) {
+        self.thaw();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test]
+async fn a_slow_redis_is_cut_off_at_the_store_timeout() {
+    let redis = PrivateRedis::start().await;
+    let url = redis.url();
+    let app = spawn_app(Backend::Redis, move |s| {
+        s.store.redis_url = SecretUrl::new(url);
+        s.store.timeout = std::time::Duration::from_millis(200);
+        s.sms.code_secret = Secret::new("a-configured-secret");
+    })
+    .await;
+    assert_eq!(app.login_check(json!({ "user": "a" })).await.status, 200);
+
+    redis.freeze();
+    let started = std::time::Instant::now();
+    let answer = app
+        .login_attempt(json!({ "user": "a", "success": false }))
+        .await;
+    let took = started.elapsed();
+    assert_eq!(
+        (answer.status.as_u16(), answer.error()),
+        (503, "store_unavailable")
+    );
+    assert!(
+        took < std::time::Duration::from_millis(1_500),
+        "answered after {took:?}, not after the stall"
+    );
+}
+
+#[tokio::test]
+async fn a_slow_redis_falls_back_to_the_local_store_when_told_to() {
+    let redis = PrivateRedis::start().await;
+    let url = redis.url();
+    let app = spawn_app(Backend::Redis, move |s| {
+        s.store.redis_url = SecretUrl::new(url);
+        s.store.timeout = std::time::Duration::from_millis(200);
+        s.store.on_error = OnStoreError::Local;
+        s.login.captcha_after = 1000;
+        s.login.lock_after = 2;
+    })
+    .await;
+    assert_eq!(app.login_check(json!({ "user": "a" })).await.status, 200);
+
+    redis.freeze();
+    let started = std::time::Instant::now();
+    let first = app
+        .login_attempt(json!({ "user": "a", "success": false }))
+        .await;
+    assert_eq!(first.status, 200, "{}", first.body);
+    let second = app
+        .login_attempt(json!({ "user": "a", "success": false }))
+        .await;
+    assert_eq!(
+        second.body["locked"], true,
+        "the local store counts while Redis is frozen: {}",
+        second.body
+    );
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(3),
+        "each call gave up at the timeout"
+    );
+    redis.thaw();
+}

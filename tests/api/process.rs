@@ -15,7 +15,11 @@ pub struct Tollgate {
 
 impl Tollgate {
     pub async fn start(config: &std::path::Path) -> Self {
+        // Run from the config's directory, not the repository: scripts,
+        // templates and migrations must come from the binary itself.
+        let workdir = config.parent().unwrap_or(std::path::Path::new("/"));
         let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
+            .current_dir(workdir)
             .arg("--config")
             .arg(config)
             .env("RUST_LOG", "info")
