@@ -17,10 +17,6 @@ impl ClientIp {
         raw.trim().parse::<IpAddr>().ok().map(Self::new)
     }
 
-    pub fn addr(&self) -> IpAddr {
-        self.0
-    }
-
     /// The subject id: `203.0.113.7` or `2001:db8:1:2::/64`.
     pub fn subject_id(&self) -> String {
         match self.0 {

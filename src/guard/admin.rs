@@ -6,7 +6,7 @@ use serde::Serialize;
 use super::{GuardContext, Policy, RequestInfo};
 use crate::audit::{AuditDecision, AuditEvent};
 use crate::domain::{Action, Rule, Subject, SubjectKind};
-use crate::store::{StoreError, WindowSpec};
+use crate::store::{StoreError, WindowMode, WindowSpec};
 
 /// One window of a subject: its live count against its rule.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
@@ -71,13 +71,8 @@ fn watched(policy: &Policy, kind: SubjectKind) -> Vec<Watched> {
                 ],
             },
         ],
-        SubjectKind::User => vec![Watched {
-            action: Action::LoginAttempt,
-            rules: vec![
-                (policy.user_captcha, policy.user_captcha.gate()),
-                (policy.user_lock, policy.user_lock.enforce()),
-            ],
-        }],
+        // A user's windows come with its lock from one `login_state` call.
+        SubjectKind::User => Vec::new(),
     }
 }
 
@@ -100,38 +95,24 @@ impl SubjectAdmin {
         let keys = &self.ctx.keys;
         let kind = subject.kind.as_str();
         let now = Utc::now();
-        let mut windows = Vec::new();
-        let mut locked_until = None;
-        let mut captcha_required = false;
+        let until = |retry_ms: u64| {
+            (now + chrono::Duration::milliseconds(retry_ms as i64)).trunc_subsecs(3)
+        };
+        let window = |action: Action, rule: &Rule, count: u32| WindowState {
+            action,
+            rule: rule.name(),
+            count,
+            limit: rule.limit,
+            window_ms: rule.window_ms(),
+        };
+        let mut state = SubjectState {
+            kind: subject.kind,
+            id: subject.id.clone(),
+            locked_until: None,
+            captcha_required: false,
+            windows: Vec::new(),
+        };
 
-        for watched in watched(&policy, subject.kind) {
-            let key = keys.window(kind, &subject.id, watched.action.as_str());
-            let specs: Vec<WindowSpec> = watched.rules.iter().map(|(_, spec)| *spec).collect();
-            let peek = self.ctx.store.peek(&key, &specs).await?;
-            for (i, (rule, spec)) in watched.rules.iter().enumerate() {
-                let count = peek.counts.get(i).copied().unwrap_or(0);
-                let full = count >= rule.limit;
-                if full && spec.mode == crate::store::WindowMode::Gate {
-                    captcha_required = true;
-                }
-                // An IP is blocked while its login failures fill the block window.
-                if full
-                    && subject.kind == SubjectKind::Ip
-                    && *rule == policy.ip_block
-                    && watched.action == Action::LoginAttempt
-                {
-                    let retry = peek.retry_after_ms.get(i).copied().unwrap_or(0);
-                    locked_until = Some(now + chrono::Duration::milliseconds(retry as i64));
-                }
-                windows.push(WindowState {
-                    action: watched.action,
-                    rule: rule.name(),
-                    count,
-                    limit: rule.limit,
-                    window_ms: rule.window_ms(),
-                });
-            }
-        }
         if subject.kind == SubjectKind::User {
             let window_key = keys.window(kind, &subject.id, Action::LoginAttempt.as_str());
             let lock_key = keys.lock(kind, &subject.id);
@@ -140,17 +121,42 @@ impl SubjectAdmin {
                 .store
                 .login_state(&window_key, &lock_key, &policy.login_store)
                 .await?;
-            if let Some(retry) = login.locked_retry_after_ms {
-                locked_until = Some(now + chrono::Duration::milliseconds(retry as i64));
+            state.windows = vec![
+                window(Action::LoginAttempt, &policy.user_captcha, login.failures),
+                window(
+                    Action::LoginAttempt,
+                    &policy.user_lock,
+                    login.lock_window_failures,
+                ),
+            ];
+            state.captcha_required = login.failures >= policy.user_captcha.limit;
+            state.locked_until = login.locked_retry_after_ms.map(until);
+            return Ok(state);
+        }
+
+        let watched = watched(&policy, subject.kind);
+        let peeks = futures::future::try_join_all(watched.iter().map(|w| {
+            let key = keys.window(kind, &subject.id, w.action.as_str());
+            let specs: Vec<WindowSpec> = w.rules.iter().map(|(_, spec)| *spec).collect();
+            async move { self.ctx.store.peek(&key, &specs).await }
+        }))
+        .await?;
+        for (w, peek) in watched.iter().zip(&peeks) {
+            for (i, (rule, spec)) in w.rules.iter().enumerate() {
+                let count = peek.counts.get(i).copied().unwrap_or(0);
+                let full = count >= rule.limit;
+                if full && spec.mode == WindowMode::Gate {
+                    state.captcha_required = true;
+                }
+                // An IP is blocked while its login failures fill the block window.
+                if full && w.action == Action::LoginAttempt && *rule == policy.ip_block {
+                    state.locked_until =
+                        Some(until(peek.retry_after_ms.get(i).copied().unwrap_or(0)));
+                }
+                state.windows.push(window(w.action, rule, count));
             }
         }
-        Ok(SubjectState {
-            kind: subject.kind,
-            id: subject.id.clone(),
-            locked_until: locked_until.map(|t| t.trunc_subsecs(3)),
-            captcha_required,
-            windows,
-        })
+        Ok(state)
     }
 
     /// Clear every window and the lock of a subject (a phone's pending or burnt
