@@ -166,6 +166,9 @@ async fn a_cut_database_connection_loses_no_event_and_duplicates_none() {
     })
     .await;
     assert_eq!(app.sms_send(json!({ "phone": PHONE })).await.status, 200);
+    let outcome = |o: &str| format!("tollgate_audit_events_total{{outcome=\"{o}\"}}");
+    let spooled_before = app.metric(&outcome("spooled")).await;
+    let replayed_before = app.metric(&outcome("replayed")).await;
 
     let mut expected = Vec::new();
     for i in 0..20 {
@@ -207,6 +210,13 @@ async fn a_cut_database_connection_loses_no_event_and_duplicates_none() {
         );
     }
     assert_eq!(counts.len(), expected.len());
+    // Every event of the outage went through the spool and came back.
+    assert!(app.metric(&outcome("spooled")).await - spooled_before >= 150.0);
+    assert!(app.metric(&outcome("replayed")).await - replayed_before >= 150.0);
+    assert!(
+        app.metric(&outcome("written")).await >= 20.0,
+        "the events before the cut"
+    );
 
     // And the admin API finds them all.
     let mut seen = 0;

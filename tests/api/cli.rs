@@ -41,6 +41,7 @@ kind = "twilio"
 account_sid = "AC123"
 auth_token = "twilio-secret"
 from = "+15005550006"
+headers = { "X-Api-Key" = "header-secret" }
 "#,
     )
     .unwrap();
@@ -56,6 +57,7 @@ from = "+15005550006"
         "db-password",
         "captcha-secret",
         "twilio-secret",
+        "header-secret",
     ] {
         assert!(!stdout.contains(secret), "{secret} leaked:\n{stdout}");
     }

@@ -277,6 +277,30 @@ async fn a_trusted_proxy_forwards_the_right_most_untrusted_hop() {
 }
 
 #[tokio::test]
+async fn forwarded_for_from_an_untrusted_peer_is_ignored() {
+    let app = spawn_app(Backend::Memory, |s| {
+        s.server.api_keys = vec![];
+        s.server.trusted_proxies = vec!["10.0.0.0/8".into()];
+        s.sms.ip_limits = limits(&[(1, 3_600_000)]);
+    })
+    .await;
+    let url = format!("{}/sms/send", app.address);
+    for (phone, spoofed) in [(PHONE, "198.51.100.1"), ("+8613900139000", "198.51.100.2")] {
+        let request = app
+            .client
+            .post(&url)
+            .header("x-forwarded-for", spoofed)
+            .json(&json!({ "phone": phone }));
+        app.send_raw(request).await;
+    }
+    let row = &app.audit_events()[0];
+    assert_eq!(
+        row.subject, "127.0.0.1",
+        "the peer counts, not what it claims to forward"
+    );
+}
+
+#[tokio::test]
 async fn a_request_id_is_echoed_and_recorded() {
     let app = spawn_app(Backend::Memory, |s| {
         s.sms.phone_limits = limits(&[(1, 3_600_000)])
@@ -489,6 +513,7 @@ async fn a_slow_redis_is_cut_off_at_the_store_timeout() {
     })
     .await;
     assert_eq!(app.login_check(json!({ "user": "a" })).await.status, 200);
+    let errors_before = app.metric("tollgate_store_errors_total").await;
 
     redis.freeze();
     let started = std::time::Instant::now();
@@ -503,6 +528,10 @@ async fn a_slow_redis_is_cut_off_at_the_store_timeout() {
     assert!(
         took < std::time::Duration::from_millis(1_500),
         "answered after {took:?}, not after the stall"
+    );
+    assert!(
+        app.metric("tollgate_store_errors_total").await > errors_before,
+        "the timeout is counted"
     );
 }
 

@@ -321,6 +321,18 @@ impl TestApp {
         self.post("/login/attempt", body).await
     }
 
+    /// One series of `/metrics` (0 when absent). The recorder is process-wide,
+    /// so tests compare values before and after what they do.
+    pub async fn metric(&self, series: &str) -> f64 {
+        let text = self.get("/metrics").await.body;
+        let text = text.as_str().expect("Prometheus text");
+        text.lines()
+            .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0)
+    }
+
     /// Wait until the audit events recorded so far are durable.
     pub async fn flush_audit(&self) {
         self.sink.flush().await;
