@@ -3,7 +3,7 @@
 use chrono::{DateTime, SubsecRound, Utc};
 use serde::Serialize;
 
-use super::{GuardContext, Policy, RequestInfo};
+use super::{GuardContext, Policy, RequestInfo, SubjectRules};
 use crate::audit::{AuditDecision, AuditEvent};
 use crate::domain::{Action, Rule, Subject, SubjectKind};
 use crate::store::{StoreError, WindowMode, WindowSpec};
@@ -46,23 +46,16 @@ struct Watched {
 }
 
 fn watched(policy: &Policy, kind: SubjectKind) -> Vec<Watched> {
-    let enforce = |rules: &[Rule]| rules.iter().map(|r| (*r, r.enforce())).collect::<Vec<_>>();
-    let sms = |mut rules: Vec<(Rule, WindowSpec)>, gate: Option<Rule>| {
-        rules.extend(gate.map(|g| (g, g.gate())));
-        Watched {
-            action: Action::SmsSend,
-            rules,
-        }
+    let sms = |rules: &SubjectRules| Watched {
+        action: Action::SmsSend,
+        rules: rules.pairs().collect(),
     };
     match kind {
-        SubjectKind::Phone => vec![sms(
-            enforce(&policy.phone_rules),
-            Some(policy.sms_phone_captcha),
-        )],
-        SubjectKind::Prefix => vec![sms(enforce(&policy.prefix_rules), None)],
-        SubjectKind::Global => vec![sms(enforce(&policy.global_rules), None)],
+        SubjectKind::Phone => vec![sms(&policy.sms_phone)],
+        SubjectKind::Prefix => vec![sms(&policy.sms_prefix)],
+        SubjectKind::Global => vec![sms(&policy.sms_global)],
         SubjectKind::Ip => vec![
-            sms(enforce(&policy.ip_rules), Some(policy.sms_ip_captcha)),
+            sms(&policy.sms_ip),
             Watched {
                 action: Action::LoginAttempt,
                 rules: vec![

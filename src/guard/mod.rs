@@ -11,7 +11,7 @@ pub mod sms;
 
 use std::sync::Arc;
 
-pub use policy::{Policy, PolicyCell};
+pub use policy::{Policy, PolicyCell, SubjectRules};
 
 use crate::audit::{AuditEvent, AuditSink};
 use crate::domain::ClientIp;

@@ -9,20 +9,18 @@ use parking_lot::RwLock;
 use crate::captcha::CaptchaVerifier;
 use crate::domain::{Rule, SubjectKind};
 use crate::settings::{LimitSetting, LoginSettings, Settings, SmsSettings};
-use crate::store::LoginPolicy;
+use crate::store::{LoginPolicy, WindowSpec};
 
 pub struct Policy {
     pub captcha: Arc<CaptchaVerifier>,
     pub sms: SmsSettings,
     pub login: LoginSettings,
     pub shadow: bool,
-    pub phone_rules: Vec<Rule>,
-    pub prefix_rules: Vec<Rule>,
-    pub ip_rules: Vec<Rule>,
-    pub global_rules: Vec<Rule>,
-    /// The SMS captcha tier, per phone and per IP.
-    pub sms_phone_captcha: Rule,
-    pub sms_ip_captcha: Rule,
+    /// `/sms/send` per subject kind; phone and IP carry the captcha tier.
+    pub sms_phone: SubjectRules,
+    pub sms_prefix: SubjectRules,
+    pub sms_ip: SubjectRules,
+    pub sms_global: SubjectRules,
     pub login_store: LoginPolicy,
     pub user_captcha: Rule,
     pub user_lock: Rule,
@@ -45,12 +43,24 @@ impl Policy {
         let login = &settings.login;
         Ok(Self {
             captcha: Arc::new(CaptchaVerifier::new(&settings.captcha)?),
-            phone_rules: rules(SubjectKind::Phone, &sms.phone_limits),
-            prefix_rules: rules(SubjectKind::Prefix, &sms.prefix_limits),
-            ip_rules: rules(SubjectKind::Ip, &sms.ip_limits),
-            global_rules: rules(SubjectKind::Global, &sms.global_limits),
-            sms_phone_captcha: Rule::new(SubjectKind::Phone, sms.captcha_after, sms.captcha_window),
-            sms_ip_captcha: Rule::new(SubjectKind::Ip, sms.captcha_after, sms.captcha_window),
+            sms_phone: SubjectRules::new(
+                rules(SubjectKind::Phone, &sms.phone_limits),
+                Some(Rule::new(
+                    SubjectKind::Phone,
+                    sms.captcha_after,
+                    sms.captcha_window,
+                )),
+            ),
+            sms_prefix: SubjectRules::new(rules(SubjectKind::Prefix, &sms.prefix_limits), None),
+            sms_ip: SubjectRules::new(
+                rules(SubjectKind::Ip, &sms.ip_limits),
+                Some(Rule::new(
+                    SubjectKind::Ip,
+                    sms.captcha_after,
+                    sms.captcha_window,
+                )),
+            ),
+            sms_global: SubjectRules::new(rules(SubjectKind::Global, &sms.global_limits), None),
             login_store: LoginPolicy {
                 captcha_after: login.captcha_after,
                 captcha_window_ms: login.captcha_window.as_millis() as u64,
@@ -69,6 +79,47 @@ impl Policy {
             login: login.clone(),
             shadow: settings.shadow.enabled,
         })
+    }
+}
+
+/// One subject kind's rules and optional captcha tier, with the window specs
+/// the store takes built once per policy rather than on every request.
+pub struct SubjectRules {
+    pub rules: Vec<Rule>,
+    pub gate: Option<Rule>,
+    windows: Vec<WindowSpec>,
+}
+
+impl SubjectRules {
+    pub fn new(rules: Vec<Rule>, gate: Option<Rule>) -> Self {
+        let windows = rules
+            .iter()
+            .map(Rule::enforce)
+            .chain(gate.iter().map(Rule::gate))
+            .collect();
+        Self {
+            rules,
+            gate,
+            windows,
+        }
+    }
+
+    /// The enforced rules' windows, then the captcha tier's.
+    pub fn windows(&self) -> &[WindowSpec] {
+        &self.windows
+    }
+
+    /// The rule behind window `index` of [`Self::windows`].
+    pub fn rule_at(&self, index: usize) -> Option<Rule> {
+        self.rules.get(index).copied().or(self.gate)
+    }
+
+    /// Each window with the rule that defines it.
+    pub fn pairs(&self) -> impl Iterator<Item = (Rule, WindowSpec)> + '_ {
+        self.windows
+            .iter()
+            .enumerate()
+            .filter_map(|(i, w)| self.rule_at(i).map(|r| (r, *w)))
     }
 }
 

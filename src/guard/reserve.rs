@@ -4,30 +4,15 @@
 
 use futures::future::join_all;
 
+use super::SubjectRules;
 use crate::domain::{Rule, Subject};
-use crate::store::{HitOutcome, HitRequest, HitVerdict, StoreError, WindowSpec, WindowStore};
+use crate::store::{HitOutcome, HitRequest, HitVerdict, StoreError, WindowStore};
 
-/// One subject's share of a request: its rules and, optionally, its captcha tier.
-pub struct SubjectHit {
+/// One subject's share of a request: its key and its kind's rules.
+pub struct SubjectHit<'a> {
     pub subject: Subject,
     pub key: String,
-    pub rules: Vec<Rule>,
-    pub gate: Option<Rule>,
-}
-
-impl SubjectHit {
-    fn windows(&self) -> Vec<WindowSpec> {
-        self.rules
-            .iter()
-            .map(Rule::enforce)
-            .chain(self.gate.iter().map(Rule::gate))
-            .collect()
-    }
-
-    /// The rule behind window `index` of [`Self::windows`].
-    fn rule_at(&self, index: usize) -> Option<Rule> {
-        self.rules.get(index).copied().or(self.gate)
-    }
+    pub rules: &'a SubjectRules,
 }
 
 /// A refusal: the subject and rule that refused, and the count it saw.
@@ -40,14 +25,14 @@ pub struct Refusal {
     pub retry_after_ms: Option<u64>,
 }
 
-pub struct Reservation {
-    pub hits: Vec<SubjectHit>,
+pub struct Reservation<'a> {
+    pub hits: Vec<SubjectHit<'a>>,
     pub outcomes: Vec<HitOutcome>,
     pub member: String,
     pub refusal: Option<Refusal>,
 }
 
-impl Reservation {
+impl Reservation<'_> {
     pub fn outcome_of(&self, subject_index: usize) -> Option<&HitOutcome> {
         self.outcomes.get(subject_index)
     }
@@ -60,8 +45,14 @@ impl Reservation {
         ) else {
             return false;
         };
-        let Some(gate) = hit.gate else { return false };
-        let count = outcome.counts.get(hit.rules.len()).copied().unwrap_or(0);
+        let Some(gate) = hit.rules.gate else {
+            return false;
+        };
+        let count = outcome
+            .counts
+            .get(hit.rules.rules.len())
+            .copied()
+            .unwrap_or(0);
         count + u32::from(outcome.added) >= gate.limit
     }
 
@@ -73,7 +64,7 @@ impl Reservation {
 
 async fn undo_added(
     store: &dyn WindowStore,
-    hits: &[SubjectHit],
+    hits: &[SubjectHit<'_>],
     outcomes: &[HitOutcome],
     member: &str,
 ) {
@@ -93,18 +84,17 @@ async fn undo_added(
 
 /// Offer one event to every subject. `force` (shadow mode) keeps the events
 /// even when refused.
-pub async fn reserve(
+pub async fn reserve<'a>(
     store: &dyn WindowStore,
-    hits: Vec<SubjectHit>,
+    hits: Vec<SubjectHit<'a>>,
     member: String,
     gate_open: bool,
     force: bool,
-) -> Result<Reservation, StoreError> {
-    let windows: Vec<Vec<WindowSpec>> = hits.iter().map(SubjectHit::windows).collect();
-    let calls = hits.iter().zip(&windows).map(|(hit, windows)| {
+) -> Result<Reservation<'a>, StoreError> {
+    let calls = hits.iter().map(|hit| {
         store.hit(HitRequest {
             key: &hit.key,
-            windows,
+            windows: hit.rules.windows(),
             member: &member,
             gate_open,
             force,
@@ -148,7 +138,7 @@ pub async fn reserve(
 
 /// A rate limit beats a captcha tier; among rate limits the longest wait wins,
 /// since the request cannot pass before it.
-fn pick_refusal(hits: &[SubjectHit], outcomes: &[HitOutcome]) -> Option<Refusal> {
+fn pick_refusal(hits: &[SubjectHit<'_>], outcomes: &[HitOutcome]) -> Option<Refusal> {
     let mut denial: Option<Refusal> = None;
     let mut gate: Option<Refusal> = None;
     for (hit, outcome) in hits.iter().zip(outcomes) {
@@ -158,7 +148,7 @@ fn pick_refusal(hits: &[SubjectHit], outcomes: &[HitOutcome]) -> Option<Refusal>
                 window,
                 retry_after_ms,
             } => {
-                let Some(rule) = hit.rule_at(window) else {
+                let Some(rule) = hit.rules.rule_at(window) else {
                     continue;
                 };
                 if denial.as_ref().and_then(|d| d.retry_after_ms) < Some(retry_after_ms) {
@@ -171,7 +161,7 @@ fn pick_refusal(hits: &[SubjectHit], outcomes: &[HitOutcome]) -> Option<Refusal>
                 }
             }
             HitVerdict::Gated { window } => {
-                let Some(rule) = hit.rule_at(window) else {
+                let Some(rule) = hit.rules.rule_at(window) else {
                     continue;
                 };
                 if gate.is_none() {

@@ -124,38 +124,26 @@ impl SmsGuard {
         let mut hits = vec![SubjectHit {
             key: window_key(&phone_subject),
             subject: phone_subject.clone(),
-            rules: policy.phone_rules.clone(),
-            gate: Some(policy.sms_phone_captcha),
+            rules: &policy.sms_phone,
         }];
         let ip_index = ip.as_ref().map(|_| hits.len());
-        if let Some(ip) = &ip {
-            let subject = Subject::new(SubjectKind::Ip, ip.clone());
-            hits.push(SubjectHit {
-                key: window_key(&subject),
-                subject,
-                rules: policy.ip_rules.clone(),
-                gate: Some(policy.sms_ip_captcha),
-            });
-        }
-        for (kind, id, rules) in [
-            (
-                SubjectKind::Prefix,
-                req.phone.prefix(sms.prefix_digits as usize),
-                &policy.prefix_rules,
-            ),
+        let prefix = req.phone.prefix(sms.prefix_digits as usize);
+        let others = [
+            (SubjectKind::Ip, ip.clone(), &policy.sms_ip),
+            (SubjectKind::Prefix, Some(prefix), &policy.sms_prefix),
             (
                 SubjectKind::Global,
-                action.to_string(),
-                &policy.global_rules,
+                Some(action.to_string()),
+                &policy.sms_global,
             ),
-        ] {
-            if !rules.is_empty() {
+        ];
+        for (kind, id, rules) in others {
+            if let (Some(id), false) = (id, rules.windows().is_empty()) {
                 let subject = Subject::new(kind, id);
                 hits.push(SubjectHit {
                     key: window_key(&subject),
                     subject,
-                    rules: rules.clone(),
-                    gate: None,
+                    rules,
                 });
             }
         }
