@@ -238,6 +238,14 @@ async fn filters_combine(kind: DbKind) {
             Box::new(|e| e.subject_kind == SubjectKind::Phone),
         ),
         (
+            "&subject_kind=phone&subject=%2B86%20138%200013%208000".into(),
+            Box::new(|e| e.subject_kind == SubjectKind::Phone),
+        ),
+        (
+            "&subject_kind=user&subject=BOB".into(),
+            Box::new(|e| e.subject == "bob"),
+        ),
+        (
             format!("&since={}&until={}&decision=lock", iso(since), iso(until)),
             Box::new(move |e| {
                 e.occurred_at >= since
@@ -354,6 +362,13 @@ async fn bad_queries_answer_400(kind: DbKind) {
             "{query}"
         );
     }
+    let phone = app
+        .admin_get("/admin/api/events?subject_kind=phone&subject=12")
+        .await;
+    assert_eq!(
+        (phone.status.as_u16(), phone.error()),
+        (400, "invalid_phone")
+    );
     let max = app.admin_get("/admin/api/events?limit=500").await;
     assert_eq!(max.status, 200);
 }

@@ -98,6 +98,12 @@ impl EventsQuery {
             };
             (!fixed.is_empty()).then_some(fixed)
         });
+        // With a kind, the subject is normalised as the guards store it
+        // (`Alice` → `alice`, `+86 138 0013 8000` → `+8613800138000`).
+        let subject = match (subject_kind, subject) {
+            (Some(kind), Some(raw)) => Some(super::subjects::subject(kind.as_str(), &raw)?.id),
+            (_, subject) => subject,
+        };
         let limit = given(&self.limit)
             .map(|raw| match raw.parse::<usize>() {
                 Ok(n) if (1..=MAX_LIMIT).contains(&n) => Ok(n),
