@@ -13,7 +13,7 @@ use crate::captcha::CaptchaProof;
 use crate::delivery::email::{LockNotice, LockNotifier};
 use crate::domain::{Action, Subject, SubjectKind, Username};
 use crate::store::{
-    HitRequest, LoginAttemptRequest, LoginVerdict, PeekOutcome, StoreError, WindowSpec,
+    IpFailureWindow, LoginRequest, LoginVerdict, PeekOutcome, StoreError, WindowSpec,
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
@@ -169,7 +169,8 @@ impl LoginGuard {
         Ok(LoginState::allow(failures))
     }
 
-    /// Evaluate and record one login outcome (DESIGN.md §3, in order).
+    /// Evaluate and record one login outcome (DESIGN.md §3, in order): the
+    /// store decides the user and the IP together, in one call where it can.
     pub async fn attempt(
         &self,
         attempt: LoginAttempt,
@@ -177,48 +178,9 @@ impl LoginGuard {
     ) -> Result<LoginState, StoreError> {
         let policy = self.ctx.policy.current();
         let shadow = policy.shadow;
-        let store = self.ctx.store.as_ref();
         let user_subject = Subject::new(SubjectKind::User, attempt.user.as_str());
         let (window_key, lock_key) = self.user_keys(&attempt.user);
         let ip = self.ip_windows(&policy, info);
-        let ip_state = self.peek_ip(ip.as_ref()).await?;
-
-        // 1. IP blocked.
-        if let (Some(ip), Some(peek)) = (&ip, &ip_state) {
-            let count = IpWindows::block_count(peek);
-            if count >= policy.ip_block.limit {
-                let retry = peek.retry_after_ms.get(1).copied().unwrap_or(0);
-                let event = AuditEvent::new(
-                    Action::LoginAttempt,
-                    AuditDecision::Deny,
-                    "ip_blocked",
-                    &ip.subject,
-                )
-                .rule(&policy.ip_block, count)
-                .retry_after_ms(retry)
-                .shadow(shadow);
-                self.ctx.audit(info, event);
-                if !shadow {
-                    let user = store
-                        .login_state(&window_key, &lock_key, &policy.login_store)
-                        .await?;
-                    let captcha_required = user.failures >= policy.user_captcha.limit
-                        || IpWindows::captcha_count(peek) >= policy.ip_captcha.limit;
-                    let locked = user.locked_retry_after_ms.is_some();
-                    return Ok(deny(
-                        "ip_blocked",
-                        locked,
-                        retry,
-                        user.failures,
-                        captcha_required,
-                    ));
-                }
-            }
-        }
-
-        // 1–3 for the user, atomically in the store.
-        let ip_captcha_count = ip_state.as_ref().map_or(0, IpWindows::captcha_count);
-        let ip_demands_captcha = ip_state.is_some() && ip_captcha_count >= policy.ip_captcha.limit;
         let captcha_passed = if attempt.captcha.token.is_some() || attempt.captcha.passed.is_some()
         {
             let remote_ip = info.ip.map(|ip| ip.to_string());
@@ -230,21 +192,62 @@ impl LoginGuard {
             false
         };
         let member = Uuid::now_v7().to_string();
-        let outcome = store
-            .login_attempt(LoginAttemptRequest {
+        let outcome = self
+            .ctx
+            .store
+            .login(LoginRequest {
                 window_key: &window_key,
                 lock_key: &lock_key,
                 policy: &policy.login_store,
                 success: attempt.success,
                 captcha_passed,
-                captcha_demanded: ip_demands_captcha,
                 member: &member,
                 shadow,
+                ip: ip.as_ref().map(|ip| IpFailureWindow {
+                    key: &ip.key,
+                    captcha_after: policy.ip_captcha.limit,
+                    block_after: policy.ip_block.limit,
+                    window_ms: policy.ip_block.window_ms(),
+                }),
             })
             .await?;
-        let failures = outcome.failures;
+        let recorded = outcome.recorded(shadow);
+        let user = &outcome.user;
+        let failures = user.failures;
+        let ip_count = outcome.ip.map_or(0, |seen| seen.count);
+        let ip_demands_captcha = outcome
+            .ip
+            .is_some_and(|seen| seen.count >= policy.ip_captcha.limit);
 
-        match outcome.verdict {
+        // 1. IP blocked.
+        if let (Some(ip), Some(retry)) =
+            (&ip, outcome.ip.and_then(|seen| seen.blocked_retry_after_ms))
+        {
+            let event = AuditEvent::new(
+                Action::LoginAttempt,
+                AuditDecision::Deny,
+                "ip_blocked",
+                &ip.subject,
+            )
+            .rule(&policy.ip_block, ip_count)
+            .retry_after_ms(retry)
+            .shadow(shadow);
+            self.ctx.audit(info, event);
+            if !shadow {
+                let captcha_required = failures >= policy.user_captcha.limit || ip_demands_captcha;
+                let locked = matches!(user.verdict, LoginVerdict::Locked { .. });
+                return Ok(deny(
+                    "ip_blocked",
+                    locked,
+                    retry,
+                    failures,
+                    captcha_required,
+                ));
+            }
+        }
+
+        match user.verdict {
+            // 1. The user is locked.
             LoginVerdict::Locked { retry_after_ms } => {
                 let event = AuditEvent::new(
                     Action::LoginAttempt,
@@ -268,6 +271,7 @@ impl LoginGuard {
                     ));
                 }
             }
+            // 2. A captcha is required and was not passed.
             LoginVerdict::Challenged => {
                 // The user's own tier first; otherwise the IP demanded it.
                 let user_tier = failures >= policy.user_captcha.limit || !ip_demands_captcha;
@@ -278,7 +282,7 @@ impl LoginGuard {
                         "captcha_required",
                         &ip.subject,
                     )
-                    .rule(&policy.ip_captcha, ip_captcha_count),
+                    .rule(&policy.ip_captcha, ip_count),
                     _ => AuditEvent::new(
                         Action::LoginAttempt,
                         AuditDecision::Challenge,
@@ -296,7 +300,7 @@ impl LoginGuard {
         }
 
         // 3. The outcome was recorded (or, in shadow mode, recorded as allowed).
-        if outcome.captcha_crossed {
+        if user.captcha_crossed {
             let event = AuditEvent::new(
                 Action::LoginAttempt,
                 AuditDecision::Challenge,
@@ -307,7 +311,7 @@ impl LoginGuard {
             .shadow(shadow);
             self.ctx.audit(info, event);
         }
-        if let Some(lock_ms) = outcome.locked_for_ms {
+        if let Some(lock_ms) = user.locked_for_ms {
             let event = AuditEvent::new(
                 Action::LoginAttempt,
                 AuditDecision::Lock,
@@ -329,18 +333,9 @@ impl LoginGuard {
                 });
             }
         }
-        let mut ip_captcha_after = ip_captcha_count;
-        if let (false, Some(ip)) = (attempt.success, &ip) {
-            let hit = store
-                .hit(HitRequest {
-                    key: &ip.key,
-                    windows: &ip.windows,
-                    member: &member,
-                    gate_open: true,
-                    force: true,
-                })
-                .await?;
-            let after = hit.counts.first().copied().unwrap_or(0) + 1;
+        let mut ip_captcha_after = ip_count;
+        if let (true, false, Some(ip)) = (recorded, attempt.success, &ip) {
+            let after = ip_count + 1;
             ip_captcha_after = after;
             if after == policy.ip_captcha.limit {
                 let event = AuditEvent::new(
@@ -375,8 +370,8 @@ impl LoginGuard {
         Ok(LoginState {
             decision: LoginDecision::Allow,
             captcha_required,
-            locked: outcome.locked_for_ms.is_some(),
-            retry_after_secs: outcome.locked_for_ms.map(ceil_secs),
+            locked: user.locked_for_ms.is_some(),
+            retry_after_secs: user.locked_for_ms.map(ceil_secs),
             failures,
             reason: None,
         })

@@ -1,12 +1,13 @@
-//! Reserve-then-roll-back across the subjects of one request: every subject's
-//! script runs concurrently; if any refuses, the events already recorded are
-//! removed again, so a request refused by its IP never uses up the phone's quota.
+//! One event offered to every subject of a request at once (the store makes
+//! it all or nothing), and the refusal that decides the answer.
 
 use futures::future::join_all;
 
 use super::SubjectRules;
 use crate::domain::{Rule, Subject};
-use crate::store::{HitOutcome, HitRequest, HitVerdict, StoreError, WindowStore};
+use crate::store::{
+    CodeToStore, HitOutcome, HitVerdict, ReserveRequest, StoreError, SubjectWindows, WindowStore,
+};
 
 /// One subject's share of a request: its key and its kind's rules.
 pub struct SubjectHit<'a> {
@@ -29,6 +30,8 @@ pub struct Reservation<'a> {
     pub hits: Vec<SubjectHit<'a>>,
     pub outcomes: Vec<HitOutcome>,
     pub member: String,
+    /// The event was recorded in every subject (and the code stored).
+    pub recorded: bool,
     pub refusal: Option<Refusal>,
 }
 
@@ -56,84 +59,60 @@ impl Reservation<'_> {
         count + u32::from(outcome.added) >= gate.limit
     }
 
-    /// Give every recorded event back (a failed delivery, a refusal).
+    /// Give every recorded event back (a failed delivery).
     pub async fn roll_back(&self, store: &dyn WindowStore) {
-        undo_added(store, &self.hits, &self.outcomes, &self.member).await;
-    }
-}
-
-async fn undo_added(
-    store: &dyn WindowStore,
-    hits: &[SubjectHit<'_>],
-    outcomes: &[HitOutcome],
-    member: &str,
-) {
-    let undos = hits
-        .iter()
-        .zip(outcomes)
-        .filter(|(_, o)| o.added)
-        .map(|(hit, _)| store.undo(&hit.key, member));
-    for result in join_all(undos).await {
-        if let Err(e) = result {
-            // The event stays counted until its window passes: fail towards
-            // stricter limits, never towards a lost denial.
-            tracing::warn!(error = %e, "could not roll back a reservation");
+        if !self.recorded {
+            return;
+        }
+        let undos = self
+            .hits
+            .iter()
+            .map(|hit| store.undo(&hit.key, &self.member));
+        for result in join_all(undos).await {
+            if let Err(e) = result {
+                // The event stays counted until its window passes: fail towards
+                // stricter limits, never towards a lost denial.
+                tracing::warn!(error = %e, "could not roll back a reservation");
+            }
         }
     }
 }
 
-/// Offer one event to every subject. `force` (shadow mode) keeps the events
-/// even when refused.
+/// Offer one event to every subject, with the code to store when it is
+/// recorded. `force` (shadow mode) records it even when refused.
 pub async fn reserve<'a>(
     store: &dyn WindowStore,
     hits: Vec<SubjectHit<'a>>,
     member: String,
     gate_open: bool,
     force: bool,
+    code: Option<CodeToStore<'_>>,
 ) -> Result<Reservation<'a>, StoreError> {
-    let calls = hits.iter().map(|hit| {
-        store.hit(HitRequest {
+    let subjects: Vec<SubjectWindows<'_>> = hits
+        .iter()
+        .map(|hit| SubjectWindows {
             key: &hit.key,
             windows: hit.rules.windows(),
+        })
+        .collect();
+    let outcome = store
+        .reserve(ReserveRequest {
+            subjects: &subjects,
             member: &member,
             gate_open,
             force,
+            code,
         })
-    });
-    let results = join_all(calls).await;
-
-    let mut outcomes = Vec::with_capacity(results.len());
-    let mut error = None;
-    for result in results {
-        match result {
-            Ok(outcome) => outcomes.push(outcome),
-            Err(e) => {
-                error = Some(e);
-                outcomes.push(HitOutcome {
-                    verdict: HitVerdict::Allowed,
-                    added: false,
-                    counts: Vec::new(),
-                    next_retry_after_ms: 0,
-                });
-            }
-        }
-    }
-    if let Some(e) = error {
-        undo_added(store, &hits, &outcomes, &member).await;
-        return Err(e);
-    }
-
-    let refusal = pick_refusal(&hits, &outcomes);
-    let reservation = Reservation {
+        .await?;
+    drop(subjects);
+    let refusal = pick_refusal(&hits, &outcome.outcomes);
+    Ok(Reservation {
         hits,
-        outcomes,
+        outcomes: outcome.outcomes,
         member,
+        recorded: outcome.recorded,
         refusal,
-    };
-    if reservation.refusal.is_some() && !force {
-        reservation.roll_back(store).await;
-    }
-    Ok(reservation)
+    })
 }
 
 /// A rate limit beats a captcha tier; among rate limits the longest wait wins,

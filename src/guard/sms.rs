@@ -11,7 +11,7 @@ use crate::audit::{AuditDecision, AuditEvent};
 use crate::captcha::CaptchaProof;
 use crate::delivery::{render_sms, DeliveryError, SmsMessage, SmsSender};
 use crate::domain::{Action, PhoneNumber, Rule, Subject, SubjectKind};
-use crate::store::{OtpOutcome, StoreError};
+use crate::store::{CodeToStore, OtpOutcome, StoreError};
 
 pub struct SendRequest {
     pub phone: PhoneNumber,
@@ -148,9 +148,28 @@ impl SmsGuard {
             }
         }
 
+        // The code is drawn and sealed before the store call, so that it is
+        // stored in the same round trip as the reservation.
+        let code = code::generate(sms.code_length);
+        let mac = code::mac(self.secret().await?, req.phone.e164(), &code);
+        let otp_key = keys.otp(SubjectKind::Phone.as_str(), req.phone.e164());
+        let code_to_store = CodeToStore {
+            key: &otp_key,
+            mac: &mac,
+            attempts: sms.max_verify_attempts,
+            ttl_ms: sms.code_ttl.as_millis() as u64,
+        };
         let member = Uuid::now_v7().to_string();
         let store = self.ctx.store.as_ref();
-        let reservation = reserve(store, hits, member, captcha_passed, policy.shadow).await?;
+        let reservation = reserve(
+            store,
+            hits,
+            member,
+            captcha_passed,
+            policy.shadow,
+            Some(code_to_store),
+        )
+        .await?;
         if let Some(refusal) = &reservation.refusal {
             self.audit_refusal(info, refusal, policy.shadow);
             if !policy.shadow {
@@ -164,14 +183,7 @@ impl SmsGuard {
             }
         }
 
-        let code = code::generate(sms.code_length);
-        let otp_key = keys.otp(SubjectKind::Phone.as_str(), req.phone.e164());
         let delivered = async {
-            let mac = code::mac(self.secret().await?, req.phone.e164(), &code);
-            let ttl_ms = sms.code_ttl.as_millis() as u64;
-            store
-                .otp_put(&otp_key, &mac, sms.max_verify_attempts, ttl_ms)
-                .await?;
             let (locale, body) = render_sms(req.locale.as_deref(), &code, sms.code_ttl.as_secs())
                 .map_err(DeliveryError::from)?;
             let message = SmsMessage {
@@ -180,16 +192,15 @@ impl SmsGuard {
                 locale: locale.to_string(),
                 request_id: info.request_id.clone(),
             };
-            self.sender.send(&message).await?;
-            Ok::<_, SmsRefusal>(())
+            self.sender.send(&message).await
         }
         .await;
-        if let Err(refusal) = delivered {
+        if let Err(error) = delivered {
             reservation.roll_back(store).await;
             if let Err(e) = store.delete(std::slice::from_ref(&otp_key)).await {
                 tracing::warn!(error = %e, "could not delete the code of a failed send");
             }
-            return Err(refusal);
+            return Err(error.into());
         }
 
         let phone_outcome = reservation.outcome_of(0);

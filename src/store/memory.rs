@@ -59,7 +59,11 @@ impl MemoryStore {
 
     /// Run `f` on the subject that owns `key`, under that subject's lock.
     fn with_subject<T>(&self, key: &str, f: impl FnOnce(&mut Subject) -> T) -> T {
-        let mut subject = self.subjects.entry(shard_of(key).to_owned()).or_default();
+        let shard = shard_of(key);
+        if let Some(mut subject) = self.subjects.get_mut(shard) {
+            return f(&mut subject);
+        }
+        let mut subject = self.subjects.entry(shard.to_owned()).or_default();
         f(&mut subject)
     }
 }
@@ -129,35 +133,53 @@ impl Subject {
         self.entries.get_mut(key)
     }
 
-    /// A copy of the window at `key` (empty when absent).
-    fn window(&mut self, key: &str, now: u64) -> Result<Window, StoreError> {
+    /// The window at `key`, changed in place by `f`, as Redis would: a missing
+    /// key is an empty set, and a set left empty is no key at all. With
+    /// `expires_at` the key's expiry is set (when `f` left events).
+    fn change_window<T>(
+        &mut self,
+        key: &str,
+        now: u64,
+        expires_at: Option<u64>,
+        f: impl FnOnce(&mut Window) -> T,
+    ) -> Result<T, StoreError> {
+        if self.live(key, now).is_none() {
+            self.entries.insert(
+                key.to_owned(),
+                Entry {
+                    value: Value::Window(Window::default()),
+                    expires_at: None,
+                },
+            );
+        }
+        let entry = self.entries.get_mut(key).expect("inserted above");
+        let Value::Window(window) = &mut entry.value else {
+            return Err(wrong_type(key, &entry.value, "window"));
+        };
+        let out = f(window);
+        if window.is_empty() {
+            self.entries.remove(key);
+        } else if expires_at.is_some() {
+            entry.expires_at = expires_at;
+        }
+        Ok(out)
+    }
+
+    /// Read the window at `key` (an empty one when absent).
+    fn read_window<T>(
+        &mut self,
+        key: &str,
+        now: u64,
+        f: impl FnOnce(&Window) -> T,
+    ) -> Result<T, StoreError> {
         match self.live(key, now) {
-            None => Ok(Window::default()),
+            None => Ok(f(&Window::default())),
             Some(Entry {
                 value: Value::Window(w),
                 ..
-            }) => Ok(w.clone()),
+            }) => Ok(f(w)),
             Some(e) => Err(wrong_type(key, &e.value, "window")),
         }
-    }
-
-    /// Store a window back, as Redis does: an empty set is no key at all.
-    fn put_window(&mut self, key: &str, window: Window, expires_at: Option<u64>) {
-        if window.events.is_empty() {
-            self.entries.remove(key);
-            return;
-        }
-        let expires_at = match expires_at {
-            Some(at) => Some(at),
-            None => self.entries.get(key).and_then(|e| e.expires_at),
-        };
-        self.entries.insert(
-            key.to_owned(),
-            Entry {
-                value: Value::Window(window),
-                expires_at,
-            },
-        );
     }
 
     /// `(until, level)` of the lock record at `key`, if any.
@@ -171,6 +193,42 @@ impl Subject {
             Some(e) => Err(wrong_type(key, &e.value, "lock")),
         }
     }
+}
+
+/// `Denied` by the enforce window with the longest wait, else `Gated` by the
+/// first full gate window (unless the gate is open), else `Allowed`.
+fn verdict(
+    window: &Window,
+    now: u64,
+    specs: &[WindowSpec],
+    counts: &[u32],
+    gate_open: bool,
+) -> HitVerdict {
+    let mut verdict = HitVerdict::Allowed;
+    let mut longest_wait = 0;
+    for (i, spec) in specs.iter().enumerate() {
+        if spec.mode == WindowMode::Enforce && counts[i] >= spec.limit {
+            let wait = window.wait(now, spec.limit, spec.window_ms);
+            let first = !matches!(verdict, HitVerdict::Denied { .. });
+            if first || wait > longest_wait {
+                longest_wait = wait;
+                verdict = HitVerdict::Denied {
+                    window: i,
+                    retry_after_ms: wait,
+                };
+            }
+        }
+    }
+    if verdict == HitVerdict::Allowed && !gate_open {
+        if let Some(i) = specs
+            .iter()
+            .zip(counts)
+            .position(|(w, c)| w.mode == WindowMode::Gate && *c >= w.limit)
+        {
+            verdict = HitVerdict::Gated { window: i };
+        }
+    }
+    verdict
 }
 
 fn no_windows() -> StoreError {
@@ -189,57 +247,31 @@ impl WindowStore for MemoryStore {
         let keep = specs.iter().map(|w| w.limit).max().unwrap_or(0) as usize;
         let now = self.clock.now_ms();
         self.with_subject(req.key, |subject| {
-            let mut window = subject.window(req.key, now)?;
-            window.prune(now, longest);
-            let counts: Vec<u32> = specs
-                .iter()
-                .map(|w| window.count(now, w.window_ms))
-                .collect();
-
-            let mut verdict = HitVerdict::Allowed;
-            let mut longest_wait = 0;
-            for (i, spec) in specs.iter().enumerate() {
-                if spec.mode == WindowMode::Enforce && counts[i] >= spec.limit {
-                    let wait = window.wait(now, spec.limit, spec.window_ms);
-                    let first = !matches!(verdict, HitVerdict::Denied { .. });
-                    if first || wait > longest_wait {
-                        longest_wait = wait;
-                        verdict = HitVerdict::Denied {
-                            window: i,
-                            retry_after_ms: wait,
-                        };
-                    }
-                }
-            }
-            if verdict == HitVerdict::Allowed && !req.gate_open {
-                if let Some(i) = specs
+            let expires_at = Some(now + longest);
+            subject.change_window(req.key, now, expires_at, |window| {
+                window.prune(now, longest);
+                let counts: Vec<u32> = specs
                     .iter()
-                    .zip(&counts)
-                    .position(|(w, c)| w.mode == WindowMode::Gate && *c >= w.limit)
-                {
-                    verdict = HitVerdict::Gated { window: i };
+                    .map(|w| window.count(now, w.window_ms))
+                    .collect();
+                let verdict = verdict(window, now, specs, &counts, req.gate_open);
+                let added = verdict == HitVerdict::Allowed || req.force;
+                if added {
+                    window.add(now, req.member);
                 }
-            }
-
-            let added = verdict == HitVerdict::Allowed || req.force;
-            if added {
-                window.add(now, req.member);
-            }
-            window.trim(keep);
-
-            let next_retry_after_ms = specs
-                .iter()
-                .filter(|w| w.mode == WindowMode::Enforce)
-                .map(|w| window.wait(now, w.limit, w.window_ms))
-                .max()
-                .unwrap_or(0);
-            subject.put_window(req.key, window, Some(now + longest));
-
-            Ok(HitOutcome {
-                verdict,
-                added,
-                counts,
-                next_retry_after_ms,
+                window.trim(keep);
+                let next_retry_after_ms = specs
+                    .iter()
+                    .filter(|w| w.mode == WindowMode::Enforce)
+                    .map(|w| window.wait(now, w.limit, w.window_ms))
+                    .max()
+                    .unwrap_or(0);
+                HitOutcome {
+                    verdict,
+                    added,
+                    counts,
+                    next_retry_after_ms,
+                }
             })
         })
     }
@@ -250,8 +282,7 @@ impl WindowStore for MemoryStore {
         }
         let now = self.clock.now_ms();
         self.with_subject(key, |subject| {
-            let window = subject.window(key, now)?;
-            Ok(PeekOutcome {
+            subject.read_window(key, now, |window| PeekOutcome {
                 counts: windows
                     .iter()
                     .map(|w| window.count(now, w.window_ms))
@@ -267,11 +298,12 @@ impl WindowStore for MemoryStore {
     async fn undo(&self, key: &str, member: &str) -> Result<(), StoreError> {
         let now = self.clock.now_ms();
         self.with_subject(key, |subject| {
-            let mut window = subject.window(key, now)?;
-            if window.remove(member) {
-                subject.put_window(key, window, None);
+            if subject.live(key, now).is_none() {
+                return Ok(());
             }
-            Ok(())
+            subject.change_window(key, now, None, |window| {
+                window.remove(member);
+            })
         })
     }
 
@@ -285,77 +317,75 @@ impl WindowStore for MemoryStore {
         let keep = p.captcha_after.max(p.lock_after) as usize;
         self.with_subject(req.window_key, |subject| {
             // Both keys share the subject's hash tag, so they are in this shard.
-            let mut window = subject.window(req.window_key, now)?;
-            window.prune(now, longest);
             let prev = subject.lock(req.lock_key, now)?;
-
-            let mut failures = window.count(now, p.captcha_window_ms);
-            let mut verdict = LoginVerdict::Recorded;
-            let mut may_lock = true;
-            match prev {
-                Some((until, _)) if until > now => {
-                    verdict = LoginVerdict::Locked {
+            let failures =
+                subject.read_window(req.window_key, now, |w| w.count(now, p.captcha_window_ms))?;
+            let (verdict, may_lock) = match prev {
+                Some((until, _)) if until > now => (
+                    LoginVerdict::Locked {
                         retry_after_ms: until - now,
-                    };
-                    may_lock = false;
-                }
+                    },
+                    false,
+                ),
                 _ if (failures >= p.captcha_after || req.captcha_demanded)
                     && !req.captcha_passed =>
                 {
-                    verdict = LoginVerdict::Challenged;
+                    (LoginVerdict::Challenged, true)
                 }
-                _ => {}
-            }
-
-            let mut captcha_crossed = false;
-            let mut locked_for_ms = None;
-            if verdict == LoginVerdict::Recorded || req.shadow {
-                if req.success {
-                    if p.reset_on_success {
-                        window = Window::default();
-                    }
-                } else {
-                    window.add(now, req.member);
-                    window.trim(keep);
-                    if may_lock && window.count(now, p.lock_window_ms) >= p.lock_after {
-                        let level = match prev {
-                            Some((until, level))
-                                if now.saturating_sub(until) <= p.escalation_reset_ms =>
-                            {
-                                (level + 1).min(40)
-                            }
-                            _ => 0,
-                        };
-                        let duration = p
-                            .lock_ms
-                            .saturating_mul(1u64 << level.min(63))
-                            .min(p.lock_max_ms);
-                        subject.entries.insert(
-                            req.lock_key.to_owned(),
-                            Entry {
-                                value: Value::Lock {
-                                    until: now + duration,
-                                    level,
-                                },
-                                expires_at: Some(now + duration + p.escalation_reset_ms),
-                            },
-                        );
-                        locked_for_ms = Some(duration);
-                    }
-                }
-                let after = window.count(now, p.captcha_window_ms);
-                captcha_crossed = failures < p.captcha_after && after >= p.captcha_after;
-                failures = after;
-                let expires_at = (!req.success).then_some(now + longest);
-                subject.put_window(req.window_key, window, expires_at);
-            }
-
-            Ok(LoginAttemptOutcome {
+                _ => (LoginVerdict::Recorded, true),
+            };
+            let mut outcome = LoginAttemptOutcome {
                 verdict,
                 failures,
-                captcha_crossed,
-                locked_for_ms,
-            })
+                captcha_crossed: false,
+                locked_for_ms: None,
+            };
+            let record = (verdict == LoginVerdict::Recorded && !req.ip_blocked) || req.shadow;
+            if !record {
+                return Ok(outcome);
+            }
+            if req.success {
+                if p.reset_on_success {
+                    subject.entries.remove(req.window_key);
+                    outcome.failures = 0;
+                }
+                return Ok(outcome);
+            }
+            let (after, lock_count) =
+                subject.change_window(req.window_key, now, Some(now + longest), |window| {
+                    window.add(now, req.member);
+                    window.trim(keep);
+                    (
+                        window.count(now, p.captcha_window_ms),
+                        window.count(now, p.lock_window_ms),
+                    )
+                })?;
+            if may_lock && lock_count >= p.lock_after {
+                let level = match prev {
+                    Some((until, level)) if now.saturating_sub(until) <= p.escalation_reset_ms => {
+                        (level + 1).min(40)
+                    }
+                    _ => 0,
+                };
+                let duration = p
+                    .lock_ms
+                    .saturating_mul(1u64 << level.min(63))
+                    .min(p.lock_max_ms);
+                subject.entries.insert(
+                    req.lock_key.to_owned(),
+                    Entry {
+                        value: Value::Lock {
+                            until: now + duration,
+                            level,
+                        },
+                        expires_at: Some(now + duration + p.escalation_reset_ms),
+                    },
+                );
+                outcome.locked_for_ms = Some(duration);
+            }
+            outcome.captcha_crossed = failures < p.captcha_after && after >= p.captcha_after;
+            outcome.failures = after;
+            Ok(outcome)
         })
     }
 
@@ -367,14 +397,19 @@ impl WindowStore for MemoryStore {
     ) -> Result<LoginStateOutcome, StoreError> {
         let now = self.clock.now_ms();
         self.with_subject(window_key, |subject| {
-            let window = subject.window(window_key, now)?;
             let lock = subject.lock(lock_key, now)?;
+            let (failures, lock_window_failures) = subject.read_window(window_key, now, |w| {
+                (
+                    w.count(now, policy.captcha_window_ms),
+                    w.count(now, policy.lock_window_ms),
+                )
+            })?;
             Ok(LoginStateOutcome {
                 locked_retry_after_ms: lock
                     .filter(|(until, _)| *until > now)
                     .map(|(until, _)| until - now),
-                failures: window.count(now, policy.captcha_window_ms),
-                lock_window_failures: window.count(now, policy.lock_window_ms),
+                failures,
+                lock_window_failures,
             })
         })
     }

@@ -11,6 +11,7 @@ pub mod keys;
 pub mod memory;
 pub mod redis;
 pub mod resilient;
+mod steps;
 
 use async_trait::async_trait;
 
@@ -125,6 +126,112 @@ pub struct LoginPolicy {
     pub escalation_reset_ms: u64,
 }
 
+/// One subject's share of a [`ReserveRequest`].
+#[derive(Debug, Clone, Copy)]
+pub struct SubjectWindows<'a> {
+    /// The subject's window key, from [`Keys::window`].
+    pub key: &'a str,
+    pub windows: &'a [WindowSpec],
+}
+
+/// A one-time code to store together with a reservation.
+#[derive(Debug, Clone, Copy)]
+pub struct CodeToStore<'a> {
+    /// [`Keys::otp`] of the phone.
+    pub key: &'a str,
+    pub mac: &'a str,
+    pub attempts: u32,
+    pub ttl_ms: u64,
+}
+
+/// One event offered to every subject of a request, all or nothing.
+#[derive(Debug, Clone)]
+pub struct ReserveRequest<'a> {
+    pub subjects: &'a [SubjectWindows<'a>],
+    /// Unique id of this event in every subject; [`WindowStore::undo`] removes it.
+    pub member: &'a str,
+    /// The request passed a captcha: `Gate` windows do not refuse it.
+    pub gate_open: bool,
+    /// Shadow mode: record the event (and store the code) even when refused.
+    pub force: bool,
+    /// Stored when the event is recorded, replacing the phone's previous code.
+    pub code: Option<CodeToStore<'a>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReserveOutcome {
+    /// Per subject, in request order. Every `added` equals `recorded`.
+    pub outcomes: Vec<HitOutcome>,
+    /// The event was recorded in every subject and the code stored: every
+    /// subject allowed it, or `force`. Otherwise nothing was written.
+    pub recorded: bool,
+}
+
+/// The IP's login failure window: its captcha tier and its block.
+#[derive(Debug, Clone, Copy)]
+pub struct IpFailureWindow<'a> {
+    /// [`Keys::window`] of the IP for the `login_attempt` action.
+    pub key: &'a str,
+    pub captcha_after: u32,
+    pub block_after: u32,
+    pub window_ms: u64,
+}
+
+impl IpFailureWindow<'_> {
+    /// The same windows as [`WindowSpec`]s: `[captcha tier, block]`.
+    pub fn windows(&self) -> [WindowSpec; 2] {
+        [
+            WindowSpec::gate(self.captcha_after, self.window_ms),
+            WindowSpec::enforce(self.block_after, self.window_ms),
+        ]
+    }
+}
+
+/// One login outcome for a user and, optionally, the IP it came from.
+#[derive(Debug, Clone)]
+pub struct LoginRequest<'a> {
+    /// [`Keys::window`] of the user for the `login_attempt` action.
+    pub window_key: &'a str,
+    /// [`Keys::lock`] of the user.
+    pub lock_key: &'a str,
+    pub policy: &'a LoginPolicy,
+    pub success: bool,
+    /// A captcha was verified for this attempt.
+    pub captcha_passed: bool,
+    pub member: &'a str,
+    /// Shadow mode: decide as usual, but record the outcome as if allowed.
+    pub shadow: bool,
+    pub ip: Option<IpFailureWindow<'a>>,
+}
+
+/// What the IP's failure window held when a login was decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IpFailures {
+    /// Failures in the window before this attempt.
+    pub count: u32,
+    /// `Some` while the IP is blocked: how long it stays blocked.
+    pub blocked_retry_after_ms: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoginOutcome {
+    /// The user's side; `verdict` is what the user's rules say (with the IP's
+    /// captcha tier), whether or not the IP blocked the attempt.
+    pub user: LoginAttemptOutcome,
+    /// Present when the request named an IP.
+    pub ip: Option<IpFailures>,
+}
+
+impl LoginOutcome {
+    /// Whether the outcome was recorded (as a failure or a success).
+    pub fn recorded(&self, shadow: bool) -> bool {
+        let ip_blocked = self
+            .ip
+            .is_some_and(|ip| ip.blocked_retry_after_ms.is_some());
+        shadow || (self.user.verdict == LoginVerdict::Recorded && !ip_blocked)
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct LoginAttemptRequest<'a> {
     /// [`Keys::window`] of the user for the `login_attempt` action.
@@ -137,6 +244,9 @@ pub struct LoginAttemptRequest<'a> {
     pub captcha_passed: bool,
     /// Something outside the user (the IP) demands a captcha.
     pub captcha_demanded: bool,
+    /// Something outside the user (the IP) refuses the attempt: the verdict is
+    /// computed, but nothing is recorded (unless `shadow`).
+    pub ip_blocked: bool,
     pub member: &'a str,
     /// Shadow mode: decide as usual, but record the outcome as if allowed.
     pub shadow: bool,
@@ -148,7 +258,7 @@ pub enum LoginVerdict {
     Locked { retry_after_ms: u64 },
     /// A captcha is required and was not passed; nothing recorded (unless shadow).
     Challenged,
-    /// The outcome was recorded.
+    /// The outcome was recorded (unless `ip_blocked`).
     Recorded,
 }
 
@@ -217,7 +327,8 @@ pub trait WindowStore: Send + Sync {
     /// Remove a previously recorded event (the roll-back of a reservation).
     async fn undo(&self, key: &str, member: &str) -> Result<(), StoreError>;
 
-    /// One login outcome, atomically with the lock check and the lock decision:
+    /// One login outcome for the user alone, atomically with the lock check
+    /// and the lock decision:
     /// 1. a live lock → `Locked` (nothing recorded unless `shadow`, and a
     ///    shadow record never starts a new lock);
     /// 2. captcha-window failures `>= captcha_after`, or `captcha_demanded`,
@@ -231,10 +342,38 @@ pub trait WindowStore: Send + Sync {
     ///    one for each lock that starts within `escalation_reset_ms` of the end
     ///    of the previous lock and resets to 0 otherwise. The lock key expires
     ///    `escalation_reset_ms` after the lock ends.
+    ///
+    /// With `ip_blocked` the verdict is computed but nothing is recorded
+    /// (unless `shadow`).
     async fn login_attempt(
         &self,
         req: LoginAttemptRequest<'_>,
     ) -> Result<LoginAttemptOutcome, StoreError>;
+
+    /// Everything `/sms/send` writes, in as few round trips as the backend
+    /// allows: offer `member` to every subject ([`WindowStore::hit`] semantics
+    /// per subject); when every subject allows it (or `force`) the event is
+    /// recorded in all of them and the code stored, otherwise nothing is
+    /// written. The provided method calls `hit` per subject concurrently and
+    /// rolls back (a race can then refuse a request that an atomic call would
+    /// have admitted, never the reverse); a backend that can do it atomically
+    /// in one call overrides it.
+    async fn reserve(&self, req: ReserveRequest<'_>) -> Result<ReserveOutcome, StoreError> {
+        steps::reserve(self, req).await
+    }
+
+    /// One login outcome for a user and its IP (DESIGN.md §3 order): the IP's
+    /// failures in its window are counted; the IP is blocked at
+    /// `block_after`, and demands a captcha at `captcha_after`; the user's
+    /// side is [`WindowStore::login_attempt`] with those two facts; when the
+    /// outcome is recorded (see [`LoginOutcome::recorded`]) a failure is
+    /// added to the IP's window too (keeping its `max(limits)` newest). The
+    /// provided method reads and records the IP first, then the user, and
+    /// takes the IP's failure back when the user's side refused; a backend
+    /// that can do it atomically in one call overrides it.
+    async fn login(&self, req: LoginRequest<'_>) -> Result<LoginOutcome, StoreError> {
+        steps::login(self, req).await
+    }
 
     /// The user's lock and failure counts, recording nothing.
     async fn login_state(

@@ -25,9 +25,10 @@ use fred::types::FromValue;
 use futures::{StreamExt, TryStreamExt};
 
 use super::{
-    HitOutcome, HitRequest, HitVerdict, LoginAttemptOutcome, LoginAttemptRequest, LoginPolicy,
-    LoginStateOutcome, LoginVerdict, OtpOutcome, PeekOutcome, StoreError, WindowMode, WindowSpec,
-    WindowStore,
+    steps, HitOutcome, HitRequest, HitVerdict, IpFailures, LoginAttemptOutcome,
+    LoginAttemptRequest, LoginOutcome, LoginPolicy, LoginRequest, LoginStateOutcome, LoginVerdict,
+    OtpOutcome, PeekOutcome, ReserveOutcome, ReserveRequest, StoreError, SubjectWindows,
+    WindowMode, WindowSpec, WindowStore,
 };
 
 mod url;
@@ -35,7 +36,7 @@ mod url;
 use self::url::{fred_url, glob_escape};
 
 struct Scripts {
-    window_hit: Script,
+    reserve: Script,
     window_peek: Script,
     login_attempt: Script,
     login_state: Script,
@@ -47,7 +48,7 @@ struct Scripts {
 impl Scripts {
     fn new() -> Self {
         Self {
-            window_hit: Script::from_lua(include_str!("../../lua/window_hit.lua")),
+            reserve: Script::from_lua(include_str!("../../lua/reserve.lua")),
             window_peek: Script::from_lua(include_str!("../../lua/window_peek.lua")),
             login_attempt: Script::from_lua(include_str!("../../lua/login_attempt.lua")),
             login_state: Script::from_lua(include_str!("../../lua/login_state.lua")),
@@ -59,7 +60,7 @@ impl Scripts {
 
     fn all(&self) -> [&Script; 7] {
         [
-            &self.window_hit,
+            &self.reserve,
             &self.window_peek,
             &self.login_attempt,
             &self.login_state,
@@ -190,9 +191,145 @@ impl RedisStore {
         keys: Vec<&str>,
         args: Vec<Value>,
     ) -> Result<R, StoreError> {
-        let keys: Vec<String> = keys.into_iter().map(str::to_owned).collect();
         self.run(script.evalsha_with_reload::<R, _, _>(&self.client, keys, args))
             .await
+    }
+
+    /// `reserve.lua` over `subjects` (and the code): one call, atomic.
+    async fn reserve_script(
+        &self,
+        subjects: &[SubjectWindows<'_>],
+        member: &str,
+        gate_open: bool,
+        force: bool,
+        code: Option<super::CodeToStore<'_>>,
+    ) -> Result<ReserveOutcome, StoreError> {
+        let windows: usize = subjects.iter().map(|s| s.windows.len()).sum();
+        if subjects.is_empty() || subjects.iter().any(|s| s.windows.is_empty()) {
+            return Err(no_windows());
+        }
+        let mut keys = Vec::with_capacity(subjects.len() + 1);
+        let mut args = Vec::with_capacity(4 + subjects.len() + 3 * windows + 3);
+        args.push(Value::from(member));
+        args.push(flag(gate_open));
+        args.push(flag(force));
+        args.push(int(subjects.len() as u64));
+        for subject in subjects {
+            keys.push(subject.key);
+            args.push(int(subject.windows.len() as u64));
+            for w in subject.windows {
+                args.push(int(u64::from(w.limit)));
+                args.push(int(w.window_ms));
+                args.push(flag(w.mode == WindowMode::Gate));
+            }
+        }
+        if let Some(code) = code {
+            keys.push(code.key);
+            args.push(Value::from(code.mac));
+            args.push(int(u64::from(code.attempts)));
+            args.push(int(code.ttl_ms));
+        }
+        let len = 1 + 4 * subjects.len() + windows;
+        let out = self
+            .eval_ints(&self.scripts.reserve, keys, args, len)
+            .await?;
+        let recorded = out[0] == 1;
+        let mut outcomes = Vec::with_capacity(subjects.len());
+        let mut at = 1;
+        for subject in subjects {
+            let n = subject.windows.len();
+            let part = &out[at..at + 4 + n];
+            at += 4 + n;
+            let verdict = match part[0] {
+                0 => HitVerdict::Allowed,
+                1 => HitVerdict::Denied {
+                    window: window_index(part[1], n)?,
+                    retry_after_ms: wait(part[2]),
+                },
+                2 => HitVerdict::Gated {
+                    window: window_index(part[1], n)?,
+                },
+                v => {
+                    return Err(StoreError::Protocol(format!(
+                        "bad verdict {v} from reserve"
+                    )))
+                }
+            };
+            outcomes.push(HitOutcome {
+                verdict,
+                added: recorded,
+                counts: part[4..]
+                    .iter()
+                    .map(|c| count(*c))
+                    .collect::<Result<_, _>>()?,
+                next_retry_after_ms: wait(part[3]),
+            });
+        }
+        Ok(ReserveOutcome { outcomes, recorded })
+    }
+
+    /// `login_attempt.lua`: the user's keys, and the IP's window when given.
+    async fn login_script(
+        &self,
+        req: &LoginAttemptRequest<'_>,
+        ip: Option<&super::IpFailureWindow<'_>>,
+    ) -> Result<(LoginAttemptOutcome, Option<IpFailures>), StoreError> {
+        let p = req.policy;
+        let mut keys = vec![req.window_key, req.lock_key];
+        let mut args = Vec::with_capacity(17);
+        args.extend([
+            Value::from(req.member),
+            flag(req.success),
+            flag(req.captcha_passed),
+            flag(req.captcha_demanded),
+            flag(req.shadow),
+            int(u64::from(p.captcha_after)),
+            int(p.captcha_window_ms),
+            int(u64::from(p.lock_after)),
+            int(p.lock_window_ms),
+            int(p.lock_ms),
+            int(p.lock_max_ms),
+            flag(p.reset_on_success),
+            int(p.escalation_reset_ms),
+            flag(req.ip_blocked),
+        ]);
+        if let Some(ip) = ip {
+            keys.push(ip.key);
+            args.extend([
+                int(u64::from(ip.captcha_after)),
+                int(u64::from(ip.block_after)),
+                int(ip.window_ms),
+            ]);
+        }
+        let out = self
+            .eval_ints(&self.scripts.login_attempt, keys, args, 7)
+            .await?;
+        let verdict = match out[0] {
+            0 => LoginVerdict::Recorded,
+            1 => LoginVerdict::Locked {
+                retry_after_ms: wait(out[1]),
+            },
+            2 => LoginVerdict::Challenged,
+            v => {
+                return Err(StoreError::Protocol(format!(
+                    "bad verdict {v} from login_attempt"
+                )))
+            }
+        };
+        let user = LoginAttemptOutcome {
+            verdict,
+            failures: count(out[2])?,
+            captcha_crossed: out[3] == 1,
+            locked_for_ms: u64::try_from(out[4]).ok(),
+        };
+        let ip = match ip {
+            Some(_) => Some(IpFailures {
+                count: count(out[5])?,
+                blocked_retry_after_ms: u64::try_from(out[6]).ok(),
+            }),
+            None => None,
+        };
+        Ok((user, ip))
     }
 
     /// Run a script that answers an array of `len` integers.
@@ -269,47 +406,48 @@ fn no_windows() -> StoreError {
 #[async_trait]
 impl WindowStore for RedisStore {
     async fn hit(&self, req: HitRequest<'_>) -> Result<HitOutcome, StoreError> {
-        let n = req.windows.len();
-        if n == 0 {
-            return Err(no_windows());
-        }
-        let mut args = Vec::with_capacity(4 + 3 * n);
-        args.push(Value::from(req.member));
-        args.push(flag(req.gate_open));
-        args.push(flag(req.force));
-        args.push(int(n as u64));
-        for w in req.windows {
-            args.push(int(u64::from(w.limit)));
-            args.push(int(w.window_ms));
-            args.push(flag(w.mode == WindowMode::Gate));
-        }
-        let out = self
-            .eval_ints(&self.scripts.window_hit, vec![req.key], args, 5 + n)
+        let subject = [SubjectWindows {
+            key: req.key,
+            windows: req.windows,
+        }];
+        let mut outcome = self
+            .reserve_script(&subject, req.member, req.gate_open, req.force, None)
             .await?;
-        let verdict = match out[0] {
-            0 => HitVerdict::Allowed,
-            1 => HitVerdict::Denied {
-                window: window_index(out[1], n)?,
-                retry_after_ms: wait(out[2]),
-            },
-            2 => HitVerdict::Gated {
-                window: window_index(out[1], n)?,
-            },
-            v => {
-                return Err(StoreError::Protocol(format!(
-                    "bad verdict {v} from window_hit"
-                )))
-            }
+        outcome
+            .outcomes
+            .pop()
+            .ok_or_else(|| StoreError::Protocol("reserve answered no subject".into()))
+    }
+
+    /// Standalone: one script for every subject and the code. A cluster keeps
+    /// each subject in its own slot: one call per subject, then the code.
+    async fn reserve(&self, req: ReserveRequest<'_>) -> Result<ReserveOutcome, StoreError> {
+        if self.client.is_clustered() {
+            return steps::reserve(self, req).await;
+        }
+        self.reserve_script(req.subjects, req.member, req.gate_open, req.force, req.code)
+            .await
+    }
+
+    /// Standalone: the user and the IP in one script. A cluster keeps them in
+    /// two slots: the IP's call, then the user's (see [`steps::login`]).
+    async fn login(&self, req: LoginRequest<'_>) -> Result<LoginOutcome, StoreError> {
+        if self.client.is_clustered() {
+            return steps::login(self, req).await;
+        }
+        let user_req = LoginAttemptRequest {
+            window_key: req.window_key,
+            lock_key: req.lock_key,
+            policy: req.policy,
+            success: req.success,
+            captcha_passed: req.captcha_passed,
+            captcha_demanded: false,
+            ip_blocked: false,
+            member: req.member,
+            shadow: req.shadow,
         };
-        Ok(HitOutcome {
-            verdict,
-            added: out[3] == 1,
-            counts: out[5..]
-                .iter()
-                .map(|c| count(*c))
-                .collect::<Result<_, _>>()?,
-            next_retry_after_ms: wait(out[4]),
-        })
+        let (user, ip) = self.login_script(&user_req, req.ip.as_ref()).await?;
+        Ok(LoginOutcome { user, ip })
     }
 
     async fn peek(&self, key: &str, windows: &[WindowSpec]) -> Result<PeekOutcome, StoreError> {
@@ -345,48 +483,7 @@ impl WindowStore for RedisStore {
         &self,
         req: LoginAttemptRequest<'_>,
     ) -> Result<LoginAttemptOutcome, StoreError> {
-        let p = req.policy;
-        let args = vec![
-            Value::from(req.member),
-            flag(req.success),
-            flag(req.captcha_passed),
-            flag(req.captcha_demanded),
-            flag(req.shadow),
-            int(u64::from(p.captcha_after)),
-            int(p.captcha_window_ms),
-            int(u64::from(p.lock_after)),
-            int(p.lock_window_ms),
-            int(p.lock_ms),
-            int(p.lock_max_ms),
-            flag(p.reset_on_success),
-            int(p.escalation_reset_ms),
-        ];
-        let out = self
-            .eval_ints(
-                &self.scripts.login_attempt,
-                vec![req.window_key, req.lock_key],
-                args,
-                5,
-            )
-            .await?;
-        let verdict = match out[0] {
-            0 => LoginVerdict::Recorded,
-            1 => LoginVerdict::Locked {
-                retry_after_ms: wait(out[1]),
-            },
-            2 => LoginVerdict::Challenged,
-            v => {
-                return Err(StoreError::Protocol(format!(
-                    "bad verdict {v} from login_attempt"
-                )))
-            }
-        };
-        Ok(LoginAttemptOutcome {
-            verdict,
-            failures: count(out[2])?,
-            captcha_crossed: out[3] == 1,
-            locked_for_ms: u64::try_from(out[4]).ok(),
-        })
+        self.login_script(&req, None).await.map(|(user, _)| user)
     }
 
     async fn login_state(

@@ -7,8 +7,9 @@ use async_trait::async_trait;
 
 use super::memory::MemoryStore;
 use super::{
-    HitOutcome, HitRequest, HitVerdict, LoginAttemptOutcome, LoginAttemptRequest, LoginPolicy,
-    LoginStateOutcome, LoginVerdict, OtpOutcome, PeekOutcome, StoreError, WindowSpec, WindowStore,
+    HitOutcome, HitRequest, HitVerdict, IpFailures, LoginAttemptOutcome, LoginAttemptRequest,
+    LoginOutcome, LoginPolicy, LoginRequest, LoginStateOutcome, LoginVerdict, OtpOutcome,
+    PeekOutcome, ReserveOutcome, ReserveRequest, StoreError, WindowSpec, WindowStore,
 };
 use crate::metrics;
 
@@ -91,13 +92,37 @@ impl WindowStore for ResilientStore {
         &self,
         req: LoginAttemptRequest<'_>,
     ) -> Result<LoginAttemptOutcome, StoreError> {
-        let open = LoginAttemptOutcome {
-            verdict: LoginVerdict::Recorded,
-            failures: 0,
-            captcha_crossed: false,
-            locked_for_ms: None,
+        resilient!(self, |s| s.login_attempt(req.clone()), open: Some(open_login()))
+    }
+
+    /// Failing open, the code cannot be stored: a reservation that carries one
+    /// fails like `otp_put`.
+    async fn reserve(&self, req: ReserveRequest<'_>) -> Result<ReserveOutcome, StoreError> {
+        let open = req.code.is_none().then(|| ReserveOutcome {
+            outcomes: req
+                .subjects
+                .iter()
+                .map(|s| HitOutcome {
+                    verdict: HitVerdict::Allowed,
+                    added: false,
+                    counts: vec![0; s.windows.len()],
+                    next_retry_after_ms: 0,
+                })
+                .collect(),
+            recorded: false,
+        });
+        resilient!(self, |s| s.reserve(req.clone()), open: open)
+    }
+
+    async fn login(&self, req: LoginRequest<'_>) -> Result<LoginOutcome, StoreError> {
+        let open = LoginOutcome {
+            user: open_login(),
+            ip: req.ip.map(|_| IpFailures {
+                count: 0,
+                blocked_retry_after_ms: None,
+            }),
         };
-        resilient!(self, |s| s.login_attempt(req.clone()), open: Some(open))
+        resilient!(self, |s| s.login(req.clone()), open: Some(open))
     }
 
     async fn login_state(
@@ -138,5 +163,15 @@ impl WindowStore for ResilientStore {
 
     async fn ping(&self) -> Result<(), StoreError> {
         self.primary.ping().await
+    }
+}
+
+/// A login outcome when failing open: recorded, nothing counted.
+fn open_login() -> LoginAttemptOutcome {
+    LoginAttemptOutcome {
+        verdict: LoginVerdict::Recorded,
+        failures: 0,
+        captcha_crossed: false,
+        locked_for_ms: None,
     }
 }

@@ -1,56 +1,80 @@
-//! One sorted event log, the in-process twin of a window ZSET.
+//! One sorted event log, the in-process twin of a window ZSET. Every operation
+//! costs O(log n) or touches only the events it removes, so a subject that
+//! keeps thousands of members costs no more per call than one that keeps ten.
+
+use std::collections::VecDeque;
 
 /// A sorted set of events: `(time, member)`, ordered like a Redis ZSET (by
 /// score, then by member bytes), members unique.
 #[derive(Debug, Clone, Default)]
 pub(super) struct Window {
-    pub(super) events: Vec<(u64, String)>,
+    events: VecDeque<(u64, Box<str>)>,
 }
 
 impl Window {
+    pub(super) fn is_empty(&self) -> bool {
+        self.events.is_empty()
+    }
+
+    #[cfg(test)]
+    pub(super) fn len(&self) -> usize {
+        self.events.len()
+    }
+
     /// Drop events that no window of length `longest` still counts.
     pub(super) fn prune(&mut self, now: u64, longest: u64) {
-        self.events.retain(|(t, _)| t.saturating_add(longest) > now);
+        while self
+            .events
+            .front()
+            .is_some_and(|(t, _)| t.saturating_add(longest) <= now)
+        {
+            self.events.pop_front();
+        }
     }
 
     /// Events with `now - length < t`.
     pub(super) fn count(&self, now: u64, length: u64) -> u32 {
-        let n = self
+        let first = self
             .events
-            .iter()
-            .rev()
-            .take_while(|(t, _)| t.saturating_add(length) > now)
-            .count();
-        u32::try_from(n).unwrap_or(u32::MAX)
+            .partition_point(|(t, _)| t.saturating_add(length) <= now);
+        u32::try_from(self.events.len() - first).unwrap_or(u32::MAX)
     }
 
     /// How long until a window of `length` holds fewer than `limit` events.
     pub(super) fn wait(&self, now: u64, limit: u32, length: u64) -> u64 {
-        let count = self.count(now, length);
-        if count < limit {
+        if self.count(now, length) < limit {
             return 0;
         }
         if limit == 0 {
             return length;
         }
-        // The counted events are the newest `count`; the one at position
-        // `count - limit` among them (oldest first) is the `limit`-th newest.
-        let idx = self.events.len() - limit as usize;
-        let (t, _) = &self.events[idx];
+        // The counted events are the newest ones; the `limit`-th newest must
+        // leave the window before one more fits.
+        let (t, _) = &self.events[self.events.len() - limit as usize];
         (t + length).saturating_sub(now)
     }
 
     /// `ZADD`: insert, or move an existing member to the new time.
     pub(super) fn add(&mut self, now: u64, member: &str) {
         self.remove(member);
-        let pos = self
+        let after_last = self
             .events
-            .partition_point(|(t, m)| (*t, m.as_str()) < (now, member));
-        self.events.insert(pos, (now, member.to_owned()));
+            .back()
+            .is_none_or(|(t, m)| (*t, &**m) <= (now, member));
+        if after_last {
+            self.events.push_back((now, member.into()));
+        } else {
+            let pos = self
+                .events
+                .partition_point(|(t, m)| (*t, &**m) < (now, member));
+            self.events.insert(pos, (now, member.into()));
+        }
     }
 
+    /// `ZREM`. Searches from the newest end: the member taken back is almost
+    /// always the one just added.
     pub(super) fn remove(&mut self, member: &str) -> bool {
-        match self.events.iter().position(|(_, m)| m == member) {
+        match self.events.iter().rposition(|(_, m)| &**m == member) {
             Some(i) => {
                 self.events.remove(i);
                 true
@@ -61,9 +85,48 @@ impl Window {
 
     /// Keep the `keep` newest events.
     pub(super) fn trim(&mut self, keep: usize) {
-        if self.events.len() > keep {
-            let excess = self.events.len() - keep;
-            self.events.drain(..excess);
+        while self.events.len() > keep {
+            self.events.pop_front();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Window;
+
+    #[test]
+    fn events_stay_sorted_by_time_then_member() {
+        let mut w = Window::default();
+        w.add(10, "b");
+        w.add(10, "a");
+        w.add(5, "z");
+        w.add(20, "c");
+        let order: Vec<_> = w.events.iter().map(|(t, m)| (*t, &**m)).collect();
+        assert_eq!(order, [(5, "z"), (10, "a"), (10, "b"), (20, "c")]);
+
+        w.add(30, "a"); // moves
+        assert_eq!(w.len(), 4);
+        assert_eq!(w.count(30, 1), 1);
+        assert!(w.remove("z"));
+        assert!(!w.remove("z"));
+    }
+
+    #[test]
+    fn counts_and_waits_at_the_window_edges() {
+        let mut w = Window::default();
+        for (t, m) in [(100, "a"), (200, "b"), (300, "c")] {
+            w.add(t, m);
+        }
+        // A window of 200 ms at 400 counts events after 200.
+        assert_eq!(w.count(400, 200), 1);
+        assert_eq!(w.count(399, 200), 2);
+        // Limit 2 in 250 ms at 400: b and c count; b leaves at 450.
+        assert_eq!(w.wait(400, 2, 250), 50);
+        assert_eq!(w.wait(400, 3, 250), 0);
+        w.prune(400, 250);
+        assert_eq!(w.len(), 2);
+        w.trim(1);
+        assert_eq!(w.count(400, 1_000), 1);
     }
 }

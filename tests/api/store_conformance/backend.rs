@@ -207,6 +207,7 @@ pub async fn login(
             success: attempt.success,
             captcha_passed: attempt.captcha_passed,
             captcha_demanded: attempt.captcha_demanded,
+            ip_blocked: false,
             member: &member(),
             shadow: attempt.shadow,
         })

@@ -1,0 +1,166 @@
+-- reserve.lua: offer one event to the sliding windows of one or more subjects,
+-- all or nothing, and store a one-time code with it, atomically.
+--
+-- KEYS[1..s]  each subject's window ZSET (score = event time in ms, member = event id)
+-- KEYS[s+1]   optional: the subject's code HASH (mac, left, exp), written when
+--             the event is recorded
+-- ARGV[1] member: unique id of this event
+-- ARGV[2] gate_open: 1 when the request passed a captcha, else 0
+-- ARGV[3] force: 1 to record the event even when a window refuses it (shadow mode)
+-- ARGV[4] s: number of subjects; then per subject: n (its number of windows)
+--         and n triples limit, window length in ms, mode (0 = enforce, 1 = gate)
+-- then, when KEYS[s+1] is given: mac, attempts allowed, code ttl in ms
+--
+-- Returns an array of integers:
+--   { recorded, then per subject:
+--     verdict, window, retry_after_ms, next_retry_after_ms, count_1, ..., count_n }
+--   recorded 1 when the event was added to every subject (every subject allowed
+--   it, or force) and the code stored; 0 when nothing was written.
+--   verdict 0 = allowed, 1 = denied (window = refusing window with the longest
+--   wait, 0-based; retry_after_ms = that wait), 2 = gated (window = first full
+--   gate window); counts are before this event; next_retry_after_ms is how long
+--   until every enforce window admits one more event, after this call.
+--
+-- Time is the server's TIME in ms. An event at t counts in a window of length w
+-- while now - w < t. A subject keeps at most max(limit) newest members and
+-- expires after its longest window.
+--
+-- Commands per call: TIME; per subject one read (ZRANGE of the whole set when
+-- max(limit) <= 32, else one ZCOUNT per window), plus one ZREVRANGE per full
+-- window of a large set; when recorded, per subject ZADD and PEXPIRE (and
+-- ZREMRANGEBYRANK when the set is full, always for a large set), and HSET and
+-- PEXPIRE for the code. A refused request reads and writes nothing else.
+--
+-- Example (a phone and its IP, with a code):
+--   EVALSHA <sha> 3 "tg:{phone:+33612345678}:sms_send" "tg:{ip:192.0.2.7}:sms_send" \
+--     "tg:{phone:+33612345678}:otp" "01J...-uuid" 0 0 2 \
+--     3  1 60000 0  5 3600000 0  3 3600000 1   1  20 3600000 0   "9f86d0..." 5 300000
+--   -> { 1,  0, 0, 0, 60000, 0, 0, 0,  0, 0, 0, 0, 0 }
+
+local SMALL = 32
+
+local member = ARGV[1]
+local gate_open = ARGV[2] == '1'
+local force = ARGV[3] == '1'
+local s = tonumber(ARGV[4])
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+-- Parse the subjects' windows.
+local subjects = {}
+local a = 5
+for i = 1, s do
+  local n = tonumber(ARGV[a])
+  local sub = { key = KEYS[i], n = n, limits = {}, lengths = {}, gates = {}, longest = 0, keep = 0 }
+  for w = 1, n do
+    local limit, length = tonumber(ARGV[a + 3 * w - 2]), tonumber(ARGV[a + 3 * w - 1])
+    sub.limits[w], sub.lengths[w], sub.gates[w] = limit, length, ARGV[a + 3 * w] == '1'
+    if length > sub.longest then sub.longest = length end
+    if limit > sub.keep then sub.keep = limit end
+  end
+  sub.small = sub.keep <= SMALL
+  subjects[i] = sub
+  a = a + 1 + 3 * n
+end
+
+-- The k-th newest member's score (k >= 1), or nil when there are fewer.
+local function kth_newest(sub, k)
+  if sub.small then return sub.scores[#sub.scores - k + 1] end
+  local m = redis.call('ZREVRANGE', sub.key, k - 1, k - 1, 'WITHSCORES')
+  return tonumber(m[2])
+end
+
+-- How long until window w holds fewer than its limit, given it holds count.
+local function wait(sub, w, count)
+  local limit, length = sub.limits[w], sub.lengths[w]
+  if count < limit then return 0 end
+  if limit == 0 then return length end
+  local score = kth_newest(sub, limit)
+  if score == nil then return length end
+  return math.max(score + length - now, 0)
+end
+
+-- 1. read and decide every subject
+local all_allowed = true
+for _, sub in ipairs(subjects) do
+  sub.counts = {}
+  if sub.small then
+    local raw = redis.call('ZRANGE', sub.key, 0, -1, 'WITHSCORES')
+    local scores = {}
+    for j = 2, #raw, 2 do scores[#scores + 1] = tonumber(raw[j]) end
+    sub.scores = scores
+    for w = 1, sub.n do
+      local floor, c = now - sub.lengths[w], 0
+      for j = #scores, 1, -1 do
+        if scores[j] > floor then c = c + 1 else break end
+      end
+      sub.counts[w] = c
+    end
+  else
+    for w = 1, sub.n do
+      sub.counts[w] = redis.call('ZCOUNT', sub.key, string.format('(%d', now - sub.lengths[w]), '+inf')
+    end
+  end
+
+  sub.verdict, sub.window, sub.retry = 0, 0, 0
+  for w = 1, sub.n do
+    if not sub.gates[w] and sub.counts[w] >= sub.limits[w] then
+      local ww = wait(sub, w, sub.counts[w])
+      if sub.verdict ~= 1 or ww > sub.retry then
+        sub.verdict, sub.window, sub.retry = 1, w - 1, ww
+      end
+    end
+  end
+  if sub.verdict == 0 and not gate_open then
+    for w = 1, sub.n do
+      if sub.gates[w] and sub.counts[w] >= sub.limits[w] then
+        sub.verdict, sub.window = 2, w - 1
+        break
+      end
+    end
+  end
+  if sub.verdict ~= 0 then all_allowed = false end
+end
+
+-- 2. record everywhere, or nowhere
+local recorded = all_allowed or force
+if recorded then
+  for _, sub in ipairs(subjects) do
+    redis.call('ZADD', sub.key, now, member)
+    if sub.small then
+      sub.scores[#sub.scores + 1] = now
+      if #sub.scores > sub.keep then
+        redis.call('ZREMRANGEBYRANK', sub.key, 0, -(sub.keep + 1))
+      end
+    else
+      redis.call('ZREMRANGEBYRANK', sub.key, 0, -(sub.keep + 1))
+    end
+    redis.call('PEXPIRE', sub.key, sub.longest)
+  end
+  local code_key = KEYS[s + 1]
+  if code_key then
+    local ttl = tonumber(ARGV[a + 2])
+    redis.call('HSET', code_key, 'mac', ARGV[a], 'left', tonumber(ARGV[a + 1]), 'exp', now + ttl)
+    redis.call('PEXPIRE', code_key, ttl)
+  end
+end
+
+-- 3. answer, with the next retry from the counts after this call
+local out = { recorded and 1 or 0 }
+for _, sub in ipairs(subjects) do
+  local added = recorded and 1 or 0
+  local next_retry = 0
+  for w = 1, sub.n do
+    if not sub.gates[w] then
+      local ww = wait(sub, w, sub.counts[w] + added)
+      if ww > next_retry then next_retry = ww end
+    end
+  end
+  out[#out + 1] = sub.verdict
+  out[#out + 1] = sub.window
+  out[#out + 1] = sub.retry
+  out[#out + 1] = next_retry
+  for w = 1, sub.n do out[#out + 1] = sub.counts[w] end
+end
+return out

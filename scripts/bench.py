@@ -1,0 +1,351 @@
+#!/usr/bin/env python3
+"""Load benchmark: tollgate against the Node peer, side by side, on one machine.
+
+Run through scripts/bench.sh, which builds the release binary, installs wrk and
+the peer's npm packages, then calls this with their paths. This script:
+
+- starts a private Redis (port 6395, nothing persisted) and creates a fresh
+  PostgreSQL database for the audit trail (dropped at the end);
+- starts tollgate (Redis store, PostgreSQL audit, an API key) and the peer
+  (fastify + ioredis + rate-limiter-flexible) on that Redis;
+- for each scenario runs wrk against tollgate and the peer alternately
+  (A B A B A B, Redis flushed before every run) and prints, per side, the
+  medians of req/s, p50, p99, p99.9, the CPU each process spent per request
+  (service, Redis, wrk) and, for tollgate, the audit events queued, written
+  and spooled during the runs; then the ratio tollgate / peer;
+- then Redis bytes per tracked subject after 1,000 and 100,000 events for one
+  subject, and the throughput of two tollgate processes sharing one Redis.
+
+Nothing here asserts: it prints figures. Standard library only.
+"""
+
+import argparse
+import http.client
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+
+TICKS = os.sysconf("SC_CLK_TCK")
+API_KEY = "bench-key"
+REDIS_PORT = 6395
+TOLLGATE_PORT = 18080
+TOLLGATE2_PORT = 18081
+PEER_PORT = 18084
+
+SCENARIOS = {
+    "login-1m": dict(endpoint="login", identities=1_000_000,
+                     title="/login/attempt, 1,000,000 users"),
+    "login-10k": dict(endpoint="login", identities=10_000,
+                      title="/login/attempt, 10,000 users hammered"),
+    "sms-1m": dict(endpoint="sms", identities=1_000_000,
+                   title="/sms/send, 1,000,000 phones"),
+}
+
+
+def cpu_seconds(pid):
+    """utime + stime of a process (all its threads), in seconds."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def wait_port(port, what, timeout=30.0):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.1)
+    sys.exit(f"bench: {what} did not listen on port {port}")
+
+
+def http_get(port, path):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    conn.request("GET", path)
+    resp = conn.getresponse()
+    body = resp.read().decode()
+    conn.close()
+    return resp.status, body
+
+
+def audit_counts(port):
+    """tollgate_audit_events_total by outcome, and the refusals answered
+    (requests_total with decision deny or challenge), from /metrics."""
+    _, text = http_get(port, "/metrics")
+    counts = {"queued": 0, "written": 0, "spooled": 0, "replayed": 0, "refusals": 0}
+    for line in text.splitlines():
+        m = re.match(r'tollgate_audit_events_total\{outcome="(\w+)"\} (\d+)', line)
+        if m:
+            counts[m.group(1)] = int(m.group(2))
+        m = re.match(r'tollgate_requests_total\{.*decision="(deny|challenge)".*\} (\d+)', line)
+        if m:
+            counts["refusals"] += int(m.group(2))
+    return counts
+
+
+def redis_cli(*args):
+    out = subprocess.run(["redis-cli", "-p", str(REDIS_PORT), *args],
+                         check=True, capture_output=True, text=True)
+    return out.stdout.strip()
+
+
+def psql(db, sql):
+    out = subprocess.run(["psql", "-h", "127.0.0.1", "-U", "postgres", "-d", db,
+                          "-Atqc", sql], check=True, capture_output=True, text=True)
+    return out.stdout.strip()
+
+
+class Bench:
+    def __init__(self, args):
+        self.args = args
+        self.tmp = tempfile.mkdtemp(prefix="tollgate-bench-")
+        self.procs = []
+        self.db = f"tollgate_bench_{uuid.uuid4().hex[:12]}"
+
+    # -- processes ---------------------------------------------------------
+
+    def start(self, cmd, log, env=None, cwd=None):
+        proc = subprocess.Popen(cmd, stdout=open(log, "w"), stderr=subprocess.STDOUT,
+                                env={**os.environ, **(env or {})}, cwd=cwd)
+        self.procs.append(proc)
+        return proc
+
+    def start_redis(self):
+        self.redis = self.start(
+            ["redis-server", "--port", str(REDIS_PORT), "--bind", "127.0.0.1",
+             "--save", "", "--appendonly", "no", "--dir", self.tmp],
+            os.path.join(self.tmp, "redis.log"))
+        wait_port(REDIS_PORT, "redis")
+
+    def tollgate_config(self, port):
+        path = os.path.join(self.tmp, f"tollgate-{port}.toml")
+        with open(path, "w") as f:
+            f.write(f"""
+[server]
+bind = "127.0.0.1:{port}"
+api_keys = ["{API_KEY}"]
+admin_tokens = ["bench-admin"]
+
+[store]
+backend = "redis"
+redis_url = "redis://127.0.0.1:{REDIS_PORT}"
+
+[audit]
+database_url = "postgres://postgres@127.0.0.1:5432/{self.db}"
+spool_dir = "{self.tmp}/spool-{port}"
+
+[sms]
+code_secret = "bench-code-secret-0123456789abcdef"
+# Codes must be issued: one prefix covers every benchmark phone, and the
+# global window would refuse all but 1,000 a minute.
+prefix_limits = [{{ limit = 100000000, window = "1h" }}]
+global_limits = [{{ limit = 100000000, window = "1m" }}]
+""")
+        return path
+
+    def start_tollgate(self, port):
+        # The development `log` SMS provider prints every code at info level;
+        # a real provider is an HTTP call that logs nothing, so its line is
+        # filtered out. Everything else logs at the default level.
+        env = {"RUST_LOG": os.environ.get("RUST_LOG", "info,tollgate::delivery::log=warn")}
+        proc = self.start([self.args.tollgate, "serve", "--config", self.tollgate_config(port)],
+                          os.path.join(self.tmp, f"tollgate-{port}.log"), env=env)
+        wait_port(port, "tollgate")
+        return proc
+
+    def start_peer(self):
+        self.peer = self.start(["node", "server-rlf-fastify.js"],
+                               os.path.join(self.tmp, "peer.log"),
+                               env={"PORT": str(PEER_PORT), "REDIS_PORT": str(REDIS_PORT)},
+                               cwd=self.args.peer)
+        wait_port(PEER_PORT, "the node peer")
+
+    def stop(self):
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        try:
+            psql("postgres", f"DROP DATABASE IF EXISTS {self.db} WITH (FORCE)")
+        except subprocess.CalledProcessError as e:
+            print(f"bench: could not drop {self.db}: {e.stderr}", file=sys.stderr)
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    # -- one wrk run -------------------------------------------------------
+
+    def wrk(self, port, endpoint, identities, duration, connections=50, threads=1):
+        env = {**os.environ, "ENDPOINT": endpoint, "IDENTITIES": str(identities),
+               "MIX": self.args.mix}
+        if port != PEER_PORT:
+            env["AUTH"] = API_KEY
+        cmd = ["wrk", f"-t{threads}", f"-c{connections}", f"-d{duration}s",
+               "-s", self.args.wrk_script, f"http://127.0.0.1:{port}"]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                env=env, text=True)
+        return proc
+
+    @staticmethod
+    def finish(proc):
+        out = proc.stdout.read()
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = status
+        m = re.search(r"WRKRESULT (.*)", out)
+        if not m:
+            sys.exit(f"bench: wrk printed no result:\n{out}")
+        result = {k: float(v) for k, v in (kv.split("=") for kv in m.group(1).split())}
+        setup = re.search(r"WRKINIT cpu_s=([0-9.]+)", out)
+        result["wrk_cpu"] = usage.ru_utime + usage.ru_stime - (float(setup.group(1)) if setup else 0.0)
+        return result
+
+    def measure(self, side, scenario):
+        port, pid = (TOLLGATE_PORT, self.tollgate.pid) if side == "tollgate" else (PEER_PORT, self.peer.pid)
+        redis_cli("FLUSHALL")
+        before = (cpu_seconds(pid), cpu_seconds(self.redis.pid))
+        audit_before = audit_counts(TOLLGATE_PORT) if side == "tollgate" else None
+        r = self.finish(self.wrk(port, scenario["endpoint"], scenario["identities"],
+                                 self.args.duration))
+        after = (cpu_seconds(pid), cpu_seconds(self.redis.pid))
+        n = max(r["requests"], 1)
+        r["service_us"] = (after[0] - before[0]) / n * 1e6
+        r["redis_us"] = (after[1] - before[1]) / n * 1e6
+        r["wrk_us"] = r["wrk_cpu"] / n * 1e6
+        if audit_before is not None:
+            time.sleep(1.0)  # let the writer flush what the run queued
+            audit_after = audit_counts(TOLLGATE_PORT)
+            r["audit"] = {k: audit_after[k] - audit_before[k] for k in audit_after}
+        return r
+
+    # -- the report --------------------------------------------------------
+
+    def scenarios(self):
+        rows = []
+        for name in self.args.scenarios:
+            scenario = SCENARIOS[name]
+            runs = {"tollgate": [], "peer": []}
+            for _ in range(self.args.rounds):
+                for side in ("tollgate", "peer"):
+                    runs[side].append(self.measure(side, scenario))
+            rows.append((scenario["title"], runs))
+            self.print_scenario(scenario["title"], runs)
+        return rows
+
+    @staticmethod
+    def median(runs, key):
+        return statistics.median(r[key] for r in runs)
+
+    def print_scenario(self, title, runs):
+        print(f"\n### {title}  (medians of {self.args.rounds} runs of {self.args.duration}s per side, alternated)")
+        print("| side | req/s | p50 ms | p99 ms | p99.9 ms | non-2xx | service CPU/req | Redis CPU/req | wrk CPU/req | audit queued / written / spooled |")
+        print("|---|---|---|---|---|---|---|---|---|---|")
+        for side in ("tollgate", "peer"):
+            rs = runs[side]
+            m = lambda k: self.median(rs, k)
+            audit = "—"
+            if side == "tollgate":
+                total = {k: sum(r["audit"][k] for r in rs)
+                         for k in ("refusals", "queued", "written", "spooled")}
+                audit = (f"{total['queued']:,} / {total['written']:,} / {total['spooled']:,}"
+                         f" ({total['refusals']:,} refusals answered)")
+            print(f"| {side} | {m('rps'):,.0f} | {m('p50_us')/1000:.2f} | {m('p99_us')/1000:.2f} | "
+                  f"{m('p999_us')/1000:.2f} | {m('non2xx'):.0f} | {m('service_us'):.0f} µs | "
+                  f"{m('redis_us'):.0f} µs | {m('wrk_us'):.0f} µs | {audit} |")
+        t, p = runs["tollgate"], runs["peer"]
+        rps = self.median(t, "rps") / self.median(p, "rps")
+        p99 = self.median(t, "p99_us") / self.median(p, "p99_us")
+        per_round = ", ".join(f"{a['rps'] / b['rps']:.2f}" for a, b in zip(t, p))
+        print(f"ratio tollgate/peer: req/s {rps:.2f} (per round: {per_round}), p99 {p99:.2f}")
+        sys.stdout.flush()
+
+    def memory_per_subject(self):
+        """Redis bytes for one IP subject after N login failures from it."""
+        print("\n### Redis bytes per tracked subject (one IP, N login failures by distinct users)")
+        print("| events | keys of the IP | bytes (MEMORY USAGE) |")
+        print("|---|---|---|")
+        redis_cli("FLUSHALL")
+        conn = http.client.HTTPConnection("127.0.0.1", TOLLGATE_PORT, timeout=10)
+        headers = {"Content-Type": "application/json", "Authorization": f"Bearer {API_KEY}"}
+        sent = 0
+        for target in (1_000, 100_000):
+            while sent < target:
+                body = json.dumps({"user": f"mem{sent}", "ip": "192.0.2.1", "success": False})
+                conn.request("POST", "/login/attempt", body, headers)
+                conn.getresponse().read()
+                sent += 1
+            keys = [k for k in redis_cli("--scan", "--pattern", "tg:{ip:192.0.2.1}:*").split("\n") if k]
+            total = sum(int(redis_cli("MEMORY", "USAGE", k, "SAMPLES", "0") or 0) for k in keys)
+            print(f"| {sent:,} | {len(keys)} | {total:,} |")
+        conn.close()
+
+    def two_processes(self):
+        """Two tollgate processes on one Redis, each driven by its own wrk."""
+        second = self.start_tollgate(TOLLGATE2_PORT)
+        print(f"\n### Scale-out: /login/attempt, 1,000,000 users, {self.args.duration}s")
+        print("| tollgate processes | req/s (sum) | Redis CPU | services' CPU |")
+        print("|---|---|---|---|")
+        for ports in ((TOLLGATE_PORT,), (TOLLGATE_PORT, TOLLGATE2_PORT)):
+            redis_cli("FLUSHALL")
+            pids = [self.tollgate.pid, second.pid][:len(ports)]
+            before = [cpu_seconds(p) for p in pids], cpu_seconds(self.redis.pid)
+            started = time.time()
+            procs = [self.wrk(p, "login", 1_000_000, self.args.duration) for p in ports]
+            results = [self.finish(p) for p in procs]
+            elapsed = time.time() - started
+            svc = sum(cpu_seconds(p) for p in pids) - sum(before[0])
+            redis = cpu_seconds(self.redis.pid) - before[1]
+            print(f"| {len(ports)} | {sum(r['rps'] for r in results):,.0f} | "
+                  f"{redis / elapsed * 100:.0f} % of a core | {svc / elapsed * 100:.0f} % of a core |")
+        second.send_signal(signal.SIGTERM)
+        second.wait(timeout=20)
+
+    def run(self):
+        psql("postgres", f"CREATE DATABASE {self.db}")
+        self.start_redis()
+        self.tollgate = self.start_tollgate(TOLLGATE_PORT)
+        self.start_peer()
+        print(f"tollgate {self.args.tollgate}; peer {self.args.peer}; {os.cpu_count()} cores; "
+              f"wrk -t1 -c50; CPU per request from /proc/<pid>/stat (service, Redis) and wait4 (wrk)")
+        self.scenarios()
+        if not self.args.no_extras:
+            self.memory_per_subject()
+            self.two_processes()
+        written = audit_counts(TOLLGATE_PORT)
+        rows = int(psql(self.db, "SELECT count(*) FROM audit_events"))
+        print(f"\naudit: {rows:,} rows in PostgreSQL; the service counted "
+              f"{written['written']:,} written, {written['spooled']:,} spooled")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--tollgate", required=True, help="the release binary")
+    parser.add_argument("--peer", required=True, help="node-peer directory with node_modules")
+    parser.add_argument("--mix", required=True, help="../shared/bench/wrk/anti_abuse.lua")
+    parser.add_argument("--wrk-script", required=True, help="benches/wrk/anti_abuse.lua")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--duration", type=int, default=6)
+    parser.add_argument("--scenarios", nargs="+", default=list(SCENARIOS), choices=list(SCENARIOS))
+    parser.add_argument("--no-extras", action="store_true",
+                        help="skip the memory and two-process measurements")
+    args = parser.parse_args()
+    bench = Bench(args)
+    try:
+        bench.run()
+    finally:
+        bench.stop()
+
+
+if __name__ == "__main__":
+    main()

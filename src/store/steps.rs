@@ -1,0 +1,150 @@
+//! The request-wide operations ([`WindowStore::reserve`], [`WindowStore::login`])
+//! built from the per-subject ones, for a backend whose subjects cannot be
+//! changed in one atomic call: the in-process store (one lock per subject) and
+//! a Redis Cluster (one slot per subject). Calls go out concurrently where
+//! nothing depends on an earlier answer; what a refusal makes unwanted is
+//! taken back, so a race can refuse too much but never admit too much.
+
+use futures::future::join_all;
+
+use super::{
+    HitOutcome, HitRequest, HitVerdict, IpFailures, LoginAttemptRequest, LoginOutcome,
+    LoginRequest, ReserveOutcome, ReserveRequest, StoreError, WindowStore,
+};
+
+pub(super) async fn reserve<S: WindowStore + ?Sized>(
+    store: &S,
+    req: ReserveRequest<'_>,
+) -> Result<ReserveOutcome, StoreError> {
+    let hits = req.subjects.iter().map(|subject| {
+        store.hit(HitRequest {
+            key: subject.key,
+            windows: subject.windows,
+            member: req.member,
+            gate_open: req.gate_open,
+            force: req.force,
+        })
+    });
+    let results = join_all(hits).await;
+
+    let mut added = Vec::new();
+    let mut outcomes = Vec::with_capacity(results.len());
+    let mut error = None;
+    for (subject, result) in req.subjects.iter().zip(results) {
+        match result {
+            Ok(outcome) => {
+                if outcome.added {
+                    added.push(subject.key);
+                }
+                outcomes.push(outcome);
+            }
+            Err(e) => error = Some(e),
+        }
+    }
+    let refused = outcomes.iter().any(|o| o.verdict != HitVerdict::Allowed);
+    let mut recorded = error.is_none() && (req.force || !refused);
+    if recorded {
+        if let Some(code) = req.code {
+            if let Err(e) = store
+                .otp_put(code.key, code.mac, code.attempts, code.ttl_ms)
+                .await
+            {
+                error = Some(e);
+                recorded = false;
+            }
+        }
+    }
+    if !recorded {
+        undo_all(store, &added, req.member).await;
+    }
+    if let Some(e) = error {
+        return Err(e);
+    }
+    for outcome in &mut outcomes {
+        outcome.added = recorded;
+    }
+    Ok(ReserveOutcome { outcomes, recorded })
+}
+
+/// Take an event back from every key that recorded it. A failure leaves the
+/// event counted until its window passes: stricter, never looser.
+pub(super) async fn undo_all<S: WindowStore + ?Sized>(store: &S, keys: &[&str], member: &str) {
+    for result in join_all(keys.iter().map(|key| store.undo(key, member))).await {
+        if let Err(e) = result {
+            tracing::warn!(error = %e, "could not take back a recorded event");
+        }
+    }
+}
+
+pub(super) async fn login<S: WindowStore + ?Sized>(
+    store: &S,
+    req: LoginRequest<'_>,
+) -> Result<LoginOutcome, StoreError> {
+    // The IP first: the user's side depends on its block and captcha tier. A
+    // failure is recorded at once (when the IP admits it) so that the IP's
+    // count stays exact under concurrency, and taken back below when the
+    // user's side refuses.
+    let mut ip_seen = None;
+    let mut ip_added = false;
+    if let Some(ip) = &req.ip {
+        let windows = ip.windows();
+        let (count, blocked) = if req.success {
+            let peek = store.peek(ip.key, &windows).await?;
+            let count = peek.counts.first().copied().unwrap_or(0);
+            let retry = peek.retry_after_ms.get(1).copied().unwrap_or(0);
+            (count, (count >= ip.block_after).then_some(retry))
+        } else {
+            let hit: HitOutcome = store
+                .hit(HitRequest {
+                    key: ip.key,
+                    windows: &windows,
+                    member: req.member,
+                    gate_open: req.captcha_passed,
+                    force: req.shadow,
+                })
+                .await?;
+            ip_added = hit.added;
+            let blocked = match hit.verdict {
+                HitVerdict::Denied { retry_after_ms, .. } => Some(retry_after_ms),
+                _ => None,
+            };
+            (hit.counts.first().copied().unwrap_or(0), blocked)
+        };
+        ip_seen = Some(IpFailures {
+            count,
+            blocked_retry_after_ms: blocked,
+        });
+    }
+
+    let user = store
+        .login_attempt(LoginAttemptRequest {
+            window_key: req.window_key,
+            lock_key: req.lock_key,
+            policy: req.policy,
+            success: req.success,
+            captcha_passed: req.captcha_passed,
+            captcha_demanded: req
+                .ip
+                .zip(ip_seen)
+                .is_some_and(|(ip, seen)| seen.count >= ip.captcha_after),
+            ip_blocked: ip_seen.is_some_and(|seen| seen.blocked_retry_after_ms.is_some()),
+            member: req.member,
+            shadow: req.shadow,
+        })
+        .await;
+    let ip_key = req.ip.map(|ip| ip.key);
+    let user = match user {
+        Ok(user) => user,
+        Err(e) => {
+            if let (true, Some(key)) = (ip_added, ip_key) {
+                undo_all(store, &[key], req.member).await;
+            }
+            return Err(e);
+        }
+    };
+    let outcome = LoginOutcome { user, ip: ip_seen };
+    if let (true, Some(key), false) = (ip_added, ip_key, outcome.recorded(req.shadow)) {
+        undo_all(store, &[key], req.member).await;
+    }
+    Ok(outcome)
+}
