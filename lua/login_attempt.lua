@@ -67,6 +67,8 @@ local ip_blocked = ARGV[14] == '1'
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- Numbers handed to redis.call are formatted each time: format `now` once.
+local now_s = string.format('%d', now)
 
 -- The IP: its count, block and captcha tier.
 local ip_count, ip_retry = -1, -1
@@ -122,7 +124,7 @@ if (verdict == 0 and not ip_blocked) or shadow then
       scores = {}
     end
   else
-    redis.call('ZADD', wkey, now, member)
+    redis.call('ZADD', wkey, now_s, member)
     scores[#scores + 1] = now
     if #scores > keep then
       redis.call('ZREMRANGEBYRANK', wkey, 0, -(keep + 1))
@@ -140,9 +142,9 @@ if (verdict == 0 and not ip_blocked) or shadow then
       locked_for = duration
     end
     if ipkey then
-      redis.call('ZADD', ipkey, now, member)
+      redis.call('ZADD', ipkey, now_s, member)
       redis.call('ZREMRANGEBYRANK', ipkey, 0, -(ip_keep + 1))
-      redis.call('PEXPIRE', ipkey, ip_window)
+      redis.call('PEXPIRE', ipkey, ARGV[17])
     end
   end
   local after = count(captcha_window)

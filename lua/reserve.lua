@@ -46,6 +46,8 @@ local s = tonumber(ARGV[4])
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- Numbers handed to redis.call are formatted each time: format `now` once.
+local now_s = string.format('%d', now)
 
 -- Parse the subjects' windows.
 local subjects = {}
@@ -56,7 +58,7 @@ for i = 1, s do
   for w = 1, n do
     local limit, length = tonumber(ARGV[a + 3 * w - 2]), tonumber(ARGV[a + 3 * w - 1])
     sub.limits[w], sub.lengths[w], sub.gates[w] = limit, length, ARGV[a + 3 * w] == '1'
-    if length > sub.longest then sub.longest = length end
+    if length > sub.longest then sub.longest, sub.longest_s = length, ARGV[a + 3 * w - 1] end
     if limit > sub.keep then sub.keep = limit end
   end
   sub.small = sub.keep <= SMALL
@@ -127,7 +129,7 @@ end
 local recorded = all_allowed or force
 if recorded then
   for _, sub in ipairs(subjects) do
-    redis.call('ZADD', sub.key, now, member)
+    redis.call('ZADD', sub.key, now_s, member)
     if sub.small then
       sub.scores[#sub.scores + 1] = now
       if #sub.scores > sub.keep then
@@ -136,13 +138,13 @@ if recorded then
     else
       redis.call('ZREMRANGEBYRANK', sub.key, 0, -(sub.keep + 1))
     end
-    redis.call('PEXPIRE', sub.key, sub.longest)
+    redis.call('PEXPIRE', sub.key, sub.longest_s)
   end
   local code_key = KEYS[s + 1]
   if code_key then
     local ttl = tonumber(ARGV[a + 2])
-    redis.call('HSET', code_key, 'mac', ARGV[a], 'left', tonumber(ARGV[a + 1]), 'exp', now + ttl)
-    redis.call('PEXPIRE', code_key, ttl)
+    redis.call('HSET', code_key, 'mac', ARGV[a], 'left', ARGV[a + 1], 'exp', string.format('%d', now + ttl))
+    redis.call('PEXPIRE', code_key, ARGV[a + 2])
   end
 end
 

@@ -154,10 +154,10 @@ global_limits = [{{ limit = 100000000, window = "1m" }}]
         return path
 
     def start_tollgate(self, port):
-        # The development `log` SMS provider prints every code at info level;
+        # The development `log` SMS provider prints every code (target tollgate::sms);
         # a real provider is an HTTP call that logs nothing, so its line is
         # filtered out. Everything else logs at the default level.
-        env = {"RUST_LOG": os.environ.get("RUST_LOG", "info,tollgate::delivery::log=warn")}
+        env = {"RUST_LOG": os.environ.get("RUST_LOG", "info,tollgate::sms=error")}
         proc = self.start([self.args.tollgate, "serve", "--config", self.tollgate_config(port)],
                           os.path.join(self.tmp, f"tollgate-{port}.log"), env=env)
         wait_port(port, "tollgate")

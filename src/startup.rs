@@ -62,17 +62,22 @@ impl Application {
             }));
         };
 
+        let mut redis = None;
         let primary: Arc<dyn WindowStore> = match settings.store.backend {
             StoreBackend::Memory => {
                 let memory = Arc::new(MemoryStore::new(clock.clone()));
                 sweep(memory.clone());
                 memory
             }
-            StoreBackend::Redis => Arc::new(
-                RedisStore::connect(settings.store.redis_url.expose(), settings.store.timeout)
-                    .await
-                    .context("cannot set up the Redis client")?,
-            ),
+            StoreBackend::Redis => {
+                let store = Arc::new(
+                    RedisStore::connect(settings.store.redis_url.expose(), settings.store.timeout)
+                        .await
+                        .context("cannot set up the Redis client")?,
+                );
+                redis = Some(store.clone());
+                store
+            }
         };
         let fallback = match settings.store.on_error {
             OnStoreError::Deny => Fallback::Deny,
@@ -146,6 +151,11 @@ impl Application {
             .with_context(|| format!("cannot listen on {}", settings.server.bind))?;
         let port = listener.local_addr()?.port();
         let server = HttpServer::new(move || {
+            // Runs on each worker thread, inside its runtime: the worker's
+            // requests then talk to Redis without leaving the thread.
+            if let Some(redis) = &redis {
+                redis.connect_this_thread();
+            }
             App::new()
                 .wrap(from_fn(routes::request_id::middleware))
                 .app_data(state.clone())

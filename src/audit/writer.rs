@@ -1,7 +1,9 @@
 //! The durable sink: requests enqueue (never waiting for the database); one
-//! writer task inserts in multi-row batches. When the database fails, the
-//! writer retries, then spools the batch to disk and keeps spooling until a
-//! probe succeeds, then replays the spool. A full queue spools directly.
+//! writer task inserts in batches. When the database fails, the writer
+//! retries, then spools the batch to disk and keeps spooling until a probe
+//! succeeds, then replays the spool. A full queue hands its events to a spool
+//! thread of their own, which appends them in batches (one fsync each): a
+//! request thread never writes to disk.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -31,7 +33,7 @@ pub struct SinkConfig {
 
 pub struct DbSink {
     queue: mpsc::Sender<Message>,
-    spool: Arc<Spool>,
+    overflow: std::sync::mpsc::Sender<Message>,
     db: AuditDb,
 }
 
@@ -55,19 +57,61 @@ impl DbSink {
             backoff: Duration::ZERO,
         };
         tokio::spawn(writer.run(receiver));
-        Arc::new(Self { queue, spool, db })
+        let (overflow, overflowed) = std::sync::mpsc::channel();
+        let spooler = spool.clone();
+        if let Err(e) = std::thread::Builder::new()
+            .name("audit-spool".into())
+            .spawn(move || spool_overflow(&spooler, overflowed))
+        {
+            // Without the thread, sends to `overflow` fail and `record` logs
+            // the events instead; the queue still serves.
+            tracing::error!(error = %e, "cannot start the audit spool thread");
+        }
+        Arc::new(Self {
+            queue,
+            overflow,
+            db,
+        })
     }
 
     pub fn db(&self) -> &AuditDb {
         &self.db
     }
+}
 
-    fn spool_now(&self, event: AuditEvent) {
-        match self.spool.append(std::slice::from_ref(&event)) {
-            Ok(()) => count("spooled", 1),
-            Err(e) => {
-                // The disk refuses too: the log is the last place left.
-                let json = serde_json::to_string(&event).unwrap_or_default();
+/// The overflow spooler: appends what a full queue handed over, as many
+/// events per fsync as have arrived meanwhile, and answers flushes once what
+/// came before them is on disk. Ends when the sink is dropped.
+fn spool_overflow(spool: &Spool, overflowed: std::sync::mpsc::Receiver<Message>) {
+    const MOST_PER_APPEND: usize = 10_000;
+    let mut events = Vec::new();
+    let mut acks = Vec::new();
+    while let Ok(first) = overflowed.recv() {
+        take(first, &mut events, &mut acks);
+        while events.len() < MOST_PER_APPEND {
+            match overflowed.try_recv() {
+                Ok(message) => take(message, &mut events, &mut acks),
+                Err(_) => break,
+            }
+        }
+        if !events.is_empty() {
+            append_or_log(spool, &events);
+            events.clear();
+        }
+        for ack in acks.drain(..) {
+            let _ = ack.send(());
+        }
+    }
+}
+
+/// Append to the spool; when the disk refuses too, the log is the last place
+/// left for the events.
+fn append_or_log(spool: &Spool, events: &[AuditEvent]) {
+    match spool.append(events) {
+        Ok(()) => count("spooled", events.len()),
+        Err(e) => {
+            for event in events {
+                let json = serde_json::to_string(event).unwrap_or_default();
                 tracing::error!(error = %e, event = %json, "audit event could not be spooled");
             }
         }
@@ -79,15 +123,25 @@ impl AuditSink for DbSink {
     fn record(&self, event: AuditEvent) {
         match self.queue.try_send(Message::Event(Box::new(event))) {
             Ok(()) => count("queued", 1),
-            Err(mpsc::error::TrySendError::Full(Message::Event(event)))
-            | Err(mpsc::error::TrySendError::Closed(Message::Event(event))) => {
-                self.spool_now(*event)
+            Err(mpsc::error::TrySendError::Full(message))
+            | Err(mpsc::error::TrySendError::Closed(message)) => {
+                if let Err(std::sync::mpsc::SendError(Message::Event(event))) =
+                    self.overflow.send(message)
+                {
+                    let json = serde_json::to_string(&event).unwrap_or_default();
+                    tracing::error!(event = %json, "audit event could not be handed to the spool");
+                }
             }
-            Err(_) => {}
         }
     }
 
+    /// Overflowed events first (on disk once the spool thread answers), then
+    /// the queue.
     async fn flush(&self) {
+        let (ack, done) = oneshot::channel();
+        if self.overflow.send(Message::Flush(ack)).is_ok() {
+            let _ = done.await;
+        }
         let (ack, done) = oneshot::channel();
         if self.queue.send(Message::Flush(ack)).await.is_ok() {
             let _ = done.await;
@@ -121,20 +175,23 @@ impl Writer {
         self.replay().await;
         let mut batch: Vec<AuditEvent> = Vec::with_capacity(self.batch_size);
         let mut acks: Vec<oneshot::Sender<()>> = Vec::new();
+        let mut messages = Vec::with_capacity(self.batch_size);
         let mut closed = false;
         while !closed {
             // Wait for a first message, then gather until the batch is full,
             // the flush interval has passed, or someone asks for a flush.
-            match tokio::time::timeout(self.flush_interval, queue.recv()).await {
-                Ok(Some(message)) => take(message, &mut batch, &mut acks),
-                Ok(None) => closed = true,
+            let first = queue.recv_many(&mut messages, self.batch_size);
+            match tokio::time::timeout(self.flush_interval, first).await {
+                Ok(0) => closed = true,
+                Ok(_) => take_all(&mut messages, &mut batch, &mut acks),
                 Err(_) => {}
             }
             let deadline = Instant::now() + self.flush_interval;
             while !closed && acks.is_empty() && !batch.is_empty() && batch.len() < self.batch_size {
-                match tokio::time::timeout_at(deadline, queue.recv()).await {
-                    Ok(Some(message)) => take(message, &mut batch, &mut acks),
-                    Ok(None) => closed = true,
+                let more = queue.recv_many(&mut messages, self.batch_size - batch.len());
+                match tokio::time::timeout_at(deadline, more).await {
+                    Ok(0) => closed = true,
+                    Ok(_) => take_all(&mut messages, &mut batch, &mut acks),
                     Err(_) => break,
                 }
             }
@@ -201,15 +258,7 @@ impl Writer {
     }
 
     fn spool(&self, events: &[AuditEvent]) {
-        match self.spool.append(events) {
-            Ok(()) => count("spooled", events.len()),
-            Err(e) => {
-                for event in events {
-                    let json = serde_json::to_string(event).unwrap_or_default();
-                    tracing::error!(error = %e, event = %json, "audit event could not be spooled");
-                }
-            }
-        }
+        append_or_log(&self.spool, events);
     }
 
     fn degrade(&mut self) {
@@ -251,6 +300,16 @@ impl Writer {
         }
         self.retry_at = None;
         self.backoff = Duration::ZERO;
+    }
+}
+
+fn take_all(
+    messages: &mut Vec<Message>,
+    batch: &mut Vec<AuditEvent>,
+    acks: &mut Vec<oneshot::Sender<()>>,
+) {
+    for message in messages.drain(..) {
+        take(message, batch, acks);
     }
 }
 

@@ -2,10 +2,6 @@ use async_trait::async_trait;
 
 use super::{DeliveryError, SmsMessage, SmsSender};
 
-fn mask(e164: &str) -> String {
-    crate::domain::PhoneNumber::parse(e164).map_or_else(|_| "+***".to_string(), |p| p.masked())
-}
-
 /// Development provider: prints the message, code included, to the log.
 #[derive(Debug, Default)]
 pub struct LogSender;
@@ -15,7 +11,7 @@ impl SmsSender for LogSender {
     async fn send(&self, message: &SmsMessage) -> Result<(), DeliveryError> {
         tracing::warn!(
             target: "tollgate::sms",
-            to = %mask(&message.to),
+            to = %message.to_masked,
             locale = %message.locale,
             body = %message.body,
             "sms.provider.kind = \"log\": not delivered, printed here (development only)"

@@ -28,6 +28,8 @@ use crate::settings::{SmsProviderKind, SmsProviderSettings};
 pub struct SmsMessage {
     /// E.164.
     pub to: String,
+    /// `to` masked, for anything that logs the message.
+    pub to_masked: String,
     pub body: String,
     pub locale: String,
     pub request_id: String,

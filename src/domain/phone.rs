@@ -1,8 +1,6 @@
 //! Phone numbers, parsed and validated by the `phonenumber` crate (libphonenumber's
 //! metadata), normalised to E.164.
 
-use phonenumber::Mode;
-
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PhoneError {
     #[error("phone is required")]
@@ -43,9 +41,13 @@ impl PhoneNumber {
             "0".repeat(national.zeros() as usize),
             national.value()
         );
+        let country_code = number.code().value().to_string();
+        // E.164 is `+`, the country code and the national significant number:
+        // written here rather than by the crate's formatter, which looks up
+        // formatting patterns (regexes) that E.164 never uses.
         Ok(Self {
-            e164: number.format().mode(Mode::E164).to_string(),
-            country_code: number.code().value().to_string(),
+            e164: format!("+{country_code}{national}"),
+            country_code,
             national,
             region: number.country().id().map(|id| id.as_ref().to_string()),
         })
@@ -97,6 +99,27 @@ mod tests {
         assert_eq!(p.e164(), "+8613800138000");
         assert_eq!(p.region(), Some("CN"));
         assert_eq!(p.prefix(7), "+8613800");
+    }
+
+    #[test]
+    fn e164_is_what_the_crate_formats() {
+        // Italy keeps its leading zero; Niue is short; the rest are common.
+        for raw in [
+            "+390212345678",
+            "+6837012",
+            "+8613800138000",
+            "+14155552671",
+            "+447911123456",
+            "+33612345678",
+        ] {
+            let ours = PhoneNumber::parse(raw).unwrap();
+            let theirs = phonenumber::parse(None, raw).unwrap();
+            assert_eq!(
+                ours.e164(),
+                theirs.format().mode(phonenumber::Mode::E164).to_string(),
+                "{raw}"
+            );
+        }
     }
 
     #[test]

@@ -188,6 +188,7 @@ impl SmsGuard {
                 .map_err(DeliveryError::from)?;
             let message = SmsMessage {
                 to: req.phone.e164().to_string(),
+                to_masked: req.phone.masked(),
                 body,
                 locale: locale.to_string(),
                 request_id: info.request_id.clone(),

@@ -31,23 +31,26 @@ pub async fn middleware(
 ) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
     let id = incoming(&req).unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
     req.extensions_mut().insert(RequestId(id.clone()));
-    let span = tracing::info_span!(
-        "request",
-        request_id = %id,
-        method = %req.method(),
-        path = %req.path(),
-    );
+    // The span carries only the id: whatever a request logs names it. The
+    // line per request is at debug level, so that the default level costs a
+    // span and no formatted line; it names the route pattern, never the path
+    // (a path can hold a phone number).
+    let span = tracing::info_span!("request", request_id = %id);
     let started = Instant::now();
     let mut response = next.call(req).instrument(span.clone()).await?;
     if let Ok(value) = HeaderValue::from_str(&id) {
         response.headers_mut().insert(HEADER, value);
     }
-    span.in_scope(|| {
-        tracing::info!(
-            status = response.status().as_u16(),
-            elapsed_us = started.elapsed().as_micros() as u64,
-            "request done"
-        )
-    });
+    if tracing::enabled!(tracing::Level::DEBUG) {
+        span.in_scope(|| {
+            tracing::debug!(
+                method = %response.request().method(),
+                route = response.request().match_pattern().as_deref().unwrap_or("-"),
+                status = response.status().as_u16(),
+                elapsed_us = started.elapsed().as_micros() as u64,
+                "request done"
+            )
+        });
+    }
     Ok(response)
 }

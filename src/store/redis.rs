@@ -1,7 +1,10 @@
 //! The Redis window store: one Lua script call per operation (see `lua/`), so
 //! each is atomic per subject and timed by the server's clock.
 //!
-//! One `fred` client, not a pool: fred pipelines concurrent commands on its
+//! Connections: each HTTP worker thread gets a `fred` client of its own
+//! ([`RedisStore::connect_this_thread`]), driven by that thread's runtime, so a
+//! request's script call never hops to another thread and back; every other
+//! caller shares the start-up client. Within a client, fred pipelines concurrent commands on its
 //! connection, and Redis runs scripts one at a time anyway, so more connections
 //! would add sockets without adding throughput (the benchmark runs 64 calls in
 //! flight on this one client). Against a cluster the client holds a connection
@@ -12,12 +15,14 @@
 //! reconnecting in the background. While disconnected every call fails at once
 //! with [`StoreError::Unavailable`] instead of queueing, so `/readyz` can say so.
 
+use std::cell::RefCell;
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use fred::prelude::{
-    ClientLike, Config, Error as FredError, ErrorKind, KeysInterface, ReconnectPolicy,
+    Client, ClientLike, Config, Error as FredError, ErrorKind, KeysInterface, ReconnectPolicy,
     SortedSetsInterface, Value,
 };
 use fred::types::scripts::Script;
@@ -32,6 +37,13 @@ use super::{
 };
 
 mod url;
+
+static NEXT_STORE_ID: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    /// Per-thread clients, by store id (a process may hold several stores).
+    static THREAD_CLIENTS: RefCell<Vec<(u64, Client)>> = const { RefCell::new(Vec::new()) };
+}
 
 use self::url::{fred_url, glob_escape};
 
@@ -72,7 +84,12 @@ impl Scripts {
 }
 
 pub struct RedisStore {
-    client: fred::clients::Client,
+    /// The start-up client: used by every thread without a client of its own.
+    client: Client,
+    /// Makes the per-thread clients, with the start-up client's settings.
+    builder: fred::types::Builder,
+    /// Tells this store's per-thread clients from another store's.
+    id: u64,
     timeout: Duration,
     scripts: Scripts,
 }
@@ -92,10 +109,9 @@ impl RedisStore {
         // Keep retrying a first connection that fails instead of giving up.
         config.fail_fast = false;
         let connect_timeout = timeout.max(Duration::from_millis(500));
-        let client = fred::types::Builder::from_config(config)
-            .with_performance_config(|perf| {
-                perf.default_command_timeout = timeout;
-            })
+        // Calls are bounded by `run_on`'s timeout alone: a second timer per
+        // call inside fred would only cost.
+        let builder = fred::types::Builder::from_config(config)
             .with_connection_config(|conn| {
                 conn.connection_timeout = connect_timeout;
                 conn.internal_command_timeout = connect_timeout;
@@ -107,6 +123,8 @@ impl RedisStore {
                 conn.unresponsive.interval = connect_timeout;
             })
             .set_policy(ReconnectPolicy::new_exponential(0, 100, 5_000, 2))
+            .clone();
+        let client = builder
             .build()
             .map_err(|e| StoreError::Unavailable(format!("Redis client: {}", e.details())))?;
 
@@ -116,6 +134,8 @@ impl RedisStore {
 
         let store = RedisStore {
             client,
+            builder,
+            id: NEXT_STORE_ID.fetch_add(1, Ordering::Relaxed),
             timeout,
             scripts: Scripts::new(),
         };
@@ -169,12 +189,56 @@ impl RedisStore {
         self.run(dels).await.map(|_| ())
     }
 
+    /// Give the calling thread a client of its own, connected in the
+    /// background by the thread's runtime (call it inside one, on each HTTP
+    /// worker thread as it starts). Until it is connected, and on threads
+    /// without one, calls use the start-up client.
+    pub fn connect_this_thread(&self) {
+        THREAD_CLIENTS.with(|clients| {
+            let mut clients = clients.borrow_mut();
+            if clients.iter().any(|(id, _)| *id == self.id) {
+                return;
+            }
+            match self.builder.build() {
+                Ok(client) => {
+                    let _connection = client.connect();
+                    clients.push((self.id, client));
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e.details(), "no Redis client for this thread; it shares the start-up client")
+                }
+            }
+        });
+    }
+
+    /// The calling thread's own client when it has a connected one, else
+    /// the start-up client.
+    fn client_here(&self) -> Client {
+        THREAD_CLIENTS
+            .with(|clients| {
+                clients
+                    .borrow()
+                    .iter()
+                    .find(|(id, client)| *id == self.id && client.is_connected())
+                    .map(|(_, client)| client.clone())
+            })
+            .unwrap_or_else(|| self.client.clone())
+    }
+
     /// Fail fast while disconnected, bound the call by the timeout, map errors.
     async fn run<T>(
         &self,
         call: impl Future<Output = Result<T, FredError>>,
     ) -> Result<T, StoreError> {
-        if !self.client.is_connected() {
+        self.run_on(&self.client, call).await
+    }
+
+    async fn run_on<T>(
+        &self,
+        client: &Client,
+        call: impl Future<Output = Result<T, FredError>>,
+    ) -> Result<T, StoreError> {
+        if !client.is_connected() {
             return Err(StoreError::Unavailable(
                 "not connected to Redis (reconnecting)".into(),
             ));
@@ -191,8 +255,12 @@ impl RedisStore {
         keys: Vec<&str>,
         args: Vec<Value>,
     ) -> Result<R, StoreError> {
-        self.run(script.evalsha_with_reload::<R, _, _>(&self.client, keys, args))
-            .await
+        let client = self.client_here();
+        self.run_on(
+            &client,
+            script.evalsha_with_reload::<R, _, _>(&client, keys, args),
+        )
+        .await
     }
 
     /// `reserve.lua` over `subjects` (and the code): one call, atomic.

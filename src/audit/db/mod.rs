@@ -22,8 +22,8 @@ pub enum AuditError {
     UnsupportedUrl,
 }
 
-/// Rows per INSERT statement: 16 binds a row stays far below both databases'
-/// bind limits.
+/// Rows per SQLite INSERT statement: 16 binds a row stays far below its bind
+/// limit. (PostgreSQL takes a whole batch as one set of arrays.)
 const ROWS_PER_STATEMENT: usize = 1000;
 
 #[derive(Clone, Debug)]
@@ -53,17 +53,19 @@ impl AuditDb {
         Ok(())
     }
 
-    /// Insert events; an id already present is skipped, which makes replays
-    /// after a crash idempotent. Returns the rows inserted.
+    /// Insert events, all or none; an id already present is skipped, which
+    /// makes replays after a crash idempotent. Returns the rows inserted.
+    /// PostgreSQL takes the batch as one `INSERT … SELECT FROM UNNEST` of
+    /// column arrays (16 binds, whatever the size); SQLite as multi-row
+    /// INSERTs in one transaction.
     pub async fn insert(&self, events: &[AuditEvent]) -> Result<u64, AuditError> {
-        let mut inserted = 0;
-        for chunk in events.chunks(ROWS_PER_STATEMENT) {
-            inserted += match self {
-                Self::Postgres(pool) => postgres::insert(pool, chunk).await?,
-                Self::Sqlite(pool) => sqlite::insert(pool, chunk).await?,
-            };
+        if events.is_empty() {
+            return Ok(0);
         }
-        Ok(inserted)
+        match self {
+            Self::Postgres(pool) => postgres::insert(pool, events).await,
+            Self::Sqlite(pool) => sqlite::insert(pool, events).await,
+        }
     }
 
     /// Newest first, after `cursor`, at most `limit` rows.
@@ -151,30 +153,6 @@ use push_conditions;
 /// `into_event`, then calls `repository!(DatabaseType, PoolType)`.
 macro_rules! repository {
     ($db:ty, $pool:ty) => {
-        pub async fn insert(pool: &$pool, events: &[AuditEvent]) -> Result<u64, AuditError> {
-            let mut qb = QueryBuilder::<$db>::new(format!("INSERT INTO audit_events ({COLUMNS}) "));
-            qb.push_values(events, |mut row, e| {
-                row.push_bind(bind_id(e.id))
-                    .push_bind(bind_time(e.occurred_at))
-                    .push_bind(e.action.as_str())
-                    .push_bind(e.decision.as_str())
-                    .push_bind(e.reason.clone())
-                    .push_bind(e.subject_kind.as_str())
-                    .push_bind(e.subject.clone())
-                    .push_bind(e.ip.clone())
-                    .push_bind(e.rule.clone())
-                    .push_bind(e.observed)
-                    .push_bind(e.limit)
-                    .push_bind(e.window_ms)
-                    .push_bind(e.retry_after_ms)
-                    .push_bind(e.request_id.clone())
-                    .push_bind(e.user_agent.clone())
-                    .push_bind(e.shadow);
-            });
-            qb.push(" ON CONFLICT (id) DO NOTHING");
-            Ok(qb.build().execute(pool).await?.rows_affected())
-        }
-
         pub async fn page(
             pool: &$pool,
             filter: &EventFilter,

@@ -70,3 +70,36 @@ impl Row {
 }
 
 repository!(Postgres, PgPool);
+
+/// One statement per batch: each column goes as one array bind.
+pub async fn insert(pool: &PgPool, events: &[AuditEvent]) -> Result<u64, AuditError> {
+    fn column<'a, T>(events: &'a [AuditEvent], f: impl Fn(&'a AuditEvent) -> T) -> Vec<T> {
+        events.iter().map(f).collect()
+    }
+    let sql = format!(
+        "INSERT INTO audit_events ({COLUMNS}) SELECT * FROM UNNEST(\
+         $1::uuid[], $2::timestamptz[], $3::text[], $4::text[], $5::text[], $6::text[], \
+         $7::text[], $8::text[], $9::text[], $10::bigint[], $11::bigint[], $12::bigint[], \
+         $13::bigint[], $14::text[], $15::text[], $16::bool[]) ON CONFLICT (id) DO NOTHING"
+    );
+    let done = sqlx::query(&sql)
+        .bind(column(events, |e| e.id))
+        .bind(column(events, |e| e.occurred_at))
+        .bind(column(events, |e| e.action.as_str()))
+        .bind(column(events, |e| e.decision.as_str()))
+        .bind(column(events, |e| e.reason.as_str()))
+        .bind(column(events, |e| e.subject_kind.as_str()))
+        .bind(column(events, |e| e.subject.as_str()))
+        .bind(column(events, |e| e.ip.as_deref()))
+        .bind(column(events, |e| e.rule.as_deref()))
+        .bind(column(events, |e| e.observed))
+        .bind(column(events, |e| e.limit))
+        .bind(column(events, |e| e.window_ms))
+        .bind(column(events, |e| e.retry_after_ms))
+        .bind(column(events, |e| e.request_id.as_deref()))
+        .bind(column(events, |e| e.user_agent.as_deref()))
+        .bind(column(events, |e| e.shadow))
+        .execute(pool)
+        .await?;
+    Ok(done.rows_affected())
+}

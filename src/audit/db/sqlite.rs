@@ -6,7 +6,9 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePo
 use sqlx::{FromRow, QueryBuilder, Sqlite};
 use uuid::Uuid;
 
-use super::{event_from_columns, push_conditions, repository, AuditError, COLUMNS};
+use super::{
+    event_from_columns, push_conditions, repository, AuditError, COLUMNS, ROWS_PER_STATEMENT,
+};
 use crate::audit::query::{Cursor, EventFilter};
 use crate::audit::AuditEvent;
 
@@ -80,3 +82,34 @@ impl Row {
 }
 
 repository!(Sqlite, SqlitePool);
+
+/// Multi-row INSERTs, all in one transaction (one commit, one fsync).
+pub async fn insert(pool: &SqlitePool, events: &[AuditEvent]) -> Result<u64, AuditError> {
+    let mut tx = pool.begin().await?;
+    let mut inserted = 0;
+    for chunk in events.chunks(ROWS_PER_STATEMENT) {
+        let mut qb = QueryBuilder::<Sqlite>::new(format!("INSERT INTO audit_events ({COLUMNS}) "));
+        qb.push_values(chunk, |mut row, e| {
+            row.push_bind(bind_id(e.id))
+                .push_bind(bind_time(e.occurred_at))
+                .push_bind(e.action.as_str())
+                .push_bind(e.decision.as_str())
+                .push_bind(e.reason.clone())
+                .push_bind(e.subject_kind.as_str())
+                .push_bind(e.subject.clone())
+                .push_bind(e.ip.clone())
+                .push_bind(e.rule.clone())
+                .push_bind(e.observed)
+                .push_bind(e.limit)
+                .push_bind(e.window_ms)
+                .push_bind(e.retry_after_ms)
+                .push_bind(e.request_id.clone())
+                .push_bind(e.user_agent.clone())
+                .push_bind(e.shadow);
+        });
+        qb.push(" ON CONFLICT (id) DO NOTHING");
+        inserted += qb.build().execute(&mut *tx).await?.rows_affected();
+    }
+    tx.commit().await?;
+    Ok(inserted)
+}
