@@ -11,6 +11,13 @@
 //! decisions/s: redis N      (64 calls in flight on one connection)
 //! ```
 //!
+//! then the in-process store's cost per call against the members one subject
+//! keeps (it must stay flat from 10 to 10,000):
+//!
+//! ```text
+//! memory, ns per call with N members kept: N  offer+undo X  refused Y
+//! ```
+//!
 //! then criterion's per-call latency. Redis is `TOLLGATE_BENCH_REDIS_URL`
 //! (default `redis://127.0.0.1:6379`); when it is unreachable the Redis part is
 //! skipped with a message. Its keys live under a random prefix and are deleted
@@ -111,6 +118,46 @@ async fn redis_rate(store: &RedisStore, keys: &Keys) -> Rate {
     }
 }
 
+/// One subject whose window keeps `kept` members (a busy IP, a global
+/// window): the cost of an offer that is admitted and taken back (a
+/// reservation that another subject refused), and of one that is refused.
+async fn memory_per_call(kept: u32) -> (f64, f64) {
+    const CALLS: u32 = 20_000;
+    let store = MemoryStore::new(Arc::new(SystemClock));
+    let key = Keys::new("tgbench").window("ip", "192.0.2.1", "login_attempt");
+    let room = [WindowSpec::enforce(kept + 1, 3_600_000)];
+    let full = [WindowSpec::enforce(kept, 3_600_000)];
+    for i in 0..kept {
+        offer(&store, &key, &room, &format!("fill-{i}")).await;
+    }
+    let started = Instant::now();
+    for i in 0..CALLS {
+        let member = format!("offer-{i}");
+        let verdict = offer(&store, &key, &room, &member).await;
+        assert_eq!(verdict, HitVerdict::Allowed);
+        store.undo(&key, &member).await.expect("a memory undo");
+    }
+    let admitted = started.elapsed().as_nanos() as f64 / f64::from(CALLS);
+    let started = Instant::now();
+    for i in 0..CALLS {
+        let verdict = offer(&store, &key, &full, &format!("refused-{i}")).await;
+        assert!(matches!(verdict, HitVerdict::Denied { .. }));
+    }
+    let refused = started.elapsed().as_nanos() as f64 / f64::from(CALLS);
+    (admitted, refused)
+}
+
+async fn offer(store: &MemoryStore, key: &str, windows: &[WindowSpec], member: &str) -> HitVerdict {
+    let request = HitRequest {
+        key,
+        windows,
+        member,
+        gate_open: false,
+        force: false,
+    };
+    store.hit(request).await.expect("a memory hit").verdict
+}
+
 fn print_rate(name: &str, rate: &Rate, how: &str) {
     println!("decisions/s: {name} {:.0}", rate.per_second);
     println!(
@@ -153,6 +200,12 @@ fn main() {
 
     let memory = rt.block_on(memory_rate());
     print_rate("memory", &memory, "in sequence");
+    for kept in [10, 100, 1_000, 10_000] {
+        let (admitted, refused) = rt.block_on(memory_per_call(kept));
+        println!(
+            "memory, ns per call with N members kept: {kept:>6}  offer+undo {admitted:>6.0}  refused {refused:>6.0}"
+        );
+    }
 
     let redis = rt.block_on(connect_redis());
     let redis_keys = Keys::new(format!("tgbench-{}", uuid::Uuid::new_v4()));

@@ -106,3 +106,15 @@ async fn simultaneous_failures_lock_once_and_an_admin_unblocks() {
         .await;
     assert_eq!(after.body["decision"], "allow");
 }
+
+#[tokio::test]
+async fn the_ip_block_is_exact_under_concurrency_across_nodes() {
+    let app = on_cluster(|s| {
+        s.login.captcha_after = 1000;
+        s.login.lock_after = 1000;
+        s.login.ip_captcha_after = 5;
+        s.login.ip_block_after = 5;
+    })
+    .await;
+    crate::login::assert_ip_block_is_exact(&app).await;
+}

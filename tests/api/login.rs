@@ -17,6 +17,8 @@ on_both_backends!(
     a_correct_password_is_still_denied_while_locked,
     check_counts_nothing,
     one_ip_failing_across_users_gets_a_captcha_then_a_block,
+    simultaneous_failures_from_one_ip_record_exactly_ip_block_after,
+    a_failure_refused_for_its_user_is_not_counted_against_its_ip,
     ipv6_addresses_of_one_64_share_a_counter,
     shadow_mode_answers_allow_and_audits_would_be_refusals,
 );
@@ -285,6 +287,77 @@ async fn one_ip_failing_across_users_gets_a_captcha_then_a_block(backend: Backen
             (AuditDecision::Deny, "ip 4/1h".to_string()),
         ]
     );
+}
+
+async fn simultaneous_failures_from_one_ip_record_exactly_ip_block_after(backend: Backend) {
+    let app = spawn_app(backend, |s| {
+        s.login.captcha_after = 1000;
+        s.login.lock_after = 1000;
+        s.login.ip_captcha_after = 5;
+        s.login.ip_block_after = 5;
+    })
+    .await;
+    assert_ip_block_is_exact(&app).await;
+}
+
+/// Sixty failures for sixty users from one IP at once, with a passed captcha:
+/// exactly `ip_block_after` (5) are recorded, one of them the block.
+pub async fn assert_ip_block_is_exact(app: &TestApp) {
+    let attempts = (0..60).map(|i| {
+        app.login_attempt(json!({
+            "user": format!("user{i}"), "ip": "203.0.113.77", "success": false, "captcha_passed": true,
+        }))
+    });
+    let answers = futures::future::join_all(attempts).await;
+    let count = |decision: &str, reason: Value| {
+        answers
+            .iter()
+            .filter(|a| a.body["decision"] == decision && a.body["reason"] == reason)
+            .count()
+    };
+    assert_eq!(
+        (
+            count("allow", Value::Null),
+            count("deny", json!("ip_blocked"))
+        ),
+        (5, 55),
+        "{:?}",
+        answers.iter().map(|a| &a.body).collect::<Vec<_>>()
+    );
+    app.flush_audit().await;
+    let blocks = app
+        .audit_events()
+        .iter()
+        .filter(|e| e.decision == AuditDecision::Lock && e.subject_kind == SubjectKind::Ip)
+        .count();
+    assert_eq!(blocks, 1, "the IP is blocked once");
+}
+
+async fn a_failure_refused_for_its_user_is_not_counted_against_its_ip(backend: Backend) {
+    let app = spawn_app(backend, |s| {
+        s.login.captcha_after = 1;
+        s.login.lock_after = 1000;
+        s.login.ip_captcha_after = 100;
+        s.login.ip_block_after = 100;
+    })
+    .await;
+    let ip = json!({ "ip": "203.0.113.78" });
+    assert_eq!(fail(&app, "carol", ip.clone()).await["decision"], "allow");
+    // Carol's own captcha tier refuses these: neither carol nor the IP counts them.
+    for _ in 0..3 {
+        assert_eq!(
+            fail(&app, "carol", ip.clone()).await["decision"],
+            "challenge"
+        );
+    }
+    assert_eq!(fail(&app, "dave", ip.clone()).await["decision"], "allow");
+    let metric = app.admin_get("/admin/api/subjects/ip/203.0.113.78").await;
+    let windows = metric.body["windows"].as_array().unwrap();
+    let login = windows
+        .iter()
+        .find(|w| w["action"] == "login_attempt")
+        .unwrap_or_else(|| panic!("{}", metric.body));
+    assert_eq!(login["count"], 2, "{}", metric.body);
 }
 
 async fn ipv6_addresses_of_one_64_share_a_counter(backend: Backend) {

@@ -2,13 +2,16 @@
 //! costs O(log n) or touches only the events it removes, so a subject that
 //! keeps thousands of members costs no more per call than one that keeps ten.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 
 /// A sorted set of events: `(time, member)`, ordered like a Redis ZSET (by
-/// score, then by member bytes), members unique.
+/// score, then by member bytes), members unique. `times` finds a member's
+/// time, so that finding the member itself is a binary search.
 #[derive(Debug, Clone, Default)]
 pub(super) struct Window {
-    events: VecDeque<(u64, Box<str>)>,
+    events: VecDeque<(u64, Arc<str>)>,
+    times: HashMap<Arc<str>, u64>,
 }
 
 impl Window {
@@ -28,7 +31,7 @@ impl Window {
             .front()
             .is_some_and(|(t, _)| t.saturating_add(longest) <= now)
         {
-            self.events.pop_front();
+            self.pop_oldest();
         }
     }
 
@@ -57,36 +60,45 @@ impl Window {
     /// `ZADD`: insert, or move an existing member to the new time.
     pub(super) fn add(&mut self, now: u64, member: &str) {
         self.remove(member);
+        let member: Arc<str> = member.into();
+        self.times.insert(member.clone(), now);
         let after_last = self
             .events
             .back()
-            .is_none_or(|(t, m)| (*t, &**m) <= (now, member));
+            .is_none_or(|(t, m)| (*t, &**m) <= (now, &*member));
         if after_last {
-            self.events.push_back((now, member.into()));
+            self.events.push_back((now, member));
         } else {
             let pos = self
                 .events
-                .partition_point(|(t, m)| (*t, &**m) < (now, member));
-            self.events.insert(pos, (now, member.into()));
+                .partition_point(|(t, m)| (*t, &**m) < (now, &*member));
+            self.events.insert(pos, (now, member));
         }
     }
 
-    /// `ZREM`. Searches from the newest end: the member taken back is almost
-    /// always the one just added.
+    /// `ZREM`. Removing near the newest end (the usual case: an event taken
+    /// back right after it was added) moves nothing.
     pub(super) fn remove(&mut self, member: &str) -> bool {
-        match self.events.iter().rposition(|(_, m)| &**m == member) {
-            Some(i) => {
-                self.events.remove(i);
-                true
-            }
-            None => false,
-        }
+        let Some(time) = self.times.remove(member) else {
+            return false;
+        };
+        let pos = self
+            .events
+            .partition_point(|(t, m)| (*t, &**m) < (time, member));
+        self.events.remove(pos);
+        true
     }
 
     /// Keep the `keep` newest events.
     pub(super) fn trim(&mut self, keep: usize) {
         while self.events.len() > keep {
-            self.events.pop_front();
+            self.pop_oldest();
+        }
+    }
+
+    fn pop_oldest(&mut self) {
+        if let Some((_, member)) = self.events.pop_front() {
+            self.times.remove(&member);
         }
     }
 }
@@ -110,6 +122,10 @@ mod tests {
         assert_eq!(w.count(30, 1), 1);
         assert!(w.remove("z"));
         assert!(!w.remove("z"));
+        assert!(w.remove("b"));
+        let order: Vec<_> = w.events.iter().map(|(t, m)| (*t, &**m)).collect();
+        assert_eq!(order, [(20, "c"), (30, "a")]);
+        assert_eq!(w.times.len(), 2);
     }
 
     #[test]
@@ -128,5 +144,6 @@ mod tests {
         assert_eq!(w.len(), 2);
         w.trim(1);
         assert_eq!(w.count(400, 1_000), 1);
+        assert_eq!(w.times.len(), 1, "the index forgets what was dropped");
     }
 }
