@@ -14,7 +14,8 @@ the peer's npm packages, then calls this with their paths. This script:
   (service, Redis, wrk) and, for tollgate, the audit events queued, written
   and spooled during the runs; then the ratio tollgate / peer;
 - then Redis bytes per tracked subject after 1,000 and 100,000 events for one
-  subject, and the throughput of two tollgate processes sharing one Redis.
+  subject, the throughput of two tollgate processes sharing one Redis, and
+  what logging at the default level costs (against logging nothing).
 
 Nothing here asserts: it prints figures. Standard library only.
 """
@@ -127,7 +128,7 @@ class Bench:
             os.path.join(self.tmp, "redis.log"))
         wait_port(REDIS_PORT, "redis")
 
-    def tollgate_config(self, port):
+    def tollgate_config(self, port, backend="redis"):
         path = os.path.join(self.tmp, f"tollgate-{port}.toml")
         with open(path, "w") as f:
             f.write(f"""
@@ -137,7 +138,7 @@ api_keys = ["{API_KEY}"]
 admin_tokens = ["bench-admin"]
 
 [store]
-backend = "redis"
+backend = "{backend}"
 redis_url = "redis://127.0.0.1:{REDIS_PORT}"
 
 [audit]
@@ -153,12 +154,12 @@ global_limits = [{{ limit = 100000000, window = "1m" }}]
 """)
         return path
 
-    def start_tollgate(self, port):
+    def start_tollgate(self, port, backend="redis", log_filter=None):
         # The development `log` SMS provider prints every code (target tollgate::sms);
         # a real provider is an HTTP call that logs nothing, so its line is
         # filtered out. Everything else logs at the default level.
-        env = {"RUST_LOG": os.environ.get("RUST_LOG", "info,tollgate::sms=error")}
-        proc = self.start([self.args.tollgate, "serve", "--config", self.tollgate_config(port)],
+        env = {"RUST_LOG": log_filter or os.environ.get("RUST_LOG", "info,tollgate::sms=error")}
+        proc = self.start([self.args.tollgate, "serve", "--config", self.tollgate_config(port, backend)],
                           os.path.join(self.tmp, f"tollgate-{port}.log"), env=env)
         wait_port(port, "tollgate")
         return proc
@@ -311,6 +312,29 @@ global_limits = [{{ limit = 100000000, window = "1m" }}]
         second.send_signal(signal.SIGTERM)
         second.wait(timeout=20)
 
+    def logging_cost(self):
+        """The in-process store (where logging weighs most), logging at the
+        default level against logging nothing, alternated."""
+        ports = {"info (default)": 18082, "off": 18083}
+        procs = [self.start_tollgate(port, "memory", "info" if "info" in name else "off")
+                 for name, port in ports.items()]
+        print(f"\n### Logging cost: /login/attempt, 1,000,000 users, in-process store "
+              f"(medians of {self.args.rounds} runs of {self.args.duration}s, alternated)")
+        print("| RUST_LOG | req/s | p99 ms |")
+        print("|---|---|---|")
+        runs = {name: [] for name in ports}
+        for _ in range(self.args.rounds):
+            for name, port in ports.items():
+                runs[name].append(self.finish(self.wrk(port, "login", 1_000_000, self.args.duration)))
+        for name in ports:
+            print(f"| {name} | {self.median(runs[name], 'rps'):,.0f} | "
+                  f"{self.median(runs[name], 'p99_us') / 1000:.2f} |")
+        cost = 1 - self.median(runs["info (default)"], "rps") / self.median(runs["off"], "rps")
+        print(f"logging at the default level costs {cost * 100:.1f} % of throughput")
+        for proc in procs:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=20)
+
     def run(self):
         psql("postgres", f"CREATE DATABASE {self.db}")
         self.start_redis()
@@ -322,6 +346,7 @@ global_limits = [{{ limit = 100000000, window = "1m" }}]
         if not self.args.no_extras:
             self.memory_per_subject()
             self.two_processes()
+            self.logging_cost()
         written = audit_counts(TOLLGATE_PORT)
         rows = int(psql(self.db, "SELECT count(*) FROM audit_events"))
         print(f"\naudit: {rows:,} rows in PostgreSQL; the service counted "

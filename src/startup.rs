@@ -50,6 +50,7 @@ impl Application {
 
     pub async fn build_with(settings: Settings, overrides: Overrides) -> anyhow::Result<Self> {
         let metrics = crate::metrics::install();
+        crate::domain::PhoneNumber::warm_up();
         let clock: Arc<dyn Clock> = overrides.clock.unwrap_or_else(|| Arc::new(SystemClock));
         let mut background = Vec::new();
         let mut sweep = |store: Arc<MemoryStore>| {

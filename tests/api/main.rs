@@ -16,6 +16,7 @@ mod login;
 mod openapi;
 mod process;
 mod reload;
+mod scale_out;
 mod sms_send;
 mod sms_verify;
 mod smtp;
