@@ -81,29 +81,30 @@ impl CaptchaVerifier {
                 match response.json::<SiteverifyAnswer>().await {
                     Ok(answer) => {
                         if !answer.success {
-                            tracing::info!(kind = ?self.kind, errors = ?answer.error_codes, "captcha token not accepted");
+                            tracing::info!(request_id = %crate::telemetry::request_id(), kind = ?self.kind, errors = ?answer.error_codes, "captcha token not accepted");
                         }
                         answer.success
                     }
                     Err(e) => {
-                        tracing::warn!(error = %e, "captcha siteverify answered unreadable JSON");
+                        tracing::warn!(request_id = %crate::telemetry::request_id(), error = %e, "captcha siteverify answered unreadable JSON");
                         false
                     }
                 }
             }
             Ok(response) => {
-                tracing::warn!(status = %response.status(), "captcha siteverify refused the call");
+                tracing::warn!(request_id = %crate::telemetry::request_id(), status = %response.status(), "captcha siteverify refused the call");
                 false
             }
             Err(e) if e.is_timeout() => {
                 tracing::warn!(
+                    request_id = %crate::telemetry::request_id(),
                     timeout_ms = self.timeout.as_millis() as u64,
                     "captcha siteverify timed out"
                 );
                 false
             }
             Err(e) => {
-                tracing::warn!(error = %e, "captcha siteverify unreachable");
+                tracing::warn!(request_id = %crate::telemetry::request_id(), error = %e, "captcha siteverify unreachable");
                 false
             }
         }

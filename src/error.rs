@@ -165,10 +165,10 @@ impl ResponseError for ApiError {
                 response.insert_header((header::WWW_AUTHENTICATE, "Bearer"));
             }
             ApiError::StoreUnavailable(cause) => {
-                tracing::error!(error = %cause, "store unavailable, failing closed");
+                tracing::error!(request_id = %crate::telemetry::request_id(), error = %cause, "store unavailable, failing closed");
             }
             ApiError::Internal(cause) => {
-                tracing::error!(error = ?cause, "internal error");
+                tracing::error!(request_id = %crate::telemetry::request_id(), error = ?cause, "internal error");
             }
             _ => {}
         }
@@ -195,7 +195,7 @@ impl From<SmsRefusal> for ApiError {
                 retry_after_ms,
             },
             SmsRefusal::DeliveryFailed(cause) => {
-                tracing::warn!(error = %cause, "sms delivery failed");
+                tracing::warn!(request_id = %crate::telemetry::request_id(), error = %cause, "sms delivery failed");
                 ApiError::DeliveryFailed
             }
             SmsRefusal::Store(e) => ApiError::StoreUnavailable(e),

@@ -11,6 +11,7 @@ impl SmsSender for LogSender {
     async fn send(&self, message: &SmsMessage) -> Result<(), DeliveryError> {
         tracing::warn!(
             target: "tollgate::sms",
+            request_id = %message.request_id,
             to = %message.to_masked,
             locale = %message.locale,
             body = %message.body,

@@ -72,7 +72,7 @@ impl Reservation<'_> {
             if let Err(e) = result {
                 // The event stays counted until its window passes: fail towards
                 // stricter limits, never towards a lost denial.
-                tracing::warn!(error = %e, "could not roll back a reservation");
+                tracing::warn!(request_id = %crate::telemetry::request_id(), error = %e, "could not roll back a reservation");
             }
         }
     }

@@ -199,7 +199,7 @@ impl SmsGuard {
         if let Err(error) = delivered {
             reservation.roll_back(store).await;
             if let Err(e) = store.delete(std::slice::from_ref(&otp_key)).await {
-                tracing::warn!(error = %e, "could not delete the code of a failed send");
+                tracing::warn!(request_id = %crate::telemetry::request_id(), error = %e, "could not delete the code of a failed send");
             }
             return Err(error.into());
         }

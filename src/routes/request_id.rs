@@ -1,5 +1,6 @@
-//! One span per request, tagged with a request id taken from `x-request-id`
-//! (when it is a sane token) or made up, and echoed in the response.
+//! A request id per request, taken from `x-request-id` (when it is a sane
+//! token) or made up, echoed in the response and named by the lines the
+//! request logs (a span per request at `debug`).
 
 use std::time::Instant;
 
@@ -31,13 +32,15 @@ pub async fn middleware(
 ) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
     let id = incoming(&req).unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
     req.extensions_mut().insert(RequestId(id.clone()));
-    // The span carries only the id: whatever a request logs names it. The
-    // line per request is at debug level, so that the default level costs a
-    // span and no formatted line; it names the route pattern, never the path
-    // (a path can hold a phone number).
-    let span = tracing::info_span!("request", request_id = %id);
+    // The id is a task-local that request-path log lines name (see
+    // `telemetry`); the span and the line per request are at debug level, so
+    // the default level formats nothing for a request that goes well. The line
+    // names the route pattern, never the path (a path can hold a phone number).
+    let span = tracing::debug_span!("request", request_id = %id);
     let started = Instant::now();
-    let mut response = next.call(req).instrument(span.clone()).await?;
+    let mut response =
+        crate::telemetry::with_request_id(id.clone(), next.call(req).instrument(span.clone()))
+            .await?;
     if let Ok(value) = HeaderValue::from_str(&id) {
         response.headers_mut().insert(HEADER, value);
     }

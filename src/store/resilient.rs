@@ -35,7 +35,7 @@ impl ResilientStore {
 
     fn failed(&self, e: &StoreError) {
         metrics::store_error();
-        tracing::warn!(error = %e, "store call failed");
+        tracing::warn!(request_id = %crate::telemetry::request_id(), error = %e, "store call failed");
     }
 }
 

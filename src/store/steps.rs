@@ -71,7 +71,7 @@ pub(super) async fn reserve<S: WindowStore + ?Sized>(
 pub(super) async fn undo_all<S: WindowStore + ?Sized>(store: &S, keys: &[&str], member: &str) {
     for result in join_all(keys.iter().map(|key| store.undo(key, member))).await {
         if let Err(e) = result {
-            tracing::warn!(error = %e, "could not take back a recorded event");
+            tracing::warn!(request_id = %crate::telemetry::request_id(), error = %e, "could not take back a recorded event");
         }
     }
 }

@@ -11,6 +11,8 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 pub struct Tollgate {
     pub child: tokio::process::Child,
     pub address: String,
+    /// Every line it has logged so far (JSON, stderr).
+    pub log: std::sync::Arc<parking_lot::Mutex<Vec<String>>>,
 }
 
 impl Tollgate {
@@ -42,10 +44,17 @@ impl Tollgate {
         .await
         .expect("tollgate listens within 30 s");
         // Keep draining the log so the child never blocks on a full pipe.
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        let log = std::sync::Arc::new(parking_lot::Mutex::new(Vec::new()));
+        let kept = log.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = lines.next_line().await {
+                kept.lock().push(line);
+            }
+        });
         Self {
             child,
             address: format!("http://{address}"),
+            log,
         }
     }
 
@@ -68,4 +77,62 @@ impl Tollgate {
             .unwrap();
         assert!(status.success());
     }
+}
+
+/// A store failure on the request path is logged with the request's id (at
+/// the default level, where requests get no span).
+#[tokio::test]
+async fn a_store_failure_is_logged_with_the_request_id() {
+    let dead_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port");
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("tollgate.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"
+[server]
+bind = "127.0.0.1:0"
+[store]
+backend = "redis"
+redis_url = "redis://127.0.0.1:{dead_port}"
+[audit]
+database_url = "sqlite://{}/audit.db?mode=rwc"
+spool_dir = "{}/spool"
+"#,
+            dir.path().display(),
+            dir.path().display()
+        ),
+    )
+    .unwrap();
+    let server = Tollgate::start(&config).await;
+    let response = reqwest::Client::new()
+        .post(format!("{}/login/check", server.address))
+        .header("x-request-id", "req-store-down-1")
+        .json(&json!({ "user": "alice" }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 503);
+    let logged = || {
+        server
+            .log
+            .lock()
+            .iter()
+            .filter(|l| l.contains("store unavailable"))
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    for _ in 0..50 {
+        if !logged().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let lines = logged();
+    assert_eq!(lines.len(), 1, "{:?}", server.log.lock());
+    let line: serde_json::Value = serde_json::from_str(&lines[0]).unwrap();
+    assert_eq!(line["request_id"], "req-store-down-1", "{line}");
 }

@@ -107,7 +107,7 @@ impl Refusal {
             ),
             Self::Api(e) => {
                 if matches!(e, ApiError::Internal(_) | ApiError::StoreUnavailable(_)) {
-                    tracing::error!(error = %e, "admin console");
+                    tracing::error!(request_id = %crate::telemetry::request_id(), error = %e, "admin console");
                 }
                 let status = e.status_code();
                 let title = match status {
@@ -286,6 +286,7 @@ async fn unblock_subject(
     let valid = given.is_some_and(|t| csrf::verify(&token, &subject, &t, Utc::now()));
     if cross_site || !valid {
         tracing::warn!(
+            request_id = %crate::telemetry::request_id(),
             subject_kind = subject.kind.as_str(),
             cross_site,
             "console unblock refused: missing or bad CSRF token"

@@ -140,7 +140,7 @@ fn audit_db(state: &AppState) -> Result<&AuditDb, ApiError> {
 }
 
 fn db_error(e: crate::audit::AuditError) -> ApiError {
-    tracing::warn!(error = %e, "admin query failed");
+    tracing::warn!(request_id = %crate::telemetry::request_id(), error = %e, "admin query failed");
     ApiError::AuditUnavailable
 }
 
