@@ -5,7 +5,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Serialize;
-use uuid::Uuid;
 
 use super::{ceil_secs, GuardContext, Policy, RequestInfo};
 use crate::audit::{AuditDecision, AuditEvent};
@@ -191,7 +190,7 @@ impl LoginGuard {
         } else {
             false
         };
-        let member = Uuid::now_v7().to_string();
+        let member = super::event_member();
         let outcome = self
             .ctx
             .store

@@ -3,7 +3,6 @@
 use std::sync::Arc;
 
 use tokio::sync::OnceCell;
-use uuid::Uuid;
 
 use super::reserve::{reserve, Refusal, SubjectHit};
 use super::{ceil_secs, code, GuardContext, RequestInfo};
@@ -159,7 +158,7 @@ impl SmsGuard {
             attempts: sms.max_verify_attempts,
             ttl_ms: sms.code_ttl.as_millis() as u64,
         };
-        let member = Uuid::now_v7().to_string();
+        let member = super::event_member();
         let store = self.ctx.store.as_ref();
         let reservation = reserve(
             store,
