@@ -65,10 +65,13 @@ async fn run(name: &str, url: &str) {
         .await
         .map(|r| r.len())
         .unwrap_or(0);
-    let spooled = if spool.path().join("spool").exists() {
-        "some spooled"
-    } else {
-        "none spooled"
+    // Anything in the spool directory (spool.jsonl, replay-*.jsonl) is an
+    // event that missed the database.
+    let spooled = match std::fs::read_dir(spool.path()).map(|d| d.count()) {
+        Ok(0) => "none spooled",
+        Ok(_) => "some spooled",
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => "none spooled",
+        Err(_) => "spool unreadable",
     };
     println!(
         "audit rows/s: {name} {:.0}   ({rows} rows in {:.2} s, batches of 500, {spooled})",

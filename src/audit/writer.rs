@@ -168,6 +168,7 @@ struct Writer {
 }
 
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
+const BACKLOG_BATCHES: usize = 8;
 const INSERT_TRIES: u32 = 3;
 
 impl Writer {
@@ -179,8 +180,11 @@ impl Writer {
         let mut closed = false;
         while !closed {
             // Wait for a first message, then gather until the batch is full,
-            // the flush interval has passed, or someone asks for a flush.
-            let first = queue.recv_many(&mut messages, self.batch_size);
+            // the flush interval has passed, or someone asks for a flush. A
+            // backlog is taken whole, up to BACKLOG_BATCHES batches at once:
+            // one transaction (SQLite) or one statement (PostgreSQL) for all
+            // of it, since a commit, not a row, is what costs.
+            let first = queue.recv_many(&mut messages, self.batch_size * BACKLOG_BATCHES);
             match tokio::time::timeout(self.flush_interval, first).await {
                 Ok(0) => closed = true,
                 Ok(_) => take_all(&mut messages, &mut batch, &mut acks),
