@@ -1,8 +1,13 @@
 //! JSON bodies: size limit, content type and parse errors all answered as
 //! DESIGN.md's JSON errors, never actix's default text.
 
+use actix_web::body::MessageBody;
+use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::error::JsonPayloadError;
+use actix_web::http::Method;
+use actix_web::middleware::Next;
 use actix_web::web::JsonConfig;
+use actix_web::HttpMessage;
 
 use super::BODY_LIMIT;
 use crate::error::ApiError;
@@ -25,4 +30,26 @@ pub fn config() -> JsonConfig {
             };
             api.into()
         })
+}
+
+/// A POST body must say `application/json` (parameters such as `charset`
+/// allowed): actix's JSON extractor alone also takes any `*/json` and
+/// `*/*+json` (`text/json`, `image/json`), which no client of this API sends.
+pub async fn require_application_json(
+    req: ServiceRequest,
+    next: Next<impl MessageBody>,
+) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
+    if req.method() == Method::POST && !is_application_json(&req) {
+        return Err(ApiError::UnsupportedMediaType.into());
+    }
+    next.call(req).await
+}
+
+fn is_application_json(req: &ServiceRequest) -> bool {
+    matches!(
+        req.mime_type(),
+        Ok(Some(mime)) if mime.type_() == "application"
+            && mime.subtype() == "json"
+            && mime.suffix().is_none()
+    )
 }

@@ -2,7 +2,7 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use serde::Deserialize;
 use utoipa::ToSchema;
 
-use super::{post, AppState};
+use super::{post_json, AppState};
 use crate::captcha::CaptchaProof;
 use crate::domain::Username;
 use crate::error::{ApiError, ErrorBody};
@@ -10,8 +10,8 @@ use crate::guard::login::{LoginAttempt, LoginDecision, LoginState};
 use crate::metrics;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.service(post("/login/check", check))
-        .service(post("/login/attempt", attempt));
+    cfg.service(post_json("/login/check", check))
+        .service(post_json("/login/attempt", attempt));
 }
 
 #[derive(Deserialize, ToSchema)]

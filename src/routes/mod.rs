@@ -67,6 +67,29 @@ where
         }))
 }
 
+/// [`post`] for a JSON body: one that is not `application/json` answers 415.
+pub(crate) fn post_json<F, Args>(
+    path: &str,
+    handler: F,
+) -> actix_web::Resource<
+    impl actix_web::dev::ServiceFactory<
+        actix_web::dev::ServiceRequest,
+        Config = (),
+        Response = actix_web::dev::ServiceResponse<impl actix_web::body::MessageBody>,
+        Error = actix_web::Error,
+        InitError = (),
+    >,
+>
+where
+    F: actix_web::Handler<Args>,
+    Args: actix_web::FromRequest + 'static,
+    F::Output: actix_web::Responder + 'static,
+{
+    post(path, handler).wrap(actix_web::middleware::from_fn(
+        json::require_application_json,
+    ))
+}
+
 /// A GET-only resource whose other methods answer a JSON 405 with `Allow`.
 pub(crate) fn get<F, Args>(path: &str, handler: F) -> actix_web::Resource
 where

@@ -3,7 +3,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::openapi::RateLimitedError;
-use super::{post, AppState};
+use super::{post_json, AppState};
 use crate::captcha::CaptchaProof;
 use crate::domain::{PhoneError, PhoneNumber};
 use crate::error::{ApiError, ErrorBody};
@@ -11,8 +11,8 @@ use crate::guard::sms::{SendRequest, SmsRefusal, Verified};
 use crate::metrics;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.service(post("/sms/send", send))
-        .service(post("/sms/verify", verify));
+    cfg.service(post_json("/sms/send", send))
+        .service(post_json("/sms/verify", verify));
 }
 
 #[derive(Deserialize, ToSchema)]

@@ -189,6 +189,51 @@ async fn malformed_json_oversized_bodies_and_wrong_content_types_are_json_errors
     assert_eq!(none.content_type.as_deref(), Some("application/json"));
 }
 
+/// Only `application/json` (with parameters) is JSON here: `text/json`,
+/// `image/json` and `+json` types answer 415 and send nothing.
+#[tokio::test]
+async fn only_application_json_is_accepted() {
+    let app = spawn_app(Backend::Memory, |_| {}).await;
+    let body = json!({ "phone": PHONE }).to_string();
+    for (path, kind, expected) in [
+        ("/sms/send", "text/json", 415),
+        ("/sms/send", "image/json", 415),
+        ("/sms/send", "application/merge-patch+json", 415),
+        ("/login/check", "text/json", 415),
+        ("/sms/send", "application/json; charset=utf-8", 200),
+        ("/sms/send", "Application/JSON", 200),
+    ] {
+        let body = if path == "/login/check" {
+            json!({ "user": "alice" }).to_string()
+        } else {
+            body.clone()
+        };
+        let answer = app
+            .send_raw(
+                app.client
+                    .post(format!("{}{path}", app.address))
+                    .bearer_auth(crate::helpers::API_KEY)
+                    .header("content-type", kind)
+                    .body(body),
+            )
+            .await;
+        assert_eq!(
+            answer.status.as_u16(),
+            expected,
+            "{path} {kind}: {}",
+            answer.body
+        );
+        if expected == 415 {
+            assert_eq!(answer.error(), "unsupported_media_type");
+        }
+    }
+    assert_eq!(
+        app.sms.messages().len(),
+        2,
+        "only the two JSON sends sent a code"
+    );
+}
+
 #[tokio::test]
 async fn unknown_routes_and_methods_answer_json() {
     let app = spawn_app(Backend::Memory, |_| {}).await;
