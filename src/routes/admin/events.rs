@@ -220,12 +220,27 @@ const CSV_HEADER: [&str; 16] = [
     "shadow",
 ];
 
+/// A cell that a spreadsheet would run as a formula (it starts with `=`, `+`,
+/// `-`, `@`, a tab or a carriage return) is written after a `'`, which
+/// spreadsheets take as "what follows is text" (OWASP's advice against CSV
+/// injection). User names, user agents and phone numbers come from outside:
+/// a phone reads `'+8613800138000`, safe and still whole, where a bare
+/// `+8613800138000` would become the number 8613800138000. A program reading
+/// the file drops one leading `'` from such a cell.
+fn cell(value: String) -> String {
+    if value.starts_with(['=', '+', '-', '@', '\t', '\r']) {
+        format!("'{value}")
+    } else {
+        value
+    }
+}
+
 fn csv_rows(events: &[AuditEvent], header: bool) -> Result<web::Bytes, csv::Error> {
     let mut out = csv::Writer::from_writer(Vec::with_capacity(events.len() * 200));
     if header {
         out.write_record(CSV_HEADER)?;
     }
-    let opt = |v: &Option<String>| v.clone().unwrap_or_default();
+    let opt = |v: &Option<String>| cell(v.clone().unwrap_or_default());
     let num = |v: Option<i64>| v.map(|n| n.to_string()).unwrap_or_default();
     for e in events {
         out.write_record([
@@ -233,9 +248,9 @@ fn csv_rows(events: &[AuditEvent], header: bool) -> Result<web::Bytes, csv::Erro
             rfc3339_ms::format(&e.occurred_at),
             e.action.as_str().to_string(),
             e.decision.as_str().to_string(),
-            e.reason.clone(),
+            cell(e.reason.clone()),
             e.subject_kind.as_str().to_string(),
-            e.subject.clone(),
+            cell(e.subject.clone()),
             opt(&e.ip),
             opt(&e.rule),
             num(e.observed),
