@@ -61,6 +61,12 @@ impl CaptchaVerifier {
         })
     }
 
+    /// Whether checking `proof` means a call to the provider (a token, with a
+    /// provider configured); `kind = "none"` decides locally.
+    pub fn asks_provider(&self, proof: &CaptchaProof) -> bool {
+        self.kind != CaptchaKind::None && proof.token.is_some()
+    }
+
     /// Whether the proof counts. `passed: true` counts only with `kind = "none"`;
     /// with a provider only a token it confirms counts. Provider failures count
     /// as not passed.

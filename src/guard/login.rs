@@ -180,36 +180,50 @@ impl LoginGuard {
         let user_subject = Subject::new(SubjectKind::User, attempt.user.as_str());
         let (window_key, lock_key) = self.user_keys(&attempt.user);
         let ip = self.ip_windows(&policy, info);
-        let captcha_passed = if attempt.captcha.token.is_some() || attempt.captcha.passed.is_some()
-        {
-            let remote_ip = info.ip.map(|ip| ip.to_string());
-            policy
+        let remote_ip = info.ip.map(|ip| ip.to_string());
+        // A token goes to the provider only when it can change the answer: the
+        // attempt is challenged and nothing else refuses it (a blocked IP
+        // spraying tokens costs no provider calls). The store records nothing
+        // for a challenged attempt, so it is asked again once the token passed.
+        // In shadow mode the store records on the first call: the token is
+        // checked first.
+        let ask_later = policy.captcha.asks_provider(&attempt.captcha) && !shadow;
+        let captcha_passed = !ask_later
+            && policy
+                .captcha
+                .passed(&attempt.captcha, remote_ip.as_deref())
+                .await;
+        let member = super::event_member();
+        let ip_window = ip.as_ref().map(|ip| IpFailureWindow {
+            key: &ip.key,
+            captcha_after: policy.ip_captcha.limit,
+            block_after: policy.ip_block.limit,
+            window_ms: policy.ip_block.window_ms(),
+        });
+        let request = |captcha_passed| LoginRequest {
+            window_key: &window_key,
+            lock_key: &lock_key,
+            policy: &policy.login_store,
+            success: attempt.success,
+            captcha_passed,
+            member: &member,
+            shadow,
+            ip: ip_window,
+        };
+        let mut outcome = self.ctx.store.login(request(captcha_passed)).await?;
+        let only_challenged = outcome.user.verdict == LoginVerdict::Challenged
+            && !outcome
+                .ip
+                .is_some_and(|seen| seen.blocked_retry_after_ms.is_some());
+        if ask_later
+            && only_challenged
+            && policy
                 .captcha
                 .passed(&attempt.captcha, remote_ip.as_deref())
                 .await
-        } else {
-            false
-        };
-        let member = super::event_member();
-        let outcome = self
-            .ctx
-            .store
-            .login(LoginRequest {
-                window_key: &window_key,
-                lock_key: &lock_key,
-                policy: &policy.login_store,
-                success: attempt.success,
-                captcha_passed,
-                member: &member,
-                shadow,
-                ip: ip.as_ref().map(|ip| IpFailureWindow {
-                    key: &ip.key,
-                    captcha_after: policy.ip_captcha.limit,
-                    block_after: policy.ip_block.limit,
-                    window_ms: policy.ip_block.window_ms(),
-                }),
-            })
-            .await?;
+        {
+            outcome = self.ctx.store.login(request(true)).await?;
+        }
         let recorded = outcome.recorded(shadow);
         let user = &outcome.user;
         let failures = user.failures;

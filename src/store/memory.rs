@@ -134,14 +134,13 @@ impl Subject {
     }
 
     /// The window at `key`, changed in place by `f`, as Redis would: a missing
-    /// key is an empty set, and a set left empty is no key at all. With
-    /// `expires_at` the key's expiry is set (when `f` left events).
+    /// key is an empty set, and a set left empty is no key at all. When `f`
+    /// answers an expiry too, the key's is set to it (if `f` left events).
     fn change_window<T>(
         &mut self,
         key: &str,
         now: u64,
-        expires_at: Option<u64>,
-        f: impl FnOnce(&mut Window) -> T,
+        f: impl FnOnce(&mut Window) -> (T, Option<u64>),
     ) -> Result<T, StoreError> {
         if self.live(key, now).is_none() {
             self.entries.insert(
@@ -156,7 +155,7 @@ impl Subject {
         let Value::Window(window) = &mut entry.value else {
             return Err(wrong_type(key, &entry.value, "window"));
         };
-        let out = f(window);
+        let (out, expires_at) = f(window);
         if window.is_empty() {
             self.entries.remove(key);
         } else if expires_at.is_some() {
@@ -247,8 +246,7 @@ impl WindowStore for MemoryStore {
         let keep = specs.iter().map(|w| w.limit).max().unwrap_or(0) as usize;
         let now = self.clock.now_ms();
         self.with_subject(req.key, |subject| {
-            let expires_at = Some(now + longest);
-            subject.change_window(req.key, now, expires_at, |window| {
+            subject.change_window(req.key, now, |window| {
                 window.prune(now, longest);
                 let counts: Vec<u32> = specs
                     .iter()
@@ -266,12 +264,15 @@ impl WindowStore for MemoryStore {
                     .map(|w| window.wait(now, w.limit, w.window_ms))
                     .max()
                     .unwrap_or(0);
-                HitOutcome {
+                // As in Redis, only a recorded event moves the key's expiry.
+                let expires_at = added.then_some(now + longest);
+                let outcome = HitOutcome {
                     verdict,
                     added,
                     counts,
                     next_retry_after_ms,
-                }
+                };
+                (outcome, expires_at)
             })
         })
     }
@@ -301,8 +302,9 @@ impl WindowStore for MemoryStore {
             if subject.live(key, now).is_none() {
                 return Ok(());
             }
-            subject.change_window(key, now, None, |window| {
+            subject.change_window(key, now, |window| {
                 window.remove(member);
+                ((), None)
             })
         })
     }
@@ -351,15 +353,15 @@ impl WindowStore for MemoryStore {
                 }
                 return Ok(outcome);
             }
-            let (after, lock_count) =
-                subject.change_window(req.window_key, now, Some(now + longest), |window| {
-                    window.add(now, req.member);
-                    window.trim(keep);
-                    (
-                        window.count(now, p.captcha_window_ms),
-                        window.count(now, p.lock_window_ms),
-                    )
-                })?;
+            let (after, lock_count) = subject.change_window(req.window_key, now, |window| {
+                window.add(now, req.member);
+                window.trim(keep);
+                let counts = (
+                    window.count(now, p.captcha_window_ms),
+                    window.count(now, p.lock_window_ms),
+                );
+                (counts, Some(now + longest))
+            })?;
             if may_lock && lock_count >= p.lock_after {
                 let level = match prev {
                     Some((until, level)) if now.saturating_sub(until) <= p.escalation_reset_ms => {

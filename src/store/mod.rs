@@ -303,12 +303,13 @@ pub enum OtpOutcome {
 /// or the injected [`Clock`]).
 ///
 /// Window semantics: an event at time `t` counts in a window of length `w`
-/// while `now - w < t <= now`. Members older than the longest window are
-/// dropped on every hit; at most `max(limit)` newest members are kept.
+/// while `now - w < t <= now`. At most `max(limit)` newest members are kept
+/// (older ones count in no window and go as newer ones come), and a subject's
+/// key expires its longest window after its last recorded event.
 #[async_trait]
 pub trait WindowStore: Send + Sync {
     /// Offer one event to one subject, atomically:
-    /// 1. drop members older than the longest window;
+    /// 1. (a backend may drop members older than the longest window);
     /// 2. count every window;
     /// 3. verdict: `Denied` when an `Enforce` window has `count >= limit` (the
     ///    refusing window with the longest wait is reported; its wait is when
@@ -316,8 +317,8 @@ pub trait WindowStore: Send + Sync {
     ///    leaves it); else `Gated` when a `Gate` window is full and
     ///    `!gate_open`; else `Allowed`;
     /// 4. add the member (score = now) when `Allowed` or `force`;
-    /// 5. keep the `max(limit)` newest members, set the key to expire after the
-    ///    longest window;
+    /// 5. when the member was added: keep the `max(limit)` newest members,
+    ///    set the key to expire after the longest window;
     /// 6. compute `next_retry_after_ms` from the counts after the add.
     async fn hit(&self, req: HitRequest<'_>) -> Result<HitOutcome, StoreError>;
 

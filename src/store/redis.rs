@@ -181,12 +181,12 @@ impl RedisStore {
 
     /// One `DEL` per key, pipelined: the keys may be in different slots.
     async fn delete_keys(&self, keys: Vec<fred::types::Key>) -> Result<(), StoreError> {
-        let client = &self.client;
+        let client = &self.client_here();
         let dels = futures::stream::iter(keys)
             .map(|key| client.del::<i64, _>(key))
             .buffer_unordered(64)
             .try_collect::<Vec<i64>>();
-        self.run(dels).await.map(|_| ())
+        self.run_on(client, dels).await.map(|_| ())
     }
 
     /// Give the calling thread a client of its own, connected in the
@@ -542,7 +542,8 @@ impl WindowStore for RedisStore {
     }
 
     async fn undo(&self, key: &str, member: &str) -> Result<(), StoreError> {
-        self.run(self.client.zrem::<i64, _, _>(key, member))
+        let client = self.client_here();
+        self.run_on(&client, client.zrem::<i64, _, _>(key, member))
             .await
             .map(|_| ())
     }

@@ -268,3 +268,40 @@ async fn a_confirmed_token_lets_a_login_attempt_through_the_captcha_tier() {
         vec![expected_form("bad", IP), expected_form("good", IP)]
     );
 }
+
+/// A token from a blocked IP, or one an attempt does not need, never reaches
+/// the provider: only a challenged attempt asks it.
+#[tokio::test]
+async fn a_token_is_checked_only_when_the_attempt_is_challenged() {
+    let server = MockServer::start().await;
+    siteverify_answers(
+        &server,
+        ResponseTemplate::new(200).set_body_json(json!({ "success": true })),
+    )
+    .await;
+    let app = app_with_captcha(CaptchaKind::Turnstile, &server, |s| {
+        s.login.captcha_after = 5;
+        s.login.ip_captcha_after = 100;
+        s.login.ip_block_after = 2;
+    })
+    .await;
+    let attempt = |user: &str| {
+        app.login_attempt(
+            json!({ "user": user, "ip": IP, "success": false, "captcha_token": "good" }),
+        )
+    };
+
+    // Not challenged: the token is not needed, so not checked.
+    for user in ["u1", "u2"] {
+        let recorded = attempt(user).await;
+        assert_eq!(recorded.body["decision"], "allow", "{}", recorded.body);
+    }
+    // The IP is blocked now: refused without asking the provider.
+    let blocked = attempt("u3").await;
+    assert_eq!(blocked.body["reason"], "ip_blocked", "{}", blocked.body);
+    assert!(
+        forms(&server).await.is_empty(),
+        "{:?}",
+        forms(&server).await
+    );
+}
