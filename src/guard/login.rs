@@ -212,9 +212,9 @@ impl LoginGuard {
         };
         let mut outcome = self.ctx.store.login(request(captcha_passed)).await?;
         let only_challenged = outcome.user.verdict == LoginVerdict::Challenged
-            && !outcome
+            && outcome
                 .ip
-                .is_some_and(|seen| seen.blocked_retry_after_ms.is_some());
+                .is_none_or(|seen| seen.blocked_retry_after_ms.is_none());
         if ask_later
             && only_challenged
             && policy
