@@ -2,6 +2,7 @@
 //! `TOLLGATE__SECTION__KEY` environment variables, layered in that order and
 //! validated once at start-up. Every error names the offending key.
 
+mod duration;
 mod secret;
 mod validate;
 
@@ -91,7 +92,7 @@ pub struct StoreSettings {
     pub key_prefix: String,
     pub on_error: OnStoreError,
     /// Upper bound of one Redis call.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "duration")]
     pub timeout: Duration,
 }
 
@@ -101,11 +102,11 @@ pub struct AuditSettings {
     /// `sqlite://file?mode=rwc` or `postgres://...`.
     pub database_url: SecretUrl,
     pub batch_size: usize,
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "duration")]
     pub flush_interval: Duration,
     pub spool_dir: String,
     pub queue_capacity: usize,
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "duration")]
     pub retention: Duration,
 }
 
@@ -114,7 +115,7 @@ pub struct AuditSettings {
 #[serde(deny_unknown_fields)]
 pub struct LimitSetting {
     pub limit: u32,
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "duration")]
     pub window: Duration,
 }
 
@@ -122,7 +123,7 @@ pub struct LimitSetting {
 #[serde(deny_unknown_fields)]
 pub struct SmsSettings {
     pub code_length: u32,
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "duration")]
     pub code_ttl: Duration,
     /// HMAC key for stored codes. Empty: one random key is created in the store
     /// and shared by every instance; set it in production.
@@ -133,7 +134,7 @@ pub struct SmsSettings {
     pub denied_regions: Vec<String>,
     /// Sends per phone or IP within `captcha_window` after which a captcha is needed.
     pub captcha_after: u32,
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "duration")]
     pub captcha_window: Duration,
     pub phone_limits: Vec<LimitSetting>,
     pub ip_limits: Vec<LimitSetting>,
@@ -164,7 +165,7 @@ pub struct SmsProviderSettings {
     /// Extra headers of webhook requests.
     pub headers: BTreeMap<String, Secret>,
     /// Upper bound of one provider call (connect, send, answer); never retried.
-    #[serde(with = "humantime_serde", default = "default_provider_timeout")]
+    #[serde(with = "duration", default = "default_provider_timeout")]
     pub timeout: Duration,
 }
 
@@ -180,19 +181,19 @@ fn default_locale() -> String {
 #[serde(deny_unknown_fields)]
 pub struct LoginSettings {
     pub captcha_after: u32,
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "duration")]
     pub captcha_window: Duration,
     pub lock_after: u32,
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "duration")]
     pub lock_window: Duration,
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "duration")]
     pub lock_duration: Duration,
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "duration")]
     pub lock_max_duration: Duration,
     pub reset_on_success: bool,
     pub ip_captcha_after: u32,
     pub ip_block_after: u32,
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "duration")]
     pub ip_window: Duration,
 }
 
@@ -213,7 +214,7 @@ pub struct CaptchaSettings {
     /// Overrides the provider's siteverify address.
     pub verify_url: String,
     /// Upper bound of one siteverify call; a timeout counts as not passed.
-    #[serde(with = "humantime_serde", default = "default_provider_timeout")]
+    #[serde(with = "duration", default = "default_provider_timeout")]
     pub timeout: Duration,
 }
 
@@ -225,9 +226,9 @@ pub struct EmailSettings {
     pub from: String,
     pub admin_alerts_to: Vec<String>,
     pub alert_threshold: u32,
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "duration")]
     pub alert_window: Duration,
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "duration")]
     pub alert_interval: Duration,
     /// Locale of the admin alert digests (`templates/email/<locale>/`).
     #[serde(default = "default_locale")]

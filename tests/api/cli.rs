@@ -74,6 +74,31 @@ headers = { "X-Api-Key" = "header-secret" }
     assert_eq!(parsed["store"]["backend"].as_str(), Some("redis"));
 }
 
+/// Durations come out as a config file writes them, and read back the same.
+#[test]
+fn check_config_prints_durations_as_the_configuration_writes_them() {
+    let (ok, stdout, stderr) = tollgate(&["check-config"], &[]);
+    assert!(ok, "{stderr}");
+    for line in [
+        "retention = \"90d\"",
+        "timeout = \"100ms\"",
+        "code_ttl = \"5m\"",
+        "lock_max_duration = \"1d\"",
+        "flush_interval = \"200ms\"",
+    ] {
+        assert!(
+            stdout.lines().any(|l| l == line),
+            "no `{line}` in:\n{stdout}"
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("printed.toml");
+    std::fs::write(&file, &stdout).unwrap();
+    let (ok, again, stderr) = tollgate(&["check-config", "--config", file.to_str().unwrap()], &[]);
+    assert!(ok, "the printed config loads again: {stderr}");
+    assert_eq!(again, stdout);
+}
+
 #[test]
 fn check_config_names_the_offending_key_and_exits_1() {
     let cases = [

@@ -1,0 +1,52 @@
+//! Durations as the configuration writes them: read by humantime (`"500ms"`,
+//! `"90d"`, `"1h 30m"`), written in the largest unit that divides them exactly
+//! (`"90d"`, not humantime's `"2months 29days 2h 52m 48s"`), so that
+//! `check-config` prints what a file would say.
+
+use std::time::Duration;
+
+use serde::Serializer;
+
+pub use humantime_serde::deserialize;
+
+use crate::domain::rule::format_window;
+
+pub fn serialize<S: Serializer>(duration: &Duration, serializer: S) -> Result<S::Ok, S::Error> {
+    if duration.subsec_nanos() % 1_000_000 != 0 {
+        // Finer than a millisecond: no unit of the configuration's says it.
+        return humantime_serde::serialize(duration, serializer);
+    }
+    match u64::try_from(duration.as_millis()) {
+        Ok(ms) => serializer.serialize_str(&format_window(ms)),
+        Err(_) => humantime_serde::serialize(duration, serializer),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Serialize};
+
+    #[derive(Serialize, Deserialize, PartialEq, Debug)]
+    struct Holder {
+        #[serde(with = "super")]
+        d: Duration,
+    }
+
+    #[test]
+    fn durations_print_in_the_largest_exact_unit_and_read_back() {
+        for (duration, written) in [
+            (Duration::from_secs(90 * 86_400), "90d"),
+            (Duration::from_secs(300), "5m"),
+            (Duration::from_secs(5400), "90m"),
+            (Duration::from_millis(100), "100ms"),
+            (Duration::from_millis(1500), "1500ms"),
+            (Duration::from_secs(3600), "1h"),
+        ] {
+            let text = toml::to_string(&Holder { d: duration }).unwrap();
+            assert_eq!(text.trim(), format!("d = \"{written}\""));
+            assert_eq!(toml::from_str::<Holder>(&text).unwrap().d, duration);
+        }
+    }
+}
