@@ -19,6 +19,7 @@ on_both_backends!(
     one_ip_failing_across_users_gets_a_captcha_then_a_block,
     simultaneous_failures_from_one_ip_record_exactly_ip_block_after,
     a_failure_refused_for_its_user_is_not_counted_against_its_ip,
+    names_that_look_alike_share_one_counter,
     ipv6_addresses_of_one_64_share_a_counter,
     shadow_mode_answers_allow_and_audits_would_be_refusals,
 );
@@ -358,6 +359,20 @@ async fn a_failure_refused_for_its_user_is_not_counted_against_its_ip(backend: B
         .find(|w| w["action"] == "login_attempt")
         .unwrap_or_else(|| panic!("{}", metric.body));
     assert_eq!(login["count"], 2, "{}", metric.body);
+}
+
+async fn names_that_look_alike_share_one_counter(backend: Backend) {
+    let app = spawn_app(backend, |s| s.login.captcha_after = 1000).await;
+    for name in [
+        "alice\u{200b}",
+        "al\u{ad}ice",
+        "\u{feff}ALICE",
+        "Ａｌｉｃｅ",
+    ] {
+        fail(&app, name, json!({})).await;
+    }
+    let check = app.login_check(json!({ "user": "alice" })).await;
+    assert_eq!(check.body["failures"], 4, "{}", check.body);
 }
 
 async fn ipv6_addresses_of_one_64_share_a_counter(backend: Backend) {
