@@ -441,12 +441,57 @@ on_both_backends!(
     a_locked_user_shows_its_state_and_unblock_clears_it,
     a_rate_limited_phone_is_named_by_an_encoded_or_raw_plus,
     a_blocked_ip_is_unblocked,
+    subject_ids_in_paths_are_decoded_once,
 );
 
 async fn fail(app: &TestApp, user: &str, ip: &str) -> Value {
     app.login_attempt(json!({ "user": user, "ip": ip, "success": false, "captcha_passed": true }))
         .await
         .body
+}
+
+/// A user literally named `a%2Fb` is `a%252Fb` in a path, and stays `a%2Fb`;
+/// an IPv4 range is no subject (it used to become its first address).
+async fn subject_ids_in_paths_are_decoded_once(backend: Backend) {
+    let app = spawn_app(backend, |s| s.login.captcha_after = 1000).await;
+    fail(&app, "a%2Fb", "203.0.113.20").await;
+    for path in [
+        "/admin/api/subjects/user/a%252Fb",
+        "/admin/subjects/user/a%252Fb",
+    ] {
+        let answer = if path.starts_with("/admin/api") {
+            app.admin_get(path).await
+        } else {
+            app.send_raw(
+                app.client
+                    .get(format!("{}{path}", app.address))
+                    .bearer_auth(ADMIN_TOKEN),
+            )
+            .await
+        };
+        assert_eq!(answer.status, 200, "{path}: {}", answer.body);
+        if path.starts_with("/admin/api") {
+            assert_eq!(answer.body["id"], "a%2fb", "{}", answer.body);
+            let window = &answer.body["windows"][0];
+            assert_eq!(window["count"], 1, "{}", answer.body);
+        } else {
+            let page = answer.body.as_str().unwrap_or_default().to_string();
+            assert!(page.contains("a%2fb"), "{page}");
+        }
+    }
+    let unblocked = app
+        .admin_post("/admin/api/subjects/user/a%252Fb/unblock")
+        .await;
+    assert_eq!(unblocked.status, 200, "{}", unblocked.body);
+    assert_eq!(unblocked.body["id"], "a%2fb");
+
+    for range in ["10.0.0.0%2F8", "10.0.0.0%2F32", "2001:db8::%2F48"] {
+        let answer = app
+            .admin_get(&format!("/admin/api/subjects/ip/{range}"))
+            .await;
+        assert_eq!(answer.status, 400, "{range}: {}", answer.body);
+        assert_eq!(answer.error(), "invalid_request");
+    }
 }
 
 async fn a_locked_user_shows_its_state_and_unblock_clears_it(backend: Backend) {

@@ -137,11 +137,7 @@ fn authenticate(state: &AppState, req: &HttpRequest) -> Result<(RequestInfo, Sec
 }
 
 fn path_subject(req: &HttpRequest) -> Result<Subject, Refusal> {
-    let (kind, id) = req
-        .match_info()
-        .load::<(String, String)>()
-        .map_err(|e| ApiError::InvalidRequest(format!("invalid path: {e}")))?;
-    Ok(subjects::subject(&kind, &id)?)
+    Ok(subjects::path_subject(req, "/admin/subjects/")?)
 }
 
 fn see_other(location: &str) -> HttpResponse {

@@ -8,33 +8,58 @@ use crate::routes::AppState;
 
 /// `{kind}/{id}` from the path, the id normalised as the guards store it
 /// (`%2B8613800138000` and a raw `+` both name the phone `+8613800138000`).
+/// The `{kind}/{id}` that follows `prefix` in the request's path, the id
+/// percent-decoded exactly once. actix decodes path parameters but leaves
+/// `%2F` encoded, so decoding that again would turn a user literally named
+/// `a%2Fb` (sent as `a%252Fb`) into `a/b`; the raw path avoids both.
+const API_PREFIX: &str = "/admin/api/subjects/";
+
+pub(super) fn path_subject(req: &HttpRequest, prefix: &str) -> Result<Subject, ApiError> {
+    let malformed = || ApiError::InvalidRequest("the path names no subject".into());
+    let rest = req
+        .uri()
+        .path()
+        .strip_prefix(prefix)
+        .ok_or_else(malformed)?;
+    let rest = rest.strip_suffix("/unblock").unwrap_or(rest);
+    let (kind, id) = rest.split_once('/').ok_or_else(malformed)?;
+    let id = percent_encoding::percent_decode_str(id)
+        .decode_utf8()
+        .map_err(|_| ApiError::InvalidRequest("the subject id is not UTF-8".into()))?;
+    subject(kind, &id)
+}
+
 pub(super) fn subject(kind: &str, id: &str) -> Result<Subject, ApiError> {
     let kind = SubjectKind::parse(kind)
         .ok_or_else(|| ApiError::InvalidRequest(format!("unknown subject kind {kind:?}")))?;
-    let id = id.replace("%2F", "/").replace("%2f", "/");
     let invalid = |what: &str| ApiError::InvalidRequest(format!("{id:?} is not {what}"));
     let id = match kind {
-        SubjectKind::Phone => PhoneNumber::parse(&id)
+        SubjectKind::Phone => PhoneNumber::parse(id)
             .map_err(|e| match e {
                 PhoneError::Empty => ApiError::InvalidRequest(e.to_string()),
                 other => ApiError::InvalidPhone(other.to_string()),
             })?
             .e164()
             .to_string(),
-        SubjectKind::User => Username::parse(&id)
+        SubjectKind::User => Username::parse(id)
             .map_err(|e| ApiError::InvalidRequest(e.to_string()))?
             .as_str()
             .to_string(),
         SubjectKind::Ip => {
+            // An IPv6 subject is its /64, written as one; any other range is
+            // not a subject (it used to be read as its first address).
             let ip = if id.contains('/') {
-                parse_cidr(&id).map(|net| ClientIp::new(net.network()))
+                parse_cidr(id)
+                    .filter(|net| net.addr().is_ipv6() && net.prefix_len() == 64)
+                    .map(|net| ClientIp::new(net.network()))
+                    .ok_or_else(|| invalid("an IP address (a range is not a subject)"))?
             } else {
-                ClientIp::parse(&id)
+                ClientIp::parse(id).ok_or_else(|| invalid("an IP address"))?
             };
-            ip.ok_or_else(|| invalid("an IP address"))?.subject_id()
+            ip.subject_id()
         }
         SubjectKind::Prefix => {
-            let digits = id.strip_prefix('+').unwrap_or(&id);
+            let digits = id.strip_prefix('+').unwrap_or(id);
             if digits.is_empty() || digits.len() > 15 || !digits.chars().all(|c| c.is_ascii_digit())
             {
                 return Err(invalid("a number prefix such as +8613800"));
@@ -42,10 +67,10 @@ pub(super) fn subject(kind: &str, id: &str) -> Result<Subject, ApiError> {
             format!("+{digits}")
         }
         SubjectKind::Global => {
-            if Action::parse(&id) != Some(Action::SmsSend) {
+            if Action::parse(id) != Some(Action::SmsSend) {
                 return Err(invalid("a global subject (sms_send)"));
             }
-            id
+            id.to_string()
         }
     };
     Ok(Subject::new(kind, id))
@@ -71,13 +96,9 @@ pub(super) fn subject(kind: &str, id: &str) -> Result<Subject, ApiError> {
     ),
     security(("admin_token" = [])),
 )]
-pub async fn state(
-    state: web::Data<AppState>,
-    req: HttpRequest,
-    path: web::Path<(String, String)>,
-) -> Result<HttpResponse, ApiError> {
+pub async fn state(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpResponse, ApiError> {
     state.access.admin(&req)?;
-    let subject = subject(&path.0, &path.1)?;
+    let subject = path_subject(&req, API_PREFIX)?;
     Ok(HttpResponse::Ok().json(state.admin.state(&subject).await?))
 }
 
@@ -104,9 +125,8 @@ pub async fn state(
 pub async fn unblock(
     state: web::Data<AppState>,
     req: HttpRequest,
-    path: web::Path<(String, String)>,
 ) -> Result<HttpResponse, ApiError> {
     let info = state.access.admin(&req)?;
-    let subject = subject(&path.0, &path.1)?;
+    let subject = path_subject(&req, API_PREFIX)?;
     Ok(HttpResponse::Ok().json(state.admin.unblock(&subject, &info).await?))
 }
