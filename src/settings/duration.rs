@@ -12,7 +12,7 @@ pub use humantime_serde::deserialize;
 use crate::domain::rule::format_window;
 
 pub fn serialize<S: Serializer>(duration: &Duration, serializer: S) -> Result<S::Ok, S::Error> {
-    if duration.subsec_nanos() % 1_000_000 != 0 {
+    if !duration.subsec_nanos().is_multiple_of(1_000_000) {
         // Finer than a millisecond: no unit of the configuration's says it.
         return humantime_serde::serialize(duration, serializer);
     }
