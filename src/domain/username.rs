@@ -33,14 +33,17 @@ fn default_ignorable(c: char) -> bool {
 
 impl Username {
     pub fn parse(raw: &str) -> Result<Self, UsernameError> {
-        let visible: String = raw
-            .trim()
-            .nfkc()
-            .filter(|c| !default_ignorable(*c))
-            .collect();
-        let normalised: String = caseless::default_case_fold_str(visible.trim())
-            .nfkc()
-            .collect();
+        let raw = raw.trim();
+        // ASCII is its own NFKC, holds no default-ignorable code point, and
+        // folds to lower case: most names skip the Unicode work.
+        let normalised: String = if raw.is_ascii() {
+            raw.to_ascii_lowercase()
+        } else {
+            let visible: String = raw.nfkc().filter(|c| !default_ignorable(*c)).collect();
+            caseless::default_case_fold_str(visible.trim())
+                .nfkc()
+                .collect()
+        };
         if normalised.is_empty() {
             return Err(UsernameError::Empty);
         }

@@ -21,6 +21,10 @@ fn duration(key: &str, value: Duration) -> Check {
     Ok(())
 }
 
+/// The shortest `sms.code_secret` accepted with Redis (16 random characters
+/// are about 95 bits).
+const MIN_CODE_SECRET: usize = 16;
+
 fn limits(key: &str, list: &[LimitSetting]) -> Check {
     for (i, l) in list.iter().enumerate() {
         positive(&format!("{key}[{i}].limit"), l.limit.into())?;
@@ -127,6 +131,19 @@ impl Settings {
             ));
         }
         duration("sms.code_ttl", sms.code_ttl)?;
+        // Without it the key would live in Redis beside the codes it seals:
+        // whoever reads Redis could try all 10^6 codes offline.
+        if self.store.backend == StoreBackend::Redis
+            && sms.code_secret.expose().len() < MIN_CODE_SECRET
+        {
+            return Err(SettingsError::invalid(
+                "sms.code_secret",
+                format!(
+                    "required with store.backend = \"redis\": at least {MIN_CODE_SECRET} characters \
+                     of random text, the same on every instance"
+                ),
+            ));
+        }
         positive("sms.max_verify_attempts", sms.max_verify_attempts.into())?;
         regions("sms.allowed_regions", &sms.allowed_regions)?;
         regions("sms.denied_regions", &sms.denied_regions)?;

@@ -36,6 +36,8 @@ database_url = "postgres://app:db-password@127.0.0.1:5432/tollgate"
 [captcha]
 kind = "turnstile"
 secret = "captcha-secret"
+[sms]
+code_secret = "a-long-random-code-secret"
 [sms.provider]
 kind = "twilio"
 account_sid = "AC123"
@@ -58,6 +60,7 @@ headers = { "X-Api-Key" = "header-secret" }
         "captcha-secret",
         "twilio-secret",
         "header-secret",
+        "a-long-random-code-secret",
     ] {
         assert!(!stdout.contains(secret), "{secret} leaked:\n{stdout}");
     }
@@ -97,6 +100,33 @@ fn check_config_prints_durations_as_the_configuration_writes_them() {
     let (ok, again, stderr) = tollgate(&["check-config", "--config", file.to_str().unwrap()], &[]);
     assert!(ok, "the printed config loads again: {stderr}");
     assert_eq!(again, stdout);
+}
+
+/// With Redis the code secret must be set: the store would otherwise hold the
+/// key beside the codes it seals.
+#[test]
+fn the_redis_backend_requires_a_code_secret() {
+    let env = [("TOLLGATE__STORE__BACKEND", "redis")];
+    let (ok, _, stderr) = tollgate(&["check-config"], &env);
+    assert!(!ok);
+    assert!(stderr.contains("`sms.code_secret`"), "{stderr}");
+    let env = [
+        ("TOLLGATE__STORE__BACKEND", "redis"),
+        ("TOLLGATE__SMS__CODE_SECRET", "short"),
+    ];
+    let (ok, _, stderr) = tollgate(&["check-config"], &env);
+    assert!(!ok, "a short secret is refused too");
+    assert!(stderr.contains("`sms.code_secret`"), "{stderr}");
+    let env = [
+        ("TOLLGATE__STORE__BACKEND", "redis"),
+        ("TOLLGATE__SMS__CODE_SECRET", "0123456789abcdef0123"),
+    ];
+    let (ok, stdout, stderr) = tollgate(&["check-config"], &env);
+    assert!(ok, "{stderr}");
+    assert!(
+        !stdout.contains("0123456789abcdef0123"),
+        "the secret is masked"
+    );
 }
 
 #[test]

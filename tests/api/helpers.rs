@@ -118,6 +118,10 @@ pub fn test_settings(backend: Backend) -> Settings {
         Backend::Redis => StoreBackend::Redis,
     };
     s.store.redis_url = tollgate::settings::SecretUrl::new(redis_url());
+    if backend == Backend::Redis {
+        // Required with Redis (a config file without it does not load).
+        s.sms.code_secret = tollgate::settings::Secret::new("test-code-secret-0123456789");
+    }
     s.store.key_prefix = format!("tgtest-{}", uuid::Uuid::new_v4().simple());
     s.store.timeout = Duration::from_secs(2);
     let loose = |limit| {

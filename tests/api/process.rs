@@ -98,6 +98,8 @@ bind = "127.0.0.1:0"
 [store]
 backend = "redis"
 redis_url = "redis://127.0.0.1:{dead_port}"
+[sms]
+code_secret = "process-test-code-secret"
 [audit]
 database_url = "sqlite://{}/audit.db?mode=rwc"
 spool_dir = "{}/spool"
