@@ -36,6 +36,53 @@ impl std::fmt::Display for ClientIp {
     }
 }
 
+/// One hop of `X-Forwarded-For` or one `for=` of `Forwarded` (RFC 7239):
+/// `203.0.113.7`, `203.0.113.7:443`, `2001:db8::1`, `[2001:db8::1]` or
+/// `[2001:db8::1]:443`, optionally in double quotes. `unknown`, an obfuscated
+/// identifier (`_hidden`) or anything else answers `None`: the hop names no
+/// address.
+pub fn parse_hop(raw: &str) -> Option<IpAddr> {
+    let hop = raw.trim();
+    let hop = hop
+        .strip_prefix('"')
+        .and_then(|h| h.strip_suffix('"'))
+        .unwrap_or(hop);
+    if let Ok(ip) = hop.parse::<IpAddr>() {
+        return Some(ip);
+    }
+    if let Some(bracketed) = hop.strip_prefix('[') {
+        let (addr, rest) = bracketed.split_once(']')?;
+        let port_ok = rest.is_empty()
+            || rest
+                .strip_prefix(':')
+                .is_some_and(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
+        return addr
+            .parse::<Ipv6Addr>()
+            .ok()
+            .filter(|_| port_ok)
+            .map(IpAddr::V6);
+    }
+    // IPv4 with a port: exactly one colon.
+    let (addr, port) = hop.split_once(':')?;
+    if port.is_empty() || !port.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    addr.parse::<std::net::Ipv4Addr>().ok().map(IpAddr::V4)
+}
+
+/// The `for=` values of a `Forwarded` header (RFC 7239), in order: one per
+/// element (`for=a, for=b`), parameters in any order, names in any case.
+pub fn forwarded_for(header: &str) -> impl Iterator<Item = &str> {
+    header.split(',').filter_map(|element| {
+        element.split(';').find_map(|pair| {
+            let (name, value) = pair.split_once('=')?;
+            name.trim()
+                .eq_ignore_ascii_case("for")
+                .then(|| value.trim())
+        })
+    })
+}
+
 /// A CIDR, or a single address taken as /32 or /128.
 pub fn parse_cidr(raw: &str) -> Option<IpNet> {
     let raw = raw.trim();
@@ -65,6 +112,39 @@ mod tests {
             "198.51.100.4"
         );
         assert!(ClientIp::parse("300.1.1.1").is_none());
+    }
+
+    #[test]
+    fn hops_take_ports_brackets_and_quotes_and_name_nothing_else() {
+        let v4: IpAddr = "2.2.2.2".parse().unwrap();
+        let v6: IpAddr = "2001:db8::1".parse().unwrap();
+        for (raw, expected) in [
+            ("2.2.2.2", Some(v4)),
+            (" 2.2.2.2:443 ", Some(v4)),
+            ("\"2.2.2.2:443\"", Some(v4)),
+            ("2001:db8::1", Some(v6)),
+            ("[2001:db8::1]", Some(v6)),
+            ("[2001:db8::1]:443", Some(v6)),
+            ("\"[2001:db8::1]:4711\"", Some(v6)),
+            ("unknown", None),
+            ("_hidden", None),
+            ("2.2.2.2:", None),
+            ("2.2.2.2:http", None),
+            ("[2001:db8::1]:", None),
+            ("[2.2.2.2]", None),
+            ("", None),
+        ] {
+            assert_eq!(parse_hop(raw), expected, "{raw:?}");
+        }
+    }
+
+    #[test]
+    fn forwarded_yields_every_for_in_order() {
+        let header = r#"for=192.0.2.60;proto=http;by=203.0.113.43, For="[2001:db8:cafe::17]:4711", proto=https"#;
+        assert_eq!(
+            forwarded_for(header).collect::<Vec<_>>(),
+            ["192.0.2.60", r#""[2001:db8:cafe::17]:4711""#]
+        );
     }
 
     #[test]

@@ -10,7 +10,7 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use super::request_id::RequestId;
-use crate::domain::client_ip::parse_cidr;
+use crate::domain::client_ip::{forwarded_for, parse_cidr, parse_hop};
 use crate::domain::ClientIp;
 use crate::error::ApiError;
 use crate::guard::RequestInfo;
@@ -156,31 +156,40 @@ impl Access {
         }
     }
 
-    /// The peer, or — when the peer is a trusted proxy — the right-most
-    /// `X-Forwarded-For` hop that is not a trusted proxy.
+    /// The peer, or — when the peer is a trusted proxy — the right-most hop
+    /// that is not a trusted proxy, from `Forwarded` (RFC 7239) when the
+    /// request has one, else from `X-Forwarded-For`. A hop that names no
+    /// address (`unknown`, garbage) where the walk needs one leaves the
+    /// client unknown (no IP subject): never the proxy's own address, which
+    /// would put every client behind it into one subject.
     fn peer_ip(&self, req: &HttpRequest) -> Option<ClientIp> {
         let peer = req.peer_addr().map(|a| a.ip())?;
         if !self.is_trusted(peer) {
             return Some(ClientIp::new(peer));
         }
-        let hops: Vec<&str> = req
-            .headers()
-            .get_all("x-forwarded-for")
+        let headers = req.headers();
+        let forwarded: Vec<&str> = headers
+            .get_all(header::FORWARDED)
             .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
+            .flat_map(forwarded_for)
             .collect();
+        let hops: Vec<&str> = if forwarded.is_empty() {
+            headers
+                .get_all("x-forwarded-for")
+                .filter_map(|v| v.to_str().ok())
+                .flat_map(|v| v.split(','))
+                .collect()
+        } else {
+            forwarded
+        };
         // Walk from the proxy towards the client; stop at the first hop we do
-        // not trust. A hop that does not parse was written by someone we do not
-        // trust either, so the last trusted address seen stands in for it.
+        // not trust.
         let mut client = peer;
         for hop in hops.iter().rev() {
-            match hop.trim().parse::<IpAddr>() {
-                Ok(ip) if self.is_trusted(ip) => client = ip,
-                Ok(ip) => {
-                    client = ip;
-                    break;
-                }
-                Err(_) => break,
+            match parse_hop(hop) {
+                Some(ip) if self.is_trusted(ip) => client = ip,
+                Some(ip) => return Some(ClientIp::new(ip)),
+                None => return None,
             }
         }
         Some(ClientIp::new(client))

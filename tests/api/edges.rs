@@ -321,6 +321,68 @@ async fn a_trusted_proxy_forwards_the_right_most_untrusted_hop() {
     );
 }
 
+/// Hops with ports and brackets name their address, `Forwarded` (RFC 7239)
+/// counts like `X-Forwarded-For`, and a hop that names no address is no
+/// reason to count the proxy itself.
+#[tokio::test]
+async fn forwarded_hops_with_ports_brackets_or_nothing_in_them() {
+    let app = spawn_app(Backend::Memory, |s| {
+        s.server.api_keys = vec![];
+        s.server.trusted_proxies = vec!["127.0.0.1".into()];
+        s.sms.ip_limits = limits(&[(1, 3_600_000)]);
+    })
+    .await;
+    let url = format!("{}/sms/send", app.address);
+    let send = |phone: &str, header: Option<(&str, &str)>| {
+        let mut request = app.client.post(&url).json(&json!({ "phone": phone }));
+        if let Some((name, value)) = header {
+            request = request.header(name, value);
+        }
+        request
+    };
+    let phones = (0..10)
+        .map(|i| format!("+86139001390{i:02}"))
+        .collect::<Vec<_>>();
+    let cases = [
+        (
+            ("x-forwarded-for", "2.2.2.2:443"),
+            ("x-forwarded-for", "2.2.2.2"),
+            "2.2.2.2",
+        ),
+        (
+            ("x-forwarded-for", "[2001:db8::1]:443"),
+            ("forwarded", r#"for="[2001:db8::2]:4711";proto=https"#),
+            "2001:db8::/64",
+        ),
+        (
+            ("forwarded", "for=192.0.2.60;proto=http;by=203.0.113.43"),
+            ("x-forwarded-for", "192.0.2.60"),
+            "192.0.2.60",
+        ),
+    ];
+    for (i, (first, second, subject)) in cases.into_iter().enumerate() {
+        let sent = app.send_raw(send(&phones[2 * i], Some(first))).await;
+        assert_eq!(sent.status, 200, "{first:?}: {}", sent.body);
+        let refused = app.send_raw(send(&phones[2 * i + 1], Some(second))).await;
+        assert_eq!(
+            refused.status, 429,
+            "{second:?} is the same client: {}",
+            refused.body
+        );
+        let row = app.audit_events().last().cloned().unwrap();
+        assert_eq!(row.subject, subject);
+    }
+    // `unknown` is not the proxy: 127.0.0.1 still has its one send.
+    for phone in &phones[6..8] {
+        let unknown = app
+            .send_raw(send(phone, Some(("x-forwarded-for", "unknown"))))
+            .await;
+        assert_eq!(unknown.status, 200, "{}", unknown.body);
+    }
+    assert_eq!(app.send_raw(send(&phones[8], None)).await.status, 200);
+    assert_eq!(app.send_raw(send(&phones[9], None)).await.status, 429);
+}
+
 #[tokio::test]
 async fn forwarded_for_from_an_untrusted_peer_is_ignored() {
     let app = spawn_app(Backend::Memory, |s| {
