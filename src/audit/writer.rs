@@ -105,17 +105,27 @@ fn spool_overflow(spool: &Spool, overflowed: std::sync::mpsc::Receiver<Message>)
 }
 
 /// Append to the spool; when the disk refuses too, the log is the last place
-/// left for the events.
+/// left for the events (phones masked: logs travel further than the audit
+/// database).
 fn append_or_log(spool: &Spool, events: &[AuditEvent]) {
     match spool.append(events) {
         Ok(()) => count("spooled", events.len()),
         Err(e) => {
             for event in events {
-                let json = serde_json::to_string(event).unwrap_or_default();
-                tracing::error!(error = %e, event = %json, "audit event could not be spooled");
+                tracing::error!(error = %e, event = %loggable(event), "audit event could not be spooled");
             }
         }
     }
+}
+
+/// An event as JSON for a log line, a phone subject masked (`+86138****8000`).
+fn loggable(event: &AuditEvent) -> String {
+    let mut event = event.clone();
+    if event.subject_kind == crate::domain::SubjectKind::Phone {
+        event.subject = crate::domain::PhoneNumber::parse(&event.subject)
+            .map_or_else(|_| "+***".to_string(), |p| p.masked());
+    }
+    serde_json::to_string(&event).unwrap_or_default()
 }
 
 #[async_trait]
@@ -128,8 +138,7 @@ impl AuditSink for DbSink {
                 if let Err(std::sync::mpsc::SendError(Message::Event(event))) =
                     self.overflow.send(message)
                 {
-                    let json = serde_json::to_string(&event).unwrap_or_default();
-                    tracing::error!(event = %json, "audit event could not be handed to the spool");
+                    tracing::error!(event = %loggable(&event), "audit event could not be handed to the spool");
                 }
             }
         }
