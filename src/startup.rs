@@ -82,7 +82,11 @@ impl Application {
         };
         let fallback = match settings.store.on_error {
             OnStoreError::Deny => Fallback::Deny,
-            OnStoreError::Allow => Fallback::Allow,
+            OnStoreError::Allow => {
+                let codes = Arc::new(MemoryStore::new(clock.clone()));
+                sweep(codes.clone());
+                Fallback::Allow(codes)
+            }
             OnStoreError::Local => {
                 let local = Arc::new(MemoryStore::new(clock.clone()));
                 sweep(local.clone());

@@ -16,9 +16,10 @@ use crate::metrics;
 pub enum Fallback {
     /// Fail closed: errors reach the caller (503 `store_unavailable`).
     Deny,
-    /// Fail open: counters answer as if nothing had been counted. Codes cannot
-    /// be stored or checked without a store, so those calls still fail.
-    Allow,
+    /// Fail open: counters answer as if nothing had been counted; codes are
+    /// kept in this in-process store meanwhile (what they need is a place,
+    /// not a count), so `/sms/send` and `/sms/verify` keep working.
+    Allow(Arc<MemoryStore>),
     /// Decide with an in-process store until the primary answers again.
     Local(Arc<MemoryStore>),
 }
@@ -53,8 +54,32 @@ macro_rules! resilient {
                 $self.failed(&e);
                 match &$self.fallback {
                     Fallback::Deny => Err(e),
-                    Fallback::Allow => $open.ok_or(e),
+                    Fallback::Allow(_) => $open.ok_or(e),
                     Fallback::Local(local) => {
+                        let $s: &dyn WindowStore = local.as_ref();
+                        $call.await
+                    }
+                }
+            }
+        }
+    }};
+}
+
+/// A code operation: on error, the local store under `Allow` and `Local`
+/// alike (a code needs a place to live, failing open or not).
+macro_rules! code_op {
+    ($self:ident, |$s:ident| $call:expr) => {{
+        let $s = $self.primary.as_ref();
+        let started = std::time::Instant::now();
+        let result = $call.await;
+        metrics::store_call(started.elapsed());
+        match result {
+            Ok(v) => Ok(v),
+            Err(e) => {
+                $self.failed(&e);
+                match &$self.fallback {
+                    Fallback::Deny => Err(e),
+                    Fallback::Allow(local) | Fallback::Local(local) => {
                         let $s: &dyn WindowStore = local.as_ref();
                         $call.await
                     }
@@ -95,23 +120,41 @@ impl WindowStore for ResilientStore {
         resilient!(self, |s| s.login_attempt(req.clone()), open: Some(open_login()))
     }
 
-    /// Failing open, the code cannot be stored: a reservation that carries one
-    /// fails like `otp_put`.
+    /// Failing open, the windows answer "allowed, nothing counted" and the
+    /// code goes to the local store.
     async fn reserve(&self, req: ReserveRequest<'_>) -> Result<ReserveOutcome, StoreError> {
-        let open = req.code.is_none().then(|| ReserveOutcome {
-            outcomes: req
-                .subjects
-                .iter()
-                .map(|s| HitOutcome {
-                    verdict: HitVerdict::Allowed,
-                    added: false,
-                    counts: vec![0; s.windows.len()],
-                    next_retry_after_ms: 0,
+        let started = std::time::Instant::now();
+        let result = self.primary.reserve(req.clone()).await;
+        metrics::store_call(started.elapsed());
+        let e = match result {
+            Ok(outcome) => return Ok(outcome),
+            Err(e) => e,
+        };
+        self.failed(&e);
+        match &self.fallback {
+            Fallback::Deny => Err(e),
+            Fallback::Local(local) => local.reserve(req).await,
+            Fallback::Allow(local) => {
+                if let Some(code) = req.code {
+                    local
+                        .otp_put(code.key, code.mac, code.attempts, code.ttl_ms)
+                        .await?;
+                }
+                Ok(ReserveOutcome {
+                    outcomes: req
+                        .subjects
+                        .iter()
+                        .map(|s| HitOutcome {
+                            verdict: HitVerdict::Allowed,
+                            added: false,
+                            counts: vec![0; s.windows.len()],
+                            next_retry_after_ms: 0,
+                        })
+                        .collect(),
+                    recorded: false,
                 })
-                .collect(),
-            recorded: false,
-        });
-        resilient!(self, |s| s.reserve(req.clone()), open: open)
+            }
+        }
     }
 
     async fn login(&self, req: LoginRequest<'_>) -> Result<LoginOutcome, StoreError> {
@@ -146,19 +189,19 @@ impl WindowStore for ResilientStore {
         attempts: u32,
         ttl_ms: u64,
     ) -> Result<(), StoreError> {
-        resilient!(self, |s| s.otp_put(key, mac, attempts, ttl_ms), open: None)
+        code_op!(self, |s| s.otp_put(key, mac, attempts, ttl_ms))
     }
 
     async fn otp_check(&self, key: &str, mac: &str) -> Result<OtpOutcome, StoreError> {
-        resilient!(self, |s| s.otp_check(key, mac), open: None)
+        code_op!(self, |s| s.otp_check(key, mac))
     }
 
     async fn delete(&self, keys: &[String]) -> Result<(), StoreError> {
-        resilient!(self, |s| s.delete(keys), open: None)
+        code_op!(self, |s| s.delete(keys))
     }
 
     async fn get_or_init(&self, key: &str, candidate: &str) -> Result<String, StoreError> {
-        resilient!(self, |s| s.get_or_init(key, candidate), open: None)
+        code_op!(self, |s| s.get_or_init(key, candidate))
     }
 
     async fn ping(&self) -> Result<(), StoreError> {

@@ -474,14 +474,31 @@ async fn an_unreachable_store_fails_closed_by_default() {
 
 #[tokio::test]
 async fn an_unreachable_store_fails_open_for_counters_when_told_to() {
-    let app = spawn_app(Backend::Redis, unreachable_redis(OnStoreError::Allow)).await;
+    let app = spawn_app(Backend::Redis, |s| {
+        unreachable_redis(OnStoreError::Allow)(s);
+        s.sms.phone_limits = limits(&[(1, 3_600_000)]);
+    })
+    .await;
     let login = app
         .login_attempt(json!({ "user": "a", "success": false, "ip": "203.0.113.1" }))
         .await;
     assert_eq!(login.status, 200);
     assert_eq!(login.body["decision"], "allow");
+    // Codes keep flowing: they are kept in the process meanwhile.
     let send = app.sms_send(json!({ "phone": PHONE })).await;
-    assert_eq!(send.status, 503, "a code cannot be kept without a store");
+    assert_eq!(send.status, 200, "{}", send.body);
+    let code = app.sms.last_code(PHONE);
+    let wrong = app
+        .sms_verify(json!({ "phone": PHONE, "code": "000000" }))
+        .await;
+    assert_eq!(wrong.body, json!({ "valid": false, "attempts_left": 4 }));
+    let right = app
+        .sms_verify(json!({ "phone": PHONE, "code": code }))
+        .await;
+    assert_eq!(right.body, json!({ "valid": true }));
+    // Counters stay open: the phone's 1/1h window does not refuse a resend.
+    let resend = app.sms_send(json!({ "phone": PHONE })).await;
+    assert_eq!(resend.status, 200, "{}", resend.body);
 }
 
 #[tokio::test]
