@@ -24,6 +24,10 @@ pub enum ApiError {
     RegionBlocked,
     #[error("missing or wrong credentials")]
     Unauthorized,
+    /// A browser-side caller asserted what only the backend may (see
+    /// `routes::caller`); says what it may not do.
+    #[error("{0}")]
+    Forbidden(&'static str),
     #[error("the rate-limit store is unavailable")]
     StoreUnavailable(#[source] StoreError),
     #[error("the audit database is unavailable")]
@@ -53,6 +57,7 @@ pub enum ErrorCode {
     CaptchaRequired,
     RegionBlocked,
     Unauthorized,
+    Forbidden,
     StoreUnavailable,
     AuditUnavailable,
     DeliveryFailed,
@@ -112,6 +117,7 @@ impl ApiError {
             ApiError::CaptchaRequired => ErrorCode::CaptchaRequired,
             ApiError::RegionBlocked => ErrorCode::RegionBlocked,
             ApiError::Unauthorized => ErrorCode::Unauthorized,
+            ApiError::Forbidden(_) => ErrorCode::Forbidden,
             ApiError::StoreUnavailable(_) => ErrorCode::StoreUnavailable,
             ApiError::AuditUnavailable => ErrorCode::AuditUnavailable,
             ApiError::DeliveryFailed => ErrorCode::DeliveryFailed,
@@ -129,7 +135,9 @@ impl ResponseError for ApiError {
         match self {
             ApiError::InvalidRequest(_) | ApiError::InvalidPhone(_) => StatusCode::BAD_REQUEST,
             ApiError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
-            ApiError::CaptchaRequired | ApiError::RegionBlocked => StatusCode::FORBIDDEN,
+            ApiError::CaptchaRequired | ApiError::RegionBlocked | ApiError::Forbidden(_) => {
+                StatusCode::FORBIDDEN
+            }
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
             ApiError::StoreUnavailable(_) | ApiError::AuditUnavailable => {
                 StatusCode::SERVICE_UNAVAILABLE

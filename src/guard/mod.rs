@@ -23,6 +23,9 @@ pub struct RequestInfo {
     pub request_id: String,
     pub user_agent: Option<String>,
     pub ip: Option<ClientIp>,
+    /// The caller is a backend that may vouch for outcomes (an API key, or
+    /// loopback when none is configured); see `routes::caller`.
+    pub backend: bool,
 }
 
 /// What every guard shares.

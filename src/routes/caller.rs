@@ -115,27 +115,47 @@ impl Access {
     }
 
     /// Authenticate a public request and work out its client IP. `body_ip`
-    /// counts only when the request carries a valid API key.
+    /// counts only with an API key (DESIGN.md §3: a loopback backend without
+    /// keys reports no one else's address).
     pub fn caller(
         &self,
         req: &HttpRequest,
         body_ip: Option<&str>,
     ) -> Result<RequestInfo, ApiError> {
-        let authenticated = if self.api_keys.is_empty() {
-            false
-        } else if self.api_keys.admits(req) {
-            true
-        } else {
+        let with_key = !self.api_keys.is_empty();
+        if with_key && !self.api_keys.admits(req) {
             return Err(ApiError::Unauthorized);
-        };
+        }
+        let backend = self.is_backend(req);
         let ip = match body_ip {
-            Some(raw) if authenticated => Some(
+            Some(raw) if with_key => Some(
                 ClientIp::parse(raw)
                     .ok_or_else(|| ApiError::InvalidRequest("ip is not an IP address".into()))?,
             ),
             _ => self.peer_ip(req),
         };
-        Ok(self.info(req, ip))
+        let mut info = self.info(req, ip);
+        info.backend = backend;
+        Ok(info)
+    }
+
+    /// The trust boundary: who may vouch for a login's outcome, a passed
+    /// captcha or a client's IP. With API keys configured, a request that
+    /// carries one (the others were refused already). Without, a request
+    /// straight from loopback: not one that came through a proxy (it carries
+    /// `X-Forwarded-For` or `Forwarded`), since the browsers behind a reverse
+    /// proxy on the same host are not loopback callers, trusted proxy or not.
+    fn is_backend(&self, req: &HttpRequest) -> bool {
+        if !self.api_keys.is_empty() {
+            return self.api_keys.admits(req);
+        }
+        let loopback = req
+            .peer_addr()
+            .is_some_and(|a| a.ip().to_canonical().is_loopback());
+        let headers = req.headers();
+        let proxied =
+            headers.contains_key("x-forwarded-for") || headers.contains_key(header::FORWARDED);
+        loopback && !proxied
     }
 
     fn info(&self, req: &HttpRequest, ip: Option<ClientIp>) -> RequestInfo {
@@ -153,6 +173,7 @@ impl Access {
             request_id,
             user_agent,
             ip,
+            backend: false,
         }
     }
 

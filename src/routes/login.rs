@@ -7,6 +7,7 @@ use crate::captcha::CaptchaProof;
 use crate::domain::Username;
 use crate::error::{ApiError, ErrorBody};
 use crate::guard::login::{LoginAttempt, LoginDecision, LoginState};
+use crate::guard::RequestInfo;
 use crate::metrics;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
@@ -54,6 +55,19 @@ struct AttemptBody {
     locale: Option<String>,
 }
 
+/// `/login/*` is the login backend's: only it knows whether a password was
+/// right, and its word clears failures, passes captcha tiers and sends mail.
+fn backend_only(info: RequestInfo) -> Result<RequestInfo, ApiError> {
+    if info.backend {
+        Ok(info)
+    } else {
+        Err(ApiError::Forbidden(
+            "only the login backend may call /login/*: give it an API key (server.api_keys), \
+             or call from loopback when none is configured",
+        ))
+    }
+}
+
 fn parse_user(raw: &str) -> Result<Username, ApiError> {
     Username::parse(raw).map_err(|e| ApiError::InvalidRequest(e.to_string()))
 }
@@ -68,6 +82,7 @@ fn parse_user(raw: &str) -> Result<Username, ApiError> {
         (status = 200, description = "`deny` when the user is locked or the IP blocked, `challenge` when a captcha is required, `allow` otherwise", body = LoginState),
         (status = 400, description = "`invalid_request` (malformed JSON, missing, empty or unknown fields)", body = ErrorBody),
         (status = 401, description = "`unauthorized`: API keys are configured and none was given", body = ErrorBody),
+        (status = 403, description = "`forbidden`: not the login backend (no API keys are configured and the call is not straight from loopback)", body = ErrorBody),
         (status = 413, description = "`payload_too_large`: body over 16 KiB", body = ErrorBody),
         (status = 415, description = "`unsupported_media_type`: body not `application/json`", body = ErrorBody),
         (status = 503, description = "`store_unavailable` (only with `store.on_error = \"deny\"`)", body = ErrorBody),
@@ -79,7 +94,7 @@ async fn check(
     req: HttpRequest,
     body: web::Json<CheckBody>,
 ) -> Result<HttpResponse, ApiError> {
-    let info = state.access.caller(&req, body.ip.as_deref())?;
+    let info = backend_only(state.access.caller(&req, body.ip.as_deref())?)?;
     let user = parse_user(&body.user)?;
     let login_state = count("login_check", state.login.check(&user, &info).await)?;
     Ok(HttpResponse::Ok().json(login_state))
@@ -100,6 +115,7 @@ async fn check(
         (status = 200, description = "The state after this attempt", body = LoginState),
         (status = 400, description = "`invalid_request` (malformed JSON, missing, empty or unknown fields, a bad `notify_email`)", body = ErrorBody),
         (status = 401, description = "`unauthorized`: API keys are configured and none was given", body = ErrorBody),
+        (status = 403, description = "`forbidden`: not the login backend (no API keys are configured and the call is not straight from loopback)", body = ErrorBody),
         (status = 413, description = "`payload_too_large`: body over 16 KiB", body = ErrorBody),
         (status = 415, description = "`unsupported_media_type`: body not `application/json`", body = ErrorBody),
         (status = 503, description = "`store_unavailable` (only with `store.on_error = \"deny\"`)", body = ErrorBody),
@@ -112,7 +128,7 @@ async fn attempt(
     body: web::Json<AttemptBody>,
 ) -> Result<HttpResponse, ApiError> {
     let body = body.into_inner();
-    let info = state.access.caller(&req, body.ip.as_deref())?;
+    let info = backend_only(state.access.caller(&req, body.ip.as_deref())?)?;
     let user = parse_user(&body.user)?;
     if let Some(email) = &body.notify_email {
         let plausible = email.len() <= 254

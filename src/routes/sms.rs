@@ -111,7 +111,7 @@ pub(super) fn parse_locale(raw: Option<String>) -> Result<Option<String>, ApiErr
         (status = 200, description = "The code was sent", body = SendResult),
         (status = 400, description = "`invalid_phone`, or `invalid_request` (malformed JSON, missing, empty or unknown fields)", body = ErrorBody),
         (status = 401, description = "`unauthorized`: API keys are configured and none was given", body = ErrorBody),
-        (status = 403, description = "`region_blocked`, or `captcha_required` (with `captcha_required: true`)", body = ErrorBody),
+        (status = 403, description = "`region_blocked`; `captcha_required` (with `captcha_required: true`); or `forbidden`: `captcha_passed` from a caller that is not a backend (no API keys configured and not straight from loopback)", body = ErrorBody),
         (status = 413, description = "`payload_too_large`: body over 16 KiB", body = ErrorBody),
         (status = 415, description = "`unsupported_media_type`: body not `application/json`", body = ErrorBody),
         (status = 429, description = "`rate_limited`", body = RateLimitedError,
@@ -128,6 +128,14 @@ async fn send(
 ) -> Result<HttpResponse, ApiError> {
     let body = body.into_inner();
     let info = state.access.caller(&req, body.ip.as_deref())?;
+    if body.captcha_passed.is_some() && !info.backend {
+        // A browser could say anything here: with a captcha provider it sends
+        // `captcha_token`, which tollgate checks itself.
+        return Err(ApiError::Forbidden(
+            "captcha_passed counts only from a backend (an API key, or loopback when none \
+             is configured); a browser sends captcha_token",
+        ));
+    }
     let request = SendRequest {
         phone: parse_phone(&body.phone)?,
         locale: parse_locale(body.locale)?,

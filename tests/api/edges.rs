@@ -277,6 +277,78 @@ async fn api_keys_are_required_when_configured() {
     assert_eq!(right.status, 200);
 }
 
+/// The trust boundary with no API keys: the login backend calling from
+/// loopback may report outcomes; a browser behind a reverse proxy on the same
+/// host (its request carries forwarding headers, trusted proxy or not) may
+/// not call `/login/*` nor claim a passed captcha.
+#[tokio::test]
+async fn only_the_backend_may_vouch_for_a_login_or_a_captcha() {
+    for trusted in [vec![], vec!["127.0.0.1".to_string()]] {
+        let app = spawn_app(Backend::Memory, |s| {
+            s.server.api_keys = vec![];
+            s.server.trusted_proxies = trusted.clone();
+        })
+        .await;
+        let post = |path: &str, body: serde_json::Value, proxied: Option<(&str, &str)>| {
+            let mut request = app
+                .client
+                .post(format!("{}{path}", app.address))
+                .json(&body);
+            if let Some((name, value)) = proxied {
+                request = request.header(name, value);
+            }
+            app.send_raw(request)
+        };
+        let wipe = json!({ "user": "alice", "success": true, "captcha_passed": true });
+        for header in [
+            ("x-forwarded-for", "198.51.100.7"),
+            ("forwarded", "for=198.51.100.7"),
+        ] {
+            for (path, body) in [
+                ("/login/attempt", wipe.clone()),
+                ("/login/check", json!({ "user": "alice" })),
+            ] {
+                let refused = post(path, body, Some(header)).await;
+                assert_eq!(
+                    (refused.status.as_u16(), refused.error()),
+                    (403, "forbidden"),
+                    "{path} through a proxy ({header:?}, trusted {trusted:?}): {}",
+                    refused.body
+                );
+            }
+            let claimed = post(
+                "/sms/send",
+                json!({ "phone": PHONE, "captcha_passed": true }),
+                Some(header),
+            )
+            .await;
+            assert_eq!(
+                (claimed.status.as_u16(), claimed.error()),
+                (403, "forbidden")
+            );
+        }
+        assert!(app.sms.messages().is_empty(), "nothing was sent");
+        // The browser may still ask for a code, without the claim.
+        let sent = post(
+            "/sms/send",
+            json!({ "phone": PHONE }),
+            Some(("x-forwarded-for", "198.51.100.7")),
+        )
+        .await;
+        assert_eq!(sent.status, 200, "{}", sent.body);
+        // The backend on loopback, as in the README's walkthrough.
+        let direct = post("/login/attempt", wipe.clone(), None).await;
+        assert_eq!(direct.status, 200, "{}", direct.body);
+        let claimed = post(
+            "/sms/send",
+            json!({ "phone": "+8613900139000", "captcha_passed": true }),
+            None,
+        )
+        .await;
+        assert_eq!(claimed.status, 200, "{}", claimed.body);
+    }
+}
+
 #[tokio::test]
 async fn without_an_api_key_the_body_ip_is_ignored_and_the_peer_counts() {
     let app = spawn_app(Backend::Memory, |s| {
