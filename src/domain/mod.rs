@@ -11,3 +11,6 @@ pub use phone::{PhoneError, PhoneNumber};
 pub use rule::Rule;
 pub use subject::{Action, Subject, SubjectKind};
 pub use username::Username;
+
+#[cfg(test)]
+mod proptests;

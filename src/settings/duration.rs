@@ -34,6 +34,17 @@ mod tests {
         d: Duration,
     }
 
+    proptest::proptest! {
+        /// Any whole number of milliseconds prints as the configuration writes
+        /// it and reads back as itself.
+        #[test]
+        fn any_duration_reads_back(ms in 0u64..=400 * 86_400_000) {
+            let d = Duration::from_millis(ms);
+            let text = toml::to_string(&Holder { d }).unwrap();
+            proptest::prop_assert_eq!(toml::from_str::<Holder>(&text).unwrap().d, d, "{}", text);
+        }
+    }
+
     #[test]
     fn durations_print_in_the_largest_exact_unit_and_read_back() {
         for (duration, written) in [

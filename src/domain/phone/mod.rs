@@ -69,6 +69,23 @@ impl PhoneNumber {
         }
     }
 
+    /// [`PhoneNumber::parse`] without the fast path, for tests that hold
+    /// both equal.
+    #[cfg(test)]
+    pub(crate) fn parse_with_crate_for_tests(raw: &str) -> Result<Self, PhoneError> {
+        let raw = raw.trim();
+        if raw.is_empty() {
+            return Err(PhoneError::Empty);
+        }
+        if !raw.starts_with('+') {
+            return Err(PhoneError::NotInternational);
+        }
+        if raw.len() > 32 {
+            return Err(PhoneError::Invalid);
+        }
+        Self::parse_with_crate(raw)
+    }
+
     /// `raw` is trimmed, starts with `+` and is at most 32 bytes.
     fn parse_with_crate(raw: &str) -> Result<Self, PhoneError> {
         let number = phonenumber::parse(None, raw).map_err(|_| PhoneError::Invalid)?;
