@@ -94,6 +94,13 @@ impl Settings {
         }
         duration("store.timeout", store.timeout)?;
         if store.backend == StoreBackend::Redis {
+            if store.redis_url.expose().starts_with("redis-sentinel") {
+                return Err(SettingsError::invalid(
+                    "store.redis_url",
+                    "Redis Sentinel is not supported: name the primary (redis:// or rediss://) \
+                     or a cluster (redis-cluster://)",
+                ));
+            }
             url_scheme(
                 "store.redis_url",
                 store.redis_url.expose(),

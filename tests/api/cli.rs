@@ -102,6 +102,25 @@ fn check_config_prints_durations_as_the_configuration_writes_them() {
     assert_eq!(again, stdout);
 }
 
+/// Redis Sentinel is refused by name rather than half-supported.
+#[test]
+fn a_sentinel_url_is_refused_with_a_clear_message() {
+    let env = [
+        ("TOLLGATE__STORE__BACKEND", "redis"),
+        (
+            "TOLLGATE__STORE__REDIS_URL",
+            "redis-sentinel://127.0.0.1:26379",
+        ),
+        ("TOLLGATE__SMS__CODE_SECRET", "0123456789abcdef0123"),
+    ];
+    let (ok, _, stderr) = tollgate(&["check-config"], &env);
+    assert!(!ok);
+    assert!(
+        stderr.contains("`store.redis_url`") && stderr.contains("Sentinel is not supported"),
+        "{stderr}"
+    );
+}
+
 /// With Redis the code secret must be set: the store would otherwise hold the
 /// key beside the codes it seals.
 #[test]

@@ -17,6 +17,10 @@ pub struct Tollgate {
 
 impl Tollgate {
     pub async fn start(config: &std::path::Path) -> Self {
+        Self::start_with_env(config, &[]).await
+    }
+
+    pub async fn start_with_env(config: &std::path::Path, envs: &[(&str, &str)]) -> Self {
         // Run from the config's directory, not the repository: scripts,
         // templates and migrations must come from the binary itself.
         let workdir = config.parent().unwrap_or(std::path::Path::new("/"));
@@ -24,6 +28,7 @@ impl Tollgate {
             .current_dir(workdir)
             .arg("--config")
             .arg(config)
+            .envs(envs.iter().copied())
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -282,4 +287,200 @@ url = "{url}/sms"
         let leaks: Vec<&String> = lines.iter().filter(|l| l.contains(secret)).collect();
         assert!(leaks.is_empty(), "{secret:?} in the log: {leaks:#?}");
     }
+}
+
+/// `rediss://` is encrypted: against a real `redis-server` with `--tls-port`
+/// and a certificate made here, the service answers ready and sends and
+/// checks a code when the certificate is trusted (`SSL_CERT_FILE`), and is
+/// not ready when it is not (no plain-text fallback).
+#[tokio::test]
+async fn rediss_talks_tls_to_a_real_redis() {
+    let dir = tempfile::tempdir().unwrap();
+    // A CA of the test's own, and a server certificate it signs for 127.0.0.1.
+    let path = |name: &str| dir.path().join(name).to_str().unwrap().to_string();
+    let (ca, cert, key) = (path("ca.pem"), path("cert.pem"), path("key.pem"));
+    std::fs::write(
+        path("ext.cnf"),
+        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n",
+    )
+    .unwrap();
+    for args in [
+        vec![
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=tollgate test CA",
+        ]
+        .into_iter()
+        .map(String::from)
+        .chain(["-keyout".into(), path("ca.key"), "-out".into(), ca.clone()])
+        .collect::<Vec<_>>(),
+        [
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            "/CN=localhost",
+        ]
+        .into_iter()
+        .map(String::from)
+        .chain([
+            "-keyout".into(),
+            key.clone(),
+            "-out".into(),
+            path("req.csr"),
+        ])
+        .collect(),
+        ["x509", "-req", "-days", "1", "-CAcreateserial"]
+            .into_iter()
+            .map(String::from)
+            .chain([
+                "-in".into(),
+                path("req.csr"),
+                "-CA".into(),
+                ca.clone(),
+                "-CAkey".into(),
+                path("ca.key"),
+                "-extfile".into(),
+                path("ext.cnf"),
+                "-out".into(),
+                cert.clone(),
+            ])
+            .collect(),
+    ] {
+        let made = std::process::Command::new("openssl")
+            .args(&args)
+            .output()
+            .expect("openssl runs");
+        assert!(
+            made.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&made.stderr)
+        );
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap();
+    let mut redis = tokio::process::Command::new("redis-server")
+        .args([
+            "--port",
+            "0",
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])
+        .args(["--tls-port", &port.to_string(), "--tls-auth-clients", "no"])
+        .arg("--tls-cert-file")
+        .arg(&cert)
+        .arg("--tls-key-file")
+        .arg(&key)
+        .arg("--dir")
+        .arg(dir.path())
+        .stdout(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("redis-server starts");
+    for _ in 0..100 {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    let config = dir.path().join("tollgate.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"
+[server]
+bind = "127.0.0.1:0"
+[store]
+backend = "redis"
+redis_url = "rediss://127.0.0.1:{port}"
+timeout = "2s"
+[audit]
+database_url = "sqlite://{dir}/audit.db?mode=rwc"
+spool_dir = "{dir}/spool"
+[sms]
+code_secret = "tls-test-code-secret-1234"
+"#,
+            dir = dir.path().display()
+        ),
+    )
+    .unwrap();
+    let client = reqwest::Client::new();
+    let trusted = Tollgate::start_with_env(&config, &[("SSL_CERT_FILE", ca.as_str())]).await;
+    let mut ready = 0;
+    for _ in 0..50 {
+        ready = client
+            .get(format!("{}/readyz", trusted.address))
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16();
+        if ready == 200 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(ready, 200, "ready over TLS: {:?}", trusted.log.lock());
+    let sent = client
+        .post(format!("{}/sms/send", trusted.address))
+        .json(&json!({ "phone": "+8613800138000" }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(sent.status(), 200);
+    let checked = client
+        .post(format!("{}/sms/verify", trusted.address))
+        .json(&json!({ "phone": "+8613800138000", "code": "000000" }))
+        .send()
+        .await
+        .unwrap();
+    let body: serde_json::Value = checked.json().await.unwrap();
+    assert_eq!(
+        body["valid"], false,
+        "the code lives in the TLS Redis: {body}"
+    );
+    assert_eq!(body["attempts_left"], 4, "{body}");
+
+    // Trusting only another CA (a second one made here): no connection, so
+    // not ready.
+    let other = path("other-ca.pem");
+    let made = std::process::Command::new("openssl")
+        .args([
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+        ])
+        .args([
+            "-subj",
+            "/CN=another CA",
+            "-keyout",
+            &path("other.key"),
+            "-out",
+            &other,
+        ])
+        .output()
+        .expect("openssl runs");
+    assert!(made.status.success());
+    let untrusted = Tollgate::start_with_env(&config, &[("SSL_CERT_FILE", other.as_str())]).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let status = client
+        .get(format!("{}/readyz", untrusted.address))
+        .send()
+        .await
+        .unwrap()
+        .status();
+    assert_eq!(status, 503);
+    let _ = redis.kill().await;
 }
