@@ -40,8 +40,9 @@ impl ResilientStore {
     }
 }
 
-/// Try the primary; on error apply the fallback: `$local` with the local
-/// store, `$open` (an expression) when failing open, else the error.
+/// Try the primary; on error apply the fallback: the local store under
+/// `Local`; under `Allow` the `$open` answer (an `Option`), or the local store
+/// when there is none; else the error.
 macro_rules! resilient {
     ($self:ident, |$s:ident| $call:expr, open: $open:expr) => {{
         let $s = $self.primary.as_ref();
@@ -54,32 +55,16 @@ macro_rules! resilient {
                 $self.failed(&e);
                 match &$self.fallback {
                     Fallback::Deny => Err(e),
-                    Fallback::Allow(_) => $open.ok_or(e),
+                    // Failing open: the open answer where there is one
+                    // (counters); a code has none, and goes to the local store.
+                    Fallback::Allow(local) => match $open {
+                        Some(open) => Ok(open),
+                        None => {
+                            let $s: &dyn WindowStore = local.as_ref();
+                            $call.await
+                        }
+                    },
                     Fallback::Local(local) => {
-                        let $s: &dyn WindowStore = local.as_ref();
-                        $call.await
-                    }
-                }
-            }
-        }
-    }};
-}
-
-/// A code operation: on error, the local store under `Allow` and `Local`
-/// alike (a code needs a place to live, failing open or not).
-macro_rules! code_op {
-    ($self:ident, |$s:ident| $call:expr) => {{
-        let $s = $self.primary.as_ref();
-        let started = std::time::Instant::now();
-        let result = $call.await;
-        metrics::store_call(started.elapsed());
-        match result {
-            Ok(v) => Ok(v),
-            Err(e) => {
-                $self.failed(&e);
-                match &$self.fallback {
-                    Fallback::Deny => Err(e),
-                    Fallback::Allow(local) | Fallback::Local(local) => {
                         let $s: &dyn WindowStore = local.as_ref();
                         $call.await
                     }
@@ -189,19 +174,19 @@ impl WindowStore for ResilientStore {
         attempts: u32,
         ttl_ms: u64,
     ) -> Result<(), StoreError> {
-        code_op!(self, |s| s.otp_put(key, mac, attempts, ttl_ms))
+        resilient!(self, |s| s.otp_put(key, mac, attempts, ttl_ms), open: None)
     }
 
     async fn otp_check(&self, key: &str, mac: &str) -> Result<OtpOutcome, StoreError> {
-        code_op!(self, |s| s.otp_check(key, mac))
+        resilient!(self, |s| s.otp_check(key, mac), open: None)
     }
 
     async fn delete(&self, keys: &[String]) -> Result<(), StoreError> {
-        code_op!(self, |s| s.delete(keys))
+        resilient!(self, |s| s.delete(keys), open: None)
     }
 
     async fn get_or_init(&self, key: &str, candidate: &str) -> Result<String, StoreError> {
-        code_op!(self, |s| s.get_or_init(key, candidate))
+        resilient!(self, |s| s.get_or_init(key, candidate), open: None)
     }
 
     async fn ping(&self) -> Result<(), StoreError> {

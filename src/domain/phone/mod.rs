@@ -22,18 +22,24 @@ pub struct PhoneNumber {
     region: Option<String>,
 }
 
+/// `raw` trimmed, when it can be an international number at all.
+fn international(raw: &str) -> Result<&str, PhoneError> {
+    let raw = raw.trim();
+    if raw.is_empty() {
+        return Err(PhoneError::Empty);
+    }
+    if !raw.starts_with('+') {
+        return Err(PhoneError::NotInternational);
+    }
+    if raw.len() > 32 {
+        return Err(PhoneError::Invalid);
+    }
+    Ok(raw)
+}
+
 impl PhoneNumber {
     pub fn parse(raw: &str) -> Result<Self, PhoneError> {
-        let raw = raw.trim();
-        if raw.is_empty() {
-            return Err(PhoneError::Empty);
-        }
-        if !raw.starts_with('+') {
-            return Err(PhoneError::NotInternational);
-        }
-        if raw.len() > 32 {
-            return Err(PhoneError::Invalid);
-        }
+        let raw = international(raw)?;
         match fast::parse(raw) {
             Some(fast::Parsed { valid: false, .. }) => Err(PhoneError::Invalid),
             Some(parsed) => Ok(Self::from_parts(
@@ -73,17 +79,7 @@ impl PhoneNumber {
     /// both equal.
     #[cfg(test)]
     pub(crate) fn parse_with_crate_for_tests(raw: &str) -> Result<Self, PhoneError> {
-        let raw = raw.trim();
-        if raw.is_empty() {
-            return Err(PhoneError::Empty);
-        }
-        if !raw.starts_with('+') {
-            return Err(PhoneError::NotInternational);
-        }
-        if raw.len() > 32 {
-            return Err(PhoneError::Invalid);
-        }
-        Self::parse_with_crate(raw)
+        Self::parse_with_crate(international(raw)?)
     }
 
     /// `raw` is trimmed, starts with `+` and is at most 32 bytes.
