@@ -21,6 +21,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use fred::interfaces::EventInterface;
 use fred::prelude::{
     Client, ClientLike, Config, Error as FredError, ErrorKind, KeysInterface, ReconnectPolicy,
     SortedSetsInterface, Value,
@@ -128,6 +129,14 @@ impl RedisStore {
             .build()
             .map_err(|e| StoreError::Unavailable(format!("Redis client: {}", e.details())))?;
 
+        // Why a connection fails (refused, a TLS certificate not trusted, bad
+        // credentials) is otherwise only in fred's debug lines; say it at warn,
+        // once per attempt of the start-up client (backing off to 5 s).
+        let _errors = client.on_error(|(error, server)| async move {
+            let server = server.map(|s| s.to_string()).unwrap_or_default();
+            tracing::warn!(error = %error.details(), %server, "Redis connection error");
+            Ok(())
+        });
         // The task that drives the connection and reconnects; it runs until the
         // client quits (see `Drop`).
         let _connection = client.connect();

@@ -36,8 +36,10 @@ impl Tollgate {
             .spawn()
             .expect("the tollgate binary starts");
         let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        let log = std::sync::Arc::new(parking_lot::Mutex::new(Vec::new()));
         let address = tokio::time::timeout(Duration::from_secs(30), async {
             while let Ok(Some(line)) = lines.next_line().await {
+                log.lock().push(line.clone());
                 if line.contains("tollgate listening") {
                     let log: serde_json::Value =
                         serde_json::from_str(&line).expect("JSON logs off a terminal");
@@ -49,7 +51,6 @@ impl Tollgate {
         .await
         .expect("tollgate listens within 30 s");
         // Keep draining the log so the child never blocks on a full pipe.
-        let log = std::sync::Arc::new(parking_lot::Mutex::new(Vec::new()));
         let kept = log.clone();
         tokio::spawn(async move {
             while let Ok(Some(line)) = lines.next_line().await {
@@ -482,5 +483,15 @@ code_secret = "tls-test-code-secret-1234"
         .unwrap()
         .status();
     assert_eq!(status, 503);
+    let said_why = untrusted
+        .log
+        .lock()
+        .iter()
+        .any(|l| l.contains("Redis connection error") && l.contains("Certificate"));
+    assert!(
+        said_why,
+        "the refused certificate is logged: {:?}",
+        untrusted.log.lock()
+    );
     let _ = redis.kill().await;
 }
