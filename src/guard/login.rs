@@ -180,7 +180,8 @@ impl LoginGuard {
         let user_subject = Subject::new(SubjectKind::User, attempt.user.as_str());
         let (window_key, lock_key) = self.user_keys(&attempt.user);
         let ip = self.ip_windows(&policy, info);
-        let remote_ip = info.ip.map(|ip| ip.to_string());
+        // Only a captcha check needs the address as text.
+        let remote_ip = || info.ip.map(|ip| ip.to_string());
         // A token goes to the provider only when it can change the answer: the
         // attempt is challenged and nothing else refuses it (a blocked IP
         // spraying tokens costs no provider calls). The store records nothing
@@ -188,10 +189,12 @@ impl LoginGuard {
         // In shadow mode the store records on the first call: the token is
         // checked first.
         let ask_later = policy.captcha.asks_provider(&attempt.captcha) && !shadow;
-        let captcha_passed = !ask_later
+        let has_proof = attempt.captcha.token.is_some() || attempt.captcha.passed.is_some();
+        let captcha_passed = has_proof
+            && !ask_later
             && policy
                 .captcha
-                .passed(&attempt.captcha, remote_ip.as_deref())
+                .passed(&attempt.captcha, remote_ip().as_deref())
                 .await;
         let member = super::event_member();
         let ip_window = ip.as_ref().map(|ip| IpFailureWindow {
@@ -219,7 +222,7 @@ impl LoginGuard {
             && only_challenged
             && policy
                 .captcha
-                .passed(&attempt.captcha, remote_ip.as_deref())
+                .passed(&attempt.captcha, remote_ip().as_deref())
                 .await
         {
             outcome = self.ctx.store.login(request(true)).await?;

@@ -356,11 +356,7 @@ async fn a_provider_that_redirects_is_a_failed_delivery_not_a_second_request() {
 #[tokio::test]
 async fn an_unreachable_provider_answers_502() {
     // A port that was free a moment ago: nothing listens there.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = crate::helpers::free_port();
     let app = spawn_app_with_sms_provider(Backend::Memory, move |s| {
         s.sms.provider.kind = SmsProviderKind::Webhook;
         s.sms.provider.url = format!("http://127.0.0.1:{port}/sms");

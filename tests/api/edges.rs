@@ -637,11 +637,7 @@ struct PrivateRedis {
 
 impl PrivateRedis {
     async fn start() -> Self {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = crate::helpers::free_port();
         let child = std::process::Command::new("redis-server")
             .args([
                 "--port",

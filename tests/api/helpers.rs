@@ -25,6 +25,14 @@ pub enum Backend {
     Redis,
 }
 
+/// A port nothing listens on (bound, read, released).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
 pub fn redis_url() -> String {
     std::env::var("TOLLGATE_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
 }

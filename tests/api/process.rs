@@ -89,10 +89,7 @@ impl Tollgate {
 /// the default level, where requests get no span).
 #[tokio::test]
 async fn a_store_failure_is_logged_with_the_request_id() {
-    let dead_port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port");
+    let dead_port = crate::helpers::free_port();
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("tollgate.toml");
     std::fs::write(
@@ -365,10 +362,7 @@ async fn rediss_talks_tls_to_a_real_redis() {
             String::from_utf8_lossy(&made.stderr)
         );
     }
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap();
+    let port = crate::helpers::free_port();
     let mut redis = tokio::process::Command::new("redis-server")
         .args([
             "--port",

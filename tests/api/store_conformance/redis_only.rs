@@ -11,10 +11,7 @@ use super::backend::{member, redis_url, Backend};
 #[tokio::test]
 async fn a_redis_that_is_down_gives_a_store_that_answers_unavailable_at_once() {
     // A port nobody listens on.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port");
+    let port = crate::helpers::free_port();
     let url = format!("redis://127.0.0.1:{port}");
 
     let started = Instant::now();
