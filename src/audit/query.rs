@@ -28,28 +28,31 @@ pub struct Cursor {
     pub id: Uuid,
 }
 
+/// The latest time a cursor can name: RFC 3339's last second, so that any
+/// well-formed cursor is a position every database can compare against.
+const MAX_MICROS: u64 = 253_402_300_799_999_999;
+
 impl Cursor {
+    /// What [`Cursor::decode`] accepts, as the OpenAPI document's `pattern`:
+    /// the time in microseconds since 1970 (16 hex digits), then the row id
+    /// (32), lower case. Every such string is a position, so a cursor of the
+    /// right form is never refused.
+    pub const PATTERN: &'static str = "^[0-9a-f]{48}$";
+
     pub fn encode(&self) -> String {
-        let raw = format!(
-            "{}.{}",
-            self.occurred_at.timestamp_micros(),
-            self.id.simple()
-        );
-        raw.bytes().map(|b| format!("{b:02x}")).collect()
+        let micros = u64::try_from(self.occurred_at.timestamp_micros()).unwrap_or(0);
+        format!("{micros:016x}{}", self.id.simple())
     }
 
     pub fn decode(token: &str) -> Option<Self> {
-        if !token.len().is_multiple_of(2) || token.len() > 200 {
+        let lower_hex = |s: &str| s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+        if token.len() != 48 || !lower_hex(token) {
             return None;
         }
-        let bytes: Option<Vec<u8>> = (0..token.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(token.get(i..i + 2)?, 16).ok())
-            .collect();
-        let raw = String::from_utf8(bytes?).ok()?;
-        let (micros, id) = raw.split_once('.')?;
+        let (micros, id) = token.split_at(16);
+        let micros = u64::from_str_radix(micros, 16).ok()?.min(MAX_MICROS);
         Some(Self {
-            occurred_at: DateTime::from_timestamp_micros(micros.parse().ok()?)?,
+            occurred_at: DateTime::from_timestamp_micros(i64::try_from(micros).ok()?)?,
             id: Uuid::parse_str(id).ok()?,
         })
     }
@@ -66,8 +69,24 @@ mod tests {
             id: Uuid::now_v7(),
         };
         assert_eq!(Cursor::decode(&cursor.encode()), Some(cursor));
-        for bad in ["", "zz", "abc", "6162", &"00".repeat(150)] {
+        let pattern = regex::Regex::new(Cursor::PATTERN).unwrap();
+        for bad in [
+            "",
+            "zz",
+            "abc",
+            "6162",
+            &"00".repeat(150),
+            &"A".repeat(48),
+            &"0".repeat(47),
+        ] {
             assert_eq!(Cursor::decode(bad), None, "{bad:?}");
+            assert!(!pattern.is_match(bad), "{bad:?}");
+        }
+        for odd in ["f".repeat(48), "0".repeat(48)] {
+            assert!(pattern.is_match(&odd));
+            let far =
+                Cursor::decode(&odd).expect("any cursor of the documented form is a position");
+            assert!(far.occurred_at.format("%Y").to_string().len() == 4);
         }
     }
 }

@@ -2,6 +2,7 @@
 //! customer's allocation), IPv4-mapped IPv6 treated as IPv4.
 
 use std::net::{IpAddr, Ipv6Addr};
+use std::sync::LazyLock;
 
 use ipnet::IpNet;
 
@@ -13,8 +14,24 @@ impl ClientIp {
         Self(addr.to_canonical())
     }
 
+    /// An address as written by a caller: exactly what [`ADDRESS_PATTERN`]
+    /// matches, nothing around it.
     pub fn parse(raw: &str) -> Option<Self> {
-        raw.trim().parse::<IpAddr>().ok().map(Self::new)
+        raw.parse::<IpAddr>().ok().map(Self::new)
+    }
+
+    /// An IP subject as an admin names it: an address, or an IPv6 address
+    /// with `/64` (the subject's own form, `2001:db8:1:2::/64`), as
+    /// [`SUBJECT_PATTERN`] says. Another range is not a subject.
+    pub fn parse_subject(raw: &str) -> Option<Self> {
+        match raw.split_once('/') {
+            Some((addr, "64")) => addr
+                .parse::<Ipv6Addr>()
+                .ok()
+                .map(|v6| Self::new(IpAddr::V6(v6))),
+            Some(_) => None,
+            None => Self::parse(raw),
+        }
     }
 
     /// The subject id: `203.0.113.7` or `2001:db8:1:2::/64`.
@@ -35,6 +52,53 @@ impl std::fmt::Display for ClientIp {
         self.0.fmt(f)
     }
 }
+
+/// An IPv4 address as the standard library reads one: four decimal
+/// octets, no leading zeros.
+const IPV4: &str = r"(?:(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\.){3}(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])";
+const HEX: &str = "[0-9A-Fa-f]{1,4}";
+
+/// An IPv6 address as the standard library reads one: eight groups, or
+/// fewer around one `::` that stands for at least one, and an IPv4 address
+/// in place of the last two groups.
+fn ipv6_pattern() -> String {
+    // `n` groups, each followed by a colon.
+    let groups = |n: usize| format!("(?:{HEX}:){{{n}}}");
+    let mut forms = vec![
+        format!("{}{HEX}", groups(7)),
+        format!("{}{IPV4}", groups(6)),
+    ];
+    for head in 0..=7usize {
+        let head_part = match head {
+            0 => String::new(),
+            n => format!("{HEX}(?::{HEX}){{{}}}", n - 1),
+        };
+        // The tail has room for 7 - head groups.
+        let room = 7 - head;
+        let mut tails = Vec::new();
+        if room >= 1 {
+            tails.push(format!("{HEX}(?::{HEX}){{0,{}}}", room - 1));
+        }
+        if room >= 2 {
+            tails.push(format!("(?:{HEX}:){{0,{}}}{IPV4}", room - 2));
+        }
+        let tail_part = if tails.is_empty() {
+            String::new()
+        } else {
+            format!("(?:{})?", tails.join("|"))
+        };
+        forms.push(format!("{head_part}::{tail_part}"));
+    }
+    format!("(?:{})", forms.join("|"))
+}
+
+/// What [`ClientIp::parse`] accepts, as the OpenAPI document's `pattern`.
+pub static ADDRESS_PATTERN: LazyLock<String> =
+    LazyLock::new(|| format!("^(?:{IPV4}|{})$", ipv6_pattern()));
+
+/// What [`ClientIp::parse_subject`] accepts, as the OpenAPI document's `pattern`.
+pub static SUBJECT_PATTERN: LazyLock<String> =
+    LazyLock::new(|| format!("^(?:{IPV4}|{}(?:/64)?)$", ipv6_pattern()));
 
 /// One hop of `X-Forwarded-For` or one `for=` of `Forwarded` (RFC 7239):
 /// `203.0.113.7`, `203.0.113.7:443`, `2001:db8::1`, `[2001:db8::1]` or

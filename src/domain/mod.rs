@@ -1,12 +1,15 @@
 //! Values parsed once at the edge; nothing inward handles raw strings.
 
 pub mod client_ip;
+pub mod email;
+pub mod pattern;
 pub mod phone;
 pub mod rule;
 pub mod subject;
 pub mod username;
 
 pub use client_ip::ClientIp;
+pub use email::EmailAddress;
 pub use phone::{PhoneError, PhoneNumber};
 pub use rule::Rule;
 pub use subject::{Action, Subject, SubjectKind};

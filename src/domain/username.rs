@@ -1,6 +1,11 @@
+use std::sync::LazyLock;
+
 use unicode_normalization::UnicodeNormalization;
 
-const MAX_CHARS: usize = 256;
+use super::pattern::{class_members, in_ranges, Range, WHITE_SPACE};
+
+/// The most characters a name may have as given (before normalisation).
+pub const MAX_CHARS: usize = 256;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum UsernameError {
@@ -21,18 +26,54 @@ pub enum UsernameError {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Username(String);
 
+/// General category Cc: refused anywhere in a name.
+const CONTROL: &[Range] = &[(0x00, 0x1f), (0x7f, 0x9f)];
+
 /// Unicode's Default_Ignorable_Code_Point (DerivedCoreProperties.txt): code
 /// points that render as nothing, so a name with them looks like one without.
+const DEFAULT_IGNORABLE: &[Range] = &[
+    (0x00ad, 0x00ad),
+    (0x034f, 0x034f),
+    (0x061c, 0x061c),
+    (0x115f, 0x1160),
+    (0x17b4, 0x17b5),
+    (0x180b, 0x180f),
+    (0x200b, 0x200f),
+    (0x202a, 0x202e),
+    (0x2060, 0x206f),
+    (0x3164, 0x3164),
+    (0xfe00, 0xfe0f),
+    (0xfeff, 0xfeff),
+    (0xffa0, 0xffa0),
+    (0xfff0, 0xfff8),
+    (0x1bca0, 0x1bca3),
+    (0x1d173, 0x1d17a),
+    (0xe0000, 0xe0fff),
+];
+
 fn default_ignorable(c: char) -> bool {
-    matches!(c as u32,
-        0x00AD | 0x034F | 0x061C | 0x115F..=0x1160 | 0x17B4..=0x17B5 | 0x180B..=0x180F
-        | 0x200B..=0x200F | 0x202A..=0x202E | 0x2060..=0x206F | 0x3164 | 0xFE00..=0xFE0F
-        | 0xFEFF | 0xFFA0 | 0xFFF0..=0xFFF8 | 0x1BCA0..=0x1BCA3 | 0x1D173..=0x1D17A
-        | 0xE0000..=0xE0FFF)
+    in_ranges(DEFAULT_IGNORABLE, c)
 }
+
+/// What [`Username::parse`] accepts, as the OpenAPI document's `pattern`
+/// (with `maxLength` [`MAX_CHARS`]): no control character, and at least one
+/// character that is neither white space nor default-ignorable.
+pub static PATTERN: LazyLock<String> = LazyLock::new(|| {
+    let control = class_members(CONTROL);
+    let blank = class_members(WHITE_SPACE) + &class_members(DEFAULT_IGNORABLE);
+    format!("^[^{control}]*[^{control}{blank}][^{control}]*$")
+});
 
 impl Username {
     pub fn parse(raw: &str) -> Result<Self, UsernameError> {
+        // Counted and checked as given, as the document's pattern and
+        // `maxLength` say: what normalisation makes of a name is ours.
+        if raw.chars().count() > MAX_CHARS {
+            return Err(UsernameError::TooLong);
+        }
+        if raw.chars().any(|c| in_ranges(CONTROL, c)) {
+            return Err(UsernameError::ControlCharacters);
+        }
         let raw = raw.trim();
         // ASCII is its own NFKC, holds no default-ignorable code point, and
         // folds to lower case: most names skip the Unicode work.
@@ -46,12 +87,6 @@ impl Username {
         };
         if normalised.is_empty() {
             return Err(UsernameError::Empty);
-        }
-        if normalised.chars().count() > MAX_CHARS {
-            return Err(UsernameError::TooLong);
-        }
-        if normalised.chars().any(char::is_control) {
-            return Err(UsernameError::ControlCharacters);
         }
         Ok(Self(normalised))
     }
@@ -108,5 +143,34 @@ mod tests {
             Username::parse("a\u{0}b"),
             Err(UsernameError::ControlCharacters)
         );
+    }
+
+    /// The pattern the OpenAPI document gives is what `parse` accepts: for
+    /// every single code point (so no character that normalises to nothing
+    /// is missed), and around the length limit.
+    #[test]
+    fn the_documented_pattern_is_what_parse_accepts() {
+        let pattern = regex::Regex::new(&PATTERN).unwrap();
+        let documented = |s: &str| pattern.is_match(s) && s.chars().count() <= MAX_CHARS;
+        for c in (0..=0x10ffff).filter_map(char::from_u32) {
+            let s = c.to_string();
+            assert_eq!(
+                Username::parse(&s).is_ok(),
+                documented(&s),
+                "U+{:04X}",
+                c as u32
+            );
+        }
+        for s in [
+            "a".repeat(256),
+            "a".repeat(257),
+            format!(" {} ", "a".repeat(255)),
+            "\u{fdfa}".repeat(200),
+            "alice\n".into(),
+            " \u{200b}\u{3000}".into(),
+            "\u{3164}\u{ffa0}".into(),
+        ] {
+            assert_eq!(Username::parse(&s).is_ok(), documented(&s), "{s:?}");
+        }
     }
 }

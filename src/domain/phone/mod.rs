@@ -22,19 +22,29 @@ pub struct PhoneNumber {
     region: Option<String>,
 }
 
-/// `raw` trimmed, when it can be an international number at all.
+/// The text taken for a phone number, as the OpenAPI document's `pattern`
+/// (with `maxLength` [`MAX_LEN`]): a `+`, then digits that spaces, dots,
+/// dashes and parentheses may group, with spaces around. Whether the digits
+/// are a number in use is the numbering plan's call, which a pattern cannot
+/// make (the document says `format: phone`).
+pub const PATTERN: &str = r"^ *\+[-0-9 ().]+$";
+/// The most bytes (all ASCII) a phone number may be given in.
+pub const MAX_LEN: usize = 32;
+
+/// `raw` without its surrounding spaces, when it has the documented form.
 fn international(raw: &str) -> Result<&str, PhoneError> {
-    let raw = raw.trim();
-    if raw.is_empty() {
+    let number = raw.trim_matches(' ');
+    if number.is_empty() {
         return Err(PhoneError::Empty);
     }
-    if !raw.starts_with('+') {
+    let Some(grouped_digits) = number.strip_prefix('+') else {
         return Err(PhoneError::NotInternational);
-    }
-    if raw.len() > 32 {
+    };
+    let grouping = |b: u8| b.is_ascii_digit() || b" ().-".contains(&b);
+    if raw.len() > MAX_LEN || !grouped_digits.bytes().all(grouping) {
         return Err(PhoneError::Invalid);
     }
-    Ok(raw)
+    Ok(number)
 }
 
 impl PhoneNumber {
@@ -82,7 +92,7 @@ impl PhoneNumber {
         Self::parse_with_crate(international(raw)?)
     }
 
-    /// `raw` is trimmed, starts with `+` and is at most 32 bytes.
+    /// `raw` has passed [`international`].
     fn parse_with_crate(raw: &str) -> Result<Self, PhoneError> {
         let number = phonenumber::parse(None, raw).map_err(|_| PhoneError::Invalid)?;
         if !phonenumber::is_valid(&number) || number.extension().is_some() {
