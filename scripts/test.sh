@@ -4,10 +4,23 @@
 # `cargo test`. Extra arguments go to cargo test (e.g. `scripts/test.sh login::`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+SCHEMATHESIS_VERSION=4.32.5
 
 command -v cargo >/dev/null || { echo "test: cargo is missing; install Rust (rustup) first" >&2; exit 1; }
 scripts/services.sh
 scripts/redis-cluster.sh
+
+# schemathesis (PyPI) checks the API against its OpenAPI document
+# (tests/api/schemathesis.rs), from a virtualenv outside the clone.
+venv="${TOLLGATE_VENV:-$HOME/.cache/tollgate-venv}"
+if [ -z "${TOLLGATE_SCHEMATHESIS:-}" ]; then
+    if ! "$venv/bin/schemathesis" --version 2>/dev/null | grep -q "$SCHEMATHESIS_VERSION"; then
+        command -v python3 >/dev/null || { echo "test: python3 is missing (for schemathesis)" >&2; exit 1; }
+        python3 -m venv "$venv"
+        "$venv/bin/pip" install --quiet --disable-pip-version-check "schemathesis==$SCHEMATHESIS_VERSION"
+    fi
+    export TOLLGATE_SCHEMATHESIS="$venv/bin/schemathesis"
+fi
 
 # The build cache lives outside the clone, so a fresh clone reuses it.
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/tollgate-target}"

@@ -1,6 +1,11 @@
 //! Logging: JSON lines when stdout is not a terminal (production), readable
 //! lines on a terminal. `RUST_LOG` filters, `info` by default.
 //!
+//! actix-http logs a malformed request (a header with a NUL byte, say) at
+//! ERROR from `actix_http::h1::dispatcher`, after answering it 400: a
+//! client's mistake, which anyone could use to fill the log with errors. That
+//! target is off unless `RUST_LOG` names `actix_http`.
+//!
 //! The request id: each request runs inside [`with_request_id`], and the
 //! lines a request logs at `info` and above name it with
 //! `request_id = %telemetry::request_id()`. At `debug` each request also gets
@@ -14,7 +19,13 @@ use std::io::IsTerminal;
 use tracing_subscriber::{fmt, EnvFilter};
 
 pub fn init() {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let given = std::env::var("RUST_LOG").unwrap_or_default();
+    let mut filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    if !given.contains("actix_http") {
+        if let Ok(quiet) = "actix_http::h1::dispatcher=off".parse() {
+            filter = filter.add_directive(quiet);
+        }
+    }
     let builder = fmt().with_env_filter(filter).with_writer(std::io::stderr);
     let result = if std::io::stderr().is_terminal() {
         builder.try_init()

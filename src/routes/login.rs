@@ -2,9 +2,9 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use serde::Deserialize;
 use utoipa::ToSchema;
 
-use super::{post_json, AppState};
+use super::{post_json, schemas, AppState};
 use crate::captcha::CaptchaProof;
-use crate::domain::Username;
+use crate::domain::{EmailAddress, Username};
 use crate::error::{ApiError, ErrorBody};
 use crate::guard::login::{LoginAttempt, LoginDecision, LoginState};
 use crate::guard::RequestInfo;
@@ -19,11 +19,9 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
 #[serde(deny_unknown_fields)]
 #[schema(example = json!({"user": "alice", "ip": "203.0.113.7"}))]
 struct CheckBody {
-    /// The login name (NFKC-normalised and lowercased; not blank, no control characters).
-    #[schema(example = "alice", min_length = 1, max_length = 256)]
+    #[schema(schema_with = schemas::user)]
     user: String,
-    /// The client's IP; honoured only on requests authenticated with an API key.
-    #[schema(example = "203.0.113.7")]
+    #[schema(schema_with = schemas::optional_ip_address)]
     ip: Option<String>,
 }
 
@@ -31,11 +29,9 @@ struct CheckBody {
 #[serde(deny_unknown_fields)]
 #[schema(example = json!({"user": "alice", "ip": "203.0.113.7", "success": false, "notify_email": "alice@example.com"}))]
 struct AttemptBody {
-    /// The login name (NFKC-normalised and lowercased; not blank, no control characters).
-    #[schema(example = "alice", min_length = 1, max_length = 256)]
+    #[schema(schema_with = schemas::user)]
     user: String,
-    /// The client's IP; honoured only on requests authenticated with an API key.
-    #[schema(example = "203.0.113.7")]
+    #[schema(schema_with = schemas::optional_ip_address)]
     ip: Option<String>,
     /// Whether the password was right.
     success: bool,
@@ -43,12 +39,7 @@ struct AttemptBody {
     captcha_token: Option<String>,
     /// The caller verified a captcha itself; counts only when `captcha.kind = "none"`.
     captcha_passed: Option<bool>,
-    /// Where to tell the account's owner that it was locked (one email per lock).
-    #[schema(
-        example = "alice@example.com",
-        max_length = 254,
-        pattern = "^[^@]+@.*[.]"
-    )]
+    #[schema(schema_with = schemas::optional_email)]
     notify_email: Option<String>,
     /// Locale of the lockout notice (`en` when absent or unknown).
     #[schema(example = "en", pattern = "^[A-Za-z0-9_-]{1,35}$")]
@@ -130,17 +121,12 @@ async fn attempt(
     let body = body.into_inner();
     let info = backend_only(state.access.caller(&req, body.ip.as_deref())?)?;
     let user = parse_user(&body.user)?;
-    if let Some(email) = &body.notify_email {
-        let plausible = email.len() <= 254
-            && email
-                .split_once('@')
-                .is_some_and(|(l, d)| !l.is_empty() && d.contains('.'));
-        if !plausible {
-            return Err(ApiError::InvalidRequest(
-                "notify_email is not an email address".into(),
-            ));
-        }
-    }
+    let notify_email = body
+        .notify_email
+        .as_deref()
+        .map(EmailAddress::parse)
+        .transpose()
+        .map_err(|e| ApiError::InvalidRequest(e.to_string()))?;
     let attempt = LoginAttempt {
         user,
         success: body.success,
@@ -148,7 +134,7 @@ async fn attempt(
             token: body.captcha_token,
             passed: body.captcha_passed,
         },
-        notify_email: body.notify_email,
+        notify_email: notify_email.map(EmailAddress::into_string),
         locale: super::sms::parse_locale(body.locale)?,
     };
     let login_state = count("login_attempt", state.login.attempt(attempt, &info).await)?;

@@ -8,6 +8,7 @@ pub mod login;
 pub mod openapi;
 pub mod ops;
 pub mod request_id;
+mod schemas;
 pub mod sms;
 
 use std::sync::Arc;

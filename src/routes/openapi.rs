@@ -8,10 +8,13 @@ use std::sync::LazyLock;
 
 use actix_web::http::header;
 use actix_web::{web, HttpResponse};
+use utoipa::openapi::schema::{Object, ObjectBuilder, Type};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::openapi::RefOr;
 use utoipa::{Modify, OpenApi, ToSchema};
 
-use super::{admin, login, ops, sms};
+use super::{admin, login, ops, schemas, sms};
+use crate::domain::{Action, SubjectKind};
 use crate::error::ErrorBody;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
@@ -39,7 +42,7 @@ pub const ADMIN_TOKEN_SCHEME: &str = "admin_token";
         ops::metrics,
         openapi_json,
     ),
-    modifiers(&SecuritySchemes),
+    modifiers(&SecuritySchemes, &SubjectPaths),
     tags(
         (name = "sms", description = "SMS verification codes: `/sms/send`, `/sms/verify`"),
         (name = "login", description = "Login captcha and lock decisions"),
@@ -80,6 +83,58 @@ impl Modify for SecuritySchemes {
                     .build(),
             ),
         );
+    }
+}
+
+/// The subject routes, `/admin/api/subjects/{kind}/{id}[/unblock]`, written
+/// out once per kind (`/admin/api/subjects/ip/{id}`), since what an id may
+/// be depends on its kind and one `{kind}` parameter cannot say so.
+struct SubjectPaths;
+
+fn subject_id_schema(kind: SubjectKind) -> Object {
+    match kind {
+        SubjectKind::Phone => schemas::phone(),
+        SubjectKind::Prefix => schemas::prefix(),
+        SubjectKind::User => schemas::user(),
+        SubjectKind::Ip => schemas::ip_subject(),
+        SubjectKind::Global => ObjectBuilder::new()
+            .schema_type(Type::String)
+            .enum_values(Some([Action::SmsSend.as_str()]))
+            .description(Some("The one global subject: `sms_send`."))
+            .build(),
+    }
+}
+
+impl Modify for SubjectPaths {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        for suffix in ["", "/unblock"] {
+            let generic = format!("/admin/api/subjects/{{kind}}/{{id}}{suffix}");
+            let Some(item) = openapi.paths.paths.remove(&generic) else {
+                continue;
+            };
+            for kind in SubjectKind::ALL {
+                let mut item = item.clone();
+                for operation in [&mut item.get, &mut item.post].into_iter().flatten() {
+                    operation.operation_id = operation
+                        .operation_id
+                        .take()
+                        .map(|id| format!("{id}_{kind}"));
+                    let parameters = operation.parameters.get_or_insert_with(Vec::new);
+                    parameters.retain(|p| !matches!(p, RefOr::T(p) if p.name == "kind"));
+                    for parameter in parameters.iter_mut() {
+                        if let RefOr::T(p) = parameter {
+                            if p.name == "id" {
+                                p.schema = Some(subject_id_schema(kind).into());
+                            }
+                        }
+                    }
+                }
+                openapi
+                    .paths
+                    .paths
+                    .insert(format!("/admin/api/subjects/{kind}/{{id}}{suffix}"), item);
+            }
+        }
     }
 }
 

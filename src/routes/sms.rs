@@ -3,7 +3,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::openapi::RateLimitedError;
-use super::{post_json, AppState};
+use super::{post_json, schemas, AppState};
 use crate::captcha::CaptchaProof;
 use crate::domain::{PhoneError, PhoneNumber};
 use crate::error::{ApiError, ErrorBody};
@@ -19,12 +19,9 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
 #[serde(deny_unknown_fields)]
 #[schema(example = json!({"phone": "+8613800138000", "ip": "203.0.113.7", "locale": "zh-CN"}))]
 struct SendBody {
-    /// The phone number in international form (`+`, country code, number);
-    /// a number that is not a valid phone number answers 400 `invalid_phone`.
-    #[schema(example = "+8613800138000", min_length = 1, max_length = 32)]
+    #[schema(schema_with = schemas::phone)]
     phone: String,
-    /// The client's IP; honoured only on requests authenticated with an API key.
-    #[schema(example = "203.0.113.7")]
+    #[schema(schema_with = schemas::optional_ip_address)]
     ip: Option<String>,
     /// Language tag of the SMS text (falls back to `en`).
     #[schema(example = "zh-CN", pattern = "^[A-Za-z0-9_-]{1,35}$")]
@@ -40,11 +37,11 @@ struct SendBody {
 #[schema(example = json!({"phone": "+8613800138000", "code": "123456"}))]
 struct VerifyBody {
     /// The phone number the code was sent to.
-    #[schema(example = "+8613800138000", min_length = 1, max_length = 32)]
+    #[schema(schema_with = schemas::phone)]
     phone: String,
-    #[schema(example = "123456", min_length = 1, max_length = 64)]
+    #[schema(schema_with = schemas::code)]
     code: String,
-    /// The client's IP; honoured only on requests authenticated with an API key.
+    #[schema(schema_with = schemas::optional_ip_address)]
     ip: Option<String>,
 }
 
@@ -195,12 +192,14 @@ async fn verify(
     let body = body.into_inner();
     let info = state.access.caller(&req, body.ip.as_deref())?;
     let phone = parse_phone(&body.phone)?;
+    // As the document says: at most 64 characters as given, not all white
+    // space; compared without the white space around it.
+    if body.code.chars().count() > schemas::CODE_MAX_CHARS {
+        return Err(ApiError::InvalidRequest("code is too long".into()));
+    }
     let code = body.code.trim();
     if code.is_empty() {
         return Err(ApiError::InvalidRequest("code is required".into()));
-    }
-    if code.len() > 64 {
-        return Err(ApiError::InvalidRequest("code is too long".into()));
     }
     let result = state.sms.verify(&phone, code, &info).await;
     metrics::request(

@@ -17,6 +17,7 @@ mod openapi;
 mod process;
 mod reload;
 mod scale_out;
+mod schemathesis;
 mod sms_send;
 mod sms_verify;
 mod smtp;

@@ -12,7 +12,7 @@ use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse, Responder, ResponseError};
 use chrono::Utc;
 
-use super::events::{self, EventsQuery, Parsed};
+use super::events::{self, Empty, EventsQuery, Parsed};
 use super::subjects;
 use crate::audit::query::EventFilter;
 use crate::domain::Subject;
@@ -136,8 +136,8 @@ fn authenticate(state: &AppState, req: &HttpRequest) -> Result<(RequestInfo, Sec
         .map_err(|_| Refusal::Unauthorized)
 }
 
-fn path_subject(req: &HttpRequest) -> Result<Subject, Refusal> {
-    Ok(subjects::path_subject(req, "/admin/subjects/")?)
+fn path_subject(req: &HttpRequest, suffix: &str) -> Result<Subject, Refusal> {
+    Ok(subjects::path_subject(req, "/admin/subjects/", suffix)?)
 }
 
 fn see_other(location: &str) -> HttpResponse {
@@ -173,7 +173,7 @@ async fn show_events(state: &AppState, req: &HttpRequest) -> Result<HttpResponse
             return refused(&EventsQuery::default(), StatusCode::BAD_REQUEST, message);
         }
     };
-    let parsed = match query.parse() {
+    let parsed = match query.parse(Empty::NoFilter) {
         Ok(parsed) => parsed,
         Err(e) => return refused(&query, StatusCode::BAD_REQUEST, e.to_string()),
     };
@@ -222,7 +222,7 @@ async fn subject_page(state: web::Data<AppState>, req: HttpRequest) -> HttpRespo
 
 async fn show_subject(state: &AppState, req: &HttpRequest) -> Result<HttpResponse, Refusal> {
     let (_, token) = authenticate(state, req)?;
-    let subject = path_subject(req)?;
+    let subject = path_subject(req, "")?;
     let live = state.admin.state(&subject).await?;
     let filter = EventFilter {
         subject_kind: Some(subject.kind),
@@ -270,7 +270,7 @@ async fn unblock_subject(
     body: &[u8],
 ) -> Result<HttpResponse, Refusal> {
     let (info, token) = authenticate(state, req)?;
-    let subject = path_subject(req)?;
+    let subject = path_subject(req, "/unblock")?;
     // Browsers say when a request comes from another site; no form of ours does.
     let cross_site = req
         .headers()

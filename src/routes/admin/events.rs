@@ -1,35 +1,43 @@
 use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
-use chrono::{DateTime, Utc};
+use std::sync::LazyLock;
+
+use chrono::{DateTime, Timelike, Utc};
 use futures::StreamExt;
+use regex::Regex;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use crate::audit::query::{Cursor, EventFilter};
 use crate::audit::{rfc3339_ms, AuditDb, AuditDecision, AuditEvent};
-use crate::domain::{Action, SubjectKind};
+use crate::domain::{Action, ClientIp, SubjectKind};
 use crate::error::{ApiError, ErrorBody};
-use crate::routes::AppState;
+use crate::routes::{schemas, AppState};
 
 const DEFAULT_LIMIT: usize = 100;
 const MAX_LIMIT: usize = 500;
 /// Rows per database round trip while streaming CSV.
 const CSV_PAGE: usize = 500;
 
-/// The event filters as given; shared with the HTML console.
+/// The event filters as given; shared with the HTML console. Each
+/// parameter's schema is the form [`EventsQuery::parse`] takes.
 #[derive(Deserialize, Default, IntoParams)]
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub struct EventsQuery {
     #[param(value_type = Option<SubjectKind>)]
     pub(super) subject_kind: Option<String>,
-    /// The normalised subject id (`+8613800138000`, `alice`, `203.0.113.7`).
+    /// The subject id. With `subject_kind` it is normalised as the guards
+    /// store it (`Alice` → `alice`, `+86 138 0013 8000` → `+8613800138000`);
+    /// an id that cannot be of that kind matches no event.
+    #[param(schema_with = schemas::filter_text, example = "alice")]
     pub(super) subject: Option<String>,
     #[param(value_type = Option<Action>)]
     pub(super) action: Option<String>,
     #[param(value_type = Option<AuditDecision>)]
     pub(super) decision: Option<String>,
-    #[param(example = "203.0.113.7")]
+    /// The client address, IPv4 or IPv6 (the full address, not its /64).
+    #[param(schema_with = schemas::ip_address, example = "203.0.113.7")]
     pub(super) ip: Option<String>,
     /// Events at or after this time (RFC 3339).
     #[param(value_type = Option<String>, format = DateTime)]
@@ -41,6 +49,7 @@ pub struct EventsQuery {
     #[param(value_type = Option<u32>, minimum = 1, maximum = 500)]
     pub(super) limit: Option<String>,
     /// `next_cursor` of the previous page.
+    #[param(schema_with = schemas::cursor)]
     pub(super) cursor: Option<String>,
 }
 
@@ -54,83 +63,155 @@ pub struct EventsPage {
     next_cursor: Option<String>,
 }
 
-/// Empty parameters (as HTML forms send them) mean "no filter".
-fn given(value: &Option<String>) -> Option<&str> {
-    value.as_deref().map(str::trim).filter(|v| !v.is_empty())
-}
-
-fn parse_time(name: &str, value: &Option<String>) -> Result<Option<DateTime<Utc>>, ApiError> {
-    given(value)
-        .map(|raw| {
-            DateTime::parse_from_rfc3339(raw)
-                .map(|t| t.with_timezone(&Utc))
-                .map_err(|_| ApiError::InvalidRequest(format!("{name} must be an RFC 3339 time")))
-        })
-        .transpose()
-}
-
-fn parse_enum<T>(
-    name: &str,
-    value: &Option<String>,
-    parse: impl Fn(&str) -> Option<T>,
-) -> Result<Option<T>, ApiError> {
-    given(value)
-        .map(|raw| {
-            parse(raw).ok_or_else(|| ApiError::InvalidRequest(format!("unknown {name} {raw:?}")))
-        })
-        .transpose()
-}
-
 pub(super) struct Parsed {
     pub(super) filter: EventFilter,
     pub(super) limit: Option<usize>,
     pub(super) cursor: Option<Cursor>,
 }
 
-impl EventsQuery {
-    pub(super) fn parse(&self) -> Result<Parsed, ApiError> {
-        let subject_kind = parse_enum("subject_kind", &self.subject_kind, SubjectKind::parse)?;
-        let subject = self.subject.as_deref().and_then(|raw| {
-            // A raw `+` in a query string arrives as a space: `subject=+8613800138000`.
-            let fixed = match raw.strip_prefix(' ') {
-                Some(rest) if rest.starts_with(|c: char| c.is_ascii_digit()) => format!("+{rest}"),
-                _ => raw.trim().to_string(),
-            };
-            (!fixed.is_empty()).then_some(fixed)
-        });
-        // With a kind, the subject is normalised as the guards store it
-        // (`Alice` → `alice`, `+86 138 0013 8000` → `+8613800138000`).
-        let subject = match (subject_kind, subject) {
-            (Some(kind), Some(raw)) => Some(super::subjects::subject(kind.as_str(), &raw)?.id),
-            (_, subject) => subject,
+/// How an empty parameter reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Empty {
+    /// The JSON API: every parameter given is a value of its documented
+    /// form, and an empty one is not (`until=` answers 400).
+    Refused,
+    /// The console's filter form sends every field; an empty (or blank) one
+    /// means "no filter".
+    NoFilter,
+}
+
+/// An RFC 3339 date-time as JSON Schema's `date-time` format has it: `T` (or
+/// `t`) between date and time, seconds always, a `Z` or `±hh:mm` offset.
+fn rfc3339(raw: &str) -> Option<DateTime<Utc>> {
+    static SHAPE: LazyLock<Regex> = LazyLock::new(|| {
+        Regex::new(r"^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:(\d{2})(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$")
+            .expect("a valid pattern")
+    });
+    let seconds = SHAPE.captures(raw)?.get(1)?.as_str();
+    let time = DateTime::parse_from_rfc3339(raw).ok()?.with_timezone(&Utc);
+    // A leap second is the last second of a UTC day.
+    let leap_ok = seconds != "60" || (time.hour(), time.minute()) == (23, 59);
+    leap_ok.then_some(time)
+}
+
+/// Reads the parameters one at a time, empty ones as `Empty` says.
+struct Reader {
+    empty: Empty,
+}
+
+impl Reader {
+    fn text(&self, name: &str, value: &Option<String>) -> Result<Option<String>, ApiError> {
+        match (value.as_deref(), self.empty) {
+            (None, _) => Ok(None),
+            (Some(""), Empty::Refused) => Err(ApiError::InvalidRequest(format!("{name} is empty"))),
+            (Some(v), Empty::Refused) => Ok(Some(v.to_string())),
+            (Some(v), Empty::NoFilter) => {
+                Ok(Some(v.trim()).filter(|v| !v.is_empty()).map(str::to_string))
+            }
+        }
+    }
+
+    /// A value `parse` reads, or 400 `invalid_request` saying `refusal`.
+    fn parsed<T>(
+        &self,
+        name: &str,
+        value: &Option<String>,
+        parse: impl FnOnce(&str) -> Option<T>,
+        refusal: impl FnOnce(&str) -> String,
+    ) -> Result<Option<T>, ApiError> {
+        self.text(name, value)?
+            .map(|raw| parse(&raw).ok_or_else(|| ApiError::InvalidRequest(refusal(&raw))))
+            .transpose()
+    }
+
+    fn enumerated<T>(
+        &self,
+        name: &str,
+        value: &Option<String>,
+        parse: impl FnOnce(&str) -> Option<T>,
+    ) -> Result<Option<T>, ApiError> {
+        self.parsed(name, value, parse, |raw| format!("unknown {name} {raw:?}"))
+    }
+
+    fn time(&self, name: &str, value: &Option<String>) -> Result<Option<DateTime<Utc>>, ApiError> {
+        self.parsed(name, value, rfc3339, |_| {
+            format!("{name} must be an RFC 3339 time")
+        })
+    }
+
+    /// The subject, normalised as the guards store it when the kind is
+    /// known; an id that cannot be of that kind is kept as given and
+    /// matches nothing.
+    fn subject(
+        &self,
+        kind: Option<SubjectKind>,
+        value: &Option<String>,
+    ) -> Result<Option<String>, ApiError> {
+        let Some(raw) = self.text("subject", value)? else {
+            return Ok(None);
         };
-        let limit = given(&self.limit)
-            .map(|raw| match raw.parse::<usize>() {
-                Ok(n) if (1..=MAX_LIMIT).contains(&n) => Ok(n),
-                _ => Err(ApiError::InvalidRequest(format!(
-                    "limit must be between 1 and {MAX_LIMIT}"
-                ))),
-            })
-            .transpose()?;
-        let cursor = given(&self.cursor)
-            .map(|raw| {
-                Cursor::decode(raw).ok_or_else(|| {
-                    ApiError::InvalidRequest("cursor is not one this API gave".into())
-                })
-            })
-            .transpose()?;
+        if raw.chars().any(char::is_control) {
+            return Err(ApiError::InvalidRequest(
+                "subject contains control characters".into(),
+            ));
+        }
+        // A raw `+` in a query string arrives as a space: `subject=+8613800138000`.
+        let raw = match raw.strip_prefix(' ') {
+            Some(rest) if rest.starts_with(|c: char| c.is_ascii_digit()) => format!("+{rest}"),
+            _ => raw,
+        };
+        Ok(Some(match kind {
+            Some(kind) => super::subjects::subject(kind.as_str(), &raw)
+                .map(|s| s.id)
+                .unwrap_or(raw),
+            None => raw,
+        }))
+    }
+
+    /// The address as the trail writes it (`::ffff:1.2.3.4` is `1.2.3.4`).
+    /// The API refuses what is not one, as its document says; the console
+    /// keeps it as typed, to match nothing and be shown back.
+    fn ip(&self, value: &Option<String>) -> Result<Option<String>, ApiError> {
+        let Some(raw) = self.text("ip", value)? else {
+            return Ok(None);
+        };
+        match (ClientIp::parse(&raw), self.empty) {
+            (Some(ip), _) => Ok(Some(ip.to_string())),
+            (None, Empty::NoFilter) => Ok(Some(raw)),
+            (None, Empty::Refused) => {
+                Err(ApiError::InvalidRequest("ip is not an IP address".into()))
+            }
+        }
+    }
+}
+
+/// A page size: digits only, 1 to [`MAX_LIMIT`].
+fn page_size(raw: &str) -> Option<usize> {
+    let n = raw.parse::<usize>().ok()?;
+    (raw.bytes().all(|b| b.is_ascii_digit()) && (1..=MAX_LIMIT).contains(&n)).then_some(n)
+}
+
+impl EventsQuery {
+    pub(super) fn parse(&self, empty: Empty) -> Result<Parsed, ApiError> {
+        let read = Reader { empty };
+        let subject_kind =
+            read.enumerated("subject_kind", &self.subject_kind, SubjectKind::parse)?;
         Ok(Parsed {
             filter: EventFilter {
                 subject_kind,
-                subject,
-                action: parse_enum("action", &self.action, Action::parse)?,
-                decision: parse_enum("decision", &self.decision, AuditDecision::parse)?,
-                ip: given(&self.ip).map(str::to_string),
-                since: parse_time("since", &self.since)?,
-                until: parse_time("until", &self.until)?,
+                subject: read.subject(subject_kind, &self.subject)?,
+                action: read.enumerated("action", &self.action, Action::parse)?,
+                decision: read.enumerated("decision", &self.decision, AuditDecision::parse)?,
+                ip: read.ip(&self.ip)?,
+                since: read.time("since", &self.since)?,
+                until: read.time("until", &self.until)?,
             },
-            limit,
-            cursor,
+            limit: read.parsed("limit", &self.limit, page_size, |_| {
+                format!("limit must be between 1 and {MAX_LIMIT}")
+            })?,
+            cursor: read.parsed("cursor", &self.cursor, Cursor::decode, |_| {
+                "cursor is not one this API gave".into()
+            })?,
         })
     }
 }
@@ -146,7 +227,7 @@ fn db_error(e: crate::audit::AuditError) -> ApiError {
 
 /// Audit events, newest first, one page at a time
 ///
-/// Empty parameters mean no filter; unknown parameters answer 400.
+/// Unknown or empty parameters answer 400.
 #[utoipa::path(
     get,
     path = "/admin/api/events",
@@ -167,7 +248,7 @@ pub async fn list(
     query: web::Query<EventsQuery>,
 ) -> Result<HttpResponse, ApiError> {
     state.access.admin(&req)?;
-    let (events, next_cursor) = page(&state, &query.parse()?, DEFAULT_LIMIT).await?;
+    let (events, next_cursor) = page(&state, &query.parse(Empty::Refused)?, DEFAULT_LIMIT).await?;
     Ok(HttpResponse::Ok().json(EventsPage {
         events,
         next_cursor,
@@ -296,7 +377,7 @@ pub async fn csv(
         filter,
         limit,
         cursor,
-    } = query.parse()?;
+    } = query.parse(Empty::Refused)?;
     let db = audit_db(&state)?.clone();
     let header = csv_rows(&[], true).map_err(|e| ApiError::Internal(e.into()))?;
     struct Walk {

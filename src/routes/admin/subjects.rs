@@ -1,6 +1,5 @@
 use actix_web::{web, HttpRequest, HttpResponse};
 
-use crate::domain::client_ip::parse_cidr;
 use crate::domain::{Action, ClientIp, PhoneError, PhoneNumber, Subject, SubjectKind, Username};
 use crate::error::{ApiError, ErrorBody};
 use crate::guard::admin::SubjectState;
@@ -14,14 +13,20 @@ use crate::routes::AppState;
 /// `a%2Fb` (sent as `a%252Fb`) into `a/b`; the raw path avoids both.
 const API_PREFIX: &str = "/admin/api/subjects/";
 
-pub(super) fn path_subject(req: &HttpRequest, prefix: &str) -> Result<Subject, ApiError> {
+/// `suffix` is what follows the id on this route (`/unblock`), so that a
+/// user named `unblock` is a user like any other on the others.
+pub(super) fn path_subject(
+    req: &HttpRequest,
+    prefix: &str,
+    suffix: &str,
+) -> Result<Subject, ApiError> {
     let malformed = || ApiError::InvalidRequest("the path names no subject".into());
     let rest = req
         .uri()
         .path()
         .strip_prefix(prefix)
         .ok_or_else(malformed)?;
-    let rest = rest.strip_suffix("/unblock").unwrap_or(rest);
+    let rest = rest.strip_suffix(suffix).ok_or_else(malformed)?;
     let (kind, id) = rest.split_once('/').ok_or_else(malformed)?;
     let id = percent_encoding::percent_decode_str(id)
         .decode_utf8()
@@ -45,19 +50,9 @@ pub(super) fn subject(kind: &str, id: &str) -> Result<Subject, ApiError> {
             .map_err(|e| ApiError::InvalidRequest(e.to_string()))?
             .as_str()
             .to_string(),
-        SubjectKind::Ip => {
-            // An IPv6 subject is its /64, written as one; any other range is
-            // not a subject (it used to be read as its first address).
-            let ip = if id.contains('/') {
-                parse_cidr(id)
-                    .filter(|net| net.addr().is_ipv6() && net.prefix_len() == 64)
-                    .map(|net| ClientIp::new(net.network()))
-                    .ok_or_else(|| invalid("an IP address (a range is not a subject)"))?
-            } else {
-                ClientIp::parse(id).ok_or_else(|| invalid("an IP address"))?
-            };
-            ip.subject_id()
-        }
+        SubjectKind::Ip => ClientIp::parse_subject(id)
+            .ok_or_else(|| invalid("an IP address or IPv6 /64 (another range is not a subject)"))?
+            .subject_id(),
         SubjectKind::Prefix => {
             let digits = id.strip_prefix('+').unwrap_or(id);
             if digits.is_empty() || digits.len() > 15 || !digits.chars().all(|c| c.is_ascii_digit())
@@ -85,8 +80,7 @@ pub(super) fn subject(kind: &str, id: &str) -> Result<Subject, ApiError> {
     params(
         ("kind" = SubjectKind, Path, description = "The subject kind"),
         ("id" = String, Path, description = "The subject id, percent-encoded \
-            (`%2B8613800138000`; a raw `+` is also accepted); an IPv6 /64 as `2001:db8:1:2::/64` or with `%2F`",
-            example = "alice"),
+            (`%2B8613800138000`; a raw `+` is also accepted); an IPv6 /64 as `2001:db8:1:2::/64` or with `%2F`"),
     ),
     responses(
         (status = 200, description = "The subject's live state", body = SubjectState),
@@ -98,7 +92,7 @@ pub(super) fn subject(kind: &str, id: &str) -> Result<Subject, ApiError> {
 )]
 pub async fn state(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpResponse, ApiError> {
     state.access.admin(&req)?;
-    let subject = path_subject(&req, API_PREFIX)?;
+    let subject = path_subject(&req, API_PREFIX, "")?;
     Ok(HttpResponse::Ok().json(state.admin.state(&subject).await?))
 }
 
@@ -111,8 +105,7 @@ pub async fn state(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpR
     params(
         ("kind" = SubjectKind, Path, description = "The subject kind"),
         ("id" = String, Path, description = "The subject id, percent-encoded \
-            (`%2B8613800138000`; a raw `+` is also accepted); an IPv6 /64 as `2001:db8:1:2::/64` or with `%2F`",
-            example = "alice"),
+            (`%2B8613800138000`; a raw `+` is also accepted); an IPv6 /64 as `2001:db8:1:2::/64` or with `%2F`"),
     ),
     responses(
         (status = 200, description = "The subject's state after the unblock", body = SubjectState),
@@ -127,6 +120,6 @@ pub async fn unblock(
     req: HttpRequest,
 ) -> Result<HttpResponse, ApiError> {
     let info = state.access.admin(&req)?;
-    let subject = path_subject(&req, API_PREFIX)?;
+    let subject = path_subject(&req, API_PREFIX, "/unblock")?;
     Ok(HttpResponse::Ok().json(state.admin.unblock(&subject, &info).await?))
 }

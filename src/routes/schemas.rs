@@ -1,0 +1,134 @@
+//! The OpenAPI schemas of the values the domain parses, built from the
+//! parsers' own patterns, so that the document accepts exactly what the
+//! routes accept (schemathesis holds the two equal over every route). A
+//! phone number's validity is the numbering plan's, which no pattern can
+//! state: its schema says `format: phone` and gives the syntax in words.
+
+use utoipa::openapi::schema::{Object, ObjectBuilder, SchemaFormat, SchemaType, Type};
+
+use crate::audit::query::Cursor;
+use crate::domain::{client_ip, email, pattern, phone, username};
+
+/// The longest `code` taken by `/sms/verify`, in characters.
+pub const CODE_MAX_CHARS: usize = 64;
+
+fn text(pattern: &str) -> ObjectBuilder {
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .pattern(Some(pattern))
+}
+
+/// The same, or `null` (an optional body field).
+fn nullable(schema: ObjectBuilder) -> Object {
+    schema
+        .schema_type(SchemaType::Array(vec![Type::String, Type::Null]))
+        .build()
+}
+
+/// A phone number: `format: phone` and the syntax in words, not as a
+/// `pattern`. A generator that met a pattern would make numbers of the right
+/// form that no numbering plan has; with the format alone, schemathesis
+/// draws real numbers (the test registers the format) and a client
+/// generator takes a string.
+pub fn phone() -> Object {
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .max_length(Some(phone::MAX_LEN))
+        .format(Some(SchemaFormat::Custom("phone".into())))
+        .description(Some(format!(
+            "A phone number in international form: `+`, the country code and the number, \
+             digits that spaces, dots, dashes and parentheses may group (`{}`). It must be a \
+             number of its country's numbering plan (libphonenumber's metadata): one that is \
+             not answers 400 `invalid_phone`.",
+            phone::PATTERN
+        )))
+        .examples(["+8613800138000"])
+        .build()
+}
+
+pub fn code() -> Object {
+    text(&pattern::not_blank())
+        .min_length(Some(1))
+        .max_length(Some(CODE_MAX_CHARS))
+        .description(Some(
+            "The code as the user typed it; white space around it is ignored. \
+             A wrong code answers 200 with `valid: false`.",
+        ))
+        .examples(["123456"])
+        .build()
+}
+
+pub fn user() -> Object {
+    text(&username::PATTERN)
+        .min_length(Some(1))
+        .max_length(Some(username::MAX_CHARS))
+        .description(Some(
+            "The login name, counted as one subject whatever its case, width or invisible \
+             characters (NFKC, default-ignorables dropped, case folded). No control \
+             characters; at least one character that is neither white space nor invisible.",
+        ))
+        .examples(["alice"])
+        .build()
+}
+
+fn ip_text() -> ObjectBuilder {
+    text(&client_ip::ADDRESS_PATTERN)
+        .description(Some(
+            "An IPv4 or IPv6 address, without brackets, port or zone.",
+        ))
+        .examples(["203.0.113.7"])
+}
+
+pub fn ip_address() -> Object {
+    ip_text().build()
+}
+
+/// The body's `ip`: an address, or `null` for none.
+pub fn optional_ip_address() -> Object {
+    nullable(ip_text().description(Some(
+        "The client's IPv4 or IPv6 address; honoured only on requests authenticated \
+         with an API key.",
+    )))
+}
+
+pub fn ip_subject() -> Object {
+    text(&client_ip::SUBJECT_PATTERN)
+        .description(Some(
+            "An IPv4 address, or an IPv6 address or its /64 (`2001:db8:1:2::/64`, the \
+             subject's own form, `/` written `%2F` or as is): an IPv6 address counts in its /64.",
+        ))
+        .examples(["203.0.113.7"])
+        .build()
+}
+
+pub fn prefix() -> Object {
+    text(r"^\+?[0-9]{1,15}$")
+        .description(Some(
+            "The first digits of E.164 numbers, with or without the `+`.",
+        ))
+        .examples(["+8613800"])
+        .build()
+}
+
+pub fn optional_email() -> Object {
+    nullable(
+        text(&email::PATTERN)
+            .max_length(Some(email::MAX_LEN))
+            .description(Some(
+                "Where to tell the account's owner that it was locked (one email per lock): \
+                 an ASCII `local@domain`, the domain with a dot.",
+            ))
+            .examples(["alice@example.com"]),
+    )
+}
+
+pub fn cursor() -> Object {
+    text(Cursor::PATTERN)
+        .description(Some("`next_cursor` of the previous page."))
+        .build()
+}
+
+/// A free-text filter: anything but control characters.
+pub fn filter_text() -> Object {
+    text(r"^[^\x00-\x1f\x7f-\x9f]+$").build()
+}
