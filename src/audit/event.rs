@@ -73,13 +73,20 @@ pub struct AuditEvent {
 }
 
 impl AuditEvent {
-    pub fn new(action: Action, decision: AuditDecision, reason: &str, subject: &Subject) -> Self {
+    /// `reason` is a [`Reason`](crate::domain::Reason) from the guards; any
+    /// text from tests and tools that write rows of their own.
+    pub fn new(
+        action: Action,
+        decision: AuditDecision,
+        reason: impl AsRef<str>,
+        subject: &Subject,
+    ) -> Self {
         Self {
             id: Uuid::now_v7(),
             occurred_at: now_ms(),
             action,
             decision,
-            reason: reason.to_string(),
+            reason: reason.as_ref().to_string(),
             subject_kind: subject.kind,
             subject: subject.id.clone(),
             ip: None,

@@ -5,7 +5,7 @@ use serde::Serialize;
 
 use super::{GuardContext, Policy, RequestInfo, SubjectRules};
 use crate::audit::{AuditDecision, AuditEvent};
-use crate::domain::{Action, Rule, Subject, SubjectKind};
+use crate::domain::{Action, Reason, Rule, Subject, SubjectKind};
 use crate::store::{StoreError, WindowMode, WindowSpec};
 
 /// One window of a subject: its live count against its rule.
@@ -173,7 +173,7 @@ impl SubjectAdmin {
         let event = AuditEvent::new(
             Action::Admin,
             AuditDecision::Unblock,
-            "admin_unblock",
+            Reason::AdminUnblock,
             subject,
         );
         self.ctx.audit(info, event);

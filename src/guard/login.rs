@@ -1,19 +1,21 @@
-//! `POST /login/check` and `POST /login/attempt` decisions: per-user captcha
-//! and escalating locks, per-IP captcha and block across users.
+//! `POST /login/check` and `POST /login/attempt`: per-user captcha and
+//! escalating locks, per-IP captcha and block across users. The guard asks
+//! the store, [`decision`] says what that comes to, and the guard applies it.
+
+mod decision;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use serde::Serialize;
 
 use super::{ceil_secs, GuardContext, Policy, RequestInfo};
-use crate::audit::{AuditDecision, AuditEvent};
 use crate::captcha::CaptchaProof;
 use crate::delivery::email::{LockNotice, LockNotifier};
-use crate::domain::{Action, Subject, SubjectKind, Username};
+use crate::domain::{Action, Reason, Subject, SubjectKind, Username};
 use crate::store::{
-    IpFailureWindow, LoginRequest, LoginVerdict, PeekOutcome, StoreError, WindowSpec,
+    IpFailureWindow, LoginOutcome, LoginRequest, LoginVerdict, PeekOutcome, StoreError, WindowSpec,
 };
+use decision::AttemptDecision;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
@@ -39,7 +41,7 @@ pub struct LoginState {
     pub failures: u32,
     /// `user_locked`, `ip_blocked` or `captcha_required`; null on `allow`.
     #[schema(required = true, value_type = Option<String>, example = "user_locked")]
-    pub reason: Option<&'static str>,
+    pub reason: Option<Reason>,
 }
 
 impl LoginState {
@@ -51,6 +53,34 @@ impl LoginState {
             retry_after_secs: None,
             failures,
             reason: None,
+        }
+    }
+
+    fn deny(
+        reason: Reason,
+        locked: bool,
+        retry_after_ms: u64,
+        failures: u32,
+        captcha_required: bool,
+    ) -> Self {
+        Self {
+            decision: LoginDecision::Deny,
+            captcha_required,
+            locked,
+            retry_after_secs: Some(ceil_secs(retry_after_ms)),
+            failures,
+            reason: Some(reason),
+        }
+    }
+
+    fn challenge(failures: u32) -> Self {
+        Self {
+            decision: LoginDecision::Challenge,
+            captcha_required: true,
+            locked: false,
+            retry_after_secs: None,
+            failures,
+            reason: Some(Reason::CaptchaRequired),
         }
     }
 }
@@ -138,57 +168,51 @@ impl LoginGuard {
                 .login_state(&window_key, &lock_key, &policy.login_store),
             self.peek_ip(ip.as_ref()),
         )?;
-        let failures = user_state.failures;
-        if policy.shadow {
-            return Ok(LoginState::allow(failures));
-        }
-        let ip_captcha = ip_state
-            .as_ref()
-            .is_some_and(|p| IpWindows::captcha_count(p) >= policy.ip_captcha.limit);
-        let captcha_required = failures >= policy.user_captcha.limit || ip_captcha;
-        let locked = user_state.locked_retry_after_ms.is_some();
-        if let Some(retry) = user_state.locked_retry_after_ms {
-            return Ok(deny("user_locked", true, retry, failures, captcha_required));
-        }
-        if let Some(peek) = &ip_state {
-            if IpWindows::block_count(peek) >= policy.ip_block.limit {
-                let retry = peek.retry_after_ms.get(1).copied().unwrap_or(0);
-                return Ok(deny(
-                    "ip_blocked",
-                    locked,
-                    retry,
-                    failures,
-                    captcha_required,
-                ));
-            }
-        }
-        if captcha_required {
-            return Ok(challenge(failures));
-        }
-        Ok(LoginState::allow(failures))
+        Ok(decision::check(&policy, &user_state, ip_state.as_ref()))
     }
 
-    /// Evaluate and record one login outcome (DESIGN.md §3, in order): the
-    /// store decides the user and the IP together, in one call where it can.
+    /// Evaluate and record one login outcome (DESIGN.md §3, in order).
     pub async fn attempt(
         &self,
         attempt: LoginAttempt,
         info: &RequestInfo,
     ) -> Result<LoginState, StoreError> {
         let policy = self.ctx.policy.current();
-        let shadow = policy.shadow;
-        let user_subject = Subject::new(SubjectKind::User, attempt.user.as_str());
-        let (window_key, lock_key) = self.user_keys(&attempt.user);
+        let user = Subject::new(SubjectKind::User, attempt.user.as_str());
         let ip = self.ip_windows(&policy, info);
+        let outcome = self.record(&attempt, &policy, ip.as_ref(), info).await?;
+        let facts = decision::Attempt {
+            user: &user,
+            ip: ip.as_ref(),
+            success: attempt.success,
+        };
+        let decided = decision::attempt(&policy, &outcome, facts, policy.shadow);
+        let decided = if policy.shadow {
+            decided.shadowed()
+        } else {
+            decided
+        };
+        Ok(self.apply(decided, attempt, info))
+    }
+
+    /// The store decides the user and the IP together, in one call where it
+    /// can. A captcha token goes to the provider only when it can change the
+    /// answer: the attempt is challenged and nothing else refuses it (a
+    /// blocked IP spraying tokens costs no provider calls). The store records
+    /// nothing for a challenged attempt, so it is asked again once the token
+    /// passed. In shadow mode the store records on the first call: the token
+    /// is checked first.
+    async fn record(
+        &self,
+        attempt: &LoginAttempt,
+        policy: &Policy,
+        ip: Option<&IpWindows>,
+        info: &RequestInfo,
+    ) -> Result<LoginOutcome, StoreError> {
+        let (window_key, lock_key) = self.user_keys(&attempt.user);
         // Only a captcha check needs the address as text.
         let remote_ip = || info.ip.map(|ip| ip.to_string());
-        // A token goes to the provider only when it can change the answer: the
-        // attempt is challenged and nothing else refuses it (a blocked IP
-        // spraying tokens costs no provider calls). The store records nothing
-        // for a challenged attempt, so it is asked again once the token passed.
-        // In shadow mode the store records on the first call: the token is
-        // checked first.
-        let ask_later = policy.captcha.asks_provider(&attempt.captcha) && !shadow;
+        let ask_later = policy.captcha.asks_provider(&attempt.captcha) && !policy.shadow;
         let has_proof = attempt.captcha.token.is_some() || attempt.captcha.passed.is_some();
         let captcha_passed = has_proof
             && !ask_later
@@ -197,12 +221,6 @@ impl LoginGuard {
                 .passed(&attempt.captcha, remote_ip().as_deref())
                 .await;
         let member = super::event_member();
-        let ip_window = ip.as_ref().map(|ip| IpFailureWindow {
-            key: &ip.key,
-            captcha_after: policy.ip_captcha.limit,
-            block_after: policy.ip_block.limit,
-            window_ms: policy.ip_block.window_ms(),
-        });
         let request = |captcha_passed| LoginRequest {
             window_key: &window_key,
             lock_key: &lock_key,
@@ -210,10 +228,15 @@ impl LoginGuard {
             success: attempt.success,
             captcha_passed,
             member: &member,
-            shadow,
-            ip: ip_window,
+            shadow: policy.shadow,
+            ip: ip.map(|ip| IpFailureWindow {
+                key: &ip.key,
+                captcha_after: policy.ip_captcha.limit,
+                block_after: policy.ip_block.limit,
+                window_ms: policy.ip_block.window_ms(),
+            }),
         };
-        let mut outcome = self.ctx.store.login(request(captcha_passed)).await?;
+        let outcome = self.ctx.store.login(request(captcha_passed)).await?;
         let only_challenged = outcome.user.verdict == LoginVerdict::Challenged
             && outcome
                 .ip
@@ -225,199 +248,37 @@ impl LoginGuard {
                 .passed(&attempt.captcha, remote_ip().as_deref())
                 .await
         {
-            outcome = self.ctx.store.login(request(true)).await?;
+            return self.ctx.store.login(request(true)).await;
         }
-        let recorded = outcome.recorded(shadow);
-        let user = &outcome.user;
-        let failures = user.failures;
-        let ip_count = outcome.ip.map_or(0, |seen| seen.count);
-        let ip_demands_captcha = outcome
-            .ip
-            .is_some_and(|seen| seen.count >= policy.ip_captcha.limit);
-
-        // 1. IP blocked.
-        if let (Some(ip), Some(retry)) =
-            (&ip, outcome.ip.and_then(|seen| seen.blocked_retry_after_ms))
-        {
-            let event = AuditEvent::new(
-                Action::LoginAttempt,
-                AuditDecision::Deny,
-                "ip_blocked",
-                &ip.subject,
-            )
-            .rule(&policy.ip_block, ip_count)
-            .retry_after_ms(retry)
-            .shadow(shadow);
-            self.ctx.audit(info, event);
-            if !shadow {
-                let captcha_required = failures >= policy.user_captcha.limit || ip_demands_captcha;
-                let locked = matches!(user.verdict, LoginVerdict::Locked { .. });
-                return Ok(deny(
-                    "ip_blocked",
-                    locked,
-                    retry,
-                    failures,
-                    captcha_required,
-                ));
-            }
-        }
-
-        match user.verdict {
-            // 1. The user is locked.
-            LoginVerdict::Locked { retry_after_ms } => {
-                let event = AuditEvent::new(
-                    Action::LoginAttempt,
-                    AuditDecision::Deny,
-                    "user_locked",
-                    &user_subject,
-                )
-                .rule(&policy.user_lock, policy.user_lock.limit)
-                .retry_after_ms(retry_after_ms)
-                .shadow(shadow);
-                self.ctx.audit(info, event);
-                if !shadow {
-                    let captcha_required =
-                        failures >= policy.user_captcha.limit || ip_demands_captcha;
-                    return Ok(deny(
-                        "user_locked",
-                        true,
-                        retry_after_ms,
-                        failures,
-                        captcha_required,
-                    ));
-                }
-            }
-            // 2. A captcha is required and was not passed.
-            LoginVerdict::Challenged => {
-                // The user's own tier first; otherwise the IP demanded it.
-                let user_tier = failures >= policy.user_captcha.limit || !ip_demands_captcha;
-                let event = match (&ip, user_tier) {
-                    (Some(ip), false) => AuditEvent::new(
-                        Action::LoginAttempt,
-                        AuditDecision::Challenge,
-                        "captcha_required",
-                        &ip.subject,
-                    )
-                    .rule(&policy.ip_captcha, ip_count),
-                    _ => AuditEvent::new(
-                        Action::LoginAttempt,
-                        AuditDecision::Challenge,
-                        "captcha_required",
-                        &user_subject,
-                    )
-                    .rule(&policy.user_captcha, failures),
-                };
-                self.ctx.audit(info, event.shadow(shadow));
-                if !shadow {
-                    return Ok(challenge(failures));
-                }
-            }
-            LoginVerdict::Recorded => {}
-        }
-
-        // 3. The outcome was recorded (or, in shadow mode, recorded as allowed).
-        if user.captcha_crossed {
-            let event = AuditEvent::new(
-                Action::LoginAttempt,
-                AuditDecision::Challenge,
-                "captcha_required",
-                &user_subject,
-            )
-            .rule(&policy.user_captcha, failures)
-            .shadow(shadow);
-            self.ctx.audit(info, event);
-        }
-        if let Some(lock_ms) = user.locked_for_ms {
-            let event = AuditEvent::new(
-                Action::LoginAttempt,
-                AuditDecision::Lock,
-                "too_many_failures",
-                &user_subject,
-            )
-            .rule(&policy.user_lock, policy.user_lock.limit)
-            .retry_after_ms(lock_ms)
-            .shadow(shadow);
-            self.ctx.audit(info, event);
-            // One notice per lock: only the attempt that locked gets here.
-            if let (false, Some(to)) = (shadow, attempt.notify_email) {
-                self.notifier.lock_notice(LockNotice {
-                    to,
-                    user: attempt.user.as_str().to_string(),
-                    locked_for: Duration::from_millis(lock_ms),
-                    ip: info.ip.map(|ip| ip.to_string()),
-                    locale: attempt.locale,
-                });
-            }
-        }
-        let mut ip_captcha_after = ip_count;
-        if let (true, false, Some(ip)) = (recorded, attempt.success, &ip) {
-            let after = ip_count + 1;
-            ip_captcha_after = after;
-            if after == policy.ip_captcha.limit {
-                let event = AuditEvent::new(
-                    Action::LoginAttempt,
-                    AuditDecision::Challenge,
-                    "captcha_required",
-                    &ip.subject,
-                )
-                .rule(&policy.ip_captcha, after)
-                .shadow(shadow);
-                self.ctx.audit(info, event);
-            }
-            if after == policy.ip_block.limit {
-                let event = AuditEvent::new(
-                    Action::LoginAttempt,
-                    AuditDecision::Lock,
-                    "ip_blocked",
-                    &ip.subject,
-                )
-                .rule(&policy.ip_block, after)
-                .retry_after_ms(policy.ip_block.window_ms())
-                .shadow(shadow);
-                self.ctx.audit(info, event);
-            }
-        }
-
-        if shadow {
-            return Ok(LoginState::allow(failures));
-        }
-        let captcha_required = failures >= policy.user_captcha.limit
-            || (ip.is_some() && ip_captcha_after >= policy.ip_captcha.limit);
-        Ok(LoginState {
-            decision: LoginDecision::Allow,
-            captcha_required,
-            locked: user.locked_for_ms.is_some(),
-            retry_after_secs: user.locked_for_ms.map(ceil_secs),
-            failures,
-            reason: None,
-        })
+        Ok(outcome)
     }
-}
 
-fn deny(
-    reason: &'static str,
-    locked: bool,
-    retry_after_ms: u64,
-    failures: u32,
-    captcha_required: bool,
-) -> LoginState {
-    LoginState {
-        decision: LoginDecision::Deny,
-        captcha_required,
-        locked,
-        retry_after_secs: Some(ceil_secs(retry_after_ms)),
-        failures,
-        reason: Some(reason),
-    }
-}
-
-fn challenge(failures: u32) -> LoginState {
-    LoginState {
-        decision: LoginDecision::Challenge,
-        captcha_required: true,
-        locked: false,
-        retry_after_secs: None,
-        failures,
-        reason: Some("captcha_required"),
+    /// The effects: the first refusal answers (and only it is audited), or
+    /// the crossed thresholds are audited, the owner told of a lock, and the
+    /// attempt allowed.
+    fn apply(
+        &self,
+        decided: AttemptDecision,
+        attempt: LoginAttempt,
+        info: &RequestInfo,
+    ) -> LoginState {
+        if let Some((answer, row)) = decided.refusals.into_iter().next() {
+            self.ctx.audit(info, row);
+            return answer;
+        }
+        for row in decided.crossed {
+            self.ctx.audit(info, row);
+        }
+        // One notice per lock: only the attempt that locked gets here.
+        if let (Some(locked_for), Some(to)) = (decided.notify_lock, attempt.notify_email) {
+            self.notifier.lock_notice(LockNotice {
+                to,
+                user: attempt.user.as_str().to_string(),
+                locked_for,
+                ip: info.ip.map(|ip| ip.to_string()),
+                locale: attempt.locale,
+            });
+        }
+        decided.allowed
     }
 }

@@ -5,11 +5,11 @@ use std::sync::Arc;
 use tokio::sync::OnceCell;
 
 use super::reserve::{reserve, Refusal, SubjectHit};
-use super::{ceil_secs, code, GuardContext, RequestInfo};
+use super::{ceil_secs, code, GuardContext, Policy, RequestInfo};
 use crate::audit::{AuditDecision, AuditEvent};
 use crate::captcha::CaptchaProof;
 use crate::delivery::{render_sms, DeliveryError, SmsMessage, SmsSender};
-use crate::domain::{Action, PhoneNumber, Rule, Subject, SubjectKind};
+use crate::domain::{Action, PhoneNumber, Reason, Rule, Subject, SubjectKind};
 use crate::store::{CodeToStore, OtpOutcome, StoreError};
 
 pub struct SendRequest {
@@ -85,81 +85,53 @@ impl SmsGuard {
         Ok(secret)
     }
 
+    /// Send a code (DESIGN.md §3, in order): the region, then every subject's
+    /// windows and the code in one reservation, then delivery, which gives
+    /// the reservation back when it fails.
     pub async fn send(&self, req: SendRequest, info: &RequestInfo) -> Result<Sent, SmsRefusal> {
         let policy = self.ctx.policy.current();
         let sms = &policy.sms;
-        let phone_subject = Subject::new(SubjectKind::Phone, req.phone.e164());
-
-        if !region_allowed(
-            req.phone.region(),
-            &sms.allowed_regions,
-            &sms.denied_regions,
-        ) {
-            let event = AuditEvent::new(
+        let phone = Subject::new(SubjectKind::Phone, req.phone.e164());
+        let region = req.phone.region();
+        if !region_allowed(region, &sms.allowed_regions, &sms.denied_regions) {
+            let row = AuditEvent::new(
                 Action::SmsSend,
                 AuditDecision::Deny,
-                "region_blocked",
-                &phone_subject,
-            )
-            .shadow(policy.shadow);
-            self.ctx.audit(info, event);
+                Reason::RegionBlocked,
+                &phone,
+            );
+            self.ctx.audit(info, row.shadow(policy.shadow));
             if !policy.shadow {
-                return Err(SmsRefusal::RegionBlocked {
-                    region: req.phone.region().map(str::to_string),
-                });
+                let region = region.map(str::to_string);
+                return Err(SmsRefusal::RegionBlocked { region });
             }
         }
-
-        let ip = info.ip.map(|ip| ip.subject_id());
         let remote_ip = info.ip.map(|ip| ip.to_string());
         let captcha_passed = policy
             .captcha
             .passed(&req.captcha, remote_ip.as_deref())
             .await;
-
-        let keys = &self.ctx.keys;
-        let action = Action::SmsSend.as_str();
-        let window_key = |s: &Subject| keys.window(s.kind.as_str(), &s.id, action);
-        let mut hits = vec![SubjectHit {
-            key: window_key(&phone_subject),
-            subject: phone_subject.clone(),
-            rules: &policy.sms_phone,
-        }];
-        let ip_index = ip.as_ref().map(|_| hits.len());
-        let prefix = req.phone.prefix(sms.prefix_digits as usize);
-        let others = [
-            (SubjectKind::Ip, ip.clone(), &policy.sms_ip),
-            (SubjectKind::Prefix, Some(prefix), &policy.sms_prefix),
-            (
-                SubjectKind::Global,
-                Some(action.to_string()),
-                &policy.sms_global,
-            ),
-        ];
-        for (kind, id, rules) in others {
-            if let (Some(id), false) = (id, rules.windows().is_empty()) {
-                let subject = Subject::new(kind, id);
-                hits.push(SubjectHit {
-                    key: window_key(&subject),
-                    subject,
-                    rules,
-                });
-            }
-        }
+        let hits = self.subject_hits(&policy, &req.phone, phone, info);
+        let ip_index = info
+            .ip
+            .and_then(|_| hits.iter().position(|h| h.subject.kind == SubjectKind::Ip));
 
         // The code is drawn and sealed before the store call, so that it is
         // stored in the same round trip as the reservation.
         let code = code::generate(sms.code_length);
         let mac = code::mac(self.secret().await?, req.phone.e164(), &code);
-        let otp_key = keys.otp(SubjectKind::Phone.as_str(), req.phone.e164());
+        let otp_key = self
+            .ctx
+            .keys
+            .otp(SubjectKind::Phone.as_str(), req.phone.e164());
         let code_to_store = CodeToStore {
             key: &otp_key,
             mac: &mac,
             attempts: sms.max_verify_attempts,
             ttl_ms: sms.code_ttl.as_millis() as u64,
         };
-        let member = super::event_member();
         let store = self.ctx.store.as_ref();
+        let member = super::event_member();
         let reservation = reserve(
             store,
             hits,
@@ -170,54 +142,102 @@ impl SmsGuard {
         )
         .await?;
         if let Some(refusal) = &reservation.refusal {
-            self.audit_refusal(info, refusal, policy.shadow);
+            self.ctx
+                .audit(info, refusal_row(refusal).shadow(policy.shadow));
             if !policy.shadow {
-                return Err(match refusal.retry_after_ms {
-                    Some(retry_after_ms) => SmsRefusal::RateLimited {
-                        rule: refusal.rule.name(),
-                        retry_after_ms,
-                    },
-                    None => SmsRefusal::CaptchaRequired,
-                });
+                return Err(SmsRefusal::from(refusal));
             }
         }
-
-        let delivered = async {
-            let (locale, body) = render_sms(req.locale.as_deref(), &code, sms.code_ttl.as_secs())
-                .map_err(DeliveryError::from)?;
-            let message = SmsMessage {
-                to: req.phone.e164().to_string(),
-                to_masked: req.phone.masked(),
-                body,
-                locale: locale.to_string(),
-                request_id: info.request_id.clone(),
-            };
-            self.sender.send(&message).await
-        }
-        .await;
-        if let Err(error) = delivered {
+        if let Err(error) = self
+            .deliver(&req, &code, sms.code_ttl.as_secs(), info)
+            .await
+        {
             reservation.roll_back(store).await;
             if let Err(e) = store.delete(std::slice::from_ref(&otp_key)).await {
                 tracing::warn!(request_id = %crate::telemetry::request_id(), error = %e, "could not delete the code of a failed send");
             }
             return Err(error.into());
         }
-
-        let phone_outcome = reservation.outcome_of(0);
-        let resend_after_ms = if policy.shadow {
-            0
-        } else {
-            phone_outcome.map_or(0, |o| o.next_retry_after_ms)
-        };
-        let captcha_required = !policy.shadow
-            && (reservation.gate_reached_after(0)
-                || ip_index.is_some_and(|i| reservation.gate_reached_after(i)));
+        // In shadow mode nothing was refused, so nothing is said to wait for.
+        let enforced = !policy.shadow;
+        let resend_after_ms = reservation
+            .outcome_of(0)
+            .map_or(0, |o| o.next_retry_after_ms);
+        let captcha_required = reservation.gate_reached_after(0)
+            || ip_index.is_some_and(|i| reservation.gate_reached_after(i));
         Ok(Sent {
             masked_phone: req.phone.masked(),
             code_ttl_secs: sms.code_ttl.as_secs(),
-            resend_after_secs: ceil_secs(resend_after_ms),
-            captcha_required,
+            resend_after_secs: if enforced {
+                ceil_secs(resend_after_ms)
+            } else {
+                0
+            },
+            captcha_required: enforced && captcha_required,
         })
+    }
+
+    /// The subjects a send counts against, the phone first: its IP, its
+    /// number prefix and the global count, each where it has windows.
+    fn subject_hits<'p>(
+        &self,
+        policy: &'p Policy,
+        number: &PhoneNumber,
+        phone: Subject,
+        info: &RequestInfo,
+    ) -> Vec<SubjectHit<'p>> {
+        let action = Action::SmsSend.as_str();
+        let hit = |subject: Subject, rules| SubjectHit {
+            key: self
+                .ctx
+                .keys
+                .window(subject.kind.as_str(), &subject.id, action),
+            subject,
+            rules,
+        };
+        let others = [
+            (
+                SubjectKind::Ip,
+                info.ip.map(|ip| ip.subject_id()),
+                &policy.sms_ip,
+            ),
+            (
+                SubjectKind::Prefix,
+                Some(number.prefix(policy.sms.prefix_digits as usize)),
+                &policy.sms_prefix,
+            ),
+            (
+                SubjectKind::Global,
+                Some(action.to_string()),
+                &policy.sms_global,
+            ),
+        ];
+        let mut hits = vec![hit(phone, &policy.sms_phone)];
+        for (kind, id, rules) in others {
+            if let (Some(id), false) = (id, rules.windows().is_empty()) {
+                hits.push(hit(Subject::new(kind, id), rules));
+            }
+        }
+        hits
+    }
+
+    /// Render the code's text in the asked locale and hand it to the provider.
+    async fn deliver(
+        &self,
+        req: &SendRequest,
+        code: &str,
+        ttl_secs: u64,
+        info: &RequestInfo,
+    ) -> Result<(), DeliveryError> {
+        let (locale, body) = render_sms(req.locale.as_deref(), code, ttl_secs)?;
+        let message = SmsMessage {
+            to: req.phone.e164().to_string(),
+            to_masked: req.phone.masked(),
+            body,
+            locale: locale.to_string(),
+            request_id: info.request_id.clone(),
+        };
+        self.sender.send(&message).await
     }
 
     pub async fn verify(
@@ -240,7 +260,7 @@ impl SmsGuard {
                     let event = AuditEvent::new(
                         Action::SmsVerify,
                         AuditDecision::Deny,
-                        "verify_attempts_exhausted",
+                        Reason::VerifyAttemptsExhausted,
                         &subject,
                     )
                     .rule(&attempts_rule, sms.max_verify_attempts);
@@ -253,7 +273,7 @@ impl SmsGuard {
                 let event = AuditEvent::new(
                     Action::SmsVerify,
                     AuditDecision::Deny,
-                    "rate_limited",
+                    Reason::RateLimited,
                     &subject,
                 )
                 .rule(&attempts_rule, sms.max_verify_attempts)
@@ -266,19 +286,31 @@ impl SmsGuard {
             }
         }
     }
+}
 
-    fn audit_refusal(&self, info: &RequestInfo, refusal: &Refusal, shadow: bool) {
-        let (decision, reason) = match refusal.retry_after_ms {
-            Some(_) => (AuditDecision::Deny, "rate_limited"),
-            None => (AuditDecision::Challenge, "captcha_required"),
-        };
-        let mut event = AuditEvent::new(Action::SmsSend, decision, reason, &refusal.subject)
-            .rule(&refusal.rule, refusal.observed)
-            .shadow(shadow);
-        if let Some(ms) = refusal.retry_after_ms {
-            event = event.retry_after_ms(ms);
+/// The audit row of a reservation's refusal.
+fn refusal_row(refusal: &Refusal) -> AuditEvent {
+    let (decision, reason) = match refusal.retry_after_ms {
+        Some(_) => (AuditDecision::Deny, Reason::RateLimited),
+        None => (AuditDecision::Challenge, Reason::CaptchaRequired),
+    };
+    let row = AuditEvent::new(Action::SmsSend, decision, reason, &refusal.subject)
+        .rule(&refusal.rule, refusal.observed);
+    match refusal.retry_after_ms {
+        Some(ms) => row.retry_after_ms(ms),
+        None => row,
+    }
+}
+
+impl From<&Refusal> for SmsRefusal {
+    fn from(refusal: &Refusal) -> Self {
+        match refusal.retry_after_ms {
+            Some(retry_after_ms) => SmsRefusal::RateLimited {
+                rule: refusal.rule.name(),
+                retry_after_ms,
+            },
+            None => SmsRefusal::CaptchaRequired,
         }
-        self.ctx.audit(info, event);
     }
 }
 

@@ -1,0 +1,85 @@
+//! Why a request was refused, challenged or a subject locked: the audit
+//! trail's `reason`, `LoginState.reason`, the alert digest's wording and the
+//! metrics' labels, in one vocabulary.
+
+use serde::Serialize;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Reason {
+    /// A window of the rule is full.
+    RateLimited,
+    /// A captcha tier applies and no captcha was passed.
+    CaptchaRequired,
+    /// The phone's region is not allowed to receive codes.
+    RegionBlocked,
+    /// A code was tried wrong too often and is burnt.
+    VerifyAttemptsExhausted,
+    /// The user is locked.
+    UserLocked,
+    /// The IP is blocked for failing logins across users.
+    IpBlocked,
+    /// This failure locked the user.
+    TooManyFailures,
+    /// An admin lifted the subject's windows and lock.
+    AdminUnblock,
+}
+
+impl Reason {
+    pub const ALL: [Reason; 8] = [
+        Reason::RateLimited,
+        Reason::CaptchaRequired,
+        Reason::RegionBlocked,
+        Reason::VerifyAttemptsExhausted,
+        Reason::UserLocked,
+        Reason::IpBlocked,
+        Reason::TooManyFailures,
+        Reason::AdminUnblock,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::RateLimited => "rate_limited",
+            Reason::CaptchaRequired => "captcha_required",
+            Reason::RegionBlocked => "region_blocked",
+            Reason::VerifyAttemptsExhausted => "verify_attempts_exhausted",
+            Reason::UserLocked => "user_locked",
+            Reason::IpBlocked => "ip_blocked",
+            Reason::TooManyFailures => "too_many_failures",
+            Reason::AdminUnblock => "admin_unblock",
+        }
+    }
+
+    /// The reason an audit row names, if it is one of ours.
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|r| r.as_str() == s)
+    }
+}
+
+impl AsRef<str> for Reason {
+    fn as_ref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl std::fmt::Display for Reason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_wire_form_is_the_serde_form() {
+        for reason in Reason::ALL {
+            assert_eq!(
+                serde_json::to_value(reason).unwrap(),
+                serde_json::json!(reason.as_str())
+            );
+            assert_eq!(Reason::parse(reason.as_str()), Some(reason));
+        }
+    }
+}

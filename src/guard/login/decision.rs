@@ -1,0 +1,307 @@
+//! What a login comes to, from what the store saw, before any effect: the
+//! rules of DESIGN.md §3 as pure functions. The guard applies the result
+//! (audit rows, the lock notice, the answer); shadow mode is one
+//! transformation of it.
+
+use std::time::Duration;
+
+use super::{IpWindows, LoginState};
+use crate::audit::{AuditDecision, AuditEvent};
+use crate::domain::{Action, Reason, Subject};
+use crate::guard::Policy;
+use crate::store::{LoginOutcome, LoginStateOutcome, LoginVerdict, PeekOutcome};
+
+/// An attempt's decision.
+pub(super) struct AttemptDecision {
+    /// What refuses the attempt, in the order DESIGN.md checks (the IP's
+    /// block, then the user's lock or captcha tier), each with its audit row.
+    /// The first one answers.
+    pub refusals: Vec<(LoginState, AuditEvent)>,
+    /// The rows of the thresholds that recording this attempt crossed.
+    pub crossed: Vec<AuditEvent>,
+    /// This attempt locked the user for this long: tell the owner.
+    pub notify_lock: Option<Duration>,
+    /// The answer when nothing refuses.
+    pub allowed: LoginState,
+}
+
+impl AttemptDecision {
+    /// Shadow mode: every row is written, marked shadowed; nothing is
+    /// refused or mailed.
+    pub fn shadowed(self) -> Self {
+        let failures = self.allowed.failures;
+        let rows = self.refusals.into_iter().map(|(_, row)| row);
+        Self {
+            refusals: Vec::new(),
+            crossed: rows
+                .chain(self.crossed)
+                .map(|row| row.shadow(true))
+                .collect(),
+            notify_lock: None,
+            allowed: LoginState::allow(failures),
+        }
+    }
+}
+
+/// The parts of an attempt the decision reads, besides the store's outcome.
+pub(super) struct Attempt<'a> {
+    pub user: &'a Subject,
+    pub ip: Option<&'a IpWindows>,
+    pub success: bool,
+}
+
+fn row(decision: AuditDecision, reason: Reason, subject: &Subject) -> AuditEvent {
+    AuditEvent::new(Action::LoginAttempt, decision, reason, subject)
+}
+
+/// `POST /login/attempt`.
+pub(super) fn attempt(
+    policy: &Policy,
+    outcome: &LoginOutcome,
+    attempt: Attempt<'_>,
+    shadow: bool,
+) -> AttemptDecision {
+    let failures = outcome.user.failures;
+    let ip_count = outcome.ip.map_or(0, |seen| seen.count);
+    let ip_demands_captcha = outcome
+        .ip
+        .is_some_and(|seen| seen.count >= policy.ip_captcha.limit);
+    let captcha_required = failures >= policy.user_captcha.limit || ip_demands_captcha;
+    let mut refusals = Vec::new();
+    if let (Some(ip), Some(retry)) = (
+        attempt.ip,
+        outcome.ip.and_then(|s| s.blocked_retry_after_ms),
+    ) {
+        let locked = matches!(outcome.user.verdict, LoginVerdict::Locked { .. });
+        let answer = LoginState::deny(Reason::IpBlocked, locked, retry, failures, captcha_required);
+        let audit = row(AuditDecision::Deny, Reason::IpBlocked, &ip.subject)
+            .rule(&policy.ip_block, ip_count)
+            .retry_after_ms(retry);
+        refusals.push((answer, audit));
+    }
+    match outcome.user.verdict {
+        LoginVerdict::Locked { retry_after_ms } => {
+            let answer = LoginState::deny(
+                Reason::UserLocked,
+                true,
+                retry_after_ms,
+                failures,
+                captcha_required,
+            );
+            let audit = row(AuditDecision::Deny, Reason::UserLocked, attempt.user)
+                .rule(&policy.user_lock, policy.user_lock.limit)
+                .retry_after_ms(retry_after_ms);
+            refusals.push((answer, audit));
+        }
+        LoginVerdict::Challenged => {
+            // The user's own tier first; otherwise the IP demanded it.
+            let user_tier = failures >= policy.user_captcha.limit || !ip_demands_captcha;
+            let audit = match (attempt.ip, user_tier) {
+                (Some(ip), false) => row(
+                    AuditDecision::Challenge,
+                    Reason::CaptchaRequired,
+                    &ip.subject,
+                )
+                .rule(&policy.ip_captcha, ip_count),
+                _ => row(
+                    AuditDecision::Challenge,
+                    Reason::CaptchaRequired,
+                    attempt.user,
+                )
+                .rule(&policy.user_captcha, failures),
+            };
+            refusals.push((LoginState::challenge(failures), audit));
+        }
+        LoginVerdict::Recorded => {}
+    }
+    let recorded = outcome.recorded(shadow);
+    let (crossed, ip_failures_after) = crossed(policy, outcome, &attempt, recorded);
+    let locked_for_ms = outcome.user.locked_for_ms;
+    AttemptDecision {
+        refusals,
+        crossed,
+        notify_lock: locked_for_ms.map(Duration::from_millis),
+        allowed: LoginState {
+            captcha_required: failures >= policy.user_captcha.limit
+                || (attempt.ip.is_some() && ip_failures_after >= policy.ip_captcha.limit),
+            locked: locked_for_ms.is_some(),
+            retry_after_secs: locked_for_ms.map(crate::guard::ceil_secs),
+            ..LoginState::allow(failures)
+        },
+    }
+}
+
+/// The rows of the thresholds this attempt crossed by being recorded (the
+/// user's captcha tier and lock; the IP's captcha tier and block), and the
+/// IP's failures after it.
+fn crossed(
+    policy: &Policy,
+    outcome: &LoginOutcome,
+    attempt: &Attempt<'_>,
+    recorded: bool,
+) -> (Vec<AuditEvent>, u32) {
+    let user = &outcome.user;
+    let mut rows = Vec::new();
+    if user.captcha_crossed {
+        rows.push(
+            row(
+                AuditDecision::Challenge,
+                Reason::CaptchaRequired,
+                attempt.user,
+            )
+            .rule(&policy.user_captcha, user.failures),
+        );
+    }
+    if let Some(lock_ms) = user.locked_for_ms {
+        rows.push(
+            row(AuditDecision::Lock, Reason::TooManyFailures, attempt.user)
+                .rule(&policy.user_lock, policy.user_lock.limit)
+                .retry_after_ms(lock_ms),
+        );
+    }
+    let ip_count = outcome.ip.map_or(0, |seen| seen.count);
+    let (Some(ip), true, false) = (attempt.ip, recorded, attempt.success) else {
+        return (rows, ip_count);
+    };
+    let after = ip_count + 1;
+    if after == policy.ip_captcha.limit {
+        rows.push(
+            row(
+                AuditDecision::Challenge,
+                Reason::CaptchaRequired,
+                &ip.subject,
+            )
+            .rule(&policy.ip_captcha, after),
+        );
+    }
+    if after == policy.ip_block.limit {
+        rows.push(
+            row(AuditDecision::Lock, Reason::IpBlocked, &ip.subject)
+                .rule(&policy.ip_block, after)
+                .retry_after_ms(policy.ip_block.window_ms()),
+        );
+    }
+    (rows, after)
+}
+
+/// `POST /login/check`: what an attempt would meet now.
+pub(super) fn check(
+    policy: &Policy,
+    user: &LoginStateOutcome,
+    ip: Option<&PeekOutcome>,
+) -> LoginState {
+    let failures = user.failures;
+    if policy.shadow {
+        return LoginState::allow(failures);
+    }
+    let ip_captcha = ip.is_some_and(|p| IpWindows::captcha_count(p) >= policy.ip_captcha.limit);
+    let captcha_required = failures >= policy.user_captcha.limit || ip_captcha;
+    if let Some(retry) = user.locked_retry_after_ms {
+        return LoginState::deny(Reason::UserLocked, true, retry, failures, captcha_required);
+    }
+    if let Some(peek) = ip.filter(|p| IpWindows::block_count(p) >= policy.ip_block.limit) {
+        let retry = peek.retry_after_ms.get(1).copied().unwrap_or(0);
+        return LoginState::deny(Reason::IpBlocked, false, retry, failures, captcha_required);
+    }
+    if captcha_required {
+        return LoginState::challenge(failures);
+    }
+    LoginState::allow(failures)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::SubjectKind;
+    use crate::settings::Settings;
+    use crate::store::{IpFailures, LoginAttemptOutcome};
+
+    fn policy() -> Policy {
+        Policy::from_settings(&Settings::load(None).unwrap()).unwrap()
+    }
+
+    fn ip_windows(policy: &Policy) -> IpWindows {
+        IpWindows {
+            subject: Subject::new(SubjectKind::Ip, "203.0.113.7"),
+            key: "k".into(),
+            windows: [policy.ip_captcha.gate(), policy.ip_block.enforce()],
+        }
+    }
+
+    /// A locked user failing from a blocked IP: the IP's block answers first,
+    /// and in shadow mode both refusals are written, shadowed, and the
+    /// attempt is allowed.
+    #[test]
+    fn refusals_come_in_order_and_shadow_writes_them_all() {
+        let policy = policy();
+        let user = Subject::new(SubjectKind::User, "alice");
+        let ip = ip_windows(&policy);
+        let outcome = LoginOutcome {
+            user: LoginAttemptOutcome {
+                verdict: LoginVerdict::Locked {
+                    retry_after_ms: 60_000,
+                },
+                failures: 12,
+                captcha_crossed: false,
+                locked_for_ms: None,
+            },
+            ip: Some(IpFailures {
+                count: 40,
+                blocked_retry_after_ms: Some(5_000),
+            }),
+        };
+        let facts = || Attempt {
+            user: &user,
+            ip: Some(&ip),
+            success: false,
+        };
+        let decided = attempt(&policy, &outcome, facts(), false);
+        let reasons: Vec<_> = decided.refusals.iter().map(|(a, _)| a.reason).collect();
+        assert_eq!(reasons, [Some(Reason::IpBlocked), Some(Reason::UserLocked)]);
+        assert_eq!(decided.refusals[0].0.retry_after_secs, Some(5));
+        assert!(decided.refusals[0].0.locked);
+
+        let shadowed = attempt(&policy, &outcome, facts(), true).shadowed();
+        assert!(shadowed.refusals.is_empty());
+        assert_eq!(shadowed.allowed, LoginState::allow(12));
+        let rows: Vec<_> = shadowed
+            .crossed
+            .iter()
+            .map(|r| (r.reason.as_str(), r.shadow))
+            .collect();
+        assert_eq!(rows, [("ip_blocked", true), ("user_locked", true)]);
+    }
+
+    /// The failure that locks: a lock row, the notice's duration, and the
+    /// answer says locked without refusing.
+    #[test]
+    fn the_locking_failure_is_audited_and_told() {
+        let policy = policy();
+        let user = Subject::new(SubjectKind::User, "alice");
+        let outcome = LoginOutcome {
+            user: LoginAttemptOutcome {
+                verdict: LoginVerdict::Recorded,
+                failures: 10,
+                captcha_crossed: false,
+                locked_for_ms: Some(900_000),
+            },
+            ip: None,
+        };
+        let decided = attempt(
+            &policy,
+            &outcome,
+            Attempt {
+                user: &user,
+                ip: None,
+                success: false,
+            },
+            false,
+        );
+        assert!(decided.refusals.is_empty());
+        let rows: Vec<_> = decided.crossed.iter().map(|r| r.reason.as_str()).collect();
+        assert_eq!(rows, ["too_many_failures"]);
+        assert_eq!(decided.notify_lock, Some(Duration::from_secs(900)));
+        assert!(decided.allowed.locked);
+        assert_eq!(decided.allowed.retry_after_secs, Some(900));
+    }
+}
