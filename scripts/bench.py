@@ -80,14 +80,29 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / TICKS
 
 
-def wait_port(port, what, timeout=30.0):
+def port_taken(port):
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def ensure_free(port, what):
+    """Another process already on the port would be measured in place of `what`."""
+    if port_taken(port):
+        sys.exit(f"bench: port {port} is taken by another process; {what} cannot use it")
+
+
+def wait_port(port, what, timeout=30.0, proc=None):
+    """Wait until `what` (the process `proc`, when given, still alive) listens on `port`."""
     deadline = time.time() + timeout
     while time.time() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.1)
+        if proc is not None and proc.poll() is not None:
+            sys.exit(f"bench: {what} exited (code {proc.returncode}) before listening")
+        if port_taken(port):
+            return
+        time.sleep(0.1)
     sys.exit(f"bench: {what} did not listen on port {port}")
 
 
@@ -144,11 +159,12 @@ class Bench:
         return proc
 
     def start_redis(self):
+        ensure_free(REDIS_PORT, "redis")
         self.redis = self.start(
             ["redis-server", "--port", str(REDIS_PORT), "--bind", "127.0.0.1",
              "--save", "", "--appendonly", "no", "--dir", self.tmp],
             os.path.join(self.tmp, "redis.log"))
-        wait_port(REDIS_PORT, "redis")
+        wait_port(REDIS_PORT, "redis", proc=self.redis)
 
     def tollgate_config(self, port, backend="redis", sms="default"):
         path = os.path.join(self.tmp, f"tollgate-{port}.toml")
@@ -177,18 +193,20 @@ code_secret = "bench-code-secret-0123456789abcdef"
         # a real provider is an HTTP call that logs nothing, so its line is
         # filtered out. Everything else logs at the default level.
         env = {"RUST_LOG": log_filter or os.environ.get("RUST_LOG", "info,tollgate::sms=error")}
+        ensure_free(port, "tollgate")
         proc = self.start([self.args.tollgate, "serve", "--config",
                            self.tollgate_config(port, backend, sms)],
                           os.path.join(self.tmp, f"tollgate-{port}.log"), env=env)
-        wait_port(port, "tollgate")
+        wait_port(port, "tollgate", proc=proc)
         return proc
 
     def start_peer(self):
+        ensure_free(PEER_PORT, "the node peer")
         self.peer = self.start(["node", "server-rlf-fastify.js"],
                                os.path.join(self.tmp, "peer.log"),
                                env={"PORT": str(PEER_PORT), "REDIS_PORT": str(REDIS_PORT)},
                                cwd=self.args.peer)
-        wait_port(PEER_PORT, "the node peer")
+        wait_port(PEER_PORT, "the node peer", proc=self.peer)
 
     def stop(self):
         for proc in self.procs:
