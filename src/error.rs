@@ -6,43 +6,60 @@ use actix_web::{HttpResponse, ResponseError};
 use serde::Serialize;
 use utoipa::ToSchema;
 
+use crate::domain::PhoneError;
 use crate::guard::ceil_secs;
 use crate::guard::sms::SmsRefusal;
 use crate::store::StoreError;
 
+/// Every error an HTTP answer can carry; `Display` is the answer's `message`.
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
+    /// 400: malformed JSON, a missing, empty or unknown field, a bad query; the
+    /// text says which.
     #[error("{0}")]
     InvalidRequest(String),
+    /// 400: the phone number does not parse; the text says why.
     #[error("{0}")]
     InvalidPhone(String),
+    /// 429: `rule` refused. `retry_after_ms` goes out rounded up to whole seconds,
+    /// in `Retry-After` and `retry_after_secs`.
     #[error("too many requests ({rule})")]
     RateLimited { rule: String, retry_after_ms: u64 },
+    /// 403: a captcha tier applies and no captcha was passed.
     #[error("a captcha is required")]
     CaptchaRequired,
+    /// 403: the phone's region may not receive codes.
     #[error("sending to this region is not allowed")]
     RegionBlocked,
+    /// 401, with `WWW-Authenticate: Bearer`.
     #[error("missing or wrong credentials")]
     Unauthorized,
     /// A browser-side caller asserted what only the backend may (see
     /// `routes::caller`); says what it may not do.
     #[error("{0}")]
     Forbidden(&'static str),
+    /// 503: the store failed under `store.on_error = "deny"`; the cause is logged.
     #[error("the rate-limit store is unavailable")]
     StoreUnavailable(#[source] StoreError),
+    /// 503: the audit database cannot be reached (admin event queries, `/readyz`).
     #[error("the audit database is unavailable")]
     AuditUnavailable,
+    /// 502: the SMS provider refused the message or did not answer.
     #[error("the SMS provider did not accept the message")]
     DeliveryFailed,
+    /// 404: no such route.
     #[error("not found")]
     NotFound,
     /// Carries the methods the route does allow, for the `Allow` header.
     #[error("method not allowed; this route accepts {0}")]
     MethodNotAllowed(&'static str),
+    /// 413: the body is over the limit, in bytes.
     #[error("request body is larger than {0} bytes")]
     PayloadTooLarge(usize),
+    /// 415: the body is not `application/json`, or has no `Content-Type`.
     #[error("request body must be application/json")]
     UnsupportedMediaType,
+    /// 500: anything unexpected. The cause chain is logged; the answer says no more.
     #[error("internal error")]
     Internal(#[source] anyhow::Error),
 }
@@ -51,22 +68,37 @@ pub enum ApiError {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ErrorCode {
+    /// 400: the request is malformed.
     InvalidRequest,
+    /// 400: the phone number does not parse.
     InvalidPhone,
+    /// 429: a rule refused; see `retry_after_secs` and `rule`.
     RateLimited,
+    /// 403: a captcha must be passed first.
     CaptchaRequired,
+    /// 403: the phone's region may not receive codes.
     RegionBlocked,
+    /// 401: missing or wrong credentials.
     Unauthorized,
+    /// 403: the caller may not do this.
     Forbidden,
+    /// 503: the rate-limit store is unavailable.
     StoreUnavailable,
+    /// 503: the audit database is unavailable.
     AuditUnavailable,
+    /// 502: the SMS provider did not accept the message.
     DeliveryFailed,
+    /// 404: no such route.
     NotFound,
+    /// 405: the route does not take this method.
     MethodNotAllowed,
+    /// 413: the body is too large.
     PayloadTooLarge,
+    /// 415: the body is not JSON.
     UnsupportedMediaType,
     /// `/metrics` only: no metrics recorder could be installed.
     MetricsUnavailable,
+    /// 500: something unexpected; details are only in the log.
     InternalError,
 }
 
@@ -79,6 +111,7 @@ pub enum ErrorCode {
     example = json!({"error": "rate_limited", "message": "too many requests (phone 5/1h)", "retry_after_secs": 1800, "rule": "phone 5/1h"})
 )]
 pub struct ErrorBody {
+    /// Machine-readable error code.
     pub error: ErrorCode,
     /// Human-readable text; not meant for parsing.
     pub message: String,
@@ -97,6 +130,7 @@ pub struct ErrorBody {
 }
 
 impl ErrorBody {
+    /// A body with only `error` and `message`.
     pub fn new(error: ErrorCode, message: impl Into<String>) -> Self {
         Self {
             error,
@@ -109,6 +143,7 @@ impl ErrorBody {
 }
 
 impl ApiError {
+    /// The `error` code of the answer.
     pub fn code(&self) -> ErrorCode {
         match self {
             ApiError::InvalidRequest(_) => ErrorCode::InvalidRequest,
@@ -181,6 +216,16 @@ impl ResponseError for ApiError {
             _ => {}
         }
         response.json(body)
+    }
+}
+
+/// A missing phone is a malformed request; any other a bad number.
+impl From<PhoneError> for ApiError {
+    fn from(e: PhoneError) -> Self {
+        match e {
+            PhoneError::Empty => ApiError::InvalidRequest(e.to_string()),
+            other => ApiError::InvalidPhone(other.to_string()),
+        }
     }
 }
 

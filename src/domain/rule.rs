@@ -1,7 +1,6 @@
 use std::time::Duration;
 
 use super::SubjectKind;
-use crate::store::WindowSpec;
 
 /// One window of a rule: at most `limit` events per `window` for a subject kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,14 +31,6 @@ impl Rule {
             self.limit,
             format_window(self.window_ms())
         )
-    }
-
-    pub fn enforce(&self) -> WindowSpec {
-        WindowSpec::enforce(self.limit, self.window_ms())
-    }
-
-    pub fn gate(&self) -> WindowSpec {
-        WindowSpec::gate(self.limit, self.window_ms())
     }
 }
 

@@ -6,7 +6,7 @@ use serde::Serialize;
 use super::{GuardContext, Policy, RequestInfo, SubjectRules};
 use crate::audit::{AuditDecision, AuditEvent};
 use crate::domain::{Action, Reason, Rule, Subject, SubjectKind};
-use crate::store::{StoreError, WindowMode, WindowSpec};
+use crate::store::{RuleWindow, StoreError, WindowMode, WindowSpec};
 
 /// One window of a subject: its live count against its rule.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
@@ -86,7 +86,6 @@ impl SubjectAdmin {
     pub async fn state(&self, subject: &Subject) -> Result<SubjectState, StoreError> {
         let policy = self.ctx.policy.current();
         let keys = &self.ctx.keys;
-        let kind = subject.kind.as_str();
         let now = Utc::now();
         let until = |retry_ms: u64| {
             (now + chrono::Duration::milliseconds(retry_ms as i64)).trunc_subsecs(3)
@@ -107,8 +106,8 @@ impl SubjectAdmin {
         };
 
         if subject.kind == SubjectKind::User {
-            let window_key = keys.window(kind, &subject.id, Action::LoginAttempt.as_str());
-            let lock_key = keys.lock(kind, &subject.id);
+            let window_key = keys.subject_window(subject, Action::LoginAttempt);
+            let lock_key = keys.subject_lock(subject);
             let login = self
                 .ctx
                 .store
@@ -129,7 +128,7 @@ impl SubjectAdmin {
 
         let watched = watched(&policy, subject.kind);
         let peeks = futures::future::try_join_all(watched.iter().map(|w| {
-            let key = keys.window(kind, &subject.id, w.action.as_str());
+            let key = keys.subject_window(subject, w.action);
             let specs: Vec<WindowSpec> = w.rules.iter().map(|(_, spec)| *spec).collect();
             async move { self.ctx.store.peek(&key, &specs).await }
         }))
@@ -160,14 +159,13 @@ impl SubjectAdmin {
         info: &RequestInfo,
     ) -> Result<SubjectState, StoreError> {
         let keys = &self.ctx.keys;
-        let kind = subject.kind.as_str();
         let mut doomed: Vec<String> = actions(subject.kind)
             .iter()
-            .map(|action| keys.window(kind, &subject.id, action.as_str()))
+            .map(|action| keys.subject_window(subject, *action))
             .collect();
-        doomed.push(keys.lock(kind, &subject.id));
+        doomed.push(keys.subject_lock(subject));
         if subject.kind == SubjectKind::Phone {
-            doomed.push(keys.otp(kind, &subject.id));
+            doomed.push(keys.subject_code(subject));
         }
         self.ctx.store.delete(&doomed).await?;
         let event = AuditEvent::new(

@@ -1,6 +1,6 @@
 //! `POST /login/check` and `POST /login/attempt`: per-user captcha and
 //! escalating locks, per-IP captcha and block across users. The guard asks
-//! the store, [`decision`] says what that comes to, and the guard applies it.
+//! the store, `decision` says what that comes to, and the guard applies it.
 
 mod decision;
 
@@ -13,7 +13,8 @@ use crate::captcha::CaptchaProof;
 use crate::delivery::email::{LockNotice, LockNotifier};
 use crate::domain::{Action, Reason, Subject, SubjectKind, Username};
 use crate::store::{
-    IpFailureWindow, LoginOutcome, LoginRequest, LoginVerdict, PeekOutcome, StoreError, WindowSpec,
+    IpFailureWindow, LoginOutcome, LoginRequest, LoginVerdict, PeekOutcome, RuleWindow, StoreError,
+    WindowSpec,
 };
 use decision::AttemptDecision;
 
@@ -121,27 +122,19 @@ impl LoginGuard {
         Self { ctx, notifier }
     }
 
-    fn user_keys(&self, user: &Username) -> (String, String) {
-        let kind = SubjectKind::User.as_str();
+    fn user_keys(&self, user: &Subject) -> (String, String) {
+        let keys = &self.ctx.keys;
         (
-            self.ctx
-                .keys
-                .window(kind, user.as_str(), Action::LoginAttempt.as_str()),
-            self.ctx.keys.lock(kind, user.as_str()),
+            keys.subject_window(user, Action::LoginAttempt),
+            keys.subject_lock(user),
         )
     }
 
     fn ip_windows(&self, policy: &Policy, info: &RequestInfo) -> Option<IpWindows> {
-        let ip = info.ip?;
-        let subject = Subject::new(SubjectKind::Ip, ip.subject_id());
-        let key = self.ctx.keys.window(
-            SubjectKind::Ip.as_str(),
-            &subject.id,
-            Action::LoginAttempt.as_str(),
-        );
+        let subject = Subject::new(SubjectKind::Ip, info.ip?.subject_id());
         Some(IpWindows {
+            key: self.ctx.keys.subject_window(&subject, Action::LoginAttempt),
             subject,
-            key,
             windows: [policy.ip_captcha.gate(), policy.ip_block.enforce()],
         })
     }
@@ -160,7 +153,8 @@ impl LoginGuard {
         info: &RequestInfo,
     ) -> Result<LoginState, StoreError> {
         let policy = self.ctx.policy.current();
-        let (window_key, lock_key) = self.user_keys(user);
+        let (window_key, lock_key) =
+            self.user_keys(&Subject::new(SubjectKind::User, user.as_str()));
         let ip = self.ip_windows(&policy, info);
         let (user_state, ip_state) = futures::try_join!(
             self.ctx
@@ -180,7 +174,9 @@ impl LoginGuard {
         let policy = self.ctx.policy.current();
         let user = Subject::new(SubjectKind::User, attempt.user.as_str());
         let ip = self.ip_windows(&policy, info);
-        let outcome = self.record(&attempt, &policy, ip.as_ref(), info).await?;
+        let outcome = self
+            .record(&attempt, &user, &policy, ip.as_ref(), info)
+            .await?;
         let facts = decision::Attempt {
             user: &user,
             ip: ip.as_ref(),
@@ -205,11 +201,12 @@ impl LoginGuard {
     async fn record(
         &self,
         attempt: &LoginAttempt,
+        user: &Subject,
         policy: &Policy,
         ip: Option<&IpWindows>,
         info: &RequestInfo,
     ) -> Result<LoginOutcome, StoreError> {
-        let (window_key, lock_key) = self.user_keys(&attempt.user);
+        let (window_key, lock_key) = self.user_keys(user);
         // Only a captcha check needs the address as text.
         let remote_ip = || info.ip.map(|ip| ip.to_string());
         let ask_later = policy.captcha.asks_provider(&attempt.captcha) && !policy.shadow;

@@ -9,7 +9,7 @@ use parking_lot::RwLock;
 use crate::captcha::CaptchaVerifier;
 use crate::domain::{Rule, SubjectKind};
 use crate::settings::{LimitSetting, LoginSettings, Settings, SmsSettings};
-use crate::store::{LoginPolicy, WindowSpec};
+use crate::store::{LoginPolicy, RuleWindow, WindowSpec};
 
 pub struct Policy {
     pub captcha: Arc<CaptchaVerifier>,
@@ -94,8 +94,8 @@ impl SubjectRules {
     pub fn new(rules: Vec<Rule>, gate: Option<Rule>) -> Self {
         let windows = rules
             .iter()
-            .map(Rule::enforce)
-            .chain(gate.iter().map(Rule::gate))
+            .map(RuleWindow::enforce)
+            .chain(gate.iter().map(RuleWindow::gate))
             .collect();
         Self {
             rules,

@@ -16,14 +16,31 @@ pub struct SubjectHit<'a> {
     pub rules: &'a SubjectRules,
 }
 
+/// What a refusal asks of the caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RefusalKind {
+    /// Wait this long: a window is full.
+    RateLimited { retry_after_ms: u64 },
+    /// Pass a captcha: a captcha tier is reached.
+    CaptchaRequired,
+}
+
 /// A refusal: the subject and rule that refused, and the count it saw.
 #[derive(Debug, Clone)]
 pub struct Refusal {
     pub subject: Subject,
     pub rule: Rule,
     pub observed: u32,
-    /// `Some` for a rate limit, `None` for a captcha tier.
-    pub retry_after_ms: Option<u64>,
+    pub kind: RefusalKind,
+}
+
+impl Refusal {
+    fn retry_after_ms(&self) -> Option<u64> {
+        match self.kind {
+            RefusalKind::RateLimited { retry_after_ms } => Some(retry_after_ms),
+            RefusalKind::CaptchaRequired => None,
+        }
+    }
 }
 
 pub struct Reservation<'a> {
@@ -130,12 +147,12 @@ fn pick_refusal(hits: &[SubjectHit<'_>], outcomes: &[HitOutcome]) -> Option<Refu
                 let Some(rule) = hit.rules.rule_at(window) else {
                     continue;
                 };
-                if denial.as_ref().and_then(|d| d.retry_after_ms) < Some(retry_after_ms) {
+                if denial.as_ref().and_then(Refusal::retry_after_ms) < Some(retry_after_ms) {
                     denial = Some(Refusal {
                         subject: hit.subject.clone(),
                         rule,
                         observed: outcome.counts.get(window).copied().unwrap_or(0),
-                        retry_after_ms: Some(retry_after_ms),
+                        kind: RefusalKind::RateLimited { retry_after_ms },
                     });
                 }
             }
@@ -148,7 +165,7 @@ fn pick_refusal(hits: &[SubjectHit<'_>], outcomes: &[HitOutcome]) -> Option<Refu
                         subject: hit.subject.clone(),
                         rule,
                         observed: outcome.counts.get(window).copied().unwrap_or(0),
-                        retry_after_ms: None,
+                        kind: RefusalKind::CaptchaRequired,
                     });
                 }
             }

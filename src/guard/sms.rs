@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use tokio::sync::OnceCell;
 
-use super::reserve::{reserve, Refusal, SubjectHit};
+use super::reserve::{reserve, Refusal, RefusalKind, SubjectHit};
 use super::{ceil_secs, code, GuardContext, Policy, RequestInfo};
 use crate::audit::{AuditDecision, AuditEvent};
 use crate::captcha::CaptchaProof;
@@ -111,6 +111,7 @@ impl SmsGuard {
             .captcha
             .passed(&req.captcha, remote_ip.as_deref())
             .await;
+        let otp_key = self.ctx.keys.subject_code(&phone);
         let hits = self.subject_hits(&policy, &req.phone, phone, info);
         let ip_index = info
             .ip
@@ -120,10 +121,6 @@ impl SmsGuard {
         // stored in the same round trip as the reservation.
         let code = code::generate(sms.code_length);
         let mac = code::mac(self.secret().await?, req.phone.e164(), &code);
-        let otp_key = self
-            .ctx
-            .keys
-            .otp(SubjectKind::Phone.as_str(), req.phone.e164());
         let code_to_store = CodeToStore {
             key: &otp_key,
             mac: &mac,
@@ -186,12 +183,8 @@ impl SmsGuard {
         phone: Subject,
         info: &RequestInfo,
     ) -> Vec<SubjectHit<'p>> {
-        let action = Action::SmsSend.as_str();
         let hit = |subject: Subject, rules| SubjectHit {
-            key: self
-                .ctx
-                .keys
-                .window(subject.kind.as_str(), &subject.id, action),
+            key: self.ctx.keys.subject_window(&subject, Action::SmsSend),
             subject,
             rules,
         };
@@ -208,7 +201,7 @@ impl SmsGuard {
             ),
             (
                 SubjectKind::Global,
-                Some(action.to_string()),
+                Some(Action::SmsSend.as_str().to_string()),
                 &policy.sms_global,
             ),
         ];
@@ -250,13 +243,13 @@ impl SmsGuard {
         let sms = &policy.sms;
         let attempts_rule = Rule::new(SubjectKind::Phone, sms.max_verify_attempts, sms.code_ttl);
         let mac = code::mac(self.secret().await?, phone.e164(), code.trim());
-        let otp_key = self.ctx.keys.otp(SubjectKind::Phone.as_str(), phone.e164());
+        let subject = Subject::new(SubjectKind::Phone, phone.e164());
+        let otp_key = self.ctx.keys.subject_code(&subject);
         match self.ctx.store.otp_check(&otp_key, &mac).await? {
             OtpOutcome::Valid => Ok(Verified::Valid),
             OtpOutcome::Missing => Ok(Verified::Invalid { attempts_left: 0 }),
             OtpOutcome::Wrong { attempts_left } => {
                 if attempts_left == 0 {
-                    let subject = Subject::new(SubjectKind::Phone, phone.e164());
                     let event = AuditEvent::new(
                         Action::SmsVerify,
                         AuditDecision::Deny,
@@ -269,7 +262,6 @@ impl SmsGuard {
                 Ok(Verified::Invalid { attempts_left })
             }
             OtpOutcome::Burnt { retry_after_ms } => {
-                let subject = Subject::new(SubjectKind::Phone, phone.e164());
                 let event = AuditEvent::new(
                     Action::SmsVerify,
                     AuditDecision::Deny,
@@ -290,26 +282,26 @@ impl SmsGuard {
 
 /// The audit row of a reservation's refusal.
 fn refusal_row(refusal: &Refusal) -> AuditEvent {
-    let (decision, reason) = match refusal.retry_after_ms {
-        Some(_) => (AuditDecision::Deny, Reason::RateLimited),
-        None => (AuditDecision::Challenge, Reason::CaptchaRequired),
+    let row = |decision, reason| {
+        AuditEvent::new(Action::SmsSend, decision, reason, &refusal.subject)
+            .rule(&refusal.rule, refusal.observed)
     };
-    let row = AuditEvent::new(Action::SmsSend, decision, reason, &refusal.subject)
-        .rule(&refusal.rule, refusal.observed);
-    match refusal.retry_after_ms {
-        Some(ms) => row.retry_after_ms(ms),
-        None => row,
+    match refusal.kind {
+        RefusalKind::RateLimited { retry_after_ms } => {
+            row(AuditDecision::Deny, Reason::RateLimited).retry_after_ms(retry_after_ms)
+        }
+        RefusalKind::CaptchaRequired => row(AuditDecision::Challenge, Reason::CaptchaRequired),
     }
 }
 
 impl From<&Refusal> for SmsRefusal {
     fn from(refusal: &Refusal) -> Self {
-        match refusal.retry_after_ms {
-            Some(retry_after_ms) => SmsRefusal::RateLimited {
+        match refusal.kind {
+            RefusalKind::RateLimited { retry_after_ms } => SmsRefusal::RateLimited {
                 rule: refusal.rule.name(),
                 retry_after_ms,
             },
-            None => SmsRefusal::CaptchaRequired,
+            RefusalKind::CaptchaRequired => SmsRefusal::CaptchaRequired,
         }
     }
 }

@@ -5,7 +5,7 @@ use utoipa::ToSchema;
 use super::openapi::RateLimitedError;
 use super::{post_json, schemas, AppState};
 use crate::captcha::CaptchaProof;
-use crate::domain::{PhoneError, PhoneNumber};
+use crate::domain::PhoneNumber;
 use crate::error::{ApiError, ErrorBody};
 use crate::guard::sms::{SendRequest, SmsRefusal, Verified};
 use crate::metrics;
@@ -74,13 +74,6 @@ pub struct VerifyResult {
     attempts_left: Option<u32>,
 }
 
-fn parse_phone(raw: &str) -> Result<PhoneNumber, ApiError> {
-    PhoneNumber::parse(raw).map_err(|e| match e {
-        PhoneError::Empty => ApiError::InvalidRequest(e.to_string()),
-        other => ApiError::InvalidPhone(other.to_string()),
-    })
-}
-
 pub(super) fn parse_locale(raw: Option<String>) -> Result<Option<String>, ApiError> {
     match raw {
         Some(l)
@@ -134,7 +127,7 @@ async fn send(
         ));
     }
     let request = SendRequest {
-        phone: parse_phone(&body.phone)?,
+        phone: PhoneNumber::parse(&body.phone)?,
         locale: parse_locale(body.locale)?,
         captcha: CaptchaProof {
             token: body.captcha_token,
@@ -191,7 +184,7 @@ async fn verify(
 ) -> Result<HttpResponse, ApiError> {
     let body = body.into_inner();
     let info = state.access.caller(&req, body.ip.as_deref())?;
-    let phone = parse_phone(&body.phone)?;
+    let phone = PhoneNumber::parse(&body.phone)?;
     // As the document says: at most 64 characters as given, not all white
     // space; compared without the white space around it.
     if body.code.chars().count() > schemas::CODE_MAX_CHARS {

@@ -6,20 +6,40 @@
 //! are percent-escaped so that an id can never end the hash tag early or make
 //! two subjects' keys collide.
 
+use crate::domain::{Action, Subject};
+
+/// Names every key under one prefix, `store.key_prefix`.
 #[derive(Debug, Clone)]
 pub struct Keys {
     prefix: String,
 }
 
 impl Keys {
+    /// Keys under `prefix`.
     pub fn new(prefix: impl Into<String>) -> Self {
         Self {
             prefix: prefix.into(),
         }
     }
 
+    /// The prefix every key starts with.
     pub fn prefix(&self) -> &str {
         &self.prefix
+    }
+
+    /// The window set of `subject` for `action`.
+    pub fn subject_window(&self, subject: &Subject, action: Action) -> String {
+        self.window(subject.kind.as_str(), &subject.id, action.as_str())
+    }
+
+    /// The lock record of `subject`.
+    pub fn subject_lock(&self, subject: &Subject) -> String {
+        self.lock(subject.kind.as_str(), &subject.id)
+    }
+
+    /// The pending code of `subject` (a phone).
+    pub fn subject_code(&self, subject: &Subject) -> String {
+        self.otp(subject.kind.as_str(), &subject.id)
     }
 
     /// The sliding-window set of `(kind, id)` for one action.

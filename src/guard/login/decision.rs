@@ -214,7 +214,7 @@ mod tests {
     use super::*;
     use crate::domain::SubjectKind;
     use crate::settings::Settings;
-    use crate::store::{IpFailures, LoginAttemptOutcome};
+    use crate::store::{IpFailures, LoginAttemptOutcome, RuleWindow};
 
     fn policy() -> Policy {
         Policy::from_settings(&Settings::load(None).unwrap()).unwrap()

@@ -1,6 +1,6 @@
 use actix_web::{web, HttpRequest, HttpResponse};
 
-use crate::domain::{Action, ClientIp, PhoneError, PhoneNumber, Subject, SubjectKind, Username};
+use crate::domain::{Action, ClientIp, PhoneNumber, Subject, SubjectKind, Username};
 use crate::error::{ApiError, ErrorBody};
 use crate::guard::admin::SubjectState;
 use crate::routes::AppState;
@@ -39,13 +39,7 @@ pub(super) fn subject(kind: &str, id: &str) -> Result<Subject, ApiError> {
         .ok_or_else(|| ApiError::InvalidRequest(format!("unknown subject kind {kind:?}")))?;
     let invalid = |what: &str| ApiError::InvalidRequest(format!("{id:?} is not {what}"));
     let id = match kind {
-        SubjectKind::Phone => PhoneNumber::parse(id)
-            .map_err(|e| match e {
-                PhoneError::Empty => ApiError::InvalidRequest(e.to_string()),
-                other => ApiError::InvalidPhone(other.to_string()),
-            })?
-            .e164()
-            .to_string(),
+        SubjectKind::Phone => PhoneNumber::parse(id)?.e164().to_string(),
         SubjectKind::User => Username::parse(id)
             .map_err(|e| ApiError::InvalidRequest(e.to_string()))?
             .as_str()
