@@ -10,10 +10,13 @@ use crate::settings::{CaptchaKind, CaptchaSettings};
 /// What a request brought as proof of a solved captcha.
 #[derive(Debug, Clone, Default)]
 pub struct CaptchaProof {
+    /// `captcha_token`: a token for the provider to confirm.
     pub token: Option<String>,
+    /// `captcha_passed`: the caller's word, trusted only with `captcha.kind = "none"`.
     pub passed: Option<bool>,
 }
 
+/// Decides whether a captcha proof counts, as `[captcha]` says.
 pub struct CaptchaVerifier {
     kind: CaptchaKind,
     secret: String,
@@ -41,6 +44,7 @@ pub fn default_verify_url(kind: CaptchaKind) -> &'static str {
 }
 
 impl CaptchaVerifier {
+    /// Builds the siteverify client: `captcha.timeout` per call, no redirects.
     pub fn new(settings: &CaptchaSettings) -> Result<Self, reqwest::Error> {
         let verify_url = if settings.verify_url.is_empty() {
             default_verify_url(settings.kind).to_string()

@@ -7,9 +7,13 @@ use std::time::Duration;
 use metrics::{counter, describe_counter, describe_histogram, histogram};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 
+/// Counter of answered requests, by `route` and `decision`.
 pub const REQUESTS: &str = "tollgate_requests_total";
+/// Counter of window-store calls that failed or timed out.
 pub const STORE_ERRORS: &str = "tollgate_store_errors_total";
+/// Histogram of window-store call durations, in seconds.
 pub const STORE_SECONDS: &str = "tollgate_store_seconds";
+/// Counter of audit events by `outcome`: queued, written, spooled, replayed.
 pub const AUDIT_EVENTS: &str = "tollgate_audit_events_total";
 
 static RECORDER: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
@@ -51,10 +55,12 @@ fn describe() {
     );
 }
 
+/// Count one failed store call.
 pub fn store_error() {
     counter!(STORE_ERRORS).increment(1);
 }
 
+/// Record how long one store call took.
 pub fn store_call(elapsed: Duration) {
     histogram!(STORE_SECONDS).record(elapsed.as_secs_f64());
 }

@@ -27,11 +27,15 @@ use crate::store::{Clock, Keys, SystemClock, WindowStore};
 /// Parts a test may substitute; production uses none.
 #[derive(Default)]
 pub struct Overrides {
+    /// Replaces the provider `[sms.provider]` names.
     pub sms_sender: Option<Arc<dyn SmsSender>>,
+    /// Replaces the audit database and its sink; no database is opened.
     pub audit: Option<Arc<dyn AuditSink>>,
+    /// The in-process stores' clock, instead of the system's.
     pub clock: Option<Arc<dyn Clock>>,
 }
 
+/// The running service: its bound listener, HTTP server and background tasks.
 pub struct Application {
     server: Server,
     port: u16,
@@ -44,10 +48,13 @@ const SWEEP_EVERY: Duration = Duration::from_secs(30);
 const MIGRATE_WAIT: Duration = Duration::from_secs(5);
 
 impl Application {
+    /// Build everything `settings` configures and bind `server.bind`.
     pub async fn build(settings: Settings) -> anyhow::Result<Self> {
         Self::build_with(settings, Overrides::default()).await
     }
 
+    /// `build`, with the parts `overrides` names put in place of the configured
+    /// ones.
     pub async fn build_with(settings: Settings, overrides: Overrides) -> anyhow::Result<Self> {
         let metrics = crate::metrics::install();
         crate::domain::PhoneNumber::warm_up();
@@ -180,14 +187,17 @@ impl Application {
         })
     }
 
+    /// The port actually bound, for a `server.bind` of port 0.
     pub fn port(&self) -> u16 {
         self.port
     }
 
+    /// The sink every audit event goes to (tests flush it).
     pub fn audit_sink(&self) -> Arc<dyn AuditSink> {
         self.audit.clone()
     }
 
+    /// A handle to stop the server from another task.
     pub fn handle(&self) -> ServerHandle {
         self.server.handle()
     }

@@ -1,4 +1,4 @@
-//! Logging: JSON lines when stdout is not a terminal (production), readable
+//! Logging: JSON lines when stderr is not a terminal (production), readable
 //! lines on a terminal. `RUST_LOG` filters, `info` by default.
 //!
 //! actix-http logs a malformed request (a header with a NUL byte, say) at
@@ -18,6 +18,8 @@ use std::io::IsTerminal;
 
 use tracing_subscriber::{fmt, EnvFilter};
 
+/// Install the global subscriber, writing to stderr; a second call keeps the
+/// first one.
 pub fn init() {
     let given = std::env::var("RUST_LOG").unwrap_or_default();
     let mut filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));

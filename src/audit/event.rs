@@ -1,19 +1,29 @@
+//! The audit event: one row of the trail, as guards build it and the admin
+//! API returns it.
+
 use chrono::{DateTime, SubsecRound, Utc};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::domain::{Action, Rule, Subject, SubjectKind};
 
+/// What happened to the subject: refused, asked for a captcha, locked or
+/// blocked, or unblocked by an admin.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum AuditDecision {
+    /// A request was refused.
     Deny,
+    /// A captcha was demanded, or a login failure first made one required.
     Challenge,
+    /// A user was locked or an IP blocked.
     Lock,
+    /// An admin cleared the subject's windows and lock.
     Unblock,
 }
 
 impl AuditDecision {
+    /// The name stored in the database and used in filters.
     pub fn as_str(self) -> &'static str {
         match self {
             AuditDecision::Deny => "deny",
@@ -23,6 +33,7 @@ impl AuditDecision {
         }
     }
 
+    /// The decision `as_str` names `s`, if any.
     pub fn parse(s: &str) -> Option<Self> {
         [Self::Deny, Self::Challenge, Self::Lock, Self::Unblock]
             .into_iter()
@@ -39,33 +50,53 @@ pub fn now_ms() -> DateTime<Utc> {
 /// One row of `audit_events` (DESIGN.md §4).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct AuditEvent {
+    /// Unique id of the row (a UUIDv7).
     pub id: Uuid,
     /// RFC 3339, UTC, milliseconds.
     #[serde(with = "rfc3339_ms")]
     #[schema(example = "2026-11-02T08:15:30.123Z")]
     pub occurred_at: DateTime<Utc>,
+    /// What was asked: `sms_send`, `sms_verify`, `login_attempt`, or `admin`
+    /// for an admin's action.
     pub action: Action,
+    /// What was decided.
     pub decision: AuditDecision,
+    /// Why, as a code: `rate_limited`, `captcha_required`, `region_blocked`,
+    /// `verify_attempts_exhausted`, `user_locked`, `ip_blocked`,
+    /// `too_many_failures` or `admin_unblock`.
     #[schema(example = "rate_limited")]
     pub reason: String,
+    /// What the subject is: `phone`, `prefix`, `user`, `ip` or `global`.
     pub subject_kind: SubjectKind,
+    /// The subject's id: an E.164 number, a number prefix, a normalised user
+    /// name, an IP (IPv6 as its /64) or, for `global`, the action.
     #[schema(example = "+8613800138000")]
     pub subject: String,
+    /// The client IP of the request, when known.
     #[schema(required = true, example = "203.0.113.7")]
     pub ip: Option<String>,
+    /// The rule that decided, `<subject kind> <limit>/<window>`; null when none
+    /// did (a blocked region, an unblock).
     #[schema(required = true, example = "phone 5/1h")]
     pub rule: Option<String>,
-    /// The count in the denying window before the request.
+    /// The count the rule saw: before the request on a refusal, after the
+    /// failure on a challenge or lock that the failure caused.
     #[schema(required = true)]
     pub observed: Option<i64>,
+    /// The rule's limit.
     #[schema(required = true)]
     pub limit: Option<i64>,
+    /// The rule's window, in milliseconds.
     #[schema(required = true)]
     pub window_ms: Option<i64>,
+    /// Milliseconds until the subject may pass again; on a `lock`, how long it
+    /// can last.
     #[schema(required = true)]
     pub retry_after_ms: Option<i64>,
+    /// The request's id: its `x-request-id`, or one tollgate made up.
     #[schema(required = true)]
     pub request_id: Option<String>,
+    /// The request's `User-Agent`, when it sent one.
     #[schema(required = true)]
     pub user_agent: Option<String>,
     /// Recorded in shadow mode: the request was let through.
@@ -110,16 +141,19 @@ impl AuditEvent {
         self
     }
 
+    /// How long until the subject may pass again.
     pub fn retry_after_ms(mut self, ms: u64) -> Self {
         self.retry_after_ms = Some(ms as i64);
         self
     }
 
+    /// Marks a row recorded in shadow mode, where the request was let through.
     pub fn shadow(mut self, shadow: bool) -> Self {
         self.shadow = shadow;
         self
     }
 
+    /// What the request tells: client IP, request id and user agent.
     pub fn request(
         mut self,
         ip: Option<String>,
@@ -139,14 +173,17 @@ pub mod rfc3339_ms {
     use chrono::{DateTime, SecondsFormat, Utc};
     use serde::{Deserialize, Deserializer, Serializer};
 
+    /// `2026-11-02T08:15:30.123Z`.
     pub fn format(t: &DateTime<Utc>) -> String {
         t.to_rfc3339_opts(SecondsFormat::Millis, true)
     }
 
+    /// Serde: writes `format`'s text.
     pub fn serialize<S: Serializer>(t: &DateTime<Utc>, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(&format(t))
     }
 
+    /// Serde: reads any RFC 3339 time, converted to UTC.
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<DateTime<Utc>, D::Error> {
         let raw = String::deserialize(d)?;
         DateTime::parse_from_rfc3339(&raw)

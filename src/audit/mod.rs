@@ -17,6 +17,8 @@ pub use writer::{DbSink, SinkConfig};
 
 use async_trait::async_trait;
 
+/// Where guards hand their audit events. `record` runs on the request path,
+/// so an implementation queues and returns at once.
 #[async_trait]
 pub trait AuditSink: Send + Sync {
     /// Hand over one event. Never waits for a database.

@@ -6,12 +6,18 @@ use uuid::Uuid;
 use super::AuditDecision;
 use crate::domain::{Action, SubjectKind};
 
+/// What an admin's event query filters on; each `None` matches every row.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct EventFilter {
+    /// Only rows of this subject kind.
     pub subject_kind: Option<SubjectKind>,
+    /// Only rows of this subject id (exact).
     pub subject: Option<String>,
+    /// Only rows of this action.
     pub action: Option<Action>,
+    /// Only rows of this decision.
     pub decision: Option<AuditDecision>,
+    /// Only rows from this client IP (exact).
     pub ip: Option<String>,
     /// Inclusive.
     pub since: Option<DateTime<Utc>>,
@@ -24,7 +30,9 @@ pub struct EventFilter {
 /// Microseconds, PostgreSQL's precision, so no row is skipped or repeated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Cursor {
+    /// Time of the page's last row.
     pub occurred_at: DateTime<Utc>,
+    /// Id of that row, which orders rows of the same time.
     pub id: Uuid,
 }
 
@@ -39,11 +47,13 @@ impl Cursor {
     /// right form is never refused.
     pub const PATTERN: &'static str = "^[0-9a-f]{48}$";
 
+    /// The opaque text clients get as `next_cursor`.
     pub fn encode(&self) -> String {
         let micros = u64::try_from(self.occurred_at.timestamp_micros()).unwrap_or(0);
         format!("{micros:016x}{}", self.id.simple())
     }
 
+    /// Reads what `encode` wrote; `None` for text not of the `PATTERN` form.
     pub fn decode(token: &str) -> Option<Self> {
         let lower_hex = |s: &str| s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
         if token.len() != 48 || !lower_hex(token) {

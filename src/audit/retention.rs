@@ -6,6 +6,7 @@ use super::AuditDb;
 
 const EVERY: Duration = Duration::from_secs(3600);
 
+/// Delete rows older than `retention`; returns how many.
 pub async fn purge(db: &AuditDb, retention: Duration) -> Result<u64, super::AuditError> {
     let retention = chrono::Duration::from_std(retention).unwrap_or(chrono::Duration::MAX);
     let before = chrono::Utc::now()
@@ -14,6 +15,8 @@ pub async fn purge(db: &AuditDb, retention: Duration) -> Result<u64, super::Audi
     db.purge_before(before).await
 }
 
+/// Purge now and then hourly until the task is aborted (at shutdown);
+/// failures are logged and retried on the next tick.
 pub fn spawn(db: AuditDb, retention: Duration) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(EVERY);

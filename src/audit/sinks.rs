@@ -1,3 +1,5 @@
+//! An audit sink for tests.
+
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -12,6 +14,7 @@ pub struct CapturingSink {
 }
 
 impl CapturingSink {
+    /// Every event recorded so far, in order.
     pub fn events(&self) -> Vec<AuditEvent> {
         self.events.lock().clone()
     }

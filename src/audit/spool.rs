@@ -16,6 +16,7 @@ use super::AuditEvent;
 
 const ACTIVE: &str = "spool.jsonl";
 
+/// The spool of one sink, in `audit.spool_dir`.
 pub struct Spool {
     dir: PathBuf,
     active: Mutex<Option<File>>,
@@ -23,6 +24,7 @@ pub struct Spool {
 }
 
 impl Spool {
+    /// A spool in `dir`; nothing is created before the first append.
     pub fn new(dir: impl Into<PathBuf>) -> Self {
         Self {
             dir: dir.into(),

@@ -23,14 +23,21 @@ enum Message {
     Flush(oneshot::Sender<()>),
 }
 
+/// How a `DbSink` batches and where it spools: the `[audit]` settings.
 #[derive(Debug, Clone)]
 pub struct SinkConfig {
+    /// Most events per insert.
     pub batch_size: usize,
+    /// Longest an event waits for its batch to fill.
     pub flush_interval: Duration,
+    /// Events the in-memory queue holds; further ones go to the spool.
     pub queue_capacity: usize,
+    /// Directory of the spool files.
     pub spool_dir: std::path::PathBuf,
 }
 
+/// The production sink: a bounded queue in front of one batch writer, and
+/// the spool for when the database is down or the queue is full.
 pub struct DbSink {
     queue: mpsc::Sender<Message>,
     overflow: std::sync::mpsc::Sender<Message>,
@@ -74,6 +81,7 @@ impl DbSink {
         })
     }
 
+    /// The database the sink writes to.
     pub fn db(&self) -> &AuditDb {
         &self.db
     }

@@ -1,3 +1,5 @@
+//! `sms.provider.kind = "log"`: messages go to the log instead of a phone.
+
 use async_trait::async_trait;
 
 use super::{DeliveryError, SmsMessage, SmsSender};

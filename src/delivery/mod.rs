@@ -30,19 +30,29 @@ pub struct SmsMessage {
     pub to: String,
     /// `to` masked, for anything that logs the message.
     pub to_masked: String,
+    /// The rendered text, code included.
     pub body: String,
+    /// The locale the body was rendered in.
     pub locale: String,
+    /// Id of the request that asked for the code; webhooks get it too.
     pub request_id: String,
 }
 
+/// Why an SMS was not delivered.
 #[derive(Debug, thiserror::Error)]
 pub enum DeliveryError {
+    /// The provider answered with an error status (the text names it, never the
+    /// phone).
     #[error("provider answered {0}")]
     Rejected(String),
+    /// The call failed before an answer came; the text leaves out the URL, which
+    /// may carry a token.
     #[error("provider unreachable: {0}")]
     Unreachable(String),
+    /// No answer within `sms.provider.timeout`.
     #[error("provider did not answer in time")]
     TimedOut,
+    /// The text could not be rendered (a bug: the templates are tested).
     #[error(transparent)]
     Template(#[from] TemplateError),
 }
@@ -58,6 +68,7 @@ impl DeliveryError {
     }
 }
 
+/// An SMS provider.
 #[async_trait]
 pub trait SmsSender: Send + Sync {
     /// Deliver once; never retried, so a phone never gets two different codes.
@@ -67,8 +78,10 @@ pub trait SmsSender: Send + Sync {
 /// A provider or mailer that cannot be set up from its settings.
 #[derive(Debug, thiserror::Error)]
 pub enum SetupError {
+    /// A setting the provider cannot use; `key` as a config file spells it.
     #[error("invalid setting `{key}`: {message}")]
     Invalid { key: String, message: String },
+    /// The HTTP client could not be built (its TLS set-up, say).
     #[error("cannot build the HTTP client: {0}")]
     Http(#[from] reqwest::Error),
 }

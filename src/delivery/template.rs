@@ -113,6 +113,7 @@ pub enum EmailKind {
 }
 
 impl EmailKind {
+    /// The template's file name without `.txt`; also the `kind` of log lines.
     pub fn as_str(self) -> &'static str {
         match self {
             EmailKind::LockNotice => "lock_notice",
@@ -121,10 +122,12 @@ impl EmailKind {
     }
 }
 
+/// An email's text, ready to send.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RenderedEmail {
     /// One line.
     pub subject: String,
+    /// Plain text, ending in one newline.
     pub body: String,
 }
 

@@ -12,6 +12,7 @@ use crate::settings::SmsProviderSettings;
 /// Used when `sms.provider.url` is empty.
 pub const TWILIO_API: &str = "https://api.twilio.com";
 
+/// Sends through Twilio's Messages API.
 pub struct TwilioSender {
     http: reqwest::Client,
     messages_url: String,
@@ -28,6 +29,8 @@ struct TwilioError {
 }
 
 impl TwilioSender {
+    /// Builds the Messages URL from `sms.provider.url` (or `TWILIO_API`) and
+    /// the account SID.
     pub fn new(settings: &SmsProviderSettings) -> Result<Self, SetupError> {
         let base = if settings.url.is_empty() {
             TWILIO_API

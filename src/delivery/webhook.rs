@@ -8,6 +8,7 @@ use serde::Serialize;
 use super::{http_client, DeliveryError, SetupError, SmsMessage, SmsSender};
 use crate::settings::SmsProviderSettings;
 
+/// POSTs each message as JSON to `sms.provider.url`.
 pub struct WebhookSender {
     http: reqwest::Client,
     url: String,
@@ -22,6 +23,7 @@ struct Payload<'a> {
 }
 
 impl WebhookSender {
+    /// Checks the configured headers and builds the HTTP client.
     pub fn new(settings: &SmsProviderSettings) -> Result<Self, SetupError> {
         let mut headers = HeaderMap::new();
         for (name, value) in &settings.headers {

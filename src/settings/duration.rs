@@ -7,10 +7,13 @@ use std::time::Duration;
 
 use serde::Serializer;
 
+/// Reads humantime text: `"500ms"`, `"90d"`, `"1h 30m"`.
 pub use humantime_serde::deserialize;
 
 use crate::domain::rule::format_window;
 
+/// Writes the duration in the largest exact unit (`"90d"`, `"100ms"`);
+/// humantime's form when it has sub-millisecond parts.
 pub fn serialize<S: Serializer>(duration: &Duration, serializer: S) -> Result<S::Ok, S::Error> {
     if !duration.subsec_nanos().is_multiple_of(1_000_000) {
         // Finer than a millisecond: no unit of the configuration's says it.

@@ -19,12 +19,18 @@ pub use secret::{Secret, SecretUrl};
 
 const DEFAULTS: &str = include_str!("defaults.toml");
 
+/// Why the settings were refused, at start-up or on SIGHUP.
 #[derive(Debug, thiserror::Error)]
 pub enum SettingsError {
+    /// The file named by `--config` / `TOLLGATE_CONFIG` is not there.
     #[error("config file {0} does not exist")]
     MissingFile(String),
+    /// A source could not be read or merged, and no single key is to blame
+    /// (a TOML syntax error, say).
     #[error("{0}")]
     Load(Box<figment::Error>),
+    /// A value is missing, malformed or out of range: `key` as a config file
+    /// spells it (`sms.code_ttl`), `message` what is wrong with it.
     #[error("invalid setting `{key}`: {message}")]
     Invalid { key: String, message: String },
 }
@@ -38,19 +44,29 @@ impl SettingsError {
     }
 }
 
+/// The whole configuration, one field per TOML section (DESIGN.md §5).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Settings {
+    /// `[server]`: where to listen and who may call.
     pub server: ServerSettings,
+    /// `[store]`: where windows, locks and codes are kept.
     pub store: StoreSettings,
+    /// `[audit]`: the audit database and the path events take to it.
     pub audit: AuditSettings,
+    /// `[sms]`: codes, regions and send limits. Reloaded on SIGHUP.
     pub sms: SmsSettings,
+    /// `[login]`: failed-login thresholds. Reloaded on SIGHUP.
     pub login: LoginSettings,
+    /// `[captcha]`: how a captcha proof is checked. Reloaded on SIGHUP.
     pub captcha: CaptchaSettings,
+    /// `[email]`: SMTP, lockout notices and admin alerts.
     pub email: EmailSettings,
+    /// `[shadow]`: decide and audit without enforcing. Reloaded on SIGHUP.
     pub shadow: ShadowSettings,
 }
 
+/// `[server]`: the listener and the credentials callers must present.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ServerSettings {
@@ -64,13 +80,18 @@ pub struct ServerSettings {
     pub admin_tokens: Vec<Secret>,
 }
 
+/// Where the window store lives (`store.backend`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum StoreBackend {
+    /// In this process: one instance only, and state is lost on restart. The
+    /// default.
     Memory,
+    /// Redis or Redis Cluster at `store.redis_url`, shared by every instance.
     Redis,
 }
 
+/// What a decision does when a store call fails or times out (`store.on_error`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum OnStoreError {
@@ -82,30 +103,41 @@ pub enum OnStoreError {
     Local,
 }
 
+/// `[store]`: the window store and what to do when it fails.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StoreSettings {
+    /// `memory` (the default) or `redis`.
     pub backend: StoreBackend,
     /// `redis://host:port` or `redis-cluster://h1:p1,h2:p2`.
     pub redis_url: SecretUrl,
     /// Prefix of every Redis key; several deployments may share one Redis.
     pub key_prefix: String,
+    /// `deny` (the default), `allow` or `local`.
     pub on_error: OnStoreError,
     /// Upper bound of one Redis call.
     #[serde(with = "duration")]
     pub timeout: Duration,
 }
 
+/// `[audit]`: the audit database and the queue, batches and spool in front of it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AuditSettings {
     /// `sqlite://file?mode=rwc` or `postgres://...`.
     pub database_url: SecretUrl,
+    /// Most events per insert; default 500.
     pub batch_size: usize,
+    /// Longest a queued event waits for its batch to fill before it is written;
+    /// default 200 ms.
     #[serde(with = "duration")]
     pub flush_interval: Duration,
+    /// Directory of the spool file that holds events while the database is down
+    /// or the queue is full; default `tollgate-spool`.
     pub spool_dir: String,
+    /// Events held in memory before further ones go to the spool; default 10000.
     pub queue_capacity: usize,
+    /// Rows older than this are deleted, at start-up and hourly; default 90 days.
     #[serde(with = "duration")]
     pub retention: Duration,
 }
@@ -114,53 +146,78 @@ pub struct AuditSettings {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LimitSetting {
+    /// Most events one window counts; must be positive.
     pub limit: u32,
+    /// Length of the sliding window, e.g. `"60s"` or `"1h"`.
     #[serde(with = "duration")]
     pub window: Duration,
 }
 
+/// `[sms]`: one-time codes, region lists and the limits of `/sms/send`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SmsSettings {
+    /// Digits per code, 4 to 10; default 6.
     pub code_length: u32,
+    /// How long a sent code can be verified; default 5 minutes.
     #[serde(with = "duration")]
     pub code_ttl: Duration,
     /// HMAC key for stored codes. Empty: one random key is created in the store
     /// and shared by every instance; set it in production.
     pub code_secret: Secret,
+    /// Wrong tries per code; the last one burns it (429 until a new send).
+    /// Default 5.
     pub max_verify_attempts: u32,
     /// ISO 3166 alpha-2 codes; empty allows every region.
     pub allowed_regions: Vec<String>,
+    /// ISO 3166 alpha-2 codes that never get a code; wins over `allowed_regions`.
     pub denied_regions: Vec<String>,
     /// Sends per phone or IP within `captcha_window` after which a captcha is needed.
     pub captcha_after: u32,
+    /// The window `captcha_after` counts in; default 1 hour.
     #[serde(with = "duration")]
     pub captcha_window: Duration,
+    /// Sends per phone number; default 1/60s, 5/1h and 10/24h.
     pub phone_limits: Vec<LimitSetting>,
+    /// Sends per client IP (IPv6 counted per /64); default 20/1h.
     pub ip_limits: Vec<LimitSetting>,
     /// Leading digits of the E.164 number (country code included) forming the prefix subject.
     pub prefix_digits: u32,
+    /// Sends per number prefix (see `prefix_digits`), against SMS pumping
+    /// through one number range; default 50/1h.
     pub prefix_limits: Vec<LimitSetting>,
+    /// Sends across all phones together; default 1000/1m.
     pub global_limits: Vec<LimitSetting>,
+    /// `[sms.provider]`: who delivers the codes.
     pub provider: SmsProviderSettings,
 }
 
+/// Who delivers SMS (`sms.provider.kind`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum SmsProviderKind {
+    /// Prints the message, code included, to the log: development only. The
+    /// default.
     Log,
+    /// POSTs the message as JSON to `sms.provider.url`.
     Webhook,
+    /// Twilio's Messages API, with `account_sid`, `auth_token` and `from`.
     Twilio,
 }
 
+/// `[sms.provider]`: the SMS provider and its credentials.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SmsProviderSettings {
+    /// `log` (the default), `webhook` or `twilio`.
     pub kind: SmsProviderKind,
     /// Webhook target, or the Twilio API base URL.
     pub url: String,
+    /// Twilio account SID; required with `twilio`.
     pub account_sid: String,
+    /// Twilio auth token; required with `twilio`.
     pub auth_token: Secret,
+    /// Twilio sender number (the `From` field); required with `twilio`.
     pub from: String,
     /// Extra headers of webhook requests.
     pub headers: BTreeMap<String, Secret>,
@@ -177,39 +234,65 @@ fn default_locale() -> String {
     "en".to_string()
 }
 
+/// `[login]`: when failed logins ask for a captcha, lock the user or block the IP.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LoginSettings {
+    /// A user's failures within `captcha_window` from which its logins need a
+    /// captcha; default 3.
     pub captcha_after: u32,
+    /// The window of `captcha_after`, and of the `failures` count in answers;
+    /// default 15 minutes.
     #[serde(with = "duration")]
     pub captcha_window: Duration,
+    /// A user's failures within `lock_window` that lock it; default 10.
     pub lock_after: u32,
+    /// The window of `lock_after`; default 1 hour.
     #[serde(with = "duration")]
     pub lock_window: Duration,
+    /// Length of a first lock; a lock that starts within 24 h of the previous
+    /// one's end lasts twice as long as that one. Default 15 minutes.
     #[serde(with = "duration")]
     pub lock_duration: Duration,
+    /// Cap of the doubled lock length, not below `lock_duration`; default 24 hours.
     #[serde(with = "duration")]
     pub lock_max_duration: Duration,
+    /// Whether a successful login clears the user's failures; default true.
     pub reset_on_success: bool,
+    /// Failures from one IP within `ip_window`, whatever the user, from which its
+    /// logins need a captcha; default 20.
     pub ip_captcha_after: u32,
+    /// Failures from one IP within `ip_window` that block it until the count
+    /// drops below; default 100.
     pub ip_block_after: u32,
+    /// The window of `ip_captcha_after` and `ip_block_after`; default 1 hour.
     #[serde(with = "duration")]
     pub ip_window: Duration,
 }
 
+/// Who verifies captcha tokens (`captcha.kind`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum CaptchaKind {
+    /// Nobody: the caller checks captchas itself and sends
+    /// `captcha_passed: true`. The default.
     None,
+    /// Cloudflare Turnstile.
     Turnstile,
+    /// hCaptcha.
     Hcaptcha,
+    /// Google reCAPTCHA.
     Recaptcha,
 }
 
+/// `[captcha]`: the provider that checks captcha tokens.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CaptchaSettings {
+    /// `none` (the default), `turnstile`, `hcaptcha` or `recaptcha`.
     pub kind: CaptchaKind,
+    /// The provider's secret key, sent with each token; required unless
+    /// `kind = "none"`.
     pub secret: Secret,
     /// Overrides the provider's siteverify address.
     pub verify_url: String,
@@ -218,16 +301,23 @@ pub struct CaptchaSettings {
     pub timeout: Duration,
 }
 
+/// `[email]`: SMTP for lockout notices and the admin alert digest.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EmailSettings {
     /// `smtp://host:port`; empty disables email.
     pub smtp_url: SecretUrl,
+    /// Sender address of every email; default `tollgate@localhost`.
     pub from: String,
+    /// Where the admin alert digest goes; empty turns alerts off.
     pub admin_alerts_to: Vec<String>,
+    /// Denials of one SMS rule within `alert_window` above which the admins
+    /// are alerted (a lock alerts at once); default 100.
     pub alert_threshold: u32,
+    /// The window of `alert_threshold`; default 5 minutes.
     #[serde(with = "duration")]
     pub alert_window: Duration,
+    /// Least time between two alert digests; default 1 hour.
     #[serde(with = "duration")]
     pub alert_interval: Duration,
     /// Locale of the admin alert digests (`templates/email/<locale>/`).
@@ -235,6 +325,7 @@ pub struct EmailSettings {
     pub admin_locale: String,
 }
 
+/// `[shadow]`: try the rules out on live traffic without enforcing them.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ShadowSettings {

@@ -2,16 +2,21 @@
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+/// A key, token or password from the configuration. `Debug` always shows
+/// `***`; `check-config` shows `***`, or `""` when it is unset.
 #[derive(Clone, Default, PartialEq, Eq)]
 pub struct Secret(String);
 
 impl Secret {
+    /// Wraps a value that must not be printed.
     pub fn new(value: impl Into<String>) -> Self {
         Self(value.into())
     }
+    /// The value itself, for the code that uses it; never log it.
     pub fn expose(&self) -> &str {
         &self.0
     }
+    /// Whether the secret is unset.
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
@@ -46,12 +51,15 @@ impl<'de> Deserialize<'de> for Secret {
 pub struct SecretUrl(String);
 
 impl SecretUrl {
+    /// Wraps a URL whose password must not be printed.
     pub fn new(value: impl Into<String>) -> Self {
         Self(value.into())
     }
+    /// The URL as given, password included, for connecting; never log it.
     pub fn expose(&self) -> &str {
         &self.0
     }
+    /// The URL with its password replaced by `***`, for logs and `check-config`.
     pub fn masked(&self) -> String {
         mask_url_password(&self.0)
     }

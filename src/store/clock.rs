@@ -4,11 +4,13 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+/// Where the in-process store reads the time; injected so tests can set it.
 pub trait Clock: Send + Sync + 'static {
     /// Milliseconds since the Unix epoch.
     fn now_ms(&self) -> u64;
 }
 
+/// The operating system's wall clock.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct SystemClock;
 
@@ -28,16 +30,19 @@ pub struct ManualClock {
 }
 
 impl ManualClock {
+    /// A clock standing at `start_ms`.
     pub fn new(start_ms: u64) -> Self {
         Self {
             now: Arc::new(AtomicU64::new(start_ms)),
         }
     }
 
+    /// Move the clock forward by `ms`.
     pub fn advance_ms(&self, ms: u64) {
         self.now.fetch_add(ms, Ordering::SeqCst);
     }
 
+    /// Jump to `ms`, backwards too.
     pub fn set_ms(&self, ms: u64) {
         self.now.store(ms, Ordering::SeqCst);
     }

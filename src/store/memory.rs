@@ -26,12 +26,14 @@ use super::{
 
 mod window;
 
+/// The in-process store: one instance only, state lost on restart.
 pub struct MemoryStore {
     clock: Arc<dyn Clock>,
     subjects: DashMap<String, Subject>,
 }
 
 impl MemoryStore {
+    /// An empty store that reads the time from `clock`.
     pub fn new(clock: Arc<dyn Clock>) -> Self {
         Self {
             clock,

@@ -18,12 +18,17 @@ use async_trait::async_trait;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use keys::Keys;
 
+/// Why a store call failed; `ResilientStore` applies `store.on_error` to it.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
+    /// No answer within `store.timeout`.
     #[error("store call timed out")]
     Timeout,
+    /// The store cannot be reached (disconnected, refused, bad credentials).
     #[error("store unreachable: {0}")]
     Unavailable(String),
+    /// An answer the caller cannot read, or a refused call (a key holding another
+    /// type, say).
     #[error("store answered something unexpected: {0}")]
     Protocol(String),
 }
@@ -37,14 +42,38 @@ pub enum WindowMode {
     Gate,
 }
 
+/// A rule's window as the store counts it: enforced (a full window
+/// refuses) or a gate (a full window asks for a captcha).
+pub trait RuleWindow {
+    /// The window as a limit that refuses once full.
+    fn enforce(&self) -> WindowSpec;
+    /// The window as a captcha tier.
+    fn gate(&self) -> WindowSpec;
+}
+
+impl RuleWindow for crate::domain::Rule {
+    fn enforce(&self) -> WindowSpec {
+        WindowSpec::enforce(self.limit, self.window_ms())
+    }
+
+    fn gate(&self) -> WindowSpec {
+        WindowSpec::gate(self.limit, self.window_ms())
+    }
+}
+
+/// One window of a subject's key, as the store counts it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WindowSpec {
+    /// Events the window admits.
     pub limit: u32,
+    /// Length of the window, in milliseconds.
     pub window_ms: u64,
+    /// What the window does once full.
     pub mode: WindowMode,
 }
 
 impl WindowSpec {
+    /// A window that refuses once full.
     pub fn enforce(limit: u32, window_ms: u64) -> Self {
         Self {
             limit,
@@ -52,6 +81,7 @@ impl WindowSpec {
             mode: WindowMode::Enforce,
         }
     }
+    /// A window that asks for a captcha once full.
     pub fn gate(limit: u32, window_ms: u64) -> Self {
         Self {
             limit,
@@ -66,6 +96,7 @@ impl WindowSpec {
 pub struct HitRequest<'a> {
     /// The subject's window key, from [`Keys::window`].
     pub key: &'a str,
+    /// The windows to count on that key.
     pub windows: &'a [WindowSpec],
     /// Unique id of this event; [`WindowStore::undo`] removes it again.
     pub member: &'a str,
@@ -75,6 +106,7 @@ pub struct HitRequest<'a> {
     pub force: bool,
 }
 
+/// What one subject's windows say about an event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HitVerdict {
     Allowed,
@@ -91,8 +123,10 @@ pub enum HitVerdict {
     },
 }
 
+/// The answer of [`WindowStore::hit`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HitOutcome {
+    /// What the windows decided.
     pub verdict: HitVerdict,
     /// Whether the event was recorded (allowed, or forced).
     pub added: bool,
@@ -103,6 +137,7 @@ pub struct HitOutcome {
     pub next_retry_after_ms: u64,
 }
 
+/// The answer of [`WindowStore::peek`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PeekOutcome {
     /// Each window's current count, in request order.
@@ -115,12 +150,19 @@ pub struct PeekOutcome {
 /// The login brute-force policy, in store units.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LoginPolicy {
+    /// Failures in the captcha window from which a captcha is required.
     pub captcha_after: u32,
+    /// Length of the captcha window.
     pub captcha_window_ms: u64,
+    /// Failures in the lock window that lock the user.
     pub lock_after: u32,
+    /// Length of the lock window.
     pub lock_window_ms: u64,
+    /// Length of a first lock.
     pub lock_ms: u64,
+    /// Cap of a doubled lock.
     pub lock_max_ms: u64,
+    /// Whether a success deletes the user's failures.
     pub reset_on_success: bool,
     /// A lock that starts within this long of the previous lock's end doubles.
     pub escalation_reset_ms: u64,
@@ -131,6 +173,7 @@ pub struct LoginPolicy {
 pub struct SubjectWindows<'a> {
     /// The subject's window key, from [`Keys::window`].
     pub key: &'a str,
+    /// That subject's windows.
     pub windows: &'a [WindowSpec],
 }
 
@@ -139,14 +182,18 @@ pub struct SubjectWindows<'a> {
 pub struct CodeToStore<'a> {
     /// [`Keys::otp`] of the phone.
     pub key: &'a str,
+    /// HMAC of the code; the code itself is never stored.
     pub mac: &'a str,
+    /// Wrong tries allowed; the last one burns the code.
     pub attempts: u32,
+    /// Lifetime of the code.
     pub ttl_ms: u64,
 }
 
 /// One event offered to every subject of a request, all or nothing.
 #[derive(Debug, Clone)]
 pub struct ReserveRequest<'a> {
+    /// Every subject the event counts against.
     pub subjects: &'a [SubjectWindows<'a>],
     /// Unique id of this event in every subject; [`WindowStore::undo`] removes it.
     pub member: &'a str,
@@ -158,6 +205,7 @@ pub struct ReserveRequest<'a> {
     pub code: Option<CodeToStore<'a>>,
 }
 
+/// The answer of [`WindowStore::reserve`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReserveOutcome {
     /// Per subject, in request order. Every `added` equals `recorded`.
@@ -172,8 +220,11 @@ pub struct ReserveOutcome {
 pub struct IpFailureWindow<'a> {
     /// [`Keys::window`] of the IP for the `login_attempt` action.
     pub key: &'a str,
+    /// Failures from which logins from the IP need a captcha.
     pub captcha_after: u32,
+    /// Failures that block the IP.
     pub block_after: u32,
+    /// Length of the window both count in.
     pub window_ms: u64,
 }
 
@@ -194,13 +245,17 @@ pub struct LoginRequest<'a> {
     pub window_key: &'a str,
     /// [`Keys::lock`] of the user.
     pub lock_key: &'a str,
+    /// The user's thresholds.
     pub policy: &'a LoginPolicy,
+    /// Whether the login succeeded.
     pub success: bool,
     /// A captcha was verified for this attempt.
     pub captcha_passed: bool,
+    /// Unique id of this attempt in the windows.
     pub member: &'a str,
     /// Shadow mode: decide as usual, but record the outcome as if allowed.
     pub shadow: bool,
+    /// The IP's failure window, when the request named an IP.
     pub ip: Option<IpFailureWindow<'a>>,
 }
 
@@ -213,6 +268,7 @@ pub struct IpFailures {
     pub blocked_retry_after_ms: Option<u64>,
 }
 
+/// The answer of [`WindowStore::login`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LoginOutcome {
     /// The user's side; `verdict` is what the user's rules say (with the IP's
@@ -232,13 +288,16 @@ impl LoginOutcome {
     }
 }
 
+/// The user's side of a login outcome; see [`WindowStore::login_attempt`].
 #[derive(Debug, Clone)]
 pub struct LoginAttemptRequest<'a> {
     /// [`Keys::window`] of the user for the `login_attempt` action.
     pub window_key: &'a str,
     /// [`Keys::lock`] of the user.
     pub lock_key: &'a str,
+    /// The user's thresholds.
     pub policy: &'a LoginPolicy,
+    /// Whether the login succeeded.
     pub success: bool,
     /// A captcha was verified for this attempt.
     pub captcha_passed: bool,
@@ -247,11 +306,13 @@ pub struct LoginAttemptRequest<'a> {
     /// Something outside the user (the IP) refuses the attempt: the verdict is
     /// computed, but nothing is recorded (unless `shadow`).
     pub ip_blocked: bool,
+    /// Unique id of this attempt in the window.
     pub member: &'a str,
     /// Shadow mode: decide as usual, but record the outcome as if allowed.
     pub shadow: bool,
 }
 
+/// What the user's side decided about a login.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LoginVerdict {
     /// The user is locked; nothing was recorded (unless shadow).
@@ -262,8 +323,10 @@ pub enum LoginVerdict {
     Recorded,
 }
 
+/// The answer of [`WindowStore::login_attempt`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LoginAttemptOutcome {
+    /// What was decided.
     pub verdict: LoginVerdict,
     /// Failures in the captcha window after this call.
     pub failures: u32,
@@ -274,6 +337,7 @@ pub struct LoginAttemptOutcome {
     pub locked_for_ms: Option<u64>,
 }
 
+/// The answer of [`WindowStore::login_state`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LoginStateOutcome {
     /// Remaining lock time when locked.
@@ -284,6 +348,7 @@ pub struct LoginStateOutcome {
     pub lock_window_failures: u32,
 }
 
+/// The answer of [`WindowStore::otp_check`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OtpOutcome {
     Valid,

@@ -84,6 +84,7 @@ impl Scripts {
     }
 }
 
+/// The store on Redis or Redis Cluster, shared by every instance.
 pub struct RedisStore {
     /// The start-up client: used by every thread without a client of its own.
     client: Client,
@@ -507,7 +508,7 @@ impl WindowStore for RedisStore {
     }
 
     /// Standalone: the user and the IP in one script. A cluster keeps them in
-    /// two slots: the IP's call, then the user's (see [`steps::login`]).
+    /// two slots: the IP's call, then the user's (see `steps::login`).
     async fn login(&self, req: LoginRequest<'_>) -> Result<LoginOutcome, StoreError> {
         if self.client.is_clustered() {
             return steps::login(self, req).await;

@@ -13,6 +13,7 @@ use super::{
 };
 use crate::metrics;
 
+/// What [`ResilientStore`] does when the primary store fails.
 pub enum Fallback {
     /// Fail closed: errors reach the caller (503 `store_unavailable`).
     Deny,
@@ -24,12 +25,15 @@ pub enum Fallback {
     Local(Arc<MemoryStore>),
 }
 
+/// The store guards see: the configured one, with `store.on_error` applied
+/// to its failures, its calls timed and its errors counted.
 pub struct ResilientStore {
     primary: Arc<dyn WindowStore>,
     fallback: Fallback,
 }
 
 impl ResilientStore {
+    /// `primary`, with `fallback` applied whenever a call to it fails.
     pub fn new(primary: Arc<dyn WindowStore>, fallback: Fallback) -> Self {
         Self { primary, fallback }
     }

@@ -10,14 +10,19 @@ use chrono::{DateTime, Utc};
 use super::query::{Cursor, EventFilter};
 use super::AuditEvent;
 
+/// Why an audit database call failed.
 #[derive(Debug, thiserror::Error)]
 pub enum AuditError {
+    /// The database refused the call or could not be reached.
     #[error("audit database: {0}")]
     Database(#[from] sqlx::Error),
+    /// A migration failed to apply.
     #[error("audit database migration: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
+    /// A stored value this version does not know (an unknown action, say).
     #[error("audit database holds a row tollgate cannot read: {0}")]
     Corrupt(String),
+    /// `audit.database_url` names neither SQLite nor PostgreSQL.
     #[error("audit.database_url is not a sqlite: or postgres:// URL")]
     UnsupportedUrl,
 }
@@ -26,9 +31,12 @@ pub enum AuditError {
 /// limit. (PostgreSQL takes a whole batch as one set of arrays.)
 const ROWS_PER_STATEMENT: usize = 1000;
 
+/// The audit database behind a connection pool; cheap to clone.
 #[derive(Clone, Debug)]
 pub enum AuditDb {
+    /// PostgreSQL, for production.
     Postgres(sqlx::PgPool),
+    /// SQLite, the embedded default.
     Sqlite(sqlx::SqlitePool),
 }
 
@@ -45,6 +53,8 @@ impl AuditDb {
         }
     }
 
+    /// Apply the migrations of `migrations/postgres` or `migrations/sqlite`
+    /// (compiled in).
     pub async fn migrate(&self) -> Result<(), AuditError> {
         match self {
             Self::Postgres(pool) => sqlx::migrate!("./migrations/postgres").run(pool).await?,
@@ -89,6 +99,7 @@ impl AuditDb {
         }
     }
 
+    /// Whether the database answers `SELECT 1`.
     pub async fn ping(&self) -> Result<(), AuditError> {
         match self {
             Self::Postgres(pool) => sqlx::query("SELECT 1").execute(pool).await.map(drop)?,
@@ -153,6 +164,7 @@ use push_conditions;
 /// `into_event`, then calls `repository!(DatabaseType, PoolType)`.
 macro_rules! repository {
     ($db:ty, $pool:ty) => {
+        /// Newest first, after `cursor`, at most `limit` rows.
         pub async fn page(
             pool: &$pool,
             filter: &EventFilter,
@@ -167,6 +179,7 @@ macro_rules! repository {
             rows.into_iter().map(Row::into_event).collect()
         }
 
+        /// Delete rows older than `before`; returns how many.
         pub async fn purge_before(pool: &$pool, before: DateTime<Utc>) -> Result<u64, AuditError> {
             let mut qb = QueryBuilder::<$db>::new("DELETE FROM audit_events WHERE occurred_at < ");
             qb.push_bind(bind_time(before));

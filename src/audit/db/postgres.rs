@@ -1,3 +1,5 @@
+//! PostgreSQL: native UUID and TIMESTAMPTZ columns; a batch is one statement.
+
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -9,6 +11,7 @@ use super::{event_from_columns, push_conditions, repository, AuditError, COLUMNS
 use crate::audit::query::{Cursor, EventFilter};
 use crate::audit::AuditEvent;
 
+/// A lazily connecting pool of at most 5 connections.
 pub fn pool(url: &str) -> Result<PgPool, AuditError> {
     Ok(PgPoolOptions::new()
         .max_connections(5)

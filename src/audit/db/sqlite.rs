@@ -1,3 +1,6 @@
+//! SQLite: ids and times stored as TEXT; WAL journal, batches in one
+//! transaction.
+
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -12,6 +15,8 @@ use super::{
 use crate::audit::query::{Cursor, EventFilter};
 use crate::audit::AuditEvent;
 
+/// A lazily connecting pool of at most 4 connections, WAL journal, 5 s busy
+/// timeout; creates the file when missing.
 pub fn pool(url: &str) -> Result<SqlitePool, AuditError> {
     let options = SqliteConnectOptions::from_str(url)?
         .create_if_missing(true)

@@ -30,10 +30,16 @@ const LISTED_LOCKS: usize = 50;
 /// `[email]` keys of the alerts.
 #[derive(Debug, Clone)]
 pub struct AlertSettings {
+    /// The admins' addresses (`email.admin_alerts_to`).
     pub to: Vec<Mailbox>,
+    /// Denials of one rule within `window` above which a digest is due
+    /// (`email.alert_threshold`).
     pub threshold: u32,
+    /// `email.alert_window`.
     pub window: Duration,
+    /// Least time between two digests (`email.alert_interval`).
     pub interval: Duration,
+    /// Locale of the digests (`email.admin_locale`).
     pub locale: String,
 }
 
@@ -126,30 +132,50 @@ fn send_digest(mailer: &Mailer, settings: &AlertSettings, digest: Digest) {
 /// What a digest tells (the variables of `templates/email/*/alert_digest.txt`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Digest {
+    /// Start of the period the digest covers, RFC 3339.
     pub since: String,
+    /// End of that period, RFC 3339.
     pub until: String,
+    /// Locks of the period, the first 50 of them.
     pub locks: Vec<LockSeen>,
+    /// Locks beyond those listed.
     pub more_locks: u64,
+    /// SMS rules that went over the threshold.
     pub rules: Vec<RuleOverThreshold>,
 }
 
+/// One lock (or IP block) in a digest.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct LockSeen {
+    /// The subject's kind.
     pub kind: String,
+    /// The subject's id.
     pub subject: String,
+    /// Why, e.g. `too_many_failures`.
     pub reason: String,
+    /// The rule that locked, when there is one.
     pub rule: Option<String>,
+    /// Length of the lock in minutes, rounded up.
     pub minutes: u64,
+    /// When it happened, RFC 3339.
     pub at: String,
+    /// Recorded in shadow mode: not enforced.
     pub shadow: bool,
 }
 
+/// An SMS rule that denied more than `threshold` requests within `window`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct RuleOverThreshold {
+    /// The action, e.g. `sms_send`.
     pub action: String,
+    /// The rule's name, or the reason of denials without a rule
+    /// (`region_blocked`).
     pub rule: String,
+    /// Denials since the last digest.
     pub denials: u64,
+    /// `email.alert_threshold`.
     pub threshold: u32,
+    /// `email.alert_window`, as humantime text (`5m`).
     pub window: String,
 }
 

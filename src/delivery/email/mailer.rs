@@ -39,8 +39,11 @@ impl Default for MailerConfig {
 /// One email to send.
 #[derive(Debug)]
 pub struct Outgoing {
+    /// Which email, for log lines.
     pub kind: EmailKind,
+    /// Its recipients.
     pub to: Vec<Mailbox>,
+    /// Its subject and body.
     pub email: RenderedEmail,
 }
 

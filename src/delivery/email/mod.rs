@@ -2,7 +2,7 @@
 //! and the admin alert digest. `email.smtp_url` empty turns both off.
 //!
 //! Nothing here sits on a request's path: notices and digests go to a bounded
-//! queue served by one background task ([`mailer`]), which retries transient
+//! queue served by one background task (`mailer`), which retries transient
 //! SMTP failures with backoff and logs what it could not send.
 
 mod alerts;
@@ -34,6 +34,7 @@ impl Email {
         Self::start_with(settings, MailerConfig::default())
     }
 
+    /// `start`, with the mail task's queue and retries given (tests).
     pub fn start_with(settings: &EmailSettings, config: MailerConfig) -> Result<Self, SetupError> {
         if settings.smtp_url.expose().is_empty() {
             return Ok(Self {
@@ -69,6 +70,7 @@ impl Email {
         })
     }
 
+    /// Whether emails go out (`email.smtp_url` is set).
     pub fn enabled(&self) -> bool {
         self.mailer.is_some()
     }

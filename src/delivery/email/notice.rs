@@ -15,15 +15,19 @@ use crate::delivery::{render_email, EmailKind};
 pub struct LockNotice {
     /// `notify_email` of the attempt that locked the account.
     pub to: String,
+    /// The locked user's name.
     pub user: String,
+    /// How long the lock lasts.
     pub locked_for: Duration,
     /// The client IP of that attempt, when known.
     pub ip: Option<String>,
+    /// Locale of the email, from the attempt; `en` when absent or unknown.
     pub locale: Option<String>,
 }
 
 /// Tells an account's owner about a lock. Never waits.
 pub trait LockNotifier: Send + Sync {
+    /// Queue the notice; problems are logged, never returned.
     fn lock_notice(&self, notice: LockNotice);
 }
 
@@ -35,11 +39,13 @@ impl LockNotifier for NoNotices {
     fn lock_notice(&self, _notice: LockNotice) {}
 }
 
+/// Sends lock notices through the mailer.
 pub struct EmailLockNotifier {
     mailer: Mailer,
 }
 
 impl EmailLockNotifier {
+    /// Notices through `mailer`.
     pub fn new(mailer: Mailer) -> Self {
         Self { mailer }
     }
