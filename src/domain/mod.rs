@@ -2,6 +2,7 @@
 
 pub mod client_ip;
 pub mod email;
+pub mod locale;
 pub mod pattern;
 pub mod phone;
 pub mod reason;
@@ -11,6 +12,7 @@ pub mod username;
 
 pub use client_ip::ClientIp;
 pub use email::EmailAddress;
+pub use locale::Locale;
 pub use phone::{PhoneError, PhoneNumber};
 pub use reason::Reason;
 pub use rule::Rule;

@@ -41,8 +41,7 @@ struct AttemptBody {
     captcha_passed: Option<bool>,
     #[schema(schema_with = schemas::optional_email)]
     notify_email: Option<String>,
-    /// Locale of the lockout notice (`en` when absent or unknown).
-    #[schema(example = "en", pattern = "^[A-Za-z0-9_-]{1,35}$")]
+    #[schema(schema_with = schemas::optional_locale)]
     locale: Option<String>,
 }
 
@@ -135,7 +134,7 @@ async fn attempt(
             passed: body.captcha_passed,
         },
         notify_email: notify_email.map(EmailAddress::into_string),
-        locale: super::sms::parse_locale(body.locale)?,
+        locale: schemas::locale(body.locale)?,
     };
     let login_state = count("login_attempt", state.login.attempt(attempt, &info).await)?;
     Ok(HttpResponse::Ok().json(login_state))

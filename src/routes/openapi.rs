@@ -11,11 +11,10 @@ use actix_web::{web, HttpResponse};
 use utoipa::openapi::schema::{Object, ObjectBuilder, Type};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::RefOr;
-use utoipa::{Modify, OpenApi, ToSchema};
+use utoipa::{Modify, OpenApi};
 
 use super::{admin, login, ops, schemas, sms};
 use crate::domain::{Action, SubjectKind};
-use crate::error::ErrorBody;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(super::get("/openapi.json", openapi_json));
@@ -136,21 +135,6 @@ impl Modify for SubjectPaths {
             }
         }
     }
-}
-
-/// A `rate_limited` error: the error body with `retry_after_secs` and `rule`
-/// always present. Documentation only; `ApiError` serialises [`ErrorBody`].
-#[derive(ToSchema)]
-#[allow(dead_code)]
-pub struct RateLimitedError {
-    #[serde(flatten)]
-    error: ErrorBody,
-    /// Whole seconds until a retry can pass; the same as the `Retry-After` header.
-    #[schema(minimum = 1, example = 1800)]
-    retry_after_secs: u64,
-    /// The rule that denied, `<subject kind> <limit>/<window>`.
-    #[schema(example = "phone 5/1h")]
-    rule: String,
 }
 
 /// The document, built once.

@@ -5,9 +5,11 @@
 //! state: its schema says `format: phone` and gives the syntax in words.
 
 use utoipa::openapi::schema::{Object, ObjectBuilder, SchemaFormat, SchemaType, Type};
+use utoipa::ToSchema;
 
 use crate::audit::query::Cursor;
-use crate::domain::{client_ip, email, pattern, phone, username};
+use crate::domain::{client_ip, email, locale, pattern, phone, username, Locale};
+use crate::error::{ApiError, ErrorBody};
 
 /// The longest `code` taken by `/sms/verify`, in characters.
 pub const CODE_MAX_CHARS: usize = 64;
@@ -131,4 +133,40 @@ pub fn cursor() -> Object {
 /// A free-text filter: anything but control characters.
 pub fn filter_text() -> Object {
     text(r"^[^\x00-\x1f\x7f-\x9f]+$").build()
+}
+
+/// The language of the text sent (the SMS, the lockout notice), or null.
+pub fn optional_locale() -> Object {
+    nullable(
+        text(locale::PATTERN)
+            .description(Some(
+                "Language tag of the text sent (`zh-CN`); a locale without texts falls back to `en`.",
+            ))
+            .examples(["zh-CN"]),
+    )
+}
+
+/// An optional `locale` of a body, checked as the document's pattern says.
+pub fn locale(raw: Option<String>) -> Result<Option<String>, ApiError> {
+    raw.map(|l| {
+        Locale::parse(&l)
+            .map(Locale::into_string)
+            .map_err(|e| ApiError::InvalidRequest(e.to_string()))
+    })
+    .transpose()
+}
+
+/// A `rate_limited` error: the error body with `retry_after_secs` and `rule`
+/// always present. Documentation only; `ApiError` serialises [`ErrorBody`].
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub struct RateLimitedError {
+    #[serde(flatten)]
+    error: ErrorBody,
+    /// Whole seconds until a retry can pass; the same as the `Retry-After` header.
+    #[schema(minimum = 1, example = 1800)]
+    retry_after_secs: u64,
+    /// The rule that denied, `<subject kind> <limit>/<window>`.
+    #[schema(example = "phone 5/1h")]
+    rule: String,
 }

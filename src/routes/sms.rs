@@ -2,8 +2,8 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::openapi::RateLimitedError;
-use super::{post_json, schemas, AppState};
+use super::schemas::{self, RateLimitedError};
+use super::{post_json, AppState};
 use crate::captcha::CaptchaProof;
 use crate::domain::PhoneNumber;
 use crate::error::{ApiError, ErrorBody};
@@ -23,8 +23,7 @@ struct SendBody {
     phone: String,
     #[schema(schema_with = schemas::optional_ip_address)]
     ip: Option<String>,
-    /// Language tag of the SMS text (falls back to `en`).
-    #[schema(example = "zh-CN", pattern = "^[A-Za-z0-9_-]{1,35}$")]
+    #[schema(schema_with = schemas::optional_locale)]
     locale: Option<String>,
     /// Captcha provider token, verified server-side when `captcha.kind` names a provider.
     captcha_token: Option<String>,
@@ -74,23 +73,6 @@ pub struct VerifyResult {
     attempts_left: Option<u32>,
 }
 
-pub(super) fn parse_locale(raw: Option<String>) -> Result<Option<String>, ApiError> {
-    match raw {
-        Some(l)
-            if l.is_empty()
-                || l.len() > 35
-                || !l
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') =>
-        {
-            Err(ApiError::InvalidRequest(
-                "locale must be a language tag such as zh-CN".into(),
-            ))
-        }
-        other => Ok(other),
-    }
-}
-
 /// Send an SMS verification code
 #[utoipa::path(
     post,
@@ -128,7 +110,7 @@ async fn send(
     }
     let request = SendRequest {
         phone: PhoneNumber::parse(&body.phone)?,
-        locale: parse_locale(body.locale)?,
+        locale: schemas::locale(body.locale)?,
         captcha: CaptchaProof {
             token: body.captcha_token,
             passed: body.captcha_passed,
