@@ -4,6 +4,7 @@
 
 pub mod db;
 mod event;
+mod log;
 pub mod query;
 pub mod retention;
 mod sinks;
@@ -12,6 +13,7 @@ mod writer;
 
 pub use db::{AuditDb, AuditError};
 pub use event::{now_ms, rfc3339_ms, AuditDecision, AuditEvent};
+pub use log::{AuditLog, Page};
 pub use sinks::CapturingSink;
 pub use writer::{DbSink, SinkConfig};
 

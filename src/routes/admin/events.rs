@@ -8,16 +8,15 @@ use regex::Regex;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
+use super::csv;
 use crate::audit::query::{Cursor, EventFilter};
-use crate::audit::{rfc3339_ms, AuditDb, AuditDecision, AuditEvent};
+use crate::audit::{AuditDecision, AuditEvent, AuditLog};
 use crate::domain::{Action, ClientIp, SubjectKind};
 use crate::error::{ApiError, ErrorBody};
 use crate::routes::{schemas, AppState};
 
 const DEFAULT_LIMIT: usize = 100;
 const MAX_LIMIT: usize = 500;
-/// Rows per database round trip while streaming CSV.
-const CSV_PAGE: usize = 500;
 
 /// The event filters as given; shared with the HTML console. Each
 /// parameter's schema is the form [`EventsQuery::parse`] takes.
@@ -216,8 +215,9 @@ impl EventsQuery {
     }
 }
 
-fn audit_db(state: &AppState) -> Result<&AuditDb, ApiError> {
-    state.audit_db.as_ref().ok_or(ApiError::AuditUnavailable)
+fn audit_log(state: &AppState) -> Result<AuditLog, ApiError> {
+    let db = state.audit_db.as_ref().ok_or(ApiError::AuditUnavailable)?;
+    Ok(AuditLog::new(db.clone()))
 }
 
 fn db_error(e: crate::audit::AuditError) -> ApiError {
@@ -262,90 +262,11 @@ pub(super) async fn page(
     default_limit: usize,
 ) -> Result<(Vec<AuditEvent>, Option<String>), ApiError> {
     let limit = parsed.limit.unwrap_or(default_limit);
-    // One row more than asked tells whether another page exists.
-    let mut events = audit_db(state)?
-        .page(&parsed.filter, parsed.cursor.as_ref(), limit + 1)
+    let page = audit_log(state)?
+        .page(&parsed.filter, parsed.cursor.as_ref(), limit)
         .await
         .map_err(db_error)?;
-    let next_cursor = if events.len() > limit {
-        events.truncate(limit);
-        events.last().map(|e| {
-            Cursor {
-                occurred_at: e.occurred_at,
-                id: e.id,
-            }
-            .encode()
-        })
-    } else {
-        None
-    };
-    Ok((events, next_cursor))
-}
-
-const CSV_HEADER: [&str; 16] = [
-    "id",
-    "occurred_at",
-    "action",
-    "decision",
-    "reason",
-    "subject_kind",
-    "subject",
-    "ip",
-    "rule",
-    "observed",
-    "limit",
-    "window_ms",
-    "retry_after_ms",
-    "request_id",
-    "user_agent",
-    "shadow",
-];
-
-/// A cell that a spreadsheet would run as a formula (it starts with `=`, `+`,
-/// `-`, `@`, a tab or a carriage return) is written after a `'`, which
-/// spreadsheets take as "what follows is text" (OWASP's advice against CSV
-/// injection). User names, user agents and phone numbers come from outside:
-/// a phone reads `'+8613800138000`, safe and still whole, where a bare
-/// `+8613800138000` would become the number 8613800138000. A program reading
-/// the file drops one leading `'` from such a cell.
-fn cell(value: String) -> String {
-    if value.starts_with(['=', '+', '-', '@', '\t', '\r']) {
-        format!("'{value}")
-    } else {
-        value
-    }
-}
-
-fn csv_rows(events: &[AuditEvent], header: bool) -> Result<web::Bytes, csv::Error> {
-    let mut out = csv::Writer::from_writer(Vec::with_capacity(events.len() * 200));
-    if header {
-        out.write_record(CSV_HEADER)?;
-    }
-    let opt = |v: &Option<String>| cell(v.clone().unwrap_or_default());
-    let num = |v: Option<i64>| v.map(|n| n.to_string()).unwrap_or_default();
-    for e in events {
-        out.write_record([
-            e.id.to_string(),
-            rfc3339_ms::format(&e.occurred_at),
-            e.action.as_str().to_string(),
-            e.decision.as_str().to_string(),
-            cell(e.reason.clone()),
-            e.subject_kind.as_str().to_string(),
-            cell(e.subject.clone()),
-            opt(&e.ip),
-            opt(&e.rule),
-            num(e.observed),
-            num(e.limit),
-            num(e.window_ms),
-            num(e.retry_after_ms),
-            opt(&e.request_id),
-            opt(&e.user_agent),
-            e.shadow.to_string(),
-        ])?;
-    }
-    out.into_inner()
-        .map(web::Bytes::from)
-        .map_err(|e| csv::Error::from(e.into_error()))
+    Ok((page.events, page.next.map(|cursor| cursor.encode())))
 }
 
 /// The same filters as the JSON list, streamed page by page; `limit`, when
@@ -378,50 +299,16 @@ pub async fn csv(
         limit,
         cursor,
     } = query.parse(Empty::Refused)?;
-    let db = audit_db(&state)?.clone();
-    let header = csv_rows(&[], true).map_err(|e| ApiError::Internal(e.into()))?;
-    struct Walk {
-        db: AuditDb,
-        filter: EventFilter,
-        cursor: Option<Cursor>,
-        left: usize,
-        done: bool,
-    }
-    let walk = Walk {
-        db,
-        filter,
-        cursor,
-        left: limit.unwrap_or(usize::MAX),
-        done: false,
-    };
-    let rows = futures::stream::unfold(walk, |mut walk| async move {
-        if walk.done || walk.left == 0 {
-            return None;
+    let pages = audit_log(&state)?.stream(filter, cursor, limit.unwrap_or(usize::MAX));
+    let header = csv::rows(&[], true).map_err(|e| ApiError::Internal(e.into()))?;
+    let rows = pages.map(|page| match page {
+        Ok(events) => csv::rows(&events, false).map_err(actix_web::error::ErrorInternalServerError),
+        Err(e) => {
+            tracing::error!(error = %e, "CSV export stopped by a database error");
+            Err(actix_web::error::ErrorServiceUnavailable(
+                "audit database unavailable",
+            ))
         }
-        let want = walk.left.min(CSV_PAGE);
-        let page = match walk.db.page(&walk.filter, walk.cursor.as_ref(), want).await {
-            Ok(page) => page,
-            Err(e) => {
-                tracing::error!(error = %e, "CSV export stopped by a database error");
-                return Some((
-                    Err(actix_web::error::ErrorServiceUnavailable(
-                        "audit database unavailable",
-                    )),
-                    walk,
-                ));
-            }
-        };
-        walk.done = page.len() < want;
-        walk.left -= page.len();
-        walk.cursor = page.last().map(|e| Cursor {
-            occurred_at: e.occurred_at,
-            id: e.id,
-        });
-        if page.is_empty() {
-            return None;
-        }
-        let chunk = csv_rows(&page, false).map_err(actix_web::error::ErrorInternalServerError);
-        Some((chunk, walk))
     });
     let body = futures::stream::once(async move { Ok::<_, actix_web::Error>(header) }).chain(rows);
     Ok(HttpResponse::Ok()

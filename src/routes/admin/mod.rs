@@ -2,6 +2,7 @@
 //! live state, unblock. Every route needs an admin token.
 
 mod console;
+mod csv;
 pub(crate) mod events;
 pub(crate) mod subjects;
 
