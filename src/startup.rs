@@ -10,7 +10,7 @@ use actix_web::middleware::from_fn;
 use actix_web::{web, App, HttpServer};
 use anyhow::Context;
 
-use crate::audit::{retention, AuditDb, AuditSink, DbSink, SinkConfig};
+use crate::audit::{retention, AuditDb, AuditSink, DbSink, ObservedSink, SinkConfig};
 use crate::delivery::email::Email;
 use crate::delivery::{build_sender, SmsSender};
 use crate::guard::admin::SubjectAdmin;
@@ -133,7 +133,10 @@ impl Application {
             }
         };
         let email = Email::start(&settings.email).context("cannot set up email")?;
-        let audit = email.alerting(audit);
+        let audit: Arc<dyn AuditSink> = match email.alerts() {
+            Some(alerts) => Arc::new(ObservedSink::new(audit, vec![alerts])),
+            None => audit,
+        };
         let sms_sender: Arc<dyn SmsSender> = match overrides.sms_sender {
             Some(sender) => sender,
             None => {

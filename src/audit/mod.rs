@@ -14,10 +14,16 @@ mod writer;
 pub use db::{AuditDb, AuditError};
 pub use event::{now_ms, rfc3339_ms, AuditDecision, AuditEvent};
 pub use log::{AuditLog, Page};
-pub use sinks::CapturingSink;
+pub use sinks::{CapturingSink, ObservedSink};
 pub use writer::{DbSink, SinkConfig};
 
 use async_trait::async_trait;
+
+/// Watches the trail as events are recorded (admin alerts). `observe` runs
+/// on the request path: an implementation looks and returns at once.
+pub trait AuditObserver: Send + Sync {
+    fn observe(&self, event: &AuditEvent);
+}
 
 /// Where guards hand their audit events. `record` runs on the request path,
 /// so an implementation queues and returns at once.

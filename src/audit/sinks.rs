@@ -1,11 +1,12 @@
-//! An audit sink for tests.
+//! Sinks around the durable one: observers that watch the trail as it is
+//! written (admin alerts), and a capturing sink for tests.
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use parking_lot::Mutex;
 
-use super::{AuditEvent, AuditSink};
+use super::{AuditEvent, AuditObserver, AuditSink};
 
 /// Keeps every event in memory so tests can read them back.
 #[derive(Debug, Default, Clone)]
@@ -27,4 +28,35 @@ impl AuditSink for CapturingSink {
     }
 
     async fn flush(&self) {}
+}
+
+/// Shows every event to the observers, then hands it to the sink. Never
+/// waits: an observer only looks.
+pub struct ObservedSink {
+    inner: Arc<dyn AuditSink>,
+    observers: Vec<Arc<dyn AuditObserver>>,
+}
+
+impl ObservedSink {
+    pub fn new(inner: Arc<dyn AuditSink>, observers: Vec<Arc<dyn AuditObserver>>) -> Self {
+        Self { inner, observers }
+    }
+}
+
+#[async_trait]
+impl AuditSink for ObservedSink {
+    fn record(&self, event: AuditEvent) {
+        for observer in &self.observers {
+            observer.observe(&event);
+        }
+        self.inner.record(event);
+    }
+
+    async fn flush(&self) {
+        self.inner.flush().await;
+    }
+
+    async fn ready(&self) -> bool {
+        self.inner.ready().await
+    }
 }

@@ -1,14 +1,12 @@
-//! Admin alerts. Every audit event passes through [`AlertingSink`]; locks and
-//! SMS denials are copied to a background task that decides when the admins
+//! Admin alerts. [`AdminAlerts`] watches the audit trail (an
+//! `AuditObserver`); locks and SMS denials are copied to a background task that decides when the admins
 //! get a digest: when a subject is locked, or an SMS rule denies more than
 //! `email.alert_threshold` requests within `email.alert_window`; at most one
 //! email per `email.alert_interval`, telling what happened since the last one.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use chrono::{DateTime, SecondsFormat, Utc};
 use lettre::message::Mailbox;
 use serde::Serialize;
@@ -17,7 +15,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::mailer::{Mailer, Outgoing};
-use crate::audit::{AuditDecision, AuditEvent, AuditSink};
+use crate::audit::{AuditDecision, AuditEvent, AuditObserver};
 use crate::delivery::{render_email, EmailKind};
 use crate::domain::Action;
 
@@ -43,23 +41,18 @@ pub struct AlertSettings {
     pub locale: String,
 }
 
-/// Forwards every event to the inner sink and copies the alert-worthy ones to
-/// the alert task. Never waits.
-pub struct AlertingSink {
-    inner: Arc<dyn AuditSink>,
+/// Copies the alert-worthy events to the alert task. Never waits.
+pub struct AdminAlerts {
     tx: mpsc::Sender<AuditEvent>,
 }
 
-impl AlertingSink {
-    /// Wraps `inner` and spawns the alert task on the current Tokio runtime.
-    pub fn start(
-        inner: Arc<dyn AuditSink>,
-        settings: AlertSettings,
-        mailer: Mailer,
-    ) -> (Self, JoinHandle<()>) {
+impl AdminAlerts {
+    /// Spawns the alert task on the current Tokio runtime; it ends once the
+    /// observer is dropped.
+    pub fn start(settings: AlertSettings, mailer: Mailer) -> (Self, JoinHandle<()>) {
         let (tx, rx) = mpsc::channel(ALERT_QUEUE);
         let task = tokio::spawn(run(rx, settings, mailer));
-        (Self { inner, tx }, task)
+        (Self { tx }, task)
     }
 }
 
@@ -72,23 +65,13 @@ fn alert_worthy(event: &AuditEvent) -> bool {
     }
 }
 
-#[async_trait]
-impl AuditSink for AlertingSink {
-    fn record(&self, event: AuditEvent) {
-        if alert_worthy(&event) {
+impl AuditObserver for AdminAlerts {
+    fn observe(&self, event: &AuditEvent) {
+        if alert_worthy(event) {
             if let Err(mpsc::error::TrySendError::Full(_)) = self.tx.try_send(event.clone()) {
                 tracing::warn!("admin alert queue full: event not counted for alerts");
             }
         }
-        self.inner.record(event);
-    }
-
-    async fn flush(&self) {
-        self.inner.flush().await;
-    }
-
-    async fn ready(&self) -> bool {
-        self.inner.ready().await
     }
 }
 

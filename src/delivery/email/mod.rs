@@ -13,12 +13,12 @@ use std::sync::Arc;
 
 use lettre::message::Mailbox;
 
-pub use alerts::{AlertSettings, AlertingSink};
+pub use alerts::{AdminAlerts, AlertSettings};
 pub use mailer::{Mailer, MailerConfig, Outgoing};
 pub use notice::{mask_email, EmailLockNotifier, LockNotice, LockNotifier, NoNotices};
 
 use super::SetupError;
-use crate::audit::AuditSink;
+use crate::audit::AuditObserver;
 use crate::settings::EmailSettings;
 
 /// Email as `[email]` configures it.
@@ -83,15 +83,14 @@ impl Email {
         }
     }
 
-    /// The audit sink to use: `inner` itself, or, when admin alerts are on,
-    /// `inner` behind an [`AlertingSink`] (which starts the alert task).
-    pub fn alerting(&self, inner: Arc<dyn AuditSink>) -> Arc<dyn AuditSink> {
+    /// The admin alerts' watch on the audit trail, when they are on (this
+    /// starts the alert task, which ends once the watch is dropped).
+    pub fn alerts(&self) -> Option<Arc<dyn AuditObserver>> {
         match (&self.mailer, &self.alerts) {
-            // The task ends by itself once the sink is dropped.
-            (Some(mailer), Some(alerts)) => {
-                Arc::new(AlertingSink::start(inner, alerts.clone(), mailer.clone()).0)
-            }
-            _ => inner,
+            (Some(mailer), Some(alerts)) => Some(Arc::new(
+                AdminAlerts::start(alerts.clone(), mailer.clone()).0,
+            )),
+            _ => None,
         }
     }
 }
