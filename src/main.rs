@@ -1,3 +1,6 @@
+//! The `tollgate` binary: the command line (`serve`, `migrate`,
+//! `check-config`) over the library, which does everything else.
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 

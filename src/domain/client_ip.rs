@@ -6,10 +6,13 @@ use std::sync::LazyLock;
 
 use ipnet::IpNet;
 
+/// A client's address, IPv4-mapped IPv6 taken as the IPv4 address it
+/// carries; `subject_id` names the subject it counts under.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ClientIp(IpAddr);
 
 impl ClientIp {
+    /// Canonical form: an IPv4-mapped IPv6 address becomes IPv4.
     pub fn new(addr: IpAddr) -> Self {
         Self(addr.to_canonical())
     }

@@ -27,6 +27,7 @@ fn shape() -> String {
 /// (with `maxLength` [`MAX_LEN`]).
 pub static PATTERN: LazyLock<String> = LazyLock::new(|| format!("^{LOCAL_LENGTH}{}$", shape()));
 
+/// `notify_email` is not an address the mailer would take.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("notify_email is not an email address (local@example.com, ASCII)")]
 pub struct EmailError;
@@ -48,6 +49,8 @@ fn label(l: &str) -> bool {
 }
 
 impl EmailAddress {
+    /// Take `raw` unchanged (not trimmed, not lowercased) when it is what
+    /// `PATTERN` describes, at most `MAX_LEN` long.
     pub fn parse(raw: &str) -> Result<Self, EmailError> {
         let (local, domain) = raw.split_once('@').ok_or(EmailError)?;
         let local_ok = (1..=LOCAL_MAX).contains(&local.len())
@@ -62,10 +65,12 @@ impl EmailAddress {
         }
     }
 
+    /// The address as given.
     pub fn as_str(&self) -> &str {
         &self.0
     }
 
+    /// The address as given.
     pub fn into_string(self) -> String {
         self.0
     }

@@ -4,6 +4,7 @@
 
 use serde::Serialize;
 
+/// A reason, written in `snake_case` wherever it appears.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Reason {
@@ -26,6 +27,7 @@ pub enum Reason {
 }
 
 impl Reason {
+    /// Every reason, for `parse` to search.
     pub const ALL: [Reason; 8] = [
         Reason::RateLimited,
         Reason::CaptchaRequired,
@@ -37,6 +39,7 @@ impl Reason {
         Reason::AdminUnblock,
     ];
 
+    /// The wire form (`rate_limited`), the same as the serde form.
     pub fn as_str(self) -> &'static str {
         match self {
             Reason::RateLimited => "rate_limited",

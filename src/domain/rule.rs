@@ -1,3 +1,6 @@
+//! Rules: at most a limit of events per window for one subject kind, and
+//! the names that responses and audit rows give them (`phone 5/1h`).
+
 use std::time::Duration;
 
 use super::SubjectKind;
@@ -5,12 +8,16 @@ use super::SubjectKind;
 /// One window of a rule: at most `limit` events per `window` for a subject kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Rule {
+    /// The kind of subject the rule counts.
     pub kind: SubjectKind,
+    /// Events allowed in one window.
     pub limit: u32,
+    /// How far back the window reaches.
     pub window: Duration,
 }
 
 impl Rule {
+    /// At most `limit` events per `window` for one subject of `kind`.
     pub fn new(kind: SubjectKind, limit: u32, window: Duration) -> Self {
         Self {
             kind,
@@ -19,6 +26,7 @@ impl Rule {
         }
     }
 
+    /// The window in milliseconds, as the store and audit rows take it.
     pub fn window_ms(&self) -> u64 {
         self.window.as_millis() as u64
     }
@@ -34,6 +42,8 @@ impl Rule {
     }
 }
 
+/// `ms` in the largest of `d`, `h`, `m`, `s` that divides it exactly, else
+/// in `ms` (`90000` → `90s`, `1500` → `1500ms`).
 pub fn format_window(ms: u64) -> String {
     const UNITS: [(u64, &str); 4] = [
         (86_400_000, "d"),

@@ -1,17 +1,26 @@
+//! Subjects (what limits are counted against, by kind) and the actions
+//! events belong to.
+
 use serde::{Deserialize, Serialize};
 
 /// What a limit is counted against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum SubjectKind {
+    /// A phone number in E.164 form.
     Phone,
+    /// The first digits of a phone number, country code included.
     Prefix,
+    /// A login name, normalised.
     User,
+    /// An IPv4 address, or an IPv6 /64.
     Ip,
+    /// One subject per action, counting every request.
     Global,
 }
 
 impl SubjectKind {
+    /// Every kind, for parsing and for listing them.
     pub const ALL: [SubjectKind; 5] = [
         SubjectKind::Phone,
         SubjectKind::Prefix,
@@ -20,6 +29,7 @@ impl SubjectKind {
         SubjectKind::Global,
     ];
 
+    /// The wire form (`phone`), as in audit rows and admin paths.
     pub fn as_str(self) -> &'static str {
         match self {
             SubjectKind::Phone => "phone",
@@ -30,6 +40,7 @@ impl SubjectKind {
         }
     }
 
+    /// The kind whose wire form is `s`.
     pub fn parse(s: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|k| k.as_str() == s)
     }
@@ -44,11 +55,15 @@ impl std::fmt::Display for SubjectKind {
 /// A counted subject: its kind and its normalised id.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Subject {
+    /// Which kind of subject, which decides the form of `id`.
     pub kind: SubjectKind,
+    /// The normalised id: `+8613800138000`, `+8613800`, `alice`,
+    /// `2001:db8:1:2::/64`, `sms_send`.
     pub id: String,
 }
 
 impl Subject {
+    /// A subject from an id already normalised for its kind.
     pub fn new(kind: SubjectKind, id: impl Into<String>) -> Self {
         Self {
             kind,
@@ -61,13 +76,18 @@ impl Subject {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Action {
+    /// `POST /sms/send`.
     SmsSend,
+    /// `POST /sms/verify`.
     SmsVerify,
+    /// A login attempt (`POST /login/attempt`; `/login/check` reads its windows).
     LoginAttempt,
+    /// An admin's change to a subject, such as an unblock.
     Admin,
 }
 
 impl Action {
+    /// The wire form (`sms_send`), as in the audit `action` column.
     pub fn as_str(self) -> &'static str {
         match self {
             Action::SmsSend => "sms_send",
@@ -77,6 +97,7 @@ impl Action {
         }
     }
 
+    /// The action whose wire form is `s`.
     pub fn parse(s: &str) -> Option<Self> {
         [
             Self::SmsSend,

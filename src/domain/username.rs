@@ -1,3 +1,6 @@
+//! Login names: checked as given, then normalised so that names that look
+//! alike count as one user.
+
 use std::sync::LazyLock;
 
 use unicode_normalization::UnicodeNormalization;
@@ -7,12 +10,16 @@ use super::pattern::{class_members, in_ranges, Range, WHITE_SPACE};
 /// The most characters a name may have as given (before normalisation).
 pub const MAX_CHARS: usize = 256;
 
+/// Why a login name was refused (400 `invalid_request`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum UsernameError {
+    /// Nothing left once white space and invisible characters are dropped.
     #[error("user is required")]
     Empty,
+    /// More than `MAX_CHARS` characters as given.
     #[error("user is longer than 256 characters")]
     TooLong,
+    /// A control character (general category Cc) anywhere in the name.
     #[error("user contains control characters")]
     ControlCharacters,
 }
@@ -65,6 +72,8 @@ pub static PATTERN: LazyLock<String> = LazyLock::new(|| {
 });
 
 impl Username {
+    /// Check `raw` as given (length, control characters), then normalise it as
+    /// `Username` describes; white space around the name is dropped.
     pub fn parse(raw: &str) -> Result<Self, UsernameError> {
         // Counted and checked as given, as the document's pattern and
         // `maxLength` say: what normalisation makes of a name is ours.
@@ -91,6 +100,7 @@ impl Username {
         Ok(Self(normalised))
     }
 
+    /// The normalised name: the `user` subject's id.
     pub fn as_str(&self) -> &str {
         &self.0
     }

@@ -12,17 +12,22 @@ use crate::store::{RuleWindow, StoreError, WindowMode, WindowSpec};
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[schema(example = json!({"action": "login_attempt", "rule": "user 10/1h", "count": 3, "limit": 10, "window_ms": 3600000}))]
 pub struct WindowState {
+    /// The action whose events the window counts.
     pub action: Action,
     /// `<subject kind> <limit>/<window>`.
     pub rule: String,
+    /// Events in the window now.
     pub count: u32,
+    /// The rule's limit: the window is full at this count.
     pub limit: u32,
+    /// The window's length in milliseconds.
     pub window_ms: u64,
 }
 
 /// A subject's live state.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct SubjectState {
+    /// Which kind of subject `id` names.
     pub kind: SubjectKind,
     /// The normalised subject id.
     #[schema(example = "alice")]
@@ -30,10 +35,14 @@ pub struct SubjectState {
     /// When the user's lock (or the IP's block) ends; null when there is none.
     #[schema(required = true)]
     pub locked_until: Option<DateTime<Utc>>,
+    /// Whether one of the subject's captcha thresholds is reached
+    /// (`sms.captcha_after`, `login.captcha_after`, `login.ip_captcha_after`).
     pub captcha_required: bool,
+    /// Every window the subject is counted in, per action.
     pub windows: Vec<WindowState>,
 }
 
+/// A subject's live state for the admin API and console, and unblocking it.
 pub struct SubjectAdmin {
     ctx: GuardContext,
 }
@@ -79,10 +88,12 @@ fn actions(kind: SubjectKind) -> &'static [Action] {
 }
 
 impl SubjectAdmin {
+    /// Over the store, keys, audit sink and policy the guards share.
     pub fn new(ctx: GuardContext) -> Self {
         Self { ctx }
     }
 
+    /// What the store holds for `subject` now; reads only, counts nothing.
     pub async fn state(&self, subject: &Subject) -> Result<SubjectState, StoreError> {
         let policy = self.ctx.policy.current();
         let keys = &self.ctx.keys;

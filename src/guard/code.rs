@@ -4,6 +4,7 @@ use hmac::{Hmac, KeyInit, Mac};
 use rand::RngExt;
 use sha2::Sha256;
 
+/// A code of `length` random decimal digits.
 pub fn generate(length: u32) -> String {
     let mut rng = rand::rng();
     (0..length)
@@ -26,6 +27,7 @@ pub fn mac(secret: &[u8], phone_e164: &str, code: &str) -> String {
         .collect()
 }
 
+/// A fresh code key: 32 random bytes as 64 hex digits.
 pub fn random_secret() -> String {
     let mut rng = rand::rng();
     (0..32)

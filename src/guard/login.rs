@@ -18,11 +18,15 @@ use crate::store::{
 };
 use decision::AttemptDecision;
 
+/// What the login flow should do with the attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum LoginDecision {
+    /// Nothing stops the login; on `/login/attempt`, the outcome was recorded.
     Allow,
+    /// Refuse this attempt and show a captcha.
     Challenge,
+    /// Refuse: the user is locked or the IP blocked.
     Deny,
 }
 
@@ -31,9 +35,12 @@ pub enum LoginDecision {
 #[schema(example = json!({"decision": "deny", "captcha_required": true, "locked": true,
     "retry_after_secs": 900, "failures": 10, "reason": "user_locked"}))]
 pub struct LoginState {
+    /// `allow`: go on; `challenge`: refuse this attempt and show a captcha;
+    /// `deny`: refuse it, the user is locked or the IP blocked.
     pub decision: LoginDecision,
     /// Whether the next attempt needs a passed captcha.
     pub captcha_required: bool,
+    /// Whether the user is locked.
     pub locked: bool,
     /// Seconds until the lock or IP block ends; null when there is none.
     #[schema(required = true)]
@@ -86,9 +93,13 @@ impl LoginState {
     }
 }
 
+/// One reported login outcome, parsed.
 pub struct LoginAttempt {
+    /// Whose login it was.
     pub user: Username,
+    /// Whether the password was right.
     pub success: bool,
+    /// The captcha proof the attempt carries, if any.
     pub captcha: CaptchaProof,
     /// Where to tell the account's owner if this attempt locks the account.
     pub notify_email: Option<String>,
@@ -96,6 +107,7 @@ pub struct LoginAttempt {
     pub locale: Option<String>,
 }
 
+/// The login decisions; also mails an account's owner when it is locked.
 pub struct LoginGuard {
     ctx: GuardContext,
     notifier: Arc<dyn LockNotifier>,
@@ -118,6 +130,7 @@ impl IpWindows {
 }
 
 impl LoginGuard {
+    /// `notifier` sends the lock notices.
     pub fn new(ctx: GuardContext, notifier: Arc<dyn LockNotifier>) -> Self {
         Self { ctx, notifier }
     }

@@ -20,8 +20,12 @@ use crate::store::{Keys, WindowStore};
 /// Who asked: carried into audit rows.
 #[derive(Debug, Clone)]
 pub struct RequestInfo {
+    /// The request's id (`x-request-id`, taken or made), for audit rows.
     pub request_id: String,
+    /// The `User-Agent` header, cut to 512 characters.
     pub user_agent: Option<String>,
+    /// The client's address as `routes::caller` works it out; `None` when it
+    /// cannot be told, and then no IP subject is counted.
     pub ip: Option<ClientIp>,
     /// The caller is a backend that may vouch for outcomes (an API key, or
     /// loopback when none is configured); see `routes::caller`.
@@ -31,9 +35,13 @@ pub struct RequestInfo {
 /// What every guard shares.
 #[derive(Clone)]
 pub struct GuardContext {
+    /// Windows, locks and codes, behind the `store.on_error` policy.
     pub store: Arc<dyn WindowStore>,
+    /// Names the store keys, under `store.key_prefix`.
     pub keys: Keys,
+    /// Where audit rows go; recording one never waits for the database.
     pub audit: Arc<dyn AuditSink>,
+    /// The decision settings in force, swapped whole on SIGHUP.
     pub policy: Arc<PolicyCell>,
 }
 

@@ -11,20 +11,36 @@ use crate::domain::{Rule, SubjectKind};
 use crate::settings::{LimitSetting, LoginSettings, Settings, SmsSettings};
 use crate::store::{LoginPolicy, RuleWindow, WindowSpec};
 
+/// The decision settings in force and the rules built from them, replaced
+/// whole on reload.
 pub struct Policy {
+    /// Checks captcha proofs as `[captcha]` says.
     pub captcha: Arc<CaptchaVerifier>,
+    /// `[sms]` as loaded.
     pub sms: SmsSettings,
+    /// `[login]` as loaded.
     pub login: LoginSettings,
+    /// `shadow.enabled`: decide and audit, but refuse nothing.
     pub shadow: bool,
     /// `/sms/send` per subject kind; phone and IP carry the captcha tier.
     pub sms_phone: SubjectRules,
+    /// `/sms/send` per number prefix.
     pub sms_prefix: SubjectRules,
+    /// `/sms/send` per client IP, with the captcha tier.
     pub sms_ip: SubjectRules,
+    /// `/sms/send` across every caller.
     pub sms_global: SubjectRules,
+    /// `[login]` in the form the store's login call takes.
     pub login_store: LoginPolicy,
+    /// A user's captcha tier: `login.captcha_after` failures per
+    /// `login.captcha_window`.
     pub user_captcha: Rule,
+    /// A user's lock: `login.lock_after` failures per `login.lock_window`.
     pub user_lock: Rule,
+    /// An IP's captcha tier: `login.ip_captcha_after` failures per
+    /// `login.ip_window`.
     pub ip_captcha: Rule,
+    /// An IP's block: `login.ip_block_after` failures per `login.ip_window`.
     pub ip_block: Rule,
 }
 
@@ -38,6 +54,8 @@ fn rules(kind: SubjectKind, limits: &[LimitSetting]) -> Vec<Rule> {
 }
 
 impl Policy {
+    /// Build the rules and the captcha verifier; fails only when the
+    /// verifier's HTTP client cannot be built.
     pub fn from_settings(settings: &Settings) -> Result<Self, reqwest::Error> {
         let sms = &settings.sms;
         let login = &settings.login;
@@ -85,12 +103,15 @@ impl Policy {
 /// One subject kind's rules and optional captcha tier, with the window specs
 /// the store takes built once per policy rather than on every request.
 pub struct SubjectRules {
+    /// The enforced rules: a full window denies.
     pub rules: Vec<Rule>,
+    /// The captcha tier: a full window asks for a captcha.
     pub gate: Option<Rule>,
     windows: Vec<WindowSpec>,
 }
 
 impl SubjectRules {
+    /// Build the window specs once: the enforced rules', then the captcha tier's.
     pub fn new(rules: Vec<Rule>, gate: Option<Rule>) -> Self {
         let windows = rules
             .iter()
@@ -123,17 +144,22 @@ impl SubjectRules {
     }
 }
 
+/// The policy in force, swapped whole on SIGHUP; a request holds one `Arc`
+/// to the end, so it never sees half of a reload.
 pub struct PolicyCell(RwLock<Arc<Policy>>);
 
 impl PolicyCell {
+    /// Start with `policy` in force.
     pub fn new(policy: Policy) -> Self {
         Self(RwLock::new(Arc::new(policy)))
     }
 
+    /// The policy in force; a reload does not change the one returned.
     pub fn current(&self) -> Arc<Policy> {
         self.0.read().clone()
     }
 
+    /// Put `policy` in force; requests under way keep the old one.
     pub fn replace(&self, policy: Policy) {
         *self.0.write() = Arc::new(policy);
     }

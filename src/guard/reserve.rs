@@ -11,8 +11,11 @@ use crate::store::{
 
 /// One subject's share of a request: its key and its kind's rules.
 pub struct SubjectHit<'a> {
+    /// The subject counted.
     pub subject: Subject,
+    /// Its window key for this action.
     pub key: String,
+    /// Its kind's rules for this action.
     pub rules: &'a SubjectRules,
 }
 
@@ -28,9 +31,13 @@ pub enum RefusalKind {
 /// A refusal: the subject and rule that refused, and the count it saw.
 #[derive(Debug, Clone)]
 pub struct Refusal {
+    /// The subject whose window refused.
     pub subject: Subject,
+    /// The rule of that window.
     pub rule: Rule,
+    /// The window's count before this request (the audit `observed`).
     pub observed: u32,
+    /// Whether to wait or to pass a captcha.
     pub kind: RefusalKind,
 }
 
@@ -43,16 +50,23 @@ impl Refusal {
     }
 }
 
+/// What offering the event came to: each subject's outcome, and the
+/// refusal that answers, if any.
 pub struct Reservation<'a> {
+    /// The subjects offered the event, in the caller's order.
     pub hits: Vec<SubjectHit<'a>>,
+    /// The store's answer per subject, in the order of `hits`.
     pub outcomes: Vec<HitOutcome>,
+    /// The event's id in every window, to roll it back by.
     pub member: String,
     /// The event was recorded in every subject (and the code stored).
     pub recorded: bool,
+    /// What refuses the request, if anything (see `pick_refusal`).
     pub refusal: Option<Refusal>,
 }
 
 impl Reservation<'_> {
+    /// The store's answer for the hit at `subject_index`.
     pub fn outcome_of(&self, subject_index: usize) -> Option<&HitOutcome> {
         self.outcomes.get(subject_index)
     }

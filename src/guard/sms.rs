@@ -12,41 +12,61 @@ use crate::delivery::{render_sms, DeliveryError, SmsMessage, SmsSender};
 use crate::domain::{Action, PhoneNumber, Reason, Rule, Subject, SubjectKind};
 use crate::store::{CodeToStore, OtpOutcome, StoreError};
 
+/// A parsed `/sms/send`.
 pub struct SendRequest {
+    /// Where the code goes.
     pub phone: PhoneNumber,
+    /// The language of the text; `en` when absent or without texts.
     pub locale: Option<String>,
+    /// The captcha proof the request carries, if any.
     pub captcha: CaptchaProof,
 }
 
+/// A code that was sent, as the caller hears of it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Sent {
+    /// The phone as answers and logs show it (`+86138****8000`).
     pub masked_phone: String,
+    /// How long the code stays valid, in seconds.
     pub code_ttl_secs: u64,
+    /// When this phone's next send would pass the phone windows (0: at once).
     pub resend_after_secs: u64,
     /// Whether the next send will need a captcha.
     pub captcha_required: bool,
 }
 
+/// Why a send or a verify was refused; each maps to one error code.
 #[derive(Debug, thiserror::Error)]
 pub enum SmsRefusal {
+    /// The phone's region may not receive codes (403 `region_blocked`).
     #[error("sending to region {region:?} is not allowed")]
     RegionBlocked { region: Option<String> },
+    /// A captcha tier is reached and no captcha passed (403 `captcha_required`).
     #[error("a captcha is required")]
     CaptchaRequired,
+    /// A window is full, or the code is burnt (429 `rate_limited`).
     #[error("rate limited by {rule}")]
     RateLimited { rule: String, retry_after_ms: u64 },
+    /// The text could not be rendered or the provider did not take it; the
+    /// reservation was given back (502 `delivery_failed`).
     #[error("delivery failed: {0}")]
     DeliveryFailed(#[from] DeliveryError),
+    /// The store could not answer (503 `store_unavailable`).
     #[error(transparent)]
     Store(#[from] StoreError),
 }
 
+/// A verify's answer when it is not refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verified {
+    /// The code was right, and is used up.
     Valid,
+    /// Wrong, or there is no code to check; `attempts_left` counts the wrong
+    /// tries left (0 when there is no code).
     Invalid { attempts_left: u32 },
 }
 
+/// The SMS decisions: sends codes through the provider and checks them.
 pub struct SmsGuard {
     ctx: GuardContext,
     sender: Arc<dyn SmsSender>,
@@ -233,6 +253,9 @@ impl SmsGuard {
         self.sender.send(&message).await
     }
 
+    /// Check `code` against the phone's pending code. The wrong try that burns
+    /// it is audited; after that, tries are refused as rate limited until a new
+    /// send replaces it or it expires.
     pub async fn verify(
         &self,
         phone: &PhoneNumber,

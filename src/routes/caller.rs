@@ -24,10 +24,12 @@ const MAX_USER_AGENT: usize = 512;
 pub struct BearerSecrets(Vec<[u8; 32]>);
 
 impl BearerSecrets {
+    /// Keep only each secret's SHA-256 digest.
     pub fn new(secrets: &[Secret]) -> Self {
         Self(secrets.iter().map(|s| digest(s.expose())).collect())
     }
 
+    /// Whether none is configured.
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
@@ -75,6 +77,8 @@ fn console_token(req: &HttpRequest) -> Option<Secret> {
     (user == "admin").then(|| Secret::new(password))
 }
 
+/// Who may call what, and from which client IP, as `[server]` says: API
+/// keys, admin tokens and trusted proxies.
 pub struct Access {
     api_keys: BearerSecrets,
     admin_tokens: BearerSecrets,
@@ -82,6 +86,7 @@ pub struct Access {
 }
 
 impl Access {
+    /// From `[server]`, whose proxy ranges start-up has already validated.
     pub fn new(server: &ServerSettings) -> Self {
         Self {
             api_keys: BearerSecrets::new(&server.api_keys),

@@ -12,6 +12,8 @@ use actix_web::HttpMessage;
 use super::BODY_LIMIT;
 use crate::error::ApiError;
 
+/// The JSON extractor's settings: the 16 KiB body limit, a JSON content
+/// type, and every failure answered as an `ApiError`.
 pub fn config() -> JsonConfig {
     JsonConfig::default()
         .limit(BODY_LIMIT)

@@ -1,3 +1,6 @@
+//! `POST /login/check` and `POST /login/attempt`: only the login backend may
+//! call them; the body is parsed here and the login guard decides.
+
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde::Deserialize;
 use utoipa::ToSchema;
@@ -10,6 +13,7 @@ use crate::guard::login::{LoginAttempt, LoginDecision, LoginState};
 use crate::guard::RequestInfo;
 use crate::metrics;
 
+/// Register `/login/check` and `/login/attempt` (POST, JSON bodies).
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(post_json("/login/check", check))
         .service(post_json("/login/attempt", attempt));

@@ -27,13 +27,20 @@ use crate::store::WindowStore;
 /// Body limit of the public JSON routes.
 pub const BODY_LIMIT: usize = 16 * 1024;
 
+/// What every handler shares: the guards, authentication, and what
+/// `/readyz`, `/metrics` and the admin API read.
 pub struct AppState {
+    /// `/sms/*` decisions.
     pub sms: SmsGuard,
+    /// `/login/*` decisions.
     pub login: LoginGuard,
+    /// Subject state and unblock, for the admin API and console.
     pub admin: SubjectAdmin,
+    /// API keys, admin tokens and the client IP.
     pub access: Access,
     /// The store as configured, without the `on_error` fallback, for `/readyz`.
     pub readiness_store: Arc<dyn WindowStore>,
+    /// The audit sink, which `/readyz` asks whether it is ready.
     pub audit: Arc<dyn AuditSink>,
     /// The audit database, for the admin API (absent when a test replaced the sink).
     pub audit_db: Option<AuditDb>,
@@ -41,6 +48,7 @@ pub struct AppState {
     pub metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
 }
 
+/// Register every route, with the JSON body rules.
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.app_data(json::config());
     sms::configure(cfg);
@@ -50,6 +58,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     openapi::configure(cfg);
 }
 
+/// The JSON 404 for a path no route matches.
 pub async fn not_found() -> Result<HttpResponse, ApiError> {
     Err(ApiError::NotFound)
 }

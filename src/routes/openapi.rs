@@ -16,6 +16,7 @@ use utoipa::{Modify, OpenApi};
 use super::{admin, login, ops, schemas, sms};
 use crate::domain::{Action, SubjectKind};
 
+/// Register `GET /openapi.json`.
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(super::get("/openapi.json", openapi_json));
 }
@@ -49,6 +50,8 @@ pub const ADMIN_TOKEN_SCHEME: &str = "admin_token";
         (name = "operations", description = "Health, readiness, metrics and this document"),
     ),
 )]
+/// Where the document is derived: the documented paths, then the security
+/// schemes and the per-kind subject paths added.
 pub struct ApiDoc;
 
 /// The two bearer schemes. Neither opens the other's routes.

@@ -1,3 +1,6 @@
+//! Operations: liveness (`/healthz`), readiness (`/readyz`) and Prometheus
+//! metrics (`/metrics`).
+
 use actix_web::{web, HttpResponse};
 use serde::Serialize;
 use utoipa::ToSchema;
@@ -5,6 +8,7 @@ use utoipa::ToSchema;
 use super::AppState;
 use crate::error::{ApiError, ErrorBody, ErrorCode};
 
+/// Register `/healthz`, `/readyz` and `/metrics`.
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(super::get("/healthz", healthz))
         .service(super::get("/readyz", readyz))

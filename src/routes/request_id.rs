@@ -11,6 +11,7 @@ use actix_web::middleware::Next;
 use actix_web::HttpMessage;
 use tracing::Instrument;
 
+/// The request's id, in the request's extensions for handlers to read.
 #[derive(Debug, Clone)]
 pub struct RequestId(pub String);
 
@@ -26,6 +27,8 @@ fn incoming(req: &ServiceRequest) -> Option<String> {
     sane.then(|| value.to_string())
 }
 
+/// Take the request's id or make one, run the request in its span and
+/// with it as the task's id, and echo it in `x-request-id`.
 pub async fn middleware(
     req: ServiceRequest,
     next: Next<impl MessageBody>,

@@ -48,6 +48,7 @@ pub fn phone() -> Object {
         .build()
 }
 
+/// The `code` of `/sms/verify`.
 pub fn code() -> Object {
     text(&pattern::not_blank())
         .min_length(Some(1))
@@ -60,6 +61,7 @@ pub fn code() -> Object {
         .build()
 }
 
+/// A login name, as `Username::parse` takes it.
 pub fn user() -> Object {
     text(&username::PATTERN)
         .min_length(Some(1))
@@ -81,6 +83,7 @@ fn ip_text() -> ObjectBuilder {
         .examples(["203.0.113.7"])
 }
 
+/// An IP address (the admin event filter's `ip`).
 pub fn ip_address() -> Object {
     ip_text().build()
 }
@@ -93,6 +96,7 @@ pub fn optional_ip_address() -> Object {
     )))
 }
 
+/// An IP subject's id in an admin path.
 pub fn ip_subject() -> Object {
     text(&client_ip::SUBJECT_PATTERN)
         .description(Some(
@@ -103,6 +107,7 @@ pub fn ip_subject() -> Object {
         .build()
 }
 
+/// A number prefix subject's id in an admin path.
 pub fn prefix() -> Object {
     text(r"^\+?[0-9]{1,15}$")
         .description(Some(
@@ -112,6 +117,7 @@ pub fn prefix() -> Object {
         .build()
 }
 
+/// The body's `notify_email`, or `null`.
 pub fn optional_email() -> Object {
     nullable(
         text(&email::PATTERN)
@@ -124,6 +130,7 @@ pub fn optional_email() -> Object {
     )
 }
 
+/// The admin event list's `cursor`.
 pub fn cursor() -> Object {
     text(Cursor::PATTERN)
         .description(Some("`next_cursor` of the previous page."))

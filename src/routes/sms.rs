@@ -1,3 +1,6 @@
+//! `POST /sms/send` and `POST /sms/verify`: the body is parsed here, the SMS
+//! guard decides, and its answer becomes the response.
+
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -10,6 +13,7 @@ use crate::error::{ApiError, ErrorBody};
 use crate::guard::sms::{SendRequest, SmsRefusal, Verified};
 use crate::metrics;
 
+/// Register `/sms/send` and `/sms/verify` (POST, JSON bodies).
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(post_json("/sms/send", send))
         .service(post_json("/sms/verify", verify));
@@ -53,6 +57,7 @@ pub struct SendResult {
     /// The masked phone number.
     #[schema(example = "+86138****8000")]
     phone: String,
+    /// Seconds the code stays valid.
     #[schema(example = 300)]
     code_ttl_secs: u64,
     /// When this phone's next send would pass the phone windows (0: at once).
@@ -66,6 +71,7 @@ pub struct SendResult {
 #[derive(Serialize, ToSchema)]
 #[schema(example = json!({"valid": false, "attempts_left": 3}))]
 pub struct VerifyResult {
+    /// Whether the code was right; a right code is used up.
     valid: bool,
     /// Wrong tries left before the code is burnt; only when `valid` is false.
     #[serde(skip_serializing_if = "Option::is_none")]

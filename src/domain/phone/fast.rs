@@ -26,9 +26,13 @@ const MAX_CODE: usize = 3;
 /// What a fast parse found; `None` from [`parse`] means "ask the crate".
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Parsed {
+    /// The calling code's digits (`86`).
     pub country_code: String,
+    /// The national significant number (`13800138000`).
     pub national: String,
+    /// The one region the calling code belongs to (ISO 3166 alpha-2).
     pub region: String,
+    /// Whether the crate's validity rule holds for the national number.
     pub valid: bool,
 }
 

@@ -4,16 +4,24 @@
 
 mod fast;
 
+/// Why a phone number was refused: an empty one answers 400
+/// `invalid_request`, the others 400 `invalid_phone`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PhoneError {
+    /// Nothing but spaces.
     #[error("phone is required")]
     Empty,
+    /// No leading `+`.
     #[error("phone must be an international number starting with + (E.164)")]
     NotInternational,
+    /// Too long, a character other than digits and grouping, or not a
+    /// number of its country's numbering plan.
     #[error("phone is not a valid number")]
     Invalid,
 }
 
+/// A valid phone number, normalised to E.164, with its region. `Display`
+/// masks it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PhoneNumber {
     e164: String,
@@ -48,6 +56,8 @@ fn international(raw: &str) -> Result<&str, PhoneError> {
 }
 
 impl PhoneNumber {
+    /// Parse a number in `PATTERN`'s form and check it against its country's
+    /// numbering plan.
     pub fn parse(raw: &str) -> Result<Self, PhoneError> {
         let raw = international(raw)?;
         match fast::parse(raw) {

@@ -45,8 +45,11 @@ impl AttemptDecision {
 
 /// The parts of an attempt the decision reads, besides the store's outcome.
 pub(super) struct Attempt<'a> {
+    /// The user the attempt is for.
     pub user: &'a Subject,
+    /// The client IP's windows, when the IP is known.
     pub ip: Option<&'a IpWindows>,
+    /// Whether the password was right.
     pub success: bool,
 }
 

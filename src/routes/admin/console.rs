@@ -30,6 +30,8 @@ const SUBJECT_EVENTS: usize = 20;
 /// The unblock form carries one short field.
 const FORM_LIMIT: usize = 4 * 1024;
 
+/// Register the console: `/admin`, the `/admin/subjects` look-up, and a
+/// subject's page and its unblock form.
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(web::resource(["/admin", "/admin/"]).route(web::get().to(events_page)))
         .service(web::resource("/admin/subjects").route(web::get().to(find_subject)))

@@ -39,6 +39,7 @@ fn cell(value: String) -> String {
     }
 }
 
+/// `events` as CSV records, the header row first when `header` is set.
 pub(super) fn rows(events: &[AuditEvent], header: bool) -> Result<web::Bytes, csv::Error> {
     let mut out = csv::Writer::from_writer(Vec::with_capacity(events.len() * 200));
     if header {

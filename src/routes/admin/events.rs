@@ -1,3 +1,7 @@
+//! `GET /admin/api/events` and `/admin/api/events.csv`: the audit trail
+//! filtered, as JSON pages or streamed CSV. Filters are parsed here as the
+//! OpenAPI document states them; the trail is read through `AuditLog`.
+
 use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
 use std::sync::LazyLock;

@@ -10,6 +10,8 @@ use actix_web::web;
 
 use crate::error::ApiError;
 
+/// Register the admin API under `/admin/api`, where bad queries and paths
+/// answer JSON 400s and unknown paths JSON 404s, and the HTML console.
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(
         web::scope("/admin/api")

@@ -1,3 +1,6 @@
+//! `/admin/api/subjects/{kind}/{id}`: a subject's live state and unblocking
+//! it, and reading a subject from a path, which the console shares.
+
 use actix_web::{web, HttpRequest, HttpResponse};
 
 use crate::domain::{Action, ClientIp, PhoneNumber, Subject, SubjectKind, Username};
@@ -5,14 +8,16 @@ use crate::error::{ApiError, ErrorBody};
 use crate::guard::admin::SubjectState;
 use crate::routes::AppState;
 
+/// Where the API's subject paths start (the console's start at `/admin/subjects/`).
+const API_PREFIX: &str = "/admin/api/subjects/";
+
 /// `{kind}/{id}` from the path, the id normalised as the guards store it
 /// (`%2B8613800138000` and a raw `+` both name the phone `+8613800138000`).
+///
 /// The `{kind}/{id}` that follows `prefix` in the request's path, the id
 /// percent-decoded exactly once. actix decodes path parameters but leaves
 /// `%2F` encoded, so decoding that again would turn a user literally named
 /// `a%2Fb` (sent as `a%252Fb`) into `a/b`; the raw path avoids both.
-const API_PREFIX: &str = "/admin/api/subjects/";
-
 /// `suffix` is what follows the id on this route (`/unblock`), so that a
 /// user named `unblock` is a user like any other on the others.
 pub(super) fn path_subject(
@@ -34,6 +39,8 @@ pub(super) fn path_subject(
     subject(kind, &id)
 }
 
+/// A subject from its kind and id as an admin writes them, the id
+/// normalised as the guards count it.
 pub(super) fn subject(kind: &str, id: &str) -> Result<Subject, ApiError> {
     let kind = SubjectKind::parse(kind)
         .ok_or_else(|| ApiError::InvalidRequest(format!("unknown subject kind {kind:?}")))?;

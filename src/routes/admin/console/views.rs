@@ -27,7 +27,9 @@ const DECISIONS: [AuditDecision; 4] = [
 
 /// An `<option>` of a filter `<select>`.
 pub struct Opt {
+    /// The value, also shown as the label.
     pub value: &'static str,
+    /// Whether the form's current filter has this value.
     pub selected: bool,
 }
 
@@ -43,17 +45,26 @@ fn options(values: impl IntoIterator<Item = &'static str>, current: &str) -> Vec
 
 /// The filter form as the admin filled it in, to show it again.
 pub struct FilterForm {
+    /// The `subject_kind` choices.
     pub subject_kinds: Vec<Opt>,
+    /// The `action` choices.
     pub actions: Vec<Opt>,
+    /// The `decision` choices.
     pub decisions: Vec<Opt>,
+    /// The `subject` filter as typed, trimmed.
     pub subject: String,
+    /// The `ip` filter as typed, trimmed.
     pub ip: String,
+    /// The `since` filter as typed, trimmed.
     pub since: String,
+    /// The `until` filter as typed, trimmed.
     pub until: String,
+    /// The page size as typed, trimmed.
     pub limit: String,
 }
 
 impl FilterForm {
+    /// The form as `query` fills it in, refused or not.
     pub fn new(query: &EventsQuery) -> Self {
         let text = |v: &Option<String>| v.as_deref().unwrap_or_default().trim().to_string();
         Self {
@@ -85,6 +96,7 @@ fn path_segment(raw: &str) -> String {
         .collect()
 }
 
+/// A subject's console page, the id percent-encoded as one path segment.
 pub fn subject_href(kind: SubjectKind, id: &str) -> String {
     format!("/admin/subjects/{}/{}", kind.as_str(), path_segment(id))
 }
@@ -131,19 +143,33 @@ fn duration_ms(ms: u64) -> String {
 
 /// One audit event as the table shows it.
 pub struct Row {
+    /// UTC, to the millisecond (`2026-11-01 12:00:00.000`).
     pub occurred_at: String,
+    /// The action's wire name (`sms_send`).
     pub action: &'static str,
+    /// The decision's wire name (`deny`).
     pub decision: &'static str,
+    /// The audit `reason`.
     pub reason: String,
+    /// The subject kind's wire name (`phone`).
     pub subject_kind: &'static str,
+    /// The subject id.
     pub subject: String,
+    /// The subject's console page.
     pub subject_href: String,
+    /// The client IP; empty when unknown.
     pub ip: String,
+    /// The rule's name; empty when none.
     pub rule: String,
+    /// `count / limit`, or as much of it as the row has.
     pub observed: String,
+    /// The wait, in whole seconds (`15m`); empty when none.
     pub retry_after: String,
+    /// Empty when the row has none.
     pub request_id: String,
+    /// Empty when the row has none.
     pub user_agent: String,
+    /// Recorded in shadow mode: nothing was refused.
     pub shadow: bool,
 }
 
@@ -179,51 +205,74 @@ impl From<&AuditEvent> for Row {
     }
 }
 
+/// The table rows of `events`, in their order.
 pub fn rows(events: &[AuditEvent]) -> Vec<Row> {
     events.iter().map(Row::from).collect()
 }
 
+/// `GET /admin`: the filter form and a page of the event table.
 #[derive(Template, WebTemplate)]
 #[template(path = "admin/events.html")]
 pub struct EventsPage {
+    /// The filters, shown again.
     pub form: FilterForm,
     /// Why the filters were refused, or why no rows could be read.
     pub message: Option<String>,
+    /// This page's events, newest first.
     pub rows: Vec<Row>,
     /// The first page with the same filters, when this is a later one.
     pub first_href: Option<String>,
+    /// The next page, when there is one.
     pub next_href: Option<String>,
 }
 
 /// One window of a subject, as the subject page shows it.
 pub struct WindowRow {
+    /// The action whose events the window counts.
     pub action: &'static str,
+    /// The rule's name (`user 10/1h`).
     pub rule: String,
+    /// Events in the window now.
     pub count: u32,
+    /// The rule's limit.
     pub limit: u32,
+    /// The window's length (`1h`).
     pub window: String,
+    /// Whether the count has reached the limit.
     pub full: bool,
 }
 
+/// A subject's page: its live state, the Unblock form and its recent events.
 #[derive(Template, WebTemplate)]
 #[template(path = "admin/subject.html")]
 pub struct SubjectPage {
+    /// The subject's kind, by its wire name.
     pub kind: &'static str,
+    /// The subject id.
     pub id: String,
     /// `2026-11-01 12:00:00.000 UTC (in 14m 59s)`, or empty when not locked.
     pub locked_until: String,
+    /// Whether one of the subject's captcha thresholds is reached.
     pub captcha_required: bool,
+    /// Every window the subject is counted in.
     pub windows: Vec<WindowRow>,
+    /// Where the Unblock form posts.
     pub unblock_href: String,
+    /// The Unblock form's CSRF token.
     pub csrf: String,
+    /// An unblock just happened (`?unblocked=1`): say so.
     pub unblocked: bool,
+    /// The subject's recent events, newest first.
     pub rows: Vec<Row>,
     /// Why the recent events are missing, when they are.
     pub events_message: Option<String>,
+    /// The event table filtered to this subject.
     pub all_events_href: String,
 }
 
 impl SubjectPage {
+    /// When the lock ends and how long that is from `now`; empty when there is
+    /// none.
     pub fn locked_until(state: &SubjectState, now: DateTime<Utc>) -> String {
         state
             .locked_until
@@ -234,6 +283,7 @@ impl SubjectPage {
             .unwrap_or_default()
     }
 
+    /// The state's windows as table rows.
     pub fn windows(state: &SubjectState) -> Vec<WindowRow> {
         state
             .windows
@@ -250,10 +300,13 @@ impl SubjectPage {
     }
 }
 
+/// Why the console could not show what was asked.
 #[derive(Template, WebTemplate)]
 #[template(path = "admin/error.html")]
 pub struct ErrorPage {
+    /// The page's heading (`Forbidden`).
     pub title: &'static str,
+    /// What went wrong, in a sentence or two.
     pub message: String,
 }
 
