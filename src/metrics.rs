@@ -65,7 +65,48 @@ pub fn store_call(elapsed: Duration) {
     histogram!(STORE_SECONDS).record(elapsed.as_secs_f64());
 }
 
-/// One answered request: `decision` is allow, challenge, deny or error.
-pub fn request(route: &'static str, decision: &'static str) {
-    counter!(REQUESTS, "route" => route, "decision" => decision).increment(1);
+/// The routes whose answers are counted (the `route` label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    SmsSend,
+    SmsVerify,
+    LoginCheck,
+    LoginAttempt,
+}
+
+impl Route {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Route::SmsSend => "sms_send",
+            Route::SmsVerify => "sms_verify",
+            Route::LoginCheck => "login_check",
+            Route::LoginAttempt => "login_attempt",
+        }
+    }
+}
+
+/// What a counted request came to (the `decision` label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Allow,
+    Challenge,
+    Deny,
+    /// The request failed (a store or delivery error).
+    Error,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Allow => "allow",
+            Outcome::Challenge => "challenge",
+            Outcome::Deny => "deny",
+            Outcome::Error => "error",
+        }
+    }
+}
+
+/// Count one answered request.
+pub fn request(route: Route, outcome: Outcome) {
+    counter!(REQUESTS, "route" => route.as_str(), "decision" => outcome.as_str()).increment(1);
 }

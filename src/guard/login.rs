@@ -11,7 +11,7 @@ use serde::Serialize;
 use super::{ceil_secs, GuardContext, Policy, RequestInfo};
 use crate::captcha::CaptchaProof;
 use crate::delivery::email::{LockNotice, LockNotifier};
-use crate::domain::{Action, Reason, Subject, SubjectKind, Username};
+use crate::domain::{Action, EmailAddress, Locale, Reason, Subject, SubjectKind, Username};
 use crate::store::{
     IpFailureWindow, LoginOutcome, LoginRequest, LoginVerdict, PeekOutcome, RuleWindow, StoreError,
     WindowSpec,
@@ -102,9 +102,9 @@ pub struct LoginAttempt {
     /// The captcha proof the attempt carries, if any.
     pub captcha: CaptchaProof,
     /// Where to tell the account's owner if this attempt locks the account.
-    pub notify_email: Option<String>,
+    pub notify_email: Option<EmailAddress>,
     /// Locale of that notice.
-    pub locale: Option<String>,
+    pub locale: Option<Locale>,
 }
 
 /// The login decisions; also mails an account's owner when it is locked.
@@ -281,12 +281,13 @@ impl LoginGuard {
         }
         // One notice per lock: only the attempt that locked gets here.
         if let (Some(locked_for), Some(to)) = (decided.notify_lock, attempt.notify_email) {
+            let to = to.into_string();
             self.notifier.lock_notice(LockNotice {
                 to,
                 user: attempt.user.as_str().to_string(),
                 locked_for,
                 ip: info.ip.map(|ip| ip.to_string()),
-                locale: attempt.locale,
+                locale: attempt.locale.map(Locale::into_string),
             });
         }
         decided.allowed

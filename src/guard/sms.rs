@@ -9,7 +9,7 @@ use super::{ceil_secs, code, GuardContext, Policy, RequestInfo};
 use crate::audit::{AuditDecision, AuditEvent};
 use crate::captcha::CaptchaProof;
 use crate::delivery::{render_sms, DeliveryError, SmsMessage, SmsSender};
-use crate::domain::{Action, PhoneNumber, Reason, Rule, Subject, SubjectKind};
+use crate::domain::{Action, Locale, PhoneNumber, Reason, Rule, Subject, SubjectKind};
 use crate::store::{CodeToStore, OtpOutcome, StoreError};
 
 /// A parsed `/sms/send`.
@@ -17,7 +17,7 @@ pub struct SendRequest {
     /// Where the code goes.
     pub phone: PhoneNumber,
     /// The language of the text; `en` when absent or without texts.
-    pub locale: Option<String>,
+    pub locale: Option<Locale>,
     /// The captcha proof the request carries, if any.
     pub captcha: CaptchaProof,
 }
@@ -242,7 +242,7 @@ impl SmsGuard {
         ttl_secs: u64,
         info: &RequestInfo,
     ) -> Result<(), DeliveryError> {
-        let (locale, body) = render_sms(req.locale.as_deref(), code, ttl_secs)?;
+        let (locale, body) = render_sms(req.locale.as_ref().map(Locale::as_str), code, ttl_secs)?;
         let message = SmsMessage {
             to: req.phone.e164().to_string(),
             to_masked: req.phone.masked(),

@@ -11,7 +11,7 @@ use crate::domain::{EmailAddress, Username};
 use crate::error::{ApiError, ErrorBody};
 use crate::guard::login::{LoginAttempt, LoginDecision, LoginState};
 use crate::guard::RequestInfo;
-use crate::metrics;
+use crate::metrics::{self, Outcome, Route};
 
 /// Register `/login/check` and `/login/attempt` (POST, JSON bodies).
 pub fn configure(cfg: &mut web::ServiceConfig) {
@@ -90,7 +90,7 @@ async fn check(
 ) -> Result<HttpResponse, ApiError> {
     let info = backend_only(state.access.caller(&req, body.ip.as_deref())?)?;
     let user = parse_user(&body.user)?;
-    let login_state = count("login_check", state.login.check(&user, &info).await)?;
+    let login_state = count(Route::LoginCheck, state.login.check(&user, &info).await)?;
     Ok(HttpResponse::Ok().json(login_state))
 }
 
@@ -137,23 +137,26 @@ async fn attempt(
             token: body.captcha_token,
             passed: body.captcha_passed,
         },
-        notify_email: notify_email.map(EmailAddress::into_string),
+        notify_email,
         locale: schemas::locale(body.locale)?,
     };
-    let login_state = count("login_attempt", state.login.attempt(attempt, &info).await)?;
+    let login_state = count(
+        Route::LoginAttempt,
+        state.login.attempt(attempt, &info).await,
+    )?;
     Ok(HttpResponse::Ok().json(login_state))
 }
 
-fn count<E>(route: &'static str, result: Result<LoginState, E>) -> Result<LoginState, E> {
+fn count<E>(route: Route, result: Result<LoginState, E>) -> Result<LoginState, E> {
     metrics::request(
         route,
         match &result {
             Ok(state) => match state.decision {
-                LoginDecision::Allow => "allow",
-                LoginDecision::Challenge => "challenge",
-                LoginDecision::Deny => "deny",
+                LoginDecision::Allow => Outcome::Allow,
+                LoginDecision::Challenge => Outcome::Challenge,
+                LoginDecision::Deny => Outcome::Deny,
             },
-            Err(_) => "error",
+            Err(_) => Outcome::Error,
         },
     );
     result

@@ -154,13 +154,9 @@ pub fn optional_locale() -> Object {
 }
 
 /// An optional `locale` of a body, checked as the document's pattern says.
-pub fn locale(raw: Option<String>) -> Result<Option<String>, ApiError> {
-    raw.map(|l| {
-        Locale::parse(&l)
-            .map(Locale::into_string)
-            .map_err(|e| ApiError::InvalidRequest(e.to_string()))
-    })
-    .transpose()
+pub fn locale(raw: Option<String>) -> Result<Option<Locale>, ApiError> {
+    raw.map(|l| Locale::parse(&l).map_err(|e| ApiError::InvalidRequest(e.to_string())))
+        .transpose()
 }
 
 /// A `rate_limited` error: the error body with `retry_after_secs` and `rule`

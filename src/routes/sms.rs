@@ -11,7 +11,7 @@ use crate::captcha::CaptchaProof;
 use crate::domain::PhoneNumber;
 use crate::error::{ApiError, ErrorBody};
 use crate::guard::sms::{SendRequest, SmsRefusal, Verified};
-use crate::metrics;
+use crate::metrics::{self, Outcome, Route};
 
 /// Register `/sms/send` and `/sms/verify` (POST, JSON bodies).
 pub fn configure(cfg: &mut web::ServiceConfig) {
@@ -124,12 +124,12 @@ async fn send(
     };
     let result = state.sms.send(request, &info).await;
     metrics::request(
-        "sms_send",
+        Route::SmsSend,
         match &result {
-            Ok(_) => "allow",
-            Err(SmsRefusal::CaptchaRequired) => "challenge",
-            Err(SmsRefusal::RateLimited { .. } | SmsRefusal::RegionBlocked { .. }) => "deny",
-            Err(_) => "error",
+            Ok(_) => Outcome::Allow,
+            Err(SmsRefusal::CaptchaRequired) => Outcome::Challenge,
+            Err(SmsRefusal::RateLimited { .. } | SmsRefusal::RegionBlocked { .. }) => Outcome::Deny,
+            Err(_) => Outcome::Error,
         },
     );
     let sent = result?;
@@ -184,11 +184,11 @@ async fn verify(
     }
     let result = state.sms.verify(&phone, code, &info).await;
     metrics::request(
-        "sms_verify",
+        Route::SmsVerify,
         match &result {
-            Ok(Verified::Valid) => "allow",
-            Ok(Verified::Invalid { .. }) | Err(SmsRefusal::RateLimited { .. }) => "deny",
-            Err(_) => "error",
+            Ok(Verified::Valid) => Outcome::Allow,
+            Ok(Verified::Invalid { .. }) | Err(SmsRefusal::RateLimited { .. }) => Outcome::Deny,
+            Err(_) => Outcome::Error,
         },
     );
     let answer = match result? {
