@@ -4,26 +4,25 @@
 //! `email.alert_threshold` requests within `email.alert_window`; at most one
 //! email per `email.alert_interval`, telling what happened since the last one.
 
-use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
-use chrono::{DateTime, SecondsFormat, Utc};
+use chrono::Utc;
 use lettre::message::Mailbox;
-use serde::Serialize;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+mod digest;
+
 use super::mailer::{Mailer, Outgoing};
-use crate::audit::{AuditDecision, AuditEvent, AuditObserver};
+use crate::audit::{AuditEvent, AuditObserver};
 use crate::delivery::{render_email, EmailKind};
-use crate::domain::Action;
+use digest::Digest;
+use digest::{alert_worthy, Watch};
 
 /// Events waiting for the alert task; more are dropped (alerts only, the
 /// audit trail itself is not affected).
 const ALERT_QUEUE: usize = 4096;
-/// Locks listed one by one in a digest; the rest are counted.
-const LISTED_LOCKS: usize = 50;
 
 /// `[email]` keys of the alerts.
 #[derive(Debug, Clone)]
@@ -53,15 +52,6 @@ impl AdminAlerts {
         let (tx, rx) = mpsc::channel(ALERT_QUEUE);
         let task = tokio::spawn(run(rx, settings, mailer));
         (Self { tx }, task)
-    }
-}
-
-/// Locks (user locks, IP blocks) and denials of the SMS actions.
-fn alert_worthy(event: &AuditEvent) -> bool {
-    match event.decision {
-        AuditDecision::Lock => true,
-        AuditDecision::Deny => matches!(event.action, Action::SmsSend | Action::SmsVerify),
-        AuditDecision::Challenge | AuditDecision::Unblock => false,
     }
 }
 
@@ -112,202 +102,12 @@ fn send_digest(mailer: &Mailer, settings: &AlertSettings, digest: Digest) {
     }
 }
 
-/// What a digest tells (the variables of `templates/email/*/alert_digest.txt`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Digest {
-    /// Start of the period the digest covers, RFC 3339.
-    pub since: String,
-    /// End of that period, RFC 3339.
-    pub until: String,
-    /// Locks of the period, the first 50 of them.
-    pub locks: Vec<LockSeen>,
-    /// Locks beyond those listed.
-    pub more_locks: u64,
-    /// SMS rules that went over the threshold.
-    pub rules: Vec<RuleOverThreshold>,
-}
-
-/// One lock (or IP block) in a digest.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct LockSeen {
-    /// The subject's kind.
-    pub kind: String,
-    /// The subject's id.
-    pub subject: String,
-    /// Why, e.g. `too_many_failures`.
-    pub reason: String,
-    /// The rule that locked, when there is one.
-    pub rule: Option<String>,
-    /// Length of the lock in minutes, rounded up.
-    pub minutes: u64,
-    /// When it happened, RFC 3339.
-    pub at: String,
-    /// Recorded in shadow mode: not enforced.
-    pub shadow: bool,
-}
-
-/// An SMS rule that denied more than `threshold` requests within `window`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct RuleOverThreshold {
-    /// The action, e.g. `sms_send`.
-    pub action: String,
-    /// The rule's name, or the reason of denials without a rule
-    /// (`region_blocked`).
-    pub rule: String,
-    /// Denials since the last digest.
-    pub denials: u64,
-    /// `email.alert_threshold`.
-    pub threshold: u32,
-    /// `email.alert_window`, as humantime text (`5m`).
-    pub window: String,
-}
-
-#[derive(Debug, Default)]
-struct RuleCount {
-    /// Times of the latest denials, at most `threshold + 1` of them.
-    recent: VecDeque<Instant>,
-    /// Denials since the last digest.
-    since_last: u64,
-    /// More than `threshold` within the window since the last digest.
-    over: bool,
-}
-
-/// The alert state, apart from time and sending so it can be tested alone.
-#[derive(Debug)]
-struct Watch {
-    threshold: u32,
-    window: Duration,
-    interval: Duration,
-    last_sent: Option<Instant>,
-    /// When something first waited for the next digest.
-    pending_since: Option<Instant>,
-    since: DateTime<Utc>,
-    locks: Vec<LockSeen>,
-    more_locks: u64,
-    rules: BTreeMap<(String, String), RuleCount>,
-}
-
-impl Watch {
-    fn new(threshold: u32, window: Duration, interval: Duration, started: DateTime<Utc>) -> Self {
-        Self {
-            threshold,
-            window,
-            interval,
-            last_sent: None,
-            pending_since: None,
-            since: started,
-            locks: Vec::new(),
-            more_locks: 0,
-            rules: BTreeMap::new(),
-        }
-    }
-
-    fn observe(&mut self, event: &AuditEvent, now: Instant) {
-        if !alert_worthy(event) {
-            return;
-        }
-        let alerting = match event.decision {
-            AuditDecision::Lock => {
-                if self.locks.len() < LISTED_LOCKS {
-                    self.locks.push(LockSeen {
-                        kind: event.subject_kind.to_string(),
-                        subject: event.subject.clone(),
-                        reason: event.reason.clone(),
-                        rule: event.rule.clone(),
-                        minutes: (event.retry_after_ms.unwrap_or(0).max(0) as u64).div_ceil(60_000),
-                        at: event.occurred_at.to_rfc3339_opts(SecondsFormat::Secs, true),
-                        shadow: event.shadow,
-                    });
-                } else {
-                    self.more_locks += 1;
-                }
-                true
-            }
-            AuditDecision::Deny => {
-                // Denials without a rule (region_blocked) are grouped by reason.
-                let rule = event.rule.clone().unwrap_or_else(|| event.reason.clone());
-                let count = self
-                    .rules
-                    .entry((event.action.to_string(), rule))
-                    .or_default();
-                count.since_last += 1;
-                count.recent.push_back(now);
-                let keep = self.threshold as usize + 1;
-                while count.recent.len() > keep {
-                    count.recent.pop_front();
-                }
-                let over = count.recent.len() == keep
-                    && count
-                        .recent
-                        .front()
-                        .is_some_and(|first| now.duration_since(*first) < self.window);
-                if over {
-                    count.over = true;
-                }
-                over
-            }
-            AuditDecision::Challenge | AuditDecision::Unblock => false,
-        };
-        if alerting && self.pending_since.is_none() {
-            self.pending_since = Some(now);
-        }
-    }
-
-    /// When the next digest may go out; `None` while nothing waits for one.
-    fn next_send(&self) -> Option<Instant> {
-        let pending = self.pending_since?;
-        Some(match self.last_sent {
-            Some(sent) => (sent + self.interval).max(pending),
-            None => pending,
-        })
-    }
-
-    /// The digest, if one is due at `now`; starts the next period.
-    fn take_digest(&mut self, now: Instant, wall: DateTime<Utc>) -> Option<Digest> {
-        if self.next_send().is_none_or(|due| due > now) {
-            return None;
-        }
-        let rules = self
-            .rules
-            .iter_mut()
-            .filter(|(_, count)| count.over)
-            .map(|((action, rule), count)| RuleOverThreshold {
-                action: action.clone(),
-                rule: rule.clone(),
-                denials: count.since_last,
-                threshold: self.threshold,
-                window: humantime::format_duration(self.window).to_string(),
-            })
-            .collect();
-        for count in self.rules.values_mut() {
-            count.since_last = 0;
-            count.over = false;
-        }
-        // Rules quiet for a whole window are forgotten, so the map stays small.
-        let window = self.window;
-        self.rules.retain(|_, count| {
-            count
-                .recent
-                .back()
-                .is_some_and(|last| now.duration_since(*last) < window)
-        });
-        let digest = Digest {
-            since: self.since.to_rfc3339_opts(SecondsFormat::Secs, true),
-            until: wall.to_rfc3339_opts(SecondsFormat::Secs, true),
-            locks: std::mem::take(&mut self.locks),
-            more_locks: std::mem::take(&mut self.more_locks),
-            rules,
-        };
-        self.since = wall;
-        self.last_sent = Some(now);
-        self.pending_since = None;
-        Some(digest)
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use super::digest::*;
     use super::*;
+    use crate::audit::AuditDecision;
+    use crate::domain::Action;
     use crate::domain::{Rule, Subject, SubjectKind};
 
     const MIN: Duration = Duration::from_secs(60);

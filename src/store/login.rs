@@ -1,0 +1,158 @@
+//! The values of the login operations: the policy in store units, what one
+//! login offers to the user's and the IP's windows, and what they answer.
+
+use super::WindowSpec;
+
+/// The login brute-force policy, in store units.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LoginPolicy {
+    /// Failures in the captcha window from which a captcha is required.
+    pub captcha_after: u32,
+    /// Length of the captcha window.
+    pub captcha_window_ms: u64,
+    /// Failures in the lock window that lock the user.
+    pub lock_after: u32,
+    /// Length of the lock window.
+    pub lock_window_ms: u64,
+    /// Length of a first lock.
+    pub lock_ms: u64,
+    /// Cap of a doubled lock.
+    pub lock_max_ms: u64,
+    /// Whether a success deletes the user's failures.
+    pub reset_on_success: bool,
+    /// A lock that starts within this long of the previous lock's end doubles.
+    pub escalation_reset_ms: u64,
+}
+
+/// The IP's login failure window: its captcha tier and its block.
+#[derive(Debug, Clone, Copy)]
+pub struct IpFailureWindow<'a> {
+    /// `Keys::window` of the IP for the `login_attempt` action.
+    pub key: &'a str,
+    /// Failures from which logins from the IP need a captcha.
+    pub captcha_after: u32,
+    /// Failures that block the IP.
+    pub block_after: u32,
+    /// Length of the window both count in.
+    pub window_ms: u64,
+}
+
+impl IpFailureWindow<'_> {
+    /// The same windows as `WindowSpec`s: `[captcha tier, block]`.
+    pub fn windows(&self) -> [WindowSpec; 2] {
+        [
+            WindowSpec::gate(self.captcha_after, self.window_ms),
+            WindowSpec::enforce(self.block_after, self.window_ms),
+        ]
+    }
+}
+
+/// One login outcome for a user and, optionally, the IP it came from.
+#[derive(Debug, Clone)]
+pub struct LoginRequest<'a> {
+    /// `Keys::window` of the user for the `login_attempt` action.
+    pub window_key: &'a str,
+    /// `Keys::lock` of the user.
+    pub lock_key: &'a str,
+    /// The user's thresholds.
+    pub policy: &'a LoginPolicy,
+    /// Whether the login succeeded.
+    pub success: bool,
+    /// A captcha was verified for this attempt.
+    pub captcha_passed: bool,
+    /// Unique id of this attempt in the windows.
+    pub member: &'a str,
+    /// Shadow mode: decide as usual, but record the outcome as if allowed.
+    pub shadow: bool,
+    /// The IP's failure window, when the request named an IP.
+    pub ip: Option<IpFailureWindow<'a>>,
+}
+
+/// What the IP's failure window held when a login was decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IpFailures {
+    /// Failures in the window before this attempt.
+    pub count: u32,
+    /// `Some` while the IP is blocked: how long it stays blocked.
+    pub blocked_retry_after_ms: Option<u64>,
+}
+
+/// The answer of `WindowStore::login`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoginOutcome {
+    /// The user's side; `verdict` is what the user's rules say (with the IP's
+    /// captcha tier), whether or not the IP blocked the attempt.
+    pub user: LoginAttemptOutcome,
+    /// Present when the request named an IP.
+    pub ip: Option<IpFailures>,
+}
+
+impl LoginOutcome {
+    /// Whether the outcome was recorded (as a failure or a success).
+    pub fn recorded(&self, shadow: bool) -> bool {
+        let ip_blocked = self
+            .ip
+            .is_some_and(|ip| ip.blocked_retry_after_ms.is_some());
+        shadow || (self.user.verdict == LoginVerdict::Recorded && !ip_blocked)
+    }
+}
+
+/// The user's side of a login outcome; see `WindowStore::login_attempt`.
+#[derive(Debug, Clone)]
+pub struct LoginAttemptRequest<'a> {
+    /// `Keys::window` of the user for the `login_attempt` action.
+    pub window_key: &'a str,
+    /// `Keys::lock` of the user.
+    pub lock_key: &'a str,
+    /// The user's thresholds.
+    pub policy: &'a LoginPolicy,
+    /// Whether the login succeeded.
+    pub success: bool,
+    /// A captcha was verified for this attempt.
+    pub captcha_passed: bool,
+    /// Something outside the user (the IP) demands a captcha.
+    pub captcha_demanded: bool,
+    /// Something outside the user (the IP) refuses the attempt: the verdict is
+    /// computed, but nothing is recorded (unless `shadow`).
+    pub ip_blocked: bool,
+    /// Unique id of this attempt in the window.
+    pub member: &'a str,
+    /// Shadow mode: decide as usual, but record the outcome as if allowed.
+    pub shadow: bool,
+}
+
+/// What the user's side decided about a login.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LoginVerdict {
+    /// The user is locked; nothing was recorded (unless shadow).
+    Locked { retry_after_ms: u64 },
+    /// A captcha is required and was not passed; nothing recorded (unless shadow).
+    Challenged,
+    /// The outcome was recorded (unless `ip_blocked`).
+    Recorded,
+}
+
+/// The answer of `WindowStore::login_attempt`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoginAttemptOutcome {
+    /// What was decided.
+    pub verdict: LoginVerdict,
+    /// Failures in the captcha window after this call.
+    pub failures: u32,
+    /// This call recorded the failure that made the captcha window reach
+    /// `captcha_after`.
+    pub captcha_crossed: bool,
+    /// This call locked the user, for this long.
+    pub locked_for_ms: Option<u64>,
+}
+
+/// The answer of `WindowStore::login_state`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoginStateOutcome {
+    /// Remaining lock time when locked.
+    pub locked_retry_after_ms: Option<u64>,
+    /// Failures in the captcha window.
+    pub failures: u32,
+    /// Failures in the lock window.
+    pub lock_window_failures: u32,
+}

@@ -1,0 +1,179 @@
+//! The values of window and code operations: what a window is, what is
+//! offered to it, and what it answers.
+
+/// What a window does once its count has reached its limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WindowMode {
+    /// The event is refused (a rate limit).
+    Enforce,
+    /// The event is refused unless the request opened the gate (a captcha tier).
+    Gate,
+}
+
+/// A rule's window as the store counts it: enforced (a full window
+/// refuses) or a gate (a full window asks for a captcha).
+pub trait RuleWindow {
+    /// The window as a limit that refuses once full.
+    fn enforce(&self) -> WindowSpec;
+    /// The window as a captcha tier.
+    fn gate(&self) -> WindowSpec;
+}
+
+impl RuleWindow for crate::domain::Rule {
+    fn enforce(&self) -> WindowSpec {
+        WindowSpec::enforce(self.limit, self.window_ms())
+    }
+
+    fn gate(&self) -> WindowSpec {
+        WindowSpec::gate(self.limit, self.window_ms())
+    }
+}
+
+/// One window of a subject's key, as the store counts it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WindowSpec {
+    /// Events the window admits.
+    pub limit: u32,
+    /// Length of the window, in milliseconds.
+    pub window_ms: u64,
+    /// What the window does once full.
+    pub mode: WindowMode,
+}
+
+impl WindowSpec {
+    /// A window that refuses once full.
+    pub fn enforce(limit: u32, window_ms: u64) -> Self {
+        Self {
+            limit,
+            window_ms,
+            mode: WindowMode::Enforce,
+        }
+    }
+    /// A window that asks for a captcha once full.
+    pub fn gate(limit: u32, window_ms: u64) -> Self {
+        Self {
+            limit,
+            window_ms,
+            mode: WindowMode::Gate,
+        }
+    }
+}
+
+/// One event offered to one subject's windows.
+#[derive(Debug, Clone)]
+pub struct HitRequest<'a> {
+    /// The subject's window key, from `Keys::window`.
+    pub key: &'a str,
+    /// The windows to count on that key.
+    pub windows: &'a [WindowSpec],
+    /// Unique id of this event; `WindowStore::undo` removes it again.
+    pub member: &'a str,
+    /// The request passed a captcha: `Gate` windows do not refuse it.
+    pub gate_open: bool,
+    /// Shadow mode: record the event even when a window refuses it.
+    pub force: bool,
+}
+
+/// What one subject's windows say about an event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HitVerdict {
+    Allowed,
+    /// An `Enforce` window is full. `window` indexes the request's windows: the
+    /// refusing window whose wait is longest; `retry_after_ms` is that wait.
+    Denied {
+        window: usize,
+        retry_after_ms: u64,
+    },
+    /// No `Enforce` window refused, but a `Gate` window is full and the gate was
+    /// closed. `window` is the first such window.
+    Gated {
+        window: usize,
+    },
+}
+
+/// The answer of `WindowStore::hit`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HitOutcome {
+    /// What the windows decided.
+    pub verdict: HitVerdict,
+    /// Whether the event was recorded (allowed, or forced).
+    pub added: bool,
+    /// Each window's count before this event, in request order.
+    pub counts: Vec<u32>,
+    /// After this call: how long until every `Enforce` window would admit one
+    /// more event (0 = at once).
+    pub next_retry_after_ms: u64,
+}
+
+/// The answer of `WindowStore::peek`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeekOutcome {
+    /// Each window's current count, in request order.
+    pub counts: Vec<u32>,
+    /// Per window: how long until its count drops below its limit (0 when it
+    /// is already below).
+    pub retry_after_ms: Vec<u64>,
+}
+
+/// One subject's share of a `ReserveRequest`.
+#[derive(Debug, Clone, Copy)]
+pub struct SubjectWindows<'a> {
+    /// The subject's window key, from `Keys::window`.
+    pub key: &'a str,
+    /// That subject's windows.
+    pub windows: &'a [WindowSpec],
+}
+
+/// A one-time code to store together with a reservation.
+#[derive(Debug, Clone, Copy)]
+pub struct CodeToStore<'a> {
+    /// `Keys::otp` of the phone.
+    pub key: &'a str,
+    /// HMAC of the code; the code itself is never stored.
+    pub mac: &'a str,
+    /// Wrong tries allowed; the last one burns the code.
+    pub attempts: u32,
+    /// Lifetime of the code.
+    pub ttl_ms: u64,
+}
+
+/// One event offered to every subject of a request, all or nothing.
+#[derive(Debug, Clone)]
+pub struct ReserveRequest<'a> {
+    /// Every subject the event counts against.
+    pub subjects: &'a [SubjectWindows<'a>],
+    /// Unique id of this event in every subject; `WindowStore::undo` removes it.
+    pub member: &'a str,
+    /// The request passed a captcha: `Gate` windows do not refuse it.
+    pub gate_open: bool,
+    /// Shadow mode: record the event (and store the code) even when refused.
+    pub force: bool,
+    /// Stored when the event is recorded, replacing the phone's previous code.
+    pub code: Option<CodeToStore<'a>>,
+}
+
+/// The answer of `WindowStore::reserve`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReserveOutcome {
+    /// Per subject, in request order. Every `added` equals `recorded`.
+    pub outcomes: Vec<HitOutcome>,
+    /// The event was recorded in every subject and the code stored: every
+    /// subject allowed it, or `force`. Otherwise nothing was written.
+    pub recorded: bool,
+}
+
+/// The answer of `WindowStore::otp_check`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OtpOutcome {
+    Valid,
+    /// Wrong code; `attempts_left` 0 means this try burnt the code.
+    Wrong {
+        attempts_left: u32,
+    },
+    /// The code was already burnt by wrong tries; it expires after this long.
+    Burnt {
+        retry_after_ms: u64,
+    },
+    /// No code: never sent, used, or expired.
+    Missing,
+}
