@@ -92,11 +92,15 @@ mod tests {
             assert_eq!(Cursor::decode(bad), None, "{bad:?}");
             assert!(!pattern.is_match(bad), "{bad:?}");
         }
-        for odd in ["f".repeat(48), "0".repeat(48)] {
+        // Any cursor of the documented form is a position, within RFC 3339's years.
+        for (odd, at) in [
+            ("f".repeat(48), "9999-12-31T23:59:59.999999Z"),
+            ("0".repeat(48), "1970-01-01T00:00:00.000000Z"),
+        ] {
             assert!(pattern.is_match(&odd));
-            let far =
-                Cursor::decode(&odd).expect("any cursor of the documented form is a position");
-            assert!(far.occurred_at.format("%Y").to_string().len() == 4);
+            let far = Cursor::decode(&odd).expect("a position");
+            let written = far.occurred_at.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string();
+            assert_eq!(written, at);
         }
     }
 }

@@ -135,11 +135,13 @@ impl LoginGuard {
         Self { ctx, notifier }
     }
 
-    fn user_keys(&self, user: &Subject) -> (String, String) {
-        let keys = &self.ctx.keys;
+    /// The user's failure window and lock keys, from the normalised name
+    /// (no `Subject` needed: `check` would build one for nothing).
+    fn user_keys(&self, user: &str) -> (String, String) {
+        let (keys, kind) = (&self.ctx.keys, SubjectKind::User.as_str());
         (
-            keys.subject_window(user, Action::LoginAttempt),
-            keys.subject_lock(user),
+            keys.window(kind, user, Action::LoginAttempt.as_str()),
+            keys.lock(kind, user),
         )
     }
 
@@ -166,8 +168,7 @@ impl LoginGuard {
         info: &RequestInfo,
     ) -> Result<LoginState, StoreError> {
         let policy = self.ctx.policy.current();
-        let (window_key, lock_key) =
-            self.user_keys(&Subject::new(SubjectKind::User, user.as_str()));
+        let (window_key, lock_key) = self.user_keys(user.as_str());
         let ip = self.ip_windows(&policy, info);
         let (user_state, ip_state) = futures::try_join!(
             self.ctx
@@ -195,12 +196,7 @@ impl LoginGuard {
             ip: ip.as_ref(),
             success: attempt.success,
         };
-        let decided = decision::attempt(&policy, &outcome, facts, policy.shadow);
-        let decided = if policy.shadow {
-            decided.shadowed()
-        } else {
-            decided
-        };
+        let decided = decision::attempt(&policy, &outcome, facts);
         Ok(self.apply(decided, attempt, info))
     }
 
@@ -219,7 +215,7 @@ impl LoginGuard {
         ip: Option<&IpWindows>,
         info: &RequestInfo,
     ) -> Result<LoginOutcome, StoreError> {
-        let (window_key, lock_key) = self.user_keys(user);
+        let (window_key, lock_key) = self.user_keys(&user.id);
         // Only a captcha check needs the address as text.
         let remote_ip = || info.ip.map(|ip| ip.to_string());
         let ask_later = policy.captcha.asks_provider(&attempt.captcha) && !policy.shadow;

@@ -131,7 +131,9 @@ impl Access {
         if with_key && !self.api_keys.admits(req) {
             return Err(ApiError::Unauthorized);
         }
-        let backend = self.is_backend(req);
+        // A request that got past the check above carries a key, when keys
+        // are configured: it is the backend without checking the key again.
+        let backend = with_key || self.is_loopback_backend(req);
         let ip = match body_ip {
             Some(raw) if with_key => Some(
                 ClientIp::parse(raw)
@@ -146,14 +148,12 @@ impl Access {
 
     /// The trust boundary: who may vouch for a login's outcome, a passed
     /// captcha or a client's IP. With API keys configured, a request that
-    /// carries one (the others were refused already). Without, a request
-    /// straight from loopback: not one that came through a proxy (it carries
-    /// `X-Forwarded-For` or `Forwarded`), since the browsers behind a reverse
-    /// proxy on the same host are not loopback callers, trusted proxy or not.
-    fn is_backend(&self, req: &HttpRequest) -> bool {
-        if !self.api_keys.is_empty() {
-            return self.api_keys.admits(req);
-        }
+    /// carries one (the others were refused already, in `caller`). Without,
+    /// a request straight from loopback: not one that came through a proxy
+    /// (it carries `X-Forwarded-For` or `Forwarded`), since the browsers
+    /// behind a reverse proxy on the same host are not loopback callers,
+    /// trusted proxy or not.
+    fn is_loopback_backend(&self, req: &HttpRequest) -> bool {
         let loopback = req
             .peer_addr()
             .is_some_and(|a| a.ip().to_canonical().is_loopback());

@@ -246,6 +246,11 @@ async fn filters_combine(kind: DbKind) {
             "&subject_kind=user&subject=BOB".into(),
             Box::new(|e| e.subject == "bob"),
         ),
+        // The address as the trail writes it: an IPv4-mapped IPv6 is its IPv4.
+        (
+            "&ip=::ffff:203.0.113.3".into(),
+            Box::new(|e| e.ip.as_deref() == Some("203.0.113.3")),
+        ),
         (
             format!("&since={}&until={}&decision=lock", iso(since), iso(until)),
             Box::new(move |e| {
@@ -429,7 +434,15 @@ async fn bad_queries_answer_400(kind: DbKind) {
     // Empty parameters are not "no filter" in the API (the console's form
     // sends them; the API's document says each is a value of its form).
     for query in [
-        "until=", "since=", "limit=", "cursor=", "subject=", "ip=", "action=",
+        "until=",
+        "since=",
+        "limit=",
+        "cursor=",
+        "subject=",
+        "ip=",
+        "action=",
+        "subject_kind=",
+        "decision=",
     ] {
         let answer = app.admin_get(&format!("/admin/api/events?{query}")).await;
         assert_eq!(
@@ -506,6 +519,7 @@ async fn subject_ids_in_paths_are_decoded_once(backend: Backend) {
     let unblocked = app
         .admin_post("/admin/api/subjects/user/unblock/unblock")
         .await;
+    assert_eq!(unblocked.status, 200, "{}", unblocked.body);
     assert_eq!(unblocked.body["id"], "unblock", "{}", unblocked.body);
 
     for range in ["10.0.0.0%2F8", "10.0.0.0%2F32", "2001:db8::%2F48"] {

@@ -136,6 +136,116 @@ async fn bad_input_answers_a_400_with_an_error_code() {
     }
 }
 
+/// What the OpenAPI document says each field takes, through the API: the
+/// forms around its edges are taken, the ones just past them refused.
+#[tokio::test]
+async fn fields_are_taken_exactly_as_the_openapi_document_says() {
+    let app = spawn_app(Backend::Memory, |s| s.login.captcha_after = 1000).await;
+    let refused: Vec<(&str, Value, &str)> = vec![
+        (
+            "/sms/send",
+            json!({ "phone": "+1-800-FLOWERS" }),
+            "invalid_phone",
+        ),
+        (
+            "/sms/send",
+            json!({ "phone": "\t+8613800138000" }),
+            "invalid_phone",
+        ),
+        (
+            "/sms/send",
+            json!({ "phone": format!("+86 138 0013 8000{}", " ".repeat(16)) }),
+            "invalid_phone",
+        ),
+        (
+            "/sms/send",
+            json!({ "phone": PHONE, "ip": "[::1]" }),
+            "invalid_request",
+        ),
+        (
+            "/sms/send",
+            json!({ "phone": PHONE, "ip": "1.2.3.4:80" }),
+            "invalid_request",
+        ),
+        (
+            "/sms/send",
+            json!({ "phone": PHONE, "ip": " 1.2.3.4" }),
+            "invalid_request",
+        ),
+        (
+            "/sms/send",
+            json!({ "phone": PHONE, "ip": "fe80::1%eth0" }),
+            "invalid_request",
+        ),
+        (
+            "/sms/verify",
+            json!({ "phone": PHONE, "code": "é".repeat(65) }),
+            "invalid_request",
+        ),
+        (
+            "/sms/verify",
+            json!({ "phone": PHONE, "code": " \t " }),
+            "invalid_request",
+        ),
+        (
+            "/login/check",
+            json!({ "user": "a".repeat(257) }),
+            "invalid_request",
+        ),
+        (
+            "/login/check",
+            json!({ "user": "alice\n" }),
+            "invalid_request",
+        ),
+        (
+            "/login/check",
+            json!({ "user": "\u{200b}\u{3000}" }),
+            "invalid_request",
+        ),
+    ];
+    for (path, body, code) in refused {
+        let answer = app.post(path, body.clone()).await;
+        assert_eq!(
+            (answer.status.as_u16(), answer.error()),
+            (400, code),
+            "{path} {body}"
+        );
+    }
+    for email in [
+        "ü@example.com",
+        "alice@localhost",
+        "a@b@example.com",
+        "a..b@example.com",
+    ] {
+        let body = json!({ "user": "alice", "success": false, "notify_email": email });
+        let answer = app.login_attempt(body).await;
+        assert_eq!(
+            (answer.status.as_u16(), answer.error()),
+            (400, "invalid_request"),
+            "{email}"
+        );
+    }
+
+    let spaced = app
+        .sms_send(json!({ "phone": " +86 (138) 0013-8000 " }))
+        .await;
+    assert_eq!(spaced.status, 200, "{}", spaced.body);
+    // 64 characters of two bytes each: a code of the right length, and wrong.
+    let long = app
+        .sms_verify(json!({ "phone": PHONE, "code": "é".repeat(64) }))
+        .await;
+    assert_eq!(long.status, 200, "{}", long.body);
+    assert_eq!(long.body["valid"], false, "{}", long.body);
+    let name = app.login_check(json!({ "user": "é".repeat(256) })).await;
+    assert_eq!(name.status, 200, "{}", name.body);
+    let mailed = app
+        .login_attempt(
+            json!({ "user": "bob", "success": false, "notify_email": "b.o+b@mail.example.co" }),
+        )
+        .await;
+    assert_eq!(mailed.status, 200, "{}", mailed.body);
+}
+
 #[tokio::test]
 async fn malformed_json_oversized_bodies_and_wrong_content_types_are_json_errors() {
     let app = spawn_app(Backend::Memory, |_| {}).await;

@@ -406,3 +406,26 @@ impl Drop for TestApp {
         }
     }
 }
+
+/// Run `case` (real processes on the Redis at `redis_url`, under `prefix`),
+/// then delete the prefix's keys whatever happened; a failure of the case is
+/// raised after the cleanup.
+pub async fn with_redis_prefix(
+    redis_url: &str,
+    prefix: &str,
+    case: impl std::future::Future<Output = ()>,
+) {
+    use futures::FutureExt;
+    let outcome = std::panic::AssertUnwindSafe(case).catch_unwind().await;
+    let cleanup = async {
+        RedisStore::connect(redis_url, Duration::from_secs(2))
+            .await?
+            .delete_prefix(prefix)
+            .await
+    }
+    .await;
+    if let Err(panic) = outcome {
+        std::panic::resume_unwind(panic);
+    }
+    cleanup.unwrap_or_else(|e| panic!("delete the keys under {prefix}: {e}"));
+}

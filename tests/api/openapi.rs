@@ -318,6 +318,23 @@ async fn every_route_is_documented_with_its_methods_and_nothing_else() {
             "{kind}: the id has a schema of its kind"
         );
     }
+    // Each kind's id is described by its own parser's form.
+    let id_schema = |kind: &str| {
+        operation(&doc, &format!("/admin/api/subjects/{kind}/{{id}}"), "get")["parameters"][0]
+            ["schema"]
+            .clone()
+    };
+    assert_eq!(id_schema("phone")["format"], "phone");
+    assert_eq!(
+        id_schema("ip")["pattern"],
+        json!(*tollgate::domain::client_ip::SUBJECT_PATTERN)
+    );
+    assert_eq!(
+        id_schema("user")["pattern"],
+        json!(*tollgate::domain::username::PATTERN)
+    );
+    assert_eq!(id_schema("user")["maxLength"], 256);
+    assert_eq!(id_schema("global")["enum"], json!(["sms_send"]));
 
     let events = operation(&doc, "/admin/api/events", "get");
     let query: BTreeSet<&str> = events["parameters"]

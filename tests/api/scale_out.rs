@@ -15,21 +15,15 @@
 //! an IP block of 5.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
-use futures::FutureExt;
 use serde_json::{json, Value};
-use tollgate::store::redis::RedisStore;
 
+use crate::helpers::{redis_url, with_redis_prefix};
 use crate::process::Tollgate;
 
 const PROCESSES: usize = 3;
 const CONCURRENT: usize = 60;
 const API_KEY: &str = "scale-key";
-
-fn redis_url() -> String {
-    std::env::var("TOLLGATE_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
-}
 
 fn cluster_url() -> String {
     std::env::var("TOLLGATE_TEST_REDIS_CLUSTER_URL").unwrap_or_else(|_| {
@@ -351,26 +345,14 @@ async fn failures_from_one_ip_block_it_exactly(fleet: &Fleet) {
 /// cases, and delete the prefix's keys whatever happened.
 async fn three_processes_give_exact_limits(redis_url: &str) {
     let prefix = format!("tgscale{}", uuid::Uuid::new_v4().simple());
-    let outcome = std::panic::AssertUnwindSafe(async {
+    // The fleet is dropped before the cleanup: its processes are killed.
+    with_redis_prefix(redis_url, &prefix, async {
         let fleet = Fleet::start(redis_url, &prefix).await;
         sends_for_one_phone_pass_the_phone_window_exactly(&fleet).await;
         failures_for_one_user_lock_it_once(&fleet).await;
         failures_from_one_ip_block_it_exactly(&fleet).await;
     })
-    .catch_unwind()
     .await;
-    // The fleet is dropped by now: its processes are killed.
-    let cleanup = async {
-        RedisStore::connect(redis_url, Duration::from_secs(2))
-            .await?
-            .delete_prefix(&prefix)
-            .await
-    }
-    .await;
-    if let Err(panic) = outcome {
-        std::panic::resume_unwind(panic);
-    }
-    cleanup.unwrap_or_else(|e| panic!("delete the keys under {prefix}: {e}"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -10,12 +10,10 @@
 
 use std::time::Duration;
 
-use futures::FutureExt;
 use tollgate::domain::PhoneNumber;
-use tollgate::store::redis::RedisStore;
 
 use crate::audit_db::{DbKind, TestDb};
-use crate::helpers::{redis_url, ADMIN_TOKEN, API_KEY};
+use crate::helpers::{redis_url, with_redis_prefix, ADMIN_TOKEN, API_KEY};
 use crate::process::Tollgate;
 
 fn schemathesis() -> String {
@@ -133,7 +131,7 @@ async fn every_route_keeps_to_its_openapi_document() {
     assert!(numbers.len() > 300, "{} example numbers", numbers.len());
     std::fs::write(&phones, serde_json::to_string(&numbers).unwrap()).unwrap();
 
-    let outcome = std::panic::AssertUnwindSafe(async {
+    with_redis_prefix(&redis_url(), &prefix, async {
         let server = Tollgate::start(&config).await;
         let run = tokio::process::Command::new(&schemathesis)
             .current_dir(dir.path())
@@ -181,17 +179,5 @@ async fn every_route_keeps_to_its_openapi_document() {
             .collect();
         assert!(errors.is_empty(), "the service logged errors: {errors:#?}");
     })
-    .catch_unwind()
     .await;
-    let cleanup = async {
-        RedisStore::connect(&redis_url(), Duration::from_secs(2))
-            .await?
-            .delete_prefix(&prefix)
-            .await
-    }
-    .await;
-    if let Err(panic) = outcome {
-        std::panic::resume_unwind(panic);
-    }
-    cleanup.unwrap_or_else(|e| panic!("delete the keys under {prefix}: {e}"));
 }

@@ -58,11 +58,11 @@ fn row(decision: AuditDecision, reason: Reason, subject: &Subject) -> AuditEvent
 }
 
 /// `POST /login/attempt`.
+/// In shadow mode (`policy.shadow`) the decision comes back `shadowed`.
 pub(super) fn attempt(
     policy: &Policy,
     outcome: &LoginOutcome,
     attempt: Attempt<'_>,
-    shadow: bool,
 ) -> AttemptDecision {
     let failures = outcome.user.failures;
     let ip_count = outcome.ip.map_or(0, |seen| seen.count);
@@ -117,10 +117,10 @@ pub(super) fn attempt(
         }
         LoginVerdict::Recorded => {}
     }
-    let recorded = outcome.recorded(shadow);
-    let (crossed, ip_failures_after) = crossed(policy, outcome, &attempt, recorded);
+    let recorded = outcome.recorded(policy.shadow);
+    let (crossed, ip_failures_after) = crossed(policy, outcome, &attempt, recorded, ip_count);
     let locked_for_ms = outcome.user.locked_for_ms;
-    AttemptDecision {
+    let decided = AttemptDecision {
         refusals,
         crossed,
         notify_lock: locked_for_ms.map(Duration::from_millis),
@@ -131,17 +131,23 @@ pub(super) fn attempt(
             retry_after_secs: locked_for_ms.map(crate::guard::ceil_secs),
             ..LoginState::allow(failures)
         },
+    };
+    if policy.shadow {
+        decided.shadowed()
+    } else {
+        decided
     }
 }
 
 /// The rows of the thresholds this attempt crossed by being recorded (the
 /// user's captcha tier and lock; the IP's captcha tier and block), and the
-/// IP's failures after it.
+/// IP's failures after it (`ip_count`: before it).
 fn crossed(
     policy: &Policy,
     outcome: &LoginOutcome,
     attempt: &Attempt<'_>,
     recorded: bool,
+    ip_count: u32,
 ) -> (Vec<AuditEvent>, u32) {
     let user = &outcome.user;
     let mut rows = Vec::new();
@@ -162,7 +168,6 @@ fn crossed(
                 .retry_after_ms(lock_ms),
         );
     }
-    let ip_count = outcome.ip.map_or(0, |seen| seen.count);
     let (Some(ip), true, false) = (attempt.ip, recorded, attempt.success) else {
         return (rows, ip_count);
     };
@@ -219,7 +224,7 @@ mod tests {
     use crate::settings::Settings;
     use crate::store::{IpFailures, LoginAttemptOutcome, RuleWindow};
 
-    fn policy() -> Policy {
+    fn default_policy() -> Policy {
         Policy::from_settings(&Settings::load(None).unwrap()).unwrap()
     }
 
@@ -236,7 +241,7 @@ mod tests {
     /// attempt is allowed.
     #[test]
     fn refusals_come_in_order_and_shadow_writes_them_all() {
-        let policy = policy();
+        let policy = default_policy();
         let user = Subject::new(SubjectKind::User, "alice");
         let ip = ip_windows(&policy);
         let outcome = LoginOutcome {
@@ -258,13 +263,17 @@ mod tests {
             ip: Some(&ip),
             success: false,
         };
-        let decided = attempt(&policy, &outcome, facts(), false);
+        let decided = attempt(&policy, &outcome, facts());
         let reasons: Vec<_> = decided.refusals.iter().map(|(a, _)| a.reason).collect();
         assert_eq!(reasons, [Some(Reason::IpBlocked), Some(Reason::UserLocked)]);
         assert_eq!(decided.refusals[0].0.retry_after_secs, Some(5));
         assert!(decided.refusals[0].0.locked);
 
-        let shadowed = attempt(&policy, &outcome, facts(), true).shadowed();
+        let shadow = Policy {
+            shadow: true,
+            ..default_policy()
+        };
+        let shadowed = attempt(&shadow, &outcome, facts());
         assert!(shadowed.refusals.is_empty());
         assert_eq!(shadowed.allowed, LoginState::allow(12));
         let rows: Vec<_> = shadowed
@@ -279,7 +288,7 @@ mod tests {
     /// answer says locked without refusing.
     #[test]
     fn the_locking_failure_is_audited_and_told() {
-        let policy = policy();
+        let policy = default_policy();
         let user = Subject::new(SubjectKind::User, "alice");
         let outcome = LoginOutcome {
             user: LoginAttemptOutcome {
@@ -298,7 +307,6 @@ mod tests {
                 ip: None,
                 success: false,
             },
-            false,
         );
         assert!(decided.refusals.is_empty());
         let rows: Vec<_> = decided.crossed.iter().map(|r| r.reason.as_str()).collect();
