@@ -10,7 +10,7 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use super::request_id::RequestId;
-use crate::domain::client_ip::{forwarded_for, parse_cidr, parse_hop};
+use crate::domain::client_ip::{forwarded_for, parse_hop};
 use crate::domain::ClientIp;
 use crate::error::ApiError;
 use crate::guard::RequestInfo;
@@ -86,16 +86,12 @@ pub struct Access {
 }
 
 impl Access {
-    /// From `[server]`, whose proxy ranges start-up has already validated.
+    /// From `[server]`.
     pub fn new(server: &ServerSettings) -> Self {
         Self {
             api_keys: BearerSecrets::new(&server.api_keys),
             admin_tokens: BearerSecrets::new(&server.admin_tokens),
-            trusted_proxies: server
-                .trusted_proxies
-                .iter()
-                .filter_map(|p| parse_cidr(p))
-                .collect(),
+            trusted_proxies: server.trusted_proxies.clone(),
         }
     }
 

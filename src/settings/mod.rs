@@ -3,6 +3,7 @@
 //! validated once at start-up. Every error names the offending key.
 
 mod duration;
+mod parsed;
 mod secret;
 mod validate;
 
@@ -73,7 +74,8 @@ pub struct ServerSettings {
     /// Address the HTTP server listens on.
     pub bind: SocketAddr,
     /// CIDRs (or single addresses) of proxies whose `X-Forwarded-For` is honoured.
-    pub trusted_proxies: Vec<String>,
+    #[serde(with = "parsed::cidrs")]
+    pub trusted_proxies: Vec<ipnet::IpNet>,
     /// When non-empty, `/sms/*` and `/login/*` need `Authorization: Bearer <key>`.
     pub api_keys: Vec<Secret>,
     /// Bearer tokens for `/admin`; empty means every admin route answers 401.
@@ -308,9 +310,11 @@ pub struct EmailSettings {
     /// `smtp://host:port`; empty disables email.
     pub smtp_url: SecretUrl,
     /// Sender address of every email; default `tollgate@localhost`.
-    pub from: String,
+    #[serde(with = "parsed::mailbox")]
+    pub from: lettre::message::Mailbox,
     /// Where the admin alert digest goes; empty turns alerts off.
-    pub admin_alerts_to: Vec<String>,
+    #[serde(with = "parsed::mailboxes")]
+    pub admin_alerts_to: Vec<lettre::message::Mailbox>,
     /// Denials of one SMS rule within `alert_window` above which the admins
     /// are alerted (a lock alerts at once); default 100.
     pub alert_threshold: u32,
@@ -364,13 +368,29 @@ impl Settings {
     }
 }
 
+/// `["email", "admin_alerts_to", "1"]` → `email.admin_alerts_to[1]`.
+fn config_key(path: &[String]) -> String {
+    let mut key = String::new();
+    for part in path {
+        if part.bytes().all(|b| b.is_ascii_digit()) && !key.is_empty() {
+            key.push_str(&format!("[{part}]"));
+        } else {
+            if !key.is_empty() {
+                key.push('.');
+            }
+            key.push_str(&part.to_lowercase());
+        }
+    }
+    key
+}
+
 /// Names the key as a config file spells it (`sms.code_ttl`), whether the bad
 /// value came from the file or from `TOLLGATE__SMS__CODE_TTL`.
 fn load_error(error: figment::Error) -> SettingsError {
     if error.path.is_empty() {
         return SettingsError::Load(Box::new(error));
     }
-    let key = error.path.join(".").to_lowercase();
+    let key = config_key(&error.path);
     let source = error
         .metadata
         .as_ref()

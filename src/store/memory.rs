@@ -10,20 +10,22 @@
 //! its TTL; an entry counts as gone once `now > expires_at`, as in Redis.
 //! [`MemoryStore::sweep`] frees expired entries.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use dashmap::DashMap;
 use subtle::ConstantTimeEq;
 
-use self::window::Window;
+use self::entry::{wrong_type, Entry, Subject, Value};
+use self::window::verdict;
 use super::{
     Clock, HitOutcome, HitRequest, HitVerdict, LoginAttemptOutcome, LoginAttemptRequest,
-    LoginPolicy, LoginStateOutcome, LoginVerdict, OtpOutcome, PeekOutcome, StoreError, WindowMode,
-    WindowSpec, WindowStore,
+    LoginPolicy, LoginStateOutcome, OtpOutcome, PeekOutcome, StoreError, WindowMode, WindowSpec,
+    WindowStore,
 };
 
+mod entry;
+mod login;
 mod window;
 
 /// The in-process store: one instance only, state lost on restart.
@@ -82,154 +84,6 @@ fn shard_of(key: &str) -> &str {
         }
     }
     key
-}
-
-#[derive(Default)]
-struct Subject {
-    entries: HashMap<String, Entry>,
-}
-
-struct Entry {
-    value: Value,
-    /// Gone once `now > expires_at`.
-    expires_at: Option<u64>,
-}
-
-impl Entry {
-    fn expired(&self, now: u64) -> bool {
-        self.expires_at.is_some_and(|at| now > at)
-    }
-}
-
-enum Value {
-    Window(Window),
-    Lock { until: u64, level: u32 },
-    Otp { mac: String, left: u32, exp: u64 },
-    Text(String),
-}
-
-impl Value {
-    fn type_name(&self) -> &'static str {
-        match self {
-            Value::Window(_) => "window",
-            Value::Lock { .. } => "lock",
-            Value::Otp { .. } => "otp",
-            Value::Text(_) => "text",
-        }
-    }
-}
-
-fn wrong_type(key: &str, found: &Value, wanted: &str) -> StoreError {
-    StoreError::Protocol(format!(
-        "WRONGTYPE: {key} holds a {}, not a {wanted}",
-        found.type_name()
-    ))
-}
-
-impl Subject {
-    /// The live entry at `key`, dropping it first when it has expired.
-    fn live(&mut self, key: &str, now: u64) -> Option<&mut Entry> {
-        if self.entries.get(key).is_some_and(|e| e.expired(now)) {
-            self.entries.remove(key);
-        }
-        self.entries.get_mut(key)
-    }
-
-    /// The window at `key`, changed in place by `f`, as Redis would: a missing
-    /// key is an empty set, and a set left empty is no key at all. When `f`
-    /// answers an expiry too, the key's is set to it (if `f` left events).
-    fn change_window<T>(
-        &mut self,
-        key: &str,
-        now: u64,
-        f: impl FnOnce(&mut Window) -> (T, Option<u64>),
-    ) -> Result<T, StoreError> {
-        if self.live(key, now).is_none() {
-            self.entries.insert(
-                key.to_owned(),
-                Entry {
-                    value: Value::Window(Window::default()),
-                    expires_at: None,
-                },
-            );
-        }
-        let entry = self.entries.get_mut(key).expect("inserted above");
-        let Value::Window(window) = &mut entry.value else {
-            return Err(wrong_type(key, &entry.value, "window"));
-        };
-        let (out, expires_at) = f(window);
-        if window.is_empty() {
-            self.entries.remove(key);
-        } else if expires_at.is_some() {
-            entry.expires_at = expires_at;
-        }
-        Ok(out)
-    }
-
-    /// Read the window at `key` (an empty one when absent).
-    fn read_window<T>(
-        &mut self,
-        key: &str,
-        now: u64,
-        f: impl FnOnce(&Window) -> T,
-    ) -> Result<T, StoreError> {
-        match self.live(key, now) {
-            None => Ok(f(&Window::default())),
-            Some(Entry {
-                value: Value::Window(w),
-                ..
-            }) => Ok(f(w)),
-            Some(e) => Err(wrong_type(key, &e.value, "window")),
-        }
-    }
-
-    /// `(until, level)` of the lock record at `key`, if any.
-    fn lock(&mut self, key: &str, now: u64) -> Result<Option<(u64, u32)>, StoreError> {
-        match self.live(key, now) {
-            None => Ok(None),
-            Some(Entry {
-                value: Value::Lock { until, level },
-                ..
-            }) => Ok(Some((*until, *level))),
-            Some(e) => Err(wrong_type(key, &e.value, "lock")),
-        }
-    }
-}
-
-/// `Denied` by the enforce window with the longest wait, else `Gated` by the
-/// first full gate window (unless the gate is open), else `Allowed`.
-fn verdict(
-    window: &Window,
-    now: u64,
-    specs: &[WindowSpec],
-    counts: &[u32],
-    gate_open: bool,
-) -> HitVerdict {
-    let mut verdict = HitVerdict::Allowed;
-    let mut longest_wait = 0;
-    for (i, spec) in specs.iter().enumerate() {
-        if spec.mode == WindowMode::Enforce && counts[i] >= spec.limit {
-            let wait = window.wait(now, spec.limit, spec.window_ms);
-            let first = !matches!(verdict, HitVerdict::Denied { .. });
-            if first || wait > longest_wait {
-                longest_wait = wait;
-                verdict = HitVerdict::Denied {
-                    window: i,
-                    retry_after_ms: wait,
-                };
-            }
-        }
-    }
-    if verdict == HitVerdict::Allowed && !gate_open {
-        if let Some(i) = specs
-            .iter()
-            .zip(counts)
-            .position(|(w, c)| w.mode == WindowMode::Gate && *c >= w.limit)
-        {
-            verdict = HitVerdict::Gated { window: i };
-        }
-    }
-    verdict
 }
 
 fn no_windows() -> StoreError {
@@ -315,82 +169,9 @@ impl WindowStore for MemoryStore {
         &self,
         req: LoginAttemptRequest<'_>,
     ) -> Result<LoginAttemptOutcome, StoreError> {
-        let p = req.policy;
         let now = self.clock.now_ms();
-        let longest = p.captcha_window_ms.max(p.lock_window_ms);
-        let keep = p.captcha_after.max(p.lock_after) as usize;
-        self.with_subject(req.window_key, |subject| {
-            // Both keys share the subject's hash tag, so they are in this shard.
-            let prev = subject.lock(req.lock_key, now)?;
-            let failures =
-                subject.read_window(req.window_key, now, |w| w.count(now, p.captcha_window_ms))?;
-            let (verdict, may_lock) = match prev {
-                Some((until, _)) if until > now => (
-                    LoginVerdict::Locked {
-                        retry_after_ms: until - now,
-                    },
-                    false,
-                ),
-                _ if (failures >= p.captcha_after || req.captcha_demanded)
-                    && !req.captcha_passed =>
-                {
-                    (LoginVerdict::Challenged, true)
-                }
-                _ => (LoginVerdict::Recorded, true),
-            };
-            let mut outcome = LoginAttemptOutcome {
-                verdict,
-                failures,
-                captcha_crossed: false,
-                locked_for_ms: None,
-            };
-            let record = (verdict == LoginVerdict::Recorded && !req.ip_blocked) || req.shadow;
-            if !record {
-                return Ok(outcome);
-            }
-            if req.success {
-                if p.reset_on_success {
-                    subject.entries.remove(req.window_key);
-                    outcome.failures = 0;
-                }
-                return Ok(outcome);
-            }
-            let (after, lock_count) = subject.change_window(req.window_key, now, |window| {
-                window.add(now, req.member);
-                window.trim(keep);
-                let counts = (
-                    window.count(now, p.captcha_window_ms),
-                    window.count(now, p.lock_window_ms),
-                );
-                (counts, Some(now + longest))
-            })?;
-            if may_lock && lock_count >= p.lock_after {
-                let level = match prev {
-                    Some((until, level)) if now.saturating_sub(until) <= p.escalation_reset_ms => {
-                        (level + 1).min(40)
-                    }
-                    _ => 0,
-                };
-                let duration = p
-                    .lock_ms
-                    .saturating_mul(1u64 << level.min(63))
-                    .min(p.lock_max_ms);
-                subject.entries.insert(
-                    req.lock_key.to_owned(),
-                    Entry {
-                        value: Value::Lock {
-                            until: now + duration,
-                            level,
-                        },
-                        expires_at: Some(now + duration + p.escalation_reset_ms),
-                    },
-                );
-                outcome.locked_for_ms = Some(duration);
-            }
-            outcome.captcha_crossed = failures < p.captcha_after && after >= p.captcha_after;
-            outcome.failures = after;
-            Ok(outcome)
-        })
+        // Both keys share the subject's hash tag, so they are in this shard.
+        self.with_subject(req.window_key, |subject| login::attempt(subject, &req, now))
     }
 
     async fn login_state(
@@ -401,20 +182,7 @@ impl WindowStore for MemoryStore {
     ) -> Result<LoginStateOutcome, StoreError> {
         let now = self.clock.now_ms();
         self.with_subject(window_key, |subject| {
-            let lock = subject.lock(lock_key, now)?;
-            let (failures, lock_window_failures) = subject.read_window(window_key, now, |w| {
-                (
-                    w.count(now, policy.captcha_window_ms),
-                    w.count(now, policy.lock_window_ms),
-                )
-            })?;
-            Ok(LoginStateOutcome {
-                locked_retry_after_ms: lock
-                    .filter(|(until, _)| *until > now)
-                    .map(|(until, _)| until - now),
-                failures,
-                lock_window_failures,
-            })
+            login::state(subject, window_key, lock_key, policy, now)
         })
     }
 

@@ -370,8 +370,12 @@ async fn an_unreachable_provider_answers_502() {
 }
 
 #[test]
-fn bad_delivery_captcha_and_email_settings_fail_naming_the_key() {
+fn bad_delivery_captcha_email_and_proxy_settings_fail_naming_the_key() {
     let cases = [
+        (
+            "server.trusted_proxies[1]",
+            "[server]\ntrusted_proxies = [\"10.0.0.0/8\", \"10.0.0.0/33\"]",
+        ),
         ("sms.provider.timeout", "[sms.provider]\ntimeout = \"0s\""),
         (
             "sms.provider.url",

@@ -393,7 +393,7 @@ async fn api_keys_are_required_when_configured() {
 /// not call `/login/*` nor claim a passed captcha.
 #[tokio::test]
 async fn only_the_backend_may_vouch_for_a_login_or_a_captcha() {
-    for trusted in [vec![], vec!["127.0.0.1".to_string()]] {
+    for trusted in [vec![], vec!["127.0.0.1/32".parse().unwrap()]] {
         let app = spawn_app(Backend::Memory, |s| {
             s.server.api_keys = vec![];
             s.server.trusted_proxies = trusted.clone();
@@ -483,7 +483,10 @@ async fn without_an_api_key_the_body_ip_is_ignored_and_the_peer_counts() {
 async fn a_trusted_proxy_forwards_the_right_most_untrusted_hop() {
     let app = spawn_app(Backend::Memory, |s| {
         s.server.api_keys = vec![];
-        s.server.trusted_proxies = vec!["127.0.0.1".into(), "10.0.0.0/8".into()];
+        s.server.trusted_proxies = vec![
+            "127.0.0.1/32".parse().unwrap(),
+            "10.0.0.0/8".parse().unwrap(),
+        ];
         s.sms.ip_limits = limits(&[(1, 3_600_000)]);
     })
     .await;
@@ -510,7 +513,7 @@ async fn a_trusted_proxy_forwards_the_right_most_untrusted_hop() {
 async fn forwarded_hops_with_ports_brackets_or_nothing_in_them() {
     let app = spawn_app(Backend::Memory, |s| {
         s.server.api_keys = vec![];
-        s.server.trusted_proxies = vec!["127.0.0.1".into()];
+        s.server.trusted_proxies = vec!["127.0.0.1/32".parse().unwrap()];
         s.sms.ip_limits = limits(&[(1, 3_600_000)]);
     })
     .await;
@@ -569,7 +572,7 @@ async fn forwarded_hops_with_ports_brackets_or_nothing_in_them() {
 async fn forwarded_for_from_an_untrusted_peer_is_ignored() {
     let app = spawn_app(Backend::Memory, |s| {
         s.server.api_keys = vec![];
-        s.server.trusted_proxies = vec!["10.0.0.0/8".into()];
+        s.server.trusted_proxies = vec!["10.0.0.0/8".parse().unwrap()];
         s.sms.ip_limits = limits(&[(1, 3_600_000)]);
     })
     .await;

@@ -22,7 +22,7 @@ async fn app_with_email(
     let (inbox, url) = smtp::start();
     let app = spawn_app(backend, move |s| {
         s.email.smtp_url = SecretUrl::new(url);
-        s.email.from = FROM.into();
+        s.email.from = FROM.parse().unwrap();
         s.login.captcha_after = 100;
         s.login.ip_captcha_after = 1000;
         s.login.ip_block_after = 1000;
@@ -198,7 +198,7 @@ async fn a_silent_smtp_server_does_not_slow_down_the_attempt_that_locks() {
     let url = format!("smtp://127.0.0.1:{}", silent.local_addr().unwrap().port());
     let app = spawn_app(Backend::Memory, move |s| {
         s.email.smtp_url = SecretUrl::new(url);
-        s.email.admin_alerts_to = vec!["ops@example.com".into()];
+        s.email.admin_alerts_to = vec!["ops@example.com".parse().unwrap()];
         s.login.captcha_after = 100;
         s.login.lock_after = 1;
     })
@@ -224,7 +224,7 @@ async fn a_silent_smtp_server_does_not_slow_down_the_attempt_that_locks() {
 async fn no_notice_is_sent_in_shadow_mode() {
     let (app, inbox) = app_with_email(Backend::Memory, |s| {
         s.shadow.enabled = true;
-        s.email.admin_alerts_to = vec!["ops@example.com".into()];
+        s.email.admin_alerts_to = vec!["ops@example.com".parse().unwrap()];
         s.email.alert_interval = Duration::from_millis(100);
     })
     .await;
@@ -263,7 +263,10 @@ async fn no_notice_is_sent_in_shadow_mode() {
 async fn admins_get_a_digest_at_the_first_lock_then_at_most_one_per_interval() {
     let interval = Duration::from_secs(2);
     let (app, inbox) = app_with_email(Backend::Memory, |s| {
-        s.email.admin_alerts_to = vec!["ops@example.com".into(), "security@example.com".into()];
+        s.email.admin_alerts_to = vec![
+            "ops@example.com".parse().unwrap(),
+            "security@example.com".parse().unwrap(),
+        ];
         s.email.alert_interval = interval;
     })
     .await;
@@ -327,7 +330,7 @@ async fn admins_get_a_digest_at_the_first_lock_then_at_most_one_per_interval() {
 async fn an_sms_rule_denying_more_than_the_threshold_within_the_window_alerts_the_admins() {
     let interval = Duration::from_millis(300);
     let (app, inbox) = app_with_email(Backend::Memory, |s| {
-        s.email.admin_alerts_to = vec!["ops@example.com".into()];
+        s.email.admin_alerts_to = vec!["ops@example.com".parse().unwrap()];
         s.email.alert_threshold = 3;
         s.email.alert_window = Duration::from_secs(60);
         s.email.alert_interval = interval;

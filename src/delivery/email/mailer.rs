@@ -66,9 +66,7 @@ impl Mailer {
             .map_err(|e| SetupError::invalid("email.smtp_url", e.to_string()))?
             .timeout(Some(config.smtp_timeout))
             .build();
-        let from: Mailbox = settings.from.parse().map_err(|e| {
-            SetupError::invalid("email.from", format!("is not an email address: {e}"))
-        })?;
+        let from = settings.from.clone();
         let (tx, rx) = mpsc::channel(config.queue_capacity.max(1));
         let task = tokio::spawn(run(transport, from, rx, config));
         Ok((Self { tx }, task))

@@ -11,8 +11,6 @@ mod notice;
 
 use std::sync::Arc;
 
-use lettre::message::Mailbox;
-
 pub use alerts::{AdminAlerts, AlertSettings};
 pub use mailer::{Mailer, MailerConfig, Outgoing};
 pub use notice::{mask_email, EmailLockNotifier, LockNotice, LockNotifier, NoNotices};
@@ -42,19 +40,7 @@ impl Email {
                 alerts: None,
             });
         }
-        let to = settings
-            .admin_alerts_to
-            .iter()
-            .enumerate()
-            .map(|(i, address)| {
-                address.parse::<Mailbox>().map_err(|e| {
-                    SetupError::invalid(
-                        &format!("email.admin_alerts_to[{i}]"),
-                        format!("is not an email address: {e}"),
-                    )
-                })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let to = settings.admin_alerts_to.clone();
         // The task ends by itself once every `Mailer` is dropped and its queue is empty.
         let (mailer, _task) = Mailer::start(settings, config)?;
         let alerts = (!to.is_empty()).then(|| AlertSettings {

@@ -5,6 +5,8 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
+use crate::store::{HitVerdict, WindowMode, WindowSpec};
+
 /// A sorted set of events: `(time, member)`, ordered like a Redis ZSET (by
 /// score, then by member bytes), members unique. `times` finds a member's
 /// time, so that finding the member itself is a binary search.
@@ -101,6 +103,42 @@ impl Window {
             self.times.remove(&member);
         }
     }
+}
+
+/// `Denied` by the enforce window with the longest wait, else `Gated` by the
+/// first full gate window (unless the gate is open), else `Allowed`.
+pub(super) fn verdict(
+    window: &Window,
+    now: u64,
+    specs: &[WindowSpec],
+    counts: &[u32],
+    gate_open: bool,
+) -> HitVerdict {
+    let mut verdict = HitVerdict::Allowed;
+    let mut longest_wait = 0;
+    for (i, spec) in specs.iter().enumerate() {
+        if spec.mode == WindowMode::Enforce && counts[i] >= spec.limit {
+            let wait = window.wait(now, spec.limit, spec.window_ms);
+            let first = !matches!(verdict, HitVerdict::Denied { .. });
+            if first || wait > longest_wait {
+                longest_wait = wait;
+                verdict = HitVerdict::Denied {
+                    window: i,
+                    retry_after_ms: wait,
+                };
+            }
+        }
+    }
+    if verdict == HitVerdict::Allowed && !gate_open {
+        if let Some(i) = specs
+            .iter()
+            .zip(counts)
+            .position(|(w, c)| w.mode == WindowMode::Gate && *c >= w.limit)
+        {
+            verdict = HitVerdict::Gated { window: i };
+        }
+    }
+    verdict
 }
 
 #[cfg(test)]

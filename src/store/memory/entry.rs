@@ -1,0 +1,124 @@
+//! What the in-process store keeps under one subject's lock: its keys, each
+//! with a value of one kind and an expiry, read and changed the way Redis
+//! would (an expired key is no key; an emptied window is no key).
+
+use std::collections::HashMap;
+
+use super::window::Window;
+use crate::store::StoreError;
+
+/// The keys of one subject (one Redis Cluster hash tag).
+#[derive(Default)]
+pub(super) struct Subject {
+    pub(super) entries: HashMap<String, Entry>,
+}
+
+/// One key's value and expiry.
+pub(super) struct Entry {
+    pub(super) value: Value,
+    /// Gone once `now > expires_at`.
+    pub(super) expires_at: Option<u64>,
+}
+
+impl Entry {
+    pub(super) fn expired(&self, now: u64) -> bool {
+        self.expires_at.is_some_and(|at| now > at)
+    }
+}
+
+/// What a key holds: the store's twin of a ZSET, a lock hash, a code hash, a string.
+pub(super) enum Value {
+    Window(Window),
+    Lock { until: u64, level: u32 },
+    Otp { mac: String, left: u32, exp: u64 },
+    Text(String),
+}
+
+impl Value {
+    fn type_name(&self) -> &'static str {
+        match self {
+            Value::Window(_) => "window",
+            Value::Lock { .. } => "lock",
+            Value::Otp { .. } => "otp",
+            Value::Text(_) => "text",
+        }
+    }
+}
+
+/// The error Redis gives for a command on a key of another type.
+pub(super) fn wrong_type(key: &str, found: &Value, wanted: &str) -> StoreError {
+    StoreError::Protocol(format!(
+        "WRONGTYPE: {key} holds a {}, not a {wanted}",
+        found.type_name()
+    ))
+}
+
+impl Subject {
+    /// The live entry at `key`, dropping it first when it has expired.
+    pub(super) fn live(&mut self, key: &str, now: u64) -> Option<&mut Entry> {
+        if self.entries.get(key).is_some_and(|e| e.expired(now)) {
+            self.entries.remove(key);
+        }
+        self.entries.get_mut(key)
+    }
+
+    /// The window at `key`, changed in place by `f`, as Redis would: a missing
+    /// key is an empty set, and a set left empty is no key at all. When `f`
+    /// answers an expiry too, the key's is set to it (if `f` left events).
+    pub(super) fn change_window<T>(
+        &mut self,
+        key: &str,
+        now: u64,
+        f: impl FnOnce(&mut Window) -> (T, Option<u64>),
+    ) -> Result<T, StoreError> {
+        if self.live(key, now).is_none() {
+            self.entries.insert(
+                key.to_owned(),
+                Entry {
+                    value: Value::Window(Window::default()),
+                    expires_at: None,
+                },
+            );
+        }
+        let entry = self.entries.get_mut(key).expect("inserted above");
+        let Value::Window(window) = &mut entry.value else {
+            return Err(wrong_type(key, &entry.value, "window"));
+        };
+        let (out, expires_at) = f(window);
+        if window.is_empty() {
+            self.entries.remove(key);
+        } else if expires_at.is_some() {
+            entry.expires_at = expires_at;
+        }
+        Ok(out)
+    }
+
+    /// Read the window at `key` (an empty one when absent).
+    pub(super) fn read_window<T>(
+        &mut self,
+        key: &str,
+        now: u64,
+        f: impl FnOnce(&Window) -> T,
+    ) -> Result<T, StoreError> {
+        match self.live(key, now) {
+            None => Ok(f(&Window::default())),
+            Some(Entry {
+                value: Value::Window(w),
+                ..
+            }) => Ok(f(w)),
+            Some(e) => Err(wrong_type(key, &e.value, "window")),
+        }
+    }
+
+    /// `(until, level)` of the lock record at `key`, if any.
+    pub(super) fn lock(&mut self, key: &str, now: u64) -> Result<Option<(u64, u32)>, StoreError> {
+        match self.live(key, now) {
+            None => Ok(None),
+            Some(Entry {
+                value: Value::Lock { until, level },
+                ..
+            }) => Ok(Some((*until, *level))),
+            Some(e) => Err(wrong_type(key, &e.value, "lock")),
+        }
+    }
+}

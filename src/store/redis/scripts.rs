@@ -1,0 +1,248 @@
+//! The Lua scripts (`lua/`) and how their arguments and answers are laid
+//! out: every window operation is one script call, atomic per subject.
+
+use fred::prelude::Value;
+use fred::types::scripts::Script;
+use fred::types::FromValue;
+
+use super::RedisStore;
+use crate::store::{
+    CodeToStore, HitOutcome, HitVerdict, IpFailureWindow, IpFailures, LoginAttemptOutcome,
+    LoginAttemptRequest, LoginVerdict, ReserveOutcome, StoreError, SubjectWindows, WindowMode,
+};
+
+/// Every script, loaded once per store.
+pub(super) struct Scripts {
+    pub(super) reserve: Script,
+    pub(super) window_peek: Script,
+    pub(super) login_attempt: Script,
+    pub(super) login_state: Script,
+    pub(super) otp_put: Script,
+    pub(super) otp_check: Script,
+    pub(super) get_or_init: Script,
+}
+
+impl Scripts {
+    pub(super) fn new() -> Self {
+        Self {
+            reserve: Script::from_lua(include_str!("../../../lua/reserve.lua")),
+            window_peek: Script::from_lua(include_str!("../../../lua/window_peek.lua")),
+            login_attempt: Script::from_lua(include_str!("../../../lua/login_attempt.lua")),
+            login_state: Script::from_lua(include_str!("../../../lua/login_state.lua")),
+            otp_put: Script::from_lua(include_str!("../../../lua/otp_put.lua")),
+            otp_check: Script::from_lua(include_str!("../../../lua/otp_check.lua")),
+            get_or_init: Script::from_lua(include_str!("../../../lua/get_or_init.lua")),
+        }
+    }
+
+    pub(super) fn all(&self) -> [&Script; 7] {
+        [
+            &self.reserve,
+            &self.window_peek,
+            &self.login_attempt,
+            &self.login_state,
+            &self.otp_put,
+            &self.otp_check,
+            &self.get_or_init,
+        ]
+    }
+}
+
+impl RedisStore {
+    pub(super) async fn eval<R: FromValue>(
+        &self,
+        script: &Script,
+        keys: Vec<&str>,
+        args: Vec<Value>,
+    ) -> Result<R, StoreError> {
+        let client = self.client_here();
+        self.run_on(
+            &client,
+            script.evalsha_with_reload::<R, _, _>(&client, keys, args),
+        )
+        .await
+    }
+
+    /// `reserve.lua` over `subjects` (and the code): one call, atomic.
+    pub(super) async fn reserve_script(
+        &self,
+        subjects: &[SubjectWindows<'_>],
+        member: &str,
+        gate_open: bool,
+        force: bool,
+        code: Option<CodeToStore<'_>>,
+    ) -> Result<ReserveOutcome, StoreError> {
+        let windows: usize = subjects.iter().map(|s| s.windows.len()).sum();
+        if subjects.is_empty() || subjects.iter().any(|s| s.windows.is_empty()) {
+            return Err(no_windows());
+        }
+        let mut keys = Vec::with_capacity(subjects.len() + 1);
+        let mut args = Vec::with_capacity(4 + subjects.len() + 3 * windows + 3);
+        args.push(Value::from(member));
+        args.push(flag(gate_open));
+        args.push(flag(force));
+        args.push(int(subjects.len() as u64));
+        for subject in subjects {
+            keys.push(subject.key);
+            args.push(int(subject.windows.len() as u64));
+            for w in subject.windows {
+                args.push(int(u64::from(w.limit)));
+                args.push(int(w.window_ms));
+                args.push(flag(w.mode == WindowMode::Gate));
+            }
+        }
+        if let Some(code) = code {
+            keys.push(code.key);
+            args.push(Value::from(code.mac));
+            args.push(int(u64::from(code.attempts)));
+            args.push(int(code.ttl_ms));
+        }
+        let len = 1 + 4 * subjects.len() + windows;
+        let out = self
+            .eval_ints(&self.scripts.reserve, keys, args, len)
+            .await?;
+        let recorded = out[0] == 1;
+        let mut outcomes = Vec::with_capacity(subjects.len());
+        let mut at = 1;
+        for subject in subjects {
+            let n = subject.windows.len();
+            let part = &out[at..at + 4 + n];
+            at += 4 + n;
+            let verdict = match part[0] {
+                0 => HitVerdict::Allowed,
+                1 => HitVerdict::Denied {
+                    window: window_index(part[1], n)?,
+                    retry_after_ms: wait(part[2]),
+                },
+                2 => HitVerdict::Gated {
+                    window: window_index(part[1], n)?,
+                },
+                v => {
+                    return Err(StoreError::Protocol(format!(
+                        "bad verdict {v} from reserve"
+                    )))
+                }
+            };
+            outcomes.push(HitOutcome {
+                verdict,
+                added: recorded,
+                counts: part[4..]
+                    .iter()
+                    .map(|c| count(*c))
+                    .collect::<Result<_, _>>()?,
+                next_retry_after_ms: wait(part[3]),
+            });
+        }
+        Ok(ReserveOutcome { outcomes, recorded })
+    }
+
+    /// `login_attempt.lua`: the user's keys, and the IP's window when given.
+    pub(super) async fn login_script(
+        &self,
+        req: &LoginAttemptRequest<'_>,
+        ip: Option<&IpFailureWindow<'_>>,
+    ) -> Result<(LoginAttemptOutcome, Option<IpFailures>), StoreError> {
+        let p = req.policy;
+        let mut keys = vec![req.window_key, req.lock_key];
+        let mut args = Vec::with_capacity(17);
+        args.extend([
+            Value::from(req.member),
+            flag(req.success),
+            flag(req.captcha_passed),
+            flag(req.captcha_demanded),
+            flag(req.shadow),
+            int(u64::from(p.captcha_after)),
+            int(p.captcha_window_ms),
+            int(u64::from(p.lock_after)),
+            int(p.lock_window_ms),
+            int(p.lock_ms),
+            int(p.lock_max_ms),
+            flag(p.reset_on_success),
+            int(p.escalation_reset_ms),
+            flag(req.ip_blocked),
+        ]);
+        if let Some(ip) = ip {
+            keys.push(ip.key);
+            args.extend([
+                int(u64::from(ip.captcha_after)),
+                int(u64::from(ip.block_after)),
+                int(ip.window_ms),
+            ]);
+        }
+        let out = self
+            .eval_ints(&self.scripts.login_attempt, keys, args, 7)
+            .await?;
+        let verdict = match out[0] {
+            0 => LoginVerdict::Recorded,
+            1 => LoginVerdict::Locked {
+                retry_after_ms: wait(out[1]),
+            },
+            2 => LoginVerdict::Challenged,
+            v => {
+                return Err(StoreError::Protocol(format!(
+                    "bad verdict {v} from login_attempt"
+                )))
+            }
+        };
+        let user = LoginAttemptOutcome {
+            verdict,
+            failures: count(out[2])?,
+            captcha_crossed: out[3] == 1,
+            locked_for_ms: u64::try_from(out[4]).ok(),
+        };
+        let ip = match ip {
+            Some(_) => Some(IpFailures {
+                count: count(out[5])?,
+                blocked_retry_after_ms: u64::try_from(out[6]).ok(),
+            }),
+            None => None,
+        };
+        Ok((user, ip))
+    }
+
+    /// Run a script that answers an array of `len` integers.
+    pub(super) async fn eval_ints(
+        &self,
+        script: &Script,
+        keys: Vec<&str>,
+        args: Vec<Value>,
+        len: usize,
+    ) -> Result<Vec<i64>, StoreError> {
+        let out: Vec<i64> = self.eval(script, keys, args).await?;
+        if out.len() != len {
+            return Err(StoreError::Protocol(format!(
+                "expected {len} integers from the script, got {}",
+                out.len()
+            )));
+        }
+        Ok(out)
+    }
+}
+
+pub(super) fn int(v: u64) -> Value {
+    Value::from(i64::try_from(v).unwrap_or(i64::MAX))
+}
+
+pub(super) fn flag(v: bool) -> Value {
+    Value::from(i64::from(v))
+}
+
+pub(super) fn count(v: i64) -> Result<u32, StoreError> {
+    u32::try_from(v).map_err(|_| StoreError::Protocol(format!("bad count {v} from the script")))
+}
+
+/// A wait in ms; never negative (a clock step on the server could make it so).
+pub(super) fn wait(v: i64) -> u64 {
+    u64::try_from(v).unwrap_or(0)
+}
+
+pub(super) fn window_index(v: i64, n: usize) -> Result<usize, StoreError> {
+    usize::try_from(v)
+        .ok()
+        .filter(|i| *i < n)
+        .ok_or_else(|| StoreError::Protocol(format!("bad window index {v} from the script")))
+}
+
+pub(super) fn no_windows() -> StoreError {
+    StoreError::Protocol("a window call needs at least one window".into())
+}

@@ -1,0 +1,179 @@
+//! The [`WindowStore`] operations on Redis: each one script call (see
+//! `scripts`), or one per slot on a cluster (see `steps`).
+
+use async_trait::async_trait;
+use fred::prelude::{ClientLike, SortedSetsInterface, Value};
+
+use super::scripts::{count, int, no_windows, wait};
+use super::RedisStore;
+use crate::store::{
+    steps, HitOutcome, HitRequest, LoginAttemptOutcome, LoginAttemptRequest, LoginOutcome,
+    LoginPolicy, LoginRequest, LoginStateOutcome, OtpOutcome, PeekOutcome, ReserveOutcome,
+    ReserveRequest, StoreError, SubjectWindows, WindowSpec, WindowStore,
+};
+
+#[async_trait]
+impl WindowStore for RedisStore {
+    async fn hit(&self, req: HitRequest<'_>) -> Result<HitOutcome, StoreError> {
+        let subject = [SubjectWindows {
+            key: req.key,
+            windows: req.windows,
+        }];
+        let mut outcome = self
+            .reserve_script(&subject, req.member, req.gate_open, req.force, None)
+            .await?;
+        outcome
+            .outcomes
+            .pop()
+            .ok_or_else(|| StoreError::Protocol("reserve answered no subject".into()))
+    }
+
+    /// Standalone: one script for every subject and the code. A cluster keeps
+    /// each subject in its own slot: one call per subject, then the code.
+    async fn reserve(&self, req: ReserveRequest<'_>) -> Result<ReserveOutcome, StoreError> {
+        if self.client.is_clustered() {
+            return steps::reserve(self, req).await;
+        }
+        self.reserve_script(req.subjects, req.member, req.gate_open, req.force, req.code)
+            .await
+    }
+
+    /// Standalone: the user and the IP in one script. A cluster keeps them in
+    /// two slots: the IP's call, then the user's (see `steps::login`).
+    async fn login(&self, req: LoginRequest<'_>) -> Result<LoginOutcome, StoreError> {
+        if self.client.is_clustered() {
+            return steps::login(self, req).await;
+        }
+        let user_req = LoginAttemptRequest {
+            window_key: req.window_key,
+            lock_key: req.lock_key,
+            policy: req.policy,
+            success: req.success,
+            captcha_passed: req.captcha_passed,
+            captcha_demanded: false,
+            ip_blocked: false,
+            member: req.member,
+            shadow: req.shadow,
+        };
+        let (user, ip) = self.login_script(&user_req, req.ip.as_ref()).await?;
+        Ok(LoginOutcome { user, ip })
+    }
+
+    async fn peek(&self, key: &str, windows: &[WindowSpec]) -> Result<PeekOutcome, StoreError> {
+        let n = windows.len();
+        if n == 0 {
+            return Err(no_windows());
+        }
+        let mut args = Vec::with_capacity(1 + 2 * n);
+        args.push(int(n as u64));
+        for w in windows {
+            args.push(int(u64::from(w.limit)));
+            args.push(int(w.window_ms));
+        }
+        let out = self
+            .eval_ints(&self.scripts.window_peek, vec![key], args, 2 * n)
+            .await?;
+        Ok(PeekOutcome {
+            counts: out[..n]
+                .iter()
+                .map(|c| count(*c))
+                .collect::<Result<_, _>>()?,
+            retry_after_ms: out[n..].iter().map(|w| wait(*w)).collect(),
+        })
+    }
+
+    async fn undo(&self, key: &str, member: &str) -> Result<(), StoreError> {
+        let client = self.client_here();
+        self.run_on(&client, client.zrem::<i64, _, _>(key, member))
+            .await
+            .map(|_| ())
+    }
+
+    async fn login_attempt(
+        &self,
+        req: LoginAttemptRequest<'_>,
+    ) -> Result<LoginAttemptOutcome, StoreError> {
+        self.login_script(&req, None).await.map(|(user, _)| user)
+    }
+
+    async fn login_state(
+        &self,
+        window_key: &str,
+        lock_key: &str,
+        policy: &LoginPolicy,
+    ) -> Result<LoginStateOutcome, StoreError> {
+        let args = vec![int(policy.captcha_window_ms), int(policy.lock_window_ms)];
+        let out = self
+            .eval_ints(
+                &self.scripts.login_state,
+                vec![window_key, lock_key],
+                args,
+                3,
+            )
+            .await?;
+        Ok(LoginStateOutcome {
+            locked_retry_after_ms: u64::try_from(out[0]).ok(),
+            failures: count(out[1])?,
+            lock_window_failures: count(out[2])?,
+        })
+    }
+
+    async fn otp_put(
+        &self,
+        key: &str,
+        mac: &str,
+        attempts: u32,
+        ttl_ms: u64,
+    ) -> Result<(), StoreError> {
+        let args = vec![Value::from(mac), int(u64::from(attempts)), int(ttl_ms)];
+        let _: i64 = self.eval(&self.scripts.otp_put, vec![key], args).await?;
+        Ok(())
+    }
+
+    async fn otp_check(&self, key: &str, mac: &str) -> Result<OtpOutcome, StoreError> {
+        let out = self
+            .eval_ints(
+                &self.scripts.otp_check,
+                vec![key],
+                vec![Value::from(mac)],
+                2,
+            )
+            .await?;
+        Ok(match out[0] {
+            0 => OtpOutcome::Valid,
+            1 => OtpOutcome::Wrong {
+                attempts_left: count(out[1])?,
+            },
+            2 => OtpOutcome::Burnt {
+                retry_after_ms: wait(out[1]),
+            },
+            3 => OtpOutcome::Missing,
+            v => {
+                return Err(StoreError::Protocol(format!(
+                    "bad outcome {v} from otp_check"
+                )))
+            }
+        })
+    }
+
+    async fn delete(&self, keys: &[String]) -> Result<(), StoreError> {
+        if keys.is_empty() {
+            return Ok(());
+        }
+        self.delete_keys(keys.iter().map(|k| k.as_str().into()).collect())
+            .await
+    }
+
+    async fn get_or_init(&self, key: &str, candidate: &str) -> Result<String, StoreError> {
+        self.eval(
+            &self.scripts.get_or_init,
+            vec![key],
+            vec![Value::from(candidate)],
+        )
+        .await
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        self.run(self.client.ping::<()>(None)).await
+    }
+}
