@@ -8,18 +8,22 @@
 -- ARGV[2] gate_open: 1 when the request passed a captcha, else 0
 -- ARGV[3] force: 1 to record the event even when a window refuses it (shadow mode)
 -- ARGV[4] s: number of subjects; then per subject: n (its number of windows)
---         and n triples limit, window length in ms, mode (0 = enforce, 1 = gate)
+--         and n triples limit, window length in ms, mode (0 = enforce, 1 = gate,
+--         2 = observe: counted, never refuses; a rule in shadow)
 -- then, when KEYS[s+1] is given: mac, attempts allowed, code ttl in ms
 --
 -- Returns an array of integers:
 --   { recorded, then per subject:
---     verdict, window, retry_after_ms, next_retry_after_ms, count_1, ..., count_n }
+--     verdict, window, retry_after_ms, next_retry_after_ms, count_1, ..., count_n,
+--     observed_wait_1, ..., observed_wait_n }
 --   recorded 1 when the event was added to every subject (every subject allowed
 --   it, or force) and the code stored; 0 when nothing was written.
 --   verdict 0 = allowed, 1 = denied (window = refusing window with the longest
 --   wait, 0-based; retry_after_ms = that wait), 2 = gated (window = first full
 --   gate window); counts are before this event; next_retry_after_ms is how long
---   until every enforce window admits one more event, after this call.
+--   until every enforce window admits one more event, after this call;
+--   observed_wait_w is, for a full observe window, the wait it would have
+--   answered had it been enforced (0 for any other window).
 --
 -- Time is the server's TIME in ms. An event at t counts in a window of length w
 -- while now - w < t. A subject keeps at most max(limit) newest members and
@@ -35,7 +39,7 @@
 --   EVALSHA <sha> 3 "tg:{phone:+33612345678}:sms_send" "tg:{ip:192.0.2.7}:sms_send" \
 --     "tg:{phone:+33612345678}:otp" "01J...-uuid" 0 0 2 \
 --     3  1 60000 0  5 3600000 0  3 3600000 1   1  20 3600000 0   "9f86d0..." 5 300000
---   -> { 1,  0, 0, 0, 60000, 0, 0, 0,  0, 0, 0, 0, 0 }
+--   -> { 1,  0, 0, 0, 60000, 0, 0, 0, 0, 0, 0,  0, 0, 0, 0, 0, 0 }
 
 local SMALL = 32
 
@@ -54,10 +58,10 @@ local subjects = {}
 local a = 5
 for i = 1, s do
   local n = tonumber(ARGV[a])
-  local sub = { key = KEYS[i], n = n, limits = {}, lengths = {}, gates = {}, longest = 0, keep = 0 }
+  local sub = { key = KEYS[i], n = n, limits = {}, lengths = {}, modes = {}, longest = 0, keep = 0 }
   for w = 1, n do
     local limit, length = tonumber(ARGV[a + 3 * w - 2]), tonumber(ARGV[a + 3 * w - 1])
-    sub.limits[w], sub.lengths[w], sub.gates[w] = limit, length, ARGV[a + 3 * w] == '1'
+    sub.limits[w], sub.lengths[w], sub.modes[w] = limit, length, tonumber(ARGV[a + 3 * w])
     if length > sub.longest then sub.longest, sub.longest_s = length, ARGV[a + 3 * w - 1] end
     if limit > sub.keep then sub.keep = limit end
   end
@@ -105,9 +109,13 @@ for _, sub in ipairs(subjects) do
     end
   end
 
-  sub.verdict, sub.window, sub.retry = 0, 0, 0
+  sub.verdict, sub.window, sub.retry, sub.observed = 0, 0, 0, {}
   for w = 1, sub.n do
-    if not sub.gates[w] and sub.counts[w] >= sub.limits[w] then
+    sub.observed[w] = 0
+    if sub.modes[w] == 2 and sub.counts[w] >= sub.limits[w] then
+      sub.observed[w] = wait(sub, w, sub.counts[w])
+    end
+    if sub.modes[w] == 0 and sub.counts[w] >= sub.limits[w] then
       local ww = wait(sub, w, sub.counts[w])
       if sub.verdict ~= 1 or ww > sub.retry then
         sub.verdict, sub.window, sub.retry = 1, w - 1, ww
@@ -116,7 +124,7 @@ for _, sub in ipairs(subjects) do
   end
   if sub.verdict == 0 and not gate_open then
     for w = 1, sub.n do
-      if sub.gates[w] and sub.counts[w] >= sub.limits[w] then
+      if sub.modes[w] == 1 and sub.counts[w] >= sub.limits[w] then
         sub.verdict, sub.window = 2, w - 1
         break
       end
@@ -154,7 +162,7 @@ for _, sub in ipairs(subjects) do
   local added = recorded and 1 or 0
   local next_retry = 0
   for w = 1, sub.n do
-    if not sub.gates[w] then
+    if sub.modes[w] == 0 then
       local ww = wait(sub, w, sub.counts[w] + added)
       if ww > next_retry then next_retry = ww end
     end
@@ -164,5 +172,6 @@ for _, sub in ipairs(subjects) do
   out[#out + 1] = sub.retry
   out[#out + 1] = next_retry
   for w = 1, sub.n do out[#out + 1] = sub.counts[w] end
+  for w = 1, sub.n do out[#out + 1] = sub.observed[w] end
 end
 return out

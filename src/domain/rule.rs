@@ -14,6 +14,8 @@ pub struct Rule {
     pub limit: u32,
     /// How far back the window reaches.
     pub window: Duration,
+    /// Counted and audited, never enforced (a rule on trial).
+    pub shadow: bool,
 }
 
 impl Rule {
@@ -23,7 +25,14 @@ impl Rule {
             kind,
             limit,
             window,
+            shadow: false,
         }
+    }
+
+    /// The same rule, on trial when `shadow`: counted and audited, never
+    /// enforced.
+    pub fn shadowed(self, shadow: bool) -> Self {
+        Self { shadow, ..self }
     }
 
     /// The window in milliseconds, as the store and audit rows take it.

@@ -22,6 +22,11 @@ pub struct WindowState {
     pub limit: u32,
     /// The window's length in milliseconds.
     pub window_ms: u64,
+    /// The rule is on trial (`shadow = true`): counted and audited, never
+    /// enforced. Present only when true.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    #[schema(default = false)]
+    pub shadow: bool,
 }
 
 /// A subject's live state.
@@ -107,6 +112,7 @@ impl SubjectAdmin {
             count,
             limit: rule.limit,
             window_ms: rule.window_ms(),
+            shadow: rule.shadow,
         };
         let mut state = SubjectState {
             kind: subject.kind,

@@ -218,7 +218,7 @@ impl LoginGuard {
         let (window_key, lock_key) = self.user_keys(&user.id);
         // Only a captcha check needs the address as text.
         let remote_ip = || info.ip.map(|ip| ip.to_string());
-        let ask_later = policy.captcha.asks_provider(&attempt.captcha) && !policy.shadow;
+        let ask_later = policy.captcha.asks_provider(&attempt.captcha) && !policy.login_shadow;
         let has_proof = attempt.captcha.token.is_some() || attempt.captcha.passed.is_some();
         let captcha_passed = has_proof
             && !ask_later
@@ -234,7 +234,7 @@ impl LoginGuard {
             success: attempt.success,
             captcha_passed,
             member: &member,
-            shadow: policy.shadow,
+            shadow: policy.login_shadow,
             ip: ip.map(|ip| IpFailureWindow {
                 key: &ip.key,
                 captcha_after: policy.ip_captcha.limit,

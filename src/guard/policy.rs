@@ -20,8 +20,11 @@ pub struct Policy {
     pub sms: SmsSettings,
     /// `[login]` as loaded.
     pub login: LoginSettings,
-    /// `shadow.enabled`: decide and audit, but refuse nothing.
-    pub shadow: bool,
+    /// `/sms/*` in shadow (`shadow.enabled` or `sms.shadow`): decide and
+    /// audit, but refuse nothing.
+    pub sms_shadow: bool,
+    /// `/login/*` in shadow (`shadow.enabled` or `login.shadow`).
+    pub login_shadow: bool,
     /// `/sms/send` per subject kind; phone and IP carry the captcha tier.
     pub sms_phone: SubjectRules,
     /// `/sms/send` per number prefix.
@@ -49,7 +52,7 @@ const ESCALATION_RESET_MS: u64 = 24 * 3_600_000;
 fn rules(kind: SubjectKind, limits: &[LimitSetting]) -> Vec<Rule> {
     limits
         .iter()
-        .map(|l| Rule::new(kind, l.limit, l.window))
+        .map(|l| Rule::new(kind, l.limit, l.window).shadowed(l.shadow))
         .collect()
 }
 
@@ -95,7 +98,8 @@ impl Policy {
             ip_block: Rule::new(SubjectKind::Ip, login.ip_block_after, login.ip_window),
             sms: sms.clone(),
             login: login.clone(),
-            shadow: settings.shadow.enabled,
+            sms_shadow: settings.shadow.enabled || sms.shadow,
+            login_shadow: settings.shadow.enabled || login.shadow,
         })
     }
 }

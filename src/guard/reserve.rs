@@ -90,6 +90,27 @@ impl Reservation<'_> {
         count + u32::from(outcome.added) >= gate.limit
     }
 
+    /// What the rules in shadow would have refused: one rate-limit refusal
+    /// per full `Observe` window, each with the wait it would have answered.
+    pub fn observed_refusals(&self) -> Vec<Refusal> {
+        let mut refusals = Vec::new();
+        for (hit, outcome) in self.hits.iter().zip(&self.outcomes) {
+            for (index, rule) in hit.rules.rules.iter().enumerate() {
+                let count = outcome.counts.get(index).copied().unwrap_or(0);
+                if rule.shadow && count >= rule.limit {
+                    let retry_after_ms = outcome.observed_waits.get(index).copied().unwrap_or(0);
+                    refusals.push(Refusal {
+                        subject: hit.subject.clone(),
+                        rule: *rule,
+                        observed: count,
+                        kind: RefusalKind::RateLimited { retry_after_ms },
+                    });
+                }
+            }
+        }
+        refusals
+    }
+
     /// Give every recorded event back (a failed delivery).
     pub async fn roll_back(&self, store: &dyn WindowStore) {
         if !self.recorded {

@@ -120,8 +120,8 @@ impl SmsGuard {
                 Reason::RegionBlocked,
                 &phone,
             );
-            self.ctx.audit(info, row.shadow(policy.shadow));
-            if !policy.shadow {
+            self.ctx.audit(info, row.shadow(policy.sms_shadow));
+            if !policy.sms_shadow {
                 let region = region.map(str::to_string);
                 return Err(SmsRefusal::RegionBlocked { region });
             }
@@ -154,16 +154,20 @@ impl SmsGuard {
             hits,
             member,
             captcha_passed,
-            policy.shadow,
+            policy.sms_shadow,
             Some(code_to_store),
         )
         .await?;
         if let Some(refusal) = &reservation.refusal {
             self.ctx
-                .audit(info, refusal_row(refusal).shadow(policy.shadow));
-            if !policy.shadow {
+                .audit(info, refusal_row(refusal).shadow(policy.sms_shadow));
+            if !policy.sms_shadow {
                 return Err(SmsRefusal::from(refusal));
             }
+        }
+        // Rules on trial: what they would have refused, audited, not enforced.
+        for observed in reservation.observed_refusals() {
+            self.ctx.audit(info, refusal_row(&observed).shadow(true));
         }
         if let Err(error) = self
             .deliver(&req, &code, sms.code_ttl.as_secs(), info)
@@ -176,7 +180,7 @@ impl SmsGuard {
             return Err(error.into());
         }
         // In shadow mode nothing was refused, so nothing is said to wait for.
-        let enforced = !policy.shadow;
+        let enforced = !policy.sms_shadow;
         let resend_after_ms = reservation
             .outcome_of(0)
             .map_or(0, |o| o.next_retry_after_ms);

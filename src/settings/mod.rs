@@ -153,6 +153,25 @@ pub struct LimitSetting {
     /// Length of the sliding window, e.g. `"60s"` or `"1h"`.
     #[serde(with = "duration")]
     pub window: Duration,
+    /// Count and audit this window's would-be refusals (`shadow = true`),
+    /// but refuse nothing by it: to try a new rule while the others enforce.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub shadow: bool,
+}
+
+impl LimitSetting {
+    /// At most `limit` events per `window`, enforced.
+    pub fn new(limit: u32, window: Duration) -> Self {
+        Self {
+            limit,
+            window,
+            shadow: false,
+        }
+    }
+}
+
+fn is_false(value: &bool) -> bool {
+    !*value
 }
 
 /// `[sms]`: one-time codes, region lists and the limits of `/sms/send`.
@@ -190,6 +209,9 @@ pub struct SmsSettings {
     pub prefix_limits: Vec<LimitSetting>,
     /// Sends across all phones together; default 1000/1m.
     pub global_limits: Vec<LimitSetting>,
+    /// Shadow mode for `/sms/*` alone: decide and audit, refuse nothing.
+    #[serde(default)]
+    pub shadow: bool,
     /// `[sms.provider]`: who delivers the codes.
     pub provider: SmsProviderSettings,
 }
@@ -270,6 +292,9 @@ pub struct LoginSettings {
     /// The window of `ip_captcha_after` and `ip_block_after`; default 1 hour.
     #[serde(with = "duration")]
     pub ip_window: Duration,
+    /// Shadow mode for `/login/*` alone: decide and audit, refuse nothing.
+    #[serde(default)]
+    pub shadow: bool,
 }
 
 /// Who verifies captcha tokens (`captcha.kind`).

@@ -109,6 +109,17 @@ impl WindowStore for MemoryStore {
                     .map(|w| window.count(now, w.window_ms))
                     .collect();
                 let verdict = verdict(window, now, specs, &counts, req.gate_open);
+                // Before the event is added: the wait it would have met.
+                let observed_waits = specs
+                    .iter()
+                    .zip(&counts)
+                    .map(|(w, count)| match w.mode {
+                        WindowMode::Observe if *count >= w.limit => {
+                            window.wait(now, w.limit, w.window_ms)
+                        }
+                        _ => 0,
+                    })
+                    .collect::<Vec<u64>>();
                 let added = verdict == HitVerdict::Allowed || req.force;
                 if added {
                     window.add(now, req.member);
@@ -127,6 +138,7 @@ impl WindowStore for MemoryStore {
                     added,
                     counts,
                     next_retry_after_ms,
+                    observed_waits,
                 };
                 (outcome, expires_at)
             })

@@ -7,9 +7,9 @@ use async_trait::async_trait;
 
 use super::memory::MemoryStore;
 use super::{
-    HitOutcome, HitRequest, HitVerdict, IpFailures, LoginAttemptOutcome, LoginAttemptRequest,
-    LoginOutcome, LoginPolicy, LoginRequest, LoginStateOutcome, LoginVerdict, OtpOutcome,
-    PeekOutcome, ReserveOutcome, ReserveRequest, StoreError, WindowSpec, WindowStore,
+    HitOutcome, HitRequest, IpFailures, LoginAttemptOutcome, LoginAttemptRequest, LoginOutcome,
+    LoginPolicy, LoginRequest, LoginStateOutcome, LoginVerdict, OtpOutcome, PeekOutcome,
+    ReserveOutcome, ReserveRequest, StoreError, WindowSpec, WindowStore,
 };
 use crate::metrics;
 
@@ -81,12 +81,7 @@ macro_rules! resilient {
 #[async_trait]
 impl WindowStore for ResilientStore {
     async fn hit(&self, req: HitRequest<'_>) -> Result<HitOutcome, StoreError> {
-        let open = HitOutcome {
-            verdict: HitVerdict::Allowed,
-            added: false,
-            counts: vec![0; req.windows.len()],
-            next_retry_after_ms: 0,
-        };
+        let open = HitOutcome::open(req.windows.len());
         resilient!(self, |s| s.hit(req.clone()), open: Some(open))
     }
 
@@ -133,12 +128,7 @@ impl WindowStore for ResilientStore {
                     outcomes: req
                         .subjects
                         .iter()
-                        .map(|s| HitOutcome {
-                            verdict: HitVerdict::Allowed,
-                            added: false,
-                            counts: vec![0; s.windows.len()],
-                            next_retry_after_ms: 0,
-                        })
+                        .map(|s| HitOutcome::open(s.windows.len()))
                         .collect(),
                     recorded: false,
                 })

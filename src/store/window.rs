@@ -8,12 +8,16 @@ pub enum WindowMode {
     Enforce,
     /// The event is refused unless the request opened the gate (a captcha tier).
     Gate,
+    /// The event is never refused: the window is counted so that its
+    /// would-be refusals can be audited (a rule in shadow).
+    Observe,
 }
 
 /// A rule's window as the store counts it: enforced (a full window
 /// refuses) or a gate (a full window asks for a captcha).
 pub trait RuleWindow {
-    /// The window as a limit that refuses once full.
+    /// The window as a limit that refuses once full (or, for a rule in
+    /// shadow, that is only observed).
     fn enforce(&self) -> WindowSpec;
     /// The window as a captcha tier.
     fn gate(&self) -> WindowSpec;
@@ -21,7 +25,15 @@ pub trait RuleWindow {
 
 impl RuleWindow for crate::domain::Rule {
     fn enforce(&self) -> WindowSpec {
-        WindowSpec::enforce(self.limit, self.window_ms())
+        let spec = WindowSpec::enforce(self.limit, self.window_ms());
+        if self.shadow {
+            WindowSpec {
+                mode: WindowMode::Observe,
+                ..spec
+            }
+        } else {
+            spec
+        }
     }
 
     fn gate(&self) -> WindowSpec {
@@ -103,6 +115,23 @@ pub struct HitOutcome {
     /// After this call: how long until every `Enforce` window would admit one
     /// more event (0 = at once).
     pub next_retry_after_ms: u64,
+    /// Per window, in request order: for an `Observe` window that was full,
+    /// how long until it would have admitted this event (the retry a rule in
+    /// shadow would have answered); 0 for every other window.
+    pub observed_waits: Vec<u64>,
+}
+
+impl HitOutcome {
+    /// Allowed, nothing counted: the answer of a store failing open.
+    pub fn open(windows: usize) -> Self {
+        Self {
+            verdict: HitVerdict::Allowed,
+            added: false,
+            counts: vec![0; windows],
+            next_retry_after_ms: 0,
+            observed_waits: vec![0; windows],
+        }
+    }
 }
 
 /// The answer of `WindowStore::peek`.

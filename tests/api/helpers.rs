@@ -132,12 +132,7 @@ pub fn test_settings(backend: Backend) -> Settings {
     }
     s.store.key_prefix = format!("tgtest-{}", uuid::Uuid::new_v4().simple());
     s.store.timeout = Duration::from_secs(2);
-    let loose = |limit| {
-        vec![LimitSetting {
-            limit,
-            window: Duration::from_secs(3600),
-        }]
-    };
+    let loose = |limit| vec![LimitSetting::new(limit, Duration::from_secs(3600))];
     s.sms.phone_limits = loose(1000);
     s.sms.ip_limits = loose(1000);
     s.sms.prefix_limits = loose(1000);
@@ -149,10 +144,7 @@ pub fn test_settings(backend: Backend) -> Settings {
 pub fn limits(pairs: &[(u32, u64)]) -> Vec<LimitSetting> {
     pairs
         .iter()
-        .map(|&(limit, ms)| LimitSetting {
-            limit,
-            window: Duration::from_millis(ms),
-        })
+        .map(|&(limit, ms)| LimitSetting::new(limit, Duration::from_millis(ms)))
         .collect()
 }
 

@@ -18,6 +18,7 @@ mod process;
 mod reload;
 mod scale_out;
 mod schemathesis;
+mod shadow;
 mod sms_send;
 mod sms_verify;
 mod smtp;

@@ -58,7 +58,7 @@ fn row(decision: AuditDecision, reason: Reason, subject: &Subject) -> AuditEvent
 }
 
 /// `POST /login/attempt`.
-/// In shadow mode (`policy.shadow`) the decision comes back `shadowed`.
+/// In shadow mode (`policy.login_shadow`) the decision comes back `shadowed`.
 pub(super) fn attempt(
     policy: &Policy,
     outcome: &LoginOutcome,
@@ -117,7 +117,7 @@ pub(super) fn attempt(
         }
         LoginVerdict::Recorded => {}
     }
-    let recorded = outcome.recorded(policy.shadow);
+    let recorded = outcome.recorded(policy.login_shadow);
     let (crossed, ip_failures_after) = crossed(policy, outcome, &attempt, recorded, ip_count);
     let locked_for_ms = outcome.user.locked_for_ms;
     let decided = AttemptDecision {
@@ -132,7 +132,7 @@ pub(super) fn attempt(
             ..LoginState::allow(failures)
         },
     };
-    if policy.shadow {
+    if policy.login_shadow {
         decided.shadowed()
     } else {
         decided
@@ -199,7 +199,7 @@ pub(super) fn check(
     ip: Option<&PeekOutcome>,
 ) -> LoginState {
     let failures = user.failures;
-    if policy.shadow {
+    if policy.login_shadow {
         return LoginState::allow(failures);
     }
     let ip_captcha = ip.is_some_and(|p| IpWindows::captcha_count(p) >= policy.ip_captcha.limit);
@@ -270,7 +270,7 @@ mod tests {
         assert!(decided.refusals[0].0.locked);
 
         let shadow = Policy {
-            shadow: true,
+            login_shadow: true,
             ..default_policy()
         };
         let shadowed = attempt(&shadow, &outcome, facts());

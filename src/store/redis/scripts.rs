@@ -88,7 +88,7 @@ impl RedisStore {
             for w in subject.windows {
                 args.push(int(u64::from(w.limit)));
                 args.push(int(w.window_ms));
-                args.push(flag(w.mode == WindowMode::Gate));
+                args.push(int(mode_arg(w.mode)));
             }
         }
         if let Some(code) = code {
@@ -97,7 +97,7 @@ impl RedisStore {
             args.push(int(u64::from(code.attempts)));
             args.push(int(code.ttl_ms));
         }
-        let len = 1 + 4 * subjects.len() + windows;
+        let len = 1 + 4 * subjects.len() + 2 * windows;
         let out = self
             .eval_ints(&self.scripts.reserve, keys, args, len)
             .await?;
@@ -106,8 +106,8 @@ impl RedisStore {
         let mut at = 1;
         for subject in subjects {
             let n = subject.windows.len();
-            let part = &out[at..at + 4 + n];
-            at += 4 + n;
+            let part = &out[at..at + 4 + 2 * n];
+            at += 4 + 2 * n;
             let verdict = match part[0] {
                 0 => HitVerdict::Allowed,
                 1 => HitVerdict::Denied {
@@ -126,11 +126,12 @@ impl RedisStore {
             outcomes.push(HitOutcome {
                 verdict,
                 added: recorded,
-                counts: part[4..]
+                counts: part[4..4 + n]
                     .iter()
                     .map(|c| count(*c))
                     .collect::<Result<_, _>>()?,
                 next_retry_after_ms: wait(part[3]),
+                observed_waits: part[4 + n..].iter().map(|w| wait(*w)).collect(),
             });
         }
         Ok(ReserveOutcome { outcomes, recorded })
@@ -221,6 +222,15 @@ impl RedisStore {
 
 pub(super) fn int(v: u64) -> Value {
     Value::from(i64::try_from(v).unwrap_or(i64::MAX))
+}
+
+/// A window's mode as `reserve.lua` reads it.
+fn mode_arg(mode: WindowMode) -> u64 {
+    match mode {
+        WindowMode::Enforce => 0,
+        WindowMode::Gate => 1,
+        WindowMode::Observe => 2,
+    }
 }
 
 pub(super) fn flag(v: bool) -> Value {

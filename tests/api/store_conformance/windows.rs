@@ -1,7 +1,7 @@
 //! Sliding windows: `hit`, `peek`, `undo`.
 
 use futures::future::join_all;
-use tollgate::store::{HitVerdict, WindowSpec};
+use tollgate::store::{HitVerdict, WindowMode, WindowSpec};
 
 use super::backend::{member, Backend, Offer};
 use super::on_both_backends;
@@ -11,6 +11,7 @@ on_both_backends!(
     the_wait_is_until_the_oldest_counted_event_leaves_the_window,
     past_the_limit_the_wait_is_until_enough_events_have_left,
     a_gate_window_gates_unless_the_gate_is_open,
+    an_observed_window_never_refuses_and_tells_its_would_be_wait,
     a_full_enforce_window_denies_even_when_a_gate_is_also_full,
     a_forced_event_is_recorded_even_when_refused,
     events_in_the_same_millisecond_all_count,
@@ -175,6 +176,41 @@ async fn a_gate_window_gates_unless_the_gate_is_open(b: &Backend) {
     let again = b.hit(&key, &windows).await;
     assert_eq!(again.verdict, HitVerdict::Gated { window: 1 });
     assert_eq!(again.counts, [3, 3]);
+}
+
+async fn an_observed_window_never_refuses_and_tells_its_would_be_wait(b: &Backend) {
+    let key = b.keys.window("phone", "+33612345679", "sms_send");
+    let observed = WindowSpec {
+        mode: WindowMode::Observe,
+        ..WindowSpec::enforce(1, 2_000)
+    };
+    let windows = [observed, WindowSpec::enforce(3, 60_000)];
+    let start = b.mark();
+
+    let first = b.hit(&key, &windows).await;
+    assert_eq!(first.verdict, HitVerdict::Allowed);
+    assert_eq!(first.observed_waits, [0, 0]);
+    b.assert_wait(
+        first.next_retry_after_ms,
+        0,
+        &start,
+        "an observed window is not waited for",
+    );
+
+    for expected in [[1, 1], [2, 2]] {
+        let hit = b.hit(&key, &windows).await;
+        assert_eq!(hit.verdict, HitVerdict::Allowed, "{hit:?}");
+        assert!(hit.added);
+        assert_eq!(hit.counts, expected);
+        assert_eq!(hit.observed_waits[1], 0);
+        b.assert_wait(hit.observed_waits[0], 2_000, &start, "the would-be wait");
+    }
+
+    let denied = b.hit(&key, &windows).await;
+    assert!(
+        matches!(denied.verdict, HitVerdict::Denied { window: 1, .. }),
+        "only the enforced window refuses: {denied:?}"
+    );
 }
 
 async fn a_full_enforce_window_denies_even_when_a_gate_is_also_full(b: &Backend) {

@@ -240,6 +240,8 @@ pub struct WindowRow {
     pub window: String,
     /// Whether the count has reached the limit.
     pub full: bool,
+    /// The rule is on trial: counted, not enforced.
+    pub shadow: bool,
 }
 
 /// A subject's page: its live state, the Unblock form and its recent events.
@@ -295,6 +297,7 @@ impl SubjectPage {
                 limit: w.limit,
                 window: duration_ms(w.window_ms),
                 full: w.count >= w.limit,
+                shadow: w.shadow,
             })
             .collect()
     }
