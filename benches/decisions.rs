@@ -41,16 +41,19 @@ const PHONE_WINDOWS: [WindowSpec; 3] = [
         limit: 1,
         window_ms: 60_000,
         mode: tollgate::store::WindowMode::Enforce,
+        algorithm: tollgate::domain::Algorithm::SlidingLog,
     },
     WindowSpec {
         limit: 5,
         window_ms: 3_600_000,
         mode: tollgate::store::WindowMode::Enforce,
+        algorithm: tollgate::domain::Algorithm::SlidingLog,
     },
     WindowSpec {
         limit: 10,
         window_ms: 86_400_000,
         mode: tollgate::store::WindowMode::Enforce,
+        algorithm: tollgate::domain::Algorithm::SlidingLog,
     },
 ];
 
@@ -135,7 +138,10 @@ async fn memory_per_call(kept: u32) -> (f64, f64) {
         let member = format!("offer-{i}");
         let verdict = offer(&store, &key, &room, &member).await;
         assert_eq!(verdict, HitVerdict::Allowed);
-        store.undo(&key, &member).await.expect("a memory undo");
+        store
+            .undo(&key, &member, &room)
+            .await
+            .expect("a memory undo");
     }
     let admitted = started.elapsed().as_nanos() as f64 / f64::from(CALLS);
     let started = Instant::now();

@@ -1,15 +1,19 @@
 -- reserve.lua: offer one event to the sliding windows of one or more subjects,
 -- all or nothing, and store a one-time code with it, atomically.
 --
--- KEYS[1..s]  each subject's window ZSET (score = event time in ms, member = event id)
--- KEYS[s+1]   optional: the subject's code HASH (mac, left, exp), written when
+-- KEYS        per subject: its window ZSET (score = event time in ms, member =
+--             event id), then, when it has meter windows, its meter HASH
+--             (field "<limit>/<length>" = level, "<limit>/<length>:t" = when
+--             the level was last set, in ms)
+-- KEYS[last]  optional: the subject's code HASH (mac, left, exp), written when
 --             the event is recorded
 -- ARGV[1] member: unique id of this event
 -- ARGV[2] gate_open: 1 when the request passed a captcha, else 0
 -- ARGV[3] force: 1 to record the event even when a window refuses it (shadow mode)
 -- ARGV[4] s: number of subjects; then per subject: n (its number of windows)
---         and n triples limit, window length in ms, mode (0 = enforce, 1 = gate,
---         2 = observe: counted, never refuses; a rule in shadow)
+--         and n triples limit, window length in ms, kind: the mode (0 = enforce,
+--         1 = gate, 2 = observe: counted, never refuses; a rule in shadow),
+--         plus 4 when the window is a meter (GCRA) rather than a sliding log
 -- then, when KEYS[s+1] is given: mac, attempts allowed, code ttl in ms
 --
 -- Returns an array of integers:
@@ -29,11 +33,19 @@
 -- while now - w < t. A subject keeps at most max(limit) newest members and
 -- expires after its longest window.
 --
+-- A meter (GCRA as a leaky bucket) with limit L and length W keeps a level
+-- that each event raises by W and that drains by L per ms, so it admits L
+-- events at once and then one per W/L ms: the level is at most L*W, its count
+-- is ceil(level / W), it is full when level > (L-1)*W, and its wait is
+-- ceil((level + W - L*W) / L). All integers (start-up keeps L*W < 2^53).
+--
 -- Commands per call: TIME; per subject one read (ZRANGE of the whole set when
 -- max(limit) <= 32, else one ZCOUNT per window), plus one ZREVRANGE per full
--- window of a large set; when recorded, per subject ZADD and PEXPIRE (and
--- ZREMRANGEBYRANK when the set is full, always for a large set), and HSET and
--- PEXPIRE for the code. A refused request reads and writes nothing else.
+-- window of a large set, and one HMGET of its meters; when recorded, per
+-- subject ZADD and PEXPIRE (and ZREMRANGEBYRANK when the set is full, always
+-- for a large set), HSET and PEXPIRE of its meters, and HSET and PEXPIRE for
+-- the code. A refused request reads and writes nothing else. A subject with
+-- only meter windows never touches its ZSET.
 --
 -- Example (a phone and its IP, with a code):
 --   EVALSHA <sha> 3 "tg:{phone:+33612345678}:sms_send" "tg:{ip:192.0.2.7}:sms_send" \
@@ -55,15 +67,28 @@ local now_s = string.format('%d', now)
 
 -- Parse the subjects' windows.
 local subjects = {}
-local a = 5
+local a, k = 5, 1
 for i = 1, s do
   local n = tonumber(ARGV[a])
-  local sub = { key = KEYS[i], n = n, limits = {}, lengths = {}, modes = {}, longest = 0, keep = 0 }
+  local sub = { key = KEYS[k], n = n, limits = {}, lengths = {}, modes = {}, meters = {},
+    longest = 0, keep = 0, logs = 0, meter_longest = 0 }
+  k = k + 1
   for w = 1, n do
     local limit, length = tonumber(ARGV[a + 3 * w - 2]), tonumber(ARGV[a + 3 * w - 1])
-    sub.limits[w], sub.lengths[w], sub.modes[w] = limit, length, tonumber(ARGV[a + 3 * w])
-    if length > sub.longest then sub.longest, sub.longest_s = length, ARGV[a + 3 * w - 1] end
-    if limit > sub.keep then sub.keep = limit end
+    local kind = tonumber(ARGV[a + 3 * w])
+    sub.limits[w], sub.lengths[w], sub.modes[w] = limit, length, kind % 4
+    if kind >= 4 then
+      sub.meters[w] = ARGV[a + 3 * w - 2] .. '/' .. ARGV[a + 3 * w - 1]
+      if length > sub.meter_longest then sub.meter_longest = length end
+    else
+      sub.logs = sub.logs + 1
+      if length > sub.longest then sub.longest, sub.longest_s = length, ARGV[a + 3 * w - 1] end
+      if limit > sub.keep then sub.keep = limit end
+    end
+  end
+  if sub.meter_longest > 0 then
+    sub.mkey = KEYS[k]
+    k = k + 1
   end
   sub.small = sub.keep <= SMALL
   subjects[i] = sub
@@ -77,9 +102,16 @@ local function kth_newest(sub, k)
   return tonumber(m[2])
 end
 
--- How long until window w holds fewer than its limit, given it holds count.
-local function wait(sub, w, count)
+-- How long until window w holds fewer than its limit, given it holds count
+-- (a meter: given `extra` more events than its level holds now).
+local function wait(sub, w, count, extra)
   local limit, length = sub.limits[w], sub.lengths[w]
+  if sub.meters[w] then
+    local over = sub.levels[w] + extra * length + length - limit * length
+    if over <= 0 then return 0 end
+    if limit == 0 then return length end
+    return math.ceil(over / limit)
+  end
   if count < limit then return 0 end
   if limit == 0 then return length end
   local score = kth_newest(sub, limit)
@@ -87,24 +119,53 @@ local function wait(sub, w, count)
   return math.max(score + length - now, 0)
 end
 
+-- A meter's level now: what was set, drained by `limit` per ms since.
+local function drained(level, at, limit, length)
+  if level == nil or at == nil then return 0 end
+  local elapsed = now - at
+  if elapsed >= length then return 0 end
+  return math.max(level - math.max(elapsed, 0) * limit, 0)
+end
+
 -- 1. read and decide every subject
 local all_allowed = true
 for _, sub in ipairs(subjects) do
-  sub.counts = {}
-  if sub.small then
+  sub.counts, sub.levels = {}, {}
+  if sub.logs > 0 and sub.small then
     local raw = redis.call('ZRANGE', sub.key, 0, -1, 'WITHSCORES')
     local scores = {}
     for j = 2, #raw, 2 do scores[#scores + 1] = tonumber(raw[j]) end
     sub.scores = scores
+  end
+  if sub.mkey then
+    local fields = {}
     for w = 1, sub.n do
+      if sub.meters[w] then
+        fields[#fields + 1] = sub.meters[w]
+        fields[#fields + 1] = sub.meters[w] .. ':t'
+      end
+    end
+    local raw = redis.call('HMGET', sub.mkey, unpack(fields))
+    local j = 1
+    for w = 1, sub.n do
+      if sub.meters[w] then
+        local level = drained(tonumber(raw[j]), tonumber(raw[j + 1]), sub.limits[w], sub.lengths[w])
+        sub.levels[w] = level
+        sub.counts[w] = math.ceil(level / sub.lengths[w])
+        j = j + 2
+      end
+    end
+  end
+  for w = 1, sub.n do
+    if sub.meters[w] then
+      -- counted above
+    elseif sub.small then
       local floor, c = now - sub.lengths[w], 0
-      for j = #scores, 1, -1 do
-        if scores[j] > floor then c = c + 1 else break end
+      for j = #sub.scores, 1, -1 do
+        if sub.scores[j] > floor then c = c + 1 else break end
       end
       sub.counts[w] = c
-    end
-  else
-    for w = 1, sub.n do
+    else
       sub.counts[w] = redis.call('ZCOUNT', sub.key, string.format('(%d', now - sub.lengths[w]), '+inf')
     end
   end
@@ -113,10 +174,10 @@ for _, sub in ipairs(subjects) do
   for w = 1, sub.n do
     sub.observed[w] = 0
     if sub.modes[w] == 2 and sub.counts[w] >= sub.limits[w] then
-      sub.observed[w] = wait(sub, w, sub.counts[w])
+      sub.observed[w] = wait(sub, w, sub.counts[w], 0)
     end
     if sub.modes[w] == 0 and sub.counts[w] >= sub.limits[w] then
-      local ww = wait(sub, w, sub.counts[w])
+      local ww = wait(sub, w, sub.counts[w], 0)
       if sub.verdict ~= 1 or ww > sub.retry then
         sub.verdict, sub.window, sub.retry = 1, w - 1, ww
       end
@@ -137,18 +198,33 @@ end
 local recorded = all_allowed or force
 if recorded then
   for _, sub in ipairs(subjects) do
-    redis.call('ZADD', sub.key, now_s, member)
-    if sub.small then
-      sub.scores[#sub.scores + 1] = now
-      if #sub.scores > sub.keep then
+    if sub.logs > 0 then
+      redis.call('ZADD', sub.key, now_s, member)
+      if sub.small then
+        sub.scores[#sub.scores + 1] = now
+        if #sub.scores > sub.keep then
+          redis.call('ZREMRANGEBYRANK', sub.key, 0, -(sub.keep + 1))
+        end
+      else
         redis.call('ZREMRANGEBYRANK', sub.key, 0, -(sub.keep + 1))
       end
-    else
-      redis.call('ZREMRANGEBYRANK', sub.key, 0, -(sub.keep + 1))
+      redis.call('PEXPIRE', sub.key, sub.longest_s)
     end
-    redis.call('PEXPIRE', sub.key, sub.longest_s)
+    if sub.mkey then
+      local fields = {}
+      for w = 1, sub.n do
+        if sub.meters[w] then
+          fields[#fields + 1] = sub.meters[w]
+          fields[#fields + 1] = string.format('%d', sub.levels[w] + sub.lengths[w])
+          fields[#fields + 1] = sub.meters[w] .. ':t'
+          fields[#fields + 1] = now_s
+        end
+      end
+      redis.call('HSET', sub.mkey, unpack(fields))
+      redis.call('PEXPIRE', sub.mkey, string.format('%d', sub.meter_longest))
+    end
   end
-  local code_key = KEYS[s + 1]
+  local code_key = KEYS[k]
   if code_key then
     local ttl = tonumber(ARGV[a + 2])
     redis.call('HSET', code_key, 'mac', ARGV[a], 'left', ARGV[a + 1], 'exp', string.format('%d', now + ttl))
@@ -163,7 +239,7 @@ for _, sub in ipairs(subjects) do
   local next_retry = 0
   for w = 1, sub.n do
     if sub.modes[w] == 0 then
-      local ww = wait(sub, w, sub.counts[w] + added)
+      local ww = wait(sub, w, sub.counts[w] + added, added)
       if ww > next_retry then next_retry = ww end
     end
   end

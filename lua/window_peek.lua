@@ -1,18 +1,22 @@
--- window_peek.lua: count a subject's sliding windows without recording anything.
+-- window_peek.lua: count a subject's windows without recording anything.
 --
 -- KEYS[1]  the subject's window ZSET (score = event time in ms)
--- ARGV[1]  n: number of windows, then n pairs:
--- ARGV[2+2i], ARGV[3+2i]  limit, window length in ms
+-- KEYS[2]  optional: its meter HASH (see reserve.lua), when a window is a meter
+-- ARGV[1]  n: number of windows, then n triples:
+-- ARGV[3i-1], ARGV[3i], ARGV[3i+1]  limit, window length in ms, meter (1) or log (0)
 --
 -- Returns an array of integers:
 --   { count_1, ..., count_n, retry_after_ms_1, ..., retry_after_ms_n }
 --   retry_after_ms_i is how long until window i holds fewer than its limit
---   (0 when it already does).
+--   (0 when it already does). A meter's count is ceil(level / length).
 --
 -- Time is the server's TIME in ms; an event at t counts while now - w < t.
 --
+-- Commands per call: TIME, one ZCOUNT per log window (and a ZRANGEBYSCORE
+-- per full one), two HGET per meter window.
+--
 -- Example:
---   EVALSHA <sha> 1 "tg:{ip:192.0.2.7}:sms_send" 2  20 3600000  100 86400000
+--   EVALSHA <sha> 1 "tg:{ip:192.0.2.7}:sms_send" 2  20 3600000 0  100 86400000 0
 --   -> { 3, 3, 0, 0 }
 
 local key = KEYS[1]
@@ -23,18 +27,34 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 local out = {}
 for i = 1, n do
-  local limit = tonumber(ARGV[2 * i])
-  local length = tonumber(ARGV[2 * i + 1])
-  local floor = string.format('(%d', now - length)
-  local count = redis.call('ZCOUNT', key, floor, '+inf')
-  local retry = 0
-  if count >= limit then
-    if limit == 0 then
-      retry = length
+  local limit = tonumber(ARGV[3 * i - 1])
+  local length = tonumber(ARGV[3 * i])
+  local count, retry = 0, 0
+  if ARGV[3 * i + 1] == '1' then
+    local field = ARGV[3 * i - 1] .. '/' .. ARGV[3 * i]
+    local level = tonumber(redis.call('HGET', KEYS[2], field))
+    local at = tonumber(redis.call('HGET', KEYS[2], field .. ':t'))
+    if level and at and now - at < length then
+      level = math.max(level - math.max(now - at, 0) * limit, 0)
     else
-      local m = redis.call('ZRANGEBYSCORE', key, floor, '+inf',
-        'WITHSCORES', 'LIMIT', count - limit, 1)
-      if m[2] == nil then retry = length else retry = tonumber(m[2]) + length - now end
+      level = 0
+    end
+    count = math.ceil(level / length)
+    local over = level + length - limit * length
+    if over > 0 then
+      if limit == 0 then retry = length else retry = math.ceil(over / limit) end
+    end
+  else
+    local floor = string.format('(%d', now - length)
+    count = redis.call('ZCOUNT', key, floor, '+inf')
+    if count >= limit then
+      if limit == 0 then
+        retry = length
+      else
+        local m = redis.call('ZRANGEBYSCORE', key, floor, '+inf',
+          'WITHSCORES', 'LIMIT', count - limit, 1)
+        if m[2] == nil then retry = length else retry = tonumber(m[2]) + length - now end
+      end
     end
   end
   out[i] = count

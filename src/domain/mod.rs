@@ -15,7 +15,7 @@ pub use email::EmailAddress;
 pub use locale::Locale;
 pub use phone::{PhoneError, PhoneNumber};
 pub use reason::Reason;
-pub use rule::Rule;
+pub use rule::{Algorithm, Rule};
 pub use subject::{Action, Subject, SubjectKind};
 pub use username::Username;
 

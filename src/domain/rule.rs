@@ -3,7 +3,30 @@
 
 use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
+
 use super::SubjectKind;
+
+/// How a window counts (`algorithm` on a limit).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Algorithm {
+    /// A log of the window's events: exact, memory grows with the limit. The
+    /// default.
+    #[default]
+    SlidingLog,
+    /// A meter (GCRA, the leaky bucket as a meter): `limit` events at once,
+    /// then one per `window / limit`; one level per subject, whatever the
+    /// limit.
+    Gcra,
+}
+
+impl Algorithm {
+    /// Whether this is the default (a config file need not say it).
+    pub fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
+}
 
 /// One window of a rule: at most `limit` events per `window` for a subject kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -16,6 +39,8 @@ pub struct Rule {
     pub window: Duration,
     /// Counted and audited, never enforced (a rule on trial).
     pub shadow: bool,
+    /// How the window counts.
+    pub algorithm: Algorithm,
 }
 
 impl Rule {
@@ -26,7 +51,13 @@ impl Rule {
             limit,
             window,
             shadow: false,
+            algorithm: Algorithm::SlidingLog,
         }
+    }
+
+    /// The same rule, counted by `algorithm`.
+    pub fn counted_by(self, algorithm: Algorithm) -> Self {
+        Self { algorithm, ..self }
     }
 
     /// The same rule, on trial when `shadow`: counted and audited, never

@@ -6,7 +6,7 @@ use serde::Serialize;
 use super::{GuardContext, Policy, RequestInfo, SubjectRules};
 use crate::audit::{AuditDecision, AuditEvent};
 use crate::domain::{Action, Reason, Rule, Subject, SubjectKind};
-use crate::store::{RuleWindow, StoreError, WindowMode, WindowSpec};
+use crate::store::{Keys, RuleWindow, StoreError, WindowMode, WindowSpec};
 
 /// One window of a subject: its live count against its rule.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
@@ -176,9 +176,11 @@ impl SubjectAdmin {
         info: &RequestInfo,
     ) -> Result<SubjectState, StoreError> {
         let keys = &self.ctx.keys;
+        // Each window's log and the meters beside it (GCRA windows).
         let mut doomed: Vec<String> = actions(subject.kind)
             .iter()
             .map(|action| keys.subject_window(subject, *action))
+            .flat_map(|key| [Keys::meter_of(&key), key])
             .collect();
         doomed.push(keys.subject_lock(subject));
         if subject.kind == SubjectKind::Phone {

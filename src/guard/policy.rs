@@ -52,7 +52,11 @@ const ESCALATION_RESET_MS: u64 = 24 * 3_600_000;
 fn rules(kind: SubjectKind, limits: &[LimitSetting]) -> Vec<Rule> {
     limits
         .iter()
-        .map(|l| Rule::new(kind, l.limit, l.window).shadowed(l.shadow))
+        .map(|l| {
+            Rule::new(kind, l.limit, l.window)
+                .shadowed(l.shadow)
+                .counted_by(l.algorithm)
+        })
         .collect()
 }
 

@@ -119,7 +119,7 @@ impl Reservation<'_> {
         let undos = self
             .hits
             .iter()
-            .map(|hit| store.undo(&hit.key, &self.member));
+            .map(|hit| store.undo(&hit.key, &self.member, hit.rules.windows()));
         for result in join_all(undos).await {
             if let Err(e) = result {
                 // The event stays counted until its window passes: fail towards

@@ -16,6 +16,7 @@ use figment::providers::{Env, Format, Toml};
 use figment::Figment;
 use serde::{Deserialize, Serialize};
 
+pub use crate::domain::Algorithm;
 pub use secret::{Secret, SecretUrl};
 
 const DEFAULTS: &str = include_str!("defaults.toml");
@@ -157,6 +158,10 @@ pub struct LimitSetting {
     /// but refuse nothing by it: to try a new rule while the others enforce.
     #[serde(default, skip_serializing_if = "is_false")]
     pub shadow: bool,
+    /// `sliding_log` (exact; the default) or `gcra` (a meter: `limit` at
+    /// once, then one per `window / limit`, one value per subject).
+    #[serde(default, skip_serializing_if = "Algorithm::is_default")]
+    pub algorithm: Algorithm,
 }
 
 impl LimitSetting {
@@ -166,6 +171,7 @@ impl LimitSetting {
             limit,
             window,
             shadow: false,
+            algorithm: Algorithm::SlidingLog,
         }
     }
 }

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use super::Algorithm;
 use super::{CaptchaKind, LimitSetting, Settings, SettingsError, SmsProviderKind, StoreBackend};
 
 type Check = Result<(), SettingsError>;
@@ -28,6 +29,15 @@ fn limits(key: &str, list: &[LimitSetting]) -> Check {
     for (i, l) in list.iter().enumerate() {
         positive(&format!("{key}[{i}].limit"), l.limit.into())?;
         duration(&format!("{key}[{i}].window"), l.window)?;
+        // The meter's level goes up to limit × window in ms, kept exact in a
+        // Lua number (a double) on Redis.
+        let meter_max = u128::from(l.limit) * l.window.as_millis();
+        if l.algorithm == Algorithm::Gcra && meter_max >= 1 << 53 {
+            return Err(SettingsError::invalid(
+                &format!("{key}[{i}]"),
+                "with gcra, limit × window in milliseconds must stay below 2^53",
+            ));
+        }
     }
     Ok(())
 }

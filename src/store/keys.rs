@@ -47,6 +47,12 @@ impl Keys {
         self.subject_key(kind, id, action)
     }
 
+    /// The meter hash (GCRA windows) kept beside a window key: the same
+    /// hash tag, so one script may touch both on a cluster.
+    pub fn meter_of(window_key: &str) -> String {
+        format!("{window_key}:meter")
+    }
+
     /// The lock record of a subject (login locks).
     pub fn lock(&self, kind: &str, id: &str) -> String {
         self.subject_key(kind, id, "lock")

@@ -17,15 +17,17 @@ use dashmap::DashMap;
 use subtle::ConstantTimeEq;
 
 use self::entry::{wrong_type, Entry, Subject, Value};
-use self::window::verdict;
+use self::meter::Meters;
+use self::window::{verdict, Window};
 use super::{
-    Clock, HitOutcome, HitRequest, HitVerdict, LoginAttemptOutcome, LoginAttemptRequest,
+    Clock, HitOutcome, HitRequest, HitVerdict, Keys, LoginAttemptOutcome, LoginAttemptRequest,
     LoginPolicy, LoginStateOutcome, OtpOutcome, PeekOutcome, StoreError, WindowMode, WindowSpec,
     WindowStore,
 };
 
 mod entry;
 mod login;
+mod meter;
 mod window;
 
 /// The in-process store: one instance only, state lost on restart.
@@ -94,45 +96,67 @@ fn no_windows() -> StoreError {
 impl WindowStore for MemoryStore {
     async fn hit(&self, req: HitRequest<'_>) -> Result<HitOutcome, StoreError> {
         let specs = req.windows;
-        let longest = specs
+        if specs.is_empty() {
+            return Err(no_windows());
+        }
+        let logs = || specs.iter().filter(|w| !w.is_meter());
+        let longest_log = logs().map(|w| w.window_ms).max();
+        let keep = logs().map(|w| w.limit).max().unwrap_or(0) as usize;
+        let longest_meter = specs
             .iter()
+            .filter(|w| w.is_meter())
             .map(|w| w.window_ms)
-            .max()
-            .ok_or_else(no_windows)?;
-        let keep = specs.iter().map(|w| w.limit).max().unwrap_or(0) as usize;
+            .max();
+        let meter_key = longest_meter.map(|_| Keys::meter_of(req.key));
         let now = self.clock.now_ms();
         self.with_subject(req.key, |subject| {
-            subject.change_window(req.key, now, |window| {
-                window.prune(now, longest);
-                let counts: Vec<u32> = specs
-                    .iter()
-                    .map(|w| window.count(now, w.window_ms))
-                    .collect();
-                let verdict = verdict(window, now, specs, &counts, req.gate_open);
+            let mut meters = match &meter_key {
+                Some(key) => subject.meters(key, now)?,
+                None => Meters::default(),
+            };
+            let outcome = subject.change_window(req.key, now, |window| {
+                if let Some(longest) = longest_log {
+                    window.prune(now, longest);
+                }
+                let count = |window: &Window, meters: &Meters, w: &WindowSpec| match w.is_meter() {
+                    true => meters.count(w, now),
+                    false => window.count(now, w.window_ms),
+                };
+                let wait = |window: &Window, meters: &Meters, w: &WindowSpec| match w.is_meter() {
+                    true => meters.wait(w, now),
+                    false => window.wait(now, w.limit, w.window_ms),
+                };
+                let counts: Vec<u32> = specs.iter().map(|w| count(window, &meters, w)).collect();
+                let verdict = verdict(specs, &counts, req.gate_open, |i| {
+                    wait(window, &meters, &specs[i])
+                });
                 // Before the event is added: the wait it would have met.
                 let observed_waits = specs
                     .iter()
                     .zip(&counts)
                     .map(|(w, count)| match w.mode {
-                        WindowMode::Observe if *count >= w.limit => {
-                            window.wait(now, w.limit, w.window_ms)
-                        }
+                        WindowMode::Observe if *count >= w.limit => wait(window, &meters, w),
                         _ => 0,
                     })
                     .collect::<Vec<u64>>();
                 let added = verdict == HitVerdict::Allowed || req.force;
                 if added {
-                    window.add(now, req.member);
+                    if longest_log.is_some() {
+                        window.add(now, req.member);
+                    }
+                    for w in specs.iter().filter(|w| w.is_meter()) {
+                        meters.add(w, now);
+                    }
                 }
                 window.trim(keep);
                 let next_retry_after_ms = specs
                     .iter()
                     .filter(|w| w.mode == WindowMode::Enforce)
-                    .map(|w| window.wait(now, w.limit, w.window_ms))
+                    .map(|w| wait(window, &meters, w))
                     .max()
                     .unwrap_or(0);
                 // As in Redis, only a recorded event moves the key's expiry.
-                let expires_at = added.then_some(now + longest);
+                let expires_at = longest_log.filter(|_| added).map(|longest| now + longest);
                 let outcome = HitOutcome {
                     verdict,
                     added,
@@ -141,7 +165,11 @@ impl WindowStore for MemoryStore {
                     observed_waits,
                 };
                 (outcome, expires_at)
-            })
+            })?;
+            if let (Some(key), Some(longest), true) = (&meter_key, longest_meter, outcome.added) {
+                subject.put_meters(key, meters, Some(now + longest));
+            }
+            Ok(outcome)
         })
     }
 
@@ -150,23 +178,55 @@ impl WindowStore for MemoryStore {
             return Err(no_windows());
         }
         let now = self.clock.now_ms();
+        let meter_key = windows
+            .iter()
+            .any(WindowSpec::is_meter)
+            .then(|| Keys::meter_of(key));
         self.with_subject(key, |subject| {
+            let meters = match &meter_key {
+                Some(key) => subject.meters(key, now)?,
+                None => Meters::default(),
+            };
             subject.read_window(key, now, |window| PeekOutcome {
                 counts: windows
                     .iter()
-                    .map(|w| window.count(now, w.window_ms))
+                    .map(|w| match w.is_meter() {
+                        true => meters.count(w, now),
+                        false => window.count(now, w.window_ms),
+                    })
                     .collect(),
                 retry_after_ms: windows
                     .iter()
-                    .map(|w| window.wait(now, w.limit, w.window_ms))
+                    .map(|w| match w.is_meter() {
+                        true => meters.wait(w, now),
+                        false => window.wait(now, w.limit, w.window_ms),
+                    })
                     .collect(),
             })
         })
     }
 
-    async fn undo(&self, key: &str, member: &str) -> Result<(), StoreError> {
+    async fn undo(
+        &self,
+        key: &str,
+        member: &str,
+        windows: &[WindowSpec],
+    ) -> Result<(), StoreError> {
         let now = self.clock.now_ms();
+        let meter_key = windows
+            .iter()
+            .any(WindowSpec::is_meter)
+            .then(|| Keys::meter_of(key));
         self.with_subject(key, |subject| {
+            if let Some(meter_key) = &meter_key {
+                if subject.live(meter_key, now).is_some() {
+                    let mut meters = subject.meters(meter_key, now)?;
+                    for w in windows.iter().filter(|w| w.is_meter()) {
+                        meters.remove(w);
+                    }
+                    subject.put_meters(meter_key, meters, None);
+                }
+            }
             if subject.live(key, now).is_none() {
                 return Ok(());
             }

@@ -69,8 +69,10 @@ pub trait WindowStore: Send + Sync {
     /// Count the windows without recording anything.
     async fn peek(&self, key: &str, windows: &[WindowSpec]) -> Result<PeekOutcome, StoreError>;
 
-    /// Remove a previously recorded event (the roll-back of a reservation).
-    async fn undo(&self, key: &str, member: &str) -> Result<(), StoreError>;
+    /// Remove a previously recorded event (the roll-back of a reservation)
+    /// from the log at `key`, and lower the meters among `windows` by it.
+    async fn undo(&self, key: &str, member: &str, windows: &[WindowSpec])
+        -> Result<(), StoreError>;
 
     /// One login outcome for the user alone, atomically with the lock check
     /// and the lock decision:

@@ -93,8 +93,13 @@ impl WindowStore for ResilientStore {
         resilient!(self, |s| s.peek(key, windows), open: Some(open))
     }
 
-    async fn undo(&self, key: &str, member: &str) -> Result<(), StoreError> {
-        resilient!(self, |s| s.undo(key, member), open: Some(()))
+    async fn undo(
+        &self,
+        key: &str,
+        member: &str,
+        windows: &[WindowSpec],
+    ) -> Result<(), StoreError> {
+        resilient!(self, |s| s.undo(key, member, windows), open: Some(()))
     }
 
     async fn login_attempt(

@@ -9,7 +9,7 @@ use futures::future::join_all;
 
 use super::{
     HitOutcome, HitRequest, HitVerdict, IpFailures, LoginAttemptRequest, LoginOutcome,
-    LoginRequest, ReserveOutcome, ReserveRequest, StoreError, WindowStore,
+    LoginRequest, ReserveOutcome, ReserveRequest, StoreError, WindowSpec, WindowStore,
 };
 
 pub(super) async fn reserve<S: WindowStore + ?Sized>(
@@ -34,7 +34,7 @@ pub(super) async fn reserve<S: WindowStore + ?Sized>(
         match result {
             Ok(outcome) => {
                 if outcome.added {
-                    added.push(subject.key);
+                    added.push((subject.key, subject.windows));
                 }
                 outcomes.push(outcome);
             }
@@ -68,8 +68,15 @@ pub(super) async fn reserve<S: WindowStore + ?Sized>(
 
 /// Take an event back from every key that recorded it. A failure leaves the
 /// event counted until its window passes: stricter, never looser.
-pub(super) async fn undo_all<S: WindowStore + ?Sized>(store: &S, keys: &[&str], member: &str) {
-    for result in join_all(keys.iter().map(|key| store.undo(key, member))).await {
+pub(super) async fn undo_all<S: WindowStore + ?Sized>(
+    store: &S,
+    keys: &[(&str, &[WindowSpec])],
+    member: &str,
+) {
+    let undos = keys
+        .iter()
+        .map(|(key, windows)| store.undo(key, member, windows));
+    for result in join_all(undos).await {
         if let Err(e) = result {
             tracing::warn!(request_id = %crate::telemetry::request_id(), error = %e, "could not take back a recorded event");
         }
@@ -86,10 +93,11 @@ pub(super) async fn login<S: WindowStore + ?Sized>(
     // user's side refuses.
     let mut ip_seen = None;
     let mut ip_added = false;
+    let ip_windows: Vec<WindowSpec> = req.ip.map(|ip| ip.windows().to_vec()).unwrap_or_default();
     if let Some(ip) = &req.ip {
-        let windows = ip.windows();
+        let windows = &ip_windows;
         let (count, blocked) = if req.success {
-            let peek = store.peek(ip.key, &windows).await?;
+            let peek = store.peek(ip.key, windows).await?;
             let count = peek.counts.first().copied().unwrap_or(0);
             let retry = peek.retry_after_ms.get(1).copied().unwrap_or(0);
             (count, (count >= ip.block_after).then_some(retry))
@@ -97,7 +105,7 @@ pub(super) async fn login<S: WindowStore + ?Sized>(
             let hit: HitOutcome = store
                 .hit(HitRequest {
                     key: ip.key,
-                    windows: &windows,
+                    windows,
                     member: req.member,
                     gate_open: req.captcha_passed,
                     force: req.shadow,
@@ -137,14 +145,14 @@ pub(super) async fn login<S: WindowStore + ?Sized>(
         Ok(user) => user,
         Err(e) => {
             if let (true, Some(key)) = (ip_added, ip_key) {
-                undo_all(store, &[key], req.member).await;
+                undo_all(store, &[(key, &ip_windows[..])], req.member).await;
             }
             return Err(e);
         }
     };
     let outcome = LoginOutcome { user, ip: ip_seen };
     if let (true, Some(key), false) = (ip_added, ip_key, outcome.recorded(req.shadow)) {
-        undo_all(store, &[key], req.member).await;
+        undo_all(store, &[(key, &ip_windows[..])], req.member).await;
     }
     Ok(outcome)
 }

@@ -1,6 +1,8 @@
 //! The values of window and code operations: what a window is, what is
 //! offered to it, and what it answers.
 
+use crate::domain::Algorithm;
+
 /// What a window does once its count has reached its limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WindowMode {
@@ -25,14 +27,14 @@ pub trait RuleWindow {
 
 impl RuleWindow for crate::domain::Rule {
     fn enforce(&self) -> WindowSpec {
-        let spec = WindowSpec::enforce(self.limit, self.window_ms());
-        if self.shadow {
-            WindowSpec {
-                mode: WindowMode::Observe,
-                ..spec
-            }
-        } else {
-            spec
+        WindowSpec {
+            mode: if self.shadow {
+                WindowMode::Observe
+            } else {
+                WindowMode::Enforce
+            },
+            algorithm: self.algorithm,
+            ..WindowSpec::enforce(self.limit, self.window_ms())
         }
     }
 
@@ -50,6 +52,8 @@ pub struct WindowSpec {
     pub window_ms: u64,
     /// What the window does once full.
     pub mode: WindowMode,
+    /// A log of events, or a meter (GCRA) kept beside it (`Keys::meter_of`).
+    pub algorithm: Algorithm,
 }
 
 impl WindowSpec {
@@ -59,14 +63,27 @@ impl WindowSpec {
             limit,
             window_ms,
             mode: WindowMode::Enforce,
+            algorithm: Algorithm::SlidingLog,
         }
     }
+    /// Whether the window is a meter (GCRA) rather than a log.
+    pub fn is_meter(&self) -> bool {
+        self.algorithm == Algorithm::Gcra
+    }
+
+    /// The window's field in its subject's meter hash (`<limit>/<length>`):
+    /// a changed limit starts a new meter.
+    pub fn meter_field(&self) -> String {
+        format!("{}/{}", self.limit, self.window_ms)
+    }
+
     /// A window that asks for a captcha once full.
     pub fn gate(limit: u32, window_ms: u64) -> Self {
         Self {
             limit,
             window_ms,
             mode: WindowMode::Gate,
+            algorithm: Algorithm::SlidingLog,
         }
     }
 }

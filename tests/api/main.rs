@@ -11,6 +11,7 @@ mod console;
 mod delivery;
 mod edges;
 mod email;
+mod gcra;
 mod helpers;
 mod login;
 mod openapi;

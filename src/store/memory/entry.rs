@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 
+use super::meter::Meters;
 use super::window::Window;
 use crate::store::StoreError;
 
@@ -32,6 +33,7 @@ pub(super) enum Value {
     Lock { until: u64, level: u32 },
     Otp { mac: String, left: u32, exp: u64 },
     Text(String),
+    Meter(Meters),
 }
 
 impl Value {
@@ -41,6 +43,7 @@ impl Value {
             Value::Lock { .. } => "lock",
             Value::Otp { .. } => "otp",
             Value::Text(_) => "text",
+            Value::Meter(_) => "meter",
         }
     }
 }
@@ -108,6 +111,30 @@ impl Subject {
             }) => Ok(f(w)),
             Some(e) => Err(wrong_type(key, &e.value, "window")),
         }
+    }
+
+    /// A copy of the meters at `key` (none when absent).
+    pub(super) fn meters(&mut self, key: &str, now: u64) -> Result<Meters, StoreError> {
+        match self.live(key, now) {
+            None => Ok(Meters::default()),
+            Some(Entry {
+                value: Value::Meter(m),
+                ..
+            }) => Ok(m.clone()),
+            Some(e) => Err(wrong_type(key, &e.value, "meter")),
+        }
+    }
+
+    /// Put `meters` at `key`; `expires_at` when given, else the key's own.
+    pub(super) fn put_meters(&mut self, key: &str, meters: Meters, expires_at: Option<u64>) {
+        let kept = self.entries.get(key).and_then(|e| e.expires_at);
+        self.entries.insert(
+            key.to_owned(),
+            Entry {
+                value: Value::Meter(meters),
+                expires_at: expires_at.or(kept),
+            },
+        );
     }
 
     /// `(until, level)` of the lock record at `key`, if any.

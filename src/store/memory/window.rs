@@ -107,18 +107,18 @@ impl Window {
 
 /// `Denied` by the enforce window with the longest wait, else `Gated` by the
 /// first full gate window (unless the gate is open), else `Allowed`.
+/// `wait(i)` is window `i`'s wait now.
 pub(super) fn verdict(
-    window: &Window,
-    now: u64,
     specs: &[WindowSpec],
     counts: &[u32],
     gate_open: bool,
+    wait: impl Fn(usize) -> u64,
 ) -> HitVerdict {
     let mut verdict = HitVerdict::Allowed;
     let mut longest_wait = 0;
     for (i, spec) in specs.iter().enumerate() {
         if spec.mode == WindowMode::Enforce && counts[i] >= spec.limit {
-            let wait = window.wait(now, spec.limit, spec.window_ms);
+            let wait = wait(i);
             let first = !matches!(verdict, HitVerdict::Denied { .. });
             if first || wait > longest_wait {
                 longest_wait = wait;

@@ -7,8 +7,9 @@ use fred::types::FromValue;
 
 use super::RedisStore;
 use crate::store::{
-    CodeToStore, HitOutcome, HitVerdict, IpFailureWindow, IpFailures, LoginAttemptOutcome,
+    CodeToStore, HitOutcome, HitVerdict, IpFailureWindow, IpFailures, Keys, LoginAttemptOutcome,
     LoginAttemptRequest, LoginVerdict, ReserveOutcome, StoreError, SubjectWindows, WindowMode,
+    WindowSpec,
 };
 
 /// Every script, loaded once per store.
@@ -20,6 +21,7 @@ pub(super) struct Scripts {
     pub(super) otp_put: Script,
     pub(super) otp_check: Script,
     pub(super) get_or_init: Script,
+    pub(super) undo: Script,
 }
 
 impl Scripts {
@@ -32,10 +34,11 @@ impl Scripts {
             otp_put: Script::from_lua(include_str!("../../../lua/otp_put.lua")),
             otp_check: Script::from_lua(include_str!("../../../lua/otp_check.lua")),
             get_or_init: Script::from_lua(include_str!("../../../lua/get_or_init.lua")),
+            undo: Script::from_lua(include_str!("../../../lua/undo.lua")),
         }
     }
 
-    pub(super) fn all(&self) -> [&Script; 7] {
+    pub(super) fn all(&self) -> [&Script; 8] {
         [
             &self.reserve,
             &self.window_peek,
@@ -44,6 +47,7 @@ impl Scripts {
             &self.otp_put,
             &self.otp_check,
             &self.get_or_init,
+            &self.undo,
         ]
     }
 }
@@ -82,13 +86,18 @@ impl RedisStore {
         args.push(flag(gate_open));
         args.push(flag(force));
         args.push(int(subjects.len() as u64));
-        for subject in subjects {
+        let meter_keys: Vec<Option<String>> = subjects
+            .iter()
+            .map(|s| meter_key(s.key, s.windows))
+            .collect();
+        for (subject, meter_key) in subjects.iter().zip(&meter_keys) {
             keys.push(subject.key);
+            keys.extend(meter_key.as_deref());
             args.push(int(subject.windows.len() as u64));
             for w in subject.windows {
                 args.push(int(u64::from(w.limit)));
                 args.push(int(w.window_ms));
-                args.push(int(mode_arg(w.mode)));
+                args.push(int(window_kind(w)));
             }
         }
         if let Some(code) = code {
@@ -224,13 +233,22 @@ pub(super) fn int(v: u64) -> Value {
     Value::from(i64::try_from(v).unwrap_or(i64::MAX))
 }
 
-/// A window's mode as `reserve.lua` reads it.
-fn mode_arg(mode: WindowMode) -> u64 {
-    match mode {
+/// A window's kind as `reserve.lua` reads it: its mode, plus 4 for a meter.
+fn window_kind(w: &WindowSpec) -> u64 {
+    let mode = match w.mode {
         WindowMode::Enforce => 0,
         WindowMode::Gate => 1,
         WindowMode::Observe => 2,
-    }
+    };
+    mode + if w.is_meter() { 4 } else { 0 }
+}
+
+/// The meter hash beside `key`, when one of `windows` is a meter.
+pub(super) fn meter_key(key: &str, windows: &[WindowSpec]) -> Option<String> {
+    windows
+        .iter()
+        .any(WindowSpec::is_meter)
+        .then(|| Keys::meter_of(key))
 }
 
 pub(super) fn flag(v: bool) -> Value {

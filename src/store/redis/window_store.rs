@@ -4,7 +4,7 @@
 use async_trait::async_trait;
 use fred::prelude::{ClientLike, SortedSetsInterface, Value};
 
-use super::scripts::{count, int, no_windows, wait};
+use super::scripts::{count, flag, int, meter_key, no_windows, wait};
 use super::RedisStore;
 use crate::store::{
     steps, HitOutcome, HitRequest, LoginAttemptOutcome, LoginAttemptRequest, LoginOutcome,
@@ -64,14 +64,18 @@ impl WindowStore for RedisStore {
         if n == 0 {
             return Err(no_windows());
         }
-        let mut args = Vec::with_capacity(1 + 2 * n);
+        let mut args = Vec::with_capacity(1 + 3 * n);
         args.push(int(n as u64));
         for w in windows {
             args.push(int(u64::from(w.limit)));
             args.push(int(w.window_ms));
+            args.push(flag(w.is_meter()));
         }
+        let meter_key = meter_key(key, windows);
+        let mut keys = vec![key];
+        keys.extend(meter_key.as_deref());
         let out = self
-            .eval_ints(&self.scripts.window_peek, vec![key], args, 2 * n)
+            .eval_ints(&self.scripts.window_peek, keys, args, 2 * n)
             .await?;
         Ok(PeekOutcome {
             counts: out[..n]
@@ -82,11 +86,29 @@ impl WindowStore for RedisStore {
         })
     }
 
-    async fn undo(&self, key: &str, member: &str) -> Result<(), StoreError> {
+    /// A log alone: one `ZREM`. With meters: `undo.lua`, which lowers each.
+    async fn undo(
+        &self,
+        key: &str,
+        member: &str,
+        windows: &[WindowSpec],
+    ) -> Result<(), StoreError> {
         let client = self.client_here();
-        self.run_on(&client, client.zrem::<i64, _, _>(key, member))
-            .await
-            .map(|_| ())
+        let Some(meter_key) = meter_key(key, windows) else {
+            return self
+                .run_on(&client, client.zrem::<i64, _, _>(key, member))
+                .await
+                .map(|_| ());
+        };
+        let mut args = vec![Value::from(member)];
+        for w in windows.iter().filter(|w| w.is_meter()) {
+            args.push(Value::from(w.meter_field()));
+            args.push(int(w.window_ms));
+        }
+        let _: i64 = self
+            .eval(&self.scripts.undo, vec![key, &meter_key], args)
+            .await?;
+        Ok(())
     }
 
     async fn login_attempt(

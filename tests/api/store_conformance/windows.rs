@@ -1,6 +1,7 @@
 //! Sliding windows: `hit`, `peek`, `undo`.
 
 use futures::future::join_all;
+use tollgate::domain::Algorithm;
 use tollgate::store::{HitVerdict, WindowMode, WindowSpec};
 
 use super::backend::{member, Backend, Offer};
@@ -12,6 +13,7 @@ on_both_backends!(
     past_the_limit_the_wait_is_until_enough_events_have_left,
     a_gate_window_gates_unless_the_gate_is_open,
     an_observed_window_never_refuses_and_tells_its_would_be_wait,
+    a_meter_admits_its_limit_at_once_then_one_per_interval,
     a_full_enforce_window_denies_even_when_a_gate_is_also_full,
     a_forced_event_is_recorded_even_when_refused,
     events_in_the_same_millisecond_all_count,
@@ -213,6 +215,61 @@ async fn an_observed_window_never_refuses_and_tells_its_would_be_wait(b: &Backen
     );
 }
 
+async fn a_meter_admits_its_limit_at_once_then_one_per_interval(b: &Backend) {
+    let key = b.keys.window("global", "sms_send", "sms_send");
+    let meter = WindowSpec {
+        algorithm: Algorithm::Gcra,
+        ..WindowSpec::enforce(3, 3_000)
+    };
+    let windows = [meter, WindowSpec::enforce(100, 60_000)];
+    let start = b.mark();
+
+    let last = member();
+    for (expected, id) in [
+        ([0, 0], member()),
+        ([1, 1], member()),
+        ([2, 2], last.clone()),
+    ] {
+        let hit = b.hit_as(&key, &windows, &id, Offer::default()).await;
+        assert_eq!(hit.verdict, HitVerdict::Allowed, "{hit:?}");
+        assert_eq!(hit.counts, expected);
+    }
+    let peek = b.store().peek(&key, &windows).await.expect("peek");
+    assert_eq!(peek.counts, [3, 3]);
+    b.assert_wait(peek.retry_after_ms[0], 1_000, &start, "the meter's wait");
+
+    let refused = b.hit(&key, &windows).await;
+    let HitVerdict::Denied {
+        window,
+        retry_after_ms,
+    } = refused.verdict
+    else {
+        panic!("the meter should deny, got {refused:?}");
+    };
+    assert_eq!(window, 0);
+    b.assert_wait(retry_after_ms, 1_000, &start, "one event per 1000 ms");
+    assert_eq!(refused.counts, [3, 3]);
+
+    b.store().undo(&key, &last, &windows).await.expect("undo");
+    let after_undo = b.store().peek(&key, &windows).await.expect("peek");
+    assert_eq!(
+        after_undo.counts,
+        [2, 2],
+        "the meter and the log each gave one back"
+    );
+
+    if b.exact() {
+        b.advance(1_000).await;
+        let hit = b.hit(&key, &windows).await;
+        assert_eq!(hit.verdict, HitVerdict::Allowed);
+        assert_eq!(
+            hit.counts,
+            [1, 2],
+            "9000 - 3000 taken back - 3000 drained: one event's worth of 3000 left"
+        );
+    }
+}
+
 async fn a_full_enforce_window_denies_even_when_a_gate_is_also_full(b: &Backend) {
     let key = b.keys.window("ip", "203.0.113.9", "sms_send");
     let windows = [WindowSpec::gate(1, 60_000), WindowSpec::enforce(2, 60_000)];
@@ -303,10 +360,10 @@ async fn only_the_newest_max_limit_events_are_kept(b: &Backend) {
     assert_eq!(peek.counts, [5, 5]);
 
     // The oldest were dropped: removing one changes nothing...
-    b.store().undo(&key, &members[0]).await.unwrap();
+    b.store().undo(&key, &members[0], &windows).await.unwrap();
     assert_eq!(b.store().peek(&key, &windows).await.unwrap().counts, [5, 5]);
     // ...while the newest were kept.
-    b.store().undo(&key, &members[7]).await.unwrap();
+    b.store().undo(&key, &members[7], &windows).await.unwrap();
     assert_eq!(b.store().peek(&key, &windows).await.unwrap().counts, [4, 4]);
 }
 
@@ -322,14 +379,17 @@ async fn an_undone_event_no_longer_counts(b: &Backend) {
         HitVerdict::Denied { .. }
     ));
 
-    b.store().undo(&key, &reserved).await.unwrap();
+    b.store().undo(&key, &reserved, &windows).await.unwrap();
     assert_eq!(b.store().peek(&key, &windows).await.unwrap().counts, [0]);
     assert_eq!(b.hit(&key, &windows).await.verdict, HitVerdict::Allowed);
 
     // Undoing what is not there is fine.
-    b.store().undo(&key, &reserved).await.unwrap();
+    b.store().undo(&key, &reserved, &windows).await.unwrap();
     let nowhere = b.keys.window("phone", "+12025550199", "sms_send");
-    b.store().undo(&nowhere, "never-recorded").await.unwrap();
+    b.store()
+        .undo(&nowhere, "never-recorded", &windows)
+        .await
+        .unwrap();
     assert_eq!(b.store().peek(&key, &windows).await.unwrap().counts, [1]);
 }
 

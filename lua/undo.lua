@@ -1,0 +1,30 @@
+-- undo.lua: take one recorded event back from a subject's windows (the
+-- roll-back of a reservation whose delivery failed).
+--
+-- KEYS[1]  the subject's window ZSET
+-- KEYS[2]  its meter HASH (see reserve.lua)
+-- ARGV[1]  member: the event's id
+-- ARGV[2..] per meter window: its field ("<limit>/<length>"), its length in ms
+--
+-- The event's member leaves the ZSET; each meter's level goes down by the
+-- window's length (what the event raised it by), never below 0. A meter hash
+-- that has expired is left alone.
+--
+-- Returns 1. Commands per call: ZREM, EXISTS, and per meter window HGET and HSET.
+--
+-- Example:
+--   EVALSHA <sha> 2 "tg:{global:sms_send}:sms_send" "tg:{global:sms_send}:sms_send:meter" \
+--     "9f3c2a1b00d4e5f6" "100000/60000" 60000
+--   -> 1
+
+redis.call('ZREM', KEYS[1], ARGV[1])
+if redis.call('EXISTS', KEYS[2]) == 1 then
+  for i = 2, #ARGV, 2 do
+    local level = tonumber(redis.call('HGET', KEYS[2], ARGV[i]))
+    if level then
+      local left = math.max(level - tonumber(ARGV[i + 1]), 0)
+      redis.call('HSET', KEYS[2], ARGV[i], string.format('%d', left))
+    end
+  end
+end
+return 1
