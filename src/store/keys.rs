@@ -53,6 +53,14 @@ impl Keys {
         format!("{window_key}:meter")
     }
 
+    /// The meter hash beside `window_key` when one of `windows` is a meter.
+    pub fn meter_for(window_key: &str, windows: &[super::WindowSpec]) -> Option<String> {
+        windows
+            .iter()
+            .any(super::WindowSpec::is_meter)
+            .then(|| Self::meter_of(window_key))
+    }
+
     /// The lock record of a subject (login locks).
     pub fn lock(&self, kind: &str, id: &str) -> String {
         self.subject_key(kind, id, "lock")

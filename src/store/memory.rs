@@ -107,7 +107,7 @@ impl WindowStore for MemoryStore {
             .filter(|w| w.is_meter())
             .map(|w| w.window_ms)
             .max();
-        let meter_key = longest_meter.map(|_| Keys::meter_of(req.key));
+        let meter_key = Keys::meter_for(req.key, specs);
         let now = self.clock.now_ms();
         self.with_subject(req.key, |subject| {
             let mut meters = match &meter_key {
@@ -178,10 +178,7 @@ impl WindowStore for MemoryStore {
             return Err(no_windows());
         }
         let now = self.clock.now_ms();
-        let meter_key = windows
-            .iter()
-            .any(WindowSpec::is_meter)
-            .then(|| Keys::meter_of(key));
+        let meter_key = Keys::meter_for(key, windows);
         self.with_subject(key, |subject| {
             let meters = match &meter_key {
                 Some(key) => subject.meters(key, now)?,
@@ -213,10 +210,7 @@ impl WindowStore for MemoryStore {
         windows: &[WindowSpec],
     ) -> Result<(), StoreError> {
         let now = self.clock.now_ms();
-        let meter_key = windows
-            .iter()
-            .any(WindowSpec::is_meter)
-            .then(|| Keys::meter_of(key));
+        let meter_key = Keys::meter_for(key, windows);
         self.with_subject(key, |subject| {
             if let Some(meter_key) = &meter_key {
                 if subject.live(meter_key, now).is_some() {

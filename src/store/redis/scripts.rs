@@ -88,7 +88,7 @@ impl RedisStore {
         args.push(int(subjects.len() as u64));
         let meter_keys: Vec<Option<String>> = subjects
             .iter()
-            .map(|s| meter_key(s.key, s.windows))
+            .map(|s| Keys::meter_for(s.key, s.windows))
             .collect();
         for (subject, meter_key) in subjects.iter().zip(&meter_keys) {
             keys.push(subject.key);
@@ -241,14 +241,6 @@ fn window_kind(w: &WindowSpec) -> u64 {
         WindowMode::Observe => 2,
     };
     mode + if w.is_meter() { 4 } else { 0 }
-}
-
-/// The meter hash beside `key`, when one of `windows` is a meter.
-pub(super) fn meter_key(key: &str, windows: &[WindowSpec]) -> Option<String> {
-    windows
-        .iter()
-        .any(WindowSpec::is_meter)
-        .then(|| Keys::meter_of(key))
 }
 
 pub(super) fn flag(v: bool) -> Value {

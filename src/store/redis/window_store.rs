@@ -4,10 +4,10 @@
 use async_trait::async_trait;
 use fred::prelude::{ClientLike, SortedSetsInterface, Value};
 
-use super::scripts::{count, flag, int, meter_key, no_windows, wait};
+use super::scripts::{count, flag, int, no_windows, wait};
 use super::RedisStore;
 use crate::store::{
-    steps, HitOutcome, HitRequest, LoginAttemptOutcome, LoginAttemptRequest, LoginOutcome,
+    steps, HitOutcome, HitRequest, Keys, LoginAttemptOutcome, LoginAttemptRequest, LoginOutcome,
     LoginPolicy, LoginRequest, LoginStateOutcome, OtpOutcome, PeekOutcome, ReserveOutcome,
     ReserveRequest, StoreError, SubjectWindows, WindowSpec, WindowStore,
 };
@@ -71,7 +71,7 @@ impl WindowStore for RedisStore {
             args.push(int(w.window_ms));
             args.push(flag(w.is_meter()));
         }
-        let meter_key = meter_key(key, windows);
+        let meter_key = Keys::meter_for(key, windows);
         let mut keys = vec![key];
         keys.extend(meter_key.as_deref());
         let out = self
@@ -94,7 +94,7 @@ impl WindowStore for RedisStore {
         windows: &[WindowSpec],
     ) -> Result<(), StoreError> {
         let client = self.client_here();
-        let Some(meter_key) = meter_key(key, windows) else {
+        let Some(meter_key) = Keys::meter_for(key, windows) else {
             return self
                 .run_on(&client, client.zrem::<i64, _, _>(key, member))
                 .await
