@@ -19,7 +19,7 @@
 -- Returns an array of integers:
 --   { recorded, then per subject:
 --     verdict, window, retry_after_ms, next_retry_after_ms, count_1, ..., count_n,
---     observed_wait_1, ..., observed_wait_n }
+--     and, only for a subject with an observe window, observed_wait_1, ..., observed_wait_n }
 --   recorded 1 when the event was added to every subject (every subject allowed
 --   it, or force) and the code stored; 0 when nothing was written.
 --   verdict 0 = allowed, 1 = denied (window = refusing window with the longest
@@ -37,7 +37,9 @@
 -- that each event raises by W and that drains by L per ms, so it admits L
 -- events at once and then one per W/L ms: the level is at most L*W, its count
 -- is ceil(level / W), it is full when level > (L-1)*W, and its wait is
--- ceil((level + W - L*W) / L). All integers (start-up keeps L*W < 2^53).
+-- ceil((level + W - L*W) / L). A forced event (shadow mode) raises it to at
+-- most L*W, as a log keeps at most its limit. All integers (start-up keeps
+-- L*W < 2^53).
 --
 -- Commands per call: TIME; per subject one read (ZRANGE of the whole set when
 -- max(limit) <= 32, else one ZCOUNT per window), plus one ZREVRANGE per full
@@ -51,7 +53,7 @@
 --   EVALSHA <sha> 3 "tg:{phone:+33612345678}:sms_send" "tg:{ip:192.0.2.7}:sms_send" \
 --     "tg:{phone:+33612345678}:otp" "01J...-uuid" 0 0 2 \
 --     3  1 60000 0  5 3600000 0  3 3600000 1   1  20 3600000 0   "9f86d0..." 5 300000
---   -> { 1,  0, 0, 0, 60000, 0, 0, 0, 0, 0, 0,  0, 0, 0, 0, 0, 0 }
+--   -> { 1,  0, 0, 0, 60000, 0, 0, 0,  0, 0, 0, 0, 0 }
 
 local SMALL = 32
 
@@ -71,14 +73,16 @@ local a, k = 5, 1
 for i = 1, s do
   local n = tonumber(ARGV[a])
   local sub = { key = KEYS[k], n = n, limits = {}, lengths = {}, modes = {}, meters = {},
-    longest = 0, keep = 0, logs = 0, meter_longest = 0 }
+    stamps = {}, longest = 0, keep = 0, logs = 0, meter_longest = 0, observes = false }
   k = k + 1
   for w = 1, n do
     local limit, length = tonumber(ARGV[a + 3 * w - 2]), tonumber(ARGV[a + 3 * w - 1])
     local kind = tonumber(ARGV[a + 3 * w])
     sub.limits[w], sub.lengths[w], sub.modes[w] = limit, length, kind % 4
+    if kind % 4 == 2 then sub.observes = true end
     if kind >= 4 then
       sub.meters[w] = ARGV[a + 3 * w - 2] .. '/' .. ARGV[a + 3 * w - 1]
+      sub.stamps[w] = sub.meters[w] .. ':t'
       if length > sub.meter_longest then sub.meter_longest = length end
     else
       sub.logs = sub.logs + 1
@@ -107,7 +111,8 @@ end
 local function wait(sub, w, count, extra)
   local limit, length = sub.limits[w], sub.lengths[w]
   if sub.meters[w] then
-    local over = sub.levels[w] + extra * length + length - limit * length
+    local level = math.min(sub.levels[w] + extra * length, limit * length)
+    local over = level + length - limit * length
     if over <= 0 then return 0 end
     if limit == 0 then return length end
     return math.ceil(over / limit)
@@ -142,7 +147,7 @@ for _, sub in ipairs(subjects) do
     for w = 1, sub.n do
       if sub.meters[w] then
         fields[#fields + 1] = sub.meters[w]
-        fields[#fields + 1] = sub.meters[w] .. ':t'
+        fields[#fields + 1] = sub.stamps[w]
       end
     end
     local raw = redis.call('HMGET', sub.mkey, unpack(fields))
@@ -214,9 +219,10 @@ if recorded then
       local fields = {}
       for w = 1, sub.n do
         if sub.meters[w] then
+          local level = math.min(sub.levels[w] + sub.lengths[w], sub.limits[w] * sub.lengths[w])
           fields[#fields + 1] = sub.meters[w]
-          fields[#fields + 1] = string.format('%d', sub.levels[w] + sub.lengths[w])
-          fields[#fields + 1] = sub.meters[w] .. ':t'
+          fields[#fields + 1] = string.format('%d', level)
+          fields[#fields + 1] = sub.stamps[w]
           fields[#fields + 1] = now_s
         end
       end
@@ -248,6 +254,8 @@ for _, sub in ipairs(subjects) do
   out[#out + 1] = sub.retry
   out[#out + 1] = next_retry
   for w = 1, sub.n do out[#out + 1] = sub.counts[w] end
-  for w = 1, sub.n do out[#out + 1] = sub.observed[w] end
+  if sub.observes then
+    for w = 1, sub.n do out[#out + 1] = sub.observed[w] end
+  end
 end
 return out

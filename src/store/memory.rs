@@ -88,6 +88,24 @@ fn shard_of(key: &str) -> &str {
     key
 }
 
+/// A window's count now: from the log, or from the subject's meters.
+fn count_of(window: &Window, meters: &Meters, w: &WindowSpec, now: u64) -> u32 {
+    if w.is_meter() {
+        meters.count(w, now)
+    } else {
+        window.count(now, w.window_ms)
+    }
+}
+
+/// How long until a window admits one more event (0: at once).
+fn wait_of(window: &Window, meters: &Meters, w: &WindowSpec, now: u64) -> u64 {
+    if w.is_meter() {
+        meters.wait(w, now)
+    } else {
+        window.wait(now, w.limit, w.window_ms)
+    }
+}
+
 fn no_windows() -> StoreError {
     StoreError::Protocol("a window call needs at least one window".into())
 }
@@ -118,27 +136,25 @@ impl WindowStore for MemoryStore {
                 if let Some(longest) = longest_log {
                     window.prune(now, longest);
                 }
-                let count = |window: &Window, meters: &Meters, w: &WindowSpec| match w.is_meter() {
-                    true => meters.count(w, now),
-                    false => window.count(now, w.window_ms),
-                };
-                let wait = |window: &Window, meters: &Meters, w: &WindowSpec| match w.is_meter() {
-                    true => meters.wait(w, now),
-                    false => window.wait(now, w.limit, w.window_ms),
-                };
+                let count = |window: &Window, meters: &Meters, w| count_of(window, meters, w, now);
+                let wait = |window: &Window, meters: &Meters, w| wait_of(window, meters, w, now);
                 let counts: Vec<u32> = specs.iter().map(|w| count(window, &meters, w)).collect();
                 let verdict = verdict(specs, &counts, req.gate_open, |i| {
                     wait(window, &meters, &specs[i])
                 });
                 // Before the event is added: the wait it would have met.
-                let observed_waits = specs
-                    .iter()
-                    .zip(&counts)
-                    .map(|(w, count)| match w.mode {
-                        WindowMode::Observe if *count >= w.limit => wait(window, &meters, w),
-                        _ => 0,
-                    })
-                    .collect::<Vec<u64>>();
+                let observed_waits = if specs.iter().any(|w| w.mode == WindowMode::Observe) {
+                    specs
+                        .iter()
+                        .zip(&counts)
+                        .map(|(w, count)| match w.mode {
+                            WindowMode::Observe if *count >= w.limit => wait(window, &meters, w),
+                            _ => 0,
+                        })
+                        .collect()
+                } else {
+                    Vec::new()
+                };
                 let added = verdict == HitVerdict::Allowed || req.force;
                 if added {
                     if longest_log.is_some() {
@@ -187,17 +203,11 @@ impl WindowStore for MemoryStore {
             subject.read_window(key, now, |window| PeekOutcome {
                 counts: windows
                     .iter()
-                    .map(|w| match w.is_meter() {
-                        true => meters.count(w, now),
-                        false => window.count(now, w.window_ms),
-                    })
+                    .map(|w| count_of(window, &meters, w, now))
                     .collect(),
                 retry_after_ms: windows
                     .iter()
-                    .map(|w| match w.is_meter() {
-                        true => meters.wait(w, now),
-                        false => window.wait(now, w.limit, w.window_ms),
-                    })
+                    .map(|w| wait_of(window, &meters, w, now))
                     .collect(),
             })
         })

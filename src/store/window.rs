@@ -134,7 +134,8 @@ pub struct HitOutcome {
     pub next_retry_after_ms: u64,
     /// Per window, in request order: for an `Observe` window that was full,
     /// how long until it would have admitted this event (the retry a rule in
-    /// shadow would have answered); 0 for every other window.
+    /// shadow would have answered); 0 for every other window. Empty when no
+    /// window is `Observe` (no allocation on the common path).
     pub observed_waits: Vec<u64>,
 }
 
@@ -146,7 +147,7 @@ impl HitOutcome {
             added: false,
             counts: vec![0; windows],
             next_retry_after_ms: 0,
-            observed_waits: vec![0; windows],
+            observed_waits: Vec::new(),
         }
     }
 }

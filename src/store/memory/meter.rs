@@ -42,9 +42,11 @@ impl Meters {
         }
     }
 
-    /// Record one event.
+    /// Record one event; a forced one (shadow mode) fills the meter at most,
+    /// as a log keeps at most its limit.
     pub(super) fn add(&mut self, w: &WindowSpec, now: u64) {
-        let level = self.level(w, now) + w.window_ms;
+        let capacity = u64::from(w.limit).saturating_mul(w.window_ms);
+        let level = (self.level(w, now) + w.window_ms).min(capacity);
         self.levels.insert((w.limit, w.window_ms), (level, now));
     }
 
@@ -66,6 +68,21 @@ mod tests {
             algorithm: Algorithm::Gcra,
             ..WindowSpec::enforce(limit, window_ms)
         }
+    }
+
+    #[test]
+    fn a_forced_event_fills_the_meter_and_no_more() {
+        let w = meter(2, 1_000);
+        let mut m = Meters::default();
+        for _ in 0..5 {
+            m.add(&w, 0);
+        }
+        assert_eq!((m.count(&w, 0), m.wait(&w, 0)), (2, 500));
+        assert_eq!(
+            m.count(&w, 1_000),
+            0,
+            "drained after one window, like a log"
+        );
     }
 
     #[test]

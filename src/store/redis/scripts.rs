@@ -86,13 +86,18 @@ impl RedisStore {
         args.push(flag(gate_open));
         args.push(flag(force));
         args.push(int(subjects.len() as u64));
-        let meter_keys: Vec<Option<String>> = subjects
-            .iter()
-            .map(|s| Keys::meter_for(s.key, s.windows))
-            .collect();
-        for (subject, meter_key) in subjects.iter().zip(&meter_keys) {
+        // Only a request with a meter window pays for its keys' strings.
+        let meter_keys: Vec<Option<String>> = if subjects.iter().any(|s| has_meter(s.windows)) {
+            subjects
+                .iter()
+                .map(|s| Keys::meter_for(s.key, s.windows))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        for (i, subject) in subjects.iter().enumerate() {
             keys.push(subject.key);
-            keys.extend(meter_key.as_deref());
+            keys.extend(meter_keys.get(i).and_then(Option::as_deref));
             args.push(int(subject.windows.len() as u64));
             for w in subject.windows {
                 args.push(int(u64::from(w.limit)));
@@ -106,7 +111,12 @@ impl RedisStore {
             args.push(int(u64::from(code.attempts)));
             args.push(int(code.ttl_ms));
         }
-        let len = 1 + 4 * subjects.len() + 2 * windows;
+        let observed: usize = subjects
+            .iter()
+            .filter(|s| has_observe(s.windows))
+            .map(|s| s.windows.len())
+            .sum();
+        let len = 1 + 4 * subjects.len() + windows + observed;
         let out = self
             .eval_ints(&self.scripts.reserve, keys, args, len)
             .await?;
@@ -115,8 +125,9 @@ impl RedisStore {
         let mut at = 1;
         for subject in subjects {
             let n = subject.windows.len();
-            let part = &out[at..at + 4 + 2 * n];
-            at += 4 + 2 * n;
+            let waits = if has_observe(subject.windows) { n } else { 0 };
+            let part = &out[at..at + 4 + n + waits];
+            at += 4 + n + waits;
             let verdict = match part[0] {
                 0 => HitVerdict::Allowed,
                 1 => HitVerdict::Denied {
@@ -231,6 +242,14 @@ impl RedisStore {
 
 pub(super) fn int(v: u64) -> Value {
     Value::from(i64::try_from(v).unwrap_or(i64::MAX))
+}
+
+fn has_meter(windows: &[WindowSpec]) -> bool {
+    windows.iter().any(WindowSpec::is_meter)
+}
+
+fn has_observe(windows: &[WindowSpec]) -> bool {
+    windows.iter().any(|w| w.mode == WindowMode::Observe)
 }
 
 /// A window's kind as `reserve.lua` reads it: its mode, plus 4 for a meter.

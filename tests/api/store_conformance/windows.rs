@@ -14,6 +14,7 @@ on_both_backends!(
     a_gate_window_gates_unless_the_gate_is_open,
     an_observed_window_never_refuses_and_tells_its_would_be_wait,
     a_meter_admits_its_limit_at_once_then_one_per_interval,
+    forced_events_fill_a_meter_and_no_more,
     a_full_enforce_window_denies_even_when_a_gate_is_also_full,
     a_forced_event_is_recorded_even_when_refused,
     events_in_the_same_millisecond_all_count,
@@ -268,6 +269,31 @@ async fn a_meter_admits_its_limit_at_once_then_one_per_interval(b: &Backend) {
             "9000 - 3000 taken back - 3000 drained: one event's worth of 3000 left"
         );
     }
+}
+
+async fn forced_events_fill_a_meter_and_no_more(b: &Backend) {
+    let key = b.keys.window("global", "forced", "sms_send");
+    let windows = [WindowSpec {
+        algorithm: Algorithm::Gcra,
+        ..WindowSpec::enforce(2, 2_000)
+    }];
+    let start = b.mark();
+    for _ in 0..5 {
+        let hit = b.hit_as(&key, &windows, &member(), Offer::forced()).await;
+        assert!(hit.added);
+    }
+    let peek = b.store().peek(&key, &windows).await.expect("peek");
+    assert_eq!(
+        peek.counts,
+        [2],
+        "a shadow burst fills the meter, as a log keeps its limit"
+    );
+    b.assert_wait(
+        peek.retry_after_ms[0],
+        1_000,
+        &start,
+        "one interval, not five",
+    );
 }
 
 async fn a_full_enforce_window_denies_even_when_a_gate_is_also_full(b: &Backend) {
