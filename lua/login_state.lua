@@ -2,16 +2,18 @@
 --
 -- KEYS[1]  the user's failure ZSET (score = failure time in ms)
 -- KEYS[2]  the user's lock HASH (field until = lock end in ms)
+-- KEYS[3]  optional: a (user, IP) pair's lock HASH
 -- ARGV[1]  captcha_window_ms
 -- ARGV[2]  lock_window_ms
 --
 -- Returns an array of integers:
---   { locked_retry_after_ms, failures, lock_window_failures }
---   locked_retry_after_ms is -1 when the user is not locked.
+--   { locked_retry_after_ms, failures, lock_window_failures,
+--     pair_locked_retry_after_ms }
+--   a retry is -1 when that lock does not hold (or, for the pair, is not asked).
 --
 -- Example:
 --   EVALSHA <sha> 2 "tg:{user:alice}:login_attempt" "tg:{user:alice}:lock" 900000 900000
---   -> { 41000, 10, 10 }
+--   -> { 41000, 10, 10, -1 }
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -20,8 +22,13 @@ local function count(length)
   return redis.call('ZCOUNT', KEYS[1], string.format('(%d', now - tonumber(length)), '+inf')
 end
 
-local retry = -1
-local lock_until = tonumber(redis.call('HGET', KEYS[2], 'until'))
-if lock_until and lock_until > now then retry = lock_until - now end
+local function remaining(key)
+  local lock_until = tonumber(redis.call('HGET', key, 'until'))
+  if lock_until and lock_until > now then return lock_until - now end
+  return -1
+end
 
-return { retry, count(ARGV[1]), count(ARGV[2]) }
+local pair_retry = -1
+if KEYS[3] then pair_retry = remaining(KEYS[3]) end
+
+return { remaining(KEYS[2]), count(ARGV[1]), count(ARGV[2]), pair_retry }

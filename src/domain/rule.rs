@@ -41,6 +41,9 @@ pub struct Rule {
     pub shadow: bool,
     /// How the window counts.
     pub algorithm: Algorithm,
+    /// Counted per (subject, client IP) pair rather than per subject; named
+    /// `user_ip 10/1h`.
+    pub per_client_ip: bool,
 }
 
 impl Rule {
@@ -52,6 +55,15 @@ impl Rule {
             window,
             shadow: false,
             algorithm: Algorithm::SlidingLog,
+            per_client_ip: false,
+        }
+    }
+
+    /// The same rule, counted per (subject, client IP) pair.
+    pub fn per_client_ip(self) -> Self {
+        Self {
+            per_client_ip: true,
+            ..self
         }
     }
 
@@ -71,10 +83,12 @@ impl Rule {
         self.window.as_millis() as u64
     }
 
-    /// `phone 5/1h`: the window in the largest unit that divides it exactly.
+    /// `phone 5/1h`: the window in the largest unit that divides it exactly;
+    /// `user_ip 10/1h` when counted per client IP.
     pub fn name(&self) -> String {
+        let per_ip = if self.per_client_ip { "_ip" } else { "" };
         format!(
-            "{} {}/{}",
+            "{}{per_ip} {}/{}",
             self.kind,
             self.limit,
             format_window(self.window_ms())
@@ -121,5 +135,7 @@ mod tests {
                 name
             );
         }
+        let pair = Rule::new(SubjectKind::User, 10, Duration::from_secs(3600)).per_client_ip();
+        assert_eq!(pair.name(), "user_ip 10/1h");
     }
 }

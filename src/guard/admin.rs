@@ -45,7 +45,35 @@ pub struct SubjectState {
     pub captcha_required: bool,
     /// Every window the subject is counted in, per action.
     pub windows: Vec<WindowState>,
+    /// A user's (user, IP) pairs with failures or a lock
+    /// (`login.lock_scope = "user_ip"`), newest first; absent when none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[schema(default = json!([]))]
+    pub pairs: Vec<PairState>,
 }
+
+/// One (user, IP) pair of a user: its failures and lock.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[schema(example = json!({"ip": "203.0.113.7", "rule": "user_ip 10/1h", "count": 10, "limit": 10,
+    "window_ms": 3600000, "locked_until": "2026-11-02T08:30:30.123Z"}))]
+pub struct PairState {
+    /// The IP (an IPv6 /64), or `unknown` for logins that named none.
+    pub ip: String,
+    /// The pair's lock rule, `user_ip <limit>/<window>`.
+    pub rule: String,
+    /// The pair's failures in the lock window.
+    pub count: u32,
+    /// Failures that lock the pair.
+    pub limit: u32,
+    /// The lock window's length in milliseconds.
+    pub window_ms: u64,
+    /// When the pair's lock ends; null when it is not locked.
+    #[schema(required = true)]
+    pub locked_until: Option<DateTime<Utc>>,
+}
+
+/// The most pairs a subject's state lists.
+const PAIRS_SHOWN: usize = 50;
 
 /// A subject's live state for the admin API and console, and unblocking it.
 pub struct SubjectAdmin {
@@ -120,6 +148,7 @@ impl SubjectAdmin {
             locked_until: None,
             captcha_required: false,
             windows: Vec::new(),
+            pairs: Vec::new(),
         };
 
         if subject.kind == SubjectKind::User {
@@ -128,7 +157,7 @@ impl SubjectAdmin {
             let login = self
                 .ctx
                 .store
-                .login_state(&window_key, &lock_key, &policy.login_store)
+                .login_state(&window_key, &lock_key, None, &policy.login_store)
                 .await?;
             state.windows = vec![
                 window(Action::LoginAttempt, &policy.user_captcha, login.failures),
@@ -140,6 +169,7 @@ impl SubjectAdmin {
             ];
             state.captcha_required = login.failures >= policy.user_captcha.limit;
             state.locked_until = login.locked_retry_after_ms.map(until);
+            state.pairs = self.pairs(subject, &policy, until).await?;
             return Ok(state);
         }
 
@@ -168,8 +198,49 @@ impl SubjectAdmin {
         Ok(state)
     }
 
+    /// A user's live pairs, newest first, when failures lock pairs.
+    async fn pairs(
+        &self,
+        user: &Subject,
+        policy: &Policy,
+        until: impl Fn(u64) -> DateTime<Utc>,
+    ) -> Result<Vec<PairState>, StoreError> {
+        let Some(rule) = policy.pair_lock else {
+            return Ok(Vec::new());
+        };
+        let keys = &self.ctx.keys;
+        let ips = self
+            .ctx
+            .store
+            .index_members(&keys.pair_index(&user.id), PAIRS_SHOWN)
+            .await?;
+        let states = futures::future::try_join_all(ips.iter().map(|ip| {
+            let window_key = keys.pair_window(&user.id, ip);
+            let lock_key = keys.pair_lock(&user.id, ip);
+            async move {
+                self.ctx
+                    .store
+                    .login_state(&window_key, &lock_key, None, &policy.login_store)
+                    .await
+            }
+        }))
+        .await?;
+        let pairs = ips.into_iter().zip(states).filter_map(|(ip, live)| {
+            let locked_until = live.locked_retry_after_ms.map(&until);
+            (live.lock_window_failures > 0 || locked_until.is_some()).then(|| PairState {
+                ip,
+                rule: rule.name(),
+                count: live.lock_window_failures,
+                limit: rule.limit,
+                window_ms: rule.window_ms(),
+                locked_until,
+            })
+        });
+        Ok(pairs.collect())
+    }
+
     /// Clear every window and the lock of a subject (a phone's pending or burnt
-    /// code too); audited as `unblock`.
+    /// code too; a user's pairs too); audited as `unblock`.
     pub async fn unblock(
         &self,
         subject: &Subject,
@@ -185,6 +256,15 @@ impl SubjectAdmin {
         doomed.push(keys.subject_lock(subject));
         if subject.kind == SubjectKind::Phone {
             doomed.push(keys.subject_code(subject));
+        }
+        if subject.kind == SubjectKind::User {
+            let index = keys.pair_index(&subject.id);
+            let ips = self.ctx.store.index_members(&index, usize::MAX).await?;
+            for ip in ips {
+                doomed.push(keys.pair_window(&subject.id, &ip));
+                doomed.push(keys.pair_lock(&subject.id, &ip));
+            }
+            doomed.push(index);
         }
         self.ctx.store.delete(&doomed).await?;
         let event = AuditEvent::new(

@@ -13,8 +13,8 @@ use crate::captcha::CaptchaProof;
 use crate::delivery::email::{LockNotice, LockNotifier};
 use crate::domain::{Action, EmailAddress, Locale, Reason, Subject, SubjectKind, Username};
 use crate::store::{
-    IpFailureWindow, LoginOutcome, LoginRequest, LoginVerdict, PeekOutcome, RuleWindow, StoreError,
-    WindowSpec,
+    IpFailureWindow, LoginOutcome, LoginRequest, LoginVerdict, PairKeys, PeekOutcome, RuleWindow,
+    StoreError, WindowSpec,
 };
 use decision::AttemptDecision;
 
@@ -113,6 +113,28 @@ pub struct LoginGuard {
     notifier: Arc<dyn LockNotifier>,
 }
 
+/// The pair of a login whose client IP is not known.
+pub const UNKNOWN_IP: &str = "unknown";
+
+/// The key names of one (user, IP) pair.
+struct PairKeyNames {
+    window: String,
+    lock: String,
+    index: String,
+    ip: String,
+}
+
+impl PairKeyNames {
+    fn keys(&self) -> PairKeys<'_> {
+        PairKeys {
+            window_key: &self.window,
+            lock_key: &self.lock,
+            index_key: &self.index,
+            ip: &self.ip,
+        }
+    }
+}
+
 /// The IP's failure windows: `[captcha tier, block]`.
 struct IpWindows {
     subject: Subject,
@@ -145,6 +167,22 @@ impl LoginGuard {
         )
     }
 
+    /// The (user, IP) pair's keys when failures lock pairs; an attempt
+    /// without an IP counts under the IP `unknown`.
+    fn pair_keys(&self, policy: &Policy, user: &str, info: &RequestInfo) -> Option<PairKeyNames> {
+        policy.pair_lock?;
+        let ip = info
+            .ip
+            .map_or_else(|| UNKNOWN_IP.to_string(), |ip| ip.subject_id());
+        let keys = &self.ctx.keys;
+        Some(PairKeyNames {
+            window: keys.pair_window(user, &ip),
+            lock: keys.pair_lock(user, &ip),
+            index: keys.pair_index(user),
+            ip,
+        })
+    }
+
     fn ip_windows(&self, policy: &Policy, info: &RequestInfo) -> Option<IpWindows> {
         let subject = Subject::new(SubjectKind::Ip, info.ip?.subject_id());
         Some(IpWindows {
@@ -170,10 +208,14 @@ impl LoginGuard {
         let policy = self.ctx.policy.current();
         let (window_key, lock_key) = self.user_keys(user.as_str());
         let ip = self.ip_windows(&policy, info);
+        let pair = self.pair_keys(&policy, user.as_str(), info);
         let (user_state, ip_state) = futures::try_join!(
-            self.ctx
-                .store
-                .login_state(&window_key, &lock_key, &policy.login_store),
+            self.ctx.store.login_state(
+                &window_key,
+                &lock_key,
+                pair.as_ref().map(|p| p.lock.as_str()),
+                &policy.login_store
+            ),
             self.peek_ip(ip.as_ref()),
         )?;
         Ok(decision::check(&policy, &user_state, ip_state.as_ref()))
@@ -227,6 +269,7 @@ impl LoginGuard {
                 .passed(&attempt.captcha, remote_ip().as_deref())
                 .await;
         let member = super::event_member();
+        let pair = self.pair_keys(policy, &user.id, info);
         let request = |captcha_passed| LoginRequest {
             window_key: &window_key,
             lock_key: &lock_key,
@@ -241,6 +284,7 @@ impl LoginGuard {
                 block_after: policy.ip_block.limit,
                 window_ms: policy.ip_block.window_ms(),
             }),
+            pair: pair.as_ref().map(PairKeyNames::keys),
         };
         let outcome = self.ctx.store.login(request(captcha_passed)).await?;
         let only_challenged = outcome.user.verdict == LoginVerdict::Challenged

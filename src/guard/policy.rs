@@ -8,7 +8,7 @@ use parking_lot::RwLock;
 
 use crate::captcha::CaptchaVerifier;
 use crate::domain::{Rule, SubjectKind};
-use crate::settings::{LimitSetting, LoginSettings, Settings, SmsSettings};
+use crate::settings::{LimitSetting, LockScope, LoginSettings, Settings, SmsSettings};
 use crate::store::{LoginPolicy, RuleWindow, WindowSpec};
 
 /// The decision settings in force and the rules built from them, replaced
@@ -38,8 +38,13 @@ pub struct Policy {
     /// A user's captcha tier: `login.captcha_after` failures per
     /// `login.captcha_window`.
     pub user_captcha: Rule,
-    /// A user's lock: `login.lock_after` failures per `login.lock_window`.
+    /// An account's lock: failures from any IP per `login.lock_window`,
+    /// `login.lock_after` of them with `lock_scope = "user"`,
+    /// `login.account_lock_after` with `"user_ip"`.
     pub user_lock: Rule,
+    /// With `lock_scope = "user_ip"`, a (user, IP) pair's lock:
+    /// `login.lock_after` failures per `login.lock_window` (`user_ip 10/1h`).
+    pub pair_lock: Option<Rule>,
     /// An IP's captcha tier: `login.ip_captcha_after` failures per
     /// `login.ip_window`.
     pub ip_captcha: Rule,
@@ -66,6 +71,10 @@ impl Policy {
     pub fn from_settings(settings: &Settings) -> Result<Self, reqwest::Error> {
         let sms = &settings.sms;
         let login = &settings.login;
+        let account_lock_after = match login.lock_scope {
+            LockScope::User => login.lock_after,
+            LockScope::UserIp => login.account_lock_after,
+        };
         Ok(Self {
             captcha: Arc::new(CaptchaVerifier::new(&settings.captcha)?),
             sms_phone: SubjectRules::new(
@@ -89,7 +98,8 @@ impl Policy {
             login_store: LoginPolicy {
                 captcha_after: login.captcha_after,
                 captcha_window_ms: login.captcha_window.as_millis() as u64,
-                lock_after: login.lock_after,
+                lock_after: account_lock_after,
+                pair_lock_after: login.lock_after,
                 lock_window_ms: login.lock_window.as_millis() as u64,
                 lock_ms: login.lock_duration.as_millis() as u64,
                 lock_max_ms: login.lock_max_duration.as_millis() as u64,
@@ -97,7 +107,10 @@ impl Policy {
                 escalation_reset_ms: ESCALATION_RESET_MS,
             },
             user_captcha: Rule::new(SubjectKind::User, login.captcha_after, login.captcha_window),
-            user_lock: Rule::new(SubjectKind::User, login.lock_after, login.lock_window),
+            user_lock: Rule::new(SubjectKind::User, account_lock_after, login.lock_window),
+            pair_lock: (login.lock_scope == LockScope::UserIp).then(|| {
+                Rule::new(SubjectKind::User, login.lock_after, login.lock_window).per_client_ip()
+            }),
             ip_captcha: Rule::new(SubjectKind::Ip, login.ip_captcha_after, login.ip_window),
             ip_block: Rule::new(SubjectKind::Ip, login.ip_block_after, login.ip_window),
             sms: sms.clone(),

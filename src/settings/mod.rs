@@ -249,8 +249,19 @@ pub struct LoginSettings {
     /// default 15 minutes.
     #[serde(with = "duration")]
     pub captcha_window: Duration,
-    /// A user's failures within `lock_window` that lock it; default 10.
+    /// Failures within `lock_window` that lock: the (user, IP) pair with
+    /// `lock_scope = "user_ip"`, the whole account with `"user"`; default 10.
     pub lock_after: u32,
+    /// What `lock_after` locks: `user_ip` (the default) locks only the pair
+    /// the failures came from, so nobody can lock an account's owner out by
+    /// failing from elsewhere; `user` locks the account.
+    #[serde(default)]
+    pub lock_scope: LockScope,
+    /// With `lock_scope = "user_ip"`: failures within `lock_window` from any
+    /// IP that lock the whole account (an attack spread over many IPs);
+    /// default 100. Not below `lock_after`.
+    #[serde(default = "default_account_lock_after")]
+    pub account_lock_after: u32,
     /// The window of `lock_after`; default 1 hour.
     #[serde(with = "duration")]
     pub lock_window: Duration,
@@ -275,6 +286,22 @@ pub struct LoginSettings {
     /// Shadow mode for `/login/*` alone: decide and audit, refuse nothing.
     #[serde(default)]
     pub shadow: bool,
+}
+
+fn default_account_lock_after() -> u32 {
+    100
+}
+
+/// What a user's failures lock (`login.lock_scope`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LockScope {
+    /// The account, whoever tries next.
+    User,
+    /// The (user, client IP) pair the failures came from; the account is
+    /// locked at `account_lock_after`. The default.
+    #[default]
+    UserIp,
 }
 
 /// Who verifies captcha tokens (`captcha.kind`).

@@ -3,7 +3,9 @@
 use std::time::Duration;
 
 use super::Algorithm;
-use super::{CaptchaKind, LimitSetting, Settings, SettingsError, SmsProviderKind, StoreBackend};
+use super::{
+    CaptchaKind, LimitSetting, LockScope, Settings, SettingsError, SmsProviderKind, StoreBackend,
+};
 
 type Check = Result<(), SettingsError>;
 
@@ -197,6 +199,12 @@ impl Settings {
         positive("login.captcha_after", login.captcha_after.into())?;
         duration("login.captcha_window", login.captcha_window)?;
         positive("login.lock_after", login.lock_after.into())?;
+        if login.lock_scope == LockScope::UserIp && login.account_lock_after < login.lock_after {
+            return Err(SettingsError::invalid(
+                "login.account_lock_after",
+                "must not be below login.lock_after (with lock_scope = \"user_ip\")",
+            ));
+        }
         duration("login.lock_window", login.lock_window)?;
         duration("login.lock_duration", login.lock_duration)?;
         duration("login.lock_max_duration", login.lock_max_duration)?;

@@ -10,8 +10,11 @@ pub struct LoginPolicy {
     pub captcha_after: u32,
     /// Length of the captcha window.
     pub captcha_window_ms: u64,
-    /// Failures in the lock window that lock the user.
+    /// Failures in the lock window, from any IP, that lock the whole account.
     pub lock_after: u32,
+    /// Failures in the lock window from one (user, IP) pair that lock the
+    /// pair; read only when a request names the pair's keys.
+    pub pair_lock_after: u32,
     /// Length of the lock window.
     pub lock_window_ms: u64,
     /// Length of a first lock.
@@ -47,6 +50,21 @@ impl IpFailureWindow<'_> {
     }
 }
 
+/// The keys of one (user, client IP) pair (`login.lock_scope = "user_ip"`):
+/// a failure window and a lock record like the user's, under the user's hash
+/// tag, and the user's index of its pairs (for the admin's state and unblock).
+#[derive(Debug, Clone, Copy)]
+pub struct PairKeys<'a> {
+    /// `Keys::pair_window` of the pair.
+    pub window_key: &'a str,
+    /// `Keys::pair_lock` of the pair.
+    pub lock_key: &'a str,
+    /// `Keys::pair_index` of the user.
+    pub index_key: &'a str,
+    /// The IP's subject id, as the index lists it.
+    pub ip: &'a str,
+}
+
 /// One login outcome for a user and, optionally, the IP it came from.
 #[derive(Debug, Clone)]
 pub struct LoginRequest<'a> {
@@ -66,6 +84,8 @@ pub struct LoginRequest<'a> {
     pub shadow: bool,
     /// The IP's failure window, when the request named an IP.
     pub ip: Option<IpFailureWindow<'a>>,
+    /// The (user, IP) pair's keys, when failures lock pairs.
+    pub pair: Option<PairKeys<'a>>,
 }
 
 /// What the IP's failure window held when a login was decided.
@@ -119,6 +139,8 @@ pub struct LoginAttemptRequest<'a> {
     pub member: &'a str,
     /// Shadow mode: decide as usual, but record the outcome as if allowed.
     pub shadow: bool,
+    /// The (user, IP) pair's keys, when failures lock pairs.
+    pub pair: Option<PairKeys<'a>>,
 }
 
 /// What the user's side decided about a login.
@@ -126,6 +148,9 @@ pub struct LoginAttemptRequest<'a> {
 pub enum LoginVerdict {
     /// The user is locked; nothing was recorded (unless shadow).
     Locked { retry_after_ms: u64 },
+    /// The (user, IP) pair is locked, the account is not; nothing was
+    /// recorded (unless shadow).
+    PairLocked { retry_after_ms: u64 },
     /// A captcha is required and was not passed; nothing recorded (unless shadow).
     Challenged,
     /// The outcome was recorded (unless `ip_blocked`).
@@ -144,6 +169,8 @@ pub struct LoginAttemptOutcome {
     pub captcha_crossed: bool,
     /// This call locked the user, for this long.
     pub locked_for_ms: Option<u64>,
+    /// This call locked the (user, IP) pair, for this long.
+    pub pair_locked_for_ms: Option<u64>,
 }
 
 /// The answer of `WindowStore::login_state`.
@@ -151,6 +178,8 @@ pub struct LoginAttemptOutcome {
 pub struct LoginStateOutcome {
     /// Remaining lock time when locked.
     pub locked_retry_after_ms: Option<u64>,
+    /// Remaining lock time of the (user, IP) pair asked about, when locked.
+    pub pair_locked_retry_after_ms: Option<u64>,
     /// Failures in the captcha window.
     pub failures: u32,
     /// Failures in the lock window.

@@ -254,11 +254,19 @@ impl WindowStore for MemoryStore {
         &self,
         window_key: &str,
         lock_key: &str,
+        pair_lock_key: Option<&str>,
         policy: &LoginPolicy,
     ) -> Result<LoginStateOutcome, StoreError> {
         let now = self.clock.now_ms();
         self.with_subject(window_key, |subject| {
-            login::state(subject, window_key, lock_key, policy, now)
+            login::state(subject, window_key, lock_key, pair_lock_key, policy, now)
+        })
+    }
+
+    async fn index_members(&self, key: &str, max: usize) -> Result<Vec<String>, StoreError> {
+        let now = self.clock.now_ms();
+        self.with_subject(key, |subject| {
+            subject.read_window(key, now, |index| index.newest(max))
         })
     }
 

@@ -21,7 +21,7 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use keys::Keys;
 pub use login::{
     IpFailureWindow, IpFailures, LoginAttemptOutcome, LoginAttemptRequest, LoginOutcome,
-    LoginPolicy, LoginRequest, LoginStateOutcome, LoginVerdict,
+    LoginPolicy, LoginRequest, LoginStateOutcome, LoginVerdict, PairKeys,
 };
 pub use window::{
     CodeToStore, HitOutcome, HitRequest, HitVerdict, OtpOutcome, PeekOutcome, ReserveOutcome,
@@ -92,6 +92,16 @@ pub trait WindowStore: Send + Sync {
     ///
     /// With `ip_blocked` the verdict is computed but nothing is recorded
     /// (unless `shadow`).
+    ///
+    /// With `pair`, the (user, IP) pair has a failure window and lock of its
+    /// own, kept beside the user's: a live pair lock answers `PairLocked`
+    /// (after a live account lock, before the captcha tier); a recorded
+    /// failure is added to the pair's window too (keeping `pair_lock_after`
+    /// newest, expiry = the lock window) and the IP to the user's pair index
+    /// (score = now, expiry = the longest window); the pair locks at
+    /// `pair_lock_after` failures in the lock window, escalating as the
+    /// user's lock does; a recorded success with `reset_on_success` deletes
+    /// the pair's failures too. The account locks at `lock_after`.
     async fn login_attempt(
         &self,
         req: LoginAttemptRequest<'_>,
@@ -122,13 +132,19 @@ pub trait WindowStore: Send + Sync {
         steps::login(self, req).await
     }
 
-    /// The user's lock and failure counts, recording nothing.
+    /// The user's lock and failure counts, and the lock at `pair_lock_key`
+    /// when given; records nothing.
     async fn login_state(
         &self,
         window_key: &str,
         lock_key: &str,
+        pair_lock_key: Option<&str>,
         policy: &LoginPolicy,
     ) -> Result<LoginStateOutcome, StoreError>;
+
+    /// The members of the index at `key` (a user's pair index), newest first,
+    /// at most `max`.
+    async fn index_members(&self, key: &str, max: usize) -> Result<Vec<String>, StoreError>;
 
     /// Store a one-time code's MAC, replacing any previous one.
     async fn otp_put(

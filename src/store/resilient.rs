@@ -156,14 +156,20 @@ impl WindowStore for ResilientStore {
         &self,
         window_key: &str,
         lock_key: &str,
+        pair_lock_key: Option<&str>,
         policy: &LoginPolicy,
     ) -> Result<LoginStateOutcome, StoreError> {
         let open = LoginStateOutcome {
             locked_retry_after_ms: None,
+            pair_locked_retry_after_ms: None,
             failures: 0,
             lock_window_failures: 0,
         };
-        resilient!(self, |s| s.login_state(window_key, lock_key, policy), open: Some(open))
+        resilient!(self, |s| s.login_state(window_key, lock_key, pair_lock_key, policy), open: Some(open))
+    }
+
+    async fn index_members(&self, key: &str, max: usize) -> Result<Vec<String>, StoreError> {
+        resilient!(self, |s| s.index_members(key, max), open: Some(Vec::new()))
     }
 
     async fn otp_put(
@@ -200,5 +206,6 @@ fn open_login() -> LoginAttemptOutcome {
         failures: 0,
         captcha_crossed: false,
         locked_for_ms: None,
+        pair_locked_for_ms: None,
     }
 }

@@ -138,6 +138,7 @@ pub(super) async fn login<S: WindowStore + ?Sized>(
             ip_blocked: ip_seen.is_some_and(|seen| seen.blocked_retry_after_ms.is_some()),
             member: req.member,
             shadow: req.shadow,
+            pair: req.pair,
         })
         .await;
     let ip_key = req.ip.map(|ip| ip.key);

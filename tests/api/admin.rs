@@ -535,6 +535,7 @@ async fn a_locked_user_shows_its_state_and_unblock_clears_it(backend: Backend) {
     let app = spawn_app(backend, |s| {
         s.login.captcha_after = 1;
         s.login.lock_after = 2;
+        s.login.lock_scope = tollgate::settings::LockScope::User;
     })
     .await;
     fail(&app, "alice", "203.0.113.1").await;

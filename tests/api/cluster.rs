@@ -95,12 +95,19 @@ async fn simultaneous_failures_lock_once_and_an_admin_unblocks() {
         .count();
     assert_eq!(locks, 1);
 
+    // Every failure came from one address: that (user, IP) pair is locked.
     let state = app.admin_get("/admin/api/subjects/user/alice").await;
-    assert!(state.body["locked_until"].is_string(), "{}", state.body);
+    assert_eq!(state.body["locked_until"], serde_json::Value::Null);
+    assert_eq!(state.body["pairs"][0]["count"], 5, "{}", state.body);
+    assert!(
+        state.body["pairs"][0]["locked_until"].is_string(),
+        "{}",
+        state.body
+    );
     let unblocked = app
         .admin_post("/admin/api/subjects/user/alice/unblock")
         .await;
-    assert_eq!(unblocked.body["locked_until"], serde_json::Value::Null);
+    assert_eq!(unblocked.body.get("pairs"), None, "{}", unblocked.body);
     let after = app
         .login_attempt(json!({ "user": "alice", "success": true }))
         .await;

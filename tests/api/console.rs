@@ -371,6 +371,7 @@ async fn user_supplied_text_is_escaped_on_every_page(kind: DbKind) {
     let app = db_app(&db, |s| {
         s.login.captcha_after = 1;
         s.login.lock_after = 2;
+        s.login.lock_scope = tollgate::settings::LockScope::User;
     })
     .await;
     let user = "<script>alert(1)</script>";
@@ -425,6 +426,7 @@ async fn locked_alice(configure: impl FnOnce(&mut tollgate::settings::Settings))
     let app = spawn_app(Backend::Memory, |s| {
         s.login.captcha_after = 1;
         s.login.lock_after = 2;
+        s.login.lock_scope = tollgate::settings::LockScope::User;
         configure(s);
     })
     .await;
@@ -617,4 +619,47 @@ async fn unblock_without_or_with_a_wrong_csrf_token_is_forbidden_and_leaves_the_
     .await;
     assert_eq!(answer.status, 303, "{}", answer.body);
     assert!(!is_locked(&app, "alice").await);
+}
+
+/// With the default `lock_scope = "user_ip"`, the subject page lists the
+/// user's locks per IP, each IP linking to its own page, and an unblock
+/// clears them.
+#[tokio::test]
+async fn a_users_locks_per_ip_are_listed_and_link_to_the_ip() {
+    let app = spawn_app(Backend::Memory, |s| {
+        s.login.captcha_after = 100;
+        s.login.lock_after = 2;
+    })
+    .await;
+    for ip in ["203.0.113.1", "203.0.113.1", "198.51.100.4"] {
+        app.login_attempt(json!({ "user": "alice", "ip": ip, "success": false }))
+            .await;
+    }
+    let page = get(&app, "/admin/subjects/user/alice", ADMIN).await;
+    assert_html(&page, 200, "subject page");
+    let body = &page.body;
+    assert!(body.contains("<h2>Locks per IP</h2>"), "{body}");
+    assert_eq!(
+        page.link("203.0.113.1").as_deref(),
+        Some("/admin/subjects/ip/203.0.113.1")
+    );
+    assert!(page.link("198.51.100.4").is_some(), "{body}");
+    assert_eq!(body.matches("user_ip 2/1h").count(), 2, "{body}");
+    assert_eq!(
+        body.matches("not locked").count(),
+        2,
+        "the account and 198.51.100.4: {body}"
+    );
+
+    let csrf = page.input("csrf");
+    let posted = post_form(
+        &app,
+        "/admin/subjects/user/alice/unblock",
+        &[("csrf", &csrf)],
+        ADMIN,
+    )
+    .await;
+    assert_eq!(posted.status, StatusCode::SEE_OTHER, "{}", posted.body);
+    let after = get(&app, "/admin/subjects/user/alice", ADMIN).await;
+    assert!(!after.body.contains("Locks per IP"), "{}", after.body);
 }

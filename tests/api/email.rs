@@ -290,7 +290,7 @@ async fn admins_get_a_digest_at_the_first_lock_then_at_most_one_per_interval() {
     );
     assert!(
         one.body
-            .contains("user alice: too_many_failures (user 3/1h), 15 min"),
+            .contains("user alice: too_many_failures (user_ip 3/1h), 15 min"),
         "{}",
         one.body
     );

@@ -118,7 +118,7 @@ async fn failures_turn_on_a_captcha_then_a_lock(backend: Backend) {
         .iter()
         .all(|e| e.subject_kind == SubjectKind::User && e.subject == "alice"));
     assert_eq!(events[0].rule.as_deref(), Some("user 2/15m"));
-    assert_eq!(events[2].rule.as_deref(), Some("user 4/1h"));
+    assert_eq!(events[2].rule.as_deref(), Some("user_ip 4/1h"));
     assert_eq!(events[2].retry_after_ms, Some(3_600_000));
 }
 
@@ -401,6 +401,7 @@ async fn shadow_mode_answers_allow_and_audits_would_be_refusals(backend: Backend
         s.shadow.enabled = true;
         s.login.captcha_after = 1;
         s.login.lock_after = 2;
+        s.login.lock_scope = tollgate::settings::LockScope::User;
     })
     .await;
     for failures in 1..=4 {

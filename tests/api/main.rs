@@ -13,6 +13,7 @@ mod edges;
 mod email;
 mod gcra;
 mod helpers;
+mod lock_scope;
 mod login;
 mod openapi;
 mod process;

@@ -43,7 +43,7 @@ fn a_reload_swaps_the_decision_settings_and_a_bad_file_keeps_the_old_ones() {
     let file = config(dir.path(), 3, 7);
     reload_into(&cell, Some(&file)).unwrap();
     assert_eq!(cell.current().sms_phone.rules[0].limit, 3);
-    assert_eq!(cell.current().user_lock.limit, 7);
+    assert_eq!(cell.current().pair_lock.map(|rule| rule.limit), Some(7));
 
     let bad = config(dir.path(), 4, 0);
     let error = reload_into(&cell, Some(&bad)).unwrap_err().to_string();

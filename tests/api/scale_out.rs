@@ -64,6 +64,7 @@ prefix_limits = [{{ limit = 1000, window = "1h" }}]
 
 [login]
 lock_after = 10
+account_lock_after = 10
 ip_block_after = 5
 # Above the block, so that the IP's captcha tier never answers first.
 ip_captcha_after = 100

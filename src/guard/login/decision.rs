@@ -75,7 +75,10 @@ pub(super) fn attempt(
         attempt.ip,
         outcome.ip.and_then(|s| s.blocked_retry_after_ms),
     ) {
-        let locked = matches!(outcome.user.verdict, LoginVerdict::Locked { .. });
+        let locked = matches!(
+            outcome.user.verdict,
+            LoginVerdict::Locked { .. } | LoginVerdict::PairLocked { .. }
+        );
         let answer = LoginState::deny(Reason::IpBlocked, locked, retry, failures, captcha_required);
         let audit = row(AuditDecision::Deny, Reason::IpBlocked, &ip.subject)
             .rule(&policy.ip_block, ip_count)
@@ -93,6 +96,20 @@ pub(super) fn attempt(
             );
             let audit = row(AuditDecision::Deny, Reason::UserLocked, attempt.user)
                 .rule(&policy.user_lock, policy.user_lock.limit)
+                .retry_after_ms(retry_after_ms);
+            refusals.push((answer, audit));
+        }
+        LoginVerdict::PairLocked { retry_after_ms } => {
+            let answer = LoginState::deny(
+                Reason::UserLocked,
+                true,
+                retry_after_ms,
+                failures,
+                captcha_required,
+            );
+            let rule = policy.pair_lock.unwrap_or(policy.user_lock);
+            let audit = row(AuditDecision::Deny, Reason::UserLocked, attempt.user)
+                .rule(&rule, rule.limit)
                 .retry_after_ms(retry_after_ms);
             refusals.push((answer, audit));
         }
@@ -119,7 +136,11 @@ pub(super) fn attempt(
     }
     let recorded = outcome.recorded(policy.login_shadow);
     let (crossed, ip_failures_after) = crossed(policy, outcome, &attempt, recorded, ip_count);
-    let locked_for_ms = outcome.user.locked_for_ms;
+    // The longer of the locks this attempt started: the account's, the pair's.
+    let locked_for_ms = outcome
+        .user
+        .locked_for_ms
+        .max(outcome.user.pair_locked_for_ms);
     let decided = AttemptDecision {
         refusals,
         crossed,
@@ -161,12 +182,18 @@ fn crossed(
             .rule(&policy.user_captcha, user.failures),
         );
     }
-    if let Some(lock_ms) = user.locked_for_ms {
-        rows.push(
-            row(AuditDecision::Lock, Reason::TooManyFailures, attempt.user)
-                .rule(&policy.user_lock, policy.user_lock.limit)
-                .retry_after_ms(lock_ms),
-        );
+    let pair_rule = policy.pair_lock.unwrap_or(policy.user_lock);
+    for (rule, locked_for) in [
+        (&pair_rule, user.pair_locked_for_ms),
+        (&policy.user_lock, user.locked_for_ms),
+    ] {
+        if let Some(lock_ms) = locked_for {
+            rows.push(
+                row(AuditDecision::Lock, Reason::TooManyFailures, attempt.user)
+                    .rule(rule, rule.limit)
+                    .retry_after_ms(lock_ms),
+            );
+        }
     }
     let (Some(ip), true, false) = (attempt.ip, recorded, attempt.success) else {
         return (rows, ip_count);
@@ -204,7 +231,10 @@ pub(super) fn check(
     }
     let ip_captcha = ip.is_some_and(|p| IpWindows::captcha_count(p) >= policy.ip_captcha.limit);
     let captcha_required = failures >= policy.user_captcha.limit || ip_captcha;
-    if let Some(retry) = user.locked_retry_after_ms {
+    if let Some(retry) = user
+        .locked_retry_after_ms
+        .or(user.pair_locked_retry_after_ms)
+    {
         return LoginState::deny(Reason::UserLocked, true, retry, failures, captcha_required);
     }
     if let Some(peek) = ip.filter(|p| IpWindows::block_count(p) >= policy.ip_block.limit) {
@@ -252,6 +282,7 @@ mod tests {
                 failures: 12,
                 captcha_crossed: false,
                 locked_for_ms: None,
+                pair_locked_for_ms: None,
             },
             ip: Some(IpFailures {
                 count: 40,
@@ -296,6 +327,7 @@ mod tests {
                 failures: 10,
                 captcha_crossed: false,
                 locked_for_ms: Some(900_000),
+                pair_locked_for_ms: None,
             },
             ip: None,
         };

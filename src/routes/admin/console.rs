@@ -248,6 +248,7 @@ async fn show_subject(state: &AppState, req: &HttpRequest) -> Result<HttpRespons
         locked_until: SubjectPage::locked_until(&live, now),
         captcha_required: live.captcha_required,
         windows: SubjectPage::windows(&live),
+        pairs: SubjectPage::pairs(&live, now),
         unblock_href: format!("{href}/unblock"),
         csrf: csrf::issue(&token, &subject, now),
         unblocked: req.query_string() == "unblocked=1",

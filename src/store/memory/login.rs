@@ -1,12 +1,40 @@
 //! The in-process twins of `login_attempt.lua` and `login_state.lua`: one
-//! user's failure window and lock record, read and changed under the
-//! subject's lock (both keys share the subject's hash tag).
+//! user's failure window and lock record, and those of a (user, IP) pair,
+//! read and changed under the subject's lock (all share the user's hash tag).
 
 use super::entry::{Entry, Subject, Value};
 use crate::store::{
     LoginAttemptOutcome, LoginAttemptRequest, LoginPolicy, LoginStateOutcome, LoginVerdict,
     StoreError,
 };
+
+/// The newest pairs a user's index keeps (`login_attempt.lua`'s
+/// `PAIR_INDEX_KEEP`).
+pub(super) const PAIR_INDEX_KEEP: usize = 1000;
+
+/// A live lock's remaining time.
+fn remaining(lock: Option<(u64, u32)>, now: u64) -> Option<u64> {
+    lock.filter(|(until, _)| *until > now)
+        .map(|(until, _)| until - now)
+}
+
+/// Add a failure to the window at `key`, keeping its `keep` newest; answer
+/// the count in `lock_window_ms` after it.
+fn add_failure(
+    subject: &mut Subject,
+    key: &str,
+    member: &str,
+    keep: u32,
+    ttl_ms: u64,
+    lock_window_ms: u64,
+    now: u64,
+) -> Result<u32, StoreError> {
+    subject.change_window(key, now, |window| {
+        window.add(now, member);
+        window.trim(keep as usize);
+        (window.count(now, lock_window_ms), Some(now + ttl_ms))
+    })
+}
 
 /// Decide one attempt and record it, as `login_attempt.lua` does.
 pub(super) fn attempt(
@@ -16,25 +44,27 @@ pub(super) fn attempt(
 ) -> Result<LoginAttemptOutcome, StoreError> {
     let p = req.policy;
     let prev = subject.lock(req.lock_key, now)?;
+    let pair_prev = match &req.pair {
+        Some(pair) => subject.lock(pair.lock_key, now)?,
+        None => None,
+    };
     let failures =
         subject.read_window(req.window_key, now, |w| w.count(now, p.captcha_window_ms))?;
-    let (verdict, may_lock) = match prev {
-        Some((until, _)) if until > now => (
-            LoginVerdict::Locked {
-                retry_after_ms: until - now,
-            },
-            false,
-        ),
-        _ if (failures >= p.captcha_after || req.captcha_demanded) && !req.captcha_passed => {
-            (LoginVerdict::Challenged, true)
-        }
-        _ => (LoginVerdict::Recorded, true),
+    let verdict = if let Some(retry_after_ms) = remaining(prev, now) {
+        LoginVerdict::Locked { retry_after_ms }
+    } else if let Some(retry_after_ms) = remaining(pair_prev, now) {
+        LoginVerdict::PairLocked { retry_after_ms }
+    } else if (failures >= p.captcha_after || req.captcha_demanded) && !req.captcha_passed {
+        LoginVerdict::Challenged
+    } else {
+        LoginVerdict::Recorded
     };
     let mut outcome = LoginAttemptOutcome {
         verdict,
         failures,
         captcha_crossed: false,
         locked_for_ms: None,
+        pair_locked_for_ms: None,
     };
     let record = (verdict == LoginVerdict::Recorded && !req.ip_blocked) || req.shadow;
     if !record {
@@ -43,24 +73,49 @@ pub(super) fn attempt(
     if req.success {
         if p.reset_on_success {
             subject.entries.remove(req.window_key);
+            if let Some(pair) = &req.pair {
+                subject.entries.remove(pair.window_key);
+            }
             outcome.failures = 0;
         }
         return Ok(outcome);
     }
     let longest = p.captcha_window_ms.max(p.lock_window_ms);
-    let keep = p.captcha_after.max(p.lock_after) as usize;
-    let (after, lock_count) = subject.change_window(req.window_key, now, |window| {
-        window.add(now, req.member);
-        window.trim(keep);
-        let counts = (
-            window.count(now, p.captcha_window_ms),
-            window.count(now, p.lock_window_ms),
-        );
-        (counts, Some(now + longest))
-    })?;
-    if may_lock && lock_count >= p.lock_after {
+    let keep = p.captcha_after.max(p.lock_after);
+    let lock_count = add_failure(
+        subject,
+        req.window_key,
+        req.member,
+        keep,
+        longest,
+        p.lock_window_ms,
+        now,
+    )?;
+    if remaining(prev, now).is_none() && lock_count >= p.lock_after {
         outcome.locked_for_ms = Some(lock(subject, req.lock_key, prev, p, now));
     }
+    if let Some(pair) = &req.pair {
+        let pair_count = add_failure(
+            subject,
+            pair.window_key,
+            req.member,
+            p.pair_lock_after,
+            p.lock_window_ms,
+            p.lock_window_ms,
+            now,
+        )?;
+        // The index outlives any of its pairs' locks, so an admin finds them.
+        let index_ttl = p.lock_max_ms + p.escalation_reset_ms;
+        subject.change_window(pair.index_key, now, |index| {
+            index.add(now, pair.ip);
+            index.trim(PAIR_INDEX_KEEP);
+            ((), Some(now + index_ttl))
+        })?;
+        if remaining(pair_prev, now).is_none() && pair_count >= p.pair_lock_after {
+            outcome.pair_locked_for_ms = Some(lock(subject, pair.lock_key, pair_prev, p, now));
+        }
+    }
+    let after = subject.read_window(req.window_key, now, |w| w.count(now, p.captcha_window_ms))?;
     outcome.captcha_crossed = failures < p.captcha_after && after >= p.captcha_after;
     outcome.failures = after;
     Ok(outcome)
@@ -103,10 +158,15 @@ pub(super) fn state(
     subject: &mut Subject,
     window_key: &str,
     lock_key: &str,
+    pair_lock_key: Option<&str>,
     policy: &LoginPolicy,
     now: u64,
 ) -> Result<LoginStateOutcome, StoreError> {
     let lock = subject.lock(lock_key, now)?;
+    let pair_lock = match pair_lock_key {
+        Some(key) => subject.lock(key, now)?,
+        None => None,
+    };
     let (failures, lock_window_failures) = subject.read_window(window_key, now, |w| {
         (
             w.count(now, policy.captcha_window_ms),
@@ -114,9 +174,8 @@ pub(super) fn state(
         )
     })?;
     Ok(LoginStateOutcome {
-        locked_retry_after_ms: lock
-            .filter(|(until, _)| *until > now)
-            .map(|(until, _)| until - now),
+        locked_retry_after_ms: remaining(lock, now),
+        pair_locked_retry_after_ms: remaining(pair_lock, now),
         failures,
         lock_window_failures,
     })

@@ -98,6 +98,12 @@ impl Window {
         }
     }
 
+    /// `ZRANGE key 0 max-1 REV`: the `max` newest members, newest first.
+    pub(super) fn newest(&self, max: usize) -> Vec<String> {
+        let events = self.events.iter().rev().take(max);
+        events.map(|(_, m)| m.to_string()).collect()
+    }
+
     fn pop_oldest(&mut self) {
         if let Some((_, member)) = self.events.pop_front() {
             self.times.remove(&member);

@@ -165,7 +165,7 @@ impl RedisStore {
     ) -> Result<(LoginAttemptOutcome, Option<IpFailures>), StoreError> {
         let p = req.policy;
         let mut keys = vec![req.window_key, req.lock_key];
-        let mut args = Vec::with_capacity(17);
+        let mut args = Vec::with_capacity(20);
         args.extend([
             Value::from(req.member),
             flag(req.success),
@@ -182,6 +182,17 @@ impl RedisStore {
             int(p.escalation_reset_ms),
             flag(req.ip_blocked),
         ]);
+        match &req.pair {
+            Some(pair) => {
+                keys.extend([pair.window_key, pair.lock_key, pair.index_key]);
+                args.extend([
+                    flag(true),
+                    int(u64::from(p.pair_lock_after)),
+                    Value::from(pair.ip),
+                ]);
+            }
+            None => args.extend([flag(false), int(0), Value::from("")]),
+        }
         if let Some(ip) = ip {
             keys.push(ip.key);
             args.extend([
@@ -191,7 +202,7 @@ impl RedisStore {
             ]);
         }
         let out = self
-            .eval_ints(&self.scripts.login_attempt, keys, args, 7)
+            .eval_ints(&self.scripts.login_attempt, keys, args, 8)
             .await?;
         let verdict = match out[0] {
             0 => LoginVerdict::Recorded,
@@ -199,6 +210,9 @@ impl RedisStore {
                 retry_after_ms: wait(out[1]),
             },
             2 => LoginVerdict::Challenged,
+            3 => LoginVerdict::PairLocked {
+                retry_after_ms: wait(out[1]),
+            },
             v => {
                 return Err(StoreError::Protocol(format!(
                     "bad verdict {v} from login_attempt"
@@ -210,6 +224,7 @@ impl RedisStore {
             failures: count(out[2])?,
             captcha_crossed: out[3] == 1,
             locked_for_ms: u64::try_from(out[4]).ok(),
+            pair_locked_for_ms: u64::try_from(out[7]).ok(),
         };
         let ip = match ip {
             Some(_) => Some(IpFailures {

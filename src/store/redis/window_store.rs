@@ -54,6 +54,7 @@ impl WindowStore for RedisStore {
             ip_blocked: false,
             member: req.member,
             shadow: req.shadow,
+            pair: req.pair,
         };
         let (user, ip) = self.login_script(&user_req, req.ip.as_ref()).await?;
         Ok(LoginOutcome { user, ip })
@@ -122,21 +123,20 @@ impl WindowStore for RedisStore {
         &self,
         window_key: &str,
         lock_key: &str,
+        pair_lock_key: Option<&str>,
         policy: &LoginPolicy,
     ) -> Result<LoginStateOutcome, StoreError> {
         let args = vec![int(policy.captcha_window_ms), int(policy.lock_window_ms)];
+        let mut keys = vec![window_key, lock_key];
+        keys.extend(pair_lock_key);
         let out = self
-            .eval_ints(
-                &self.scripts.login_state,
-                vec![window_key, lock_key],
-                args,
-                3,
-            )
+            .eval_ints(&self.scripts.login_state, keys, args, 4)
             .await?;
         Ok(LoginStateOutcome {
             locked_retry_after_ms: u64::try_from(out[0]).ok(),
             failures: count(out[1])?,
             lock_window_failures: count(out[2])?,
+            pair_locked_retry_after_ms: u64::try_from(out[3]).ok(),
         })
     }
 
@@ -184,6 +184,18 @@ impl WindowStore for RedisStore {
         }
         self.delete_keys(keys.iter().map(|k| k.as_str().into()).collect())
             .await
+    }
+
+    async fn index_members(&self, key: &str, max: usize) -> Result<Vec<String>, StoreError> {
+        if max == 0 {
+            return Ok(Vec::new());
+        }
+        let stop = i64::try_from(max - 1).unwrap_or(i64::MAX);
+        self.run(
+            self.client
+                .zrange::<Vec<String>, _, _, _>(key, 0, stop, None, true, None, false),
+        )
+        .await
     }
 
     async fn get_or_init(&self, key: &str, candidate: &str) -> Result<String, StoreError> {

@@ -9,7 +9,7 @@ use tollgate::store::memory::MemoryStore;
 use tollgate::store::redis::RedisStore;
 use tollgate::store::{
     HitOutcome, HitRequest, Keys, LoginAttemptOutcome, LoginAttemptRequest, LoginPolicy,
-    LoginStateOutcome, ManualClock, WindowSpec, WindowStore,
+    LoginStateOutcome, ManualClock, PairKeys, WindowSpec, WindowStore,
 };
 
 /// Real sleeps on Redis last this much longer than asked, so that a boundary
@@ -183,9 +183,33 @@ impl Backend {
         let window_key = self.keys.window("user", user, "login_attempt");
         let lock_key = self.keys.lock("user", user);
         self.store
-            .login_state(&window_key, &lock_key, policy)
+            .login_state(&window_key, &lock_key, None, policy)
             .await
             .expect("login_state")
+    }
+
+    /// The state of `user` with the lock of its pair with `ip`.
+    pub async fn pair_state(
+        &self,
+        user: &str,
+        ip: &str,
+        policy: &LoginPolicy,
+    ) -> LoginStateOutcome {
+        let window_key = self.keys.window("user", user, "login_attempt");
+        let lock_key = self.keys.lock("user", user);
+        let pair_lock = self.keys.pair_lock(user, ip);
+        self.store
+            .login_state(&window_key, &lock_key, Some(&pair_lock), policy)
+            .await
+            .expect("login_state")
+    }
+
+    /// The IPs of `user`'s pair index, newest first.
+    pub async fn pair_ips(&self, user: &str) -> Vec<String> {
+        self.store
+            .index_members(&self.keys.pair_index(user), 100)
+            .await
+            .expect("index_members")
     }
 }
 
@@ -199,6 +223,14 @@ pub async fn login(
 ) -> LoginAttemptOutcome {
     let window_key = keys.window("user", user, "login_attempt");
     let lock_key = keys.lock("user", user);
+    let pair_keys = attempt.pair_ip.map(|ip| {
+        (
+            keys.pair_window(user, ip),
+            keys.pair_lock(user, ip),
+            keys.pair_index(user),
+            ip,
+        )
+    });
     store
         .login_attempt(LoginAttemptRequest {
             window_key: &window_key,
@@ -210,6 +242,14 @@ pub async fn login(
             ip_blocked: false,
             member: &member(),
             shadow: attempt.shadow,
+            pair: pair_keys
+                .as_ref()
+                .map(|(window_key, lock_key, index_key, ip)| PairKeys {
+                    window_key,
+                    lock_key,
+                    index_key,
+                    ip,
+                }),
         })
         .await
         .expect("login_attempt")
@@ -247,6 +287,8 @@ pub struct Attempt {
     pub captcha_passed: bool,
     pub captcha_demanded: bool,
     pub shadow: bool,
+    /// Counted for the (user, this IP) pair too.
+    pub pair_ip: Option<&'static str>,
 }
 
 impl Attempt {
@@ -277,6 +319,12 @@ impl Attempt {
             ..self
         }
     }
+    pub fn sent_from(self, ip: &'static str) -> Self {
+        Attempt {
+            pair_ip: Some(ip),
+            ..self
+        }
+    }
 }
 
 /// A policy that never challenges and locks after 5 failures a minute for a
@@ -286,6 +334,7 @@ pub fn policy() -> LoginPolicy {
         captcha_after: 1_000,
         captcha_window_ms: 60_000,
         lock_after: 5,
+        pair_lock_after: 2,
         lock_window_ms: 60_000,
         lock_ms: 60_000,
         lock_max_ms: 600_000,

@@ -17,6 +17,9 @@ on_both_backends!(
     a_shadow_attempt_is_recorded_when_challenged,
     login_state_reports_locks_and_failures_without_recording,
     a_lock_key_expires_escalation_reset_after_the_lock_ends,
+    a_pair_locks_alone_and_the_account_at_its_own_threshold,
+    concurrent_failures_from_one_pair_lock_it_exactly_once,
+    a_success_from_a_pair_clears_its_failures,
 );
 
 async fn fifty_concurrent_failures_record_exactly_lock_after_and_lock_once(b: &Backend) {
@@ -290,4 +293,110 @@ async fn a_lock_key_expires_escalation_reset_after_the_lock_ends(b: &Backend) {
         !b.exists(&lock_key).await,
         "gone 800 ms after the lock ended"
     );
+}
+
+/// Two failures from one IP lock that (user, IP) pair and not the account:
+/// the same user from another IP is recorded; the account locks at its own
+/// threshold counting every IP; the index lists the pairs, newest first.
+async fn a_pair_locks_alone_and_the_account_at_its_own_threshold(b: &Backend) {
+    let policy = LoginPolicy {
+        lock_after: 5,
+        pair_lock_after: 2,
+        ..policy()
+    };
+    let from = |ip| b.login("frank", &policy, Attempt::failure().sent_from(ip));
+    assert_eq!(from("192.0.2.1").await.pair_locked_for_ms, None);
+    let locking = from("192.0.2.1").await;
+    assert_eq!(locking.verdict, LoginVerdict::Recorded);
+    assert_eq!(locking.pair_locked_for_ms, Some(60_000));
+    assert_eq!(locking.locked_for_ms, None);
+
+    let refused = from("192.0.2.1").await;
+    assert!(
+        matches!(refused.verdict, LoginVerdict::PairLocked { retry_after_ms } if retry_after_ms <= 60_000),
+        "{refused:?}"
+    );
+    assert_eq!(refused.failures, 2, "a refused attempt is not recorded");
+    let state = b.pair_state("frank", "192.0.2.1", &policy).await;
+    assert!(state.pair_locked_retry_after_ms.is_some());
+    assert_eq!(state.locked_retry_after_ms, None);
+    let other = b.pair_state("frank", "192.0.2.2", &policy).await;
+    assert_eq!(other.pair_locked_retry_after_ms, None);
+
+    // Another IP: recorded; the third failure overall of five.
+    let elsewhere = from("192.0.2.2").await;
+    assert_eq!(elsewhere.verdict, LoginVerdict::Recorded);
+    assert_eq!(elsewhere.failures, 3);
+    assert_eq!(from("192.0.2.3").await.locked_for_ms, None);
+    let account = from("192.0.2.4").await;
+    assert_eq!(
+        account.locked_for_ms,
+        Some(60_000),
+        "five failures from four IPs"
+    );
+    assert_eq!(account.pair_locked_for_ms, None);
+    assert!(matches!(
+        from("192.0.2.5").await.verdict,
+        LoginVerdict::Locked { .. }
+    ));
+    assert_eq!(
+        b.pair_ips("frank").await,
+        ["192.0.2.4", "192.0.2.3", "192.0.2.2", "192.0.2.1"]
+    );
+}
+
+async fn concurrent_failures_from_one_pair_lock_it_exactly_once(b: &Backend) {
+    let policy = LoginPolicy {
+        lock_after: 1_000,
+        pair_lock_after: 5,
+        ..policy()
+    };
+    let tasks: Vec<_> = (0..50)
+        .map(|_| {
+            let store = b.store();
+            let keys = b.keys.clone();
+            let attempt = Attempt::failure().sent_from("198.51.100.9");
+            tokio::spawn(async move { login(&*store, &keys, "grace", &policy, attempt).await })
+        })
+        .collect();
+    let outcomes: Vec<_> = join_all(tasks)
+        .await
+        .into_iter()
+        .map(|r| r.expect("task"))
+        .collect();
+    let recorded = outcomes
+        .iter()
+        .filter(|o| o.verdict == LoginVerdict::Recorded)
+        .count();
+    let pair_locked = outcomes
+        .iter()
+        .filter(|o| matches!(o.verdict, LoginVerdict::PairLocked { .. }))
+        .count();
+    let locks: Vec<u64> = outcomes
+        .iter()
+        .filter_map(|o| o.pair_locked_for_ms)
+        .collect();
+    assert_eq!((recorded, pair_locked), (5, 45));
+    assert_eq!(locks, [60_000], "exactly one call locked the pair");
+    assert_eq!(
+        b.login_state("grace", &policy).await.lock_window_failures,
+        5
+    );
+}
+
+async fn a_success_from_a_pair_clears_its_failures(b: &Backend) {
+    let policy = LoginPolicy {
+        pair_lock_after: 2,
+        ..policy()
+    };
+    let attempt = |a: Attempt| b.login("heidi", &policy, a.sent_from("203.0.113.5"));
+    attempt(Attempt::failure()).await;
+    let ok = attempt(Attempt::success()).await;
+    assert_eq!(ok.failures, 0);
+    // One failure after the reset does not lock a pair that locks at two.
+    assert_eq!(attempt(Attempt::failure()).await.pair_locked_for_ms, None);
+    assert!(attempt(Attempt::failure())
+        .await
+        .pair_locked_for_ms
+        .is_some());
 }

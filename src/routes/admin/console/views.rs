@@ -11,6 +11,7 @@ use crate::audit::query::EventFilter;
 use crate::audit::{AuditDecision, AuditEvent};
 use crate::domain::{Action, SubjectKind};
 use crate::guard::admin::SubjectState;
+use crate::guard::login::UNKNOWN_IP;
 
 const ACTIONS: [Action; 4] = [
     Action::SmsSend,
@@ -244,6 +245,22 @@ pub struct WindowRow {
     pub shadow: bool,
 }
 
+/// One (user, IP) pair of a user, as the subject page shows it.
+pub struct PairRow {
+    /// The IP (an IPv6 /64), or `unknown`.
+    pub ip: String,
+    /// The IP's own subject page; none for `unknown`.
+    pub ip_href: Option<String>,
+    /// The pair's lock rule (`user_ip 10/1h`).
+    pub rule: String,
+    /// The pair's failures in the lock window.
+    pub count: u32,
+    /// The rule's limit.
+    pub limit: u32,
+    /// When the pair's lock ends and how long that is; empty when unlocked.
+    pub locked_until: String,
+}
+
 /// A subject's page: its live state, the Unblock form and its recent events.
 #[derive(Template, WebTemplate)]
 #[template(path = "admin/subject.html")]
@@ -258,6 +275,8 @@ pub struct SubjectPage {
     pub captcha_required: bool,
     /// Every window the subject is counted in.
     pub windows: Vec<WindowRow>,
+    /// A user's (user, IP) pairs with failures or a lock.
+    pub pairs: Vec<PairRow>,
     /// Where the Unblock form posts.
     pub unblock_href: String,
     /// The Unblock form's CSRF token.
@@ -276,13 +295,23 @@ impl SubjectPage {
     /// When the lock ends and how long that is from `now`; empty when there is
     /// none.
     pub fn locked_until(state: &SubjectState, now: DateTime<Utc>) -> String {
+        until_text(state.locked_until, now)
+    }
+
+    /// The state's (user, IP) pairs as table rows.
+    pub fn pairs(state: &SubjectState, now: DateTime<Utc>) -> Vec<PairRow> {
         state
-            .locked_until
-            .map(|t| {
-                let left = (t - now).num_milliseconds().max(0) as u64;
-                format!("{} UTC (in {})", timestamp(&t), duration_ms(left))
+            .pairs
+            .iter()
+            .map(|p| PairRow {
+                ip: p.ip.clone(),
+                ip_href: (p.ip != UNKNOWN_IP).then(|| subject_href(SubjectKind::Ip, &p.ip)),
+                rule: p.rule.clone(),
+                count: p.count,
+                limit: p.limit,
+                locked_until: until_text(p.locked_until, now),
             })
-            .unwrap_or_default()
+            .collect()
     }
 
     /// The state's windows as table rows.
@@ -301,6 +330,16 @@ impl SubjectPage {
             })
             .collect()
     }
+}
+
+/// `2026-11-01 12:00:00.000 UTC (in 14m 59s)`, or empty for `None`.
+fn until_text(until: Option<DateTime<Utc>>, now: DateTime<Utc>) -> String {
+    until
+        .map(|t| {
+            let left = (t - now).num_milliseconds().max(0) as u64;
+            format!("{} UTC (in {})", timestamp(&t), duration_ms(left))
+        })
+        .unwrap_or_default()
 }
 
 /// Why the console could not show what was asked.
