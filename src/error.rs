@@ -8,6 +8,7 @@ use utoipa::ToSchema;
 
 use crate::domain::PhoneError;
 use crate::guard::ceil_secs;
+use crate::guard::login::LoginRefusal;
 use crate::guard::sms::SmsRefusal;
 use crate::store::StoreError;
 
@@ -31,6 +32,9 @@ pub enum ApiError {
     /// 403: the phone's region may not receive codes.
     #[error("sending to this region is not allowed")]
     RegionBlocked,
+    /// 403: the IP, phone or user is on the block list.
+    #[error("this {0} is on the block list")]
+    Blocklisted(&'static str),
     /// 401, with `WWW-Authenticate: Bearer`.
     #[error("missing or wrong credentials")]
     Unauthorized,
@@ -78,6 +82,8 @@ pub enum ErrorCode {
     CaptchaRequired,
     /// 403: the phone's region may not receive codes.
     RegionBlocked,
+    /// 403: the IP, phone or user is on the block list.
+    Blocklisted,
     /// 401: missing or wrong credentials.
     Unauthorized,
     /// 403: the caller may not do this.
@@ -151,6 +157,7 @@ impl ApiError {
             ApiError::RateLimited { .. } => ErrorCode::RateLimited,
             ApiError::CaptchaRequired => ErrorCode::CaptchaRequired,
             ApiError::RegionBlocked => ErrorCode::RegionBlocked,
+            ApiError::Blocklisted(_) => ErrorCode::Blocklisted,
             ApiError::Unauthorized => ErrorCode::Unauthorized,
             ApiError::Forbidden(_) => ErrorCode::Forbidden,
             ApiError::StoreUnavailable(_) => ErrorCode::StoreUnavailable,
@@ -170,9 +177,10 @@ impl ResponseError for ApiError {
         match self {
             ApiError::InvalidRequest(_) | ApiError::InvalidPhone(_) => StatusCode::BAD_REQUEST,
             ApiError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
-            ApiError::CaptchaRequired | ApiError::RegionBlocked | ApiError::Forbidden(_) => {
-                StatusCode::FORBIDDEN
-            }
+            ApiError::CaptchaRequired
+            | ApiError::RegionBlocked
+            | ApiError::Blocklisted(_)
+            | ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
             ApiError::StoreUnavailable(_) | ApiError::AuditUnavailable => {
                 StatusCode::SERVICE_UNAVAILABLE
@@ -235,10 +243,20 @@ impl From<StoreError> for ApiError {
     }
 }
 
+impl From<LoginRefusal> for ApiError {
+    fn from(refusal: LoginRefusal) -> Self {
+        match refusal {
+            LoginRefusal::Blocklisted(kind) => ApiError::Blocklisted(kind.as_str()),
+            LoginRefusal::Store(e) => ApiError::StoreUnavailable(e),
+        }
+    }
+}
+
 impl From<SmsRefusal> for ApiError {
     fn from(refusal: SmsRefusal) -> Self {
         match refusal {
             SmsRefusal::RegionBlocked { .. } => ApiError::RegionBlocked,
+            SmsRefusal::Blocklisted(kind) => ApiError::Blocklisted(kind.as_str()),
             SmsRefusal::CaptchaRequired => ApiError::CaptchaRequired,
             SmsRefusal::RateLimited {
                 rule,

@@ -7,6 +7,7 @@ pub mod delivery;
 pub mod domain;
 pub mod error;
 pub mod guard;
+pub mod lists;
 pub mod metrics;
 pub mod reload;
 pub mod routes;

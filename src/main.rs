@@ -70,7 +70,7 @@ async fn main() -> ExitCode {
 
 async fn serve(settings: Settings, config: Option<PathBuf>) -> anyhow::Result<()> {
     let app = Application::build(settings).await?;
-    tollgate::reload::spawn_on_sighup(app.policy(), config)?;
+    tollgate::reload::spawn_on_sighup(app.policy(), app.lists(), config)?;
     app.run_until_stopped().await?;
     Ok(())
 }

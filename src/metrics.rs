@@ -13,6 +13,9 @@ pub const REQUESTS: &str = "tollgate_requests_total";
 pub const STORE_ERRORS: &str = "tollgate_store_errors_total";
 /// Histogram of window-store call durations, in seconds.
 pub const STORE_SECONDS: &str = "tollgate_store_seconds";
+/// Counter of requests an allow or block list matched, by `list`, `kind`
+/// (ip, phone, user) and `action`.
+pub const LIST_MATCHES: &str = "tollgate_list_matches_total";
 /// Counter of audit events by `outcome`: queued, written, spooled, replayed.
 pub const AUDIT_EVENTS: &str = "tollgate_audit_events_total";
 
@@ -48,6 +51,10 @@ pub fn install() -> Option<PrometheusHandle> {
 fn describe() {
     describe_counter!(REQUESTS, "Requests answered, by route and decision");
     describe_counter!(STORE_ERRORS, "Window-store calls that failed or timed out");
+    describe_counter!(
+        LIST_MATCHES,
+        "Requests an allow list exempted or a block list refused, by list, kind and action"
+    );
     describe_histogram!(STORE_SECONDS, "Duration of window-store calls");
     describe_counter!(
         AUDIT_EVENTS,
@@ -109,4 +116,19 @@ impl Outcome {
 /// Count one answered request.
 pub fn request(route: Route, outcome: Outcome) {
     counter!(REQUESTS, "route" => route.as_str(), "decision" => outcome.as_str()).increment(1);
+}
+
+/// Count one request an allow or block list matched.
+pub fn list_match(
+    list: crate::lists::ListName,
+    kind: crate::lists::EntryKind,
+    action: crate::domain::Action,
+) {
+    counter!(
+        LIST_MATCHES,
+        "list" => list.as_str(),
+        "kind" => kind.as_str(),
+        "action" => action.as_str()
+    )
+    .increment(1);
 }

@@ -1,5 +1,6 @@
 //! SIGHUP: re-read the config file and swap in the decision settings
-//! (`[sms]`, `[login]`, `[captcha]`, `[shadow]`) without dropping a request:
+//! (`[sms]`, `[login]`, `[captcha]`, `[shadow]`) and the config file's list
+//! entries (`[lists]`) without dropping a request:
 //! requests in flight finish with the policy they started with. A bad file is
 //! logged and the old settings stay. Other sections need a restart.
 
@@ -7,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::guard::{Policy, PolicyCell};
+use crate::lists::Lists;
 use crate::settings::Settings;
 
 #[derive(Debug, thiserror::Error)]
@@ -17,19 +19,28 @@ pub enum ReloadError {
     Captcha(#[from] reqwest::Error),
 }
 
-pub fn reload_into(policy: &PolicyCell, file: Option<&Path>) -> Result<(), ReloadError> {
+pub fn reload_into(
+    policy: &PolicyCell,
+    lists: &Lists,
+    file: Option<&Path>,
+) -> Result<(), ReloadError> {
     let settings = Settings::load(file)?;
     policy.replace(Policy::from_settings(&settings)?);
+    lists.replace_config(&settings.lists);
     Ok(())
 }
 
 #[cfg(unix)]
-pub fn spawn_on_sighup(policy: Arc<PolicyCell>, file: Option<PathBuf>) -> std::io::Result<()> {
+pub fn spawn_on_sighup(
+    policy: Arc<PolicyCell>,
+    lists: Arc<Lists>,
+    file: Option<PathBuf>,
+) -> std::io::Result<()> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut hangups = signal(SignalKind::hangup())?;
     tokio::spawn(async move {
         while hangups.recv().await.is_some() {
-            match reload_into(&policy, file.as_deref()) {
+            match reload_into(&policy, &lists, file.as_deref()) {
                 Ok(()) => tracing::info!("SIGHUP: decision settings reloaded"),
                 Err(e) => {
                     tracing::error!(error = %e, "SIGHUP: config rejected, keeping the old settings")
@@ -41,6 +52,10 @@ pub fn spawn_on_sighup(policy: Arc<PolicyCell>, file: Option<PathBuf>) -> std::i
 }
 
 #[cfg(not(unix))]
-pub fn spawn_on_sighup(_policy: Arc<PolicyCell>, _file: Option<PathBuf>) -> std::io::Result<()> {
+pub fn spawn_on_sighup(
+    _policy: Arc<PolicyCell>,
+    _lists: Arc<Lists>,
+    _file: Option<PathBuf>,
+) -> std::io::Result<()> {
     Ok(())
 }

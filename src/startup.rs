@@ -17,6 +17,7 @@ use crate::guard::admin::SubjectAdmin;
 use crate::guard::login::LoginGuard;
 use crate::guard::sms::SmsGuard;
 use crate::guard::{GuardContext, Policy, PolicyCell};
+use crate::lists::{self, Lists};
 use crate::routes::{self, Access, AppState};
 use crate::settings::{OnStoreError, Settings, StoreBackend};
 use crate::store::memory::MemoryStore;
@@ -41,6 +42,7 @@ pub struct Application {
     port: u16,
     audit: Arc<dyn AuditSink>,
     policy: Arc<PolicyCell>,
+    lists: Arc<Lists>,
     background: Vec<tokio::task::JoinHandle<()>>,
 }
 
@@ -145,16 +147,26 @@ impl Application {
         };
         let policy = Policy::from_settings(&settings).context("cannot build the captcha client")?;
         let policy = Arc::new(PolicyCell::new(policy));
+        let lists = Arc::new(Lists::new(&settings.lists, audit_db.clone()));
+        if let Err(e) = lists.refresh().await {
+            tracing::warn!(error = %e, "stored list entries not read yet; retried every lists.refresh_interval");
+        }
+        background.push(lists::spawn_refresh(
+            lists.clone(),
+            settings.lists.refresh_interval,
+        ));
         let ctx = GuardContext {
             store,
             keys: Keys::new(settings.store.key_prefix.clone()),
             audit: audit.clone(),
             policy: policy.clone(),
+            lists: lists.clone(),
         };
         let state = web::Data::new(AppState {
             sms: SmsGuard::new(ctx.clone(), sms_sender, settings.sms.code_secret.expose()),
             login: LoginGuard::new(ctx.clone(), email.lock_notifier()),
             admin: SubjectAdmin::new(ctx),
+            lists: lists.clone(),
             access: Access::new(&settings.server),
             readiness_store: primary,
             audit: audit.clone(),
@@ -186,6 +198,7 @@ impl Application {
             port,
             audit,
             policy,
+            lists,
             background,
         })
     }
@@ -208,6 +221,11 @@ impl Application {
     /// The decision settings, swappable while serving (SIGHUP).
     pub fn policy(&self) -> Arc<PolicyCell> {
         self.policy.clone()
+    }
+
+    /// The allow and block lists in force (SIGHUP replaces the config's).
+    pub fn lists(&self) -> Arc<Lists> {
+        self.lists.clone()
     }
 
     /// Serve until SIGTERM / Ctrl-C (or [`ServerHandle::stop`]): in-flight

@@ -37,6 +37,11 @@ impl ClientIp {
         }
     }
 
+    /// The address itself.
+    pub fn addr(&self) -> IpAddr {
+        self.0
+    }
+
     /// The subject id: `203.0.113.7` or `2001:db8:1:2::/64`.
     pub fn subject_id(&self) -> String {
         match self.0 {

@@ -24,11 +24,13 @@ pub enum Reason {
     TooManyFailures,
     /// An admin lifted the subject's windows and lock.
     AdminUnblock,
+    /// The IP, phone or user is on the block list.
+    Blocklisted,
 }
 
 impl Reason {
     /// Every reason, for `parse` to search.
-    pub const ALL: [Reason; 8] = [
+    pub const ALL: [Reason; 9] = [
         Reason::RateLimited,
         Reason::CaptchaRequired,
         Reason::RegionBlocked,
@@ -37,6 +39,7 @@ impl Reason {
         Reason::IpBlocked,
         Reason::TooManyFailures,
         Reason::AdminUnblock,
+        Reason::Blocklisted,
     ];
 
     /// The wire form (`rate_limited`), the same as the serde form.
@@ -50,6 +53,7 @@ impl Reason {
             Reason::IpBlocked => "ip_blocked",
             Reason::TooManyFailures => "too_many_failures",
             Reason::AdminUnblock => "admin_unblock",
+            Reason::Blocklisted => "blocklisted",
         }
     }
 

@@ -12,6 +12,7 @@ use super::{ceil_secs, GuardContext, Policy, RequestInfo};
 use crate::captcha::CaptchaProof;
 use crate::delivery::email::{LockNotice, LockNotifier};
 use crate::domain::{Action, EmailAddress, Locale, Reason, Subject, SubjectKind, Username};
+use crate::lists::{EntryKind, Listed};
 use crate::store::{
     IpFailureWindow, LoginOutcome, LoginRequest, LoginVerdict, PairKeys, PeekOutcome, RuleWindow,
     StoreError, WindowSpec,
@@ -91,6 +92,18 @@ impl LoginState {
             reason: Some(Reason::CaptchaRequired),
         }
     }
+}
+
+/// Why a login call was refused outright, rather than answered with a
+/// `LoginState`.
+#[derive(Debug, thiserror::Error)]
+pub enum LoginRefusal {
+    /// The user or IP is on the block list (403 `blocklisted`).
+    #[error("the {} is on the block list", .0.as_str())]
+    Blocklisted(EntryKind),
+    /// The store could not answer (503 `store_unavailable`).
+    #[error(transparent)]
+    Store(#[from] StoreError),
 }
 
 /// One reported login outcome, parsed.
@@ -204,8 +217,14 @@ impl LoginGuard {
         &self,
         user: &Username,
         info: &RequestInfo,
-    ) -> Result<LoginState, StoreError> {
+    ) -> Result<LoginState, LoginRefusal> {
         let policy = self.ctx.policy.current();
+        let subject = Subject::new(SubjectKind::User, user.as_str());
+        match self.listed(&subject, &policy, info, true) {
+            Some(Listed::Blocked(kind)) => return Err(LoginRefusal::Blocklisted(kind)),
+            Some(Listed::Allowed(_)) => return Ok(LoginState::allow(0)),
+            _ => {}
+        }
         let (window_key, lock_key) = self.user_keys(user.as_str());
         let ip = self.ip_windows(&policy, info);
         let pair = self.pair_keys(&policy, user.as_str(), info);
@@ -226,9 +245,15 @@ impl LoginGuard {
         &self,
         attempt: LoginAttempt,
         info: &RequestInfo,
-    ) -> Result<LoginState, StoreError> {
+    ) -> Result<LoginState, LoginRefusal> {
         let policy = self.ctx.policy.current();
         let user = Subject::new(SubjectKind::User, attempt.user.as_str());
+        match self.listed(&user, &policy, info, false) {
+            Some(Listed::Blocked(kind)) => return Err(LoginRefusal::Blocklisted(kind)),
+            // Never captcha-gated or locked: nothing is counted either.
+            Some(Listed::Allowed(_)) => return Ok(LoginState::allow(0)),
+            _ => {}
+        }
         let ip = self.ip_windows(&policy, info);
         let outcome = self
             .record(&attempt, &user, &policy, ip.as_ref(), info)
@@ -240,6 +265,26 @@ impl LoginGuard {
         };
         let decided = decision::attempt(&policy, &outcome, facts);
         Ok(self.apply(decided, attempt, info))
+    }
+
+    /// What the lists say, when it changes the answer: a block (unless in
+    /// shadow mode, where it is only audited) or an allow.
+    fn listed(
+        &self,
+        user: &Subject,
+        policy: &Policy,
+        info: &RequestInfo,
+        read_only: bool,
+    ) -> Option<Listed> {
+        let shadow = policy.login_shadow;
+        let listed = self
+            .ctx
+            .listed(Action::LoginAttempt, info, user, shadow, read_only);
+        match listed {
+            Listed::Blocked(_) if policy.login_shadow => None,
+            Listed::No => None,
+            other => Some(other),
+        }
     }
 
     /// The store decides the user and the IP together, in one call where it

@@ -13,8 +13,9 @@ use std::sync::Arc;
 
 pub use policy::{Policy, PolicyCell, SubjectRules};
 
-use crate::audit::{AuditEvent, AuditSink};
-use crate::domain::ClientIp;
+use crate::audit::{AuditDecision, AuditEvent, AuditSink};
+use crate::domain::{Action, ClientIp, Reason, Subject, SubjectKind};
+use crate::lists::{EntryKind, ListName, ListRequest, Listed};
 use crate::store::{Keys, WindowStore};
 
 /// Who asked: carried into audit rows.
@@ -43,9 +44,48 @@ pub struct GuardContext {
     pub audit: Arc<dyn AuditSink>,
     /// The decision settings in force, swapped whole on SIGHUP.
     pub policy: Arc<PolicyCell>,
+    /// The allow and block lists in force.
+    pub lists: Arc<crate::lists::Lists>,
 }
 
 impl GuardContext {
+    /// What the allow and block lists say of a request about `subject` (a
+    /// phone or a user) from `info.ip`. A block is audited (`blocklisted`,
+    /// shadowed when `shadow`) unless `read_only` (`/login/check`); every
+    /// match is counted in metrics.
+    fn listed(
+        &self,
+        action: Action,
+        info: &RequestInfo,
+        subject: &Subject,
+        shadow: bool,
+        read_only: bool,
+    ) -> Listed {
+        let id = Some(subject.id.as_str());
+        let request = ListRequest {
+            ip: info.ip.map(|ip| ip.addr()),
+            phone: id.filter(|_| subject.kind == SubjectKind::Phone),
+            user: id.filter(|_| subject.kind == SubjectKind::User),
+        };
+        let listed = self.lists.current().check(request);
+        match listed {
+            Listed::No => {}
+            Listed::Allowed(kind) => crate::metrics::list_match(ListName::Allow, kind, action),
+            Listed::Blocked(_) if read_only => {}
+            Listed::Blocked(kind) => {
+                crate::metrics::list_match(ListName::Block, kind, action);
+                let matched = match (kind, info.ip) {
+                    (EntryKind::Ip, Some(ip)) => Subject::new(SubjectKind::Ip, ip.subject_id()),
+                    _ => subject.clone(),
+                };
+                let row =
+                    AuditEvent::new(action, AuditDecision::Deny, Reason::Blocklisted, &matched);
+                self.audit(info, row.shadow(shadow));
+            }
+        }
+        listed
+    }
+
     fn audit(&self, info: &RequestInfo, event: AuditEvent) {
         let ip = info.ip.map(|ip| ip.to_string());
         self.audit

@@ -10,6 +10,7 @@ use crate::audit::{AuditDecision, AuditEvent};
 use crate::captcha::CaptchaProof;
 use crate::delivery::{render_sms, DeliveryError, SmsMessage, SmsSender};
 use crate::domain::{Action, Locale, PhoneNumber, Reason, Rule, Subject, SubjectKind};
+use crate::lists::{EntryKind, Listed};
 use crate::store::{CodeToStore, OtpOutcome, StoreError};
 
 /// A parsed `/sms/send`.
@@ -38,6 +39,9 @@ pub struct Sent {
 /// Why a send or a verify was refused; each maps to one error code.
 #[derive(Debug, thiserror::Error)]
 pub enum SmsRefusal {
+    /// The IP or phone is on the block list (403 `blocklisted`).
+    #[error("the {} is on the block list", .0.as_str())]
+    Blocklisted(EntryKind),
     /// The phone's region may not receive codes (403 `region_blocked`).
     #[error("sending to region {region:?} is not allowed")]
     RegionBlocked { region: Option<String> },
@@ -112,6 +116,16 @@ impl SmsGuard {
         let policy = self.ctx.policy.current();
         let sms = &policy.sms;
         let phone = Subject::new(SubjectKind::Phone, req.phone.e164());
+        let listed = self
+            .ctx
+            .listed(Action::SmsSend, info, &phone, policy.sms_shadow, false);
+        match listed {
+            Listed::Blocked(kind) if !policy.sms_shadow => {
+                return Err(SmsRefusal::Blocklisted(kind))
+            }
+            Listed::Allowed(_) => return self.send_exempt(&req, &phone, info).await,
+            _ => {}
+        }
         let region = req.phone.region();
         if !region_allowed(region, &sms.allowed_regions, &sms.denied_regions) {
             let row = AuditEvent::new(
@@ -198,6 +212,39 @@ impl SmsGuard {
         })
     }
 
+    /// A send for an allow-listed IP or phone: no window, captcha tier or
+    /// region applies and nothing is counted; the code is stored, then sent
+    /// (and deleted again when delivery fails).
+    async fn send_exempt(
+        &self,
+        req: &SendRequest,
+        phone: &Subject,
+        info: &RequestInfo,
+    ) -> Result<Sent, SmsRefusal> {
+        let policy = self.ctx.policy.current();
+        let sms = &policy.sms;
+        let otp_key = self.ctx.keys.subject_code(phone);
+        let code = code::generate(sms.code_length);
+        let mac = code::mac(self.secret().await?, req.phone.e164(), &code);
+        let ttl_ms = sms.code_ttl.as_millis() as u64;
+        self.ctx
+            .store
+            .otp_put(&otp_key, &mac, sms.max_verify_attempts, ttl_ms)
+            .await?;
+        if let Err(error) = self.deliver(req, &code, sms.code_ttl.as_secs(), info).await {
+            if let Err(e) = self.ctx.store.delete(std::slice::from_ref(&otp_key)).await {
+                tracing::warn!(request_id = %crate::telemetry::request_id(), error = %e, "could not delete the code of a failed send");
+            }
+            return Err(error.into());
+        }
+        Ok(Sent {
+            masked_phone: req.phone.masked(),
+            code_ttl_secs: sms.code_ttl.as_secs(),
+            resend_after_secs: 0,
+            captcha_required: false,
+        })
+    }
+
     /// The subjects a send counts against, the phone first: its IP, its
     /// number prefix and the global count, each where it has windows.
     fn subject_hits<'p>(
@@ -268,9 +315,15 @@ impl SmsGuard {
     ) -> Result<Verified, SmsRefusal> {
         let policy = self.ctx.policy.current();
         let sms = &policy.sms;
+        let subject = Subject::new(SubjectKind::Phone, phone.e164());
+        let listed = self
+            .ctx
+            .listed(Action::SmsVerify, info, &subject, policy.sms_shadow, false);
+        if let (Listed::Blocked(kind), false) = (listed, policy.sms_shadow) {
+            return Err(SmsRefusal::Blocklisted(kind));
+        }
         let attempts_rule = Rule::new(SubjectKind::Phone, sms.max_verify_attempts, sms.code_ttl);
         let mac = code::mac(self.secret().await?, phone.e164(), code.trim());
-        let subject = Subject::new(SubjectKind::Phone, phone.e164());
         let otp_key = self.ctx.keys.subject_code(&subject);
         match self.ctx.store.otp_check(&otp_key, &mac).await? {
             OtpOutcome::Valid => Ok(Verified::Valid),

@@ -42,6 +42,8 @@ pub struct AppState {
     pub readiness_store: Arc<dyn WindowStore>,
     /// The audit sink, which `/readyz` asks whether it is ready.
     pub audit: Arc<dyn AuditSink>,
+    /// The allow and block lists, for the admin API and console.
+    pub lists: Arc<crate::lists::Lists>,
     /// The audit database, for the admin API (absent when a test replaced the sink).
     pub audit_db: Option<AuditDb>,
     /// Renders `/metrics`; absent when no recorder could be installed.

@@ -48,6 +48,34 @@ pub fn phone() -> Object {
         .build()
 }
 
+/// An IP list entry: an address or a CIDR (`format: cidr`; an address is
+/// taken as a /32 or /128).
+pub fn cidr() -> Object {
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .max_length(Some(64))
+        .format(Some(SchemaFormat::Custom("cidr".into())))
+        .description(Some(
+            "An IPv4 or IPv6 address, or a CIDR (`198.51.100.0/24`, `2001:db8::/32`).",
+        ))
+        .examples(["198.51.100.0/24"])
+        .build()
+}
+
+/// A phone list entry: a number, or a prefix ending in `*`.
+pub fn phone_entry() -> Object {
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .max_length(Some(phone::MAX_LEN))
+        .format(Some(SchemaFormat::Custom("phone-entry".into())))
+        .description(Some(
+            "A phone number as `/sms/send` takes it (of its country's numbering plan), or a \
+             prefix: `+`, 1 to 15 digits, then `*` (`+88213*`).",
+        ))
+        .examples(["+88213*"])
+        .build()
+}
+
 /// The `code` of `/sms/verify`.
 pub fn code() -> Object {
     text(&pattern::not_blank())

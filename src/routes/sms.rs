@@ -128,7 +128,11 @@ async fn send(
         match &result {
             Ok(_) => Outcome::Allow,
             Err(SmsRefusal::CaptchaRequired) => Outcome::Challenge,
-            Err(SmsRefusal::RateLimited { .. } | SmsRefusal::RegionBlocked { .. }) => Outcome::Deny,
+            Err(
+                SmsRefusal::RateLimited { .. }
+                | SmsRefusal::RegionBlocked { .. }
+                | SmsRefusal::Blocklisted(_),
+            ) => Outcome::Deny,
             Err(_) => Outcome::Error,
         },
     );
@@ -187,7 +191,8 @@ async fn verify(
         Route::SmsVerify,
         match &result {
             Ok(Verified::Valid) => Outcome::Allow,
-            Ok(Verified::Invalid { .. }) | Err(SmsRefusal::RateLimited { .. }) => Outcome::Deny,
+            Ok(Verified::Invalid { .. })
+            | Err(SmsRefusal::RateLimited { .. } | SmsRefusal::Blocklisted(_)) => Outcome::Deny,
             Err(_) => Outcome::Error,
         },
     );

@@ -3,6 +3,7 @@
 //! validated once at start-up. Every error names the offending key.
 
 mod duration;
+mod lists;
 mod load;
 mod parsed;
 mod secret;
@@ -15,6 +16,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 pub use crate::domain::Algorithm;
+pub use lists::ListSettings;
 pub use load::SettingsError;
 pub use secret::{Secret, SecretUrl};
 
@@ -40,6 +42,9 @@ pub struct Settings {
     pub email: EmailSettings,
     /// `[shadow]`: decide and audit without enforcing. Reloaded on SIGHUP.
     pub shadow: ShadowSettings,
+    /// `[lists]`: allow and block entries. Reloaded on SIGHUP.
+    #[serde(default)]
+    pub lists: ListSettings,
 }
 
 /// `[server]`: the listener and the credentials callers must present.

@@ -233,6 +233,11 @@ impl Settings {
             )?;
         }
 
+        if let Some((key, why)) = self.lists.invalid() {
+            return Err(SettingsError::invalid(&key, &why));
+        }
+        duration("lists.refresh_interval", self.lists.refresh_interval)?;
+
         let email = &self.email;
         if !email.smtp_url.expose().is_empty() {
             url_scheme(

@@ -663,3 +663,79 @@ async fn a_users_locks_per_ip_are_listed_and_link_to_the_ip() {
     let after = get(&app, "/admin/subjects/user/alice", ADMIN).await;
     assert!(!after.body.contains("Locks per IP"), "{}", after.body);
 }
+
+/// The lists page shows the config file's entries; an admin adds an entry
+/// with the form (it is then in force) and deletes it again.
+#[tokio::test]
+async fn the_lists_page_adds_and_deletes_entries() {
+    let db = TestDb::new(DbKind::Sqlite).await;
+    let app = db_app(&db, |s| s.lists.allow_users = vec!["ops".into()]).await;
+    let page = get(&app, "/admin/lists", ADMIN).await;
+    assert_html(&page, 200, "lists page");
+    assert!(page.body.contains("<code>ops</code>"), "{}", page.body);
+    assert!(page.body.contains("config file"), "{}", page.body);
+    let csrf = page.input("csrf");
+
+    let refused = post_form(
+        &app,
+        "/admin/lists",
+        &[
+            ("csrf", "1.bad"),
+            ("list", "block"),
+            ("kind", "user"),
+            ("value", "mallory"),
+        ],
+        ADMIN,
+    )
+    .await;
+    assert_eq!(refused.status, StatusCode::FORBIDDEN);
+    let added = post_form(
+        &app,
+        "/admin/lists",
+        &[
+            ("csrf", &csrf),
+            ("list", "block"),
+            ("kind", "user"),
+            ("value", "Mallory"),
+            ("note", "<b>spam</b>"),
+        ],
+        ADMIN,
+    )
+    .await;
+    assert_eq!(added.status, StatusCode::SEE_OTHER, "{}", added.body);
+    let blocked = app
+        .login_attempt(json!({ "user": "mallory", "success": false }))
+        .await;
+    assert_eq!(blocked.status, 403, "{}", blocked.body);
+
+    let page = get(&app, "/admin/lists?added=1", ADMIN).await;
+    assert!(page.body.contains("Entry added."), "{}", page.body);
+    assert!(page.body.contains("<code>mallory</code>"), "{}", page.body);
+    assert!(
+        page.body.contains("&#60;b&#62;spam&#60;/b&#62;"),
+        "the note is escaped"
+    );
+    let marker = "action=\"/admin/lists/";
+    let start = page.body.find(marker).expect("a delete form") + "action=\"".len();
+    let len = page.body[start..].find('"').unwrap();
+    let delete = page.body[start..start + len].to_string();
+    let deleted = post_form(&app, &delete, &[("csrf", &csrf)], ADMIN).await;
+    assert_eq!(deleted.status, StatusCode::SEE_OTHER, "{}", deleted.body);
+    let allowed = app
+        .login_attempt(json!({ "user": "mallory", "success": false }))
+        .await;
+    assert_eq!(allowed.status, 200, "{}", allowed.body);
+    let bad = post_form(
+        &app,
+        "/admin/lists",
+        &[
+            ("csrf", &csrf),
+            ("list", "block"),
+            ("kind", "ip"),
+            ("value", "nope"),
+        ],
+        ADMIN,
+    )
+    .await;
+    assert_html(&bad, 400, "a bad value");
+}

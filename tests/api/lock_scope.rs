@@ -109,9 +109,11 @@ async fn failures_spread_over_ips_lock_the_account_at_account_lock_after(backend
     })
     .await;
     for i in 1..=4 {
+        tokio::time::sleep(std::time::Duration::from_millis(3)).await;
         let answer = attempt(&app, Some(&format!("192.0.2.{i}")), false).await;
         assert_eq!(answer["locked"], false, "failure {i}: {answer}");
     }
+    tokio::time::sleep(std::time::Duration::from_millis(3)).await;
     let locking = attempt(&app, Some("192.0.2.5"), false).await;
     assert_eq!(
         locking["locked"], true,
@@ -151,6 +153,8 @@ async fn failures_spread_over_ips_lock_the_account_at_account_lock_after(backend
 async fn subject_state_names_the_pairs_and_unblock_clears_them(backend: Backend) {
     let app = spawn_app(backend, scoped).await;
     for ip in [ATTACKER, ATTACKER, ATTACKER, OWNER] {
+        // Apart in time, so that "newest first" has one answer.
+        tokio::time::sleep(std::time::Duration::from_millis(3)).await;
         attempt(&app, Some(ip), false).await;
     }
     let state = app.admin_get("/admin/api/subjects/user/alice").await;

@@ -13,6 +13,7 @@ mod edges;
 mod email;
 mod gcra;
 mod helpers;
+mod lists;
 mod lock_scope;
 mod login;
 mod openapi;

@@ -11,13 +11,18 @@ use crate::helpers::{limits, spawn_app, spawn_app_with_audit_db, Answer, Backend
 
 /// Every route of DESIGN.md §3, with its methods; the subject routes once
 /// per kind, as the document writes them out.
-const ROUTES: [(&str, &str); 20] = [
+const ROUTES: [(&str, &str); 25] = [
     ("/sms/send", "post"),
     ("/sms/verify", "post"),
     ("/login/check", "post"),
     ("/login/attempt", "post"),
     ("/admin/api/events", "get"),
     ("/admin/api/events.csv", "get"),
+    ("/admin/api/lists", "get"),
+    ("/admin/api/lists/ip", "post"),
+    ("/admin/api/lists/phone", "post"),
+    ("/admin/api/lists/user", "post"),
+    ("/admin/api/lists/{id}", "delete"),
     ("/admin/api/subjects/phone/{id}", "get"),
     ("/admin/api/subjects/phone/{id}/unblock", "post"),
     ("/admin/api/subjects/prefix/{id}", "get"),
@@ -268,7 +273,10 @@ async fn every_route_is_documented_with_its_methods_and_nothing_else() {
     for (path, method) in ROUTES {
         let op = operation(&doc, path, method);
         let responses = op["responses"].as_object().expect("responses");
-        assert!(responses.contains_key("200"), "{method} {path}: no 200");
+        assert!(
+            responses.keys().any(|s| s.starts_with('2')),
+            "{method} {path}: no success status"
+        );
         for (status, response) in responses {
             assert!(
                 response["description"]
@@ -276,7 +284,7 @@ async fn every_route_is_documented_with_its_methods_and_nothing_else() {
                     .is_some_and(|d| !d.is_empty()),
                 "{method} {path} {status}: no description"
             );
-            if status != "200" {
+            if !status.starts_with('2') {
                 let schema = &response["content"]["application/json"]["schema"];
                 assert!(
                     schema.is_object(),

@@ -38,15 +38,18 @@ lock_after = {lock_after}
 fn a_reload_swaps_the_decision_settings_and_a_bad_file_keeps_the_old_ones() {
     let dir = tempfile::tempdir().unwrap();
     let cell = PolicyCell::new(Policy::from_settings(&Settings::defaults().unwrap()).unwrap());
+    let lists = tollgate::lists::Lists::new(&Default::default(), None);
     assert_eq!(cell.current().sms_phone.rules[0].limit, 1);
 
     let file = config(dir.path(), 3, 7);
-    reload_into(&cell, Some(&file)).unwrap();
+    reload_into(&cell, &lists, Some(&file)).unwrap();
     assert_eq!(cell.current().sms_phone.rules[0].limit, 3);
     assert_eq!(cell.current().pair_lock.map(|rule| rule.limit), Some(7));
 
     let bad = config(dir.path(), 4, 0);
-    let error = reload_into(&cell, Some(&bad)).unwrap_err().to_string();
+    let error = reload_into(&cell, &lists, Some(&bad))
+        .unwrap_err()
+        .to_string();
     assert!(error.contains("login.lock_after"), "{error}");
     assert_eq!(
         cell.current().sms_phone.rules[0].limit,

@@ -2,6 +2,7 @@
 //! default. All SQL lives below this module; each database has its own file
 //! because their types differ (UUID/TIMESTAMPTZ there, TEXT here).
 
+mod lists;
 mod postgres;
 mod sqlite;
 
@@ -96,6 +97,33 @@ impl AuditDb {
         match self {
             Self::Postgres(pool) => postgres::purge_before(pool, before).await,
             Self::Sqlite(pool) => sqlite::purge_before(pool, before).await,
+        }
+    }
+
+    /// The allow and block entries admins stored, oldest first.
+    pub async fn list_entries(&self) -> Result<Vec<crate::lists::ListEntry>, AuditError> {
+        match self {
+            Self::Postgres(pool) => lists::postgres::all(pool).await,
+            Self::Sqlite(pool) => lists::sqlite::all(pool).await,
+        }
+    }
+
+    /// Store a list entry, or answer the equal one already stored.
+    pub async fn insert_list_entry(
+        &self,
+        entry: &crate::lists::ListEntry,
+    ) -> Result<crate::lists::ListEntry, AuditError> {
+        match self {
+            Self::Postgres(pool) => lists::postgres::insert(pool, entry).await,
+            Self::Sqlite(pool) => lists::sqlite::insert(pool, entry).await,
+        }
+    }
+
+    /// Delete a stored list entry; whether there was one.
+    pub async fn delete_list_entry(&self, id: uuid::Uuid) -> Result<bool, AuditError> {
+        match self {
+            Self::Postgres(pool) => lists::postgres::delete(pool, id).await,
+            Self::Sqlite(pool) => lists::sqlite::delete(pool, id).await,
         }
     }
 

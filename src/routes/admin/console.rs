@@ -5,6 +5,7 @@
 //! password of user `admin`; HTML comes from `templates/admin/` only.
 
 mod csrf;
+mod lists;
 mod views;
 
 use actix_web::http::header::{self, HeaderValue};
@@ -40,8 +41,17 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                 .app_data(web::PayloadConfig::new(FORM_LIMIT))
                 .route(web::post().to(unblock)),
         )
+        .service(web::resource("/admin/subjects/{kind}/{id:.+}").route(web::get().to(subject_page)))
         .service(
-            web::resource("/admin/subjects/{kind}/{id:.+}").route(web::get().to(subject_page)),
+            web::resource("/admin/lists")
+                .app_data(web::PayloadConfig::new(FORM_LIMIT))
+                .route(web::get().to(lists::page))
+                .route(web::post().to(lists::add)),
+        )
+        .service(
+            web::resource("/admin/lists/{id}/delete")
+                .app_data(web::PayloadConfig::new(FORM_LIMIT))
+                .route(web::post().to(lists::delete)),
         );
 }
 

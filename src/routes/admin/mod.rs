@@ -4,6 +4,7 @@
 mod console;
 mod csv;
 pub(crate) mod events;
+pub(crate) mod lists;
 pub(crate) mod subjects;
 
 use actix_web::web;
@@ -13,8 +14,9 @@ use crate::error::ApiError;
 /// Register the admin API under `/admin/api`, where bad queries and paths
 /// answer JSON 400s and unknown paths JSON 404s, and the HTML console.
 pub fn configure(cfg: &mut web::ServiceConfig) {
+    let api = web::scope("/admin/api");
     cfg.service(
-        web::scope("/admin/api")
+        lists::configure(api)
             .app_data(web::QueryConfig::default().error_handler(|err, _req| {
                 ApiError::InvalidRequest(format!("invalid query: {err}")).into()
             }))

@@ -1,0 +1,98 @@
+//! The `list_entries` table: allow and block entries admins add at run time.
+//! Both databases keep them in the same plain columns (TEXT id, BIGINT ms),
+//! so one macro writes the queries for each, with its placeholders.
+
+use chrono::{DateTime, TimeZone, Utc};
+use uuid::Uuid;
+
+use super::AuditError;
+use crate::lists::{EntryKind, EntrySource, ListEntry, ListName};
+
+/// One stored row, as read.
+type Columns = (String, String, String, String, String, i64);
+
+fn entry_from_columns(
+    (id, list, kind, value, note, created_at_ms): Columns,
+) -> Result<ListEntry, AuditError> {
+    let corrupt = |what: &str| AuditError::Corrupt(format!("list entry {id}: {what}"));
+    Ok(ListEntry {
+        id: Some(Uuid::parse_str(&id).map_err(|_| corrupt("id"))?),
+        list: ListName::parse(&list).ok_or_else(|| corrupt("list"))?,
+        kind: EntryKind::parse(&kind).ok_or_else(|| corrupt("kind"))?,
+        value,
+        note,
+        source: EntrySource::Admin,
+        created_at: Some(
+            Utc.timestamp_millis_opt(created_at_ms)
+                .single()
+                .ok_or_else(|| corrupt("created_at_ms"))?,
+        ),
+    })
+}
+
+fn created_ms(entry: &ListEntry) -> i64 {
+    entry
+        .created_at
+        .map_or(0, |t: DateTime<Utc>| t.timestamp_millis())
+}
+
+macro_rules! list_queries {
+    ($module:ident, $pool:ty, insert: $insert:literal, find: $find:literal, delete: $delete:literal) => {
+        pub mod $module {
+            use super::*;
+
+            const SELECT: &str =
+                "SELECT id, list, kind, value, note, created_at_ms FROM list_entries";
+
+            /// Every stored entry, oldest first.
+            pub async fn all(pool: &$pool) -> Result<Vec<ListEntry>, AuditError> {
+                let rows: Vec<Columns> =
+                    sqlx::query_as(&format!("{SELECT} ORDER BY created_at_ms, id"))
+                        .fetch_all(pool)
+                        .await?;
+                rows.into_iter().map(entry_from_columns).collect()
+            }
+
+            /// Store `entry` unless an equal one (same list, kind and value)
+            /// is stored: answer the stored one.
+            pub async fn insert(pool: &$pool, entry: &ListEntry) -> Result<ListEntry, AuditError> {
+                let id = entry.id.unwrap_or_else(Uuid::now_v7).to_string();
+                sqlx::query($insert)
+                    .bind(id)
+                    .bind(entry.list.as_str())
+                    .bind(entry.kind.as_str())
+                    .bind(&entry.value)
+                    .bind(&entry.note)
+                    .bind(created_ms(entry))
+                    .execute(pool)
+                    .await?;
+                let row: Columns = sqlx::query_as(&format!("{SELECT} {}", $find))
+                    .bind(entry.list.as_str())
+                    .bind(entry.kind.as_str())
+                    .bind(&entry.value)
+                    .fetch_one(pool)
+                    .await?;
+                entry_from_columns(row)
+            }
+
+            /// Delete the entry `id`; whether there was one.
+            pub async fn delete(pool: &$pool, id: Uuid) -> Result<bool, AuditError> {
+                let done = sqlx::query($delete)
+                    .bind(id.to_string())
+                    .execute(pool)
+                    .await?;
+                Ok(done.rows_affected() > 0)
+            }
+        }
+    };
+}
+
+list_queries!(postgres, sqlx::PgPool,
+    insert: "INSERT INTO list_entries (id, list, kind, value, note, created_at_ms) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (list, kind, value) DO NOTHING",
+    find: "WHERE list = $1 AND kind = $2 AND value = $3",
+    delete: "DELETE FROM list_entries WHERE id = $1");
+
+list_queries!(sqlite, sqlx::SqlitePool,
+    insert: "INSERT INTO list_entries (id, list, kind, value, note, created_at_ms) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (list, kind, value) DO NOTHING",
+    find: "WHERE list = ? AND kind = ? AND value = ?",
+    delete: "DELETE FROM list_entries WHERE id = ?");

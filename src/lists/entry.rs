@@ -1,0 +1,162 @@
+//! One allow or block list entry: which list, what it matches, and the
+//! parsing that turns what an operator wrote into the form requests match.
+
+use chrono::{DateTime, Utc};
+use ipnet::IpNet;
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::domain::client_ip::parse_cidr;
+use crate::domain::{PhoneNumber, Username};
+
+/// Which list an entry is on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ListName {
+    /// Never limited, captcha-gated or locked.
+    Allow,
+    /// Always refused (`403 blocklisted`).
+    Block,
+}
+
+impl ListName {
+    /// The wire form.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ListName::Allow => "allow",
+            ListName::Block => "block",
+        }
+    }
+
+    /// The list whose wire form is `s`.
+    pub fn parse(s: &str) -> Option<Self> {
+        [Self::Allow, Self::Block]
+            .into_iter()
+            .find(|l| l.as_str() == s)
+    }
+}
+
+/// What an entry matches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum EntryKind {
+    /// A client IP in a CIDR.
+    Ip,
+    /// A phone number, or a prefix of one (`+86138*`).
+    Phone,
+    /// A user name (normalised as logins are).
+    User,
+}
+
+impl EntryKind {
+    /// The wire form.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EntryKind::Ip => "ip",
+            EntryKind::Phone => "phone",
+            EntryKind::User => "user",
+        }
+    }
+
+    /// The kind whose wire form is `s`.
+    pub fn parse(s: &str) -> Option<Self> {
+        [Self::Ip, Self::Phone, Self::User]
+            .into_iter()
+            .find(|k| k.as_str() == s)
+    }
+}
+
+/// Where an entry comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum EntrySource {
+    /// The `[lists]` section of the config file (changed by editing it).
+    Config,
+    /// The admin API or console (stored in the audit database).
+    Admin,
+}
+
+/// One entry as the admin API shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[schema(example = json!({"id": "0192f0c4-5b6e-7d30-8a55-3f1c2b9e4d10", "list": "block",
+    "kind": "phone", "value": "+88213*", "note": "toll fraud range", "source": "admin",
+    "created_at": "2026-11-22T10:00:00.000Z"}))]
+pub struct ListEntry {
+    /// The id to delete it by; null for entries of the config file.
+    #[schema(required = true)]
+    pub id: Option<Uuid>,
+    /// `allow` or `block`.
+    pub list: ListName,
+    /// `ip`, `phone` or `user`.
+    pub kind: EntryKind,
+    /// What it matches, normalised: a CIDR (`203.0.113.0/24`, one address
+    /// as `/32` or `/128`), an E.164 number or a prefix ending in `*`, a
+    /// user name.
+    pub value: String,
+    /// Why it was added.
+    pub note: String,
+    /// `config` or `admin`.
+    pub source: EntrySource,
+    /// When it was added; null for entries of the config file.
+    #[schema(required = true)]
+    pub created_at: Option<DateTime<Utc>>,
+}
+
+/// `value` in the form requests are matched against, or why it is not one.
+pub fn normalise(kind: EntryKind, value: &str) -> Result<String, String> {
+    match kind {
+        EntryKind::Ip => parse_cidr(value.trim())
+            .map(|net: IpNet| net.trunc().to_string())
+            .ok_or_else(|| format!("{value:?} is not an IP address or CIDR")),
+        EntryKind::Phone => normalise_phone(value),
+        EntryKind::User => Username::parse(value)
+            .map(|u| u.as_str().to_string())
+            .map_err(|e| format!("{value:?} is not a user name: {e}")),
+    }
+}
+
+/// A number in E.164, or `+` digits `*` for a prefix (at least one digit).
+fn normalise_phone(value: &str) -> Result<String, String> {
+    let value = value.trim();
+    if let Some(prefix) = value.strip_suffix('*') {
+        let digits = prefix.strip_prefix('+').unwrap_or_default();
+        if digits.is_empty() || digits.len() > 15 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(format!(
+                "{value:?} is not a phone prefix (`+` then 1 to 15 digits, then `*`)"
+            ));
+        }
+        return Ok(format!("+{digits}*"));
+    }
+    PhoneNumber::parse(value)
+        .map(|p| p.e164().to_string())
+        .map_err(|e| format!("{value:?} is not a phone number or prefix: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_are_normalised_as_requests_are() {
+        let cases = [
+            (EntryKind::Ip, "203.0.113.7", "203.0.113.7/32"),
+            (EntryKind::Ip, "203.0.113.7/24", "203.0.113.0/24"),
+            (EntryKind::Ip, "2001:db8::1/64", "2001:db8::/64"),
+            (EntryKind::Phone, "+86 138 0013 8000", "+8613800138000"),
+            (EntryKind::Phone, "+88213*", "+88213*"),
+            (EntryKind::User, "ALICE", "alice"),
+        ];
+        for (kind, raw, want) in cases {
+            assert_eq!(normalise(kind, raw).as_deref(), Ok(want), "{raw}");
+        }
+        for (kind, raw) in [
+            (EntryKind::Ip, "300.1.1.1"),
+            (EntryKind::Phone, "+86a*"),
+            (EntryKind::Phone, "*"),
+            (EntryKind::Phone, "12345"),
+            (EntryKind::User, ""),
+        ] {
+            assert!(normalise(kind, raw).is_err(), "{raw}");
+        }
+    }
+}

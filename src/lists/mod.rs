@@ -1,0 +1,155 @@
+//! Allow and block lists: entries from the config file (`[lists]`, reloaded
+//! on SIGHUP) and from admins at run time (stored in the audit database,
+//! read back by every instance every `lists.refresh_interval`), matched
+//! against each request in memory: the hot path never waits for the database.
+
+mod entry;
+mod matcher;
+
+use std::sync::Arc;
+
+use chrono::Utc;
+use parking_lot::RwLock;
+use uuid::Uuid;
+
+pub use entry::{normalise, EntryKind, EntrySource, ListEntry, ListName};
+pub use matcher::{Listed, Matcher, Request as ListRequest};
+
+use crate::audit::{AuditDb, AuditError};
+use crate::settings::ListSettings;
+
+/// Why a list change was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ListError {
+    /// The value is not of its kind (400 `invalid_request`).
+    #[error("{0}")]
+    Invalid(String),
+    /// No runtime entry has this id (404 `not_found`).
+    #[error("no list entry has this id")]
+    NotFound,
+    /// There is no audit database to keep entries in, or it does not answer
+    /// (503 `audit_unavailable`).
+    #[error("list entries cannot be stored: {0}")]
+    Unavailable(String),
+}
+
+impl From<AuditError> for ListError {
+    fn from(e: AuditError) -> Self {
+        ListError::Unavailable(e.to_string())
+    }
+}
+
+/// The lists in force: the config file's entries and the stored ones, and
+/// the matcher built from both, swapped whole when either changes.
+pub struct Lists {
+    db: Option<AuditDb>,
+    config: RwLock<Vec<ListEntry>>,
+    stored: RwLock<Vec<ListEntry>>,
+    matcher: RwLock<Arc<Matcher>>,
+}
+
+impl Lists {
+    /// The config file's entries in force; `db` keeps the admins' entries
+    /// (none without one).
+    pub fn new(settings: &ListSettings, db: Option<AuditDb>) -> Self {
+        let lists = Self {
+            db,
+            config: RwLock::new(settings.entries()),
+            stored: RwLock::new(Vec::new()),
+            matcher: RwLock::new(Arc::new(Matcher::default())),
+        };
+        lists.rebuild();
+        lists
+    }
+
+    /// The matcher in force: one `Arc` clone.
+    pub fn current(&self) -> Arc<Matcher> {
+        self.matcher.read().clone()
+    }
+
+    /// Every entry, the config file's first.
+    pub fn entries(&self) -> Vec<ListEntry> {
+        let mut all = self.config.read().clone();
+        all.extend(self.stored.read().iter().cloned());
+        all
+    }
+
+    /// Put a reloaded config file's entries in force.
+    pub fn replace_config(&self, settings: &ListSettings) {
+        *self.config.write() = settings.entries();
+        self.rebuild();
+    }
+
+    /// Read the stored entries again (every instance does, periodically).
+    pub async fn refresh(&self) -> Result<(), ListError> {
+        let Some(db) = &self.db else {
+            return Ok(());
+        };
+        let stored = db.list_entries().await?;
+        *self.stored.write() = stored;
+        self.rebuild();
+        Ok(())
+    }
+
+    /// Store an entry (an equal one already stored is answered instead) and
+    /// put it in force here at once.
+    pub async fn add(
+        &self,
+        list: ListName,
+        kind: EntryKind,
+        value: &str,
+        note: &str,
+    ) -> Result<ListEntry, ListError> {
+        let db = self.db()?;
+        let value = normalise(kind, value).map_err(ListError::Invalid)?;
+        let entry = ListEntry {
+            id: Some(Uuid::now_v7()),
+            list,
+            kind,
+            value,
+            note: note.trim().to_string(),
+            source: EntrySource::Admin,
+            created_at: Some(crate::audit::now_ms()),
+        };
+        let stored = db.insert_list_entry(&entry).await?;
+        self.refresh().await?;
+        Ok(stored)
+    }
+
+    /// Delete a stored entry and take it out of force here at once.
+    pub async fn remove(&self, id: Uuid) -> Result<(), ListError> {
+        let db = self.db()?;
+        if !db.delete_list_entry(id).await? {
+            return Err(ListError::NotFound);
+        }
+        self.refresh().await
+    }
+
+    fn db(&self) -> Result<&AuditDb, ListError> {
+        self.db
+            .as_ref()
+            .ok_or_else(|| ListError::Unavailable("no audit database is configured".into()))
+    }
+
+    fn rebuild(&self) {
+        let config = self.config.read();
+        let stored = self.stored.read();
+        let matcher = Matcher::new(config.iter().chain(stored.iter()));
+        *self.matcher.write() = Arc::new(matcher);
+    }
+}
+
+/// Re-read the stored entries every `every`, so that what an admin added on
+/// another instance is in force here within that time.
+pub fn spawn_refresh(lists: Arc<Lists>, every: std::time::Duration) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            if let Err(e) = lists.refresh().await {
+                tracing::warn!(error = %e, at = %Utc::now(), "list entries not refreshed; the last ones read stay in force");
+            }
+        }
+    })
+}

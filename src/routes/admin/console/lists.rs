@@ -1,0 +1,152 @@
+//! `GET /admin/lists`: the allow and block lists, with a form to add an
+//! entry (`POST /admin/lists`) and one to delete each stored entry
+//! (`POST /admin/lists/{id}/delete`), both carrying a CSRF token.
+
+use actix_web::http::StatusCode;
+use actix_web::{web, HttpRequest, HttpResponse};
+use askama::Template;
+use askama_web::WebTemplate;
+use chrono::Utc;
+use uuid::Uuid;
+
+use super::{authenticate, csrf, html, see_other, Refusal};
+use crate::domain::{Subject, SubjectKind};
+use crate::error::ApiError;
+use crate::lists::{EntryKind, EntrySource, ListEntry, ListName};
+use crate::routes::AppState;
+use crate::settings::Secret;
+
+/// What the CSRF tokens of the list forms are bound to (no real subject).
+fn forms() -> Subject {
+    Subject::new(SubjectKind::Global, "lists")
+}
+
+/// One entry as the page shows it.
+pub struct EntryRow {
+    pub list: &'static str,
+    pub kind: &'static str,
+    pub value: String,
+    pub note: String,
+    pub source: &'static str,
+    pub added: String,
+    /// Where its delete form posts; none for the config file's entries.
+    pub delete_href: Option<String>,
+}
+
+impl From<&ListEntry> for EntryRow {
+    fn from(e: &ListEntry) -> Self {
+        Self {
+            list: e.list.as_str(),
+            kind: e.kind.as_str(),
+            value: e.value.clone(),
+            note: e.note.clone(),
+            source: match e.source {
+                EntrySource::Config => "config file",
+                EntrySource::Admin => "admin",
+            },
+            added: e
+                .created_at
+                .map(|t| t.format("%Y-%m-%d %H:%M UTC").to_string())
+                .unwrap_or_default(),
+            delete_href: e.id.map(|id| format!("/admin/lists/{id}/delete")),
+        }
+    }
+}
+
+/// The lists page.
+#[derive(Template, WebTemplate)]
+#[template(path = "admin/lists.html")]
+pub struct ListsPage {
+    pub rows: Vec<EntryRow>,
+    pub csrf: String,
+    /// A change just happened: say which.
+    pub notice: Option<&'static str>,
+}
+
+pub async fn page(state: web::Data<AppState>, req: HttpRequest) -> HttpResponse {
+    let show = || -> Result<HttpResponse, Refusal> {
+        let (_, token) = authenticate(&state, &req)?;
+        let notice = match req.query_string() {
+            "added=1" => Some("Entry added."),
+            "deleted=1" => Some("Entry deleted."),
+            _ => None,
+        };
+        let page = ListsPage {
+            rows: state.lists.entries().iter().map(EntryRow::from).collect(),
+            csrf: csrf::issue(&token, &forms(), Utc::now()),
+            notice,
+        };
+        Ok(html(&req, StatusCode::OK, page))
+    };
+    show().unwrap_or_else(|refusal| refusal.page(&req))
+}
+
+/// The form's fields, after its CSRF token was checked.
+fn checked_form(
+    req: &HttpRequest,
+    token: &Secret,
+    body: &[u8],
+) -> Result<Vec<(String, String)>, Refusal> {
+    let fields: Vec<(String, String)> = form_urlencoded::parse(body).into_owned().collect();
+    let cross_site = req
+        .headers()
+        .get("sec-fetch-site")
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"cross-site"));
+    let valid = fields
+        .iter()
+        .find(|(name, _)| name == "csrf")
+        .is_some_and(|(_, t)| csrf::verify(token, &forms(), t, Utc::now()));
+    if cross_site || !valid {
+        tracing::warn!(request_id = %crate::telemetry::request_id(), cross_site, "console list change refused: missing or bad CSRF token");
+        return Err(Refusal::Forbidden);
+    }
+    Ok(fields)
+}
+
+pub async fn add(state: web::Data<AppState>, req: HttpRequest, body: web::Bytes) -> HttpResponse {
+    let result = async {
+        let (_, token) = authenticate(&state, &req)?;
+        let fields = checked_form(&req, &token, &body)?;
+        let field = |name: &str| {
+            fields
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, v)| v.as_str())
+                .unwrap_or_default()
+        };
+        let bad = |what: &str| Refusal::Api(ApiError::InvalidRequest(format!("unknown {what}")));
+        let list = ListName::parse(field("list")).ok_or_else(|| bad("list"))?;
+        let kind = EntryKind::parse(field("kind")).ok_or_else(|| bad("kind"))?;
+        state
+            .lists
+            .add(list, kind, field("value"), field("note"))
+            .await
+            .map_err(|e| Refusal::Api(e.into()))?;
+        Ok::<_, Refusal>(see_other("/admin/lists?added=1"))
+    };
+    result.await.unwrap_or_else(|refusal| refusal.page(&req))
+}
+
+pub async fn delete(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    id: web::Path<String>,
+    body: web::Bytes,
+) -> HttpResponse {
+    let result = async {
+        let (_, token) = authenticate(&state, &req)?;
+        checked_form(&req, &token, &body)?;
+        let id = Uuid::parse_str(&id).map_err(|_| {
+            Refusal::Api(ApiError::InvalidRequest(
+                "the entry id is not a UUID".into(),
+            ))
+        })?;
+        state
+            .lists
+            .remove(id)
+            .await
+            .map_err(|e| Refusal::Api(e.into()))?;
+        Ok::<_, Refusal>(see_other("/admin/lists?deleted=1"))
+    };
+    result.await.unwrap_or_else(|refusal| refusal.page(&req))
+}

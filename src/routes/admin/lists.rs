@@ -1,0 +1,189 @@
+//! `/admin/api/lists`: the allow and block lists, and changing the entries
+//! admins keep in the audit database (the config file's are read-only here).
+
+use actix_web::{web, HttpRequest, HttpResponse};
+use serde::Deserialize;
+use uuid::Uuid;
+
+use crate::error::{ApiError, ErrorBody};
+use crate::lists::{EntryKind, ListEntry, ListError, ListName};
+use crate::routes::{schemas, AppState};
+
+/// Every entry in force.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct ListEntries {
+    /// The config file's entries first, then the stored ones, oldest first.
+    pub entries: Vec<ListEntry>,
+}
+
+/// A new entry of one kind; the kind is the path's (`/admin/api/lists/ip`),
+/// so that the document can say what its `value` must be.
+macro_rules! new_entry {
+    ($name:ident, $value_schema:path, $example:literal) => {
+        #[derive(Debug, Deserialize, utoipa::ToSchema)]
+        #[serde(deny_unknown_fields)]
+        #[schema(example = json!({"list": "block", "value": $example, "note": "abuse"}))]
+        pub struct $name {
+            /// `allow` or `block`.
+            pub list: ListName,
+            /// What the entry matches.
+            #[schema(schema_with = $value_schema)]
+            pub value: String,
+            /// Why it is added.
+            #[serde(default)]
+            pub note: String,
+        }
+    };
+}
+
+new_entry!(NewIpEntry, schemas::cidr, "198.51.100.0/24");
+new_entry!(NewPhoneEntry, schemas::phone_entry, "+88213*");
+new_entry!(NewUserEntry, schemas::user, "mallory");
+
+impl From<ListError> for ApiError {
+    fn from(e: ListError) -> Self {
+        match e {
+            ListError::Invalid(why) => ApiError::InvalidRequest(why),
+            ListError::NotFound => ApiError::NotFound,
+            ListError::Unavailable(why) => {
+                tracing::warn!(error = %why, "list entries unavailable");
+                ApiError::AuditUnavailable
+            }
+        }
+    }
+}
+
+/// The allow and block lists in force
+#[utoipa::path(
+    get,
+    path = "/admin/api/lists",
+    operation_id = "get_lists",
+    tag = "admin",
+    responses(
+        (status = 200, description = "Every entry in force", body = ListEntries),
+        (status = 401, description = "`unauthorized`: no valid admin token", body = ErrorBody),
+    ),
+    security(("admin_token" = [])),
+)]
+pub async fn list(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpResponse, ApiError> {
+    state.access.admin(&req)?;
+    Ok(HttpResponse::Ok().json(ListEntries {
+        entries: state.lists.entries(),
+    }))
+}
+
+async fn add(
+    state: &AppState,
+    req: &HttpRequest,
+    kind: EntryKind,
+    (list, value, note): (ListName, String, String),
+) -> Result<HttpResponse, ApiError> {
+    state.access.admin(req)?;
+    let entry = state.lists.add(list, kind, &value, &note).await?;
+    Ok(HttpResponse::Created().json(entry))
+}
+
+macro_rules! add_route {
+    ($fn:ident, $kind:expr, $body:ty, $path:literal, $id:literal, $what:literal) => {
+        #[doc = concat!("Add an allow or block entry for ", $what)]
+        ///
+        /// In force on this instance at once, on the others within
+        /// `lists.refresh_interval`. Adding an entry that is already stored
+        /// answers the stored one.
+        #[utoipa::path(
+            post,
+            path = $path,
+            operation_id = $id,
+            tag = "admin",
+            request_body = $body,
+            responses(
+                (status = 201, description = "The stored entry", body = ListEntry),
+                (status = 400, description = "`invalid_request`: a value not of its kind, malformed JSON", body = ErrorBody),
+                (status = 401, description = "`unauthorized`: no valid admin token", body = ErrorBody),
+                (status = 413, description = "`payload_too_large`: body over 16 KiB", body = ErrorBody),
+                (status = 415, description = "`unsupported_media_type`: body not `application/json`", body = ErrorBody),
+                (status = 503, description = "`audit_unavailable`: the audit database, which keeps the entries, does not answer", body = ErrorBody),
+            ),
+            security(("admin_token" = [])),
+        )]
+        pub async fn $fn(
+            state: web::Data<AppState>,
+            req: HttpRequest,
+            body: web::Json<$body>,
+        ) -> Result<HttpResponse, ApiError> {
+            let body = body.into_inner();
+            add(&state, &req, $kind, (body.list, body.value, body.note)).await
+        }
+    };
+}
+
+add_route!(
+    add_ip,
+    EntryKind::Ip,
+    NewIpEntry,
+    "/admin/api/lists/ip",
+    "add_ip_list_entry",
+    "client IPs (an address or CIDR)"
+);
+add_route!(
+    add_phone,
+    EntryKind::Phone,
+    NewPhoneEntry,
+    "/admin/api/lists/phone",
+    "add_phone_list_entry",
+    "phones (a number, or a prefix ending in `*`)"
+);
+add_route!(
+    add_user,
+    EntryKind::User,
+    NewUserEntry,
+    "/admin/api/lists/user",
+    "add_user_list_entry",
+    "users"
+);
+
+/// Delete a stored entry
+#[utoipa::path(
+    delete,
+    path = "/admin/api/lists/{id}",
+    operation_id = "delete_list_entry",
+    tag = "admin",
+    params(("id" = Uuid, Path, description = "The entry's id")),
+    responses(
+        (status = 204, description = "Deleted"),
+        (status = 400, description = "`invalid_request`: the id is not a UUID", body = ErrorBody),
+        (status = 401, description = "`unauthorized`: no valid admin token", body = ErrorBody),
+        (status = 404, description = "`not_found`: no stored entry has this id", body = ErrorBody),
+        (status = 503, description = "`audit_unavailable`", body = ErrorBody),
+    ),
+    security(("admin_token" = [])),
+)]
+pub async fn delete(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    id: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    state.access.admin(&req)?;
+    let id = Uuid::parse_str(&id)
+        .map_err(|_| ApiError::InvalidRequest("the entry id is not a UUID".into()))?;
+    state.lists.remove(id).await?;
+    Ok(HttpResponse::NoContent().finish())
+}
+
+/// `/lists` (GET), `/lists/{ip,phone,user}` (POST) and `/lists/{id}`
+/// (DELETE); other methods answer a JSON 405.
+pub fn configure(scope: actix_web::Scope) -> actix_web::Scope {
+    let json = || actix_web::middleware::from_fn(crate::routes::json::require_application_json);
+    scope
+        .service(crate::routes::get("/lists", list))
+        .service(crate::routes::post("/lists/ip", add_ip).wrap(json()))
+        .service(crate::routes::post("/lists/phone", add_phone).wrap(json()))
+        .service(crate::routes::post("/lists/user", add_user).wrap(json()))
+        .service(
+            web::resource("/lists/{id}")
+                .route(web::delete().to(delete))
+                .default_service(web::to(|| async {
+                    Err::<HttpResponse, _>(ApiError::MethodNotAllowed("DELETE"))
+                })),
+        )
+}

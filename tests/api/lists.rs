@@ -1,0 +1,375 @@
+//! Allow and block lists: from the config file, and from admins at run time
+//! (stored in the audit database, shared by every instance).
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tollgate::audit::AuditDecision;
+use tollgate::domain::SubjectKind;
+use tollgate::settings::Settings;
+
+use crate::audit_db::{DbKind, TestDb};
+use crate::helpers::{limits, spawn_app, spawn_app_with_audit_db, Backend, TestApp};
+use crate::{on_both_backends, on_both_databases};
+
+on_both_backends!(
+    an_allow_listed_ip_is_past_every_limit,
+    block_entries_are_refused_with_403_and_audited,
+    the_block_list_wins_over_the_allow_list,
+    in_shadow_mode_a_block_is_audited_not_enforced,
+);
+
+on_both_databases!(
+    admins_add_and_delete_entries_and_every_instance_follows,
+    bad_entries_answer_400_and_unknown_ids_404,
+);
+
+const ALLOWED_IP: &str = "203.0.113.9";
+const OTHER_IP: &str = "198.51.100.20";
+const PHONE: &str = "+8613800138000";
+
+async fn send(app: &TestApp, phone: &str, ip: &str) -> crate::helpers::Answer {
+    app.sms_send(json!({ "phone": phone, "ip": ip })).await
+}
+
+async fn fail(app: &TestApp, user: &str, ip: &str) -> crate::helpers::Answer {
+    app.login_attempt(json!({ "user": user, "ip": ip, "success": false }))
+        .await
+}
+
+fn strict(s: &mut Settings) {
+    s.sms.phone_limits = limits(&[(1, 3_600_000)]);
+    s.sms.ip_limits = limits(&[(2, 3_600_000)]);
+    s.sms.captcha_after = 1000;
+    s.login.captcha_after = 2;
+    s.login.lock_after = 3;
+}
+
+async fn an_allow_listed_ip_is_past_every_limit(backend: Backend) {
+    let app = spawn_app(backend, |s| {
+        strict(s);
+        s.lists.allow_ips = vec!["203.0.113.0/24".parse().unwrap()];
+    })
+    .await;
+    let exempted = r#"tollgate_list_matches_total{list="allow",kind="ip",action="sms_send"}"#;
+    let before = app.metric(exempted).await;
+    for i in 0..5 {
+        let answer = send(&app, PHONE, ALLOWED_IP).await;
+        assert_eq!(answer.status, 200, "send {i}: {}", answer.body);
+        assert_eq!(answer.body["resend_after_secs"], 0);
+    }
+    assert_eq!(app.metric(exempted).await - before, 5.0);
+    // The code of the last send is the one that verifies: codes still work.
+    assert_eq!(send(&app, "+8613900139000", OTHER_IP).await.status, 200);
+    assert_eq!(
+        send(&app, "+8613900139000", OTHER_IP).await.status,
+        429,
+        "another IP is limited"
+    );
+
+    for i in 0..10 {
+        let answer = fail(&app, "alice", ALLOWED_IP).await;
+        assert_eq!(
+            answer.body["decision"], "allow",
+            "failure {i}: {}",
+            answer.body
+        );
+        assert_eq!(answer.body["captcha_required"], false);
+        assert_eq!(answer.body["locked"], false);
+    }
+    let check = app
+        .login_check(json!({ "user": "alice", "ip": ALLOWED_IP }))
+        .await;
+    assert_eq!(check.body["decision"], "allow", "{}", check.body);
+    // Nothing was counted for alice: from elsewhere she starts from zero.
+    assert_eq!(fail(&app, "alice", OTHER_IP).await.body["failures"], 1);
+    assert!(app.audit_events().iter().all(|e| e.subject != "alice"));
+}
+
+async fn block_entries_are_refused_with_403_and_audited(backend: Backend) {
+    let app = spawn_app(backend, |s| {
+        s.lists.block_phones = vec!["+88213*".into(), "+8613700137000".into()];
+        s.lists.block_users = vec!["Mallory".into()];
+        s.lists.block_ips = vec!["192.0.2.66/32".parse().unwrap()];
+    })
+    .await;
+    let refused = send(&app, "+882130000001", OTHER_IP).await;
+    assert_eq!(refused.status, 403, "{}", refused.body);
+    assert_eq!(refused.error(), "blocklisted");
+    assert_eq!(
+        send(&app, "+8613700137000", OTHER_IP).await.error(),
+        "blocklisted"
+    );
+    assert_eq!(send(&app, PHONE, "192.0.2.66").await.error(), "blocklisted");
+    assert_eq!(send(&app, PHONE, OTHER_IP).await.status, 200);
+    let verify = app
+        .sms_verify(json!({ "phone": "+8613700137000", "code": "123456" }))
+        .await;
+    assert_eq!(verify.status, 403, "{}", verify.body);
+
+    let login = fail(&app, "mallory", OTHER_IP).await;
+    assert_eq!((login.status.as_u16(), login.error()), (403, "blocklisted"));
+    let check = app.login_check(json!({ "user": "MALLORY" })).await;
+    assert_eq!(check.status, 403, "{}", check.body);
+    assert_eq!(
+        fail(&app, "alice", "192.0.2.66").await.error(),
+        "blocklisted"
+    );
+
+    let rows: Vec<_> = app
+        .audit_events()
+        .into_iter()
+        .filter(|e| e.reason == "blocklisted")
+        .map(|e| (e.decision, e.subject_kind, e.subject, e.shadow))
+        .collect();
+    let row = |kind, id: &str| (AuditDecision::Deny, kind, id.to_string(), false);
+    assert_eq!(
+        rows,
+        [
+            row(SubjectKind::Phone, "+882130000001"),
+            row(SubjectKind::Phone, "+8613700137000"),
+            row(SubjectKind::Ip, "192.0.2.66"),
+            row(SubjectKind::Phone, "+8613700137000"),
+            row(SubjectKind::User, "mallory"),
+            row(SubjectKind::Ip, "192.0.2.66"),
+        ],
+        "a check audits nothing"
+    );
+}
+
+async fn the_block_list_wins_over_the_allow_list(backend: Backend) {
+    let app = spawn_app(backend, |s| {
+        s.lists.allow_ips = vec!["203.0.113.0/24".parse().unwrap()];
+        s.lists.block_phones = vec![PHONE.into()];
+    })
+    .await;
+    assert_eq!(send(&app, PHONE, ALLOWED_IP).await.error(), "blocklisted");
+}
+
+async fn in_shadow_mode_a_block_is_audited_not_enforced(backend: Backend) {
+    let app = spawn_app(backend, |s| {
+        s.sms.shadow = true;
+        s.lists.block_phones = vec![PHONE.into()];
+        s.lists.block_users = vec!["mallory".into()];
+    })
+    .await;
+    assert_eq!(send(&app, PHONE, OTHER_IP).await.status, 200);
+    assert_eq!(
+        fail(&app, "mallory", OTHER_IP).await.status,
+        403,
+        "login is not in shadow"
+    );
+    let shadowed: Vec<_> = app
+        .audit_events()
+        .into_iter()
+        .filter(|e| e.reason == "blocklisted")
+        .map(|e| (e.subject, e.shadow))
+        .collect();
+    assert_eq!(
+        shadowed,
+        [(PHONE.to_string(), true), ("mallory".to_string(), false)]
+    );
+}
+
+async fn db_app(db: &TestDb, refresh: Duration) -> TestApp {
+    let (url, spool) = (db.url.clone(), db.spool_dir());
+    spawn_app_with_audit_db(Backend::Memory, move |s| {
+        s.audit.database_url = tollgate::settings::SecretUrl::new(url);
+        s.audit.spool_dir = spool.display().to_string();
+        s.lists.refresh_interval = refresh;
+        s.lists.allow_users = vec!["ops".into()];
+    })
+    .await
+}
+
+async fn admin_send(
+    app: &TestApp,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<Value>,
+) -> crate::helpers::Answer {
+    let mut request = app
+        .client
+        .request(method, format!("{}{path}", app.address))
+        .bearer_auth(crate::helpers::ADMIN_TOKEN);
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    app.send_raw(request).await
+}
+
+async fn admins_add_and_delete_entries_and_every_instance_follows(kind: DbKind) {
+    let db = TestDb::new(kind).await;
+    let here = db_app(&db, Duration::from_secs(3600)).await;
+    let there = db_app(&db, Duration::from_millis(100)).await;
+    let blocked = "198.51.100.77";
+    assert_eq!(send(&here, PHONE, blocked).await.status, 200);
+
+    let added = admin_send(
+        &here,
+        reqwest::Method::POST,
+        "/admin/api/lists/ip",
+        Some(json!({ "list": "block", "value": "198.51.100.0/24", "note": "abuse" })),
+    )
+    .await;
+    assert_eq!(added.status, 201, "{}", added.body);
+    assert_eq!(added.body["value"], "198.51.100.0/24");
+    assert_eq!(added.body["source"], "admin");
+    let id = added.body["id"].as_str().expect("an id").to_string();
+    // In force here at once, and on the other instance within its refresh.
+    assert_eq!(
+        send(&here, "+8613900139000", blocked).await.error(),
+        "blocklisted"
+    );
+    let mut seen = false;
+    for _ in 0..50 {
+        if send(&there, "+8613600136000", blocked).await.status == 403 {
+            seen = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(seen, "the other instance read the entry from the database");
+
+    let again = admin_send(
+        &here,
+        reqwest::Method::POST,
+        "/admin/api/lists/ip",
+        Some(json!({ "list": "block", "value": "198.51.100.0/24" })),
+    )
+    .await;
+    assert_eq!(
+        again.body["id"],
+        id.as_str(),
+        "the stored entry is answered"
+    );
+
+    let listed = admin_send(&here, reqwest::Method::GET, "/admin/api/lists", None).await;
+    assert_eq!(listed.status, 200);
+    let entries: Vec<_> = listed.body["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["list"].clone(),
+                e["kind"].clone(),
+                e["value"].clone(),
+                e["source"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        entries,
+        [
+            (json!("allow"), json!("user"), json!("ops"), json!("config")),
+            (
+                json!("block"),
+                json!("ip"),
+                json!("198.51.100.0/24"),
+                json!("admin")
+            ),
+        ]
+    );
+
+    let deleted = admin_send(
+        &here,
+        reqwest::Method::DELETE,
+        &format!("/admin/api/lists/{id}"),
+        None,
+    )
+    .await;
+    assert_eq!(deleted.status, 204, "{}", deleted.body);
+    assert_eq!(send(&here, "+8613500135000", blocked).await.status, 200);
+    let gone = admin_send(
+        &here,
+        reqwest::Method::DELETE,
+        &format!("/admin/api/lists/{id}"),
+        None,
+    )
+    .await;
+    assert_eq!((gone.status.as_u16(), gone.error()), (404, "not_found"));
+}
+
+async fn bad_entries_answer_400_and_unknown_ids_404(kind: DbKind) {
+    let db = TestDb::new(kind).await;
+    let app = db_app(&db, Duration::from_secs(3600)).await;
+    for (kind, body) in [
+        ("ip", json!({ "list": "block", "value": "300.1.1.1" })),
+        ("phone", json!({ "list": "block", "value": "+86abc*" })),
+        ("phone", json!({ "list": "block", "value": "+1 555" })),
+        ("ip", json!({ "list": "deny", "value": "192.0.2.1" })),
+        ("user", json!({ "list": "block" })),
+        (
+            "user",
+            json!({ "list": "block", "kind": "user", "value": "x" }),
+        ),
+    ] {
+        let path = format!("/admin/api/lists/{kind}");
+        let answer = admin_send(&app, reqwest::Method::POST, &path, Some(body.clone())).await;
+        assert_eq!(
+            (answer.status.as_u16(), answer.error()),
+            (400, "invalid_request"),
+            "{kind} {body}: {}",
+            answer.body
+        );
+    }
+    let email = admin_send(
+        &app,
+        reqwest::Method::POST,
+        "/admin/api/lists/email",
+        Some(json!({ "list": "block", "value": "a@b.c" })),
+    )
+    .await;
+    assert_eq!(
+        email.status.as_u16(),
+        405,
+        "no kind email: only DELETE of an id"
+    );
+    let bad_id = admin_send(&app, reqwest::Method::DELETE, "/admin/api/lists/nope", None).await;
+    assert_eq!(bad_id.status, 400);
+    let unknown = admin_send(
+        &app,
+        reqwest::Method::DELETE,
+        &format!("/admin/api/lists/{}", uuid::Uuid::now_v7()),
+        None,
+    )
+    .await;
+    assert_eq!(unknown.status, 404);
+    let no_token = app.client.get(format!("{}/admin/api/lists", app.address));
+    assert_eq!(app.send_raw(no_token).await.status, 401);
+}
+
+#[test]
+fn list_entries_read_from_the_file_and_bad_ones_name_their_key() {
+    let load = |toml: &str| {
+        let path =
+            std::env::temp_dir().join(format!("tollgate-{}.toml", uuid::Uuid::new_v4().simple()));
+        std::fs::write(&path, toml).unwrap();
+        let result = Settings::load(Some(&path));
+        std::fs::remove_file(&path).unwrap();
+        result
+    };
+    let settings = load(
+        "[lists]\nallow_ips = [\"10.0.0.0/8\"]\nblock_phones = [\"+88213*\", \"+86 138 0013 8000\"]\n",
+    )
+    .unwrap();
+    let values: Vec<_> = settings
+        .lists
+        .entries()
+        .into_iter()
+        .map(|e| e.value)
+        .collect();
+    assert_eq!(values, ["10.0.0.0/8", "+88213*", "+8613800138000"]);
+    assert!(settings.to_redacted_toml().contains("block_phones = ["));
+    let error = load("[lists]\nblock_phones = [\"+88213*\", \"nope\"]\n")
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(error.contains("lists.block_phones[1]"), "{error}");
+    let error = load("[lists]\nallow_ips = [\"10.0.0.300\"]\n")
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(error.contains("lists.allow_ips"), "{error}");
+}
