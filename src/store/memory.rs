@@ -14,21 +14,19 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use dashmap::DashMap;
-use subtle::ConstantTimeEq;
 
 use self::entry::{wrong_type, Entry, Subject, Value};
-use self::meter::Meters;
-use self::window::{verdict, Window};
 use super::{
-    Clock, HitOutcome, HitRequest, HitVerdict, Keys, LoginAttemptOutcome, LoginAttemptRequest,
-    LoginPolicy, LoginStateOutcome, OtpOutcome, PeekOutcome, StoreError, WindowMode, WindowSpec,
-    WindowStore,
+    Clock, HitOutcome, HitRequest, LoginAttemptOutcome, LoginAttemptRequest, LoginPolicy,
+    LoginStateOutcome, OtpOutcome, PeekOutcome, StoreError, WindowSpec, WindowStore,
 };
 
 mod entry;
 mod login;
 mod meter;
+mod otp;
 mod window;
+mod windows;
 
 /// The in-process store: one instance only, state lost on restart.
 pub struct MemoryStore {
@@ -88,128 +86,17 @@ fn shard_of(key: &str) -> &str {
     key
 }
 
-/// A window's count now: from the log, or from the subject's meters.
-fn count_of(window: &Window, meters: &Meters, w: &WindowSpec, now: u64) -> u32 {
-    if w.is_meter() {
-        meters.count(w, now)
-    } else {
-        window.count(now, w.window_ms)
-    }
-}
-
-/// How long until a window admits one more event (0: at once).
-fn wait_of(window: &Window, meters: &Meters, w: &WindowSpec, now: u64) -> u64 {
-    if w.is_meter() {
-        meters.wait(w, now)
-    } else {
-        window.wait(now, w.limit, w.window_ms)
-    }
-}
-
-fn no_windows() -> StoreError {
-    StoreError::Protocol("a window call needs at least one window".into())
-}
-
 #[async_trait]
 impl WindowStore for MemoryStore {
     async fn hit(&self, req: HitRequest<'_>) -> Result<HitOutcome, StoreError> {
-        let specs = req.windows;
-        if specs.is_empty() {
-            return Err(no_windows());
-        }
-        let logs = || specs.iter().filter(|w| !w.is_meter());
-        let longest_log = logs().map(|w| w.window_ms).max();
-        let keep = logs().map(|w| w.limit).max().unwrap_or(0) as usize;
-        let longest_meter = specs
-            .iter()
-            .filter(|w| w.is_meter())
-            .map(|w| w.window_ms)
-            .max();
-        let meter_key = Keys::meter_for(req.key, specs);
         let now = self.clock.now_ms();
-        self.with_subject(req.key, |subject| {
-            let mut meters = match &meter_key {
-                Some(key) => subject.meters(key, now)?,
-                None => Meters::default(),
-            };
-            let outcome = subject.change_window(req.key, now, |window| {
-                if let Some(longest) = longest_log {
-                    window.prune(now, longest);
-                }
-                let count = |window: &Window, meters: &Meters, w| count_of(window, meters, w, now);
-                let wait = |window: &Window, meters: &Meters, w| wait_of(window, meters, w, now);
-                let counts: Vec<u32> = specs.iter().map(|w| count(window, &meters, w)).collect();
-                let verdict = verdict(specs, &counts, req.gate_open, |i| {
-                    wait(window, &meters, &specs[i])
-                });
-                // Before the event is added: the wait it would have met.
-                let observed_waits = if specs.iter().any(|w| w.mode == WindowMode::Observe) {
-                    specs
-                        .iter()
-                        .zip(&counts)
-                        .map(|(w, count)| match w.mode {
-                            WindowMode::Observe if *count >= w.limit => wait(window, &meters, w),
-                            _ => 0,
-                        })
-                        .collect()
-                } else {
-                    Vec::new()
-                };
-                let added = verdict == HitVerdict::Allowed || req.force;
-                if added {
-                    if longest_log.is_some() {
-                        window.add(now, req.member);
-                    }
-                    for w in specs.iter().filter(|w| w.is_meter()) {
-                        meters.add(w, now);
-                    }
-                }
-                window.trim(keep);
-                let next_retry_after_ms = specs
-                    .iter()
-                    .filter(|w| w.mode == WindowMode::Enforce)
-                    .map(|w| wait(window, &meters, w))
-                    .max()
-                    .unwrap_or(0);
-                // As in Redis, only a recorded event moves the key's expiry.
-                let expires_at = longest_log.filter(|_| added).map(|longest| now + longest);
-                let outcome = HitOutcome {
-                    verdict,
-                    added,
-                    counts,
-                    next_retry_after_ms,
-                    observed_waits,
-                };
-                (outcome, expires_at)
-            })?;
-            if let (Some(key), Some(longest), true) = (&meter_key, longest_meter, outcome.added) {
-                subject.put_meters(key, meters, Some(now + longest));
-            }
-            Ok(outcome)
-        })
+        self.with_subject(req.key, |subject| windows::hit(subject, &req, now))
     }
 
     async fn peek(&self, key: &str, windows: &[WindowSpec]) -> Result<PeekOutcome, StoreError> {
-        if windows.is_empty() {
-            return Err(no_windows());
-        }
         let now = self.clock.now_ms();
-        let meter_key = Keys::meter_for(key, windows);
         self.with_subject(key, |subject| {
-            let meters = match &meter_key {
-                Some(key) => subject.meters(key, now)?,
-                None => Meters::default(),
-            };
-            subject.read_window(key, now, |window| PeekOutcome {
-                counts: windows
-                    .iter()
-                    .map(|w| count_of(window, &meters, w, now))
-                    .collect(),
-                retry_after_ms: windows
-                    .iter()
-                    .map(|w| wait_of(window, &meters, w, now))
-                    .collect(),
-            })
+            self::windows::peek(subject, key, windows, now)
         })
     }
 
@@ -220,24 +107,8 @@ impl WindowStore for MemoryStore {
         windows: &[WindowSpec],
     ) -> Result<(), StoreError> {
         let now = self.clock.now_ms();
-        let meter_key = Keys::meter_for(key, windows);
         self.with_subject(key, |subject| {
-            if let Some(meter_key) = &meter_key {
-                if subject.live(meter_key, now).is_some() {
-                    let mut meters = subject.meters(meter_key, now)?;
-                    for w in windows.iter().filter(|w| w.is_meter()) {
-                        meters.remove(w);
-                    }
-                    subject.put_meters(meter_key, meters, None);
-                }
-            }
-            if subject.live(key, now).is_none() {
-                return Ok(());
-            }
-            subject.change_window(key, now, |window| {
-                window.remove(member);
-                ((), None)
-            })
+            self::windows::undo(subject, key, member, windows, now)
         })
     }
 
@@ -271,53 +142,14 @@ impl WindowStore for MemoryStore {
     ) -> Result<(), StoreError> {
         let now = self.clock.now_ms();
         self.with_subject(key, |subject| {
-            subject.entries.remove(key);
-            if ttl_ms > 0 {
-                subject.entries.insert(
-                    key.to_owned(),
-                    Entry {
-                        value: Value::Otp {
-                            mac: mac.to_owned(),
-                            left: attempts,
-                            exp: now + ttl_ms,
-                        },
-                        expires_at: Some(now + ttl_ms),
-                    },
-                );
-            }
+            subject.put_otp(key, mac, attempts, ttl_ms, now)
         });
         Ok(())
     }
 
     async fn otp_check(&self, key: &str, mac: &str) -> Result<OtpOutcome, StoreError> {
         let now = self.clock.now_ms();
-        self.with_subject(key, |subject| {
-            let entry = match subject.live(key, now) {
-                None => return Ok(OtpOutcome::Missing),
-                Some(entry) => entry,
-            };
-            let Value::Otp {
-                mac: stored,
-                left,
-                exp,
-            } = &mut entry.value
-            else {
-                return Err(wrong_type(key, &entry.value, "otp"));
-            };
-            if *left == 0 {
-                return Ok(OtpOutcome::Burnt {
-                    retry_after_ms: exp.saturating_sub(now),
-                });
-            }
-            if bool::from(stored.as_bytes().ct_eq(mac.as_bytes())) {
-                subject.entries.remove(key);
-                return Ok(OtpOutcome::Valid);
-            }
-            *left -= 1;
-            Ok(OtpOutcome::Wrong {
-                attempts_left: *left,
-            })
-        })
+        self.with_subject(key, |subject| subject.check_otp(key, mac, now))
     }
 
     async fn delete(&self, keys: &[String]) -> Result<(), StoreError> {
