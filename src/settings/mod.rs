@@ -3,6 +3,7 @@
 //! validated once at start-up. Every error names the offending key.
 
 mod duration;
+mod fraction;
 mod load;
 mod parsed;
 mod secret;
@@ -15,6 +16,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 pub use crate::domain::Algorithm;
+pub use fraction::{percent, Fraction};
 pub use load::SettingsError;
 pub use secret::{Secret, SecretUrl};
 
@@ -192,8 +194,33 @@ pub struct SmsSettings {
     /// Shadow mode for `/sms/*` alone: decide and audit, refuse nothing.
     #[serde(default)]
     pub shadow: bool,
+    /// `[sms.pumping]`: blocking number ranges whose codes are not verified.
+    pub pumping: PumpingSettings,
     /// `[sms.provider]`: who delivers the codes.
     pub provider: SmsProviderSettings,
+}
+
+/// `[sms.pumping]`: the SMS pumping guard. Toll fraud sends codes to number
+/// ranges an attacker is paid for and never verifies them; a number prefix
+/// (`sms.prefix_digits`) or a country whose codes are seldom verified is
+/// blocked for a while.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PumpingSettings {
+    /// Count sends and verifies per prefix and country, and block; default true.
+    pub enabled: bool,
+    /// Codes sent to a prefix (or country) within `window` below which it is
+    /// never blocked; default 20.
+    pub min_sends: u32,
+    /// The share of those codes that must be verified, `0.2` or `"20%"`; a
+    /// prefix below it (not at it) is blocked. Default 0.2.
+    pub min_conversion: Fraction,
+    /// How far back sends and verifies are counted; default 1 hour.
+    #[serde(with = "duration")]
+    pub window: Duration,
+    /// How long a block lasts; an admin unblock lifts it. Default 12 hours.
+    #[serde(with = "duration")]
+    pub block_duration: Duration,
 }
 
 /// Who delivers SMS (`sms.provider.kind`).
