@@ -31,6 +31,11 @@ pub enum ApiError {
     /// 403: the phone's region may not receive codes.
     #[error("sending to this region is not allowed")]
     RegionBlocked,
+    /// 403: the phone's number prefix or country is blocked by the SMS
+    /// pumping guard. The answer says no more (not the figures, which would
+    /// tell an attacker how many codes to verify).
+    #[error("sending codes to this number range is suspended: too few of its codes are verified")]
+    PumpingSuspected,
     /// 401, with `WWW-Authenticate: Bearer`.
     #[error("missing or wrong credentials")]
     Unauthorized,
@@ -78,6 +83,8 @@ pub enum ErrorCode {
     CaptchaRequired,
     /// 403: the phone's region may not receive codes.
     RegionBlocked,
+    /// 403: the phone's number range is blocked as a likely SMS pumping target.
+    PumpingSuspected,
     /// 401: missing or wrong credentials.
     Unauthorized,
     /// 403: the caller may not do this.
@@ -151,6 +158,7 @@ impl ApiError {
             ApiError::RateLimited { .. } => ErrorCode::RateLimited,
             ApiError::CaptchaRequired => ErrorCode::CaptchaRequired,
             ApiError::RegionBlocked => ErrorCode::RegionBlocked,
+            ApiError::PumpingSuspected => ErrorCode::PumpingSuspected,
             ApiError::Unauthorized => ErrorCode::Unauthorized,
             ApiError::Forbidden(_) => ErrorCode::Forbidden,
             ApiError::StoreUnavailable(_) => ErrorCode::StoreUnavailable,
@@ -170,9 +178,10 @@ impl ResponseError for ApiError {
         match self {
             ApiError::InvalidRequest(_) | ApiError::InvalidPhone(_) => StatusCode::BAD_REQUEST,
             ApiError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
-            ApiError::CaptchaRequired | ApiError::RegionBlocked | ApiError::Forbidden(_) => {
-                StatusCode::FORBIDDEN
-            }
+            ApiError::CaptchaRequired
+            | ApiError::RegionBlocked
+            | ApiError::PumpingSuspected
+            | ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
             ApiError::StoreUnavailable(_) | ApiError::AuditUnavailable => {
                 StatusCode::SERVICE_UNAVAILABLE

@@ -24,11 +24,14 @@ pub enum Reason {
     TooManyFailures,
     /// An admin lifted the subject's windows and lock.
     AdminUnblock,
+    /// Too few of the codes sent to a number prefix or country were
+    /// verified: it is blocked as a likely target of SMS pumping.
+    PumpingSuspected,
 }
 
 impl Reason {
     /// Every reason, for `parse` to search.
-    pub const ALL: [Reason; 8] = [
+    pub const ALL: [Reason; 9] = [
         Reason::RateLimited,
         Reason::CaptchaRequired,
         Reason::RegionBlocked,
@@ -37,6 +40,7 @@ impl Reason {
         Reason::IpBlocked,
         Reason::TooManyFailures,
         Reason::AdminUnblock,
+        Reason::PumpingSuspected,
     ];
 
     /// The wire form (`rate_limited`), the same as the serde form.
@@ -50,6 +54,7 @@ impl Reason {
             Reason::IpBlocked => "ip_blocked",
             Reason::TooManyFailures => "too_many_failures",
             Reason::AdminUnblock => "admin_unblock",
+            Reason::PumpingSuspected => "pumping_suspected",
         }
     }
 

@@ -78,8 +78,9 @@ fn watched(policy: &Policy, kind: SubjectKind) -> Vec<Watched> {
                 ],
             },
         ],
-        // A user's windows come with its lock from one `login_state` call.
-        SubjectKind::User => Vec::new(),
+        // A user's windows come with its lock from one `login_state` call;
+        // a country has no windows, only the pumping guard's counts.
+        SubjectKind::User | SubjectKind::Country => Vec::new(),
     }
 }
 
@@ -89,6 +90,7 @@ fn actions(kind: SubjectKind) -> &'static [Action] {
         SubjectKind::Phone | SubjectKind::Prefix | SubjectKind::Global => &[Action::SmsSend],
         SubjectKind::Ip => &[Action::SmsSend, Action::LoginAttempt],
         SubjectKind::User => &[Action::LoginAttempt],
+        SubjectKind::Country => &[],
     }
 }
 

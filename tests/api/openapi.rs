@@ -11,7 +11,7 @@ use crate::helpers::{limits, spawn_app, spawn_app_with_audit_db, Answer, Backend
 
 /// Every route of DESIGN.md §3, with its methods; the subject routes once
 /// per kind, as the document writes them out.
-const ROUTES: [(&str, &str); 20] = [
+const ROUTES: [(&str, &str); 22] = [
     ("/sms/send", "post"),
     ("/sms/verify", "post"),
     ("/login/check", "post"),
@@ -28,6 +28,8 @@ const ROUTES: [(&str, &str); 20] = [
     ("/admin/api/subjects/ip/{id}/unblock", "post"),
     ("/admin/api/subjects/global/{id}", "get"),
     ("/admin/api/subjects/global/{id}/unblock", "post"),
+    ("/admin/api/subjects/country/{id}", "get"),
+    ("/admin/api/subjects/country/{id}/unblock", "post"),
     ("/healthz", "get"),
     ("/readyz", "get"),
     ("/metrics", "get"),
@@ -301,7 +303,7 @@ async fn every_route_is_documented_with_its_methods_and_nothing_else() {
         }
     }
 
-    for kind in ["phone", "prefix", "user", "ip", "global"] {
+    for kind in ["phone", "prefix", "user", "ip", "global", "country"] {
         let subject = operation(&doc, &format!("/admin/api/subjects/{kind}/{{id}}"), "get");
         let params: Vec<&Value> = subject["parameters"]
             .as_array()
@@ -335,6 +337,7 @@ async fn every_route_is_documented_with_its_methods_and_nothing_else() {
     );
     assert_eq!(id_schema("user")["maxLength"], 256);
     assert_eq!(id_schema("global")["enum"], json!(["sms_send"]));
+    assert_eq!(id_schema("country")["pattern"], "^[A-Za-z]{2}$");
 
     let events = operation(&doc, "/admin/api/events", "get");
     let query: BTreeSet<&str> = events["parameters"]
