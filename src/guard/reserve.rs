@@ -150,6 +150,7 @@ pub async fn reserve<'a>(
     let outcome = store
         .reserve(ReserveRequest {
             subjects: &subjects,
+            conversions: &[],
             member: &member,
             gate_open,
             force,

@@ -15,13 +15,18 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use dashmap::DashMap;
 
+use self::conversion::Conversion;
 use self::entry::{wrong_type, Entry, Subject, Value};
+use self::expiring::Expiring;
 use super::{
-    Clock, HitOutcome, HitRequest, LoginAttemptOutcome, LoginAttemptRequest, LoginPolicy,
+    Clock, ConversionHit, ConversionOutcome, ConversionPolicy, ConversionState, ExpiringMembers,
+    HitOutcome, HitRequest, LoginAttemptOutcome, LoginAttemptRequest, LoginPolicy,
     LoginStateOutcome, OtpOutcome, PeekOutcome, StoreError, WindowSpec, WindowStore,
 };
 
+mod conversion;
 mod entry;
+mod expiring;
 mod login;
 mod meter;
 mod otp;
@@ -59,6 +64,31 @@ impl MemoryStore {
             .get(shard_of(key))
             .and_then(|s| s.entries.get(key).map(|e| !e.expired(now)))
             .unwrap_or(false)
+    }
+
+    /// Run `f` on the conversion at `key` and the time now, under its
+    /// subject's lock (see `Subject::change_conversion`).
+    fn with_conversion<T>(
+        &self,
+        key: &str,
+        f: impl FnOnce(&mut Conversion, u64) -> (T, Option<u64>),
+    ) -> Result<T, StoreError> {
+        let now = self.clock.now_ms();
+        self.with_subject(key, |subject| {
+            subject.change_conversion(key, now, |c| f(c, now))
+        })
+    }
+
+    /// Run `f` on the expiring set at `key` and the time now, under its lock.
+    fn with_expiring<T>(
+        &self,
+        key: &str,
+        f: impl FnOnce(&mut Expiring, u64) -> (T, Option<u64>),
+    ) -> Result<T, StoreError> {
+        let now = self.clock.now_ms();
+        self.with_subject(key, |subject| {
+            subject.change_expiring(key, now, |set| f(set, now))
+        })
     }
 
     /// Run `f` on the subject that owns `key`, under that subject's lock.
@@ -131,6 +161,63 @@ impl WindowStore for MemoryStore {
         self.with_subject(window_key, |subject| {
             login::state(subject, window_key, lock_key, policy, now)
         })
+    }
+
+    async fn conversion_hit(
+        &self,
+        hit: ConversionHit<'_>,
+        force: bool,
+    ) -> Result<ConversionOutcome, StoreError> {
+        self.with_conversion(hit.key, |c, now| c.hit(hit.policy, now, force))
+    }
+
+    async fn conversion_count(
+        &self,
+        key: &str,
+        policy: &ConversionPolicy,
+    ) -> Result<Option<u64>, StoreError> {
+        self.with_conversion(key, |c, now| {
+            let (slice, expires_at) = c.count(policy, now);
+            (Some(slice), Some(expires_at))
+        })
+    }
+
+    async fn conversion_undo(&self, key: &str, slice: u64) -> Result<(), StoreError> {
+        self.with_conversion(key, |c, _| (c.undo(slice), None))
+    }
+
+    async fn conversion_success(
+        &self,
+        key: &str,
+        policy: &ConversionPolicy,
+    ) -> Result<(), StoreError> {
+        self.with_conversion(key, |c, now| ((), Some(c.success(policy, now))))
+    }
+
+    async fn conversion_state(
+        &self,
+        key: &str,
+        policy: &ConversionPolicy,
+    ) -> Result<ConversionState, StoreError> {
+        self.with_conversion(key, |c, now| (c.state(policy, now), None))
+    }
+
+    async fn expiring_add(&self, key: &str, member: &str, ttl_ms: u64) -> Result<(), StoreError> {
+        self.with_expiring(key, |set, now| {
+            ((), Some(set.add(member, now + ttl_ms, now)))
+        })
+    }
+
+    async fn expiring_remove(&self, key: &str, member: &str) -> Result<(), StoreError> {
+        self.with_expiring(key, |set, _| (set.remove(member), None))
+    }
+
+    async fn expiring_members(
+        &self,
+        key: &str,
+        limit: usize,
+    ) -> Result<ExpiringMembers, StoreError> {
+        self.with_expiring(key, |set, now| (set.live(now, limit), None))
     }
 
     async fn otp_put(
