@@ -249,6 +249,7 @@ impl From<SmsRefusal> for ApiError {
         match refusal {
             SmsRefusal::RegionBlocked { .. } => ApiError::RegionBlocked,
             SmsRefusal::CaptchaRequired => ApiError::CaptchaRequired,
+            SmsRefusal::PumpingSuspected => ApiError::PumpingSuspected,
             SmsRefusal::RateLimited {
                 rule,
                 retry_after_ms,

@@ -4,8 +4,8 @@ use std::sync::Arc;
 
 use tokio::sync::OnceCell;
 
-use super::reserve::{reserve, Refusal, RefusalKind, SubjectHit};
-use super::{ceil_secs, code, GuardContext, Policy, RequestInfo};
+use super::reserve::{reserve, Offer, Refusal, RefusalKind, Reservation, SubjectHit};
+use super::{ceil_secs, code, pumping, GuardContext, Policy, RequestInfo};
 use crate::audit::{AuditDecision, AuditEvent};
 use crate::captcha::CaptchaProof;
 use crate::delivery::{render_sms, DeliveryError, SmsMessage, SmsSender};
@@ -44,6 +44,11 @@ pub enum SmsRefusal {
     /// A captcha tier is reached and no captcha passed (403 `captcha_required`).
     #[error("a captcha is required")]
     CaptchaRequired,
+    /// Too few codes sent to the phone's number prefix or country were
+    /// verified: it is blocked as a likely target of SMS pumping (403
+    /// `pumping_suspected`).
+    #[error("sending codes to this number range is suspended")]
+    PumpingSuspected,
     /// A window is full, or the code is burnt (429 `rate_limited`).
     #[error("rate limited by {rule}")]
     RateLimited { rule: String, retry_after_ms: u64 },
@@ -105,9 +110,9 @@ impl SmsGuard {
         Ok(secret)
     }
 
-    /// Send a code (DESIGN.md §3, in order): the region, then every subject's
-    /// windows and the code in one reservation, then delivery, which gives
-    /// the reservation back when it fails.
+    /// Send a code (DESIGN.md §3, in order): the region, then the pumping
+    /// guard, every subject's windows and the code in one reservation, then
+    /// delivery, which gives the reservation back when it fails.
     pub async fn send(&self, req: SendRequest, info: &RequestInfo) -> Result<Sent, SmsRefusal> {
         let policy = self.ctx.policy.current();
         let sms = &policy.sms;
@@ -148,16 +153,22 @@ impl SmsGuard {
             ttl_ms: sms.code_ttl.as_millis() as u64,
         };
         let store = self.ctx.store.as_ref();
-        let member = super::event_member();
-        let reservation = reserve(
-            store,
+        let offer = Offer {
             hits,
-            member,
-            captcha_passed,
-            policy.sms_shadow,
-            Some(code_to_store),
-        )
-        .await?;
+            conversions: pumping::subjects(&policy, &self.ctx.keys, &req.phone),
+            member: super::event_member(),
+            gate_open: captcha_passed,
+            force: policy.sms_shadow,
+            code: Some(code_to_store),
+        };
+        let reservation = reserve(store, offer).await?;
+        // The pumping guard was asked first: its block answers before any window.
+        if self
+            .pumping_refuses(&reservation, policy.sms_shadow, info)
+            .await
+        {
+            return Err(SmsRefusal::PumpingSuspected);
+        }
         if let Some(refusal) = &reservation.refusal {
             self.ctx
                 .audit(info, refusal_row(refusal).shadow(policy.sms_shadow));
@@ -196,6 +207,25 @@ impl SmsGuard {
             },
             captcha_required: enforced && captcha_required,
         })
+    }
+
+    /// Audit what the pumping guard found, and list the blocks this send
+    /// made; whether that refuses the send (never in shadow mode, where the
+    /// rows are marked and the block is the store's shadow one).
+    async fn pumping_refuses(
+        &self,
+        reservation: &Reservation<'_>,
+        shadow: bool,
+        info: &RequestInfo,
+    ) -> bool {
+        let findings = pumping::findings(reservation);
+        for finding in &findings {
+            self.ctx.audit(info, finding.row.clone().shadow(shadow));
+            if finding.decision == AuditDecision::Lock && !shadow {
+                pumping::list_block(&self.ctx, finding.subject, finding.lasts_ms).await;
+            }
+        }
+        !findings.is_empty() && !shadow
     }
 
     /// The subjects a send counts against, the phone first: its IP, its
@@ -273,7 +303,10 @@ impl SmsGuard {
         let subject = Subject::new(SubjectKind::Phone, phone.e164());
         let otp_key = self.ctx.keys.subject_code(&subject);
         match self.ctx.store.otp_check(&otp_key, &mac).await? {
-            OtpOutcome::Valid => Ok(Verified::Valid),
+            OtpOutcome::Valid => {
+                pumping::count_verified(&self.ctx, &policy, phone).await;
+                Ok(Verified::Valid)
+            }
             OtpOutcome::Missing => Ok(Verified::Invalid { attempts_left: 0 }),
             OtpOutcome::Wrong { attempts_left } => {
                 if attempts_left == 0 {

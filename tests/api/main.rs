@@ -16,6 +16,7 @@ mod helpers;
 mod login;
 mod openapi;
 mod process;
+mod pumping;
 mod reload;
 mod scale_out;
 mod schemathesis;

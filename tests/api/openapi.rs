@@ -629,6 +629,41 @@ async fn a_captcha_refusal_matches_the_documented_error() {
     assert_documented(&doc, "post", "/sms/send", &refused);
 }
 
+/// 403 `pumping_suspected`, and the state of a blocked prefix and country
+/// (the `pumping` object), as the document declares them.
+#[tokio::test]
+async fn a_pumping_refusal_and_a_blocked_range_match_the_document() {
+    let app = spawn_app(Backend::Memory, |s| s.sms.pumping.min_sends = 2).await;
+    let doc = document(&app).await;
+    for phone in ["+8613800138000", "+8613800138001"] {
+        assert_eq!(app.sms_send(json!({ "phone": phone })).await.status, 200);
+    }
+    let refused = app.sms_send(json!({ "phone": "+8613800138002" })).await;
+    assert_eq!(refused.status, 403, "{}", refused.body);
+    assert_eq!(refused.error(), "pumping_suspected");
+    assert_documented(&doc, "post", "/sms/send", &refused);
+    for (path, kind) in [
+        ("/admin/api/subjects/prefix/%2B8613800", "prefix"),
+        ("/admin/api/subjects/country/CN", "country"),
+    ] {
+        let state = app.admin_get(path).await;
+        assert!(state.body["pumping"]["block"].is_object(), "{}", state.body);
+        assert_documented(
+            &doc,
+            "get",
+            &format!("/admin/api/subjects/{kind}/{{id}}"),
+            &state,
+        );
+        let unblocked = app.admin_post(&format!("{path}/unblock")).await;
+        assert_documented(
+            &doc,
+            "post",
+            &format!("/admin/api/subjects/{kind}/{{id}}/unblock"),
+            &unblocked,
+        );
+    }
+}
+
 /// The checker itself: it does catch an undeclared field, a missing required
 /// field, a wrong type and a value outside an enum.
 #[tokio::test]

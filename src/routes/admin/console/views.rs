@@ -12,6 +12,10 @@ use crate::audit::{AuditDecision, AuditEvent};
 use crate::domain::{Action, SubjectKind};
 use crate::guard::admin::SubjectState;
 
+mod pumping;
+
+pub use pumping::{BlockList, PumpingView};
+
 const ACTIONS: [Action; 4] = [
     Action::SmsSend,
     Action::SmsVerify,
@@ -214,6 +218,8 @@ pub fn rows(events: &[AuditEvent]) -> Vec<Row> {
 #[derive(Template, WebTemplate)]
 #[template(path = "admin/events.html")]
 pub struct EventsPage {
+    /// The number ranges the pumping guard blocks now.
+    pub blocks: BlockList,
     /// The filters, shown again.
     pub form: FilterForm,
     /// Why the filters were refused, or why no rows could be read.
@@ -244,6 +250,12 @@ pub struct WindowRow {
     pub shadow: bool,
 }
 
+/// `2026-11-01 12:00:00.000 UTC (in 14m 59s)`.
+fn until(t: DateTime<Utc>, now: DateTime<Utc>) -> String {
+    let left = (t - now).num_milliseconds().max(0) as u64;
+    format!("{} UTC (in {})", timestamp(&t), duration_ms(left))
+}
+
 /// A subject's page: its live state, the Unblock form and its recent events.
 #[derive(Template, WebTemplate)]
 #[template(path = "admin/subject.html")]
@@ -258,6 +270,10 @@ pub struct SubjectPage {
     pub captcha_required: bool,
     /// Every window the subject is counted in.
     pub windows: Vec<WindowRow>,
+    /// For a prefix or country: the pumping guard's counts and block.
+    pub pumping: Option<PumpingView>,
+    /// What Unblock clears, in words.
+    pub clears: &'static str,
     /// Where the Unblock form posts.
     pub unblock_href: String,
     /// The Unblock form's CSRF token.
@@ -278,11 +294,18 @@ impl SubjectPage {
     pub fn locked_until(state: &SubjectState, now: DateTime<Utc>) -> String {
         state
             .locked_until
-            .map(|t| {
-                let left = (t - now).num_milliseconds().max(0) as u64;
-                format!("{} UTC (in {})", timestamp(&t), duration_ms(left))
-            })
+            .map(|t| until(t, now))
             .unwrap_or_default()
+    }
+
+    /// What Unblock clears for a subject of `kind`.
+    pub fn clears(kind: SubjectKind) -> &'static str {
+        match kind {
+            SubjectKind::Phone => "every window and the lock of this subject, and its pending code",
+            SubjectKind::Prefix => "every window of this prefix, its pumping counts and its block",
+            SubjectKind::Country => "the pumping counts and the block of this country",
+            _ => "every window and the lock of this subject",
+        }
     }
 
     /// The state's windows as table rows.
