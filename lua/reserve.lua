@@ -5,6 +5,9 @@
 --             event id), then, when it has meter windows, its meter HASH
 --             (field "<limit>/<length>" = level, "<limit>/<length>:t" = when
 --             the level was last set, in ms)
+--             then per conversion: its conversion HASH (field "e:<slice>" =
+--             events and "s:<slice>" = successes counted in that slice; while
+--             blocked "until" (ms), "events", "successes", "shadow" (1/0))
 -- KEYS[last]  optional: the subject's code HASH (mac, left, exp), written when
 --             the event is recorded
 -- ARGV[1] member: unique id of this event
@@ -14,12 +17,17 @@
 --         and n triples limit, window length in ms, kind: the mode (0 = enforce,
 --         1 = gate, 2 = observe: counted, never refuses; a rule in shadow),
 --         plus 4 when the window is a meter (GCRA) rather than a sliding log
--- then, when KEYS[s+1] is given: mac, attempts allowed, code ttl in ms
+-- then c: number of conversions; per conversion: min_events, min_ratio_ppm
+--         (successes per million events), slice_ms, slices (how many a count
+--         sums, the current one included), block_ms, count (1: count the event
+--         when it is recorded; 0: check only, the caller counts it later)
+-- then, when the code's key is given: mac, attempts allowed, code ttl in ms
 --
 -- Returns an array of integers:
 --   { recorded, then per subject:
 --     verdict, window, retry_after_ms, next_retry_after_ms, count_1, ..., count_n,
---     and, only for a subject with an observe window, observed_wait_1, ..., observed_wait_n }
+--     and, only for a subject with an observe window, observed_wait_1, ..., observed_wait_n,
+--     then per conversion: verdict, events, successes, retry_after_ms, slice }
 --   recorded 1 when the event was added to every subject (every subject allowed
 --   it, or force) and the code stored; 0 when nothing was written.
 --   verdict 0 = allowed, 1 = denied (window = refusing window with the longest
@@ -28,6 +36,21 @@
 --   until every enforce window admits one more event, after this call;
 --   observed_wait_w is, for a full observe window, the wait it would have
 --   answered had it been enforced (0 for any other window).
+--   A conversion's verdict: 0 = open, 1 = blocked (events and successes are
+--   the block's figures, retry_after_ms when it ends), 2 = tripped by this
+--   call (blocked for block_ms on the figures given); otherwise events and
+--   successes are the window's before this event. slice is where the event
+--   was counted (when recorded), else -1.
+--
+-- Conversions come first: a live block (an enforced one; with force a shadow
+-- one too) refuses; else the window's slices are summed (stale ones
+-- dropped), and events >= min_events with successes * 10^6 < min_ratio_ppm *
+-- events blocks the subject: its counts are replaced by the block (shadow
+-- when force), which expires after block_ms. When a conversion refuses and
+-- not force, no window is read and nothing else is written (each subject's
+-- answer is then 0s). When the event is recorded it is counted in the
+-- current slice of every conversion that asks it (expiry: the window, or the
+-- block's end when later).
 --
 -- Time is the server's TIME in ms. An event at t counts in a window of length w
 -- while now - w < t. A subject keeps at most max(limit) newest members and
@@ -47,13 +70,19 @@
 -- subject ZADD and PEXPIRE (and ZREMRANGEBYRANK when the set is full, always
 -- for a large set), HSET and PEXPIRE of its meters, and HSET and PEXPIRE for
 -- the code. A refused request reads and writes nothing else. A subject with
--- only meter windows never touches its ZSET.
+-- only meter windows never touches its ZSET. Per conversion: HGETALL (and
+-- HDEL of stale slices, once a slice), HINCRBY and PEXPIRE when recorded;
+-- DEL, HSET and PEXPIRE when it trips.
 --
 -- Example (a phone and its IP, with a code):
 --   EVALSHA <sha> 3 "tg:{phone:+33612345678}:sms_send" "tg:{ip:192.0.2.7}:sms_send" \
 --     "tg:{phone:+33612345678}:otp" "01J...-uuid" 0 0 2 \
---     3  1 60000 0  5 3600000 0  3 3600000 1   1  20 3600000 0   "9f86d0..." 5 300000
+--     3  1 60000 0  5 3600000 0  3 3600000 1   1  20 3600000 0   0   "9f86d0..." 5 300000
 --   -> { 1,  0, 0, 0, 60000, 0, 0, 0,  0, 0, 0, 0, 0 }
+-- (a prefix's conversion, alone: the pumping guard's check on a cluster)
+--   EVALSHA <sha> 1 "tg:{prefix:+3361234}:conversion" "-" 0 0 0 \
+--     1  20 200000 300000 12 43200000 0
+--   -> { 1,  0, 7, 2, 0, -1 }
 
 local SMALL = 32
 
@@ -99,6 +128,18 @@ for i = 1, s do
   a = a + 1 + 3 * n
 end
 
+-- Parse the conversions.
+local convs = {}
+local c = tonumber(ARGV[a])
+a = a + 1
+for i = 1, c do
+  convs[i] = { key = KEYS[k], min = tonumber(ARGV[a]), ppm = tonumber(ARGV[a + 1]),
+    slice_ms = tonumber(ARGV[a + 2]), slices = tonumber(ARGV[a + 3]),
+    block_ms = tonumber(ARGV[a + 4]), count = ARGV[a + 5] == '1', counted = -1 }
+  k = k + 1
+  a = a + 6
+end
+
 -- The k-th newest member's score (k >= 1), or nil when there are fewer.
 local function kth_newest(sub, k)
   if sub.small then return sub.scores[#sub.scores - k + 1] end
@@ -132,9 +173,54 @@ local function drained(level, at, limit, length)
   return math.max(level - math.max(elapsed, 0) * limit, 0)
 end
 
+-- 0. the conversions, before any window
+local BLOCK_FIELDS = { 'until', 'events', 'successes', 'shadow' }
+local conv_refused = false
+for _, cv in ipairs(convs) do
+  cv.slice = math.floor(now / cv.slice_ms)
+  local oldest = cv.slice - cv.slices + 1
+  local raw = redis.call('HGETALL', cv.key)
+  local events, successes, stale, block = 0, 0, {}, {}
+  for j = 1, #raw, 2 do
+    local kind, slice = string.match(raw[j], '^([es]):(%d+)$')
+    if kind == nil then
+      block[raw[j]] = raw[j + 1]
+    elseif tonumber(slice) < oldest then
+      stale[#stale + 1] = raw[j]
+    elseif kind == 'e' then
+      events = events + tonumber(raw[j + 1])
+    else
+      successes = successes + tonumber(raw[j + 1])
+    end
+  end
+  cv.until_at = tonumber(block['until'])
+  if cv.until_at and cv.until_at <= now then
+    for _, f in ipairs(BLOCK_FIELDS) do stale[#stale + 1] = f end
+    cv.until_at = nil
+  end
+  cv.verdict, cv.events, cv.successes, cv.retry = 0, events, successes, 0
+  if cv.until_at and (force or block['shadow'] ~= '1') then
+    cv.verdict, cv.retry = 1, cv.until_at - now
+    cv.events = tonumber(block['events']) or 0
+    cv.successes = tonumber(block['successes']) or 0
+  elseif events >= cv.min and successes * 1000000 < cv.ppm * events then
+    cv.verdict, cv.retry, cv.until_at = 2, cv.block_ms, now + cv.block_ms
+    redis.call('DEL', cv.key)
+    redis.call('HSET', cv.key, 'until', string.format('%d', cv.until_at),
+      'events', events, 'successes', successes, 'shadow', force and '1' or '0')
+    redis.call('PEXPIRE', cv.key, string.format('%d', cv.block_ms))
+    stale = {}
+  end
+  if #stale > 0 then redis.call('HDEL', cv.key, unpack(stale)) end
+  if cv.verdict ~= 0 then conv_refused = true end
+end
+-- A refusing conversion answers before any window is read.
+local skip = conv_refused and not force
+
 -- 1. read and decide every subject
 local all_allowed = true
 for _, sub in ipairs(subjects) do
+  if skip then break end
   sub.counts, sub.levels = {}, {}
   if sub.logs > 0 and sub.small then
     local raw = redis.call('ZRANGE', sub.key, 0, -1, 'WITHSCORES')
@@ -200,8 +286,17 @@ for _, sub in ipairs(subjects) do
 end
 
 -- 2. record everywhere, or nowhere
-local recorded = all_allowed or force
+local recorded = (all_allowed and not conv_refused) or force
 if recorded then
+  for _, cv in ipairs(convs) do
+    if cv.count then
+      redis.call('HINCRBY', cv.key, 'e:' .. cv.slice, 1)
+      local keep = cv.slices * cv.slice_ms
+      if cv.until_at and cv.until_at - now > keep then keep = cv.until_at - now end
+      redis.call('PEXPIRE', cv.key, string.format('%d', keep))
+      cv.counted = cv.slice
+    end
+  end
   for _, sub in ipairs(subjects) do
     if sub.logs > 0 then
       redis.call('ZADD', sub.key, now_s, member)
@@ -243,8 +338,12 @@ local out = { recorded and 1 or 0 }
 for _, sub in ipairs(subjects) do
   local added = recorded and 1 or 0
   local next_retry = 0
+  if skip then
+    sub.verdict, sub.window, sub.retry, sub.counts, sub.observed = 0, 0, 0, {}, {}
+    for w = 1, sub.n do sub.counts[w], sub.observed[w] = 0, 0 end
+  end
   for w = 1, sub.n do
-    if sub.modes[w] == 0 then
+    if sub.modes[w] == 0 and not skip then
       local ww = wait(sub, w, sub.counts[w] + added, added)
       if ww > next_retry then next_retry = ww end
     end
@@ -257,5 +356,12 @@ for _, sub in ipairs(subjects) do
   if sub.observes then
     for w = 1, sub.n do out[#out + 1] = sub.observed[w] end
   end
+end
+for _, cv in ipairs(convs) do
+  out[#out + 1] = cv.verdict
+  out[#out + 1] = cv.events
+  out[#out + 1] = cv.successes
+  out[#out + 1] = cv.retry
+  out[#out + 1] = cv.counted
 end
 return out

@@ -35,6 +35,11 @@ pub enum ApiError {
     /// 403: the IP, phone or user is on the block list.
     #[error("this {0} is on the block list")]
     Blocklisted(&'static str),
+    /// 403: the phone's number prefix or country is blocked by the SMS
+    /// pumping guard. The answer says no more (not the figures, which would
+    /// tell an attacker how many codes to verify).
+    #[error("sending codes to this number range is suspended: too few of its codes are verified")]
+    PumpingSuspected,
     /// 401, with `WWW-Authenticate: Bearer`.
     #[error("missing or wrong credentials")]
     Unauthorized,
@@ -84,6 +89,8 @@ pub enum ErrorCode {
     RegionBlocked,
     /// 403: the IP, phone or user is on the block list.
     Blocklisted,
+    /// 403: the phone's number range is blocked as a likely SMS pumping target.
+    PumpingSuspected,
     /// 401: missing or wrong credentials.
     Unauthorized,
     /// 403: the caller may not do this.
@@ -158,6 +165,7 @@ impl ApiError {
             ApiError::CaptchaRequired => ErrorCode::CaptchaRequired,
             ApiError::RegionBlocked => ErrorCode::RegionBlocked,
             ApiError::Blocklisted(_) => ErrorCode::Blocklisted,
+            ApiError::PumpingSuspected => ErrorCode::PumpingSuspected,
             ApiError::Unauthorized => ErrorCode::Unauthorized,
             ApiError::Forbidden(_) => ErrorCode::Forbidden,
             ApiError::StoreUnavailable(_) => ErrorCode::StoreUnavailable,
@@ -180,6 +188,7 @@ impl ResponseError for ApiError {
             ApiError::CaptchaRequired
             | ApiError::RegionBlocked
             | ApiError::Blocklisted(_)
+            | ApiError::PumpingSuspected
             | ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
             ApiError::StoreUnavailable(_) | ApiError::AuditUnavailable => {
@@ -258,6 +267,7 @@ impl From<SmsRefusal> for ApiError {
             SmsRefusal::RegionBlocked { .. } => ApiError::RegionBlocked,
             SmsRefusal::Blocklisted(kind) => ApiError::Blocklisted(kind.as_str()),
             SmsRefusal::CaptchaRequired => ApiError::CaptchaRequired,
+            SmsRefusal::PumpingSuspected => ApiError::PumpingSuspected,
             SmsRefusal::RateLimited {
                 rule,
                 retry_after_ms,

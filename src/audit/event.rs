@@ -63,13 +63,15 @@ pub struct AuditEvent {
     pub decision: AuditDecision,
     /// Why, as a code: `rate_limited`, `captcha_required`, `region_blocked`,
     /// `verify_attempts_exhausted`, `user_locked`, `ip_blocked`,
-    /// `too_many_failures` or `admin_unblock`.
+    /// `too_many_failures`, `admin_unblock` or `pumping_suspected`.
     #[schema(example = "rate_limited")]
     pub reason: String,
-    /// What the subject is: `phone`, `prefix`, `user`, `ip` or `global`.
+    /// What the subject is: `phone`, `prefix`, `user`, `ip`, `global` or
+    /// `country`.
     pub subject_kind: SubjectKind,
     /// The subject's id: an E.164 number, a number prefix, a normalised user
-    /// name, an IP (IPv6 as its /64) or, for `global`, the action.
+    /// name, an IP (IPv6 as its /64), for `global` the action, for `country`
+    /// an ISO 3166 alpha-2 code.
     #[schema(example = "+8613800138000")]
     pub subject: String,
     /// The client IP of the request, when known.
@@ -138,6 +140,17 @@ impl AuditEvent {
         self.observed = Some(observed.into());
         self.limit = Some(rule.limit.into());
         self.window_ms = Some(rule.window_ms() as i64);
+        self
+    }
+
+    /// A decision no window rule made (the pumping guard's): its
+    /// description in the `rule` column, the count it saw, the threshold of
+    /// that count and the window it was counted in.
+    pub fn described(mut self, rule: String, observed: u32, limit: u32, window_ms: u64) -> Self {
+        self.rule = Some(rule);
+        self.observed = Some(observed.into());
+        self.limit = Some(limit.into());
+        self.window_ms = Some(window_ms as i64);
         self
     }
 

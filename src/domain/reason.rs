@@ -26,11 +26,14 @@ pub enum Reason {
     AdminUnblock,
     /// The IP, phone or user is on the block list.
     Blocklisted,
+    /// Too few of the codes sent to a number prefix or country were
+    /// verified: it is blocked as a likely target of SMS pumping.
+    PumpingSuspected,
 }
 
 impl Reason {
     /// Every reason, for `parse` to search.
-    pub const ALL: [Reason; 9] = [
+    pub const ALL: [Reason; 10] = [
         Reason::RateLimited,
         Reason::CaptchaRequired,
         Reason::RegionBlocked,
@@ -40,6 +43,7 @@ impl Reason {
         Reason::TooManyFailures,
         Reason::AdminUnblock,
         Reason::Blocklisted,
+        Reason::PumpingSuspected,
     ];
 
     /// The wire form (`rate_limited`), the same as the serde form.
@@ -54,6 +58,7 @@ impl Reason {
             Reason::TooManyFailures => "too_many_failures",
             Reason::AdminUnblock => "admin_unblock",
             Reason::Blocklisted => "blocklisted",
+            Reason::PumpingSuspected => "pumping_suspected",
         }
     }
 

@@ -17,16 +17,20 @@ pub enum SubjectKind {
     Ip,
     /// One subject per action, counting every request.
     Global,
+    /// A phone number's region, ISO 3166 alpha-2 (`CN`): what the SMS
+    /// pumping guard counts besides the prefix.
+    Country,
 }
 
 impl SubjectKind {
     /// Every kind, for parsing and for listing them.
-    pub const ALL: [SubjectKind; 5] = [
+    pub const ALL: [SubjectKind; 6] = [
         SubjectKind::Phone,
         SubjectKind::Prefix,
         SubjectKind::User,
         SubjectKind::Ip,
         SubjectKind::Global,
+        SubjectKind::Country,
     ];
 
     /// The wire form (`phone`), as in audit rows and admin paths.
@@ -37,6 +41,7 @@ impl SubjectKind {
             SubjectKind::User => "user",
             SubjectKind::Ip => "ip",
             SubjectKind::Global => "global",
+            SubjectKind::Country => "country",
         }
     }
 
@@ -58,7 +63,7 @@ pub struct Subject {
     /// Which kind of subject, which decides the form of `id`.
     pub kind: SubjectKind,
     /// The normalised id: `+8613800138000`, `+8613800`, `alice`,
-    /// `2001:db8:1:2::/64`, `sms_send`.
+    /// `2001:db8:1:2::/64`, `sms_send`, `CN`.
     pub id: String,
 }
 

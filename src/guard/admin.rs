@@ -3,10 +3,10 @@
 use chrono::{DateTime, SubsecRound, Utc};
 use serde::Serialize;
 
-use super::{GuardContext, Policy, RequestInfo, SubjectRules};
+use super::{pumping, GuardContext, Policy, RequestInfo, SubjectRules};
 use crate::audit::{AuditDecision, AuditEvent};
 use crate::domain::{Action, Reason, Rule, Subject, SubjectKind};
-use crate::store::{Keys, RuleWindow, StoreError, WindowMode, WindowSpec};
+use crate::store::{ConversionPolicy, Keys, RuleWindow, StoreError, WindowMode, WindowSpec};
 
 /// One window of a subject: its live count against its rule.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
@@ -29,6 +29,53 @@ pub struct WindowState {
     pub shadow: bool,
 }
 
+/// What the SMS pumping guard counts for a prefix or a country
+/// (`sms.pumping`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[schema(example = json!({"sends": 7, "verified": 2, "min_sends": 20, "window_ms": 3600000,
+    "rule": "prefix conversion 2/7 (28.6%) < 20% per 1h"}))]
+pub struct PumpingState {
+    /// Codes sent in the window, counted in slices of a twelfth of it (the
+    /// oldest slice may be partly out of the window).
+    pub sends: u32,
+    /// Codes verified in the window, counted the same way.
+    pub verified: u32,
+    /// Sends in the window below which nothing is blocked.
+    pub min_sends: u32,
+    /// The window's length in milliseconds.
+    pub window_ms: u64,
+    /// These figures against the threshold, as audit rows word them.
+    pub rule: String,
+    /// The block, while one lasts; absent when there is none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub block: Option<PumpingBlock>,
+}
+
+/// A prefix or country blocked by the SMS pumping guard.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct PumpingBlock {
+    /// When the block ends.
+    pub until: DateTime<Utc>,
+    /// The codes sent that blocked it.
+    pub sends: u32,
+    /// How many of them were verified.
+    pub verified: u32,
+    /// Those figures against the threshold (`prefix conversion 3/20 (15%) < 20% per 1h`).
+    pub rule: String,
+    /// Decided in shadow mode: audited, never enforced.
+    pub shadow: bool,
+}
+
+/// A block in the console's list: the subject and when its block ends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListedBlock {
+    /// The prefix or country.
+    pub subject: Subject,
+    /// When the block ends.
+    pub until: DateTime<Utc>,
+}
+
 /// A subject's live state.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct SubjectState {
@@ -37,7 +84,8 @@ pub struct SubjectState {
     /// The normalised subject id.
     #[schema(example = "alice")]
     pub id: String,
-    /// When the user's lock (or the IP's block) ends; null when there is none.
+    /// When the user's lock (or the IP's login block, or a prefix's or
+    /// country's pumping block) ends; null when there is none.
     #[schema(required = true)]
     pub locked_until: Option<DateTime<Utc>>,
     /// Whether one of the subject's captcha thresholds is reached
@@ -50,6 +98,11 @@ pub struct SubjectState {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     #[schema(default = json!([]))]
     pub pairs: Vec<PairState>,
+    /// For a prefix or a country while the pumping guard is on: its sends,
+    /// verifies and block. Absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub pumping: Option<PumpingState>,
 }
 
 /// One (user, IP) pair of a user: its failures and lock.
@@ -106,9 +159,15 @@ fn watched(policy: &Policy, kind: SubjectKind) -> Vec<Watched> {
                 ],
             },
         ],
-        // A user's windows come with its lock from one `login_state` call.
-        SubjectKind::User => Vec::new(),
+        // A user's windows come with its lock from one `login_state` call;
+        // a country has no windows, only the pumping guard's counts.
+        SubjectKind::User | SubjectKind::Country => Vec::new(),
     }
+}
+
+/// `ms` from now, to the millisecond.
+fn in_ms(ms: u64) -> DateTime<Utc> {
+    (Utc::now() + chrono::Duration::milliseconds(ms as i64)).trunc_subsecs(3)
 }
 
 /// The actions whose windows a subject kind can have.
@@ -117,6 +176,7 @@ fn actions(kind: SubjectKind) -> &'static [Action] {
         SubjectKind::Phone | SubjectKind::Prefix | SubjectKind::Global => &[Action::SmsSend],
         SubjectKind::Ip => &[Action::SmsSend, Action::LoginAttempt],
         SubjectKind::User => &[Action::LoginAttempt],
+        SubjectKind::Country => &[],
     }
 }
 
@@ -130,10 +190,7 @@ impl SubjectAdmin {
     pub async fn state(&self, subject: &Subject) -> Result<SubjectState, StoreError> {
         let policy = self.ctx.policy.current();
         let keys = &self.ctx.keys;
-        let now = Utc::now();
-        let until = |retry_ms: u64| {
-            (now + chrono::Duration::milliseconds(retry_ms as i64)).trunc_subsecs(3)
-        };
+        let until = in_ms;
         let window = |action: Action, rule: &Rule, count: u32| WindowState {
             action,
             rule: rule.name(),
@@ -149,6 +206,7 @@ impl SubjectAdmin {
             captcha_required: false,
             windows: Vec::new(),
             pairs: Vec::new(),
+            pumping: None,
         };
 
         if subject.kind == SubjectKind::User {
@@ -195,6 +253,13 @@ impl SubjectAdmin {
                 state.windows.push(window(w.action, rule, count));
             }
         }
+        if let (Some(policy), true) = (&policy.pumping, pumping::counts(subject.kind)) {
+            let live = self.pumping_state(subject, policy).await?;
+            if let Some(block) = live.block.as_ref().filter(|b| !b.shadow) {
+                state.locked_until = Some(block.until);
+            }
+            state.pumping = Some(live);
+        }
         Ok(state)
     }
 
@@ -239,8 +304,56 @@ impl SubjectAdmin {
         Ok(pairs.collect())
     }
 
+    /// A prefix's or country's conversion and block, as the store has them.
+    async fn pumping_state(
+        &self,
+        subject: &Subject,
+        policy: &ConversionPolicy,
+    ) -> Result<PumpingState, StoreError> {
+        let key = self.ctx.keys.subject_conversion(subject);
+        let live = self.ctx.store.conversion_state(&key, policy).await?;
+        let describe = |sent, verified| pumping::describe(subject.kind, sent, verified, policy);
+        Ok(PumpingState {
+            sends: live.events,
+            verified: live.successes,
+            min_sends: policy.min_events,
+            window_ms: policy.window_ms,
+            rule: describe(live.events, live.successes),
+            block: live.block.map(|b| PumpingBlock {
+                until: in_ms(b.retry_after_ms),
+                sends: b.events,
+                verified: b.successes,
+                rule: describe(b.events, b.successes),
+                shadow: b.shadow,
+            }),
+        })
+    }
+
+    /// The prefixes and countries the pumping guard has blocked (not in
+    /// shadow mode), latest-ending first, at most `limit`; and how many
+    /// there are.
+    pub async fn pumping_blocks(
+        &self,
+        limit: usize,
+    ) -> Result<(Vec<ListedBlock>, u64), StoreError> {
+        let index = self.ctx.keys.conversion_blocks();
+        let listed = self.ctx.store.expiring_members(&index, limit).await?;
+        let blocks = listed
+            .members
+            .iter()
+            .filter_map(|(member, retry_ms)| {
+                Some(ListedBlock {
+                    subject: pumping::listed_subject(member)?,
+                    until: in_ms(*retry_ms),
+                })
+            })
+            .collect();
+        Ok((blocks, listed.total))
+    }
+
     /// Clear every window and the lock of a subject (a phone's pending or burnt
-    /// code too; a user's pairs too); audited as `unblock`.
+    /// code too, a user's pairs, a prefix's or country's pumping counts and
+    /// block); audited as `unblock`.
     pub async fn unblock(
         &self,
         subject: &Subject,
@@ -265,6 +378,14 @@ impl SubjectAdmin {
                 doomed.push(keys.pair_lock(&subject.id, &ip));
             }
             doomed.push(index);
+        }
+        if pumping::counts(subject.kind) {
+            doomed.push(keys.subject_conversion(subject));
+            let member = pumping::listed_member(subject);
+            self.ctx
+                .store
+                .expiring_remove(&keys.conversion_blocks(), &member)
+                .await?;
         }
         self.ctx.store.delete(&doomed).await?;
         let event = AuditEvent::new(

@@ -6,6 +6,7 @@ pub mod admin;
 mod code;
 pub mod login;
 mod policy;
+pub mod pumping;
 mod reserve;
 pub mod sms;
 

@@ -9,7 +9,7 @@ use parking_lot::RwLock;
 use crate::captcha::CaptchaVerifier;
 use crate::domain::{Rule, SubjectKind};
 use crate::settings::{LimitSetting, LockScope, LoginSettings, Settings, SmsSettings};
-use crate::store::{LoginPolicy, RuleWindow, WindowSpec};
+use crate::store::{ConversionPolicy, LoginPolicy, RuleWindow, WindowSpec};
 
 /// The decision settings in force and the rules built from them, replaced
 /// whole on reload.
@@ -33,6 +33,8 @@ pub struct Policy {
     pub sms_ip: SubjectRules,
     /// `/sms/send` across every caller.
     pub sms_global: SubjectRules,
+    /// `[sms.pumping]` as the store counts it; `None` when the guard is off.
+    pub pumping: Option<ConversionPolicy>,
     /// `[login]` in the form the store's login call takes.
     pub login_store: LoginPolicy,
     /// A user's captcha tier: `login.captcha_after` failures per
@@ -95,6 +97,12 @@ impl Policy {
                 )),
             ),
             sms_global: SubjectRules::new(rules(SubjectKind::Global, &sms.global_limits), None),
+            pumping: sms.pumping.enabled.then(|| ConversionPolicy {
+                min_events: sms.pumping.min_sends,
+                min_ratio_ppm: sms.pumping.min_conversion.ppm(),
+                window_ms: sms.pumping.window.as_millis() as u64,
+                block_ms: sms.pumping.block_duration.as_millis() as u64,
+            }),
             login_store: LoginPolicy {
                 captcha_after: login.captcha_after,
                 captcha_window_ms: login.captcha_window.as_millis() as u64,

@@ -6,7 +6,8 @@ use futures::future::join_all;
 use super::SubjectRules;
 use crate::domain::{Rule, Subject};
 use crate::store::{
-    CodeToStore, HitOutcome, HitVerdict, ReserveRequest, StoreError, SubjectWindows, WindowStore,
+    CodeToStore, ConversionHit, ConversionOutcome, ConversionPolicy, HitOutcome, HitVerdict,
+    ReserveRequest, StoreError, SubjectWindows, WindowStore,
 };
 
 /// One subject's share of a request: its key and its kind's rules.
@@ -17,6 +18,33 @@ pub struct SubjectHit<'a> {
     pub key: String,
     /// Its kind's rules for this action.
     pub rules: &'a SubjectRules,
+}
+
+/// One subject's conversion counters (the pumping guard's prefix or
+/// country): checked before the windows, counted with them.
+pub struct ConversionSubject<'a> {
+    /// The subject counted.
+    pub subject: Subject,
+    /// Its conversion key.
+    pub key: String,
+    /// When its conversion blocks it.
+    pub policy: &'a ConversionPolicy,
+}
+
+/// What a request offers the store, all or nothing.
+pub struct Offer<'a, 'c> {
+    /// The subjects whose windows count the event.
+    pub hits: Vec<SubjectHit<'a>>,
+    /// The conversions that may refuse it first, and count it.
+    pub conversions: Vec<ConversionSubject<'a>>,
+    /// The event's id in every window.
+    pub member: String,
+    /// The request passed a captcha.
+    pub gate_open: bool,
+    /// Shadow mode: record the event even when refused.
+    pub force: bool,
+    /// Stored when the event is recorded.
+    pub code: Option<CodeToStore<'c>>,
 }
 
 /// What a refusal asks of the caller.
@@ -59,6 +87,10 @@ pub struct Reservation<'a> {
     pub outcomes: Vec<HitOutcome>,
     /// The event's id in every window, to roll it back by.
     pub member: String,
+    /// The conversions offered the event, in the caller's order.
+    pub conversions: Vec<ConversionSubject<'a>>,
+    /// The store's answer per conversion, in the order of `conversions`.
+    pub conversion_outcomes: Vec<ConversionOutcome>,
     /// The event was recorded in every subject (and the code stored).
     pub recorded: bool,
     /// What refuses the request, if anything (see `pick_refusal`).
@@ -120,7 +152,13 @@ impl Reservation<'_> {
             .hits
             .iter()
             .map(|hit| store.undo(&hit.key, &self.member, hit.rules.windows()));
-        for result in join_all(undos).await {
+        let uncounts = self
+            .conversions
+            .iter()
+            .zip(&self.conversion_outcomes)
+            .filter_map(|(c, outcome)| Some(store.conversion_undo(&c.key, outcome.counted_in?)));
+        let (undone, uncounted) = futures::join!(join_all(undos), join_all(uncounts));
+        for result in undone.into_iter().chain(uncounted) {
             if let Err(e) = result {
                 // The event stays counted until its window passes: fail towards
                 // stricter limits, never towards a lost denial.
@@ -134,12 +172,16 @@ impl Reservation<'_> {
 /// recorded. `force` (shadow mode) records it even when refused.
 pub async fn reserve<'a>(
     store: &dyn WindowStore,
-    hits: Vec<SubjectHit<'a>>,
-    member: String,
-    gate_open: bool,
-    force: bool,
-    code: Option<CodeToStore<'_>>,
+    offer: Offer<'a, '_>,
 ) -> Result<Reservation<'a>, StoreError> {
+    let Offer {
+        hits,
+        conversions,
+        member,
+        gate_open,
+        force,
+        code,
+    } = offer;
     let subjects: Vec<SubjectWindows<'_>> = hits
         .iter()
         .map(|hit| SubjectWindows {
@@ -147,21 +189,31 @@ pub async fn reserve<'a>(
             windows: hit.rules.windows(),
         })
         .collect();
+    let conversion_hits: Vec<ConversionHit<'_>> = conversions
+        .iter()
+        .map(|c| ConversionHit {
+            key: &c.key,
+            policy: c.policy,
+        })
+        .collect();
     let outcome = store
         .reserve(ReserveRequest {
             subjects: &subjects,
+            conversions: &conversion_hits,
             member: &member,
             gate_open,
             force,
             code,
         })
         .await?;
-    drop(subjects);
+    drop((subjects, conversion_hits));
     let refusal = pick_refusal(&hits, &outcome.outcomes);
     Ok(Reservation {
         hits,
         outcomes: outcome.outcomes,
         member,
+        conversions,
+        conversion_outcomes: outcome.conversions,
         recorded: outcome.recorded,
         refusal,
     })

@@ -1,16 +1,21 @@
 //! `POST /sms/send` and `POST /sms/verify` decisions.
 
+mod refusal;
+
+pub use refusal::SmsRefusal;
+use refusal::{refusal_row, region_allowed};
+
 use std::sync::Arc;
 
 use tokio::sync::OnceCell;
 
-use super::reserve::{reserve, Refusal, RefusalKind, SubjectHit};
-use super::{ceil_secs, code, GuardContext, Policy, RequestInfo};
+use super::reserve::{reserve, Offer, Reservation, SubjectHit};
+use super::{ceil_secs, code, pumping, GuardContext, Policy, RequestInfo};
 use crate::audit::{AuditDecision, AuditEvent};
 use crate::captcha::CaptchaProof;
 use crate::delivery::{render_sms, DeliveryError, SmsMessage, SmsSender};
 use crate::domain::{Action, Locale, PhoneNumber, Reason, Rule, Subject, SubjectKind};
-use crate::lists::{EntryKind, Listed};
+use crate::lists::Listed;
 use crate::store::{CodeToStore, OtpOutcome, StoreError};
 
 /// A parsed `/sms/send`.
@@ -34,30 +39,6 @@ pub struct Sent {
     pub resend_after_secs: u64,
     /// Whether the next send will need a captcha.
     pub captcha_required: bool,
-}
-
-/// Why a send or a verify was refused; each maps to one error code.
-#[derive(Debug, thiserror::Error)]
-pub enum SmsRefusal {
-    /// The IP or phone is on the block list (403 `blocklisted`).
-    #[error("the {} is on the block list", .0.as_str())]
-    Blocklisted(EntryKind),
-    /// The phone's region may not receive codes (403 `region_blocked`).
-    #[error("sending to region {region:?} is not allowed")]
-    RegionBlocked { region: Option<String> },
-    /// A captcha tier is reached and no captcha passed (403 `captcha_required`).
-    #[error("a captcha is required")]
-    CaptchaRequired,
-    /// A window is full, or the code is burnt (429 `rate_limited`).
-    #[error("rate limited by {rule}")]
-    RateLimited { rule: String, retry_after_ms: u64 },
-    /// The text could not be rendered or the provider did not take it; the
-    /// reservation was given back (502 `delivery_failed`).
-    #[error("delivery failed: {0}")]
-    DeliveryFailed(#[from] DeliveryError),
-    /// The store could not answer (503 `store_unavailable`).
-    #[error(transparent)]
-    Store(#[from] StoreError),
 }
 
 /// A verify's answer when it is not refused.
@@ -109,9 +90,9 @@ impl SmsGuard {
         Ok(secret)
     }
 
-    /// Send a code (DESIGN.md §3, in order): the region, then every subject's
-    /// windows and the code in one reservation, then delivery, which gives
-    /// the reservation back when it fails.
+    /// Send a code (DESIGN.md §3, in order): the region, then the pumping
+    /// guard, every subject's windows and the code in one reservation, then
+    /// delivery, which gives the reservation back when it fails.
     pub async fn send(&self, req: SendRequest, info: &RequestInfo) -> Result<Sent, SmsRefusal> {
         let policy = self.ctx.policy.current();
         let sms = &policy.sms;
@@ -162,16 +143,22 @@ impl SmsGuard {
             ttl_ms: sms.code_ttl.as_millis() as u64,
         };
         let store = self.ctx.store.as_ref();
-        let member = super::event_member();
-        let reservation = reserve(
-            store,
+        let offer = Offer {
             hits,
-            member,
-            captcha_passed,
-            policy.sms_shadow,
-            Some(code_to_store),
-        )
-        .await?;
+            conversions: pumping::subjects(&policy, &self.ctx.keys, &req.phone),
+            member: super::event_member(),
+            gate_open: captcha_passed,
+            force: policy.sms_shadow,
+            code: Some(code_to_store),
+        };
+        let reservation = reserve(store, offer).await?;
+        // The pumping guard was asked first: its block answers before any window.
+        if self
+            .pumping_refuses(&reservation, policy.sms_shadow, info)
+            .await
+        {
+            return Err(SmsRefusal::PumpingSuspected);
+        }
         if let Some(refusal) = &reservation.refusal {
             self.ctx
                 .audit(info, refusal_row(refusal).shadow(policy.sms_shadow));
@@ -243,6 +230,25 @@ impl SmsGuard {
             resend_after_secs: 0,
             captcha_required: false,
         })
+    }
+
+    /// Audit what the pumping guard found, and list the blocks this send
+    /// made; whether that refuses the send (never in shadow mode, where the
+    /// rows are marked and the block is the store's shadow one).
+    async fn pumping_refuses(
+        &self,
+        reservation: &Reservation<'_>,
+        shadow: bool,
+        info: &RequestInfo,
+    ) -> bool {
+        let findings = pumping::findings(reservation);
+        for finding in &findings {
+            self.ctx.audit(info, finding.row.clone().shadow(shadow));
+            if finding.decision == AuditDecision::Lock && !shadow {
+                pumping::list_block(&self.ctx, finding.subject, finding.lasts_ms).await;
+            }
+        }
+        !findings.is_empty() && !shadow
     }
 
     /// The subjects a send counts against, the phone first: its IP, its
@@ -326,7 +332,10 @@ impl SmsGuard {
         let mac = code::mac(self.secret().await?, phone.e164(), code.trim());
         let otp_key = self.ctx.keys.subject_code(&subject);
         match self.ctx.store.otp_check(&otp_key, &mac).await? {
-            OtpOutcome::Valid => Ok(Verified::Valid),
+            OtpOutcome::Valid => {
+                pumping::count_verified(&self.ctx, &policy, phone).await;
+                Ok(Verified::Valid)
+            }
             OtpOutcome::Missing => Ok(Verified::Invalid { attempts_left: 0 }),
             OtpOutcome::Wrong { attempts_left } => {
                 if attempts_left == 0 {
@@ -357,53 +366,5 @@ impl SmsGuard {
                 })
             }
         }
-    }
-}
-
-/// The audit row of a reservation's refusal.
-fn refusal_row(refusal: &Refusal) -> AuditEvent {
-    let row = |decision, reason| {
-        AuditEvent::new(Action::SmsSend, decision, reason, &refusal.subject)
-            .rule(&refusal.rule, refusal.observed)
-    };
-    match refusal.kind {
-        RefusalKind::RateLimited { retry_after_ms } => {
-            row(AuditDecision::Deny, Reason::RateLimited).retry_after_ms(retry_after_ms)
-        }
-        RefusalKind::CaptchaRequired => row(AuditDecision::Challenge, Reason::CaptchaRequired),
-    }
-}
-
-impl From<&Refusal> for SmsRefusal {
-    fn from(refusal: &Refusal) -> Self {
-        match refusal.kind {
-            RefusalKind::RateLimited { retry_after_ms } => SmsRefusal::RateLimited {
-                rule: refusal.rule.name(),
-                retry_after_ms,
-            },
-            RefusalKind::CaptchaRequired => SmsRefusal::CaptchaRequired,
-        }
-    }
-}
-
-fn region_allowed(region: Option<&str>, allowed: &[String], denied: &[String]) -> bool {
-    let listed =
-        |list: &[String]| region.is_some_and(|r| list.iter().any(|l| l.eq_ignore_ascii_case(r)));
-    (allowed.is_empty() || listed(allowed)) && !listed(denied)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::region_allowed;
-
-    #[test]
-    fn region_lists_allow_and_deny() {
-        let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
-        assert!(region_allowed(Some("CN"), &[], &[]));
-        assert!(region_allowed(Some("CN"), &s(&["cn"]), &[]));
-        assert!(!region_allowed(Some("US"), &s(&["CN"]), &[]));
-        assert!(!region_allowed(Some("CN"), &[], &s(&["CN"])));
-        assert!(!region_allowed(None, &s(&["CN"]), &[]));
-        assert!(region_allowed(None, &[], &s(&["CN"])));
     }
 }

@@ -104,6 +104,7 @@ fn subject_id_schema(kind: SubjectKind) -> Object {
         SubjectKind::Prefix => schemas::prefix(),
         SubjectKind::User => schemas::user(),
         SubjectKind::Ip => schemas::ip_subject(),
+        SubjectKind::Country => schemas::country(),
         SubjectKind::Global => ObjectBuilder::new()
             .schema_type(Type::String)
             .enum_values(Some([Action::SmsSend.as_str()]))

@@ -145,6 +145,17 @@ pub fn prefix() -> Object {
         .build()
 }
 
+/// A country subject's id in an admin path.
+pub fn country() -> Object {
+    text(r"^[A-Za-z]{2}$")
+        .description(Some(
+            "An ISO 3166 alpha-2 region code (`CN`), either case: the region of the \
+             phone numbers the SMS pumping guard counts together.",
+        ))
+        .examples(["CN"])
+        .build()
+}
+
 /// The body's `notify_email`, or `null`.
 pub fn optional_email() -> Object {
     nullable(

@@ -89,7 +89,7 @@ pub struct VerifyResult {
         (status = 200, description = "The code was sent", body = SendResult),
         (status = 400, description = "`invalid_phone`, or `invalid_request` (malformed JSON, missing, empty or unknown fields)", body = ErrorBody),
         (status = 401, description = "`unauthorized`: API keys are configured and none was given", body = ErrorBody),
-        (status = 403, description = "`region_blocked`; `captcha_required` (with `captcha_required: true`); or `forbidden`: `captcha_passed` from a caller that is not a backend (no API keys configured and not straight from loopback)", body = ErrorBody),
+        (status = 403, description = "`region_blocked`; `captcha_required` (with `captcha_required: true`); `pumping_suspected`: the number's prefix or country is blocked because too few of the codes sent to it were verified (`sms.pumping`); or `forbidden`: `captcha_passed` from a caller that is not a backend (no API keys configured and not straight from loopback)", body = ErrorBody),
         (status = 413, description = "`payload_too_large`: body over 16 KiB", body = ErrorBody),
         (status = 415, description = "`unsupported_media_type`: body not `application/json`", body = ErrorBody),
         (status = 429, description = "`rate_limited`", body = RateLimitedError,
@@ -131,7 +131,8 @@ async fn send(
             Err(
                 SmsRefusal::RateLimited { .. }
                 | SmsRefusal::RegionBlocked { .. }
-                | SmsRefusal::Blocklisted(_),
+                | SmsRefusal::Blocklisted(_)
+                | SmsRefusal::PumpingSuspected,
             ) => Outcome::Deny,
             Err(_) => Outcome::Error,
         },

@@ -3,8 +3,10 @@
 //! validated once at start-up. Every error names the offending key.
 
 mod duration;
+mod fraction;
 mod lists;
 mod load;
+mod login;
 mod parsed;
 mod secret;
 mod validate;
@@ -16,8 +18,10 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 pub use crate::domain::Algorithm;
+pub use fraction::{percent, Fraction};
 pub use lists::ListSettings;
 pub use load::SettingsError;
+pub use login::{LockScope, LoginSettings};
 pub use secret::{Secret, SecretUrl};
 
 const DEFAULTS: &str = include_str!("defaults.toml");
@@ -197,8 +201,33 @@ pub struct SmsSettings {
     /// Shadow mode for `/sms/*` alone: decide and audit, refuse nothing.
     #[serde(default)]
     pub shadow: bool,
+    /// `[sms.pumping]`: blocking number ranges whose codes are not verified.
+    pub pumping: PumpingSettings,
     /// `[sms.provider]`: who delivers the codes.
     pub provider: SmsProviderSettings,
+}
+
+/// `[sms.pumping]`: the SMS pumping guard. Toll fraud sends codes to number
+/// ranges an attacker is paid for and never verifies them; a number prefix
+/// (`sms.prefix_digits`) or a country whose codes are seldom verified is
+/// blocked for a while.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PumpingSettings {
+    /// Count sends and verifies per prefix and country, and block; default true.
+    pub enabled: bool,
+    /// Codes sent to a prefix (or country) within `window` below which it is
+    /// never blocked; default 20.
+    pub min_sends: u32,
+    /// The share of those codes that must be verified, `0.2` or `"20%"`; a
+    /// prefix below it (not at it) is blocked. Default 0.2.
+    pub min_conversion: Fraction,
+    /// How far back sends and verifies are counted; default 1 hour.
+    #[serde(with = "duration")]
+    pub window: Duration,
+    /// How long a block lasts; an admin unblock lifts it. Default 12 hours.
+    #[serde(with = "duration")]
+    pub block_duration: Duration,
 }
 
 /// Who delivers SMS (`sms.provider.kind`).
@@ -241,72 +270,6 @@ fn default_provider_timeout() -> Duration {
 
 fn default_locale() -> String {
     "en".to_string()
-}
-
-/// `[login]`: when failed logins ask for a captcha, lock the user or block the IP.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct LoginSettings {
-    /// A user's failures within `captcha_window` from which its logins need a
-    /// captcha; default 3.
-    pub captcha_after: u32,
-    /// The window of `captcha_after`, and of the `failures` count in answers;
-    /// default 15 minutes.
-    #[serde(with = "duration")]
-    pub captcha_window: Duration,
-    /// Failures within `lock_window` that lock: the (user, IP) pair with
-    /// `lock_scope = "user_ip"`, the whole account with `"user"`; default 10.
-    pub lock_after: u32,
-    /// What `lock_after` locks: `user_ip` (the default) locks only the pair
-    /// the failures came from, so nobody can lock an account's owner out by
-    /// failing from elsewhere; `user` locks the account.
-    #[serde(default)]
-    pub lock_scope: LockScope,
-    /// With `lock_scope = "user_ip"`: failures within `lock_window` from any
-    /// IP that lock the whole account (an attack spread over many IPs);
-    /// default 100. Not below `lock_after`.
-    #[serde(default = "default_account_lock_after")]
-    pub account_lock_after: u32,
-    /// The window of `lock_after`; default 1 hour.
-    #[serde(with = "duration")]
-    pub lock_window: Duration,
-    /// Length of a first lock; a lock that starts within 24 h of the previous
-    /// one's end lasts twice as long as that one. Default 15 minutes.
-    #[serde(with = "duration")]
-    pub lock_duration: Duration,
-    /// Cap of the doubled lock length, not below `lock_duration`; default 24 hours.
-    #[serde(with = "duration")]
-    pub lock_max_duration: Duration,
-    /// Whether a successful login clears the user's failures; default true.
-    pub reset_on_success: bool,
-    /// Failures from one IP within `ip_window`, whatever the user, from which its
-    /// logins need a captcha; default 20.
-    pub ip_captcha_after: u32,
-    /// Failures from one IP within `ip_window` that block it until the count
-    /// drops below; default 100.
-    pub ip_block_after: u32,
-    /// The window of `ip_captcha_after` and `ip_block_after`; default 1 hour.
-    #[serde(with = "duration")]
-    pub ip_window: Duration,
-    /// Shadow mode for `/login/*` alone: decide and audit, refuse nothing.
-    #[serde(default)]
-    pub shadow: bool,
-}
-
-fn default_account_lock_after() -> u32 {
-    100
-}
-
-/// What a user's failures lock (`login.lock_scope`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum LockScope {
-    /// The account, whoever tries next.
-    User,
-    /// The (user, client IP) pair the failures came from; the account is
-    /// locked at `account_lock_after`. The default.
-    #[default]
-    UserIp,
 }
 
 /// Who verifies captcha tokens (`captcha.kind`).

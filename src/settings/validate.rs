@@ -169,6 +169,10 @@ impl Settings {
                 "must be between 1 and 15",
             ));
         }
+        let pumping = &sms.pumping;
+        positive("sms.pumping.min_sends", pumping.min_sends.into())?;
+        duration("sms.pumping.window", pumping.window)?;
+        duration("sms.pumping.block_duration", pumping.block_duration)?;
         let provider = &sms.provider;
         duration("sms.provider.timeout", provider.timeout)?;
         match provider.kind {

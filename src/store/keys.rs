@@ -42,6 +42,19 @@ impl Keys {
         self.otp(subject.kind.as_str(), &subject.id)
     }
 
+    /// The conversion counters and block of `subject` (the SMS pumping
+    /// guard's, for a prefix or a country).
+    pub fn subject_conversion(&self, subject: &Subject) -> String {
+        self.subject_key(subject.kind.as_str(), &subject.id, "conversion")
+    }
+
+    /// The expiring set of subjects blocked by their conversion, for admins
+    /// to list. One key for all of them: it has no hash tag, and no script
+    /// touches it together with a subject's keys.
+    pub fn conversion_blocks(&self) -> String {
+        format!("{}:conversion_blocks", self.prefix)
+    }
+
     /// The sliding-window set of `(kind, id)` for one action.
     pub fn window(&self, kind: &str, id: &str, action: &str) -> String {
         self.subject_key(kind, id, action)
@@ -145,6 +158,11 @@ mod tests {
         assert_eq!(
             keys.otp("phone", "+8613800138000"),
             "tg:{phone:+8613800138000}:otp"
+        );
+        let country = Subject::new(crate::domain::SubjectKind::Country, "CN");
+        assert_eq!(
+            keys.subject_conversion(&country),
+            "tg:{country:CN}:conversion"
         );
     }
 

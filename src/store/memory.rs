@@ -14,21 +14,24 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use dashmap::DashMap;
-use subtle::ConstantTimeEq;
 
+use self::conversion::Conversion;
 use self::entry::{wrong_type, Entry, Subject, Value};
-use self::meter::Meters;
-use self::window::{verdict, Window};
+use self::expiring::Expiring;
 use super::{
-    Clock, HitOutcome, HitRequest, HitVerdict, Keys, LoginAttemptOutcome, LoginAttemptRequest,
-    LoginPolicy, LoginStateOutcome, OtpOutcome, PeekOutcome, StoreError, WindowMode, WindowSpec,
-    WindowStore,
+    Clock, ConversionHit, ConversionOutcome, ConversionPolicy, ConversionState, ExpiringMembers,
+    HitOutcome, HitRequest, LoginAttemptOutcome, LoginAttemptRequest, LoginPolicy,
+    LoginStateOutcome, OtpOutcome, PeekOutcome, StoreError, WindowSpec, WindowStore,
 };
 
+mod conversion;
 mod entry;
+mod expiring;
 mod login;
 mod meter;
+mod otp;
 mod window;
+mod windows;
 
 /// The in-process store: one instance only, state lost on restart.
 pub struct MemoryStore {
@@ -63,6 +66,31 @@ impl MemoryStore {
             .unwrap_or(false)
     }
 
+    /// Run `f` on the conversion at `key` and the time now, under its
+    /// subject's lock (see `Subject::change_conversion`).
+    fn with_conversion<T>(
+        &self,
+        key: &str,
+        f: impl FnOnce(&mut Conversion, u64) -> (T, Option<u64>),
+    ) -> Result<T, StoreError> {
+        let now = self.clock.now_ms();
+        self.with_subject(key, |subject| {
+            subject.change_conversion(key, now, |c| f(c, now))
+        })
+    }
+
+    /// Run `f` on the expiring set at `key` and the time now, under its lock.
+    fn with_expiring<T>(
+        &self,
+        key: &str,
+        f: impl FnOnce(&mut Expiring, u64) -> (T, Option<u64>),
+    ) -> Result<T, StoreError> {
+        let now = self.clock.now_ms();
+        self.with_subject(key, |subject| {
+            subject.change_expiring(key, now, |set| f(set, now))
+        })
+    }
+
     /// Run `f` on the subject that owns `key`, under that subject's lock.
     fn with_subject<T>(&self, key: &str, f: impl FnOnce(&mut Subject) -> T) -> T {
         let shard = shard_of(key);
@@ -88,128 +116,17 @@ fn shard_of(key: &str) -> &str {
     key
 }
 
-/// A window's count now: from the log, or from the subject's meters.
-fn count_of(window: &Window, meters: &Meters, w: &WindowSpec, now: u64) -> u32 {
-    if w.is_meter() {
-        meters.count(w, now)
-    } else {
-        window.count(now, w.window_ms)
-    }
-}
-
-/// How long until a window admits one more event (0: at once).
-fn wait_of(window: &Window, meters: &Meters, w: &WindowSpec, now: u64) -> u64 {
-    if w.is_meter() {
-        meters.wait(w, now)
-    } else {
-        window.wait(now, w.limit, w.window_ms)
-    }
-}
-
-fn no_windows() -> StoreError {
-    StoreError::Protocol("a window call needs at least one window".into())
-}
-
 #[async_trait]
 impl WindowStore for MemoryStore {
     async fn hit(&self, req: HitRequest<'_>) -> Result<HitOutcome, StoreError> {
-        let specs = req.windows;
-        if specs.is_empty() {
-            return Err(no_windows());
-        }
-        let logs = || specs.iter().filter(|w| !w.is_meter());
-        let longest_log = logs().map(|w| w.window_ms).max();
-        let keep = logs().map(|w| w.limit).max().unwrap_or(0) as usize;
-        let longest_meter = specs
-            .iter()
-            .filter(|w| w.is_meter())
-            .map(|w| w.window_ms)
-            .max();
-        let meter_key = Keys::meter_for(req.key, specs);
         let now = self.clock.now_ms();
-        self.with_subject(req.key, |subject| {
-            let mut meters = match &meter_key {
-                Some(key) => subject.meters(key, now)?,
-                None => Meters::default(),
-            };
-            let outcome = subject.change_window(req.key, now, |window| {
-                if let Some(longest) = longest_log {
-                    window.prune(now, longest);
-                }
-                let count = |window: &Window, meters: &Meters, w| count_of(window, meters, w, now);
-                let wait = |window: &Window, meters: &Meters, w| wait_of(window, meters, w, now);
-                let counts: Vec<u32> = specs.iter().map(|w| count(window, &meters, w)).collect();
-                let verdict = verdict(specs, &counts, req.gate_open, |i| {
-                    wait(window, &meters, &specs[i])
-                });
-                // Before the event is added: the wait it would have met.
-                let observed_waits = if specs.iter().any(|w| w.mode == WindowMode::Observe) {
-                    specs
-                        .iter()
-                        .zip(&counts)
-                        .map(|(w, count)| match w.mode {
-                            WindowMode::Observe if *count >= w.limit => wait(window, &meters, w),
-                            _ => 0,
-                        })
-                        .collect()
-                } else {
-                    Vec::new()
-                };
-                let added = verdict == HitVerdict::Allowed || req.force;
-                if added {
-                    if longest_log.is_some() {
-                        window.add(now, req.member);
-                    }
-                    for w in specs.iter().filter(|w| w.is_meter()) {
-                        meters.add(w, now);
-                    }
-                }
-                window.trim(keep);
-                let next_retry_after_ms = specs
-                    .iter()
-                    .filter(|w| w.mode == WindowMode::Enforce)
-                    .map(|w| wait(window, &meters, w))
-                    .max()
-                    .unwrap_or(0);
-                // As in Redis, only a recorded event moves the key's expiry.
-                let expires_at = longest_log.filter(|_| added).map(|longest| now + longest);
-                let outcome = HitOutcome {
-                    verdict,
-                    added,
-                    counts,
-                    next_retry_after_ms,
-                    observed_waits,
-                };
-                (outcome, expires_at)
-            })?;
-            if let (Some(key), Some(longest), true) = (&meter_key, longest_meter, outcome.added) {
-                subject.put_meters(key, meters, Some(now + longest));
-            }
-            Ok(outcome)
-        })
+        self.with_subject(req.key, |subject| windows::hit(subject, &req, now))
     }
 
     async fn peek(&self, key: &str, windows: &[WindowSpec]) -> Result<PeekOutcome, StoreError> {
-        if windows.is_empty() {
-            return Err(no_windows());
-        }
         let now = self.clock.now_ms();
-        let meter_key = Keys::meter_for(key, windows);
         self.with_subject(key, |subject| {
-            let meters = match &meter_key {
-                Some(key) => subject.meters(key, now)?,
-                None => Meters::default(),
-            };
-            subject.read_window(key, now, |window| PeekOutcome {
-                counts: windows
-                    .iter()
-                    .map(|w| count_of(window, &meters, w, now))
-                    .collect(),
-                retry_after_ms: windows
-                    .iter()
-                    .map(|w| wait_of(window, &meters, w, now))
-                    .collect(),
-            })
+            self::windows::peek(subject, key, windows, now)
         })
     }
 
@@ -220,24 +137,8 @@ impl WindowStore for MemoryStore {
         windows: &[WindowSpec],
     ) -> Result<(), StoreError> {
         let now = self.clock.now_ms();
-        let meter_key = Keys::meter_for(key, windows);
         self.with_subject(key, |subject| {
-            if let Some(meter_key) = &meter_key {
-                if subject.live(meter_key, now).is_some() {
-                    let mut meters = subject.meters(meter_key, now)?;
-                    for w in windows.iter().filter(|w| w.is_meter()) {
-                        meters.remove(w);
-                    }
-                    subject.put_meters(meter_key, meters, None);
-                }
-            }
-            if subject.live(key, now).is_none() {
-                return Ok(());
-            }
-            subject.change_window(key, now, |window| {
-                window.remove(member);
-                ((), None)
-            })
+            self::windows::undo(subject, key, member, windows, now)
         })
     }
 
@@ -270,6 +171,63 @@ impl WindowStore for MemoryStore {
         })
     }
 
+    async fn conversion_hit(
+        &self,
+        hit: ConversionHit<'_>,
+        force: bool,
+    ) -> Result<ConversionOutcome, StoreError> {
+        self.with_conversion(hit.key, |c, now| c.hit(hit.policy, now, force))
+    }
+
+    async fn conversion_count(
+        &self,
+        key: &str,
+        policy: &ConversionPolicy,
+    ) -> Result<Option<u64>, StoreError> {
+        self.with_conversion(key, |c, now| {
+            let (slice, expires_at) = c.count(policy, now);
+            (Some(slice), Some(expires_at))
+        })
+    }
+
+    async fn conversion_undo(&self, key: &str, slice: u64) -> Result<(), StoreError> {
+        self.with_conversion(key, |c, _| (c.undo(slice), None))
+    }
+
+    async fn conversion_success(
+        &self,
+        key: &str,
+        policy: &ConversionPolicy,
+    ) -> Result<(), StoreError> {
+        self.with_conversion(key, |c, now| ((), Some(c.success(policy, now))))
+    }
+
+    async fn conversion_state(
+        &self,
+        key: &str,
+        policy: &ConversionPolicy,
+    ) -> Result<ConversionState, StoreError> {
+        self.with_conversion(key, |c, now| (c.state(policy, now), None))
+    }
+
+    async fn expiring_add(&self, key: &str, member: &str, ttl_ms: u64) -> Result<(), StoreError> {
+        self.with_expiring(key, |set, now| {
+            ((), Some(set.add(member, now + ttl_ms, now)))
+        })
+    }
+
+    async fn expiring_remove(&self, key: &str, member: &str) -> Result<(), StoreError> {
+        self.with_expiring(key, |set, _| (set.remove(member), None))
+    }
+
+    async fn expiring_members(
+        &self,
+        key: &str,
+        limit: usize,
+    ) -> Result<ExpiringMembers, StoreError> {
+        self.with_expiring(key, |set, now| (set.live(now, limit), None))
+    }
+
     async fn otp_put(
         &self,
         key: &str,
@@ -279,53 +237,14 @@ impl WindowStore for MemoryStore {
     ) -> Result<(), StoreError> {
         let now = self.clock.now_ms();
         self.with_subject(key, |subject| {
-            subject.entries.remove(key);
-            if ttl_ms > 0 {
-                subject.entries.insert(
-                    key.to_owned(),
-                    Entry {
-                        value: Value::Otp {
-                            mac: mac.to_owned(),
-                            left: attempts,
-                            exp: now + ttl_ms,
-                        },
-                        expires_at: Some(now + ttl_ms),
-                    },
-                );
-            }
+            subject.put_otp(key, mac, attempts, ttl_ms, now)
         });
         Ok(())
     }
 
     async fn otp_check(&self, key: &str, mac: &str) -> Result<OtpOutcome, StoreError> {
         let now = self.clock.now_ms();
-        self.with_subject(key, |subject| {
-            let entry = match subject.live(key, now) {
-                None => return Ok(OtpOutcome::Missing),
-                Some(entry) => entry,
-            };
-            let Value::Otp {
-                mac: stored,
-                left,
-                exp,
-            } = &mut entry.value
-            else {
-                return Err(wrong_type(key, &entry.value, "otp"));
-            };
-            if *left == 0 {
-                return Ok(OtpOutcome::Burnt {
-                    retry_after_ms: exp.saturating_sub(now),
-                });
-            }
-            if bool::from(stored.as_bytes().ct_eq(mac.as_bytes())) {
-                subject.entries.remove(key);
-                return Ok(OtpOutcome::Valid);
-            }
-            *left -= 1;
-            Ok(OtpOutcome::Wrong {
-                attempts_left: *left,
-            })
-        })
+        self.with_subject(key, |subject| subject.check_otp(key, mac, now))
     }
 
     async fn delete(&self, keys: &[String]) -> Result<(), StoreError> {

@@ -7,6 +7,7 @@
 //! against both.
 
 pub mod clock;
+mod conversion;
 pub mod keys;
 mod login;
 pub mod memory;
@@ -18,6 +19,10 @@ mod window;
 use async_trait::async_trait;
 
 pub use clock::{Clock, ManualClock, SystemClock};
+pub use conversion::{
+    ConversionBlock, ConversionHit, ConversionOutcome, ConversionPolicy, ConversionState,
+    ConversionVerdict, ExpiringMembers,
+};
 pub use keys::Keys;
 pub use login::{
     IpFailureWindow, IpFailures, LoginAttemptOutcome, LoginAttemptRequest, LoginOutcome,
@@ -108,13 +113,19 @@ pub trait WindowStore: Send + Sync {
     ) -> Result<LoginAttemptOutcome, StoreError>;
 
     /// Everything `/sms/send` writes, in as few round trips as the backend
-    /// allows: offer `member` to every subject ([`WindowStore::hit`] semantics
-    /// per subject); when every subject allows it (or `force`) the event is
-    /// recorded in all of them and the code stored, otherwise nothing is
-    /// written. The provided method calls `hit` per subject concurrently and
-    /// rolls back (a race can then refuse a request that an atomic call would
-    /// have admitted, never the reverse); a backend that can do it atomically
-    /// in one call overrides it.
+    /// allows. First the conversions ([`WindowStore::conversion_hit`] per
+    /// subject): when one refuses and not `force`, nothing else is read or
+    /// written (each window subject's outcome is [`HitOutcome::open`]).
+    /// Then `member` is offered to every subject ([`WindowStore::hit`]
+    /// semantics per subject); when every subject allows it (or `force`) the
+    /// event is recorded in all of them, the code stored and the event
+    /// counted in every conversion, otherwise nothing is written (a
+    /// conversion's block, once tripped, stays). The provided method checks
+    /// the conversions, calls `hit` per subject concurrently and rolls back
+    /// (a race can then refuse a request that an atomic call would have
+    /// admitted, never the reverse), then counts the recorded event in each
+    /// conversion; a backend that can do it atomically in one call
+    /// overrides it.
     async fn reserve(&self, req: ReserveRequest<'_>) -> Result<ReserveOutcome, StoreError> {
         steps::reserve(self, req).await
     }
@@ -145,6 +156,68 @@ pub trait WindowStore: Send + Sync {
     /// The members of the index at `key` (a user's pair index), newest first,
     /// at most `max`.
     async fn index_members(&self, key: &str, max: usize) -> Result<Vec<String>, StoreError>;
+
+    /// Offer one event to one subject's conversion counters, atomically:
+    /// 1. a live block answers `Blocked` with the figures it was set on:
+    ///    an enforced block always, a shadow one only when `force`;
+    /// 2. otherwise the events and successes of the policy's last `slices()`
+    ///    slices are summed (older slices are dropped); when they
+    ///    [trip](ConversionPolicy::trips) the policy, the counters are
+    ///    deleted and a block is set for `block_ms` with those figures,
+    ///    marked shadow when `force` → `Tripped`;
+    ///
+    /// The event itself is not counted here ([`WindowStore::reserve`] or
+    /// [`WindowStore::conversion_count`] count it once it is recorded), so
+    /// that requests refused meanwhile never count towards a block.
+    async fn conversion_hit(
+        &self,
+        hit: ConversionHit<'_>,
+        force: bool,
+    ) -> Result<ConversionOutcome, StoreError>;
+
+    /// Count one event (a recorded send) in the current slice
+    /// (`now / slice_ms`), and answer that slice; the key then expires after
+    /// the window, or after its block when that ends later. `None`: nothing
+    /// was counted (a store failing open).
+    async fn conversion_count(
+        &self,
+        key: &str,
+        policy: &ConversionPolicy,
+    ) -> Result<Option<u64>, StoreError>;
+
+    /// Take back an event counted in `slice` (a send that was not delivered
+    /// after all); a slice never goes below zero.
+    async fn conversion_undo(&self, key: &str, slice: u64) -> Result<(), StoreError>;
+
+    /// Count one success (a verified code) in the current slice.
+    async fn conversion_success(
+        &self,
+        key: &str,
+        policy: &ConversionPolicy,
+    ) -> Result<(), StoreError>;
+
+    /// A subject's counts in the window and its live block (shadow or not),
+    /// recording nothing.
+    async fn conversion_state(
+        &self,
+        key: &str,
+        policy: &ConversionPolicy,
+    ) -> Result<ConversionState, StoreError>;
+
+    /// Put `member` in the expiring set at `key` until `ttl_ms` from now
+    /// (replacing its time), dropping the members whose time has passed.
+    async fn expiring_add(&self, key: &str, member: &str, ttl_ms: u64) -> Result<(), StoreError>;
+
+    /// Take `member` out of the expiring set at `key`.
+    async fn expiring_remove(&self, key: &str, member: &str) -> Result<(), StoreError>;
+
+    /// The live members of the expiring set at `key`, latest-ending first, at
+    /// most `limit` of them, and how many there are.
+    async fn expiring_members(
+        &self,
+        key: &str,
+        limit: usize,
+    ) -> Result<ExpiringMembers, StoreError>;
 
     /// Store a one-time code's MAC, replacing any previous one.
     async fn otp_put(

@@ -7,6 +7,7 @@ use async_trait::async_trait;
 
 use super::memory::MemoryStore;
 use super::{
+    ConversionHit, ConversionOutcome, ConversionPolicy, ConversionState, ExpiringMembers,
     HitOutcome, HitRequest, IpFailures, LoginAttemptOutcome, LoginAttemptRequest, LoginOutcome,
     LoginPolicy, LoginRequest, LoginStateOutcome, LoginVerdict, OtpOutcome, PeekOutcome,
     ReserveOutcome, ReserveRequest, StoreError, WindowSpec, WindowStore,
@@ -135,6 +136,11 @@ impl WindowStore for ResilientStore {
                         .iter()
                         .map(|s| HitOutcome::open(s.windows.len()))
                         .collect(),
+                    conversions: req
+                        .conversions
+                        .iter()
+                        .map(|_| ConversionOutcome::open())
+                        .collect(),
                     recorded: false,
                 })
             }
@@ -170,6 +176,66 @@ impl WindowStore for ResilientStore {
 
     async fn index_members(&self, key: &str, max: usize) -> Result<Vec<String>, StoreError> {
         resilient!(self, |s| s.index_members(key, max), open: Some(Vec::new()))
+    }
+
+    // The pumping guard's counters fail open like the windows: it is a
+    // heuristic over hours of traffic, and a store that cannot count cannot
+    // tell pumping from an outage. Refusing every send to every range while
+    // Redis is down (on top of what `on_error = "allow"` chose for the
+    // windows) would take the service down with it; counts lost meanwhile
+    // only delay a block.
+    async fn conversion_hit(
+        &self,
+        hit: ConversionHit<'_>,
+        force: bool,
+    ) -> Result<ConversionOutcome, StoreError> {
+        resilient!(self, |s| s.conversion_hit(hit, force), open: Some(ConversionOutcome::open()))
+    }
+
+    async fn conversion_count(
+        &self,
+        key: &str,
+        policy: &ConversionPolicy,
+    ) -> Result<Option<u64>, StoreError> {
+        resilient!(self, |s| s.conversion_count(key, policy), open: Some(None))
+    }
+
+    async fn conversion_undo(&self, key: &str, slice: u64) -> Result<(), StoreError> {
+        resilient!(self, |s| s.conversion_undo(key, slice), open: Some(()))
+    }
+
+    async fn conversion_success(
+        &self,
+        key: &str,
+        policy: &ConversionPolicy,
+    ) -> Result<(), StoreError> {
+        resilient!(self, |s| s.conversion_success(key, policy), open: Some(()))
+    }
+
+    async fn conversion_state(
+        &self,
+        key: &str,
+        policy: &ConversionPolicy,
+    ) -> Result<ConversionState, StoreError> {
+        let open = ConversionState::default();
+        resilient!(self, |s| s.conversion_state(key, policy), open: Some(open))
+    }
+
+    async fn expiring_add(&self, key: &str, member: &str, ttl_ms: u64) -> Result<(), StoreError> {
+        resilient!(self, |s| s.expiring_add(key, member, ttl_ms), open: Some(()))
+    }
+
+    async fn expiring_remove(&self, key: &str, member: &str) -> Result<(), StoreError> {
+        resilient!(self, |s| s.expiring_remove(key, member), open: Some(()))
+    }
+
+    async fn expiring_members(
+        &self,
+        key: &str,
+        limit: usize,
+    ) -> Result<ExpiringMembers, StoreError> {
+        let open = ExpiringMembers::default();
+        resilient!(self, |s| s.expiring_members(key, limit), open: Some(open))
     }
 
     async fn otp_put(

@@ -8,14 +8,38 @@
 use futures::future::join_all;
 
 use super::{
-    HitOutcome, HitRequest, HitVerdict, IpFailures, LoginAttemptRequest, LoginOutcome,
-    LoginRequest, ReserveOutcome, ReserveRequest, StoreError, WindowSpec, WindowStore,
+    ConversionOutcome, HitOutcome, HitRequest, HitVerdict, IpFailures, LoginAttemptRequest,
+    LoginOutcome, LoginRequest, ReserveOutcome, ReserveRequest, StoreError, WindowSpec,
+    WindowStore,
 };
 
 pub(super) async fn reserve<S: WindowStore + ?Sized>(
     store: &S,
     req: ReserveRequest<'_>,
 ) -> Result<ReserveOutcome, StoreError> {
+    // The conversions first: a block refuses before any window is touched.
+    // They count nothing yet, so that requests refused meanwhile (however
+    // many race) never count towards a block.
+    let checks = req
+        .conversions
+        .iter()
+        .map(|hit| store.conversion_hit(*hit, req.force));
+    let mut conversions = join_all(checks)
+        .await
+        .into_iter()
+        .collect::<Result<Vec<_>, _>>()?;
+    if conversions.iter().any(ConversionOutcome::refuses) && !req.force {
+        return Ok(ReserveOutcome {
+            outcomes: req
+                .subjects
+                .iter()
+                .map(|s| HitOutcome::open(s.windows.len()))
+                .collect(),
+            conversions,
+            recorded: false,
+        });
+    }
+
     let hits = req.subjects.iter().map(|subject| {
         store.hit(HitRequest {
             key: subject.key,
@@ -60,10 +84,39 @@ pub(super) async fn reserve<S: WindowStore + ?Sized>(
     if let Some(e) = error {
         return Err(e);
     }
+    if recorded {
+        count_conversions(store, &req, &mut conversions).await;
+    }
     for outcome in &mut outcomes {
         outcome.added = recorded;
     }
-    Ok(ReserveOutcome { outcomes, recorded })
+    Ok(ReserveOutcome {
+        outcomes,
+        conversions,
+        recorded,
+    })
+}
+
+/// Count a recorded event in every conversion. A failure leaves it
+/// uncounted (logged): the request is recorded and its code stored by now,
+/// and one send fewer only delays a block.
+async fn count_conversions<S: WindowStore + ?Sized>(
+    store: &S,
+    req: &ReserveRequest<'_>,
+    outcomes: &mut [ConversionOutcome],
+) {
+    let counts = req
+        .conversions
+        .iter()
+        .map(|hit| store.conversion_count(hit.key, hit.policy));
+    for (outcome, result) in outcomes.iter_mut().zip(join_all(counts).await) {
+        match result {
+            Ok(slice) => outcome.counted_in = slice,
+            Err(e) => {
+                tracing::warn!(request_id = %crate::telemetry::request_id(), error = %e, "could not count a send")
+            }
+        }
+    }
 }
 
 /// Take an event back from every key that recorded it. A failure leaves the

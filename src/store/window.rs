@@ -1,6 +1,7 @@
 //! The values of window and code operations: what a window is, what is
 //! offered to it, and what it answers.
 
+use super::{ConversionHit, ConversionOutcome};
 use crate::domain::Algorithm;
 
 /// What a window does once its count has reached its limit.
@@ -189,6 +190,8 @@ pub struct CodeToStore<'a> {
 pub struct ReserveRequest<'a> {
     /// Every subject the event counts against.
     pub subjects: &'a [SubjectWindows<'a>],
+    /// The conversions checked before the windows and counted with them.
+    pub conversions: &'a [ConversionHit<'a>],
     /// Unique id of this event in every subject; `WindowStore::undo` removes it.
     pub member: &'a str,
     /// The request passed a captcha: `Gate` windows do not refuse it.
@@ -204,6 +207,9 @@ pub struct ReserveRequest<'a> {
 pub struct ReserveOutcome {
     /// Per subject, in request order. Every `added` equals `recorded`.
     pub outcomes: Vec<HitOutcome>,
+    /// Per conversion, in request order; each `counted_in` is set exactly
+    /// when `recorded`.
+    pub conversions: Vec<ConversionOutcome>,
     /// The event was recorded in every subject and the code stored: every
     /// subject allowed it, or `force`. Otherwise nothing was written.
     pub recorded: bool,

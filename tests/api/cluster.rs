@@ -125,3 +125,53 @@ async fn the_ip_block_is_exact_under_concurrency_across_nodes() {
     .await;
     crate::login::assert_ip_block_is_exact(&app).await;
 }
+
+/// The pumping guard on a cluster: the prefix's and the country's counts live
+/// in their own slots (one call each before the windows), the list of
+/// blocks in a third.
+#[tokio::test]
+async fn the_pumping_guard_blocks_a_range_across_nodes_and_an_admin_unblocks_it() {
+    let app = on_cluster(|s| s.sms.pumping.min_sends = 3).await;
+    for i in 0..3 {
+        let phone = format!("+86138001380{i:02}");
+        assert_eq!(app.sms_send(json!({ "phone": phone })).await.status, 200);
+    }
+    let refused = app.sms_send(json!({ "phone": "+8613800138009" })).await;
+    assert_eq!(refused.error(), "pumping_suspected", "{}", refused.body);
+    let locks: Vec<_> = app
+        .audit_events()
+        .into_iter()
+        .filter(|e| e.decision == AuditDecision::Lock)
+        .map(|e| (e.subject, e.rule))
+        .collect();
+    assert_eq!(
+        locks,
+        [
+            (
+                "+8613800".to_string(),
+                Some("prefix conversion 0/3 (0%) < 20% per 1h".to_string())
+            ),
+            (
+                "CN".to_string(),
+                Some("country conversion 0/3 (0%) < 20% per 1h".to_string())
+            ),
+        ]
+    );
+    let console = app.admin_get("/admin").await;
+    assert!(
+        console
+            .body
+            .as_str()
+            .is_some_and(|page| page.contains("/admin/subjects/country/CN")),
+        "{}",
+        console.body
+    );
+    for path in ["prefix/%2B8613800", "country/CN"] {
+        let unblocked = app
+            .admin_post(&format!("/admin/api/subjects/{path}/unblock"))
+            .await;
+        assert_eq!(unblocked.body["locked_until"], serde_json::Value::Null);
+    }
+    let sent = app.sms_send(json!({ "phone": "+8613800138009" })).await;
+    assert_eq!(sent.status, 200, "{}", sent.body);
+}

@@ -18,6 +18,7 @@ mod lock_scope;
 mod login;
 mod openapi;
 mod process;
+mod pumping;
 mod reload;
 mod scale_out;
 mod schemathesis;

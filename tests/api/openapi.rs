@@ -11,7 +11,7 @@ use crate::helpers::{limits, spawn_app, spawn_app_with_audit_db, Answer, Backend
 
 /// Every route of DESIGN.md §3, with its methods; the subject routes once
 /// per kind, as the document writes them out.
-const ROUTES: [(&str, &str); 25] = [
+const ROUTES: [(&str, &str); 27] = [
     ("/sms/send", "post"),
     ("/sms/verify", "post"),
     ("/login/check", "post"),
@@ -33,6 +33,8 @@ const ROUTES: [(&str, &str); 25] = [
     ("/admin/api/subjects/ip/{id}/unblock", "post"),
     ("/admin/api/subjects/global/{id}", "get"),
     ("/admin/api/subjects/global/{id}/unblock", "post"),
+    ("/admin/api/subjects/country/{id}", "get"),
+    ("/admin/api/subjects/country/{id}/unblock", "post"),
     ("/healthz", "get"),
     ("/readyz", "get"),
     ("/metrics", "get"),
@@ -309,7 +311,7 @@ async fn every_route_is_documented_with_its_methods_and_nothing_else() {
         }
     }
 
-    for kind in ["phone", "prefix", "user", "ip", "global"] {
+    for kind in ["phone", "prefix", "user", "ip", "global", "country"] {
         let subject = operation(&doc, &format!("/admin/api/subjects/{kind}/{{id}}"), "get");
         let params: Vec<&Value> = subject["parameters"]
             .as_array()
@@ -343,6 +345,7 @@ async fn every_route_is_documented_with_its_methods_and_nothing_else() {
     );
     assert_eq!(id_schema("user")["maxLength"], 256);
     assert_eq!(id_schema("global")["enum"], json!(["sms_send"]));
+    assert_eq!(id_schema("country")["pattern"], "^[A-Za-z]{2}$");
 
     let events = operation(&doc, "/admin/api/events", "get");
     let query: BTreeSet<&str> = events["parameters"]
@@ -636,6 +639,41 @@ async fn a_captcha_refusal_matches_the_documented_error() {
     assert_eq!(refused.status, 403, "{}", refused.body);
     assert_eq!(refused.error(), "captcha_required");
     assert_documented(&doc, "post", "/sms/send", &refused);
+}
+
+/// 403 `pumping_suspected`, and the state of a blocked prefix and country
+/// (the `pumping` object), as the document declares them.
+#[tokio::test]
+async fn a_pumping_refusal_and_a_blocked_range_match_the_document() {
+    let app = spawn_app(Backend::Memory, |s| s.sms.pumping.min_sends = 2).await;
+    let doc = document(&app).await;
+    for phone in ["+8613800138000", "+8613800138001"] {
+        assert_eq!(app.sms_send(json!({ "phone": phone })).await.status, 200);
+    }
+    let refused = app.sms_send(json!({ "phone": "+8613800138002" })).await;
+    assert_eq!(refused.status, 403, "{}", refused.body);
+    assert_eq!(refused.error(), "pumping_suspected");
+    assert_documented(&doc, "post", "/sms/send", &refused);
+    for (path, kind) in [
+        ("/admin/api/subjects/prefix/%2B8613800", "prefix"),
+        ("/admin/api/subjects/country/CN", "country"),
+    ] {
+        let state = app.admin_get(path).await;
+        assert!(state.body["pumping"]["block"].is_object(), "{}", state.body);
+        assert_documented(
+            &doc,
+            "get",
+            &format!("/admin/api/subjects/{kind}/{{id}}"),
+            &state,
+        );
+        let unblocked = app.admin_post(&format!("{path}/unblock")).await;
+        assert_documented(
+            &doc,
+            "post",
+            &format!("/admin/api/subjects/{kind}/{{id}}/unblock"),
+            &unblocked,
+        );
+    }
 }
 
 /// The checker itself: it does catch an undeclared field, a missing required

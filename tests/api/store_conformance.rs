@@ -6,6 +6,7 @@
 
 mod backend;
 mod codes;
+mod conversions;
 mod login;
 mod redis_only;
 mod windows;

@@ -18,11 +18,12 @@ use super::subjects;
 use crate::audit::query::EventFilter;
 use crate::domain::Subject;
 use crate::error::ApiError;
+use crate::guard::pumping::LISTED_BLOCKS;
 use crate::guard::RequestInfo;
 use crate::routes::AppState;
 use crate::settings::Secret;
 use crate::store::StoreError;
-use views::{ErrorPage, EventsPage, FilterForm, SubjectPage};
+use views::{BlockList, ErrorPage, EventsPage, FilterForm, PumpingView, SubjectPage};
 
 /// Rows per page of the event table, unless the form asks for another size.
 const PAGE_SIZE: usize = 50;
@@ -168,8 +169,11 @@ async fn events_page(state: web::Data<AppState>, req: HttpRequest) -> HttpRespon
 /// The event table; bad filters show the form again with the reason (400).
 async fn show_events(state: &AppState, req: &HttpRequest) -> Result<HttpResponse, Refusal> {
     authenticate(state, req)?;
-    let refused = |query: &EventsQuery, status: StatusCode, message: String| {
+    // Read whatever the audit trail does: the blocks come from the store.
+    let blocks = blocks(state).await;
+    let refused = |blocks, query: &EventsQuery, status: StatusCode, message: String| {
         let page = EventsPage {
+            blocks,
             form: FilterForm::new(query),
             message: Some(message),
             rows: Vec::new(),
@@ -182,18 +186,24 @@ async fn show_events(state: &AppState, req: &HttpRequest) -> Result<HttpResponse
         Ok(query) => query.into_inner(),
         Err(e) => {
             let message = format!("invalid query: {e}");
-            return refused(&EventsQuery::default(), StatusCode::BAD_REQUEST, message);
+            return refused(
+                blocks,
+                &EventsQuery::default(),
+                StatusCode::BAD_REQUEST,
+                message,
+            );
         }
     };
     let parsed = match query.parse(Empty::NoFilter) {
         Ok(parsed) => parsed,
-        Err(e) => return refused(&query, StatusCode::BAD_REQUEST, e.to_string()),
+        Err(e) => return refused(blocks, &query, StatusCode::BAD_REQUEST, e.to_string()),
     };
     let (events, next_cursor) = match events::page(state, &parsed, PAGE_SIZE).await {
         Ok(page) => page,
-        Err(e) => return refused(&query, e.status_code(), e.to_string()),
+        Err(e) => return refused(blocks, &query, e.status_code(), e.to_string()),
     };
     let page = EventsPage {
+        blocks,
         form: FilterForm::new(&query),
         message: None,
         rows: views::rows(&events),
@@ -204,6 +214,18 @@ async fn show_events(state: &AppState, req: &HttpRequest) -> Result<HttpResponse
         next_href: next_cursor.map(|c| views::events_href(&parsed.filter, parsed.limit, Some(&c))),
     };
     Ok(html(req, StatusCode::OK, page))
+}
+
+/// The pumping blocks for the top of the events page; a store failure
+/// only says so there.
+async fn blocks(state: &AppState) -> BlockList {
+    match state.admin.pumping_blocks(LISTED_BLOCKS).await {
+        Ok((blocks, total)) => BlockList::new(&blocks, total, Utc::now()),
+        Err(e) => BlockList {
+            message: Some(format!("The blocked number ranges cannot be read: {e}")),
+            ..BlockList::default()
+        },
+    }
 }
 
 #[derive(serde::Deserialize)]
@@ -259,6 +281,8 @@ async fn show_subject(state: &AppState, req: &HttpRequest) -> Result<HttpRespons
         captcha_required: live.captcha_required,
         windows: SubjectPage::windows(&live),
         pairs: SubjectPage::pairs(&live, now),
+        pumping: live.pumping.as_ref().map(|p| PumpingView::new(p, now)),
+        clears: SubjectPage::clears(subject.kind),
         unblock_href: format!("{href}/unblock"),
         csrf: csrf::issue(&token, &subject, now),
         unblocked: req.query_string() == "unblocked=1",

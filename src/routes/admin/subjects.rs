@@ -68,6 +68,13 @@ pub(super) fn subject(kind: &str, id: &str) -> Result<Subject, ApiError> {
             }
             id.to_string()
         }
+        // As `PhoneNumber::region` names it: upper case.
+        SubjectKind::Country => {
+            if id.len() != 2 || !id.chars().all(|c| c.is_ascii_alphabetic()) {
+                return Err(invalid("an ISO 3166 alpha-2 country code such as CN"));
+            }
+            id.to_ascii_uppercase()
+        }
     };
     Ok(Subject::new(kind, id))
 }

@@ -4,6 +4,8 @@
 
 use std::collections::HashMap;
 
+use super::conversion::Conversion;
+use super::expiring::Expiring;
 use super::meter::Meters;
 use super::window::Window;
 use crate::store::StoreError;
@@ -34,6 +36,8 @@ pub(super) enum Value {
     Otp { mac: String, left: u32, exp: u64 },
     Text(String),
     Meter(Meters),
+    Conversion(Conversion),
+    Expiring(Expiring),
 }
 
 impl Value {
@@ -44,6 +48,8 @@ impl Value {
             Value::Otp { .. } => "otp",
             Value::Text(_) => "text",
             Value::Meter(_) => "meter",
+            Value::Conversion(_) => "conversion",
+            Value::Expiring(_) => "expiring set",
         }
     }
 }
@@ -135,6 +141,67 @@ impl Subject {
                 expires_at: expires_at.or(kept),
             },
         );
+    }
+
+    /// The conversion at `key`, changed in place by `f` (an empty one when
+    /// absent); `f` answers the key's new expiry, if it moves. A conversion
+    /// left empty is no key, as an emptied hash is none in Redis.
+    pub(super) fn change_conversion<T>(
+        &mut self,
+        key: &str,
+        now: u64,
+        f: impl FnOnce(&mut Conversion) -> (T, Option<u64>),
+    ) -> Result<T, StoreError> {
+        if self.live(key, now).is_none() {
+            self.entries.insert(
+                key.to_owned(),
+                Entry {
+                    value: Value::Conversion(Conversion::default()),
+                    expires_at: None,
+                },
+            );
+        }
+        let entry = self.entries.get_mut(key).expect("inserted above");
+        let Value::Conversion(conversion) = &mut entry.value else {
+            return Err(wrong_type(key, &entry.value, "conversion"));
+        };
+        let (out, expires_at) = f(conversion);
+        if conversion.is_empty() {
+            self.entries.remove(key);
+        } else if expires_at.is_some() {
+            entry.expires_at = expires_at;
+        }
+        Ok(out)
+    }
+
+    /// The expiring set at `key`, changed in place by `f` (an empty one when
+    /// absent); `f` answers the key's new expiry, if it moves.
+    pub(super) fn change_expiring<T>(
+        &mut self,
+        key: &str,
+        now: u64,
+        f: impl FnOnce(&mut Expiring) -> (T, Option<u64>),
+    ) -> Result<T, StoreError> {
+        if self.live(key, now).is_none() {
+            self.entries.insert(
+                key.to_owned(),
+                Entry {
+                    value: Value::Expiring(Expiring::default()),
+                    expires_at: None,
+                },
+            );
+        }
+        let entry = self.entries.get_mut(key).expect("inserted above");
+        let Value::Expiring(set) = &mut entry.value else {
+            return Err(wrong_type(key, &entry.value, "expiring set"));
+        };
+        let (out, expires_at) = f(set);
+        if set.is_empty() {
+            self.entries.remove(key);
+        } else if expires_at.is_some() {
+            entry.expires_at = expires_at;
+        }
+        Ok(out)
     }
 
     /// `(until, level)` of the lock record at `key`, if any.

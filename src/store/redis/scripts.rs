@@ -7,9 +7,9 @@ use fred::types::FromValue;
 
 use super::RedisStore;
 use crate::store::{
-    CodeToStore, HitOutcome, HitVerdict, IpFailureWindow, IpFailures, Keys, LoginAttemptOutcome,
-    LoginAttemptRequest, LoginVerdict, ReserveOutcome, StoreError, SubjectWindows, WindowMode,
-    WindowSpec,
+    CodeToStore, ConversionHit, ConversionOutcome, ConversionVerdict, HitOutcome, HitVerdict,
+    IpFailureWindow, IpFailures, Keys, LoginAttemptOutcome, LoginAttemptRequest, LoginVerdict,
+    ReserveOutcome, StoreError, SubjectWindows, WindowMode, WindowSpec,
 };
 
 /// Every script, loaded once per store.
@@ -22,6 +22,10 @@ pub(super) struct Scripts {
     pub(super) otp_check: Script,
     pub(super) get_or_init: Script,
     pub(super) undo: Script,
+    pub(super) conversion_count: Script,
+    pub(super) conversion_peek: Script,
+    pub(super) expiring_add: Script,
+    pub(super) expiring_members: Script,
 }
 
 impl Scripts {
@@ -35,10 +39,14 @@ impl Scripts {
             otp_check: Script::from_lua(include_str!("../../../lua/otp_check.lua")),
             get_or_init: Script::from_lua(include_str!("../../../lua/get_or_init.lua")),
             undo: Script::from_lua(include_str!("../../../lua/undo.lua")),
+            conversion_count: Script::from_lua(include_str!("../../../lua/conversion_count.lua")),
+            conversion_peek: Script::from_lua(include_str!("../../../lua/conversion_peek.lua")),
+            expiring_add: Script::from_lua(include_str!("../../../lua/expiring_add.lua")),
+            expiring_members: Script::from_lua(include_str!("../../../lua/expiring_members.lua")),
         }
     }
 
-    pub(super) fn all(&self) -> [&Script; 8] {
+    pub(super) fn all(&self) -> [&Script; 12] {
         [
             &self.reserve,
             &self.window_peek,
@@ -48,6 +56,10 @@ impl Scripts {
             &self.otp_check,
             &self.get_or_init,
             &self.undo,
+            &self.conversion_count,
+            &self.conversion_peek,
+            &self.expiring_add,
+            &self.expiring_members,
         ]
     }
 }
@@ -67,21 +79,30 @@ impl RedisStore {
         .await
     }
 
-    /// `reserve.lua` over `subjects` (and the code): one call, atomic.
+    /// `reserve.lua` over the conversions, `subjects` and the code: one
+    /// call, atomic, counting the event in the conversions when it is
+    /// recorded. `count_conversions = false` only checks them: the pumping check of one
+    /// subject (`WindowStore::conversion_hit`), with no subject.
+    #[allow(clippy::too_many_arguments)]
     pub(super) async fn reserve_script(
         &self,
         subjects: &[SubjectWindows<'_>],
+        conversions: &[ConversionHit<'_>],
+        count_conversions: bool,
         member: &str,
         gate_open: bool,
         force: bool,
         code: Option<CodeToStore<'_>>,
     ) -> Result<ReserveOutcome, StoreError> {
         let windows: usize = subjects.iter().map(|s| s.windows.len()).sum();
-        if subjects.is_empty() || subjects.iter().any(|s| s.windows.is_empty()) {
+        if (subjects.is_empty() && conversions.is_empty())
+            || subjects.iter().any(|s| s.windows.is_empty())
+        {
             return Err(no_windows());
         }
-        let mut keys = Vec::with_capacity(subjects.len() + 1);
-        let mut args = Vec::with_capacity(4 + subjects.len() + 3 * windows + 3);
+        let mut keys = Vec::with_capacity(subjects.len() + conversions.len() + 1);
+        let mut args =
+            Vec::with_capacity(5 + subjects.len() + 3 * windows + 6 * conversions.len() + 3);
         args.push(Value::from(member));
         args.push(flag(gate_open));
         args.push(flag(force));
@@ -105,6 +126,19 @@ impl RedisStore {
                 args.push(int(window_kind(w)));
             }
         }
+        args.push(int(conversions.len() as u64));
+        for conversion in conversions {
+            let p = conversion.policy;
+            keys.push(conversion.key);
+            args.extend([
+                int(u64::from(p.min_events)),
+                int(u64::from(p.min_ratio_ppm)),
+                int(p.slice_ms()),
+                int(p.slices()),
+                int(p.block_ms),
+                flag(count_conversions),
+            ]);
+        }
         if let Some(code) = code {
             keys.push(code.key);
             args.push(Value::from(code.mac));
@@ -116,7 +150,7 @@ impl RedisStore {
             .filter(|s| has_observe(s.windows))
             .map(|s| s.windows.len())
             .sum();
-        let len = 1 + 4 * subjects.len() + windows + observed;
+        let len = 1 + 4 * subjects.len() + windows + observed + 5 * conversions.len();
         let out = self
             .eval_ints(&self.scripts.reserve, keys, args, len)
             .await?;
@@ -154,7 +188,15 @@ impl RedisStore {
                 observed_waits: part[4 + n..].iter().map(|w| wait(*w)).collect(),
             });
         }
-        Ok(ReserveOutcome { outcomes, recorded })
+        let conversions = out[at..]
+            .chunks_exact(5)
+            .map(conversion_outcome)
+            .collect::<Result<_, _>>()?;
+        Ok(ReserveOutcome {
+            outcomes,
+            conversions,
+            recorded,
+        })
     }
 
     /// `login_attempt.lua`: the user's keys, and the IP's window when given.
@@ -253,6 +295,29 @@ impl RedisStore {
         }
         Ok(out)
     }
+}
+
+/// One conversion's part of `reserve.lua`'s answer: verdict, events,
+/// successes, retry_after_ms, slice counted in (-1: none).
+fn conversion_outcome(part: &[i64]) -> Result<ConversionOutcome, StoreError> {
+    let verdict = match part[0] {
+        0 => ConversionVerdict::Open,
+        1 => ConversionVerdict::Blocked {
+            retry_after_ms: wait(part[3]),
+        },
+        2 => ConversionVerdict::Tripped,
+        v => {
+            return Err(StoreError::Protocol(format!(
+                "bad conversion verdict {v} from reserve"
+            )))
+        }
+    };
+    Ok(ConversionOutcome {
+        verdict,
+        events: count(part[1])?,
+        successes: count(part[2])?,
+        counted_in: u64::try_from(part[4]).ok(),
+    })
 }
 
 pub(super) fn int(v: u64) -> Value {

@@ -7,9 +7,10 @@ use fred::prelude::{ClientLike, SortedSetsInterface, Value};
 use super::scripts::{count, flag, int, no_windows, wait};
 use super::RedisStore;
 use crate::store::{
-    steps, HitOutcome, HitRequest, Keys, LoginAttemptOutcome, LoginAttemptRequest, LoginOutcome,
-    LoginPolicy, LoginRequest, LoginStateOutcome, OtpOutcome, PeekOutcome, ReserveOutcome,
-    ReserveRequest, StoreError, SubjectWindows, WindowSpec, WindowStore,
+    steps, ConversionBlock, ConversionHit, ConversionOutcome, ConversionPolicy, ConversionState,
+    ExpiringMembers, HitOutcome, HitRequest, Keys, LoginAttemptOutcome, LoginAttemptRequest,
+    LoginOutcome, LoginPolicy, LoginRequest, LoginStateOutcome, OtpOutcome, PeekOutcome,
+    ReserveOutcome, ReserveRequest, StoreError, SubjectWindows, WindowSpec, WindowStore,
 };
 
 #[async_trait]
@@ -20,7 +21,15 @@ impl WindowStore for RedisStore {
             windows: req.windows,
         }];
         let mut outcome = self
-            .reserve_script(&subject, req.member, req.gate_open, req.force, None)
+            .reserve_script(
+                &subject,
+                &[],
+                false,
+                req.member,
+                req.gate_open,
+                req.force,
+                None,
+            )
             .await?;
         outcome
             .outcomes
@@ -34,8 +43,16 @@ impl WindowStore for RedisStore {
         if self.client.is_clustered() {
             return steps::reserve(self, req).await;
         }
-        self.reserve_script(req.subjects, req.member, req.gate_open, req.force, req.code)
-            .await
+        self.reserve_script(
+            req.subjects,
+            req.conversions,
+            true,
+            req.member,
+            req.gate_open,
+            req.force,
+            req.code,
+        )
+        .await
     }
 
     /// Standalone: the user and the IP in one script. A cluster keeps them in
@@ -137,6 +154,134 @@ impl WindowStore for RedisStore {
             failures: count(out[1])?,
             lock_window_failures: count(out[2])?,
             pair_locked_retry_after_ms: u64::try_from(out[3]).ok(),
+        })
+    }
+
+    /// `reserve.lua` with this conversion alone, checked only: the same
+    /// code decides it on every path.
+    async fn conversion_hit(
+        &self,
+        hit: ConversionHit<'_>,
+        force: bool,
+    ) -> Result<ConversionOutcome, StoreError> {
+        let mut outcome = self
+            .reserve_script(&[], &[hit], false, "-", false, force, None)
+            .await?;
+        outcome
+            .conversions
+            .pop()
+            .ok_or_else(|| StoreError::Protocol("reserve answered no conversion".into()))
+    }
+
+    async fn conversion_count(
+        &self,
+        key: &str,
+        policy: &ConversionPolicy,
+    ) -> Result<Option<u64>, StoreError> {
+        let args = vec![
+            Value::from("e"),
+            Value::from(1_i64),
+            Value::from(-1_i64),
+            int(policy.slice_ms()),
+            int(policy.slices()),
+        ];
+        let slice: i64 = self
+            .eval(&self.scripts.conversion_count, vec![key], args)
+            .await?;
+        Ok(u64::try_from(slice).ok())
+    }
+
+    async fn conversion_undo(&self, key: &str, slice: u64) -> Result<(), StoreError> {
+        // The slice and window arguments matter only when adding.
+        let args = vec![
+            Value::from("e"),
+            Value::from(-1_i64),
+            int(slice),
+            int(1),
+            int(1),
+        ];
+        let _: i64 = self
+            .eval(&self.scripts.conversion_count, vec![key], args)
+            .await?;
+        Ok(())
+    }
+
+    async fn conversion_success(
+        &self,
+        key: &str,
+        policy: &ConversionPolicy,
+    ) -> Result<(), StoreError> {
+        let args = vec![
+            Value::from("s"),
+            Value::from(1_i64),
+            Value::from(-1_i64),
+            int(policy.slice_ms()),
+            int(policy.slices()),
+        ];
+        let _: i64 = self
+            .eval(&self.scripts.conversion_count, vec![key], args)
+            .await?;
+        Ok(())
+    }
+
+    async fn conversion_state(
+        &self,
+        key: &str,
+        policy: &ConversionPolicy,
+    ) -> Result<ConversionState, StoreError> {
+        let args = vec![int(policy.slice_ms()), int(policy.slices())];
+        let out = self
+            .eval_ints(&self.scripts.conversion_peek, vec![key], args, 6)
+            .await?;
+        let block = match u64::try_from(out[2]) {
+            Ok(retry_after_ms) => Some(ConversionBlock {
+                retry_after_ms,
+                events: count(out[3])?,
+                successes: count(out[4])?,
+                shadow: out[5] == 1,
+            }),
+            Err(_) => None,
+        };
+        Ok(ConversionState {
+            events: count(out[0])?,
+            successes: count(out[1])?,
+            block,
+        })
+    }
+
+    async fn expiring_add(&self, key: &str, member: &str, ttl_ms: u64) -> Result<(), StoreError> {
+        let args = vec![Value::from(member), int(ttl_ms)];
+        let _: i64 = self
+            .eval(&self.scripts.expiring_add, vec![key], args)
+            .await?;
+        Ok(())
+    }
+
+    async fn expiring_remove(&self, key: &str, member: &str) -> Result<(), StoreError> {
+        let client = self.client_here();
+        self.run_on(&client, client.zrem::<i64, _, _>(key, member))
+            .await
+            .map(|_| ())
+    }
+
+    async fn expiring_members(
+        &self,
+        key: &str,
+        limit: usize,
+    ) -> Result<ExpiringMembers, StoreError> {
+        let args = vec![int(limit.max(1) as u64)];
+        let out: Vec<String> = self
+            .eval(&self.scripts.expiring_members, vec![key], args)
+            .await?;
+        let bad = || StoreError::Protocol("bad answer from expiring_members".into());
+        let (total, pairs) = out.split_first().ok_or_else(bad)?;
+        let members = pairs
+            .chunks_exact(2)
+            .map(|pair| Ok((pair[0].clone(), pair[1].parse().map_err(|_| bad())?)))
+            .collect::<Result<_, StoreError>>()?;
+        Ok(ExpiringMembers {
+            members,
+            total: total.parse().map_err(|_| bad())?,
         })
     }
 

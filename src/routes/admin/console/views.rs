@@ -11,7 +11,12 @@ use crate::audit::query::EventFilter;
 use crate::audit::{AuditDecision, AuditEvent};
 use crate::domain::{Action, SubjectKind};
 use crate::guard::admin::SubjectState;
-use crate::guard::login::UNKNOWN_IP;
+
+mod pairs;
+mod pumping;
+
+pub use pairs::PairRow;
+pub use pumping::{BlockList, PumpingView};
 
 const ACTIONS: [Action; 4] = [
     Action::SmsSend,
@@ -215,6 +220,8 @@ pub fn rows(events: &[AuditEvent]) -> Vec<Row> {
 #[derive(Template, WebTemplate)]
 #[template(path = "admin/events.html")]
 pub struct EventsPage {
+    /// The number ranges the pumping guard blocks now.
+    pub blocks: BlockList,
     /// The filters, shown again.
     pub form: FilterForm,
     /// Why the filters were refused, or why no rows could be read.
@@ -245,20 +252,10 @@ pub struct WindowRow {
     pub shadow: bool,
 }
 
-/// One (user, IP) pair of a user, as the subject page shows it.
-pub struct PairRow {
-    /// The IP (an IPv6 /64), or `unknown`.
-    pub ip: String,
-    /// The IP's own subject page; none for `unknown`.
-    pub ip_href: Option<String>,
-    /// The pair's lock rule (`user_ip 10/1h`).
-    pub rule: String,
-    /// The pair's failures in the lock window.
-    pub count: u32,
-    /// The rule's limit.
-    pub limit: u32,
-    /// When the pair's lock ends and how long that is; empty when unlocked.
-    pub locked_until: String,
+/// `2026-11-01 12:00:00.000 UTC (in 14m 59s)`.
+fn until(t: DateTime<Utc>, now: DateTime<Utc>) -> String {
+    let left = (t - now).num_milliseconds().max(0) as u64;
+    format!("{} UTC (in {})", timestamp(&t), duration_ms(left))
 }
 
 /// A subject's page: its live state, the Unblock form and its recent events.
@@ -277,6 +274,10 @@ pub struct SubjectPage {
     pub windows: Vec<WindowRow>,
     /// A user's (user, IP) pairs with failures or a lock.
     pub pairs: Vec<PairRow>,
+    /// For a prefix or country: the pumping guard's counts and block.
+    pub pumping: Option<PumpingView>,
+    /// What Unblock clears, in words.
+    pub clears: &'static str,
     /// Where the Unblock form posts.
     pub unblock_href: String,
     /// The Unblock form's CSRF token.
@@ -298,20 +299,15 @@ impl SubjectPage {
         until_text(state.locked_until, now)
     }
 
-    /// The state's (user, IP) pairs as table rows.
-    pub fn pairs(state: &SubjectState, now: DateTime<Utc>) -> Vec<PairRow> {
-        state
-            .pairs
-            .iter()
-            .map(|p| PairRow {
-                ip: p.ip.clone(),
-                ip_href: (p.ip != UNKNOWN_IP).then(|| subject_href(SubjectKind::Ip, &p.ip)),
-                rule: p.rule.clone(),
-                count: p.count,
-                limit: p.limit,
-                locked_until: until_text(p.locked_until, now),
-            })
-            .collect()
+    /// What Unblock clears for a subject of `kind`.
+    pub fn clears(kind: SubjectKind) -> &'static str {
+        match kind {
+            SubjectKind::Phone => "every window and the lock of this subject, and its pending code",
+            SubjectKind::Prefix => "every window of this prefix, its pumping counts and its block",
+            SubjectKind::Country => "the pumping counts and the block of this country",
+            SubjectKind::User => "every window and the lock of this user, and its locks per IP",
+            _ => "every window and the lock of this subject",
+        }
     }
 
     /// The state's windows as table rows.
@@ -332,14 +328,9 @@ impl SubjectPage {
     }
 }
 
-/// `2026-11-01 12:00:00.000 UTC (in 14m 59s)`, or empty for `None`.
-fn until_text(until: Option<DateTime<Utc>>, now: DateTime<Utc>) -> String {
-    until
-        .map(|t| {
-            let left = (t - now).num_milliseconds().max(0) as u64;
-            format!("{} UTC (in {})", timestamp(&t), duration_ms(left))
-        })
-        .unwrap_or_default()
+/// [`until`], or empty for `None`.
+pub(super) fn until_text(at: Option<DateTime<Utc>>, now: DateTime<Utc>) -> String {
+    at.map(|t| until(t, now)).unwrap_or_default()
 }
 
 /// Why the console could not show what was asked.

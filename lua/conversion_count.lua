@@ -1,0 +1,46 @@
+-- conversion_count.lua: add to or take from one count of a conversion HASH
+-- (see reserve.lua): an event (a code sent) or a success (a code verified)
+-- now, or an event taken back (a send not delivered after all) from the
+-- slice it was counted in.
+--
+-- KEYS[1]  the subject's conversion HASH
+-- ARGV[1]  which count: "s" (successes) or "e" (events)
+-- ARGV[2]  delta: 1 or -1
+-- ARGV[3]  the slice, or -1 for the current one (now / slice_ms)
+-- ARGV[4]  slice_ms
+-- ARGV[5]  slices a count sums (the window is slices * slice_ms)
+--
+-- A count that reaches 0 is deleted (a hash left empty is no key). Adding
+-- sets the key's expiry: the window, or the block's end when later. Taking
+-- back leaves the expiry alone.
+--
+-- Returns the slice changed. Commands per call: TIME, HINCRBY; when adding
+-- HGET and PEXPIRE; HDEL when it reaches 0.
+--
+-- Example (a code verified for a number prefix):
+--   EVALSHA <sha> 1 "tg:{prefix:+3361234}:conversion" s 1 -1 300000 12
+--   -> 5895348
+
+local key = KEYS[1]
+local delta = tonumber(ARGV[2])
+local slice_ms = tonumber(ARGV[4])
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+local slice = tonumber(ARGV[3])
+if slice < 0 then slice = math.floor(now / slice_ms) end
+local field = ARGV[1] .. ':' .. string.format('%d', slice)
+
+local count = redis.call('HINCRBY', key, field, delta)
+if count <= 0 then
+  redis.call('HDEL', key, field)
+  return slice
+end
+if delta > 0 then
+  local keep = tonumber(ARGV[5]) * slice_ms
+  local block_until = tonumber(redis.call('HGET', key, 'until'))
+  if block_until and block_until - now > keep then keep = block_until - now end
+  redis.call('PEXPIRE', key, string.format('%d', keep))
+end
+return slice

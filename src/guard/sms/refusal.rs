@@ -1,0 +1,86 @@
+//! Why a send or a verify is refused: the error each refusal maps to, the
+//! audit row of a window's refusal, and the region rule.
+
+use super::super::reserve::{Refusal, RefusalKind};
+use crate::audit::{AuditDecision, AuditEvent};
+use crate::delivery::DeliveryError;
+use crate::domain::{Action, Reason};
+use crate::lists::EntryKind;
+use crate::store::StoreError;
+
+/// Why a send or a verify was refused; each maps to one error code.
+#[derive(Debug, thiserror::Error)]
+pub enum SmsRefusal {
+    /// The IP or phone is on the block list (403 `blocklisted`).
+    #[error("the {} is on the block list", .0.as_str())]
+    Blocklisted(EntryKind),
+    /// The phone's region may not receive codes (403 `region_blocked`).
+    #[error("sending to region {region:?} is not allowed")]
+    RegionBlocked { region: Option<String> },
+    /// A captcha tier is reached and no captcha passed (403 `captcha_required`).
+    #[error("a captcha is required")]
+    CaptchaRequired,
+    /// Too few codes sent to the phone's number prefix or country were
+    /// verified: it is blocked as a likely target of SMS pumping (403
+    /// `pumping_suspected`).
+    #[error("sending codes to this number range is suspended")]
+    PumpingSuspected,
+    /// A window is full, or the code is burnt (429 `rate_limited`).
+    #[error("rate limited by {rule}")]
+    RateLimited { rule: String, retry_after_ms: u64 },
+    /// The text could not be rendered or the provider did not take it; the
+    /// reservation was given back (502 `delivery_failed`).
+    #[error("delivery failed: {0}")]
+    DeliveryFailed(#[from] DeliveryError),
+    /// The store could not answer (503 `store_unavailable`).
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// The audit row of a reservation's refusal.
+pub(super) fn refusal_row(refusal: &Refusal) -> AuditEvent {
+    let row = |decision, reason| {
+        AuditEvent::new(Action::SmsSend, decision, reason, &refusal.subject)
+            .rule(&refusal.rule, refusal.observed)
+    };
+    match refusal.kind {
+        RefusalKind::RateLimited { retry_after_ms } => {
+            row(AuditDecision::Deny, Reason::RateLimited).retry_after_ms(retry_after_ms)
+        }
+        RefusalKind::CaptchaRequired => row(AuditDecision::Challenge, Reason::CaptchaRequired),
+    }
+}
+
+impl From<&Refusal> for SmsRefusal {
+    fn from(refusal: &Refusal) -> Self {
+        match refusal.kind {
+            RefusalKind::RateLimited { retry_after_ms } => SmsRefusal::RateLimited {
+                rule: refusal.rule.name(),
+                retry_after_ms,
+            },
+            RefusalKind::CaptchaRequired => SmsRefusal::CaptchaRequired,
+        }
+    }
+}
+
+pub(super) fn region_allowed(region: Option<&str>, allowed: &[String], denied: &[String]) -> bool {
+    let listed =
+        |list: &[String]| region.is_some_and(|r| list.iter().any(|l| l.eq_ignore_ascii_case(r)));
+    (allowed.is_empty() || listed(allowed)) && !listed(denied)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::region_allowed;
+
+    #[test]
+    fn region_lists_allow_and_deny() {
+        let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        assert!(region_allowed(Some("CN"), &[], &[]));
+        assert!(region_allowed(Some("CN"), &s(&["cn"]), &[]));
+        assert!(!region_allowed(Some("US"), &s(&["CN"]), &[]));
+        assert!(!region_allowed(Some("CN"), &[], &s(&["CN"])));
+        assert!(!region_allowed(None, &s(&["CN"]), &[]));
+        assert!(region_allowed(None, &[], &s(&["CN"])));
+    }
+}

@@ -1,0 +1,62 @@
+//! One-time codes in the in-process store: the twin of `lua/otp_put.lua`
+//! and `lua/otp_check.lua`.
+
+use subtle::ConstantTimeEq;
+
+use super::entry::{wrong_type, Entry, Subject, Value};
+use crate::store::{OtpOutcome, StoreError};
+
+impl Subject {
+    /// `WindowStore::otp_put`: replace the code at `key`.
+    pub(super) fn put_otp(&mut self, key: &str, mac: &str, attempts: u32, ttl_ms: u64, now: u64) {
+        self.entries.remove(key);
+        if ttl_ms > 0 {
+            self.entries.insert(
+                key.to_owned(),
+                Entry {
+                    value: Value::Otp {
+                        mac: mac.to_owned(),
+                        left: attempts,
+                        exp: now + ttl_ms,
+                    },
+                    expires_at: Some(now + ttl_ms),
+                },
+            );
+        }
+    }
+
+    /// `WindowStore::otp_check`: compare in constant time, use up an
+    /// attempt on a miss.
+    pub(super) fn check_otp(
+        &mut self,
+        key: &str,
+        mac: &str,
+        now: u64,
+    ) -> Result<OtpOutcome, StoreError> {
+        let entry = match self.live(key, now) {
+            None => return Ok(OtpOutcome::Missing),
+            Some(entry) => entry,
+        };
+        let Value::Otp {
+            mac: stored,
+            left,
+            exp,
+        } = &mut entry.value
+        else {
+            return Err(wrong_type(key, &entry.value, "otp"));
+        };
+        if *left == 0 {
+            return Ok(OtpOutcome::Burnt {
+                retry_after_ms: exp.saturating_sub(now),
+            });
+        }
+        if bool::from(stored.as_bytes().ct_eq(mac.as_bytes())) {
+            self.entries.remove(key);
+            return Ok(OtpOutcome::Valid);
+        }
+        *left -= 1;
+        Ok(OtpOutcome::Wrong {
+            attempts_left: *left,
+        })
+    }
+}

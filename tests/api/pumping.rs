@@ -1,0 +1,535 @@
+//! The SMS pumping guard (`[sms.pumping]`): a number prefix or country whose
+//! codes are seldom verified is blocked, through the HTTP API on both
+//! backends.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tollgate::audit::{AuditDecision, AuditEvent};
+use tollgate::domain::{Action, SubjectKind};
+use tollgate::settings::{Fraction, Settings};
+use tollgate::store::ManualClock;
+
+use crate::audit_db::{DbKind, TestDb};
+use crate::helpers::{spawn_app, spawn_app_with_audit_db, spawn_app_with_clock, Backend, TestApp};
+use crate::on_both_backends;
+
+on_both_backends!(
+    exactly_at_the_threshold_a_prefix_is_not_blocked,
+    just_below_the_threshold_the_send_is_refused_and_the_block_audited_once,
+    with_fewer_than_min_sends_nothing_is_blocked,
+    verifies_raise_the_conversion_back_over_the_threshold,
+    a_failed_delivery_is_not_counted,
+    the_block_ends_after_block_duration,
+    a_walk_over_many_prefixes_blocks_the_country,
+    subject_state_shows_the_block_and_unblock_lifts_it,
+    in_shadow_mode_the_block_is_audited_and_sends_go_through,
+    the_console_lists_the_blocked_ranges,
+    with_the_guard_off_nothing_is_counted,
+    the_audit_trail_shows_the_three_figures_and_filters_by_country,
+);
+
+/// Blocks a prefix or country below 40 % of at least 5 sends in an hour,
+/// for 12 hours.
+fn guard(s: &mut Settings) {
+    s.sms.pumping.enabled = true;
+    s.sms.pumping.min_sends = 5;
+    s.sms.pumping.min_conversion = Fraction::new(0.4).expect("a fraction");
+    s.sms.pumping.window = Duration::from_secs(3600);
+    s.sms.pumping.block_duration = Duration::from_secs(12 * 3600);
+}
+
+/// The `i`-th number of prefix `+8613800`.
+fn phone(i: usize) -> String {
+    format!("+86138001380{i:02}")
+}
+
+async fn send(app: &TestApp, phone: &str) -> crate::helpers::Answer {
+    app.sms_send(json!({ "phone": phone })).await
+}
+
+/// `n` codes sent to numbers `from..from + n` of the prefix, each delivered.
+async fn sent(app: &TestApp, from: usize, n: usize) {
+    for i in from..from + n {
+        let answer = send(app, &phone(i)).await;
+        assert_eq!(answer.status, 200, "send {i}: {}", answer.body);
+    }
+}
+
+/// Verify the code last sent to `phone`.
+async fn verify(app: &TestApp, phone: &str) {
+    let code = app.sms.last_code(phone);
+    let answer = app
+        .sms_verify(json!({ "phone": phone, "code": code }))
+        .await;
+    assert_eq!(answer.body, json!({ "valid": true }));
+}
+
+fn pumping_rows(app: &TestApp) -> Vec<AuditEvent> {
+    app.audit_events()
+        .into_iter()
+        .filter(|e| e.reason == "pumping_suspected")
+        .collect()
+}
+
+async fn exactly_at_the_threshold_a_prefix_is_not_blocked(backend: Backend) {
+    let app = spawn_app(backend, guard).await;
+    sent(&app, 0, 5).await;
+    verify(&app, &phone(0)).await;
+    verify(&app, &phone(1)).await;
+    let sixth = send(&app, &phone(5)).await;
+    assert_eq!(sixth.status, 200, "2/5 is exactly 40%: {}", sixth.body);
+    assert!(pumping_rows(&app).is_empty());
+}
+
+async fn just_below_the_threshold_the_send_is_refused_and_the_block_audited_once(backend: Backend) {
+    let app = spawn_app(backend, guard).await;
+    sent(&app, 0, 5).await;
+    verify(&app, &phone(0)).await;
+
+    let refused = send(&app, &phone(5)).await;
+    assert_eq!(refused.status, 403, "{}", refused.body);
+    assert_eq!(refused.error(), "pumping_suspected");
+    assert!(refused.retry_after.is_none());
+    assert_eq!(app.sms.messages().len(), 5, "the refused code was not sent");
+
+    let locks = pumping_rows(&app);
+    let subjects: Vec<(SubjectKind, &str, AuditDecision)> = locks
+        .iter()
+        .map(|e| (e.subject_kind, e.subject.as_str(), e.decision))
+        .collect();
+    assert_eq!(
+        subjects,
+        [
+            (SubjectKind::Prefix, "+8613800", AuditDecision::Lock),
+            (SubjectKind::Country, "CN", AuditDecision::Lock),
+        ],
+        "the send that trips both is each one's lock row"
+    );
+    let row = &locks[0];
+    assert_eq!(row.action, Action::SmsSend);
+    assert_eq!(
+        row.rule.as_deref(),
+        Some("prefix conversion 1/5 (20%) < 40% per 1h"),
+        "the three figures: verified, sent, and their share"
+    );
+    assert_eq!(
+        (row.observed, row.limit, row.window_ms, row.retry_after_ms),
+        (Some(5), Some(5), Some(3_600_000), Some(12 * 3_600_000))
+    );
+    assert!(!row.shadow);
+    assert_eq!(
+        locks[1].rule.as_deref(),
+        Some("country conversion 1/5 (20%) < 40% per 1h")
+    );
+
+    // Later sends, to any number of the range: deny rows with the same figures.
+    for i in [5, 6, 7] {
+        let again = send(&app, &phone(i)).await;
+        assert_eq!(again.error(), "pumping_suspected");
+    }
+    let rows = pumping_rows(&app);
+    assert_eq!(rows.len(), 8);
+    for deny in &rows[2..] {
+        assert_eq!(deny.decision, AuditDecision::Deny);
+        assert_eq!(deny.observed, Some(5));
+        assert!(deny
+            .rule
+            .as_deref()
+            .unwrap_or_default()
+            .contains("1/5 (20%)"));
+        let retry = deny.retry_after_ms.unwrap_or(0);
+        assert!(
+            retry > 12 * 3_600_000 - 60_000 && retry <= 12 * 3_600_000,
+            "{retry}"
+        );
+    }
+    assert_eq!(app.sms.messages().len(), 5);
+    // Verifying is not blocked: a real user of the range can still finish.
+    verify(&app, &phone(1)).await;
+}
+
+async fn with_fewer_than_min_sends_nothing_is_blocked(backend: Backend) {
+    let app = spawn_app(backend, guard).await;
+    sent(&app, 0, 4).await;
+    let fifth = send(&app, &phone(4)).await;
+    assert_eq!(
+        fifth.status, 200,
+        "four sends are below min_sends: {}",
+        fifth.body
+    );
+    let sixth = send(&app, &phone(5)).await;
+    assert_eq!(
+        sixth.error(),
+        "pumping_suspected",
+        "five sent, none verified"
+    );
+}
+
+async fn verifies_raise_the_conversion_back_over_the_threshold(backend: Backend) {
+    let app = spawn_app(backend, guard).await;
+    sent(&app, 0, 5).await;
+    verify(&app, &phone(0)).await;
+    // 1/5 would block; a second verify makes it 2/5.
+    verify(&app, &phone(3)).await;
+    let sixth = send(&app, &phone(5)).await;
+    assert_eq!(sixth.status, 200, "{}", sixth.body);
+    let state = app.admin_get("/admin/api/subjects/prefix/%2B8613800").await;
+    assert_eq!(
+        (
+            &state.body["pumping"]["sends"],
+            &state.body["pumping"]["verified"]
+        ),
+        (&json!(6), &json!(2)),
+        "{}",
+        state.body
+    );
+}
+
+async fn a_failed_delivery_is_not_counted(backend: Backend) {
+    let app = spawn_app(backend, guard).await;
+    app.sms.fail(true);
+    for i in 0..6 {
+        assert_eq!(send(&app, &phone(i)).await.status, 502);
+    }
+    app.sms.fail(false);
+    sent(&app, 10, 5).await;
+    let state = app.admin_get("/admin/api/subjects/prefix/%2B8613800").await;
+    assert_eq!(state.body["pumping"]["sends"], 5, "{}", state.body);
+}
+
+async fn the_block_ends_after_block_duration(backend: Backend) {
+    let clock = ManualClock::new(1_700_000_000_000);
+    let app = spawn_app_with_clock(backend, Some(clock.clone()), |s| {
+        guard(s);
+        // Redis keeps its own time: a block short enough to wait for.
+        if backend == Backend::Redis {
+            s.sms.pumping.block_duration = Duration::from_millis(1_500);
+        }
+    })
+    .await;
+    sent(&app, 0, 5).await;
+    assert_eq!(send(&app, &phone(5)).await.error(), "pumping_suspected");
+    match backend {
+        Backend::Memory => {
+            clock.advance_ms(12 * 3_600_000 - 1);
+            assert_eq!(send(&app, &phone(5)).await.error(), "pumping_suspected");
+            clock.advance_ms(1);
+        }
+        Backend::Redis => tokio::time::sleep(Duration::from_millis(1_600)).await,
+    }
+    let after = send(&app, &phone(5)).await;
+    assert_eq!(after.status, 200, "the block has ended: {}", after.body);
+    // The counts started afresh at the block: four more pass, then it trips again.
+    sent(&app, 6, 4).await;
+    assert_eq!(send(&app, &phone(10)).await.error(), "pumping_suspected");
+}
+
+/// The first number of seven CN mobile prefixes, one code each.
+const PREFIXES: [&str; 7] = [
+    "+8613500138000",
+    "+8613600138000",
+    "+8613700138000",
+    "+8613900138000",
+    "+8615000138000",
+    "+8615100138000",
+    "+8615200138000",
+];
+
+async fn a_walk_over_many_prefixes_blocks_the_country(backend: Backend) {
+    let app = spawn_app(backend, guard).await;
+    for number in &PREFIXES[..5] {
+        assert_eq!(send(&app, number).await.status, 200);
+    }
+    let refused = send(&app, PREFIXES[5]).await;
+    assert_eq!(refused.error(), "pumping_suspected");
+    let rows = pumping_rows(&app);
+    assert_eq!(rows.len(), 1, "no prefix had five sends: {rows:?}");
+    assert_eq!(
+        (
+            rows[0].subject_kind,
+            rows[0].subject.as_str(),
+            rows[0].decision
+        ),
+        (SubjectKind::Country, "CN", AuditDecision::Lock)
+    );
+    assert_eq!(
+        rows[0].rule.as_deref(),
+        Some("country conversion 0/5 (0%) < 40% per 1h")
+    );
+    // Another country is not blocked.
+    assert_eq!(send(&app, "+33612345678").await.status, 200);
+}
+
+async fn subject_state_shows_the_block_and_unblock_lifts_it(backend: Backend) {
+    let app = spawn_app(backend, guard).await;
+    sent(&app, 0, 5).await;
+    verify(&app, &phone(0)).await;
+    assert_eq!(send(&app, &phone(5)).await.error(), "pumping_suspected");
+
+    let prefix = app.admin_get("/admin/api/subjects/prefix/%2B8613800").await;
+    assert_eq!(prefix.status, 200, "{}", prefix.body);
+    let body = &prefix.body;
+    assert!(body["locked_until"].is_string(), "{body}");
+    let block = &body["pumping"]["block"];
+    assert_eq!(block["until"], body["locked_until"]);
+    assert_eq!(
+        (&block["sends"], &block["verified"]),
+        (&json!(5), &json!(1))
+    );
+    assert_eq!(block["rule"], "prefix conversion 1/5 (20%) < 40% per 1h");
+    assert_eq!(block["shadow"], false);
+    assert_eq!(
+        (&body["pumping"]["sends"], &body["pumping"]["min_sends"]),
+        (&json!(0), &json!(5)),
+        "the counts started afresh at the block"
+    );
+    // Lower case names the same country.
+    let country = app.admin_get("/admin/api/subjects/country/cn").await;
+    assert_eq!(country.body["id"], "CN", "{}", country.body);
+    assert!(country.body["locked_until"].is_string());
+    assert_eq!(country.body["windows"], json!([]));
+
+    let unblocked = app
+        .admin_post("/admin/api/subjects/prefix/%2B8613800/unblock")
+        .await;
+    assert_eq!(unblocked.status, 200, "{}", unblocked.body);
+    assert_eq!(unblocked.body["locked_until"], Value::Null);
+    assert_eq!(unblocked.body["pumping"]["block"], Value::Null);
+    assert_eq!(
+        send(&app, &phone(5)).await.error(),
+        "pumping_suspected",
+        "the country is still blocked"
+    );
+    let unblocked = app
+        .admin_post("/admin/api/subjects/country/CN/unblock")
+        .await;
+    assert_eq!(unblocked.body["pumping"]["block"], Value::Null);
+    assert_eq!(send(&app, &phone(5)).await.status, 200);
+
+    let unblocks: Vec<(SubjectKind, String)> = app
+        .audit_events()
+        .into_iter()
+        .filter(|e| e.decision == AuditDecision::Unblock)
+        .map(|e| (e.subject_kind, e.subject))
+        .collect();
+    assert_eq!(
+        unblocks,
+        [
+            (SubjectKind::Prefix, "+8613800".to_string()),
+            (SubjectKind::Country, "CN".to_string())
+        ]
+    );
+}
+
+async fn in_shadow_mode_the_block_is_audited_and_sends_go_through(backend: Backend) {
+    let app = spawn_app(backend, |s| {
+        guard(s);
+        s.sms.shadow = true;
+    })
+    .await;
+    sent(&app, 0, 8).await;
+    let rows = pumping_rows(&app);
+    let decisions: Vec<(SubjectKind, AuditDecision, bool)> = rows
+        .iter()
+        .map(|e| (e.subject_kind, e.decision, e.shadow))
+        .collect();
+    assert_eq!(
+        decisions,
+        [
+            (SubjectKind::Prefix, AuditDecision::Lock, true),
+            (SubjectKind::Country, AuditDecision::Lock, true),
+            (SubjectKind::Prefix, AuditDecision::Deny, true),
+            (SubjectKind::Country, AuditDecision::Deny, true),
+            (SubjectKind::Prefix, AuditDecision::Deny, true),
+            (SubjectKind::Country, AuditDecision::Deny, true),
+        ],
+        "the sixth send trips it, the seventh and eighth would be refused"
+    );
+    assert_eq!(rows[0].observed, Some(5));
+    assert_eq!(app.sms.messages().len(), 8, "every code was sent");
+
+    let state = app.admin_get("/admin/api/subjects/prefix/%2B8613800").await;
+    assert_eq!(state.body["locked_until"], Value::Null, "{}", state.body);
+    assert_eq!(state.body["pumping"]["block"]["shadow"], true);
+}
+
+#[tokio::test]
+async fn global_shadow_covers_the_guard_and_a_shadow_block_is_not_enforced_after() {
+    let app = spawn_app(Backend::Memory, |s| {
+        guard(s);
+        s.shadow.enabled = true;
+    })
+    .await;
+    sent(&app, 0, 6).await;
+    let rows = pumping_rows(&app);
+    assert_eq!(rows.len(), 2);
+    assert!(rows
+        .iter()
+        .all(|e| e.shadow && e.decision == AuditDecision::Lock));
+    assert!(
+        app.admin_get("/admin")
+            .await
+            .body
+            .as_str()
+            .is_some_and(|page| !page.contains("Blocked number ranges")),
+        "a block in shadow is not listed as one in force"
+    );
+}
+
+async fn the_console_lists_the_blocked_ranges(backend: Backend) {
+    let app = spawn_app(backend, guard).await;
+    let page = app.admin_get("/admin").await;
+    let body = page.body.as_str().unwrap_or_default();
+    assert!(!body.contains("Blocked number ranges"), "none yet");
+
+    sent(&app, 0, 5).await;
+    assert_eq!(send(&app, &phone(5)).await.error(), "pumping_suspected");
+    let page = app.admin_get("/admin").await;
+    let body = page.body.as_str().unwrap_or_default();
+    assert!(body.contains("Blocked number ranges"), "{body}");
+    for href in [
+        "/admin/subjects/prefix/%2B8613800",
+        "/admin/subjects/country/CN",
+    ] {
+        assert!(body.contains(&format!("href=\"{href}\"")), "{href}: {body}");
+    }
+
+    let subject = app.admin_get("/admin/subjects/prefix/%2B8613800").await;
+    let body = subject.body.as_str().unwrap_or_default();
+    assert!(body.contains("SMS pumping guard"), "{body}");
+    assert!(
+        body.contains("prefix conversion 0/5 (0%) &#60; 40% per 1h"),
+        "{body}"
+    );
+    assert!(!body.contains("not blocked"), "{body}");
+
+    app.admin_post("/admin/api/subjects/prefix/%2B8613800/unblock")
+        .await;
+    let page = app.admin_get("/admin").await;
+    let body = page.body.as_str().unwrap_or_default();
+    assert!(
+        !body.contains("/admin/subjects/prefix/%2B8613800"),
+        "{body}"
+    );
+    assert!(body.contains("/admin/subjects/country/CN"), "{body}");
+}
+
+async fn with_the_guard_off_nothing_is_counted(backend: Backend) {
+    let app = spawn_app(backend, |s| {
+        guard(s);
+        s.sms.pumping.enabled = false;
+    })
+    .await;
+    sent(&app, 0, 12).await;
+    assert!(pumping_rows(&app).is_empty());
+    let state = app.admin_get("/admin/api/subjects/prefix/%2B8613800").await;
+    assert!(state.body.get("pumping").is_none(), "{}", state.body);
+}
+
+async fn the_audit_trail_shows_the_three_figures_and_filters_by_country(backend: Backend) {
+    let db = TestDb::new(DbKind::Sqlite).await;
+    let (url, spool) = (db.url.clone(), db.spool_dir());
+    let app = spawn_app_with_audit_db(backend, move |s| {
+        guard(s);
+        s.audit.database_url = tollgate::settings::SecretUrl::new(url);
+        s.audit.spool_dir = spool.display().to_string();
+    })
+    .await;
+    sent(&app, 0, 5).await;
+    verify(&app, &phone(2)).await;
+    assert_eq!(send(&app, &phone(5)).await.error(), "pumping_suspected");
+    assert_eq!(send(&app, &phone(6)).await.error(), "pumping_suspected");
+    app.flush_audit().await;
+
+    let page = app
+        .admin_get("/admin/api/events?subject_kind=country&subject=CN")
+        .await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    let rows: Vec<(Value, Value, Value, Value)> = page.body["events"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|e| {
+            (
+                e["decision"].clone(),
+                e["reason"].clone(),
+                e["rule"].clone(),
+                e["observed"].clone(),
+            )
+        })
+        .collect();
+    let row = |decision: &str| {
+        (
+            json!(decision),
+            json!("pumping_suspected"),
+            json!("country conversion 1/5 (20%) < 40% per 1h"),
+            json!(5),
+        )
+    };
+    assert_eq!(rows, [row("deny"), row("lock")], "newest first");
+
+    let csv = app
+        .admin_get("/admin/api/events.csv?subject_kind=prefix&decision=lock")
+        .await;
+    let text = csv.body.as_str().unwrap_or_default();
+    assert!(
+        text.contains("pumping_suspected,prefix,'+8613800")
+            && text.contains("prefix conversion 1/5 (20%) < 40% per 1h"),
+        "{text}"
+    );
+}
+
+fn tollgate(args: &[&str], envs: &[(&str, &str)]) -> (bool, String, String) {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args(args)
+        .envs(envs.iter().copied())
+        .env_remove("TOLLGATE_CONFIG")
+        .output()
+        .expect("the binary runs");
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn the_settings_are_printed_back_and_bad_values_are_refused_naming_the_key() {
+    let (ok, stdout, stderr) = tollgate(&["check-config"], &[]);
+    assert!(ok, "{stderr}");
+    let printed: toml::Value = toml::from_str(&stdout).expect("TOML");
+    assert_eq!(
+        printed["sms"]["pumping"],
+        toml::from_str::<toml::Value>(
+            "enabled = true\nmin_sends = 20\nmin_conversion = 0.2\nwindow = \"1h\"\nblock_duration = \"12h\""
+        )
+        .unwrap(),
+        "{stdout}"
+    );
+
+    let (ok, stdout, stderr) = tollgate(
+        &["check-config"],
+        &[("TOLLGATE__SMS__PUMPING__MIN_CONVERSION", "25%")],
+    );
+    assert!(ok, "a percentage is taken: {stderr}");
+    assert!(stdout.contains("min_conversion = 0.25"), "{stdout}");
+
+    for (key, value) in [
+        ("MIN_CONVERSION", "1.5"),
+        ("MIN_CONVERSION", "150%"),
+        ("MIN_CONVERSION", "-0.1"),
+        ("MIN_CONVERSION", "often"),
+        ("MIN_SENDS", "0"),
+        ("WINDOW", "0s"),
+        ("BLOCK_DURATION", "0ms"),
+        ("ENABLED", "maybe"),
+    ] {
+        let var = format!("TOLLGATE__SMS__PUMPING__{key}");
+        let (ok, _, stderr) = tollgate(&["check-config"], &[(var.as_str(), value)]);
+        let named = format!("`sms.pumping.{}`", key.to_lowercase());
+        assert!(!ok, "{key} = {value} is refused");
+        assert!(stderr.contains(&named), "{key} = {value}: {stderr}");
+    }
+}

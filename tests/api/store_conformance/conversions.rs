@@ -1,0 +1,336 @@
+//! Conversion counters (the SMS pumping guard's): `conversion_hit`,
+//! `conversion_undo`, `conversion_success`, `conversion_state`, their place
+//! in `reserve`, and the expiring set that lists blocks.
+
+use tollgate::store::{
+    CodeToStore, ConversionHit, ConversionOutcome, ConversionPolicy, ConversionVerdict,
+    ReserveRequest, SubjectWindows, WindowSpec,
+};
+
+use super::backend::{member, Backend};
+use super::on_both_backends;
+
+on_both_backends!(
+    exactly_at_the_threshold_is_open_and_just_below_it_trips,
+    fewer_than_min_events_never_trip,
+    a_block_answers_with_its_figures_until_it_ends_then_counts_start_afresh,
+    an_undone_event_no_longer_counts,
+    counts_leave_the_window_slice_by_slice,
+    a_shadow_block_is_seen_only_by_forced_events,
+    a_refusing_conversion_reserves_nothing_and_a_refused_reservation_counts_nothing,
+    an_expiring_set_lists_its_live_members_latest_ending_first,
+);
+
+/// Blocks below half of at least four events, for `block_ms`.
+fn policy(block_ms: u64) -> ConversionPolicy {
+    ConversionPolicy {
+        min_events: 4,
+        min_ratio_ppm: 500_000,
+        window_ms: 60_000,
+        block_ms,
+    }
+}
+
+async fn hit(b: &Backend, key: &str, policy: &ConversionPolicy, force: bool) -> ConversionOutcome {
+    b.store()
+        .conversion_hit(ConversionHit { key, policy }, force)
+        .await
+        .expect("conversion_hit")
+}
+
+/// Count one event, as a recorded send does; answers its slice.
+async fn count(b: &Backend, key: &str, policy: &ConversionPolicy) -> u64 {
+    b.store()
+        .conversion_count(key, policy)
+        .await
+        .expect("conversion_count")
+        .expect("counted")
+}
+
+/// `events` events and `successes` successes, as sends and verifies would.
+async fn record(b: &Backend, key: &str, policy: &ConversionPolicy, events: u32, successes: u32) {
+    for _ in 0..events {
+        let outcome = hit(b, key, policy, false).await;
+        assert_eq!(outcome.verdict, ConversionVerdict::Open);
+        assert_eq!(outcome.counted_in, None, "a check counts nothing");
+        count(b, key, policy).await;
+    }
+    for _ in 0..successes {
+        b.store()
+            .conversion_success(key, policy)
+            .await
+            .expect("conversion_success");
+    }
+}
+
+async fn exactly_at_the_threshold_is_open_and_just_below_it_trips(b: &Backend) {
+    let p = policy(60_000);
+    let at = b.keys.window("prefix", "+3361000", "conversion");
+    record(b, &at, &p, 4, 2).await;
+    let open = hit(b, &at, &p, false).await;
+    assert_eq!(
+        (open.verdict, open.events, open.successes),
+        (ConversionVerdict::Open, 4, 2),
+        "2/4 is exactly a half: not below it"
+    );
+
+    let below = b.keys.window("prefix", "+3361001", "conversion");
+    record(b, &below, &p, 4, 1).await;
+    let start = b.mark();
+    let tripped = hit(b, &below, &p, false).await;
+    assert_eq!(
+        tripped,
+        ConversionOutcome {
+            verdict: ConversionVerdict::Tripped,
+            events: 4,
+            successes: 1,
+            counted_in: None,
+        }
+    );
+    let state = b.store().conversion_state(&below, &p).await.unwrap();
+    assert_eq!(
+        (state.events, state.successes),
+        (0, 0),
+        "the counts start afresh"
+    );
+    let block = state.block.expect("a block");
+    assert_eq!((block.events, block.successes, block.shadow), (4, 1, false));
+    b.assert_wait(block.retry_after_ms, 60_000, &start, "the block's end");
+}
+
+async fn fewer_than_min_events_never_trip(b: &Backend) {
+    let p = policy(60_000);
+    let key = b.keys.window("country", "FR", "conversion");
+    record(b, &key, &p, 3, 0).await;
+    let open = hit(b, &key, &p, false).await;
+    assert_eq!((open.verdict, open.events), (ConversionVerdict::Open, 3));
+    count(b, &key, &p).await;
+    let tripped = hit(b, &key, &p, false).await;
+    assert_eq!(
+        (tripped.verdict, tripped.events),
+        (ConversionVerdict::Tripped, 4),
+        "the fourth event counted trips it for the fifth"
+    );
+}
+
+async fn a_block_answers_with_its_figures_until_it_ends_then_counts_start_afresh(b: &Backend) {
+    let p = policy(1_000);
+    let key = b.keys.window("prefix", "+3361002", "conversion");
+    record(b, &key, &p, 4, 0).await;
+    let start = b.mark();
+    assert_eq!(
+        hit(b, &key, &p, false).await.verdict,
+        ConversionVerdict::Tripped
+    );
+    b.advance(400).await;
+    let blocked = hit(b, &key, &p, false).await;
+    let ConversionVerdict::Blocked { retry_after_ms } = blocked.verdict else {
+        panic!("still blocked: {blocked:?}");
+    };
+    b.assert_wait(retry_after_ms, 1_000, &start, "until the block ends");
+    assert_eq!(
+        (blocked.events, blocked.successes, blocked.counted_in),
+        (4, 0, None),
+        "a refused event is not counted; the figures are the block's"
+    );
+    b.advance(600).await;
+    let after = hit(b, &key, &p, false).await;
+    assert_eq!(
+        (after.verdict, after.events),
+        (ConversionVerdict::Open, 0),
+        "the block has ended and the counts started afresh"
+    );
+    assert!(b
+        .store()
+        .conversion_state(&key, &p)
+        .await
+        .unwrap()
+        .block
+        .is_none());
+}
+
+async fn an_undone_event_no_longer_counts(b: &Backend) {
+    // Slices of an hour: every event of this case lands in one.
+    let p = ConversionPolicy {
+        window_ms: 12 * 3_600_000,
+        ..policy(60_000)
+    };
+    let key = b.keys.window("prefix", "+3361003", "conversion");
+    record(b, &key, &p, 2, 0).await;
+    let slice = count(b, &key, &p).await;
+    b.store().conversion_undo(&key, slice).await.unwrap();
+    let state = b.store().conversion_state(&key, &p).await.unwrap();
+    assert_eq!(state.events, 2);
+    // Taking back more than was counted, or from nowhere, stays at zero.
+    for _ in 0..3 {
+        b.store().conversion_undo(&key, slice).await.unwrap();
+    }
+    let nowhere = b.keys.window("prefix", "+3361999", "conversion");
+    b.store().conversion_undo(&nowhere, slice).await.unwrap();
+    assert_eq!(
+        b.store().conversion_state(&key, &p).await.unwrap().events,
+        0
+    );
+    assert!(!b.exists(&key).await, "an emptied conversion is no key");
+    assert!(!b.exists(&nowhere).await);
+}
+
+async fn counts_leave_the_window_slice_by_slice(b: &Backend) {
+    // Slices of 100 ms, twelve of them summed.
+    let p = ConversionPolicy {
+        window_ms: 1_200,
+        ..policy(60_000)
+    };
+    let key = b.keys.window("prefix", "+3361004", "conversion");
+    record(b, &key, &p, 2, 1).await;
+    assert_eq!(
+        b.store().conversion_state(&key, &p).await.unwrap().events,
+        2
+    );
+    b.advance(1_300).await;
+    let state = b.store().conversion_state(&key, &p).await.unwrap();
+    assert_eq!((state.events, state.successes), (0, 0));
+    b.advance(100).await;
+    assert!(!b.exists(&key).await, "the key expires with its window");
+}
+
+async fn a_shadow_block_is_seen_only_by_forced_events(b: &Backend) {
+    let p = policy(60_000);
+    let key = b.keys.window("prefix", "+3361005", "conversion");
+    record(b, &key, &p, 4, 0).await;
+    let tripped = hit(b, &key, &p, true).await;
+    assert_eq!(tripped.verdict, ConversionVerdict::Tripped);
+    // A forced event goes through, and is counted as any recorded one.
+    count(b, &key, &p).await;
+    let seen = hit(b, &key, &p, true).await;
+    assert!(
+        matches!(seen.verdict, ConversionVerdict::Blocked { .. }),
+        "{seen:?}"
+    );
+    assert_eq!((seen.events, seen.successes), (4, 0));
+    count(b, &key, &p).await;
+    let enforced = hit(b, &key, &p, false).await;
+    assert_eq!(
+        (enforced.verdict, enforced.events),
+        (ConversionVerdict::Open, 2),
+        "an enforced event does not see a shadow block; two were counted since"
+    );
+    let state = b.store().conversion_state(&key, &p).await.unwrap();
+    assert!(state.block.is_some_and(|block| block.shadow));
+}
+
+async fn a_refusing_conversion_reserves_nothing_and_a_refused_reservation_counts_nothing(
+    b: &Backend,
+) {
+    let p = policy(60_000);
+    let store = b.store();
+    let window_key = b.keys.window("phone", "+33610000000", "sms_send");
+    let code_key = b.keys.otp("phone", "+33610000000");
+    let prefix = b.keys.window("prefix", "+3361000", "conversion");
+    let country = b.keys.window("country", "FR", "conversion");
+    let windows = [WindowSpec::enforce(2, 60_000)];
+    let subjects = [SubjectWindows {
+        key: &window_key,
+        windows: &windows,
+    }];
+    let conversions = [
+        ConversionHit {
+            key: &prefix,
+            policy: &p,
+        },
+        ConversionHit {
+            key: &country,
+            policy: &p,
+        },
+    ];
+    let reserve = |member: String| {
+        let (subjects, conversions) = (&subjects, &conversions);
+        let code = CodeToStore {
+            key: &code_key,
+            mac: "mac",
+            attempts: 3,
+            ttl_ms: 60_000,
+        };
+        let store = store.clone();
+        async move {
+            store
+                .reserve(ReserveRequest {
+                    subjects,
+                    conversions,
+                    member: &member,
+                    gate_open: false,
+                    force: false,
+                    code: Some(code),
+                })
+                .await
+                .expect("reserve")
+        }
+    };
+
+    // Recorded: counted in both conversions and the window.
+    let sent = reserve(member()).await;
+    assert!(sent.recorded);
+    assert!(sent.conversions.iter().all(|c| c.counted_in.is_some()));
+    // Refused by the phone's window: counted in neither conversion.
+    reserve(member()).await;
+    let refused = reserve(member()).await;
+    assert!(!refused.recorded);
+    assert!(refused.conversions.iter().all(|c| c.counted_in.is_none()));
+    let state = store.conversion_state(&prefix, &p).await.unwrap();
+    assert_eq!(state.events, 2, "the refused send is not counted");
+    assert_eq!(
+        store.conversion_state(&country, &p).await.unwrap().events,
+        2
+    );
+
+    // The country blocked: nothing is read or written, the prefix counts nothing.
+    store
+        .delete(std::slice::from_ref(&window_key))
+        .await
+        .unwrap();
+    store.delete(std::slice::from_ref(&code_key)).await.unwrap();
+    record(b, &country, &p, 2, 0).await;
+    let blocked = reserve(member()).await;
+    assert!(!blocked.recorded);
+    assert_eq!(blocked.conversions[0].verdict, ConversionVerdict::Open);
+    assert_eq!(blocked.conversions[1].verdict, ConversionVerdict::Tripped);
+    assert_eq!(blocked.outcomes[0].counts, [0]);
+    assert!(blocked.conversions.iter().all(|c| c.counted_in.is_none()));
+    assert_eq!(store.conversion_state(&prefix, &p).await.unwrap().events, 2);
+    assert_eq!(store.peek(&window_key, &windows).await.unwrap().counts, [0]);
+    assert!(!b.exists(&code_key).await, "no code was stored");
+}
+
+async fn an_expiring_set_lists_its_live_members_latest_ending_first(b: &Backend) {
+    let store = b.store();
+    let key = b.keys.conversion_blocks();
+    let start = b.mark();
+    store
+        .expiring_add(&key, "prefix:+3361", 5_000)
+        .await
+        .unwrap();
+    store.expiring_add(&key, "country:FR", 1_000).await.unwrap();
+    store
+        .expiring_add(&key, "prefix:+3362", 3_000)
+        .await
+        .unwrap();
+    let listed = store.expiring_members(&key, 10).await.unwrap();
+    let names: Vec<&str> = listed.members.iter().map(|(m, _)| m.as_str()).collect();
+    assert_eq!(names, ["prefix:+3361", "prefix:+3362", "country:FR"]);
+    assert_eq!(listed.total, 3);
+    b.assert_wait(listed.members[0].1, 5_000, &start, "the first ends last");
+
+    store.expiring_remove(&key, "prefix:+3362").await.unwrap();
+    let cut = store.expiring_members(&key, 1).await.unwrap();
+    assert_eq!((cut.members.len(), cut.total), (1, 2));
+
+    b.advance(1_000).await;
+    let left = store.expiring_members(&key, 10).await.unwrap();
+    assert_eq!(left.total, 1, "country:FR has expired: {left:?}");
+    b.advance(4_001).await;
+    assert_eq!(store.expiring_members(&key, 10).await.unwrap().total, 0);
+    assert!(
+        !b.exists(&key).await,
+        "the set expires with its last member"
+    );
+}
