@@ -34,7 +34,7 @@
 --   failures after this call; captcha_crossed 1 when this call's failure made
 --   them reach captcha_after; locked_for_ms = the lock this call started, -1
 --   when none. ip_count = the IP's failures in its window before this call and
---   ip_retry_after_ms = how long the IP stays blocked, both -1 without KEYS[3]
+--   ip_retry_after_ms = how long the IP stays blocked, both -1 without the IP's key
 --   (and the retry -1 when it is not blocked). pair_locked_for_ms = the pair
 --   lock this call started, -1 when none.
 --
@@ -45,7 +45,9 @@
 -- records as if allowed; while a lock is live it never starts a new one. The
 -- user keeps at most max(captcha_after, lock_after) newest failures, a pair
 -- pair_lock_after, the IP max(ip_captcha_after, ip_block_after). The pair
--- index keeps its 1000 newest IPs for lock_max_ms + escalation_reset_ms.
+-- index is written when a pair's first failure in its window is recorded
+-- and when the pair locks; it keeps its 1000 newest IPs for
+-- lock_max_ms + escalation_reset_ms.
 --
 -- Commands per call: TIME, ZCOUNT, HMGET (and HMGET for the pair); with the
 -- IP one ZCOUNT (and a ZREVRANGE when it is blocked). A recorded failure adds
@@ -158,28 +160,35 @@ if (verdict == 0 and not ip_blocked) or shadow then
     if reset_on_success then
       redis.call('DEL', wkey)
       if pair then redis.call('DEL', pkey) end
+      failures = 0
     end
   else
-    add(wkey, math.max(captcha_after, lock_after), math.max(captcha_window, lock_window))
+    local keep = math.max(captcha_after, lock_after)
+    add(wkey, keep, math.max(captcha_window, lock_window))
     if not locked and count(wkey, lock_window) >= lock_after then
       locked_for = lock(lkey, prev_until, prev_level)
     end
     if pair then
       local pair_lock_after = tonumber(ARGV[16])
+      local before = count(pkey, lock_window)
       add(pkey, pair_lock_after, lock_window)
-      -- The index outlives any of its pairs' locks, so an admin finds them.
-      redis.call('ZADD', pindex, now_s, ARGV[17])
-      redis.call('ZREMRANGEBYRANK', pindex, 0, -(PAIR_INDEX_KEEP + 1))
-      redis.call('PEXPIRE', pindex, lock_max_ms + escalation_reset)
-      if not pair_locked and count(pkey, lock_window) >= pair_lock_after then
+      if not pair_locked and before + 1 >= pair_lock_after then
         pair_locked_for = lock(plkey, pprev_until, pprev_level)
+      end
+      -- The index learns of a pair when its window starts and when it
+      -- locks (not on every failure), and outlives the pair's lock.
+      if before == 0 or pair_locked_for >= 0 then
+        redis.call('ZADD', pindex, now_s, ARGV[17])
+        redis.call('ZREMRANGEBYRANK', pindex, 0, -(PAIR_INDEX_KEEP + 1))
+        redis.call('PEXPIRE', pindex, lock_max_ms + escalation_reset)
       end
     end
     if ipkey then add(ipkey, ip_keep, ip_window) end
+    -- The set keeps its `keep` newest, and `failures` were the newest.
+    local after = math.min(failures + 1, keep)
+    if failures < captcha_after and after >= captcha_after then crossed = 1 end
+    failures = after
   end
-  local after = count(wkey, captcha_window)
-  if failures < captcha_after and after >= captcha_after then crossed = 1 end
-  failures = after
 end
 
 return { verdict, retry, failures, crossed, locked_for, ip_count, ip_retry, pair_locked_for }

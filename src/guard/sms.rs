@@ -100,13 +100,10 @@ impl SmsGuard {
         let listed = self
             .ctx
             .listed(Action::SmsSend, info, &phone, policy.sms_shadow, false);
-        match listed {
-            Listed::Blocked(kind) if !policy.sms_shadow => {
-                return Err(SmsRefusal::Blocklisted(kind))
-            }
-            Listed::Allowed(_) => return self.send_exempt(&req, &phone, info).await,
-            _ => {}
+        if let (Listed::Blocked(kind), false) = (listed, policy.sms_shadow) {
+            return Err(SmsRefusal::Blocklisted(kind));
         }
+        // The region rule is policy, not a limit: an allow entry does not lift it.
         let region = req.phone.region();
         if !region_allowed(region, &sms.allowed_regions, &sms.denied_regions) {
             let row = AuditEvent::new(
@@ -120,6 +117,9 @@ impl SmsGuard {
                 let region = region.map(str::to_string);
                 return Err(SmsRefusal::RegionBlocked { region });
             }
+        }
+        if let Listed::Allowed(_) = listed {
+            return self.send_exempt(&req, &phone, info).await;
         }
         let remote_ip = info.ip.map(|ip| ip.to_string());
         let captcha_passed = policy
@@ -199,8 +199,8 @@ impl SmsGuard {
         })
     }
 
-    /// A send for an allow-listed IP or phone: no window, captcha tier or
-    /// region applies and nothing is counted; the code is stored, then sent
+    /// A send for an allow-listed IP or phone (its region allowed): no
+    /// window, captcha tier or pumping block applies and nothing is counted; the code is stored, then sent
     /// (and deleted again when delivery fails).
     async fn send_exempt(
         &self,

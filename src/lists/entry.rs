@@ -106,12 +106,25 @@ pub struct ListEntry {
 pub fn normalise(kind: EntryKind, value: &str) -> Result<String, String> {
     match kind {
         EntryKind::Ip => parse_cidr(value.trim())
-            .map(|net: IpNet| net.trunc().to_string())
+            .map(|net| canonical(net).trunc().to_string())
             .ok_or_else(|| format!("{value:?} is not an IP address or CIDR")),
         EntryKind::Phone => normalise_phone(value),
         EntryKind::User => Username::parse(value)
             .map(|u| u.as_str().to_string())
             .map_err(|e| format!("{value:?} is not a user name: {e}")),
+    }
+}
+
+/// An IPv4-mapped IPv6 range (`::ffff:203.0.113.0/120`) as the IPv4 range
+/// it is: requests carry such addresses as IPv4, so the mapped form would
+/// never match.
+fn canonical(net: IpNet) -> IpNet {
+    match net {
+        IpNet::V6(v6) if v6.prefix_len() >= 96 => match v6.addr().to_ipv4_mapped() {
+            Some(v4) => IpNet::new(v4.into(), v6.prefix_len() - 96).unwrap_or(net),
+            None => net,
+        },
+        net => net,
     }
 }
 
@@ -142,6 +155,8 @@ mod tests {
             (EntryKind::Ip, "203.0.113.7", "203.0.113.7/32"),
             (EntryKind::Ip, "203.0.113.7/24", "203.0.113.0/24"),
             (EntryKind::Ip, "2001:db8::1/64", "2001:db8::/64"),
+            (EntryKind::Ip, "::ffff:203.0.113.7", "203.0.113.7/32"),
+            (EntryKind::Ip, "::ffff:203.0.113.0/120", "203.0.113.0/24"),
             (EntryKind::Phone, "+86 138 0013 8000", "+8613800138000"),
             (EntryKind::Phone, "+88213*", "+88213*"),
             (EntryKind::User, "ALICE", "alice"),

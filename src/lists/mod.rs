@@ -46,6 +46,9 @@ pub struct Lists {
     config: RwLock<Vec<ListEntry>>,
     stored: RwLock<Vec<ListEntry>>,
     matcher: RwLock<Arc<Matcher>>,
+    /// One refresh at a time: a periodic read that started before an
+    /// admin's change must not install its older snapshot after it.
+    refreshing: tokio::sync::Mutex<()>,
 }
 
 impl Lists {
@@ -57,6 +60,7 @@ impl Lists {
             config: RwLock::new(settings.entries()),
             stored: RwLock::new(Vec::new()),
             matcher: RwLock::new(Arc::new(Matcher::default())),
+            refreshing: tokio::sync::Mutex::new(()),
         };
         lists.rebuild();
         lists
@@ -85,8 +89,17 @@ impl Lists {
         let Some(db) = &self.db else {
             return Ok(());
         };
+        let _one_at_a_time = self.refreshing.lock().await;
         let stored = db.list_entries().await?;
-        *self.stored.write() = stored;
+        // A row this version would not have written (edited by hand, say) is
+        // skipped, not allowed to stop every refresh.
+        let (valid, invalid): (Vec<_>, Vec<_>) = stored
+            .into_iter()
+            .partition(|e| normalise(e.kind, &e.value).as_deref() == Ok(e.value.as_str()));
+        for entry in invalid {
+            tracing::warn!(id = ?entry.id, kind = entry.kind.as_str(), value = %entry.value, "stored list entry is not in normal form; skipped");
+        }
+        *self.stored.write() = valid;
         self.rebuild();
         Ok(())
     }

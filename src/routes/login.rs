@@ -9,7 +9,7 @@ use super::{post_json, schemas, AppState};
 use crate::captcha::CaptchaProof;
 use crate::domain::{EmailAddress, Username};
 use crate::error::{ApiError, ErrorBody};
-use crate::guard::login::{LoginAttempt, LoginDecision, LoginState};
+use crate::guard::login::{LoginAttempt, LoginDecision, LoginRefusal, LoginState};
 use crate::guard::RequestInfo;
 use crate::metrics::{self, Outcome, Route};
 
@@ -76,7 +76,7 @@ fn parse_user(raw: &str) -> Result<Username, ApiError> {
         (status = 200, description = "`deny` when the user is locked or the IP blocked, `challenge` when a captcha is required, `allow` otherwise", body = LoginState),
         (status = 400, description = "`invalid_request` (malformed JSON, missing, empty or unknown fields)", body = ErrorBody),
         (status = 401, description = "`unauthorized`: API keys are configured and none was given", body = ErrorBody),
-        (status = 403, description = "`forbidden`: not the login backend (no API keys are configured and the call is not straight from loopback)", body = ErrorBody),
+        (status = 403, description = "`forbidden`: not the login backend (no API keys are configured and the call is not straight from loopback); or `blocklisted`: the user or client IP is on the block list (`[lists]`, `/admin/api/lists`)", body = ErrorBody),
         (status = 413, description = "`payload_too_large`: body over 16 KiB", body = ErrorBody),
         (status = 415, description = "`unsupported_media_type`: body not `application/json`", body = ErrorBody),
         (status = 503, description = "`store_unavailable` (only with `store.on_error = \"deny\"`)", body = ErrorBody),
@@ -109,7 +109,7 @@ async fn check(
         (status = 200, description = "The state after this attempt", body = LoginState),
         (status = 400, description = "`invalid_request` (malformed JSON, missing, empty or unknown fields, a bad `notify_email`)", body = ErrorBody),
         (status = 401, description = "`unauthorized`: API keys are configured and none was given", body = ErrorBody),
-        (status = 403, description = "`forbidden`: not the login backend (no API keys are configured and the call is not straight from loopback)", body = ErrorBody),
+        (status = 403, description = "`forbidden`: not the login backend (no API keys are configured and the call is not straight from loopback); or `blocklisted`: the user or client IP is on the block list (`[lists]`, `/admin/api/lists`)", body = ErrorBody),
         (status = 413, description = "`payload_too_large`: body over 16 KiB", body = ErrorBody),
         (status = 415, description = "`unsupported_media_type`: body not `application/json`", body = ErrorBody),
         (status = 503, description = "`store_unavailable` (only with `store.on_error = \"deny\"`)", body = ErrorBody),
@@ -147,7 +147,10 @@ async fn attempt(
     Ok(HttpResponse::Ok().json(login_state))
 }
 
-fn count<E>(route: Route, result: Result<LoginState, E>) -> Result<LoginState, E> {
+fn count(
+    route: Route,
+    result: Result<LoginState, LoginRefusal>,
+) -> Result<LoginState, LoginRefusal> {
     metrics::request(
         route,
         match &result {
@@ -156,7 +159,8 @@ fn count<E>(route: Route, result: Result<LoginState, E>) -> Result<LoginState, E
                 LoginDecision::Challenge => Outcome::Challenge,
                 LoginDecision::Deny => Outcome::Deny,
             },
-            Err(_) => Outcome::Error,
+            Err(LoginRefusal::Blocklisted(_)) => Outcome::Deny,
+            Err(LoginRefusal::Store(_)) => Outcome::Error,
         },
     );
     result

@@ -103,7 +103,8 @@ pub trait WindowStore: Send + Sync {
     /// (after a live account lock, before the captcha tier); a recorded
     /// failure is added to the pair's window too (keeping `pair_lock_after`
     /// newest, expiry = the lock window) and the IP to the user's pair index
-    /// (score = now, expiry = the longest window); the pair locks at
+    /// (score = now, its 1000 newest kept, expiry = `lock_max_ms +
+    /// escalation_reset_ms`, so that it outlives its pairs' locks); the pair locks at
     /// `pair_lock_after` failures in the lock window, escalating as the
     /// user's lock does; a recorded success with `reset_on_success` deletes
     /// the pair's failures too. The account locks at `lock_after`.

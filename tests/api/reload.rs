@@ -25,6 +25,9 @@ spool_dir = "{}"
 phone_limits = [{{ limit = {phone_limit}, window = "1h" }}]
 [login]
 lock_after = {lock_after}
+account_lock_after = 100
+[lists]
+block_users = ["mallory-{phone_limit}"]
 "#,
             dir.join("audit.db").display(),
             dir.join("spool").display()
@@ -41,10 +44,20 @@ fn a_reload_swaps_the_decision_settings_and_a_bad_file_keeps_the_old_ones() {
     let lists = tollgate::lists::Lists::new(&Default::default(), None);
     assert_eq!(cell.current().sms_phone.rules[0].limit, 1);
 
+    let blocked = |user: &str| {
+        let request = tollgate::lists::ListRequest {
+            user: Some(user),
+            ..Default::default()
+        };
+        lists.current().check(request) != tollgate::lists::Listed::No
+    };
+    assert!(!blocked("mallory-3"));
+
     let file = config(dir.path(), 3, 7);
     reload_into(&cell, &lists, Some(&file)).unwrap();
     assert_eq!(cell.current().sms_phone.rules[0].limit, 3);
     assert_eq!(cell.current().pair_lock.map(|rule| rule.limit), Some(7));
+    assert!(blocked("mallory-3"), "the file's list entries are in force");
 
     let bad = config(dir.path(), 4, 0);
     let error = reload_into(&cell, &lists, Some(&bad))
@@ -55,6 +68,10 @@ fn a_reload_swaps_the_decision_settings_and_a_bad_file_keeps_the_old_ones() {
         cell.current().sms_phone.rules[0].limit,
         3,
         "the old settings stay"
+    );
+    assert!(
+        blocked("mallory-3") && !blocked("mallory-4"),
+        "and the old lists"
     );
 }
 

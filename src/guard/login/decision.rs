@@ -231,9 +231,10 @@ pub(super) fn check(
     }
     let ip_captcha = ip.is_some_and(|p| IpWindows::captcha_count(p) >= policy.ip_captcha.limit);
     let captcha_required = failures >= policy.user_captcha.limit || ip_captcha;
+    // Both may hold: the answer waits for the later end.
     if let Some(retry) = user
         .locked_retry_after_ms
-        .or(user.pair_locked_retry_after_ms)
+        .max(user.pair_locked_retry_after_ms)
     {
         return LoginState::deny(Reason::UserLocked, true, retry, failures, captcha_required);
     }

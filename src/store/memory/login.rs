@@ -95,7 +95,9 @@ pub(super) fn attempt(
         outcome.locked_for_ms = Some(lock(subject, req.lock_key, prev, p, now));
     }
     if let Some(pair) = &req.pair {
-        let pair_count = add_failure(
+        let before =
+            subject.read_window(pair.window_key, now, |w| w.count(now, p.lock_window_ms))?;
+        add_failure(
             subject,
             pair.window_key,
             req.member,
@@ -104,18 +106,22 @@ pub(super) fn attempt(
             p.lock_window_ms,
             now,
         )?;
-        // The index outlives any of its pairs' locks, so an admin finds them.
-        let index_ttl = p.lock_max_ms + p.escalation_reset_ms;
-        subject.change_window(pair.index_key, now, |index| {
-            index.add(now, pair.ip);
-            index.trim(PAIR_INDEX_KEEP);
-            ((), Some(now + index_ttl))
-        })?;
-        if remaining(pair_prev, now).is_none() && pair_count >= p.pair_lock_after {
+        if remaining(pair_prev, now).is_none() && before + 1 >= p.pair_lock_after {
             outcome.pair_locked_for_ms = Some(lock(subject, pair.lock_key, pair_prev, p, now));
         }
+        // The index learns of a pair when its window starts and when it
+        // locks, and outlives the pair's lock.
+        if before == 0 || outcome.pair_locked_for_ms.is_some() {
+            let index_ttl = p.lock_max_ms + p.escalation_reset_ms;
+            subject.change_window(pair.index_key, now, |index| {
+                index.add(now, pair.ip);
+                index.trim(PAIR_INDEX_KEEP);
+                ((), Some(now + index_ttl))
+            })?;
+        }
     }
-    let after = subject.read_window(req.window_key, now, |w| w.count(now, p.captcha_window_ms))?;
+    // The window keeps its `keep` newest, and `failures` were the newest.
+    let after = (failures + 1).min(keep);
     outcome.captcha_crossed = failures < p.captcha_after && after >= p.captcha_after;
     outcome.failures = after;
     Ok(outcome)
