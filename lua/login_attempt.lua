@@ -3,11 +3,13 @@
 -- tier and failure record, so concurrent failures record exactly lock_after of
 -- them per user and ip_block_after per IP, and lock exactly once.
 --
--- KEYS[1]  the user's failure ZSET (score = failure time in ms, member = attempt id)
+-- KEYS[1]  the user's failure ZSET (score = failure time in ms, member = attempt
+--          id; with pairs, "<ip>|<attempt id>", so that a pair's failures are
+--          the members that start with its IP and no key per pair is written)
 -- KEYS[2]  the user's lock HASH: until (lock end, ms), level (escalation level)
 -- with ARGV[15] = 1, the (user, IP) pair's keys, under the user's hash tag:
---   KEYS[3] the pair's failure ZSET  KEYS[4] the pair's lock HASH
---   KEYS[5] the user's pair index ZSET (member = IP, score = last failure)
+--   KEYS[3] the pair's lock HASH (written only when the pair locks)
+--   KEYS[4] the user's index of locked pairs ZSET (member = IP, score = lock start)
 -- last, optional: the IP's failure ZSET on login_attempt (Redis Cluster
 --          callers, whose IP lives in another slot, pass what they read of it in
 --          ARGV[4] and ARGV[14] instead)
@@ -41,18 +43,22 @@
 -- A lock lasts lock_ms * 2^level, capped at lock_max_ms; level is the previous
 -- level + 1 when the lock starts within escalation_reset_ms of the previous
 -- lock's end, else 0. The lock key expires escalation_reset_ms after the lock
--- ends. A pair's lock works the same way at pair_lock_after. A shadow call
--- records as if allowed; while a lock is live it never starts a new one. The
--- user keeps at most max(captcha_after, lock_after) newest failures, a pair
--- pair_lock_after, the IP max(ip_captcha_after, ip_block_after). The pair
--- index is written when a pair's first failure in its window is recorded
--- and when the pair locks; it keeps its 1000 newest IPs for
--- lock_max_ms + escalation_reset_ms.
+-- ends. A pair's lock works the same way at pair_lock_after, counted over
+-- the user's failures in the lock window that carry the pair's IP: the
+-- members are only scanned once the user's own count reaches pair_lock_after,
+-- so below that a pair costs one HMGET. A shadow call records as if
+-- allowed; while a lock is live it never starts a new one. The user keeps at
+-- most max(captcha_after, lock_after) newest failures (lock_after being the
+-- account's threshold, above the pair's), the IP max(ip_captcha_after,
+-- ip_block_after). The index of locked pairs keeps its 1000 newest for
+-- lock_max_ms + escalation_reset_ms, longer than any lock it lists.
 --
 -- Commands per call: TIME, ZCOUNT, HMGET (and HMGET for the pair); with the
 -- IP one ZCOUNT (and a ZREVRANGE when it is blocked). A recorded failure adds
--- ZADD, ZREMRANGEBYRANK and PEXPIRE per set, a ZCOUNT per lock window, HSET
--- and PEXPIRE when it locks; a recorded success one DEL per failure set.
+-- ZADD, ZREMRANGEBYRANK and PEXPIRE per set and a ZCOUNT for the lock window
+-- (with a pair past pair_lock_after failures, a ZRANGEBYSCORE of the user's
+-- window); HSET and PEXPIRE when it locks (and ZADD, ZREMRANGEBYRANK, PEXPIRE
+-- on the index for a pair); a recorded success one DEL.
 --
 -- Example (user and IP in one call):
 --   EVALSHA <sha> 3 "tg:{user:alice}:login_attempt" "tg:{user:alice}:lock" \
@@ -76,9 +82,10 @@ local reset_on_success = ARGV[12] == '1'
 local escalation_reset = tonumber(ARGV[13])
 local ip_blocked = ARGV[14] == '1'
 local pair = ARGV[15] == '1'
-local pkey, plkey, pindex, ipkey
+local plkey, pindex, ipkey
+local pair_ip = ARGV[17]
 if pair then
-  pkey, plkey, pindex, ipkey = KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+  plkey, pindex, ipkey = KEYS[3], KEYS[4], KEYS[5]
 else
   ipkey = KEYS[3]
 end
@@ -133,9 +140,9 @@ local function lock(key, prev_until, prev_level)
   return duration
 end
 
--- Add this failure to a set, keeping its newest `keep`.
-local function add(key, keep, ttl)
-  redis.call('ZADD', key, now_s, member)
+-- Add this failure to a set as `id`, keeping its newest `keep`.
+local function add(key, id, keep, ttl)
+  redis.call('ZADD', key, now_s, id)
   redis.call('ZREMRANGEBYRANK', key, 0, -(keep + 1))
   redis.call('PEXPIRE', key, ttl)
 end
@@ -154,36 +161,44 @@ elseif (failures >= captcha_after or captcha_demanded) and not captcha_passed th
   verdict = 2
 end
 
+-- The pair's failures in the lock window: the user's that carry its IP.
+local function pair_count()
+  local tag = pair_ip .. '|'
+  local c = 0
+  local ids = redis.call('ZRANGEBYSCORE', wkey, string.format('(%d', now - lock_window), '+inf')
+  for _, id in ipairs(ids) do
+    if string.sub(id, 1, #tag) == tag then c = c + 1 end
+  end
+  return c
+end
+
 local crossed, locked_for, pair_locked_for = 0, -1, -1
 if (verdict == 0 and not ip_blocked) or shadow then
   if success then
     if reset_on_success then
       redis.call('DEL', wkey)
-      if pair then redis.call('DEL', pkey) end
       failures = 0
     end
   else
     local keep = math.max(captcha_after, lock_after)
-    add(wkey, keep, math.max(captcha_window, lock_window))
-    if not locked and count(wkey, lock_window) >= lock_after then
+    local id = member
+    if pair then id = pair_ip .. '|' .. member end
+    add(wkey, id, keep, math.max(captcha_window, lock_window))
+    local in_lock_window = count(wkey, lock_window)
+    if not locked and in_lock_window >= lock_after then
       locked_for = lock(lkey, prev_until, prev_level)
     end
-    if pair then
+    if pair and not pair_locked then
       local pair_lock_after = tonumber(ARGV[16])
-      local before = count(pkey, lock_window)
-      add(pkey, pair_lock_after, lock_window)
-      if not pair_locked and before + 1 >= pair_lock_after then
+      if in_lock_window >= pair_lock_after and pair_count() >= pair_lock_after then
         pair_locked_for = lock(plkey, pprev_until, pprev_level)
-      end
-      -- The index learns of a pair when its window starts and when it
-      -- locks (not on every failure), and outlives the pair's lock.
-      if before == 0 or pair_locked_for >= 0 then
-        redis.call('ZADD', pindex, now_s, ARGV[17])
+        -- The index of locked pairs outlives every lock it lists.
+        redis.call('ZADD', pindex, now_s, pair_ip)
         redis.call('ZREMRANGEBYRANK', pindex, 0, -(PAIR_INDEX_KEEP + 1))
         redis.call('PEXPIRE', pindex, lock_max_ms + escalation_reset)
       end
     end
-    if ipkey then add(ipkey, ip_keep, ip_window) end
+    if ipkey then add(ipkey, member, ip_keep, ip_window) end
     -- The set keeps its `keep` newest, and `failures` were the newest.
     local after = math.min(failures + 1, keep)
     if failures < captcha_after and after >= captcha_after then crossed = 1 end

@@ -6,7 +6,9 @@ use serde::Serialize;
 use super::{pumping, GuardContext, Policy, RequestInfo, SubjectRules};
 use crate::audit::{AuditDecision, AuditEvent};
 use crate::domain::{Action, Reason, Rule, Subject, SubjectKind};
-use crate::store::{ConversionPolicy, Keys, RuleWindow, StoreError, WindowMode, WindowSpec};
+use crate::store::{
+    pair_of_member, ConversionPolicy, Keys, RuleWindow, StoreError, WindowMode, WindowSpec,
+};
 
 /// One window of a subject: its live count against its rule.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
@@ -273,34 +275,57 @@ impl SubjectAdmin {
         let Some(rule) = policy.pair_lock else {
             return Ok(Vec::new());
         };
-        let keys = &self.ctx.keys;
-        let ips = self
-            .ctx
-            .store
-            .index_members(&keys.pair_index(&user.id), PAIRS_SHOWN)
-            .await?;
-        let states = futures::future::try_join_all(ips.iter().map(|ip| {
-            let window_key = keys.pair_window(&user.id, ip);
-            let lock_key = keys.pair_lock(&user.id, ip);
+        let (keys, store) = (&self.ctx.keys, &self.ctx.store);
+        let window_key = keys.subject_window(user, Action::LoginAttempt);
+        let keep = policy
+            .login_store
+            .captcha_after
+            .max(policy.login_store.lock_after) as usize;
+        let index_key = keys.pair_index(&user.id);
+        let (recent, locked) = futures::try_join!(
+            store.recent_members(&window_key, rule.window_ms(), keep),
+            store.index_members(&index_key, PAIRS_SHOWN),
+        )?;
+        // The pairs with failures in the window, newest first, then the
+        // locked ones whose failures have left it.
+        let mut counts: Vec<(String, u32)> = Vec::new();
+        for ip in recent.iter().filter_map(|m| pair_of_member(m)) {
+            match counts.iter_mut().find(|(seen, _)| seen == ip) {
+                Some((_, n)) => *n += 1,
+                None => counts.push((ip.to_string(), 1)),
+            }
+        }
+        for ip in locked {
+            if !counts.iter().any(|(seen, _)| *seen == ip) {
+                counts.push((ip, 0));
+            }
+        }
+        counts.truncate(PAIRS_SHOWN);
+        let user_lock = keys.subject_lock(user);
+        let locks = futures::future::try_join_all(counts.iter().map(|(ip, _)| {
+            let pair_lock = keys.pair_lock(&user.id, ip);
+            let (window_key, user_lock) = (&window_key, &user_lock);
             async move {
-                self.ctx
-                    .store
-                    .login_state(&window_key, &lock_key, None, &policy.login_store)
+                store
+                    .login_state(window_key, user_lock, Some(&pair_lock), &policy.login_store)
                     .await
             }
         }))
         .await?;
-        let pairs = ips.into_iter().zip(states).filter_map(|(ip, live)| {
-            let locked_until = live.locked_retry_after_ms.map(&until);
-            (live.lock_window_failures > 0 || locked_until.is_some()).then(|| PairState {
-                ip,
-                rule: rule.name(),
-                count: live.lock_window_failures,
-                limit: rule.limit,
-                window_ms: rule.window_ms(),
-                locked_until,
-            })
-        });
+        let pairs = counts
+            .into_iter()
+            .zip(locks)
+            .filter_map(|((ip, count), live)| {
+                let locked_until = live.pair_locked_retry_after_ms.map(&until);
+                (count > 0 || locked_until.is_some()).then(|| PairState {
+                    ip,
+                    rule: rule.name(),
+                    count,
+                    limit: rule.limit,
+                    window_ms: rule.window_ms(),
+                    locked_until,
+                })
+            });
         Ok(pairs.collect())
     }
 
@@ -373,8 +398,9 @@ impl SubjectAdmin {
         if subject.kind == SubjectKind::User {
             let index = keys.pair_index(&subject.id);
             let ips = self.ctx.store.index_members(&index, usize::MAX).await?;
+            // A pair's failures are the user's (deleted above); its lock is
+            // in the index of locked pairs.
             for ip in ips {
-                doomed.push(keys.pair_window(&subject.id, &ip));
                 doomed.push(keys.pair_lock(&subject.id, &ip));
             }
             doomed.push(index);

@@ -131,7 +131,6 @@ pub const UNKNOWN_IP: &str = "unknown";
 
 /// The key names of one (user, IP) pair.
 struct PairKeyNames {
-    window: String,
     lock: String,
     index: String,
     ip: String,
@@ -140,7 +139,6 @@ struct PairKeyNames {
 impl PairKeyNames {
     fn keys(&self) -> PairKeys<'_> {
         PairKeys {
-            window_key: &self.window,
             lock_key: &self.lock,
             index_key: &self.index,
             ip: &self.ip,
@@ -189,7 +187,6 @@ impl LoginGuard {
             .map_or_else(|| UNKNOWN_IP.to_string(), |ip| ip.subject_id());
         let keys = &self.ctx.keys;
         Some(PairKeyNames {
-            window: keys.pair_window(user, &ip),
             lock: keys.pair_lock(user, &ip),
             index: keys.pair_index(user),
             ip,

@@ -79,18 +79,12 @@ impl Keys {
         self.subject_key(kind, id, "lock")
     }
 
-    /// The failure window of the (user, IP) pair: a window key of the user,
-    /// so it shares the user's hash tag and script calls.
-    pub fn pair_window(&self, user: &str, ip: &str) -> String {
-        self.subject_key("user", user, &format!("login_attempt:ip:{ip}"))
-    }
-
     /// The lock record of the (user, IP) pair.
     pub fn pair_lock(&self, user: &str, ip: &str) -> String {
         self.subject_key("user", user, &format!("lock:ip:{ip}"))
     }
 
-    /// The user's index of the IPs its pairs were counted for, newest last.
+    /// The user's index of its locked pairs' IPs.
     pub fn pair_index(&self, user: &str) -> String {
         self.subject_key("user", user, "login_pairs")
     }
@@ -146,10 +140,6 @@ mod tests {
             "tg:{user:alice}:login_attempt"
         );
         assert_eq!(keys.lock("user", "alice"), "tg:{user:alice}:lock");
-        assert_eq!(
-            keys.pair_window("alice", "2001:db8::/64"),
-            "tg:{user:alice}:login_attempt:ip:2001:db8::/64"
-        );
         assert_eq!(
             keys.pair_lock("alice", "192.0.2.7"),
             "tg:{user:alice}:lock:ip:192.0.2.7"

@@ -50,19 +50,27 @@ impl IpFailureWindow<'_> {
     }
 }
 
-/// The keys of one (user, client IP) pair (`login.lock_scope = "user_ip"`):
-/// a failure window and a lock record like the user's, under the user's hash
-/// tag, and the user's index of its pairs (for the admin's state and unblock).
+/// A (user, client IP) pair (`login.lock_scope = "user_ip"`): its failures
+/// are the user's that carry its IP (see [`pair_member`]); its lock record
+/// and the user's index of locked pairs live under the user's hash tag.
 #[derive(Debug, Clone, Copy)]
 pub struct PairKeys<'a> {
-    /// `Keys::pair_window` of the pair.
-    pub window_key: &'a str,
     /// `Keys::pair_lock` of the pair.
     pub lock_key: &'a str,
     /// `Keys::pair_index` of the user.
     pub index_key: &'a str,
     /// The IP's subject id, as the index lists it.
     pub ip: &'a str,
+}
+
+/// A pair's failure as the user's window holds it: `<ip>|<attempt id>`.
+pub fn pair_member(ip: &str, member: &str) -> String {
+    format!("{ip}|{member}")
+}
+
+/// The IP a member of a user's window was recorded for, if any.
+pub fn pair_of_member(member: &str) -> Option<&str> {
+    member.rsplit_once('|').map(|(ip, _)| ip)
 }
 
 /// One login outcome for a user and, optionally, the IP it came from.

@@ -164,6 +164,18 @@ impl WindowStore for MemoryStore {
         })
     }
 
+    async fn recent_members(
+        &self,
+        key: &str,
+        window_ms: u64,
+        max: usize,
+    ) -> Result<Vec<String>, StoreError> {
+        let now = self.clock.now_ms();
+        self.with_subject(key, |subject| {
+            subject.read_window(key, now, |w| w.newest_within(now, window_ms, max))
+        })
+    }
+
     async fn index_members(&self, key: &str, max: usize) -> Result<Vec<String>, StoreError> {
         let now = self.clock.now_ms();
         self.with_subject(key, |subject| {

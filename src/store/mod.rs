@@ -25,8 +25,9 @@ pub use conversion::{
 };
 pub use keys::Keys;
 pub use login::{
-    IpFailureWindow, IpFailures, LoginAttemptOutcome, LoginAttemptRequest, LoginOutcome,
-    LoginPolicy, LoginRequest, LoginStateOutcome, LoginVerdict, PairKeys,
+    pair_member, pair_of_member, IpFailureWindow, IpFailures, LoginAttemptOutcome,
+    LoginAttemptRequest, LoginOutcome, LoginPolicy, LoginRequest, LoginStateOutcome, LoginVerdict,
+    PairKeys,
 };
 pub use window::{
     CodeToStore, HitOutcome, HitRequest, HitVerdict, OtpOutcome, PeekOutcome, ReserveOutcome,
@@ -98,16 +99,15 @@ pub trait WindowStore: Send + Sync {
     /// With `ip_blocked` the verdict is computed but nothing is recorded
     /// (unless `shadow`).
     ///
-    /// With `pair`, the (user, IP) pair has a failure window and lock of its
-    /// own, kept beside the user's: a live pair lock answers `PairLocked`
-    /// (after a live account lock, before the captcha tier); a recorded
-    /// failure is added to the pair's window too (keeping `pair_lock_after`
-    /// newest, expiry = the lock window) and the IP to the user's pair index
-    /// (score = now, its 1000 newest kept, expiry = `lock_max_ms +
-    /// escalation_reset_ms`, so that it outlives its pairs' locks); the pair locks at
-    /// `pair_lock_after` failures in the lock window, escalating as the
-    /// user's lock does; a recorded success with `reset_on_success` deletes
-    /// the pair's failures too. The account locks at `lock_after`.
+    /// With `pair`, the (user, IP) pair has a lock of its own: a live pair
+    /// lock answers `PairLocked` (after a live account lock, before the
+    /// captcha tier); a recorded failure goes into the user's window as
+    /// [`pair_member`]`(ip, member)`, and the pair locks when the user's
+    /// lock window holds `pair_lock_after` of its failures, escalating as the
+    /// user's lock does; the IP then goes into the user's index of locked
+    /// pairs (score = now, its 1000 newest kept, expiry = `lock_max_ms +
+    /// escalation_reset_ms`, longer than any lock it lists). The account
+    /// locks at `lock_after`.
     async fn login_attempt(
         &self,
         req: LoginAttemptRequest<'_>,
@@ -157,6 +157,15 @@ pub trait WindowStore: Send + Sync {
     /// The members of the index at `key` (a user's pair index), newest first,
     /// at most `max`.
     async fn index_members(&self, key: &str, max: usize) -> Result<Vec<String>, StoreError>;
+
+    /// The members of the window at `key` scored within the last
+    /// `window_ms`, newest first, at most `max`.
+    async fn recent_members(
+        &self,
+        key: &str,
+        window_ms: u64,
+        max: usize,
+    ) -> Result<Vec<String>, StoreError>;
 
     /// Offer one event to one subject's conversion counters, atomically:
     /// 1. a live block answers `Blocked` with the figures it was set on:

@@ -174,6 +174,15 @@ impl WindowStore for ResilientStore {
         resilient!(self, |s| s.login_state(window_key, lock_key, pair_lock_key, policy), open: Some(open))
     }
 
+    async fn recent_members(
+        &self,
+        key: &str,
+        window_ms: u64,
+        max: usize,
+    ) -> Result<Vec<String>, StoreError> {
+        resilient!(self, |s| s.recent_members(key, window_ms, max), open: None)
+    }
+
     async fn index_members(&self, key: &str, max: usize) -> Result<Vec<String>, StoreError> {
         // No open answer: an unblock that found no pairs would say it cleared them.
         resilient!(self, |s| s.index_members(key, max), open: None)

@@ -4,8 +4,8 @@
 
 use super::entry::{Entry, Subject, Value};
 use crate::store::{
-    LoginAttemptOutcome, LoginAttemptRequest, LoginPolicy, LoginStateOutcome, LoginVerdict,
-    StoreError,
+    pair_member, LoginAttemptOutcome, LoginAttemptRequest, LoginPolicy, LoginStateOutcome,
+    LoginVerdict, StoreError,
 };
 
 /// The newest pairs a user's index keeps (`login_attempt.lua`'s
@@ -73,19 +73,20 @@ pub(super) fn attempt(
     if req.success {
         if p.reset_on_success {
             subject.entries.remove(req.window_key);
-            if let Some(pair) = &req.pair {
-                subject.entries.remove(pair.window_key);
-            }
             outcome.failures = 0;
         }
         return Ok(outcome);
     }
     let longest = p.captcha_window_ms.max(p.lock_window_ms);
     let keep = p.captcha_after.max(p.lock_after);
+    let id = match &req.pair {
+        Some(pair) => pair_member(pair.ip, req.member),
+        None => req.member.to_owned(),
+    };
     let lock_count = add_failure(
         subject,
         req.window_key,
-        req.member,
+        &id,
         keep,
         longest,
         p.lock_window_ms,
@@ -94,24 +95,23 @@ pub(super) fn attempt(
     if remaining(prev, now).is_none() && lock_count >= p.lock_after {
         outcome.locked_for_ms = Some(lock(subject, req.lock_key, prev, p, now));
     }
-    if let Some(pair) = &req.pair {
-        let before =
-            subject.read_window(pair.window_key, now, |w| w.count(now, p.lock_window_ms))?;
-        add_failure(
-            subject,
-            pair.window_key,
-            req.member,
-            p.pair_lock_after,
-            p.lock_window_ms,
-            p.lock_window_ms,
-            now,
-        )?;
-        if remaining(pair_prev, now).is_none() && before + 1 >= p.pair_lock_after {
+    if let Some(pair) = req
+        .pair
+        .as_ref()
+        .filter(|_| remaining(pair_prev, now).is_none())
+    {
+        // Scanned only once the user's own count could hold enough of them.
+        let tag = pair_member(pair.ip, "");
+        let pair_count = if lock_count >= p.pair_lock_after {
+            subject.read_window(req.window_key, now, |w| {
+                w.count_tagged(now, p.lock_window_ms, &tag)
+            })?
+        } else {
+            0
+        };
+        if pair_count >= p.pair_lock_after {
             outcome.pair_locked_for_ms = Some(lock(subject, pair.lock_key, pair_prev, p, now));
-        }
-        // The index learns of a pair when its window starts and when it
-        // locks, and outlives the pair's lock.
-        if before == 0 || outcome.pair_locked_for_ms.is_some() {
+            // The index of locked pairs outlives every lock it lists.
             let index_ttl = p.lock_max_ms + p.escalation_reset_ms;
             subject.change_window(pair.index_key, now, |index| {
                 index.add(now, pair.ip);

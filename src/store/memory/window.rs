@@ -98,6 +98,27 @@ impl Window {
         }
     }
 
+    /// Events with `now - length < t` whose member starts with `tag`.
+    pub(super) fn count_tagged(&self, now: u64, length: u64, tag: &str) -> u32 {
+        let recent = self
+            .events
+            .iter()
+            .rev()
+            .take_while(|(t, _)| t.saturating_add(length) > now);
+        let tagged = recent.filter(|(_, m)| m.starts_with(tag)).count();
+        u32::try_from(tagged).unwrap_or(u32::MAX)
+    }
+
+    /// `ZREVRANGEBYSCORE key +inf (now-length LIMIT 0 max`.
+    pub(super) fn newest_within(&self, now: u64, length: u64, max: usize) -> Vec<String> {
+        let recent = self
+            .events
+            .iter()
+            .rev()
+            .take_while(|(t, _)| t.saturating_add(length) > now);
+        recent.take(max).map(|(_, m)| m.to_string()).collect()
+    }
+
     /// `ZRANGE key 0 max-1 REV`: the `max` newest members, newest first.
     pub(super) fn newest(&self, max: usize) -> Vec<String> {
         let events = self.events.iter().rev().take(max);

@@ -26,6 +26,7 @@ pub(super) struct Scripts {
     pub(super) conversion_peek: Script,
     pub(super) expiring_add: Script,
     pub(super) expiring_members: Script,
+    pub(super) recent_members: Script,
 }
 
 impl Scripts {
@@ -43,10 +44,11 @@ impl Scripts {
             conversion_peek: Script::from_lua(include_str!("../../../lua/conversion_peek.lua")),
             expiring_add: Script::from_lua(include_str!("../../../lua/expiring_add.lua")),
             expiring_members: Script::from_lua(include_str!("../../../lua/expiring_members.lua")),
+            recent_members: Script::from_lua(include_str!("../../../lua/recent_members.lua")),
         }
     }
 
-    pub(super) fn all(&self) -> [&Script; 12] {
+    pub(super) fn all(&self) -> [&Script; 13] {
         [
             &self.reserve,
             &self.window_peek,
@@ -60,6 +62,7 @@ impl Scripts {
             &self.conversion_peek,
             &self.expiring_add,
             &self.expiring_members,
+            &self.recent_members,
         ]
     }
 }
@@ -226,7 +229,7 @@ impl RedisStore {
         ]);
         match &req.pair {
             Some(pair) => {
-                keys.extend([pair.window_key, pair.lock_key, pair.index_key]);
+                keys.extend([pair.lock_key, pair.index_key]);
                 args.extend([
                     flag(true),
                     int(u64::from(p.pair_lock_after)),

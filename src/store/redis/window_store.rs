@@ -331,6 +331,17 @@ impl WindowStore for RedisStore {
             .await
     }
 
+    async fn recent_members(
+        &self,
+        key: &str,
+        window_ms: u64,
+        max: usize,
+    ) -> Result<Vec<String>, StoreError> {
+        let args = vec![int(window_ms), int(max as u64)];
+        self.eval(&self.scripts.recent_members, vec![key], args)
+            .await
+    }
+
     async fn index_members(&self, key: &str, max: usize) -> Result<Vec<String>, StoreError> {
         if max == 0 {
             return Ok(Vec::new());

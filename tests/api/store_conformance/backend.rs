@@ -223,14 +223,9 @@ pub async fn login(
 ) -> LoginAttemptOutcome {
     let window_key = keys.window("user", user, "login_attempt");
     let lock_key = keys.lock("user", user);
-    let pair_keys = attempt.pair_ip.map(|ip| {
-        (
-            keys.pair_window(user, ip),
-            keys.pair_lock(user, ip),
-            keys.pair_index(user),
-            ip,
-        )
-    });
+    let pair_keys = attempt
+        .pair_ip
+        .map(|ip| (keys.pair_lock(user, ip), keys.pair_index(user), ip));
     store
         .login_attempt(LoginAttemptRequest {
             window_key: &window_key,
@@ -244,8 +239,7 @@ pub async fn login(
             shadow: attempt.shadow,
             pair: pair_keys
                 .as_ref()
-                .map(|(window_key, lock_key, index_key, ip)| PairKeys {
-                    window_key,
+                .map(|(lock_key, index_key, ip)| PairKeys {
                     lock_key,
                     index_key,
                     ip,
