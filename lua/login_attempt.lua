@@ -44,21 +44,20 @@
 -- level + 1 when the lock starts within escalation_reset_ms of the previous
 -- lock's end, else 0. The lock key expires escalation_reset_ms after the lock
 -- ends. A pair's lock works the same way at pair_lock_after, counted over
--- the user's failures in the lock window that carry the pair's IP: the
--- members are only scanned once the user's own count reaches pair_lock_after,
--- so below that a pair costs one HMGET. A shadow call records as if
+-- the user's failures in the lock window that carry the pair's IP (from the
+-- same read), so a pair costs one HMGET and writes nothing until it locks. A shadow call records as if
 -- allowed; while a lock is live it never starts a new one. The user keeps at
 -- most max(captcha_after, lock_after) newest failures (lock_after being the
 -- account's threshold, above the pair's), the IP max(ip_captcha_after,
 -- ip_block_after). The index of locked pairs keeps its 1000 newest for
 -- lock_max_ms + escalation_reset_ms, longer than any lock it lists.
 --
--- Commands per call: TIME, ZCOUNT, HMGET (and HMGET for the pair); with the
--- IP one ZCOUNT (and a ZREVRANGE when it is blocked). A recorded failure adds
--- ZADD, ZREMRANGEBYRANK and PEXPIRE per set and a ZCOUNT for the lock window
--- (with a pair past pair_lock_after failures, a ZRANGEBYSCORE of the user's
--- window); HSET and PEXPIRE when it locks (and ZADD, ZREMRANGEBYRANK, PEXPIRE
--- on the index for a pair); a recorded success one DEL.
+-- Commands per call: TIME, ZRANGE (the user's failures, at most keep), HMGET
+-- (and HMGET for the pair); with the IP one ZCOUNT (and a ZREVRANGE when it
+-- is blocked). A recorded failure adds ZADD and PEXPIRE per set
+-- (ZREMRANGEBYRANK for a full user set, always for the IP), HSET and PEXPIRE
+-- when it locks (and ZADD, ZREMRANGEBYRANK, PEXPIRE on the index for a
+-- pair); a recorded success one DEL.
 --
 -- Example (user and IP in one call):
 --   EVALSHA <sha> 3 "tg:{user:alice}:login_attempt" "tg:{user:alice}:lock" \
@@ -151,7 +150,28 @@ local prev_until, prev_level, locked = read_lock(lkey)
 local pprev_until, pprev_level, pair_locked = nil, 0, false
 if pair then pprev_until, pprev_level, pair_locked = read_lock(plkey) end
 
-local failures = count(wkey, captcha_window)
+-- The user's failures, oldest first: never more than keep of them, so one
+-- read gives every count this call needs.
+local keep = math.max(captcha_after, lock_after)
+local ids, scores = {}, {}
+local raw = redis.call('ZRANGE', wkey, 0, -1, 'WITHSCORES')
+for j = 1, #raw, 2 do
+  ids[#ids + 1] = raw[j]
+  scores[#scores + 1] = tonumber(raw[j + 1])
+end
+
+-- The user's failures in the last `length` ms; with `tag`, those whose id
+-- starts with it (a pair's).
+local function recent(length, tag)
+  local c = 0
+  for j = #scores, 1, -1 do
+    if scores[j] <= now - length then break end
+    if tag == nil or string.sub(ids[j], 1, #tag) == tag then c = c + 1 end
+  end
+  return c
+end
+
+local failures = recent(captcha_window)
 local verdict, retry = 0, 0
 if locked then
   verdict, retry = 1, prev_until - now
@@ -159,17 +179,6 @@ elseif pair_locked then
   verdict, retry = 3, pprev_until - now
 elseif (failures >= captcha_after or captcha_demanded) and not captcha_passed then
   verdict = 2
-end
-
--- The pair's failures in the lock window: the user's that carry its IP.
-local function pair_count()
-  local tag = pair_ip .. '|'
-  local c = 0
-  local ids = redis.call('ZRANGEBYSCORE', wkey, string.format('(%d', now - lock_window), '+inf')
-  for _, id in ipairs(ids) do
-    if string.sub(id, 1, #tag) == tag then c = c + 1 end
-  end
-  return c
 end
 
 local crossed, locked_for, pair_locked_for = 0, -1, -1
@@ -180,17 +189,26 @@ if (verdict == 0 and not ip_blocked) or shadow then
       failures = 0
     end
   else
-    local keep = math.max(captcha_after, lock_after)
     local id = member
     if pair then id = pair_ip .. '|' .. member end
-    add(wkey, id, keep, math.max(captcha_window, lock_window))
-    local in_lock_window = count(wkey, lock_window)
+    redis.call('ZADD', wkey, now_s, id)
+    ids[#ids + 1], scores[#scores + 1] = id, now
+    if #ids > keep then
+      redis.call('ZREMRANGEBYRANK', wkey, 0, -(keep + 1))
+      while #ids > keep do
+        table.remove(ids, 1)
+        table.remove(scores, 1)
+      end
+    end
+    redis.call('PEXPIRE', wkey, math.max(captcha_window, lock_window))
+    local in_lock_window = recent(lock_window)
     if not locked and in_lock_window >= lock_after then
       locked_for = lock(lkey, prev_until, prev_level)
     end
     if pair and not pair_locked then
       local pair_lock_after = tonumber(ARGV[16])
-      if in_lock_window >= pair_lock_after and pair_count() >= pair_lock_after then
+      if in_lock_window >= pair_lock_after
+        and recent(lock_window, pair_ip .. '|') >= pair_lock_after then
         pair_locked_for = lock(plkey, pprev_until, pprev_level)
         -- The index of locked pairs outlives every lock it lists.
         redis.call('ZADD', pindex, now_s, pair_ip)
