@@ -10,14 +10,12 @@
 -- ARGV[4]  slice_ms
 -- ARGV[5]  slices a count sums (the window is slices * slice_ms)
 --
--- The sums "E" and "S" (over every slice field present) and "L" (the oldest
--- slice that may have fields) change with it (see reserve.lua). A count
--- that reaches 0 is deleted (a hash left empty is no key). Adding
+-- A count that reaches 0 is deleted (a hash left empty is no key). Adding
 -- sets the key's expiry: the window, or the block's end when later. Taking
 -- back leaves the expiry alone.
 --
--- Returns the slice changed. Commands per call: TIME, HINCRBY twice; when
--- adding HSETNX, HGET and PEXPIRE; HDEL when it reaches 0.
+-- Returns the slice changed. Commands per call: TIME, HINCRBY; when adding
+-- HGET and PEXPIRE; HDEL when it reaches 0.
 --
 -- Example (a code verified for a number prefix):
 --   EVALSHA <sha> 1 "tg:{prefix:+3361234}:conversion" s 1 -1 300000 12
@@ -34,25 +32,11 @@ local slice = tonumber(ARGV[3])
 if slice < 0 then slice = math.floor(now / slice_ms) end
 local field = ARGV[1] .. ':' .. string.format('%d', slice)
 
-local total = string.upper(ARGV[1])
 local count = redis.call('HINCRBY', key, field, delta)
-if count < 0 then
-  -- The slice had left the window: its count is out of the sums already.
+if count <= 0 then
   redis.call('HDEL', key, field)
   return slice
 end
-redis.call('HINCRBY', key, total, delta)
-if count == 0 then
-  redis.call('HDEL', key, field)
-  -- Only the sums left, both 0: no counts, so no key (as before the sums).
-  local sums = redis.call('HMGET', key, 'E', 'S')
-  if redis.call('HLEN', key) <= 3 and (tonumber(sums[1]) or 0) == 0
-    and (tonumber(sums[2]) or 0) == 0 then
-    redis.call('DEL', key)
-  end
-  return slice
-end
-redis.call('HSETNX', key, 'L', slice)
 if delta > 0 then
   local keep = tonumber(ARGV[5]) * slice_ms
   local block_until = tonumber(redis.call('HGET', key, 'until'))

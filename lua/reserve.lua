@@ -6,10 +6,8 @@
 --             (field "<limit>/<length>" = level, "<limit>/<length>:t" = when
 --             the level was last set, in ms)
 --             then per conversion: its conversion HASH (field "e:<slice>" =
---             events and "s:<slice>" = successes counted in that slice, "E"
---             and "S" their sums over every slice field present, "L" the
---             oldest slice that may still have fields; while blocked "until"
---             (ms), "events", "successes", "shadow" (1/0))
+--             events and "s:<slice>" = successes counted in that slice; while
+--             blocked "until" (ms), "events", "successes", "shadow" (1/0))
 -- KEYS[last]  optional: the subject's code HASH (mac, left, exp), written when
 --             the event is recorded
 -- ARGV[1] member: unique id of this event
@@ -72,9 +70,8 @@
 -- subject ZADD and PEXPIRE (and ZREMRANGEBYRANK when the set is full, always
 -- for a large set), HSET and PEXPIRE of its meters, and HSET and PEXPIRE for
 -- the code. A refused request reads and writes nothing else. A subject with
--- only meter windows never touches its ZSET. Per conversion: HMGET of the
--- sums (and, once a slice, an HMGET per slice that left the window, HSET and
--- HDEL), HINCRBY twice, HSETNX and PEXPIRE when recorded;
+-- only meter windows never touches its ZSET. Per conversion: HGETALL (and
+-- HDEL of stale slices, once a slice), HINCRBY and PEXPIRE when recorded;
 -- DEL, HSET and PEXPIRE when it trips.
 --
 -- Example (a phone and its IP, with a code):
@@ -182,38 +179,19 @@ local conv_refused = false
 for _, cv in ipairs(convs) do
   cv.slice = math.floor(now / cv.slice_ms)
   local oldest = cv.slice - cv.slices + 1
-  -- The sums are kept beside the slices, so a check reads a few fields
-  -- whatever the window; slices that left it are taken out of the sums here
-  -- (a few at most: the key expires a window after its last count).
-  local f = redis.call('HMGET', cv.key, 'E', 'S', 'L', 'until', 'events', 'successes', 'shadow')
-  local events, successes, low = tonumber(f[1]) or 0, tonumber(f[2]) or 0, tonumber(f[3])
-  local block = { ['until'] = f[4], events = f[5], successes = f[6], shadow = f[7] }
-  local stale = {}
-  if low and low < oldest - cv.slices then
-    -- Long quiet under a shadow block: sum what is left from scratch.
-    events, successes = 0, 0
-    local raw = redis.call('HGETALL', cv.key)
-    for j = 1, #raw, 2 do
-      local kind, slice = string.match(raw[j], '^([es]):(%d+)$')
-      if kind and tonumber(slice) < oldest then
-        stale[#stale + 1] = raw[j]
-      elseif kind == 'e' then
-        events = events + tonumber(raw[j + 1])
-      elseif kind == 's' then
-        successes = successes + tonumber(raw[j + 1])
-      end
+  local raw = redis.call('HGETALL', cv.key)
+  local events, successes, stale, block = 0, 0, {}, {}
+  for j = 1, #raw, 2 do
+    local kind, slice = string.match(raw[j], '^([es]):(%d+)$')
+    if kind == nil then
+      block[raw[j]] = raw[j + 1]
+    elseif tonumber(slice) < oldest then
+      stale[#stale + 1] = raw[j]
+    elseif kind == 'e' then
+      events = events + tonumber(raw[j + 1])
+    else
+      successes = successes + tonumber(raw[j + 1])
     end
-    redis.call('HSET', cv.key, 'E', events, 'S', successes, 'L', oldest)
-  elseif low and low < oldest then
-    for s = low, oldest - 1 do
-      local old = redis.call('HMGET', cv.key, 'e:' .. s, 's:' .. s)
-      events = events - (tonumber(old[1]) or 0)
-      successes = successes - (tonumber(old[2]) or 0)
-      stale[#stale + 1] = 'e:' .. s
-      stale[#stale + 1] = 's:' .. s
-    end
-    events, successes = math.max(events, 0), math.max(successes, 0)
-    redis.call('HSET', cv.key, 'E', events, 'S', successes, 'L', oldest)
   end
   cv.until_at = tonumber(block['until'])
   if cv.until_at and cv.until_at <= now then
@@ -313,8 +291,6 @@ if recorded then
   for _, cv in ipairs(convs) do
     if cv.count then
       redis.call('HINCRBY', cv.key, 'e:' .. cv.slice, 1)
-      redis.call('HINCRBY', cv.key, 'E', 1)
-      redis.call('HSETNX', cv.key, 'L', cv.slice)
       local keep = cv.slices * cv.slice_ms
       if cv.until_at and cv.until_at - now > keep then keep = cv.until_at - now end
       redis.call('PEXPIRE', cv.key, string.format('%d', keep))
