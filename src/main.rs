@@ -27,45 +27,42 @@ enum Command {
     Migrate,
     /// Validate the config and print it as TOML, secrets masked.
     CheckConfig,
+    /// Print the OpenAPI document of the API (as `docs/openapi.json` keeps it)
+    /// and exit; reads no config.
+    Openapi,
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
-    let settings = match Settings::load(cli.config.as_deref()) {
-        Ok(settings) => settings,
+    match run(cli).await {
+        Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("tollgate: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match cli.command.unwrap_or(Command::Serve) {
-        Command::CheckConfig => {
-            print!("{}", settings.to_redacted_toml());
-            ExitCode::SUCCESS
-        }
-        Command::Migrate => match migrate(&settings).await {
-            Ok(()) => {
-                println!("tollgate: audit database is up to date");
-                ExitCode::SUCCESS
-            }
-            Err(e) => {
-                eprintln!("tollgate: {e:#}");
-                ExitCode::FAILURE
-            }
-        },
-        Command::Serve => {
-            tollgate::telemetry::init();
-            match serve(settings, cli.config).await {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    tracing::error!(error = ?e, "tollgate stopped with an error");
-                    eprintln!("tollgate: {e:#}");
-                    ExitCode::FAILURE
-                }
-            }
+            eprintln!("tollgate: {e:#}");
+            ExitCode::FAILURE
         }
     }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    let load = || Settings::load(cli.config.as_deref());
+    match cli.command.unwrap_or(Command::Serve) {
+        // The document is the code's, not the config's: no file is read.
+        Command::Openapi => print!("{}", tollgate::routes::openapi::pretty_document()),
+        Command::CheckConfig => print!("{}", load()?.to_redacted_toml()),
+        Command::Migrate => {
+            migrate(&load()?).await?;
+            println!("tollgate: audit database is up to date");
+        }
+        Command::Serve => {
+            let settings = load()?;
+            tollgate::telemetry::init();
+            serve(settings, cli.config.clone())
+                .await
+                .inspect_err(|e| tracing::error!(error = ?e, "tollgate stopped with an error"))?;
+        }
+    }
+    Ok(())
 }
 
 async fn serve(settings: Settings, config: Option<PathBuf>) -> anyhow::Result<()> {

@@ -153,6 +153,17 @@ pub static DOCUMENT: LazyLock<String> = LazyLock::new(|| {
         .expect("the OpenAPI document serialises")
 });
 
+/// The document as `tollgate openapi` prints it and `docs/openapi.json`
+/// keeps it: indented, with a final newline, so that a diff of two versions
+/// reads line by line.
+pub fn pretty_document() -> String {
+    let mut text = ApiDoc::openapi()
+        .to_pretty_json()
+        .expect("the OpenAPI document serialises");
+    text.push('\n');
+    text
+}
+
 /// This OpenAPI document
 #[utoipa::path(
     get,

@@ -1,4 +1,4 @@
-//! The command line: check-config and migrate.
+//! The command line: check-config, migrate and openapi.
 
 use std::process::Command;
 
@@ -192,4 +192,22 @@ async fn migrate_creates_the_audit_table_and_can_run_twice() {
             .expect("the table exists");
         assert!(rows.is_empty());
     }
+}
+
+/// `docs/openapi.json` is what `tollgate openapi` prints, so client
+/// generators can use the checked-in file; the command reads no config (a
+/// missing file does not stop it).
+#[test]
+fn the_checked_in_openapi_document_is_the_one_the_binary_prints() {
+    let (ok, printed, stderr) = tollgate(&["--config", "/nonexistent.toml", "openapi"], &[]);
+    assert!(ok, "{stderr}");
+    let document: serde_json::Value = serde_json::from_str(&printed).expect("JSON");
+    assert_eq!(document["openapi"], "3.1.0");
+    assert!(document["paths"]["/login/attempt"]["post"].is_object());
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/openapi.json");
+    let checked_in = std::fs::read_to_string(path).expect("docs/openapi.json");
+    assert!(
+        checked_in == printed,
+        "docs/openapi.json is stale: run `cargo run -- openapi > docs/openapi.json`"
+    );
 }
