@@ -40,6 +40,8 @@ pub struct Overrides {
 pub struct Application {
     server: Server,
     port: u16,
+    /// The admin listener (`server.admin_bind`) and its port.
+    admin: Option<(Server, u16)>,
     audit: Arc<dyn AuditSink>,
     policy: Arc<PolicyCell>,
     lists: Arc<Lists>,
@@ -174,28 +176,31 @@ impl Application {
             metrics,
         });
 
+        let (public_routes, admin_routes): (Routes, Option<Routes>) =
+            match settings.server.admin_bind {
+                Some(_) => (routes::configure_public, Some(routes::configure_admin)),
+                None => (routes::configure, None),
+            };
         let listener = TcpListener::bind(settings.server.bind)
             .with_context(|| format!("cannot listen on {}", settings.server.bind))?;
         let port = listener.local_addr()?.port();
-        let server = HttpServer::new(move || {
-            // Runs on each worker thread, inside its runtime: the worker's
-            // requests then talk to Redis without leaving the thread.
-            if let Some(redis) = &redis {
-                redis.connect_this_thread();
+        let server = http_server(listener, state.clone(), redis.clone(), public_routes)?;
+        let admin = match (settings.server.admin_bind, admin_routes) {
+            (Some(bind), Some(routes)) => {
+                let listener = TcpListener::bind(bind)
+                    .with_context(|| format!("cannot listen on {bind} (server.admin_bind)"))?;
+                let admin_port = listener.local_addr()?.port();
+                let admin_server = http_server(listener, state, redis, routes)?;
+                tracing::info!(address = %format!("{}:{admin_port}", bind.ip()), "tollgate admin listening");
+                Some((admin_server, admin_port))
             }
-            App::new()
-                .wrap(from_fn(routes::request_id::middleware))
-                .app_data(state.clone())
-                .configure(routes::configure)
-                .default_service(web::to(routes::not_found))
-        })
-        .listen(listener)?
-        .shutdown_timeout(30)
-        .run();
+            _ => None,
+        };
         tracing::info!(address = %format!("{}:{port}", settings.server.bind.ip()), "tollgate listening");
         Ok(Self {
             server,
             port,
+            admin,
             audit,
             policy,
             lists,
@@ -206,6 +211,11 @@ impl Application {
     /// The port actually bound, for a `server.bind` of port 0.
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// The admin listener's port, when `server.admin_bind` is set.
+    pub fn admin_port(&self) -> Option<u16> {
+        self.admin.as_ref().map(|(_, port)| *port)
     }
 
     /// The sink every audit event goes to (tests flush it).
@@ -231,11 +241,47 @@ impl Application {
     /// Serve until SIGTERM / Ctrl-C (or [`ServerHandle::stop`]): in-flight
     /// requests finish, then the audit queue is drained.
     pub async fn run_until_stopped(self) -> std::io::Result<()> {
+        // The admin listener lives as long as the public one.
+        let admin = self.admin.map(|(server, _)| {
+            let handle = server.handle();
+            (tokio::spawn(server), handle)
+        });
         let result = self.server.await;
+        if let Some((task, handle)) = admin {
+            handle.stop(true).await;
+            let _ = task.await;
+        }
         self.audit.flush().await;
         for task in self.background {
             task.abort();
         }
         result
     }
+}
+
+/// Which routes a listener serves.
+type Routes = fn(&mut web::ServiceConfig);
+
+/// An HTTP server on `listener` serving `routes` over the shared state.
+fn http_server(
+    listener: TcpListener,
+    state: web::Data<AppState>,
+    redis: Option<Arc<RedisStore>>,
+    routes: Routes,
+) -> std::io::Result<Server> {
+    Ok(HttpServer::new(move || {
+        // Runs on each worker thread, inside its runtime: the worker's
+        // requests then talk to Redis without leaving the thread.
+        if let Some(redis) = &redis {
+            redis.connect_this_thread();
+        }
+        App::new()
+            .wrap(from_fn(routes::request_id::middleware))
+            .app_data(state.clone())
+            .configure(routes)
+            .default_service(web::to(routes::not_found))
+    })
+    .listen(listener)?
+    .shutdown_timeout(30)
+    .run())
 }

@@ -50,14 +50,30 @@ pub struct AppState {
     pub metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
 }
 
-/// Register every route, with the JSON body rules.
+/// Register every route, with the JSON body rules: one listener serves all.
 pub fn configure(cfg: &mut web::ServiceConfig) {
+    configure_public(cfg);
+    admin::configure(cfg);
+    ops::configure_metrics(cfg);
+}
+
+/// The routes of the public listener when admin routes have their own
+/// (`server.admin_bind`): the API, its document and the probes.
+pub fn configure_public(cfg: &mut web::ServiceConfig) {
     cfg.app_data(json::config());
     sms::configure(cfg);
     login::configure(cfg);
-    admin::configure(cfg);
-    ops::configure(cfg);
+    ops::configure_probes(cfg);
     openapi::configure(cfg);
+}
+
+/// The routes of the admin listener (`server.admin_bind`): the admin API,
+/// the console, `/metrics` and the probes.
+pub fn configure_admin(cfg: &mut web::ServiceConfig) {
+    cfg.app_data(json::config());
+    admin::configure(cfg);
+    ops::configure_probes(cfg);
+    ops::configure_metrics(cfg);
 }
 
 /// The JSON 404 for a path no route matches.

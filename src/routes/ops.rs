@@ -9,10 +9,14 @@ use super::AppState;
 use crate::error::{ApiError, ErrorBody, ErrorCode};
 
 /// Register `/healthz`, `/readyz` and `/metrics`.
-pub fn configure(cfg: &mut web::ServiceConfig) {
+pub fn configure_probes(cfg: &mut web::ServiceConfig) {
     cfg.service(super::get("/healthz", healthz))
-        .service(super::get("/readyz", readyz))
-        .service(super::get("/metrics", metrics));
+        .service(super::get("/readyz", readyz));
+}
+
+/// `/metrics`: on the admin listener when there is one.
+pub fn configure_metrics(cfg: &mut web::ServiceConfig) {
+    cfg.service(super::get("/metrics", metrics));
 }
 
 /// `/healthz` and `/readyz` 200.

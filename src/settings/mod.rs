@@ -57,6 +57,11 @@ pub struct Settings {
 pub struct ServerSettings {
     /// Address the HTTP server listens on.
     pub bind: SocketAddr,
+    /// When set, `/admin`, `/admin/api/*` and `/metrics` are served on this
+    /// address only (with `/healthz` and `/readyz`), and `bind` serves the
+    /// rest; unset (the default), everything is on `bind`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admin_bind: Option<SocketAddr>,
     /// CIDRs (or single addresses) of proxies whose `X-Forwarded-For` is honoured.
     #[serde(with = "parsed::cidrs")]
     pub trusted_proxies: Vec<ipnet::IpNet>,

@@ -199,6 +199,17 @@ impl Settings {
             }
         }
 
+        if self
+            .server
+            .admin_bind
+            .is_some_and(|admin| admin == self.server.bind && admin.port() != 0)
+        {
+            return Err(SettingsError::invalid(
+                "server.admin_bind",
+                "must differ from server.bind (or be left out to serve admin routes there)",
+            ));
+        }
+
         let login = &self.login;
         positive("login.captcha_after", login.captcha_after.into())?;
         duration("login.captcha_window", login.captcha_window)?;

@@ -670,3 +670,62 @@ async fn a_blocked_ip_is_unblocked(backend: Backend) {
         "allow"
     );
 }
+
+/// With `server.admin_bind`, the admin API, the console and `/metrics` are
+/// on that listener only, and the public one answers them 404; the API is
+/// on the public one only; both answer the probes.
+#[tokio::test]
+async fn admin_routes_live_on_their_own_listener_when_admin_bind_is_set() {
+    let app = spawn_app(Backend::Memory, |s| {
+        s.server.admin_bind = Some("127.0.0.1:0".parse().unwrap());
+    })
+    .await;
+    let admin = app.admin_address.clone().expect("an admin listener");
+    assert_ne!(admin, app.address);
+    let get = |base: &str, path: &str| {
+        app.client
+            .get(format!("{base}{path}"))
+            .bearer_auth(ADMIN_TOKEN)
+            .send()
+    };
+    for path in ["/admin/api/subjects/user/alice", "/metrics", "/admin/lists"] {
+        let public = get(&app.address, path).await.unwrap();
+        assert_eq!(public.status(), 404, "public {path}");
+        let private = get(&admin, path).await.unwrap();
+        assert_eq!(private.status(), 200, "admin {path}");
+    }
+    for base in [&app.address, &admin] {
+        assert_eq!(get(base, "/healthz").await.unwrap().status(), 200, "{base}");
+    }
+    let send = app
+        .client
+        .post(format!("{admin}/sms/send"))
+        .json(&json!({ "phone": "+8613800138000" }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(send.status(), 404, "the API is not on the admin listener");
+    assert_eq!(
+        app.sms_send(json!({ "phone": "+8613800138000" }))
+            .await
+            .status,
+        200
+    );
+}
+
+#[test]
+fn admin_bind_must_differ_from_bind() {
+    let path =
+        std::env::temp_dir().join(format!("tollgate-{}.toml", uuid::Uuid::new_v4().simple()));
+    std::fs::write(
+        &path,
+        "[server]\nbind = \"127.0.0.1:8080\"\nadmin_bind = \"127.0.0.1:8080\"\n",
+    )
+    .unwrap();
+    let error = tollgate::settings::Settings::load(Some(&path))
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    std::fs::remove_file(&path).unwrap();
+    assert!(error.contains("server.admin_bind"), "{error}");
+}

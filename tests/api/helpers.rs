@@ -100,6 +100,8 @@ impl SmsSender for CapturingSender {
 
 pub struct TestApp {
     pub address: String,
+    /// The admin listener's address, when `server.admin_bind` is set.
+    pub admin_address: Option<String>,
     pub client: reqwest::Client,
     pub sms: CapturingSender,
     pub audit: CapturingSink,
@@ -238,11 +240,15 @@ async fn spawn(
         .await
         .expect("the application builds");
     let address = format!("http://127.0.0.1:{}", app.port());
+    let admin_address = app
+        .admin_port()
+        .map(|port| format!("http://127.0.0.1:{port}"));
     let handle = app.handle();
     let sink = app.audit_sink();
     tokio::spawn(app.run_until_stopped());
     TestApp {
         address,
+        admin_address,
         client: reqwest::Client::new(),
         sms,
         audit,
