@@ -18,6 +18,7 @@ use crate::guard::login::LoginGuard;
 use crate::guard::sms::SmsGuard;
 use crate::guard::{GuardContext, Policy, PolicyCell};
 use crate::lists::{self, Lists};
+use crate::routes::cors::CorsOrigins;
 use crate::routes::{self, Access, AppState};
 use crate::settings::{OnStoreError, Settings, StoreBackend};
 use crate::store::memory::MemoryStore;
@@ -184,13 +185,20 @@ impl Application {
         let listener = TcpListener::bind(settings.server.bind)
             .with_context(|| format!("cannot listen on {}", settings.server.bind))?;
         let port = listener.local_addr()?.port();
-        let server = http_server(listener, state.clone(), redis.clone(), public_routes)?;
+        let cors = Arc::new(CorsOrigins::new(&settings.server.cors_origins));
+        let server = http_server(
+            listener,
+            state.clone(),
+            redis.clone(),
+            public_routes,
+            cors.clone(),
+        )?;
         let admin = match (settings.server.admin_bind, admin_routes) {
             (Some(bind), Some(routes)) => {
                 let listener = TcpListener::bind(bind)
                     .with_context(|| format!("cannot listen on {bind} (server.admin_bind)"))?;
                 let admin_port = listener.local_addr()?.port();
-                let admin_server = http_server(listener, state, redis, routes)?;
+                let admin_server = http_server(listener, state, redis, routes, cors)?;
                 tracing::info!(address = %format!("{}:{admin_port}", bind.ip()), "tollgate admin listening");
                 Some((admin_server, admin_port))
             }
@@ -260,7 +268,7 @@ impl Application {
 }
 
 /// Which routes a listener serves.
-type Routes = fn(&mut web::ServiceConfig);
+type Routes = fn(&mut web::ServiceConfig, &CorsOrigins);
 
 /// An HTTP server on `listener` serving `routes` over the shared state.
 fn http_server(
@@ -268,6 +276,7 @@ fn http_server(
     state: web::Data<AppState>,
     redis: Option<Arc<RedisStore>>,
     routes: Routes,
+    cors: Arc<CorsOrigins>,
 ) -> std::io::Result<Server> {
     Ok(HttpServer::new(move || {
         // Runs on each worker thread, inside its runtime: the worker's
@@ -278,7 +287,7 @@ fn http_server(
         App::new()
             .wrap(from_fn(routes::request_id::middleware))
             .app_data(state.clone())
-            .configure(routes)
+            .configure(|cfg| routes(cfg, &cors))
             .default_service(web::to(routes::not_found))
     })
     .listen(listener)?

@@ -3,6 +3,7 @@
 
 pub mod admin;
 mod caller;
+pub mod cors;
 mod json;
 pub mod login;
 pub mod openapi;
@@ -16,6 +17,7 @@ use std::sync::Arc;
 use actix_web::{web, HttpResponse};
 
 pub use caller::Access;
+use cors::CorsOrigins;
 
 use crate::audit::{AuditDb, AuditSink};
 use crate::error::ApiError;
@@ -51,17 +53,17 @@ pub struct AppState {
 }
 
 /// Register every route, with the JSON body rules: one listener serves all.
-pub fn configure(cfg: &mut web::ServiceConfig) {
-    configure_public(cfg);
+pub fn configure(cfg: &mut web::ServiceConfig, cors: &CorsOrigins) {
+    configure_public(cfg, cors);
     admin::configure(cfg);
     ops::configure_metrics(cfg);
 }
 
 /// The routes of the public listener when admin routes have their own
 /// (`server.admin_bind`): the API, its document and the probes.
-pub fn configure_public(cfg: &mut web::ServiceConfig) {
+pub fn configure_public(cfg: &mut web::ServiceConfig, cors: &CorsOrigins) {
     cfg.app_data(json::config());
-    sms::configure(cfg);
+    sms::configure(cfg, cors);
     login::configure(cfg);
     ops::configure_probes(cfg);
     openapi::configure(cfg);
@@ -69,7 +71,7 @@ pub fn configure_public(cfg: &mut web::ServiceConfig) {
 
 /// The routes of the admin listener (`server.admin_bind`): the admin API,
 /// the console, `/metrics` and the probes.
-pub fn configure_admin(cfg: &mut web::ServiceConfig) {
+pub fn configure_admin(cfg: &mut web::ServiceConfig, _cors: &CorsOrigins) {
     cfg.app_data(json::config());
     admin::configure(cfg);
     ops::configure_probes(cfg);

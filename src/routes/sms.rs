@@ -5,6 +5,7 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use super::cors::CorsOrigins;
 use super::schemas::{self, RateLimitedError};
 use super::{post_json, AppState};
 use crate::captcha::CaptchaProof;
@@ -14,9 +15,9 @@ use crate::guard::sms::{SendRequest, SmsRefusal, Verified};
 use crate::metrics::{self, Outcome, Route};
 
 /// Register `/sms/send` and `/sms/verify` (POST, JSON bodies).
-pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.service(post_json("/sms/send", send))
-        .service(post_json("/sms/verify", verify));
+pub fn configure(cfg: &mut web::ServiceConfig, cors: &CorsOrigins) {
+    cfg.service(post_json("/sms/send", send).wrap(cors.middleware()))
+        .service(post_json("/sms/verify", verify).wrap(cors.middleware()));
 }
 
 #[derive(Deserialize, ToSchema)]

@@ -62,6 +62,11 @@ pub struct ServerSettings {
     /// rest; unset (the default), everything is on `bind`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub admin_bind: Option<SocketAddr>,
+    /// Origins whose pages may call `/sms/send` and `/sms/verify` from the
+    /// browser (`https://app.example.com`, or `*`); empty (the default): no
+    /// CORS headers at all.
+    #[serde(default)]
+    pub cors_origins: Vec<String>,
     /// CIDRs (or single addresses) of proxies whose `X-Forwarded-For` is honoured.
     #[serde(with = "parsed::cidrs")]
     pub trusted_proxies: Vec<ipnet::IpNet>,

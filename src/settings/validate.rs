@@ -199,6 +199,17 @@ impl Settings {
             }
         }
 
+        if let Some(i) = self
+            .server
+            .cors_origins
+            .iter()
+            .position(|o| !crate::routes::cors::valid_origin(o))
+        {
+            return Err(SettingsError::invalid(
+                &format!("server.cors_origins[{i}]"),
+                "must be `*` or an origin: http(s)://host[:port], nothing after it",
+            ));
+        }
         if self
             .server
             .admin_bind

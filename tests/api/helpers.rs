@@ -267,6 +267,7 @@ pub struct Answer {
     pub status: StatusCode,
     pub retry_after: Option<String>,
     pub content_type: Option<String>,
+    pub headers: reqwest::header::HeaderMap,
     pub body: Value,
 }
 
@@ -282,12 +283,14 @@ impl Answer {
         };
         let retry_after = header("retry-after");
         let content_type = header("content-type");
+        let headers = response.headers().clone();
         let text = response.text().await.expect("a readable body");
         let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
         Self {
             status,
             retry_after,
             content_type,
+            headers,
             body,
         }
     }

@@ -8,6 +8,7 @@ mod captcha;
 mod cli;
 mod cluster;
 mod console;
+mod cors;
 mod delivery;
 mod edges;
 mod email;

@@ -1,0 +1,104 @@
+//! `server.cors_origins`: browsers on the configured origins may call
+//! `/sms/send` and `/sms/verify`; nobody else gets CORS headers.
+
+use reqwest::Method;
+use serde_json::json;
+
+use crate::helpers::{limits, spawn_app, Answer, Backend, TestApp};
+
+async fn preflight(app: &TestApp, path: &str, origin: &str) -> Answer {
+    let request = app
+        .client
+        .request(Method::OPTIONS, format!("{}{path}", app.address))
+        .header("origin", origin)
+        .header("access-control-request-method", "POST")
+        .header("access-control-request-headers", "content-type");
+    app.send_raw(request).await
+}
+
+async fn send_from(app: &TestApp, origin: &str) -> Answer {
+    let request = app
+        .client
+        .post(format!("{}/sms/send", app.address))
+        .header("origin", origin)
+        .bearer_auth(app.api_key.as_deref().unwrap_or_default())
+        .json(&json!({ "phone": "+8613800138000" }));
+    app.send_raw(request).await
+}
+
+fn header<'a>(answer: &'a Answer, name: &str) -> Option<&'a str> {
+    answer.headers.get(name).and_then(|v| v.to_str().ok())
+}
+
+const APP: &str = "https://app.example.com";
+
+#[tokio::test]
+async fn configured_origins_get_preflights_and_headers_and_others_do_not() {
+    let app = spawn_app(Backend::Memory, |s| {
+        s.server.cors_origins = vec![APP.into()];
+        s.sms.phone_limits = limits(&[(1, 3_600_000)]);
+    })
+    .await;
+    for path in ["/sms/send", "/sms/verify"] {
+        let ok = preflight(&app, path, APP).await;
+        assert_eq!(ok.status, 200, "{path}");
+        assert_eq!(header(&ok, "access-control-allow-origin"), Some(APP));
+        assert!(header(&ok, "access-control-allow-methods").is_some_and(|m| m.contains("POST")));
+        assert_eq!(
+            header(&ok, "access-control-allow-credentials"),
+            None,
+            "never credentials"
+        );
+        let evil = preflight(&app, path, "https://evil.example").await;
+        assert_eq!(header(&evil, "access-control-allow-origin"), None, "{path}");
+        assert_ne!(evil.status, 200);
+    }
+    let sent = send_from(&app, APP).await;
+    assert_eq!(sent.status, 200, "{}", sent.body);
+    assert_eq!(header(&sent, "access-control-allow-origin"), Some(APP));
+    let limited = send_from(&app, APP).await;
+    assert_eq!(limited.status, 429);
+    assert!(
+        header(&limited, "access-control-expose-headers")
+            .is_some_and(|h| h.contains("retry-after")),
+        "a page can read Retry-After"
+    );
+    // Logins are the backend's: no CORS there.
+    let login = preflight(&app, "/login/attempt", APP).await;
+    assert_eq!(header(&login, "access-control-allow-origin"), None);
+}
+
+#[tokio::test]
+async fn a_star_allows_every_origin_and_no_origins_means_no_cors() {
+    let star = spawn_app(Backend::Memory, |s| {
+        s.server.cors_origins = vec!["*".into()]
+    })
+    .await;
+    let ok = preflight(&star, "/sms/send", "https://anywhere.example").await;
+    assert_eq!(header(&ok, "access-control-allow-origin"), Some("*"));
+
+    let none = spawn_app(Backend::Memory, |_| {}).await;
+    let refused = preflight(&none, "/sms/send", APP).await;
+    assert_eq!(refused.status, 405, "unchanged without origins");
+    assert_eq!(header(&refused, "access-control-allow-origin"), None);
+    let sent = send_from(&none, APP).await;
+    assert_eq!(sent.status, 200);
+    assert_eq!(header(&sent, "access-control-allow-origin"), None);
+}
+
+#[test]
+fn a_bad_origin_is_refused_naming_its_key() {
+    let path =
+        std::env::temp_dir().join(format!("tollgate-{}.toml", uuid::Uuid::new_v4().simple()));
+    std::fs::write(
+        &path,
+        "[server]\ncors_origins = [\"https://ok.example\", \"https://app.example.com/login\"]\n",
+    )
+    .unwrap();
+    let error = tollgate::settings::Settings::load(Some(&path))
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    std::fs::remove_file(&path).unwrap();
+    assert!(error.contains("server.cors_origins[1]"), "{error}");
+}
