@@ -39,6 +39,20 @@ pub struct Sent {
     pub resend_after_secs: u64,
     /// Whether the next send will need a captcha.
     pub captcha_required: bool,
+    /// The phone's enforced window with the fewest sends left, after this
+    /// one (none in shadow mode or for an allow-listed send).
+    pub quota: Option<Quota>,
+}
+
+/// One window's quota, as the `RateLimit` headers tell it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Quota {
+    /// Sends the window allows.
+    pub limit: u32,
+    /// Its length, in seconds.
+    pub window_secs: u64,
+    /// Sends it still allows now.
+    pub remaining: u32,
 }
 
 /// A verify's answer when it is not refused.
@@ -187,6 +201,21 @@ impl SmsGuard {
             .map_or(0, |o| o.next_retry_after_ms);
         let captcha_required = reservation.gate_reached_after(0)
             || ip_index.is_some_and(|i| reservation.gate_reached_after(i));
+        // The enforced rules come first among the phone's windows.
+        let quota = reservation
+            .outcome_of(0)
+            .filter(|_| enforced)
+            .and_then(|o| {
+                let rules = policy.sms_phone.rules.iter().zip(&o.counts);
+                rules
+                    .filter(|(rule, _)| !rule.shadow)
+                    .map(|(rule, count)| Quota {
+                        limit: rule.limit,
+                        window_secs: rule.window.as_secs(),
+                        remaining: rule.limit.saturating_sub(count + 1),
+                    })
+                    .min_by_key(|q| q.remaining)
+            });
         Ok(Sent {
             masked_phone: req.phone.masked(),
             code_ttl_secs: sms.code_ttl.as_secs(),
@@ -196,6 +225,7 @@ impl SmsGuard {
                 0
             },
             captcha_required: enforced && captcha_required,
+            quota,
         })
     }
 
@@ -229,6 +259,7 @@ impl SmsGuard {
             code_ttl_secs: sms.code_ttl.as_secs(),
             resend_after_secs: 0,
             captcha_required: false,
+            quota: None,
         })
     }
 

@@ -23,7 +23,11 @@ impl CorsOrigins {
         let mut cors = Cors::default()
             .allowed_methods(["POST"])
             .allowed_headers([header::CONTENT_TYPE, header::AUTHORIZATION])
-            .expose_headers([header::RETRY_AFTER])
+            .expose_headers([
+                header::RETRY_AFTER,
+                header::HeaderName::from_static("ratelimit"),
+                header::HeaderName::from_static("ratelimit-policy"),
+            ])
             .max_age(600);
         for origin in &self.0 {
             cors = if origin == "*" {

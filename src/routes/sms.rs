@@ -87,7 +87,10 @@ pub struct VerifyResult {
     operation_id = "sms_send",
     tag = "sms",
     responses(
-        (status = 200, description = "The code was sent", body = SendResult),
+        (status = 200, description = "The code was sent", body = SendResult, headers(
+            ("RateLimit-Policy" = String, description = "The phone's window with the fewest sends left: `\"phone\";q=<limit>;w=<window secs>` (IETF RateLimit headers draft); absent in shadow mode"),
+            ("RateLimit" = String, description = "What is left of it: `\"phone\";r=<sends left>;t=<secs until the next send passes>`"),
+        )),
         (status = 400, description = "`invalid_phone`, or `invalid_request` (malformed JSON, missing, empty or unknown fields)", body = ErrorBody),
         (status = 401, description = "`unauthorized`: API keys are configured and none was given", body = ErrorBody),
         (status = 403, description = "`region_blocked`; `captcha_required` (with `captcha_required: true`); `pumping_suspected`: the number's prefix or country is blocked because too few of the codes sent to it were verified (`sms.pumping`); `blocklisted`: the phone or client IP is on the block list; or `forbidden`: `captcha_passed` from a caller that is not a backend (no API keys configured and not straight from loopback)", body = ErrorBody),
@@ -139,7 +142,19 @@ async fn send(
         },
     );
     let sent = result?;
-    Ok(HttpResponse::Ok().json(SendResult {
+    let mut answer = HttpResponse::Ok();
+    // IETF draft-ietf-httpapi-ratelimit-headers: a page can show a countdown.
+    if let Some(q) = sent.quota {
+        answer.insert_header((
+            "ratelimit-policy",
+            format!("\"phone\";q={};w={}", q.limit, q.window_secs),
+        ));
+        answer.insert_header((
+            "ratelimit",
+            format!("\"phone\";r={};t={}", q.remaining, sent.resend_after_secs),
+        ));
+    }
+    Ok(answer.json(SendResult {
         status: "sent",
         phone: sent.masked_phone,
         code_ttl_secs: sent.code_ttl_secs,

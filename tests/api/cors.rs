@@ -1,5 +1,6 @@
 //! `server.cors_origins`: browsers on the configured origins may call
-//! `/sms/send` and `/sms/verify`; nobody else gets CORS headers.
+//! `/sms/send` and `/sms/verify`; nobody else gets CORS headers. And the
+//! `RateLimit` headers of a send.
 
 use reqwest::Method;
 use serde_json::json;
@@ -101,4 +102,37 @@ fn a_bad_origin_is_refused_naming_its_key() {
         .unwrap_or_default();
     std::fs::remove_file(&path).unwrap();
     assert!(error.contains("server.cors_origins[1]"), "{error}");
+}
+
+/// `/sms/send` answers the phone's tightest window in the IETF `RateLimit`
+/// headers, so a page can show a countdown; a browser on an allowed origin
+/// may read them.
+#[tokio::test]
+async fn a_send_tells_its_quota_in_ratelimit_headers() {
+    let app = spawn_app(Backend::Memory, |s| {
+        s.server.cors_origins = vec![APP.into()];
+        s.sms.phone_limits = limits(&[(2, 60_000), (5, 3_600_000)]);
+    })
+    .await;
+    let first = send_from(&app, APP).await;
+    assert_eq!(first.status, 200, "{}", first.body);
+    assert_eq!(
+        header(&first, "ratelimit-policy"),
+        Some("\"phone\";q=2;w=60")
+    );
+    assert_eq!(header(&first, "ratelimit"), Some("\"phone\";r=1;t=0"));
+    let second = send_from(&app, APP).await;
+    assert_eq!(header(&second, "ratelimit"), Some("\"phone\";r=0;t=60"));
+    assert_eq!(second.body["resend_after_secs"], 60);
+    assert!(header(&second, "access-control-expose-headers")
+        .is_some_and(|h| h.contains("ratelimit-policy")));
+
+    let shadow = spawn_app(Backend::Memory, |s| s.sms.shadow = true).await;
+    let sent = shadow.sms_send(json!({ "phone": "+8613800138000" })).await;
+    assert_eq!(sent.status, 200);
+    assert_eq!(
+        header(&sent, "ratelimit"),
+        None,
+        "nothing is enforced in shadow mode"
+    );
 }
