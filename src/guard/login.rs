@@ -216,11 +216,8 @@ impl LoginGuard {
         info: &RequestInfo,
     ) -> Result<LoginState, LoginRefusal> {
         let policy = self.ctx.policy.current();
-        let subject = Subject::new(SubjectKind::User, user.as_str());
-        match self.listed(&subject, &policy, info, true) {
-            Some(Listed::Blocked(kind)) => return Err(LoginRefusal::Blocklisted(kind)),
-            Some(Listed::Allowed(_)) => return Ok(LoginState::allow(0)),
-            _ => {}
+        if let Some(allowed) = self.listed(user.as_str(), &policy, info, true)? {
+            return Ok(allowed);
         }
         let (window_key, lock_key) = self.user_keys(user.as_str());
         let ip = self.ip_windows(&policy, info);
@@ -245,11 +242,8 @@ impl LoginGuard {
     ) -> Result<LoginState, LoginRefusal> {
         let policy = self.ctx.policy.current();
         let user = Subject::new(SubjectKind::User, attempt.user.as_str());
-        match self.listed(&user, &policy, info, false) {
-            Some(Listed::Blocked(kind)) => return Err(LoginRefusal::Blocklisted(kind)),
-            // Never captcha-gated or locked: nothing is counted either.
-            Some(Listed::Allowed(_)) => return Ok(LoginState::allow(0)),
-            _ => {}
+        if let Some(allowed) = self.listed(&user.id, &policy, info, false)? {
+            return Ok(allowed);
         }
         let ip = self.ip_windows(&policy, info);
         let outcome = self
@@ -264,23 +258,25 @@ impl LoginGuard {
         Ok(self.apply(decided, attempt, info))
     }
 
-    /// What the lists say, when it changes the answer: a block (unless in
-    /// shadow mode, where it is only audited) or an allow.
+    /// What the lists say, when it decides the answer: a block refuses
+    /// (unless in shadow mode, where it is only audited); an allow answers
+    /// `allow`, never captcha-gated or locked, and counts nothing.
     fn listed(
         &self,
-        user: &Subject,
+        user: &str,
         policy: &Policy,
         info: &RequestInfo,
         read_only: bool,
-    ) -> Option<Listed> {
+    ) -> Result<Option<LoginState>, LoginRefusal> {
         let shadow = policy.login_shadow;
-        let listed = self
+        let subject = (SubjectKind::User, user);
+        match self
             .ctx
-            .listed(Action::LoginAttempt, info, user, shadow, read_only);
-        match listed {
-            Listed::Blocked(_) if policy.login_shadow => None,
-            Listed::No => None,
-            other => Some(other),
+            .listed(Action::LoginAttempt, info, subject, shadow, read_only)
+        {
+            Listed::Blocked(kind) if !shadow => Err(LoginRefusal::Blocklisted(kind)),
+            Listed::Allowed(_) => Ok(Some(LoginState::allow(0))),
+            _ => Ok(None),
         }
     }
 

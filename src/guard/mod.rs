@@ -50,34 +50,34 @@ pub struct GuardContext {
 }
 
 impl GuardContext {
-    /// What the allow and block lists say of a request about `subject` (a
-    /// phone or a user) from `info.ip`. A block is audited (`blocklisted`,
+    /// What the allow and block lists say of a request about the subject
+    /// `(kind, id)` (a phone or a user) from `info.ip`; a `Subject` is built
+    /// only for the audit row of a block. A block is audited (`blocklisted`,
     /// shadowed when `shadow`) unless `read_only` (`/login/check`); every
     /// match is counted in metrics.
     fn listed(
         &self,
         action: Action,
         info: &RequestInfo,
-        subject: &Subject,
+        (kind, id): (SubjectKind, &str),
         shadow: bool,
         read_only: bool,
     ) -> Listed {
-        let id = Some(subject.id.as_str());
         let request = ListRequest {
             ip: info.ip.map(|ip| ip.addr()),
-            phone: id.filter(|_| subject.kind == SubjectKind::Phone),
-            user: id.filter(|_| subject.kind == SubjectKind::User),
+            phone: (kind == SubjectKind::Phone).then_some(id),
+            user: (kind == SubjectKind::User).then_some(id),
         };
         let listed = self.lists.current().check(request);
         match listed {
             Listed::No => {}
             Listed::Allowed(kind) => crate::metrics::list_match(ListName::Allow, kind, action),
             Listed::Blocked(_) if read_only => {}
-            Listed::Blocked(kind) => {
-                crate::metrics::list_match(ListName::Block, kind, action);
-                let matched = match (kind, info.ip) {
+            Listed::Blocked(entry) => {
+                crate::metrics::list_match(ListName::Block, entry, action);
+                let matched = match (entry, info.ip) {
                     (EntryKind::Ip, Some(ip)) => Subject::new(SubjectKind::Ip, ip.subject_id()),
-                    _ => subject.clone(),
+                    _ => Subject::new(kind, id),
                 };
                 let row =
                     AuditEvent::new(action, AuditDecision::Deny, Reason::Blocklisted, &matched);

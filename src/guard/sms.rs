@@ -111,9 +111,13 @@ impl SmsGuard {
         let policy = self.ctx.policy.current();
         let sms = &policy.sms;
         let phone = Subject::new(SubjectKind::Phone, req.phone.e164());
-        let listed = self
-            .ctx
-            .listed(Action::SmsSend, info, &phone, policy.sms_shadow, false);
+        let listed = self.ctx.listed(
+            Action::SmsSend,
+            info,
+            (SubjectKind::Phone, req.phone.e164()),
+            policy.sms_shadow,
+            false,
+        );
         if let (Listed::Blocked(kind), false) = (listed, policy.sms_shadow) {
             return Err(SmsRefusal::Blocklisted(kind));
         }
@@ -353,9 +357,13 @@ impl SmsGuard {
         let policy = self.ctx.policy.current();
         let sms = &policy.sms;
         let subject = Subject::new(SubjectKind::Phone, phone.e164());
-        let listed = self
-            .ctx
-            .listed(Action::SmsVerify, info, &subject, policy.sms_shadow, false);
+        let listed = self.ctx.listed(
+            Action::SmsVerify,
+            info,
+            (SubjectKind::Phone, phone.e164()),
+            policy.sms_shadow,
+            false,
+        );
         if let (Listed::Blocked(kind), false) = (listed, policy.sms_shadow) {
             return Err(SmsRefusal::Blocklisted(kind));
         }

@@ -715,17 +715,8 @@ async fn admin_routes_live_on_their_own_listener_when_admin_bind_is_set() {
 
 #[test]
 fn admin_bind_must_differ_from_bind() {
-    let path =
-        std::env::temp_dir().join(format!("tollgate-{}.toml", uuid::Uuid::new_v4().simple()));
-    std::fs::write(
-        &path,
+    let error = crate::helpers::config_error(
         "[server]\nbind = \"127.0.0.1:8080\"\nadmin_bind = \"127.0.0.1:8080\"\n",
-    )
-    .unwrap();
-    let error = tollgate::settings::Settings::load(Some(&path))
-        .err()
-        .map(|e| e.to_string())
-        .unwrap_or_default();
-    std::fs::remove_file(&path).unwrap();
+    );
     assert!(error.contains("server.admin_bind"), "{error}");
 }

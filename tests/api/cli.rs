@@ -1,22 +1,7 @@
 //! The command line: check-config, migrate and openapi.
 
-use std::process::Command;
-
 use crate::audit_db::{DbKind, TestDb};
-
-fn tollgate(args: &[&str], envs: &[(&str, &str)]) -> (bool, String, String) {
-    let output = Command::new(env!("CARGO_BIN_EXE_tollgate"))
-        .args(args)
-        .envs(envs.iter().copied())
-        .env_remove("TOLLGATE_CONFIG")
-        .output()
-        .expect("the binary runs");
-    (
-        output.status.success(),
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
-}
+use crate::helpers::run_binary as tollgate;
 
 #[test]
 fn check_config_prints_the_effective_settings_with_secrets_masked() {

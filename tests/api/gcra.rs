@@ -131,14 +131,7 @@ async fn an_unblock_clears_the_meter(backend: Backend) {
 
 #[test]
 fn a_gcra_limit_reads_from_the_file_and_too_large_a_meter_is_refused() {
-    let load = |toml: &str| {
-        let path =
-            std::env::temp_dir().join(format!("tollgate-{}.toml", uuid::Uuid::new_v4().simple()));
-        std::fs::write(&path, toml).unwrap();
-        let result = tollgate::settings::Settings::load(Some(&path));
-        std::fs::remove_file(&path).unwrap();
-        result
-    };
+    let load = crate::helpers::load_config;
     let settings = load(
         "[sms]\nglobal_limits = [{ limit = 100000, window = \"1m\", algorithm = \"gcra\" }]\n",
     )

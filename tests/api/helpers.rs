@@ -430,3 +430,36 @@ pub async fn with_redis_prefix(
     }
     cleanup.unwrap_or_else(|e| panic!("delete the keys under {prefix}: {e}"));
 }
+
+/// `Settings::load` of a config file holding `toml` (written to a temporary
+/// file, removed after).
+pub fn load_config(toml: &str) -> Result<Settings, tollgate::settings::SettingsError> {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let path = dir.path().join("tollgate.toml");
+    std::fs::write(&path, toml).expect("the config file is written");
+    Settings::load(Some(&path))
+}
+
+/// Why `toml` does not load, as the error says it ("" when it loads).
+pub fn config_error(toml: &str) -> String {
+    load_config(toml)
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default()
+}
+
+/// Run the binary with `args` (no `TOLLGATE_CONFIG` from the environment):
+/// whether it succeeded, its stdout and its stderr.
+pub fn run_binary(args: &[&str], envs: &[(&str, &str)]) -> (bool, String, String) {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args(args)
+        .envs(envs.iter().copied())
+        .env_remove("TOLLGATE_CONFIG")
+        .output()
+        .expect("the binary runs");
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}

@@ -342,14 +342,7 @@ async fn bad_entries_answer_400_and_unknown_ids_404(kind: DbKind) {
 
 #[test]
 fn list_entries_read_from_the_file_and_bad_ones_name_their_key() {
-    let load = |toml: &str| {
-        let path =
-            std::env::temp_dir().join(format!("tollgate-{}.toml", uuid::Uuid::new_v4().simple()));
-        std::fs::write(&path, toml).unwrap();
-        let result = Settings::load(Some(&path));
-        std::fs::remove_file(&path).unwrap();
-        result
-    };
+    let load = crate::helpers::load_config;
     let settings = load(
         "[lists]\nallow_ips = [\"10.0.0.0/8\"]\nblock_phones = [\"+88213*\", \"+86 138 0013 8000\"]\n",
     )

@@ -251,14 +251,7 @@ async fn a_login_without_an_ip_counts_under_the_unknown_pair(backend: Backend) {
 
 #[test]
 fn the_lock_scope_reads_from_the_file_and_bad_values_are_refused() {
-    let load = |toml: &str| {
-        let path =
-            std::env::temp_dir().join(format!("tollgate-{}.toml", uuid::Uuid::new_v4().simple()));
-        std::fs::write(&path, toml).unwrap();
-        let result = Settings::load(Some(&path));
-        std::fs::remove_file(&path).unwrap();
-        result
-    };
+    let load = crate::helpers::load_config;
     let defaults = load("").unwrap();
     assert_eq!(defaults.login.lock_scope, LockScope::UserIp);
     assert_eq!(defaults.login.account_lock_after, 100);

@@ -11,6 +11,7 @@ use tollgate::settings::{Fraction, Settings};
 use tollgate::store::ManualClock;
 
 use crate::audit_db::{DbKind, TestDb};
+use crate::helpers::run_binary as tollgate;
 use crate::helpers::{spawn_app, spawn_app_with_audit_db, spawn_app_with_clock, Backend, TestApp};
 use crate::on_both_backends;
 
@@ -479,20 +480,6 @@ async fn the_audit_trail_shows_the_three_figures_and_filters_by_country(backend:
             && text.contains("prefix conversion 1/5 (20%) < 40% per 1h"),
         "{text}"
     );
-}
-
-fn tollgate(args: &[&str], envs: &[(&str, &str)]) -> (bool, String, String) {
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
-        .args(args)
-        .envs(envs.iter().copied())
-        .env_remove("TOLLGATE_CONFIG")
-        .output()
-        .expect("the binary runs");
-    (
-        output.status.success(),
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
 }
 
 #[test]

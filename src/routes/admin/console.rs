@@ -153,6 +153,36 @@ fn path_subject(req: &HttpRequest, suffix: &str) -> Result<Subject, Refusal> {
     Ok(subjects::path_subject(req, "/admin/subjects/", suffix)?)
 }
 
+/// A posted form's fields, once its CSRF token (issued for `subject`) is
+/// checked and the browser did not say it came from another site (no form
+/// of ours does).
+fn checked_form(
+    req: &HttpRequest,
+    token: &Secret,
+    subject: &Subject,
+    body: &[u8],
+) -> Result<Vec<(String, String)>, Refusal> {
+    let fields: Vec<(String, String)> = form_urlencoded::parse(body).into_owned().collect();
+    let cross_site = req
+        .headers()
+        .get("sec-fetch-site")
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"cross-site"));
+    let valid = fields
+        .iter()
+        .find(|(name, _)| name == "csrf")
+        .is_some_and(|(_, t)| csrf::verify(token, subject, t, Utc::now()));
+    if cross_site || !valid {
+        tracing::warn!(
+            request_id = %crate::telemetry::request_id(),
+            subject_kind = subject.kind.as_str(),
+            cross_site,
+            "console form refused: missing or bad CSRF token"
+        );
+        return Err(Refusal::Forbidden);
+    }
+    Ok(fields)
+}
+
 fn see_other(location: &str) -> HttpResponse {
     HttpResponse::SeeOther()
         .insert_header((header::LOCATION, location))
@@ -308,24 +338,7 @@ async fn unblock_subject(
 ) -> Result<HttpResponse, Refusal> {
     let (info, token) = authenticate(state, req)?;
     let subject = path_subject(req, "/unblock")?;
-    // Browsers say when a request comes from another site; no form of ours does.
-    let cross_site = req
-        .headers()
-        .get("sec-fetch-site")
-        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"cross-site"));
-    let given = form_urlencoded::parse(body)
-        .find(|(name, _)| name == "csrf")
-        .map(|(_, value)| value.into_owned());
-    let valid = given.is_some_and(|t| csrf::verify(&token, &subject, &t, Utc::now()));
-    if cross_site || !valid {
-        tracing::warn!(
-            request_id = %crate::telemetry::request_id(),
-            subject_kind = subject.kind.as_str(),
-            cross_site,
-            "console unblock refused: missing or bad CSRF token"
-        );
-        return Err(Refusal::Forbidden);
-    }
+    checked_form(req, &token, &subject, body)?;
     state.admin.unblock(&subject, &info).await?;
     let href = views::subject_href(subject.kind, &subject.id);
     Ok(see_other(&format!("{href}?unblocked=1")))

@@ -9,12 +9,11 @@ use askama_web::WebTemplate;
 use chrono::Utc;
 use uuid::Uuid;
 
-use super::{authenticate, csrf, html, see_other, Refusal};
+use super::{authenticate, checked_form, csrf, html, see_other, Refusal};
 use crate::domain::{Subject, SubjectKind};
 use crate::error::ApiError;
 use crate::lists::{EntryKind, EntrySource, ListEntry, ListName};
 use crate::routes::AppState;
-use crate::settings::Secret;
 
 /// What the CSRF tokens of the list forms are bound to (no real subject).
 fn forms() -> Subject {
@@ -81,32 +80,10 @@ pub async fn page(state: web::Data<AppState>, req: HttpRequest) -> HttpResponse 
     show().unwrap_or_else(|refusal| refusal.page(&req))
 }
 
-/// The form's fields, after its CSRF token was checked.
-fn checked_form(
-    req: &HttpRequest,
-    token: &Secret,
-    body: &[u8],
-) -> Result<Vec<(String, String)>, Refusal> {
-    let fields: Vec<(String, String)> = form_urlencoded::parse(body).into_owned().collect();
-    let cross_site = req
-        .headers()
-        .get("sec-fetch-site")
-        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"cross-site"));
-    let valid = fields
-        .iter()
-        .find(|(name, _)| name == "csrf")
-        .is_some_and(|(_, t)| csrf::verify(token, &forms(), t, Utc::now()));
-    if cross_site || !valid {
-        tracing::warn!(request_id = %crate::telemetry::request_id(), cross_site, "console list change refused: missing or bad CSRF token");
-        return Err(Refusal::Forbidden);
-    }
-    Ok(fields)
-}
-
 pub async fn add(state: web::Data<AppState>, req: HttpRequest, body: web::Bytes) -> HttpResponse {
     let result = async {
         let (_, token) = authenticate(&state, &req)?;
-        let fields = checked_form(&req, &token, &body)?;
+        let fields = checked_form(&req, &token, &forms(), &body)?;
         let field = |name: &str| {
             fields
                 .iter()
@@ -135,7 +112,7 @@ pub async fn delete(
 ) -> HttpResponse {
     let result = async {
         let (_, token) = authenticate(&state, &req)?;
-        checked_form(&req, &token, &body)?;
+        checked_form(&req, &token, &forms(), &body)?;
         let id = Uuid::parse_str(&id).map_err(|_| {
             Refusal::Api(ApiError::InvalidRequest(
                 "the entry id is not a UUID".into(),
