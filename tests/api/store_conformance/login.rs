@@ -1,7 +1,7 @@
 //! Login failures, captcha thresholds and escalating locks.
 
 use futures::future::join_all;
-use tollgate::store::{LoginPolicy, LoginVerdict};
+use tollgate::store::{LoginAttemptOutcome, LoginPolicy, LoginVerdict};
 
 use super::backend::{login, policy, Attempt, Backend};
 use super::on_both_backends;
@@ -22,22 +22,29 @@ on_both_backends!(
     a_success_from_a_pair_clears_its_failures,
 );
 
-async fn fifty_concurrent_failures_record_exactly_lock_after_and_lock_once(b: &Backend) {
-    let policy = policy();
+/// Fifty copies of `attempt` for `user`, all at once.
+async fn at_once(
+    b: &Backend,
+    user: &'static str,
+    policy: LoginPolicy,
+    attempt: Attempt,
+) -> Vec<LoginAttemptOutcome> {
     let tasks: Vec<_> = (0..50)
         .map(|_| {
-            let store = b.store();
-            let keys = b.keys.clone();
-            tokio::spawn(async move {
-                login(&*store, &keys, "mallory", &policy, Attempt::failure()).await
-            })
+            let (store, keys) = (b.store(), b.keys.clone());
+            tokio::spawn(async move { login(&*store, &keys, user, &policy, attempt).await })
         })
         .collect();
-    let outcomes: Vec<_> = join_all(tasks)
+    join_all(tasks)
         .await
         .into_iter()
         .map(|r| r.expect("task"))
-        .collect();
+        .collect()
+}
+
+async fn fifty_concurrent_failures_record_exactly_lock_after_and_lock_once(b: &Backend) {
+    let policy = policy();
+    let outcomes = at_once(b, "mallory", policy, Attempt::failure()).await;
 
     let recorded = outcomes
         .iter()
@@ -352,19 +359,8 @@ async fn concurrent_failures_from_one_pair_lock_it_exactly_once(b: &Backend) {
         pair_lock_after: 5,
         ..policy()
     };
-    let tasks: Vec<_> = (0..50)
-        .map(|_| {
-            let store = b.store();
-            let keys = b.keys.clone();
-            let attempt = Attempt::failure().sent_from("198.51.100.9");
-            tokio::spawn(async move { login(&*store, &keys, "grace", &policy, attempt).await })
-        })
-        .collect();
-    let outcomes: Vec<_> = join_all(tasks)
-        .await
-        .into_iter()
-        .map(|r| r.expect("task"))
-        .collect();
+    let attempt = Attempt::failure().sent_from("198.51.100.9");
+    let outcomes = at_once(b, "grace", policy, attempt).await;
     let recorded = outcomes
         .iter()
         .filter(|o| o.verdict == LoginVerdict::Recorded)
