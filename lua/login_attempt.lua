@@ -28,7 +28,8 @@
 --
 -- Returns an array of integers:
 --   { verdict, retry_after_ms, failures, captcha_crossed, locked_for_ms,
---     ip_count, ip_retry_after_ms, pair_locked_for_ms }
+--     ip_count, ip_retry_after_ms, pair_locked_for_ms,
+--     captcha_count, lock_count, pair_count }
 --   verdict 0 = the user's rules admit it, 1 = locked (retry_after_ms =
 --   remaining lock), 2 = challenged, 3 = the pair is locked (retry_after_ms =
 --   its remaining lock); the outcome is recorded when verdict is 0
@@ -38,7 +39,10 @@
 --   when none. ip_count = the IP's failures in its window before this call and
 --   ip_retry_after_ms = how long the IP stays blocked, both -1 without the IP's key
 --   (and the retry -1 when it is not blocked). pair_locked_for_ms = the pair
---   lock this call started, -1 when none.
+--   lock this call started, -1 when none. captcha_count, lock_count and
+--   pair_count are the user's failures in the captcha window, in the lock
+--   window, and the pair's in the lock window, before this call (pair_count
+--   -1 without the pair): what the rules' metrics count against.
 --
 -- A lock lasts lock_ms * 2^level, capped at lock_max_ms; level is the previous
 -- level + 1 when the lock starts within escalation_reset_ms of the previous
@@ -63,7 +67,7 @@
 --   EVALSHA <sha> 3 "tg:{user:alice}:login_attempt" "tg:{user:alice}:lock" \
 --     "tg:{ip:192.0.2.7}:login_attempt" "0190...-uuid" 0 0 0 0 \
 --     3 900000  10 3600000  900000 86400000  1 86400000  0  0 0 ""  20 100 3600000
---   -> { 0, 0, 1, 0, -1, 0, -1, -1 }
+--   -> { 0, 0, 1, 0, -1, 0, -1, -1, 0, 0, -1 }
 
 local wkey, lkey = KEYS[1], KEYS[2]
 local member = ARGV[1]
@@ -172,6 +176,8 @@ local function recent(length, tag)
 end
 
 local failures = recent(captcha_window)
+local captcha_count, lock_count, pair_count = failures, recent(lock_window), -1
+if pair then pair_count = recent(lock_window, pair_ip .. '|') end
 local verdict, retry = 0, 0
 if locked then
   verdict, retry = 1, prev_until - now
@@ -224,4 +230,5 @@ if (verdict == 0 and not ip_blocked) or shadow then
   end
 end
 
-return { verdict, retry, failures, crossed, locked_for, ip_count, ip_retry, pair_locked_for }
+return { verdict, retry, failures, crossed, locked_for, ip_count, ip_retry, pair_locked_for,
+  captcha_count, lock_count, pair_count }

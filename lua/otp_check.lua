@@ -6,7 +6,7 @@
 -- ARGV[1]  mac of the code offered
 --
 -- Returns an array of two integers: { outcome, value }
---   0 = valid (value 0), 1 = wrong (value = attempts left, 0 = now burnt),
+--   0 = valid (value = attempts left before this try), 1 = wrong (value = attempts left, 0 = now burnt),
 --   2 = burnt (value = ms until the code expires), 3 = missing (value 0).
 --
 -- The MACs are compared in time independent of where they differ.
@@ -36,7 +36,7 @@ end
 
 if diff == 0 then
   redis.call('DEL', key)
-  return { 0, 0 }
+  return { 0, left }
 end
 left = left - 1
 redis.call('HSET', key, 'left', left)

@@ -3,6 +3,7 @@
 //! the store, `decision` says what that comes to, and the guard applies it.
 
 mod decision;
+mod rule_hits;
 
 use std::sync::Arc;
 
@@ -249,6 +250,7 @@ impl LoginGuard {
         let outcome = self
             .record(&attempt, &user, &policy, ip.as_ref(), info)
             .await?;
+        rule_hits::count(&policy, &outcome);
         let facts = decision::Attempt {
             user: &user,
             ip: ip.as_ref(),

@@ -7,9 +7,10 @@ use std::sync::Arc;
 use parking_lot::RwLock;
 
 use crate::captcha::CaptchaVerifier;
-use crate::domain::{Rule, SubjectKind};
+use crate::domain::{Action, Rule, SubjectKind};
+use crate::metrics::RuleCounters;
 use crate::settings::{LimitSetting, LockScope, LoginSettings, Settings, SmsSettings};
-use crate::store::{ConversionPolicy, LoginPolicy, RuleWindow, WindowSpec};
+use crate::store::{ConversionPolicy, HitOutcome, LoginPolicy, RuleWindow, WindowSpec};
 
 /// The decision settings in force and the rules built from them, replaced
 /// whole on reload.
@@ -52,6 +53,22 @@ pub struct Policy {
     pub ip_captcha: Rule,
     /// An IP's block: `login.ip_block_after` failures per `login.ip_window`.
     pub ip_block: Rule,
+    /// The counters of the login rules above.
+    pub login_counters: LoginCounters,
+    /// Wrong tries of one code: `sms.max_verify_attempts` per
+    /// `sms.code_ttl` (`phone 5/5m`).
+    pub verify_attempts: Rule,
+    /// Its counters.
+    pub verify_counters: RuleCounters,
+}
+
+/// The counters of the `/login/attempt` rules, one per rule of [`Policy`].
+pub struct LoginCounters {
+    pub user_captcha: RuleCounters,
+    pub user_lock: RuleCounters,
+    pub pair_lock: Option<RuleCounters>,
+    pub ip_captcha: RuleCounters,
+    pub ip_block: RuleCounters,
 }
 
 const ESCALATION_RESET_MS: u64 = 24 * 3_600_000;
@@ -77,9 +94,27 @@ impl Policy {
             LockScope::User => login.lock_after,
             LockScope::UserIp => login.account_lock_after,
         };
+        let user_captcha = Rule::new(SubjectKind::User, login.captcha_after, login.captcha_window);
+        let user_lock = Rule::new(SubjectKind::User, account_lock_after, login.lock_window);
+        let pair_lock = (login.lock_scope == LockScope::UserIp).then(|| {
+            Rule::new(SubjectKind::User, login.lock_after, login.lock_window).per_client_ip()
+        });
+        let ip_captcha = Rule::new(SubjectKind::Ip, login.ip_captcha_after, login.ip_window);
+        let ip_block = Rule::new(SubjectKind::Ip, login.ip_block_after, login.ip_window);
+        let login_rule = |rule: &Rule| RuleCounters::register(Action::LoginAttempt, rule);
+        let login_counters = LoginCounters {
+            user_captcha: login_rule(&user_captcha),
+            user_lock: login_rule(&user_lock),
+            pair_lock: pair_lock.as_ref().map(login_rule),
+            ip_captcha: login_rule(&ip_captcha),
+            ip_block: login_rule(&ip_block),
+        };
+        let verify_attempts = Rule::new(SubjectKind::Phone, sms.max_verify_attempts, sms.code_ttl);
+        let send = Action::SmsSend;
         Ok(Self {
             captcha: Arc::new(CaptchaVerifier::new(&settings.captcha)?),
             sms_phone: SubjectRules::new(
+                send,
                 rules(SubjectKind::Phone, &sms.phone_limits),
                 Some(Rule::new(
                     SubjectKind::Phone,
@@ -87,8 +122,13 @@ impl Policy {
                     sms.captcha_window,
                 )),
             ),
-            sms_prefix: SubjectRules::new(rules(SubjectKind::Prefix, &sms.prefix_limits), None),
+            sms_prefix: SubjectRules::new(
+                send,
+                rules(SubjectKind::Prefix, &sms.prefix_limits),
+                None,
+            ),
             sms_ip: SubjectRules::new(
+                send,
                 rules(SubjectKind::Ip, &sms.ip_limits),
                 Some(Rule::new(
                     SubjectKind::Ip,
@@ -96,7 +136,11 @@ impl Policy {
                     sms.captcha_window,
                 )),
             ),
-            sms_global: SubjectRules::new(rules(SubjectKind::Global, &sms.global_limits), None),
+            sms_global: SubjectRules::new(
+                send,
+                rules(SubjectKind::Global, &sms.global_limits),
+                None,
+            ),
             pumping: sms.pumping.enabled.then(|| ConversionPolicy {
                 min_events: sms.pumping.min_sends,
                 min_ratio_ppm: sms.pumping.min_conversion.ppm(),
@@ -114,13 +158,14 @@ impl Policy {
                 reset_on_success: login.reset_on_success,
                 escalation_reset_ms: ESCALATION_RESET_MS,
             },
-            user_captcha: Rule::new(SubjectKind::User, login.captcha_after, login.captcha_window),
-            user_lock: Rule::new(SubjectKind::User, account_lock_after, login.lock_window),
-            pair_lock: (login.lock_scope == LockScope::UserIp).then(|| {
-                Rule::new(SubjectKind::User, login.lock_after, login.lock_window).per_client_ip()
-            }),
-            ip_captcha: Rule::new(SubjectKind::Ip, login.ip_captcha_after, login.ip_window),
-            ip_block: Rule::new(SubjectKind::Ip, login.ip_block_after, login.ip_window),
+            user_captcha,
+            user_lock,
+            pair_lock,
+            ip_captcha,
+            ip_block,
+            login_counters,
+            verify_counters: RuleCounters::register(Action::SmsVerify, &verify_attempts),
+            verify_attempts,
             sms: sms.clone(),
             login: login.clone(),
             sms_shadow: settings.shadow.enabled || sms.shadow,
@@ -137,20 +182,38 @@ pub struct SubjectRules {
     /// The captcha tier: a full window asks for a captcha.
     pub gate: Option<Rule>,
     windows: Vec<WindowSpec>,
+    /// One per window, in the order of `windows`.
+    counters: Vec<RuleCounters>,
 }
 
 impl SubjectRules {
-    /// Build the window specs once: the enforced rules', then the captcha tier's.
-    pub fn new(rules: Vec<Rule>, gate: Option<Rule>) -> Self {
+    /// Build the window specs and register the counters once: the enforced
+    /// rules', then the captcha tier's.
+    pub fn new(action: Action, rules: Vec<Rule>, gate: Option<Rule>) -> Self {
         let windows = rules
             .iter()
             .map(RuleWindow::enforce)
             .chain(gate.iter().map(RuleWindow::gate))
             .collect();
+        let counters = rules
+            .iter()
+            .chain(&gate)
+            .map(|rule| RuleCounters::register(action, rule))
+            .collect();
         Self {
             rules,
             gate,
             windows,
+            counters,
+        }
+    }
+
+    /// Count one hit on each window from the counts the store answered;
+    /// `section_shadow`: the whole section refuses nothing.
+    pub fn count_hits(&self, outcome: &HitOutcome, section_shadow: bool) {
+        for (index, (counters, &count)) in self.counters.iter().zip(&outcome.counts).enumerate() {
+            let on_trial = self.rules.get(index).is_some_and(|rule| rule.shadow);
+            counters.hit(count, section_shadow || on_trial);
         }
     }
 

@@ -122,6 +122,29 @@ impl Reservation<'_> {
         count + u32::from(outcome.added) >= gate.limit
     }
 
+    /// Whether the store counted the windows: it recorded the event or a
+    /// window refused it. Otherwise it answered without reading them (a
+    /// pumping block refused first, or the store fails open), and every
+    /// outcome is the open one.
+    fn windows_counted(&self) -> bool {
+        self.recorded
+            || self
+                .outcomes
+                .iter()
+                .any(|outcome| outcome.verdict != HitVerdict::Allowed)
+    }
+
+    /// Count one hit on every window the store counted; `section_shadow`:
+    /// the section refuses nothing.
+    pub fn count_rule_hits(&self, section_shadow: bool) {
+        if !self.windows_counted() {
+            return;
+        }
+        for (hit, outcome) in self.hits.iter().zip(&self.outcomes) {
+            hit.rules.count_hits(outcome, section_shadow);
+        }
+    }
+
     /// What the rules in shadow would have refused: one rate-limit refusal
     /// per full `Observe` window, each with the wait it would have answered.
     pub fn observed_refusals(&self) -> Vec<Refusal> {

@@ -14,7 +14,7 @@ use super::{ceil_secs, code, pumping, GuardContext, Policy, RequestInfo};
 use crate::audit::{AuditDecision, AuditEvent};
 use crate::captcha::CaptchaProof;
 use crate::delivery::{render_sms, DeliveryError, SmsMessage, SmsSender};
-use crate::domain::{Action, Locale, PhoneNumber, Reason, Rule, Subject, SubjectKind};
+use crate::domain::{Action, Locale, PhoneNumber, Reason, Subject, SubjectKind};
 use crate::lists::Listed;
 use crate::store::{CodeToStore, OtpOutcome, StoreError};
 
@@ -170,6 +170,7 @@ impl SmsGuard {
             code: Some(code_to_store),
         };
         let reservation = reserve(store, offer).await?;
+        reservation.count_rule_hits(policy.sms_shadow);
         // The pumping guard was asked first: its block answers before any window.
         if self
             .pumping_refuses(&reservation, policy.sms_shadow, info)
@@ -367,11 +368,13 @@ impl SmsGuard {
         if let (Listed::Blocked(kind), false) = (listed, policy.sms_shadow) {
             return Err(SmsRefusal::Blocklisted(kind));
         }
-        let attempts_rule = Rule::new(SubjectKind::Phone, sms.max_verify_attempts, sms.code_ttl);
+        let attempts_rule = policy.verify_attempts;
         let mac = code::mac(self.secret().await?, phone.e164(), code.trim());
         let otp_key = self.ctx.keys.subject_code(&subject);
-        match self.ctx.store.otp_check(&otp_key, &mac).await? {
-            OtpOutcome::Valid => {
+        let checked = self.ctx.store.otp_check(&otp_key, &mac).await?;
+        count_verify_hit(&policy, checked);
+        match checked {
+            OtpOutcome::Valid { .. } => {
                 pumping::count_verified(&self.ctx, &policy, phone).await;
                 Ok(Verified::Valid)
             }
@@ -406,4 +409,19 @@ impl SmsGuard {
             }
         }
     }
+}
+
+/// One hit on the verify rule (`phone 5/5m`: wrong tries per code) for a
+/// try on a code; a verify that found no code hits nothing. The count is
+/// the wrong tries the code had taken before this one; a burnt code is over
+/// the limit. Verify is never relaxed by shadow mode.
+fn count_verify_hit(policy: &Policy, checked: OtpOutcome) {
+    let max = policy.verify_attempts.limit;
+    let (count, over) = match checked {
+        OtpOutcome::Valid { attempts_left } => (max.saturating_sub(attempts_left), false),
+        OtpOutcome::Wrong { attempts_left } => (max.saturating_sub(attempts_left + 1), false),
+        OtpOutcome::Burnt { .. } => (max, true),
+        OtpOutcome::Missing => return,
+    };
+    policy.verify_counters.hit_with(count, over, false);
 }

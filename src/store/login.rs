@@ -179,6 +179,21 @@ pub struct LoginAttemptOutcome {
     pub locked_for_ms: Option<u64>,
     /// This call locked the (user, IP) pair, for this long.
     pub pair_locked_for_ms: Option<u64>,
+    /// The failures the rules saw before this call; `None` when nothing
+    /// was read (a store failing open).
+    pub before: Option<FailuresBefore>,
+}
+
+/// A user's failures before a login attempt, per rule window: what the
+/// rules' metrics count against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FailuresBefore {
+    /// In `captcha_window`.
+    pub captcha_window: u32,
+    /// In `lock_window`, from any IP.
+    pub lock_window: u32,
+    /// The (user, IP) pair's in `lock_window`, when the request named it.
+    pub pair: Option<u32>,
 }
 
 /// The answer of `WindowStore::login_state`.

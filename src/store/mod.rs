@@ -25,7 +25,7 @@ pub use conversion::{
 };
 pub use keys::Keys;
 pub use login::{
-    pair_member, pair_of_member, IpFailureWindow, IpFailures, LoginAttemptOutcome,
+    pair_member, pair_of_member, FailuresBefore, IpFailureWindow, IpFailures, LoginAttemptOutcome,
     LoginAttemptRequest, LoginOutcome, LoginPolicy, LoginRequest, LoginStateOutcome, LoginVerdict,
     PairKeys,
 };

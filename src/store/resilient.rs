@@ -283,5 +283,6 @@ fn open_login() -> LoginAttemptOutcome {
         captcha_crossed: false,
         locked_for_ms: None,
         pair_locked_for_ms: None,
+        before: None,
     }
 }

@@ -218,15 +218,13 @@ pub struct ReserveOutcome {
 /// The answer of `WindowStore::otp_check`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OtpOutcome {
-    Valid,
+    /// The code was right; `attempts_left` counts the tries it had left
+    /// before this one.
+    Valid { attempts_left: u32 },
     /// Wrong code; `attempts_left` 0 means this try burnt the code.
-    Wrong {
-        attempts_left: u32,
-    },
+    Wrong { attempts_left: u32 },
     /// The code was already burnt by wrong tries; it expires after this long.
-    Burnt {
-        retry_after_ms: u64,
-    },
+    Burnt { retry_after_ms: u64 },
     /// No code: never sent, used, or expired.
     Missing,
 }

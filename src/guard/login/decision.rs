@@ -284,6 +284,7 @@ mod tests {
                 captcha_crossed: false,
                 locked_for_ms: None,
                 pair_locked_for_ms: None,
+                before: None,
             },
             ip: Some(IpFailures {
                 count: 40,
@@ -329,6 +330,7 @@ mod tests {
                 captcha_crossed: false,
                 locked_for_ms: Some(900_000),
                 pair_locked_for_ms: None,
+                before: None,
             },
             ip: None,
         };

@@ -4,8 +4,8 @@
 
 use super::entry::{Entry, Subject, Value};
 use crate::store::{
-    pair_member, LoginAttemptOutcome, LoginAttemptRequest, LoginPolicy, LoginStateOutcome,
-    LoginVerdict, StoreError,
+    pair_member, FailuresBefore, LoginAttemptOutcome, LoginAttemptRequest, LoginPolicy,
+    LoginStateOutcome, LoginVerdict, StoreError,
 };
 
 /// The newest pairs a user's index keeps (`login_attempt.lua`'s
@@ -48,8 +48,15 @@ pub(super) fn attempt(
         Some(pair) => subject.lock(pair.lock_key, now)?,
         None => None,
     };
-    let failures =
-        subject.read_window(req.window_key, now, |w| w.count(now, p.captcha_window_ms))?;
+    let pair_tag = req.pair.as_ref().map(|pair| pair_member(pair.ip, ""));
+    let before = subject.read_window(req.window_key, now, |w| FailuresBefore {
+        captcha_window: w.count(now, p.captcha_window_ms),
+        lock_window: w.count(now, p.lock_window_ms),
+        pair: pair_tag
+            .as_deref()
+            .map(|tag| w.count_tagged(now, p.lock_window_ms, tag)),
+    })?;
+    let failures = before.captcha_window;
     let verdict = if let Some(retry_after_ms) = remaining(prev, now) {
         LoginVerdict::Locked { retry_after_ms }
     } else if let Some(retry_after_ms) = remaining(pair_prev, now) {
@@ -65,6 +72,7 @@ pub(super) fn attempt(
         captcha_crossed: false,
         locked_for_ms: None,
         pair_locked_for_ms: None,
+        before: Some(before),
     };
     let record = (verdict == LoginVerdict::Recorded && !req.ip_blocked) || req.shadow;
     if !record {

@@ -51,8 +51,9 @@ impl Subject {
             });
         }
         if bool::from(stored.as_bytes().ct_eq(mac.as_bytes())) {
+            let attempts_left = *left;
             self.entries.remove(key);
-            return Ok(OtpOutcome::Valid);
+            return Ok(OtpOutcome::Valid { attempts_left });
         }
         *left -= 1;
         Ok(OtpOutcome::Wrong {

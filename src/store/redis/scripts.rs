@@ -7,9 +7,9 @@ use fred::types::FromValue;
 
 use super::RedisStore;
 use crate::store::{
-    CodeToStore, ConversionHit, ConversionOutcome, ConversionVerdict, HitOutcome, HitVerdict,
-    IpFailureWindow, IpFailures, Keys, LoginAttemptOutcome, LoginAttemptRequest, LoginVerdict,
-    ReserveOutcome, StoreError, SubjectWindows, WindowMode, WindowSpec,
+    CodeToStore, ConversionHit, ConversionOutcome, ConversionVerdict, FailuresBefore, HitOutcome,
+    HitVerdict, IpFailureWindow, IpFailures, Keys, LoginAttemptOutcome, LoginAttemptRequest,
+    LoginVerdict, ReserveOutcome, StoreError, SubjectWindows, WindowMode, WindowSpec,
 };
 
 /// Every script, loaded once per store.
@@ -247,7 +247,7 @@ impl RedisStore {
             ]);
         }
         let out = self
-            .eval_ints(&self.scripts.login_attempt, keys, args, 8)
+            .eval_ints(&self.scripts.login_attempt, keys, args, 11)
             .await?;
         let verdict = match out[0] {
             0 => LoginVerdict::Recorded,
@@ -270,6 +270,11 @@ impl RedisStore {
             captcha_crossed: out[3] == 1,
             locked_for_ms: u64::try_from(out[4]).ok(),
             pair_locked_for_ms: u64::try_from(out[7]).ok(),
+            before: Some(FailuresBefore {
+                captcha_window: count(out[8])?,
+                lock_window: count(out[9])?,
+                pair: u32::try_from(out[10]).ok(),
+            }),
         };
         let ip = match ip {
             Some(_) => Some(IpFailures {

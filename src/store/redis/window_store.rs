@@ -307,7 +307,9 @@ impl WindowStore for RedisStore {
             )
             .await?;
         Ok(match out[0] {
-            0 => OtpOutcome::Valid,
+            0 => OtpOutcome::Valid {
+                attempts_left: count(out[1])?,
+            },
             1 => OtpOutcome::Wrong {
                 attempts_left: count(out[1])?,
             },

@@ -25,7 +25,7 @@ async fn a_code_is_valid_once_then_missing(b: &Backend) {
     store.otp_put(&key, "mac-a", 3, 60_000).await.unwrap();
     assert_eq!(
         store.otp_check(&key, "mac-a").await.unwrap(),
-        OtpOutcome::Valid
+        OtpOutcome::Valid { attempts_left: 3 }
     );
     assert_eq!(
         store.otp_check(&key, "mac-a").await.unwrap(),
@@ -77,7 +77,8 @@ async fn putting_a_code_replaces_the_previous_one(b: &Backend) {
     );
     assert_eq!(
         store.otp_check(&key, "mac-second").await.unwrap(),
-        OtpOutcome::Valid
+        OtpOutcome::Valid { attempts_left: 2 },
+        "the right code after one wrong try: two tries were left"
     );
 }
 
@@ -126,7 +127,7 @@ async fn deleted_keys_are_gone(b: &Backend) {
     );
     assert_eq!(
         store.otp_check(&unrelated, "mac-b").await.unwrap(),
-        OtpOutcome::Valid
+        OtpOutcome::Valid { attempts_left: 3 }
     );
 }
 

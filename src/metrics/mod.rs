@@ -1,6 +1,10 @@
 //! Metric names and help texts, all declared here, and the Prometheus
 //! recorder behind `GET /metrics`.
 
+mod rule;
+
+pub use rule::RuleCounters;
+
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -18,6 +22,39 @@ pub const STORE_SECONDS: &str = "tollgate_store_seconds";
 pub const LIST_MATCHES: &str = "tollgate_list_matches_total";
 /// Counter of audit events by `outcome`: queued, written, spooled, replayed.
 pub const AUDIT_EVENTS: &str = "tollgate_audit_events_total";
+/// Histogram of HTTP request durations, in seconds, by `route` (the matched
+/// pattern, `unmatched` for none), `method` and `status`.
+pub const HTTP_SECONDS: &str = "tollgate_http_request_duration_seconds";
+
+// Per-rule counters, as Envoy's ratelimit service keeps them (`total_hits`,
+// `over_limit`, `near_limit`, `within_limit`, `shadow_mode`), each by
+// `action` and `rule` (the rule's name, `phone 1/1m`). What a hit is for each
+// kind of rule: README, "Metrics".
+
+/// Counter of requests a rule was evaluated on, with the count the store
+/// returned.
+pub const RULE_HITS: &str = "tollgate_rule_hits_total";
+/// Counter of hits that found the rule's count at its limit (the rule
+/// refused, asked for a captcha, or would have in shadow).
+pub const RULE_OVER_LIMIT: &str = "tollgate_rule_over_limit_total";
+/// Counter of hits within the limit at or above 80% of it (Envoy's
+/// `NEAR_LIMIT_RATIO`).
+pub const RULE_NEAR_LIMIT: &str = "tollgate_rule_near_limit_total";
+/// Counter of hits within the limit.
+pub const RULE_WITHIN_LIMIT: &str = "tollgate_rule_within_limit_total";
+/// Counter of over-limit hits that were let through because the rule or its
+/// section is in shadow mode.
+pub const RULE_SHADOWED: &str = "tollgate_rule_shadowed_total";
+
+/// Envoy's `NEAR_LIMIT_RATIO` as a fraction: a hit is near the limit from
+/// `limit * 4 / 5` (rounded down) hits before it.
+pub const NEAR_LIMIT_RATIO: (u64, u64) = (4, 5);
+
+/// Bounds of [`HTTP_SECONDS`]: most answers take about a millisecond, those
+/// that call an SMS or captcha provider up to its timeout (5 s by default).
+const HTTP_BUCKETS: [f64; 13] = [
+    0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+];
 
 static RECORDER: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
 
@@ -32,6 +69,11 @@ pub fn install() -> Option<PrometheusHandle> {
                     &[
                         0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
                     ],
+                )
+                .ok()?
+                .set_buckets_for_metric(
+                    metrics_exporter_prometheus::Matcher::Full(HTTP_SECONDS.into()),
+                    &HTTP_BUCKETS,
                 )
                 .ok()?
                 .install_recorder()
@@ -59,6 +101,30 @@ fn describe() {
     describe_counter!(
         AUDIT_EVENTS,
         "Audit events by outcome: queued, written, spooled, replayed"
+    );
+    describe_histogram!(
+        HTTP_SECONDS,
+        "Duration of HTTP requests, by route pattern, method and status"
+    );
+    describe_counter!(
+        RULE_HITS,
+        "Requests a rule was evaluated on, by action and rule"
+    );
+    describe_counter!(
+        RULE_OVER_LIMIT,
+        "Rule hits that found the rule at its limit, by action and rule"
+    );
+    describe_counter!(
+        RULE_NEAR_LIMIT,
+        "Rule hits within the limit at 80% of it or more, by action and rule"
+    );
+    describe_counter!(
+        RULE_WITHIN_LIMIT,
+        "Rule hits within the limit, by action and rule"
+    );
+    describe_counter!(
+        RULE_SHADOWED,
+        "Over-limit rule hits let through by shadow mode, by action and rule"
     );
 }
 
