@@ -9,6 +9,7 @@ use actix_web::dev::{Server, ServerHandle};
 use actix_web::middleware::from_fn;
 use actix_web::{web, App, HttpServer};
 use anyhow::Context;
+use tracing_actix_web::TracingLogger;
 
 use crate::audit::{retention, AuditDb, AuditSink, DbSink, ObservedSink, SinkConfig};
 use crate::delivery::email::Email;
@@ -25,6 +26,7 @@ use crate::store::memory::MemoryStore;
 use crate::store::redis::RedisStore;
 use crate::store::resilient::{Fallback, ResilientStore};
 use crate::store::{Clock, Keys, SystemClock, WindowStore};
+use crate::telemetry::RequestSpan;
 
 /// Parts a test may substitute; production uses none.
 #[derive(Default)]
@@ -284,7 +286,11 @@ fn http_server(
         if let Some(redis) = &redis {
             redis.connect_this_thread();
         }
+        // The last `wrap` runs first: the request id, then its span, then
+        // the timing inside the span.
         App::new()
+            .wrap(from_fn(routes::http_metrics::middleware))
+            .wrap(TracingLogger::<RequestSpan>::new())
             .wrap(from_fn(routes::request_id::middleware))
             .app_data(state.clone())
             .configure(|cfg| routes(cfg, &cors))

@@ -4,6 +4,7 @@
 pub mod admin;
 mod caller;
 pub mod cors;
+pub mod http_metrics;
 mod json;
 pub mod login;
 pub mod openapi;

@@ -1,0 +1,101 @@
+//! Every answer of every listener timed into `tollgate_http_request_duration_seconds`
+//! by route pattern (never the path: a path can hold a phone number, and
+//! paths are unbounded), method and status; and the `debug` line per request.
+//!
+//! The histogram handles are kept per worker thread, by (route, method,
+//! status), so that a request does not build a metric key and look it up in
+//! the registry: the set is bounded by the routes, the methods named below
+//! and the statuses the service answers.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use actix_web::body::MessageBody;
+use actix_web::dev::{ServiceRequest, ServiceResponse};
+use actix_web::http::{Method, StatusCode};
+use actix_web::middleware::Next;
+use metrics::{histogram, Histogram};
+
+use crate::metrics::HTTP_SECONDS;
+
+/// The `route` of a request no route matched.
+pub const UNMATCHED: &str = "unmatched";
+
+/// The `method` label: the standard methods by name, any other as `other`
+/// (a client may send any token as a method).
+fn method_label(method: &Method) -> &'static str {
+    const KNOWN: [(Method, &str); 9] = [
+        (Method::GET, "GET"),
+        (Method::POST, "POST"),
+        (Method::PUT, "PUT"),
+        (Method::DELETE, "DELETE"),
+        (Method::HEAD, "HEAD"),
+        (Method::OPTIONS, "OPTIONS"),
+        (Method::PATCH, "PATCH"),
+        (Method::TRACE, "TRACE"),
+        (Method::CONNECT, "CONNECT"),
+    ];
+    KNOWN
+        .iter()
+        .find(|(known, _)| known == method)
+        .map_or("other", |(_, label)| label)
+}
+
+type SeriesKey = (Option<String>, &'static str, u16);
+
+thread_local! {
+    static SERIES: RefCell<HashMap<SeriesKey, Histogram>> = RefCell::new(HashMap::new());
+}
+
+/// Record one request's duration in its series.
+fn observe(route: Option<String>, method: &'static str, status: StatusCode, elapsed: Duration) {
+    SERIES.with(|series| {
+        let mut series = series.borrow_mut();
+        let key = (route, method, status.as_u16());
+        let handle = series.entry(key).or_insert_with_key(|(route, method, status)| {
+            let route = route.clone().unwrap_or_else(|| UNMATCHED.to_string());
+            histogram!(HTTP_SECONDS, "route" => route, "method" => *method, "status" => status.to_string())
+        });
+        handle.record(elapsed.as_secs_f64());
+    });
+}
+
+/// Time the request until its response head is ready.
+pub async fn middleware(
+    req: ServiceRequest,
+    next: Next<impl MessageBody>,
+) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
+    let started = Instant::now();
+    let method = method_label(req.method());
+    // Before routing: an error answer no longer carries its request.
+    let route = req.match_pattern();
+    let result = next.call(req).await;
+    let elapsed = started.elapsed();
+    let status = match &result {
+        Ok(response) => response.status(),
+        Err(error) => error.as_response_error().status_code(),
+    };
+    // The line names the route pattern, never the path.
+    tracing::debug!(
+        method,
+        route = route.as_deref().unwrap_or(UNMATCHED),
+        status = status.as_u16(),
+        elapsed_us = elapsed.as_micros() as u64,
+        "request done"
+    );
+    observe(route, method, status, elapsed);
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_methods_share_one_label() {
+        assert_eq!(method_label(&Method::POST), "POST");
+        let made_up = Method::from_bytes(b"BREW").unwrap();
+        assert_eq!(method_label(&made_up), "other");
+    }
+}
