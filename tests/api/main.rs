@@ -17,6 +17,7 @@ mod helpers;
 mod lists;
 mod lock_scope;
 mod login;
+mod metrics;
 mod openapi;
 mod process;
 mod pumping;
