@@ -28,8 +28,8 @@ impl Tollgate {
             .current_dir(workdir)
             .arg("--config")
             .arg(config)
-            .envs(envs.iter().copied())
             .env("RUST_LOG", "info")
+            .envs(envs.iter().copied())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .kill_on_drop(true)
@@ -140,6 +140,88 @@ spool_dir = "{}/spool"
     assert_eq!(lines.len(), 1, "{:?}", server.log.lock());
     let line: serde_json::Value = serde_json::from_str(&lines[0]).unwrap();
     assert_eq!(line["request_id"], "req-store-down-1", "{line}");
+}
+
+/// At `debug`, a request gets one span from `TracingLogger` (its id, method
+/// and route pattern) and one `request done` line in it, with the status and
+/// the time: no user name, no path.
+#[tokio::test]
+async fn at_debug_a_request_logs_one_line_in_its_span() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("tollgate.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"
+[server]
+bind = "127.0.0.1:0"
+[audit]
+database_url = "sqlite://{}/audit.db?mode=rwc"
+spool_dir = "{}/spool"
+"#,
+            dir.path().display(),
+            dir.path().display()
+        ),
+    )
+    .unwrap();
+    let server = Tollgate::start_with_env(&config, &[("RUST_LOG", "tollgate=debug")]).await;
+    let response = reqwest::Client::new()
+        .post(format!("{}/login/check", server.address))
+        .header("x-request-id", "req-span-1")
+        .json(&json!({ "user": "span-alice" }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["x-request-id"], "req-span-1");
+    let done = || {
+        server
+            .log
+            .lock()
+            .iter()
+            .filter(|l| l.contains("request done") && l.contains("req-span-1"))
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    for _ in 0..50 {
+        if !done().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let lines = done();
+    assert_eq!(
+        lines.len(),
+        1,
+        "one line per request: {:?}",
+        server.log.lock()
+    );
+    let line: serde_json::Value = serde_json::from_str(&lines[0]).unwrap();
+    let span = &line["span"];
+    assert_eq!(
+        (
+            &span["name"],
+            &span["request_id"],
+            &span["method"],
+            &span["route"]
+        ),
+        (
+            &json!("request"),
+            &json!("req-span-1"),
+            &json!("POST"),
+            &json!("/login/check")
+        ),
+        "{line}"
+    );
+    assert_eq!(
+        (&line["status"], &line["route"]),
+        (&json!(200), &json!("/login/check"))
+    );
+    assert!(line["elapsed_us"].is_u64(), "{line}");
+    assert!(
+        !server.log.lock().iter().any(|l| l.contains("span-alice")),
+        "no user name in any line"
+    );
 }
 
 /// A whole run at the default level: sends (one delivered, one the provider
