@@ -99,6 +99,11 @@ pub trait WindowStore: Send + Sync {
     /// With `ip_blocked` the verdict is computed but nothing is recorded
     /// (unless `shadow`).
     ///
+    /// `before` answers the failures read before anything was recorded: in
+    /// the captcha window, in the lock window and (with `pair`) the pair's
+    /// in the lock window, whatever the verdict (the rules' metrics count
+    /// against them).
+    ///
     /// With `pair`, the (user, IP) pair has a lock of its own: a live pair
     /// lock answers `PairLocked` (after a live account lock, before the
     /// captcha tier); a recorded failure goes into the user's window as

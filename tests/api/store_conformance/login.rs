@@ -20,6 +20,7 @@ on_both_backends!(
     a_pair_locks_alone_and_the_account_at_its_own_threshold,
     concurrent_failures_from_one_pair_lock_it_exactly_once,
     a_success_from_a_pair_clears_its_failures,
+    each_attempt_answers_the_failures_its_rules_saw_before_it,
 );
 
 /// Fifty copies of `attempt` for `user`, all at once.
@@ -396,4 +397,36 @@ async fn a_success_from_a_pair_clears_its_failures(b: &Backend) {
         .await
         .pair_locked_for_ms
         .is_some());
+}
+
+/// Each attempt answers what the rules' metrics count against: the user's
+/// failures in the captcha window and in the lock window, and its pair's,
+/// before the attempt, recorded or refused alike.
+async fn each_attempt_answers_the_failures_its_rules_saw_before_it(b: &Backend) {
+    let policy = LoginPolicy {
+        captcha_window_ms: 300,
+        lock_window_ms: 60_000,
+        lock_after: 100,
+        pair_lock_after: 3,
+        ..policy()
+    };
+    let seen = |o: LoginAttemptOutcome| {
+        o.before
+            .map(|before| (before.captcha_window, before.lock_window, before.pair))
+    };
+    let from = |ip| b.login("olga", &policy, Attempt::failure().sent_from(ip));
+    assert_eq!(seen(from("192.0.2.1").await), Some((0, 0, Some(0))));
+    assert_eq!(seen(from("192.0.2.1").await), Some((1, 1, Some(1))));
+    assert_eq!(seen(from("192.0.2.2").await), Some((2, 2, Some(0))));
+    b.advance(301).await;
+    assert_eq!(
+        seen(from("192.0.2.1").await),
+        Some((0, 3, Some(2))),
+        "out of the captcha window, still in the lock window"
+    );
+    let refused = from("192.0.2.1").await;
+    assert!(matches!(refused.verdict, LoginVerdict::PairLocked { .. }));
+    assert_eq!(seen(refused), Some((1, 4, Some(3))));
+    let no_pair = b.login("olga", &policy, Attempt::failure()).await;
+    assert_eq!(seen(no_pair), Some((1, 4, None)));
 }
