@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test of tollgate on this machine: starts Redis and PostgreSQL when
-# they are down (installing them from Debian's packages when missing), then
+# they are down (installing them from Debian's packages when missing), installs
+# Chromium and chromedriver for the console's browser test when missing, then
 # `cargo test`. Extra arguments go to cargo test (e.g. `scripts/test.sh login::`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,6 +10,14 @@ SCHEMATHESIS_VERSION=4.32.5
 command -v cargo >/dev/null || { echo "test: cargo is missing; install Rust (rustup) first" >&2; exit 1; }
 scripts/services.sh
 scripts/redis-cluster.sh
+
+# The console's browser test (tests/api/console/browser.rs) drives Debian's
+# headless Chromium through chromedriver.
+if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
+    echo "test: installing chromium and chromium-driver (the console's browser test)"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null
+fi
 
 # schemathesis (PyPI) checks the API against its OpenAPI document
 # (tests/api/schemathesis.rs), from a virtualenv outside the clone.

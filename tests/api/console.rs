@@ -13,6 +13,7 @@ use crate::audit_db::{DbKind, TestDb};
 use crate::helpers::{spawn_app, spawn_app_with_audit_db, Backend, TestApp, ADMIN_TOKEN, API_KEY};
 use crate::on_both_databases;
 
+mod browser;
 mod overview;
 
 /// How the test signs in.

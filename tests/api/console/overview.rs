@@ -554,7 +554,7 @@ async fn locked_subjects_are_listed_and_unblocked_from_the_overview(kind: DbKind
         done.header(LOCATION),
         "/admin/overview?period=7d&unblocked=1"
     );
-    let after = get(&app, &done.header(LOCATION).to_string(), ADMIN).await;
+    let after = get(&app, done.header(LOCATION), ADMIN).await;
     assert_html(&after, 200, "after the unblock");
     assert!(
         after.body.contains("Unblocked: the subject"),

@@ -142,7 +142,7 @@ async fn confirmed_locks(
         }
     }
     // Latest-ending first, by the ends shown.
-    found.sort_by(|a, b| b.1.cmp(&a.1));
+    found.sort_by_key(|lock| std::cmp::Reverse(lock.1));
     let rows = found
         .into_iter()
         .map(|(lock, end, scope, confirmed)| {

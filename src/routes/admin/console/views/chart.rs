@@ -6,10 +6,10 @@
 /// Where the plot sits inside the SVG's view box (units are pixels at 100 %).
 const WIDTH: f64 = 760.0;
 const HEIGHT: f64 = 230.0;
-const LEFT: f64 = 48.0;
+const LEFT: f64 = 52.0;
 const RIGHT: f64 = 12.0;
 const TOP: f64 = 12.0;
-const BOTTOM: f64 = 28.0;
+const BOTTOM: f64 = 30.0;
 /// A bar's share of its column; the rest is the gap.
 const BAR_SHARE: f64 = 0.72;
 
@@ -196,7 +196,7 @@ impl Chart {
             height: HEIGHT,
             y_label_x: LEFT - 6.0,
             tick_end: bottom + 4.0,
-            x_label_y: bottom + 17.0,
+            x_label_y: bottom + 19.0,
         }
     }
 }
