@@ -153,9 +153,11 @@ impl Dice {
 }
 
 /// A day of refusals as a busy service sees them: a steady trickle of SMS
-/// sends over their limits, a toll-fraud run on one number range in the
-/// early hours, and a password-guessing wave in the afternoon.
+/// sends and verifies over their limits, a toll-fraud run on one number
+/// range 14 to 17 hours ago, and a password-guessing wave 4 to 7 hours ago.
 fn a_day_of_refusals(now: DateTime<Utc>) -> Vec<AuditEvent> {
+    use Action::{LoginAttempt, SmsSend, SmsVerify};
+    use AuditDecision::{Challenge, Deny};
     const PHONES: [&str; 6] = [
         "+8613800138000",
         "+8613912345678",
@@ -179,87 +181,62 @@ fn a_day_of_refusals(now: DateTime<Utc>) -> Vec<AuditEvent> {
         "192.0.2.10",
         "198.51.100.99",
     ];
-    let mut dice = Dice(11);
+    let (mut dice, mut minutes) = (Dice(11), Dice(7));
     let mut rows = Vec::new();
-    let mut add = |hours_ago: i64,
-                   dice: &mut Dice,
-                   action: Action,
-                   decision: AuditDecision,
-                   subject: Subject,
-                   ip: &str| {
-        let minute = dice.roll(60) as i64;
-        let mut e = AuditEvent::new(action, decision, "rate_limited", &subject);
+    let mut add = |hours_ago: i64, action, decision, kind, id: &str, ip: &str| {
+        let mut e = AuditEvent::new(action, decision, "rate_limited", &Subject::new(kind, id));
+        let minute = minutes.roll(60) as i64;
         e.occurred_at = now - Span::hours(hours_ago) - Span::minutes(minute);
         e.ip = Some(ip.to_string());
         e.user_agent = Some("Mozilla/5.0 (X11; Linux x86_64)".into());
         rows.push(e);
     };
-    for hours_ago in 0..24 {
-        let phone = |d: &mut Dice| Subject::new(SubjectKind::Phone, d.pick(&PHONES));
+    let (phone, user) = (SubjectKind::Phone, SubjectKind::User);
+    for h in 0..24 {
         for _ in 0..2 + dice.roll(5) {
-            let (subject, ip) = (phone(&mut dice), dice.pick(&IPS));
-            add(
-                hours_ago,
-                &mut dice,
-                Action::SmsSend,
-                AuditDecision::Deny,
-                subject,
-                ip,
-            );
+            add(h, SmsSend, Deny, phone, dice.pick(&PHONES), dice.pick(&IPS));
         }
         for _ in 0..dice.roll(3) {
-            let (subject, ip) = (phone(&mut dice), dice.pick(&IPS));
             add(
-                hours_ago,
-                &mut dice,
-                Action::SmsVerify,
-                AuditDecision::Deny,
-                subject,
-                ip,
+                h,
+                SmsVerify,
+                Deny,
+                phone,
+                dice.pick(&PHONES),
+                dice.pick(&IPS),
             );
         }
-        if (14..=17).contains(&hours_ago) {
+        if (14..=17).contains(&h) {
             for _ in 0..8 + dice.roll(6) {
-                let subject = Subject::new(SubjectKind::Phone, dice.pick(&FRAUD));
-                add(
-                    hours_ago,
-                    &mut dice,
-                    Action::SmsSend,
-                    AuditDecision::Deny,
-                    subject,
-                    "192.0.2.66",
-                );
+                add(h, SmsSend, Deny, phone, dice.pick(&FRAUD), "192.0.2.66");
             }
-            let prefix = Subject::new(SubjectKind::Prefix, "+2348031");
             add(
-                hours_ago,
-                &mut dice,
-                Action::SmsSend,
-                AuditDecision::Challenge,
-                prefix,
+                h,
+                SmsSend,
+                Deny,
+                SubjectKind::Prefix,
+                "+2348031",
                 "192.0.2.66",
             );
         }
-        if (4..=7).contains(&hours_ago) {
+        if (4..=7).contains(&h) {
             for _ in 0..6 + dice.roll(8) {
-                let user = Subject::new(SubjectKind::User, dice.pick(&USERS));
                 add(
-                    hours_ago,
-                    &mut dice,
-                    Action::LoginAttempt,
-                    AuditDecision::Challenge,
+                    h,
+                    LoginAttempt,
+                    Challenge,
                     user,
+                    dice.pick(&USERS),
                     "198.51.100.23",
                 );
             }
             for _ in 0..2 + dice.roll(3) {
-                let user = Subject::new(SubjectKind::User, dice.pick(&USERS));
                 add(
-                    hours_ago,
-                    &mut dice,
-                    Action::LoginAttempt,
-                    AuditDecision::Deny,
+                    h,
+                    LoginAttempt,
+                    Deny,
                     user,
+                    dice.pick(&USERS),
                     "198.51.100.23",
                 );
             }

@@ -16,7 +16,7 @@ use chrono::{DateTime, Utc};
 use serde::Deserialize;
 
 use super::period::Period;
-use super::views::overview::{self as view, LockRow, OverviewPage};
+use super::views::overview::{LockRow, OverviewPage};
 use super::{authenticate, csrf, html, Refusal};
 use crate::audit::stats::{Limits, OpenLock};
 use crate::audit::AuditError;
@@ -72,26 +72,8 @@ async fn show(state: &AppState, req: &HttpRequest) -> Result<HttpResponse, Refus
         .await
         .map_err(db_error)?;
     let (locks, locks_message) = confirmed_locks(state, &token, &overview.locks, now).await;
-    let page = OverviewPage {
-        periods: view::period_links(period),
-        period: period.as_str(),
-        words: period.words(),
-        since: view::minute(span.start),
-        total: overview.buckets.iter().map(|b| b.count).sum(),
-        charts: view::charts(period, &span, &overview.buckets),
-        tops: view::tops(&overview, span.start),
-        locks,
-        locks_message,
-        unblocked: query.unblocked.as_deref() == Some("1"),
-        events_href: super::views::events_href(
-            &crate::audit::query::EventFilter {
-                since: Some(span.start),
-                ..Default::default()
-            },
-            None,
-            None,
-        ),
-    };
+    let unblocked = query.unblocked.as_deref() == Some("1");
+    let page = OverviewPage::new(period, &span, &overview, locks, locks_message, unblocked);
     Ok(html(req, StatusCode::OK, page))
 }
 

@@ -160,8 +160,35 @@ pub struct OverviewPage {
     pub events_href: String,
 }
 
+impl OverviewPage {
+    /// The page of `overview`, counted over `span` for `period`, with the
+    /// subjects locked now.
+    pub fn new(
+        period: Period,
+        span: &Span,
+        overview: &Overview,
+        locks: Vec<LockRow>,
+        locks_message: Option<String>,
+        unblocked: bool,
+    ) -> Self {
+        Self {
+            periods: period_links(period),
+            period: period.as_str(),
+            words: period.words(),
+            since: minute(span.start),
+            total: overview.buckets.iter().map(|b| b.count).sum(),
+            charts: charts(period, span, &overview.buckets),
+            tops: tops(overview, span.start),
+            locks,
+            locks_message,
+            unblocked,
+            events_href: events_since(EventFilter::default(), span.start),
+        }
+    }
+}
+
 /// The period links, `current` marked.
-pub fn period_links(current: Period) -> Vec<PeriodLink> {
+fn period_links(current: Period) -> Vec<PeriodLink> {
     Period::ALL
         .into_iter()
         .map(|p| PeriodLink {
@@ -173,7 +200,7 @@ pub fn period_links(current: Period) -> Vec<PeriodLink> {
 }
 
 /// The two charts of `buckets`: stacked by decision, then by action.
-pub fn charts(period: Period, span: &Span, buckets: &[BucketCount]) -> Vec<Chart> {
+fn charts(period: Period, span: &Span, buckets: &[BucketCount]) -> Vec<Chart> {
     let columns = |series: &[SeriesSpec], name: fn(&BucketCount) -> &'static str| {
         (0..span.buckets)
             .map(|i| {
@@ -226,7 +253,7 @@ fn events_since(filter: EventFilter, since: DateTime<Utc>) -> String {
 }
 
 /// The three top lists of `overview`, counted since `since`.
-pub fn tops(overview: &Overview, since: DateTime<Utc>) -> Vec<TopList> {
+fn tops(overview: &Overview, since: DateTime<Utc>) -> Vec<TopList> {
     vec![
         TopList {
             title: "Top subjects",
@@ -307,6 +334,6 @@ fn prefix_rows(ranked: &[Ranked<String>]) -> Vec<RankRow> {
 }
 
 /// `2026-11-21 11:00 UTC`.
-pub fn minute(t: DateTime<Utc>) -> String {
+fn minute(t: DateTime<Utc>) -> String {
     t.format("%Y-%m-%d %H:%M UTC").to_string()
 }
