@@ -677,3 +677,31 @@ async fn the_overview_is_the_first_link_of_the_consoles_navigation() {
         );
     }
 }
+
+#[tokio::test]
+async fn when_the_store_does_not_answer_the_trails_locks_are_shown_unconfirmed() {
+    let db = TestDb::new(DbKind::Sqlite).await;
+    let alice = subject(SubjectKind::User, "alice");
+    let row = lock_at(tollgate::audit::now_ms(), alice, 15, None);
+    db.connect().await.insert(&[row]).await.unwrap();
+    let app = db_app(&db, |s| {
+        s.store.backend = tollgate::settings::StoreBackend::Redis;
+        s.store.redis_url = tollgate::settings::SecretUrl::new("redis://127.0.0.1:1");
+        s.store.timeout = std::time::Duration::from_millis(200);
+        s.sms.code_secret = tollgate::settings::Secret::new("test-code-secret-0123456789");
+    })
+    .await;
+
+    let page = get(&app, "/admin/overview", ADMIN).await;
+    assert_html(&page, 200, "the overview, without its store");
+    assert!(
+        page.body.contains("The store did not answer"),
+        "{}",
+        page.body
+    );
+    let locks = locks_table(&page.body);
+    assert!(locks.contains(">alice</a>"), "{locks}");
+    assert!(locks.contains("unconfirmed"), "{locks}");
+    let (action, _) = unblock_form(&page.body, "alice");
+    assert_eq!(action, "/admin/subjects/user/alice/unblock");
+}
