@@ -28,3 +28,4 @@ mod sms_send;
 mod sms_verify;
 mod smtp;
 mod store_conformance;
+mod templates_dir;

@@ -8,7 +8,9 @@ use lettre::message::Mailbox;
 use serde::Serialize;
 
 use super::mailer::{Mailer, Outgoing};
-use crate::delivery::{render_email, EmailKind};
+use std::sync::Arc;
+
+use crate::delivery::{EmailKind, TemplatesCell};
 
 /// What the owner of a just-locked account is told.
 #[derive(Debug, Clone)]
@@ -42,21 +44,23 @@ impl LockNotifier for NoNotices {
 /// Sends lock notices through the mailer.
 pub struct EmailLockNotifier {
     mailer: Mailer,
+    templates: Arc<TemplatesCell>,
 }
 
 impl EmailLockNotifier {
-    /// Notices through `mailer`.
-    pub fn new(mailer: Mailer) -> Self {
-        Self { mailer }
+    /// Notices through `mailer`, in the texts `templates` holds when each is sent.
+    pub fn new(mailer: Mailer, templates: Arc<TemplatesCell>) -> Self {
+        Self { mailer, templates }
     }
 }
 
+/// The variables of `email/<locale>/lock_notice.txt`.
 #[derive(Serialize)]
-struct Vars<'a> {
-    user: &'a str,
-    locked_minutes: u64,
-    locked_until: String,
-    ip: &'a str,
+pub(crate) struct LockNoticeVars<'a> {
+    pub user: &'a str,
+    pub locked_minutes: u64,
+    pub locked_until: String,
+    pub ip: &'a str,
 }
 
 impl LockNotifier for EmailLockNotifier {
@@ -70,13 +74,18 @@ impl LockNotifier for EmailLockNotifier {
         };
         let until = Utc::now()
             + chrono::Duration::from_std(notice.locked_for).unwrap_or(chrono::Duration::zero());
-        let vars = Vars {
+        let vars = LockNoticeVars {
             user: &notice.user,
             locked_minutes: notice.locked_for.as_secs().div_ceil(60),
             locked_until: until.to_rfc3339_opts(SecondsFormat::Secs, true),
             ip: notice.ip.as_deref().unwrap_or(""),
         };
-        match render_email(EmailKind::LockNotice, notice.locale.as_deref(), vars) {
+        let rendered = self.templates.current().render_email(
+            EmailKind::LockNotice,
+            notice.locale.as_deref(),
+            vars,
+        );
+        match rendered {
             Ok(email) => self.mailer.enqueue(Outgoing {
                 kind: EmailKind::LockNotice,
                 to: vec![to],
