@@ -14,6 +14,7 @@ mod edges;
 mod email;
 mod gcra;
 mod helpers;
+mod integration_doc;
 mod lists;
 mod lock_scope;
 mod login;
