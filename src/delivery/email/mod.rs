@@ -15,7 +15,7 @@ pub use alerts::{AdminAlerts, AlertSettings};
 pub(crate) use alerts::{Digest, LockSeen, RuleOverThreshold};
 pub use mailer::{Mailer, MailerConfig, Outgoing};
 pub(crate) use notice::LockNoticeVars;
-pub use notice::{mask_email, EmailLockNotifier, LockNotice, LockNotifier, NoNotices};
+pub use notice::{mask_email, EmailLockNotifier, LockNotice, LockNotifier, LockedScope, NoNotices};
 
 use super::{SetupError, TemplatesCell};
 use crate::audit::AuditObserver;

@@ -21,10 +21,22 @@ pub struct LockNotice {
     pub user: String,
     /// How long the lock lasts.
     pub locked_for: Duration,
+    /// The whole account, or only sign-ins from `ip`.
+    pub scope: LockedScope,
     /// The client IP of that attempt, when known.
     pub ip: Option<String>,
     /// Locale of the email, from the attempt; `en` when absent or unknown.
     pub locale: Option<String>,
+}
+
+/// What a lock shuts: `login.lock_scope = "user_ip"` locks the account
+/// from one address first, and the whole account only later.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LockedScope {
+    /// Every sign-in to the account.
+    Account,
+    /// Sign-ins from the attempt's address only.
+    Address,
 }
 
 /// Tells an account's owner about a lock. Never waits.
@@ -61,6 +73,8 @@ pub(crate) struct LockNoticeVars<'a> {
     pub locked_minutes: u64,
     pub locked_until: String,
     pub ip: &'a str,
+    /// Only sign-ins from `ip` are locked; the owner's other addresses work.
+    pub address_only: bool,
 }
 
 impl LockNotifier for EmailLockNotifier {
@@ -79,6 +93,7 @@ impl LockNotifier for EmailLockNotifier {
             locked_minutes: notice.locked_for.as_secs().div_ceil(60),
             locked_until: until.to_rfc3339_opts(SecondsFormat::Secs, true),
             ip: notice.ip.as_deref().unwrap_or(""),
+            address_only: notice.scope == LockedScope::Address,
         };
         let rendered = self.templates.current().render_email(
             EmailKind::LockNotice,

@@ -160,7 +160,9 @@ impl Templates {
         let name = source.text.name(&source.locale);
         match source.text {
             Text::Sms => self.render_named(&name, vars::sms()).map(drop),
-            Text::Email(kind) => self.render_email_named(name, vars::email(kind)).map(drop),
+            Text::Email(kind) => vars::email(kind)
+                .into_iter()
+                .try_for_each(|sample| self.render_email_named(name.clone(), sample).map(drop)),
         }
     }
 

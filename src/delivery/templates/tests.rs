@@ -52,6 +52,7 @@ fn lock_vars(ip: &str) -> serde_json::Value {
         "locked_minutes": 15,
         "locked_until": "2026-01-01T00:15:00Z",
         "ip": ip,
+        "address_only": false,
     })
 }
 
@@ -385,5 +386,44 @@ fn a_configmap_volume_loads_through_its_links() {
     assert_eq!(
         templates.render_sms(Some("fr"), "42", 60).unwrap().1,
         "Code 42"
+    );
+}
+
+#[test]
+fn a_lock_of_one_address_says_the_other_addresses_still_work() {
+    let pair_vars = || {
+        let mut vars = lock_vars("203.0.113.7");
+        vars["address_only"] = json!(true);
+        vars
+    };
+    for locale in ["en", "zh-CN"] {
+        let pair = compiled()
+            .render_email(EmailKind::LockNotice, Some(locale), pair_vars())
+            .unwrap();
+        let account = compiled()
+            .render_email(
+                EmailKind::LockNotice,
+                Some(locale),
+                lock_vars("203.0.113.7"),
+            )
+            .unwrap();
+        assert_ne!(pair.subject, account.subject, "{locale}");
+        assert!(pair.body.contains("203.0.113.7"), "{locale}: {}", pair.body);
+    }
+    let pair = compiled()
+        .render_email(EmailKind::LockNotice, Some("en"), pair_vars())
+        .unwrap();
+    assert_eq!(
+        pair.subject,
+        "Sign-ins to your account alice from one address were paused after too many failures"
+    );
+    assert!(
+        pair.body
+            .contains("from 203.0.113.7.\nSign-ins from that address are paused for 15 minutes")
+            && pair
+                .body
+                .contains("Sign-ins from your other devices and networks still work."),
+        "{}",
+        pair.body
     );
 }

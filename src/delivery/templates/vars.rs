@@ -1,7 +1,7 @@
 //! The variables each text is rendered with, and a sample of each that every
 //! template is rendered with when it loads. The samples are built from the
-//! same types the senders use, and fill every loop and both sides of every
-//! optional value, so a template that names a variable the sender does not
+//! same types the senders use, and fill every loop and take both sides of
+//! every optional value and flag, so a template that names a variable the sender does not
 //! give fails at load.
 
 use serde::Serialize;
@@ -31,17 +31,27 @@ pub(super) fn sms() -> SmsVars<'static> {
     SmsVars::new("123456", 300)
 }
 
-pub(super) fn email(kind: EmailKind) -> serde_json::Value {
-    let value = match kind {
-        EmailKind::LockNotice => serde_json::to_value(LockNoticeVars {
+/// One sample per branch a template may take on the variables.
+pub(super) fn email(kind: EmailKind) -> Vec<serde_json::Value> {
+    let notice = |ip, address_only| {
+        serde_json::to_value(LockNoticeVars {
             user: "alice",
             locked_minutes: 15,
             locked_until: "2026-01-01T00:15:00Z".to_string(),
-            ip: "203.0.113.7",
-        }),
-        EmailKind::AlertDigest => serde_json::to_value(digest()),
+            ip,
+            address_only,
+        })
     };
-    value.unwrap_or_default()
+    let samples = match kind {
+        EmailKind::LockNotice => vec![
+            notice("203.0.113.7", false),
+            notice("", false),
+            notice("203.0.113.7", true),
+            notice("", true),
+        ],
+        EmailKind::AlertDigest => vec![serde_json::to_value(digest())],
+    };
+    samples.into_iter().map(Result::unwrap_or_default).collect()
 }
 
 fn digest() -> Digest {
