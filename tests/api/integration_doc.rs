@@ -5,7 +5,7 @@
 
 use serde_json::Value;
 
-use crate::process::Tollgate;
+use crate::process::{config_file, Tollgate};
 
 const GUIDE: &str = include_str!("../../docs/integration.md");
 
@@ -30,23 +30,7 @@ fn blocks(language: &str) -> Vec<String> {
 }
 
 async fn server(dir: &std::path::Path) -> Tollgate {
-    let config = dir.join("tollgate.toml");
-    std::fs::write(
-        &config,
-        format!(
-            r#"
-[server]
-bind = "127.0.0.1:0"
-api_keys = ["backend-key"]
-[audit]
-database_url = "sqlite://{dir}/audit.db?mode=rwc"
-spool_dir = "{dir}/spool"
-"#,
-            dir = dir.display()
-        ),
-    )
-    .unwrap();
-    Tollgate::start(&config).await
+    Tollgate::start(&config_file(dir, r#"api_keys = ["backend-key"]"#, "")).await
 }
 
 /// The answers a block shows: comment lines holding one JSON object

@@ -12,19 +12,11 @@ use wiremock::{Mock, MockServer, ResponseTemplate};
 
 use crate::audit::eventually;
 use crate::helpers::run_binary;
-use crate::process::Tollgate;
+use crate::process::{config_file, Tollgate};
 
 fn write_config(dir: &Path, provider: &str, templates: &Path) -> PathBuf {
-    let path = dir.join("tollgate.toml");
-    std::fs::write(
-        &path,
-        format!(
-            r#"
-[server]
-bind = "127.0.0.1:0"
-[audit]
-database_url = "sqlite://{dir}/audit.db?mode=rwc"
-spool_dir = "{dir}/spool"
+    let sms = format!(
+        r#"
 [sms]
 code_secret = "templates-dir-test-secret"
 captcha_after = 100
@@ -33,12 +25,9 @@ templates_dir = "{templates}"
 kind = "webhook"
 url = "{provider}/sms"
 "#,
-            dir = dir.display(),
-            templates = templates.display(),
-        ),
-    )
-    .unwrap();
-    path
+        templates = templates.display(),
+    );
+    config_file(dir, "", &sms)
 }
 
 /// The bodies the stand-in provider got, in order.
@@ -146,16 +135,8 @@ fn a_broken_template_stops_check_config_and_start_up_naming_the_file_and_line() 
         "{% block subject %}Compte {{ user }}{% endblock %}\n{% block body %}\nBloqué {{ minutes }} minutes.\n{% endblock %}",
     )
     .unwrap();
-    let config = dir.path().join("tollgate.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[server]\nbind = \"127.0.0.1:0\"\n[audit]\ndatabase_url = \"sqlite://{dir}/audit.db?mode=rwc\"\nspool_dir = \"{dir}/spool\"\n[email]\ntemplates_dir = \"{}\"\n",
-            templates.display(),
-            dir = dir.path().display()
-        ),
-    )
-    .unwrap();
+    let email = format!("[email]\ntemplates_dir = \"{}\"", templates.display());
+    let config = config_file(dir.path(), "", &email);
     let where_ = format!(
         "{}:3: undefined value",
         templates.join("fr/lock_notice.txt").display()
