@@ -30,6 +30,9 @@ if [ -z "${TOLLGATE_SCHEMATHESIS:-}" ]; then
     fi
     export TOLLGATE_SCHEMATHESIS="$venv/bin/schemathesis"
 fi
+# The Python example of docs/integration.md runs with `requests` (a
+# dependency of schemathesis) from the same virtualenv.
+export TOLLGATE_PYTHON="${TOLLGATE_PYTHON:-$(dirname "$TOLLGATE_SCHEMATHESIS")/python}"
 
 # The build cache lives outside the clone, so a fresh clone reuses it.
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/tollgate-target}"
