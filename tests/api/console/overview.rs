@@ -705,3 +705,38 @@ async fn when_the_store_does_not_answer_the_trails_locks_are_shown_unconfirmed()
     let (action, _) = unblock_form(&page.body, "alice");
     assert_eq!(action, "/admin/subjects/user/alice/unblock");
 }
+
+#[tokio::test]
+async fn past_25_open_locks_the_overview_says_its_list_is_cut() {
+    let db = TestDb::new(DbKind::Sqlite).await;
+    let now = tollgate::audit::now_ms();
+    let users = |n: usize| -> Vec<AuditEvent> {
+        (0..n)
+            .map(|i| {
+                let who = subject(SubjectKind::User, &format!("user{i:02}"));
+                lock_at(now, who, 15, None)
+            })
+            .collect()
+    };
+    db.connect().await.insert(&users(25)).await.unwrap();
+    let app = db_app(&db, |_| {}).await;
+    let page = get(&app, "/admin/overview", ADMIN).await;
+    assert_html(&page, 200, "25 open locks");
+    assert!(!page.body.contains("more open locks"), "25 are all checked");
+
+    db.connect()
+        .await
+        .insert(&[lock_at(now, subject(SubjectKind::User, "user25"), 15, None)])
+        .await
+        .unwrap();
+    let page = get(&app, "/admin/overview", ADMIN).await;
+    let body = unescape(&page.body);
+    assert!(
+        body.contains("The audit trail has more open locks: the 25 that end last were checked"),
+        "{body}"
+    );
+    assert!(
+        body.contains("href=\"/admin?decision=lock&since="),
+        "{body}"
+    );
+}

@@ -16,7 +16,7 @@ use chrono::{DateTime, Utc};
 use serde::Deserialize;
 
 use super::period::Period;
-use super::views::overview::{LockRow, OverviewPage};
+use super::views::overview::{LockList, LockRow, OverviewPage};
 use super::{authenticate, csrf, html, Refusal};
 use crate::audit::stats::{Limits, OpenLock};
 use crate::audit::AuditError;
@@ -26,8 +26,10 @@ use crate::guard::admin::SubjectState;
 use crate::routes::AppState;
 use crate::settings::Secret;
 
-/// Entries per top list, and locks listed (each one is a store read).
-const LIMITS: Limits = Limits { top: 10, locks: 25 };
+/// Entries per top list.
+const TOP: usize = 10;
+/// Locks checked against the store and listed (each one is a store read).
+const LOCKS_LISTED: usize = 25;
 
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
@@ -67,13 +69,23 @@ async fn show(state: &AppState, req: &HttpRequest) -> Result<HttpResponse, Refus
     let now = Utc::now();
     let span = period.span(now);
     let db = state.audit_db.as_ref().ok_or(ApiError::AuditUnavailable)?;
+    let limits = Limits {
+        top: TOP,
+        locks: LOCKS_LISTED + 1,
+    };
     let overview = db
-        .overview(&span, now, state.admin.prefix_digits(), LIMITS)
+        .overview(&span, now, state.admin.prefix_digits(), limits)
         .await
         .map_err(db_error)?;
-    let (locks, locks_message) = confirmed_locks(state, &token, &overview.locks, now).await;
+    // One lock more than listed tells that the list is cut.
+    let more_locks = overview.locks.len() > LOCKS_LISTED;
+    let open = &overview.locks[..overview.locks.len().min(LOCKS_LISTED)];
+    let locks = LockList {
+        more: more_locks.then_some(LOCKS_LISTED),
+        ..confirmed_locks(state, &token, open, now).await
+    };
     let unblocked = query.unblocked.as_deref() == Some("1");
-    let page = OverviewPage::new(period, &span, &overview, locks, locks_message, unblocked);
+    let page = OverviewPage::new(period, &span, &overview, locks, unblocked);
     Ok(html(req, StatusCode::OK, page))
 }
 
@@ -106,7 +118,7 @@ async fn confirmed_locks(
     token: &Secret,
     open: &[OpenLock],
     now: DateTime<Utc>,
-) -> (Vec<LockRow>, Option<String>) {
+) -> LockList {
     let lives = futures::future::join_all(open.iter().map(|l| state.admin.state(&l.subject))).await;
     let mut found = Vec::new();
     let mut failure = None;
@@ -139,5 +151,9 @@ async fn confirmed_locks(
              and may have been lifted."
         )
     });
-    (rows, message)
+    LockList {
+        rows,
+        message,
+        more: None,
+    }
 }

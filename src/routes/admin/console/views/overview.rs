@@ -10,6 +10,7 @@ use super::chart::{Chart, Column, SeriesSpec};
 use super::{events_href, subject_href, until};
 use crate::audit::query::EventFilter;
 use crate::audit::stats::{BucketCount, Overview, Ranked, Span};
+use crate::audit::AuditDecision;
 use crate::domain::{ClientIp, Subject, SubjectKind};
 use crate::routes::admin::console::period::Period;
 
@@ -132,6 +133,17 @@ impl LockRow {
     }
 }
 
+/// The subjects locked or blocked now.
+#[derive(Default)]
+pub struct LockList {
+    /// Latest-ending first.
+    pub rows: Vec<LockRow>,
+    /// Why the rows are unconfirmed, when the store did not answer.
+    pub message: Option<String>,
+    /// When the trail has more open locks than were checked: how many were.
+    pub more: Option<usize>,
+}
+
 /// `GET /admin/overview`.
 #[derive(Template, WebTemplate)]
 #[template(path = "admin/overview.html")]
@@ -150,10 +162,10 @@ pub struct OverviewPage {
     pub charts: Vec<Chart>,
     /// Top subjects, IPs and prefixes.
     pub tops: Vec<TopList>,
-    /// Locked or blocked now, latest-ending first.
-    pub locks: Vec<LockRow>,
-    /// Why the list may be incomplete or unconfirmed.
-    pub locks_message: Option<String>,
+    /// Locked or blocked now.
+    pub locks: LockList,
+    /// The event table's lock rows of the period.
+    pub lock_events_href: String,
     /// An unblock from this page just happened (`?unblocked=1`).
     pub unblocked: bool,
     /// The event table from the period's start.
@@ -167,8 +179,7 @@ impl OverviewPage {
         period: Period,
         span: &Span,
         overview: &Overview,
-        locks: Vec<LockRow>,
-        locks_message: Option<String>,
+        locks: LockList,
         unblocked: bool,
     ) -> Self {
         Self {
@@ -180,7 +191,13 @@ impl OverviewPage {
             charts: charts(period, span, &overview.buckets),
             tops: tops(overview, span.start),
             locks,
-            locks_message,
+            lock_events_href: events_since(
+                EventFilter {
+                    decision: Some(AuditDecision::Lock),
+                    ..EventFilter::default()
+                },
+                span.start,
+            ),
             unblocked,
             events_href: events_since(EventFilter::default(), span.start),
         }
