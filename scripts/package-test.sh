@@ -183,8 +183,15 @@ serve_answers_healthz_and_readyz() {
 # What `systemctl reload tollgate` (ExecReload) sends.
 sighup_reloads_the_config() {
     kill -HUP "$tollgate_pid"
-    wait_for_log 'SIGHUP: decision settings reloaded'
+    wait_for_log '"settings reloaded","cause":"Hangup"'
     [ "$(status_of "http://$address/healthz")" = 200 ] || fail "no /healthz after SIGHUP"
+}
+
+# server.watch_config (on by default): saving the installed file reloads it,
+# through the inotify watch the hardened unit must allow.
+saving_the_config_reloads_it() {
+    echo "# edited by scripts/package-test.sh" >>"$CONFIG"
+    wait_for_log '"settings reloaded","cause":"FileChanged"'
 }
 
 # What systemd sends on stop: drain, then exit 0 (not a failure to restart).
@@ -213,8 +220,8 @@ syscalls_of() {
 # systemd kills a service that makes a call its SystemCallFilter= forbids
 # (here: EPERM), and no systemd runs here to show it. So: every call
 # tollgate made above, from its exec on, must be in what the unit allows.
-# That covers start-up, HTTP, the in-process store, SQLite, reload and
-# drain; not Redis, PostgreSQL, TLS or SMTP.
+# That covers start-up, HTTP, the in-process store, SQLite, reloads (SIGHUP
+# and the file watch) and drain; not Redis, PostgreSQL, TLS or SMTP.
 the_unit_allows_every_system_call_it_made() {
     local allow deny
     allow=$(sed -n 's/^SystemCallFilter=\([^~].*\)$/\1/p' "$UNIT")
@@ -260,6 +267,7 @@ checks=(
     "tollgate check-config accepts the installed config|check_config_accepts_the_installed_config"
     "tollgate serve (user tollgate) answers /healthz and /readyz 200, then /sms/send|serve_answers_healthz_and_readyz"
     "SIGHUP (ExecReload) reloads the installed config|sighup_reloads_the_config"
+    "saving the installed config reloads it|saving_the_config_reloads_it"
     "SIGTERM stops it with status 0|sigterm_stops_it_with_status_0"
     "the unit's SystemCallFilter allows every system call it made|the_unit_allows_every_system_call_it_made"
     "reinstalling keeps an edited config and its mode|an_upgrade_keeps_an_edited_config"
