@@ -2,7 +2,8 @@
 # Runs every test of tollgate on this machine: starts Redis and PostgreSQL when
 # they are down (installing them from Debian's packages when missing), installs
 # Chromium and chromedriver for the console's browser test when missing, then
-# `cargo test`. Extra arguments go to cargo test (e.g. `scripts/test.sh login::`).
+# `cargo test`, then the Debian package test. Extra arguments go to cargo test
+# (e.g. `scripts/test.sh login::`) and skip the package test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SCHEMATHESIS_VERSION=4.32.5
@@ -44,5 +45,13 @@ log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 status=0
 cargo test --locked --lib --test api "$@" 2>&1 | tee "$log" || status=$?
-awk '/^test result:/ { p += $4; f += $6 } END { printf "%d passed, %d failed\n", p, f }' "$log"
+# The Debian package, built from the binary cargo test has just built,
+# installed with dpkg and run (scripts/package-test.sh); on a whole run only,
+# not when arguments pick tests. TOLLGATE_PACKAGE_TEST=0 leaves it out.
+if [ $# -eq 0 ] && [ "${TOLLGATE_PACKAGE_TEST:-1}" != 0 ]; then
+    scripts/package-test.sh 2>&1 | tee -a "$log" || status=$?
+fi
+awk '/^test result:/ { p += $4; f += $6 }
+     /^package: [0-9]+ passed, [0-9]+ failed$/ { p += $2; f += $4 }
+     END { printf "%d passed, %d failed\n", p, f }' "$log"
 exit "$status"

@@ -9,6 +9,8 @@ mod load;
 mod login;
 mod parsed;
 mod secret;
+#[cfg(test)]
+mod shipped_config;
 mod validate;
 
 use std::collections::BTreeMap;
