@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs every test of tollgate on this machine: starts Redis and PostgreSQL when
-# they are down (installing them from Debian's packages when missing), then
-# `cargo test`. Extra arguments go to cargo test (e.g. `scripts/test.sh login::`).
+# they are down (installing them from Debian's packages when missing), installs
+# Chromium and chromedriver for the console's browser test when missing, then
+# `cargo test`, then the Debian package test. Extra arguments go to cargo test
+# (e.g. `scripts/test.sh login::`) and skip the package test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SCHEMATHESIS_VERSION=4.32.5
@@ -9,6 +11,14 @@ SCHEMATHESIS_VERSION=4.32.5
 command -v cargo >/dev/null || { echo "test: cargo is missing; install Rust (rustup) first" >&2; exit 1; }
 scripts/services.sh
 scripts/redis-cluster.sh
+
+# The console's browser test (tests/api/console/browser.rs) drives Debian's
+# headless Chromium through chromedriver.
+if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
+    echo "test: installing chromium and chromium-driver (the console's browser test)"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null
+fi
 
 # schemathesis (PyPI) checks the API against its OpenAPI document
 # (tests/api/schemathesis.rs), from a virtualenv outside the clone.
@@ -21,6 +31,9 @@ if [ -z "${TOLLGATE_SCHEMATHESIS:-}" ]; then
     fi
     export TOLLGATE_SCHEMATHESIS="$venv/bin/schemathesis"
 fi
+# The Python example of docs/integration.md runs with `requests` (a
+# dependency of schemathesis) from the same virtualenv.
+export TOLLGATE_PYTHON="${TOLLGATE_PYTHON:-$(dirname "$TOLLGATE_SCHEMATHESIS")/python}"
 
 # The build cache lives outside the clone, so a fresh clone reuses it.
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/tollgate-target}"
@@ -32,5 +45,13 @@ log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 status=0
 cargo test --locked --lib --test api "$@" 2>&1 | tee "$log" || status=$?
-awk '/^test result:/ { p += $4; f += $6 } END { printf "%d passed, %d failed\n", p, f }' "$log"
+# The Debian package, built from the binary cargo test has just built,
+# installed with dpkg and run (scripts/package-test.sh); on a whole run only,
+# not when arguments pick tests. TOLLGATE_PACKAGE_TEST=0 leaves it out.
+if [ $# -eq 0 ] && [ "${TOLLGATE_PACKAGE_TEST:-1}" != 0 ]; then
+    scripts/package-test.sh 2>&1 | tee -a "$log" || status=$?
+fi
+awk '/^test result:/ { p += $4; f += $6 }
+     /^package: [0-9]+ passed, [0-9]+ failed$/ { p += $2; f += $4 }
+     END { printf "%d passed, %d failed\n", p, f }' "$log"
 exit "$status"

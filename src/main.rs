@@ -1,10 +1,11 @@
 //! The `tollgate` binary: the command line (`serve`, `migrate`,
-//! `check-config`) over the library, which does everything else.
+//! `check-config`, `openapi`) over the library, which does everything else.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use tollgate::delivery::{TemplateDirs, Templates};
 use tollgate::settings::Settings;
 use tollgate::startup::Application;
 
@@ -49,7 +50,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command.unwrap_or(Command::Serve) {
         // The document is the code's, not the config's: no file is read.
         Command::Openapi => print!("{}", tollgate::routes::openapi::pretty_document()),
-        Command::CheckConfig => print!("{}", load()?.to_redacted_toml()),
+        Command::CheckConfig => {
+            let settings = load()?;
+            // The templates are part of what start-up checks.
+            Templates::load(&TemplateDirs::of(&settings))?;
+            print!("{}", settings.to_redacted_toml());
+        }
         Command::Migrate => {
             migrate(&load()?).await?;
             println!("tollgate: audit database is up to date");
@@ -66,8 +72,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
 }
 
 async fn serve(settings: Settings, config: Option<PathBuf>) -> anyhow::Result<()> {
-    let app = Application::build(settings).await?;
-    tollgate::reload::spawn_on_sighup(app.policy(), app.lists(), config)?;
+    let app = Application::build(settings.clone()).await?;
+    tollgate::reload::spawn(app.reloadable(), config, &settings)?;
     app.run_until_stopped().await?;
     Ok(())
 }

@@ -13,12 +13,13 @@ use tracing_actix_web::TracingLogger;
 
 use crate::audit::{retention, AuditDb, AuditSink, DbSink, ObservedSink, SinkConfig};
 use crate::delivery::email::Email;
-use crate::delivery::{build_sender, SmsSender};
+use crate::delivery::{build_sender, SmsSender, TemplateDirs, Templates, TemplatesCell};
 use crate::guard::admin::SubjectAdmin;
 use crate::guard::login::LoginGuard;
 use crate::guard::sms::SmsGuard;
 use crate::guard::{GuardContext, Policy, PolicyCell};
 use crate::lists::{self, Lists};
+use crate::reload::Reloadable;
 use crate::routes::cors::CorsOrigins;
 use crate::routes::{self, Access, AppState};
 use crate::settings::{OnStoreError, Settings, StoreBackend};
@@ -46,8 +47,7 @@ pub struct Application {
     /// The admin listener (`server.admin_bind`) and its port.
     admin: Option<(Server, u16)>,
     audit: Arc<dyn AuditSink>,
-    policy: Arc<PolicyCell>,
-    lists: Arc<Lists>,
+    reloadable: Reloadable,
     background: Vec<tokio::task::JoinHandle<()>>,
 }
 
@@ -63,6 +63,10 @@ impl Application {
     /// `build`, with the parts `overrides` names put in place of the configured
     /// ones.
     pub async fn build_with(settings: Settings, overrides: Overrides) -> anyhow::Result<Self> {
+        // First: a broken template stops start-up before anything is opened.
+        let templates = Templates::load(&TemplateDirs::of(&settings))
+            .context("cannot load the SMS and email templates")?;
+        let templates = Arc::new(TemplatesCell::new(templates));
         let metrics = crate::metrics::install();
         crate::domain::PhoneNumber::warm_up();
         let clock: Arc<dyn Clock> = overrides.clock.unwrap_or_else(|| Arc::new(SystemClock));
@@ -139,7 +143,8 @@ impl Application {
                 (sink, Some(db))
             }
         };
-        let email = Email::start(&settings.email).context("cannot set up email")?;
+        let email =
+            Email::start(&settings.email, templates.clone()).context("cannot set up email")?;
         let audit: Arc<dyn AuditSink> = match email.alerts() {
             Some(alerts) => Arc::new(ObservedSink::new(audit, vec![alerts])),
             None => audit,
@@ -168,7 +173,12 @@ impl Application {
             lists: lists.clone(),
         };
         let state = web::Data::new(AppState {
-            sms: SmsGuard::new(ctx.clone(), sms_sender, settings.sms.code_secret.expose()),
+            sms: SmsGuard::new(
+                ctx.clone(),
+                sms_sender,
+                templates.clone(),
+                settings.sms.code_secret.expose(),
+            ),
             login: LoginGuard::new(ctx.clone(), email.lock_notifier()),
             admin: SubjectAdmin::new(ctx),
             lists: lists.clone(),
@@ -212,8 +222,11 @@ impl Application {
             port,
             admin,
             audit,
-            policy,
-            lists,
+            reloadable: Reloadable {
+                policy,
+                lists,
+                templates,
+            },
             background,
         })
     }
@@ -238,14 +251,10 @@ impl Application {
         self.server.handle()
     }
 
-    /// The decision settings, swappable while serving (SIGHUP).
-    pub fn policy(&self) -> Arc<PolicyCell> {
-        self.policy.clone()
-    }
-
-    /// The allow and block lists in force (SIGHUP replaces the config's).
-    pub fn lists(&self) -> Arc<Lists> {
-        self.lists.clone()
+    /// What a reload (SIGHUP, a changed file) swaps in: the decision
+    /// settings, the config's list entries and the templates.
+    pub fn reloadable(&self) -> Reloadable {
+        self.reloadable.clone()
     }
 
     /// Serve until SIGTERM / Ctrl-C (or [`ServerHandle::stop`]): in-flight

@@ -9,6 +9,7 @@ pub mod query;
 pub mod retention;
 mod sinks;
 pub mod spool;
+pub mod stats;
 mod writer;
 
 pub use db::{AuditDb, AuditError};

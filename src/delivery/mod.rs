@@ -5,7 +5,7 @@
 
 pub mod email;
 mod log;
-mod template;
+mod templates;
 mod twilio;
 mod webhook;
 
@@ -15,8 +15,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 pub use self::log::LogSender;
-pub use template::{
-    render_email, render_sms, resolve_locale, EmailKind, RenderedEmail, TemplateError, LOCALES,
+pub use templates::{
+    EmailKind, RenderedEmail, TemplateDirs, TemplateError, TemplateLoadError, Templates,
+    TemplatesCell,
 };
 pub use twilio::{TwilioSender, TWILIO_API};
 pub use webhook::WebhookSender;

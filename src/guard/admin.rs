@@ -107,6 +107,16 @@ pub struct SubjectState {
     pub pumping: Option<PumpingState>,
 }
 
+impl SubjectState {
+    /// When the last of the subject's blocks ends: its lock (an IP's login
+    /// block, a prefix's or country's pumping block) or, for a user, the
+    /// lock of one of its (user, IP) pairs. None when nothing refuses it.
+    pub fn blocked_until(&self) -> Option<DateTime<Utc>> {
+        let pairs = self.pairs.iter().filter_map(|p| p.locked_until);
+        self.locked_until.into_iter().chain(pairs).max()
+    }
+}
+
 /// One (user, IP) pair of a user: its failures and lock.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[schema(example = json!({"ip": "203.0.113.7", "rule": "user_ip 10/1h", "count": 10, "limit": 10,
@@ -186,6 +196,11 @@ impl SubjectAdmin {
     /// Over the store, keys, audit sink and policy the guards share.
     pub fn new(ctx: GuardContext) -> Self {
         Self { ctx }
+    }
+
+    /// `sms.prefix_digits` as in force: how phones are cut into prefixes.
+    pub fn prefix_digits(&self) -> u32 {
+        self.ctx.policy.current().sms.prefix_digits
     }
 
     /// What the store holds for `subject` now; reads only, counts nothing.

@@ -360,12 +360,13 @@ impl LoginGuard {
             self.ctx.audit(info, row);
         }
         // One notice per lock: only the attempt that locked gets here.
-        if let (Some(locked_for), Some(to)) = (decided.notify_lock, attempt.notify_email) {
+        if let (Some((locked_for, scope)), Some(to)) = (decided.notify_lock, attempt.notify_email) {
             let to = to.into_string();
             self.notifier.lock_notice(LockNotice {
                 to,
                 user: attempt.user.as_str().to_string(),
                 locked_for,
+                scope,
                 ip: info.ip.map(|ip| ip.to_string()),
                 locale: attempt.locale.map(Locale::into_string),
             });

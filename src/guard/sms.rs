@@ -13,7 +13,7 @@ use super::reserve::{reserve, Offer, Reservation, SubjectHit};
 use super::{ceil_secs, code, pumping, GuardContext, Policy, RequestInfo};
 use crate::audit::{AuditDecision, AuditEvent};
 use crate::captcha::CaptchaProof;
-use crate::delivery::{render_sms, DeliveryError, SmsMessage, SmsSender};
+use crate::delivery::{DeliveryError, SmsMessage, SmsSender, TemplatesCell};
 use crate::domain::{Action, Locale, PhoneNumber, Reason, Subject, SubjectKind};
 use crate::lists::Listed;
 use crate::store::{CodeToStore, OtpOutcome, StoreError};
@@ -69,17 +69,25 @@ pub enum Verified {
 pub struct SmsGuard {
     ctx: GuardContext,
     sender: Arc<dyn SmsSender>,
+    templates: Arc<TemplatesCell>,
     configured_secret: Option<Vec<u8>>,
     shared_secret: OnceCell<Vec<u8>>,
 }
 
 impl SmsGuard {
-    /// `code_secret` empty: a random key is created once in the store and
-    /// shared by every instance.
-    pub fn new(ctx: GuardContext, sender: Arc<dyn SmsSender>, code_secret: &str) -> Self {
+    /// Codes go out through `sender`, in the texts `templates` holds at the
+    /// time. `code_secret` empty: a random key is created once in the store
+    /// and shared by every instance.
+    pub fn new(
+        ctx: GuardContext,
+        sender: Arc<dyn SmsSender>,
+        templates: Arc<TemplatesCell>,
+        code_secret: &str,
+    ) -> Self {
         Self {
             ctx,
             sender,
+            templates,
             configured_secret: (!code_secret.is_empty()).then(|| code_secret.as_bytes().to_vec()),
             shared_secret: OnceCell::new(),
         }
@@ -335,12 +343,16 @@ impl SmsGuard {
         ttl_secs: u64,
         info: &RequestInfo,
     ) -> Result<(), DeliveryError> {
-        let (locale, body) = render_sms(req.locale.as_ref().map(Locale::as_str), code, ttl_secs)?;
+        let (locale, body) = self.templates.current().render_sms(
+            req.locale.as_ref().map(Locale::as_str),
+            code,
+            ttl_secs,
+        )?;
         let message = SmsMessage {
             to: req.phone.e164().to_string(),
             to_masked: req.phone.masked(),
             body,
-            locale: locale.to_string(),
+            locale,
             request_id: info.request_id.clone(),
         };
         self.sender.send(&message).await

@@ -9,10 +9,13 @@ mod load;
 mod login;
 mod parsed;
 mod secret;
+#[cfg(test)]
+mod shipped_config;
 mod validate;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -67,6 +70,9 @@ pub struct ServerSettings {
     /// CORS headers at all.
     #[serde(default)]
     pub cors_origins: Vec<String>,
+    /// Reload when the config file or a templates directory changes, as on
+    /// SIGHUP (default true).
+    pub watch_config: bool,
     /// CIDRs (or single addresses) of proxies whose `X-Forwarded-For` is honoured.
     #[serde(with = "parsed::cidrs")]
     pub trusted_proxies: Vec<ipnet::IpNet>,
@@ -215,6 +221,11 @@ pub struct SmsSettings {
     pub pumping: PumpingSettings,
     /// `[sms.provider]`: who delivers the codes.
     pub provider: SmsProviderSettings,
+    /// A directory of `<locale>.txt` files laid over the compiled-in SMS
+    /// texts; unset (the default), the compiled-in ones alone. Checked at
+    /// start-up and reloaded with the decision settings.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub templates_dir: Option<PathBuf>,
 }
 
 /// `[sms.pumping]`: the SMS pumping guard. Toll fraud sends codes to number
@@ -337,6 +348,11 @@ pub struct EmailSettings {
     /// Locale of the admin alert digests (`templates/email/<locale>/`).
     #[serde(default = "default_locale")]
     pub admin_locale: String,
+    /// A directory of `<locale>/lock_notice.txt` and
+    /// `<locale>/alert_digest.txt` laid over the compiled-in emails; unset
+    /// (the default), the compiled-in ones alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub templates_dir: Option<PathBuf>,
 }
 
 /// `[shadow]`: try the rules out on live traffic without enforcing them.

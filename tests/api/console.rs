@@ -13,6 +13,9 @@ use crate::audit_db::{DbKind, TestDb};
 use crate::helpers::{spawn_app, spawn_app_with_audit_db, Backend, TestApp, ADMIN_TOKEN, API_KEY};
 use crate::on_both_databases;
 
+mod browser;
+mod overview;
+
 /// How the test signs in.
 #[derive(Clone, Copy, Debug)]
 enum Auth<'a> {
@@ -118,8 +121,9 @@ fn assert_html(page: &Page, status: u16, context: &str) {
     );
 }
 
-const PAGES: [(&str, &str); 3] = [
+const PAGES: [(&str, &str); 4] = [
     ("GET", "/admin"),
+    ("GET", "/admin/overview"),
     ("GET", "/admin/subjects/user/alice"),
     ("POST", "/admin/subjects/user/alice/unblock"),
 ];
@@ -158,7 +162,12 @@ async fn console_pages_ask_for_basic_credentials_and_refuse_wrong_ones() {
         }
     }
     for auth in [ADMIN, Auth::Bearer(ADMIN_TOKEN)] {
-        for path in ["/admin", "/admin/", "/admin/subjects/user/alice"] {
+        for path in [
+            "/admin",
+            "/admin/",
+            "/admin/overview",
+            "/admin/subjects/user/alice",
+        ] {
             let page = get(&app, path, auth).await;
             assert_html(&page, 200, &format!("{path} with {auth:?}"));
             assert_eq!(page.header("cache-control"), "no-store");

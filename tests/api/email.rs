@@ -3,7 +3,7 @@
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use tollgate::settings::{SecretUrl, Settings};
+use tollgate::settings::{LockScope, SecretUrl, Settings};
 
 use crate::helpers::{limits, spawn_app, Backend, TestApp};
 use crate::on_both_backends;
@@ -53,7 +53,10 @@ async fn lock(app: &TestApp, user: &str, to: &str) {
 
 #[tokio::test]
 async fn the_failure_that_locks_sends_one_notice_to_notify_email() {
-    let (app, inbox) = app_with_email(Backend::Memory, |_| {}).await;
+    let (app, inbox) = app_with_email(Backend::Memory, |s| {
+        s.login.lock_scope = LockScope::User;
+    })
+    .await;
 
     let first = fail(
         &app,
@@ -124,6 +127,27 @@ async fn the_failure_that_locks_sends_one_notice_to_notify_email() {
     );
 }
 
+/// `login.lock_scope = "user_ip"` (the default): the notice says only that
+/// address is locked out.
+#[tokio::test]
+async fn the_notice_of_a_lock_from_one_address_says_so() {
+    let (app, inbox) = app_with_email(Backend::Memory, |_| {}).await;
+    lock(&app, "carol", "carol@example.com").await;
+    let mails = inbox.wait_for_mail_to("carol@example.com").await;
+    assert_eq!(mails.len(), 1, "{mails:#?}");
+    assert_eq!(
+        mails[0].subject,
+        "Sign-ins to your account carol from one address were paused after too many failures"
+    );
+    assert!(
+        mails[0]
+            .body
+            .contains("from 203.0.113.7.\nSign-ins from that address are paused for 15 minutes"),
+        "{}",
+        mails[0].body
+    );
+}
+
 async fn simultaneous_failures_that_lock_once_send_one_notice(backend: Backend) {
     let (app, inbox) = app_with_email(backend, |s| s.login.lock_after = 5).await;
 
@@ -153,7 +177,10 @@ async fn simultaneous_failures_that_lock_once_send_one_notice(backend: Backend) 
 
 #[tokio::test]
 async fn the_notice_is_written_in_the_locale_of_the_attempt() {
-    let (app, inbox) = app_with_email(Backend::Memory, |_| {}).await;
+    let (app, inbox) = app_with_email(Backend::Memory, |s| {
+        s.login.lock_scope = LockScope::User;
+    })
+    .await;
 
     for _ in 0..3 {
         fail(

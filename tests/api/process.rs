@@ -7,6 +7,19 @@ use std::time::Duration;
 use serde_json::json;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
+/// Writes `dir/tollgate.toml` for the binary: a free port, the audit trail
+/// in SQLite in `dir`, `server` lines added to `[server]`, then `rest` (more
+/// sections).
+pub fn config_file(dir: &std::path::Path, server: &str, rest: &str) -> std::path::PathBuf {
+    let path = dir.join("tollgate.toml");
+    let text = format!(
+        "[server]\nbind = \"127.0.0.1:0\"\n{server}\n[audit]\ndatabase_url = \"sqlite://{dir}/audit.db?mode=rwc\"\nspool_dir = \"{dir}/spool\"\n{rest}\n",
+        dir = dir.display()
+    );
+    std::fs::write(&path, text).expect("the config file is written");
+    path
+}
+
 /// The real binary, as a child process.
 pub struct Tollgate {
     pub child: tokio::process::Child,
@@ -91,27 +104,19 @@ impl Tollgate {
 async fn a_store_failure_is_logged_with_the_request_id() {
     let dead_port = crate::helpers::free_port();
     let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("tollgate.toml");
-    std::fs::write(
-        &config,
-        format!(
+    let config = config_file(
+        dir.path(),
+        "",
+        &format!(
             r#"
-[server]
-bind = "127.0.0.1:0"
 [store]
 backend = "redis"
 redis_url = "redis://127.0.0.1:{dead_port}"
 [sms]
 code_secret = "process-test-code-secret"
-[audit]
-database_url = "sqlite://{}/audit.db?mode=rwc"
-spool_dir = "{}/spool"
-"#,
-            dir.path().display(),
-            dir.path().display()
+"#
         ),
-    )
-    .unwrap();
+    );
     let server = Tollgate::start(&config).await;
     let response = reqwest::Client::new()
         .post(format!("{}/login/check", server.address))
@@ -247,29 +252,20 @@ async fn no_log_line_carries_a_phone_a_code_or_a_token() {
         .await;
 
     let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("tollgate.toml");
-    std::fs::write(
-        &config,
-        format!(
+    let config = config_file(
+        dir.path(),
+        &format!("api_keys = [\"{API_KEY}\"]\nadmin_tokens = [\"{ADMIN}\"]"),
+        &format!(
             r#"
-[server]
-bind = "127.0.0.1:0"
-api_keys = ["{API_KEY}"]
-admin_tokens = ["{ADMIN}"]
-[audit]
-database_url = "sqlite://{dir}/audit.db?mode=rwc"
-spool_dir = "{dir}/spool"
 [sms]
 phone_limits = [{{ limit = 1, window = "1h" }}]
 [sms.provider]
 kind = "webhook"
 url = "{url}/sms"
 "#,
-            dir = dir.path().display(),
             url = provider.uri(),
         ),
-    )
-    .unwrap();
+    );
     let server = Tollgate::start(&config).await;
     let client = reqwest::Client::new();
     let post = |path: &str, body: serde_json::Value| {
@@ -474,27 +470,20 @@ async fn rediss_talks_tls_to_a_real_redis() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 
-    let config = dir.path().join("tollgate.toml");
-    std::fs::write(
-        &config,
-        format!(
+    let config = config_file(
+        dir.path(),
+        "",
+        &format!(
             r#"
-[server]
-bind = "127.0.0.1:0"
 [store]
 backend = "redis"
 redis_url = "rediss://127.0.0.1:{port}"
 timeout = "2s"
-[audit]
-database_url = "sqlite://{dir}/audit.db?mode=rwc"
-spool_dir = "{dir}/spool"
 [sms]
 code_secret = "tls-test-code-secret-1234"
-"#,
-            dir = dir.path().display()
+"#
         ),
-    )
-    .unwrap();
+    );
     let client = reqwest::Client::new();
     let trusted = Tollgate::start_with_env(&config, &[("SSL_CERT_FILE", ca.as_str())]).await;
     let mut ready = 0;

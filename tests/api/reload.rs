@@ -3,8 +3,9 @@
 use std::time::Duration;
 
 use serde_json::json;
+use tollgate::delivery::{Templates, TemplatesCell};
 use tollgate::guard::{Policy, PolicyCell};
-use tollgate::reload::reload_into;
+use tollgate::reload::Reloadable;
 use tollgate::settings::Settings;
 
 use crate::audit::eventually;
@@ -12,12 +13,18 @@ use crate::process::Tollgate;
 
 fn config(dir: &std::path::Path, phone_limit: u32, lock_after: u32) -> std::path::PathBuf {
     let path = dir.join("tollgate.toml");
-    std::fs::write(
-        &path,
-        format!(
-            r#"
+    std::fs::write(&path, config_text(dir, phone_limit, lock_after, true)).unwrap();
+    path
+}
+
+/// A config whose phone limit (and blocked user) says which version of the
+/// file is in force.
+fn config_text(dir: &std::path::Path, phone_limit: u32, lock_after: u32, watch: bool) -> String {
+    format!(
+        r#"
 [server]
 bind = "127.0.0.1:0"
+watch_config = {watch}
 [audit]
 database_url = "sqlite://{}?mode=rwc"
 spool_dir = "{}"
@@ -29,19 +36,22 @@ account_lock_after = 100
 [lists]
 block_users = ["mallory-{phone_limit}"]
 "#,
-            dir.join("audit.db").display(),
-            dir.join("spool").display()
-        ),
+        dir.join("audit.db").display(),
+        dir.join("spool").display()
     )
-    .unwrap();
-    path
 }
 
 #[test]
 fn a_reload_swaps_the_decision_settings_and_a_bad_file_keeps_the_old_ones() {
     let dir = tempfile::tempdir().unwrap();
-    let cell = PolicyCell::new(Policy::from_settings(&Settings::defaults().unwrap()).unwrap());
-    let lists = tollgate::lists::Lists::new(&Default::default(), None);
+    let reloadable = Reloadable {
+        policy: std::sync::Arc::new(PolicyCell::new(
+            Policy::from_settings(&Settings::defaults().unwrap()).unwrap(),
+        )),
+        lists: std::sync::Arc::new(tollgate::lists::Lists::new(&Default::default(), None)),
+        templates: std::sync::Arc::new(TemplatesCell::new(Templates::compiled())),
+    };
+    let (cell, lists) = (&reloadable.policy, &reloadable.lists);
     assert_eq!(cell.current().sms_phone.rules[0].limit, 1);
 
     let blocked = |user: &str| {
@@ -54,15 +64,13 @@ fn a_reload_swaps_the_decision_settings_and_a_bad_file_keeps_the_old_ones() {
     assert!(!blocked("mallory-3"));
 
     let file = config(dir.path(), 3, 7);
-    reload_into(&cell, &lists, Some(&file)).unwrap();
+    reloadable.reload(Some(&file)).unwrap();
     assert_eq!(cell.current().sms_phone.rules[0].limit, 3);
     assert_eq!(cell.current().pair_lock.map(|rule| rule.limit), Some(7));
     assert!(blocked("mallory-3"), "the file's list entries are in force");
 
     let bad = config(dir.path(), 4, 0);
-    let error = reload_into(&cell, &lists, Some(&bad))
-        .unwrap_err()
-        .to_string();
+    let error = reloadable.reload(Some(&bad)).unwrap_err().to_string();
     assert!(error.contains("login.lock_after"), "{error}");
     assert_eq!(
         cell.current().sms_phone.rules[0].limit,
@@ -112,4 +120,123 @@ async fn sighup_reloads_a_running_server_without_a_restart() {
     assert_eq!(still.status(), 429);
     let body: serde_json::Value = still.json().await.unwrap();
     assert_eq!(body["rule"], "phone 3/1h");
+}
+
+/// Whether version `n` of the config is in force: each version blocks the
+/// user `mallory-<n>` (a `/login/check` counts nothing).
+async fn in_force(server: &Tollgate, client: &reqwest::Client, n: u32) -> bool {
+    let response = client
+        .post(format!("{}/login/check", server.address))
+        .json(&json!({ "user": format!("mallory-{n}") }))
+        .send()
+        .await
+        .unwrap();
+    response.status() == 403
+}
+
+fn rejected(server: &Tollgate, key: &str) -> bool {
+    server
+        .log
+        .lock()
+        .iter()
+        .any(|l| l.contains("config rejected") && l.contains(key) && l.contains("FileChanged"))
+}
+
+#[tokio::test]
+async fn a_changed_config_file_is_reloaded_without_a_signal_and_a_bad_one_is_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = config(dir.path(), 1, 10);
+    let server = Tollgate::start(&file).await;
+    let client = reqwest::Client::new();
+    assert!(in_force(&server, &client, 1).await);
+
+    // Saved the way editors do: a new file renamed over the old one.
+    let saved = dir.path().join(".tollgate.toml.new");
+    std::fs::write(&saved, config_text(dir.path(), 30, 10, true)).unwrap();
+    std::fs::rename(&saved, &file).unwrap();
+    eventually("the new phone limit", Duration::from_secs(10), || async {
+        in_force(&server, &client, 30).await
+    })
+    .await;
+
+    // Written in place, with a mistake: refused, logged, the old settings stay.
+    std::fs::write(&file, config_text(dir.path(), 2, 0, true)).unwrap();
+    eventually(
+        "the rejection in the log",
+        Duration::from_secs(10),
+        || async { rejected(&server, "login.lock_after") },
+    )
+    .await;
+    assert!(in_force(&server, &client, 30).await && !in_force(&server, &client, 2).await);
+    let reloads = |server: &Tollgate| {
+        server
+            .log
+            .lock()
+            .iter()
+            .filter(|l| l.contains("settings reloaded"))
+            .count()
+    };
+    assert_eq!(reloads(&server), 1, "{:?}", server.log.lock());
+
+    // Audit writes beside the config and a touch of the file reload nothing.
+    let touched = std::fs::File::options().append(true).open(&file).unwrap();
+    drop(touched);
+    std::fs::write(dir.path().join("notes.txt"), "unrelated").unwrap();
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(reloads(&server), 1, "{:?}", server.log.lock());
+}
+
+/// A mounted Kubernetes ConfigMap: `tollgate.toml` is a link through
+/// `..data`, and an update swaps `..data` to a new directory with a rename;
+/// the file itself is never written.
+#[cfg(unix)]
+#[tokio::test]
+async fn a_configmap_update_swapping_the_data_link_is_reloaded() {
+    use std::os::unix::fs::symlink;
+    let dir = tempfile::tempdir().unwrap();
+    let mount = dir.path().join("config");
+    let version = |name: &str, phone_limit: u32| {
+        let data = mount.join(name);
+        std::fs::create_dir_all(&data).unwrap();
+        std::fs::write(
+            data.join("tollgate.toml"),
+            config_text(dir.path(), phone_limit, 10, true),
+        )
+        .unwrap();
+    };
+    version("..2026_11_23_00_00_00.1", 1);
+    symlink("..2026_11_23_00_00_00.1", mount.join("..data")).unwrap();
+    symlink("..data/tollgate.toml", mount.join("tollgate.toml")).unwrap();
+    let server = Tollgate::start(&mount.join("tollgate.toml")).await;
+    let client = reqwest::Client::new();
+    assert!(in_force(&server, &client, 1).await);
+
+    // What the kubelet does: a new directory, a new link, renamed over `..data`.
+    version("..2026_11_23_00_05_00.2", 40);
+    symlink("..2026_11_23_00_05_00.2", mount.join("..data_tmp")).unwrap();
+    std::fs::rename(mount.join("..data_tmp"), mount.join("..data")).unwrap();
+    std::fs::remove_dir_all(mount.join("..2026_11_23_00_00_00.1")).unwrap();
+    eventually(
+        "the swapped-in phone limit",
+        Duration::from_secs(10),
+        || async { in_force(&server, &client, 40).await && !in_force(&server, &client, 1).await },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn with_watch_config_off_only_sighup_reloads() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("tollgate.toml");
+    std::fs::write(&file, config_text(dir.path(), 1, 10, false)).unwrap();
+    let server = Tollgate::start(&file).await;
+    let client = reqwest::Client::new();
+    std::fs::write(&file, config_text(dir.path(), 25, 10, false)).unwrap();
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert!(in_force(&server, &client, 1).await);
+    server.signal("-HUP");
+    eventually("the new phone limit", Duration::from_secs(10), || async {
+        in_force(&server, &client, 25).await
+    })
+    .await;
 }

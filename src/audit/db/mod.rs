@@ -5,6 +5,7 @@
 mod lists;
 mod postgres;
 mod sqlite;
+mod stats;
 
 use chrono::{DateTime, Utc};
 

@@ -29,7 +29,7 @@ pub fn pool(url: &str) -> Result<SqlitePool, AuditError> {
 }
 
 /// Fixed-width UTC text, so that text order is time order.
-fn bind_time(t: DateTime<Utc>) -> String {
+pub(super) fn bind_time(t: DateTime<Utc>) -> String {
     t.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string()
 }
 

@@ -4,6 +4,7 @@
 //! `email.alert_threshold` requests within `email.alert_window`; at most one
 //! email per `email.alert_interval`, telling what happened since the last one.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::Utc;
@@ -16,9 +17,9 @@ mod digest;
 
 use super::mailer::{Mailer, Outgoing};
 use crate::audit::{AuditEvent, AuditObserver};
-use crate::delivery::{render_email, EmailKind};
-use digest::Digest;
+use crate::delivery::{EmailKind, TemplatesCell};
 use digest::{alert_worthy, Watch};
+pub(crate) use digest::{Digest, LockSeen, RuleOverThreshold};
 
 /// Events waiting for the alert task; more are dropped (alerts only, the
 /// audit trail itself is not affected).
@@ -48,9 +49,13 @@ pub struct AdminAlerts {
 impl AdminAlerts {
     /// Spawns the alert task on the current Tokio runtime; it ends once the
     /// observer is dropped.
-    pub fn start(settings: AlertSettings, mailer: Mailer) -> (Self, JoinHandle<()>) {
+    pub fn start(
+        settings: AlertSettings,
+        mailer: Mailer,
+        templates: Arc<TemplatesCell>,
+    ) -> (Self, JoinHandle<()>) {
         let (tx, rx) = mpsc::channel(ALERT_QUEUE);
-        let task = tokio::spawn(run(rx, settings, mailer));
+        let task = tokio::spawn(run(rx, settings, mailer, templates));
         (Self { tx }, task)
     }
 }
@@ -65,7 +70,12 @@ impl AuditObserver for AdminAlerts {
     }
 }
 
-async fn run(mut rx: mpsc::Receiver<AuditEvent>, settings: AlertSettings, mailer: Mailer) {
+async fn run(
+    mut rx: mpsc::Receiver<AuditEvent>,
+    settings: AlertSettings,
+    mailer: Mailer,
+    templates: Arc<TemplatesCell>,
+) {
     let mut watch = Watch::new(
         settings.threshold,
         settings.window,
@@ -84,15 +94,24 @@ async fn run(mut rx: mpsc::Receiver<AuditEvent>, settings: AlertSettings, mailer
             },
             _ = sleep, if next.is_some() => {
                 if let Some(digest) = watch.take_digest(Instant::now(), Utc::now()) {
-                    send_digest(&mailer, &settings, digest);
+                    send_digest(&mailer, &settings, &templates, digest);
                 }
             }
         }
     }
 }
 
-fn send_digest(mailer: &Mailer, settings: &AlertSettings, digest: Digest) {
-    match render_email(EmailKind::AlertDigest, Some(&settings.locale), &digest) {
+fn send_digest(
+    mailer: &Mailer,
+    settings: &AlertSettings,
+    templates: &TemplatesCell,
+    digest: Digest,
+) {
+    let rendered =
+        templates
+            .current()
+            .render_email(EmailKind::AlertDigest, Some(&settings.locale), &digest);
+    match rendered {
         Ok(email) => mailer.enqueue(Outgoing {
             kind: EmailKind::AlertDigest,
             to: settings.to.clone(),

@@ -12,10 +12,12 @@ mod notice;
 use std::sync::Arc;
 
 pub use alerts::{AdminAlerts, AlertSettings};
+pub(crate) use alerts::{Digest, LockSeen, RuleOverThreshold};
 pub use mailer::{Mailer, MailerConfig, Outgoing};
-pub use notice::{mask_email, EmailLockNotifier, LockNotice, LockNotifier, NoNotices};
+pub(crate) use notice::LockNoticeVars;
+pub use notice::{mask_email, EmailLockNotifier, LockNotice, LockNotifier, LockedScope, NoNotices};
 
-use super::SetupError;
+use super::{SetupError, TemplatesCell};
 use crate::audit::AuditObserver;
 use crate::settings::EmailSettings;
 
@@ -23,21 +25,30 @@ use crate::settings::EmailSettings;
 pub struct Email {
     mailer: Option<Mailer>,
     alerts: Option<AlertSettings>,
+    templates: Arc<TemplatesCell>,
 }
 
 impl Email {
     /// Checks the addresses and, unless `smtp_url` is empty, starts the mail
     /// task on the current Tokio runtime.
-    pub fn start(settings: &EmailSettings) -> Result<Self, SetupError> {
-        Self::start_with(settings, MailerConfig::default())
+    pub fn start(
+        settings: &EmailSettings,
+        templates: Arc<TemplatesCell>,
+    ) -> Result<Self, SetupError> {
+        Self::start_with(settings, templates, MailerConfig::default())
     }
 
     /// `start`, with the mail task's queue and retries given (tests).
-    pub fn start_with(settings: &EmailSettings, config: MailerConfig) -> Result<Self, SetupError> {
+    pub fn start_with(
+        settings: &EmailSettings,
+        templates: Arc<TemplatesCell>,
+        config: MailerConfig,
+    ) -> Result<Self, SetupError> {
         if settings.smtp_url.expose().is_empty() {
             return Ok(Self {
                 mailer: None,
                 alerts: None,
+                templates,
             });
         }
         let to = settings.admin_alerts_to.clone();
@@ -53,6 +64,7 @@ impl Email {
         Ok(Self {
             mailer: Some(mailer),
             alerts,
+            templates,
         })
     }
 
@@ -64,7 +76,10 @@ impl Email {
     /// Where `LoginGuard` sends lockout notices.
     pub fn lock_notifier(&self) -> Arc<dyn LockNotifier> {
         match &self.mailer {
-            Some(mailer) => Arc::new(EmailLockNotifier::new(mailer.clone())),
+            Some(mailer) => Arc::new(EmailLockNotifier::new(
+                mailer.clone(),
+                self.templates.clone(),
+            )),
             None => Arc::new(NoNotices),
         }
     }
@@ -74,7 +89,7 @@ impl Email {
     pub fn alerts(&self) -> Option<Arc<dyn AuditObserver>> {
         match (&self.mailer, &self.alerts) {
             (Some(mailer), Some(alerts)) => Some(Arc::new(
-                AdminAlerts::start(alerts.clone(), mailer.clone()).0,
+                AdminAlerts::start(alerts.clone(), mailer.clone(), self.templates.clone()).0,
             )),
             _ => None,
         }

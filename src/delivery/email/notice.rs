@@ -8,7 +8,9 @@ use lettre::message::Mailbox;
 use serde::Serialize;
 
 use super::mailer::{Mailer, Outgoing};
-use crate::delivery::{render_email, EmailKind};
+use std::sync::Arc;
+
+use crate::delivery::{EmailKind, TemplatesCell};
 
 /// What the owner of a just-locked account is told.
 #[derive(Debug, Clone)]
@@ -19,10 +21,22 @@ pub struct LockNotice {
     pub user: String,
     /// How long the lock lasts.
     pub locked_for: Duration,
+    /// The whole account, or only sign-ins from `ip`.
+    pub scope: LockedScope,
     /// The client IP of that attempt, when known.
     pub ip: Option<String>,
     /// Locale of the email, from the attempt; `en` when absent or unknown.
     pub locale: Option<String>,
+}
+
+/// What a lock shuts: `login.lock_scope = "user_ip"` locks the account
+/// from one address first, and the whole account only later.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LockedScope {
+    /// Every sign-in to the account.
+    Account,
+    /// Sign-ins from the attempt's address only.
+    Address,
 }
 
 /// Tells an account's owner about a lock. Never waits.
@@ -42,21 +56,25 @@ impl LockNotifier for NoNotices {
 /// Sends lock notices through the mailer.
 pub struct EmailLockNotifier {
     mailer: Mailer,
+    templates: Arc<TemplatesCell>,
 }
 
 impl EmailLockNotifier {
-    /// Notices through `mailer`.
-    pub fn new(mailer: Mailer) -> Self {
-        Self { mailer }
+    /// Notices through `mailer`, in the texts `templates` holds when each is sent.
+    pub fn new(mailer: Mailer, templates: Arc<TemplatesCell>) -> Self {
+        Self { mailer, templates }
     }
 }
 
+/// The variables of `email/<locale>/lock_notice.txt`.
 #[derive(Serialize)]
-struct Vars<'a> {
-    user: &'a str,
-    locked_minutes: u64,
-    locked_until: String,
-    ip: &'a str,
+pub(crate) struct LockNoticeVars<'a> {
+    pub user: &'a str,
+    pub locked_minutes: u64,
+    pub locked_until: String,
+    pub ip: &'a str,
+    /// Only sign-ins from `ip` are locked; the owner's other addresses work.
+    pub address_only: bool,
 }
 
 impl LockNotifier for EmailLockNotifier {
@@ -70,13 +88,19 @@ impl LockNotifier for EmailLockNotifier {
         };
         let until = Utc::now()
             + chrono::Duration::from_std(notice.locked_for).unwrap_or(chrono::Duration::zero());
-        let vars = Vars {
+        let vars = LockNoticeVars {
             user: &notice.user,
             locked_minutes: notice.locked_for.as_secs().div_ceil(60),
             locked_until: until.to_rfc3339_opts(SecondsFormat::Secs, true),
             ip: notice.ip.as_deref().unwrap_or(""),
+            address_only: notice.scope == LockedScope::Address,
         };
-        match render_email(EmailKind::LockNotice, notice.locale.as_deref(), vars) {
+        let rendered = self.templates.current().render_email(
+            EmailKind::LockNotice,
+            notice.locale.as_deref(),
+            vars,
+        );
+        match rendered {
             Ok(email) => self.mailer.enqueue(Outgoing {
                 kind: EmailKind::LockNotice,
                 to: vec![to],

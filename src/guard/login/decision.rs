@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use super::{IpWindows, LoginState};
 use crate::audit::{AuditDecision, AuditEvent};
+use crate::delivery::email::LockedScope;
 use crate::domain::{Action, Reason, Subject};
 use crate::guard::Policy;
 use crate::store::{LoginOutcome, LoginStateOutcome, LoginVerdict, PeekOutcome};
@@ -19,8 +20,9 @@ pub(super) struct AttemptDecision {
     pub refusals: Vec<(LoginState, AuditEvent)>,
     /// The rows of the thresholds that recording this attempt crossed.
     pub crossed: Vec<AuditEvent>,
-    /// This attempt locked the user for this long: tell the owner.
-    pub notify_lock: Option<Duration>,
+    /// This attempt locked the user (the account, or only from this
+    /// address) for this long: tell the owner.
+    pub notify_lock: Option<(Duration, LockedScope)>,
     /// The answer when nothing refuses.
     pub allowed: LoginState,
 }
@@ -141,10 +143,15 @@ pub(super) fn attempt(
         .user
         .locked_for_ms
         .max(outcome.user.pair_locked_for_ms);
+    // A pair lock leaves the owner's other addresses open: the notice says so.
+    let scope = match outcome.user.locked_for_ms {
+        Some(_) => LockedScope::Account,
+        None => LockedScope::Address,
+    };
     let decided = AttemptDecision {
         refusals,
         crossed,
-        notify_lock: locked_for_ms.map(Duration::from_millis),
+        notify_lock: locked_for_ms.map(|ms| (Duration::from_millis(ms), scope)),
         allowed: LoginState {
             captcha_required: failures >= policy.user_captcha.limit
                 || (attempt.ip.is_some() && ip_failures_after >= policy.ip_captcha.limit),
@@ -346,7 +353,10 @@ mod tests {
         assert!(decided.refusals.is_empty());
         let rows: Vec<_> = decided.crossed.iter().map(|r| r.reason.as_str()).collect();
         assert_eq!(rows, ["too_many_failures"]);
-        assert_eq!(decided.notify_lock, Some(Duration::from_secs(900)));
+        assert_eq!(
+            decided.notify_lock,
+            Some((Duration::from_secs(900), LockedScope::Account))
+        );
         assert!(decided.allowed.locked);
         assert_eq!(decided.allowed.retry_after_secs, Some(900));
     }

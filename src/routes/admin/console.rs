@@ -1,11 +1,15 @@
-//! The admin HTML console (DESIGN.md §3 "Admin"): `GET /admin` browses the
-//! audit trail, `GET /admin/subjects/{kind}/{id}` shows a subject's live state
-//! with an Unblock form, which posts to `…/unblock` with a CSRF token
-//! (see `csrf`). Pages accept the admin token as Bearer or as the HTTP Basic
-//! password of user `admin`; HTML comes from `templates/admin/` only.
+//! The admin HTML console (DESIGN.md §3 "Admin"): `GET /admin/overview`
+//! sums up a period's refusals and lists who is locked now (`overview`),
+//! `GET /admin` browses the audit trail, `GET /admin/subjects/{kind}/{id}`
+//! shows a subject's live state with an Unblock form, which posts to
+//! `…/unblock` with a CSRF token (see `csrf`); so do the overview's. Pages
+//! accept the admin token as Bearer or as the HTTP Basic password of user
+//! `admin`; HTML comes from `templates/admin/` only.
 
 mod csrf;
 mod lists;
+mod overview;
+mod period;
 mod views;
 
 use actix_web::http::header::{self, HeaderValue};
@@ -23,6 +27,7 @@ use crate::guard::RequestInfo;
 use crate::routes::AppState;
 use crate::settings::Secret;
 use crate::store::StoreError;
+use period::Period;
 use views::{BlockList, ErrorPage, EventsPage, FilterForm, PumpingView, SubjectPage};
 
 /// Rows per page of the event table, unless the form asks for another size.
@@ -32,10 +37,11 @@ const SUBJECT_EVENTS: usize = 20;
 /// The unblock form carries one short field.
 const FORM_LIMIT: usize = 4 * 1024;
 
-/// Register the console: `/admin`, the `/admin/subjects` look-up, and a
-/// subject's page and its unblock form.
+/// Register the console: the overview, `/admin`, the `/admin/subjects`
+/// look-up, a subject's page and its unblock form, and the lists.
 pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.service(web::resource(["/admin", "/admin/"]).route(web::get().to(events_page)))
+    cfg.service(web::resource("/admin/overview").route(web::get().to(overview::page)))
+        .service(web::resource(["/admin", "/admin/"]).route(web::get().to(events_page)))
         .service(web::resource("/admin/subjects").route(web::get().to(find_subject)))
         .service(
             web::resource("/admin/subjects/{kind}/{id:.+}/unblock")
@@ -329,8 +335,36 @@ async fn unblock(state: web::Data<AppState>, req: HttpRequest, body: web::Bytes)
         .unwrap_or_else(|refusal| refusal.page(&req))
 }
 
-/// `POST …/unblock` from the subject page's form: a valid CSRF token for this
-/// subject and these credentials, or 403 and nothing changes.
+/// Where the browser goes after an unblock: back to the page whose form it
+/// was. Only these two, so a form cannot send it anywhere else.
+enum Back {
+    /// The subject page (its form has no `back` field).
+    Subject,
+    /// The overview of a period (`back=overview`, `period=24h`).
+    Overview(Period),
+}
+
+impl Back {
+    fn from_fields(fields: &[(String, String)]) -> Result<Self, Refusal> {
+        let field = |name: &str| {
+            fields
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, v)| v.as_str())
+        };
+        match field("back") {
+            None => Ok(Self::Subject),
+            Some("overview") => Ok(Self::Overview(overview::period(field("period"))?)),
+            Some(_) => {
+                Err(ApiError::InvalidRequest("back must be \"overview\" or absent".into()).into())
+            }
+        }
+    }
+}
+
+/// `POST …/unblock` from the subject page's form or the overview's: a valid
+/// CSRF token for this subject and these credentials, or 403 and nothing
+/// changes.
 async fn unblock_subject(
     state: &AppState,
     req: &HttpRequest,
@@ -338,8 +372,15 @@ async fn unblock_subject(
 ) -> Result<HttpResponse, Refusal> {
     let (info, token) = authenticate(state, req)?;
     let subject = path_subject(req, "/unblock")?;
-    checked_form(req, &token, &subject, body)?;
+    let fields = checked_form(req, &token, &subject, body)?;
+    let back = Back::from_fields(&fields)?;
     state.admin.unblock(&subject, &info).await?;
-    let href = views::subject_href(subject.kind, &subject.id);
-    Ok(see_other(&format!("{href}?unblocked=1")))
+    let location = match back {
+        Back::Subject => {
+            let href = views::subject_href(subject.kind, &subject.id);
+            format!("{href}?unblocked=1")
+        }
+        Back::Overview(period) => format!("{}&unblocked=1", views::overview::overview_href(period)),
+    };
+    Ok(see_other(&location))
 }

@@ -12,6 +12,8 @@ use crate::audit::{AuditDecision, AuditEvent};
 use crate::domain::{Action, SubjectKind};
 use crate::guard::admin::SubjectState;
 
+mod chart;
+pub mod overview;
 mod pairs;
 mod pumping;
 

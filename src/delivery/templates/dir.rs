@@ -1,0 +1,165 @@
+//! An operator's templates directory, laid over the compiled-in templates.
+//!
+//! - `sms.templates_dir`: `<locale>.txt` files (`en.txt`, `fr.txt`).
+//! - `email.templates_dir`: `<locale>/lock_notice.txt` and
+//!   `<locale>/alert_digest.txt`.
+//!
+//! The locale is the file (or directory) name: a new name is a new locale.
+//! Names starting with `.` are skipped, so the `..data` links of a mounted
+//! Kubernetes ConfigMap are not read as templates; anything else that is not
+//! a template is an error, so a misspelt name is not silently ignored.
+
+use std::path::{Path, PathBuf};
+
+use super::{EmailKind, Source, Text};
+use crate::domain::Locale;
+
+/// A templates directory or one of its files cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum TemplateLoadError {
+    #[error("{}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}: {reason}", path.display())]
+    Layout { path: PathBuf, reason: String },
+    /// A syntax error, or a failed render with sample variables.
+    #[error("{}: {message}", at(path, *line))]
+    Template {
+        path: PathBuf,
+        line: Option<usize>,
+        message: String,
+    },
+}
+
+fn at(path: &Path, line: Option<usize>) -> String {
+    match line {
+        Some(line) => format!("{}:{line}", path.display()),
+        None => path.display().to_string(),
+    }
+}
+
+impl TemplateLoadError {
+    /// `error` in the template `source` read from `path`; the words it is
+    /// about are quoted when minijinja knows them (it does not name an
+    /// undefined variable otherwise).
+    pub(super) fn template(path: &Path, source: &str, error: &minijinja::Error) -> Self {
+        let mut message = match error.detail() {
+            Some(detail) => format!("{}: {detail}", error.kind()),
+            None => error.kind().to_string(),
+        };
+        if let Some(words) = error.range().and_then(|range| source.get(range)) {
+            message.push_str(&format!(" (at `{words}`)"));
+        }
+        Self::Template {
+            path: path.to_path_buf(),
+            line: error.line(),
+            message,
+        }
+    }
+
+    fn layout(path: &Path, reason: impl Into<String>) -> Self {
+        Self::Layout {
+            path: path.to_path_buf(),
+            reason: reason.into(),
+        }
+    }
+}
+
+/// The entries of `dir` not starting with `.`, sorted, with whether each is a
+/// directory (symlinks followed, as a ConfigMap's files are links).
+fn entries(dir: &Path) -> Result<Vec<(String, PathBuf, bool)>, TemplateLoadError> {
+    let read = |source| TemplateLoadError::Read {
+        path: dir.to_path_buf(),
+        source,
+    };
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(read)? {
+        let path = entry.map_err(read)?.path();
+        let Some(name) = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .map(str::to_string)
+        else {
+            return Err(TemplateLoadError::layout(&path, "the name is not UTF-8"));
+        };
+        if name.starts_with('.') {
+            continue;
+        }
+        let is_dir = std::fs::metadata(&path)
+            .map_err(|source| TemplateLoadError::Read {
+                path: path.clone(),
+                source,
+            })?
+            .is_dir();
+        found.push((name, path, is_dir));
+    }
+    found.sort();
+    Ok(found)
+}
+
+fn read(path: &Path) -> Result<String, TemplateLoadError> {
+    std::fs::read_to_string(path).map_err(|source| TemplateLoadError::Read {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+fn locale_of(path: &Path, name: &str) -> Result<String, TemplateLoadError> {
+    Locale::parse(name).map(Locale::into_string).map_err(|_| {
+        TemplateLoadError::layout(
+            path,
+            format!("{name:?} is not a locale (letters, digits, - and _, such as zh-CN)"),
+        )
+    })
+}
+
+/// The `<locale>.txt` files of `sms.templates_dir`.
+pub(super) fn sms_sources(dir: &Path) -> Result<Vec<Source>, TemplateLoadError> {
+    let mut sources = Vec::new();
+    for (name, path, is_dir) in entries(dir)? {
+        let stem = name
+            .strip_suffix(".txt")
+            .filter(|_| !is_dir)
+            .ok_or_else(|| {
+                TemplateLoadError::layout(&path, "expected a <locale>.txt file, such as en.txt")
+            })?;
+        sources.push(Source {
+            text: Text::Sms,
+            locale: locale_of(&path, stem)?,
+            body: read(&path)?,
+            origin: path,
+        });
+    }
+    Ok(sources)
+}
+
+/// The `<locale>/<kind>.txt` files of `email.templates_dir`.
+pub(super) fn email_sources(dir: &Path) -> Result<Vec<Source>, TemplateLoadError> {
+    let mut sources = Vec::new();
+    for (name, locale_dir, is_dir) in entries(dir)? {
+        if !is_dir {
+            return Err(TemplateLoadError::layout(
+                &locale_dir,
+                "expected a <locale> directory holding lock_notice.txt and alert_digest.txt",
+            ));
+        }
+        let locale = locale_of(&locale_dir, &name)?;
+        for (file, path, is_dir) in entries(&locale_dir)? {
+            let kind = EmailKind::ALL
+                .into_iter()
+                .find(|kind| !is_dir && file == format!("{}.txt", kind.as_str()))
+                .ok_or_else(|| {
+                    TemplateLoadError::layout(&path, "expected lock_notice.txt or alert_digest.txt")
+                })?;
+            sources.push(Source {
+                text: Text::Email(kind),
+                locale: locale.clone(),
+                body: read(&path)?,
+                origin: path,
+            });
+        }
+    }
+    Ok(sources)
+}
