@@ -6,10 +6,10 @@
 //! status), so that a request does not build a metric key and look it up in
 //! the registry: the set is bounded by the routes, the methods named below
 //! and the statuses the service answers. Finding a request's route pattern
-//! walks every route (about 2,500 instructions, a tenth of what the
-//! in-process store costs per decision), so the paths that are their own
-//! pattern (every public route) are remembered per thread: only patterns go
-//! in that set, so it stays as small as the route table.
+//! walks the route table (a regex per parametrised route) and builds a
+//! string, so the paths that are their own pattern (every public route) are
+//! remembered per thread: only patterns go in that set, so it stays as
+//! small as the route table.
 
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
