@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use tollgate::delivery::{TemplateDirs, Templates};
+use tollgate::reload::Reloader;
 use tollgate::settings::Settings;
 use tollgate::startup::Application;
 
@@ -61,9 +62,13 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             println!("tollgate: audit database is up to date");
         }
         Command::Serve => {
-            let settings = load()?;
             tollgate::telemetry::init();
-            serve(settings, cli.config.clone())
+            // Before the config is read: SIGHUP and edits during start-up
+            // are held for the running service, not lost (or fatal).
+            let mut reloader = Reloader::prepare(cli.config.clone())?;
+            let settings = load()?;
+            reloader.watch_settings(&settings);
+            serve(settings, reloader)
                 .await
                 .inspect_err(|e| tracing::error!(error = ?e, "tollgate stopped with an error"))?;
         }
@@ -71,9 +76,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn serve(settings: Settings, config: Option<PathBuf>) -> anyhow::Result<()> {
-    let app = Application::build(settings.clone()).await?;
-    tollgate::reload::spawn(app.reloadable(), config, &settings)?;
+async fn serve(settings: Settings, reloader: Reloader) -> anyhow::Result<()> {
+    let app = Application::build(settings).await?;
+    reloader.start(app.reloadable());
     app.run_until_stopped().await?;
     Ok(())
 }

@@ -15,6 +15,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 pub use self::log::LogSender;
+pub(crate) use templates::skipped_template_name;
 pub use templates::{
     EmailKind, RenderedEmail, TemplateDirs, TemplateError, TemplateLoadError, Templates,
     TemplatesCell,

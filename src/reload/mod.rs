@@ -64,54 +64,112 @@ enum Cause {
     FileChanged,
 }
 
-/// Reload on SIGHUP and, when `watch` is set, on changes to `file` and the
-/// templates directories `settings` names. A change that leaves every watched
-/// file's content as it was (a `touch`, a read) reloads nothing.
-pub fn spawn(
-    reloadable: Reloadable,
+/// What reloads a running service: SIGHUP and, with `server.watch_config`,
+/// changes to the config file and the templates directories. Made in steps
+/// around start-up so that nothing sent during it is lost.
+pub struct Reloader {
     file: Option<PathBuf>,
-    settings: &Settings,
-) -> std::io::Result<()> {
-    let mut hangups = Hangups::new()?;
-    let changed = Arc::new(Notify::new());
-    let mut dirs = TemplateDirs::of(settings);
-    let mut watch = match settings.server.watch_config {
-        true => Some(FileWatch::new(changed.clone()).map_err(std::io::Error::other)?),
-        false => None,
-    };
-    if let Some(watch) = &mut watch {
-        watch.arm(file.as_deref(), &dirs);
-    }
-    tokio::spawn(async move {
-        let mut last = fingerprint(file.as_deref(), &dirs);
-        loop {
-            let cause = tokio::select! {
-                () = hangups.next() => Cause::Hangup,
-                () = settled(&changed) => Cause::FileChanged,
-            };
-            let now = fingerprint(file.as_deref(), &dirs);
-            if matches!(cause, Cause::FileChanged) && now == last {
-                continue;
-            }
-            last = now;
-            match reloadable.reload(file.as_deref()) {
-                Ok(settings) => {
-                    tracing::info!(cause = ?cause, "settings reloaded");
-                    dirs = TemplateDirs::of(&settings);
-                    last = fingerprint(file.as_deref(), &dirs);
-                }
-                Err(e) => {
-                    tracing::error!(cause = ?cause, error = %e, "config rejected, keeping the old settings")
-                }
-            }
-            // Watch again: the templates directories may have moved, and a
-            // directory replaced whole is not the one watched any more.
-            if let Some(watch) = &mut watch {
-                watch.arm(file.as_deref(), &dirs);
-            }
+    hangups: Hangups,
+    changed: Arc<Notify>,
+    watch: Option<FileWatch>,
+    dirs: TemplateDirs,
+}
+
+impl Reloader {
+    /// First thing, before the config is read: from here on SIGHUP is caught
+    /// (its default action would end the process, and a service manager may
+    /// send it as soon as the process exists) and held until the service
+    /// runs, and the config file's directory is watched, so an edit made while
+    /// starting is reloaded once it runs. A watch that cannot be set up (no
+    /// inotify instance left, say) is logged: SIGHUP still reloads.
+    pub fn prepare(file: Option<PathBuf>) -> std::io::Result<Self> {
+        let hangups = Hangups::new()?;
+        let changed = Arc::new(Notify::new());
+        let mut watch = FileWatch::new(changed.clone())
+            .inspect_err(
+                |e| tracing::warn!(error = %e, "cannot watch for changes; SIGHUP still reloads"),
+            )
+            .ok();
+        let dirs = TemplateDirs::default();
+        if let Some(watch) = &mut watch {
+            watch.arm(file.as_deref(), &dirs);
         }
-    });
-    Ok(())
+        Ok(Self {
+            file,
+            hangups,
+            changed,
+            watch,
+            dirs,
+        })
+    }
+
+    /// Once the settings are read, before anything is built from them: watch
+    /// the templates directories they name too, or nothing when
+    /// `server.watch_config` is off.
+    pub fn watch_settings(&mut self, settings: &Settings) {
+        self.dirs = TemplateDirs::of(settings);
+        if !settings.server.watch_config {
+            self.watch = None;
+            // Events seen before this are not to reload either.
+            self.changed = Arc::new(Notify::new());
+        }
+        if let Some(watch) = &mut self.watch {
+            watch.arm(self.file.as_deref(), &self.dirs);
+        }
+    }
+
+    /// Serve reloads into `reloadable` from now on. A change that leaves every
+    /// watched file's content as the last reload read it (a `touch`, a read)
+    /// reloads nothing.
+    pub fn start(self, reloadable: Reloadable) {
+        let Self {
+            file,
+            mut hangups,
+            changed,
+            mut watch,
+            mut dirs,
+        } = self;
+        tokio::spawn(async move {
+            // None until the first reload: what start-up read is not known
+            // byte for byte, so the first change always reloads.
+            let mut last: Option<u64> = None;
+            loop {
+                let cause = tokio::select! {
+                    () = hangups.next() => Cause::Hangup,
+                    () = settled(&changed) => Cause::FileChanged,
+                };
+                // Watch again first: a directory replaced whole (a deploy's
+                // rename, a swapped link) is not the one watched any more,
+                // even when what it holds is the same.
+                if let Some(watch) = &mut watch {
+                    watch.arm(file.as_deref(), &dirs);
+                }
+                // Taken before reading, so that a write landing during the
+                // reload differs from it and reloads again.
+                let now = fingerprint(file.as_deref(), &dirs);
+                if matches!(cause, Cause::FileChanged) && last == Some(now) {
+                    continue;
+                }
+                last = Some(now);
+                match reloadable.reload(file.as_deref()) {
+                    Ok(settings) => {
+                        tracing::info!(cause = ?cause, "settings reloaded");
+                        let named = TemplateDirs::of(&settings);
+                        if named != dirs {
+                            dirs = named;
+                            last = None;
+                            if let Some(watch) = &mut watch {
+                                watch.arm(file.as_deref(), &dirs);
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        tracing::error!(cause = ?cause, error = %e, "config rejected, keeping the old settings")
+                    }
+                }
+            }
+        });
+    }
 }
 
 /// The first change, then quiet for `SETTLE`.
@@ -124,7 +182,7 @@ async fn settled(changed: &Notify) {
 }
 
 /// SIGHUPs, where there are signals.
-struct Hangups {
+pub struct Hangups {
     #[cfg(unix)]
     signal: tokio::signal::unix::Signal,
 }

@@ -104,8 +104,13 @@ impl FileWatch {
         let targets = Arc::new(RwLock::new(Targets::default()));
         let seen = targets.clone();
         let watcher = notify::recommended_watcher(move |event: notify::Result<Event>| {
-            let Ok(event) = event else {
-                return;
+            // An error or an overflowed queue may hide a change: look.
+            let event = match event {
+                Ok(event) if !event.need_rescan() => event,
+                _ => {
+                    changed.notify_one();
+                    return;
+                }
             };
             // Reads, ours included, open and close files: only writes count.
             if let EventKind::Access(kind) = event.kind {
@@ -146,8 +151,8 @@ impl FileWatch {
 }
 
 /// A hash of everything a reload reads from files: the config file and
-/// every template file (links followed, names starting with `.` skipped, as
-/// the loader does). Equal fingerprints: a reload would change nothing.
+/// every template file (links followed, the names the loader skips
+/// skipped). Equal fingerprints: a reload would change nothing.
 pub(super) fn fingerprint(file: Option<&Path>, dirs: &TemplateDirs) -> u64 {
     let mut hasher = DefaultHasher::new();
     if let Some(file) = file {
@@ -170,7 +175,7 @@ fn hash_tree(dir: &Path, depth: usize, hasher: &mut DefaultHasher) {
         .filter(|path| {
             !path
                 .file_name()
-                .is_some_and(|n| n.to_string_lossy().starts_with('.'))
+                .is_some_and(|n| crate::delivery::skipped_template_name(&n.to_string_lossy()))
         })
         .collect();
     paths.sort();

@@ -240,3 +240,69 @@ async fn with_watch_config_off_only_sighup_reloads() {
     })
     .await;
 }
+
+/// A SIGHUP while the service is still starting (here: its audit database
+/// takes seconds to answer) is held for the running service, not the
+/// signal's default action, which would end it: a service manager may send
+/// a reload as soon as the process exists.
+#[tokio::test]
+async fn a_sighup_during_start_up_neither_kills_nor_is_lost() {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    // A "database" that accepts connections and never answers.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = silent.local_addr().unwrap().port();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("tollgate.toml");
+    let text = config_text(dir.path(), 1, 10, true).replace(
+        &format!(
+            "sqlite://{}?mode=rwc",
+            dir.path().join("audit.db").display()
+        ),
+        &format!("postgres://postgres@127.0.0.1:{port}/none"),
+    );
+    assert!(text.contains("postgres://"), "{text}");
+    std::fs::write(&file, &text).unwrap();
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .arg("--config")
+        .arg(&file)
+        .env("RUST_LOG", "info")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    // Start-up waits 5 s for the silent database: signal inside that wait.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let pid = child.id().expect("still running").to_string();
+    let status = std::process::Command::new("kill")
+        .args(["-HUP", &pid])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let mut seen: Vec<String> = Vec::new();
+    let reloaded = tokio::time::timeout(Duration::from_secs(30), async {
+        while let Ok(Some(line)) = lines.next_line().await {
+            seen.push(line.clone());
+            if line.contains("settings reloaded") && line.contains("Hangup") {
+                return true;
+            }
+        }
+        false
+    })
+    .await
+    .unwrap_or(false);
+    assert!(reloaded, "{seen:?}");
+    assert!(child.try_wait().unwrap().is_none(), "still running");
+    // The signal came while it was starting: before it listened.
+    let position = |needle: &str| {
+        seen.iter()
+            .position(|l| l.contains(needle))
+            .unwrap_or_else(|| panic!("no {needle:?} in {seen:?}"))
+    };
+    assert!(
+        position("events spool until") < position("tollgate listening"),
+        "{seen:?}"
+    );
+    drop(silent);
+}

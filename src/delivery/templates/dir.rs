@@ -6,8 +6,9 @@
 //!
 //! The locale is the file (or directory) name: a new name is a new locale.
 //! Names starting with `.` are skipped, so the `..data` links of a mounted
-//! Kubernetes ConfigMap are not read as templates; anything else that is not
-//! a template is an error, so a misspelt name is not silently ignored.
+//! Kubernetes ConfigMap are not read as templates, and so are editors'
+//! backups (`en.txt~`) and `lost+found`; anything else that is not a template
+//! is an error, so a misspelt name is not silently ignored.
 
 use std::path::{Path, PathBuf};
 
@@ -24,6 +25,9 @@ pub enum TemplateLoadError {
     },
     #[error("{}: {reason}", path.display())]
     Layout { path: PathBuf, reason: String },
+    /// An SMS text that does not show the code.
+    #[error("{}: the text does not show the code: write {{{{ code }}}} in it", path.display())]
+    MissingCode { path: PathBuf },
     /// A syntax error, or a failed render with sample variables.
     #[error("{}: {message}", at(path, *line))]
     Template {
@@ -67,7 +71,14 @@ impl TemplateLoadError {
     }
 }
 
-/// The entries of `dir` not starting with `.`, sorted, with whether each is a
+/// Names in a templates directory that are not read: hidden ones (a
+/// ConfigMap's `..data`, an editor's `.en.txt.swp`), an editor's backup
+/// (`en.txt~`) and a file system's `lost+found`.
+pub(crate) fn skipped(name: &str) -> bool {
+    name.starts_with('.') || name.ends_with('~') || name == "lost+found"
+}
+
+/// The entries of `dir` not [`skipped`], sorted, with whether each is a
 /// directory (symlinks followed, as a ConfigMap's files are links).
 fn entries(dir: &Path) -> Result<Vec<(String, PathBuf, bool)>, TemplateLoadError> {
     let read = |source| TemplateLoadError::Read {
@@ -84,7 +95,7 @@ fn entries(dir: &Path) -> Result<Vec<(String, PathBuf, bool)>, TemplateLoadError
         else {
             return Err(TemplateLoadError::layout(&path, "the name is not UTF-8"));
         };
-        if name.starts_with('.') {
+        if skipped(&name) {
             continue;
         }
         let is_dir = std::fs::metadata(&path)

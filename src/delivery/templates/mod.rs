@@ -23,6 +23,7 @@ use minijinja::{Environment, UndefinedBehavior};
 use parking_lot::RwLock;
 use serde::Serialize;
 
+pub(crate) use dir::skipped as skipped_template_name;
 pub use dir::TemplateLoadError;
 
 use crate::settings::Settings;
@@ -148,21 +149,33 @@ impl Templates {
         }
         let templates = Self { env, locales };
         for source in sources.values() {
-            templates.check(source).map_err(|e| {
-                TemplateLoadError::template(&source.origin, &source.body, &e.source)
-            })?;
+            templates.check(source)?;
         }
         Ok(templates)
     }
 
-    /// Render `source` with sample variables, as a send would.
-    fn check(&self, source: &Source) -> Result<(), TemplateError> {
+    /// Render `source` with sample variables, as a send would; an SMS text
+    /// must show the code (DESIGN.md: the body holds it).
+    fn check(&self, source: &Source) -> Result<(), TemplateLoadError> {
         let name = source.text.name(&source.locale);
+        let failed =
+            |e: TemplateError| TemplateLoadError::template(&source.origin, &source.body, &e.source);
         match source.text {
-            Text::Sms => self.render_named(&name, vars::sms()).map(drop),
-            Text::Email(kind) => vars::email(kind)
-                .into_iter()
-                .try_for_each(|sample| self.render_email_named(name.clone(), sample).map(drop)),
+            Text::Sms => {
+                let sample = vars::sms();
+                let text = self.render_named(&name, &sample).map_err(failed)?;
+                if !text.contains(sample.code()) {
+                    return Err(TemplateLoadError::MissingCode {
+                        path: source.origin.clone(),
+                    });
+                }
+                Ok(())
+            }
+            Text::Email(kind) => vars::email(kind).into_iter().try_for_each(|sample| {
+                self.render_email_named(name.clone(), sample)
+                    .map(drop)
+                    .map_err(failed)
+            }),
         }
     }
 

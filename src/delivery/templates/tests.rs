@@ -427,3 +427,30 @@ fn a_lock_of_one_address_says_the_other_addresses_still_work() {
         pair.body
     );
 }
+
+#[test]
+fn an_sms_text_that_does_not_show_the_code_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        &dir.path().join("fr.txt"),
+        "Votre code expire dans {{ ttl_minutes }} minutes.",
+    );
+    let error = load_error(&sms_dir(dir.path()));
+    let file = dir.path().join("fr.txt").display().to_string();
+    assert_eq!(
+        error,
+        format!("{file}: the text does not show the code: write {{{{ code }}}} in it")
+    );
+}
+
+#[test]
+fn editor_backups_and_lost_found_are_not_read() {
+    let dir = tempfile::tempdir().unwrap();
+    write(&dir.path().join("fr.txt~"), "{{ broken");
+    std::fs::create_dir(dir.path().join("lost+found")).unwrap();
+    write(&dir.path().join("fr.txt"), "Code {{ code }}");
+    assert_eq!(
+        Templates::load(&sms_dir(dir.path())).unwrap().sms_locales(),
+        ["en", "fr", "zh-CN"]
+    );
+}

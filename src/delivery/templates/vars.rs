@@ -18,6 +18,10 @@ pub(super) struct SmsVars<'a> {
 }
 
 impl<'a> SmsVars<'a> {
+    pub(super) fn code(&self) -> &str {
+        self.code
+    }
+
     pub(super) fn new(code: &'a str, ttl_secs: u64) -> Self {
         Self {
             code,
