@@ -8,9 +8,10 @@ use uuid::Uuid;
 use crate::domain::{Action, Rule, Subject, SubjectKind};
 
 /// What happened to the subject: refused, asked for a captcha, locked or
-/// blocked, or unblocked by an admin.
+/// blocked, or unblocked by an admin; or an admin's change to the allow and
+/// block lists.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "snake_case")]
 pub enum AuditDecision {
     /// A request was refused.
     Deny,
@@ -20,6 +21,10 @@ pub enum AuditDecision {
     Lock,
     /// An admin cleared the subject's windows and lock.
     Unblock,
+    /// An admin added an allow or block entry (`reason` says which list).
+    ListAdd,
+    /// An admin deleted one.
+    ListRemove,
 }
 
 impl AuditDecision {
@@ -30,14 +35,23 @@ impl AuditDecision {
             AuditDecision::Challenge => "challenge",
             AuditDecision::Lock => "lock",
             AuditDecision::Unblock => "unblock",
+            AuditDecision::ListAdd => "list_add",
+            AuditDecision::ListRemove => "list_remove",
         }
     }
 
     /// The decision `as_str` names `s`, if any.
     pub fn parse(s: &str) -> Option<Self> {
-        [Self::Deny, Self::Challenge, Self::Lock, Self::Unblock]
-            .into_iter()
-            .find(|d| d.as_str() == s)
+        [
+            Self::Deny,
+            Self::Challenge,
+            Self::Lock,
+            Self::Unblock,
+            Self::ListAdd,
+            Self::ListRemove,
+        ]
+        .into_iter()
+        .find(|d| d.as_str() == s)
     }
 }
 
@@ -63,7 +77,8 @@ pub struct AuditEvent {
     pub decision: AuditDecision,
     /// Why, as a code: `rate_limited`, `captcha_required`, `region_blocked`,
     /// `verify_attempts_exhausted`, `user_locked`, `ip_blocked`,
-    /// `too_many_failures`, `admin_unblock` or `pumping_suspected`.
+    /// `too_many_failures`, `admin_unblock`, `pumping_suspected`, or for a
+    /// list change the list: `allow_list`, `block_list`.
     #[schema(example = "rate_limited")]
     pub reason: String,
     /// What the subject is: `phone`, `prefix`, `user`, `ip`, `global` or

@@ -29,11 +29,15 @@ pub enum Reason {
     /// Too few of the codes sent to a number prefix or country were
     /// verified: it is blocked as a likely target of SMS pumping.
     PumpingSuspected,
+    /// The entry an admin added or deleted is on the allow list.
+    AllowList,
+    /// The entry an admin added or deleted is on the block list.
+    BlockList,
 }
 
 impl Reason {
     /// Every reason, for `parse` to search.
-    pub const ALL: [Reason; 10] = [
+    pub const ALL: [Reason; 12] = [
         Reason::RateLimited,
         Reason::CaptchaRequired,
         Reason::RegionBlocked,
@@ -44,6 +48,8 @@ impl Reason {
         Reason::AdminUnblock,
         Reason::Blocklisted,
         Reason::PumpingSuspected,
+        Reason::AllowList,
+        Reason::BlockList,
     ];
 
     /// The wire form (`rate_limited`), the same as the serde form.
@@ -59,6 +65,8 @@ impl Reason {
             Reason::AdminUnblock => "admin_unblock",
             Reason::Blocklisted => "blocklisted",
             Reason::PumpingSuspected => "pumping_suspected",
+            Reason::AllowList => "allow_list",
+            Reason::BlockList => "block_list",
         }
     }
 

@@ -129,13 +129,13 @@ impl Lists {
         Ok(stored)
     }
 
-    /// Delete a stored entry and take it out of force here at once.
-    pub async fn remove(&self, id: Uuid) -> Result<(), ListError> {
+    /// Delete a stored entry and take it out of force here at once; the
+    /// entry deleted.
+    pub async fn remove(&self, id: Uuid) -> Result<ListEntry, ListError> {
         let db = self.db()?;
-        if !db.delete_list_entry(id).await? {
-            return Err(ListError::NotFound);
-        }
-        self.refresh().await
+        let removed = db.delete_list_entry(id).await?.ok_or(ListError::NotFound)?;
+        self.refresh().await?;
+        Ok(removed)
     }
 
     fn db(&self) -> Result<&AuditDb, ListError> {

@@ -763,4 +763,36 @@ async fn the_lists_page_adds_and_deletes_entries() {
     )
     .await;
     assert_html(&bad, 400, "a bad value");
+
+    // Both changes are audited, the block list as the reason.
+    app.flush_audit().await;
+    let trail: serde_json::Value = app
+        .client
+        .get(format!("{}/admin/api/events?action=admin", app.address))
+        .bearer_auth(crate::helpers::ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let rows: Vec<(&str, &str, &str)> = trail["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["decision"].as_str().unwrap(),
+                e["reason"].as_str().unwrap(),
+                e["subject"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            ("list_remove", "block_list", "mallory"),
+            ("list_add", "block_list", "mallory"),
+        ]
+    );
 }

@@ -289,6 +289,44 @@ async fn admins_add_and_delete_entries_and_every_instance_follows(kind: DbKind) 
     )
     .await;
     assert_eq!((gone.status.as_u16(), gone.error()), (404, "not_found"));
+
+    // Each change is in the audit trail: the admin's address and request id,
+    // the list as the reason, the entry as the subject (the repeated add
+    // answered the stored entry and is audited too; the 404 is not).
+    here.flush_audit().await;
+    let trail = admin_send(
+        &here,
+        reqwest::Method::GET,
+        "/admin/api/events?action=admin",
+        None,
+    )
+    .await;
+    assert_eq!(trail.status, 200, "{}", trail.body);
+    let rows: Vec<_> = trail.body["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["decision"].as_str().unwrap().to_string(),
+                e["reason"].as_str().unwrap().to_string(),
+                e["subject_kind"].as_str().unwrap().to_string(),
+                e["subject"].as_str().unwrap().to_string(),
+                e["ip"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect();
+    let row = |decision: &str| {
+        (
+            decision.to_string(),
+            "block_list".to_string(),
+            "ip".to_string(),
+            "198.51.100.0/24".to_string(),
+            "127.0.0.1".to_string(),
+        )
+    };
+    // Newest first.
+    assert_eq!(rows, [row("list_remove"), row("list_add"), row("list_add")]);
 }
 
 async fn bad_entries_answer_400_and_unknown_ids_404(kind: DbKind) {

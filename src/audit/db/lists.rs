@@ -75,13 +75,16 @@ macro_rules! list_queries {
                 entry_from_columns(row)
             }
 
-            /// Delete the entry `id`; whether there was one.
-            pub async fn delete(pool: &$pool, id: Uuid) -> Result<bool, AuditError> {
-                let done = sqlx::query($delete)
-                    .bind(id.to_string())
-                    .execute(pool)
-                    .await?;
-                Ok(done.rows_affected() > 0)
+            /// Delete the entry `id`; the entry, when there was one.
+            pub async fn delete(pool: &$pool, id: Uuid) -> Result<Option<ListEntry>, AuditError> {
+                let row: Option<Columns> = sqlx::query_as(&format!(
+                    "{} RETURNING id, list, kind, value, note, created_at_ms",
+                    $delete
+                ))
+                .bind(id.to_string())
+                .fetch_optional(pool)
+                .await?;
+                row.map(entry_from_columns).transpose()
             }
         }
     };

@@ -120,8 +120,11 @@ impl AuditDb {
         }
     }
 
-    /// Delete a stored list entry; whether there was one.
-    pub async fn delete_list_entry(&self, id: uuid::Uuid) -> Result<bool, AuditError> {
+    /// Delete a stored list entry; the entry, when there was one.
+    pub async fn delete_list_entry(
+        &self,
+        id: uuid::Uuid,
+    ) -> Result<Option<crate::lists::ListEntry>, AuditError> {
         match self {
             Self::Postgres(pool) => lists::postgres::delete(pool, id).await,
             Self::Sqlite(pool) => lists::sqlite::delete(pool, id).await,

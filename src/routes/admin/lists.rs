@@ -5,7 +5,10 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use serde::Deserialize;
 use uuid::Uuid;
 
+use crate::audit::{AuditDecision, AuditEvent};
+use crate::domain::{Action, Reason, Subject, SubjectKind};
 use crate::error::{ApiError, ErrorBody};
+use crate::guard::RequestInfo;
 use crate::lists::{EntryKind, ListEntry, ListError, ListName};
 use crate::routes::{schemas, AppState};
 
@@ -72,14 +75,41 @@ pub async fn list(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpRe
     }))
 }
 
+/// Write the audit row of an admin's change to a list: action `admin`,
+/// decision `list_add` or `list_remove`, reason the list (`allow_list`,
+/// `block_list`), the entry's kind and value as the subject.
+pub(crate) fn audit_change(
+    state: &AppState,
+    info: &RequestInfo,
+    decision: AuditDecision,
+    entry: &ListEntry,
+) {
+    let reason = match entry.list {
+        ListName::Allow => Reason::AllowList,
+        ListName::Block => Reason::BlockList,
+    };
+    let kind = match entry.kind {
+        EntryKind::Ip => SubjectKind::Ip,
+        EntryKind::Phone => SubjectKind::Phone,
+        EntryKind::User => SubjectKind::User,
+    };
+    let subject = Subject::new(kind, entry.value.clone());
+    let event = AuditEvent::new(Action::Admin, decision, reason, &subject);
+    let ip = info.ip.map(|ip| ip.to_string());
+    state
+        .audit
+        .record(event.request(ip, &info.request_id, info.user_agent.as_deref()));
+}
+
 async fn add(
     state: &AppState,
     req: &HttpRequest,
     kind: EntryKind,
     (list, value, note): (ListName, String, String),
 ) -> Result<HttpResponse, ApiError> {
-    state.access.admin(req)?;
+    let info = state.access.admin(req)?;
     let entry = state.lists.add(list, kind, &value, &note).await?;
+    audit_change(state, &info, AuditDecision::ListAdd, &entry);
     Ok(HttpResponse::Created().json(entry))
 }
 
@@ -89,7 +119,7 @@ macro_rules! add_route {
         ///
         /// In force on this instance at once, on the others within
         /// `lists.refresh_interval`. Adding an entry that is already stored
-        /// answers the stored one.
+        /// answers the stored one. Audited as `admin` / `list_add`.
         #[utoipa::path(
             post,
             path = $path,
@@ -143,6 +173,8 @@ add_route!(
 );
 
 /// Delete a stored entry
+///
+/// Audited as `admin` / `list_remove`.
 #[utoipa::path(
     delete,
     path = "/admin/api/lists/{id}",
@@ -163,10 +195,11 @@ pub async fn delete(
     req: HttpRequest,
     id: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    state.access.admin(&req)?;
+    let info = state.access.admin(&req)?;
     let id = Uuid::parse_str(&id)
         .map_err(|_| ApiError::InvalidRequest("the entry id is not a UUID".into()))?;
-    state.lists.remove(id).await?;
+    let removed = state.lists.remove(id).await?;
+    audit_change(&state, &info, AuditDecision::ListRemove, &removed);
     Ok(HttpResponse::NoContent().finish())
 }
 

@@ -154,7 +154,10 @@ impl Watch {
                 }
                 over
             }
-            AuditDecision::Challenge | AuditDecision::Unblock => false,
+            AuditDecision::Challenge
+            | AuditDecision::Unblock
+            | AuditDecision::ListAdd
+            | AuditDecision::ListRemove => false,
         };
         if alerting && self.pending_since.is_none() {
             self.pending_since = Some(now);
@@ -218,6 +221,9 @@ pub(super) fn alert_worthy(event: &AuditEvent) -> bool {
     match event.decision {
         AuditDecision::Lock => true,
         AuditDecision::Deny => matches!(event.action, Action::SmsSend | Action::SmsVerify),
-        AuditDecision::Challenge | AuditDecision::Unblock => false,
+        AuditDecision::Challenge
+        | AuditDecision::Unblock
+        | AuditDecision::ListAdd
+        | AuditDecision::ListRemove => false,
     }
 }

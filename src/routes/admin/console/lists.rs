@@ -9,6 +9,9 @@ use askama_web::WebTemplate;
 use chrono::Utc;
 use uuid::Uuid;
 
+use crate::audit::AuditDecision;
+use crate::routes::admin::lists::audit_change;
+
 use super::{authenticate, checked_form, csrf, html, see_other, Refusal};
 use crate::domain::{Subject, SubjectKind};
 use crate::error::ApiError;
@@ -82,7 +85,7 @@ pub async fn page(state: web::Data<AppState>, req: HttpRequest) -> HttpResponse 
 
 pub async fn add(state: web::Data<AppState>, req: HttpRequest, body: web::Bytes) -> HttpResponse {
     let result = async {
-        let (_, token) = authenticate(&state, &req)?;
+        let (info, token) = authenticate(&state, &req)?;
         let fields = checked_form(&req, &token, &forms(), &body)?;
         let field = |name: &str| {
             fields
@@ -94,11 +97,12 @@ pub async fn add(state: web::Data<AppState>, req: HttpRequest, body: web::Bytes)
         let bad = |what: &str| Refusal::Api(ApiError::InvalidRequest(format!("unknown {what}")));
         let list = ListName::parse(field("list")).ok_or_else(|| bad("list"))?;
         let kind = EntryKind::parse(field("kind")).ok_or_else(|| bad("kind"))?;
-        state
+        let entry = state
             .lists
             .add(list, kind, field("value"), field("note"))
             .await
             .map_err(|e| Refusal::Api(e.into()))?;
+        audit_change(&state, &info, AuditDecision::ListAdd, &entry);
         Ok::<_, Refusal>(see_other("/admin/lists?added=1"))
     };
     result.await.unwrap_or_else(|refusal| refusal.page(&req))
@@ -111,18 +115,19 @@ pub async fn delete(
     body: web::Bytes,
 ) -> HttpResponse {
     let result = async {
-        let (_, token) = authenticate(&state, &req)?;
+        let (info, token) = authenticate(&state, &req)?;
         checked_form(&req, &token, &forms(), &body)?;
         let id = Uuid::parse_str(&id).map_err(|_| {
             Refusal::Api(ApiError::InvalidRequest(
                 "the entry id is not a UUID".into(),
             ))
         })?;
-        state
+        let removed = state
             .lists
             .remove(id)
             .await
             .map_err(|e| Refusal::Api(e.into()))?;
+        audit_change(&state, &info, AuditDecision::ListRemove, &removed);
         Ok::<_, Refusal>(see_other("/admin/lists?deleted=1"))
     };
     result.await.unwrap_or_else(|refusal| refusal.page(&req))

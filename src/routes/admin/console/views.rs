@@ -26,11 +26,13 @@ const ACTIONS: [Action; 4] = [
     Action::LoginAttempt,
     Action::Admin,
 ];
-const DECISIONS: [AuditDecision; 4] = [
+const DECISIONS: [AuditDecision; 6] = [
     AuditDecision::Deny,
     AuditDecision::Challenge,
     AuditDecision::Lock,
     AuditDecision::Unblock,
+    AuditDecision::ListAdd,
+    AuditDecision::ListRemove,
 ];
 
 /// An `<option>` of a filter `<select>`.
