@@ -47,6 +47,21 @@ pub async fn require_application_json(
     next.call(req).await
 }
 
+/// [`require_application_json`] inside a handler, for one that must
+/// authenticate its caller before it says anything about the body.
+pub fn check_application_json(req: &actix_web::HttpRequest) -> Result<(), ApiError> {
+    match req.mime_type() {
+        Ok(Some(mime))
+            if mime.type_() == "application"
+                && mime.subtype() == "json"
+                && mime.suffix().is_none() =>
+        {
+            Ok(())
+        }
+        _ => Err(ApiError::UnsupportedMediaType),
+    }
+}
+
 fn is_application_json(req: &ServiceRequest) -> bool {
     matches!(
         req.mime_type(),

@@ -376,6 +376,51 @@ async fn bad_entries_answer_400_and_unknown_ids_404(kind: DbKind) {
     assert_eq!(unknown.status, 404);
     let no_token = app.client.get(format!("{}/admin/api/lists", app.address));
     assert_eq!(app.send_raw(no_token).await.status, 401);
+    // Without a token nothing is said about the body: 401 before 400 or 415.
+    for (content_type, body) in [
+        ("application/json", "{not json"),
+        (
+            "application/json",
+            r#"{"list": "block", "value": "300.1.1.1"}"#,
+        ),
+        ("text/plain", "hello"),
+    ] {
+        let anonymous = app
+            .client
+            .post(format!("{}/admin/api/lists/ip", app.address))
+            .header("content-type", content_type)
+            .body(body);
+        let answer = app.send_raw(anonymous).await;
+        assert_eq!(
+            (answer.status.as_u16(), answer.error()),
+            (401, "unauthorized"),
+            "{content_type} {body}"
+        );
+    }
+    // With one, each gets its own answer.
+    for (content_type, body, status, error) in [
+        ("application/json", "{not json", 400, "invalid_request"),
+        ("text/plain", "hello", 415, "unsupported_media_type"),
+        (
+            "text/json",
+            r#"{"list": "block", "value": "10.0.0.1"}"#,
+            415,
+            "unsupported_media_type",
+        ),
+    ] {
+        let request = app
+            .client
+            .post(format!("{}/admin/api/lists/ip", app.address))
+            .bearer_auth(crate::helpers::ADMIN_TOKEN)
+            .header("content-type", content_type)
+            .body(body);
+        let answer = app.send_raw(request).await;
+        assert_eq!(
+            (answer.status.as_u16(), answer.error()),
+            (status, error),
+            "{content_type} {body}"
+        );
+    }
 }
 
 #[test]

@@ -103,11 +103,10 @@ pub(crate) fn audit_change(
 
 async fn add(
     state: &AppState,
-    req: &HttpRequest,
+    info: RequestInfo,
     kind: EntryKind,
     (list, value, note): (ListName, String, String),
 ) -> Result<HttpResponse, ApiError> {
-    let info = state.access.admin(req)?;
     let entry = state.lists.add(list, kind, &value, &note).await?;
     audit_change(state, &info, AuditDecision::ListAdd, &entry);
     Ok(HttpResponse::Created().json(entry))
@@ -139,10 +138,14 @@ macro_rules! add_route {
         pub async fn $fn(
             state: web::Data<AppState>,
             req: HttpRequest,
-            body: web::Json<$body>,
-        ) -> Result<HttpResponse, ApiError> {
-            let body = body.into_inner();
-            add(&state, &req, $kind, (body.list, body.value, body.note)).await
+            body: Result<web::Json<$body>, actix_web::Error>,
+        ) -> Result<HttpResponse, actix_web::Error> {
+            // Who asks comes first: without a token the answer is 401,
+            // whatever the body holds.
+            let info = state.access.admin(&req)?;
+            crate::routes::json::check_application_json(&req)?;
+            let body = body?.into_inner();
+            Ok(add(&state, info, $kind, (body.list, body.value, body.note)).await?)
         }
     };
 }
@@ -206,12 +209,11 @@ pub async fn delete(
 /// `/lists` (GET), `/lists/{ip,phone,user}` (POST) and `/lists/{id}`
 /// (DELETE); other methods answer a JSON 405.
 pub fn configure(scope: actix_web::Scope) -> actix_web::Scope {
-    let json = || actix_web::middleware::from_fn(crate::routes::json::require_application_json);
     scope
         .service(crate::routes::get("/lists", list))
-        .service(crate::routes::post("/lists/ip", add_ip).wrap(json()))
-        .service(crate::routes::post("/lists/phone", add_phone).wrap(json()))
-        .service(crate::routes::post("/lists/user", add_user).wrap(json()))
+        .service(crate::routes::post("/lists/ip", add_ip))
+        .service(crate::routes::post("/lists/phone", add_phone))
+        .service(crate::routes::post("/lists/user", add_user))
         .service(
             web::resource("/lists/{id}")
                 .route(web::delete().to(delete))
