@@ -13,6 +13,7 @@
 
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
+use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use actix_web::body::MessageBody;
@@ -46,35 +47,36 @@ fn method_label(method: &Method) -> &'static str {
         .map_or("other", |(_, label)| label)
 }
 
-type SeriesKey = (Option<String>, &'static str, u16);
+type SeriesKey = (Option<Rc<str>>, &'static str, u16);
 
 thread_local! {
     static SERIES: RefCell<HashMap<SeriesKey, Histogram>> = RefCell::new(HashMap::new());
-    static LITERAL_ROUTES: RefCell<HashSet<String>> = RefCell::new(HashSet::new());
+    static LITERAL_ROUTES: RefCell<HashSet<Rc<str>>> = RefCell::new(HashSet::new());
 }
 
 /// The route pattern `req` matches, `None` when it matches none. A worker
 /// thread serves one listener's routes, so a path once found to be a
-/// pattern stays one on that thread.
-fn route_of(req: &ServiceRequest) -> Option<String> {
+/// pattern stays one on that thread; it is then shared, not copied, so a
+/// request on a public route allocates nothing here.
+fn route_of(req: &ServiceRequest) -> Option<Rc<str>> {
     let path = req.path();
-    if LITERAL_ROUTES.with(|known| known.borrow().contains(path)) {
-        return Some(path.to_string());
+    if let Some(known) = LITERAL_ROUTES.with(|known| known.borrow().get(path).cloned()) {
+        return Some(known);
     }
-    let pattern = req.match_pattern();
-    if pattern.as_deref() == Some(path) {
-        LITERAL_ROUTES.with(|known| known.borrow_mut().insert(path.to_string()));
+    let pattern: Option<Rc<str>> = req.match_pattern().map(Rc::from);
+    if let Some(literal) = pattern.as_ref().filter(|p| &p[..] == path) {
+        LITERAL_ROUTES.with(|known| known.borrow_mut().insert(literal.clone()));
     }
     pattern
 }
 
 /// Record one request's duration in its series.
-fn observe(route: Option<String>, method: &'static str, status: StatusCode, elapsed: Duration) {
+fn observe(route: Option<Rc<str>>, method: &'static str, status: StatusCode, elapsed: Duration) {
     SERIES.with(|series| {
         let mut series = series.borrow_mut();
         let key = (route, method, status.as_u16());
         let handle = series.entry(key).or_insert_with_key(|(route, method, status)| {
-            let route = route.clone().unwrap_or_else(|| UNMATCHED.to_string());
+            let route = route.as_deref().unwrap_or(UNMATCHED).to_string();
             histogram!(HTTP_SECONDS, "route" => route, "method" => *method, "status" => status.to_string())
         });
         handle.record(elapsed.as_secs_f64());

@@ -48,13 +48,13 @@ pub(super) fn attempt(
         Some(pair) => subject.lock(pair.lock_key, now)?,
         None => None,
     };
-    let pair_tag = req.pair.as_ref().map(|pair| pair_member(pair.ip, ""));
     let before = subject.read_window(req.window_key, now, |w| FailuresBefore {
         captcha_window: w.count(now, p.captcha_window_ms),
         lock_window: w.count(now, p.lock_window_ms),
-        pair: pair_tag
-            .as_deref()
-            .map(|tag| w.count_tagged(now, p.lock_window_ms, tag)),
+        pair: req
+            .pair
+            .as_ref()
+            .map(|pair| w.count_pair(now, p.lock_window_ms, pair.ip)),
     })?;
     let failures = before.captcha_window;
     let verdict = if let Some(retry_after_ms) = remaining(prev, now) {
@@ -109,10 +109,9 @@ pub(super) fn attempt(
         .filter(|_| remaining(pair_prev, now).is_none())
     {
         // Scanned only once the user's own count could hold enough of them.
-        let tag = pair_member(pair.ip, "");
         let pair_count = if lock_count >= p.pair_lock_after {
             subject.read_window(req.window_key, now, |w| {
-                w.count_tagged(now, p.lock_window_ms, &tag)
+                w.count_pair(now, p.lock_window_ms, pair.ip)
             })?
         } else {
             0

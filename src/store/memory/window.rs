@@ -98,14 +98,17 @@ impl Window {
         }
     }
 
-    /// Events with `now - length < t` whose member starts with `tag`.
-    pub(super) fn count_tagged(&self, now: u64, length: u64, tag: &str) -> u32 {
+    /// Events with `now - length < t` recorded for the (user, `ip`) pair
+    /// (members `pair_member(ip, …)`).
+    pub(super) fn count_pair(&self, now: u64, length: u64, ip: &str) -> u32 {
         let recent = self
             .events
             .iter()
             .rev()
             .take_while(|(t, _)| t.saturating_add(length) > now);
-        let tagged = recent.filter(|(_, m)| m.starts_with(tag)).count();
+        let tagged = recent
+            .filter(|(_, m)| crate::store::pair_of_member(m) == Some(ip))
+            .count();
         u32::try_from(tagged).unwrap_or(u32::MAX)
     }
 
