@@ -8,17 +8,18 @@
 -- ARGV[2]  delta: 1 or -1
 -- ARGV[3]  the slice, or -1 for the current one (now / slice_ms)
 -- ARGV[4]  slice_ms
--- ARGV[5]  slices a count sums (the window is slices * slice_ms)
+-- ARGV[5]  keep_ms: how long the key lives after a count (the window, and
+--          with a surge the history too)
 --
 -- A count that reaches 0 is deleted (a hash left empty is no key). Adding
--- sets the key's expiry: the window, or the block's end when later. Taking
--- back leaves the expiry alone.
+-- sets the key's expiry: keep_ms, or the escalation's end when later.
+-- Taking back leaves the expiry alone.
 --
 -- Returns the slice changed. Commands per call: TIME, HINCRBY; when adding
 -- HGET and PEXPIRE; HDEL when it reaches 0.
 --
 -- Example (a code verified for a number prefix):
---   EVALSHA <sha> 1 "tg:{prefix:+3361234}:conversion" s 1 -1 300000 12
+--   EVALSHA <sha> 1 "tg:{prefix:+3361234}:conversion" s 1 -1 300000 3600000
 --   -> 5895348
 
 local key = KEYS[1]
@@ -38,7 +39,7 @@ if count <= 0 then
   return slice
 end
 if delta > 0 then
-  local keep = tonumber(ARGV[5]) * slice_ms
+  local keep = tonumber(ARGV[5])
   local block_until = tonumber(redis.call('HGET', key, 'until'))
   if block_until and block_until - now > keep then keep = block_until - now end
   redis.call('PEXPIRE', key, string.format('%d', keep))

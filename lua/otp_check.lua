@@ -1,18 +1,27 @@
 -- otp_check.lua: check a one-time code. A match deletes it (single use); a miss
 -- uses up one attempt; the last attempt burns it, and the burnt code is kept
--- until its expiry so that further tries answer "burnt".
+-- until its expiry so that further tries answer "burnt". Without a code
+-- (never sent, used or expired) a stand-in takes the try: an empty mac, which
+-- nothing matches, with the attempts and the ttl a code gets, so that the
+-- answers never tell whether a code is pending.
 --
 -- KEYS[1]  the subject's code HASH: mac, left (attempts left), exp (expiry, ms)
 -- ARGV[1]  mac of the code offered
+-- ARGV[2]  attempts a stand-in allows (those of a code)
+-- ARGV[3]  a stand-in's ttl in ms (a code's)
 --
 -- Returns an array of two integers: { outcome, value }
 --   0 = valid (value = attempts left before this try), 1 = wrong (value = attempts left, 0 = now burnt),
---   2 = burnt (value = ms until the code expires), 3 = missing (value 0).
+--   2 = burnt (value = ms until the code expires).
 --
--- The MACs are compared in time independent of where they differ.
+-- The MACs are compared in time independent of where they differ, and a
+-- stand-in goes through the same comparison as a code.
+--
+-- Commands per call: TIME, HMGET; a miss HSET (three fields) and PEXPIREAT,
+-- for a code and a stand-in alike; a match DEL.
 --
 -- Example:
---   EVALSHA <sha> 1 "tg:{phone:+33612345678}:otp" "9f86d08..."
+--   EVALSHA <sha> 1 "tg:{phone:+33612345678}:otp" "9f86d08..." 5 300000
 --   -> { 1, 4 }
 
 local key = KEYS[1]
@@ -23,14 +32,18 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 local h = redis.call('HMGET', key, 'mac', 'left', 'exp')
 local mac, left, exp = h[1], tonumber(h[2]), tonumber(h[3])
-if not mac or not left or not exp then return { 3, 0 } end
+if not mac or not left or not exp then
+  local ttl = tonumber(ARGV[3])
+  if ttl <= 0 then return { 1, 0 } end
+  mac, left, exp = '', tonumber(ARGV[2]), now + ttl
+end
 if left <= 0 then return { 2, math.max(exp - now, 0) } end
 
 local diff = 0
-if #mac ~= #offered then diff = 1 end
-for i = 1, #mac do
-  local a = string.byte(mac, i)
-  local b = string.byte(offered, i) or 0
+if #mac ~= #offered or #mac == 0 then diff = 1 end
+for i = 1, #offered do
+  local a = string.byte(mac, i) or 0
+  local b = string.byte(offered, i)
   diff = bit.bor(diff, bit.bxor(a, b))
 end
 
@@ -38,6 +51,11 @@ if diff == 0 then
   redis.call('DEL', key)
   return { 0, left }
 end
+-- A code and a stand-in are written alike (the same fields, the same expiry
+-- call), so that a miss costs the same whether a code is pending: a code's
+-- expiry is set to the time it already has.
 left = left - 1
-redis.call('HSET', key, 'left', left)
+local exp_s = string.format('%d', exp)
+redis.call('HSET', key, 'mac', mac, 'left', left, 'exp', exp_s)
+redis.call('PEXPIREAT', key, exp_s)
 return { 1, left }

@@ -6,8 +6,12 @@
 --             (field "<limit>/<length>" = level, "<limit>/<length>:t" = when
 --             the level was last set, in ms)
 --             then per conversion: its conversion HASH (field "e:<slice>" =
---             events and "s:<slice>" = successes counted in that slice; while
---             blocked "until" (ms), "events", "successes", "shadow" (1/0))
+--             events and "s:<slice>" = successes counted in that slice; with
+--             a surge "n:<bucket>" = events taught to the normal in that
+--             bucket of the history; while challenged or blocked "until" (ms),
+--             "events", "successes", "shadow" (1/0), and with a surge "level"
+--             ("c" challenge, "b" block; absent: block), "normal" (in
+--             thousandths) and "from" (the first slice under the challenge))
 -- KEYS[last]  optional: the subject's code HASH (mac, left, exp), written when
 --             the event is recorded
 -- ARGV[1] member: unique id of this event
@@ -20,14 +24,20 @@
 -- then c: number of conversions; per conversion: min_events, min_ratio_ppm
 --         (successes per million events), slice_ms, slices (how many a count
 --         sums, the current one included), block_ms, count (1: count the event
---         when it is recorded; 0: check only, the caller counts it later)
+--         when it is recorded; 0: check only, the caller counts it later),
+--         surge (the multiple of the normal a surge needs, in thousandths;
+--         0: no surge, a block at once, and nothing follows), then with a
+--         surge bucket_ms (a seventh of the history) and escalate (1: a
+--         challenge may turn into a block). Arguments cost: a conversion
+--         without a surge takes one more than a plain count.
 -- then, when the code's key is given: mac, attempts allowed, code ttl in ms
 --
 -- Returns an array of integers:
 --   { recorded, then per subject:
 --     verdict, window, retry_after_ms, next_retry_after_ms, count_1, ..., count_n,
 --     and, only for a subject with an observe window, observed_wait_1, ..., observed_wait_n,
---     then per conversion: verdict, events, successes, retry_after_ms, slice }
+--     then per conversion: verdict, events, successes, retry_after_ms, slice,
+--     normal }
 --   recorded 1 when the event was added to every subject (every subject allowed
 --   it, or force) and the code stored; 0 when nothing was written.
 --   verdict 0 = allowed, 1 = denied (window = refusing window with the longest
@@ -38,19 +48,37 @@
 --   answered had it been enforced (0 for any other window).
 --   A conversion's verdict: 0 = open, 1 = blocked (events and successes are
 --   the block's figures, retry_after_ms when it ends), 2 = tripped by this
---   call (blocked for block_ms on the figures given); otherwise events and
---   successes are the window's before this event. slice is where the event
---   was counted (when recorded), else -1.
+--   call (blocked for block_ms on the figures given), 3 = challenged (a
+--   captcha is needed; the challenge's figures, retry_after_ms when it
+--   ends), 4 = challenged by this call; otherwise events and successes are
+--   the window's before this event. slice is where the event was counted
+--   (when recorded), else -1. normal (thousandths of an event per window,
+--   rounded half up; 0 without a surge) is the one the escalation was set
+--   on, else the normal now.
 --
--- Conversions come first: a live block (an enforced one; with force a shadow
--- one too) refuses; else the window's slices are summed (stale ones
--- dropped), and events >= min_events with successes * 10^6 < min_ratio_ppm *
--- events blocks the subject: its counts are replaced by the block (shadow
--- when force), which expires after block_ms. When a conversion refuses and
--- not force, no window is read and nothing else is written (each subject's
--- answer is then 0s). When the event is recorded it is counted in the
--- current slice of every conversion that asks it (expiry: the window, or the
--- block's end when later).
+-- Conversions come first. Stale slices are dropped; with a surge, each one
+-- whose successes * 10^6 >= min_ratio_ppm * events (and events > 0) first
+-- adds its events to its bucket (slice * slice_ms / bucket_ms), and buckets
+-- older than the seven before the current one are dropped. The normal is
+-- taught * span / (7 * bucket_ms), taught being the events of those
+-- seven buckets, span = slices * slice_ms the time a count sums. A
+-- conversion "trips" when events >= min_events and
+-- successes * 10^6 < min_ratio_ppm * events, and with a surge also
+-- events * 1000 >= surge * normal.
+-- A live escalation (an enforced one; with force a shadow one too) answers:
+-- a block refuses; a challenge refuses unless gate_open, and when escalate
+-- and the event is of the challenge's mode (force = shadow) it becomes a
+-- block if the slices from "from" on trip. Else, when the window trips, a
+-- conversion without a surge is blocked (its counts replaced by the block),
+-- one with a surge challenged (its counts kept, "from" the next slice);
+-- shadow when force; for block_ms. A block tripped from a challenge drops
+-- the slices too, never the history. When a block refuses and not force, no
+-- window is read and nothing else is written (each subject's answer is then
+-- 0s); a challenge refusing lets the windows be read, so that a rate limit
+-- answers before it, and records nothing. When the event is recorded it is
+-- counted in the current slice of every conversion that asks it (expiry:
+-- keep = span, plus 8 buckets with a surge, or the escalation's end when
+-- later; a trip sets block_ms, or with a surge the larger of it and keep).
 --
 -- Time is the server's TIME in ms. An event at t counts in a window of length w
 -- while now - w < t. A subject keeps at most max(limit) newest members and
@@ -70,9 +98,10 @@
 -- subject ZADD and PEXPIRE (and ZREMRANGEBYRANK when the set is full, always
 -- for a large set), HSET and PEXPIRE of its meters, and HSET and PEXPIRE for
 -- the code. A refused request reads and writes nothing else. A subject with
--- only meter windows never touches its ZSET. Per conversion: HGETALL (and
--- HDEL of stale slices, once a slice), HINCRBY and PEXPIRE when recorded;
--- DEL, HSET and PEXPIRE when it trips.
+-- only meter windows never touches its ZSET. Per conversion: HGETALL (and,
+-- once a slice, HDEL of stale fields and with a surge HINCRBY of the bucket
+-- taught), HINCRBY and PEXPIRE when recorded; DEL (HDEL with a surge), HSET
+-- and PEXPIRE when it trips. A surge adds no call to an ordinary send.
 --
 -- Example (a phone and its IP, with a code):
 --   EVALSHA <sha> 3 "tg:{phone:+33612345678}:sms_send" "tg:{ip:192.0.2.7}:sms_send" \
@@ -81,8 +110,12 @@
 --   -> { 1,  0, 0, 0, 60000, 0, 0, 0,  0, 0, 0, 0, 0 }
 -- (a prefix's conversion, alone: the pumping guard's check on a cluster)
 --   EVALSHA <sha> 1 "tg:{prefix:+3361234}:conversion" "-" 0 0 0 \
---     1  20 200000 300000 12 43200000 0
---   -> { 1,  0, 7, 2, 0, -1 }
+--     1  20 200000 300000 12 43200000 0 0
+--   -> { 1,  0, 7, 2, 0, -1, 0 }
+-- (a country's, alone: 600 sends, 3 verified, at 30 times its normal of 20)
+--   EVALSHA <sha> 1 "tg:{country:FR}:conversion" "-" 0 0 0 \
+--     1  500 200000 300000 12 43200000 0 5000 86400000 1
+--   -> { 0,  4, 600, 3, 43200000, -1, 20000 }
 
 local SMALL = 32
 
@@ -133,11 +166,22 @@ local convs = {}
 local c = tonumber(ARGV[a])
 a = a + 1
 for i = 1, c do
-  convs[i] = { key = KEYS[k], min = tonumber(ARGV[a]), ppm = tonumber(ARGV[a + 1]),
+  -- every field the script sets is named here, so the table is sized once
+  local cv = { key = KEYS[k], min = tonumber(ARGV[a]), ppm = tonumber(ARGV[a + 1]),
     slice_ms = tonumber(ARGV[a + 2]), slices = tonumber(ARGV[a + 3]),
-    block_ms = tonumber(ARGV[a + 4]), count = ARGV[a + 5] == '1', counted = -1 }
+    block_ms = tonumber(ARGV[a + 4]), count = ARGV[a + 5] == '1', counted = -1,
+    surge = 0, bucket = 0, escalate = false, span = 0, keep = 0, slice = 0, normal = 0,
+    until_at = false, verdict = 0, events = 0, successes = 0, retry = 0 }
+  cv.span = cv.slices * cv.slice_ms
+  cv.keep = cv.span
+  if ARGV[a + 6] ~= '0' then
+    cv.surge, cv.bucket, cv.escalate = tonumber(ARGV[a + 6]), tonumber(ARGV[a + 7]), ARGV[a + 8] == '1'
+    cv.keep = cv.span + 8 * cv.bucket
+    a = a + 2
+  end
+  a = a + 7
+  convs[i] = cv
   k = k + 1
-  a = a + 6
 end
 
 -- The k-th newest member's score (k >= 1), or nil when there are fewer.
@@ -174,48 +218,149 @@ local function drained(level, at, limit, length)
 end
 
 -- 0. the conversions, before any window
-local BLOCK_FIELDS = { 'until', 'events', 'successes', 'shadow' }
-local conv_refused = false
+local EMPTY = {}
+local conv_blocked, conv_gated = false, false
 for _, cv in ipairs(convs) do
   cv.slice = math.floor(now / cv.slice_ms)
   local oldest = cv.slice - cv.slices + 1
+  local surge = cv.surge > 0
   local raw = redis.call('HGETALL', cv.key)
-  local events, successes, stale, block = 0, 0, {}, {}
+  -- the other fields (an escalation's) and the fields to delete; with a
+  -- surge the stale slices' counts (slice -> count) and the buckets: each
+  -- table made only when needed, an ordinary send makes none
+  local events, successes, fields, doomed, old_e, old_s, buckets = 0, 0, EMPTY, {}, nil, nil, nil
   for j = 1, #raw, 2 do
-    local kind, slice = string.match(raw[j], '^([es]):(%d+)$')
+    local kind, n = string.match(raw[j], '^([esn]):(%d+)$')
     if kind == nil then
-      block[raw[j]] = raw[j + 1]
-    elseif tonumber(slice) < oldest then
-      stale[#stale + 1] = raw[j]
+      if fields == EMPTY then fields = {} end
+      fields[raw[j]] = raw[j + 1]
+    elseif kind == 'n' then
+      buckets = buckets or {}
+      buckets[tonumber(n)] = tonumber(raw[j + 1])
+    elseif tonumber(n) < oldest then
+      doomed[#doomed + 1] = raw[j]
+      if surge and kind == 'e' then
+        old_e = old_e or {}
+        old_e[n] = tonumber(raw[j + 1])
+      elseif surge then
+        old_s = old_s or {}
+        old_s[n] = tonumber(raw[j + 1])
+      end
     elseif kind == 'e' then
       events = events + tonumber(raw[j + 1])
     else
       successes = successes + tonumber(raw[j + 1])
     end
   end
-  cv.until_at = tonumber(block['until'])
+  local normal = 0
+  if surge then
+    -- teach the normal what left the window, then read the last seven buckets
+    local taught = nil
+    for n, e in pairs(old_e or EMPTY) do
+      if e > 0 and ((old_s or EMPTY)[n] or 0) * 1000000 >= cv.ppm * e then
+        local b = math.floor(tonumber(n) * cv.slice_ms / cv.bucket)
+        taught = taught or {}
+        taught[b] = (taught[b] or 0) + e
+      end
+    end
+    if taught then
+      buckets = buckets or {}
+      for b, e in pairs(taught) do
+        redis.call('HINCRBY', cv.key, 'n:' .. string.format('%d', b), e)
+        buckets[b] = (buckets[b] or 0) + e
+      end
+    end
+    local current, sum = math.floor(now / cv.bucket), 0
+    for b, e in pairs(buckets or EMPTY) do
+      if b < current - 7 then
+        doomed[#doomed + 1] = 'n:' .. string.format('%d', b)
+      elseif b < current then
+        sum = sum + e
+      end
+    end
+    normal = sum * cv.span / (7 * cv.bucket)
+    cv.normal = math.floor(normal * 1000 + 0.5)
+  else
+    cv.normal = 0
+  end
+  cv.until_at = tonumber(fields['until'])
   if cv.until_at and cv.until_at <= now then
-    for _, f in ipairs(BLOCK_FIELDS) do stale[#stale + 1] = f end
+    for _, f in ipairs({ 'until', 'events', 'successes', 'shadow', 'level', 'normal', 'from' }) do
+      doomed[#doomed + 1] = f
+    end
     cv.until_at = nil
   end
   cv.verdict, cv.events, cv.successes, cv.retry = 0, events, successes, 0
-  if cv.until_at and (force or block['shadow'] ~= '1') then
-    cv.verdict, cv.retry = 1, cv.until_at - now
-    cv.events = tonumber(block['events']) or 0
-    cv.successes = tonumber(block['successes']) or 0
-  elseif events >= cv.min and successes * 1000000 < cv.ppm * events then
-    cv.verdict, cv.retry, cv.until_at = 2, cv.block_ms, now + cv.block_ms
-    redis.call('DEL', cv.key)
-    redis.call('HSET', cv.key, 'until', string.format('%d', cv.until_at),
-      'events', events, 'successes', successes, 'shadow', force and '1' or '0')
-    redis.call('PEXPIRE', cv.key, string.format('%d', cv.block_ms))
-    stale = {}
+  local shadow = fields['shadow'] == '1'
+  -- the escalation to set, if any: { level, events, successes, from }
+  local set = nil
+  if cv.until_at and (force or not shadow) then
+    cv.retry = cv.until_at - now
+    cv.events = tonumber(fields['events']) or 0
+    cv.successes = tonumber(fields['successes']) or 0
+    cv.normal = tonumber(fields['normal']) or 0
+    if fields['level'] ~= 'c' then
+      cv.verdict = 1
+    else
+      cv.verdict = 3
+      if cv.escalate and shadow == force then
+        -- the slices from the challenge's first on, and every live slice
+        local from = tonumber(fields['from']) or 0
+        local since, passed, live = 0, 0, {}
+        for j = 1, #raw, 2 do
+          local kind, n = string.match(raw[j], '^([es]):(%d+)$')
+          if kind and tonumber(n) >= oldest then
+            live[#live + 1] = raw[j]
+            if tonumber(n) >= from then
+              if kind == 'e' then since = since + tonumber(raw[j + 1])
+              else passed = passed + tonumber(raw[j + 1]) end
+            end
+          end
+        end
+        if since >= cv.min and passed * 1000000 < cv.ppm * since
+            and since * 1000 >= cv.surge * normal then
+          set = { 'b', since, passed, from }
+          for _, f in ipairs(live) do doomed[#doomed + 1] = f end
+          cv.normal = math.floor(normal * 1000 + 0.5)
+        end
+      end
+    end
+  elseif events >= cv.min and successes * 1000000 < cv.ppm * events
+      and (not surge or events * 1000 >= cv.surge * normal) then
+    shadow = force
+    if surge then
+      set = { 'c', events, successes, cv.slice + 1 }
+    else
+      set = { 'b', events, successes, 0 }
+    end
   end
-  if #stale > 0 then redis.call('HDEL', cv.key, unpack(stale)) end
-  if cv.verdict ~= 0 then conv_refused = true end
+  if set and not surge then
+    redis.call('DEL', cv.key)
+    doomed = {}
+  end
+  if #doomed > 0 then redis.call('HDEL', cv.key, unpack(doomed)) end
+  if set then
+    cv.verdict = set[1] == 'b' and 2 or 4
+    cv.events, cv.successes, cv.retry = set[2], set[3], cv.block_ms
+    cv.until_at = now + cv.block_ms
+    local flag = shadow and '1' or '0'
+    local keep = cv.block_ms
+    if surge then
+      redis.call('HSET', cv.key, 'until', string.format('%d', cv.until_at), 'events', set[2],
+        'successes', set[3], 'shadow', flag, 'level', set[1],
+        'normal', string.format('%d', cv.normal), 'from', string.format('%d', set[4]))
+      if cv.keep > keep then keep = cv.keep end
+    else
+      redis.call('HSET', cv.key, 'until', string.format('%d', cv.until_at), 'events', set[2],
+        'successes', set[3], 'shadow', flag)
+    end
+    redis.call('PEXPIRE', cv.key, string.format('%d', keep))
+  end
+  if cv.verdict == 1 or cv.verdict == 2 then conv_blocked = true end
+  if (cv.verdict == 3 or cv.verdict == 4) and not gate_open then conv_gated = true end
 end
--- A refusing conversion answers before any window is read.
-local skip = conv_refused and not force
+-- A blocking conversion answers before any window is read.
+local skip = conv_blocked and not force
 
 -- 1. read and decide every subject
 local all_allowed = true
@@ -286,12 +431,12 @@ for _, sub in ipairs(subjects) do
 end
 
 -- 2. record everywhere, or nowhere
-local recorded = (all_allowed and not conv_refused) or force
+local recorded = (all_allowed and not conv_blocked and not conv_gated) or force
 if recorded then
   for _, cv in ipairs(convs) do
     if cv.count then
       redis.call('HINCRBY', cv.key, 'e:' .. cv.slice, 1)
-      local keep = cv.slices * cv.slice_ms
+      local keep = cv.keep
       if cv.until_at and cv.until_at - now > keep then keep = cv.until_at - now end
       redis.call('PEXPIRE', cv.key, string.format('%d', keep))
       cv.counted = cv.slice
@@ -363,5 +508,6 @@ for _, cv in ipairs(convs) do
   out[#out + 1] = cv.successes
   out[#out + 1] = cv.retry
   out[#out + 1] = cv.counted
+  out[#out + 1] = cv.normal
 end
 return out

@@ -5,6 +5,15 @@
 //! touch all of a subject's keys on a cluster. Braces and `%` inside subject ids
 //! are percent-escaped so that an id can never end the hash tag early or make
 //! two subjects' keys collide.
+//!
+//! With `store.hash_subject_ids` the id (and a pair lock's IP) is replaced by
+//! a keyed hash, `tg:{phone:3f2a…}:otp`, so that key names no longer show
+//! phone numbers, names or addresses. The hash is a function of the kind and
+//! the id only, so a subject's keys still share one hash tag, and admin
+//! look-ups, which name keys here too, find them.
+
+use hmac::{Hmac, KeyInit, Mac};
+use sha2::Sha256;
 
 use crate::domain::{Action, Subject};
 
@@ -12,13 +21,60 @@ use crate::domain::{Action, Subject};
 #[derive(Debug, Clone)]
 pub struct Keys {
     prefix: String,
+    ids: Option<IdHash>,
 }
 
+/// The keyed hash of subject ids (`store.hash_subject_ids`): HMAC-SHA256
+/// over `kind:id`, its first 128 bits in hex. Keyed, so that whoever reads
+/// the key names cannot hash every phone number to find one.
+#[derive(Clone)]
+struct IdHash(Hmac<Sha256>);
+
+impl std::fmt::Debug for IdHash {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("IdHash(***)")
+    }
+}
+
+/// Hex digits of a hashed id: 128 bits, far from any collision among the
+/// ids one deployment sees.
+const HASHED_ID_BYTES: usize = 16;
+
+impl IdHash {
+    fn id(&self, kind: &str, id: &str) -> String {
+        let mut mac = self.0.clone();
+        mac.update(kind.as_bytes());
+        mac.update(b":");
+        mac.update(id.as_bytes());
+        let digest = mac.finalize().into_bytes();
+        let mut hex = String::with_capacity(2 * HASHED_ID_BYTES);
+        for byte in &digest[..HASHED_ID_BYTES] {
+            hex.push(char::from(HEX[usize::from(byte >> 4)]));
+            hex.push(char::from(HEX[usize::from(byte & 0xf)]));
+        }
+        hex
+    }
+}
+
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
 impl Keys {
-    /// Keys under `prefix`.
+    /// Keys under `prefix`, subject ids in clear.
     pub fn new(prefix: impl Into<String>) -> Self {
         Self {
             prefix: prefix.into(),
+            ids: None,
+        }
+    }
+
+    /// Keys under `prefix`, subject ids replaced by their HMAC under
+    /// `secret` (`store.hash_subject_ids`).
+    pub fn hashed(prefix: impl Into<String>, secret: &[u8]) -> Self {
+        let mac = <Hmac<Sha256> as KeyInit>::new_from_slice(secret)
+            .expect("HMAC accepts keys of any length");
+        Self {
+            prefix: prefix.into(),
+            ids: Some(IdHash(mac)),
         }
     }
 
@@ -81,6 +137,10 @@ impl Keys {
 
     /// The lock record of the (user, IP) pair.
     pub fn pair_lock(&self, user: &str, ip: &str) -> String {
+        let ip = match &self.ids {
+            Some(hash) => hash.id("ip", ip).into(),
+            None => std::borrow::Cow::Borrowed(ip),
+        };
         self.subject_key("user", user, &format!("lock:ip:{ip}"))
     }
 
@@ -102,7 +162,10 @@ impl Keys {
     /// `prefix:{kind:id}:suffix`, built without the formatting machinery
     /// (three of these per request).
     fn subject_key(&self, kind: &str, id: &str, suffix: &str) -> String {
-        let id = escape(id);
+        let id = match &self.ids {
+            Some(hash) => hash.id(kind, id).into(),
+            None => escape(id),
+        };
         let mut key =
             String::with_capacity(self.prefix.len() + kind.len() + id.len() + suffix.len() + 5);
         for part in [&self.prefix, ":{", kind, ":", &id, "}:", suffix] {
@@ -154,6 +217,33 @@ mod tests {
             keys.subject_conversion(&country),
             "tg:{country:CN}:conversion"
         );
+    }
+
+    #[test]
+    fn hashed_ids_hide_the_id_and_keep_one_tag_per_subject() {
+        let keys = Keys::hashed("tg", b"0123456789abcdef-secret");
+        let otp = keys.otp("phone", "+8613800138000");
+        assert!(!otp.contains("8613800138000"), "{otp}");
+        let tag = |key: &str| key[key.find('{').unwrap()..=key.find('}').unwrap()].to_string();
+        assert_eq!(
+            tag(&otp),
+            tag(&keys.window("phone", "+8613800138000", "sms_send"))
+        );
+        let pair = keys.pair_lock("alice", "192.0.2.7");
+        assert!(
+            !pair.contains("alice") && !pair.contains("192.0.2.7"),
+            "{pair}"
+        );
+        assert_eq!(tag(&pair), tag(&keys.lock("user", "alice")));
+        assert_eq!(tag(&pair), tag(&keys.pair_index("alice")));
+        assert_eq!(otp.len(), "tg:{phone:}:otp".len() + 32);
+        // Another kind, or another secret, another hash.
+        assert_ne!(
+            tag(&keys.lock("user", "x")),
+            tag(&keys.lock("ip", "x")).replace("ip:", "user:")
+        );
+        let other = Keys::hashed("tg", b"another secret, as long as this");
+        assert_ne!(other.otp("phone", "+8613800138000"), otp);
     }
 
     #[test]

@@ -9,12 +9,17 @@
 //! after a hit, a lock key `escalation_reset_ms` past the lock's end, a code for
 //! its TTL; an entry counts as gone once `now > expires_at`, as in Redis.
 //! [`MemoryStore::sweep`] frees expired entries.
+//!
+//! Every call re-counts the bytes of the subject it touched against the
+//! store's memory limit (`budget.rs`); past it, the least recently touched
+//! subjects that are not locked are evicted.
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use dashmap::DashMap;
 
+use self::budget::Budget;
 use self::conversion::Conversion;
 use self::entry::{wrong_type, Entry, Subject, Value};
 use self::expiring::Expiring;
@@ -24,6 +29,7 @@ use super::{
     LoginStateOutcome, OtpOutcome, PeekOutcome, StoreError, WindowSpec, WindowStore,
 };
 
+mod budget;
 mod conversion;
 mod entry;
 mod expiring;
@@ -37,23 +43,59 @@ mod windows;
 pub struct MemoryStore {
     clock: Arc<dyn Clock>,
     subjects: DashMap<String, Subject>,
+    budget: Budget,
 }
 
 impl MemoryStore {
-    /// An empty store that reads the time from `clock`.
+    /// An empty store that reads the time from `clock`, without a memory
+    /// limit (tests and benchmarks).
     pub fn new(clock: Arc<dyn Clock>) -> Self {
+        Self::with_limit(clock, usize::MAX)
+    }
+
+    /// An empty store that evicts idle subjects once they are counted to
+    /// hold more than `limit` bytes (`store.memory_limit`).
+    pub fn with_limit(clock: Arc<dyn Clock>, limit: usize) -> Self {
         Self {
             clock,
             subjects: DashMap::new(),
+            budget: Budget::new(limit),
         }
+    }
+
+    /// The bytes the subjects are counted to hold now.
+    pub fn accounted_bytes(&self) -> usize {
+        self.budget.used()
+    }
+
+    /// The memory limit, in bytes.
+    pub fn memory_limit(&self) -> usize {
+        self.budget.limit()
+    }
+
+    /// Subjects evicted to stay within the limit since the store was made.
+    pub fn evictions(&self) -> u64 {
+        self.budget.evictions()
+    }
+
+    /// How many subjects the store holds.
+    pub fn subject_count(&self) -> usize {
+        self.subjects.len()
     }
 
     /// Drop expired entries, and subjects left without any. Call periodically.
     pub fn sweep(&self) {
         let now = self.clock.now_ms();
-        self.subjects.retain(|_, subject| {
+        self.subjects.retain(|shard, subject| {
             subject.entries.retain(|_, entry| !entry.expired(now));
-            !subject.entries.is_empty()
+            if subject.entries.is_empty() {
+                self.budget.recount(subject.bytes, 0);
+                return false;
+            }
+            let bytes = subject.footprint(shard.len());
+            self.budget.recount(subject.bytes, bytes);
+            subject.bytes = bytes;
+            true
         });
     }
 
@@ -71,10 +113,11 @@ impl MemoryStore {
     fn with_conversion<T>(
         &self,
         key: &str,
+        access: Access,
         f: impl FnOnce(&mut Conversion, u64) -> (T, Option<u64>),
     ) -> Result<T, StoreError> {
         let now = self.clock.now_ms();
-        self.with_subject(key, |subject| {
+        self.with_subject(key, now, access, |subject| {
             subject.change_conversion(key, now, |c| f(c, now))
         })
     }
@@ -83,23 +126,74 @@ impl MemoryStore {
     fn with_expiring<T>(
         &self,
         key: &str,
+        access: Access,
         f: impl FnOnce(&mut Expiring, u64) -> (T, Option<u64>),
     ) -> Result<T, StoreError> {
         let now = self.clock.now_ms();
-        self.with_subject(key, |subject| {
+        self.with_subject(key, now, access, |subject| {
             subject.change_expiring(key, now, |set| f(set, now))
         })
     }
 
-    /// Run `f` on the subject that owns `key`, under that subject's lock.
-    fn with_subject<T>(&self, key: &str, f: impl FnOnce(&mut Subject) -> T) -> T {
+    /// Run `f` on the subject that owns `key`, under that subject's lock,
+    /// at `now`; then re-count its bytes, drop it when `f` left it empty,
+    /// and evict when the store is over its limit.
+    fn with_subject<T>(
+        &self,
+        key: &str,
+        now: u64,
+        access: Access,
+        f: impl FnOnce(&mut Subject) -> T,
+    ) -> T {
         let shard = shard_of(key);
-        if let Some(mut subject) = self.subjects.get_mut(shard) {
-            return f(&mut subject);
+        let (out, empty) = match self.subjects.get_mut(shard) {
+            Some(mut subject) => self.run(&mut subject, shard, now, access, f),
+            // A read of a subject the store does not hold sees an empty one,
+            // without taking a shard's write lock or keeping anything.
+            None if access == Access::Read => return f(&mut Subject::default()),
+            None => {
+                let mut subject = self.subjects.entry(shard.to_owned()).or_default();
+                self.run(&mut subject, shard, now, access, f)
+            }
+        };
+        // The subject's guard is dropped: removing and evicting take shard
+        // locks of their own.
+        if empty {
+            if let Some((_, gone)) = self.subjects.remove_if(shard, |_, s| s.entries.is_empty()) {
+                self.budget.recount(gone.bytes, 0);
+            }
         }
-        let mut subject = self.subjects.entry(shard.to_owned()).or_default();
-        f(&mut subject)
+        if self.budget.over() {
+            self.budget.evict(&self.subjects, now);
+        }
+        out
     }
+
+    fn run<T>(
+        &self,
+        subject: &mut Subject,
+        shard: &str,
+        now: u64,
+        access: Access,
+        f: impl FnOnce(&mut Subject) -> T,
+    ) -> (T, bool) {
+        let out = f(subject);
+        if access == Access::Write {
+            subject.touched = subject.touched.max(now);
+        }
+        self.budget.recount_subject(subject, shard);
+        (out, subject.entries.is_empty())
+    }
+}
+
+/// Whether a call changes its subject. Only changes count as a touch for
+/// the memory limit: were reads to count, `/login/check` (which records
+/// nothing and no limit counts) would let a client keep its own names the
+/// newest for free, so that a victim's counters are the oldest and go first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Access {
+    Read,
+    Write,
 }
 
 /// The hash tag of a key by the Redis Cluster rule: the text between the first
@@ -120,12 +214,14 @@ fn shard_of(key: &str) -> &str {
 impl WindowStore for MemoryStore {
     async fn hit(&self, req: HitRequest<'_>) -> Result<HitOutcome, StoreError> {
         let now = self.clock.now_ms();
-        self.with_subject(req.key, |subject| windows::hit(subject, &req, now))
+        self.with_subject(req.key, now, Access::Write, |subject| {
+            windows::hit(subject, &req, now)
+        })
     }
 
     async fn peek(&self, key: &str, windows: &[WindowSpec]) -> Result<PeekOutcome, StoreError> {
         let now = self.clock.now_ms();
-        self.with_subject(key, |subject| {
+        self.with_subject(key, now, Access::Read, |subject| {
             self::windows::peek(subject, key, windows, now)
         })
     }
@@ -137,7 +233,7 @@ impl WindowStore for MemoryStore {
         windows: &[WindowSpec],
     ) -> Result<(), StoreError> {
         let now = self.clock.now_ms();
-        self.with_subject(key, |subject| {
+        self.with_subject(key, now, Access::Write, |subject| {
             self::windows::undo(subject, key, member, windows, now)
         })
     }
@@ -148,7 +244,9 @@ impl WindowStore for MemoryStore {
     ) -> Result<LoginAttemptOutcome, StoreError> {
         let now = self.clock.now_ms();
         // Both keys share the subject's hash tag, so they are in this shard.
-        self.with_subject(req.window_key, |subject| login::attempt(subject, &req, now))
+        self.with_subject(req.window_key, now, Access::Write, |subject| {
+            login::attempt(subject, &req, now)
+        })
     }
 
     async fn login_state(
@@ -159,7 +257,7 @@ impl WindowStore for MemoryStore {
         policy: &LoginPolicy,
     ) -> Result<LoginStateOutcome, StoreError> {
         let now = self.clock.now_ms();
-        self.with_subject(window_key, |subject| {
+        self.with_subject(window_key, now, Access::Read, |subject| {
             login::state(subject, window_key, lock_key, pair_lock_key, policy, now)
         })
     }
@@ -171,14 +269,14 @@ impl WindowStore for MemoryStore {
         max: usize,
     ) -> Result<Vec<String>, StoreError> {
         let now = self.clock.now_ms();
-        self.with_subject(key, |subject| {
+        self.with_subject(key, now, Access::Read, |subject| {
             subject.read_window(key, now, |w| w.newest_within(now, window_ms, max))
         })
     }
 
     async fn index_members(&self, key: &str, max: usize) -> Result<Vec<String>, StoreError> {
         let now = self.clock.now_ms();
-        self.with_subject(key, |subject| {
+        self.with_subject(key, now, Access::Read, |subject| {
             subject.read_window(key, now, |index| index.newest(max))
         })
     }
@@ -188,7 +286,9 @@ impl WindowStore for MemoryStore {
         hit: ConversionHit<'_>,
         force: bool,
     ) -> Result<ConversionOutcome, StoreError> {
-        self.with_conversion(hit.key, |c, now| c.hit(hit.policy, now, force))
+        self.with_conversion(hit.key, Access::Write, |c, now| {
+            c.hit(hit.policy, now, force)
+        })
     }
 
     async fn conversion_count(
@@ -196,14 +296,14 @@ impl WindowStore for MemoryStore {
         key: &str,
         policy: &ConversionPolicy,
     ) -> Result<Option<u64>, StoreError> {
-        self.with_conversion(key, |c, now| {
+        self.with_conversion(key, Access::Write, |c, now| {
             let (slice, expires_at) = c.count(policy, now);
             (Some(slice), Some(expires_at))
         })
     }
 
     async fn conversion_undo(&self, key: &str, slice: u64) -> Result<(), StoreError> {
-        self.with_conversion(key, |c, _| (c.undo(slice), None))
+        self.with_conversion(key, Access::Write, |c, _| (c.undo(slice), None))
     }
 
     async fn conversion_success(
@@ -211,7 +311,9 @@ impl WindowStore for MemoryStore {
         key: &str,
         policy: &ConversionPolicy,
     ) -> Result<(), StoreError> {
-        self.with_conversion(key, |c, now| ((), Some(c.success(policy, now))))
+        self.with_conversion(key, Access::Write, |c, now| {
+            ((), Some(c.success(policy, now)))
+        })
     }
 
     async fn conversion_state(
@@ -219,17 +321,17 @@ impl WindowStore for MemoryStore {
         key: &str,
         policy: &ConversionPolicy,
     ) -> Result<ConversionState, StoreError> {
-        self.with_conversion(key, |c, now| (c.state(policy, now), None))
+        self.with_conversion(key, Access::Read, |c, now| (c.state(policy, now), None))
     }
 
     async fn expiring_add(&self, key: &str, member: &str, ttl_ms: u64) -> Result<(), StoreError> {
-        self.with_expiring(key, |set, now| {
+        self.with_expiring(key, Access::Write, |set, now| {
             ((), Some(set.add(member, now + ttl_ms, now)))
         })
     }
 
     async fn expiring_remove(&self, key: &str, member: &str) -> Result<(), StoreError> {
-        self.with_expiring(key, |set, _| (set.remove(member), None))
+        self.with_expiring(key, Access::Write, |set, _| (set.remove(member), None))
     }
 
     async fn expiring_members(
@@ -237,7 +339,7 @@ impl WindowStore for MemoryStore {
         key: &str,
         limit: usize,
     ) -> Result<ExpiringMembers, StoreError> {
-        self.with_expiring(key, |set, now| (set.live(now, limit), None))
+        self.with_expiring(key, Access::Read, |set, now| (set.live(now, limit), None))
     }
 
     async fn otp_put(
@@ -248,41 +350,54 @@ impl WindowStore for MemoryStore {
         ttl_ms: u64,
     ) -> Result<(), StoreError> {
         let now = self.clock.now_ms();
-        self.with_subject(key, |subject| {
+        self.with_subject(key, now, Access::Write, |subject| {
             subject.put_otp(key, mac, attempts, ttl_ms, now)
         });
         Ok(())
     }
 
-    async fn otp_check(&self, key: &str, mac: &str) -> Result<OtpOutcome, StoreError> {
+    async fn otp_check(
+        &self,
+        key: &str,
+        mac: &str,
+        attempts: u32,
+        ttl_ms: u64,
+    ) -> Result<OtpOutcome, StoreError> {
         let now = self.clock.now_ms();
-        self.with_subject(key, |subject| subject.check_otp(key, mac, now))
+        self.with_subject(key, now, Access::Write, |subject| {
+            subject.check_otp(key, mac, (attempts, ttl_ms), now)
+        })
     }
 
     async fn delete(&self, keys: &[String]) -> Result<(), StoreError> {
+        let now = self.clock.now_ms();
         for key in keys {
-            self.with_subject(key, |subject| subject.entries.remove(key));
+            self.with_subject(key, now, Access::Write, |subject| {
+                subject.entries.remove(key)
+            });
         }
         Ok(())
     }
 
     async fn get_or_init(&self, key: &str, candidate: &str) -> Result<String, StoreError> {
         let now = self.clock.now_ms();
-        self.with_subject(key, |subject| match subject.live(key, now) {
-            Some(Entry {
-                value: Value::Text(v),
-                ..
-            }) => Ok(v.clone()),
-            Some(e) => Err(wrong_type(key, &e.value, "text")),
-            None => {
-                subject.entries.insert(
-                    key.to_owned(),
-                    Entry {
-                        value: Value::Text(candidate.to_owned()),
-                        expires_at: None,
-                    },
-                );
-                Ok(candidate.to_owned())
+        self.with_subject(key, now, Access::Write, |subject| {
+            match subject.live(key, now) {
+                Some(Entry {
+                    value: Value::Text(v),
+                    ..
+                }) => Ok(v.clone()),
+                Some(e) => Err(wrong_type(key, &e.value, "text")),
+                None => {
+                    subject.entries.insert(
+                        key.to_owned(),
+                        Entry {
+                            value: Value::Text(candidate.to_owned()),
+                            expires_at: None,
+                        },
+                    );
+                    Ok(candidate.to_owned())
+                }
             }
         })
     }
@@ -332,3 +447,6 @@ mod tests {
         assert_eq!(store.subjects.len(), 0, "the empty subject is freed");
     }
 }
+
+#[cfg(test)]
+mod limit_tests;

@@ -20,8 +20,8 @@ use async_trait::async_trait;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use conversion::{
-    ConversionBlock, ConversionHit, ConversionOutcome, ConversionPolicy, ConversionState,
-    ConversionVerdict, ExpiringMembers,
+    normal_milli, ConversionBlock, ConversionHit, ConversionOutcome, ConversionPolicy,
+    ConversionState, ConversionVerdict, Escalation, ExpiringMembers, Surge, HISTORY_BUCKETS,
 };
 pub use keys::Keys;
 pub use login::{
@@ -120,13 +120,14 @@ pub trait WindowStore: Send + Sync {
 
     /// Everything `/sms/send` writes, in as few round trips as the backend
     /// allows. First the conversions ([`WindowStore::conversion_hit`] per
-    /// subject): when one refuses and not `force`, nothing else is read or
+    /// subject): when one blocks and not `force`, nothing else is read or
     /// written (each window subject's outcome is [`HitOutcome::open`]).
     /// Then `member` is offered to every subject ([`WindowStore::hit`]
-    /// semantics per subject); when every subject allows it (or `force`) the
-    /// event is recorded in all of them, the code stored and the event
-    /// counted in every conversion, otherwise nothing is written (a
-    /// conversion's block, once tripped, stays). The provided method checks
+    /// semantics per subject); when every subject allows it, no conversion
+    /// challenges it without `gate_open` (or `force`), the event is recorded
+    /// in all of them, the code stored and the event counted in every
+    /// conversion, otherwise nothing is written (a conversion's escalation,
+    /// once tripped, stays). The provided method checks
     /// the conversions, calls `hit` per subject concurrently and rolls back
     /// (a race can then refuse a request that an atomic call would have
     /// admitted, never the reverse), then counts the recorded event in each
@@ -173,13 +174,27 @@ pub trait WindowStore: Send + Sync {
     ) -> Result<Vec<String>, StoreError>;
 
     /// Offer one event to one subject's conversion counters, atomically:
-    /// 1. a live block answers `Blocked` with the figures it was set on:
-    ///    an enforced block always, a shadow one only when `force`;
-    /// 2. otherwise the events and successes of the policy's last `slices()`
-    ///    slices are summed (older slices are dropped); when they
-    ///    [trip](ConversionPolicy::trips) the policy, the counters are
-    ///    deleted and a block is set for `block_ms` with those figures,
-    ///    marked shadow when `force` → `Tripped`;
+    /// 1. slices older than the policy's last `slices()` are dropped; with a
+    ///    [`Surge`], each that [teaches](ConversionPolicy::teaches) adds its
+    ///    events to its history bucket first, and buckets older than the
+    ///    [`HISTORY_BUCKETS`] before the current one are dropped; the normal
+    ///    is [`ConversionPolicy::normal`] of the events in those buckets;
+    /// 2. a live escalation answers with the figures (and normal) it was set
+    ///    on: an enforced one always, a shadow one only when `force`. A
+    ///    block → `Blocked`; a challenge → `Challenged`, unless the policy
+    ///    escalates, `force` is the challenge's own mode, and the slices from
+    ///    the challenge's first on [surge](ConversionPolicy::surges): then
+    ///    those counters are deleted (the history stays) and a block is set
+    ///    for `block_ms` on their figures, the normal now and the
+    ///    challenge's mode → `Tripped`;
+    /// 3. otherwise the window's events and successes are summed; when they
+    ///    [trip](ConversionPolicy::trips) a policy without a surge, the
+    ///    counters are deleted and a block is set for `block_ms` with those
+    ///    figures → `Tripped`; when they [surge](ConversionPolicy::surges)
+    ///    under a policy with one, a challenge is set for `block_ms` with
+    ///    those figures and the normal, its first slice the next one, the
+    ///    counters kept → `ChallengeTripped`; either marked shadow when
+    ///    `force`. The key then lives [`ConversionPolicy::trip_keep_ms`].
     ///
     /// The event itself is not counted here ([`WindowStore::reserve`] or
     /// [`WindowStore::conversion_count`] count it once it is recorded), so
@@ -192,8 +207,8 @@ pub trait WindowStore: Send + Sync {
 
     /// Count one event (a recorded send) in the current slice
     /// (`now / slice_ms`), and answer that slice; the key then expires after
-    /// the window, or after its block when that ends later. `None`: nothing
-    /// was counted (a store failing open).
+    /// [`ConversionPolicy::keep_ms`], or after its escalation when that ends
+    /// later. `None`: nothing was counted (a store failing open).
     async fn conversion_count(
         &self,
         key: &str,
@@ -211,8 +226,9 @@ pub trait WindowStore: Send + Sync {
         policy: &ConversionPolicy,
     ) -> Result<(), StoreError>;
 
-    /// A subject's counts in the window and its live block (shadow or not),
-    /// recording nothing.
+    /// A subject's counts in the window, its normal (as step 1 of
+    /// [`WindowStore::conversion_hit`] would find it) and its live
+    /// escalation (shadow or not), recording nothing.
     async fn conversion_state(
         &self,
         key: &str,
@@ -245,8 +261,17 @@ pub trait WindowStore: Send + Sync {
 
     /// Check a code: a match deletes it (`Valid`, single use); a miss uses up
     /// one attempt (`Wrong`), the last one burns it (kept until its expiry so
-    /// that further tries answer `Burnt`).
-    async fn otp_check(&self, key: &str, mac: &str) -> Result<OtpOutcome, StoreError>;
+    /// that further tries answer `Burnt`). Without a code at `key` (never
+    /// put, used, expired) a stand-in is put first that no MAC matches,
+    /// with `attempts` tries for `ttl_ms`, and the try is a miss on it: the
+    /// answers never tell whether a code was pending.
+    async fn otp_check(
+        &self,
+        key: &str,
+        mac: &str,
+        attempts: u32,
+        ttl_ms: u64,
+    ) -> Result<OtpOutcome, StoreError>;
 
     /// Delete keys (a failed delivery's code, an admin unblock).
     async fn delete(&self, keys: &[String]) -> Result<(), StoreError>;

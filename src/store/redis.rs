@@ -34,6 +34,14 @@ mod window_store;
 
 static NEXT_STORE_ID: AtomicU64 = AtomicU64::new(0);
 
+/// The longest the reconnect policy below waits before the first attempt
+/// (its 100 ms delay plus up to 100 ms of jitter).
+const FIRST_ATTEMPT_DELAY: Duration = Duration::from_millis(200);
+
+/// The bound of one walk of the keyspace (`delete_prefix`, `keys_with_prefix`:
+/// tests and benchmarks).
+const KEYSPACE_WALK_TIMEOUT: Duration = Duration::from_secs(120);
+
 thread_local! {
     /// Per-thread clients, by store id (a process may hold several stores).
     static THREAD_CLIENTS: RefCell<Vec<(u64, Client)>> = const { RefCell::new(Vec::new()) };
@@ -96,6 +104,8 @@ impl RedisStore {
             tracing::warn!(error = %error.details(), %server, "Redis connection error");
             Ok(())
         });
+        // Subscribed before connecting, so the first attempt's failure is seen.
+        let mut first_error = client.error_rx();
         // The task that drives the connection and reconnects; it runs until the
         // client quits (see `Drop`).
         let _connection = client.connect();
@@ -107,16 +117,34 @@ impl RedisStore {
             timeout,
             scripts: Scripts::new(),
         };
-        let deadline = tokio::time::Instant::now() + timeout;
-        while !store.client.is_connected() && tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        if store.client.is_connected() {
-            if let Err(error) = store.load_scripts().await {
-                tracing::warn!(%error, "could not preload the Lua scripts; they load on first use");
+        // Wait for the first attempt's outcome, not for `timeout`: the
+        // reconnect policy delays even the first attempt by 100-200 ms, so a
+        // 100 ms wait warned at every start-up, Redis up or not.
+        let first = tokio::time::timeout(connect_timeout + FIRST_ATTEMPT_DELAY, async {
+            tokio::select! {
+                connected = store.client.wait_for_connect() => {
+                    connected.map_err(|e| e.details().to_string())
+                }
+                failed = first_error.recv() => {
+                    Err(failed.map(|(e, _)| e.details().to_string()).unwrap_or_default())
+                }
             }
-        } else {
-            tracing::warn!("Redis is not reachable yet; reconnecting in the background");
+        })
+        .await;
+        match first {
+            Ok(Ok(())) => {
+                if let Err(error) = store.load_scripts().await {
+                    tracing::warn!(%error, "could not preload the Lua scripts; they load on first use");
+                }
+            }
+            Ok(Err(error)) => tracing::warn!(
+                %error,
+                "Redis is not reachable yet; reconnecting in the background"
+            ),
+            Err(_) => tracing::warn!(
+                waited_ms = (connect_timeout + FIRST_ATTEMPT_DELAY).as_millis() as u64,
+                "Redis is not reachable yet; reconnecting in the background"
+            ),
         }
         Ok(store)
     }
@@ -134,17 +162,46 @@ impl RedisStore {
     /// many were deleted. For tests and benchmarks that use a throw-away key
     /// prefix: it walks the whole keyspace.
     pub async fn delete_prefix(&self, prefix: &str) -> Result<u64, StoreError> {
-        let pattern = format!("{}:*", glob_escape(prefix));
-        let keys: Vec<fred::types::Key> = if self.client.is_clustered() {
-            let scan = self.client.scan_cluster_buffered(pattern, Some(500), None);
-            self.run(scan.try_collect()).await?
-        } else {
-            let scan = self.client.scan_buffered(pattern, Some(500), None);
-            self.run(scan.try_collect()).await?
-        };
+        let keys = self.scan_prefix(prefix).await?;
         let deleted = keys.len() as u64;
         self.delete_keys(keys).await?;
         Ok(deleted)
+    }
+
+    /// The names of every key that starts with `prefix:` (`SCAN`), for
+    /// tests that look at what a deployment leaves in Redis. It walks the
+    /// whole keyspace.
+    pub async fn keys_with_prefix(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
+        let keys = self.scan_prefix(prefix).await?;
+        Ok(keys
+            .iter()
+            .map(|k| String::from_utf8_lossy(k.as_bytes()).into_owned())
+            .collect())
+    }
+
+    /// A walk of the whole keyspace is many calls, not one: it is bounded by
+    /// `KEYSPACE_WALK_TIMEOUT`, not by the per-call timeout (a shared Redis
+    /// holding millions of other keys took longer than 2 s under a loaded CI).
+    async fn scan_prefix(&self, prefix: &str) -> Result<Vec<fred::types::Key>, StoreError> {
+        let pattern = format!("{}:*", glob_escape(prefix));
+        let walk = async {
+            if self.client.is_clustered() {
+                let scan = self.client.scan_cluster_buffered(pattern, Some(1000), None);
+                scan.try_collect().await
+            } else {
+                let scan = self.client.scan_buffered(pattern, Some(1000), None);
+                scan.try_collect().await
+            }
+        };
+        if !self.client.is_connected() {
+            return Err(StoreError::Unavailable(
+                "not connected to Redis (reconnecting)".into(),
+            ));
+        }
+        match tokio::time::timeout(KEYSPACE_WALK_TIMEOUT, walk).await {
+            Err(_) => Err(StoreError::Timeout),
+            Ok(result) => result.map_err(store_error),
+        }
     }
 
     /// One `DEL` per key, pipelined: the keys may be in different slots.

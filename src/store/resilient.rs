@@ -258,8 +258,14 @@ impl WindowStore for ResilientStore {
         resilient!(self, |s| s.otp_put(key, mac, attempts, ttl_ms), open: None)
     }
 
-    async fn otp_check(&self, key: &str, mac: &str) -> Result<OtpOutcome, StoreError> {
-        resilient!(self, |s| s.otp_check(key, mac), open: None)
+    async fn otp_check(
+        &self,
+        key: &str,
+        mac: &str,
+        attempts: u32,
+        ttl_ms: u64,
+    ) -> Result<OtpOutcome, StoreError> {
+        resilient!(self, |s| s.otp_check(key, mac, attempts, ttl_ms), open: None)
     }
 
     async fn delete(&self, keys: &[String]) -> Result<(), StoreError> {

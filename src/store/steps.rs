@@ -17,7 +17,8 @@ pub(super) async fn reserve<S: WindowStore + ?Sized>(
     store: &S,
     req: ReserveRequest<'_>,
 ) -> Result<ReserveOutcome, StoreError> {
-    // The conversions first: a block refuses before any window is touched.
+    // The conversions first: a block refuses before any window is touched
+    // (a challenge lets them be read, so that a rate limit answers first).
     // They count nothing yet, so that requests refused meanwhile (however
     // many race) never count towards a block.
     let checks = req
@@ -28,7 +29,7 @@ pub(super) async fn reserve<S: WindowStore + ?Sized>(
         .await
         .into_iter()
         .collect::<Result<Vec<_>, _>>()?;
-    if conversions.iter().any(ConversionOutcome::refuses) && !req.force {
+    if conversions.iter().any(ConversionOutcome::blocks) && !req.force {
         return Ok(ReserveOutcome {
             outcomes: req
                 .subjects
@@ -65,7 +66,8 @@ pub(super) async fn reserve<S: WindowStore + ?Sized>(
             Err(e) => error = Some(e),
         }
     }
-    let refused = outcomes.iter().any(|o| o.verdict != HitVerdict::Allowed);
+    let refused = outcomes.iter().any(|o| o.verdict != HitVerdict::Allowed)
+        || conversions.iter().any(|c| c.refuses(req.gate_open));
     let mut recorded = error.is_none() && (req.force || !refused);
     if recorded {
         if let Some(code) = req.code {

@@ -221,10 +221,10 @@ pub enum OtpOutcome {
     /// The code was right; `attempts_left` counts the tries it had left
     /// before this one.
     Valid { attempts_left: u32 },
-    /// Wrong code; `attempts_left` 0 means this try burnt the code.
+    /// Wrong code, or no code (a stand-in took the try); `attempts_left` 0
+    /// means this try burnt it.
     Wrong { attempts_left: u32 },
-    /// The code was already burnt by wrong tries; it expires after this long.
+    /// The code (or stand-in) was already burnt by wrong tries; it expires
+    /// after this long.
     Burnt { retry_after_ms: u64 },
-    /// No code: never sent, used, or expired.
-    Missing,
 }

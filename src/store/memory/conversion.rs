@@ -1,27 +1,37 @@
 //! The in-process twin of a conversion hash (see `lua/reserve.lua` and
 //! `lua/conversion_*.lua`): per slice a pair of counters (events,
-//! successes), and the block with the figures it was set on.
+//! successes), with a surge policy the history buckets its normal is
+//! learnt from, and the escalation (challenge or block) with the figures
+//! it was set on.
 
 use std::collections::BTreeMap;
 
+use crate::store::conversion::normal_milli;
 use crate::store::{
     ConversionBlock, ConversionOutcome, ConversionPolicy, ConversionState, ConversionVerdict,
+    Escalation, HISTORY_BUCKETS,
 };
 
-/// One subject's conversion counters and block.
+/// One subject's conversion counters and escalation.
 #[derive(Debug, Clone, Default)]
 pub(super) struct Conversion {
     /// Slice index (`time / slice_ms`) → (events, successes).
     slices: BTreeMap<u64, (u32, u32)>,
-    block: Option<Block>,
+    /// Bucket index (`time / bucket_ms`) → events taught (surge only).
+    buckets: BTreeMap<u64, u64>,
+    level: Option<Level>,
 }
 
 #[derive(Debug, Clone, Copy)]
-struct Block {
+struct Level {
+    escalation: Escalation,
     until: u64,
     events: u32,
     successes: u32,
     shadow: bool,
+    normal_milli: u64,
+    /// The first slice counted entirely under the challenge.
+    from: u64,
 }
 
 /// What a change asks of the key's expiry: keep it, or set it to this time.
@@ -29,7 +39,22 @@ pub(super) type Expiry = Option<u64>;
 
 impl Conversion {
     pub(super) fn is_empty(&self) -> bool {
-        self.slices.is_empty() && self.block.is_none()
+        self.slices.is_empty() && self.buckets.is_empty() && self.level.is_none()
+    }
+
+    /// Heap bytes, estimated: a B-tree node holds up to 11 pairs and is
+    /// about half full at worst, so twice the pairs' size each.
+    pub(super) fn footprint(&self) -> usize {
+        use std::mem::size_of;
+        2 * (self.slices.len() * size_of::<(u64, (u32, u32))>()
+            + self.buckets.len() * size_of::<(u64, u64)>())
+    }
+
+    /// Whether a challenge or a block (shadow or not) is live: the memory
+    /// limit never evicts one, or flooding the store with fresh subjects
+    /// would lift a pumping block.
+    pub(super) fn escalated(&self, now: u64) -> bool {
+        self.level.is_some_and(|l| l.until > now)
     }
 
     /// The first slice a count at `now` still sums.
@@ -37,24 +62,70 @@ impl Conversion {
         (now / policy.slice_ms()).saturating_sub(policy.slices() - 1)
     }
 
-    /// Drop the slices no count sums any more, and a block that has ended.
+    /// The bucket a slice's events are taught in.
+    fn bucket_of(policy: &ConversionPolicy, bucket_ms: u64, slice: u64) -> u64 {
+        slice * policy.slice_ms() / bucket_ms
+    }
+
+    /// Drop the slices no count sums any more (with a surge, teaching the
+    /// normal those whose conversion met the threshold first), the buckets
+    /// the normal no longer reads, and an escalation that has ended.
     fn prune(&mut self, policy: &ConversionPolicy, now: u64) {
-        self.slices = self.slices.split_off(&Self::oldest(policy, now));
-        if self.block.is_some_and(|b| b.until <= now) {
-            self.block = None;
+        let live = self.slices.split_off(&Self::oldest(policy, now));
+        let stale = std::mem::replace(&mut self.slices, live);
+        if let Some(bucket_ms) = policy.bucket_ms() {
+            for (slice, (events, successes)) in stale {
+                if policy.teaches(events, successes) {
+                    let bucket = Self::bucket_of(policy, bucket_ms, slice);
+                    *self.buckets.entry(bucket).or_default() += u64::from(events);
+                }
+            }
+            let first_read = (now / bucket_ms).saturating_sub(HISTORY_BUCKETS);
+            self.buckets = self.buckets.split_off(&first_read);
+        }
+        if self.level.is_some_and(|l| l.until <= now) {
+            self.level = None;
         }
     }
 
-    fn sums(&self) -> (u32, u32) {
-        self.slices.values().fold((0, 0), |(e, s), (de, ds)| {
-            (e.saturating_add(*de), s.saturating_add(*ds))
-        })
+    /// Events and successes of the slices from `from` on that a count at
+    /// `now` sums.
+    fn sums_from(&self, policy: &ConversionPolicy, now: u64, from: u64) -> (u32, u32) {
+        let first = Self::oldest(policy, now).max(from);
+        self.slices
+            .range(first..)
+            .fold((0, 0), |(e, s), (_, (de, ds))| {
+                (e.saturating_add(*de), s.saturating_add(*ds))
+            })
     }
 
-    /// The key lives for the window, or until the block ends when later.
+    /// The normal at `now`: the events taught in the history's complete
+    /// buckets, those of slices not yet folded in included (a read-only
+    /// count sees what a prune would teach).
+    fn normal(&self, policy: &ConversionPolicy, now: u64) -> f64 {
+        let Some(bucket_ms) = policy.bucket_ms() else {
+            return 0.0;
+        };
+        let current = now / bucket_ms;
+        let read = current.saturating_sub(HISTORY_BUCKETS)..current;
+        let stored: u64 = self.buckets.range(read.clone()).map(|(_, n)| n).sum();
+        let unfolded: u64 = self
+            .slices
+            .range(..Self::oldest(policy, now))
+            .filter(|(slice, (e, s))| {
+                policy.teaches(*e, *s)
+                    && read.contains(&Self::bucket_of(policy, bucket_ms, **slice))
+            })
+            .map(|(_, (e, _))| u64::from(*e))
+            .sum();
+        policy.normal(stored + unfolded)
+    }
+
+    /// The key lives for [`ConversionPolicy::keep_ms`], or until the
+    /// escalation ends when later.
     fn expires_at(&self, policy: &ConversionPolicy, now: u64) -> u64 {
-        let counts = now + policy.slices() * policy.slice_ms();
-        self.block.map_or(counts, |b| counts.max(b.until))
+        let counts = now + policy.keep_ms();
+        self.level.map_or(counts, |l| counts.max(l.until))
     }
 
     /// `WindowStore::conversion_hit`, step by step: counts nothing.
@@ -65,34 +136,100 @@ impl Conversion {
         force: bool,
     ) -> (ConversionOutcome, Expiry) {
         self.prune(policy, now);
-        let (events, successes) = self.sums();
+        let (events, successes) = self.sums_from(policy, now, 0);
+        let normal = self.normal(policy, now);
         let mut outcome = ConversionOutcome {
             verdict: ConversionVerdict::Open,
             events,
             successes,
             counted_in: None,
+            normal_milli: policy.surge.map_or(0, |_| normal_milli(normal)),
         };
-        if let Some(block) = self.block.filter(|b| force || !b.shadow) {
-            outcome.verdict = ConversionVerdict::Blocked {
-                retry_after_ms: block.until - now,
+        if let Some(level) = self.level.filter(|l| force || !l.shadow) {
+            let retry_after_ms = level.until - now;
+            (outcome.events, outcome.successes) = (level.events, level.successes);
+            outcome.normal_milli = level.normal_milli;
+            if level.escalation == Escalation::Block {
+                outcome.verdict = ConversionVerdict::Blocked { retry_after_ms };
+                return (outcome, None);
+            }
+            outcome.verdict = ConversionVerdict::Challenged { retry_after_ms };
+            // Only events of the challenge's own mode escalate it: shadow
+            // mode never sets an enforced block.
+            let escalates = policy.surge.is_some_and(|s| s.block) && level.shadow == force;
+            let (since, passed) = self.sums_from(policy, now, level.from);
+            if !(escalates && policy.surges(since, passed, normal)) {
+                return (outcome, None);
+            }
+            self.slices.clear();
+            let base = Level {
+                normal_milli: normal_milli(normal),
+                ..level
             };
-            (outcome.events, outcome.successes) = (block.events, block.successes);
-            return (outcome, None);
+            return self.trip(policy, now, Escalation::Block, (since, passed), base);
         }
-        if !policy.trips(events, successes) {
-            return (outcome, None);
-        }
-        *self = Self {
-            slices: BTreeMap::new(),
-            block: Some(Block {
-                until: now + policy.block_ms,
-                events,
-                successes,
-                shadow: force,
-            }),
+        let tripped = match policy.surge {
+            None => policy.trips(events, successes),
+            Some(_) => policy.surges(events, successes, normal),
         };
-        outcome.verdict = ConversionVerdict::Tripped;
-        (outcome, Some(now + policy.block_ms))
+        if !tripped {
+            return (outcome, None);
+        }
+        let level = Level {
+            escalation: Escalation::Challenge,
+            until: 0,
+            events,
+            successes,
+            shadow: force,
+            normal_milli: outcome.normal_milli,
+            from: now / policy.slice_ms() + 1,
+        };
+        match policy.surge {
+            None => {
+                self.slices.clear();
+                self.trip(policy, now, Escalation::Block, (events, successes), level)
+            }
+            Some(_) => self.trip(
+                policy,
+                now,
+                Escalation::Challenge,
+                (events, successes),
+                level,
+            ),
+        }
+    }
+
+    /// Set the escalation `to`, for `block_ms` from now, on `figures`
+    /// (events, successes); the rest of `base` (shadow, normal, first slice)
+    /// carries over.
+    fn trip(
+        &mut self,
+        policy: &ConversionPolicy,
+        now: u64,
+        to: Escalation,
+        (events, successes): (u32, u32),
+        base: Level,
+    ) -> (ConversionOutcome, Expiry) {
+        let level = Level {
+            escalation: to,
+            until: now + policy.block_ms,
+            events,
+            successes,
+            ..base
+        };
+        self.level = Some(level);
+        let verdict = match to {
+            Escalation::Block => ConversionVerdict::Tripped,
+            Escalation::Challenge => ConversionVerdict::ChallengeTripped,
+        };
+        let outcome = ConversionOutcome {
+            verdict,
+            events,
+            successes,
+            counted_in: None,
+            normal_milli: level.normal_milli,
+        };
+        (outcome, Some(now + policy.trip_keep_ms()))
     }
 
     /// `WindowStore::conversion_count`: one event more, now; answers its
@@ -123,24 +260,23 @@ impl Conversion {
 
     /// `WindowStore::conversion_state`.
     pub(super) fn state(&self, policy: &ConversionPolicy, now: u64) -> ConversionState {
-        let oldest = Self::oldest(policy, now);
-        let (events, successes) = self
-            .slices
-            .range(oldest..)
-            .fold((0u32, 0u32), |(e, s), (_, (de, ds))| {
-                (e.saturating_add(*de), s.saturating_add(*ds))
-            });
+        let (events, successes) = self.sums_from(policy, now, 0);
         ConversionState {
             events,
             successes,
+            normal_milli: policy
+                .surge
+                .map_or(0, |_| normal_milli(self.normal(policy, now))),
             block: self
-                .block
-                .filter(|b| b.until > now)
-                .map(|b| ConversionBlock {
-                    retry_after_ms: b.until - now,
-                    events: b.events,
-                    successes: b.successes,
-                    shadow: b.shadow,
+                .level
+                .filter(|l| l.until > now)
+                .map(|l| ConversionBlock {
+                    level: l.escalation,
+                    retry_after_ms: l.until - now,
+                    events: l.events,
+                    successes: l.successes,
+                    shadow: l.shadow,
+                    normal_milli: l.normal_milli,
                 }),
         }
     }
@@ -149,12 +285,24 @@ impl Conversion {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::Surge;
 
     const POLICY: ConversionPolicy = ConversionPolicy {
         min_events: 3,
         min_ratio_ppm: 500_000,
         window_ms: 1_200,
         block_ms: 5_000,
+        surge: None,
+    };
+
+    /// Slices of 100 ms, buckets of 1,000 ms (a history of 7,000 ms).
+    const COUNTRY: ConversionPolicy = ConversionPolicy {
+        surge: Some(Surge {
+            factor_milli: 2_000,
+            history_ms: 7_000,
+            block: true,
+        }),
+        ..POLICY
     };
 
     #[test]
@@ -235,5 +383,71 @@ mod tests {
             (ConversionVerdict::Open, 1)
         );
         assert!(c.state(&POLICY, 30).block.is_some_and(|b| b.shadow));
+    }
+
+    #[test]
+    fn verified_slices_teach_the_normal_and_pumped_ones_do_not() {
+        let mut c = Conversion::default();
+        // Bucket 10 (10,000..11,000): four verified sends, then three pumped.
+        for t in [10_000, 10_010, 10_020, 10_030] {
+            c.count(&COUNTRY, t);
+        }
+        c.success(&COUNTRY, 10_040);
+        c.success(&COUNTRY, 10_050);
+        for t in [10_500, 10_510, 10_520] {
+            c.count(&COUNTRY, t);
+        }
+        // At 11,700 both slices are out of the window and bucket 10 complete.
+        let state = c.state(&COUNTRY, 11_700);
+        assert_eq!(
+            state.normal_milli, 686,
+            "4 × 1,200 / 7,000 = 0.686 a window"
+        );
+        c.hit(&COUNTRY, 11_700, false);
+        assert_eq!(c.buckets, BTreeMap::from([(10, 4)]), "folded on the hit");
+        assert_eq!(c.state(&COUNTRY, 11_700).normal_milli, 686);
+        // Bucket 10 is read until bucket 18 starts.
+        assert_eq!(c.state(&COUNTRY, 17_999).normal_milli, 686);
+        assert_eq!(c.state(&COUNTRY, 18_000).normal_milli, 0);
+    }
+
+    #[test]
+    fn a_surge_challenges_then_a_surge_past_the_captcha_blocks() {
+        let mut c = Conversion::default();
+        for t in [0, 10, 20] {
+            c.count(&COUNTRY, t);
+        }
+        let (challenged, expiry) = c.hit(&COUNTRY, 30, false);
+        assert_eq!(
+            (challenged.verdict, challenged.events),
+            (ConversionVerdict::ChallengeTripped, 3)
+        );
+        assert_eq!(expiry, Some(30 + 1_200 + 8_000), "the history is kept");
+        // Challenged sends that passed the captcha count; the first slice
+        // under the challenge is the next one (100..200).
+        c.count(&COUNTRY, 40);
+        let (still, _) = c.hit(&COUNTRY, 100, false);
+        assert_eq!(
+            still.verdict,
+            ConversionVerdict::Challenged {
+                retry_after_ms: 4_930
+            }
+        );
+        for t in [110, 120, 130] {
+            c.count(&COUNTRY, t);
+        }
+        let (blocked, _) = c.hit(&COUNTRY, 140, false);
+        assert_eq!(
+            (blocked.verdict, blocked.events, blocked.successes),
+            (ConversionVerdict::Tripped, 3, 0),
+            "three unverified sends past the captcha"
+        );
+        let state = c.state(&COUNTRY, 150);
+        let block = state.block.expect("a block");
+        assert_eq!(
+            (block.level, block.retry_after_ms),
+            (Escalation::Block, 4_990)
+        );
+        assert_eq!(state.events, 0, "the counts start afresh at the block");
     }
 }

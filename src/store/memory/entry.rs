@@ -14,6 +14,12 @@ use crate::store::StoreError;
 #[derive(Default)]
 pub(super) struct Subject {
     pub(super) entries: HashMap<String, Entry>,
+    /// The store's clock when a call last touched the subject: the memory
+    /// limit evicts the least recently touched first.
+    pub(super) touched: u64,
+    /// What the memory accounting last counted for the subject
+    /// ([`Subject::footprint`]), so that a change adds only its difference.
+    pub(super) bytes: usize,
 }
 
 /// One key's value and expiry.
@@ -41,6 +47,19 @@ pub(super) enum Value {
 }
 
 impl Value {
+    /// Heap bytes the value holds beyond its slot (see `footprint` on each).
+    fn footprint(&self) -> usize {
+        match self {
+            Value::Window(w) => w.footprint(),
+            Value::Lock { .. } => 0,
+            Value::Otp { mac, .. } => mac.capacity(),
+            Value::Text(t) => t.capacity(),
+            Value::Meter(m) => m.footprint(),
+            Value::Conversion(c) => c.footprint(),
+            Value::Expiring(e) => e.footprint(),
+        }
+    }
+
     fn type_name(&self) -> &'static str {
         match self {
             Value::Window(_) => "window",
@@ -63,6 +82,41 @@ pub(super) fn wrong_type(key: &str, found: &Value, wanted: &str) -> StoreError {
 }
 
 impl Subject {
+    /// The bytes this subject costs the process, estimated: its slot in the
+    /// store's map (counted twice: a hash table that doubles when 7/8 full
+    /// keeps about one spare slot per used one after it grows) with its
+    /// name `shard_len` long, its key table's slots, and each key's name and
+    /// value. Allocator rounding is not counted; `docs/store.md` gives the
+    /// measured ratio to the process's resident memory.
+    pub(super) fn footprint(&self, shard_len: usize) -> usize {
+        use std::mem::size_of;
+        let own = 2 * (size_of::<(String, Subject)>() + 1) + shard_len;
+        let slots = self.entries.capacity() * (size_of::<(String, Entry)>() + 1);
+        let keys: usize = self
+            .entries
+            .iter()
+            .map(|(key, entry)| key.capacity() + entry.value.footprint())
+            .sum();
+        own + slots + keys
+    }
+
+    /// Whether the memory limit must keep this subject now: it holds a live
+    /// lock (evicting it would unlock the account to whoever floods the
+    /// store with fresh names), a live pumping escalation, a process secret
+    /// (the code key, kept without expiry) or an expiring set (the index of
+    /// pumping blocks).
+    pub(super) fn pinned(&self, now: u64) -> bool {
+        self.entries.values().any(|e| {
+            !e.expired(now)
+                && match &e.value {
+                    Value::Lock { until, .. } => *until > now,
+                    Value::Conversion(c) => c.escalated(now),
+                    Value::Text(_) | Value::Expiring(_) => true,
+                    Value::Window(_) | Value::Otp { .. } | Value::Meter(_) => false,
+                }
+        })
+    }
+
     /// The live entry at `key`, dropping it first when it has expired.
     pub(super) fn live(&mut self, key: &str, now: u64) -> Option<&mut Entry> {
         if self.entries.get(key).is_some_and(|e| e.expired(now)) {

@@ -16,6 +16,13 @@ impl Expiring {
         self.members.is_empty()
     }
 
+    /// Heap bytes: a hashbrown slot and a control byte per capacity, and
+    /// each member's text.
+    pub(super) fn footprint(&self) -> usize {
+        let slots = self.members.capacity() * (std::mem::size_of::<(String, u64)>() + 1);
+        slots + self.members.keys().map(String::capacity).sum::<usize>()
+    }
+
     /// Add or re-time `member`, dropping the expired ones; answers when the
     /// set's last member expires (the key's expiry).
     pub(super) fn add(&mut self, member: &str, until: u64, now: u64) -> u64 {

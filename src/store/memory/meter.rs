@@ -13,6 +13,11 @@ pub(super) struct Meters {
 }
 
 impl Meters {
+    /// Heap bytes: a hashbrown slot and a control byte per capacity.
+    pub(super) fn footprint(&self) -> usize {
+        self.levels.capacity() * (std::mem::size_of::<((u32, u64), (u64, u64))>() + 1)
+    }
+
     /// The window's level now: what was set, drained since.
     fn level(&self, w: &WindowSpec, now: u64) -> u64 {
         let Some(&(level, at)) = self.levels.get(&(w.limit, w.window_ms)) else {

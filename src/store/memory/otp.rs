@@ -26,16 +26,22 @@ impl Subject {
     }
 
     /// `WindowStore::otp_check`: compare in constant time, use up an
-    /// attempt on a miss.
+    /// attempt on a miss. Without a code, a stand-in with an empty MAC
+    /// (which nothing matches) and `attempts` tries for `ttl_ms` takes the
+    /// try, so that the answer is the one a pending code gives.
     pub(super) fn check_otp(
         &mut self,
         key: &str,
         mac: &str,
+        (attempts, ttl_ms): (u32, u64),
         now: u64,
     ) -> Result<OtpOutcome, StoreError> {
-        let entry = match self.live(key, now) {
-            None => return Ok(OtpOutcome::Missing),
-            Some(entry) => entry,
+        if self.live(key, now).is_none() {
+            self.put_otp(key, "", attempts, ttl_ms, now);
+        }
+        let Some(entry) = self.live(key, now) else {
+            // A TTL of 0 keeps nothing: the try burns at once.
+            return Ok(OtpOutcome::Wrong { attempts_left: 0 });
         };
         let Value::Otp {
             mac: stored,
@@ -50,7 +56,8 @@ impl Subject {
                 retry_after_ms: exp.saturating_sub(now),
             });
         }
-        if bool::from(stored.as_bytes().ct_eq(mac.as_bytes())) {
+        let matches = bool::from(stored.as_bytes().ct_eq(mac.as_bytes())) && !stored.is_empty();
+        if matches {
             let attempts_left = *left;
             self.entries.remove(key);
             return Ok(OtpOutcome::Valid { attempts_left });

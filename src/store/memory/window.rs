@@ -14,6 +14,9 @@ use crate::store::{HitVerdict, WindowMode, WindowSpec};
 pub(super) struct Window {
     events: VecDeque<(u64, Arc<str>)>,
     times: HashMap<Arc<str>, u64>,
+    /// The members' text, summed: kept as they come and go so that the
+    /// store's memory accounting costs O(1) a call (`footprint`).
+    member_bytes: usize,
 }
 
 impl Window {
@@ -24,6 +27,17 @@ impl Window {
     #[cfg(test)]
     pub(super) fn len(&self) -> usize {
         self.events.len()
+    }
+
+    /// Bytes this log holds on the heap, estimated from capacities: the
+    /// event deque, the member index (a hashbrown slot and a control byte
+    /// each) and each member's shared text with its reference counts.
+    pub(super) fn footprint(&self) -> usize {
+        use std::mem::size_of;
+        self.events.capacity() * size_of::<(u64, Arc<str>)>()
+            + self.times.capacity() * (size_of::<(Arc<str>, u64)>() + 1)
+            + self.events.len() * 2 * size_of::<usize>()
+            + self.member_bytes
     }
 
     /// Drop events that no window of length `longest` still counts.
@@ -63,6 +77,7 @@ impl Window {
     pub(super) fn add(&mut self, now: u64, member: &str) {
         self.remove(member);
         let member: Arc<str> = member.into();
+        self.member_bytes += member.len();
         self.times.insert(member.clone(), now);
         let after_last = self
             .events
@@ -88,6 +103,7 @@ impl Window {
             .events
             .partition_point(|(t, m)| (*t, &**m) < (time, member));
         self.events.remove(pos);
+        self.member_bytes -= member.len();
         true
     }
 
@@ -131,6 +147,7 @@ impl Window {
     fn pop_oldest(&mut self) {
         if let Some((_, member)) = self.events.pop_front() {
             self.times.remove(&member);
+            self.member_bytes -= member.len();
         }
     }
 }

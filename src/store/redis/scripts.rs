@@ -7,9 +7,9 @@ use fred::types::FromValue;
 
 use super::RedisStore;
 use crate::store::{
-    CodeToStore, ConversionHit, ConversionOutcome, ConversionVerdict, FailuresBefore, HitOutcome,
-    HitVerdict, IpFailureWindow, IpFailures, Keys, LoginAttemptOutcome, LoginAttemptRequest,
-    LoginVerdict, ReserveOutcome, StoreError, SubjectWindows, WindowMode, WindowSpec,
+    ConversionOutcome, ConversionVerdict, FailuresBefore, HitOutcome, HitVerdict, IpFailureWindow,
+    IpFailures, Keys, LoginAttemptOutcome, LoginAttemptRequest, LoginVerdict, ReserveOutcome,
+    ReserveRequest, StoreError, WindowMode, WindowSpec,
 };
 
 /// Every script, loaded once per store.
@@ -67,6 +67,15 @@ impl Scripts {
     }
 }
 
+/// What `reserve.lua` does with a request's conversions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Conversions {
+    /// Check them, and count the event in them when it is recorded.
+    Count,
+    /// Check them only.
+    CheckOnly,
+}
+
 impl RedisStore {
     pub(super) async fn eval<R: FromValue>(
         &self,
@@ -82,21 +91,26 @@ impl RedisStore {
         .await
     }
 
-    /// `reserve.lua` over the conversions, `subjects` and the code: one
-    /// call, atomic, counting the event in the conversions when it is
-    /// recorded. `count_conversions = false` only checks them: the pumping check of one
-    /// subject (`WindowStore::conversion_hit`), with no subject.
-    #[allow(clippy::too_many_arguments)]
+    /// `reserve.lua` over the request's conversions, subjects and code:
+    /// one call, atomic. `conversions` says whether the event is counted
+    /// in the conversions when it is recorded, or they are only checked
+    /// (the pumping check of one subject, `WindowStore::conversion_hit`,
+    /// with no subject).
     pub(super) async fn reserve_script(
         &self,
-        subjects: &[SubjectWindows<'_>],
-        conversions: &[ConversionHit<'_>],
-        count_conversions: bool,
-        member: &str,
-        gate_open: bool,
-        force: bool,
-        code: Option<CodeToStore<'_>>,
+        req: ReserveRequest<'_>,
+        conversions: Conversions,
     ) -> Result<ReserveOutcome, StoreError> {
+        let ReserveRequest {
+            subjects,
+            conversions: conversion_hits,
+            member,
+            gate_open,
+            force,
+            code,
+        } = req;
+        let count_conversions = conversions == Conversions::Count;
+        let conversions = conversion_hits;
         let windows: usize = subjects.iter().map(|s| s.windows.len()).sum();
         if (subjects.is_empty() && conversions.is_empty())
             || subjects.iter().any(|s| s.windows.is_empty())
@@ -105,7 +119,7 @@ impl RedisStore {
         }
         let mut keys = Vec::with_capacity(subjects.len() + conversions.len() + 1);
         let mut args =
-            Vec::with_capacity(5 + subjects.len() + 3 * windows + 6 * conversions.len() + 3);
+            Vec::with_capacity(5 + subjects.len() + 3 * windows + 9 * conversions.len() + 3);
         args.push(Value::from(member));
         args.push(flag(gate_open));
         args.push(flag(force));
@@ -141,6 +155,16 @@ impl RedisStore {
                 int(p.block_ms),
                 flag(count_conversions),
             ]);
+            // Every argument costs the script a string to hash and parse:
+            // a conversion without a surge takes just its 0.
+            match (p.surge, p.bucket_ms()) {
+                (Some(surge), Some(bucket_ms)) => args.extend([
+                    int(u64::from(surge.factor_milli)),
+                    int(bucket_ms),
+                    flag(surge.block),
+                ]),
+                _ => args.push(int(0)),
+            }
         }
         if let Some(code) = code {
             keys.push(code.key);
@@ -153,7 +177,7 @@ impl RedisStore {
             .filter(|s| has_observe(s.windows))
             .map(|s| s.windows.len())
             .sum();
-        let len = 1 + 4 * subjects.len() + windows + observed + 5 * conversions.len();
+        let len = 1 + 4 * subjects.len() + windows + observed + 6 * conversions.len();
         let out = self
             .eval_ints(&self.scripts.reserve, keys, args, len)
             .await?;
@@ -192,7 +216,7 @@ impl RedisStore {
             });
         }
         let conversions = out[at..]
-            .chunks_exact(5)
+            .chunks_exact(6)
             .map(conversion_outcome)
             .collect::<Result<_, _>>()?;
         Ok(ReserveOutcome {
@@ -306,7 +330,7 @@ impl RedisStore {
 }
 
 /// One conversion's part of `reserve.lua`'s answer: verdict, events,
-/// successes, retry_after_ms, slice counted in (-1: none).
+/// successes, retry_after_ms, slice counted in (-1: none), normal.
 fn conversion_outcome(part: &[i64]) -> Result<ConversionOutcome, StoreError> {
     let verdict = match part[0] {
         0 => ConversionVerdict::Open,
@@ -314,6 +338,10 @@ fn conversion_outcome(part: &[i64]) -> Result<ConversionOutcome, StoreError> {
             retry_after_ms: wait(part[3]),
         },
         2 => ConversionVerdict::Tripped,
+        3 => ConversionVerdict::Challenged {
+            retry_after_ms: wait(part[3]),
+        },
+        4 => ConversionVerdict::ChallengeTripped,
         v => {
             return Err(StoreError::Protocol(format!(
                 "bad conversion verdict {v} from reserve"
@@ -325,6 +353,7 @@ fn conversion_outcome(part: &[i64]) -> Result<ConversionOutcome, StoreError> {
         events: count(part[1])?,
         successes: count(part[2])?,
         counted_in: u64::try_from(part[4]).ok(),
+        normal_milli: wait(part[5]),
     })
 }
 

@@ -4,13 +4,14 @@
 use async_trait::async_trait;
 use fred::prelude::{ClientLike, SortedSetsInterface, Value};
 
-use super::scripts::{count, flag, int, no_windows, wait};
+use super::scripts::{count, flag, int, no_windows, wait, Conversions};
 use super::RedisStore;
 use crate::store::{
     steps, ConversionBlock, ConversionHit, ConversionOutcome, ConversionPolicy, ConversionState,
-    ExpiringMembers, HitOutcome, HitRequest, Keys, LoginAttemptOutcome, LoginAttemptRequest,
-    LoginOutcome, LoginPolicy, LoginRequest, LoginStateOutcome, OtpOutcome, PeekOutcome,
-    ReserveOutcome, ReserveRequest, StoreError, SubjectWindows, WindowSpec, WindowStore,
+    Escalation, ExpiringMembers, HitOutcome, HitRequest, Keys, LoginAttemptOutcome,
+    LoginAttemptRequest, LoginOutcome, LoginPolicy, LoginRequest, LoginStateOutcome, OtpOutcome,
+    PeekOutcome, ReserveOutcome, ReserveRequest, StoreError, SubjectWindows, WindowSpec,
+    WindowStore,
 };
 
 #[async_trait]
@@ -22,13 +23,15 @@ impl WindowStore for RedisStore {
         }];
         let mut outcome = self
             .reserve_script(
-                &subject,
-                &[],
-                false,
-                req.member,
-                req.gate_open,
-                req.force,
-                None,
+                ReserveRequest {
+                    subjects: &subject,
+                    conversions: &[],
+                    member: req.member,
+                    gate_open: req.gate_open,
+                    force: req.force,
+                    code: None,
+                },
+                Conversions::CheckOnly,
             )
             .await?;
         outcome
@@ -43,16 +46,7 @@ impl WindowStore for RedisStore {
         if self.client.is_clustered() {
             return steps::reserve(self, req).await;
         }
-        self.reserve_script(
-            req.subjects,
-            req.conversions,
-            true,
-            req.member,
-            req.gate_open,
-            req.force,
-            req.code,
-        )
-        .await
+        self.reserve_script(req, Conversions::Count).await
     }
 
     /// Standalone: the user and the IP in one script. A cluster keeps them in
@@ -165,7 +159,17 @@ impl WindowStore for RedisStore {
         force: bool,
     ) -> Result<ConversionOutcome, StoreError> {
         let mut outcome = self
-            .reserve_script(&[], &[hit], false, "-", false, force, None)
+            .reserve_script(
+                ReserveRequest {
+                    subjects: &[],
+                    conversions: &[hit],
+                    member: "-",
+                    gate_open: false,
+                    force,
+                    code: None,
+                },
+                Conversions::CheckOnly,
+            )
             .await?;
         outcome
             .conversions
@@ -183,7 +187,7 @@ impl WindowStore for RedisStore {
             Value::from(1_i64),
             Value::from(-1_i64),
             int(policy.slice_ms()),
-            int(policy.slices()),
+            int(policy.keep_ms()),
         ];
         let slice: i64 = self
             .eval(&self.scripts.conversion_count, vec![key], args)
@@ -216,7 +220,7 @@ impl WindowStore for RedisStore {
             Value::from(1_i64),
             Value::from(-1_i64),
             int(policy.slice_ms()),
-            int(policy.slices()),
+            int(policy.keep_ms()),
         ];
         let _: i64 = self
             .eval(&self.scripts.conversion_count, vec![key], args)
@@ -229,22 +233,34 @@ impl WindowStore for RedisStore {
         key: &str,
         policy: &ConversionPolicy,
     ) -> Result<ConversionState, StoreError> {
-        let args = vec![int(policy.slice_ms()), int(policy.slices())];
+        let args = vec![
+            int(policy.slice_ms()),
+            int(policy.slices()),
+            int(u64::from(policy.min_ratio_ppm)),
+            int(policy.bucket_ms().unwrap_or(0)),
+        ];
         let out = self
-            .eval_ints(&self.scripts.conversion_peek, vec![key], args, 6)
+            .eval_ints(&self.scripts.conversion_peek, vec![key], args, 9)
             .await?;
         let block = match u64::try_from(out[2]) {
             Ok(retry_after_ms) => Some(ConversionBlock {
+                level: if out[6] == 1 {
+                    Escalation::Challenge
+                } else {
+                    Escalation::Block
+                },
                 retry_after_ms,
                 events: count(out[3])?,
                 successes: count(out[4])?,
                 shadow: out[5] == 1,
+                normal_milli: wait(out[7]),
             }),
             Err(_) => None,
         };
         Ok(ConversionState {
             events: count(out[0])?,
             successes: count(out[1])?,
+            normal_milli: wait(out[8]),
             block,
         })
     }
@@ -297,14 +313,16 @@ impl WindowStore for RedisStore {
         Ok(())
     }
 
-    async fn otp_check(&self, key: &str, mac: &str) -> Result<OtpOutcome, StoreError> {
+    async fn otp_check(
+        &self,
+        key: &str,
+        mac: &str,
+        attempts: u32,
+        ttl_ms: u64,
+    ) -> Result<OtpOutcome, StoreError> {
+        let args = vec![Value::from(mac), int(u64::from(attempts)), int(ttl_ms)];
         let out = self
-            .eval_ints(
-                &self.scripts.otp_check,
-                vec![key],
-                vec![Value::from(mac)],
-                2,
-            )
+            .eval_ints(&self.scripts.otp_check, vec![key], args, 2)
             .await?;
         Ok(match out[0] {
             0 => OtpOutcome::Valid {
@@ -316,7 +334,6 @@ impl WindowStore for RedisStore {
             2 => OtpOutcome::Burnt {
                 retry_after_ms: wait(out[1]),
             },
-            3 => OtpOutcome::Missing,
             v => {
                 return Err(StoreError::Protocol(format!(
                     "bad outcome {v} from otp_check"
