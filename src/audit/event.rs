@@ -25,6 +25,12 @@ pub enum AuditDecision {
     ListAdd,
     /// An admin deleted one.
     ListRemove,
+    /// An admin exported the trail as CSV (`rule` holds the filter).
+    Export,
+    /// An admin signed in to the console through single sign-on.
+    SignIn,
+    /// A single sign-on attempt failed (`reason` says why).
+    SignInFailed,
 }
 
 impl AuditDecision {
@@ -37,6 +43,9 @@ impl AuditDecision {
             AuditDecision::Unblock => "unblock",
             AuditDecision::ListAdd => "list_add",
             AuditDecision::ListRemove => "list_remove",
+            AuditDecision::Export => "export",
+            AuditDecision::SignIn => "sign_in",
+            AuditDecision::SignInFailed => "sign_in_failed",
         }
     }
 
@@ -49,6 +58,9 @@ impl AuditDecision {
             Self::Unblock,
             Self::ListAdd,
             Self::ListRemove,
+            Self::Export,
+            Self::SignIn,
+            Self::SignInFailed,
         ]
         .into_iter()
         .find(|d| d.as_str() == s)
@@ -77,8 +89,10 @@ pub struct AuditEvent {
     pub decision: AuditDecision,
     /// Why, as a code: `rate_limited`, `captcha_required`, `region_blocked`,
     /// `verify_attempts_exhausted`, `user_locked`, `ip_blocked`,
-    /// `too_many_failures`, `admin_unblock`, `pumping_suspected`, or for a
-    /// list change the list: `allow_list`, `block_list`.
+    /// `too_many_failures`, `admin_unblock`, `pumping_suspected`,
+    /// `admin_auth_failures` (an address throttled for failing admin
+    /// authentication), or for a list change the list: `allow_list`,
+    /// `block_list`.
     #[schema(example = "rate_limited")]
     pub reason: String,
     /// What the subject is: `phone`, `prefix`, `user`, `ip`, `global` or
@@ -118,6 +132,12 @@ pub struct AuditEvent {
     pub user_agent: Option<String>,
     /// Recorded in shadow mode: the request was let through.
     pub shadow: bool,
+    /// The admin who acted, on admin rows: `token:<name>` (a static token)
+    /// or `oidc:<email or subject>` (single sign-on, a JWT bearer); null on
+    /// other rows and on rows written before admins had names.
+    #[serde(default)]
+    #[schema(required = true, example = "oidc:ann@example.com")]
+    pub actor: Option<String>,
 }
 
 impl AuditEvent {
@@ -146,6 +166,7 @@ impl AuditEvent {
             request_id: None,
             user_agent: None,
             shadow: false,
+            actor: None,
         }
     }
 
@@ -178,6 +199,12 @@ impl AuditEvent {
     /// Marks a row recorded in shadow mode, where the request was let through.
     pub fn shadow(mut self, shadow: bool) -> Self {
         self.shadow = shadow;
+        self
+    }
+
+    /// The admin who acted.
+    pub fn actor(mut self, actor: Option<String>) -> Self {
+        self.actor = actor;
         self
     }
 

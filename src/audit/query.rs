@@ -6,6 +6,10 @@ use uuid::Uuid;
 use super::AuditDecision;
 use crate::domain::{Action, SubjectKind};
 
+mod params;
+
+pub use params::{Empty, EventParams, EventQuery, ParamError, MAX_LIMIT};
+
 /// What an admin's event query filters on; each `None` matches every row.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct EventFilter {
@@ -19,6 +23,8 @@ pub struct EventFilter {
     pub decision: Option<AuditDecision>,
     /// Only rows from this client IP (exact).
     pub ip: Option<String>,
+    /// Only rows of this admin (`token:oncall`, `oidc:ann@example.com`; exact).
+    pub actor: Option<String>,
     /// Inclusive.
     pub since: Option<DateTime<Utc>>,
     /// Inclusive.

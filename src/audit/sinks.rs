@@ -56,7 +56,7 @@ impl AuditSink for ObservedSink {
         self.inner.flush().await;
     }
 
-    async fn ready(&self) -> bool {
-        self.inner.ready().await
+    fn health(&self) -> super::AuditHealth {
+        self.inner.health()
     }
 }

@@ -1,10 +1,10 @@
-//! The durable sink: requests enqueue (never waiting for the database); one
-//! writer task inserts in batches. When the database fails, the writer
-//! retries, then spools the batch to disk and keeps spooling until a probe
-//! succeeds, then replays the spool. A full queue hands its events to a spool
-//! thread of their own, which appends them in batches (one fsync each): a
-//! request thread never writes to disk.
+//! The durable sink: `record` appends the event to the journal (one write,
+//! no fsync; see [`super::journal`]) and enqueues it, never waiting for the
+//! database; one writer task inserts in batches. An event the writer cannot
+//! insert from memory (the queue was full, the database is down) is left to
+//! its journal segment, which the writer replays once the database answers.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,115 +14,90 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use super::db::{AuditDb, AuditError};
-use super::spool::{read_events, Spool};
-use super::{AuditEvent, AuditSink};
+use super::journal::{read_events, Journal, Segment};
+use super::journal_sync::{spawn_sync, SyncCommand};
+use super::{AuditEvent, AuditHealth, AuditSink};
 use crate::metrics::AUDIT_EVENTS;
+use crate::telemetry::log_budget::LogBudget;
 
 enum Message {
-    Event(Box<AuditEvent>),
+    Event(Box<AuditEvent>, Option<Arc<Segment>>),
     Flush(oneshot::Sender<()>),
 }
 
-/// How a `DbSink` batches and where it spools: the `[audit]` settings.
+/// How a `DbSink` batches and journals: the `[audit]` settings.
 #[derive(Debug, Clone)]
 pub struct SinkConfig {
     /// Most events per insert.
     pub batch_size: usize,
     /// Longest an event waits for its batch to fill.
     pub flush_interval: Duration,
-    /// Events the in-memory queue holds; further ones go to the spool.
+    /// Events the in-memory queue holds; further ones wait in the journal.
     pub queue_capacity: usize,
-    /// Directory of the spool files.
-    pub spool_dir: std::path::PathBuf,
+    /// How often the journal is fsync'd: what a machine crash can lose.
+    pub journal_sync_interval: Duration,
 }
 
-/// The production sink: a bounded queue in front of one batch writer, and
-/// the spool for when the database is down or the queue is full.
+/// The production sink: the journal, a bounded queue, one batch writer.
 pub struct DbSink {
     queue: mpsc::Sender<Message>,
-    overflow: std::sync::mpsc::Sender<Message>,
+    journal: Arc<Journal>,
+    sync: std::sync::mpsc::Sender<SyncCommand>,
+    database: Arc<AtomicBool>,
     db: AuditDb,
 }
 
 fn count(outcome: &'static str, n: usize) {
-    counter!(AUDIT_EVENTS, "outcome" => outcome).increment(n as u64);
+    if n > 0 {
+        counter!(AUDIT_EVENTS, "outcome" => outcome).increment(n as u64);
+    }
 }
 
+/// Lines about the database being down, or events with nowhere to go.
+static DB_LINES: LogBudget = LogBudget::new(Duration::from_secs(10));
+static DROP_LINES: LogBudget = LogBudget::new(Duration::from_secs(10));
+
 impl DbSink {
-    /// Start the writer task; it migrates the database itself (retrying while
-    /// it is down) and first replays whatever an earlier run left spooled.
-    pub fn start(db: AuditDb, config: SinkConfig) -> Arc<Self> {
+    /// Start the journal's sync thread and the writer task, which first
+    /// replays what an earlier process left in the journal. `database_ready`
+    /// says whether start-up reached and migrated the database.
+    pub fn start(
+        db: AuditDb,
+        journal: Journal,
+        config: SinkConfig,
+        database_ready: bool,
+    ) -> std::io::Result<Arc<Self>> {
+        let journal = Arc::new(journal);
+        let sync = spawn_sync(journal.clone(), config.journal_sync_interval)?;
         let (queue, receiver) = mpsc::channel(config.queue_capacity.max(1));
-        let spool = Arc::new(Spool::new(&config.spool_dir));
+        let database = Arc::new(AtomicBool::new(database_ready));
         let writer = Writer {
             db: db.clone(),
-            spool: spool.clone(),
+            journal: journal.clone(),
+            sync: sync.clone(),
+            database: database.clone(),
             batch_size: config.batch_size.max(1),
             flush_interval: config.flush_interval,
+            held_cap: config.queue_capacity.max(1),
+            held: Vec::new(),
             migrated: false,
             retry_at: None,
             backoff: Duration::ZERO,
+            last_contact: Instant::now(),
         };
         tokio::spawn(writer.run(receiver));
-        let (overflow, overflowed) = std::sync::mpsc::channel();
-        let spooler = spool.clone();
-        if let Err(e) = std::thread::Builder::new()
-            .name("audit-spool".into())
-            .spawn(move || spool_overflow(&spooler, overflowed))
-        {
-            // Without the thread, sends to `overflow` fail and `record` logs
-            // the events instead; the queue still serves.
-            tracing::error!(error = %e, "cannot start the audit spool thread");
-        }
-        Arc::new(Self {
+        Ok(Arc::new(Self {
             queue,
-            overflow,
+            journal,
+            sync,
+            database,
             db,
-        })
+        }))
     }
 
     /// The database the sink writes to.
     pub fn db(&self) -> &AuditDb {
         &self.db
-    }
-}
-
-/// The overflow spooler: appends what a full queue handed over, as many
-/// events per fsync as have arrived meanwhile, and answers flushes once what
-/// came before them is on disk. Ends when the sink is dropped.
-fn spool_overflow(spool: &Spool, overflowed: std::sync::mpsc::Receiver<Message>) {
-    const MOST_PER_APPEND: usize = 10_000;
-    let mut events = Vec::new();
-    let mut acks = Vec::new();
-    while let Ok(first) = overflowed.recv() {
-        take(first, &mut events, &mut acks);
-        while events.len() < MOST_PER_APPEND {
-            match overflowed.try_recv() {
-                Ok(message) => take(message, &mut events, &mut acks),
-                Err(_) => break,
-            }
-        }
-        if !events.is_empty() {
-            append_or_log(spool, &events);
-            events.clear();
-        }
-        for ack in acks.drain(..) {
-            let _ = ack.send(());
-        }
-    }
-}
-
-/// Append to the spool; when the disk refuses too, the log is the last place
-/// left for the events (phones masked: logs travel further than the audit
-/// database).
-fn append_or_log(spool: &Spool, events: &[AuditEvent]) {
-    match spool.append(events) {
-        Ok(()) => count("spooled", events.len()),
-        Err(e) => {
-            for event in events {
-                tracing::error!(error = %e, event = %loggable(event), "audit event could not be spooled");
-            }
-        }
     }
 }
 
@@ -136,62 +111,96 @@ fn loggable(event: &AuditEvent) -> String {
     serde_json::to_string(&event).unwrap_or_default()
 }
 
+/// An event neither the journal nor memory could keep.
+fn dropped(event: &AuditEvent) {
+    count("dropped", 1);
+    if let Some(held_back) = DROP_LINES.admit() {
+        tracing::error!(event = %loggable(event), held_back, "audit event lost: the journal and the queue are both full or failing");
+    }
+}
+
 #[async_trait]
 impl AuditSink for DbSink {
     fn record(&self, event: AuditEvent) {
-        match self.queue.try_send(Message::Event(Box::new(event))) {
+        let segment = self.journal.append(&event);
+        match self
+            .queue
+            .try_send(Message::Event(Box::new(event), segment))
+        {
             Ok(()) => count("queued", 1),
             Err(mpsc::error::TrySendError::Full(message))
-            | Err(mpsc::error::TrySendError::Closed(message)) => {
-                if let Err(std::sync::mpsc::SendError(Message::Event(event))) =
-                    self.overflow.send(message)
-                {
-                    tracing::error!(event = %loggable(&event), "audit event could not be handed to the spool");
+            | Err(mpsc::error::TrySendError::Closed(message)) => match message {
+                Message::Event(_, Some(segment)) => {
+                    segment.mark_for_replay();
+                    count("spooled", 1);
                 }
-            }
+                Message::Event(event, None) => dropped(&event),
+                Message::Flush(_) => {}
+            },
         }
     }
 
-    /// Overflowed events first (on disk once the spool thread answers), then
-    /// the queue.
+    /// Everything queued so far is in the database or left to the journal,
+    /// and the journal is fsync'd.
     async fn flush(&self) {
-        let (ack, done) = oneshot::channel();
-        if self.overflow.send(Message::Flush(ack)).is_ok() {
-            let _ = done.await;
-        }
         let (ack, done) = oneshot::channel();
         if self.queue.send(Message::Flush(ack)).await.is_ok() {
             let _ = done.await;
         }
+        let (ack, done) = oneshot::channel();
+        if self.sync.send(SyncCommand::Sync(ack)).is_ok() {
+            let _ = done.await;
+        }
     }
 
-    async fn ready(&self) -> bool {
-        matches!(
-            tokio::time::timeout(Duration::from_secs(2), self.db.ping()).await,
-            Ok(Ok(()))
-        )
+    /// From state, never a fresh probe: the writer's last word on the
+    /// database, the journal's on its last write.
+    fn health(&self) -> AuditHealth {
+        AuditHealth {
+            database: self.database.load(Ordering::Relaxed),
+            journal: self.journal.healthy(),
+        }
     }
 }
 
 struct Writer {
     db: AuditDb,
-    spool: Arc<Spool>,
+    journal: Arc<Journal>,
+    sync: std::sync::mpsc::Sender<SyncCommand>,
+    /// What `/readyz` reads: whether the database's last answer was good.
+    database: Arc<AtomicBool>,
     batch_size: usize,
     flush_interval: Duration,
+    /// Events the journal could not take, kept in memory until inserted.
+    held: Vec<AuditEvent>,
+    held_cap: usize,
     migrated: bool,
-    /// While set and in the future, batches go straight to the spool.
+    /// While set and in the future, batches are left to the journal.
     retry_at: Option<Instant>,
     backoff: Duration,
+    /// When the database last answered or failed.
+    last_contact: Instant,
 }
 
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 const BACKLOG_BATCHES: usize = 8;
 const INSERT_TRIES: u32 = 3;
+/// An idle writer checks the database this often, so `/readyz` stays true
+/// to it without asking it per probe.
+const PROBE_EVERY: Duration = Duration::from_secs(1);
+const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// One batch: events and the segment each went to (none: the journal failed).
+#[derive(Default)]
+struct Batch {
+    events: Vec<AuditEvent>,
+    segments: Vec<Option<Arc<Segment>>>,
+}
 
 impl Writer {
     async fn run(mut self, mut queue: mpsc::Receiver<Message>) {
-        self.replay().await;
-        let mut batch: Vec<AuditEvent> = Vec::with_capacity(self.batch_size);
+        self.tidy().await;
+        let mut batch = Batch::default();
         let mut acks: Vec<oneshot::Sender<()>> = Vec::new();
         let mut messages = Vec::with_capacity(self.batch_size);
         let mut closed = false;
@@ -199,8 +208,7 @@ impl Writer {
             // Wait for a first message, then gather until the batch is full,
             // the flush interval has passed, or someone asks for a flush. A
             // backlog is taken whole, up to BACKLOG_BATCHES batches at once:
-            // one transaction (SQLite) or one statement (PostgreSQL) for all
-            // of it, since a commit, not a row, is what costs.
+            // a commit, not a row, is what costs.
             let first = queue.recv_many(&mut messages, self.batch_size * BACKLOG_BATCHES);
             match tokio::time::timeout(self.flush_interval, first).await {
                 Ok(0) => closed = true,
@@ -208,21 +216,27 @@ impl Writer {
                 Err(_) => {}
             }
             let deadline = Instant::now() + self.flush_interval;
-            while !closed && acks.is_empty() && !batch.is_empty() && batch.len() < self.batch_size {
-                let more = queue.recv_many(&mut messages, self.batch_size - batch.len());
+            while !closed
+                && acks.is_empty()
+                && !batch.events.is_empty()
+                && batch.events.len() < self.batch_size
+            {
+                let more = queue.recv_many(&mut messages, self.batch_size - batch.events.len());
                 match tokio::time::timeout_at(deadline, more).await {
                     Ok(0) => closed = true,
                     Ok(_) => take_all(&mut messages, &mut batch, &mut acks),
                     Err(_) => break,
                 }
             }
-            if !batch.is_empty() {
-                let events = std::mem::take(&mut batch);
-                self.write(events).await;
+            if !batch.events.is_empty() || (!self.held.is_empty() && self.probe_due()) {
+                self.write(std::mem::take(&mut batch)).await;
+            } else if self.last_contact.elapsed() >= PROBE_EVERY && self.probe_due() {
+                self.probe().await;
             }
-            if self.probe_due() && self.spool.has_backlog() {
-                self.replay().await;
+            if !acks.is_empty() || closed {
+                self.journal.seal_if_settled();
             }
+            self.tidy().await;
             for ack in acks.drain(..) {
                 let _ = ack.send(());
             }
@@ -233,34 +247,73 @@ impl Writer {
         self.retry_at.is_none_or(|at| Instant::now() >= at)
     }
 
-    async fn write(&mut self, events: Vec<AuditEvent>) {
+    fn healthy(&mut self, healthy: bool) {
+        self.last_contact = Instant::now();
+        if healthy {
+            if self.retry_at.take().is_some() {
+                tracing::info!("audit database is back");
+            }
+            self.backoff = Duration::ZERO;
+        } else {
+            self.backoff = (self.backoff * 2).clamp(Duration::from_millis(250), MAX_BACKOFF);
+            self.retry_at = Some(Instant::now() + self.backoff);
+        }
+        self.database.store(healthy, Ordering::Relaxed);
+    }
+
+    async fn write(&mut self, mut batch: Batch) {
+        if !self.held.is_empty() {
+            let held = std::mem::take(&mut self.held);
+            batch.segments.extend(held.iter().map(|_| None));
+            batch.events.extend(held);
+        }
         if !self.probe_due() {
-            self.spool(&events);
+            self.leave_to_journal(batch);
             return;
         }
-        match self.insert_with_retries(&events).await {
-            Ok(()) => {
-                count("written", events.len());
-                if self.retry_at.take().is_some() {
-                    tracing::info!("audit database is back");
+        match self.insert_with_retries(&batch.events).await {
+            Ok(_) => {
+                count("written", batch.events.len());
+                for segment in batch.segments.iter().flatten() {
+                    segment.committed(1);
                 }
-                self.backoff = Duration::ZERO;
+                self.healthy(true);
             }
             Err(e) => {
-                tracing::warn!(error = %e, events = events.len(), "audit database unavailable, spooling");
-                self.spool(&events);
-                self.degrade();
+                if let Some(held_back) = DB_LINES.admit() {
+                    tracing::warn!(error = %e, events = batch.events.len(), held_back, "audit database unavailable; events wait in the journal");
+                }
+                self.leave_to_journal(batch);
+                self.healthy(false);
             }
         }
     }
 
-    async fn insert_with_retries(&mut self, events: &[AuditEvent]) -> Result<(), AuditError> {
+    /// The database cannot take these now: each event's segment will be
+    /// replayed; an event the journal never took stays in memory, within
+    /// bounds.
+    fn leave_to_journal(&mut self, batch: Batch) {
+        let mut spooled = 0;
+        for (event, segment) in batch.events.into_iter().zip(batch.segments) {
+            match segment {
+                Some(segment) => {
+                    segment.mark_for_replay();
+                    spooled += 1;
+                }
+                None if self.held.len() < self.held_cap => self.held.push(event),
+                None => dropped(&event),
+            }
+        }
+        count("spooled", spooled);
+    }
+
+    async fn insert_with_retries(&mut self, events: &[AuditEvent]) -> Result<u64, AuditError> {
         let mut pause = Duration::from_millis(100);
         let mut tries = 0;
         loop {
             tries += 1;
             match self.insert(events).await {
-                Ok(()) => return Ok(()),
+                Ok(n) => return Ok(n),
                 Err(e) if tries >= INSERT_TRIES => return Err(e),
                 Err(_) => {
                     tokio::time::sleep(pause).await;
@@ -270,73 +323,123 @@ impl Writer {
         }
     }
 
-    async fn insert(&mut self, events: &[AuditEvent]) -> Result<(), AuditError> {
+    /// Migrate first when needed; a table that has gone (the database was
+    /// dropped and made again) is migrated again on the next try.
+    async fn insert(&mut self, events: &[AuditEvent]) -> Result<u64, AuditError> {
+        self.migrate().await?;
+        let inserted = self.db.insert(events).await;
+        self.note_missing_table(&inserted);
+        inserted
+    }
+
+    async fn migrate(&mut self) -> Result<(), AuditError> {
         if !self.migrated {
             self.db.migrate().await?;
             self.migrated = true;
         }
-        self.db.insert(events).await.map(|_| ())
+        Ok(())
     }
 
-    fn spool(&self, events: &[AuditEvent]) {
-        append_or_log(&self.spool, events);
-    }
-
-    fn degrade(&mut self) {
-        self.backoff = (self.backoff * 2).clamp(Duration::from_millis(250), MAX_BACKOFF);
-        self.retry_at = Some(Instant::now() + self.backoff);
-    }
-
-    /// Insert every spooled file, oldest first; a file is deleted only once all
-    /// its events are in. Stops (and backs off) at the first failure.
-    async fn replay(&mut self) {
-        let files = match self.spool.take_for_replay() {
-            Ok(files) => files,
-            Err(e) => {
-                tracing::error!(error = %e, "cannot read the audit spool");
-                return;
+    fn note_missing_table<T>(&mut self, result: &Result<T, AuditError>) {
+        if let Err(e) = result {
+            if e.is_missing_table() {
+                tracing::warn!("the audit table is missing; migrating the database again");
+                self.migrated = false;
             }
-        };
-        for file in files {
-            let events = match read_events(&file) {
-                Ok(events) => events,
-                Err(e) => {
-                    tracing::error!(error = %e, file = %file.display(), "cannot read a spool file");
-                    return;
-                }
-            };
-            for chunk in events.chunks(self.batch_size) {
-                if let Err(e) = self.insert(chunk).await {
-                    tracing::warn!(error = %e, "audit database unavailable, replay postponed");
-                    self.degrade();
-                    return;
-                }
-            }
-            if let Err(e) = std::fs::remove_file(&file) {
-                tracing::error!(error = %e, file = %file.display(), "cannot delete a replayed spool file");
-                return;
-            }
-            count("replayed", events.len());
-            tracing::info!(events = events.len(), "replayed spooled audit events");
         }
-        self.retry_at = None;
-        self.backoff = Duration::ZERO;
+    }
+
+    /// Ask the database whether the table answers (migrating it when it is
+    /// missing); the answer is what `/readyz` says.
+    async fn probe(&mut self) {
+        let checked = tokio::time::timeout(PROBE_TIMEOUT, async {
+            self.migrate().await?;
+            let checked = self.db.check_table().await;
+            self.note_missing_table(&checked);
+            checked
+        })
+        .await;
+        match checked {
+            Ok(Ok(())) => self.healthy(true),
+            Ok(Err(e)) => {
+                if let Some(held_back) = DB_LINES.admit() {
+                    tracing::warn!(error = %e, held_back, "audit database unavailable");
+                }
+                self.healthy(false);
+            }
+            Err(_) => self.healthy(false),
+        }
+    }
+
+    /// Delete the sealed segments whose events are all in the database;
+    /// replay, oldest first, those that need it while the database answers;
+    /// and have the open segment sealed when it needs a replay.
+    async fn tidy(&mut self) {
+        for segment in self.journal.sealed() {
+            if segment.settled() {
+                self.remove(&segment);
+            } else if segment.needs_replay() && (!self.probe_due() || !self.replay(&segment).await)
+            {
+                return;
+            }
+        }
+        if self.probe_due() && self.journal.open_needs_replay() {
+            let _ = self.sync.send(SyncCommand::Rotate);
+        }
+    }
+
+    fn remove(&self, segment: &Arc<Segment>) {
+        if let Err(e) = self.journal.remove(segment) {
+            self.journal.failed("delete", &e);
+        }
+    }
+
+    /// Insert a sealed segment whole (ids already present are skipped), then
+    /// delete it. Whether it went in.
+    async fn replay(&mut self, segment: &Arc<Segment>) -> bool {
+        let path = segment.path().to_path_buf();
+        let events = match tokio::task::spawn_blocking(move || read_events(&path)).await {
+            Ok(Ok(events)) => events,
+            Ok(Err(e)) => {
+                self.journal.failed("read", &e);
+                return false;
+            }
+            Err(_) => return false,
+        };
+        let mut inserted = 0;
+        for chunk in events.chunks(self.batch_size * BACKLOG_BATCHES) {
+            match self.insert(chunk).await {
+                Ok(n) => inserted += n,
+                Err(e) => {
+                    if let Some(held_back) = DB_LINES.admit() {
+                        tracing::warn!(error = %e, held_back, "audit database unavailable, replay postponed");
+                    }
+                    self.healthy(false);
+                    return false;
+                }
+            }
+        }
+        self.healthy(true);
+        count("replayed", inserted as usize);
+        tracing::info!(
+            events = events.len(),
+            inserted,
+            file = %segment.path().display(),
+            "replayed an audit journal segment"
+        );
+        self.remove(segment);
+        true
     }
 }
 
-fn take_all(
-    messages: &mut Vec<Message>,
-    batch: &mut Vec<AuditEvent>,
-    acks: &mut Vec<oneshot::Sender<()>>,
-) {
+fn take_all(messages: &mut Vec<Message>, batch: &mut Batch, acks: &mut Vec<oneshot::Sender<()>>) {
     for message in messages.drain(..) {
-        take(message, batch, acks);
-    }
-}
-
-fn take(message: Message, batch: &mut Vec<AuditEvent>, acks: &mut Vec<oneshot::Sender<()>>) {
-    match message {
-        Message::Event(event) => batch.push(*event),
-        Message::Flush(ack) => acks.push(ack),
+        match message {
+            Message::Event(event, segment) => {
+                batch.events.push(*event);
+                batch.segments.push(segment);
+            }
+            Message::Flush(ack) => acks.push(ack),
+        }
     }
 }

@@ -5,8 +5,9 @@
 use chrono::{DateTime, TimeZone, Utc};
 use uuid::Uuid;
 
+use super::AuditDb;
 use super::AuditError;
-use crate::lists::{EntryKind, EntrySource, ListEntry, ListName};
+use crate::lists::{EntryKind, EntrySource, ListEntry, ListError, ListName, ListStore};
 
 /// One stored row, as read.
 type Columns = (String, String, String, String, String, i64);
@@ -99,3 +100,22 @@ list_queries!(sqlite, sqlx::SqlitePool,
     insert: "INSERT INTO list_entries (id, list, kind, value, note, created_at_ms) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (list, kind, value) DO NOTHING",
     find: "WHERE list = ? AND kind = ? AND value = ?",
     delete: "DELETE FROM list_entries WHERE id = ?");
+
+fn unavailable(e: AuditError) -> ListError {
+    ListError::Unavailable(e.to_string())
+}
+
+#[async_trait::async_trait]
+impl ListStore for AuditDb {
+    async fn all(&self) -> Result<Vec<ListEntry>, ListError> {
+        self.list_entries().await.map_err(unavailable)
+    }
+
+    async fn insert(&self, entry: &ListEntry) -> Result<ListEntry, ListError> {
+        self.insert_list_entry(entry).await.map_err(unavailable)
+    }
+
+    async fn delete(&self, id: Uuid) -> Result<Option<ListEntry>, ListError> {
+        self.delete_list_entry(id).await.map_err(unavailable)
+    }
+}

@@ -4,8 +4,11 @@
 
 mod lists;
 mod postgres;
+mod sessions;
 mod sqlite;
 mod stats;
+
+pub use sessions::StoredSession;
 
 use chrono::{DateTime, Utc};
 
@@ -29,7 +32,21 @@ pub enum AuditError {
     UnsupportedUrl,
 }
 
-/// Rows per SQLite INSERT statement: 16 binds a row stays far below its bind
+impl AuditError {
+    /// The audit table does not exist (the database was dropped and made
+    /// again while running): migrating again fixes it.
+    pub fn is_missing_table(&self) -> bool {
+        match self {
+            // 42P01: undefined_table.
+            Self::Database(sqlx::Error::Database(e)) => {
+                e.code().as_deref() == Some("42P01") || e.message().contains("no such table")
+            }
+            _ => false,
+        }
+    }
+}
+
+/// Rows per SQLite INSERT statement: 17 binds a row stay far below its bind
 /// limit. (PostgreSQL takes a whole batch as one set of arrays.)
 const ROWS_PER_STATEMENT: usize = 1000;
 
@@ -68,7 +85,7 @@ impl AuditDb {
     /// Insert events, all or none; an id already present is skipped, which
     /// makes replays after a crash idempotent. Returns the rows inserted.
     /// PostgreSQL takes the batch as one `INSERT … SELECT FROM UNNEST` of
-    /// column arrays (16 binds, whatever the size); SQLite as multi-row
+    /// column arrays (17 binds, whatever the size); SQLite as multi-row
     /// INSERTs in one transaction.
     pub async fn insert(&self, events: &[AuditEvent]) -> Result<u64, AuditError> {
         if events.is_empty() {
@@ -131,6 +148,48 @@ impl AuditDb {
         }
     }
 
+    /// Store a new admin session (and drop the expired ones).
+    pub async fn insert_session(
+        &self,
+        session: &StoredSession,
+        now_ms: i64,
+    ) -> Result<(), AuditError> {
+        match self {
+            Self::Postgres(pool) => sessions::postgres::insert(pool, session, now_ms).await,
+            Self::Sqlite(pool) => sessions::sqlite::insert(pool, session, now_ms).await,
+        }
+    }
+
+    /// The admin session `id_hash` names, unless it has expired at `now_ms`.
+    pub async fn find_session(
+        &self,
+        id_hash: &str,
+        now_ms: i64,
+    ) -> Result<Option<StoredSession>, AuditError> {
+        match self {
+            Self::Postgres(pool) => sessions::postgres::find(pool, id_hash, now_ms).await,
+            Self::Sqlite(pool) => sessions::sqlite::find(pool, id_hash, now_ms).await,
+        }
+    }
+
+    /// End the admin session `id_hash`; whether there was one.
+    pub async fn delete_session(&self, id_hash: &str) -> Result<bool, AuditError> {
+        match self {
+            Self::Postgres(pool) => sessions::postgres::delete(pool, id_hash).await,
+            Self::Sqlite(pool) => sessions::sqlite::delete(pool, id_hash).await,
+        }
+    }
+
+    /// Whether the audit table answers (the writer's health check).
+    pub async fn check_table(&self) -> Result<(), AuditError> {
+        const SQL: &str = "SELECT 1 FROM audit_events LIMIT 1";
+        match self {
+            Self::Postgres(pool) => sqlx::query(SQL).execute(pool).await.map(drop)?,
+            Self::Sqlite(pool) => sqlx::query(SQL).execute(pool).await.map(drop)?,
+        }
+        Ok(())
+    }
+
     /// Whether the database answers `SELECT 1`.
     pub async fn ping(&self) -> Result<(), AuditError> {
         match self {
@@ -141,7 +200,7 @@ impl AuditDb {
     }
 }
 
-const COLUMNS: &str = r#"id, occurred_at, action, decision, reason, subject_kind, subject, ip, rule, observed, "limit", window_ms, retry_after_ms, request_id, user_agent, shadow"#;
+const COLUMNS: &str = r#"id, occurred_at, action, decision, reason, subject_kind, subject, ip, rule, observed, "limit", window_ms, retry_after_ms, request_id, user_agent, shadow, actor"#;
 
 /// Appends ` WHERE …` for a filter and a cursor to a query builder of either
 /// database; `$time` and `$id` turn a time and a UUID into that database's
@@ -170,6 +229,9 @@ macro_rules! push_conditions {
         }
         if let Some(ip) = &filter.ip {
             cond!("ip = ", ip.clone());
+        }
+        if let Some(actor) = &filter.actor {
+            cond!("actor = ", actor.clone());
         }
         if let Some(since) = filter.since {
             cond!("occurred_at >= ", $time(since));
@@ -241,6 +303,7 @@ fn event_from_columns(
     request_id: Option<String>,
     user_agent: Option<String>,
     shadow: bool,
+    actor: Option<String>,
 ) -> Result<AuditEvent, AuditError> {
     let [observed, limit, window_ms, retry_after_ms] = numbers;
     Ok(AuditEvent {
@@ -262,5 +325,6 @@ fn event_from_columns(
         request_id,
         user_agent,
         shadow,
+        actor,
     })
 }

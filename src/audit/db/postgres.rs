@@ -45,6 +45,7 @@ struct Row {
     request_id: Option<String>,
     user_agent: Option<String>,
     shadow: bool,
+    actor: Option<String>,
 }
 
 impl Row {
@@ -68,6 +69,7 @@ impl Row {
             self.request_id,
             self.user_agent,
             self.shadow,
+            self.actor,
         )
     }
 }
@@ -83,7 +85,7 @@ pub async fn insert(pool: &PgPool, events: &[AuditEvent]) -> Result<u64, AuditEr
         "INSERT INTO audit_events ({COLUMNS}) SELECT * FROM UNNEST(\
          $1::uuid[], $2::timestamptz[], $3::text[], $4::text[], $5::text[], $6::text[], \
          $7::text[], $8::text[], $9::text[], $10::bigint[], $11::bigint[], $12::bigint[], \
-         $13::bigint[], $14::text[], $15::text[], $16::bool[]) ON CONFLICT (id) DO NOTHING"
+         $13::bigint[], $14::text[], $15::text[], $16::bool[], $17::text[]) ON CONFLICT (id) DO NOTHING"
     );
     let done = sqlx::query(&sql)
         .bind(column(events, |e| e.id))
@@ -102,6 +104,7 @@ pub async fn insert(pool: &PgPool, events: &[AuditEvent]) -> Result<u64, AuditEr
         .bind(column(events, |e| e.request_id.as_deref()))
         .bind(column(events, |e| e.user_agent.as_deref()))
         .bind(column(events, |e| e.shadow))
+        .bind(column(events, |e| e.actor.as_deref()))
         .execute(pool)
         .await?;
     Ok(done.rows_affected())

@@ -55,6 +55,7 @@ struct Row {
     request_id: Option<String>,
     user_agent: Option<String>,
     shadow: bool,
+    actor: Option<String>,
 }
 
 impl Row {
@@ -82,6 +83,7 @@ impl Row {
             self.request_id,
             self.user_agent,
             self.shadow,
+            self.actor,
         )
     }
 }
@@ -110,7 +112,8 @@ pub async fn insert(pool: &SqlitePool, events: &[AuditEvent]) -> Result<u64, Aud
                 .push_bind(e.retry_after_ms)
                 .push_bind(e.request_id.clone())
                 .push_bind(e.user_agent.clone())
-                .push_bind(e.shadow);
+                .push_bind(e.shadow)
+                .push_bind(e.actor.clone());
         });
         qb.push(" ON CONFLICT (id) DO NOTHING");
         inserted += qb.build().execute(&mut *tx).await?.rows_affected();

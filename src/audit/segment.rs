@@ -1,0 +1,90 @@
+//! A journal segment: one file of `audit.spool_dir`, what the writer knows
+//! of its events (appended, committed, sealed, to replay), and reading it
+//! back for a replay.
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use super::AuditEvent;
+
+/// One segment file and what the writer knows of its events.
+#[derive(Debug)]
+pub struct Segment {
+    path: PathBuf,
+    pub(super) appended: AtomicU64,
+    /// Its size on disk.
+    pub(super) bytes: AtomicU64,
+    committed: AtomicU64,
+    pub(super) sealed: AtomicBool,
+    /// Some event of it must be read back from disk (always so for a
+    /// segment an earlier process left: what it holds is known only once
+    /// read).
+    replay: AtomicBool,
+}
+
+impl Segment {
+    pub(super) fn new(path: PathBuf, leftover: bool, bytes: u64) -> Self {
+        Self {
+            path,
+            appended: AtomicU64::new(0),
+            bytes: AtomicU64::new(bytes),
+            committed: AtomicU64::new(0),
+            sealed: AtomicBool::new(leftover),
+            replay: AtomicBool::new(leftover),
+        }
+    }
+
+    /// The file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// An event of it will not reach the database from memory.
+    pub fn mark_for_replay(&self) {
+        if !self.replay.load(Ordering::Relaxed) {
+            self.replay.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// `n` of its events are in the database.
+    pub fn committed(&self, n: u64) {
+        self.committed.fetch_add(n, Ordering::AcqRel);
+    }
+
+    /// Whether it must be read back from disk.
+    pub fn needs_replay(&self) -> bool {
+        self.replay.load(Ordering::Relaxed)
+    }
+
+    /// Every event of it is in the database. One waiting for a replay is
+    /// not, whatever the counts say (a leftover's are both 0).
+    pub fn settled(&self) -> bool {
+        !self.needs_replay()
+            && self.committed.load(Ordering::Acquire) == self.appended.load(Ordering::Acquire)
+    }
+
+    pub(super) fn is_sealed(&self) -> bool {
+        self.sealed.load(Ordering::Acquire)
+    }
+}
+
+/// The events of a segment. An unreadable line (a torn append) is skipped
+/// with a warning: its request was never answered.
+pub fn read_events(path: &Path) -> io::Result<Vec<AuditEvent>> {
+    let bytes = fs::read(path)?;
+    let mut events = Vec::new();
+    for (n, line) in bytes.split(|b| *b == b'\n').enumerate() {
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        match serde_json::from_slice(line) {
+            Ok(event) => events.push(event),
+            Err(e) => {
+                tracing::warn!(file = %path.display(), line = n + 1, error = %e, "skipping an unreadable journal line")
+            }
+        }
+    }
+    Ok(events)
+}
