@@ -42,15 +42,23 @@ impl ClientIp {
         self.0
     }
 
-    /// The subject id: `203.0.113.7` or `2001:db8:1:2::/64`.
-    pub fn subject_id(&self) -> String {
+    /// What the address counts as: itself (IPv4), or its /64's first
+    /// address (IPv6).
+    pub fn counted_as(&self) -> IpAddr {
         match self.0 {
-            IpAddr::V4(v4) => v4.to_string(),
+            IpAddr::V4(_) => self.0,
             IpAddr::V6(v6) => {
                 let s = v6.segments();
-                let net = Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0);
-                format!("{net}/64")
+                IpAddr::V6(Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0))
             }
+        }
+    }
+
+    /// The subject id: `203.0.113.7` or `2001:db8:1:2::/64`.
+    pub fn subject_id(&self) -> String {
+        match self.counted_as() {
+            IpAddr::V4(v4) => v4.to_string(),
+            IpAddr::V6(net) => format!("{net}/64"),
         }
     }
 }

@@ -1,8 +1,11 @@
 //! Values parsed once at the edge; nothing inward handles raw strings.
 
+pub mod admin_role;
 pub mod client_ip;
 pub mod email;
+pub mod forwarding;
 pub mod locale;
+pub mod origin;
 pub mod pattern;
 pub mod phone;
 pub mod reason;
@@ -16,8 +19,8 @@ pub use locale::Locale;
 pub use phone::{PhoneError, PhoneNumber};
 pub use reason::Reason;
 pub use rule::{Algorithm, Rule};
-pub use subject::{Action, Subject, SubjectKind};
-pub use username::Username;
+pub use subject::{Action, Subject, SubjectError, SubjectKind};
+pub use username::{Username, UsernameError};
 
 #[cfg(test)]
 mod proptests;

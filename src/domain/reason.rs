@@ -33,11 +33,32 @@ pub enum Reason {
     AllowList,
     /// The entry an admin added or deleted is on the block list.
     BlockList,
+    /// An address failed admin authentication `server.admin_auth_limit`
+    /// times: its admin requests are refused for the window.
+    AdminAuthFailures,
+    /// The admin's role does not allow what it asked (`rule` names the
+    /// permission and the role it needs).
+    Forbidden,
+    /// An admin exported audit rows as CSV.
+    CsvExport,
+    /// Signed in through the OpenID Connect provider.
+    Oidc,
+    /// A sign-in callback without the browser's pending sign-in, or with
+    /// another `state`: forged, replayed or stale.
+    InvalidCallback,
+    /// The provider answered an error, or could not be reached, or refused
+    /// the code.
+    IdpError,
+    /// The ID token failed validation (signature, issuer, audience, expiry,
+    /// nonce).
+    InvalidIdToken,
+    /// The admin's claims map to no tollgate role.
+    NoRole,
 }
 
 impl Reason {
     /// Every reason, for `parse` to search.
-    pub const ALL: [Reason; 12] = [
+    pub const ALL: [Reason; 20] = [
         Reason::RateLimited,
         Reason::CaptchaRequired,
         Reason::RegionBlocked,
@@ -50,6 +71,14 @@ impl Reason {
         Reason::PumpingSuspected,
         Reason::AllowList,
         Reason::BlockList,
+        Reason::AdminAuthFailures,
+        Reason::Forbidden,
+        Reason::CsvExport,
+        Reason::Oidc,
+        Reason::InvalidCallback,
+        Reason::IdpError,
+        Reason::InvalidIdToken,
+        Reason::NoRole,
     ];
 
     /// The wire form (`rate_limited`), the same as the serde form.
@@ -67,6 +96,14 @@ impl Reason {
             Reason::PumpingSuspected => "pumping_suspected",
             Reason::AllowList => "allow_list",
             Reason::BlockList => "block_list",
+            Reason::AdminAuthFailures => "admin_auth_failures",
+            Reason::Forbidden => "forbidden",
+            Reason::CsvExport => "csv_export",
+            Reason::Oidc => "oidc",
+            Reason::InvalidCallback => "invalid_callback",
+            Reason::IdpError => "idp_error",
+            Reason::InvalidIdToken => "invalid_id_token",
+            Reason::NoRole => "no_role",
         }
     }
 

@@ -3,6 +3,9 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::username::UsernameError;
+use super::{ClientIp, PhoneError, PhoneNumber, Username};
+
 /// What a limit is counted against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
@@ -67,6 +70,28 @@ pub struct Subject {
     pub id: String,
 }
 
+/// Why a subject an admin named is not one.
+#[derive(Debug, thiserror::Error)]
+pub enum SubjectError {
+    /// The kind is none of [`SubjectKind::ALL`].
+    #[error("unknown subject kind {0:?}")]
+    UnknownKind(String),
+    /// A phone subject that is no phone number (`invalid_phone`).
+    #[error(transparent)]
+    Phone(#[from] PhoneError),
+    /// A user subject that is no login name.
+    #[error(transparent)]
+    User(#[from] UsernameError),
+    /// An id that cannot be of its kind; the message says what it must be.
+    #[error("{id:?} is not {expected}")]
+    Malformed {
+        /// The id as given.
+        id: String,
+        /// What an id of the kind looks like.
+        expected: &'static str,
+    },
+}
+
 impl Subject {
     /// A subject from an id already normalised for its kind.
     pub fn new(kind: SubjectKind, id: impl Into<String>) -> Self {
@@ -74,6 +99,51 @@ impl Subject {
             kind,
             id: id.into(),
         }
+    }
+
+    /// A subject from its kind and id as an admin writes them, the id
+    /// normalised as the guards count it (`Alice` is `alice`,
+    /// `+86 138 0013 8000` is `+8613800138000`, `cn` is `CN`).
+    pub fn parse(kind: &str, id: &str) -> Result<Self, SubjectError> {
+        let kind =
+            SubjectKind::parse(kind).ok_or_else(|| SubjectError::UnknownKind(kind.to_string()))?;
+        let malformed = |expected| SubjectError::Malformed {
+            id: id.to_string(),
+            expected,
+        };
+        let id = match kind {
+            SubjectKind::Phone => PhoneNumber::parse(id)?.e164().to_string(),
+            SubjectKind::User => Username::parse(id)?.as_str().to_string(),
+            SubjectKind::Ip => ClientIp::parse_subject(id)
+                .ok_or_else(|| {
+                    malformed("an IP address or IPv6 /64 (another range is not a subject)")
+                })?
+                .subject_id(),
+            SubjectKind::Prefix => {
+                let digits = id.strip_prefix('+').unwrap_or(id);
+                let valid = !digits.is_empty()
+                    && digits.len() <= 15
+                    && digits.chars().all(|c| c.is_ascii_digit());
+                if !valid {
+                    return Err(malformed("a number prefix such as +8613800"));
+                }
+                format!("+{digits}")
+            }
+            SubjectKind::Global => {
+                if Action::parse(id) != Some(Action::SmsSend) {
+                    return Err(malformed("a global subject (sms_send)"));
+                }
+                id.to_string()
+            }
+            // As `PhoneNumber::region` names it: upper case.
+            SubjectKind::Country => {
+                if id.len() != 2 || !id.chars().all(|c| c.is_ascii_alphabetic()) {
+                    return Err(malformed("an ISO 3166 alpha-2 country code such as CN"));
+                }
+                id.to_ascii_uppercase()
+            }
+        };
+        Ok(Subject::new(kind, id))
     }
 }
 

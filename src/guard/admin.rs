@@ -1,14 +1,16 @@
 //! What admins see of a subject's live state, and lifting its blocks.
 
+mod pumping_state;
+
+pub use pumping_state::{ListedBlock, PumpingBlock, PumpingLevel, PumpingState};
+
 use chrono::{DateTime, SubsecRound, Utc};
 use serde::Serialize;
 
-use super::{pumping, GuardContext, Policy, RequestInfo, SubjectRules};
+use super::{pumping, GuardContext, Policy, RequestInfo, Windows};
 use crate::audit::{AuditDecision, AuditEvent};
 use crate::domain::{Action, Reason, Rule, Subject, SubjectKind};
-use crate::store::{
-    pair_of_member, ConversionPolicy, Keys, RuleWindow, StoreError, WindowMode, WindowSpec,
-};
+use crate::store::{pair_of_member, Keys, StoreError, WindowMode, WindowSpec};
 
 /// One window of a subject: its live count against its rule.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
@@ -31,55 +33,8 @@ pub struct WindowState {
     pub shadow: bool,
 }
 
-/// What the SMS pumping guard counts for a prefix or a country
-/// (`sms.pumping`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
-#[schema(example = json!({"sends": 7, "verified": 2, "min_sends": 20, "window_ms": 3600000,
-    "rule": "prefix conversion 2/7 (28.6%) < 20% per 1h"}))]
-pub struct PumpingState {
-    /// Codes sent in the window, counted in slices of a twelfth of it (the
-    /// oldest slice may be partly out of the window).
-    pub sends: u32,
-    /// Codes verified in the window, counted the same way.
-    pub verified: u32,
-    /// Sends in the window below which nothing is blocked.
-    pub min_sends: u32,
-    /// The window's length in milliseconds.
-    pub window_ms: u64,
-    /// These figures against the threshold, as audit rows word them.
-    pub rule: String,
-    /// The block, while one lasts; absent when there is none.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(nullable = false)]
-    pub block: Option<PumpingBlock>,
-}
-
-/// A prefix or country blocked by the SMS pumping guard.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
-pub struct PumpingBlock {
-    /// When the block ends.
-    pub until: DateTime<Utc>,
-    /// The codes sent that blocked it.
-    pub sends: u32,
-    /// How many of them were verified.
-    pub verified: u32,
-    /// Those figures against the threshold (`prefix conversion 3/20 (15%) < 20% per 1h`).
-    pub rule: String,
-    /// Decided in shadow mode: audited, never enforced.
-    pub shadow: bool,
-}
-
-/// A block in the console's list: the subject and when its block ends.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ListedBlock {
-    /// The prefix or country.
-    pub subject: Subject,
-    /// When the block ends.
-    pub until: DateTime<Utc>,
-}
-
 /// A subject's live state.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct SubjectState {
     /// Which kind of subject `id` names.
     pub kind: SubjectKind,
@@ -91,7 +46,8 @@ pub struct SubjectState {
     #[schema(required = true)]
     pub locked_until: Option<DateTime<Utc>>,
     /// Whether one of the subject's captcha thresholds is reached
-    /// (`sms.captcha_after`, `login.captcha_after`, `login.ip_captcha_after`).
+    /// (`sms.captcha_after`, `login.captcha_after`, `login.ip_captcha_after`),
+    /// or a country's sends need a captcha (the pumping guard's challenge).
     pub captcha_required: bool,
     /// Every window the subject is counted in, per action.
     pub windows: Vec<WindowState>,
@@ -152,44 +108,37 @@ struct Watched {
     rules: Vec<(Rule, WindowSpec)>,
 }
 
+/// The windows the rulebook gives `kind`, per action. A user's windows
+/// come with its lock from one `login_state` call, and an address's failed
+/// admin authentications are not shown; a country has no windows, only the
+/// pumping guard's counts.
 fn watched(policy: &Policy, kind: SubjectKind) -> Vec<Watched> {
-    let sms = |rules: &SubjectRules| Watched {
-        action: Action::SmsSend,
-        rules: rules.pairs().collect(),
-    };
-    match kind {
-        SubjectKind::Phone => vec![sms(&policy.sms_phone)],
-        SubjectKind::Prefix => vec![sms(&policy.sms_prefix)],
-        SubjectKind::Global => vec![sms(&policy.sms_global)],
-        SubjectKind::Ip => vec![
-            sms(&policy.sms_ip),
-            Watched {
-                action: Action::LoginAttempt,
-                rules: vec![
-                    (policy.ip_captcha, policy.ip_captcha.gate()),
-                    (policy.ip_block, policy.ip_block.enforce()),
-                ],
-            },
-        ],
-        // A user's windows come with its lock from one `login_state` call;
-        // a country has no windows, only the pumping guard's counts.
-        SubjectKind::User | SubjectKind::Country => Vec::new(),
+    let watched = policy.actions_of(kind).filter_map(|action| {
+        let rules = match policy.rules_for(action, kind)? {
+            Windows::Counted(rules) => rules.pairs().collect(),
+            Windows::LoginIp(rules) => rules.pairs().to_vec(),
+            Windows::LoginUser | Windows::AdminAuth => return None,
+        };
+        Some(Watched { action, rules })
+    });
+    watched.collect()
+}
+
+/// One window's live count against its rule.
+fn window_state(action: Action, rule: &Rule, count: u32) -> WindowState {
+    WindowState {
+        action,
+        rule: rule.name(),
+        count,
+        limit: rule.limit,
+        window_ms: rule.window_ms(),
+        shadow: rule.shadow,
     }
 }
 
 /// `ms` from now, to the millisecond.
 fn in_ms(ms: u64) -> DateTime<Utc> {
     (Utc::now() + chrono::Duration::milliseconds(ms as i64)).trunc_subsecs(3)
-}
-
-/// The actions whose windows a subject kind can have.
-fn actions(kind: SubjectKind) -> &'static [Action] {
-    match kind {
-        SubjectKind::Phone | SubjectKind::Prefix | SubjectKind::Global => &[Action::SmsSend],
-        SubjectKind::Ip => &[Action::SmsSend, Action::LoginAttempt],
-        SubjectKind::User => &[Action::LoginAttempt],
-        SubjectKind::Country => &[],
-    }
 }
 
 impl SubjectAdmin {
@@ -200,22 +149,12 @@ impl SubjectAdmin {
 
     /// `sms.prefix_digits` as in force: how phones are cut into prefixes.
     pub fn prefix_digits(&self) -> u32 {
-        self.ctx.policy.current().sms.prefix_digits
+        self.ctx.policy.current().sms.settings.prefix_digits
     }
 
     /// What the store holds for `subject` now; reads only, counts nothing.
     pub async fn state(&self, subject: &Subject) -> Result<SubjectState, StoreError> {
         let policy = self.ctx.policy.current();
-        let keys = &self.ctx.keys;
-        let until = in_ms;
-        let window = |action: Action, rule: &Rule, count: u32| WindowState {
-            action,
-            rule: rule.name(),
-            count,
-            limit: rule.limit,
-            window_ms: rule.window_ms(),
-            shadow: rule.shadow,
-        };
         let mut state = SubjectState {
             kind: subject.kind,
             id: subject.id.clone(),
@@ -225,30 +164,66 @@ impl SubjectAdmin {
             pairs: Vec::new(),
             pumping: None,
         };
-
         if subject.kind == SubjectKind::User {
-            let window_key = keys.subject_window(subject, Action::LoginAttempt);
-            let lock_key = keys.subject_lock(subject);
-            let login = self
-                .ctx
-                .store
-                .login_state(&window_key, &lock_key, None, &policy.login_store)
-                .await?;
-            state.windows = vec![
-                window(Action::LoginAttempt, &policy.user_captcha, login.failures),
-                window(
-                    Action::LoginAttempt,
-                    &policy.user_lock,
-                    login.lock_window_failures,
-                ),
-            ];
-            state.captcha_required = login.failures >= policy.user_captcha.limit;
-            state.locked_until = login.locked_retry_after_ms.map(until);
-            state.pairs = self.pairs(subject, &policy, until).await?;
+            self.user_state(subject, &policy, &mut state).await?;
             return Ok(state);
         }
+        self.window_states(subject, &policy, &mut state).await?;
+        if let Some(policy) = policy.sms.pumping.as_ref().and_then(|p| p.of(subject.kind)) {
+            let live = self.pumping_state(subject, policy).await?;
+            if let Some(block) = live.block.as_ref().filter(|b| !b.shadow) {
+                state.locked_until = Some(block.until);
+            }
+            if live.challenge.as_ref().is_some_and(|c| !c.shadow) {
+                state.captcha_required = true;
+            }
+            state.pumping = Some(live);
+        }
+        Ok(state)
+    }
 
-        let watched = watched(&policy, subject.kind);
+    /// A user's failures, lock and pairs, from the store's login reads.
+    async fn user_state(
+        &self,
+        user: &Subject,
+        policy: &Policy,
+        state: &mut SubjectState,
+    ) -> Result<(), StoreError> {
+        let keys = &self.ctx.keys;
+        let window_key = keys.subject_window(user, Action::LoginAttempt);
+        let lock_key = keys.subject_lock(user);
+        let login = self
+            .ctx
+            .store
+            .login_state(&window_key, &lock_key, None, &policy.login.store)
+            .await?;
+        let rules = &policy.login;
+        state.windows = vec![
+            window_state(Action::LoginAttempt, &rules.user_captcha, login.failures),
+            window_state(
+                Action::LoginAttempt,
+                &rules.user_lock,
+                login.lock_window_failures,
+            ),
+        ];
+        state.captcha_required = login.failures >= rules.user_captcha.limit;
+        state.locked_until = login.locked_retry_after_ms.map(in_ms);
+        state.pairs = self.pairs(user, policy, in_ms).await?;
+        Ok(())
+    }
+
+    /// The subject's windows as the rulebook gives them, peeked.
+    async fn window_states(
+        &self,
+        subject: &Subject,
+        policy: &Policy,
+        state: &mut SubjectState,
+    ) -> Result<(), StoreError> {
+        let keys = &self.ctx.keys;
+        let watched: Vec<Watched> = watched(policy, subject.kind)
+            .into_iter()
+            .filter(|w| !w.rules.is_empty())
+            .collect();
         let peeks = futures::future::try_join_all(watched.iter().map(|w| {
             let key = keys.subject_window(subject, w.action);
             let specs: Vec<WindowSpec> = w.rules.iter().map(|(_, spec)| *spec).collect();
@@ -263,21 +238,14 @@ impl SubjectAdmin {
                     state.captcha_required = true;
                 }
                 // An IP is blocked while its login failures fill the block window.
-                if full && w.action == Action::LoginAttempt && *rule == policy.ip_block {
+                if full && w.action == Action::LoginAttempt && *rule == policy.login.ip.block {
                     state.locked_until =
-                        Some(until(peek.retry_after_ms.get(i).copied().unwrap_or(0)));
+                        Some(in_ms(peek.retry_after_ms.get(i).copied().unwrap_or(0)));
                 }
-                state.windows.push(window(w.action, rule, count));
+                state.windows.push(window_state(w.action, rule, count));
             }
         }
-        if let (Some(policy), true) = (&policy.pumping, pumping::counts(subject.kind)) {
-            let live = self.pumping_state(subject, policy).await?;
-            if let Some(block) = live.block.as_ref().filter(|b| !b.shadow) {
-                state.locked_until = Some(block.until);
-            }
-            state.pumping = Some(live);
-        }
-        Ok(state)
+        Ok(())
     }
 
     /// A user's live pairs, newest first, when failures lock pairs.
@@ -287,15 +255,16 @@ impl SubjectAdmin {
         policy: &Policy,
         until: impl Fn(u64) -> DateTime<Utc>,
     ) -> Result<Vec<PairState>, StoreError> {
-        let Some(rule) = policy.pair_lock else {
+        let Some(rule) = policy.login.pair_lock else {
             return Ok(Vec::new());
         };
         let (keys, store) = (&self.ctx.keys, &self.ctx.store);
         let window_key = keys.subject_window(user, Action::LoginAttempt);
         let keep = policy
-            .login_store
+            .login
+            .store
             .captcha_after
-            .max(policy.login_store.lock_after) as usize;
+            .max(policy.login.store.lock_after) as usize;
         let index_key = keys.pair_index(&user.id);
         let (recent, locked) = futures::try_join!(
             store.recent_members(&window_key, rule.window_ms(), keep),
@@ -322,7 +291,7 @@ impl SubjectAdmin {
             let (window_key, user_lock) = (&window_key, &user_lock);
             async move {
                 store
-                    .login_state(window_key, user_lock, Some(&pair_lock), &policy.login_store)
+                    .login_state(window_key, user_lock, Some(&pair_lock), &policy.login.store)
                     .await
             }
         }))
@@ -344,53 +313,6 @@ impl SubjectAdmin {
         Ok(pairs.collect())
     }
 
-    /// A prefix's or country's conversion and block, as the store has them.
-    async fn pumping_state(
-        &self,
-        subject: &Subject,
-        policy: &ConversionPolicy,
-    ) -> Result<PumpingState, StoreError> {
-        let key = self.ctx.keys.subject_conversion(subject);
-        let live = self.ctx.store.conversion_state(&key, policy).await?;
-        let describe = |sent, verified| pumping::describe(subject.kind, sent, verified, policy);
-        Ok(PumpingState {
-            sends: live.events,
-            verified: live.successes,
-            min_sends: policy.min_events,
-            window_ms: policy.window_ms,
-            rule: describe(live.events, live.successes),
-            block: live.block.map(|b| PumpingBlock {
-                until: in_ms(b.retry_after_ms),
-                sends: b.events,
-                verified: b.successes,
-                rule: describe(b.events, b.successes),
-                shadow: b.shadow,
-            }),
-        })
-    }
-
-    /// The prefixes and countries the pumping guard has blocked (not in
-    /// shadow mode), latest-ending first, at most `limit`; and how many
-    /// there are.
-    pub async fn pumping_blocks(
-        &self,
-        limit: usize,
-    ) -> Result<(Vec<ListedBlock>, u64), StoreError> {
-        let index = self.ctx.keys.conversion_blocks();
-        let listed = self.ctx.store.expiring_members(&index, limit).await?;
-        let blocks = listed
-            .members
-            .iter()
-            .filter_map(|(member, retry_ms)| {
-                Some(ListedBlock {
-                    subject: pumping::listed_subject(member)?,
-                    until: in_ms(*retry_ms),
-                })
-            })
-            .collect();
-        Ok((blocks, listed.total))
-    }
-
     /// Clear every window and the lock of a subject (a phone's pending or burnt
     /// code too, a user's pairs, a prefix's or country's pumping counts and
     /// block); audited as `unblock`.
@@ -401,9 +323,10 @@ impl SubjectAdmin {
     ) -> Result<SubjectState, StoreError> {
         let keys = &self.ctx.keys;
         // Each window's log and the meters beside it (GCRA windows).
-        let mut doomed: Vec<String> = actions(subject.kind)
-            .iter()
-            .map(|action| keys.subject_window(subject, *action))
+        let policy = self.ctx.policy.current();
+        let mut doomed: Vec<String> = policy
+            .actions_of(subject.kind)
+            .map(|action| keys.subject_window(subject, action))
             .flat_map(|key| [Keys::meter_of(&key), key])
             .collect();
         doomed.push(keys.subject_lock(subject));

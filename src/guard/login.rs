@@ -9,14 +9,14 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use super::{ceil_secs, GuardContext, Policy, RequestInfo};
+use super::{ceil_secs, GuardContext, Lookup, Policy, RequestInfo, Windows};
 use crate::captcha::CaptchaProof;
 use crate::delivery::email::{LockNotice, LockNotifier};
 use crate::domain::{Action, EmailAddress, Locale, Reason, Subject, SubjectKind, Username};
 use crate::lists::{EntryKind, Listed};
 use crate::store::{
-    IpFailureWindow, LoginOutcome, LoginRequest, LoginVerdict, PairKeys, PeekOutcome, RuleWindow,
-    StoreError, WindowSpec,
+    IpFailureWindow, LoginOutcome, LoginRequest, LoginVerdict, PairKeys, PeekOutcome, StoreError,
+    WindowSpec,
 };
 use decision::AttemptDecision;
 
@@ -66,20 +66,14 @@ impl LoginState {
         }
     }
 
-    fn deny(
-        reason: Reason,
-        locked: bool,
-        retry_after_ms: u64,
-        failures: u32,
-        captcha_required: bool,
-    ) -> Self {
+    fn deny(denial: Denial) -> Self {
         Self {
             decision: LoginDecision::Deny,
-            captcha_required,
-            locked,
-            retry_after_secs: Some(ceil_secs(retry_after_ms)),
-            failures,
-            reason: Some(reason),
+            captcha_required: denial.captcha_required,
+            locked: denial.locked,
+            retry_after_secs: Some(ceil_secs(denial.retry_after_ms)),
+            failures: denial.failures,
+            reason: Some(denial.reason),
         }
     }
 
@@ -93,6 +87,20 @@ impl LoginState {
             reason: Some(Reason::CaptchaRequired),
         }
     }
+}
+
+/// A refused attempt, as its answer tells it.
+struct Denial {
+    /// `user_locked` or `ip_blocked`.
+    reason: Reason,
+    /// Whether the user is locked (an IP's block may refuse a locked user).
+    locked: bool,
+    /// Until the lock or block ends.
+    retry_after_ms: u64,
+    /// The user's failures in `login.captcha_window`.
+    failures: u32,
+    /// Whether the next attempt needs a passed captcha.
+    captcha_required: bool,
 }
 
 /// Why a login call was refused outright, rather than answered with a
@@ -147,20 +155,11 @@ impl PairKeyNames {
     }
 }
 
-/// The IP's failure windows: `[captcha tier, block]`.
+/// The IP's failure windows for this attempt (`IpLoginRules::windows`).
 struct IpWindows {
     subject: Subject,
     key: String,
     windows: [WindowSpec; 2],
-}
-
-impl IpWindows {
-    fn captcha_count(peek: &PeekOutcome) -> u32 {
-        peek.counts.first().copied().unwrap_or(0)
-    }
-    fn block_count(peek: &PeekOutcome) -> u32 {
-        peek.counts.get(1).copied().unwrap_or(0)
-    }
 }
 
 impl LoginGuard {
@@ -182,7 +181,7 @@ impl LoginGuard {
     /// The (user, IP) pair's keys when failures lock pairs; an attempt
     /// without an IP counts under the IP `unknown`.
     fn pair_keys(&self, policy: &Policy, user: &str, info: &RequestInfo) -> Option<PairKeyNames> {
-        policy.pair_lock?;
+        policy.login.pair_lock?;
         let ip = info
             .ip
             .map_or_else(|| UNKNOWN_IP.to_string(), |ip| ip.subject_id());
@@ -194,12 +193,18 @@ impl LoginGuard {
         })
     }
 
+    /// The client IP's windows, as the rulebook has them; none when the
+    /// IP is not known.
     fn ip_windows(&self, policy: &Policy, info: &RequestInfo) -> Option<IpWindows> {
+        let Some(Windows::LoginIp(rules)) = policy.rules_for(Action::LoginAttempt, SubjectKind::Ip)
+        else {
+            return None;
+        };
         let subject = Subject::new(SubjectKind::Ip, info.ip?.subject_id());
         Some(IpWindows {
             key: self.ctx.keys.subject_window(&subject, Action::LoginAttempt),
             subject,
-            windows: [policy.ip_captcha.gate(), policy.ip_block.enforce()],
+            windows: rules.windows(),
         })
     }
 
@@ -217,7 +222,7 @@ impl LoginGuard {
         info: &RequestInfo,
     ) -> Result<LoginState, LoginRefusal> {
         let policy = self.ctx.policy.current();
-        if let Some(allowed) = self.listed(user.as_str(), &policy, info, true)? {
+        if let Some(allowed) = self.listed(user.as_str(), &policy, info, Lookup::Peek)? {
             return Ok(allowed);
         }
         let (window_key, lock_key) = self.user_keys(user.as_str());
@@ -228,7 +233,7 @@ impl LoginGuard {
                 &window_key,
                 &lock_key,
                 pair.as_ref().map(|p| p.lock.as_str()),
-                &policy.login_store
+                &policy.login.store
             ),
             self.peek_ip(ip.as_ref()),
         )?;
@@ -243,7 +248,7 @@ impl LoginGuard {
     ) -> Result<LoginState, LoginRefusal> {
         let policy = self.ctx.policy.current();
         let user = Subject::new(SubjectKind::User, attempt.user.as_str());
-        if let Some(allowed) = self.listed(&user.id, &policy, info, false)? {
+        if let Some(allowed) = self.listed(&user.id, &policy, info, Lookup::Attempt)? {
             return Ok(allowed);
         }
         let ip = self.ip_windows(&policy, info);
@@ -268,14 +273,15 @@ impl LoginGuard {
         user: &str,
         policy: &Policy,
         info: &RequestInfo,
-        read_only: bool,
+        lookup: Lookup,
     ) -> Result<Option<LoginState>, LoginRefusal> {
-        let shadow = policy.login_shadow;
+        let shadow = policy.login.shadow;
         let subject = (SubjectKind::User, user);
-        match self
-            .ctx
-            .listed(Action::LoginAttempt, info, subject, shadow, read_only)
-        {
+        let listing = self.ctx.listed(Action::LoginAttempt, info, subject, lookup);
+        if let Some(row) = listing.row {
+            self.ctx.audit(info, row.shadow(shadow));
+        }
+        match listing.listed {
             Listed::Blocked(kind) if !shadow => Err(LoginRefusal::Blocklisted(kind)),
             Listed::Allowed(_) => Ok(Some(LoginState::allow(0))),
             _ => Ok(None),
@@ -300,7 +306,7 @@ impl LoginGuard {
         let (window_key, lock_key) = self.user_keys(&user.id);
         // Only a captcha check needs the address as text.
         let remote_ip = || info.ip.map(|ip| ip.to_string());
-        let ask_later = policy.captcha.asks_provider(&attempt.captcha) && !policy.login_shadow;
+        let ask_later = policy.captcha.asks_provider(&attempt.captcha) && !policy.login.shadow;
         let has_proof = attempt.captcha.token.is_some() || attempt.captcha.passed.is_some();
         let captcha_passed = has_proof
             && !ask_later
@@ -313,16 +319,16 @@ impl LoginGuard {
         let request = |captcha_passed| LoginRequest {
             window_key: &window_key,
             lock_key: &lock_key,
-            policy: &policy.login_store,
+            policy: &policy.login.store,
             success: attempt.success,
             captcha_passed,
             member: &member,
-            shadow: policy.login_shadow,
+            shadow: policy.login.shadow,
             ip: ip.map(|ip| IpFailureWindow {
                 key: &ip.key,
-                captcha_after: policy.ip_captcha.limit,
-                block_after: policy.ip_block.limit,
-                window_ms: policy.ip_block.window_ms(),
+                captcha_after: policy.login.ip.captcha.limit,
+                block_after: policy.login.ip.block.limit,
+                window_ms: policy.login.ip.block.window_ms(),
             }),
             pair: pair.as_ref().map(PairKeyNames::keys),
         };

@@ -3,6 +3,7 @@
 //! nothing of HTTP.
 
 pub mod admin;
+pub mod admin_auth;
 mod code;
 pub mod login;
 mod policy;
@@ -12,7 +13,9 @@ pub mod sms;
 
 use std::sync::Arc;
 
-pub use policy::{Policy, PolicyCell, SubjectRules};
+pub use policy::{
+    IpLoginRules, LoginRules, Policy, PolicyCell, SmsRules, SubjectRules, Windows, ACTIONS,
+};
 
 use crate::audit::{AuditDecision, AuditEvent, AuditSink};
 use crate::domain::{Action, ClientIp, Reason, Subject, SubjectKind};
@@ -32,6 +35,20 @@ pub struct RequestInfo {
     /// The caller is a backend that may vouch for outcomes (an API key, or
     /// loopback when none is configured); see `routes::caller`.
     pub backend: bool,
+    /// The admin who asked (`token:oncall`, `oidc:ann@example.com`), on
+    /// admin requests: audit rows name it.
+    pub actor: Option<String>,
+}
+
+impl RequestInfo {
+    /// `event` with what the request tells: client IP, request id, user
+    /// agent and, on an admin's request, the admin.
+    pub fn stamp(&self, event: AuditEvent) -> AuditEvent {
+        let ip = self.ip.map(|ip| ip.to_string());
+        event
+            .request(ip, &self.request_id, self.user_agent.as_deref())
+            .actor(self.actor.clone())
+    }
 }
 
 /// What every guard shares.
@@ -49,30 +66,50 @@ pub struct GuardContext {
     pub lists: Arc<crate::lists::Lists>,
 }
 
+/// How a lookup in the allow and block lists is used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lookup {
+    /// A request that counts (a send, a verify, a login attempt): every
+    /// match is counted in metrics and a block gets an audit row.
+    Attempt,
+    /// A read-only look (`/login/check`): a block is neither counted nor
+    /// audited.
+    Peek,
+}
+
+/// What the lists say of a request, and the audit row of a block (not yet
+/// written: the caller's decision writes it, shadowed or not).
+struct Listing {
+    /// The lists' answer.
+    listed: Listed,
+    /// `blocklisted` for the entry that matched, on an attempt's block.
+    row: Option<AuditEvent>,
+}
+
 impl GuardContext {
     /// What the allow and block lists say of a request about the subject
     /// `(kind, id)` (a phone or a user) from `info.ip`; a `Subject` is built
-    /// only for the audit row of a block. A block is audited (`blocklisted`,
-    /// shadowed when `shadow`) unless `read_only` (`/login/check`); every
-    /// match is counted in metrics.
+    /// only for the audit row of a block.
     fn listed(
         &self,
         action: Action,
         info: &RequestInfo,
         (kind, id): (SubjectKind, &str),
-        shadow: bool,
-        read_only: bool,
-    ) -> Listed {
+        lookup: Lookup,
+    ) -> Listing {
         let request = ListRequest {
             ip: info.ip.map(|ip| ip.addr()),
             phone: (kind == SubjectKind::Phone).then_some(id),
             user: (kind == SubjectKind::User).then_some(id),
         };
         let listed = self.lists.current().check(request);
-        match listed {
-            Listed::No => {}
-            Listed::Allowed(kind) => crate::metrics::list_match(ListName::Allow, kind, action),
-            Listed::Blocked(_) if read_only => {}
+        let row = match listed {
+            Listed::No => None,
+            Listed::Allowed(kind) => {
+                crate::metrics::list_match(ListName::Allow, kind, action);
+                None
+            }
+            Listed::Blocked(_) if lookup == Lookup::Peek => None,
             Listed::Blocked(entry) => {
                 crate::metrics::list_match(ListName::Block, entry, action);
                 let matched = match (entry, info.ip) {
@@ -81,16 +118,14 @@ impl GuardContext {
                 };
                 let row =
                     AuditEvent::new(action, AuditDecision::Deny, Reason::Blocklisted, &matched);
-                self.audit(info, row.shadow(shadow));
+                Some(row)
             }
-        }
-        listed
+        };
+        Listing { listed, row }
     }
 
     fn audit(&self, info: &RequestInfo, event: AuditEvent) {
-        let ip = info.ip.map(|ip| ip.to_string());
-        self.audit
-            .record(event.request(ip, &info.request_id, info.user_agent.as_deref()));
+        self.audit.record(info.stamp(event));
     }
 }
 

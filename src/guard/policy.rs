@@ -9,35 +9,60 @@ use parking_lot::RwLock;
 use crate::captcha::CaptchaVerifier;
 use crate::domain::{Action, Rule, SubjectKind};
 use crate::metrics::RuleCounters;
+use crate::settings::PumpingSettings;
 use crate::settings::{LimitSetting, LockScope, LoginSettings, Settings, SmsSettings};
-use crate::store::{ConversionPolicy, HitOutcome, LoginPolicy, RuleWindow, WindowSpec};
+use crate::store::{ConversionPolicy, LoginPolicy, Surge};
+
+mod rulebook;
+mod subject_rules;
+
+pub use rulebook::{IpLoginRules, Windows, ACTIONS};
+pub use subject_rules::SubjectRules;
 
 /// The decision settings in force and the rules built from them, replaced
-/// whole on reload.
+/// whole on reload. Which windows each subject kind has for each action is
+/// said once, by [`Policy::rules_for`].
 pub struct Policy {
     /// Checks captcha proofs as `[captcha]` says.
     pub captcha: Arc<CaptchaVerifier>,
+    /// `/sms/send` and `/sms/verify`.
+    pub sms: SmsRules,
+    /// `/login/check` and `/login/attempt`.
+    pub login: LoginRules,
+}
+
+/// The SMS rules (`[sms]`).
+pub struct SmsRules {
     /// `[sms]` as loaded.
-    pub sms: SmsSettings,
-    /// `[login]` as loaded.
-    pub login: LoginSettings,
-    /// `/sms/*` in shadow (`shadow.enabled` or `sms.shadow`): decide and
-    /// audit, but refuse nothing.
-    pub sms_shadow: bool,
-    /// `/login/*` in shadow (`shadow.enabled` or `login.shadow`).
-    pub login_shadow: bool,
-    /// `/sms/send` per subject kind; phone and IP carry the captcha tier.
-    pub sms_phone: SubjectRules,
-    /// `/sms/send` per number prefix.
-    pub sms_prefix: SubjectRules,
-    /// `/sms/send` per client IP, with the captcha tier.
-    pub sms_ip: SubjectRules,
-    /// `/sms/send` across every caller.
-    pub sms_global: SubjectRules,
+    pub settings: SmsSettings,
+    /// In shadow (`shadow.enabled` or `sms.shadow`): decide and audit, but
+    /// refuse nothing.
+    pub shadow: bool,
+    /// A send's windows per phone, with the captcha tier.
+    pub phone: SubjectRules,
+    /// A send's windows per number prefix.
+    pub prefix: SubjectRules,
+    /// A send's windows per client IP, with the captcha tier.
+    pub ip: SubjectRules,
+    /// A send's windows across every caller.
+    pub global: SubjectRules,
+    /// A verify's failed tries per client IP.
+    pub verify_ip: SubjectRules,
+    /// Wrong tries of one code: `sms.max_verify_attempts` per
+    /// `sms.code_ttl` (`phone 5/5m`).
+    pub verify_attempts: Rule,
+    /// Its counters.
+    pub verify_counters: RuleCounters,
     /// `[sms.pumping]` as the store counts it; `None` when the guard is off.
-    pub pumping: Option<ConversionPolicy>,
+    pub pumping: Option<PumpingPolicies>,
+}
+
+/// The login rules (`[login]`).
+pub struct LoginRules {
+    /// In shadow (`shadow.enabled` or `login.shadow`).
+    pub shadow: bool,
     /// `[login]` in the form the store's login call takes.
-    pub login_store: LoginPolicy,
+    pub store: LoginPolicy,
     /// A user's captcha tier: `login.captcha_after` failures per
     /// `login.captcha_window`.
     pub user_captcha: Rule,
@@ -48,26 +73,65 @@ pub struct Policy {
     /// With `lock_scope = "user_ip"`, a (user, IP) pair's lock:
     /// `login.lock_after` failures per `login.lock_window` (`user_ip 10/1h`).
     pub pair_lock: Option<Rule>,
-    /// An IP's captcha tier: `login.ip_captcha_after` failures per
-    /// `login.ip_window`.
-    pub ip_captcha: Rule,
-    /// An IP's block: `login.ip_block_after` failures per `login.ip_window`.
-    pub ip_block: Rule,
-    /// The counters of the login rules above.
-    pub login_counters: LoginCounters,
-    /// Wrong tries of one code: `sms.max_verify_attempts` per
-    /// `sms.code_ttl` (`phone 5/5m`).
-    pub verify_attempts: Rule,
-    /// Its counters.
-    pub verify_counters: RuleCounters,
+    /// An IP's failures: its captcha tier and its block.
+    pub ip: IpLoginRules,
+    /// The counters of the rules above.
+    pub counters: LoginCounters,
 }
 
-/// The counters of the `/login/attempt` rules, one per rule of [`Policy`].
+/// The pumping guard's policies: a prefix is blocked at once, a country is
+/// judged against its normal and challenged first.
+#[derive(Debug, Clone, Copy)]
+pub struct PumpingPolicies {
+    /// A number prefix's.
+    pub prefix: ConversionPolicy,
+    /// A country's.
+    pub country: ConversionPolicy,
+}
+
+impl PumpingPolicies {
+    fn new(pumping: &PumpingSettings) -> Self {
+        let prefix = ConversionPolicy {
+            min_events: pumping.min_sends,
+            min_ratio_ppm: pumping.min_conversion.ppm(),
+            window_ms: pumping.window.as_millis() as u64,
+            block_ms: pumping.block_duration.as_millis() as u64,
+            surge: None,
+        };
+        let country = ConversionPolicy {
+            min_events: pumping.country_min_sends,
+            surge: Some(Surge {
+                factor_milli: (pumping.country_surge * 1000.0).round() as u32,
+                history_ms: pumping.country_history.as_millis() as u64,
+                block: pumping.country_block,
+            }),
+            ..prefix
+        };
+        Self { prefix, country }
+    }
+
+    /// The policy of a prefix or a country; `None` for other kinds.
+    pub fn of(&self, kind: SubjectKind) -> Option<&ConversionPolicy> {
+        match kind {
+            SubjectKind::Prefix => Some(&self.prefix),
+            SubjectKind::Country => Some(&self.country),
+            _ => None,
+        }
+    }
+}
+
+/// The counters of the `/login/attempt` rules, one per rule of
+/// [`LoginRules`].
 pub struct LoginCounters {
+    /// The user's captcha tier's.
     pub user_captcha: RuleCounters,
+    /// The account lock's.
     pub user_lock: RuleCounters,
+    /// The pair lock's, with `lock_scope = "user_ip"`.
     pub pair_lock: Option<RuleCounters>,
+    /// The IP's captcha tier's.
     pub ip_captcha: RuleCounters,
+    /// The IP's block's.
     pub ip_block: RuleCounters,
 }
 
@@ -88,8 +152,48 @@ impl Policy {
     /// Build the rules and the captcha verifier; fails only when the
     /// verifier's HTTP client cannot be built.
     pub fn from_settings(settings: &Settings) -> Result<Self, reqwest::Error> {
-        let sms = &settings.sms;
-        let login = &settings.login;
+        let shadow = settings.shadow.enabled;
+        // The login rules' counters are registered first, as they always were.
+        let login = LoginRules::new(&settings.login, shadow || settings.login.shadow);
+        Ok(Self {
+            captcha: Arc::new(CaptchaVerifier::new(&settings.captcha)?),
+            sms: SmsRules::new(&settings.sms, shadow || settings.sms.shadow),
+            login,
+        })
+    }
+}
+
+impl SmsRules {
+    fn new(sms: &SmsSettings, shadow: bool) -> Self {
+        let send = |kind, limits: &[LimitSetting], gate: bool| {
+            let tier = gate.then(|| Rule::new(kind, sms.captcha_after, sms.captcha_window));
+            SubjectRules::new(Action::SmsSend, rules(kind, limits), tier)
+        };
+        let verify_attempts = Rule::new(SubjectKind::Phone, sms.max_verify_attempts, sms.code_ttl);
+        Self {
+            settings: sms.clone(),
+            shadow,
+            phone: send(SubjectKind::Phone, &sms.phone_limits, true),
+            prefix: send(SubjectKind::Prefix, &sms.prefix_limits, false),
+            ip: send(SubjectKind::Ip, &sms.ip_limits, true),
+            global: send(SubjectKind::Global, &sms.global_limits, false),
+            verify_ip: SubjectRules::new(
+                Action::SmsVerify,
+                rules(SubjectKind::Ip, &sms.verify_ip_limits),
+                None,
+            ),
+            verify_counters: RuleCounters::register(Action::SmsVerify, &verify_attempts),
+            verify_attempts,
+            pumping: sms
+                .pumping
+                .enabled
+                .then(|| PumpingPolicies::new(&sms.pumping)),
+        }
+    }
+}
+
+impl LoginRules {
+    fn new(login: &LoginSettings, shadow: bool) -> Self {
         let account_lock_after = match login.lock_scope {
             LockScope::User => login.lock_after,
             LockScope::UserIp => login.account_lock_after,
@@ -99,55 +203,21 @@ impl Policy {
         let pair_lock = (login.lock_scope == LockScope::UserIp).then(|| {
             Rule::new(SubjectKind::User, login.lock_after, login.lock_window).per_client_ip()
         });
-        let ip_captcha = Rule::new(SubjectKind::Ip, login.ip_captcha_after, login.ip_window);
-        let ip_block = Rule::new(SubjectKind::Ip, login.ip_block_after, login.ip_window);
+        let ip = IpLoginRules {
+            captcha: Rule::new(SubjectKind::Ip, login.ip_captcha_after, login.ip_window),
+            block: Rule::new(SubjectKind::Ip, login.ip_block_after, login.ip_window),
+        };
         let login_rule = |rule: &Rule| RuleCounters::register(Action::LoginAttempt, rule);
-        let login_counters = LoginCounters {
+        let counters = LoginCounters {
             user_captcha: login_rule(&user_captcha),
             user_lock: login_rule(&user_lock),
             pair_lock: pair_lock.as_ref().map(login_rule),
-            ip_captcha: login_rule(&ip_captcha),
-            ip_block: login_rule(&ip_block),
+            ip_captcha: login_rule(&ip.captcha),
+            ip_block: login_rule(&ip.block),
         };
-        let verify_attempts = Rule::new(SubjectKind::Phone, sms.max_verify_attempts, sms.code_ttl);
-        let send = Action::SmsSend;
-        Ok(Self {
-            captcha: Arc::new(CaptchaVerifier::new(&settings.captcha)?),
-            sms_phone: SubjectRules::new(
-                send,
-                rules(SubjectKind::Phone, &sms.phone_limits),
-                Some(Rule::new(
-                    SubjectKind::Phone,
-                    sms.captcha_after,
-                    sms.captcha_window,
-                )),
-            ),
-            sms_prefix: SubjectRules::new(
-                send,
-                rules(SubjectKind::Prefix, &sms.prefix_limits),
-                None,
-            ),
-            sms_ip: SubjectRules::new(
-                send,
-                rules(SubjectKind::Ip, &sms.ip_limits),
-                Some(Rule::new(
-                    SubjectKind::Ip,
-                    sms.captcha_after,
-                    sms.captcha_window,
-                )),
-            ),
-            sms_global: SubjectRules::new(
-                send,
-                rules(SubjectKind::Global, &sms.global_limits),
-                None,
-            ),
-            pumping: sms.pumping.enabled.then(|| ConversionPolicy {
-                min_events: sms.pumping.min_sends,
-                min_ratio_ppm: sms.pumping.min_conversion.ppm(),
-                window_ms: sms.pumping.window.as_millis() as u64,
-                block_ms: sms.pumping.block_duration.as_millis() as u64,
-            }),
-            login_store: LoginPolicy {
+        Self {
+            shadow,
+            store: LoginPolicy {
                 captcha_after: login.captcha_after,
                 captcha_window_ms: login.captcha_window.as_millis() as u64,
                 lock_after: account_lock_after,
@@ -161,78 +231,9 @@ impl Policy {
             user_captcha,
             user_lock,
             pair_lock,
-            ip_captcha,
-            ip_block,
-            login_counters,
-            verify_counters: RuleCounters::register(Action::SmsVerify, &verify_attempts),
-            verify_attempts,
-            sms: sms.clone(),
-            login: login.clone(),
-            sms_shadow: settings.shadow.enabled || sms.shadow,
-            login_shadow: settings.shadow.enabled || login.shadow,
-        })
-    }
-}
-
-/// One subject kind's rules and optional captcha tier, with the window specs
-/// the store takes built once per policy rather than on every request.
-pub struct SubjectRules {
-    /// The enforced rules: a full window denies.
-    pub rules: Vec<Rule>,
-    /// The captcha tier: a full window asks for a captcha.
-    pub gate: Option<Rule>,
-    windows: Vec<WindowSpec>,
-    /// One per window, in the order of `windows`.
-    counters: Vec<RuleCounters>,
-}
-
-impl SubjectRules {
-    /// Build the window specs and register the counters once: the enforced
-    /// rules', then the captcha tier's.
-    pub fn new(action: Action, rules: Vec<Rule>, gate: Option<Rule>) -> Self {
-        let windows = rules
-            .iter()
-            .map(RuleWindow::enforce)
-            .chain(gate.iter().map(RuleWindow::gate))
-            .collect();
-        let counters = rules
-            .iter()
-            .chain(&gate)
-            .map(|rule| RuleCounters::register(action, rule))
-            .collect();
-        Self {
-            rules,
-            gate,
-            windows,
+            ip,
             counters,
         }
-    }
-
-    /// Count one hit on each window from the counts the store answered;
-    /// `section_shadow`: the whole section refuses nothing.
-    pub fn count_hits(&self, outcome: &HitOutcome, section_shadow: bool) {
-        for (index, (counters, &count)) in self.counters.iter().zip(&outcome.counts).enumerate() {
-            let on_trial = self.rules.get(index).is_some_and(|rule| rule.shadow);
-            counters.hit(count, section_shadow || on_trial);
-        }
-    }
-
-    /// The enforced rules' windows, then the captcha tier's.
-    pub fn windows(&self) -> &[WindowSpec] {
-        &self.windows
-    }
-
-    /// The rule behind window `index` of [`Self::windows`].
-    pub fn rule_at(&self, index: usize) -> Option<Rule> {
-        self.rules.get(index).copied().or(self.gate)
-    }
-
-    /// Each window with the rule that defines it.
-    pub fn pairs(&self) -> impl Iterator<Item = (Rule, WindowSpec)> + '_ {
-        self.windows
-            .iter()
-            .enumerate()
-            .filter_map(|(i, w)| self.rule_at(i).map(|r| (r, *w)))
     }
 }
 

@@ -1,16 +1,23 @@
-//! The SMS pumping guard (issue 10, point 1). Toll fraud sends codes to
-//! number ranges an attacker is paid for, and never verifies them; ordinary
-//! users verify most of theirs. So codes sent and codes verified are counted
-//! per number prefix (`sms.prefix_digits`) and per country (the number's
-//! region), and a prefix or country with at least `min_sends` sends in the
-//! window whose share of verified codes is below `min_conversion` is blocked
-//! for `block_duration`.
+//! The SMS pumping guard (issue 10, point 1; issue 18, point 2). Toll fraud
+//! sends codes to number ranges an attacker is paid for, and never verifies
+//! them; ordinary users verify most of theirs. So codes sent and codes
+//! verified are counted per number prefix (`sms.prefix_digits`) and per
+//! country (the number's region). A prefix with at least `min_sends` sends
+//! in the window whose share of verified codes is below `min_conversion` is
+//! blocked for `block_duration`. A country is not a number range: anyone
+//! can send to it, so it is judged against its own normal (its average
+//! sends per window, learnt from verified traffic), needs
+//! `country_min_sends` and `country_surge` times its normal before a
+//! captcha is asked, and is blocked only when the sends that passed the
+//! captcha surge unverified again (docs/pumping.md has the numbers).
 //!
 //! The check and the count ride on the send's one reservation
 //! (`guard::reserve`): a block refuses before any window is touched, and a
 //! send counts only once it is recorded (a failed delivery takes it back).
-//! The block is decided once, by the store: the send that trips it is
-//! audited as `lock`, later ones as `deny`, both with the figures.
+//! Each escalation is decided once, by the store: the send that trips a
+//! block is audited as `lock`, later ones as `deny`; the send that starts a
+//! country's challenge as `challenge`, and later ones refused for want of a
+//! captcha as `challenge` too; all with the figures.
 
 use futures::future::join_all;
 
@@ -32,22 +39,22 @@ pub(super) fn subjects<'p>(
     keys: &Keys,
     phone: &PhoneNumber,
 ) -> Vec<ConversionSubject<'p>> {
-    let Some(pumping) = &policy.pumping else {
+    let Some(pumping) = &policy.sms.pumping else {
         return Vec::new();
     };
     let prefix = Subject::new(
         SubjectKind::Prefix,
-        phone.prefix(policy.sms.prefix_digits as usize),
+        phone.prefix(policy.sms.settings.prefix_digits as usize),
     );
     let country = phone
         .region()
         .map(|region| Subject::new(SubjectKind::Country, region));
-    std::iter::once(prefix)
-        .chain(country)
-        .map(|subject| ConversionSubject {
+    std::iter::once((prefix, &pumping.prefix))
+        .chain(country.map(|c| (c, &pumping.country)))
+        .map(|(subject, policy)| ConversionSubject {
             key: keys.subject_conversion(&subject),
             subject,
-            policy: pumping,
+            policy,
         })
         .collect()
 }
@@ -57,50 +64,122 @@ pub fn counts(kind: SubjectKind) -> bool {
     matches!(kind, SubjectKind::Prefix | SubjectKind::Country)
 }
 
+/// A multiple or a normal as audit rows and the console write them: at
+/// most one decimal, none when whole (`5`, `2.5`, `20.4`).
+pub fn thousandths(value: u64) -> String {
+    let tenths = (value + 50) / 100;
+    match tenths % 10 {
+        0 => format!("{}", tenths / 10),
+        d => format!("{}.{d}", tenths / 10),
+    }
+}
+
+/// The figures a conversion is judged on.
+#[derive(Debug, Clone, Copy)]
+pub struct Figures {
+    /// Codes sent.
+    pub sent: u32,
+    /// Codes verified.
+    pub verified: u32,
+    /// The normal, in thousandths of a send per window (countries only).
+    pub normal_milli: u64,
+    /// Counted since a captcha was asked: the sends of a block after one.
+    pub after_captcha: bool,
+}
+
 /// How the audit trail and the console describe a conversion:
 /// `prefix conversion 3/20 (15%) < 20% per 1h`, the verified codes over the
-/// codes sent, their share, the threshold and the window.
-pub fn describe(kind: SubjectKind, sent: u32, verified: u32, policy: &ConversionPolicy) -> String {
+/// codes sent, their share, the threshold and the window; for a country
+/// with the normal and the multiple a surge needs
+/// (`country conversion 3/600 (0.5%) < 20% per 1h, 600 sends ≥ 5× normal 20`),
+/// and `after captcha` when the sends were counted under a challenge.
+pub fn describe(kind: SubjectKind, figures: Figures, policy: &ConversionPolicy) -> String {
+    let Figures {
+        sent,
+        verified,
+        normal_milli,
+        after_captcha,
+    } = figures;
     let share = if sent == 0 {
         String::from("–")
     } else {
         percent(f64::from(verified) / f64::from(sent))
     };
-    format!(
+    let mut text = format!(
         "{kind} conversion {verified}/{sent} ({share}) < {} per {}",
         percent(f64::from(policy.min_ratio_ppm) / 1_000_000.0),
         format_window(policy.window_ms)
-    )
+    );
+    if after_captcha {
+        text.push_str(" after captcha");
+    }
+    if let Some(surge) = policy.surge {
+        text.push_str(&format!(
+            ", {sent} sends ≥ {}× normal {}",
+            thousandths(u64::from(surge.factor_milli)),
+            thousandths(normal_milli)
+        ));
+    }
+    text
 }
 
-/// A subject this send found blocked, and how.
+/// What the pumping guard found of one subject for this send.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Found {
+    /// This send blocked it (`lock`).
+    Blocks,
+    /// It was blocked (`deny`).
+    Blocked,
+    /// This send started its challenge (`challenge`, audited whether or
+    /// not the send passed a captcha).
+    Challenges,
+    /// It was challenged, and this send passed no captcha (`challenge`).
+    Challenged,
+}
+
+/// A subject this send found blocked or challenged, and how.
 pub(super) struct Finding<'r> {
     /// The prefix or country.
     pub subject: &'r Subject,
-    /// `lock` when this send blocked it, `deny` when it already was.
-    pub decision: AuditDecision,
-    /// How long the block lasts from now.
+    /// What was found.
+    pub found: Found,
+    /// How long the block or challenge lasts from now.
     pub lasts_ms: u64,
-    /// The audit row, with the figures that blocked it.
+    /// The audit row, with the figures that set it.
     pub row: AuditEvent,
 }
 
-/// What the reservation's conversions found: one finding per blocked
-/// subject, empty when none is.
+/// What the reservation's conversions found: one finding per subject
+/// blocked, or challenged (a challenge it got past with a captcha is
+/// found only on the send that started it).
 pub(super) fn findings<'r>(reservation: &'r Reservation<'_>) -> Vec<Finding<'r>> {
     reservation
         .conversions
         .iter()
         .zip(&reservation.conversion_outcomes)
         .filter_map(|(c, outcome)| {
-            let (decision, retry_after_ms) = match outcome.verdict {
+            let block_ms = c.policy.block_ms;
+            let (found, decision, lasts_ms) = match outcome.verdict {
                 ConversionVerdict::Open => return None,
-                ConversionVerdict::Tripped => (AuditDecision::Lock, c.policy.block_ms),
+                ConversionVerdict::Tripped => (Found::Blocks, AuditDecision::Lock, block_ms),
                 ConversionVerdict::Blocked { retry_after_ms } => {
-                    (AuditDecision::Deny, retry_after_ms)
+                    (Found::Blocked, AuditDecision::Deny, retry_after_ms)
+                }
+                ConversionVerdict::ChallengeTripped => {
+                    (Found::Challenges, AuditDecision::Challenge, block_ms)
+                }
+                ConversionVerdict::Challenged { .. } if reservation.gate_open => return None,
+                ConversionVerdict::Challenged { retry_after_ms } => {
+                    (Found::Challenged, AuditDecision::Challenge, retry_after_ms)
                 }
             };
-            let (sent, verified) = (outcome.events, outcome.successes);
+            let blocked = matches!(found, Found::Blocks | Found::Blocked);
+            let figures = Figures {
+                sent: outcome.events,
+                verified: outcome.successes,
+                normal_milli: outcome.normal_milli,
+                after_captcha: blocked && c.policy.surge.is_some(),
+            };
             let row = AuditEvent::new(
                 Action::SmsSend,
                 decision,
@@ -108,16 +187,16 @@ pub(super) fn findings<'r>(reservation: &'r Reservation<'_>) -> Vec<Finding<'r>>
                 &c.subject,
             )
             .described(
-                describe(c.subject.kind, sent, verified, c.policy),
-                sent,
+                describe(c.subject.kind, figures, c.policy),
+                outcome.events,
                 c.policy.min_events,
                 c.policy.window_ms,
             )
-            .retry_after_ms(retry_after_ms);
+            .retry_after_ms(lasts_ms);
             Some(Finding {
                 subject: &c.subject,
-                decision,
-                lasts_ms: retry_after_ms,
+                found,
+                lasts_ms,
                 row,
             })
         })
@@ -164,25 +243,73 @@ pub(super) async fn count_verified(ctx: &GuardContext, policy: &Policy, phone: &
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
+    use crate::store::Surge;
+
+    /// A prefix's policy as the default settings have it.
+    pub(crate) const PREFIX: ConversionPolicy = ConversionPolicy {
+        min_events: 20,
+        min_ratio_ppm: 200_000,
+        window_ms: 3_600_000,
+        block_ms: 43_200_000,
+        surge: None,
+    };
+
+    fn figures(sent: u32, verified: u32, normal_milli: u64) -> Figures {
+        Figures {
+            sent,
+            verified,
+            normal_milli,
+            after_captcha: false,
+        }
+    }
 
     #[test]
     fn a_conversion_reads_with_its_three_figures() {
-        let policy = ConversionPolicy {
-            min_events: 20,
-            min_ratio_ppm: 200_000,
-            window_ms: 3_600_000,
-            block_ms: 43_200_000,
-        };
         assert_eq!(
-            describe(SubjectKind::Prefix, 20, 3, &policy),
+            describe(SubjectKind::Prefix, figures(20, 3, 0), &PREFIX),
             "prefix conversion 3/20 (15%) < 20% per 1h"
         );
         assert_eq!(
-            describe(SubjectKind::Country, 3, 1, &policy),
+            describe(SubjectKind::Country, figures(3, 1, 0), &PREFIX),
             "country conversion 1/3 (33.3%) < 20% per 1h"
         );
+    }
+
+    #[test]
+    fn a_country_reads_with_its_normal_and_the_surge_it_needs() {
+        let country = ConversionPolicy {
+            min_events: 500,
+            surge: Some(Surge {
+                factor_milli: 5_000,
+                history_ms: 7 * 86_400_000,
+                block: true,
+            }),
+            ..PREFIX
+        };
+        assert_eq!(
+            describe(SubjectKind::Country, figures(600, 3, 20_449), &country),
+            "country conversion 3/600 (0.5%) < 20% per 1h, 600 sends ≥ 5× normal 20.4"
+        );
+        let after = Figures {
+            after_captcha: true,
+            ..figures(520, 0, 0)
+        };
+        assert_eq!(
+            describe(SubjectKind::Country, after, &country),
+            "country conversion 0/520 (0%) < 20% per 1h after captcha, 520 sends ≥ 5× normal 0"
+        );
+    }
+
+    #[test]
+    fn thousandths_keep_one_decimal_at_most() {
+        assert_eq!(thousandths(5_000), "5");
+        assert_eq!(thousandths(2_500), "2.5");
+        assert_eq!(thousandths(20_449), "20.4");
+        assert_eq!(thousandths(20_450), "20.5");
+        assert_eq!(thousandths(999_960), "1000");
+        assert_eq!(thousandths(0), "0");
     }
 
     #[test]

@@ -4,7 +4,7 @@
 use futures::future::join_all;
 
 use super::SubjectRules;
-use crate::domain::{Rule, Subject};
+use crate::domain::{Rule, Subject, SubjectKind};
 use crate::store::{
     CodeToStore, ConversionHit, ConversionOutcome, ConversionPolicy, HitOutcome, HitVerdict,
     ReserveRequest, StoreError, SubjectWindows, WindowStore,
@@ -93,22 +93,43 @@ pub struct Reservation<'a> {
     pub conversion_outcomes: Vec<ConversionOutcome>,
     /// The event was recorded in every subject (and the code stored).
     pub recorded: bool,
-    /// What refuses the request, if anything (see `pick_refusal`).
+    /// The request passed a captcha (the offer's `gate_open`).
+    pub gate_open: bool,
+    /// What refuses the request, if anything (see `pick_refusal`); a
+    /// conversion's block or challenge is read from `conversion_outcomes`.
     pub refusal: Option<Refusal>,
 }
 
 impl Reservation<'_> {
-    /// The store's answer for the hit at `subject_index`.
-    pub fn outcome_of(&self, subject_index: usize) -> Option<&HitOutcome> {
-        self.outcomes.get(subject_index)
+    /// The subject of `kind` (a request counts at most one of each), with
+    /// the store's answer for it.
+    pub fn hit_of(&self, kind: SubjectKind) -> Option<(&SubjectHit<'_>, &HitOutcome)> {
+        let index = self.hits.iter().position(|h| h.subject.kind == kind)?;
+        Some((&self.hits[index], self.outcomes.get(index)?))
     }
 
-    /// Whether a subject's captcha tier is reached after this request.
-    pub fn gate_reached_after(&self, subject_index: usize) -> bool {
-        let (Some(hit), Some(outcome)) = (
-            self.hits.get(subject_index),
-            self.outcomes.get(subject_index),
-        ) else {
+    /// Whether a captcha is all that refuses the request: a subject's
+    /// captcha tier or a conversion's challenge, and no rate limit or block.
+    /// A passed captcha would then let it through.
+    pub fn only_captcha_refuses(&self) -> bool {
+        let outcomes = &self.conversion_outcomes;
+        let gated = match &self.refusal {
+            Some(refusal) => refusal.kind == RefusalKind::CaptchaRequired,
+            None => outcomes.iter().any(|o| o.refuses(self.gate_open)),
+        };
+        !self.recorded && gated && !outcomes.iter().any(|o| o.blocks())
+    }
+
+    /// Whether a conversion asks for a captcha now (a country's challenge):
+    /// the next send needs one.
+    pub fn challenged(&self) -> bool {
+        self.conversion_outcomes.iter().any(|o| o.challenges())
+    }
+
+    /// Whether the captcha tier of the subject of `kind` is reached after
+    /// this request.
+    pub fn gate_reached_after(&self, kind: SubjectKind) -> bool {
+        let Some((hit, outcome)) = self.hit_of(kind) else {
             return false;
         };
         let Some(gate) = hit.rules.gate else {
@@ -122,16 +143,20 @@ impl Reservation<'_> {
         count + u32::from(outcome.added) >= gate.limit
     }
 
-    /// Whether the store counted the windows: it recorded the event or a
-    /// window refused it. Otherwise it answered without reading them (a
-    /// pumping block refused first, or the store fails open), and every
+    /// Whether the store counted the windows: it recorded the event, a
+    /// window refused it, or a conversion's challenge did (the windows are
+    /// read under a challenge). Otherwise it answered without reading them
+    /// (a pumping block refused first, or the store fails open), and every
     /// outcome is the open one.
     fn windows_counted(&self) -> bool {
+        let conversions = &self.conversion_outcomes;
         self.recorded
             || self
                 .outcomes
                 .iter()
                 .any(|outcome| outcome.verdict != HitVerdict::Allowed)
+            || (conversions.iter().any(|o| o.challenges())
+                && !conversions.iter().any(|o| o.blocks()))
     }
 
     /// Count one hit on every window the store counted; `section_shadow`:
@@ -238,6 +263,7 @@ pub async fn reserve<'a>(
         conversions,
         conversion_outcomes: outcome.conversions,
         recorded: outcome.recorded,
+        gate_open,
         refusal,
     })
 }

@@ -8,15 +8,12 @@ mod matcher;
 
 use std::sync::Arc;
 
-use chrono::Utc;
+use chrono::{SubsecRound, Utc};
 use parking_lot::RwLock;
 use uuid::Uuid;
 
 pub use entry::{normalise, EntryKind, EntrySource, ListEntry, ListName};
 pub use matcher::{Listed, Matcher, Request as ListRequest};
-
-use crate::audit::{AuditDb, AuditError};
-use crate::settings::ListSettings;
 
 /// Why a list change was refused.
 #[derive(Debug, thiserror::Error)]
@@ -33,16 +30,23 @@ pub enum ListError {
     Unavailable(String),
 }
 
-impl From<AuditError> for ListError {
-    fn from(e: AuditError) -> Self {
-        ListError::Unavailable(e.to_string())
-    }
+/// Where admins' entries are kept (the audit database implements it): the
+/// lists only need these three calls, so they do not depend on the audit
+/// trail. A failure is `ListError::Unavailable`.
+#[async_trait::async_trait]
+pub trait ListStore: Send + Sync {
+    /// The stored entries, oldest first.
+    async fn all(&self) -> Result<Vec<ListEntry>, ListError>;
+    /// Store `entry`, or answer the equal one already stored.
+    async fn insert(&self, entry: &ListEntry) -> Result<ListEntry, ListError>;
+    /// Delete the entry with `id`; the entry, when there was one.
+    async fn delete(&self, id: Uuid) -> Result<Option<ListEntry>, ListError>;
 }
 
 /// The lists in force: the config file's entries and the stored ones, and
 /// the matcher built from both, swapped whole when either changes.
 pub struct Lists {
-    db: Option<AuditDb>,
+    db: Option<Arc<dyn ListStore>>,
     config: RwLock<Vec<ListEntry>>,
     stored: RwLock<Vec<ListEntry>>,
     matcher: RwLock<Arc<Matcher>>,
@@ -52,12 +56,12 @@ pub struct Lists {
 }
 
 impl Lists {
-    /// The config file's entries in force; `db` keeps the admins' entries
+    /// The config file's `entries` in force; `db` keeps the admins' entries
     /// (none without one).
-    pub fn new(settings: &ListSettings, db: Option<AuditDb>) -> Self {
+    pub fn new(entries: Vec<ListEntry>, db: Option<Arc<dyn ListStore>>) -> Self {
         let lists = Self {
             db,
-            config: RwLock::new(settings.entries()),
+            config: RwLock::new(entries),
             stored: RwLock::new(Vec::new()),
             matcher: RwLock::new(Arc::new(Matcher::default())),
             refreshing: tokio::sync::Mutex::new(()),
@@ -79,8 +83,8 @@ impl Lists {
     }
 
     /// Put a reloaded config file's entries in force.
-    pub fn replace_config(&self, settings: &ListSettings) {
-        *self.config.write() = settings.entries();
+    pub fn replace_config(&self, entries: Vec<ListEntry>) {
+        *self.config.write() = entries;
         self.rebuild();
     }
 
@@ -90,7 +94,7 @@ impl Lists {
             return Ok(());
         };
         let _one_at_a_time = self.refreshing.lock().await;
-        let stored = db.list_entries().await?;
+        let stored = db.all().await?;
         // A row this version would not have written (edited by hand, say) is
         // skipped, not allowed to stop every refresh.
         let (valid, invalid): (Vec<_>, Vec<_>) = stored
@@ -122,9 +126,9 @@ impl Lists {
             value,
             note: note.trim().to_string(),
             source: EntrySource::Admin,
-            created_at: Some(crate::audit::now_ms()),
+            created_at: Some(Utc::now().trunc_subsecs(3)),
         };
-        let stored = db.insert_list_entry(&entry).await?;
+        let stored = db.insert(&entry).await?;
         self.refresh().await?;
         Ok(stored)
     }
@@ -133,14 +137,14 @@ impl Lists {
     /// entry deleted.
     pub async fn remove(&self, id: Uuid) -> Result<ListEntry, ListError> {
         let db = self.db()?;
-        let removed = db.delete_list_entry(id).await?.ok_or(ListError::NotFound)?;
+        let removed = db.delete(id).await?.ok_or(ListError::NotFound)?;
         self.refresh().await?;
         Ok(removed)
     }
 
-    fn db(&self) -> Result<&AuditDb, ListError> {
+    fn db(&self) -> Result<&dyn ListStore, ListError> {
         self.db
-            .as_ref()
+            .as_deref()
             .ok_or_else(|| ListError::Unavailable("no audit database is configured".into()))
     }
 

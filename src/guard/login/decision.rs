@@ -5,11 +5,11 @@
 
 use std::time::Duration;
 
-use super::{IpWindows, LoginState};
+use super::{Denial, IpWindows, LoginState};
 use crate::audit::{AuditDecision, AuditEvent};
 use crate::delivery::email::LockedScope;
 use crate::domain::{Action, Reason, Subject};
-use crate::guard::Policy;
+use crate::guard::{IpLoginRules, Policy};
 use crate::store::{LoginOutcome, LoginStateOutcome, LoginVerdict, PeekOutcome};
 
 /// An attempt's decision.
@@ -60,7 +60,7 @@ fn row(decision: AuditDecision, reason: Reason, subject: &Subject) -> AuditEvent
 }
 
 /// `POST /login/attempt`.
-/// In shadow mode (`policy.login_shadow`) the decision comes back `shadowed`.
+/// In shadow mode (`policy.login.shadow`) the decision comes back `shadowed`.
 pub(super) fn attempt(
     policy: &Policy,
     outcome: &LoginOutcome,
@@ -70,8 +70,8 @@ pub(super) fn attempt(
     let ip_count = outcome.ip.map_or(0, |seen| seen.count);
     let ip_demands_captcha = outcome
         .ip
-        .is_some_and(|seen| seen.count >= policy.ip_captcha.limit);
-    let captcha_required = failures >= policy.user_captcha.limit || ip_demands_captcha;
+        .is_some_and(|seen| seen.count >= policy.login.ip.captcha.limit);
+    let captcha_required = failures >= policy.login.user_captcha.limit || ip_demands_captcha;
     let mut refusals = Vec::new();
     if let (Some(ip), Some(retry)) = (
         attempt.ip,
@@ -81,35 +81,32 @@ pub(super) fn attempt(
             outcome.user.verdict,
             LoginVerdict::Locked { .. } | LoginVerdict::PairLocked { .. }
         );
-        let answer = LoginState::deny(Reason::IpBlocked, locked, retry, failures, captcha_required);
+        let answer = LoginState::deny(Denial {
+            reason: Reason::IpBlocked,
+            locked,
+            retry_after_ms: retry,
+            failures,
+            captcha_required,
+        });
         let audit = row(AuditDecision::Deny, Reason::IpBlocked, &ip.subject)
-            .rule(&policy.ip_block, ip_count)
+            .rule(&policy.login.ip.block, ip_count)
             .retry_after_ms(retry);
         refusals.push((answer, audit));
     }
     match outcome.user.verdict {
-        LoginVerdict::Locked { retry_after_ms } => {
-            let answer = LoginState::deny(
-                Reason::UserLocked,
-                true,
+        LoginVerdict::Locked { retry_after_ms } | LoginVerdict::PairLocked { retry_after_ms } => {
+            let answer = LoginState::deny(Denial {
+                reason: Reason::UserLocked,
+                locked: true,
                 retry_after_ms,
                 failures,
                 captcha_required,
-            );
-            let audit = row(AuditDecision::Deny, Reason::UserLocked, attempt.user)
-                .rule(&policy.user_lock, policy.user_lock.limit)
-                .retry_after_ms(retry_after_ms);
-            refusals.push((answer, audit));
-        }
-        LoginVerdict::PairLocked { retry_after_ms } => {
-            let answer = LoginState::deny(
-                Reason::UserLocked,
-                true,
-                retry_after_ms,
-                failures,
-                captcha_required,
-            );
-            let rule = policy.pair_lock.unwrap_or(policy.user_lock);
+            });
+            let rule = match outcome.user.verdict {
+                LoginVerdict::PairLocked { .. } => policy.login.pair_lock,
+                _ => None,
+            };
+            let rule = rule.unwrap_or(policy.login.user_lock);
             let audit = row(AuditDecision::Deny, Reason::UserLocked, attempt.user)
                 .rule(&rule, rule.limit)
                 .retry_after_ms(retry_after_ms);
@@ -117,26 +114,26 @@ pub(super) fn attempt(
         }
         LoginVerdict::Challenged => {
             // The user's own tier first; otherwise the IP demanded it.
-            let user_tier = failures >= policy.user_captcha.limit || !ip_demands_captcha;
+            let user_tier = failures >= policy.login.user_captcha.limit || !ip_demands_captcha;
             let audit = match (attempt.ip, user_tier) {
                 (Some(ip), false) => row(
                     AuditDecision::Challenge,
                     Reason::CaptchaRequired,
                     &ip.subject,
                 )
-                .rule(&policy.ip_captcha, ip_count),
+                .rule(&policy.login.ip.captcha, ip_count),
                 _ => row(
                     AuditDecision::Challenge,
                     Reason::CaptchaRequired,
                     attempt.user,
                 )
-                .rule(&policy.user_captcha, failures),
+                .rule(&policy.login.user_captcha, failures),
             };
             refusals.push((LoginState::challenge(failures), audit));
         }
         LoginVerdict::Recorded => {}
     }
-    let recorded = outcome.recorded(policy.login_shadow);
+    let recorded = outcome.recorded(policy.login.shadow);
     let (crossed, ip_failures_after) = crossed(policy, outcome, &attempt, recorded, ip_count);
     // The longer of the locks this attempt started: the account's, the pair's.
     let locked_for_ms = outcome
@@ -153,14 +150,14 @@ pub(super) fn attempt(
         crossed,
         notify_lock: locked_for_ms.map(|ms| (Duration::from_millis(ms), scope)),
         allowed: LoginState {
-            captcha_required: failures >= policy.user_captcha.limit
-                || (attempt.ip.is_some() && ip_failures_after >= policy.ip_captcha.limit),
+            captcha_required: failures >= policy.login.user_captcha.limit
+                || (attempt.ip.is_some() && ip_failures_after >= policy.login.ip.captcha.limit),
             locked: locked_for_ms.is_some(),
             retry_after_secs: locked_for_ms.map(crate::guard::ceil_secs),
             ..LoginState::allow(failures)
         },
     };
-    if policy.login_shadow {
+    if policy.login.shadow {
         decided.shadowed()
     } else {
         decided
@@ -186,13 +183,13 @@ fn crossed(
                 Reason::CaptchaRequired,
                 attempt.user,
             )
-            .rule(&policy.user_captcha, user.failures),
+            .rule(&policy.login.user_captcha, user.failures),
         );
     }
-    let pair_rule = policy.pair_lock.unwrap_or(policy.user_lock);
+    let pair_rule = policy.login.pair_lock.unwrap_or(policy.login.user_lock);
     for (rule, locked_for) in [
         (&pair_rule, user.pair_locked_for_ms),
-        (&policy.user_lock, user.locked_for_ms),
+        (&policy.login.user_lock, user.locked_for_ms),
     ] {
         if let Some(lock_ms) = locked_for {
             rows.push(
@@ -206,21 +203,21 @@ fn crossed(
         return (rows, ip_count);
     };
     let after = ip_count + 1;
-    if after == policy.ip_captcha.limit {
+    if after == policy.login.ip.captcha.limit {
         rows.push(
             row(
                 AuditDecision::Challenge,
                 Reason::CaptchaRequired,
                 &ip.subject,
             )
-            .rule(&policy.ip_captcha, after),
+            .rule(&policy.login.ip.captcha, after),
         );
     }
-    if after == policy.ip_block.limit {
+    if after == policy.login.ip.block.limit {
         rows.push(
             row(AuditDecision::Lock, Reason::IpBlocked, &ip.subject)
-                .rule(&policy.ip_block, after)
-                .retry_after_ms(policy.ip_block.window_ms()),
+                .rule(&policy.login.ip.block, after)
+                .retry_after_ms(policy.login.ip.block.window_ms()),
         );
     }
     (rows, after)
@@ -233,21 +230,34 @@ pub(super) fn check(
     ip: Option<&PeekOutcome>,
 ) -> LoginState {
     let failures = user.failures;
-    if policy.login_shadow {
+    if policy.login.shadow {
         return LoginState::allow(failures);
     }
-    let ip_captcha = ip.is_some_and(|p| IpWindows::captcha_count(p) >= policy.ip_captcha.limit);
-    let captcha_required = failures >= policy.user_captcha.limit || ip_captcha;
+    let ip_captcha =
+        ip.is_some_and(|p| IpLoginRules::captcha_count(p) >= policy.login.ip.captcha.limit);
+    let captcha_required = failures >= policy.login.user_captcha.limit || ip_captcha;
     // Both may hold: the answer waits for the later end.
     if let Some(retry) = user
         .locked_retry_after_ms
         .max(user.pair_locked_retry_after_ms)
     {
-        return LoginState::deny(Reason::UserLocked, true, retry, failures, captcha_required);
+        return LoginState::deny(Denial {
+            reason: Reason::UserLocked,
+            locked: true,
+            retry_after_ms: retry,
+            failures,
+            captcha_required,
+        });
     }
-    if let Some(peek) = ip.filter(|p| IpWindows::block_count(p) >= policy.ip_block.limit) {
-        let retry = peek.retry_after_ms.get(1).copied().unwrap_or(0);
-        return LoginState::deny(Reason::IpBlocked, false, retry, failures, captcha_required);
+    if let Some(peek) = ip.filter(|p| IpLoginRules::block_count(p) >= policy.login.ip.block.limit) {
+        let retry = IpLoginRules::block_retry_after_ms(peek);
+        return LoginState::deny(Denial {
+            reason: Reason::IpBlocked,
+            locked: false,
+            retry_after_ms: retry,
+            failures,
+            captcha_required,
+        });
     }
     if captcha_required {
         return LoginState::challenge(failures);
@@ -260,7 +270,7 @@ mod tests {
     use super::*;
     use crate::domain::SubjectKind;
     use crate::settings::Settings;
-    use crate::store::{IpFailures, LoginAttemptOutcome, RuleWindow};
+    use crate::store::{IpFailures, LoginAttemptOutcome};
 
     fn default_policy() -> Policy {
         Policy::from_settings(&Settings::load(None).unwrap()).unwrap()
@@ -270,7 +280,7 @@ mod tests {
         IpWindows {
             subject: Subject::new(SubjectKind::Ip, "203.0.113.7"),
             key: "k".into(),
-            windows: [policy.ip_captcha.gate(), policy.ip_block.enforce()],
+            windows: policy.login.ip.windows(),
         }
     }
 
@@ -309,10 +319,8 @@ mod tests {
         assert_eq!(decided.refusals[0].0.retry_after_secs, Some(5));
         assert!(decided.refusals[0].0.locked);
 
-        let shadow = Policy {
-            login_shadow: true,
-            ..default_policy()
-        };
+        let mut shadow = default_policy();
+        shadow.login.shadow = true;
         let shadowed = attempt(&shadow, &outcome, facts());
         assert!(shadowed.refusals.is_empty());
         assert_eq!(shadowed.allowed, LoginState::allow(12));

@@ -15,8 +15,8 @@ pub(super) fn count(policy: &Policy, outcome: &LoginOutcome) {
     let Some(before) = outcome.user.before else {
         return;
     };
-    let counters = &policy.login_counters;
-    let shadow = policy.login_shadow;
+    let counters = &policy.login.counters;
+    let shadow = policy.login.shadow;
     let verdict = outcome.user.verdict;
     counters.user_captcha.hit(before.captcha_window, shadow);
     let locked = matches!(verdict, LoginVerdict::Locked { .. });

@@ -17,7 +17,8 @@ pub enum SmsRefusal {
     /// The phone's region may not receive codes (403 `region_blocked`).
     #[error("sending to region {region:?} is not allowed")]
     RegionBlocked { region: Option<String> },
-    /// A captcha tier is reached and no captcha passed (403 `captcha_required`).
+    /// A captcha tier is reached, or the country is challenged by the
+    /// pumping guard, and no captcha passed (403 `captcha_required`).
     #[error("a captcha is required")]
     CaptchaRequired,
     /// Too few codes sent to the phone's number prefix or country were
@@ -37,10 +38,10 @@ pub enum SmsRefusal {
     Store(#[from] StoreError),
 }
 
-/// The audit row of a reservation's refusal.
-pub(super) fn refusal_row(refusal: &Refusal) -> AuditEvent {
+/// The audit row of a reservation's refusal of `action`.
+pub(super) fn refusal_row(action: Action, refusal: &Refusal) -> AuditEvent {
     let row = |decision, reason| {
-        AuditEvent::new(Action::SmsSend, decision, reason, &refusal.subject)
+        AuditEvent::new(action, decision, reason, &refusal.subject)
             .rule(&refusal.rule, refusal.observed)
     };
     match refusal.kind {

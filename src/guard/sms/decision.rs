@@ -1,0 +1,297 @@
+//! What a send (or a verify) comes to, decided in pure code from what the
+//! lists, the region rule and the store said: the refusals in the order
+//! DESIGN.md §3 checks them, the audit rows, the pumping blocks to list and
+//! what the answer tells (resend-after, captcha, quota). `SmsGuard` applies
+//! it; shadow mode is one step, [`Decision::shadowed`].
+//!
+//! The order of the refusals: the block list, the region, then on the
+//! reservation a pumping block (the store read no window), a window's rate
+//! limit (a wait beats a captcha: the send cannot pass before it), then a
+//! captcha (a subject's tier or the country's challenge). The send that
+//! starts a block or a challenge is audited whatever answers; a live
+//! challenge only when it is what answers.
+
+use super::refusal::{refusal_row, region_allowed};
+use super::{Quota, SmsRefusal};
+use crate::audit::{AuditDecision, AuditEvent};
+use crate::domain::{Action, PhoneNumber, Reason, Subject, SubjectKind};
+use crate::guard::pumping::{self, Found};
+use crate::guard::reserve::{RefusalKind, Reservation};
+use crate::guard::{Listing, SubjectRules};
+use crate::lists::Listed;
+use crate::settings::SmsSettings;
+use crate::store::HitOutcome;
+
+/// A decision, before any effect.
+#[derive(Debug)]
+pub(super) struct Decision<A> {
+    /// What refuses the request, in the order checked, each with the rows
+    /// that tell it. The first one answers, and only its rows are written.
+    pub refusals: Vec<(SmsRefusal, Vec<AuditEvent>)>,
+    /// Rows written whatever answers (the pumping guard's own decisions).
+    pub rows: Vec<AuditEvent>,
+    /// What rules on trial would have refused: written when nothing
+    /// refuses (already marked shadow).
+    pub observed: Vec<AuditEvent>,
+    /// The subjects this send blocked, with the block's length, for the
+    /// list admins see.
+    pub new_blocks: Vec<(Subject, u64)>,
+    /// The answer when nothing refuses.
+    pub answer: A,
+}
+
+/// What an answer becomes in shadow mode.
+pub(super) trait Answer {
+    /// The answer once nothing is enforced.
+    fn shadowed(self) -> Self;
+}
+
+/// What the lists and the region rule let through goes on one of two ways.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Pass {
+    /// Counted in the windows and the pumping guard.
+    Counted,
+    /// Allow-listed: no window, captcha tier or pumping block applies, and
+    /// nothing is counted.
+    Exempt,
+}
+
+impl Answer for Pass {
+    fn shadowed(self) -> Self {
+        self
+    }
+}
+
+impl Answer for () {
+    fn shadowed(self) -> Self {}
+}
+
+/// What a send that goes ahead tells the caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(super) struct Grant {
+    /// When the phone's next send would pass its windows (0: at once).
+    pub resend_after_ms: u64,
+    /// Whether the next send will need a captcha.
+    pub captcha_required: bool,
+    /// The phone's enforced window with the fewest sends left.
+    pub quota: Option<Quota>,
+}
+
+impl Answer for Grant {
+    /// In shadow mode nothing was refused, so nothing is said to wait for.
+    fn shadowed(self) -> Self {
+        Grant::default()
+    }
+}
+
+/// A decision's effects, in the order they are applied.
+pub(super) struct Settled<A> {
+    /// The answer: the first refusal, or what goes ahead.
+    pub answer: Result<A, SmsRefusal>,
+    /// The audit rows to write.
+    pub rows: Vec<AuditEvent>,
+    /// The pumping blocks to list.
+    pub new_blocks: Vec<(Subject, u64)>,
+}
+
+impl<A: Answer> Decision<A> {
+    fn new(answer: A) -> Self {
+        Self {
+            refusals: Vec::new(),
+            rows: Vec::new(),
+            observed: Vec::new(),
+            new_blocks: Vec::new(),
+            answer,
+        }
+    }
+
+    /// Shadow mode: every row is written, marked shadow (every would-be
+    /// refusal, not just the first); nothing is refused or listed.
+    pub fn shadowed(self) -> Self {
+        let told = self.refusals.into_iter().flat_map(|(_, rows)| rows);
+        let rows = self.rows.into_iter().chain(told).chain(self.observed);
+        Self {
+            refusals: Vec::new(),
+            rows: rows.map(|row| row.shadow(true)).collect(),
+            observed: Vec::new(),
+            new_blocks: Vec::new(),
+            answer: self.answer.shadowed(),
+        }
+    }
+
+    /// The first refusal answers, with its rows; otherwise the answer goes
+    /// ahead, with the rows of the rules on trial.
+    pub fn settle(self) -> Settled<A> {
+        let mut rows = self.rows;
+        let answer = match self.refusals.into_iter().next() {
+            Some((refusal, mut told)) => {
+                rows.append(&mut told);
+                Err(refusal)
+            }
+            None => {
+                rows.extend(self.observed);
+                Ok(self.answer)
+            }
+        };
+        Settled {
+            answer,
+            rows,
+            new_blocks: self.new_blocks,
+        }
+    }
+}
+
+/// The region rule's word on a phone. It is policy, not a limit: an allow
+/// entry does not lift it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Region {
+    /// Codes may go to the phone's region.
+    Allowed,
+    /// They may not; the region, when the number has one.
+    Denied(Option<String>),
+}
+
+impl Region {
+    /// `sms.allowed_regions` and `sms.denied_regions` on `phone`.
+    pub fn of(phone: &PhoneNumber, sms: &SmsSettings) -> Self {
+        let region = phone.region();
+        if region_allowed(region, &sms.allowed_regions, &sms.denied_regions) {
+            Region::Allowed
+        } else {
+            Region::Denied(region.map(str::to_string))
+        }
+    }
+}
+
+/// What the lists say: a block refuses; an allow exempts.
+pub(super) fn lists(listing: Listing) -> Decision<Pass> {
+    let pass = match listing.listed {
+        Listed::Allowed(_) => Pass::Exempt,
+        _ => Pass::Counted,
+    };
+    let mut decision = Decision::new(pass);
+    if let Listed::Blocked(kind) = listing.listed {
+        let rows = listing.row.into_iter().collect();
+        decision
+            .refusals
+            .push((SmsRefusal::Blocklisted(kind), rows));
+    }
+    decision
+}
+
+/// A send before any window: the lists, then the region rule.
+pub(super) fn screen(listing: Listing, region: Region, phone: &Subject) -> Decision<Pass> {
+    let mut decision = lists(listing);
+    if let Region::Denied(region) = region {
+        let row = AuditEvent::new(
+            Action::SmsSend,
+            AuditDecision::Deny,
+            Reason::RegionBlocked,
+            phone,
+        );
+        let refusal = SmsRefusal::RegionBlocked { region };
+        decision.refusals.push((refusal, vec![row]));
+    }
+    decision
+}
+
+/// A send's reservation: the pumping guard's findings, the windows'
+/// refusal, the country's challenge, and what the answer tells.
+pub(super) fn reserved(reservation: &Reservation<'_>) -> Decision<Grant> {
+    let mut decision = Decision::new(grant(reservation));
+    let mut challenged = Vec::new();
+    let mut blocked = false;
+    for finding in pumping::findings(reservation) {
+        match finding.found {
+            Found::Blocks => {
+                blocked = true;
+                let block = (finding.subject.clone(), finding.lasts_ms);
+                decision.new_blocks.push(block);
+                decision.rows.push(finding.row);
+            }
+            Found::Blocked => {
+                blocked = true;
+                decision.rows.push(finding.row);
+            }
+            Found::Challenges => decision.rows.push(finding.row),
+            Found::Challenged => challenged.push(finding.row),
+        }
+    }
+    if blocked {
+        let refusal = (SmsRefusal::PumpingSuspected, Vec::new());
+        decision.refusals.push(refusal);
+    }
+    let country_gate = !reservation.gate_open
+        && reservation
+            .conversion_outcomes
+            .iter()
+            .any(|o| o.challenges());
+    match reservation.refusal.as_ref() {
+        Some(window) => {
+            let mut told = vec![refusal_row(Action::SmsSend, window)];
+            if window.kind == RefusalKind::CaptchaRequired {
+                told.append(&mut challenged);
+            }
+            decision.refusals.push((SmsRefusal::from(window), told));
+        }
+        None if country_gate => {
+            let refusal = (SmsRefusal::CaptchaRequired, challenged);
+            decision.refusals.push(refusal);
+        }
+        None => {}
+    }
+    decision.observed = observed(Action::SmsSend, reservation);
+    decision
+}
+
+/// A verify try on the client IP's windows: their refusal, and what the
+/// rules on trial would have refused.
+pub(super) fn verify_try(reservation: &Reservation<'_>) -> Decision<()> {
+    let mut decision = Decision::new(());
+    if let Some(window) = &reservation.refusal {
+        let row = refusal_row(Action::SmsVerify, window);
+        decision
+            .refusals
+            .push((SmsRefusal::from(window), vec![row]));
+    }
+    decision.observed = observed(Action::SmsVerify, reservation);
+    decision
+}
+
+/// Rules on trial: what they would have refused, audited, not enforced.
+fn observed(action: Action, reservation: &Reservation<'_>) -> Vec<AuditEvent> {
+    let refusals = reservation.observed_refusals();
+    let rows = refusals.iter().map(|r| refusal_row(action, r).shadow(true));
+    rows.collect()
+}
+
+/// What a send that goes ahead tells: the phone's wait and quota, and
+/// whether the next send needs a captcha (the phone's or the IP's tier
+/// reached, or the country challenged).
+fn grant(reservation: &Reservation<'_>) -> Grant {
+    let phone = reservation.hit_of(SubjectKind::Phone);
+    Grant {
+        resend_after_ms: phone.map_or(0, |(_, outcome)| outcome.next_retry_after_ms),
+        captcha_required: reservation.gate_reached_after(SubjectKind::Phone)
+            || reservation.gate_reached_after(SubjectKind::Ip)
+            || reservation.challenged(),
+        quota: phone.and_then(|(hit, outcome)| quota(hit.rules, outcome)),
+    }
+}
+
+/// The enforced window with the fewest sends left after this one (the
+/// enforced rules come first among a subject's windows).
+fn quota(rules: &SubjectRules, outcome: &HitOutcome) -> Option<Quota> {
+    let windows = rules.rules.iter().zip(&outcome.counts);
+    windows
+        .filter(|(rule, _)| !rule.shadow)
+        .map(|(rule, count)| Quota {
+            limit: rule.limit,
+            window_secs: rule.window.as_secs(),
+            remaining: rule.limit.saturating_sub(count + 1),
+        })
+        .min_by_key(|q| q.remaining)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,322 @@
+//! The send decision as a table: each case's facts, what it answers and
+//! the rows it writes, enforced and in shadow mode.
+
+use super::*;
+use crate::audit::AuditDecision;
+use crate::guard::pumping::tests::PREFIX;
+use crate::guard::reserve::{ConversionSubject, Refusal, SubjectHit};
+use crate::guard::Policy;
+use crate::lists::EntryKind;
+use crate::settings::Settings;
+use crate::store::{ConversionOutcome, ConversionVerdict, HitVerdict};
+
+fn policy() -> Policy {
+    Policy::from_settings(&Settings::load(None).unwrap()).unwrap()
+}
+
+fn phone() -> Subject {
+    Subject::new(SubjectKind::Phone, "+8613800138000")
+}
+
+/// What the store said of a send, in the terms the cases need.
+#[derive(Clone, Copy, Default)]
+struct Said {
+    /// The phone's windows before this send (default rules: 1/60s, 5/1h,
+    /// 10/24h, then the captcha tier 3/1h).
+    counts: [u32; 4],
+    /// The phone's verdict.
+    verdict: Option<HitVerdict>,
+    /// The prefix's and the country's conversions.
+    prefix: Option<ConversionVerdict>,
+    country: Option<ConversionVerdict>,
+}
+
+/// The country challenged, for another second.
+const CHALLENGED: Option<ConversionVerdict> = Some(ConversionVerdict::Challenged {
+    retry_after_ms: 1_000,
+});
+
+fn reservation(policy: &Policy, said: Said) -> Reservation<'_> {
+    let verdict = said.verdict.unwrap_or(HitVerdict::Allowed);
+    let allowed = verdict == HitVerdict::Allowed;
+    let rules = &policy.sms.phone;
+    let refusal = match verdict {
+        HitVerdict::Allowed => None,
+        HitVerdict::Denied {
+            window,
+            retry_after_ms,
+        } => Some((window, RefusalKind::RateLimited { retry_after_ms })),
+        HitVerdict::Gated { window } => Some((window, RefusalKind::CaptchaRequired)),
+    };
+    let conversion = |kind, id: &str, verdict: Option<ConversionVerdict>| {
+        let subject = Subject::new(kind, id);
+        let outcome = ConversionOutcome {
+            verdict: verdict?,
+            events: 30,
+            successes: 1,
+            counted_in: None,
+            normal_milli: 0,
+        };
+        let key = String::from("conversion");
+        Some((
+            ConversionSubject {
+                subject,
+                key,
+                policy: &PREFIX,
+            },
+            outcome,
+        ))
+    };
+    let (conversions, conversion_outcomes) = [
+        conversion(SubjectKind::Prefix, "+86138001", said.prefix),
+        conversion(SubjectKind::Country, "CN", said.country),
+    ]
+    .into_iter()
+    .flatten()
+    .unzip();
+    Reservation {
+        hits: vec![SubjectHit {
+            subject: phone(),
+            key: "window".into(),
+            rules,
+        }],
+        outcomes: vec![HitOutcome {
+            verdict,
+            added: allowed,
+            counts: said.counts.to_vec(),
+            next_retry_after_ms: 60_000,
+            observed_waits: Vec::new(),
+        }],
+        member: "m".into(),
+        conversions,
+        conversion_outcomes,
+        recorded: allowed,
+        gate_open: false,
+        refusal: refusal.map(|(window, kind)| Refusal {
+            subject: phone(),
+            rule: rules.rule_at(window).unwrap(),
+            observed: said.counts[window],
+            kind,
+        }),
+    }
+}
+
+/// A decision's answer (the refusal's error code, or `ok`) and its rows
+/// (decision, reason, shadow), enforced and then in shadow mode.
+/// A row as the cases write it: (decision, reason, shadow).
+type Row = (String, String, bool);
+/// An answer and its rows.
+type Outcome = (String, Vec<Row>);
+
+fn outcome<A: Answer>(decided: Decision<A>) -> Outcome {
+    let settled = decided.settle();
+    let answer = match &settled.answer {
+        Ok(_) => "ok".to_string(),
+        Err(refusal) => format!("{refusal:?}"),
+    };
+    let rows = settled.rows.iter();
+    let rows = rows.map(|r| (r.decision.as_str().to_string(), r.reason.clone(), r.shadow));
+    (answer, rows.collect())
+}
+
+fn both<A: Answer>(decide: impl Fn() -> Decision<A>) -> [Outcome; 2] {
+    [outcome(decide()), outcome(decide().shadowed())]
+}
+
+fn listing(listed: Listed) -> Listing {
+    let row = matches!(listed, Listed::Blocked(_)).then(|| {
+        AuditEvent::new(
+            Action::SmsSend,
+            AuditDecision::Deny,
+            Reason::Blocklisted,
+            &phone(),
+        )
+    });
+    Listing { listed, row }
+}
+
+fn row(decision: &str, reason: &str, shadow: bool) -> Row {
+    (decision.into(), reason.into(), shadow)
+}
+
+#[test]
+fn the_lists_and_the_region_refuse_first_and_shadow_writes_them_all() {
+    let denied = Region::Denied(Some("CN".into()));
+    let blocked = Listed::Blocked(EntryKind::Phone);
+    let allowed = Listed::Allowed(EntryKind::Ip);
+    // The case, its facts, the answer, the rows enforced, the rows in shadow.
+    type Case<'a> = (
+        &'a str,
+        Listed,
+        Region,
+        &'a str,
+        &'a [&'a str],
+        &'a [&'a str],
+    );
+    let cases: [Case; 4] = [
+        (
+            "blocklisted",
+            blocked,
+            Region::Allowed,
+            "Blocklisted(Phone)",
+            &["blocklisted"],
+            &["blocklisted"],
+        ),
+        (
+            "region",
+            Listed::No,
+            denied.clone(),
+            "RegionBlocked { region: Some(\"CN\") }",
+            &["region_blocked"],
+            &["region_blocked"],
+        ),
+        (
+            "blocklisted, in a blocked region: the list answers",
+            blocked,
+            denied.clone(),
+            "Blocklisted(Phone)",
+            &["blocklisted"],
+            &["blocklisted", "region_blocked"],
+        ),
+        (
+            "allow-listed, in a blocked region: the region still refuses",
+            allowed,
+            denied,
+            "RegionBlocked { region: Some(\"CN\") }",
+            &["region_blocked"],
+            &["region_blocked"],
+        ),
+    ];
+    let rows = |reasons: &[&str], shadow| reasons.iter().map(|r| row("deny", r, shadow)).collect();
+    for (case, listed, region, answer, enforced_rows, shadow_rows) in cases {
+        let [enforced, shadowed] = both(|| screen(listing(listed), region.clone(), &phone()));
+        assert_eq!(
+            enforced,
+            (answer.to_string(), rows(enforced_rows, false)),
+            "{case}"
+        );
+        let expected = ("ok".to_string(), rows(shadow_rows, true));
+        assert_eq!(shadowed, expected, "{case}, shadow");
+    }
+}
+
+#[test]
+fn an_allow_entry_exempts_and_no_entry_counts() {
+    let exempt = screen(
+        listing(Listed::Allowed(EntryKind::Ip)),
+        Region::Allowed,
+        &phone(),
+    );
+    assert_eq!(exempt.settle().answer.unwrap(), Pass::Exempt);
+    let counted = screen(listing(Listed::No), Region::Allowed, &phone());
+    assert_eq!(counted.shadowed().settle().answer.unwrap(), Pass::Counted);
+}
+
+#[test]
+fn a_reservation_answers_in_order_and_shadow_refuses_nothing() {
+    let policy = policy();
+    let rate_limited = HitVerdict::Denied {
+        window: 1,
+        retry_after_ms: 9_000,
+    };
+    let cases = [
+        (
+            "pumping block trips",
+            Said {
+                prefix: Some(ConversionVerdict::Tripped),
+                ..Said::default()
+            },
+            "PumpingSuspected",
+            vec![row("lock", "pumping_suspected", false)],
+        ),
+        (
+            "window refusal",
+            Said {
+                counts: [0, 5, 5, 0],
+                verdict: Some(rate_limited),
+                ..Said::default()
+            },
+            "RateLimited { rule: \"phone 5/1h\", retry_after_ms: 9000 }",
+            vec![row("deny", "rate_limited", false)],
+        ),
+        (
+            "captcha tier, with the country challenged",
+            Said {
+                counts: [0, 2, 2, 3],
+                verdict: Some(HitVerdict::Gated { window: 3 }),
+                country: CHALLENGED,
+                ..Said::default()
+            },
+            "CaptchaRequired",
+            vec![
+                row("challenge", "captcha_required", false),
+                row("challenge", "pumping_suspected", false),
+            ],
+        ),
+        (
+            "the country's challenge alone",
+            Said {
+                country: CHALLENGED,
+                ..Said::default()
+            },
+            "CaptchaRequired",
+            vec![row("challenge", "pumping_suspected", false)],
+        ),
+        (
+            "a window refuses while the country's challenge starts",
+            Said {
+                counts: [1, 1, 1, 1],
+                verdict: Some(HitVerdict::Denied {
+                    window: 0,
+                    retry_after_ms: 30_000,
+                }),
+                country: Some(ConversionVerdict::ChallengeTripped),
+                ..Said::default()
+            },
+            "RateLimited { rule: \"phone 1/1m\", retry_after_ms: 30000 }",
+            vec![
+                row("challenge", "pumping_suspected", false),
+                row("deny", "rate_limited", false),
+            ],
+        ),
+    ];
+    for (case, said, answer, rows) in cases {
+        let [enforced, shadowed] = both(|| reserved(&reservation(&policy, said)));
+        assert_eq!(enforced, (answer.to_string(), rows.clone()), "{case}");
+        let shadow_rows: Vec<_> = rows.into_iter().map(|(d, r, _)| (d, r, true)).collect();
+        assert_eq!(shadowed, ("ok".to_string(), shadow_rows), "{case}, shadow");
+        let blocks = reserved(&reservation(&policy, said)).new_blocks;
+        let tripped = said.prefix == Some(ConversionVerdict::Tripped);
+        assert_eq!(blocks.len(), usize::from(tripped), "{case}: blocks listed");
+        let shadow_blocks = reserved(&reservation(&policy, said)).shadowed().new_blocks;
+        assert!(shadow_blocks.is_empty(), "{case}: shadow lists no block");
+    }
+}
+
+#[test]
+fn a_send_that_goes_ahead_tells_its_wait_quota_and_captcha() {
+    let policy = policy();
+    let said = Said {
+        counts: [0, 3, 4, 2],
+        ..Said::default()
+    };
+    let decided = reserved(&reservation(&policy, said));
+    let grant = decided.settle().answer.unwrap();
+    assert_eq!(
+        grant,
+        Grant {
+            resend_after_ms: 60_000,
+            // The captcha tier (3/1h) is reached by this send, the third.
+            captcha_required: true,
+            // 1/60s, empty before this send: none left after it (5/1h
+            // has one left).
+            quota: Some(Quota {
+                limit: 1,
+                window_secs: 60,
+                remaining: 0,
+            }),
+        }
+    );
+    let shadowed = reserved(&reservation(&policy, said)).shadowed();
+    assert_eq!(shadowed.settle().answer.unwrap(), Grant::default());
+}

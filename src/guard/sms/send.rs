@@ -1,0 +1,239 @@
+//! `POST /sms/send` (DESIGN.md §3, in order): the lists and the region,
+//! then the pumping guard, every subject's windows and the code in one
+//! reservation, then delivery, which gives the reservation back when it
+//! fails. `decision` says what the store's answers come to; this file asks
+//! and applies.
+
+use std::time::Duration;
+
+use super::decision::{self, Grant, Pass, Region};
+use super::{SendRequest, Sent, SmsGuard, SmsRefusal};
+use crate::delivery::{DeliveryError, SmsMessage};
+use crate::domain::{Action, Locale, PhoneNumber, Subject, SubjectKind};
+use crate::guard::reserve::{reserve, Offer, Reservation, SubjectHit};
+use crate::guard::{ceil_secs, code, pumping, Lookup, Policy, RequestInfo, Windows};
+use crate::settings::SmsSettings;
+use crate::store::{CodeToStore, StoreError};
+
+/// A drawn code, sealed for the store: the text goes to the phone, only
+/// the MAC is stored.
+struct SmsCode {
+    text: String,
+    mac: String,
+    /// `Keys::subject_code` of the phone.
+    key: String,
+    /// `sms.max_verify_attempts`: wrong tries allowed.
+    attempts: u32,
+    /// `sms.code_ttl`.
+    ttl: Duration,
+}
+
+impl SmsCode {
+    /// The code as the store keeps it.
+    fn to_store(&self) -> CodeToStore<'_> {
+        CodeToStore {
+            key: &self.key,
+            mac: &self.mac,
+            attempts: self.attempts,
+            ttl_ms: self.ttl.as_millis() as u64,
+        }
+    }
+}
+
+impl Grant {
+    /// The caller's answer once the code is out.
+    fn sent(self, phone: &PhoneNumber, sms: &SmsSettings) -> Sent {
+        Sent {
+            masked_phone: phone.masked(),
+            code_ttl_secs: sms.code_ttl.as_secs(),
+            resend_after_secs: ceil_secs(self.resend_after_ms),
+            captcha_required: self.captcha_required,
+            quota: self.quota,
+        }
+    }
+}
+
+impl SmsGuard {
+    /// Send a code: screened by the lists and the region, counted (or, for
+    /// an allow-listed IP or phone, only stored), then delivered.
+    pub async fn send(&self, req: SendRequest, info: &RequestInfo) -> Result<Sent, SmsRefusal> {
+        let policy = self.ctx.policy.current();
+        let sms = &policy.sms.settings;
+        let phone = Subject::new(SubjectKind::Phone, req.phone.e164());
+        let subject = (SubjectKind::Phone, req.phone.e164());
+        let listing = self
+            .ctx
+            .listed(Action::SmsSend, info, subject, Lookup::Attempt);
+        let screened = decision::screen(listing, Region::of(&req.phone, sms), &phone);
+        let pass = self.apply(screened, &policy, info).await?;
+        // The code is drawn and sealed before the store call, so that it is
+        // stored in the same round trip as the reservation.
+        let code = self.draw_code(sms, &req.phone, &phone).await?;
+        let (grant, reservation) = match pass {
+            Pass::Exempt => {
+                let c = code.to_store();
+                let store = self.ctx.store.as_ref();
+                store.otp_put(c.key, c.mac, c.attempts, c.ttl_ms).await?;
+                (Grant::default(), None)
+            }
+            Pass::Counted => {
+                let reservation = self.reserve_send(&policy, &req, &code, info).await?;
+                reservation.count_rule_hits(policy.sms.shadow);
+                let decided = decision::reserved(&reservation);
+                (self.apply(decided, &policy, info).await?, Some(reservation))
+            }
+        };
+        self.deliver_or_undo(&req, &code, reservation.as_ref(), info)
+            .await?;
+        Ok(grant.sent(&req.phone, sms))
+    }
+
+    /// A new code for `phone`, sealed with the code secret.
+    async fn draw_code(
+        &self,
+        sms: &SmsSettings,
+        number: &PhoneNumber,
+        phone: &Subject,
+    ) -> Result<SmsCode, StoreError> {
+        let text = code::generate(sms.code_length);
+        Ok(SmsCode {
+            mac: code::mac(self.secret().await?, number.e164(), &text),
+            text,
+            key: self.ctx.keys.subject_code(phone),
+            attempts: sms.max_verify_attempts,
+            ttl: sms.code_ttl,
+        })
+    }
+
+    /// Deliver the code; when that fails, give the reservation back and
+    /// delete the code, so that the failed send costs the caller nothing.
+    async fn deliver_or_undo(
+        &self,
+        req: &SendRequest,
+        code: &SmsCode,
+        reservation: Option<&Reservation<'_>>,
+        info: &RequestInfo,
+    ) -> Result<(), SmsRefusal> {
+        let ttl_secs = code.ttl.as_secs();
+        let Err(error) = self.deliver(req, &code.text, ttl_secs, info).await else {
+            return Ok(());
+        };
+        let store = self.ctx.store.as_ref();
+        if let Some(reservation) = reservation {
+            reservation.roll_back(store).await;
+        }
+        if let Err(e) = store.delete(std::slice::from_ref(&code.key)).await {
+            tracing::warn!(request_id = %crate::telemetry::request_id(), error = %e, "could not delete the code of a failed send");
+        }
+        Err(error.into())
+    }
+
+    /// Offer the send to the store. A captcha token goes to the provider
+    /// only when the answer hangs on it: the first offer is refused by a
+    /// captcha alone (a phone's or IP's tier, the country's challenge), no
+    /// window's rate limit and no pumping block; then, if the token passes,
+    /// the send is offered again with the gate open (the first offer
+    /// recorded nothing; a challenge it started is audited here, as it
+    /// stays). So a send that needs no captcha, or that a limit refuses,
+    /// never costs a provider call. A caller's own word (`captcha.kind =
+    /// "none"`) costs none and is taken at once, and so is a token in
+    /// shadow mode, where the first offer already records.
+    async fn reserve_send<'p>(
+        &self,
+        policy: &'p Policy,
+        req: &SendRequest,
+        code: &SmsCode,
+        info: &RequestInfo,
+    ) -> Result<Reservation<'p>, StoreError> {
+        let store = self.ctx.store.as_ref();
+        let remote_ip = || info.ip.map(|ip| ip.to_string());
+        let captcha = &policy.captcha;
+        let ask_later = captcha.asks_provider(&req.captcha) && !policy.sms.shadow;
+        let proof = req.captcha.token.is_some() || req.captcha.passed.is_some();
+        let passed_now =
+            proof && !ask_later && captcha.passed(&req.captcha, remote_ip().as_deref()).await;
+        let member = crate::guard::event_member();
+        let offer = |gate_open| Offer {
+            hits: self.subject_hits(policy, &req.phone, info),
+            conversions: pumping::subjects(policy, &self.ctx.keys, &req.phone),
+            member: member.clone(),
+            gate_open,
+            force: policy.sms.shadow,
+            code: Some(code.to_store()),
+        };
+        let first = reserve(store, offer(passed_now)).await?;
+        if !(ask_later && first.only_captcha_refuses()) {
+            return Ok(first);
+        }
+        if !captcha.passed(&req.captcha, remote_ip().as_deref()).await {
+            return Ok(first);
+        }
+        for finding in pumping::findings(&first) {
+            if finding.found == pumping::Found::Challenges {
+                self.ctx.audit(info, finding.row);
+            }
+        }
+        reserve(store, offer(true)).await
+    }
+
+    /// The subjects a send counts against, the phone first: its IP, its
+    /// number prefix and the global count, each with the windows the
+    /// rulebook gives its kind, where it has any.
+    fn subject_hits<'p>(
+        &self,
+        policy: &'p Policy,
+        number: &PhoneNumber,
+        info: &RequestInfo,
+    ) -> Vec<SubjectHit<'p>> {
+        let prefix_digits = policy.sms.settings.prefix_digits as usize;
+        let subjects = [
+            Some(Subject::new(SubjectKind::Phone, number.e164())),
+            info.ip
+                .map(|ip| Subject::new(SubjectKind::Ip, ip.subject_id())),
+            Some(Subject::new(
+                SubjectKind::Prefix,
+                number.prefix(prefix_digits),
+            )),
+            Some(Subject::new(SubjectKind::Global, Action::SmsSend.as_str())),
+        ];
+        let mut hits = Vec::with_capacity(subjects.len());
+        for subject in subjects.into_iter().flatten() {
+            let rules = policy.rules_for(Action::SmsSend, subject.kind);
+            let Some(rules) = rules.and_then(Windows::counted) else {
+                continue;
+            };
+            // The phone counts even without windows: it carries the code.
+            if subject.kind == SubjectKind::Phone || !rules.windows().is_empty() {
+                hits.push(SubjectHit {
+                    key: self.ctx.keys.subject_window(&subject, Action::SmsSend),
+                    subject,
+                    rules,
+                });
+            }
+        }
+        hits
+    }
+
+    /// Render the code's text in the asked locale and hand it to the provider.
+    async fn deliver(
+        &self,
+        req: &SendRequest,
+        code: &str,
+        ttl_secs: u64,
+        info: &RequestInfo,
+    ) -> Result<(), DeliveryError> {
+        let (locale, body) = self.templates.current().render_sms(
+            req.locale.as_ref().map(Locale::as_str),
+            code,
+            ttl_secs,
+        )?;
+        let message = SmsMessage {
+            to: req.phone.e164().to_string(),
+            to_masked: req.phone.masked(),
+            body,
+            locale,
+            request_id: info.request_id.clone(),
+        };
+        self.sender.send(&message).await
+    }
+}
