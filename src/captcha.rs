@@ -49,7 +49,7 @@ impl CaptchaVerifier {
         let verify_url = if settings.verify_url.is_empty() {
             default_verify_url(settings.kind).to_string()
         } else {
-            settings.verify_url.clone()
+            settings.verify_url.expose().to_string()
         };
         Ok(Self {
             kind: settings.kind,
@@ -96,7 +96,7 @@ impl CaptchaVerifier {
                         answer.success
                     }
                     Err(e) => {
-                        tracing::warn!(request_id = %crate::telemetry::request_id(), error = %e, "captcha siteverify answered unreadable JSON");
+                        tracing::warn!(request_id = %crate::telemetry::request_id(), error = %e.without_url(), "captcha siteverify answered unreadable JSON");
                         false
                     }
                 }
@@ -114,7 +114,8 @@ impl CaptchaVerifier {
                 false
             }
             Err(e) => {
-                tracing::warn!(request_id = %crate::telemetry::request_id(), error = %e, "captcha siteverify unreachable");
+                // Without the URL: `captcha.verify_url` may carry a password.
+                tracing::warn!(request_id = %crate::telemetry::request_id(), error = %e.without_url(), "captcha siteverify unreachable");
                 false
             }
         }

@@ -6,7 +6,8 @@ use actix_web::{HttpResponse, ResponseError};
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use crate::domain::PhoneError;
+use crate::audit::query::ParamError;
+use crate::domain::{PhoneError, SubjectError, UsernameError};
 use crate::guard::ceil_secs;
 use crate::guard::login::LoginRefusal;
 use crate::guard::sms::SmsRefusal;
@@ -22,6 +23,10 @@ pub enum ApiError {
     /// 400: the phone number does not parse; the text says why.
     #[error("{0}")]
     InvalidPhone(String),
+    /// 400: a subject id from outside (a login name) is longer than 256
+    /// characters once normalised; the text says which.
+    #[error("{0}")]
+    SubjectTooLong(String),
     /// 429: `rule` refused. `retry_after_ms` goes out rounded up to whole seconds,
     /// in `Retry-After` and `retry_after_secs`.
     #[error("too many requests ({rule})")]
@@ -50,9 +55,13 @@ pub enum ApiError {
     /// 503: the store failed under `store.on_error = "deny"`; the cause is logged.
     #[error("the rate-limit store is unavailable")]
     StoreUnavailable(#[source] StoreError),
-    /// 503: the audit database cannot be reached (admin event queries, `/readyz`).
+    /// 503: the audit database cannot be reached (admin event queries).
     #[error("the audit database is unavailable")]
     AuditUnavailable,
+    /// 503: the OpenID provider (its discovery document or keys) cannot be
+    /// reached, so an admin's JWT cannot be checked.
+    #[error("the identity provider is unavailable")]
+    IdentityProviderUnavailable,
     /// 502: the SMS provider refused the message or did not answer.
     #[error("the SMS provider did not accept the message")]
     DeliveryFailed,
@@ -68,6 +77,10 @@ pub enum ApiError {
     /// 415: the body is not `application/json`, or has no `Content-Type`.
     #[error("request body must be application/json")]
     UnsupportedMediaType,
+    /// 408: the body did not arrive within `server.request_timeout`; the
+    /// connection is closed after the answer.
+    #[error("the request was not received within the time allowed")]
+    RequestTimeout,
     /// 500: anything unexpected. The cause chain is logged; the answer says no more.
     #[error("internal error")]
     Internal(#[source] anyhow::Error),
@@ -81,6 +94,9 @@ pub enum ErrorCode {
     InvalidRequest,
     /// 400: the phone number does not parse.
     InvalidPhone,
+    /// 400: a login name is longer than 256 characters once normalised
+    /// (NFKC can make one character many).
+    SubjectTooLong,
     /// 429: a rule refused; see `retry_after_secs` and `rule`.
     RateLimited,
     /// 403: a captcha must be passed first.
@@ -99,6 +115,11 @@ pub enum ErrorCode {
     StoreUnavailable,
     /// 503: the audit database is unavailable.
     AuditUnavailable,
+    /// 503 from `/readyz`: the store, the audit database or the audit
+    /// journal is not ready (the admin listener's `/readyz` says which).
+    NotReady,
+    /// 503: the OpenID provider cannot be reached.
+    IdentityProviderUnavailable,
     /// 502: the SMS provider did not accept the message.
     DeliveryFailed,
     /// 404: no such route.
@@ -109,6 +130,8 @@ pub enum ErrorCode {
     PayloadTooLarge,
     /// 415: the body is not JSON.
     UnsupportedMediaType,
+    /// 408: the request did not arrive in time (`server.request_timeout`).
+    RequestTimeout,
     /// `/metrics` only: no metrics recorder could be installed.
     MetricsUnavailable,
     /// 500: something unexpected; details are only in the log.
@@ -161,6 +184,7 @@ impl ApiError {
         match self {
             ApiError::InvalidRequest(_) => ErrorCode::InvalidRequest,
             ApiError::InvalidPhone(_) => ErrorCode::InvalidPhone,
+            ApiError::SubjectTooLong(_) => ErrorCode::SubjectTooLong,
             ApiError::RateLimited { .. } => ErrorCode::RateLimited,
             ApiError::CaptchaRequired => ErrorCode::CaptchaRequired,
             ApiError::RegionBlocked => ErrorCode::RegionBlocked,
@@ -170,11 +194,13 @@ impl ApiError {
             ApiError::Forbidden(_) => ErrorCode::Forbidden,
             ApiError::StoreUnavailable(_) => ErrorCode::StoreUnavailable,
             ApiError::AuditUnavailable => ErrorCode::AuditUnavailable,
+            ApiError::IdentityProviderUnavailable => ErrorCode::IdentityProviderUnavailable,
             ApiError::DeliveryFailed => ErrorCode::DeliveryFailed,
             ApiError::NotFound => ErrorCode::NotFound,
             ApiError::MethodNotAllowed(_) => ErrorCode::MethodNotAllowed,
             ApiError::PayloadTooLarge(_) => ErrorCode::PayloadTooLarge,
             ApiError::UnsupportedMediaType => ErrorCode::UnsupportedMediaType,
+            ApiError::RequestTimeout => ErrorCode::RequestTimeout,
             ApiError::Internal(_) => ErrorCode::InternalError,
         }
     }
@@ -183,7 +209,9 @@ impl ApiError {
 impl ResponseError for ApiError {
     fn status_code(&self) -> StatusCode {
         match self {
-            ApiError::InvalidRequest(_) | ApiError::InvalidPhone(_) => StatusCode::BAD_REQUEST,
+            ApiError::InvalidRequest(_)
+            | ApiError::InvalidPhone(_)
+            | ApiError::SubjectTooLong(_) => StatusCode::BAD_REQUEST,
             ApiError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::CaptchaRequired
             | ApiError::RegionBlocked
@@ -191,14 +219,15 @@ impl ResponseError for ApiError {
             | ApiError::PumpingSuspected
             | ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
-            ApiError::StoreUnavailable(_) | ApiError::AuditUnavailable => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
+            ApiError::StoreUnavailable(_)
+            | ApiError::AuditUnavailable
+            | ApiError::IdentityProviderUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::DeliveryFailed => StatusCode::BAD_GATEWAY,
             ApiError::NotFound => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ApiError::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -224,6 +253,11 @@ impl ResponseError for ApiError {
             ApiError::Unauthorized => {
                 response.insert_header((header::WWW_AUTHENTICATE, "Bearer"));
             }
+            // The rest of the body may still be on its way: nothing after it
+            // on this connection could be read as a request.
+            ApiError::RequestTimeout => {
+                response.force_close();
+            }
             ApiError::StoreUnavailable(cause) => {
                 tracing::error!(request_id = %crate::telemetry::request_id(), error = %cause, "store unavailable, failing closed");
             }
@@ -237,11 +271,37 @@ impl ResponseError for ApiError {
 }
 
 /// A missing phone is a malformed request; any other a bad number.
+impl From<ParamError> for ApiError {
+    fn from(e: ParamError) -> Self {
+        ApiError::InvalidRequest(e.to_string())
+    }
+}
+
+impl From<SubjectError> for ApiError {
+    fn from(e: SubjectError) -> Self {
+        match e {
+            SubjectError::Phone(phone) => phone.into(),
+            SubjectError::User(user) => user.into(),
+            other => ApiError::InvalidRequest(other.to_string()),
+        }
+    }
+}
+
 impl From<PhoneError> for ApiError {
     fn from(e: PhoneError) -> Self {
         match e {
             PhoneError::Empty => ApiError::InvalidRequest(e.to_string()),
             other => ApiError::InvalidPhone(other.to_string()),
+        }
+    }
+}
+
+/// A name too long once normalised has its own code; the rest are malformed.
+impl From<UsernameError> for ApiError {
+    fn from(e: UsernameError) -> Self {
+        match e {
+            UsernameError::TooLongNormalised => ApiError::SubjectTooLong(e.to_string()),
+            other => ApiError::InvalidRequest(other.to_string()),
         }
     }
 }

@@ -1,14 +1,17 @@
 //! tollgate: SMS and login abuse decisions on sliding windows, with an audit
 //! trail. `main.rs` is a thin command line over [`startup::Application`].
 
+pub mod admin;
 pub mod audit;
 pub mod captcha;
+pub mod connections;
 pub mod delivery;
 pub mod domain;
 pub mod error;
 pub mod guard;
 pub mod lists;
 pub mod metrics;
+pub mod oidc;
 pub mod reload;
 pub mod routes;
 pub mod settings;

@@ -1,8 +1,13 @@
 //! The `tollgate` binary: the command line (`serve`, `migrate`,
-//! `check-config`, `openapi`) over the library, which does everything else.
+//! `check-config`, `openapi`, `healthcheck`) over the library, which does
+//! everything else.
 
+mod healthcheck;
+
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use tollgate::delivery::{TemplateDirs, Templates};
@@ -32,6 +37,22 @@ enum Command {
     /// Print the OpenAPI document of the API (as `docs/openapi.json` keeps it)
     /// and exit; reads no config.
     Openapi,
+    /// GET /healthz of the running server and exit 0 on 200, 1 otherwise
+    /// (a container's HEALTHCHECK, with no curl in the image).
+    Healthcheck {
+        /// Ask /readyz instead: 200 only while the store and the audit
+        /// database answer.
+        #[arg(long)]
+        ready: bool,
+        /// The server's address (host:port). Default: the config's
+        /// server.bind, 0.0.0.0 and :: read as loopback; given, no config is
+        /// read.
+        #[arg(long)]
+        address: Option<SocketAddr>,
+        /// Longest wait for the answer.
+        #[arg(long, default_value = "3s", value_parser = humantime::parse_duration)]
+        timeout: Duration,
+    },
 }
 
 #[tokio::main]
@@ -51,6 +72,18 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command.unwrap_or(Command::Serve) {
         // The document is the code's, not the config's: no file is read.
         Command::Openapi => print!("{}", tollgate::routes::openapi::pretty_document()),
+        Command::Healthcheck {
+            ready,
+            address,
+            timeout,
+        } => {
+            let address = match address {
+                Some(address) => address,
+                None => healthcheck::local_address(load()?.server.bind)?,
+            };
+            let path = if ready { "/readyz" } else { "/healthz" };
+            println!("{}", healthcheck::probe(address, path, timeout).await?);
+        }
         Command::CheckConfig => {
             let settings = load()?;
             // The templates are part of what start-up checks.

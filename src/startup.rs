@@ -11,23 +11,26 @@ use actix_web::{web, App, HttpServer};
 use anyhow::Context;
 use tracing_actix_web::TracingLogger;
 
-use crate::audit::{retention, AuditDb, AuditSink, DbSink, ObservedSink, SinkConfig};
+use crate::audit::{retention, AuditDb, AuditSink, DbSink, Journal, ObservedSink, SinkConfig};
+use crate::connections::per_ip::PerIp;
+use crate::connections::{ConnectionPlan, DescriptorLimit, Listener, ListenerCap, ListenerHook};
 use crate::delivery::email::Email;
 use crate::delivery::{build_sender, SmsSender, TemplateDirs, Templates, TemplatesCell};
 use crate::guard::admin::SubjectAdmin;
+use crate::guard::admin_auth::AdminAuthGuard;
 use crate::guard::login::LoginGuard;
 use crate::guard::sms::SmsGuard;
 use crate::guard::{GuardContext, Policy, PolicyCell};
 use crate::lists::{self, Lists};
 use crate::reload::Reloadable;
 use crate::routes::cors::CorsOrigins;
+use crate::routes::request_id::RequestSpan;
 use crate::routes::{self, Access, AppState};
 use crate::settings::{OnStoreError, Settings, StoreBackend};
 use crate::store::memory::MemoryStore;
 use crate::store::redis::RedisStore;
 use crate::store::resilient::{Fallback, ResilientStore};
 use crate::store::{Clock, Keys, SystemClock, WindowStore};
-use crate::telemetry::RequestSpan;
 
 /// Parts a test may substitute; production uses none.
 #[derive(Default)]
@@ -49,6 +52,19 @@ pub struct Application {
     audit: Arc<dyn AuditSink>,
     reloadable: Reloadable,
     background: Vec<tokio::task::JoinHandle<()>>,
+}
+
+/// The key namer `[store]` asks for: ids in clear, or hashed.
+fn keys(settings: &Settings) -> Keys {
+    let prefix = settings.store.key_prefix.clone();
+    if settings.store.hash_subject_ids {
+        Keys::hashed(
+            prefix,
+            &settings.store.subject_hash_key(&settings.sms.code_secret),
+        )
+    } else {
+        Keys::new(prefix)
+    }
 }
 
 const SWEEP_EVERY: Duration = Duration::from_secs(30);
@@ -81,10 +97,13 @@ impl Application {
             }));
         };
 
+        // Checked at start-up to fit in a usize (`settings::validate`).
+        let memory_limit = usize::try_from(settings.store.memory_limit).unwrap_or(usize::MAX);
+        let in_process = || Arc::new(MemoryStore::with_limit(clock.clone(), memory_limit));
         let mut redis = None;
         let primary: Arc<dyn WindowStore> = match settings.store.backend {
             StoreBackend::Memory => {
-                let memory = Arc::new(MemoryStore::new(clock.clone()));
+                let memory = in_process();
                 sweep(memory.clone());
                 memory
             }
@@ -101,12 +120,12 @@ impl Application {
         let fallback = match settings.store.on_error {
             OnStoreError::Deny => Fallback::Deny,
             OnStoreError::Allow => {
-                let codes = Arc::new(MemoryStore::new(clock.clone()));
+                let codes = in_process();
                 sweep(codes.clone());
                 Fallback::Allow(codes)
             }
             OnStoreError::Local => {
-                let local = Arc::new(MemoryStore::new(clock.clone()));
+                let local = in_process();
                 sweep(local.clone());
                 Fallback::Local(local)
             }
@@ -119,26 +138,41 @@ impl Application {
                 let config = &settings.audit;
                 let db = AuditDb::connect_lazy(config.database_url.expose())
                     .context("cannot set up the audit database")?;
+                // The journal first: an unusable spool directory is a
+                // start-up error, not something found when the database fails.
+                let journal = Journal::open(&config.spool_dir, config.journal_max_bytes)
+                    .with_context(|| {
+                        format!(
+                            "audit.spool_dir {:?} is not usable (it must be a writable directory)",
+                            config.spool_dir
+                        )
+                    })?;
                 // Migrate before serving when the database answers; when it is
-                // down the writer migrates once it is back, and spools meanwhile.
-                match tokio::time::timeout(MIGRATE_WAIT, db.migrate()).await {
-                    Ok(Ok(())) => {}
+                // down the writer migrates once it is back, and events wait in
+                // the journal meanwhile.
+                let database_ready = match tokio::time::timeout(MIGRATE_WAIT, db.migrate()).await {
+                    Ok(Ok(())) => true,
                     Ok(Err(e)) => {
-                        tracing::warn!(error = %e, "audit database not migrated yet; events spool until it is")
+                        tracing::warn!(error = %e, "audit database not migrated yet; events spool until it is (they wait in the journal)");
+                        false
                     }
                     Err(_) => {
-                        tracing::warn!("audit database did not answer; events spool until it does")
+                        tracing::warn!("audit database did not answer; events spool until it does (they wait in the journal)");
+                        false
                     }
-                }
+                };
                 let sink = DbSink::start(
                     db.clone(),
+                    journal,
                     SinkConfig {
                         batch_size: config.batch_size,
                         flush_interval: config.flush_interval,
                         queue_capacity: config.queue_capacity,
-                        spool_dir: config.spool_dir.clone().into(),
+                        journal_sync_interval: config.journal_sync_interval,
                     },
-                );
+                    database_ready,
+                )
+                .context("cannot start the audit journal thread")?;
                 background.push(retention::spawn(db.clone(), config.retention));
                 (sink, Some(db))
             }
@@ -157,7 +191,12 @@ impl Application {
         };
         let policy = Policy::from_settings(&settings).context("cannot build the captcha client")?;
         let policy = Arc::new(PolicyCell::new(policy));
-        let lists = Arc::new(Lists::new(&settings.lists, audit_db.clone()));
+        let lists = Arc::new(Lists::new(
+            settings.lists.entries(),
+            audit_db
+                .clone()
+                .map(|db| Arc::new(db) as Arc<dyn lists::ListStore>),
+        ));
         if let Err(e) = lists.refresh().await {
             tracing::warn!(error = %e, "stored list entries not read yet; retried every lists.refresh_interval");
         }
@@ -167,7 +206,7 @@ impl Application {
         ));
         let ctx = GuardContext {
             store,
-            keys: Keys::new(settings.store.key_prefix.clone()),
+            keys: keys(&settings),
             audit: audit.clone(),
             policy: policy.clone(),
             lists: lists.clone(),
@@ -180,15 +219,20 @@ impl Application {
                 settings.sms.code_secret.expose(),
             ),
             login: LoginGuard::new(ctx.clone(), email.lock_notifier()),
+            admin_auth: AdminAuthGuard::new(ctx.clone(), &settings.server.admin_auth_limit),
             admin: SubjectAdmin::new(ctx),
             lists: lists.clone(),
             access: Access::new(&settings.server),
+            oidc: crate::oidc::Oidc::new(&settings.admin.oidc)
+                .context("cannot set up single sign-on (admin.oidc)")?
+                .map(Arc::new),
             readiness_store: primary,
             audit: audit.clone(),
             audit_db,
             metrics,
         });
 
+        let plan = connection_plan(&settings)?;
         let (public_routes, admin_routes): (Routes, Option<Routes>) =
             match settings.server.admin_bind {
                 Some(_) => (routes::configure_public, Some(routes::configure_admin)),
@@ -197,20 +241,42 @@ impl Application {
         let listener = TcpListener::bind(settings.server.bind)
             .with_context(|| format!("cannot listen on {}", settings.server.bind))?;
         let port = listener.local_addr()?.port();
-        let cors = Arc::new(CorsOrigins::new(&settings.server.cors_origins));
+        let shared = Shared {
+            state,
+            redis,
+            cors: Arc::new(CorsOrigins::new(&settings.server.cors_origins)),
+            request_timeout: settings.server.request_timeout,
+            shutdown_timeout: settings.server.shutdown_timeout,
+        };
+        let per_ip = PerIp::new(
+            u32::try_from(plan.per_ip).unwrap_or(u32::MAX),
+            settings.server.trusted_proxies.clone(),
+        );
         let server = http_server(
-            listener,
-            state.clone(),
-            redis.clone(),
-            public_routes,
-            cors.clone(),
+            Serve {
+                listener,
+                routes: public_routes,
+                name: Listener::Public,
+                cap: plan.public,
+                per_ip: Some(per_ip),
+            },
+            &shared,
         )?;
-        let admin = match (settings.server.admin_bind, admin_routes) {
-            (Some(bind), Some(routes)) => {
+        let admin = match (settings.server.admin_bind, admin_routes, plan.admin) {
+            (Some(bind), Some(routes), Some(cap)) => {
                 let listener = TcpListener::bind(bind)
                     .with_context(|| format!("cannot listen on {bind} (server.admin_bind)"))?;
                 let admin_port = listener.local_addr()?.port();
-                let admin_server = http_server(listener, state, redis, routes, cors)?;
+                let admin_server = http_server(
+                    Serve {
+                        listener,
+                        routes,
+                        name: Listener::Admin,
+                        cap,
+                        per_ip: None,
+                    },
+                    &shared,
+                )?;
                 tracing::info!(address = %format!("{}:{admin_port}", bind.ip()), "tollgate admin listening");
                 Some((admin_server, admin_port))
             }
@@ -257,19 +323,55 @@ impl Application {
         self.reloadable.clone()
     }
 
-    /// Serve until SIGTERM / Ctrl-C (or [`ServerHandle::stop`]): in-flight
-    /// requests finish, then the audit queue is drained.
+    /// Serve until SIGTERM / Ctrl-C (or [`ServerHandle::stop`]), then stop
+    /// in this order, so that the audit drain always gets its time within
+    /// the unit's `TimeoutStopSec`:
+    ///
+    /// 1. both listeners stop accepting and finish their connections, for
+    ///    at most `server.shutdown_timeout` (actix closes what is left);
+    /// 2. the audit queue is written out: every answered request's events
+    ///    are in it by then;
+    /// 3. the background tasks stop.
     pub async fn run_until_stopped(self) -> std::io::Result<()> {
-        // The admin listener lives as long as the public one.
-        let admin = self.admin.map(|(server, _)| {
-            let handle = server.handle();
-            (tokio::spawn(server), handle)
-        });
-        let result = self.server.await;
-        if let Some((task, handle)) = admin {
-            handle.stop(true).await;
+        let public_handle = self.server.handle();
+        let mut public = tokio::spawn(self.server);
+        let (admin_handle, mut admin) = match self.admin {
+            Some((server, _)) => (Some(server.handle()), Some(tokio::spawn(server))),
+            None => (None, None),
+        };
+        let admin_stopped = async {
+            match admin.as_mut() {
+                Some(task) => {
+                    let _ = task.await;
+                }
+                None => std::future::pending().await,
+            }
+        };
+        // A task whose end was awaited here must not be awaited again.
+        let (mut public_ended, mut admin_ended) = (None, false);
+        tokio::select! {
+            () = stop_signal() => {}
+            ended = &mut public => public_ended = Some(ended),
+            () = admin_stopped => admin_ended = true,
+        }
+
+        tracing::info!("stopping: finishing open connections");
+        let drain_admin = async {
+            if let Some(handle) = &admin_handle {
+                handle.stop(true).await;
+            }
+        };
+        futures::join!(public_handle.stop(true), drain_admin);
+        let ended = match public_ended {
+            Some(ended) => ended,
+            None => public.await,
+        };
+        let result = ended.unwrap_or_else(|e| Err(std::io::Error::other(e)));
+        if let Some(task) = admin.filter(|_| !admin_ended) {
             let _ = task.await;
         }
+
+        tracing::info!("connections closed; writing the audit queue");
         self.audit.flush().await;
         for task in self.background {
             task.abort();
@@ -278,17 +380,86 @@ impl Application {
     }
 }
 
+/// SIGTERM or SIGINT (Ctrl-C): both stop gracefully. actix's own signal
+/// handling is off, so that one place stops both listeners at once.
+async fn stop_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let terminate = async {
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                term.recv().await;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "SIGTERM cannot be handled; Ctrl-C still stops");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    tokio::select! {
+        () = terminate => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}
+
+/// Raise the descriptor limit, then derive the connection caps from it.
+fn connection_plan(settings: &Settings) -> anyhow::Result<ConnectionPlan> {
+    let limit = DescriptorLimit::raise().context("cannot read the descriptor limit")?;
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let plan = ConnectionPlan::derive(settings, limit.soft, cpus)?;
+    tracing::info!(
+        nofile_started = limit.started,
+        nofile_soft = limit.soft,
+        nofile_hard = limit.hard,
+        reserved = plan.reserved,
+        max_connections = plan.public.total(),
+        admin_max_connections = plan.admin.map(|cap| cap.total()),
+        max_connections_per_ip = plan.per_ip,
+        "connection caps"
+    );
+    Ok(plan)
+}
+
 /// Which routes a listener serves.
 type Routes = fn(&mut web::ServiceConfig, &CorsOrigins);
 
-/// An HTTP server on `listener` serving `routes` over the shared state.
-fn http_server(
-    listener: TcpListener,
+/// What every listener shares.
+struct Shared {
     state: web::Data<AppState>,
     redis: Option<Arc<RedisStore>>,
-    routes: Routes,
     cors: Arc<CorsOrigins>,
-) -> std::io::Result<Server> {
+    request_timeout: Duration,
+    shutdown_timeout: Duration,
+}
+
+/// One listener: its socket, routes and connection bounds.
+struct Serve {
+    listener: TcpListener,
+    routes: Routes,
+    name: Listener,
+    cap: ListenerCap,
+    /// The per-address count (public listener only).
+    per_ip: Option<Arc<PerIp>>,
+}
+
+/// An HTTP/1 server on `serve.listener` serving its routes over the shared
+/// state. (`listen` serves HTTP/1 only: no h2c, and no TLS is configured.)
+fn http_server(serve: Serve, shared: &Shared) -> std::io::Result<Server> {
+    let Serve {
+        listener,
+        routes,
+        name,
+        cap,
+        per_ip,
+    } = serve;
+    let (state, redis, cors) = (
+        shared.state.clone(),
+        shared.redis.clone(),
+        shared.cors.clone(),
+    );
+    let hook = Arc::new(ListenerHook::new(name, shared.request_timeout, per_ip));
+    // actix's whole-seconds granularity, rounded up.
+    let drain =
+        shared.shutdown_timeout.as_secs() + u64::from(shared.shutdown_timeout.subsec_nanos() > 0);
     Ok(HttpServer::new(move || {
         // Runs on each worker thread, inside its runtime: the worker's
         // requests then talk to Redis without leaving the thread.
@@ -296,8 +467,9 @@ fn http_server(
             redis.connect_this_thread();
         }
         // The last `wrap` runs first: the request id, then its span, then
-        // the timing inside the span.
+        // the timing inside the span, then the body deadline.
         App::new()
+            .wrap(from_fn(crate::connections::deadline::middleware))
             .wrap(from_fn(routes::http_metrics::middleware))
             .wrap(TracingLogger::<RequestSpan>::new())
             .wrap(from_fn(routes::request_id::middleware))
@@ -305,7 +477,15 @@ fn http_server(
             .configure(|cfg| routes(cfg, &cors))
             .default_service(web::to(routes::not_found))
     })
+    .workers(cap.workers)
+    .max_connections(cap.per_worker)
+    // The watchdog closes a connection without a whole head at
+    // `request_timeout`; actix's own head timer (a bare 408) stays only as
+    // a backstop behind it.
+    .client_request_timeout(shared.request_timeout.saturating_mul(2))
+    .on_connect(move |io, extensions| hook.on_connect(io, extensions))
     .listen(listener)?
-    .shutdown_timeout(30)
+    .disable_signals()
+    .shutdown_timeout(drain)
     .run())
 }

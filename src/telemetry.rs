@@ -10,23 +10,18 @@
 //! lines a request logs at `info` and above name it with
 //! `request_id = %telemetry::request_id()`. At `debug` each request also gets
 //! a span, `request`, from `tracing-actix-web`'s `TracingLogger` and
-//! [`RequestSpan`]: its id, method, route pattern and status, which every
+//! `routes::request_id::RequestSpan`: its id, method, route pattern and status, which every
 //! line it logs carries (and `routes::http_metrics` logs `request done` in
 //! it). A span per request at the default level cost about a tenth of the
 //! in-process store's throughput (the registry entry and its fields
 //! formatted as JSON), for lines that are rarely written; the task-local
 //! costs nothing measurable, and a disabled span only a level check.
 
+pub mod log_budget;
+
 use std::io::IsTerminal;
 
-use actix_web::body::MessageBody;
-use actix_web::dev::{ServiceRequest, ServiceResponse};
-use actix_web::HttpMessage;
-use tracing::Span;
-use tracing_actix_web::RootSpanBuilder;
 use tracing_subscriber::{fmt, EnvFilter};
-
-use crate::routes::request_id::RequestId;
 
 /// Install the global subscriber, writing to stderr; a second call keeps the
 /// first one.
@@ -73,38 +68,5 @@ pub struct RequestIdField(Option<String>);
 impl std::fmt::Display for RequestIdField {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.0.as_deref().unwrap_or("-"))
-    }
-}
-
-/// The span `TracingLogger` opens per request, at `debug`: the request id
-/// (`routes::request_id`), the method, the route pattern (never the path,
-/// which can hold a phone number or a user name) and, at the end, the
-/// status. Nothing else of the request: no address, no body.
-pub struct RequestSpan;
-
-impl RootSpanBuilder for RequestSpan {
-    fn on_request_start(request: &ServiceRequest) -> Span {
-        // The fields are computed only when the span is enabled.
-        tracing::debug_span!(
-            "request",
-            request_id = %request
-                .extensions()
-                .get::<RequestId>()
-                .map_or("-", |id| id.0.as_str()),
-            method = %request.method(),
-            route = request.match_pattern().as_deref().unwrap_or(crate::routes::http_metrics::UNMATCHED),
-            status = tracing::field::Empty,
-        )
-    }
-
-    fn on_request_end<B: MessageBody>(
-        span: Span,
-        outcome: &Result<ServiceResponse<B>, actix_web::Error>,
-    ) {
-        let status = match outcome {
-            Ok(response) => response.status(),
-            Err(error) => error.as_response_error().status_code(),
-        };
-        span.record("status", status.as_u16());
     }
 }

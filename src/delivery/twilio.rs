@@ -35,7 +35,7 @@ impl TwilioSender {
         let base = if settings.url.is_empty() {
             TWILIO_API
         } else {
-            settings.url.trim_end_matches('/')
+            settings.url.expose().trim_end_matches('/')
         };
         Ok(Self {
             http: http_client(settings.timeout, HeaderMap::new())?,

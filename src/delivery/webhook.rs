@@ -37,7 +37,7 @@ impl WebhookSender {
         }
         Ok(Self {
             http: http_client(settings.timeout, headers)?,
-            url: settings.url.clone(),
+            url: settings.url.expose().to_string(),
         })
     }
 }

@@ -8,7 +8,7 @@ pub use rule::RuleCounters;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use metrics::{counter, describe_counter, describe_histogram, histogram};
+use metrics::{counter, describe_counter, describe_gauge, describe_histogram, histogram};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 
 /// Counter of answered requests, by `route` and `decision`.
@@ -17,19 +17,50 @@ pub const REQUESTS: &str = "tollgate_requests_total";
 pub const STORE_ERRORS: &str = "tollgate_store_errors_total";
 /// Histogram of window-store call durations, in seconds.
 pub const STORE_SECONDS: &str = "tollgate_store_seconds";
+/// Counter of subjects the in-process store evicted to stay within
+/// `store.memory_limit`.
+pub const STORE_EVICTIONS: &str = "tollgate_store_evictions_total";
 /// Counter of requests an allow or block list matched, by `list`, `kind`
 /// (ip, phone, user) and `action`.
 pub const LIST_MATCHES: &str = "tollgate_list_matches_total";
-/// Counter of audit events by `outcome`: queued, written, spooled, replayed.
+/// Counter of audit events by `outcome`: queued, written, spooled (left to
+/// the journal for a replay), replayed, unjournaled (answered without a
+/// journal line: the journal was full or failing), dropped (neither the
+/// journal nor memory could keep it).
 pub const AUDIT_EVENTS: &str = "tollgate_audit_events_total";
+/// Gauge of the audit journal's bytes on disk (bounded by
+/// `audit.journal_max_bytes`).
+pub const AUDIT_JOURNAL_BYTES: &str = "tollgate_audit_journal_bytes";
+/// Counter of audit journal failures, by `op`: append, sync, read, delete.
+pub const AUDIT_JOURNAL_ERRORS: &str = "tollgate_audit_journal_errors_total";
+/// Counter of requests from a trusted proxy whose client address fell back
+/// to the proxy's, by `reason`: `not_forwarded` (no `client_ip_header`)
+/// or `unusable` (it names no address where one was needed).
+pub const CLIENT_IP_FALLBACKS: &str = "tollgate_client_ip_fallbacks_total";
+/// Counter of admin requests with a wrong token or password.
+pub const ADMIN_AUTH_FAILURES: &str = "tollgate_admin_auth_failures_total";
+/// Counter of admin requests refused 429 because their address failed
+/// `server.admin_auth_limit` times.
+pub const ADMIN_AUTH_THROTTLED: &str = "tollgate_admin_auth_throttled_total";
+/// Counter of fetches of the OpenID provider's signing keys (JWKS), by
+/// `outcome`: `ok` or `failed`.
+pub const ADMIN_JWKS_FETCHES: &str = "tollgate_admin_jwks_fetches_total";
 /// Histogram of HTTP request durations, in seconds, by `route` (the matched
 /// pattern, `unmatched` for none), `method` and `status`.
 pub const HTTP_SECONDS: &str = "tollgate_http_request_duration_seconds";
+/// Gauge of open connections, by `listener` (public, admin).
+pub const CONNECTIONS_OPEN: &str = "tollgate_connections_open";
+/// Counter of connections closed at accept, by `listener` and `reason`
+/// (`per_ip`: the address holds `server.max_connections_per_ip` already).
+pub const CONNECTIONS_REFUSED: &str = "tollgate_connections_refused_total";
+/// Counter of connections closed because their next request did not arrive,
+/// or their answer was not read, within `server.request_timeout`, by `listener`.
+pub const CONNECTIONS_STALLED: &str = "tollgate_connections_stalled_total";
 
 // Per-rule counters, as Envoy's ratelimit service keeps them (`total_hits`,
 // `over_limit`, `near_limit`, `within_limit`, `shadow_mode`), each by
 // `action` and `rule` (the rule's name, `phone 1/1m`). What a hit is for each
-// kind of rule: README, "Metrics".
+// kind of rule: docs/operations.md, "Metrics".
 
 /// Counter of requests a rule was evaluated on, with the count the store
 /// returned.
@@ -92,6 +123,10 @@ pub fn install() -> Option<PrometheusHandle> {
 
 fn describe() {
     describe_counter!(REQUESTS, "Requests answered, by route and decision");
+    describe_counter!(
+        ADMIN_JWKS_FETCHES,
+        "Fetches of the OpenID provider's signing keys, by outcome (ok, failed)"
+    );
     describe_counter!(STORE_ERRORS, "Window-store calls that failed or timed out");
     describe_counter!(
         LIST_MATCHES,
@@ -99,12 +134,45 @@ fn describe() {
     );
     describe_histogram!(STORE_SECONDS, "Duration of window-store calls");
     describe_counter!(
+        STORE_EVICTIONS,
+        "Subjects the in-process store evicted (least recently touched first) to stay within store.memory_limit"
+    );
+    describe_counter!(
+        CLIENT_IP_FALLBACKS,
+        "Requests from a trusted proxy counted under its address, by reason: not_forwarded, unusable"
+    );
+    describe_counter!(
+        ADMIN_AUTH_FAILURES,
+        "Admin requests with a wrong token or password"
+    );
+    describe_counter!(
+        ADMIN_AUTH_THROTTLED,
+        "Admin requests refused because their address failed too often"
+    );
+    describe_counter!(
         AUDIT_EVENTS,
-        "Audit events by outcome: queued, written, spooled, replayed"
+        "Audit events by outcome: queued, written, spooled, replayed, unjournaled, dropped"
+    );
+    describe_gauge!(
+        AUDIT_JOURNAL_BYTES,
+        "Bytes of the audit journal on disk (audit.spool_dir), at most audit.journal_max_bytes"
+    );
+    describe_counter!(
+        AUDIT_JOURNAL_ERRORS,
+        "Audit journal failures (audit.spool_dir), by op: append, sync, read, delete"
     );
     describe_histogram!(
         HTTP_SECONDS,
         "Duration of HTTP requests, by route pattern, method and status"
+    );
+    describe_gauge!(CONNECTIONS_OPEN, "Open connections, by listener");
+    describe_counter!(
+        CONNECTIONS_REFUSED,
+        "Connections closed at accept, by listener and reason"
+    );
+    describe_counter!(
+        CONNECTIONS_STALLED,
+        "Connections closed for not sending a request or not reading an answer in time, by listener"
     );
     describe_counter!(
         RULE_HITS,
@@ -131,6 +199,11 @@ fn describe() {
 /// Count one failed store call.
 pub fn store_error() {
     counter!(STORE_ERRORS).increment(1);
+}
+
+/// Count subjects the in-process store evicted.
+pub fn store_evictions(n: u64) {
+    counter!(STORE_EVICTIONS).increment(n);
 }
 
 /// Record how long one store call took.
@@ -177,6 +250,27 @@ impl Outcome {
             Outcome::Error => "error",
         }
     }
+}
+
+/// Count one request whose client address fell back to its proxy's.
+pub fn client_ip_fallback(reason: &'static str) {
+    counter!(CLIENT_IP_FALLBACKS, "reason" => reason).increment(1);
+}
+
+/// Count one failed admin authentication.
+pub fn admin_auth_failure() {
+    counter!(ADMIN_AUTH_FAILURES).increment(1);
+}
+
+/// Count one fetch of the OpenID provider's keys.
+pub fn admin_jwks_fetch(ok: bool) {
+    let outcome = if ok { "ok" } else { "failed" };
+    counter!(ADMIN_JWKS_FETCHES, "outcome" => outcome).increment(1);
+}
+
+/// Count one admin request refused while its address is throttled.
+pub fn admin_auth_throttled() {
+    counter!(ADMIN_AUTH_THROTTLED).increment(1);
 }
 
 /// Count one answered request.

@@ -51,7 +51,7 @@ impl Reloadable {
         let templates = Templates::load(&TemplateDirs::of(&settings))?;
         let policy = Policy::from_settings(&settings)?;
         self.policy.replace(policy);
-        self.lists.replace_config(&settings.lists);
+        self.lists.replace_config(settings.lists.entries());
         self.templates.replace(templates);
         Ok(settings)
     }

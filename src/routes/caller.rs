@@ -1,20 +1,20 @@
 //! Who is calling: API-key authentication and the client IP (DESIGN.md §3
 //! "Client IP").
 
-use std::net::IpAddr;
+use std::time::Duration;
 
 use actix_web::http::header;
 use actix_web::{HttpMessage, HttpRequest};
-use ipnet::IpNet;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use super::request_id::RequestId;
-use crate::domain::client_ip::{forwarded_for, parse_hop};
+use crate::domain::admin_role::{Actor, Roles};
+use crate::domain::forwarding::{ClientAddress, ProxyTrust, CLIENT_ADDRESS_HEADERS};
 use crate::domain::ClientIp;
 use crate::error::ApiError;
 use crate::guard::RequestInfo;
-use crate::settings::{Secret, ServerSettings};
+use crate::settings::{AdminToken, Secret, ServerSettings};
 
 const MAX_USER_AGENT: usize = 512;
 
@@ -41,9 +41,19 @@ impl BearerSecrets {
 
     /// Whether `token` is one of the secrets.
     pub fn contains(&self, token: &str) -> bool {
+        self.position(token).is_some()
+    }
+
+    /// Which of the secrets `token` is; every one is compared, so the time
+    /// does not tell which.
+    pub fn position(&self, token: &str) -> Option<usize> {
         let given = digest(token);
-        self.0.iter().fold(false, |found, known| {
-            found | bool::from(known.ct_eq(&given))
+        self.0.iter().enumerate().fold(None, |found, (i, known)| {
+            if bool::from(known.ct_eq(&given)) {
+                Some(i)
+            } else {
+                found
+            }
         })
     }
 }
@@ -77,42 +87,119 @@ fn console_token(req: &HttpRequest) -> Option<Secret> {
     (user == "admin").then(|| Secret::new(password))
 }
 
+/// A static admin token's admin.
+#[derive(Clone)]
+pub struct TokenAdmin {
+    /// `token:<name>`.
+    pub actor: Actor,
+    /// What its entry grants.
+    pub roles: Roles,
+    /// The token itself; the console keys its CSRF tokens by it.
+    pub secret: Secret,
+}
+
+/// The credential an admin request presents.
+pub enum AdminCredential {
+    /// No `Authorization` header: not a guess, not counted.
+    Missing,
+    /// A token or password that is not an admin token (an API key
+    /// included): a failed authentication.
+    Wrong,
+    /// One of `server.admin_tokens`.
+    Token(TokenAdmin),
+    /// A Bearer that is no static token but has the shape of a JWT (three
+    /// dot-separated parts): an access token for the provider to vouch
+    /// for, if single sign-on takes them.
+    Jwt(String),
+}
+
 /// Who may call what, and from which client IP, as `[server]` says: API
 /// keys, admin tokens and trusted proxies.
 pub struct Access {
     api_keys: BearerSecrets,
     admin_tokens: BearerSecrets,
-    trusted_proxies: Vec<IpNet>,
+    /// Each admin token's actor and roles, in `admin_tokens`' order.
+    token_admins: Vec<(Actor, Roles)>,
+    trust: ProxyTrust,
 }
+
+/// A proxy that forwards unusable client addresses may do so on every
+/// request: one warning per minute says so, the metric counts them all.
+static UNUSABLE_FORWARDING: crate::telemetry::log_budget::LogBudget =
+    crate::telemetry::log_budget::LogBudget::new(Duration::from_secs(60));
 
 impl Access {
     /// From `[server]`.
     pub fn new(server: &ServerSettings) -> Self {
         Self {
             api_keys: BearerSecrets::new(&server.api_keys),
-            admin_tokens: BearerSecrets::new(&server.admin_tokens),
-            trusted_proxies: server.trusted_proxies.clone(),
+            admin_tokens: BearerSecrets::new(
+                &server
+                    .admin_tokens
+                    .iter()
+                    .map(|t| t.secret().clone())
+                    .collect::<Vec<_>>(),
+            ),
+            token_admins: server
+                .admin_tokens
+                .iter()
+                .enumerate()
+                .map(|(i, t): (usize, &AdminToken)| (Actor::token(&t.name(i)), t.roles()))
+                .collect(),
+            trust: ProxyTrust {
+                proxies: server.trusted_proxies.clone(),
+                header: server.client_ip_header.clone(),
+                hops: server.trusted_proxy_hops,
+            },
         }
     }
 
-    /// Authenticate an admin request (an admin token; no list means no admin).
-    pub fn admin(&self, req: &HttpRequest) -> Result<RequestInfo, ApiError> {
-        if !self.admin_tokens.admits(req) {
-            return Err(ApiError::Unauthorized);
+    /// What credential an admin request presents: an admin token as
+    /// `Authorization: Bearer`, or (`basic`, the HTML console) as the Basic
+    /// password of user `admin`; or a Bearer JWT. No list of tokens means
+    /// no static admin.
+    pub fn admin_credential(&self, req: &HttpRequest, basic: bool) -> AdminCredential {
+        if !req.headers().contains_key(header::AUTHORIZATION) {
+            return AdminCredential::Missing;
         }
-        Ok(self.info(req, self.peer_ip(req)))
-    }
-
-    /// Authenticate an admin HTML page: an admin token as Bearer or as the
-    /// Basic password of user `admin`. Also returns the token, which keys the
-    /// console's CSRF tokens.
-    pub fn admin_console(&self, req: &HttpRequest) -> Result<(RequestInfo, Secret), ApiError> {
-        match console_token(req) {
-            Some(token) if self.admin_tokens.contains(token.expose()) => {
-                Ok((self.info(req, self.peer_ip(req)), token))
+        let token = if basic {
+            console_token(req)
+        } else {
+            bearer(req).map(Secret::new)
+        };
+        let Some(token) = token else {
+            return AdminCredential::Wrong;
+        };
+        let found = self.admin_tokens.position(token.expose());
+        match found.and_then(|i| self.token_admins.get(i)) {
+            Some((actor, roles)) => AdminCredential::Token(TokenAdmin {
+                actor: actor.clone(),
+                roles: *roles,
+                secret: token,
+            }),
+            None if bearer(req).is_some() && token.expose().split('.').count() == 3 => {
+                AdminCredential::Jwt(token.expose().to_string())
             }
-            _ => Err(ApiError::Unauthorized),
+            None => AdminCredential::Wrong,
         }
+    }
+
+    /// Whether the request reached tollgate over HTTPS: tollgate serves
+    /// plain HTTP, so only a trusted proxy (`server.trusted_proxies`) that
+    /// says `X-Forwarded-Proto: https` can tell. Anyone else's header is
+    /// ignored.
+    pub fn forwarded_https(&self, req: &HttpRequest) -> bool {
+        let trusted = req.peer_addr().is_some_and(|peer| {
+            self.trust
+                .proxies
+                .iter()
+                .any(|net| net.contains(&peer.ip().to_canonical()))
+        });
+        trusted
+            && req
+                .headers()
+                .get("x-forwarded-proto")
+                .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"https"))
     }
 
     /// Authenticate a public request and work out its client IP. `body_ip`
@@ -145,21 +232,26 @@ impl Access {
     /// The trust boundary: who may vouch for a login's outcome, a passed
     /// captcha or a client's IP. With API keys configured, a request that
     /// carries one (the others were refused already, in `caller`). Without,
-    /// a request straight from loopback: not one that came through a proxy
-    /// (it carries `X-Forwarded-For` or `Forwarded`), since the browsers
-    /// behind a reverse proxy on the same host are not loopback callers,
-    /// trusted proxy or not.
+    /// a request straight from loopback: not one that came through a proxy,
+    /// since the browsers behind a reverse proxy on the same host are not
+    /// loopback callers, trusted proxy or not. A request that carries any
+    /// client-address header (`X-Forwarded-For`, `Forwarded`, `X-Real-IP`,
+    /// `CF-Connecting-IP`, … or the configured `client_ip_header`) came
+    /// through one, or says it did: a browser's either way.
     fn is_loopback_backend(&self, req: &HttpRequest) -> bool {
         let loopback = req
             .peer_addr()
             .is_some_and(|a| a.ip().to_canonical().is_loopback());
         let headers = req.headers();
-        let proxied =
-            headers.contains_key("x-forwarded-for") || headers.contains_key(header::FORWARDED);
+        let proxied = CLIENT_ADDRESS_HEADERS
+            .iter()
+            .chain([&self.trust.header.name()])
+            .any(|name| headers.contains_key(*name));
         loopback && !proxied
     }
 
-    fn info(&self, req: &HttpRequest, ip: Option<ClientIp>) -> RequestInfo {
+    /// Who asked, for audit rows: request id, user agent, client address.
+    pub(crate) fn info(&self, req: &HttpRequest, ip: Option<ClientIp>) -> RequestInfo {
         let request_id = req
             .extensions()
             .get::<RequestId>()
@@ -175,50 +267,44 @@ impl Access {
             user_agent,
             ip,
             backend: false,
+            actor: None,
         }
     }
 
-    /// The peer, or — when the peer is a trusted proxy — the right-most hop
-    /// that is not a trusted proxy, from `Forwarded` (RFC 7239) when the
-    /// request has one, else from `X-Forwarded-For`. A hop that names no
-    /// address (`unknown`, garbage) where the walk needs one leaves the
-    /// client unknown (no IP subject): never the proxy's own address, which
-    /// would put every client behind it into one subject.
-    fn peer_ip(&self, req: &HttpRequest) -> Option<ClientIp> {
+    /// The client's address (see `domain::forwarding`): the peer, or,
+    /// behind a trusted proxy, what `server.client_ip_header` says. A proxy
+    /// that forwards no usable address is counted (a metric) and reported
+    /// (a rate-limited warning); the request counts under its address.
+    pub(crate) fn peer_ip(&self, req: &HttpRequest) -> Option<ClientIp> {
         let peer = req.peer_addr().map(|a| a.ip())?;
-        if !self.is_trusted(peer) {
-            return Some(ClientIp::new(peer));
-        }
-        let headers = req.headers();
-        let forwarded: Vec<&str> = headers
-            .get_all(header::FORWARDED)
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(forwarded_for)
+        // Read lossily, not with `to_str`: an appending proxy puts what the
+        // client wrote (any bytes) on the same line as its own entry, and
+        // one byte past ASCII must not void that entry (the request would
+        // then count under the proxy, not the client).
+        let values: Vec<_> = req
+            .headers()
+            .get_all(self.trust.header.name())
+            .map(|v| String::from_utf8_lossy(v.as_bytes()))
             .collect();
-        let hops: Vec<&str> = if forwarded.is_empty() {
-            headers
-                .get_all("x-forwarded-for")
-                .filter_map(|v| v.to_str().ok())
-                .flat_map(|v| v.split(','))
-                .collect()
-        } else {
-            forwarded
-        };
-        // Walk from the proxy towards the client; stop at the first hop we do
-        // not trust.
-        let mut client = peer;
-        for hop in hops.iter().rev() {
-            match parse_hop(hop) {
-                Some(ip) if self.is_trusted(ip) => client = ip,
-                Some(ip) => return Some(ClientIp::new(ip)),
-                None => return None,
+        let client = self.trust.client(peer, values.iter().map(|v| v.as_ref()));
+        match client {
+            ClientAddress::Peer(_) | ClientAddress::Forwarded(_) => {}
+            ClientAddress::NotForwarded(_) => crate::metrics::client_ip_fallback("not_forwarded"),
+            ClientAddress::Unusable(counted) => {
+                crate::metrics::client_ip_fallback("unusable");
+                if let Some(held_back) = UNUSABLE_FORWARDING.admit() {
+                    tracing::warn!(
+                        request_id = %crate::telemetry::request_id(),
+                        header = self.trust.header.name(),
+                        peer = %peer,
+                        counted_as = %counted,
+                        held_back,
+                        "a trusted proxy forwarded no usable client address; \
+                         counted under the proxy's (check server.client_ip_header)"
+                    );
+                }
             }
         }
-        Some(ClientIp::new(client))
-    }
-
-    fn is_trusted(&self, ip: IpAddr) -> bool {
-        let ip = ip.to_canonical();
-        self.trusted_proxies.iter().any(|net| net.contains(&ip))
+        Some(ClientIp::new(client.ip()))
     }
 }

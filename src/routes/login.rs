@@ -63,7 +63,7 @@ fn backend_only(info: RequestInfo) -> Result<RequestInfo, ApiError> {
 }
 
 fn parse_user(raw: &str) -> Result<Username, ApiError> {
-    Username::parse(raw).map_err(|e| ApiError::InvalidRequest(e.to_string()))
+    Ok(Username::parse(raw)?)
 }
 
 /// Whether a captcha or a lock applies to a login (read-only, counts nothing)
@@ -74,7 +74,7 @@ fn parse_user(raw: &str) -> Result<Username, ApiError> {
     tag = "login",
     responses(
         (status = 200, description = "`deny` when the user is locked or the IP blocked, `challenge` when a captcha is required, `allow` otherwise", body = LoginState),
-        (status = 400, description = "`invalid_request` (malformed JSON, missing, empty or unknown fields)", body = ErrorBody),
+        (status = 400, description = "`invalid_request` (malformed JSON, missing, empty or unknown fields), or `subject_too_long`: `user` is over 256 characters once normalised (NFKC can make one character many)", body = ErrorBody),
         (status = 401, description = "`unauthorized`: API keys are configured and none was given", body = ErrorBody),
         (status = 403, description = "`forbidden`: not the login backend (no API keys are configured and the call is not straight from loopback); or `blocklisted`: the user or client IP is on the block list (`[lists]`, `/admin/api/lists`)", body = ErrorBody),
         (status = 413, description = "`payload_too_large`: body over 16 KiB", body = ErrorBody),
@@ -107,7 +107,7 @@ async fn check(
     tag = "login",
     responses(
         (status = 200, description = "The state after this attempt", body = LoginState),
-        (status = 400, description = "`invalid_request` (malformed JSON, missing, empty or unknown fields, a bad `notify_email`)", body = ErrorBody),
+        (status = 400, description = "`invalid_request` (malformed JSON, missing, empty or unknown fields, a bad `notify_email`), or `subject_too_long`: `user` is over 256 characters once normalised (NFKC can make one character many)", body = ErrorBody),
         (status = 401, description = "`unauthorized`: API keys are configured and none was given", body = ErrorBody),
         (status = 403, description = "`forbidden`: not the login backend (no API keys are configured and the call is not straight from loopback); or `blocklisted`: the user or client IP is on the block list (`[lists]`, `/admin/api/lists`)", body = ErrorBody),
         (status = 413, description = "`payload_too_large`: body over 16 KiB", body = ErrorBody),

@@ -41,9 +41,13 @@ pub struct AppState {
     pub admin: SubjectAdmin,
     /// API keys, admin tokens and the client IP.
     pub access: Access,
+    /// Single sign-on for admins (`[admin.oidc]`); absent when off.
+    pub oidc: Option<Arc<crate::oidc::Oidc>>,
+    /// Failed admin authentications per address, and their throttle.
+    pub admin_auth: crate::guard::admin_auth::AdminAuthGuard,
     /// The store as configured, without the `on_error` fallback, for `/readyz`.
     pub readiness_store: Arc<dyn WindowStore>,
-    /// The audit sink, which `/readyz` asks whether it is ready.
+    /// The audit sink, whose health `/readyz` reads.
     pub audit: Arc<dyn AuditSink>,
     /// The allow and block lists, for the admin API and console.
     pub lists: Arc<crate::lists::Lists>,
@@ -51,6 +55,17 @@ pub struct AppState {
     pub audit_db: Option<AuditDb>,
     /// Renders `/metrics`; absent when no recorder could be installed.
     pub metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
+}
+
+impl AppState {
+    /// What the admin operations work on.
+    pub fn desk(&self) -> crate::admin::Desk<'_> {
+        crate::admin::Desk {
+            audit: self.audit.as_ref(),
+            audit_db: self.audit_db.as_ref(),
+            lists: &self.lists,
+        }
+    }
 }
 
 /// Register every route, with the JSON body rules: one listener serves all.
@@ -66,7 +81,7 @@ pub fn configure_public(cfg: &mut web::ServiceConfig, cors: &CorsOrigins) {
     cfg.app_data(json::config());
     sms::configure(cfg, cors);
     login::configure(cfg);
-    ops::configure_probes(cfg);
+    ops::configure_probes(cfg, false);
     openapi::configure(cfg);
 }
 
@@ -75,7 +90,7 @@ pub fn configure_public(cfg: &mut web::ServiceConfig, cors: &CorsOrigins) {
 pub fn configure_admin(cfg: &mut web::ServiceConfig, _cors: &CorsOrigins) {
     cfg.app_data(json::config());
     admin::configure(cfg);
-    ops::configure_probes(cfg);
+    ops::configure_probes(cfg, true);
     ops::configure_metrics(cfg);
 }
 

@@ -25,6 +25,9 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
 pub const API_KEY_SCHEME: &str = "api_key";
 /// Bearer scheme of the admin routes: an entry of `server.admin_tokens`.
 pub const ADMIN_TOKEN_SCHEME: &str = "admin_token";
+/// The other bearer scheme of the admin routes: a JWT access token from the
+/// OpenID provider of `[admin.oidc]`.
+pub const OIDC_JWT_SCHEME: &str = "oidc_jwt";
 
 #[derive(OpenApi)]
 #[openapi(
@@ -85,7 +88,25 @@ impl Modify for SecuritySchemes {
                     .scheme(HttpAuthScheme::Bearer)
                     .description(Some(
                         "`Authorization: Bearer <admin token>`, one of `server.admin_tokens`. \
-                         With no admin token configured the admin routes answer 401.",
+                         A plain-string token may do everything (it is named `token:<position>`); \
+                         a `{ name, token, role }` entry what its role allows. \
+                         With no admin token configured (and no `[admin.oidc]`) the admin routes answer 401.",
+                    ))
+                    .build(),
+            ),
+        );
+        components.add_security_scheme(
+            OIDC_JWT_SCHEME,
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .bearer_format("JWT")
+                    .description(Some(
+                        "`Authorization: Bearer <JWT access token>` from the OpenID provider of \
+                         `[admin.oidc]`: signed by one of its keys (JWKS, asymmetric algorithms only), \
+                         issued by `admin.oidc.issuer_url` for the audience `admin.oidc.api_audience`, \
+                         not expired. Its `admin.oidc.roles_claim` values map to roles through \
+                         `admin.oidc.role_map`. Off while `api_audience` is empty.",
                     ))
                     .build(),
             ),

@@ -6,12 +6,18 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use super::AppState;
-use crate::error::{ApiError, ErrorBody, ErrorCode};
+use crate::error::{ErrorBody, ErrorCode};
 
-/// Register `/healthz`, `/readyz` and `/metrics`.
-pub fn configure_probes(cfg: &mut web::ServiceConfig) {
-    cfg.service(super::get("/healthz", healthz))
-        .service(super::get("/readyz", readyz));
+/// Register `/healthz` and `/readyz`. `detailed`: `/readyz` names what is
+/// not ready (the admin listener); otherwise it says only whether (a public
+/// listener: an attacker learns nothing of the audit database or the disk).
+pub fn configure_probes(cfg: &mut web::ServiceConfig, detailed: bool) {
+    cfg.service(super::get("/healthz", healthz));
+    if detailed {
+        cfg.service(super::get("/readyz", readyz_detailed));
+    } else {
+        cfg.service(super::get("/readyz", readyz));
+    }
 }
 
 /// `/metrics`: on the admin listener when there is one.
@@ -39,7 +45,7 @@ async fn healthz() -> HttpResponse {
     HttpResponse::Ok().json(OpsStatus { status: "ok" })
 }
 
-/// Readiness: the store and the audit database are reachable
+/// Readiness: the store answers, and the audit trail is healthy
 #[utoipa::path(
     get,
     path = "/readyz",
@@ -47,15 +53,61 @@ async fn healthz() -> HttpResponse {
     tag = "operations",
     responses(
         (status = 200, description = "`{\"status\": \"ready\"}`", body = OpsStatus),
-        (status = 503, description = "`store_unavailable` or `audit_unavailable`", body = ErrorBody),
+        (status = 503, description = "`not_ready`: the store, the audit database or the audit journal is not ready; only the admin listener's `/readyz` says which", body = ErrorBody),
     ),
 )]
-async fn readyz(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
-    state.readiness_store.ping().await?;
-    if !state.audit.ready().await {
-        return Err(ApiError::AuditUnavailable);
+async fn readyz(state: web::Data<AppState>) -> HttpResponse {
+    if readiness(&state).await.ready() {
+        HttpResponse::Ok().json(OpsStatus { status: "ready" })
+    } else {
+        HttpResponse::ServiceUnavailable().json(ErrorBody::new(ErrorCode::NotReady, "not ready"))
     }
-    Ok(HttpResponse::Ok().json(OpsStatus { status: "ready" }))
+}
+
+/// `/readyz` on the admin listener: the same answer, plus which part is
+/// not ready.
+async fn readyz_detailed(state: web::Data<AppState>) -> HttpResponse {
+    let r = readiness(&state).await;
+    let word = |ok: bool, bad: &'static str| if ok { "ok" } else { bad };
+    let parts = serde_json::json!({
+        "store": word(r.store, "unavailable"),
+        "audit_database": word(r.audit.database, "unavailable"),
+        "audit_journal": word(r.audit.journal, "unwritable"),
+    });
+    let mut body = if r.ready() {
+        serde_json::json!({ "status": "ready" })
+    } else {
+        serde_json::json!({ "error": ErrorCode::NotReady, "message": "not ready" })
+    };
+    if let (Some(body), Some(parts)) = (body.as_object_mut(), parts.as_object()) {
+        body.extend(parts.clone());
+    }
+    if r.ready() {
+        HttpResponse::Ok().json(body)
+    } else {
+        HttpResponse::ServiceUnavailable().json(body)
+    }
+}
+
+/// What `/readyz` looks at: one store ping (bounded by `store.timeout`),
+/// and the audit trail's state as its writer and journal last saw it (no
+/// database round trip on the probe's path).
+struct Readiness {
+    store: bool,
+    audit: crate::audit::AuditHealth,
+}
+
+impl Readiness {
+    fn ready(&self) -> bool {
+        self.store && self.audit.ready()
+    }
+}
+
+async fn readiness(state: &AppState) -> Readiness {
+    Readiness {
+        store: state.readiness_store.ping().await.is_ok(),
+        audit: state.audit.health(),
+    }
 }
 
 /// Prometheus metrics

@@ -1,12 +1,14 @@
 //! A request id per request, taken from `x-request-id` (when it is a sane
 //! token) or made up, echoed in the response and named by the lines the
-//! request logs (and by its span, `telemetry::RequestSpan`).
+//! request logs (and by its span, [`RequestSpan`]).
 
 use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::http::header::{HeaderName, HeaderValue};
 use actix_web::middleware::Next;
 use actix_web::HttpMessage;
+use tracing::Span;
+use tracing_actix_web::RootSpanBuilder;
 
 /// The request's id, in the request's extensions for handlers (and the
 /// request span) to read. `tracing_actix_web::RequestId`, which its
@@ -42,4 +44,37 @@ pub async fn middleware(
         response.headers_mut().insert(HEADER, value);
     }
     Ok(response)
+}
+
+/// The span `TracingLogger` opens per request, at `debug`: the request id
+/// ([`RequestId`]), the method, the route pattern (never the path,
+/// which can hold a phone number or a user name) and, at the end, the
+/// status. Nothing else of the request: no address, no body.
+pub struct RequestSpan;
+
+impl RootSpanBuilder for RequestSpan {
+    fn on_request_start(request: &ServiceRequest) -> Span {
+        // The fields are computed only when the span is enabled.
+        tracing::debug_span!(
+            "request",
+            request_id = %request
+                .extensions()
+                .get::<RequestId>()
+                .map_or("-", |id| id.0.as_str()),
+            method = %request.method(),
+            route = request.match_pattern().as_deref().unwrap_or(super::http_metrics::UNMATCHED),
+            status = tracing::field::Empty,
+        )
+    }
+
+    fn on_request_end<B: MessageBody>(
+        span: Span,
+        outcome: &Result<ServiceResponse<B>, actix_web::Error>,
+    ) {
+        let status = match outcome {
+            Ok(response) => response.status(),
+            Err(error) => error.as_response_error().status_code(),
+        };
+        span.record("status", status.as_u16());
+    }
 }

@@ -93,7 +93,7 @@ pub struct VerifyResult {
         )),
         (status = 400, description = "`invalid_phone`, or `invalid_request` (malformed JSON, missing, empty or unknown fields)", body = ErrorBody),
         (status = 401, description = "`unauthorized`: API keys are configured and none was given", body = ErrorBody),
-        (status = 403, description = "`region_blocked`; `captcha_required` (with `captcha_required: true`); `pumping_suspected`: the number's prefix or country is blocked because too few of the codes sent to it were verified (`sms.pumping`); `blocklisted`: the phone or client IP is on the block list; or `forbidden`: `captcha_passed` from a caller that is not a backend (no API keys configured and not straight from loopback)", body = ErrorBody),
+        (status = 403, description = "`region_blocked`; `captcha_required` (with `captcha_required: true`): the phone's or IP's captcha tier is reached, or the number's country asks for a captcha because its sends surge far above its normal, seldom verified (`sms.pumping`); `pumping_suspected`: the number's prefix or country is blocked because too few of the codes sent to it were verified (`sms.pumping`); `blocklisted`: the phone or client IP is on the block list; or `forbidden`: `captcha_passed` from a caller that is not a backend (no API keys configured and not straight from loopback)", body = ErrorBody),
         (status = 413, description = "`payload_too_large`: body over 16 KiB", body = ErrorBody),
         (status = 415, description = "`unsupported_media_type`: body not `application/json`", body = ErrorBody),
         (status = 429, description = "`rate_limited`", body = RateLimitedError,
@@ -167,8 +167,12 @@ async fn send(
 ///
 /// A code is single-use. Each wrong code answers `valid: false` with
 /// `attempts_left` counting down; at 0 the code is burnt and further tries
-/// answer 429 until a new send. A used, expired or never-sent code answers
-/// `{"valid": false, "attempts_left": 0}`.
+/// answer 429 until a new send. A phone with no code pending (used, expired
+/// or never sent) answers the same way, counting down from
+/// `sms.max_verify_attempts`, so the answers never tell whether a code is
+/// pending. Failed tries are also counted per client IP
+/// (`sms.verify_ip_limits`); a full window answers 429 before the code is
+/// looked at.
 #[utoipa::path(
     post,
     path = "/sms/verify",
@@ -181,8 +185,8 @@ async fn send(
         (status = 413, description = "`payload_too_large`: body over 16 KiB", body = ErrorBody),
         (status = 415, description = "`unsupported_media_type`: body not `application/json`", body = ErrorBody),
         (status = 403, description = "`blocklisted`: the phone or client IP is on the block list", body = ErrorBody),
-        (status = 429, description = "`rate_limited`: the code was burnt by too many wrong tries", body = RateLimitedError,
-            headers(("Retry-After" = u64, description = "Whole seconds until the burnt code expires"))),
+        (status = 429, description = "`rate_limited`: the code was burnt by too many wrong tries (rule `phone 5/5m`), or the client IP has had too many failed tries (`sms.verify_ip_limits`, rule `ip 30/1h`)", body = RateLimitedError,
+            headers(("Retry-After" = u64, description = "Whole seconds until the burnt code expires, or until the IP's window admits a try"))),
         (status = 503, description = "`store_unavailable` (only with `store.on_error = \"deny\"`)", body = ErrorBody),
     ),
     security((), ("api_key" = [])),

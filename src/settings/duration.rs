@@ -25,6 +25,18 @@ pub fn serialize<S: Serializer>(duration: &Duration, serializer: S) -> Result<S:
     }
 }
 
+/// Refuses a duration under a millisecond, which every timeout and window
+/// setting would treat as "never" or "always".
+pub(super) fn at_least_a_millisecond(
+    key: &str,
+    value: Duration,
+) -> Result<(), super::SettingsError> {
+    if value.as_millis() == 0 {
+        return Err(super::SettingsError::invalid(key, "must be at least 1ms"));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;

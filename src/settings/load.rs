@@ -3,9 +3,10 @@
 
 use std::path::Path;
 
-use figment::providers::{Env, Format, Toml};
-use figment::Figment;
+use figment::providers::{Format, Toml};
+use figment::{Figment, Profile, Provider};
 
+use super::env::TypedEnv;
 use super::{Settings, DEFAULTS};
 
 /// Why the settings were refused, at start-up or on SIGHUP.
@@ -48,7 +49,12 @@ impl Settings {
             }
             figment = figment.merge(Toml::file(path));
         }
-        figment = figment.merge(Env::prefixed("TOLLGATE__").split("__"));
+        let defaults = Toml::string(DEFAULTS)
+            .data()
+            .map_err(|e| SettingsError::Load(Box::new(e)))?
+            .remove(&Profile::Default)
+            .unwrap_or_default();
+        figment = figment.merge(TypedEnv::new(defaults));
         Self::from_figment(figment)
     }
 

@@ -2,7 +2,10 @@
 //! `TOLLGATE__SECTION__KEY` environment variables, layered in that order and
 //! validated once at start-up. Every error names the offending key.
 
+mod admin;
+mod bytes;
 mod duration;
+mod env;
 mod fraction;
 mod lists;
 mod load;
@@ -21,6 +24,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 pub use crate::domain::Algorithm;
+pub use admin::{AdminSettings, AdminToken, NamedAdminToken, OidcSettings, CALLBACK_PATH};
 pub use fraction::{percent, Fraction};
 pub use lists::ListSettings;
 pub use load::SettingsError;
@@ -52,6 +56,9 @@ pub struct Settings {
     /// `[lists]`: allow and block entries. Reloaded on SIGHUP.
     #[serde(default)]
     pub lists: ListSettings,
+    /// `[admin]`: single sign-on for admins (`[admin.oidc]`).
+    #[serde(default)]
+    pub admin: AdminSettings,
 }
 
 /// `[server]`: the listener and the credentials callers must present.
@@ -73,13 +80,62 @@ pub struct ServerSettings {
     /// Reload when the config file or a templates directory changes, as on
     /// SIGHUP (default true).
     pub watch_config: bool,
-    /// CIDRs (or single addresses) of proxies whose `X-Forwarded-For` is honoured.
+    /// CIDRs (or single addresses) of proxies whose `client_ip_header` is
+    /// believed (docs/security.md).
     #[serde(with = "parsed::cidrs")]
     pub trusted_proxies: Vec<ipnet::IpNet>,
+    /// The one header that names the client behind a trusted proxy:
+    /// `x-forwarded-for` (the default; the right-most hop no trusted proxy
+    /// wrote), `forwarded` (RFC 7239, read the same way), or any other name
+    /// for a header the proxy sets to one address (`x-real-ip`,
+    /// `cf-connecting-ip`). Every other client-address header is ignored.
+    #[serde(with = "parsed::client_ip_header")]
+    pub client_ip_header: crate::domain::forwarding::ClientIpHeader,
+    /// Proxies trusted by their position rather than their address, for
+    /// load balancers whose addresses cannot be listed (Envoy's
+    /// `xff_num_trusted_hops`): the peer and `n - 1` more list entries from
+    /// the right. Only when nothing can reach tollgate around them; default 0.
+    pub trusted_proxy_hops: u32,
+    /// Failed admin authentications one client address may make per window
+    /// before every admin route answers it 429; default 20 per 10 minutes.
+    pub admin_auth_limit: LimitSetting,
     /// When non-empty, `/sms/*` and `/login/*` need `Authorization: Bearer <key>`.
     pub api_keys: Vec<Secret>,
-    /// Bearer tokens for `/admin`; empty means every admin route answers 401.
-    pub admin_tokens: Vec<Secret>,
+    /// Bearer tokens for `/admin`: plain strings (each an admin named
+    /// after its position, `token:1`, who may do everything) or
+    /// `{ name, token, role }`; empty means only single sign-on admins, if
+    /// `[admin.oidc]` is set, and otherwise that every admin route answers 401.
+    pub admin_tokens: Vec<AdminToken>,
+    /// Longest a client may take to send one request, head and body, counted
+    /// from the connection's accept or from the previous answer on it (so
+    /// keep-alive idling and reading that answer count too). A body still
+    /// arriving then is answered 408 `request_timeout`; a connection still
+    /// short of a whole head, or not reading its answer, is closed. Default
+    /// 10 s (docs/connections.md).
+    #[serde(with = "duration")]
+    pub request_timeout: Duration,
+    /// On SIGTERM, how long open connections may take to finish before they
+    /// are closed; the audit queue is written out after it. Keep it and the
+    /// audit drain inside the unit's `TimeoutStopSec` (30 s). Default 10 s,
+    /// rounded up to whole seconds.
+    #[serde(with = "duration")]
+    pub shutdown_timeout: Duration,
+    /// Most connections the public listener (`bind`) holds at once; more wait
+    /// in the kernel's backlog. Unset (the default): derived from the
+    /// descriptor limit (docs/connections.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_connections: Option<u32>,
+    /// Most connections the admin listener (`admin_bind`) holds at once,
+    /// kept apart from the public listener's. Unset (the default): derived
+    /// from the descriptor limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admin_max_connections: Option<u32>,
+    /// Most connections one client address (an IPv6 /64) holds on the public
+    /// listener; one more is closed at once. Addresses in `trusted_proxies`
+    /// are not capped by it. Unset (the default): derived from
+    /// `max_connections`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_connections_per_ip: Option<u32>,
 }
 
 /// Where the window store lives (`store.backend`).
@@ -120,6 +176,41 @@ pub struct StoreSettings {
     /// Upper bound of one Redis call.
     #[serde(with = "duration")]
     pub timeout: Duration,
+    /// Most bytes the in-process store's subjects are counted to hold (each
+    /// in-process store: the `memory` backend's, or the `local`/`allow`
+    /// fallback's) before the least recently touched are evicted; never a
+    /// locked one. `"128MiB"` by default (the process then grows by up to about
+    /// 210 MiB: allocator overhead comes on top, see `docs/store.md`); at least 1 MiB.
+    #[serde(with = "bytes")]
+    pub memory_limit: u64,
+    /// Replace subject ids (phones, names, addresses) in key names with a
+    /// keyed hash. Off by default: turning it on renames every key, so the
+    /// counters, locks and codes kept under the old names are not found.
+    pub hash_subject_ids: bool,
+    /// The key of that hash; empty: derived from `sms.code_secret` (then
+    /// changing that secret renames every key too).
+    pub hash_secret: Secret,
+}
+
+impl StoreSettings {
+    /// The key of the subject-id hash: `hash_secret`, else one derived from
+    /// `code_secret`, else (the in-process store only, whose keys die with
+    /// the process) a random one.
+    pub fn subject_hash_key(&self, code_secret: &Secret) -> Vec<u8> {
+        use hmac::{Hmac, KeyInit, Mac};
+        if !self.hash_secret.is_empty() {
+            return self.hash_secret.expose().as_bytes().to_vec();
+        }
+        if code_secret.is_empty() {
+            return rand::random::<[u8; 32]>().to_vec();
+        }
+        // Its own key, not the code key itself: what hashes ids never seals codes.
+        let mut mac =
+            <Hmac<sha2::Sha256> as KeyInit>::new_from_slice(code_secret.expose().as_bytes())
+                .expect("HMAC accepts keys of any length");
+        mac.update(b"tollgate subject-id hash key");
+        mac.finalize().into_bytes().to_vec()
+    }
 }
 
 /// `[audit]`: the audit database and the queue, batches and spool in front of it.
@@ -134,10 +225,23 @@ pub struct AuditSettings {
     /// default 200 ms.
     #[serde(with = "duration")]
     pub flush_interval: Duration,
-    /// Directory of the spool file that holds events while the database is down
-    /// or the queue is full; default `tollgate-spool`.
+    /// Directory of the audit journal: every event is appended there before
+    /// its request is answered, and replayed from there when the database
+    /// missed it; default `tollgate-spool`.
     pub spool_dir: String,
-    /// Events held in memory before further ones go to the spool; default 10000.
+    /// How often the journal is fsync'd: what a machine crash can lose (a
+    /// process crash loses nothing); default 200 ms.
+    #[serde(with = "duration")]
+    pub journal_sync_interval: Duration,
+    /// Most bytes the journal holds on disk. It grows only while the
+    /// database misses events (down, or behind a flood of refusals any
+    /// client can cause); past it events are not journaled and wait in
+    /// memory only (a `kill -9` then loses them); default `"1GiB"`, at
+    /// least 1 MiB.
+    #[serde(with = "bytes")]
+    pub journal_max_bytes: u64,
+    /// Events held in memory for the writer; past that they wait in the
+    /// journal for a replay; default 10000.
     pub queue_capacity: usize,
     /// Rows older than this are deleted, at start-up and hourly; default 90 days.
     #[serde(with = "duration")]
@@ -214,6 +318,10 @@ pub struct SmsSettings {
     pub prefix_limits: Vec<LimitSetting>,
     /// Sends across all phones together; default 1000/1m.
     pub global_limits: Vec<LimitSetting>,
+    /// Failed `/sms/verify` tries per client IP (a wrong code, or none
+    /// pending; a right code is given back); default 30/1h, empty: none.
+    /// A full window refuses before the code is looked at.
+    pub verify_ip_limits: Vec<LimitSetting>,
     /// Shadow mode for `/sms/*` alone: decide and audit, refuse nothing.
     #[serde(default)]
     pub shadow: bool,
@@ -230,8 +338,9 @@ pub struct SmsSettings {
 
 /// `[sms.pumping]`: the SMS pumping guard. Toll fraud sends codes to number
 /// ranges an attacker is paid for and never verifies them; a number prefix
-/// (`sms.prefix_digits`) or a country whose codes are seldom verified is
-/// blocked for a while.
+/// (`sms.prefix_digits`) whose codes are seldom verified is blocked for a
+/// while, and a country whose sends surge far above its normal with its
+/// codes seldom verified needs a captcha first (docs/pumping.md).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PumpingSettings {
@@ -246,9 +355,25 @@ pub struct PumpingSettings {
     /// How far back sends and verifies are counted; default 1 hour.
     #[serde(with = "duration")]
     pub window: Duration,
-    /// How long a block lasts; an admin unblock lifts it. Default 12 hours.
+    /// How long a block (or a country's captcha) lasts; an admin unblock
+    /// lifts it. Default 12 hours.
     #[serde(with = "duration")]
     pub block_duration: Duration,
+    /// Codes sent to a country within `window` below which it never needs
+    /// a captcha (nor is blocked), whatever its normal; default 500.
+    pub country_min_sends: u32,
+    /// How many times its normal (its average sends per window over
+    /// `country_history`) a country's sends must reach to need a captcha;
+    /// at least 1. Default 5.
+    pub country_surge: f64,
+    /// How far back a country's normal looks; at least `window`. Default 7
+    /// days.
+    #[serde(with = "duration")]
+    pub country_history: Duration,
+    /// Block a country whose sends since its captcha began (each passed
+    /// one) surge again, still unverified; false: a captcha is the most a
+    /// country gets. Default true.
+    pub country_block: bool,
 }
 
 /// Who delivers SMS (`sms.provider.kind`).
@@ -270,8 +395,9 @@ pub enum SmsProviderKind {
 pub struct SmsProviderSettings {
     /// `log` (the default), `webhook` or `twilio`.
     pub kind: SmsProviderKind,
-    /// Webhook target, or the Twilio API base URL.
-    pub url: String,
+    /// Webhook target, or the Twilio API base URL; printed and logged with
+    /// its password and secret query values masked.
+    pub url: SecretUrl,
     /// Twilio account SID; required with `twilio`.
     pub account_sid: String,
     /// Twilio auth token; required with `twilio`.
@@ -317,8 +443,9 @@ pub struct CaptchaSettings {
     /// The provider's secret key, sent with each token; required unless
     /// `kind = "none"`.
     pub secret: Secret,
-    /// Overrides the provider's siteverify address.
-    pub verify_url: String,
+    /// Overrides the provider's siteverify address; printed and logged
+    /// masked, as `sms.provider.url`.
+    pub verify_url: SecretUrl,
     /// Upper bound of one siteverify call; a timeout counts as not passed.
     #[serde(with = "duration", default = "default_provider_timeout")]
     pub timeout: Duration,

@@ -76,6 +76,27 @@ pub mod mailbox {
     }
 }
 
+/// `server.client_ip_header`: a header name, written back lower case.
+pub mod client_ip_header {
+    use super::*;
+    use crate::domain::forwarding::ClientIpHeader;
+
+    /// Reads a header name.
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<ClientIpHeader, D::Error> {
+        read(deserializer, ClientIpHeader::parse, "an HTTP header name")
+    }
+
+    /// Writes the name, lower case.
+    pub fn serialize<S: Serializer>(
+        header: &ClientIpHeader,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        write(header, serializer)
+    }
+}
+
 /// `email.admin_alerts_to`: a list of mailboxes.
 pub mod mailboxes {
     use lettre::message::Mailbox;

@@ -44,8 +44,11 @@ impl<'de> Deserialize<'de> for Secret {
     }
 }
 
-/// A connection URL whose password is masked when printed
-/// (`redis://:***@host:6379`).
+/// A URL that may carry a secret: a password in its authority
+/// (`redis://:pw@host`, `http://user:pw@host`) or in its query
+/// (`postgres://host/db?password=pw`, `https://hook?token=t`). Printed
+/// (`Debug`, `Serialize`, so `check-config`) and logged only masked; the
+/// code that connects takes [`SecretUrl::expose`].
 #[derive(Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(transparent)]
 pub struct SecretUrl(String);
@@ -59,9 +62,26 @@ impl SecretUrl {
     pub fn expose(&self) -> &str {
         &self.0
     }
-    /// The URL with its password replaced by `***`, for logs and `check-config`.
+    /// Whether the URL is unset.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+    /// The URL with its password and secret query values replaced by `***`,
+    /// for logs and `check-config`.
     pub fn masked(&self) -> String {
-        mask_url_password(&self.0)
+        mask_url(&self.0)
+    }
+}
+
+impl From<String> for SecretUrl {
+    fn from(url: String) -> Self {
+        Self(url)
+    }
+}
+
+impl From<&str> for SecretUrl {
+    fn from(url: &str) -> Self {
+        Self(url.to_string())
     }
 }
 
@@ -71,20 +91,78 @@ impl std::fmt::Debug for SecretUrl {
     }
 }
 
+impl std::fmt::Display for SecretUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.masked())
+    }
+}
+
 impl Serialize for SecretUrl {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(&self.masked())
     }
 }
 
-/// Replaces the password of every `scheme://user:password@host` authority
-/// (cluster URLs list several hosts but one authority).
-fn mask_url_password(url: &str) -> String {
+/// Query parameters whose value is a secret, compared without case; a name
+/// that ends in `_token`, `_key`, `_secret` or `_password` (`access_token`,
+/// `client_secret`) is one too.
+const SECRET_PARAMS: [&str; 10] = [
+    "password",
+    "pass",
+    "pwd",
+    "secret",
+    "token",
+    "key",
+    "api_key",
+    "apikey",
+    "auth",
+    "sslpassword",
+];
+const SECRET_SUFFIXES: [&str; 4] = ["_token", "_key", "_secret", "_password"];
+
+fn secret_param(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    SECRET_PARAMS.contains(&name.as_str()) || SECRET_SUFFIXES.iter().any(|s| name.ends_with(s))
+}
+
+/// `url` with the password of its `scheme://user:password@host` authority
+/// (cluster URLs list several hosts but one authority; userinfo without a
+/// colon is taken for a token and masked whole) and the values of secret
+/// query parameters replaced by `***`.
+pub fn mask_url(url: &str) -> String {
+    let (before_query, query) = match url.split_once('?') {
+        Some((head, query)) => (head, Some(query)),
+        None => (url, None),
+    };
+    let mut masked = mask_userinfo(before_query);
+    if let Some(query) = query {
+        let (query, fragment) = match query.split_once('#') {
+            Some((q, f)) => (q, Some(f)),
+            None => (query, None),
+        };
+        masked.push('?');
+        let pairs: Vec<String> = query
+            .split('&')
+            .map(|pair| match pair.split_once('=') {
+                Some((name, _)) if secret_param(name) => format!("{name}=***"),
+                _ => pair.to_string(),
+            })
+            .collect();
+        masked.push_str(&pairs.join("&"));
+        if let Some(fragment) = fragment {
+            masked.push('#');
+            masked.push_str(fragment);
+        }
+    }
+    masked
+}
+
+fn mask_userinfo(url: &str) -> String {
     let Some(scheme_end) = url.find("://") else {
         return url.to_string();
     };
     let rest = &url[scheme_end + 3..];
-    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
     let authority = &rest[..authority_end];
     let Some(at) = authority.rfind('@') else {
         return url.to_string();
@@ -109,18 +187,42 @@ mod tests {
     #[test]
     fn passwords_in_urls_are_masked() {
         assert_eq!(
-            mask_url_password("postgres://app:hunter2@db:5432/tg"),
+            mask_url("postgres://app:hunter2@db:5432/tg"),
             "postgres://app:***@db:5432/tg"
         );
+        assert_eq!(mask_url("redis://:pw@h:6379"), "redis://:***@h:6379");
+        assert_eq!(mask_url("redis://h:6379"), "redis://h:6379");
         assert_eq!(
-            mask_url_password("redis://:pw@h:6379"),
-            "redis://:***@h:6379"
-        );
-        assert_eq!(mask_url_password("redis://h:6379"), "redis://h:6379");
-        assert_eq!(
-            mask_url_password("sqlite://tollgate-audit.db?mode=rwc"),
+            mask_url("sqlite://tollgate-audit.db?mode=rwc"),
             "sqlite://tollgate-audit.db?mode=rwc"
         );
+    }
+
+    #[test]
+    fn secret_query_parameters_are_masked_whatever_their_case() {
+        for (url, masked) in [
+            (
+                "postgres://db/tg?sslmode=require&password=hunter2",
+                "postgres://db/tg?sslmode=require&password=***",
+            ),
+            (
+                "https://hooks.example/sms?Token=t0k&tenant=acme&API_KEY=k",
+                "https://hooks.example/sms?Token=***&tenant=acme&API_KEY=***",
+            ),
+            (
+                "postgres://db/tg?sslpassword=x&application_name=tg",
+                "postgres://db/tg?sslpassword=***&application_name=tg",
+            ),
+            (
+                "https://u:p@h/x?access_token=a&pwd=b#frag",
+                "https://u:***@h/x?access_token=***&pwd=***#frag",
+            ),
+            ("https://TOKEN@h/x", "https://***@h/x"),
+            ("http://h/x?key", "http://h/x?key"),
+            ("", ""),
+        ] {
+            assert_eq!(mask_url(url), masked, "{url}");
+        }
     }
 
     #[test]

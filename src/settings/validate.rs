@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use super::duration::at_least_a_millisecond as duration;
 use super::Algorithm;
 use super::{
     CaptchaKind, LimitSetting, LockScope, Settings, SettingsError, SmsProviderKind, StoreBackend,
@@ -16,12 +17,17 @@ fn positive(key: &str, value: u64) -> Check {
     Ok(())
 }
 
-fn duration(key: &str, value: Duration) -> Check {
-    if value.as_millis() == 0 {
-        return Err(SettingsError::invalid(key, "must be at least 1ms"));
-    }
-    Ok(())
-}
+/// The longest `audit.journal_sync_interval`.
+const MAX_JOURNAL_SYNC_INTERVAL: Duration = Duration::from_secs(60);
+/// The least `audit.journal_max_bytes`: below it, a typo (a bare `1`).
+const MIN_JOURNAL_MAX_BYTES: u64 = 1 << 20;
+
+/// The longest `server.request_timeout` and `server.shutdown_timeout`.
+const MAX_CONNECTION_TIMEOUT: Duration = Duration::from_secs(3600);
+
+/// The smallest `store.memory_limit`: below it a handful of subjects would
+/// evict one another.
+const MIN_MEMORY_LIMIT: u64 = 1 << 20;
 
 /// The shortest `sms.code_secret` accepted with Redis (16 random characters
 /// are about 95 bits).
@@ -66,24 +72,92 @@ fn url_scheme(key: &str, url: &str, schemes: &[&str]) -> Check {
     Ok(())
 }
 
+/// The shortest API key or admin token accepted: 16 random characters are
+/// beyond online guessing, even unthrottled.
+const MIN_BEARER: usize = 16;
+
+/// Every API key and admin token long enough, and none in both lists: a
+/// secret that is both would let whoever holds the backend's key into the
+/// admin routes, which are meant to be separate (DESIGN.md §3).
+fn bearer_secrets(server: &super::ServerSettings) -> Check {
+    let admin_tokens: Vec<&super::Secret> =
+        server.admin_tokens.iter().map(|t| t.secret()).collect();
+    let api_keys: Vec<&super::Secret> = server.api_keys.iter().collect();
+    let lists = [
+        ("server.api_keys", &api_keys),
+        ("server.admin_tokens", &admin_tokens),
+    ];
+    for (key, list) in lists {
+        for (i, secret) in list.iter().enumerate() {
+            if secret.expose().chars().count() < MIN_BEARER {
+                return Err(SettingsError::invalid(
+                    &format!("{key}[{i}]"),
+                    format!(
+                        "must be at least {MIN_BEARER} characters of random text \
+                         (`openssl rand -hex 32` makes one)"
+                    ),
+                ));
+            }
+        }
+    }
+    for (i, api_key) in server.api_keys.iter().enumerate() {
+        if let Some(j) = admin_tokens.iter().position(|t| *t == api_key) {
+            return Err(SettingsError::invalid(
+                &format!("server.admin_tokens[{j}]"),
+                format!(
+                    "is the same secret as server.api_keys[{i}]; an admin token \
+                     and an API key must differ"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Hops trusted by position: a list header can carry several; a
+/// single-address header names one, from the peer. Past 10 no deployment
+/// stacks proxies, and a typo would trust what clients write.
+fn proxies(server: &super::ServerSettings) -> Check {
+    use crate::domain::forwarding::ClientIpHeader;
+    let most = match server.client_ip_header {
+        ClientIpHeader::Single(_) => 1,
+        ClientIpHeader::XForwardedFor | ClientIpHeader::Forwarded => 10,
+    };
+    if server.trusted_proxy_hops > most {
+        return Err(SettingsError::invalid(
+            "server.trusted_proxy_hops",
+            format!(
+                "must be at most {most} with client_ip_header = \"{}\"",
+                server.client_ip_header
+            ),
+        ));
+    }
+    let limit = &server.admin_auth_limit;
+    positive("server.admin_auth_limit.limit", limit.limit.into())?;
+    duration("server.admin_auth_limit.window", limit.window)?;
+    if limit.shadow {
+        return Err(SettingsError::invalid(
+            "server.admin_auth_limit.shadow",
+            "is not supported: failed admin authentications are always throttled",
+        ));
+    }
+    if limit.algorithm != Algorithm::SlidingLog {
+        return Err(SettingsError::invalid(
+            "server.admin_auth_limit.algorithm",
+            "is not supported: the window counts each failure (sliding_log)",
+        ));
+    }
+    Ok(())
+}
+
 impl Settings {
     pub(super) fn validate(&self) -> Check {
-        for (i, k) in self.server.api_keys.iter().enumerate() {
-            if k.is_empty() {
-                return Err(SettingsError::invalid(
-                    &format!("server.api_keys[{i}]"),
-                    "must not be empty",
-                ));
-            }
-        }
-        for (i, k) in self.server.admin_tokens.iter().enumerate() {
-            if k.is_empty() {
-                return Err(SettingsError::invalid(
-                    &format!("server.admin_tokens[{i}]"),
-                    "must not be empty",
-                ));
-            }
-        }
+        bearer_secrets(&self.server)?;
+        super::admin::validate_tokens(&self.server.admin_tokens)?;
+        super::admin::validate_oidc(&self.admin.oidc)?;
+        proxies(&self.server)?;
+
+        self.check_connections()?;
 
         let store = &self.store;
         if store.key_prefix.is_empty()
@@ -96,6 +170,28 @@ impl Settings {
             ));
         }
         duration("store.timeout", store.timeout)?;
+        if store.memory_limit < MIN_MEMORY_LIMIT {
+            return Err(SettingsError::invalid(
+                "store.memory_limit",
+                format!(
+                    "{} is below the least the in-process store can work in, 1MiB \
+                     (write a size such as \"256MiB\")",
+                    super::bytes::format(store.memory_limit)
+                ),
+            ));
+        }
+        if usize::try_from(store.memory_limit).is_err() {
+            return Err(SettingsError::invalid(
+                "store.memory_limit",
+                "is larger than this machine can address",
+            ));
+        }
+        if !store.hash_secret.is_empty() && store.hash_secret.expose().len() < MIN_CODE_SECRET {
+            return Err(SettingsError::invalid(
+                "store.hash_secret",
+                format!("at least {MIN_CODE_SECRET} characters of random text, or empty"),
+            ));
+        }
         if store.backend == StoreBackend::Redis {
             if store.redis_url.expose().starts_with("redis-sentinel") {
                 return Err(SettingsError::invalid(
@@ -125,6 +221,22 @@ impl Settings {
         positive("audit.batch_size", audit.batch_size as u64)?;
         positive("audit.queue_capacity", audit.queue_capacity as u64)?;
         duration("audit.flush_interval", audit.flush_interval)?;
+        duration("audit.journal_sync_interval", audit.journal_sync_interval)?;
+        if audit.journal_sync_interval > MAX_JOURNAL_SYNC_INTERVAL {
+            return Err(SettingsError::invalid(
+                "audit.journal_sync_interval",
+                "must be at most 60s (it is what a machine crash can lose)",
+            ));
+        }
+        if audit.journal_max_bytes < MIN_JOURNAL_MAX_BYTES {
+            return Err(SettingsError::invalid(
+                "audit.journal_max_bytes",
+                format!(
+                    "{} is below the least, 1MiB (write a size such as \"1GiB\")",
+                    super::bytes::format(audit.journal_max_bytes)
+                ),
+            ));
+        }
         duration("audit.retention", audit.retention)?;
         if audit.spool_dir.is_empty() {
             return Err(SettingsError::invalid(
@@ -163,6 +275,7 @@ impl Settings {
         limits("sms.ip_limits", &sms.ip_limits)?;
         limits("sms.prefix_limits", &sms.prefix_limits)?;
         limits("sms.global_limits", &sms.global_limits)?;
+        limits("sms.verify_ip_limits", &sms.verify_ip_limits)?;
         if !(1..=15).contains(&sms.prefix_digits) {
             return Err(SettingsError::invalid(
                 "sms.prefix_digits",
@@ -173,16 +286,41 @@ impl Settings {
         positive("sms.pumping.min_sends", pumping.min_sends.into())?;
         duration("sms.pumping.window", pumping.window)?;
         duration("sms.pumping.block_duration", pumping.block_duration)?;
+        positive(
+            "sms.pumping.country_min_sends",
+            pumping.country_min_sends.into(),
+        )?;
+        if !(1.0..=1000.0).contains(&pumping.country_surge) {
+            return Err(SettingsError::invalid(
+                "sms.pumping.country_surge",
+                format!(
+                    "{} is not a multiple between 1 and 1000 (5 means five times the normal)",
+                    pumping.country_surge
+                ),
+            ));
+        }
+        if pumping.country_history < pumping.window {
+            return Err(SettingsError::invalid(
+                "sms.pumping.country_history",
+                "must not be shorter than sms.pumping.window",
+            ));
+        }
         let provider = &sms.provider;
         duration("sms.provider.timeout", provider.timeout)?;
         match provider.kind {
             SmsProviderKind::Log => {}
-            SmsProviderKind::Webhook => {
-                url_scheme("sms.provider.url", &provider.url, &["http://", "https://"])?
-            }
+            SmsProviderKind::Webhook => url_scheme(
+                "sms.provider.url",
+                provider.url.expose(),
+                &["http://", "https://"],
+            )?,
             SmsProviderKind::Twilio => {
                 if !provider.url.is_empty() {
-                    url_scheme("sms.provider.url", &provider.url, &["http://", "https://"])?;
+                    url_scheme(
+                        "sms.provider.url",
+                        provider.url.expose(),
+                        &["http://", "https://"],
+                    )?;
                 }
                 for (key, value) in [
                     ("sms.provider.account_sid", provider.account_sid.as_str()),
@@ -203,7 +341,7 @@ impl Settings {
             .server
             .cors_origins
             .iter()
-            .position(|o| !crate::routes::cors::valid_origin(o))
+            .position(|o| !crate::domain::origin::valid_origin(o))
         {
             return Err(SettingsError::invalid(
                 &format!("server.cors_origins[{i}]"),
@@ -254,7 +392,7 @@ impl Settings {
         if !self.captcha.verify_url.is_empty() {
             url_scheme(
                 "captcha.verify_url",
-                &self.captcha.verify_url,
+                self.captcha.verify_url.expose(),
                 &["http://", "https://"],
             )?;
         }
@@ -275,6 +413,45 @@ impl Settings {
         positive("email.alert_threshold", email.alert_threshold.into())?;
         duration("email.alert_window", email.alert_window)?;
         duration("email.alert_interval", email.alert_interval)?;
+        Ok(())
+    }
+
+    /// `server`'s timeouts and connection caps; whether the caps fit the
+    /// descriptor limit is checked at start-up (`connections::budget`), as
+    /// `check-config` may run under another limit than the service.
+    fn check_connections(&self) -> Check {
+        let server = &self.server;
+        for (key, value) in [
+            ("server.request_timeout", server.request_timeout),
+            ("server.shutdown_timeout", server.shutdown_timeout),
+        ] {
+            duration(key, value)?;
+            // Longer would hold a slow client's descriptor, or a stopping
+            // service, for no client's good.
+            if value > MAX_CONNECTION_TIMEOUT {
+                return Err(SettingsError::invalid(key, "must be at most 1h"));
+            }
+        }
+        for (key, cap) in [
+            ("server.max_connections", server.max_connections),
+            ("server.admin_max_connections", server.admin_max_connections),
+            (
+                "server.max_connections_per_ip",
+                server.max_connections_per_ip,
+            ),
+        ] {
+            if let Some(cap) = cap {
+                positive(key, cap.into())?;
+            }
+        }
+        if let (Some(per_ip), Some(max)) = (server.max_connections_per_ip, server.max_connections) {
+            if per_ip > max {
+                return Err(SettingsError::invalid(
+                    "server.max_connections_per_ip",
+                    format!("must not exceed server.max_connections ({max})"),
+                ));
+            }
+        }
         Ok(())
     }
 }

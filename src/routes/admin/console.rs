@@ -17,18 +17,18 @@ use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse, Responder, ResponseError};
 use chrono::Utc;
 
-use super::events::{self, Empty, EventsQuery, Parsed};
-use super::subjects;
-use crate::audit::query::EventFilter;
-use crate::domain::Subject;
+use super::gate::{self, Admin, Via};
+use super::request::EventsQuery;
+use crate::audit::query::{Empty, EventFilter, EventQuery};
+use crate::domain::admin_role::Permission;
+use crate::domain::{Subject, SubjectKind};
 use crate::error::ApiError;
 use crate::guard::pumping::LISTED_BLOCKS;
-use crate::guard::RequestInfo;
 use crate::routes::AppState;
 use crate::settings::Secret;
 use crate::store::StoreError;
 use period::Period;
-use views::{BlockList, ErrorPage, EventsPage, FilterForm, PumpingView, SubjectPage};
+use views::{BlockList, ErrorPage, EventsPage, FilterForm, Me, PumpingView, SubjectPage};
 
 /// Rows per page of the event table, unless the form asks for another size.
 const PAGE_SIZE: usize = 50;
@@ -39,27 +39,74 @@ const FORM_LIMIT: usize = 4 * 1024;
 
 /// Register the console: the overview, `/admin`, the `/admin/subjects`
 /// look-up, a subject's page and its unblock form, and the lists.
+/// Every page behind the console's door (`gate`).
 pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.service(web::resource("/admin/overview").route(web::get().to(overview::page)))
-        .service(web::resource(["/admin", "/admin/"]).route(web::get().to(events_page)))
-        .service(web::resource("/admin/subjects").route(web::get().to(find_subject)))
-        .service(
-            web::resource("/admin/subjects/{kind}/{id:.+}/unblock")
-                .app_data(web::PayloadConfig::new(FORM_LIMIT))
-                .route(web::post().to(unblock)),
-        )
-        .service(web::resource("/admin/subjects/{kind}/{id:.+}").route(web::get().to(subject_page)))
-        .service(
-            web::resource("/admin/lists")
-                .app_data(web::PayloadConfig::new(FORM_LIMIT))
-                .route(web::get().to(lists::page))
-                .route(web::post().to(lists::add)),
-        )
-        .service(
-            web::resource("/admin/lists/{id}/delete")
-                .app_data(web::PayloadConfig::new(FORM_LIMIT))
-                .route(web::post().to(lists::delete)),
-        );
+    let door = || actix_web::middleware::from_fn(console_gate);
+    cfg.service(
+        web::resource("/admin/overview")
+            .route(web::get().to(overview::page))
+            .wrap(door()),
+    )
+    .service(
+        web::resource(["/admin", "/admin/"])
+            .route(web::get().to(events_page))
+            .wrap(door()),
+    )
+    .service(
+        web::resource("/admin/subjects")
+            .route(web::get().to(find_subject))
+            .wrap(door()),
+    )
+    .service(
+        web::resource("/admin/subjects/{kind}/{id:.+}/unblock")
+            .app_data(web::PayloadConfig::new(FORM_LIMIT))
+            .route(web::post().to(unblock))
+            .wrap(door()),
+    )
+    .service(
+        web::resource("/admin/subjects/{kind}/{id:.+}")
+            .route(web::get().to(subject_page))
+            .wrap(door()),
+    )
+    .service(
+        web::resource("/admin/lists")
+            .app_data(web::PayloadConfig::new(FORM_LIMIT))
+            .route(web::get().to(lists::page))
+            .route(web::post().to(lists::add))
+            .wrap(door()),
+    )
+    .service(
+        web::resource("/admin/lists/{id}/delete")
+            .app_data(web::PayloadConfig::new(FORM_LIMIT))
+            .route(web::post().to(lists::delete))
+            .wrap(door()),
+    )
+    .service(
+        web::resource("/admin/events.csv")
+            .route(web::get().to(export_csv))
+            .wrap(door()),
+    )
+    .service(
+        web::resource("/admin/logout")
+            .app_data(web::PayloadConfig::new(FORM_LIMIT))
+            .route(web::post().to(logout))
+            .wrap(door()),
+    );
+}
+
+/// The console's door: Bearer or Basic, refusals as HTML pages.
+async fn console_gate(
+    req: actix_web::dev::ServiceRequest,
+    next: actix_web::middleware::Next<impl actix_web::body::MessageBody + 'static>,
+) -> Result<actix_web::dev::ServiceResponse<actix_web::body::BoxBody>, actix_web::Error> {
+    gate::guarded(req, next, gate::Credentials::BearerOrBasic, |req, shut| {
+        match shut {
+            gate::Shut::Unauthorized | gate::Shut::SignIn => Refusal::Unauthorized,
+            gate::Shut::Throttled(error) | gate::Shut::Unavailable(error) => Refusal::Api(error),
+        }
+        .page(req)
+    })
+    .await
 }
 
 /// An HTML answer: the page with `status` (unless rendering failed), never
@@ -111,7 +158,21 @@ impl From<StoreError> for Refusal {
 
 impl Refusal {
     fn page(self, req: &HttpRequest) -> HttpResponse {
+        let retry_after = match &self {
+            Self::Api(ApiError::RateLimited { retry_after_ms, .. }) => {
+                Some(crate::guard::ceil_secs(*retry_after_ms))
+            }
+            _ => None,
+        };
         let (status, title, message) = match self {
+            Self::Unauthorized if single_sign_on(req) => (
+                StatusCode::UNAUTHORIZED,
+                "Sign-in required",
+                "Your session has ended or was never opened: open the console \
+                 (/admin) to sign in, or sign in as user \"admin\" with an admin \
+                 token as the password."
+                    .to_string(),
+            ),
             Self::Unauthorized => (
                 StatusCode::UNAUTHORIZED,
                 "Sign-in required",
@@ -131,32 +192,128 @@ impl Refusal {
                 let status = e.status_code();
                 let title = match status {
                     StatusCode::BAD_REQUEST => "Bad request",
+                    StatusCode::FORBIDDEN => "Forbidden",
+                    StatusCode::TOO_MANY_REQUESTS => "Too many failed sign-ins",
                     StatusCode::SERVICE_UNAVAILABLE => "Temporarily unavailable",
                     _ => "Something went wrong",
                 };
                 (status, title, e.to_string())
             }
         };
-        let mut response = html(req, status, ErrorPage { title, message });
+        let me = current(req).map(|admin| me(&admin));
+        let mut response = html(req, status, ErrorPage { title, message, me });
         if status == StatusCode::UNAUTHORIZED {
             response.headers_mut().insert(
                 header::WWW_AUTHENTICATE,
                 HeaderValue::from_static("Basic realm=\"tollgate admin\""),
             );
         }
+        if let Some(secs) = retry_after {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
         response
     }
 }
 
-fn authenticate(state: &AppState, req: &HttpRequest) -> Result<(RequestInfo, Secret), Refusal> {
-    state
-        .access
-        .admin_console(req)
-        .map_err(|_| Refusal::Unauthorized)
+/// Whether `[admin.oidc]` is on.
+fn single_sign_on(req: &HttpRequest) -> bool {
+    req.app_data::<web::Data<AppState>>()
+        .is_some_and(|state| state.oidc.is_some())
+}
+
+/// The admin the door let in, if any.
+fn current(req: &HttpRequest) -> Option<Admin> {
+    use actix_web::HttpMessage as _;
+    req.extensions().get::<Admin>().cloned()
+}
+
+/// The admin the door let in; it carries the secret that keys the CSRF
+/// tokens.
+fn authenticate(_state: &AppState, req: &HttpRequest) -> Result<Admin, Refusal> {
+    current(req).ok_or(Refusal::Unauthorized)
+}
+
+/// What the Sign out form's CSRF token is bound to.
+fn logout_form() -> Subject {
+    Subject::new(SubjectKind::Global, "logout")
+}
+
+/// The header's view of `admin`, and what the pages offer them.
+fn me(admin: &Admin) -> Me {
+    let roles: Vec<&str> = admin.roles.iter().map(|r| r.as_str()).collect();
+    Me {
+        actor: admin.actor.to_string(),
+        roles: roles.join(", "),
+        logout_csrf: matches!(admin.via, Via::Session { .. })
+            .then(|| csrf::issue(&admin.csrf_key, &logout_form(), Utc::now())),
+    }
+}
+
+/// Whether the browser says the request came from another site.
+fn cross_site(req: &HttpRequest) -> bool {
+    req.headers()
+        .get("sec-fetch-site")
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"cross-site"))
+}
+
+/// `permission` for `admin` posting a form, or the 403 page. Checked before
+/// the form's CSRF token, so that a same-site post of an admin whose role
+/// may not act is refused and audited as theirs (the forms are not shown
+/// to them, so they have no token); a cross-site post is refused without
+/// a row, so another site cannot write one in an admin's name.
+fn require(
+    state: &AppState,
+    req: &HttpRequest,
+    admin: &Admin,
+    permission: Permission,
+    subject: &Subject,
+) -> Result<(), Refusal> {
+    if cross_site(req) {
+        return Err(Refusal::Forbidden);
+    }
+    super::roles::require(state, admin, permission, subject).map_err(Refusal::Api)
+}
+
+/// A page of the console that says one thing (sign-in failures, a
+/// provider that cannot be reached).
+pub(super) fn message_page(
+    req: &HttpRequest,
+    status: StatusCode,
+    title: &'static str,
+    message: String,
+) -> HttpResponse {
+    let me = current(req).map(|admin| me(&admin));
+    html(req, status, ErrorPage { title, message, me })
+}
+
+/// The page of an `ApiError`, as the console shows it.
+pub(super) fn api_error_page(req: &HttpRequest, error: ApiError) -> HttpResponse {
+    Refusal::Api(error).page(req)
+}
+
+/// After Sign out.
+pub(super) fn signed_out_page(req: &HttpRequest) -> HttpResponse {
+    html(
+        req,
+        StatusCode::OK,
+        ErrorPage {
+            title: "Signed out",
+            message: "Your console session is over on every instance. The identity provider \
+                      may still remember you: opening the console signs you in again."
+                .into(),
+            me: None,
+        },
+    )
 }
 
 fn path_subject(req: &HttpRequest, suffix: &str) -> Result<Subject, Refusal> {
-    Ok(subjects::path_subject(req, "/admin/subjects/", suffix)?)
+    Ok(super::request::path_subject(
+        req,
+        "/admin/subjects/",
+        suffix,
+    )?)
 }
 
 /// A posted form's fields, once its CSRF token (issued for `subject`) is
@@ -164,19 +321,16 @@ fn path_subject(req: &HttpRequest, suffix: &str) -> Result<Subject, Refusal> {
 /// of ours does).
 fn checked_form(
     req: &HttpRequest,
-    token: &Secret,
+    key: &Secret,
     subject: &Subject,
     body: &[u8],
 ) -> Result<Vec<(String, String)>, Refusal> {
     let fields: Vec<(String, String)> = form_urlencoded::parse(body).into_owned().collect();
-    let cross_site = req
-        .headers()
-        .get("sec-fetch-site")
-        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"cross-site"));
+    let cross_site = cross_site(req);
     let valid = fields
         .iter()
         .find(|(name, _)| name == "csrf")
-        .is_some_and(|(_, t)| csrf::verify(token, subject, t, Utc::now()));
+        .is_some_and(|(_, t)| csrf::verify(key, subject, t, Utc::now()));
     if cross_site || !valid {
         tracing::warn!(
             request_id = %crate::telemetry::request_id(),
@@ -204,7 +358,8 @@ async fn events_page(state: web::Data<AppState>, req: HttpRequest) -> HttpRespon
 
 /// The event table; bad filters show the form again with the reason (400).
 async fn show_events(state: &AppState, req: &HttpRequest) -> Result<HttpResponse, Refusal> {
-    authenticate(state, req)?;
+    let admin = authenticate(state, req)?;
+    let me = Some(me(&admin));
     // Read whatever the audit trail does: the blocks come from the store.
     let blocks = blocks(state).await;
     let refused = |blocks, query: &EventsQuery, status: StatusCode, message: String| {
@@ -215,6 +370,8 @@ async fn show_events(state: &AppState, req: &HttpRequest) -> Result<HttpResponse
             rows: Vec::new(),
             first_href: None,
             next_href: None,
+            export_href: None,
+            me: me.clone(),
         };
         Ok(html(req, status, page))
     };
@@ -234,8 +391,8 @@ async fn show_events(state: &AppState, req: &HttpRequest) -> Result<HttpResponse
         Ok(parsed) => parsed,
         Err(e) => return refused(blocks, &query, StatusCode::BAD_REQUEST, e.to_string()),
     };
-    let (events, next_cursor) = match events::page(state, &parsed, PAGE_SIZE).await {
-        Ok(page) => page,
+    let (events, next_cursor) = match state.desk().page(&parsed, PAGE_SIZE).await {
+        Ok(page) => (page.events, page.next_cursor),
         Err(e) => return refused(blocks, &query, e.status_code(), e.to_string()),
     };
     let page = EventsPage {
@@ -248,6 +405,14 @@ async fn show_events(state: &AppState, req: &HttpRequest) -> Result<HttpResponse
             .is_some()
             .then(|| views::events_href(&parsed.filter, parsed.limit, None)),
         next_href: next_cursor.map(|c| views::events_href(&parsed.filter, parsed.limit, Some(&c))),
+        export_href: admin.may(Permission::ExportCsv).then(|| {
+            views::events_href(&parsed.filter, parsed.limit, None).replacen(
+                "/admin",
+                "/admin/events.csv",
+                1,
+            )
+        }),
+        me: me.clone(),
     };
     Ok(html(req, StatusCode::OK, page))
 }
@@ -276,7 +441,7 @@ async fn find_subject(state: web::Data<AppState>, req: HttpRequest) -> HttpRespo
     let found = authenticate(&state, &req).and_then(|_| {
         let query = web::Query::<FindSubject>::from_query(req.query_string())
             .map_err(|e| ApiError::InvalidRequest(format!("invalid query: {e}")))?;
-        Ok(subjects::subject(&query.kind, query.id.trim())?)
+        Ok(Subject::parse(&query.kind, query.id.trim()).map_err(ApiError::from)?)
     });
     match found {
         Ok(subject) => see_other(&views::subject_href(subject.kind, &subject.id)),
@@ -291,7 +456,7 @@ async fn subject_page(state: web::Data<AppState>, req: HttpRequest) -> HttpRespo
 }
 
 async fn show_subject(state: &AppState, req: &HttpRequest) -> Result<HttpResponse, Refusal> {
-    let (_, token) = authenticate(state, req)?;
+    let admin = authenticate(state, req)?;
     let subject = path_subject(req, "")?;
     let live = state.admin.state(&subject).await?;
     let filter = EventFilter {
@@ -299,13 +464,13 @@ async fn show_subject(state: &AppState, req: &HttpRequest) -> Result<HttpRespons
         subject: Some(subject.id.clone()),
         ..EventFilter::default()
     };
-    let recent = Parsed {
+    let recent = EventQuery {
         filter: filter.clone(),
         limit: Some(SUBJECT_EVENTS),
         cursor: None,
     };
-    let (rows, events_message) = match events::page(state, &recent, SUBJECT_EVENTS).await {
-        Ok((events, _)) => (views::rows(&events), None),
+    let (rows, events_message) = match state.desk().page(&recent, SUBJECT_EVENTS).await {
+        Ok(page) => (views::rows(&page.events), None),
         Err(e) => (Vec::new(), Some(e.to_string())),
     };
     let now = Utc::now();
@@ -320,7 +485,9 @@ async fn show_subject(state: &AppState, req: &HttpRequest) -> Result<HttpRespons
         pumping: live.pumping.as_ref().map(|p| PumpingView::new(p, now)),
         clears: SubjectPage::clears(subject.kind),
         unblock_href: format!("{href}/unblock"),
-        csrf: csrf::issue(&token, &subject, now),
+        csrf: csrf::issue(&admin.csrf_key, &subject, now),
+        can_unblock: admin.may(Permission::Unblock),
+        me: Some(me(&admin)),
         unblocked: req.query_string() == "unblocked=1",
         rows,
         events_message,
@@ -370,11 +537,12 @@ async fn unblock_subject(
     req: &HttpRequest,
     body: &[u8],
 ) -> Result<HttpResponse, Refusal> {
-    let (info, token) = authenticate(state, req)?;
+    let admin = authenticate(state, req)?;
     let subject = path_subject(req, "/unblock")?;
-    let fields = checked_form(req, &token, &subject, body)?;
+    require(state, req, &admin, Permission::Unblock, &subject)?;
+    let fields = checked_form(req, &admin.csrf_key, &subject, body)?;
     let back = Back::from_fields(&fields)?;
-    state.admin.unblock(&subject, &info).await?;
+    state.admin.unblock(&subject, &admin.info).await?;
     let location = match back {
         Back::Subject => {
             let href = views::subject_href(subject.kind, &subject.id);
@@ -383,4 +551,33 @@ async fn unblock_subject(
         Back::Overview(period) => format!("{}&unblocked=1", views::overview::overview_href(period)),
     };
     Ok(see_other(&location))
+}
+
+/// `GET /admin/events.csv?…`: the event table's filters as CSV, for an
+/// admin whose role may export (the link shows only then); audited.
+async fn export_csv(state: web::Data<AppState>, req: HttpRequest) -> HttpResponse {
+    let exported = authenticate(&state, &req).and_then(|admin| {
+        let query = web::Query::<EventsQuery>::from_query(req.query_string())
+            .map_err(|e| ApiError::InvalidRequest(format!("invalid query: {e}")))?;
+        Ok(super::export::csv(&state, &admin, &query, Empty::NoFilter)?)
+    });
+    exported.unwrap_or_else(|refusal| refusal.page(&req))
+}
+
+/// `POST /admin/logout` (the header's Sign out, with its CSRF token): ends
+/// a single-sign-on session everywhere.
+async fn logout(state: web::Data<AppState>, req: HttpRequest, body: web::Bytes) -> HttpResponse {
+    let ended = async {
+        let admin = authenticate(&state, &req)?;
+        checked_form(&req, &admin.csrf_key, &logout_form(), &body)?;
+        match &admin.via {
+            Via::Session { id_hash } => Ok(super::sso::end_session(&state, &req, id_hash).await),
+            Via::Token | Via::Jwt => Err(Refusal::Api(ApiError::InvalidRequest(
+                "only a single sign-on session signs out; a token stays valid until removed from \
+                 server.admin_tokens"
+                    .into(),
+            ))),
+        }
+    };
+    ended.await.unwrap_or_else(|refusal| refusal.page(&req))
 }

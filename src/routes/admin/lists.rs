@@ -5,8 +5,9 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use serde::Deserialize;
 use uuid::Uuid;
 
-use crate::audit::{AuditDecision, AuditEvent};
-use crate::domain::{Action, Reason, Subject, SubjectKind};
+use super::gate::Admin;
+use crate::admin::lists::{lists_subject, NewEntry};
+use crate::domain::admin_role::Permission;
 use crate::error::{ApiError, ErrorBody};
 use crate::guard::RequestInfo;
 use crate::lists::{EntryKind, ListEntry, ListError, ListName};
@@ -65,40 +66,15 @@ impl From<ListError> for ApiError {
     responses(
         (status = 200, description = "Every entry in force", body = ListEntries),
         (status = 401, description = "`unauthorized`: no valid admin token", body = ErrorBody),
+        (status = 429, description = "`rate_limited`: this address failed admin authentication `server.admin_auth_limit` times; every admin route refuses it, token or not, until `Retry-After`", body = crate::routes::schemas::RateLimitedError,
+            headers(("Retry-After" = u64, description = "Whole seconds until the oldest counted failure leaves the window"))),
     ),
-    security(("admin_token" = [])),
+    security(("admin_token" = []), ("oidc_jwt" = [])),
 )]
-pub async fn list(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpResponse, ApiError> {
-    state.access.admin(&req)?;
+pub async fn list(state: web::Data<AppState>, _admin: Admin) -> Result<HttpResponse, ApiError> {
     Ok(HttpResponse::Ok().json(ListEntries {
         entries: state.lists.entries(),
     }))
-}
-
-/// Write the audit row of an admin's change to a list: action `admin`,
-/// decision `list_add` or `list_remove`, reason the list (`allow_list`,
-/// `block_list`), the entry's kind and value as the subject.
-pub(crate) fn audit_change(
-    state: &AppState,
-    info: &RequestInfo,
-    decision: AuditDecision,
-    entry: &ListEntry,
-) {
-    let reason = match entry.list {
-        ListName::Allow => Reason::AllowList,
-        ListName::Block => Reason::BlockList,
-    };
-    let kind = match entry.kind {
-        EntryKind::Ip => SubjectKind::Ip,
-        EntryKind::Phone => SubjectKind::Phone,
-        EntryKind::User => SubjectKind::User,
-    };
-    let subject = Subject::new(kind, entry.value.clone());
-    let event = AuditEvent::new(Action::Admin, decision, reason, &subject);
-    let ip = info.ip.map(|ip| ip.to_string());
-    state
-        .audit
-        .record(event.request(ip, &info.request_id, info.user_agent.as_deref()));
 }
 
 async fn add(
@@ -107,9 +83,14 @@ async fn add(
     kind: EntryKind,
     (list, value, note): (ListName, String, String),
 ) -> Result<HttpResponse, ApiError> {
-    let entry = state.lists.add(list, kind, &value, &note).await?;
-    audit_change(state, &info, AuditDecision::ListAdd, &entry);
-    Ok(HttpResponse::Created().json(entry))
+    let entry = NewEntry {
+        list,
+        kind,
+        value: &value,
+        note: &note,
+    };
+    let stored = state.desk().add_list_entry(&info, entry).await?;
+    Ok(HttpResponse::Created().json(stored))
 }
 
 macro_rules! add_route {
@@ -129,23 +110,27 @@ macro_rules! add_route {
                 (status = 201, description = "The stored entry", body = ListEntry),
                 (status = 400, description = "`invalid_request`: a value not of its kind, malformed JSON", body = ErrorBody),
                 (status = 401, description = "`unauthorized`: no valid admin token", body = ErrorBody),
+                (status = 403, description = "`forbidden`: the admin's role may not change the lists (the operator role may); audited", body = ErrorBody),
+                (status = 429, description = "`rate_limited`: this address failed admin authentication `server.admin_auth_limit` times; every admin route refuses it, token or not, until `Retry-After`", body = crate::routes::schemas::RateLimitedError,
+                    headers(("Retry-After" = u64, description = "Whole seconds until the oldest counted failure leaves the window"))),
                 (status = 413, description = "`payload_too_large`: body over 16 KiB", body = ErrorBody),
                 (status = 415, description = "`unsupported_media_type`: body not `application/json`", body = ErrorBody),
                 (status = 503, description = "`audit_unavailable`: the audit database, which keeps the entries, does not answer", body = ErrorBody),
             ),
-            security(("admin_token" = [])),
+            security(("admin_token" = []), ("oidc_jwt" = [])),
         )]
         pub async fn $fn(
             state: web::Data<AppState>,
+            admin: Admin,
             req: HttpRequest,
             body: Result<web::Json<$body>, actix_web::Error>,
         ) -> Result<HttpResponse, actix_web::Error> {
-            // Who asks comes first: without a token the answer is 401,
-            // whatever the body holds.
-            let info = state.access.admin(&req)?;
+            // The door (`gate`) asked who asks first: without a token the
+            // answer was 401, whatever the body holds.
             crate::routes::json::check_application_json(&req)?;
+            super::roles::require(&state, &admin, Permission::EditLists, &lists_subject())?;
             let body = body?.into_inner();
-            Ok(add(&state, info, $kind, (body.list, body.value, body.note)).await?)
+            Ok(add(&state, admin.info, $kind, (body.list, body.value, body.note)).await?)
         }
     };
 }
@@ -188,21 +173,24 @@ add_route!(
         (status = 204, description = "Deleted"),
         (status = 400, description = "`invalid_request`: the id is not a UUID", body = ErrorBody),
         (status = 401, description = "`unauthorized`: no valid admin token", body = ErrorBody),
+        (status = 403, description = "`forbidden`: the admin's role may not change the lists (the operator role may); audited", body = ErrorBody),
+        (status = 429, description = "`rate_limited`: this address failed admin authentication `server.admin_auth_limit` times; every admin route refuses it, token or not, until `Retry-After`", body = crate::routes::schemas::RateLimitedError,
+            headers(("Retry-After" = u64, description = "Whole seconds until the oldest counted failure leaves the window"))),
         (status = 404, description = "`not_found`: no stored entry has this id", body = ErrorBody),
         (status = 503, description = "`audit_unavailable`", body = ErrorBody),
     ),
-    security(("admin_token" = [])),
+    security(("admin_token" = []), ("oidc_jwt" = [])),
 )]
 pub async fn delete(
     state: web::Data<AppState>,
-    req: HttpRequest,
+    admin: Admin,
     id: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    let info = state.access.admin(&req)?;
+    super::roles::require(&state, &admin, Permission::EditLists, &lists_subject())?;
+    let info = admin.info;
     let id = Uuid::parse_str(&id)
         .map_err(|_| ApiError::InvalidRequest("the entry id is not a UUID".into()))?;
-    let removed = state.lists.remove(id).await?;
-    audit_change(&state, &info, AuditDecision::ListRemove, &removed);
+    state.desk().remove_list_entry(&info, id).await?;
     Ok(HttpResponse::NoContent().finish())
 }
 

@@ -1,18 +1,27 @@
 //! The admin API (`/admin/api/...`): audit events as JSON and CSV, a subject's
-//! live state, unblock. Every route needs an admin token.
+//! live state, unblock, the lists; the HTML console; single sign-on. Every
+//! route but the sign-in's own needs an admin credential, and each action
+//! the admin's role allows (`roles`).
 
 mod console;
-mod csv;
 pub(crate) mod events;
+mod export;
+mod gate;
 pub(crate) mod lists;
+mod request;
+mod roles;
+mod sso;
 pub(crate) mod subjects;
 
 use actix_web::web;
 
 use crate::error::ApiError;
 
-/// Register the admin API under `/admin/api`, where bad queries and paths
-/// answer JSON 400s and unknown paths JSON 404s, and the HTML console.
+pub use gate::Admin;
+
+/// Register the admin API under `/admin/api`, behind its door (`gate`),
+/// where bad queries and paths answer JSON 400s and unknown paths JSON 404s
+/// to an admin, and the HTML console behind its own.
 pub fn configure(cfg: &mut web::ServiceConfig) {
     let api = web::scope("/admin/api");
     cfg.service(
@@ -30,7 +39,9 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                 subjects::unblock,
             ))
             .service(super::get("/subjects/{kind}/{id:.+}", subjects::state))
-            .default_service(web::to(super::not_found)),
+            .default_service(web::to(super::not_found))
+            .wrap(actix_web::middleware::from_fn(gate::api)),
     );
     console::configure(cfg);
+    sso::configure(cfg);
 }

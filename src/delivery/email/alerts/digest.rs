@@ -157,7 +157,10 @@ impl Watch {
             AuditDecision::Challenge
             | AuditDecision::Unblock
             | AuditDecision::ListAdd
-            | AuditDecision::ListRemove => false,
+            | AuditDecision::ListRemove
+            | AuditDecision::Export
+            | AuditDecision::SignIn
+            | AuditDecision::SignInFailed => false,
         };
         if alerting && self.pending_since.is_none() {
             self.pending_since = Some(now);
@@ -224,6 +227,9 @@ pub(super) fn alert_worthy(event: &AuditEvent) -> bool {
         AuditDecision::Challenge
         | AuditDecision::Unblock
         | AuditDecision::ListAdd
-        | AuditDecision::ListRemove => false,
+        | AuditDecision::ListRemove
+        | AuditDecision::Export
+        | AuditDecision::SignIn
+        | AuditDecision::SignInFailed => false,
     }
 }

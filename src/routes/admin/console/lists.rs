@@ -9,12 +9,13 @@ use askama_web::WebTemplate;
 use chrono::Utc;
 use uuid::Uuid;
 
-use crate::audit::AuditDecision;
-use crate::routes::admin::lists::audit_change;
+use crate::admin::lists::{lists_subject, NewEntry};
+use crate::domain::admin_role::Permission;
 
 use super::{authenticate, checked_form, csrf, html, see_other, Refusal};
 use crate::domain::{Subject, SubjectKind};
 use crate::error::ApiError;
+use crate::guard::RequestInfo;
 use crate::lists::{EntryKind, EntrySource, ListEntry, ListName};
 use crate::routes::AppState;
 
@@ -63,11 +64,15 @@ pub struct ListsPage {
     pub csrf: String,
     /// A change just happened: say which.
     pub notice: Option<&'static str>,
+    /// The add and delete forms are shown.
+    pub can_edit: bool,
+    /// Who is signed in.
+    pub me: Option<super::Me>,
 }
 
 pub async fn page(state: web::Data<AppState>, req: HttpRequest) -> HttpResponse {
     let show = || -> Result<HttpResponse, Refusal> {
-        let (_, token) = authenticate(&state, &req)?;
+        let admin = authenticate(&state, &req)?;
         let notice = match req.query_string() {
             "added=1" => Some("Entry added."),
             "deleted=1" => Some("Entry deleted."),
@@ -75,18 +80,32 @@ pub async fn page(state: web::Data<AppState>, req: HttpRequest) -> HttpResponse 
         };
         let page = ListsPage {
             rows: state.lists.entries().iter().map(EntryRow::from).collect(),
-            csrf: csrf::issue(&token, &forms(), Utc::now()),
+            csrf: csrf::issue(&admin.csrf_key, &forms(), Utc::now()),
             notice,
+            can_edit: admin.may(Permission::EditLists),
+            me: Some(super::me(&admin)),
         };
         Ok(html(&req, StatusCode::OK, page))
     };
     show().unwrap_or_else(|refusal| refusal.page(&req))
 }
 
+/// A posted list form: its admin, whose role must allow editing the lists
+/// (checked first, audited), and its fields, once its CSRF token is.
+fn edit_form(
+    state: &AppState,
+    req: &HttpRequest,
+    body: &[u8],
+) -> Result<(RequestInfo, Vec<(String, String)>), Refusal> {
+    let admin = authenticate(state, req)?;
+    super::require(state, req, &admin, Permission::EditLists, &lists_subject())?;
+    let fields = checked_form(req, &admin.csrf_key, &forms(), body)?;
+    Ok((admin.info, fields))
+}
+
 pub async fn add(state: web::Data<AppState>, req: HttpRequest, body: web::Bytes) -> HttpResponse {
     let result = async {
-        let (info, token) = authenticate(&state, &req)?;
-        let fields = checked_form(&req, &token, &forms(), &body)?;
+        let (info, fields) = edit_form(&state, &req, &body)?;
         let field = |name: &str| {
             fields
                 .iter()
@@ -97,12 +116,17 @@ pub async fn add(state: web::Data<AppState>, req: HttpRequest, body: web::Bytes)
         let bad = |what: &str| Refusal::Api(ApiError::InvalidRequest(format!("unknown {what}")));
         let list = ListName::parse(field("list")).ok_or_else(|| bad("list"))?;
         let kind = EntryKind::parse(field("kind")).ok_or_else(|| bad("kind"))?;
-        let entry = state
-            .lists
-            .add(list, kind, field("value"), field("note"))
+        let entry = NewEntry {
+            list,
+            kind,
+            value: field("value"),
+            note: field("note"),
+        };
+        state
+            .desk()
+            .add_list_entry(&info, entry)
             .await
             .map_err(|e| Refusal::Api(e.into()))?;
-        audit_change(&state, &info, AuditDecision::ListAdd, &entry);
         Ok::<_, Refusal>(see_other("/admin/lists?added=1"))
     };
     result.await.unwrap_or_else(|refusal| refusal.page(&req))
@@ -115,19 +139,17 @@ pub async fn delete(
     body: web::Bytes,
 ) -> HttpResponse {
     let result = async {
-        let (info, token) = authenticate(&state, &req)?;
-        checked_form(&req, &token, &forms(), &body)?;
+        let (info, _) = edit_form(&state, &req, &body)?;
         let id = Uuid::parse_str(&id).map_err(|_| {
             Refusal::Api(ApiError::InvalidRequest(
                 "the entry id is not a UUID".into(),
             ))
         })?;
-        let removed = state
-            .lists
-            .remove(id)
+        state
+            .desk()
+            .remove_list_entry(&info, id)
             .await
             .map_err(|e| Refusal::Api(e.into()))?;
-        audit_change(&state, &info, AuditDecision::ListRemove, &removed);
         Ok::<_, Refusal>(see_other("/admin/lists?deleted=1"))
     };
     result.await.unwrap_or_else(|refusal| refusal.page(&req))

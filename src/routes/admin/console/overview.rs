@@ -62,7 +62,7 @@ fn db_error(e: AuditError) -> ApiError {
 }
 
 async fn show(state: &AppState, req: &HttpRequest) -> Result<HttpResponse, Refusal> {
-    let (_, token) = authenticate(state, req)?;
+    let admin = authenticate(state, req)?;
     let query = web::Query::<OverviewQuery>::from_query(req.query_string())
         .map_err(|e| ApiError::InvalidRequest(format!("invalid query: {e}")))?;
     let period = period(query.period.as_deref())?;
@@ -82,10 +82,12 @@ async fn show(state: &AppState, req: &HttpRequest) -> Result<HttpResponse, Refus
     let open = &overview.locks[..overview.locks.len().min(LOCKS_LISTED)];
     let locks = LockList {
         more: more_locks.then_some(LOCKS_LISTED),
-        ..confirmed_locks(state, &token, open, now).await
+        ..confirmed_locks(state, &admin.csrf_key, open, now).await
     };
     let unblocked = query.unblocked.as_deref() == Some("1");
-    let page = OverviewPage::new(period, &span, &overview, locks, unblocked);
+    let mut page = OverviewPage::new(period, &span, &overview, locks, unblocked);
+    page.can_unblock = admin.may(crate::domain::admin_role::Permission::Unblock);
+    page.me = Some(super::me(&admin));
     Ok(html(req, StatusCode::OK, page))
 }
 

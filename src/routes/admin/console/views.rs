@@ -6,7 +6,7 @@ use askama::Template;
 use askama_web::WebTemplate;
 use chrono::{DateTime, Utc};
 
-use super::super::events::EventsQuery;
+use super::super::request::EventsQuery;
 use crate::audit::query::EventFilter;
 use crate::audit::{AuditDecision, AuditEvent};
 use crate::domain::{Action, SubjectKind};
@@ -26,14 +26,30 @@ const ACTIONS: [Action; 4] = [
     Action::LoginAttempt,
     Action::Admin,
 ];
-const DECISIONS: [AuditDecision; 6] = [
+const DECISIONS: [AuditDecision; 9] = [
     AuditDecision::Deny,
     AuditDecision::Challenge,
     AuditDecision::Lock,
     AuditDecision::Unblock,
     AuditDecision::ListAdd,
     AuditDecision::ListRemove,
+    AuditDecision::Export,
+    AuditDecision::SignIn,
+    AuditDecision::SignInFailed,
 ];
+
+/// Who is signed in, for every page's header. (Each page says itself
+/// which of its buttons the admin's role may use: the others are not shown,
+/// and the server refuses them anyway.)
+#[derive(Clone, Debug, Default)]
+pub struct Me {
+    /// `token:oncall`, `oidc:ann@example.com`.
+    pub actor: String,
+    /// `operator, auditor`.
+    pub roles: String,
+    /// The Sign out form's CSRF token, for a single-sign-on session.
+    pub logout_csrf: Option<String>,
+}
 
 /// An `<option>` of a filter `<select>`.
 pub struct Opt {
@@ -65,6 +81,8 @@ pub struct FilterForm {
     pub subject: String,
     /// The `ip` filter as typed, trimmed.
     pub ip: String,
+    /// The `actor` filter as typed, trimmed.
+    pub actor: String,
     /// The `since` filter as typed, trimmed.
     pub since: String,
     /// The `until` filter as typed, trimmed.
@@ -86,6 +104,7 @@ impl FilterForm {
             decisions: options(DECISIONS.map(AuditDecision::as_str), &text(&query.decision)),
             subject: text(&query.subject),
             ip: text(&query.ip),
+            actor: text(&query.actor),
             since: text(&query.since),
             until: text(&query.until),
             limit: text(&query.limit),
@@ -122,6 +141,7 @@ pub fn events_href(filter: &EventFilter, limit: Option<usize>, cursor: Option<&s
         ("action", filter.action.map(Action::as_str)),
         ("decision", filter.decision.map(AuditDecision::as_str)),
         ("ip", filter.ip.as_deref()),
+        ("actor", filter.actor.as_deref()),
         ("since", since.as_deref()),
         ("until", until.as_deref()),
         ("limit", limit.as_deref()),
@@ -181,6 +201,8 @@ pub struct Row {
     pub user_agent: String,
     /// Recorded in shadow mode: nothing was refused.
     pub shadow: bool,
+    /// The admin who acted; empty on other rows.
+    pub actor: String,
 }
 
 impl From<&AuditEvent> for Row {
@@ -211,6 +233,7 @@ impl From<&AuditEvent> for Row {
             request_id: text(&e.request_id),
             user_agent: text(&e.user_agent),
             shadow: e.shadow,
+            actor: text(&e.actor),
         }
     }
 }
@@ -236,6 +259,10 @@ pub struct EventsPage {
     pub first_href: Option<String>,
     /// The next page, when there is one.
     pub next_href: Option<String>,
+    /// The same filters as CSV, for an admin who may export.
+    pub export_href: Option<String>,
+    /// Who is signed in.
+    pub me: Option<Me>,
 }
 
 /// One window of a subject, as the subject page shows it.
@@ -286,6 +313,10 @@ pub struct SubjectPage {
     pub unblock_href: String,
     /// The Unblock form's CSRF token.
     pub csrf: String,
+    /// The Unblock form is shown.
+    pub can_unblock: bool,
+    /// Who is signed in.
+    pub me: Option<Me>,
     /// An unblock just happened (`?unblocked=1`): say so.
     pub unblocked: bool,
     /// The subject's recent events, newest first.
@@ -308,7 +339,9 @@ impl SubjectPage {
         match kind {
             SubjectKind::Phone => "every window and the lock of this subject, and its pending code",
             SubjectKind::Prefix => "every window of this prefix, its pumping counts and its block",
-            SubjectKind::Country => "the pumping counts and the block of this country",
+            SubjectKind::Country => {
+                "the pumping counts, the normal, the captcha and the block of this country"
+            }
             SubjectKind::User => "every window and the lock of this user, and its locks per IP",
             _ => "every window and the lock of this subject",
         }
@@ -345,6 +378,8 @@ pub struct ErrorPage {
     pub title: &'static str,
     /// What went wrong, in a sentence or two.
     pub message: String,
+    /// Who is signed in, when someone is.
+    pub me: Option<Me>,
 }
 
 #[cfg(test)]

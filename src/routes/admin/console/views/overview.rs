@@ -170,6 +170,10 @@ pub struct OverviewPage {
     pub unblocked: bool,
     /// The event table from the period's start.
     pub events_href: String,
+    /// The Unblock buttons are shown.
+    pub can_unblock: bool,
+    /// Who is signed in.
+    pub me: Option<super::Me>,
 }
 
 impl OverviewPage {
@@ -200,6 +204,8 @@ impl OverviewPage {
             ),
             unblocked,
             events_href: events_since(EventFilter::default(), span.start),
+            can_unblock: false,
+            me: None,
         }
     }
 }

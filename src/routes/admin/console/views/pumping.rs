@@ -5,7 +5,8 @@
 use chrono::{DateTime, Utc};
 
 use super::{duration_ms, subject_href, until};
-use crate::guard::admin::{ListedBlock, PumpingState};
+use crate::guard::admin::{ListedBlock, PumpingLevel, PumpingState};
+use crate::guard::pumping::thousandths;
 
 /// A number prefix or country the pumping guard blocks, as the events
 /// page lists it.
@@ -76,12 +77,27 @@ pub struct PumpingView {
     pub blocked_rule: String,
     /// The block was decided in shadow mode: not enforced.
     pub blocked_shadow: bool,
+    /// A country's normal (`20.4`) and the multiple a surge needs (`5`);
+    /// empty for a prefix.
+    pub normal: String,
+    /// The multiple of the normal a country's sends must reach.
+    pub surge: String,
+    /// `open`, `challenge` or `block`.
+    pub level: &'static str,
+    /// A country's challenge: when it ends; empty when none.
+    pub challenged_until: String,
+    /// The challenge's figures against the threshold.
+    pub challenged_rule: String,
+    /// The challenge was decided in shadow mode: not enforced.
+    pub challenged_shadow: bool,
 }
 
 impl PumpingView {
     /// The view of `state` as of `now`.
     pub fn new(state: &PumpingState, now: DateTime<Utc>) -> Self {
         let block = state.block.as_ref();
+        let challenge = state.challenge.as_ref();
+        let milli = |v: Option<f64>| v.map(|v| thousandths((v * 1000.0).round() as u64));
         Self {
             sends: state.sends,
             verified: state.verified,
@@ -91,6 +107,16 @@ impl PumpingView {
             blocked_until: block.map(|b| until(b.until, now)).unwrap_or_default(),
             blocked_rule: block.map(|b| b.rule.clone()).unwrap_or_default(),
             blocked_shadow: block.is_some_and(|b| b.shadow),
+            normal: milli(state.normal).unwrap_or_default(),
+            surge: milli(state.surge).unwrap_or_default(),
+            level: match state.level {
+                PumpingLevel::Open => "open",
+                PumpingLevel::Challenge => "captcha required",
+                PumpingLevel::Block => "blocked",
+            },
+            challenged_until: challenge.map(|c| until(c.until, now)).unwrap_or_default(),
+            challenged_rule: challenge.map(|c| c.rule.clone()).unwrap_or_default(),
+            challenged_shadow: challenge.is_some_and(|c| c.shadow),
         }
     }
 }

@@ -1,0 +1,135 @@
+//! The body deadline, for every route of every listener: the request's
+//! payload is wrapped in a stream that fails once the connection's period
+//! (`watchdog`: `server.request_timeout` from the accept or the previous
+//! answer) is over, and an answer given after that failure, whatever the
+//! body reader made of it (the JSON extractor's 400, a form's), becomes the
+//! 408 `request_timeout` that closes the connection.
+//!
+//! Every handler reads its body through an extractor before it runs, so a
+//! body cut short decides nothing and records nothing.
+//!
+//! While the request is in the application the connection is "busy", and
+//! the watchdog leaves it alone; a streamed answer (the CSV export) keeps it
+//! busy until its last chunk, so a long export is not cut.
+
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use actix_web::body::{BodySize, BoxBody, EitherBody, MessageBody};
+use actix_web::dev::{Payload, ServiceRequest, ServiceResponse};
+use actix_web::error::PayloadError;
+use actix_web::middleware::Next;
+use actix_web::web::Bytes;
+use actix_web::ResponseError;
+use futures::Stream;
+
+use super::watchdog::{Busy, ConnState, Connection};
+use crate::error::ApiError;
+
+/// `from_fn` middleware: bound the body, mark the connection busy, and
+/// answer 408 when the body ran out of time.
+pub async fn middleware<B: MessageBody + 'static>(
+    mut req: ServiceRequest,
+    next: Next<B>,
+) -> Result<ServiceResponse<EitherBody<B>>, actix_web::Error> {
+    // Without a connection entry the request did not come through a
+    // listener of ours (a test service): nothing to bound.
+    let Some(conn) = req.conn_data::<Connection>().map(|c| c.state().clone()) else {
+        return next
+            .call(req)
+            .await
+            .map(ServiceResponse::map_into_left_body);
+    };
+    let busy = conn.busy();
+    let (_, payload) = req.parts_mut();
+    if !matches!(payload, Payload::None) {
+        let body = Deadline {
+            inner: payload.take(),
+            deadline: conn.deadline(),
+            timer: None,
+            conn: conn.clone(),
+        };
+        *payload = Payload::Stream {
+            payload: Box::pin(body),
+        };
+    }
+    let answer = next.call(req).await;
+    if conn.timed_out() {
+        return match answer {
+            Ok(res) => Ok(res
+                .into_response(ApiError::RequestTimeout.error_response())
+                .map_into_right_body()),
+            Err(_) => Err(ApiError::RequestTimeout.into()),
+        };
+    }
+    let res = answer?;
+    if matches!(res.response().body().size(), BodySize::Stream) {
+        return Ok(res.map_body(|_, body| {
+            EitherBody::right(BoxBody::new(Streaming {
+                inner: body.boxed(),
+                _busy: busy,
+            }))
+        }));
+    }
+    Ok(res.map_into_left_body())
+}
+
+/// A request body that fails once `deadline` has passed with the body not
+/// all in.
+struct Deadline {
+    inner: Payload,
+    deadline: Instant,
+    /// Armed the first time the body is not there yet: a body that came
+    /// with its head needs no timer.
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
+    conn: Rc<ConnState>,
+}
+
+impl Stream for Deadline {
+    type Item = Result<Bytes, PayloadError>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        if let Poll::Ready(item) = Pin::new(&mut self.inner).poll_next(cx) {
+            return Poll::Ready(item);
+        }
+        let deadline = self.deadline;
+        let timer = self
+            .timer
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline.into())));
+        match timer.as_mut().poll(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(()) => {
+                self.conn.set_timed_out();
+                Poll::Ready(Some(Err(PayloadError::Io(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "request body not received within server.request_timeout",
+                )))))
+            }
+        }
+    }
+}
+
+/// A streamed answer, holding its request busy until it is all sent.
+struct Streaming {
+    inner: BoxBody,
+    _busy: Busy,
+}
+
+impl MessageBody for Streaming {
+    type Error = Box<dyn std::error::Error>;
+
+    fn size(&self) -> BodySize {
+        self.inner.size()
+    }
+
+    fn poll_next(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Bytes, Self::Error>>> {
+        Pin::new(&mut self.inner).poll_next(cx)
+    }
+}

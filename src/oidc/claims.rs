@@ -1,0 +1,158 @@
+//! Who a verified token names and which roles it grants: the actor
+//! (`oidc:<email>` when the email is verified, else `oidc:<sub>`) and the
+//! roles its `roles_claim` values map to (`role_map`). The same for an ID
+//! token and a JWT access token; pure, so the mapping is tested alone.
+
+use std::collections::BTreeMap;
+
+use serde_json::{Map, Value};
+
+use crate::domain::admin_role::{Actor, Role, Roles};
+
+/// An admin the provider vouches for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    /// `oidc:<email or sub>`.
+    pub actor: Actor,
+    /// What `role_map` grants; may be empty (then the admin is refused).
+    pub roles: Roles,
+}
+
+/// The claim at a dotted `path` (`realm_access.roles`).
+fn claim<'a>(claims: &'a Map<String, Value>, path: &str) -> Option<&'a Value> {
+    let mut parts = path.split('.');
+    let mut value = claims.get(parts.next()?)?;
+    for part in parts {
+        value = value.as_object()?.get(part)?;
+    }
+    Some(value)
+}
+
+/// The admin `claims` name: a verified email, else the subject. A claim
+/// set without either names nobody.
+fn actor(claims: &Map<String, Value>) -> Option<Actor> {
+    let verified = claims.get("email_verified") == Some(&Value::Bool(true));
+    let email = claims.get("email").and_then(Value::as_str);
+    match (email, claims.get("sub").and_then(Value::as_str)) {
+        (Some(email), _) if verified && !email.is_empty() => Some(Actor::oidc(email)),
+        (_, Some(sub)) if !sub.is_empty() => Some(Actor::oidc(sub)),
+        _ => None,
+    }
+}
+
+/// The roles the values of `roles_claim` (a string or a list of strings)
+/// map to.
+fn roles(
+    claims: &Map<String, Value>,
+    roles_claim: &str,
+    role_map: &BTreeMap<String, Role>,
+) -> Roles {
+    let values: Vec<&str> = match claim(claims, roles_claim) {
+        Some(Value::String(one)) => vec![one.as_str()],
+        Some(Value::Array(many)) => many.iter().filter_map(Value::as_str).collect(),
+        _ => Vec::new(),
+    };
+    values
+        .into_iter()
+        .filter_map(|v| role_map.get(v).copied())
+        .fold(Roles::NONE, Roles::with)
+}
+
+/// The identity verified `claims` carry; `None` when they name nobody.
+pub fn identity(
+    claims: &Map<String, Value>,
+    roles_claim: &str,
+    role_map: &BTreeMap<String, Role>,
+) -> Option<Identity> {
+    Some(Identity {
+        actor: actor(claims)?,
+        roles: roles(claims, roles_claim, role_map),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn map() -> BTreeMap<String, Role> {
+        [
+            ("tollgate-viewer".to_string(), Role::Viewer),
+            ("tollgate-operator".to_string(), Role::Operator),
+            ("auditors".to_string(), Role::Auditor),
+        ]
+        .into()
+    }
+
+    fn of(value: Value) -> Map<String, Value> {
+        value.as_object().cloned().unwrap()
+    }
+
+    #[test]
+    fn a_verified_email_names_the_admin_else_the_subject() {
+        let cases = [
+            (
+                json!({"sub": "u1", "email": "ann@example.com", "email_verified": true}),
+                Some("oidc:ann@example.com"),
+            ),
+            (
+                json!({"sub": "u1", "email": "ann@example.com", "email_verified": false}),
+                Some("oidc:u1"),
+            ),
+            (
+                json!({"sub": "u1", "email": "ann@example.com"}),
+                Some("oidc:u1"),
+            ),
+            (
+                json!({"sub": "u1", "email": "ann@example.com", "email_verified": "true"}),
+                Some("oidc:u1"),
+            ),
+            (json!({"email": "ann@example.com"}), None),
+            (json!({"sub": ""}), None),
+        ];
+        for (claims, expected) in cases {
+            let found = identity(&of(claims.clone()), "roles", &map());
+            assert_eq!(
+                found.map(|i| i.actor.as_str().to_string()).as_deref(),
+                expected,
+                "{claims}"
+            );
+        }
+    }
+
+    #[test]
+    fn roles_come_from_a_string_a_list_or_a_nested_claim() {
+        let roles_of =
+            |claims: Value, path: &str| identity(&of(claims), path, &map()).unwrap().roles;
+        assert_eq!(
+            roles_of(json!({"sub": "a", "roles": "tollgate-viewer"}), "roles"),
+            Roles::of(&[Role::Viewer])
+        );
+        assert_eq!(
+            roles_of(
+                json!({"sub": "a", "roles": ["auditors", "tollgate-operator", "other", 7]}),
+                "roles"
+            ),
+            Roles::of(&[Role::Operator, Role::Auditor])
+        );
+        assert_eq!(
+            roles_of(
+                json!({"sub": "a", "realm_access": {"roles": ["tollgate-operator"]}}),
+                "realm_access.roles"
+            ),
+            Roles::of(&[Role::Operator])
+        );
+        for claims in [
+            json!({"sub": "a"}),
+            json!({"sub": "a", "roles": "Tollgate-Viewer"}),
+            json!({"sub": "a", "roles": {"tollgate-viewer": true}}),
+            json!({"sub": "a", "realm_access": "tollgate-viewer"}),
+        ] {
+            assert_eq!(
+                roles_of(claims.clone(), "realm_access.roles"),
+                Roles::NONE,
+                "{claims}"
+            );
+        }
+    }
+}

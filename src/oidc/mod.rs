@@ -1,0 +1,444 @@
+//! Single sign-on for admins through an OpenID Connect provider
+//! (`[admin.oidc]`): the console's authorization code flow with PKCE (S256),
+//! `state` and `nonce`, ID tokens checked by `openidconnect`, and JWT access
+//! tokens for the admin API checked by `jsonwebtoken`, both against the
+//! provider's keys as `jwks` keeps them.
+//!
+//! The provider is discovered on first use, not at start-up: a provider
+//! that is down must not stop tollgate (static tokens keep working), and a
+//! failed discovery is tried again at most every [`DISCOVERY_RETRY`].
+//! HTTP knows nothing of this module's callers: it returns identities and
+//! errors; `routes::admin::sso` turns them into cookies, pages and audit rows.
+
+pub mod access_token;
+pub mod claims;
+mod http;
+pub mod jwks;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use openidconnect::core::{
+    CoreAuthDisplay, CoreAuthPrompt, CoreAuthenticationFlow, CoreErrorResponseType,
+    CoreGenderClaim, CoreJsonWebKey, CoreJweContentEncryptionAlgorithm, CoreJwsSigningAlgorithm,
+    CoreProviderMetadata, CoreRevocableToken, CoreRevocationErrorResponse,
+    CoreTokenIntrospectionResponse, CoreTokenType,
+};
+use openidconnect::{
+    AdditionalClaims, AuthorizationCode, ClientId, ClientSecret, CsrfToken, EmptyExtraTokenFields,
+    EndpointMaybeSet, EndpointNotSet, EndpointSet, IdTokenFields, IdTokenVerifier, IssuerUrl,
+    Nonce, PkceCodeChallenge, PkceCodeVerifier, RedirectUrl, Scope, StandardErrorResponse,
+    StandardTokenResponse,
+};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use subtle::ConstantTimeEq;
+
+pub use claims::Identity;
+use http::Http;
+use jwks::KeyCache;
+
+use crate::settings::OidcSettings;
+
+/// Least time between two discovery attempts after one failed.
+pub const DISCOVERY_RETRY: Duration = Duration::from_secs(10);
+/// How long a browser may take at the provider, from leaving tollgate to
+/// coming back with a code.
+pub const LOGIN_TTL: Duration = Duration::from_secs(600);
+
+/// Every claim of the ID token besides the standard ones, kept so that
+/// `roles_claim` can name any of them.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct OtherClaims {
+    #[serde(flatten)]
+    rest: Map<String, Value>,
+}
+
+impl AdditionalClaims for OtherClaims {}
+
+type IdFields = IdTokenFields<
+    OtherClaims,
+    EmptyExtraTokenFields,
+    CoreGenderClaim,
+    CoreJweContentEncryptionAlgorithm,
+    CoreJwsSigningAlgorithm,
+>;
+type TokenResponse = StandardTokenResponse<IdFields, CoreTokenType>;
+type Client = openidconnect::Client<
+    OtherClaims,
+    CoreAuthDisplay,
+    CoreGenderClaim,
+    CoreJweContentEncryptionAlgorithm,
+    CoreJsonWebKey,
+    CoreAuthPrompt,
+    StandardErrorResponse<CoreErrorResponseType>,
+    TokenResponse,
+    CoreTokenIntrospectionResponse,
+    CoreRevocableToken,
+    CoreRevocationErrorResponse,
+    EndpointSet,
+    EndpointNotSet,
+    EndpointNotSet,
+    EndpointNotSet,
+    EndpointMaybeSet,
+    EndpointMaybeSet,
+>;
+
+/// What a sign-in started: kept by the browser (in an encrypted cookie)
+/// until it comes back from the provider.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PendingLogin {
+    /// The `state` sent; the callback must carry it back.
+    pub state: String,
+    /// The `nonce` sent; the ID token must carry it.
+    pub nonce: String,
+    /// The PKCE verifier of the S256 challenge sent.
+    pub verifier: String,
+    /// The console path to return to (always under `/admin`).
+    pub return_to: String,
+    /// Unix seconds: the login expires [`LOGIN_TTL`] after.
+    pub started: i64,
+}
+
+/// Why a sign-in failed; each is an audit row's reason.
+#[derive(Debug, thiserror::Error)]
+pub enum SignInError {
+    /// No pending login, another `state`, or an expired one.
+    #[error("the sign-in callback does not match a sign-in this browser started")]
+    InvalidCallback,
+    /// The provider said no (`error=access_denied`), or could not be
+    /// reached, or refused the code.
+    #[error("the identity provider: {0}")]
+    Provider(String),
+    /// The ID token is missing or fails validation.
+    #[error("the ID token: {0}")]
+    IdToken(String),
+    /// The claims name no one, or grant no role.
+    #[error("no tollgate role for {0}")]
+    NoRole(String),
+}
+
+/// Why a bearer token was not accepted.
+#[derive(Debug, thiserror::Error)]
+pub enum BearerError {
+    /// Not valid: 401, counted as a failed authentication.
+    #[error("{0}")]
+    Invalid(#[from] access_token::TokenError),
+    /// Valid, but it grants no role: 401 too.
+    #[error("the token grants no tollgate role")]
+    NoRole,
+    /// The provider's keys cannot be had: 503.
+    #[error("the identity provider's keys are unavailable")]
+    Unavailable,
+}
+
+/// The provider as discovered.
+struct Provider {
+    client: Client,
+    issuer: IssuerUrl,
+    keys: KeyCache,
+    /// The ID token algorithms the provider says it uses, asymmetric only.
+    id_token_algs: Vec<CoreJwsSigningAlgorithm>,
+}
+
+/// Discovery's state: found, or when it last failed.
+enum Discovery {
+    Pending { failed_at: Option<Instant> },
+    Found(Arc<Provider>),
+}
+
+/// The OpenID Connect relying party: the console's sign-in and the API's
+/// bearer tokens.
+pub struct Oidc {
+    settings: OidcSettings,
+    http: Http,
+    discovery: tokio::sync::Mutex<Discovery>,
+}
+
+fn now_secs() -> i64 {
+    chrono::Utc::now().timestamp()
+}
+
+/// Whether `alg` is asymmetric: an ID token "signed" with the client secret
+/// (HS256) is not accepted either.
+fn asymmetric(alg: &CoreJwsSigningAlgorithm) -> bool {
+    use CoreJwsSigningAlgorithm::*;
+    matches!(
+        alg,
+        RsaSsaPkcs1V15Sha256
+            | RsaSsaPkcs1V15Sha384
+            | RsaSsaPkcs1V15Sha512
+            | RsaSsaPssSha256
+            | RsaSsaPssSha384
+            | RsaSsaPssSha512
+            | EcdsaP256Sha256
+            | EcdsaP384Sha384
+            | EcdsaP521Sha512
+            | EdDsa
+    )
+}
+
+impl Oidc {
+    /// The relying party `settings` describe; `None` when it is off.
+    pub fn new(settings: &OidcSettings) -> anyhow::Result<Option<Self>> {
+        if !settings.enabled() {
+            return Ok(None);
+        }
+        Ok(Some(Self {
+            settings: settings.clone(),
+            http: Http::new(settings.timeout)?,
+            discovery: tokio::sync::Mutex::new(Discovery::Pending { failed_at: None }),
+        }))
+    }
+
+    /// Whether JWT access tokens are accepted on the admin API.
+    pub fn accepts_bearer_tokens(&self) -> bool {
+        !self.settings.api_audience.is_empty()
+    }
+
+    /// How long a console session lasts.
+    pub fn session_ttl(&self) -> Duration {
+        self.settings.session_ttl
+    }
+
+    /// Whether the console is reached over https (its `redirect_url` is).
+    pub fn served_over_https(&self) -> bool {
+        self.settings.redirect_url.starts_with("https://")
+    }
+
+    /// What keys the console's cookies: the client secret, which every
+    /// instance shares and only tollgate and the provider know.
+    pub fn cookie_secret(&self) -> &[u8] {
+        self.settings.client_secret.expose().as_bytes()
+    }
+
+    /// The provider, discovered now if not yet (at most one attempt per
+    /// [`DISCOVERY_RETRY`] after a failure).
+    async fn provider(&self) -> Result<Arc<Provider>, String> {
+        let mut discovery = self.discovery.lock().await;
+        if let Discovery::Found(provider) = &*discovery {
+            return Ok(provider.clone());
+        }
+        if let Discovery::Pending {
+            failed_at: Some(at),
+        } = &*discovery
+        {
+            if at.elapsed() < DISCOVERY_RETRY {
+                return Err(
+                    "the identity provider could not be discovered; retrying shortly".into(),
+                );
+            }
+        }
+        match self.discover().await {
+            Ok(provider) => {
+                let provider = Arc::new(provider);
+                *discovery = Discovery::Found(provider.clone());
+                Ok(provider)
+            }
+            Err(error) => {
+                tracing::warn!(%error, issuer = %self.settings.issuer_url, "OpenID Connect discovery failed");
+                *discovery = Discovery::Pending {
+                    failed_at: Some(Instant::now()),
+                };
+                Err(error)
+            }
+        }
+    }
+
+    /// Read the discovery document (its `issuer` must be the configured one,
+    /// exactly) and fetch the keys.
+    async fn discover(&self) -> Result<Provider, String> {
+        let issuer = IssuerUrl::new(self.settings.issuer_url.clone()).map_err(|e| e.to_string())?;
+        let url = issuer
+            .join(".well-known/openid-configuration")
+            .map_err(|e| e.to_string())?;
+        let body = self
+            .http
+            .get(url.as_str())
+            .await
+            .map_err(|e| e.to_string())?;
+        let metadata: CoreProviderMetadata =
+            serde_json::from_slice(&body).map_err(|e| format!("discovery document: {e}"))?;
+        if metadata.issuer() != &issuer {
+            return Err(format!(
+                "the discovery document names the issuer {:?}, not {:?}",
+                metadata.issuer().as_str(),
+                issuer.as_str()
+            ));
+        }
+        let keys = KeyCache::new(metadata.jwks_uri().url().to_string(), self.http.clone());
+        if keys.current().await.is_none() {
+            return Err("the provider's keys could not be fetched".into());
+        }
+        let id_token_algs = metadata
+            .id_token_signing_alg_values_supported()
+            .iter()
+            .filter(|alg| asymmetric(alg))
+            .cloned()
+            .collect();
+        let redirect =
+            RedirectUrl::new(self.settings.redirect_url.clone()).map_err(|e| e.to_string())?;
+        let client = Client::from_provider_metadata(
+            metadata,
+            ClientId::new(self.settings.client_id.clone()),
+            Some(ClientSecret::new(
+                self.settings.client_secret.expose().to_string(),
+            )),
+        )
+        .set_redirect_uri(redirect);
+        Ok(Provider {
+            client,
+            issuer,
+            keys,
+            id_token_algs,
+        })
+    }
+
+    /// Start a sign-in: where to send the browser, and what it must bring
+    /// back. `return_to` is a console path.
+    pub async fn begin(&self, return_to: &str) -> Result<(String, PendingLogin), SignInError> {
+        let provider = self.provider().await.map_err(SignInError::Provider)?;
+        let (challenge, verifier) = PkceCodeChallenge::new_random_sha256();
+        let mut request = provider
+            .client
+            .authorize_url(
+                CoreAuthenticationFlow::AuthorizationCode,
+                CsrfToken::new_random,
+                Nonce::new_random,
+            )
+            .set_pkce_challenge(challenge);
+        for scope in self.settings.scopes.iter().filter(|s| *s != "openid") {
+            request = request.add_scope(Scope::new(scope.clone()));
+        }
+        let (url, state, nonce) = request.url();
+        let pending = PendingLogin {
+            state: state.secret().clone(),
+            nonce: nonce.secret().clone(),
+            verifier: verifier.secret().clone(),
+            return_to: return_to.to_string(),
+            started: now_secs(),
+        };
+        Ok((url.to_string(), pending))
+    }
+
+    /// Finish a sign-in: the callback's `state` must be the pending one's,
+    /// the code is exchanged (with the PKCE verifier), and the ID token
+    /// checked (signature with the provider's keys, issuer, audience,
+    /// expiry, nonce).
+    pub async fn finish(
+        &self,
+        pending: &PendingLogin,
+        state: &str,
+        code: &str,
+    ) -> Result<Identity, SignInError> {
+        let age = now_secs().saturating_sub(pending.started);
+        let fresh = (0..=LOGIN_TTL.as_secs() as i64).contains(&age);
+        let same_state = bool::from(pending.state.as_bytes().ct_eq(state.as_bytes()));
+        if !fresh || !same_state || code.is_empty() {
+            return Err(SignInError::InvalidCallback);
+        }
+        let provider = self.provider().await.map_err(SignInError::Provider)?;
+        let exchange = provider
+            .client
+            .exchange_code(AuthorizationCode::new(code.to_string()))
+            .map_err(|e| SignInError::Provider(e.to_string()))?
+            .set_pkce_verifier(PkceCodeVerifier::new(pending.verifier.clone()));
+        let response = exchange
+            .request_async(&self.http)
+            .await
+            .map_err(|e| SignInError::Provider(format!("the code was not accepted: {e}")))?;
+        let id_token = openidconnect::TokenResponse::id_token(&response)
+            .ok_or_else(|| SignInError::IdToken("the provider sent none".into()))?;
+        let nonce = Nonce::new(pending.nonce.clone());
+        let claims = self.id_token_claims(&provider, id_token, &nonce).await?;
+        let found = claims::identity(&claims, &self.settings.roles_claim, &self.settings.role_map)
+            .ok_or_else(|| SignInError::IdToken("it names no subject".into()))?;
+        if found.roles.is_empty() {
+            return Err(SignInError::NoRole(found.actor.to_string()));
+        }
+        Ok(found)
+    }
+
+    /// The ID token's verified claims, every one of them. A key id the held
+    /// keys lack fetches them again (within `jwks`' limits) and tries once
+    /// more.
+    async fn id_token_claims(
+        &self,
+        provider: &Provider,
+        id_token: &openidconnect::IdToken<
+            OtherClaims,
+            CoreGenderClaim,
+            CoreJweContentEncryptionAlgorithm,
+            CoreJwsSigningAlgorithm,
+        >,
+        nonce: &Nonce,
+    ) -> Result<Map<String, Value>, SignInError> {
+        let unavailable = || SignInError::Provider("its keys could not be fetched".into());
+        let mut keys = provider.keys.current().await.ok_or_else(unavailable)?;
+        for attempt in 0..2 {
+            let verifier = IdTokenVerifier::new_public_client(
+                ClientId::new(self.settings.client_id.clone()),
+                provider.issuer.clone(),
+                keys.oidc.clone(),
+            )
+            .set_allowed_algs(provider.id_token_algs.clone());
+            match id_token.claims(&verifier, nonce) {
+                Ok(claims) => {
+                    return match serde_json::to_value(claims) {
+                        Ok(Value::Object(map)) => Ok(map),
+                        _ => Err(SignInError::IdToken("its claims cannot be read".into())),
+                    };
+                }
+                Err(openidconnect::ClaimsVerificationError::SignatureVerification(
+                    openidconnect::SignatureVerificationError::NoMatchingKey,
+                )) if attempt == 0 => {
+                    let kid = access_token::kid(&id_token.to_string()).ok().flatten();
+                    keys = provider
+                        .keys
+                        .with_kid(kid.as_deref().unwrap_or(""))
+                        .await
+                        .ok_or_else(unavailable)?;
+                }
+                Err(e) => return Err(SignInError::IdToken(e.to_string())),
+            }
+        }
+        Err(SignInError::IdToken(
+            "no key of the provider checks its signature".into(),
+        ))
+    }
+
+    /// The admin a JWT access token names, checked against the provider's
+    /// keys (fetched again, within `jwks`' limits, for an unknown key id).
+    pub async fn verify_bearer(&self, token: &str) -> Result<Identity, BearerError> {
+        // A malformed token is refused before the provider is asked anything.
+        let kid = access_token::kid(token)?;
+        let provider = self
+            .provider()
+            .await
+            .map_err(|_| BearerError::Unavailable)?;
+        let mut keys = provider
+            .keys
+            .current()
+            .await
+            .ok_or(BearerError::Unavailable)?;
+        if let Some(kid) = kid.as_deref().filter(|k| !keys.has_kid(k)) {
+            keys = provider
+                .keys
+                .with_kid(kid)
+                .await
+                .ok_or(BearerError::Unavailable)?;
+        }
+        let claims = access_token::verify(
+            token,
+            &keys.jwt,
+            provider.issuer.as_str(),
+            &self.settings.api_audience,
+        )?;
+        let found = claims::identity(&claims, &self.settings.roles_claim, &self.settings.role_map)
+            .ok_or(BearerError::NoRole)?;
+        if found.roles.is_empty() {
+            return Err(BearerError::NoRole);
+        }
+        Ok(found)
+    }
+}

@@ -1,0 +1,229 @@
+//! The door of every admin route, JSON and HTML: a middleware that answers
+//! before any extractor or handler runs.
+//!
+//! 1. An address throttled for failed admin authentication
+//!    (`guard::admin_auth`) gets 429 `rate_limited` with `Retry-After`,
+//!    whatever it presents.
+//! 2. A request without an admin credential gets 401, whatever its path,
+//!    query or body: a stranger learns nothing about what a route takes (not
+//!    400, 404, 405 or 415). A wrong token or password, and a JWT access
+//!    token the OpenID provider's keys and claims do not vouch for, is a
+//!    failed authentication. A console page (GET) without credentials,
+//!    when single sign-on is configured, sends the browser to the provider
+//!    instead (`sso`); a console session is a credential too.
+//! 3. Every answer, refusals included, carries `Cache-Control: no-store`:
+//!    admin answers hold personal data (phones, user names, addresses) that
+//!    no browser or proxy cache should keep.
+//!
+//! The admitted caller ([`Admin`]) goes into the request's extensions, where
+//! handlers take it as an extractor.
+
+use std::future::{ready, Ready};
+
+use actix_web::body::{BoxBody, MessageBody};
+use actix_web::dev::{Payload, ServiceRequest, ServiceResponse};
+use actix_web::http::header::{self, HeaderValue};
+use actix_web::middleware::Next;
+use actix_web::{web, FromRequest, HttpMessage, HttpRequest, HttpResponse, ResponseError};
+
+use super::sso;
+use crate::domain::admin_role::{Actor, Permission, Roles};
+use crate::error::ApiError;
+use crate::guard::RequestInfo;
+use crate::oidc::BearerError;
+use crate::routes::caller::AdminCredential;
+use crate::routes::AppState;
+use crate::settings::Secret;
+
+/// How an admin got in.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Via {
+    /// A static token (Bearer, or the console's Basic password).
+    Token,
+    /// A JWT access token from the OpenID provider.
+    Jwt,
+    /// A console session from single sign-on; the hash names its row.
+    Session { id_hash: String },
+}
+
+/// An admitted admin: who asked, with which roles, and the secret the
+/// console keys its CSRF tokens by.
+#[derive(Clone)]
+pub struct Admin {
+    /// For audit rows; its `actor` is this admin's.
+    pub info: RequestInfo,
+    /// `token:<name>` or `oidc:<email or subject>`.
+    pub actor: Actor,
+    /// What the admin may do (`domain::admin_role`).
+    pub roles: Roles,
+    /// The token, JWT or session id presented; never logged.
+    pub csrf_key: Secret,
+    /// How the admin got in.
+    pub via: Via,
+}
+
+impl Admin {
+    /// Whether the admin's roles allow `permission`.
+    pub fn may(&self, permission: Permission) -> bool {
+        self.roles.allow(permission)
+    }
+}
+
+/// Why the door stayed shut.
+pub(super) enum Shut {
+    /// The address failed too often: 429.
+    Throttled(ApiError),
+    /// No or wrong credentials: 401.
+    Unauthorized,
+    /// A console page without credentials while single sign-on is on: the
+    /// browser goes to the provider.
+    SignIn,
+    /// What would check the credential is unreachable (the provider's
+    /// keys, the sessions' database): 503.
+    Unavailable(ApiError),
+}
+
+/// Which credentials a route takes.
+#[derive(Clone, Copy)]
+pub(super) enum Credentials {
+    /// The JSON API: `Authorization: Bearer`.
+    Bearer,
+    /// The HTML console: Bearer, or Basic with user `admin`.
+    BearerOrBasic,
+}
+
+/// Decide whether `req` may in: the throttle first, then the credential;
+/// a wrong one is counted against its address.
+pub(super) async fn admit(
+    state: &AppState,
+    req: &HttpRequest,
+    credentials: Credentials,
+) -> Result<Admin, Shut> {
+    let ip = state.access.peer_ip(req);
+    if let Err(throttled) = state.admin_auth.check(ip).await {
+        return Err(Shut::Throttled(ApiError::RateLimited {
+            rule: throttled.rule,
+            retry_after_ms: throttled.retry_after_ms,
+        }));
+    }
+    let console = matches!(credentials, Credentials::BearerOrBasic);
+    let mut info = state.access.info(req, ip);
+    let (actor, roles, csrf_key, via) = match state.access.admin_credential(req, console) {
+        AdminCredential::Token(token) => (token.actor, token.roles, token.secret, Via::Token),
+        AdminCredential::Jwt(jwt) => {
+            let Some(oidc) = state.oidc.as_ref().filter(|o| o.accepts_bearer_tokens()) else {
+                state.admin_auth.failed(&info).await;
+                return Err(Shut::Unauthorized);
+            };
+            match oidc.verify_bearer(&jwt).await {
+                Ok(identity) => (identity.actor, identity.roles, Secret::new(jwt), Via::Jwt),
+                Err(BearerError::Unavailable) => {
+                    return Err(Shut::Unavailable(ApiError::IdentityProviderUnavailable))
+                }
+                Err(error) => {
+                    tracing::info!(request_id = %info.request_id, %error, "admin bearer token refused");
+                    state.admin_auth.failed(&info).await;
+                    return Err(Shut::Unauthorized);
+                }
+            }
+        }
+        AdminCredential::Wrong => {
+            state.admin_auth.failed(&info).await;
+            return Err(Shut::Unauthorized);
+        }
+        AdminCredential::Missing if console && state.oidc.is_some() => {
+            match sso::session(state, req).await {
+                Ok(Some(session)) => session,
+                Ok(None) if req.method() == actix_web::http::Method::GET => {
+                    return Err(Shut::SignIn)
+                }
+                Ok(None) => return Err(Shut::Unauthorized),
+                Err(error) => return Err(Shut::Unavailable(error)),
+            }
+        }
+        AdminCredential::Missing => return Err(Shut::Unauthorized),
+    };
+    info.actor = Some(actor.to_string());
+    Ok(Admin {
+        info,
+        actor,
+        roles,
+        csrf_key,
+        via,
+    })
+}
+
+/// `Cache-Control: no-store` on `response`.
+pub(super) fn no_store(response: &mut HttpResponse<impl MessageBody>) {
+    response
+        .headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+}
+
+/// Run `req` through the door with `credentials`; a refusal is answered by
+/// `refused` (JSON for the API, an HTML page for the console).
+pub(super) async fn guarded(
+    req: ServiceRequest,
+    next: Next<impl MessageBody + 'static>,
+    credentials: Credentials,
+    refused: fn(&HttpRequest, Shut) -> HttpResponse,
+) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
+    let Some(state) = req.app_data::<web::Data<AppState>>().cloned() else {
+        return Err(ApiError::Internal(anyhow::anyhow!("no application state")).into());
+    };
+    // Borrowed, not cloned: actix needs the request's only reference to
+    // route it further.
+    match admit(&state, req.request(), credentials).await {
+        Ok(admin) => {
+            req.extensions_mut().insert(admin);
+            // Handlers' and extractors' errors come back as answers; an
+            // error here would come from a middleware inside, none of
+            // which the admin routes have.
+            let mut answered = next.call(req).await?.map_into_boxed_body();
+            no_store(answered.response_mut());
+            Ok(answered)
+        }
+        Err(Shut::SignIn) => {
+            let mut response = sso::start(&state, req.request()).await;
+            no_store(&mut response);
+            Ok(req.into_response(response))
+        }
+        Err(shut) => {
+            let mut response = refused(req.request(), shut);
+            no_store(&mut response);
+            Ok(req.into_response(response))
+        }
+    }
+}
+
+/// The JSON API's refusals: the `ApiError` bodies.
+fn api_refusal(_req: &HttpRequest, shut: Shut) -> HttpResponse {
+    match shut {
+        Shut::Throttled(error) | Shut::Unavailable(error) => error.error_response(),
+        Shut::Unauthorized | Shut::SignIn => ApiError::Unauthorized.error_response(),
+    }
+}
+
+/// The door of `/admin/api/*`.
+pub async fn api(
+    req: ServiceRequest,
+    next: Next<impl MessageBody + 'static>,
+) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
+    guarded(req, next, Credentials::Bearer, api_refusal).await
+}
+
+impl FromRequest for Admin {
+    type Error = ApiError;
+    type Future = Ready<Result<Self, ApiError>>;
+
+    /// The admin the door let in; a route outside the door has none (401),
+    /// so a route registered without it fails closed.
+    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+        ready(
+            req.extensions()
+                .get::<Admin>()
+                .cloned()
+                .ok_or(ApiError::Unauthorized),
+        )
+    }
+}

@@ -1,0 +1,382 @@
+//! Single sign-on for the console (`[admin.oidc]`): the routes of the
+//! authorization code flow and the sessions it opens.
+//!
+//! - A console page (GET) without credentials sends the browser to the
+//!   provider (`start`, called by the door), with a pending sign-in in an
+//!   encrypted cookie (`cookies`). `GET /admin/login?next=/admin/…` does the
+//!   same on purpose.
+//! - `GET /admin/oidc/callback` checks the callback against that cookie
+//!   (`state`, then the code exchanged with the PKCE verifier, the ID token
+//!   checked with its nonce: `crate::oidc`), opens a session (a row of
+//!   `admin_sessions`, its random id in an encrypted cookie) and returns to
+//!   the page. A callback that fails (forged, replayed, stale, refused by
+//!   the provider, a bad ID token, no role) answers an error page, counts as
+//!   a failed admin authentication of its address (`server.admin_auth_limit`)
+//!   and is audited as `sign_in_failed`; a success as `sign_in`. A callback
+//!   without the browser's pending sign-in is answered the same page but
+//!   neither counted nor audited: a cross-site page can make a browser
+//!   send it at will. A throttled
+//!   address gets 429 before anything is checked or audited, so each
+//!   address adds at most `admin_auth_limit` failure rows per window.
+//! - `POST /admin/logout` (the console's Sign out button, with a CSRF
+//!   token) deletes the session row: the cookie is worthless on every
+//!   instance from then on.
+
+mod cookies;
+
+use std::collections::HashMap;
+
+use actix_web::http::header;
+use actix_web::http::StatusCode;
+use actix_web::{web, HttpRequest, HttpResponse};
+use sha2::{Digest, Sha256};
+
+use super::console;
+use super::gate::Via;
+use crate::audit::db::StoredSession;
+use crate::audit::{AuditDecision, AuditEvent};
+use crate::domain::admin_role::{Actor, Roles};
+use crate::domain::{Action, Reason, Subject, SubjectKind};
+use crate::error::ApiError;
+use crate::guard::RequestInfo;
+use crate::oidc::{Oidc, PendingLogin, SignInError, LOGIN_TTL};
+use crate::routes::AppState;
+use crate::settings::{Secret, CALLBACK_PATH};
+
+/// Where the console sends the browser when a page does not say.
+const HOME: &str = "/admin";
+
+/// What a session cookie admits.
+pub(super) type SessionAdmin = (Actor, Roles, Secret, Via);
+
+/// Whether the answer's cookies get `Secure`: the console is served over
+/// HTTPS (its `redirect_url` is https), or a trusted proxy says the
+/// request came over it.
+fn secure(state: &AppState, oidc: &Oidc, req: &HttpRequest) -> bool {
+    oidc.served_over_https() || state.access.forwarded_https(req)
+}
+
+/// Hex SHA-256 of a session id: the table's key.
+fn id_hash(id: &str) -> String {
+    Sha256::digest(id.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
+
+/// The admin the request's session cookie names, if it is live.
+pub(super) async fn session(
+    state: &AppState,
+    req: &HttpRequest,
+) -> Result<Option<SessionAdmin>, ApiError> {
+    let Some(oidc) = state.oidc.as_deref() else {
+        return Ok(None);
+    };
+    let Some(id) = cookies::opened(&cookies::key(oidc.cookie_secret()), req, cookies::SESSION)
+    else {
+        return Ok(None);
+    };
+    let db = state.audit_db.as_ref().ok_or(ApiError::AuditUnavailable)?;
+    let hash = id_hash(&id);
+    let found = db.find_session(&hash, now_ms()).await.map_err(|e| {
+        tracing::warn!(error = %e, "admin sessions cannot be read");
+        ApiError::AuditUnavailable
+    })?;
+    Ok(found.and_then(|row| {
+        let roles = Roles::from_list(&row.roles);
+        (!roles.is_empty()).then(|| {
+            (
+                Actor::stored(row.actor),
+                roles,
+                Secret::new(id),
+                Via::Session { id_hash: hash },
+            )
+        })
+    }))
+}
+
+/// A console path to come back to: under `/admin`, not the sign-in's own
+/// routes, nothing that would leave the site (`//host`, `\`).
+fn return_path(raw: Option<&str>) -> String {
+    match raw {
+        Some(path)
+            if (path == HOME || path.starts_with("/admin/") || path.starts_with("/admin?"))
+                && !path.contains('\\')
+                && !path.starts_with(CALLBACK_PATH)
+                && !path.starts_with("/admin/login")
+                && !path.starts_with("/admin/logout") =>
+        {
+            path.to_string()
+        }
+        _ => HOME.to_string(),
+    }
+}
+
+/// Send the browser to the provider to sign in, then back to the page it
+/// asked for (a GET without credentials).
+pub(super) async fn start(state: &AppState, req: &HttpRequest) -> HttpResponse {
+    let here = match req.uri().query() {
+        Some(query) => format!("{}?{query}", req.uri().path()),
+        None => req.uri().path().to_string(),
+    };
+    begin(state, req, &return_path(Some(&here))).await
+}
+
+async fn begin(state: &AppState, req: &HttpRequest, return_to: &str) -> HttpResponse {
+    let Some(oidc) = state.oidc.as_deref() else {
+        return console::message_page(
+            req,
+            StatusCode::NOT_FOUND,
+            "Not found",
+            "Single sign-on is not configured.".into(),
+        );
+    };
+    match oidc.begin(return_to).await {
+        Ok((url, pending)) => {
+            let value = serde_json::to_string(&pending).unwrap_or_default();
+            let key = cookies::key(oidc.cookie_secret());
+            let cookie = cookies::sealed(
+                &key,
+                cookies::LOGIN,
+                value,
+                secure(state, oidc, req),
+                LOGIN_TTL,
+            );
+            HttpResponse::Found()
+                .insert_header((header::LOCATION, url))
+                .insert_header((header::CACHE_CONTROL, "no-store"))
+                .cookie(cookie)
+                .finish()
+        }
+        Err(error) => {
+            tracing::warn!(request_id = %crate::telemetry::request_id(), %error, "single sign-on cannot start");
+            console::message_page(
+                req,
+                StatusCode::SERVICE_UNAVAILABLE,
+                "Sign-in unavailable",
+                "The identity provider cannot be reached; try again shortly.".into(),
+            )
+        }
+    }
+}
+
+/// `GET /admin/login?next=/admin/…`.
+async fn login(state: web::Data<AppState>, req: HttpRequest) -> HttpResponse {
+    let query = web::Query::<HashMap<String, String>>::from_query(req.query_string())
+        .map(|q| q.into_inner())
+        .unwrap_or_default();
+    let return_to = return_path(query.get("next").map(String::as_str));
+    begin(&state, &req, &return_to).await
+}
+
+/// The audit row of a sign-in or a failed one: on the client's address,
+/// naming the admin when known.
+fn audit_sign_in(state: &AppState, info: &RequestInfo, decision: AuditDecision, reason: Reason) {
+    let subject = match info.ip {
+        Some(ip) => Subject::new(SubjectKind::Ip, ip.subject_id()),
+        None => Subject::new(SubjectKind::Global, "admin"),
+    };
+    let event = AuditEvent::new(Action::Admin, decision, reason, &subject);
+    state.audit.record(info.stamp(event));
+}
+
+/// `GET /admin/oidc/callback?code=…&state=…` (or `?error=…`): the
+/// throttle, then the callback checked against the browser's pending
+/// sign-in (`crate::oidc`), then a session opened or the failure answered.
+async fn callback(state: web::Data<AppState>, req: HttpRequest) -> HttpResponse {
+    let Some(oidc) = state.oidc.as_deref() else {
+        return console::message_page(
+            &req,
+            StatusCode::NOT_FOUND,
+            "Not found",
+            "Single sign-on is not configured.".into(),
+        );
+    };
+    let ip = state.access.peer_ip(&req);
+    if let Err(throttled) = state.admin_auth.check(ip).await {
+        return console::api_error_page(
+            &req,
+            ApiError::RateLimited {
+                rule: throttled.rule,
+                retry_after_ms: throttled.retry_after_ms,
+            },
+        );
+    }
+    let mut info = state.access.info(&req, ip);
+    let key = cookies::key(oidc.cookie_secret());
+    let query = web::Query::<HashMap<String, String>>::from_query(req.query_string())
+        .map(|q| q.into_inner())
+        .unwrap_or_default();
+    let pending: Option<PendingLogin> = cookies::opened(&key, &req, cookies::LOGIN)
+        .and_then(|json| serde_json::from_str(&json).ok());
+    let Some(pending) = pending else {
+        // No sign-in of this browser's to finish: nothing is checked, so
+        // nothing is guessed. Not counted nor audited: any page an admin
+        // visits can make the browser fetch this URL (an image carries no
+        // `SameSite=Lax` cookie), and counting it would let that page
+        // throttle the admin's address, and everyone's behind its NAT.
+        return failure_page(
+            &state,
+            oidc,
+            &req,
+            StatusCode::UNAUTHORIZED,
+            Reason::InvalidCallback,
+        );
+    };
+    let outcome = match query.get("error") {
+        Some(error) => Err(SignInError::Provider(format!("it answered {error:?}"))),
+        None => {
+            let field = |name: &str| query.get(name).map(String::as_str).unwrap_or("");
+            oidc.finish(&pending, field("state"), field("code")).await
+        }
+    };
+    match outcome {
+        Ok(identity) => {
+            info.actor = Some(identity.actor.to_string());
+            let back = return_path(Some(&pending.return_to));
+            open_session(&state, oidc, &req, &info, identity, back).await
+        }
+        Err(error) => refuse_sign_in(&state, oidc, &req, info, error).await,
+    }
+}
+
+/// A failed sign-in: counted against the address, audited with its
+/// reason, answered with an error page; the pending sign-in is dropped.
+async fn refuse_sign_in(
+    state: &AppState,
+    oidc: &Oidc,
+    req: &HttpRequest,
+    mut info: RequestInfo,
+    error: SignInError,
+) -> HttpResponse {
+    let (reason, status) = match &error {
+        SignInError::InvalidCallback => (Reason::InvalidCallback, StatusCode::UNAUTHORIZED),
+        SignInError::Provider(_) => (Reason::IdpError, StatusCode::UNAUTHORIZED),
+        SignInError::IdToken(_) => (Reason::InvalidIdToken, StatusCode::UNAUTHORIZED),
+        SignInError::NoRole(actor) => {
+            info.actor = Some(actor.clone());
+            (Reason::NoRole, StatusCode::FORBIDDEN)
+        }
+    };
+    tracing::warn!(request_id = %info.request_id, %error, "admin sign-in failed");
+    state.admin_auth.failed(&info).await;
+    audit_sign_in(state, &info, AuditDecision::SignInFailed, reason);
+    failure_page(state, oidc, req, status, reason)
+}
+
+/// The error page of a failed sign-in, which drops the pending one.
+fn failure_page(
+    state: &AppState,
+    oidc: &Oidc,
+    req: &HttpRequest,
+    status: StatusCode,
+    reason: Reason,
+) -> HttpResponse {
+    let mut page = console::message_page(
+        req,
+        status,
+        "Sign-in failed",
+        format!("The sign-in could not be completed ({reason}). Open the console again to retry."),
+    );
+    let _ = page.add_cookie(&cookies::removal(cookies::LOGIN, secure(state, oidc, req)));
+    page
+}
+
+/// A new session for `identity`: its row stored, the sign-in audited, the
+/// browser sent `back` with the session's cookie.
+async fn open_session(
+    state: &AppState,
+    oidc: &Oidc,
+    req: &HttpRequest,
+    info: &RequestInfo,
+    identity: crate::oidc::Identity,
+    back: String,
+) -> HttpResponse {
+    let Some(db) = state.audit_db.as_ref() else {
+        return console::api_error_page(req, ApiError::AuditUnavailable);
+    };
+    let id = base64::Engine::encode(
+        &base64::engine::general_purpose::URL_SAFE_NO_PAD,
+        rand::random::<[u8; 32]>(),
+    );
+    let now = now_ms();
+    let ttl = oidc.session_ttl();
+    let row = StoredSession {
+        id_hash: id_hash(&id),
+        actor: identity.actor.to_string(),
+        roles: identity.roles.to_list(),
+        created_at_ms: now,
+        expires_at_ms: now.saturating_add(i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX)),
+    };
+    if let Err(e) = db.insert_session(&row, now).await {
+        tracing::warn!(error = %e, "an admin session cannot be stored");
+        return console::api_error_page(req, ApiError::AuditUnavailable);
+    }
+    audit_sign_in(state, info, AuditDecision::SignIn, Reason::Oidc);
+    let secure = secure(state, oidc, req);
+    let key = cookies::key(oidc.cookie_secret());
+    HttpResponse::SeeOther()
+        .insert_header((header::LOCATION, back))
+        .insert_header((header::CACHE_CONTROL, "no-store"))
+        .cookie(cookies::sealed(&key, cookies::SESSION, id, secure, ttl))
+        .cookie(cookies::removal(cookies::LOGIN, secure))
+        .finish()
+}
+
+/// End the session of `admin` (behind the console's door, CSRF checked by
+/// the caller): its row is deleted and the browser's cookie removed.
+pub(super) async fn end_session(
+    state: &AppState,
+    req: &HttpRequest,
+    id_hash: &str,
+) -> HttpResponse {
+    if let Some(db) = state.audit_db.as_ref() {
+        if let Err(e) = db.delete_session(id_hash).await {
+            tracing::warn!(error = %e, "an admin session cannot be deleted");
+            return console::api_error_page(req, ApiError::AuditUnavailable);
+        }
+    }
+    let secure = state
+        .oidc
+        .as_deref()
+        .is_some_and(|oidc| secure(state, oidc, req));
+    let mut page = console::signed_out_page(req);
+    let _ = page.add_cookie(&cookies::removal(cookies::SESSION, secure));
+    page
+}
+
+/// The sign-in's own routes, outside the door: they are how one gets in.
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.service(web::resource("/admin/login").route(web::get().to(login)))
+        .service(web::resource(CALLBACK_PATH).route(web::get().to(callback)));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_console_paths_are_returned_to() {
+        for (raw, back) in [
+            (
+                Some("/admin/subjects/user/alice"),
+                "/admin/subjects/user/alice",
+            ),
+            (Some("/admin?decision=lock"), "/admin?decision=lock"),
+            (Some("/admin"), "/admin"),
+            (Some("//evil.example/admin"), "/admin"),
+            (Some("https://evil.example/admin"), "/admin"),
+            (Some("/administrator"), "/admin"),
+            (Some("/admin/\\evil"), "/admin"),
+            (Some("/admin/oidc/callback?code=x"), "/admin"),
+            (Some("/admin/login?next=/admin"), "/admin"),
+            (None, "/admin"),
+        ] {
+            assert_eq!(return_path(raw), back, "{raw:?}");
+        }
+    }
+}

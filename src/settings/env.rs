@@ -1,0 +1,239 @@
+//! `TOLLGATE__SECTION__KEY` variables, typed by what the compiled-in defaults
+//! say each key is.
+//!
+//! figment's own `Env` provider guesses a type from the text alone, so
+//! `TOLLGATE__SMS__PROVIDER__FROM=+15005550006` became the integer
+//! 15005550006 (refused: a string was expected) and an all-digit secret
+//! `007` the number 7 (its text lost). Here a key whose default is a string
+//! keeps the variable's exact text; a key whose default is a list of strings
+//! (or an empty list) takes `[a, b]` as a list of exact texts; every other
+//! key the defaults name (numbers, booleans, tables, lists of tables) is read
+//! as figment reads it. A key the defaults do not name (`server.admin_bind`,
+//! `sms.templates_dir`, a webhook header) is text too, unless written as a
+//! list `[…]` or a table `{…}`. A value in double quotes is figment's quoted
+//! string, escapes and all, as before.
+
+use figment::value::{Dict, Map, Value};
+use figment::{Error, Metadata, Profile, Provider};
+
+/// The `TOLLGATE__` variables, nested by `__`, typed by `defaults`.
+pub(super) struct TypedEnv {
+    env: figment::providers::Env,
+    defaults: Dict,
+}
+
+impl TypedEnv {
+    /// `TOLLGATE__…` variables, read against the defaults `defaults` holds.
+    pub(super) fn new(defaults: Dict) -> Self {
+        Self {
+            env: figment::providers::Env::prefixed("TOLLGATE__").split("__"),
+            defaults,
+        }
+    }
+
+    fn typed(&self, key: &str, raw: &str) -> Value {
+        let trimmed = raw.trim();
+        let figment = || raw.parse::<Value>().unwrap_or_else(|e| match e {});
+        match find(&self.defaults, key) {
+            Some(Value::String(..)) => text(raw),
+            // `server.admin_tokens` also takes tables: `[{ name = "…", … }]`.
+            Some(Value::Array(_, items))
+                if items.iter().all(|v| matches!(v, Value::String(..)))
+                    && !lists_tables(trimmed) =>
+            {
+                texts(trimmed).map_or_else(figment, Value::from)
+            }
+            Some(_) => figment(),
+            None if trimmed.starts_with(['[', '{']) => figment(),
+            None => text(raw),
+        }
+    }
+}
+
+impl Provider for TypedEnv {
+    fn metadata(&self) -> Metadata {
+        self.env.metadata()
+    }
+
+    fn data(&self) -> Result<Map<Profile, Dict>, Error> {
+        let mut dict = Dict::new();
+        for (key, raw) in self.env.iter() {
+            let value = self.typed(key.as_str(), &raw);
+            insert(&mut dict, key.as_str(), value);
+        }
+        Ok(Profile::Default.collect(dict))
+    }
+}
+
+/// The default value at a dotted key (`sms.provider.from`).
+fn find<'a>(defaults: &'a Dict, key: &str) -> Option<&'a Value> {
+    let (first, rest) = key.split_once('.').unwrap_or((key, ""));
+    let value = defaults.get(first)?;
+    if rest.is_empty() {
+        return Some(value);
+    }
+    match value {
+        Value::Dict(_, inner) => find(inner, rest),
+        _ => None,
+    }
+}
+
+/// Put `value` at the dotted `key`, beside what is there already.
+fn insert(dict: &mut Dict, key: &str, value: Value) {
+    match key.split_once('.') {
+        None => {
+            dict.insert(key.to_string(), value);
+        }
+        Some((first, rest)) => {
+            let entry = dict
+                .entry(first.to_string())
+                .or_insert_with(|| Value::from(Dict::new()));
+            if !matches!(entry, Value::Dict(..)) {
+                *entry = Value::from(Dict::new());
+            }
+            if let Value::Dict(_, inner) = entry {
+                insert(inner, rest, value);
+            }
+        }
+    }
+}
+
+/// A string as given, or figment's reading of a `"quoted"` one.
+fn text(raw: &str) -> Value {
+    let trimmed = raw.trim();
+    if trimmed.len() >= 2 && trimmed.starts_with('"') && trimmed.ends_with('"') {
+        if let Ok(quoted @ Value::String(..)) = trimmed.parse::<Value>() {
+            return quoted;
+        }
+    }
+    Value::from(raw.to_string())
+}
+
+/// Whether the list `raw` has a table among its elements: a `{` that opens
+/// an element (after `[` or a `,`), outside double quotes.
+fn lists_tables(raw: &str) -> bool {
+    let (mut quoted, mut escaped, mut opens) = (false, false, false);
+    for c in raw.chars() {
+        match c {
+            _ if escaped => escaped = false,
+            '\\' if quoted => escaped = true,
+            '"' => quoted = !quoted,
+            '{' if !quoted && opens => return true,
+            _ => {}
+        }
+        if !quoted && !c.is_whitespace() {
+            opens = matches!(c, '[' | ',');
+        }
+    }
+    false
+}
+
+/// `[a, "b, c", 007]` as its elements' texts (`a`, `b, c`, `007`): commas
+/// inside double quotes do not separate. `None` when `raw` is not a list.
+fn texts(raw: &str) -> Option<Vec<Value>> {
+    let inner = raw.strip_prefix('[')?.strip_suffix(']')?;
+    let mut items = Vec::new();
+    let (mut start, mut quoted, mut escaped) = (0, false, false);
+    for (i, c) in inner.char_indices() {
+        match c {
+            _ if escaped => escaped = false,
+            '\\' if quoted => escaped = true,
+            '"' => quoted = !quoted,
+            ',' if !quoted => {
+                items.push(&inner[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    items.push(&inner[start..]);
+    Some(
+        items
+            .into_iter()
+            .map(str::trim)
+            .enumerate()
+            // `[]` and a trailing comma leave one empty piece at the end.
+            .filter(|(i, item)| !(item.is_empty() && (*i > 0 || inner.trim().is_empty())))
+            .map(|(_, item)| text(item))
+            .collect(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn defaults() -> Dict {
+        use figment::providers::{Format, Toml};
+        let data = Toml::string(super::super::DEFAULTS).data().unwrap();
+        data.get(&Profile::Default).cloned().unwrap()
+    }
+
+    fn typed(key: &str, raw: &str) -> Value {
+        TypedEnv::new(defaults()).typed(key, raw)
+    }
+
+    #[test]
+    fn string_keys_keep_the_exact_text() {
+        for (key, raw) in [
+            ("sms.provider.from", "+15005550006"),
+            ("sms.code_secret", "007"),
+            ("sms.code_secret", "12345678901234567890123"),
+            ("captcha.secret", "true"),
+            ("sms.provider.auth_token", "a,b{c}[d]"),
+            ("server.admin_bind", "127.0.0.1:9000"),
+            ("sms.provider.headers.x-api-key", "0042"),
+        ] {
+            assert_eq!(typed(key, raw), Value::from(raw), "{key}={raw}");
+        }
+        assert_eq!(
+            typed("sms.provider.from", r#""+1 \"quoted\"""#),
+            Value::from(r#"+1 "quoted""#)
+        );
+    }
+
+    #[test]
+    fn other_keys_are_read_as_before() {
+        assert_eq!(
+            typed("sms.code_length", "8").deserialize::<u32>().ok(),
+            Some(8)
+        );
+        let fraction = typed("sms.pumping.min_conversion", "0.5");
+        assert_eq!(fraction.deserialize::<f64>().ok(), Some(0.5));
+        assert_eq!(typed("server.watch_config", "false"), Value::from(false));
+        let limits = typed("sms.ip_limits", r#"[{limit=3, window="1h"}]"#);
+        assert!(matches!(limits, Value::Array(..)), "{limits:?}");
+    }
+
+    #[test]
+    fn lists_of_strings_keep_each_element_as_written() {
+        assert_eq!(
+            typed("server.api_keys", r#"[0123456789012345, "a, b", +1 ]"#),
+            Value::from(vec!["0123456789012345", "a, b", "+1"])
+        );
+        assert_eq!(
+            typed("server.admin_tokens", "[]"),
+            Value::from(Vec::<String>::new())
+        );
+        assert_eq!(
+            typed("sms.denied_regions", "[CN,]"),
+            Value::from(vec!["CN"])
+        );
+        assert_eq!(
+            typed("server.admin_tokens", "[a{b}c, \"{d}\"]"),
+            Value::from(vec!["a{b}c", "{d}"])
+        );
+    }
+
+    #[test]
+    fn admin_tokens_may_be_tables() {
+        let tokens = typed(
+            "server.admin_tokens",
+            r#"[plain-token-0123456789, { name = "oncall", token = "t-0123456789abcdef", role = "viewer" }]"#,
+        );
+        let Value::Array(_, items) = &tokens else {
+            panic!("{tokens:?}")
+        };
+        assert!(matches!(items[1], Value::Dict(..)), "{tokens:?}");
+    }
+}
