@@ -329,7 +329,9 @@ async fn csv_matches_json(kind: DbKind) {
             "retry_after_ms",
             "request_id",
             "user_agent",
-            "shadow"
+            "shadow",
+            // After DESIGN.md §4's columns, which stay a prefix (issue 20).
+            "actor"
         ]
     );
     let rows: Vec<csv::StringRecord> = reader.records().map(|r| r.unwrap()).collect();

@@ -34,7 +34,7 @@ async fn app_on(db: &TestDb, configure: impl FnOnce(&mut tollgate::settings::Set
 }
 
 /// One refused send, tagged with `request_id`.
-async fn refused_send(app: &TestApp, request_id: &str) {
+pub(crate) async fn refused_send(app: &TestApp, request_id: &str) {
     let request = app
         .client
         .post(format!("{}/sms/send", app.address))
@@ -45,14 +45,14 @@ async fn refused_send(app: &TestApp, request_id: &str) {
     assert_eq!(answer.status, 429, "{}", answer.body);
 }
 
-async fn all_rows(db: &AuditDb) -> Vec<AuditEvent> {
+pub(crate) async fn all_rows(db: &AuditDb) -> Vec<AuditEvent> {
     db.page(&EventFilter::default(), None, 100_000)
         .await
         .expect("the audit table is readable")
 }
 
 /// How often each request id appears in the table.
-fn request_id_counts(rows: &[AuditEvent]) -> HashMap<String, usize> {
+pub(crate) fn request_id_counts(rows: &[AuditEvent]) -> HashMap<String, usize> {
     let mut counts = HashMap::new();
     for row in rows {
         *counts
@@ -235,24 +235,6 @@ async fn a_cut_database_connection_loses_no_event_and_duplicates_none() {
         }
     }
     assert_eq!(seen, expected.len());
-}
-
-#[tokio::test]
-async fn readiness_fails_while_the_audit_database_is_down() {
-    let dir = tempfile::tempdir().unwrap();
-    let spool = dir.path().display().to_string();
-    let app = spawn_app_with_audit_db(Backend::Memory, move |s| {
-        s.audit.database_url =
-            tollgate::settings::SecretUrl::new("postgres://postgres@127.0.0.1:1/nowhere");
-        s.audit.spool_dir = spool;
-    })
-    .await;
-    assert_eq!(app.get("/healthz").await.status, 200);
-    let ready = app.get("/readyz").await;
-    assert_eq!(
-        (ready.status.as_u16(), ready.error()),
-        (503, "audit_unavailable")
-    );
 }
 
 fn write_config(

@@ -96,6 +96,17 @@ impl TestDb {
         db
     }
 
+    /// Every row `app` has written to it, newest first (its queue flushed
+    /// first).
+    pub async fn trail(&self, app: &crate::helpers::TestApp) -> Vec<tollgate::audit::AuditEvent> {
+        app.flush_audit().await;
+        self.connect()
+            .await
+            .page(&Default::default(), None, 500)
+            .await
+            .unwrap()
+    }
+
     /// The same database through another host:port (the fault proxy).
     pub fn url_via(&self, port: u16) -> String {
         self.url

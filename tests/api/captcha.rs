@@ -30,7 +30,7 @@ async fn app_with_captcha(
         s.sms.captcha_after = 1;
         s.captcha.kind = kind;
         s.captcha.secret = Secret::new(SECRET);
-        s.captcha.verify_url = verify_url;
+        s.captcha.verify_url = verify_url.into();
         configure(s);
     })
     .await
@@ -42,6 +42,14 @@ async fn siteverify_answers(server: &MockServer, answer: ResponseTemplate) {
         .respond_with(answer)
         .mount(server)
         .await;
+}
+
+/// A siteverify endpoint that confirms every token.
+async fn confirming_provider() -> MockServer {
+    let server = MockServer::start().await;
+    let success = json!({ "success": true });
+    siteverify_answers(&server, ResponseTemplate::new(200).set_body_json(success)).await;
+    server
 }
 
 /// The forms siteverify received, in order.
@@ -81,12 +89,7 @@ async fn use_up_the_free_send(app: &TestApp) {
 #[tokio::test]
 async fn a_token_the_provider_confirms_passes_the_sms_captcha_tier_for_each_kind() {
     for kind in KINDS {
-        let server = MockServer::start().await;
-        siteverify_answers(
-            &server,
-            ResponseTemplate::new(200).set_body_json(json!({ "success": true })),
-        )
-        .await;
+        let server = confirming_provider().await;
         let app = app_with_captcha(kind, &server, |_| {}).await;
         use_up_the_free_send(&app).await;
 
@@ -183,12 +186,7 @@ async fn provider_errors_unreadable_answers_and_timeouts_count_as_not_passed() {
 
 #[tokio::test]
 async fn captcha_passed_true_does_not_count_when_a_provider_is_configured() {
-    let server = MockServer::start().await;
-    siteverify_answers(
-        &server,
-        ResponseTemplate::new(200).set_body_json(json!({ "success": true })),
-    )
-    .await;
+    let server = confirming_provider().await;
     let app = app_with_captcha(CaptchaKind::Hcaptcha, &server, |_| {}).await;
     use_up_the_free_send(&app).await;
 
@@ -206,14 +204,12 @@ async fn captcha_passed_true_does_not_count_when_a_provider_is_configured() {
 
 #[tokio::test]
 async fn an_ipv6_client_sends_its_own_address_as_remoteip_not_its_64() {
-    let server = MockServer::start().await;
-    siteverify_answers(
-        &server,
-        ResponseTemplate::new(200).set_body_json(json!({ "success": true })),
-    )
-    .await;
+    let server = confirming_provider().await;
     let app = app_with_captcha(CaptchaKind::Recaptcha, &server, |_| {}).await;
     let ip = "2001:db8:1:2::7";
+    // The free send: the token is asked about only once a captcha is needed.
+    let free = app.sms_send(json!({ "phone": PHONE, "ip": ip })).await;
+    assert_eq!(free.status, 200, "{}", free.body);
 
     let answer = app
         .sms_send(json!({ "phone": PHONE, "ip": ip, "captcha_token": "token-v6" }))
@@ -273,12 +269,7 @@ async fn a_confirmed_token_lets_a_login_attempt_through_the_captcha_tier() {
 /// the provider: only a challenged attempt asks it.
 #[tokio::test]
 async fn a_token_is_checked_only_when_the_attempt_is_challenged() {
-    let server = MockServer::start().await;
-    siteverify_answers(
-        &server,
-        ResponseTemplate::new(200).set_body_json(json!({ "success": true })),
-    )
-    .await;
+    let server = confirming_provider().await;
     let app = app_with_captcha(CaptchaKind::Turnstile, &server, |s| {
         s.login.captcha_after = 5;
         s.login.ip_captcha_after = 100;
@@ -304,4 +295,70 @@ async fn a_token_is_checked_only_when_the_attempt_is_challenged() {
         "{:?}",
         forms(&server).await
     );
+}
+
+/// A token goes to the provider only when the send's answer hangs on it: a
+/// send that needs no captcha, or that a limit refuses anyway, costs no
+/// siteverify call.
+#[tokio::test]
+async fn an_sms_token_is_checked_only_when_the_send_needs_a_captcha() {
+    let server = confirming_provider().await;
+    let app = app_with_captcha(CaptchaKind::Turnstile, &server, |s| {
+        s.sms.phone_limits = crate::helpers::limits(&[(1, 3_600_000)]);
+    })
+    .await;
+    let send = |phone: &'static str| {
+        app.sms_send(json!({ "phone": phone, "ip": IP, "captcha_token": "token-ok" }))
+    };
+
+    let free = send(PHONE).await;
+    assert_eq!(free.status, 200, "no captcha needed yet: {}", free.body);
+    let limited = send(PHONE).await;
+    assert_eq!(
+        (limited.status.as_u16(), limited.error()),
+        (429, "rate_limited"),
+        "the phone's 1/1h answers before its captcha tier: {}",
+        limited.body
+    );
+    assert!(
+        forms(&server).await.is_empty(),
+        "neither send asked the provider: {:?}",
+        forms(&server).await
+    );
+
+    // Another phone from the same address: the IP's captcha tier asks.
+    let gated = send("+8613800138001").await;
+    assert_eq!(gated.status, 200, "{}", gated.body);
+    assert_eq!(forms(&server).await, vec![expected_form("token-ok", IP)]);
+}
+
+/// A country's captcha (the pumping guard's challenge) takes a token like a
+/// captcha tier: checked once it is needed, and a passed one gets a code.
+#[tokio::test]
+async fn a_token_passes_a_countrys_captcha() {
+    let server = confirming_provider().await;
+    let app = app_with_captcha(CaptchaKind::Hcaptcha, &server, |s| {
+        s.sms.captcha_after = 1000;
+        s.sms.pumping.country_min_sends = 3;
+    })
+    .await;
+    for i in 0..3 {
+        let phone = format!("+86139{i:02}138000");
+        let sent = app
+            .sms_send(json!({ "phone": phone, "ip": IP, "captcha_token": "token-ok" }))
+            .await;
+        assert_eq!(sent.status, 200, "{}", sent.body);
+    }
+    assert!(forms(&server).await.is_empty(), "no captcha was needed");
+    let refused = app
+        .sms_send(json!({ "phone": "+8613903138000", "ip": IP }))
+        .await;
+    assert_eq!(refused.error(), "captcha_required", "{}", refused.body);
+
+    let passed = app
+        .sms_send(json!({ "phone": "+8613904138000", "ip": IP, "captcha_token": "token-ok" }))
+        .await;
+    assert_eq!(passed.status, 200, "{}", passed.body);
+    assert_eq!(app.sms.messages().len(), 4);
+    assert_eq!(forms(&server).await, vec![expected_form("token-ok", IP)]);
 }

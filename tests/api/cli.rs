@@ -11,8 +11,8 @@ fn check_config_prints_the_effective_settings_with_secrets_masked() {
         &file,
         r#"
 [server]
-api_keys = ["key-one-secret"]
-admin_tokens = ["admin-secret"]
+api_keys = ["key-one-secret-0123456789"]
+admin_tokens = ["admin-secret-0123456789"]
 [store]
 backend = "redis"
 redis_url = "redis://:redis-password@127.0.0.1:6379"
@@ -38,8 +38,8 @@ headers = { "X-Api-Key" = "header-secret" }
     );
     assert!(ok, "{stderr}");
     for secret in [
-        "key-one-secret",
-        "admin-secret",
+        "key-one-secret-0123456789",
+        "admin-secret-0123456789",
         "redis-password",
         "db-password",
         "captcha-secret",
@@ -195,4 +195,206 @@ fn the_checked_in_openapi_document_is_the_one_the_binary_prints() {
         checked_in == printed,
         "docs/openapi.json is stale: run `cargo run -- openapi > docs/openapi.json`"
     );
+}
+
+/// A one-connection-at-a-time HTTP server on 127.0.0.1 that answers each
+/// connection with the next of `answers` (a status line), and hands back the
+/// request lines it got. `None` accepts and never answers.
+fn scripted_server(
+    answers: Vec<Option<&'static str>>,
+) -> (u16, std::thread::JoinHandle<Vec<String>>) {
+    use std::io::{BufRead, BufReader, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let handle = std::thread::spawn(move || {
+        let mut requests = Vec::new();
+        for answer in answers {
+            let (stream, _) = listener.accept().unwrap();
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut line = String::new();
+            reader.read_line(&mut line).unwrap();
+            requests.push(line.trim_end().to_string());
+            match answer {
+                Some(status) => {
+                    let mut stream = stream;
+                    write!(
+                        stream,
+                        "{status}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+                    )
+                    .unwrap();
+                }
+                // Hold the connection open until the client gives up.
+                None => {
+                    let _ = reader.read_line(&mut String::new());
+                    let _ = std::io::Read::read_to_end(&mut reader, &mut Vec::new());
+                }
+            }
+        }
+        requests
+    });
+    (port, handle)
+}
+
+/// The image's HEALTHCHECK runs `tollgate healthcheck` with the container's
+/// config, which binds 0.0.0.0: it asks loopback on the configured port, and
+/// only a 200 is healthy (a 503, a silent server, a closed port are not).
+#[test]
+fn healthcheck_asks_loopback_on_the_configured_port_and_wants_a_200() {
+    let (port, server) = scripted_server(vec![
+        Some("HTTP/1.1 503 Service Unavailable"),
+        Some("HTTP/1.1 200 OK"),
+        Some("HTTP/1.1 200 OK"),
+        None,
+    ]);
+    let bind = format!("0.0.0.0:{port}");
+    let env = [("TOLLGATE__SERVER__BIND", bind.as_str())];
+    let (ok, stdout, stderr) = tollgate(&["healthcheck"], &env);
+    assert!(!ok, "a 503 is unhealthy: {stdout}");
+    assert_eq!(
+        stderr.trim(),
+        format!(
+            "tollgate: http://127.0.0.1:{port}/healthz answered \"HTTP/1.1 503 Service Unavailable\""
+        )
+    );
+    let (ok, stdout, stderr) = tollgate(&["healthcheck"], &env);
+    assert!(ok, "{stderr}");
+    assert_eq!(stdout, "HTTP/1.1 200 OK\n");
+    let (ok, _, stderr) = tollgate(&["healthcheck", "--ready"], &env);
+    assert!(ok, "{stderr}");
+    let address = format!("127.0.0.1:{port}");
+    let (ok, _, stderr) = tollgate(
+        &["healthcheck", "--address", &address, "--timeout", "300ms"],
+        &[],
+    );
+    assert!(!ok);
+    assert_eq!(
+        stderr.trim(),
+        format!("tollgate: no answer from http://{address}/healthz within 300ms")
+    );
+    assert_eq!(
+        server.join().unwrap(),
+        [
+            "GET /healthz HTTP/1.1",
+            "GET /healthz HTTP/1.1",
+            "GET /readyz HTTP/1.1",
+            "GET /healthz HTTP/1.1",
+        ]
+    );
+    // Nothing listens there any more.
+    let (ok, _, stderr) = tollgate(&["healthcheck", "--address", &address], &[]);
+    assert!(!ok);
+    assert!(
+        stderr.starts_with(&format!(
+            "tollgate: cannot connect to http://{address}/healthz"
+        )),
+        "{stderr}"
+    );
+    // A port of 0 in the config names no server to ask.
+    let (ok, _, stderr) = tollgate(&["healthcheck"], &[("TOLLGATE__SERVER__BIND", "0.0.0.0:0")]);
+    assert!(!ok);
+    assert!(stderr.contains("pass --address"), "{stderr}");
+}
+
+/// Against the real server: live and ready with its SQLite audit file;
+/// with Redis unreachable, still live (the container is not restarted for
+/// it) but not ready.
+#[tokio::test]
+async fn healthcheck_tells_live_from_ready_on_the_real_server() {
+    use crate::process::{config_file, Tollgate};
+    let dir = tempfile::tempdir().unwrap();
+    let healthcheck = |address: String, ready: bool| {
+        tokio::task::spawn_blocking(move || {
+            let mut args = vec!["healthcheck", "--address", address.as_str()];
+            if ready {
+                args.push("--ready");
+            }
+            tollgate(&args, &[])
+        })
+    };
+    let config = config_file(dir.path(), "", "");
+    let server = Tollgate::start(&config).await;
+    let address = server.address.trim_start_matches("http://").to_string();
+    let (ok, stdout, stderr) = healthcheck(address.clone(), false).await.unwrap();
+    assert!(ok, "{stderr}");
+    assert_eq!(stdout, "HTTP/1.1 200 OK\n");
+    let (ok, _, stderr) = healthcheck(address, true).await.unwrap();
+    assert!(ok, "{stderr}");
+    drop(server);
+
+    let dir = tempfile::tempdir().unwrap();
+    let config = config_file(
+        dir.path(),
+        "",
+        "[store]\nbackend = \"redis\"\nredis_url = \"redis://127.0.0.1:1\"\n[sms]\ncode_secret = \"0123456789abcdef0123\"\n",
+    );
+    let server = Tollgate::start(&config).await;
+    let address = server.address.trim_start_matches("http://").to_string();
+    let (ok, _, stderr) = healthcheck(address.clone(), false).await.unwrap();
+    assert!(ok, "{stderr}");
+    let (ok, _, stderr) = healthcheck(address.clone(), true).await.unwrap();
+    assert!(!ok);
+    assert_eq!(
+        stderr.trim(),
+        format!("tollgate: http://{address}/readyz answered \"HTTP/1.1 503 Service Unavailable\"")
+    );
+}
+
+/// The container image's config and the Kubernetes ConfigMap's are configs
+/// tollgate takes (with the secrets the Secret would add), listening on all
+/// interfaces with the admin routes on a port of their own: a renamed key
+/// fails here before the image or manifest checks run.
+#[test]
+fn the_container_and_kubernetes_configs_are_valid() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let container = format!("{root}/packaging/container/tollgate.toml");
+    let (ok, stdout, stderr) = tollgate(&["check-config", "--config", &container], &[]);
+    assert!(ok, "{stderr}");
+    for line in [
+        "bind = \"0.0.0.0:8080\"",
+        "admin_bind = \"0.0.0.0:8081\"",
+        "database_url = \"sqlite:///var/lib/tollgate/audit.db?mode=rwc\"",
+        "spool_dir = \"/var/lib/tollgate/spool\"",
+    ] {
+        assert!(
+            stdout.lines().any(|l| l == line),
+            "{line} missing:\n{stdout}"
+        );
+    }
+    let kubernetes = format!("{root}/deploy/kubernetes/tollgate.toml");
+    let secrets = [
+        (
+            "TOLLGATE__SMS__CODE_SECRET",
+            "9f2c4e6a8b0d1f3e5a7c9e1b3d5f7a9c",
+        ),
+        (
+            "TOLLGATE__STORE__REDIS_URL",
+            "redis://:pw@redis.tollgate.svc:6379",
+        ),
+        (
+            "TOLLGATE__AUDIT__DATABASE_URL",
+            "postgres://tollgate:pw@postgres.tollgate.svc:5432/tollgate",
+        ),
+        ("TOLLGATE__SERVER__API_KEYS", "[\"an-api-key-0123456789\"]"),
+        (
+            "TOLLGATE__SERVER__ADMIN_TOKENS",
+            "[\"an-admin-token-0123456789\"]",
+        ),
+    ];
+    let (ok, stdout, stderr) = tollgate(&["check-config", "--config", &kubernetes], &secrets);
+    assert!(ok, "{stderr}");
+    for line in [
+        "bind = \"0.0.0.0:8080\"",
+        "admin_bind = \"0.0.0.0:8081\"",
+        "backend = \"redis\"",
+        "spool_dir = \"/var/lib/tollgate/spool\"",
+    ] {
+        assert!(
+            stdout.lines().any(|l| l == line),
+            "{line} missing:\n{stdout}"
+        );
+    }
+    // Without the Secret's code secret, a Redis deployment does not start.
+    let (ok, _, stderr) = tollgate(&["check-config", "--config", &kubernetes], &secrets[1..]);
+    assert!(!ok);
+    assert!(stderr.contains("`sms.code_secret`"), "{stderr}");
 }

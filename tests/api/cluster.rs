@@ -131,29 +131,35 @@ async fn the_ip_block_is_exact_under_concurrency_across_nodes() {
 /// blocks in a third.
 #[tokio::test]
 async fn the_pumping_guard_blocks_a_range_across_nodes_and_an_admin_unblocks_it() {
-    let app = on_cluster(|s| s.sms.pumping.min_sends = 3).await;
+    let app = on_cluster(|s| {
+        s.sms.pumping.min_sends = 3;
+        s.sms.pumping.country_min_sends = 3;
+    })
+    .await;
     for i in 0..3 {
         let phone = format!("+86138001380{i:02}");
         assert_eq!(app.sms_send(json!({ "phone": phone })).await.status, 200);
     }
     let refused = app.sms_send(json!({ "phone": "+8613800138009" })).await;
     assert_eq!(refused.error(), "pumping_suspected", "{}", refused.body);
-    let locks: Vec<_> = app
+    let escalations: Vec<_> = app
         .audit_events()
         .into_iter()
-        .filter(|e| e.decision == AuditDecision::Lock)
-        .map(|e| (e.subject, e.rule))
+        .filter(|e| e.reason == "pumping_suspected")
+        .map(|e| (e.decision, e.subject, e.rule))
         .collect();
     assert_eq!(
-        locks,
+        escalations,
         [
             (
+                AuditDecision::Lock,
                 "+8613800".to_string(),
                 Some("prefix conversion 0/3 (0%) < 20% per 1h".to_string())
             ),
             (
+                AuditDecision::Challenge,
                 "CN".to_string(),
-                Some("country conversion 0/3 (0%) < 20% per 1h".to_string())
+                Some("country conversion 0/3 (0%) < 20% per 1h, 3 sends ≥ 5× normal 0".to_string())
             ),
         ]
     );
@@ -162,10 +168,12 @@ async fn the_pumping_guard_blocks_a_range_across_nodes_and_an_admin_unblocks_it(
         console
             .body
             .as_str()
-            .is_some_and(|page| page.contains("/admin/subjects/country/CN")),
+            .is_some_and(|page| page.contains("/admin/subjects/prefix/%2B8613800")),
         "{}",
         console.body
     );
+    let country = app.admin_get("/admin/api/subjects/country/CN").await;
+    assert_eq!(country.body["captcha_required"], true, "{}", country.body);
     for path in ["prefix/%2B8613800", "country/CN"] {
         let unblocked = app
             .admin_post(&format!("/admin/api/subjects/{path}/unblock"))

@@ -15,6 +15,7 @@ use crate::on_both_databases;
 
 mod browser;
 mod overview;
+mod sso_browser;
 
 /// How the test signs in.
 #[derive(Clone, Copy, Debug)]
@@ -139,7 +140,12 @@ async fn call(app: &TestApp, method: &str, path: &str, auth: Auth<'_>) -> Page {
 #[tokio::test]
 async fn console_pages_ask_for_basic_credentials_and_refuse_wrong_ones() {
     let db = TestDb::new(DbKind::Sqlite).await;
-    let app = db_app(&db, |_| {}).await;
+    // 24 wrong credentials from one address: above the default throttle.
+    let app = db_app(&db, |s| {
+        s.server.admin_auth_limit =
+            tollgate::settings::LimitSetting::new(1000, std::time::Duration::from_secs(3600));
+    })
+    .await;
     let mut almost = ADMIN_TOKEN.to_string();
     almost.pop();
     for (method, path) in PAGES {
@@ -575,7 +581,7 @@ async fn unblock_without_or_with_a_wrong_csrf_token_is_forbidden_and_leaves_the_
     let app = locked_alice(|s| {
         s.server
             .admin_tokens
-            .push(tollgate::settings::Secret::new(OTHER_TOKEN))
+            .push(tollgate::settings::AdminToken::plain(OTHER_TOKEN))
     })
     .await;
     let alice = get(&app, "/admin/subjects/user/alice", ADMIN)

@@ -16,8 +16,8 @@ use tollgate::startup::{Application, Overrides};
 use tollgate::store::redis::RedisStore;
 use tollgate::store::{Clock, ManualClock};
 
-pub const API_KEY: &str = "test-api-key";
-pub const ADMIN_TOKEN: &str = "test-admin-token";
+pub const API_KEY: &str = "test-api-key-0123456789";
+pub const ADMIN_TOKEN: &str = "test-admin-token-0123456789";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
@@ -122,7 +122,7 @@ pub fn test_settings(backend: Backend) -> Settings {
     let mut s = Settings::defaults().expect("the embedded defaults are valid");
     s.server.bind = "127.0.0.1:0".parse().unwrap();
     s.server.api_keys = vec![tollgate::settings::Secret::new(API_KEY)];
-    s.server.admin_tokens = vec![tollgate::settings::Secret::new(ADMIN_TOKEN)];
+    s.server.admin_tokens = vec![tollgate::settings::AdminToken::plain(ADMIN_TOKEN)];
     s.store.backend = match backend {
         Backend::Memory => StoreBackend::Memory,
         Backend::Redis => StoreBackend::Redis,
@@ -139,6 +139,7 @@ pub fn test_settings(backend: Backend) -> Settings {
     s.sms.ip_limits = loose(1000);
     s.sms.prefix_limits = loose(1000);
     s.sms.global_limits = loose(100_000);
+    s.sms.verify_ip_limits = loose(1000);
     s.sms.captcha_after = 1000;
     s
 }
@@ -344,6 +345,11 @@ impl TestApp {
             .and_then(|l| l.rsplit(' ').next())
             .and_then(|v| v.parse().ok())
             .unwrap_or(0.0)
+    }
+
+    /// What the audit sink tells `/readyz`.
+    pub fn sink_health(&self) -> tollgate::audit::AuditHealth {
+        self.sink.health()
     }
 
     /// Wait until the audit events recorded so far are durable.

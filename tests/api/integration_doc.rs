@@ -30,7 +30,12 @@ fn blocks(language: &str) -> Vec<String> {
 }
 
 async fn server(dir: &std::path::Path) -> Tollgate {
-    Tollgate::start(&config_file(dir, r#"api_keys = ["backend-key"]"#, "")).await
+    Tollgate::start(&config_file(
+        dir,
+        r#"api_keys = ["backend-key-0123456789"]"#,
+        "",
+    ))
+    .await
 }
 
 /// The answers a block shows: comment lines holding one JSON object

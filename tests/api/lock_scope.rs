@@ -14,7 +14,7 @@ on_both_backends!(
     failures_spread_over_ips_lock_the_account_at_account_lock_after,
     subject_state_names_the_pairs_and_unblock_clears_them,
     with_lock_scope_user_failures_from_anywhere_lock_the_account,
-    a_login_without_an_ip_counts_under_the_unknown_pair,
+    a_login_with_an_unusable_ip_counts_under_the_proxys_pair,
 );
 
 async fn attempt(app: &TestApp, ip: Option<&str>, success: bool) -> Value {
@@ -221,10 +221,10 @@ async fn with_lock_scope_user_failures_from_anywhere_lock_the_account(backend: B
     );
 }
 
-/// The client's address is unknown (a trusted proxy forwarded garbage):
-/// such attempts share one pair, `unknown`, so hiding the address buys an
-/// attacker nothing and costs the owner nothing.
-async fn a_login_without_an_ip_counts_under_the_unknown_pair(backend: Backend) {
+/// The client's address is unusable (a trusted proxy forwarded garbage):
+/// such attempts count under the proxy's address, one pair, so hiding the
+/// address buys an attacker nothing and costs the owner nothing.
+async fn a_login_with_an_unusable_ip_counts_under_the_proxys_pair(backend: Backend) {
     let app = spawn_app(backend, |s| {
         scoped(s);
         s.server.trusted_proxies = vec!["127.0.0.0/8".parse().unwrap()];
@@ -246,7 +246,7 @@ async fn a_login_without_an_ip_counts_under_the_unknown_pair(backend: Backend) {
     assert_eq!(refused.body["reason"], "user_locked", "{}", refused.body);
     assert_eq!(attempt(&app, Some(OWNER), true).await["decision"], "allow");
     let state = app.admin_get("/admin/api/subjects/user/alice").await;
-    assert_eq!(state.body["pairs"][0]["ip"], "unknown", "{}", state.body);
+    assert_eq!(state.body["pairs"][0]["ip"], "127.0.0.1", "{}", state.body);
 }
 
 #[test]

@@ -365,6 +365,8 @@ async fn every_route_is_documented_with_its_methods_and_nothing_else() {
         "until",
         "limit",
         "cursor",
+        // Not in DESIGN.md: the admin who acted (issue 20).
+        "actor",
     ];
     assert_eq!(query, design.into());
 }
@@ -453,17 +455,18 @@ async fn login_state_has_exactly_the_six_design_fields() {
 }
 
 #[tokio::test]
-async fn public_and_admin_routes_use_two_separate_bearer_schemes() {
+async fn public_and_admin_routes_use_separate_bearer_schemes() {
     let app = spawn_app(Backend::Memory, |_| {}).await;
     let doc = document(&app).await;
     let schemes = doc["components"]["securitySchemes"]
         .as_object()
         .expect("security schemes");
-    assert_eq!(schemes.len(), 2, "{schemes:?}");
-    for name in ["api_key", "admin_token"] {
+    assert_eq!(schemes.len(), 3, "{schemes:?}");
+    for name in ["api_key", "admin_token", "oidc_jwt"] {
         assert_eq!(schemes[name]["type"], "http", "{name}");
         assert_eq!(schemes[name]["scheme"], "bearer", "{name}");
     }
+    assert_eq!(schemes["oidc_jwt"]["bearerFormat"], "JWT");
     let names = |op: &Value| -> BTreeSet<String> {
         op["security"]
             .as_array()
@@ -477,7 +480,7 @@ async fn public_and_admin_routes_use_two_separate_bearer_schemes() {
         let expected: BTreeSet<String> = if PUBLIC.contains(&path) {
             ["api_key".to_string()].into()
         } else if path.starts_with("/admin/") {
-            ["admin_token".to_string()].into()
+            ["admin_token".to_string(), "oidc_jwt".to_string()].into()
         } else {
             BTreeSet::new()
         };
@@ -641,11 +644,15 @@ async fn a_captcha_refusal_matches_the_documented_error() {
     assert_documented(&doc, "post", "/sms/send", &refused);
 }
 
-/// 403 `pumping_suspected`, and the state of a blocked prefix and country
-/// (the `pumping` object), as the document declares them.
+/// 403 `pumping_suspected`, and the state of a blocked prefix and a
+/// challenged country (the `pumping` object), as the document declares them.
 #[tokio::test]
 async fn a_pumping_refusal_and_a_blocked_range_match_the_document() {
-    let app = spawn_app(Backend::Memory, |s| s.sms.pumping.min_sends = 2).await;
+    let app = spawn_app(Backend::Memory, |s| {
+        s.sms.pumping.min_sends = 2;
+        s.sms.pumping.country_min_sends = 2;
+    })
+    .await;
     let doc = document(&app).await;
     for phone in ["+8613800138000", "+8613800138001"] {
         assert_eq!(app.sms_send(json!({ "phone": phone })).await.status, 200);
@@ -654,12 +661,12 @@ async fn a_pumping_refusal_and_a_blocked_range_match_the_document() {
     assert_eq!(refused.status, 403, "{}", refused.body);
     assert_eq!(refused.error(), "pumping_suspected");
     assert_documented(&doc, "post", "/sms/send", &refused);
-    for (path, kind) in [
-        ("/admin/api/subjects/prefix/%2B8613800", "prefix"),
-        ("/admin/api/subjects/country/CN", "country"),
+    for (path, kind, level) in [
+        ("/admin/api/subjects/prefix/%2B8613800", "prefix", "block"),
+        ("/admin/api/subjects/country/CN", "country", "challenge"),
     ] {
         let state = app.admin_get(path).await;
-        assert!(state.body["pumping"]["block"].is_object(), "{}", state.body);
+        assert!(state.body["pumping"][level].is_object(), "{}", state.body);
         assert_documented(
             &doc,
             "get",

@@ -48,11 +48,11 @@ fn a_reload_swaps_the_decision_settings_and_a_bad_file_keeps_the_old_ones() {
         policy: std::sync::Arc::new(PolicyCell::new(
             Policy::from_settings(&Settings::defaults().unwrap()).unwrap(),
         )),
-        lists: std::sync::Arc::new(tollgate::lists::Lists::new(&Default::default(), None)),
+        lists: std::sync::Arc::new(tollgate::lists::Lists::new(Vec::new(), None)),
         templates: std::sync::Arc::new(TemplatesCell::new(Templates::compiled())),
     };
     let (cell, lists) = (&reloadable.policy, &reloadable.lists);
-    assert_eq!(cell.current().sms_phone.rules[0].limit, 1);
+    assert_eq!(cell.current().sms.phone.rules[0].limit, 1);
 
     let blocked = |user: &str| {
         let request = tollgate::lists::ListRequest {
@@ -65,15 +65,18 @@ fn a_reload_swaps_the_decision_settings_and_a_bad_file_keeps_the_old_ones() {
 
     let file = config(dir.path(), 3, 7);
     reloadable.reload(Some(&file)).unwrap();
-    assert_eq!(cell.current().sms_phone.rules[0].limit, 3);
-    assert_eq!(cell.current().pair_lock.map(|rule| rule.limit), Some(7));
+    assert_eq!(cell.current().sms.phone.rules[0].limit, 3);
+    assert_eq!(
+        cell.current().login.pair_lock.map(|rule| rule.limit),
+        Some(7)
+    );
     assert!(blocked("mallory-3"), "the file's list entries are in force");
 
     let bad = config(dir.path(), 4, 0);
     let error = reloadable.reload(Some(&bad)).unwrap_err().to_string();
     assert!(error.contains("login.lock_after"), "{error}");
     assert_eq!(
-        cell.current().sms_phone.rules[0].limit,
+        cell.current().sms.phone.rules[0].limit,
         3,
         "the old settings stay"
     );

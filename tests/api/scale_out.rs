@@ -23,7 +23,7 @@ use crate::process::Tollgate;
 
 const PROCESSES: usize = 3;
 const CONCURRENT: usize = 60;
-const API_KEY: &str = "scale-key";
+const API_KEY: &str = "scale-key-0123456789";
 
 fn cluster_url() -> String {
     std::env::var("TOLLGATE_TEST_REDIS_CLUSTER_URL").unwrap_or_else(|_| {

@@ -61,6 +61,8 @@ fn config(dir: &std::path::Path, prefix: &str, database_url: &str) -> std::path:
 bind = "127.0.0.1:0"
 api_keys = ["{API_KEY}"]
 admin_tokens = ["{ADMIN_TOKEN}"]
+# Its negative cases send wrong tokens on purpose: not a guesser to throttle.
+admin_auth_limit = {{ limit = 100000, window = "1m" }}
 
 [store]
 backend = "redis"

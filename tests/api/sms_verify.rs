@@ -1,8 +1,10 @@
-use serde_json::json;
+use serde_json::{json, Value};
 use tollgate::audit::AuditDecision;
+use tollgate::domain::{Action, SubjectKind};
+use tollgate::settings::Settings;
 use tollgate::store::ManualClock;
 
-use crate::helpers::{spawn_app, spawn_app_with_clock, Backend};
+use crate::helpers::{limits, spawn_app, spawn_app_with_clock, Backend, TestApp};
 use crate::on_both_backends;
 
 const PHONE: &str = "+8613800138000";
@@ -11,7 +13,10 @@ on_both_backends!(
     a_code_verifies_once_and_is_then_used_up,
     wrong_codes_count_down_and_the_last_one_burns_the_code,
     a_new_send_replaces_the_previous_code,
-    a_code_never_sent_is_invalid_with_no_attempts_left,
+    a_code_never_sent_counts_down_like_a_wrong_code,
+    the_answers_are_the_same_with_and_without_a_pending_code,
+    the_31st_failed_try_from_one_address_is_refused_and_another_still_verifies,
+    a_right_code_gives_its_try_back,
 );
 
 fn wrong(code: &str) -> String {
@@ -39,7 +44,11 @@ async fn a_code_verifies_once_and_is_then_used_up(backend: Backend) {
     let again = app
         .sms_verify(json!({ "phone": PHONE, "code": code }))
         .await;
-    assert_eq!(again.body, json!({ "valid": false, "attempts_left": 0 }));
+    assert_eq!(
+        again.body,
+        json!({ "valid": false, "attempts_left": 4 }),
+        "a used code is a wrong try, as on a phone without a code"
+    );
 }
 
 async fn wrong_codes_count_down_and_the_last_one_burns_the_code(backend: Backend) {
@@ -105,18 +114,207 @@ async fn a_new_send_replaces_the_previous_code(backend: Backend) {
     assert_eq!(answer.body, json!({ "valid": true }));
 }
 
-async fn a_code_never_sent_is_invalid_with_no_attempts_left(backend: Backend) {
+async fn a_code_never_sent_counts_down_like_a_wrong_code(backend: Backend) {
     let app = spawn_app(backend, |_| {}).await;
     let answer = app
         .sms_verify(json!({ "phone": PHONE, "code": "123456" }))
         .await;
     assert_eq!(answer.status, 200);
-    assert_eq!(answer.body, json!({ "valid": false, "attempts_left": 0 }));
+    assert_eq!(answer.body, json!({ "valid": false, "attempts_left": 4 }));
     assert!(app.audit_events().is_empty());
+    // A send afterwards starts with every try.
+    app.sms_send(json!({ "phone": PHONE })).await;
+    let code = app.sms.last_code(PHONE);
+    let wrong_try = app
+        .sms_verify(json!({ "phone": PHONE, "code": wrong(&code) }))
+        .await;
+    assert_eq!(
+        wrong_try.body,
+        json!({ "valid": false, "attempts_left": 4 })
+    );
+}
+
+/// Every answer of one phone, from its first wrong try to the first refused
+/// one: status, body and Retry-After.
+async fn burn(app: &TestApp, phone: &str) -> Vec<(u16, Value, Option<String>)> {
+    let mut answers = Vec::new();
+    for _ in 0..6 {
+        let answer = app
+            .sms_verify(json!({ "phone": phone, "code": "000000" }))
+            .await;
+        answers.push((answer.status.as_u16(), answer.body, answer.retry_after));
+    }
+    answers
+}
+
+/// `attempts_left` used to tell whether a code was pending (n, or 0). A
+/// prober now reads the same answers either way, to the burnt code's 429.
+async fn the_answers_are_the_same_with_and_without_a_pending_code(backend: Backend) {
+    let app = spawn_app(backend, |_| {}).await;
+    let (pending, none) = ("+8613800138000", "+8613800138001");
+    app.sms_send(json!({ "phone": pending })).await;
+    let code = app.sms.last_code(pending);
+    assert_ne!(code, "000000", "a code of six zeros would be right");
+    let (with, without) = (burn(&app, pending).await, burn(&app, none).await);
+    let bodies = |answers: &[(u16, Value, Option<String>)]| {
+        answers
+            .iter()
+            .map(|(status, body, _)| (*status, body.clone()))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(bodies(&with), bodies(&without));
+    let expected: Vec<(u16, Value)> = [4, 3, 2, 1, 0]
+        .into_iter()
+        .map(|left| (200, json!({ "valid": false, "attempts_left": left })))
+        .chain([(
+            429,
+            json!({
+                "error": "rate_limited",
+                "message": with[5].1["message"].clone(),
+                "retry_after_secs": with[5].1["retry_after_secs"].clone(),
+                "rule": "phone 5/5m"
+            }),
+        )])
+        .collect();
+    assert_eq!(bodies(&with), expected);
+    for answers in [&with, &without] {
+        let secs: u64 = answers[5].2.as_deref().unwrap_or("0").parse().unwrap();
+        assert!((299..=300).contains(&secs), "{secs}");
+    }
+    // Both burns are audited alike.
+    let burnt: Vec<&str> = app
+        .audit_events()
+        .iter()
+        .filter(|e| e.reason == "verify_attempts_exhausted")
+        .map(|e| e.subject.as_str())
+        .collect::<Vec<_>>()
+        .into_iter()
+        .map(|s| if s == pending { "pending" } else { "none" })
+        .collect();
+    assert_eq!(burnt, ["pending", "none"]);
+}
+
+/// The probe: one address trying codes on phone after phone. Its
+/// 31st failed try in the hour is refused before any code is looked at, so
+/// it burns nothing: the victim still verifies from its own address. The
+/// limit is the shipped default (the test settings loosen it), so that a
+/// default turned off or changed fails here.
+async fn the_31st_failed_try_from_one_address_is_refused_and_another_still_verifies(
+    backend: Backend,
+) {
+    let app = spawn_app(backend, |s| {
+        let defaults = Settings::defaults().expect("the embedded defaults are valid");
+        s.sms.verify_ip_limits = defaults.sms.verify_ip_limits;
+    })
+    .await;
+    let victim = "+8613800138099";
+    app.sms_send(json!({ "phone": victim })).await;
+    let code = app.sms.last_code(victim);
+    let attacker = "203.0.113.66";
+    for i in 0..30 {
+        let phone = format!("+86138001380{i:02}");
+        let probe = app
+            .sms_verify(json!({ "phone": phone, "code": "000000", "ip": attacker }))
+            .await;
+        assert_eq!(
+            probe.body,
+            json!({ "valid": false, "attempts_left": 4 }),
+            "probe {i}"
+        );
+    }
+    let throttled = app
+        .sms_verify(json!({ "phone": victim, "code": code, "ip": attacker }))
+        .await;
+    assert_eq!(throttled.status, 429, "{}", throttled.body);
+    assert_eq!(throttled.error(), "rate_limited");
+    assert_eq!(throttled.body["rule"], "ip 30/1h");
+    assert!(
+        throttled.body.get("valid").is_none(),
+        "nothing about the code"
+    );
+    let secs: u64 = throttled.retry_after.as_deref().unwrap().parse().unwrap();
+    assert!((3_599..=3_600).contains(&secs), "{secs}");
+
+    let row = app
+        .audit_events()
+        .into_iter()
+        .find(|e| e.action == Action::SmsVerify && e.subject_kind == SubjectKind::Ip)
+        .expect("the refusal is audited");
+    assert_eq!(
+        (row.decision, row.reason.as_str(), row.subject.as_str()),
+        (AuditDecision::Deny, "rate_limited", attacker)
+    );
+    assert_eq!(
+        (row.rule.as_deref(), row.observed, row.limit),
+        (Some("ip 30/1h"), Some(30), Some(30))
+    );
+
+    // The victim's code was not looked at: all its tries are left.
+    let victim_ip = "198.51.100.7";
+    let typo = app
+        .sms_verify(json!({ "phone": victim, "code": wrong(&code), "ip": victim_ip }))
+        .await;
+    assert_eq!(typo.body, json!({ "valid": false, "attempts_left": 4 }));
+    let verified = app
+        .sms_verify(json!({ "phone": victim, "code": code, "ip": victim_ip }))
+        .await;
+    assert_eq!(verified.body, json!({ "valid": true }));
+
+    // Subject state shows the window; unblock clears it.
+    let state = app
+        .admin_get(&format!("/admin/api/subjects/ip/{attacker}"))
+        .await;
+    let window = state.body["windows"]
+        .as_array()
+        .and_then(|w| w.iter().find(|w| w["action"] == "sms_verify"))
+        .cloned()
+        .unwrap_or_else(|| panic!("{}", state.body));
+    assert_eq!(
+        (&window["rule"], &window["count"], &window["limit"]),
+        (&json!("ip 30/1h"), &json!(30), &json!(30))
+    );
+    app.admin_post(&format!("/admin/api/subjects/ip/{attacker}/unblock"))
+        .await;
+    let after = app
+        .sms_verify(json!({ "phone": "+8613800138050", "code": "000000", "ip": attacker }))
+        .await;
+    assert_eq!(after.status, 200, "{}", after.body);
+}
+
+/// A user who mistypes pays for it; one who types the code right does not.
+async fn a_right_code_gives_its_try_back(backend: Backend) {
+    let app = spawn_app(backend, |s| {
+        s.sms.verify_ip_limits = limits(&[(2, 3_600_000)]);
+    })
+    .await;
+    let ip = "198.51.100.8";
+    let verify = |phone: &'static str, code: String| {
+        app.sms_verify(json!({ "phone": phone, "code": code, "ip": ip }))
+    };
+    for phone in ["+8613800138001", "+8613800138002", "+8613800138003"] {
+        app.sms_send(json!({ "phone": phone })).await;
+        let code = app.sms.last_code(phone);
+        assert_eq!(
+            verify(phone, code).await.body,
+            json!({ "valid": true }),
+            "{phone}"
+        );
+    }
+    app.sms_send(json!({ "phone": "+8613800138004" })).await;
+    let code = app.sms.last_code("+8613800138004");
+    assert_eq!(verify("+8613800138004", wrong(&code)).await.status, 200);
+    assert_eq!(verify("+8613800138004", wrong(&code)).await.status, 200);
+    let refused = verify("+8613800138004", code).await;
+    assert_eq!(
+        refused.status, 429,
+        "two failed tries fill 2/1h: {}",
+        refused.body
+    );
+    assert_eq!(refused.body["rule"], "ip 2/1h");
 }
 
 #[tokio::test]
-async fn an_expired_code_is_invalid_with_no_attempts_left() {
+async fn an_expired_code_is_invalid_like_a_wrong_one() {
     let clock = ManualClock::new(1_700_000_000_000);
     let app = spawn_app_with_clock(Backend::Memory, Some(clock.clone()), |_| {}).await;
     app.sms_send(json!({ "phone": PHONE })).await;
@@ -125,5 +323,5 @@ async fn an_expired_code_is_invalid_with_no_attempts_left() {
     let answer = app
         .sms_verify(json!({ "phone": PHONE, "code": code }))
         .await;
-    assert_eq!(answer.body, json!({ "valid": false, "attempts_left": 0 }));
+    assert_eq!(answer.body, json!({ "valid": false, "attempts_left": 4 }));
 }

@@ -31,7 +31,7 @@ use crate::helpers::{free_port, TestApp, ADMIN_TOKEN};
 /// What Chromium needs to run headless here: as root (no sandbox), without
 /// a GPU, and without reaching out to the network on its own (which a
 /// closed network makes it wait for).
-const CHROMIUM_FLAGS: [&str; 10] = [
+const CHROMIUM_FLAGS: [&str; 11] = [
     "--headless",
     "--no-sandbox",
     "--disable-gpu",
@@ -42,6 +42,9 @@ const CHROMIUM_FLAGS: [&str; 10] = [
     "--disable-sync",
     "--window-size=1280,1240",
     "--hide-scrollbars",
+    // Names other than the loopback's fail at once (the OpenID provider's
+    // development login page imports a web font).
+    "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1",
 ];
 
 /// The executable `name` on `PATH`, or a failure that says how to get it.
@@ -61,14 +64,14 @@ fn installed(name: &str, package: &str) -> PathBuf {
 }
 
 /// A chromedriver of our own on a free port; killed when dropped.
-struct Chromedriver {
+pub(super) struct Chromedriver {
     _process: Child,
     url: String,
 }
 
 impl Chromedriver {
     /// Started, and ready once it says so on its standard output.
-    async fn start() -> Self {
+    pub(super) async fn start() -> Self {
         let binary = installed("chromedriver", "chromium-driver");
         let port = free_port();
         let mut process = Command::new(binary)
@@ -99,7 +102,7 @@ impl Chromedriver {
     }
 
     /// A new headless Chromium with an empty profile in `profile`.
-    async fn browser(&self, profile: &Path) -> Client {
+    pub(super) async fn browser(&self, profile: &Path) -> Client {
         let chromium = installed("chromium", "chromium");
         let mut args: Vec<String> = CHROMIUM_FLAGS.iter().map(|s| s.to_string()).collect();
         args.push(format!("--user-data-dir={}", profile.display()));
@@ -125,7 +128,7 @@ fn screenshot_dir() -> PathBuf {
     dir
 }
 
-async fn screenshot(browser: &Client, name: &str) -> PathBuf {
+pub(super) async fn screenshot(browser: &Client, name: &str) -> PathBuf {
     let png = browser.screenshot().await.expect("a screenshot");
     assert!(png.starts_with(b"\x89PNG"), "{name} is a PNG");
     let path = screenshot_dir().join(format!("{name}.png"));
@@ -247,7 +250,7 @@ fn a_day_of_refusals(now: DateTime<Utc>) -> Vec<AuditEvent> {
 
 /// Ten failures of `user` from `ip`: the (user, IP) pair locks (the
 /// defaults: `login.lock_after = 10`, `lock_scope = "user_ip"`).
-async fn lock(app: &TestApp, user: &str, ip: &str) {
+pub(super) async fn lock(app: &TestApp, user: &str, ip: &str) {
     for _ in 0..10 {
         app.login_attempt(
             json!({ "user": user, "ip": ip, "success": false, "captcha_passed": true }),
@@ -259,7 +262,7 @@ async fn lock(app: &TestApp, user: &str, ip: &str) {
 /// Waits until the page `old` (its `<html>` element) has given way to a
 /// new one that has loaded: a click on a link or a form's button may
 /// return as soon as the navigation starts.
-async fn loaded_after(browser: &Client, old: Element) -> Result<(), CmdError> {
+pub(super) async fn loaded_after(browser: &Client, old: Element) -> Result<(), CmdError> {
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
         // A stale element: the document it belonged to is gone.
@@ -277,7 +280,7 @@ async fn loaded_after(browser: &Client, old: Element) -> Result<(), CmdError> {
 }
 
 /// Clicks what `target` finds and waits for the page it leads to.
-async fn open(browser: &Client, target: Locator<'_>) -> Result<(), CmdError> {
+pub(super) async fn open(browser: &Client, target: Locator<'_>) -> Result<(), CmdError> {
     let old = browser.find(Locator::Css("html")).await?;
     browser.find(target).await?.click().await?;
     loaded_after(browser, old).await

@@ -6,8 +6,9 @@ use super::backend::Backend;
 use super::on_both_backends;
 
 on_both_backends!(
-    a_code_is_valid_once_then_missing,
+    a_code_is_valid_once_then_a_stand_in_answers,
     wrong_codes_count_down_then_burn_the_code_until_it_expires,
+    without_a_code_a_stand_in_counts_down_and_burns_alike,
     putting_a_code_replaces_the_previous_one,
     a_code_expires_after_its_ttl,
     deleted_keys_are_gone,
@@ -15,21 +16,29 @@ on_both_backends!(
     ping_answers,
 );
 
-async fn a_code_is_valid_once_then_missing(b: &Backend) {
+/// Tries per code, and a code's life.
+const ATTEMPTS: u32 = 3;
+const TTL_MS: u64 = 60_000;
+
+async fn check(b: &Backend, key: &str, mac: &str) -> OtpOutcome {
+    b.store()
+        .otp_check(key, mac, ATTEMPTS, TTL_MS)
+        .await
+        .expect("otp_check")
+}
+
+async fn a_code_is_valid_once_then_a_stand_in_answers(b: &Backend) {
     let key = b.keys.otp("phone", "+33612345678");
     let store = b.store();
-    assert_eq!(
-        store.otp_check(&key, "mac-a").await.unwrap(),
-        OtpOutcome::Missing
-    );
     store.otp_put(&key, "mac-a", 3, 60_000).await.unwrap();
     assert_eq!(
-        store.otp_check(&key, "mac-a").await.unwrap(),
+        check(b, &key, "mac-a").await,
         OtpOutcome::Valid { attempts_left: 3 }
     );
     assert_eq!(
-        store.otp_check(&key, "mac-a").await.unwrap(),
-        OtpOutcome::Missing
+        check(b, &key, "mac-a").await,
+        OtpOutcome::Wrong { attempts_left: 2 },
+        "a used code is a miss on a stand-in, as a wrong code is"
     );
 }
 
@@ -40,7 +49,7 @@ async fn wrong_codes_count_down_then_burn_the_code_until_it_expires(b: &Backend)
     store.otp_put(&key, "mac-right", 3, 2_000).await.unwrap();
     for left in [2, 1, 0] {
         assert_eq!(
-            store.otp_check(&key, "mac-wrong").await.unwrap(),
+            check(b, &key, "mac-wrong").await,
             OtpOutcome::Wrong {
                 attempts_left: left
             }
@@ -48,16 +57,53 @@ async fn wrong_codes_count_down_then_burn_the_code_until_it_expires(b: &Backend)
     }
     b.advance(500).await;
     for offered in ["mac-right", "mac-wrong", "mac-righ"] {
-        let OtpOutcome::Burnt { retry_after_ms } = store.otp_check(&key, offered).await.unwrap()
-        else {
+        let OtpOutcome::Burnt { retry_after_ms } = check(b, &key, offered).await else {
             panic!("a burnt code answers Burnt to {offered}");
         };
         b.assert_wait(retry_after_ms, 2_000, &start, "until the code expires");
     }
     b.advance(1_501).await;
+    assert!(!b.exists(&key).await, "the burnt code has expired");
     assert_eq!(
-        store.otp_check(&key, "mac-right").await.unwrap(),
-        OtpOutcome::Missing
+        check(b, &key, "mac-right").await,
+        OtpOutcome::Wrong { attempts_left: 2 },
+        "an expired code is gone: a stand-in takes the try"
+    );
+}
+
+async fn without_a_code_a_stand_in_counts_down_and_burns_alike(b: &Backend) {
+    let key = b.keys.otp("phone", "+33612345684");
+    let start = b.mark();
+    for left in [2, 1, 0] {
+        assert_eq!(
+            check(b, &key, "mac-any").await,
+            OtpOutcome::Wrong {
+                attempts_left: left
+            }
+        );
+    }
+    for offered in ["mac-any", "", "x"] {
+        let OtpOutcome::Burnt { retry_after_ms } = check(b, &key, offered).await else {
+            panic!("a burnt stand-in answers Burnt to {offered:?}");
+        };
+        b.assert_wait(
+            retry_after_ms,
+            TTL_MS,
+            &start,
+            "a code's life from the first try",
+        );
+    }
+    // A send puts a real code over the burnt stand-in.
+    b.store().otp_put(&key, "mac-new", 3, 60_000).await.unwrap();
+    assert_eq!(
+        check(b, &key, "mac-new").await,
+        OtpOutcome::Valid { attempts_left: 3 }
+    );
+    let empty = b.keys.otp("phone", "+33612345685");
+    assert_eq!(
+        check(b, &empty, "").await,
+        OtpOutcome::Wrong { attempts_left: 2 },
+        "nothing matches a stand-in, not even an empty MAC"
     );
 }
 
@@ -66,17 +112,17 @@ async fn putting_a_code_replaces_the_previous_one(b: &Backend) {
     let store = b.store();
     store.otp_put(&key, "mac-first", 3, 60_000).await.unwrap();
     assert_eq!(
-        store.otp_check(&key, "mac-wrong").await.unwrap(),
+        check(b, &key, "mac-wrong").await,
         OtpOutcome::Wrong { attempts_left: 2 }
     );
     store.otp_put(&key, "mac-second", 3, 60_000).await.unwrap();
     assert_eq!(
-        store.otp_check(&key, "mac-first").await.unwrap(),
+        check(b, &key, "mac-first").await,
         OtpOutcome::Wrong { attempts_left: 2 },
         "the first code is gone and the attempts start again"
     );
     assert_eq!(
-        store.otp_check(&key, "mac-second").await.unwrap(),
+        check(b, &key, "mac-second").await,
         OtpOutcome::Valid { attempts_left: 2 },
         "the right code after one wrong try: two tries were left"
     );
@@ -97,8 +143,8 @@ async fn a_code_expires_after_its_ttl(b: &Backend) {
     }
     assert!(!b.exists(&key).await);
     assert_eq!(
-        store.otp_check(&key, "mac-a").await.unwrap(),
-        OtpOutcome::Missing
+        check(b, &key, "mac-a").await,
+        OtpOutcome::Wrong { attempts_left: 2 }
     );
 }
 
@@ -122,11 +168,11 @@ async fn deleted_keys_are_gone(b: &Backend) {
     assert!(!b.exists(&window).await && !b.exists(&otp).await);
     assert_eq!(store.peek(&window, &windows).await.unwrap().counts, [0]);
     assert_eq!(
-        store.otp_check(&otp, "mac-a").await.unwrap(),
-        OtpOutcome::Missing
+        check(b, &otp, "mac-a").await,
+        OtpOutcome::Wrong { attempts_left: 2 }
     );
     assert_eq!(
-        store.otp_check(&unrelated, "mac-b").await.unwrap(),
+        check(b, &unrelated, "mac-b").await,
         OtpOutcome::Valid { attempts_left: 3 }
     );
 }

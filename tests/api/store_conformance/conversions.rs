@@ -3,8 +3,8 @@
 //! in `reserve`, and the expiring set that lists blocks.
 
 use tollgate::store::{
-    CodeToStore, ConversionHit, ConversionOutcome, ConversionPolicy, ConversionVerdict,
-    ReserveRequest, SubjectWindows, WindowSpec,
+    CodeToStore, ConversionHit, ConversionOutcome, ConversionPolicy, ConversionVerdict, Escalation,
+    ReserveRequest, SubjectWindows, Surge, WindowSpec,
 };
 
 use super::backend::{member, Backend};
@@ -19,6 +19,9 @@ on_both_backends!(
     a_shadow_block_is_seen_only_by_forced_events,
     a_refusing_conversion_reserves_nothing_and_a_refused_reservation_counts_nothing,
     an_expiring_set_lists_its_live_members_latest_ending_first,
+    a_surge_challenges_and_only_a_passed_captcha_reserves,
+    a_surge_past_the_captcha_blocks,
+    verified_slices_teach_the_normal_and_it_raises_the_bar,
 );
 
 /// Blocks below half of at least four events, for `block_ms`.
@@ -28,6 +31,21 @@ fn policy(block_ms: u64) -> ConversionPolicy {
         min_ratio_ppm: 500_000,
         window_ms: 60_000,
         block_ms,
+        surge: None,
+    }
+}
+
+/// `policy(block_ms)` judged as a country: twice its normal, over a
+/// history of seven buckets of `bucket_ms`.
+fn country(block_ms: u64, window_ms: u64, bucket_ms: u64) -> ConversionPolicy {
+    ConversionPolicy {
+        window_ms,
+        surge: Some(Surge {
+            factor_milli: 2_000,
+            history_ms: 7 * bucket_ms,
+            block: true,
+        }),
+        ..policy(block_ms)
     }
 }
 
@@ -85,6 +103,7 @@ async fn exactly_at_the_threshold_is_open_and_just_below_it_trips(b: &Backend) {
             events: 4,
             successes: 1,
             counted_in: None,
+            normal_milli: 0,
         }
     );
     let state = b.store().conversion_state(&below, &p).await.unwrap();
@@ -332,5 +351,188 @@ async fn an_expiring_set_lists_its_live_members_latest_ending_first(b: &Backend)
     assert!(
         !b.exists(&key).await,
         "the set expires with its last member"
+    );
+}
+
+async fn a_surge_challenges_and_only_a_passed_captcha_reserves(b: &Backend) {
+    let p = country(60_000, 60_000, 60_000);
+    let store = b.store();
+    let window_key = b.keys.window("phone", "+33620000000", "sms_send");
+    let code_key = b.keys.otp("phone", "+33620000000");
+    let key = b.keys.window("country", "FR", "conversion");
+    let windows = [WindowSpec::enforce(5, 60_000)];
+    b.hit(&window_key, &windows).await;
+    let subjects = [SubjectWindows {
+        key: &window_key,
+        windows: &windows,
+    }];
+    let conversions = [ConversionHit {
+        key: &key,
+        policy: &p,
+    }];
+    let reserve = |gate_open: bool| {
+        let (subjects, conversions, code_key) = (&subjects, &conversions, &code_key);
+        let store = store.clone();
+        async move {
+            let code = CodeToStore {
+                key: code_key,
+                mac: "mac",
+                attempts: 3,
+                ttl_ms: 60_000,
+            };
+            store
+                .reserve(ReserveRequest {
+                    subjects,
+                    conversions,
+                    member: &member(),
+                    gate_open,
+                    force: false,
+                    code: Some(code),
+                })
+                .await
+                .expect("reserve")
+        }
+    };
+    // No history: the floor alone. Four sends, none verified, at 0× a normal of 0.
+    for _ in 0..4 {
+        count(b, &key, &p).await;
+    }
+    let challenged = reserve(false).await;
+    assert_eq!(
+        (challenged.conversions[0].verdict, challenged.recorded),
+        (ConversionVerdict::ChallengeTripped, false)
+    );
+    assert_eq!(
+        (
+            challenged.conversions[0].events,
+            challenged.conversions[0].normal_milli
+        ),
+        (4, 0)
+    );
+    assert_eq!(
+        challenged.outcomes[0].counts,
+        [1],
+        "a challenge lets the windows be read: a rate limit answers first"
+    );
+    assert!(!b.exists(&code_key).await, "no code without the captcha");
+
+    let passed = reserve(true).await;
+    assert!(
+        passed.recorded,
+        "a passed captcha goes through the challenge"
+    );
+    let ConversionVerdict::Challenged { retry_after_ms } = passed.conversions[0].verdict else {
+        panic!("still challenged: {:?}", passed.conversions[0]);
+    };
+    assert!(
+        retry_after_ms <= 60_000 && retry_after_ms > 50_000,
+        "{retry_after_ms}"
+    );
+    assert_eq!(
+        (
+            passed.conversions[0].events,
+            passed.conversions[0].successes
+        ),
+        (4, 0),
+        "the challenge's figures"
+    );
+    assert!(passed.conversions[0].counted_in.is_some());
+    assert!(b.exists(&code_key).await);
+
+    let again = reserve(false).await;
+    assert!(!again.recorded);
+    let state = store.conversion_state(&key, &p).await.unwrap();
+    assert_eq!(
+        (state.events, state.successes),
+        (5, 0),
+        "the counts go on under a challenge: the four, and the one past the captcha"
+    );
+    let level = state.block.expect("a challenge");
+    assert_eq!(
+        (level.level, level.events, level.shadow),
+        (Escalation::Challenge, 4, false)
+    );
+}
+
+async fn a_surge_past_the_captcha_blocks(b: &Backend) {
+    // Slices of 100 ms.
+    let p = country(60_000, 1_200, 1_200);
+    let key = b.keys.window("country", "DE", "conversion");
+    for _ in 0..4 {
+        count(b, &key, &p).await;
+    }
+    assert_eq!(
+        hit(b, &key, &p, false).await.verdict,
+        ConversionVerdict::ChallengeTripped
+    );
+    let before = hit(b, &key, &p, false).await;
+    assert!(
+        matches!(before.verdict, ConversionVerdict::Challenged { .. }),
+        "nothing was counted since the challenge began: {before:?}"
+    );
+    // Four sends past the captcha, in the slices after the one it began in.
+    b.advance(100).await;
+    for _ in 0..4 {
+        count(b, &key, &p).await;
+    }
+    let start = b.mark();
+    let blocked = hit(b, &key, &p, false).await;
+    assert_eq!(
+        (blocked.verdict, blocked.events, blocked.successes),
+        (ConversionVerdict::Tripped, 4, 0),
+        "their figures: four since the challenge, none verified"
+    );
+    let state = b.store().conversion_state(&key, &p).await.unwrap();
+    let block = state.block.expect("a block");
+    assert_eq!((block.level, block.events), (Escalation::Block, 4));
+    b.assert_wait(block.retry_after_ms, 60_000, &start, "the block's end");
+    assert_eq!(state.events, 0, "the counts start afresh at the block");
+    let ConversionVerdict::Blocked { .. } = hit(b, &key, &p, false).await.verdict else {
+        panic!("blocked");
+    };
+}
+
+async fn verified_slices_teach_the_normal_and_it_raises_the_bar(b: &Backend) {
+    // Slices of 50 ms, buckets of 600 ms. min_ratio_ppm 0 lets every slice
+    // teach (no verify to time into the slice of its send); the country's
+    // own policy then reads the same buckets.
+    let judged = country(60_000, 600, 600);
+    let teaching = ConversionPolicy {
+        min_ratio_ppm: 0,
+        ..judged
+    };
+    let key = b.keys.window("country", "IT", "conversion");
+    for _ in 0..70 {
+        count(b, &key, &teaching).await;
+    }
+    // Pumped sends (none verified) teach nothing.
+    let pumped = b.keys.window("country", "ES", "conversion");
+    for _ in 0..70 {
+        count(b, &pumped, &judged).await;
+    }
+    b.advance(700).await;
+    hit(b, &key, &teaching, false).await;
+    hit(b, &pumped, &judged, false).await;
+    b.advance(600).await;
+    // 70 × 600 / (7 × 600): 10 sends a window.
+    let state = b.store().conversion_state(&key, &judged).await.unwrap();
+    assert_eq!((state.events, state.normal_milli), (0, 10_000));
+    let none = b.store().conversion_state(&pumped, &judged).await.unwrap();
+    assert_eq!(none.normal_milli, 0, "unverified slices do not teach");
+
+    // Twice the normal is 20: nineteen unverified sends are not a surge.
+    for _ in 0..19 {
+        count(b, &key, &judged).await;
+    }
+    let under = hit(b, &key, &judged, false).await;
+    assert_eq!(
+        (under.verdict, under.events, under.normal_milli),
+        (ConversionVerdict::Open, 19, 10_000)
+    );
+    count(b, &key, &judged).await;
+    let surge = hit(b, &key, &judged, false).await;
+    assert_eq!(
+        (surge.verdict, surge.events, surge.normal_milli),
+        (ConversionVerdict::ChallengeTripped, 20, 10_000)
     );
 }

@@ -1,0 +1,107 @@
+//! The lean limit of `/login/attempt`: actix-web, fred and tollgate's own
+//! `lua/login_attempt.lua` with the default policy, and nothing else — no
+//! API key, no audit trail, no metrics, no logs, no lists. What tollgate does
+//! beyond one script call per request costs what this service does not; the
+//! load benchmark (`scripts/bench.py`) runs it beside tollgate to show that
+//! cost (issue "Speed against the same job", item 3).
+//!
+//! `cargo run --release --example lean_login -- 127.0.0.1:18088 redis://127.0.0.1:6395`
+
+use std::cell::RefCell;
+
+use actix_web::{web, App, HttpResponse, HttpServer};
+use fred::prelude::{Client, ClientLike, Config};
+use fred::types::scripts::Script;
+use serde::Deserialize;
+
+const SCRIPT: &str = include_str!("../lua/login_attempt.lua");
+
+thread_local! {
+    /// Each worker's own client, as tollgate gives each HTTP worker one.
+    static CLIENT: RefCell<Option<Client>> = const { RefCell::new(None) };
+}
+
+#[derive(Deserialize)]
+struct Attempt {
+    user: String,
+    ip: Option<String>,
+    success: bool,
+}
+
+/// tollgate's defaults (`login.*`), in the order of the script's ARGV.
+fn argv(member: String, success: bool, ip: &str) -> Vec<String> {
+    let mut args = vec![member, u8::from(success).to_string()];
+    args.extend(
+        [
+            "0", "0", "0", // captcha passed, demanded, shadow
+            "3", "900000", // captcha_after, captcha_window_ms
+            "100", "3600000", // account lock_after, lock_window_ms
+            "900000", "86400000", // lock_ms, lock_max_ms
+            "1", "86400000", // reset_on_success, escalation_reset_ms
+            "0", "1", "10", // ip_blocked, pair, pair_lock_after
+        ]
+        .map(String::from),
+    );
+    args.push(ip.to_string());
+    args.extend(["20", "100", "3600000"].map(String::from));
+    args
+}
+
+async fn attempt(body: web::Json<Attempt>, script: web::Data<Script>) -> HttpResponse {
+    let user = body.user.to_lowercase();
+    let ip = body.ip.as_deref().unwrap_or("unknown");
+    let keys = vec![
+        format!("lean:{{user:{user}}}:login_attempt"),
+        format!("lean:{{user:{user}}}:lock"),
+        format!("lean:{{user:{user}}}:lock:ip:{ip}"),
+        format!("lean:{{user:{user}}}:login_pairs"),
+        format!("lean:{{ip:{ip}}}:login_attempt"),
+    ];
+    let member = uuid::Uuid::now_v7().to_string();
+    let Some(client) = CLIENT.with(|c| c.borrow().clone()) else {
+        return HttpResponse::ServiceUnavailable().finish();
+    };
+    let result: Result<Vec<i64>, _> = script
+        .evalsha_with_reload(&client, keys, argv(member, body.success, ip))
+        .await;
+    match result {
+        Ok(r) if r.len() >= 8 => {
+            // Refused for a live lock, or this failure started one.
+            let locked = r[0] == 1 || r[0] == 3 || r[4] >= 0 || r[7] >= 0;
+            let decision = match r[0] {
+                1 | 3 => "deny",
+                2 => "challenge",
+                _ => "allow",
+            };
+            HttpResponse::Ok().json(serde_json::json!({
+                "decision": decision,
+                "captcha_required": r[0] == 2 || r[3] == 1,
+                "locked": locked,
+                "failures": r[2],
+            }))
+        }
+        _ => HttpResponse::ServiceUnavailable().finish(),
+    }
+}
+
+#[actix_web::main]
+async fn main() -> std::io::Result<()> {
+    let mut args = std::env::args().skip(1);
+    let bind = args.next().unwrap_or_else(|| "127.0.0.1:18088".into());
+    let url = args
+        .next()
+        .unwrap_or_else(|| "redis://127.0.0.1:6379".into());
+    let config = Config::from_url(&url).map_err(std::io::Error::other)?;
+    let script = web::Data::new(Script::from_lua(SCRIPT));
+    HttpServer::new(move || {
+        let client = Client::new(config.clone(), None, None, None);
+        let _connection = client.connect();
+        CLIENT.with(|c| *c.borrow_mut() = Some(client));
+        App::new()
+            .app_data(script.clone())
+            .route("/login/attempt", web::post().to(attempt))
+    })
+    .bind(bind)?
+    .run()
+    .await
+}

@@ -1,0 +1,516 @@
+//! The audit journal: an answered refusal survives `kill -9` (database up or
+//! down), exactly once; an unusable spool directory stops start-up; a
+//! failing journal still answers, counts and says not ready; a database
+//! dropped and made again is migrated again; `/readyz` tells the public
+//! nothing but "not ready".
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::json;
+use sqlx::Connection;
+use tollgate::audit::query::EventFilter;
+use tollgate::audit::{AuditDb, AuditEvent};
+
+use crate::audit::{all_rows, eventually, refused_send, request_id_counts};
+use crate::audit_db::{postgres_admin_url, DbKind, TestDb};
+use crate::helpers::{limits, spawn_app_with_audit_db, Backend, TestApp};
+use crate::process::Tollgate;
+
+const PHONE: &str = "+8613800138000";
+const CLIENTS: usize = 4;
+/// The fewest answered refusals that make the kill a kill under load.
+const MIN_ANSWERED: usize = 100;
+
+fn config(dir: &std::path::Path, name: &str, database_url: &str) -> std::path::PathBuf {
+    let path = dir.join(name);
+    std::fs::write(
+        &path,
+        format!(
+            r#"
+[server]
+bind = "127.0.0.1:0"
+[audit]
+database_url = "{database_url}"
+spool_dir = "{spool}"
+[sms]
+phone_limits = [{{ limit = 1, window = "1h" }}]
+"#,
+            spool = dir.join("spool").display()
+        ),
+    )
+    .unwrap();
+    path
+}
+
+/// `CLIENTS` clients send refused sends until the server stops answering;
+/// each returns the request ids that got a 429 back, and counts them in
+/// `refused` as they come.
+fn hammer(
+    address: &str,
+    stop: Arc<AtomicBool>,
+    refused: Arc<AtomicUsize>,
+) -> Vec<tokio::task::JoinHandle<Vec<String>>> {
+    (0..CLIENTS)
+        .map(|c| {
+            let address = address.to_string();
+            let stop = stop.clone();
+            let refused = refused.clone();
+            tokio::spawn(async move {
+                let client = reqwest::Client::new();
+                let mut answered = Vec::new();
+                for i in 0.. {
+                    if stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    let id = format!("c{c}-{i}");
+                    let sent = client
+                        .post(format!("{address}/sms/send"))
+                        .header("x-request-id", &id)
+                        .json(&json!({ "phone": PHONE }))
+                        .send()
+                        .await;
+                    match sent {
+                        Ok(response) if response.status() == 429 => {
+                            answered.push(id);
+                            refused.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Ok(response) => panic!("{id}: {}", response.status()),
+                        Err(_) => break, // killed mid-request: no answer
+                    }
+                }
+                answered
+            })
+        })
+        .collect()
+}
+
+/// Refusals hammered at a process that is SIGKILLed mid-load, with its audit
+/// database at `first_url`; a second process on the same spool directory
+/// and the real database then holds every answered refusal exactly once.
+async fn killed_mid_load_loses_no_answered_refusal(database_up: bool) {
+    let db = TestDb::new(DbKind::Postgres).await;
+    let dir = db.dir.path().to_path_buf();
+    let first_url = if database_up {
+        db.url.clone()
+    } else {
+        format!(
+            "postgres://postgres@127.0.0.1:{}/nowhere",
+            crate::helpers::free_port()
+        )
+    };
+    let mut first = Tollgate::start(&config(&dir, "first.toml", &first_url)).await;
+    let client = reqwest::Client::new();
+    let sent = client
+        .post(format!("{}/sms/send", first.address))
+        .json(&json!({ "phone": PHONE }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(sent.status(), 200);
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let refused = Arc::new(AtomicUsize::new(0));
+    let clients = hammer(&first.address, stop.clone(), refused.clone());
+    // Killed once a real load has been answered, however slow the machine.
+    let loaded = async {
+        while refused.load(Ordering::Relaxed) <= 2 * MIN_ANSWERED {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(60), loaded)
+        .await
+        .expect("the clients got refusals back");
+    first.child.start_kill().unwrap(); // SIGKILL, mid-load
+    first.child.wait().await.unwrap();
+    stop.store(true, Ordering::Relaxed);
+    let mut answered = Vec::new();
+    for client in clients {
+        answered.extend(client.await.unwrap());
+    }
+    assert!(
+        answered.len() > MIN_ANSWERED,
+        "a real load: {}",
+        answered.len()
+    );
+
+    let _second = Tollgate::start(&config(&dir, "second.toml", &db.url)).await;
+    let pool = db.connect().await;
+    eventually(
+        "every answered refusal in the database",
+        Duration::from_secs(60),
+        || async {
+            let counts = request_id_counts(&all_rows(&pool).await);
+            answered.iter().all(|id| counts.contains_key(id))
+        },
+    )
+    .await;
+    let rows = all_rows(&pool).await;
+    let counts = request_id_counts(&rows);
+    let answered_set: std::collections::HashSet<&String> = answered.iter().collect();
+    for id in &answered {
+        assert_eq!(counts.get(id), Some(&1), "{id} exactly once");
+    }
+    // Rows beyond the answered ones can only be the requests in flight at
+    // the kill (journaled, their answer never sent): one per client at most.
+    let unanswered: Vec<&String> = counts
+        .keys()
+        .filter(|id| !answered_set.contains(id))
+        .collect();
+    assert!(
+        unanswered.len() <= CLIENTS && counts.values().all(|&n| n == 1),
+        "{} answered, {} rows; unanswered rows {unanswered:?}",
+        answered.len(),
+        rows.len()
+    );
+    // Replayed segments are deleted.
+    eventually("the journal emptied", Duration::from_secs(30), || {
+        let left = std::fs::read_dir(dir.join("spool"))
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter(|e| e.path().extension().is_some_and(|x| x == "jsonl"))
+            .count();
+        async move { left == 0 }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn kill_9_mid_load_with_the_database_up_loses_no_answered_refusal() {
+    killed_mid_load_loses_no_answered_refusal(true).await;
+}
+
+#[tokio::test]
+async fn kill_9_mid_load_with_the_database_down_loses_no_answered_refusal() {
+    killed_mid_load_loses_no_answered_refusal(false).await;
+}
+
+#[tokio::test]
+async fn an_unusable_spool_dir_stops_start_up_naming_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, "not a directory").unwrap();
+    let path = dir.path().join("tollgate.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[server]\nbind = \"127.0.0.1:0\"\n[audit]\ndatabase_url = \"sqlite://{}/audit.db?mode=rwc\"\nspool_dir = \"{}/spool\"\n",
+            dir.path().display(),
+            file.display()
+        ),
+    )
+    .unwrap();
+    let run = tokio::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .current_dir(dir.path())
+        .arg("--config")
+        .arg(&path)
+        .env_remove("TOLLGATE_CONFIG")
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(Duration::from_secs(30), run)
+        .await
+        .expect("start-up stops instead of serving")
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(stderr.contains("audit.spool_dir"), "{stderr}");
+}
+
+async fn app_with(db_url: String, spool: std::path::PathBuf, admin_port: bool) -> TestApp {
+    app_configured(db_url, spool, admin_port, |_| {}).await
+}
+
+async fn app_configured(
+    db_url: String,
+    spool: std::path::PathBuf,
+    admin_port: bool,
+    configure: impl FnOnce(&mut tollgate::settings::Settings) + Send + 'static,
+) -> TestApp {
+    spawn_app_with_audit_db(Backend::Memory, move |s| {
+        configure(s);
+        s.audit.database_url = tollgate::settings::SecretUrl::new(db_url);
+        s.audit.spool_dir = spool.display().to_string();
+        s.audit.flush_interval = Duration::from_millis(20);
+        s.sms.phone_limits = limits(&[(1, 3_600_000)]);
+        if admin_port {
+            s.server.admin_bind = Some("127.0.0.1:0".parse().unwrap());
+        }
+    })
+    .await
+}
+
+/// The public `/readyz` says 503 `not_ready` and nothing more while the
+/// audit database is down; the admin listener's says which part.
+#[tokio::test]
+async fn readiness_fails_from_state_and_tells_the_public_no_detail() {
+    let dir = tempfile::tempdir().unwrap();
+    let down = "postgres://postgres@127.0.0.1:1/nowhere".to_string();
+    let app = app_with(down, dir.path().join("spool"), true).await;
+    assert_eq!(app.get("/healthz").await.status, 200);
+    let ready = app.get("/readyz").await;
+    assert_eq!(
+        (ready.status.as_u16(), ready.error()),
+        (503, "not_ready"),
+        "{}",
+        ready.body
+    );
+    assert_eq!(
+        ready.body,
+        json!({ "error": "not_ready", "message": "not ready" })
+    );
+    let admin = app.admin_address.clone().expect("an admin listener");
+    let detailed: serde_json::Value = app
+        .client
+        .get(format!("{admin}/readyz"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            &detailed["audit_database"],
+            &detailed["audit_journal"],
+            &detailed["store"]
+        ),
+        (&json!("unavailable"), &json!("ok"), &json!("ok")),
+        "{detailed}"
+    );
+}
+
+/// The spool directory replaced by a file while running: refusals are
+/// still answered, each failed append is counted, `/readyz` says 503; once
+/// the directory is back, ready again and the events held in memory arrive.
+#[tokio::test]
+async fn a_failing_journal_still_answers_counts_and_is_not_ready() {
+    let db = TestDb::new(DbKind::Sqlite).await;
+    let spool = db.dir.path().join("spool");
+    let app = app_with(db.url.clone(), spool.clone(), false).await;
+    assert_eq!(app.sms_send(json!({ "phone": PHONE })).await.status, 200);
+    assert_eq!(app.get("/readyz").await.status, 200);
+    let series = "tollgate_audit_journal_errors_total{op=\"append\"}";
+    let before = app.metric(series).await;
+
+    std::fs::remove_dir_all(&spool).unwrap();
+    std::fs::write(&spool, "in the way").unwrap();
+    for i in 0..3 {
+        refused_send(&app, &format!("unjournaled-{i}")).await;
+    }
+    assert!(app.metric(series).await - before >= 3.0);
+    assert_eq!(app.get("/readyz").await.status, 503);
+
+    std::fs::remove_file(&spool).unwrap();
+    std::fs::create_dir(&spool).unwrap();
+    eventually("ready again", Duration::from_secs(30), || async {
+        app.get("/readyz").await.status == 200
+    })
+    .await;
+    let pool = db.connect().await;
+    eventually(
+        "the held events written",
+        Duration::from_secs(30),
+        || async {
+            let counts = request_id_counts(&all_rows(&pool).await);
+            (0..3).all(|i| counts.get(&format!("unjournaled-{i}")) == Some(&1))
+        },
+    )
+    .await;
+}
+
+/// The audit database dropped and made again while running: the writer
+/// migrates it again, the rows arrive, and `/readyz` is 200 again.
+#[tokio::test]
+async fn a_database_dropped_and_recreated_is_migrated_again() {
+    let db = TestDb::new(DbKind::Postgres).await;
+    let app = app_with(db.url.clone(), db.spool_dir(), false).await;
+    assert_eq!(app.sms_send(json!({ "phone": PHONE })).await.status, 200);
+    refused_send(&app, "before-drop").await;
+    app.flush_audit().await;
+    assert_eq!(all_rows(&db.connect().await).await.len(), 1);
+
+    let name = db.url.rsplit('/').next().unwrap().to_string();
+    let mut admin = sqlx::PgConnection::connect(&postgres_admin_url())
+        .await
+        .unwrap();
+    for sql in [
+        format!("DROP DATABASE {name} WITH (FORCE)"),
+        format!("CREATE DATABASE {name}"),
+    ] {
+        sqlx::query(&sql).execute(&mut admin).await.unwrap();
+    }
+    for i in 0..3 {
+        refused_send(&app, &format!("after-drop-{i}")).await;
+    }
+    let pool = AuditDb::connect_lazy(&db.url).unwrap();
+    eventually(
+        "rows in the recreated database",
+        Duration::from_secs(30),
+        || async {
+            app.flush_audit().await;
+            // No table until the writer has migrated again: no rows yet.
+            let rows = pool.page(&EventFilter::default(), None, 1_000).await;
+            let counts = request_id_counts(&rows.unwrap_or_default());
+            (0..3).all(|i| counts.get(&format!("after-drop-{i}")) == Some(&1))
+        },
+    )
+    .await;
+    eventually("ready", Duration::from_secs(30), || async {
+        app.get("/readyz").await.status == 200
+    })
+    .await;
+}
+
+fn a_refusal(user: &str) -> AuditEvent {
+    use tollgate::audit::AuditDecision;
+    use tollgate::domain::{Action, Subject, SubjectKind};
+    AuditEvent::new(
+        Action::LoginAttempt,
+        AuditDecision::Deny,
+        "user_locked",
+        &Subject::new(SubjectKind::User, user),
+    )
+}
+
+fn bytes_on_disk(dir: &std::path::Path) -> u64 {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| e.ok()?.metadata().ok())
+        .map(|m| m.len())
+        .sum()
+}
+
+/// A refusal flood while the database is down cannot fill the disk: the
+/// journal stops at its bound, what an earlier process left counts toward
+/// it, and deleting a segment makes room again.
+#[test]
+fn the_journal_stops_at_its_bound() {
+    use tollgate::audit::Journal;
+    const MAX: u64 = 16 << 10;
+    let dir = tempfile::tempdir().unwrap();
+    let journal = Journal::open(dir.path(), MAX).unwrap();
+    let mut taken = 0;
+    while journal.append(&a_refusal(&format!("u{taken}"))).is_some() {
+        taken += 1;
+        assert!(taken < 10_000, "no bound");
+    }
+    assert!(taken > 10, "{taken} events before the bound");
+    assert!(journal.append(&a_refusal("more")).is_none(), "still full");
+    assert!(journal.healthy(), "a full journal is not a failing one");
+    assert!(
+        bytes_on_disk(dir.path()) <= MAX,
+        "{}",
+        bytes_on_disk(dir.path())
+    );
+    assert_eq!(journal.bytes(), bytes_on_disk(dir.path()));
+
+    drop(journal); // as a dead process: its segment left behind
+    let next = Journal::open(dir.path(), MAX).unwrap();
+    assert!(next.append(&a_refusal("next")).is_none(), "leftovers count");
+    for segment in next.sealed() {
+        next.remove(&segment).unwrap();
+    }
+    assert!(next.append(&a_refusal("room")).is_some(), "room again");
+}
+
+/// Past `audit.journal_max_bytes` (here, left by an earlier process) with
+/// the database down: a refusal is still answered, counted as
+/// unjournaled, and the journal does not grow; it is not a failure.
+#[tokio::test]
+async fn past_the_journal_bound_refusals_are_answered_and_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let spool = dir.path().join("spool");
+    std::fs::create_dir(&spool).unwrap();
+    // The old spool's file name, adopted as a leftover: events, 1 MiB of
+    // them, which wait for the database.
+    let mut leftover = Vec::new();
+    while leftover.len() < 1 << 20 {
+        serde_json::to_writer(&mut leftover, &a_refusal("earlier")).unwrap();
+        leftover.push(b'\n');
+    }
+    std::fs::write(spool.join("spool.jsonl"), &leftover).unwrap();
+    let down = "postgres://postgres@127.0.0.1:1/nowhere".to_string();
+    let app = app_configured(down, spool.clone(), false, |s| {
+        s.audit.journal_max_bytes = 1 << 20; // the leftover is a little past it
+    })
+    .await;
+    let series = "tollgate_audit_events_total{outcome=\"unjournaled\"}";
+    let before = app.metric(series).await;
+    assert_eq!(app.sms_send(json!({ "phone": PHONE })).await.status, 200);
+    for i in 0..3 {
+        refused_send(&app, &format!("past-the-bound-{i}")).await;
+    }
+    assert!(app.metric(series).await - before >= 3.0);
+    assert_eq!(
+        bytes_on_disk(&spool),
+        leftover.len() as u64,
+        "the journal did not grow"
+    );
+    assert!(
+        app.sink_health().journal,
+        "a full journal is not an unwritable one"
+    );
+}
+
+#[test]
+fn the_journal_max_bytes_is_validated() {
+    let error = crate::helpers::config_error("[audit]\njournal_max_bytes = \"512KiB\"");
+    assert!(
+        error.contains("audit.journal_max_bytes") && error.contains("1MiB"),
+        "{error}"
+    );
+    let settings = crate::helpers::load_config("[audit]\njournal_max_bytes = \"2GiB\"").unwrap();
+    assert_eq!(settings.audit.journal_max_bytes, 2 << 30);
+    let settings = crate::helpers::load_config("").unwrap();
+    assert_eq!(settings.audit.journal_max_bytes, 1 << 30);
+}
+
+#[test]
+fn the_journal_sync_interval_is_validated() {
+    for (value, says) in [("0ms", "at least 1ms"), ("2m", "at most 60s")] {
+        let error =
+            crate::helpers::config_error(&format!("[audit]\njournal_sync_interval = \"{value}\""));
+        assert!(
+            error.contains("audit.journal_sync_interval") && error.contains(says),
+            "{value}: {error}"
+        );
+    }
+    let settings = crate::helpers::load_config("").unwrap();
+    assert_eq!(
+        settings.audit.journal_sync_interval,
+        Duration::from_millis(200)
+    );
+}
+
+/// Processes may share a spool directory: a new one adopts the segments of
+/// a process that is gone (its lock is free), never a live one's.
+#[test]
+fn a_shared_spool_dir_adopts_only_the_segments_of_processes_that_are_gone() {
+    use tollgate::audit::journal::read_events;
+    use tollgate::audit::{AuditDecision, Journal};
+    use tollgate::domain::{Action, Subject, SubjectKind};
+
+    let dir = tempfile::tempdir().unwrap();
+    let event = |user: &str| {
+        AuditEvent::new(
+            Action::LoginAttempt,
+            AuditDecision::Deny,
+            "user_locked",
+            &Subject::new(SubjectKind::User, user),
+        )
+    };
+    let live = Journal::open(dir.path(), 1 << 30).unwrap();
+    let gone = Journal::open(dir.path(), 1 << 30).unwrap();
+    live.append(&event("live")).unwrap();
+    let lost = event("gone");
+    gone.append(&lost).unwrap();
+    drop(gone); // as a dead process: its lock released, its segment left
+
+    let next = Journal::open(dir.path(), 1 << 30).unwrap();
+    let adopted = next.sealed();
+    assert_eq!(adopted.len(), 1, "only the dead run's segment");
+    let events = read_events(adopted[0].path()).unwrap();
+    assert_eq!(events.iter().map(|e| e.id).collect::<Vec<_>>(), [lost.id]);
+    assert!(live.sealed().is_empty(), "the live run keeps its own");
+}

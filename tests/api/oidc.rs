@@ -1,0 +1,799 @@
+//! Single sign-on against a real OpenID provider (panva's oidc-provider,
+//! `provider`): the console's authorization code flow with PKCE, sessions
+//! and sign-out, forged and replayed callbacks, users without a role; JWT
+//! access tokens on the admin API (good, expired, wrong audience, wrong
+//! issuer, tampered, `alg: none`, HMAC), key rotation and bogus key ids.
+//! The browser test is in `console::sso_browser`.
+
+pub mod provider;
+
+use std::sync::Arc;
+
+use base64::Engine as _;
+use reqwest::header::{COOKIE, LOCATION, SET_COOKIE};
+use reqwest::{StatusCode, Url};
+use serde_json::{json, Value};
+use tollgate::audit::AuditEvent;
+use tollgate::domain::admin_role::Role;
+use tollgate::settings::{LimitSetting, Secret, Settings};
+
+use crate::audit_db::{DbKind, TestDb};
+use crate::helpers::{free_port, spawn_app_with_audit_db, Backend, TestApp};
+use crate::on_both_databases;
+use provider::{OidcProvider, API, CLIENT_SECRET, OTHER_API};
+
+/// tollgate, its audit database and the provider it trusts.
+pub struct SsoApp {
+    pub app: TestApp,
+    pub provider: OidcProvider,
+    pub db: TestDb,
+}
+
+/// `[admin.oidc]` for `provider`, tollgate answering on `port`.
+pub fn sso_settings(s: &mut Settings, issuer: &str, port: u16) {
+    s.server.bind = format!("127.0.0.1:{port}").parse().unwrap();
+    let oidc = &mut s.admin.oidc;
+    oidc.issuer_url = issuer.to_string();
+    oidc.client_id = "tollgate".into();
+    oidc.client_secret = Secret::new(CLIENT_SECRET);
+    oidc.redirect_url = format!("http://127.0.0.1:{port}/admin/oidc/callback");
+    oidc.scopes = vec!["openid".into(), "email".into(), "roles".into()];
+    oidc.roles_claim = "roles".into();
+    oidc.role_map = [
+        ("tollgate-viewer".to_string(), Role::Viewer),
+        ("tollgate-operator".to_string(), Role::Operator),
+        ("tollgate-auditor".to_string(), Role::Auditor),
+    ]
+    .into();
+    oidc.api_audience = API.into();
+}
+
+/// A provider, a fresh audit database of `kind`, and tollgate signing in
+/// through the one and writing to the other.
+pub async fn sso_app(kind: DbKind, configure: impl FnOnce(&mut Settings)) -> SsoApp {
+    let provider = OidcProvider::start().await;
+    let db = TestDb::new(kind).await;
+    let (url, spool) = (db.url.clone(), db.spool_dir());
+    let issuer = provider.issuer.clone();
+    // tollgate's callback must be registered before anyone signs in, so its
+    // port is chosen first.
+    let port = free_port();
+    let app = spawn_app_with_audit_db(Backend::Memory, move |s| {
+        s.audit.database_url = tollgate::settings::SecretUrl::new(url);
+        s.audit.spool_dir = spool.display().to_string();
+        sso_settings(s, &issuer, port);
+        configure(s);
+    })
+    .await;
+    provider
+        .configure(&format!("{}/admin/oidc/callback", app.address))
+        .await;
+    SsoApp { app, provider, db }
+}
+
+/// A browser without redirects followed by itself, with a cookie jar.
+pub struct Browser {
+    pub client: reqwest::Client,
+    pub jar: Arc<reqwest::cookie::Jar>,
+}
+
+impl Browser {
+    pub fn new() -> Self {
+        let jar = Arc::new(reqwest::cookie::Jar::default());
+        let client = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .cookie_provider(jar.clone())
+            .build()
+            .unwrap();
+        Self { client, jar }
+    }
+
+    /// GET `url`, then every redirect, until an answer that is not one or
+    /// the next location starts with `stop_at`: the last answer and the
+    /// location not followed, if any.
+    pub async fn follow(&self, url: &str, stop_at: &str) -> (reqwest::Response, Option<String>) {
+        let mut url = Url::parse(url).unwrap();
+        for _ in 0..10 {
+            let response = self.client.get(url.clone()).send().await.unwrap();
+            let Some(location) = response.headers().get(LOCATION) else {
+                return (response, None);
+            };
+            let next = url.join(location.to_str().unwrap()).unwrap();
+            if next.as_str().starts_with(stop_at) {
+                return (response, Some(next.to_string()));
+            }
+            url = next;
+        }
+        panic!("too many redirects from {url}");
+    }
+
+    /// The cookies the jar would send to `url`.
+    pub fn cookies(&self, url: &str) -> Option<String> {
+        use reqwest::cookie::CookieStore as _;
+        self.jar
+            .cookies(&Url::parse(url).unwrap())
+            .map(|v| v.to_str().unwrap().to_string())
+    }
+}
+
+/// The `action` of the first form of `html`, HTML entities undone.
+fn form_action(html: &str) -> String {
+    let start = html.find("action=\"").expect("a form") + "action=\"".len();
+    let len = html[start..].find('"').unwrap();
+    html[start..start + len]
+        .replace("&#x2F;", "/")
+        .replace("&amp;", "&")
+}
+
+/// Open the console, sign in at the provider as `user`, and stop before
+/// the callback: its URL.
+pub async fn to_callback(
+    browser: &Browser,
+    app: &TestApp,
+    provider: &OidcProvider,
+    user: &str,
+) -> String {
+    let callback = format!("{}/admin/oidc/callback", app.address);
+    let (login, stopped) = browser
+        .follow(&format!("{}/admin/overview", app.address), &callback)
+        .await;
+    assert_eq!(stopped, None, "the provider asks who signs in");
+    let login_url = login.url().clone();
+    let html = login.text().await.unwrap();
+    assert!(html.contains("name=\"login\""), "{html}");
+    let action = login_url.join(&form_action(&html)).unwrap();
+    assert!(action.as_str().starts_with(&provider.issuer), "{action}");
+    let posted = browser
+        .client
+        .post(action.clone())
+        .form(&[("prompt", "login"), ("login", user), ("password", "any")])
+        .send()
+        .await
+        .unwrap();
+    let location = posted
+        .headers()
+        .get(LOCATION)
+        .expect("a redirect after the login");
+    let next = action.join(location.to_str().unwrap()).unwrap();
+    let (_, at_callback) = browser.follow(next.as_str(), &callback).await;
+    at_callback.expect("the provider sends the browser back with a code")
+}
+
+/// Sign in as `user` through the provider: the browser, with its session.
+pub async fn sign_in(app: &TestApp, provider: &OidcProvider, user: &str) -> Browser {
+    let browser = Browser::new();
+    let callback = to_callback(&browser, app, provider, user).await;
+    let done = browser.client.get(&callback).send().await.unwrap();
+    assert_eq!(done.status(), StatusCode::SEE_OTHER, "{user} signs in");
+    assert_eq!(done.headers()[LOCATION], "/admin/overview");
+    browser
+}
+
+fn find<'a>(rows: &'a [AuditEvent], decision: &str, reason: &str) -> Vec<&'a AuditEvent> {
+    rows.iter()
+        .filter(|e| e.decision.as_str() == decision && e.reason == reason)
+        .collect()
+}
+
+#[tokio::test]
+async fn a_browser_without_a_session_is_sent_to_the_providers_authorization_endpoint() {
+    let SsoApp {
+        app,
+        provider,
+        db: _db,
+    } = sso_app(DbKind::Sqlite, |_| {}).await;
+    let browser = Browser::new();
+    let answer = browser
+        .client
+        .get(format!("{}/admin/subjects/user/alice?x=1", app.address))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), StatusCode::FOUND);
+    assert_eq!(answer.headers()["cache-control"], "no-store");
+    let to = Url::parse(answer.headers()[LOCATION].to_str().unwrap()).unwrap();
+    assert_eq!(
+        format!("{}{}", to.origin().ascii_serialization(), to.path()),
+        format!("{}/auth", provider.issuer)
+    );
+    let query: std::collections::HashMap<String, String> = to.query_pairs().into_owned().collect();
+    assert_eq!(query["response_type"], "code");
+    assert_eq!(query["client_id"], "tollgate");
+    assert_eq!(query["code_challenge_method"], "S256");
+    assert_eq!(query["code_challenge"].len(), 43, "a SHA-256, base64url");
+    assert_eq!(
+        query["redirect_uri"],
+        format!("{}/admin/oidc/callback", app.address)
+    );
+    assert_eq!(query["scope"], "openid email roles");
+    assert!(
+        query["state"].len() >= 16 && query["nonce"].len() >= 16,
+        "{query:?}"
+    );
+    let cookie = answer.headers()[SET_COOKIE].to_str().unwrap();
+    assert!(cookie.starts_with("tollgate_admin_login="), "{cookie}");
+    for part in ["HttpOnly", "SameSite=Lax", "Path=/admin", "Max-Age=600"] {
+        assert!(cookie.contains(part), "{part} in {cookie}");
+    }
+    assert!(
+        !cookie.contains("Secure"),
+        "served over plain HTTP: {cookie}"
+    );
+    assert!(
+        !cookie.contains(&query["state"]),
+        "the pending sign-in is encrypted"
+    );
+    // The JSON API never redirects: 401.
+    let api = browser
+        .client
+        .get(format!("{}/admin/api/events", app.address))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(api.status(), StatusCode::UNAUTHORIZED);
+    // Behind a TLS proxy the cookie is Secure; a client's own header is not believed.
+    for (trusted, secure) in [(false, false), (true, true)] {
+        // Bound, so that the provider and the database live as long as the app.
+        let SsoApp {
+            app: proxied,
+            provider: _provider,
+            db: _db,
+        } = sso_app(DbKind::Sqlite, |s| {
+            if trusted {
+                s.server.trusted_proxies = vec!["127.0.0.1/32".parse().unwrap()];
+            }
+        })
+        .await;
+        let answer = Browser::new()
+            .client
+            .get(format!("{}/admin", proxied.address))
+            .header("x-forwarded-proto", "https")
+            .send()
+            .await
+            .unwrap();
+        let cookie = answer.headers()[SET_COOKIE].to_str().unwrap();
+        assert_eq!(
+            cookie.contains("; Secure"),
+            secure,
+            "trusted proxy {trusted}: {cookie}"
+        );
+    }
+}
+
+async fn signing_in_opens_a_session_that_names_the_admin_until_sign_out(kind: DbKind) {
+    let SsoApp { app, provider, db } = sso_app(kind, |_| {}).await;
+    let vera = sign_in(&app, &provider, "vera").await;
+    let page = vera
+        .client
+        .get(format!("{}/admin/subjects/user/alice", app.address))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), StatusCode::OK);
+    let html = page.text().await.unwrap();
+    assert!(html.contains("oidc:vera@example.com"), "{html}");
+    assert!(html.contains("(viewer)"), "{html}");
+    assert!(
+        !html.contains("class=\"unblock\""),
+        "a viewer sees no Unblock form"
+    );
+    // A viewer's unblock (the form is not shown; posted anyway) is refused and audited.
+    let refused = vera
+        .client
+        .post(format!("{}/admin/subjects/user/alice/unblock", app.address))
+        .form(&[("csrf", "none")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), StatusCode::FORBIDDEN);
+
+    let olga = sign_in(&app, &provider, "olga").await;
+    let page = olga
+        .client
+        .get(format!("{}/admin/subjects/user/alice", app.address))
+        .send()
+        .await
+        .unwrap();
+    let html = page.text().await.unwrap();
+    let marker = "name=\"csrf\" value=\"";
+    let form = html
+        .find("class=\"unblock\"")
+        .expect("an operator's Unblock form");
+    let start = html[form..].find(marker).unwrap() + form + marker.len();
+    let token = html[start..start + html[start..].find('"').unwrap()].to_string();
+    let unblocked = olga
+        .client
+        .post(format!("{}/admin/subjects/user/alice/unblock", app.address))
+        .form(&[("csrf", token.as_str())])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unblocked.status(), StatusCode::SEE_OTHER);
+
+    let all = db.trail(&app).await;
+    let sign_ins = find(&all, "sign_in", "oidc");
+    let actors: Vec<_> = sign_ins
+        .iter()
+        .map(|e| e.actor.as_deref().unwrap())
+        .collect();
+    assert_eq!(actors, ["oidc:olga@example.com", "oidc:vera@example.com"]);
+    assert!(sign_ins
+        .iter()
+        .all(|e| e.subject_kind.as_str() == "ip" && e.subject == "127.0.0.1"));
+    let denied = find(&all, "deny", "forbidden");
+    assert_eq!(denied.len(), 1);
+    assert_eq!(denied[0].actor.as_deref(), Some("oidc:vera@example.com"));
+    assert_eq!(
+        (denied[0].subject_kind.as_str(), denied[0].subject.as_str()),
+        ("user", "alice")
+    );
+    assert_eq!(denied[0].rule.as_deref(), Some("unblock needs operator"));
+    let unblocks = find(&all, "unblock", "admin_unblock");
+    assert_eq!(unblocks.len(), 1);
+    assert_eq!(unblocks[0].actor.as_deref(), Some("oidc:olga@example.com"));
+
+    // The API filters by actor.
+    let mine = app
+        .admin_get("/admin/api/events?actor=oidc%3Aolga%40example.com")
+        .await;
+    let decisions: Vec<&str> = mine.body["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["decision"].as_str().unwrap())
+        .collect();
+    assert_eq!(decisions, ["unblock", "sign_in"], "{}", mine.body);
+
+    // Sign out: the session ends everywhere, a copy of the cookie included.
+    let console = format!("{}/admin", app.address);
+    let copied = olga.cookies(&console).expect("a session cookie");
+    let page = olga
+        .client
+        .get(&console)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let start = page
+        .find("action=\"/admin/logout\"")
+        .expect("a Sign out form");
+    let token_at = page[start..].find(marker).unwrap() + start + marker.len();
+    let token = &page[token_at..token_at + page[token_at..].find('"').unwrap()];
+    let out = olga
+        .client
+        .post(format!("{}/admin/logout", app.address))
+        .form(&[("csrf", token)])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(out.status(), StatusCode::OK);
+    assert!(out.headers()[SET_COOKIE]
+        .to_str()
+        .unwrap()
+        .starts_with("tollgate_admin_session=;"));
+    let replayed = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+        .get(&console)
+        .header(COOKIE, copied)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(replayed.status(), StatusCode::FOUND, "back to the provider");
+    // vera's session is untouched.
+    let still = vera.client.get(&console).send().await.unwrap();
+    assert_eq!(still.status(), StatusCode::OK);
+}
+
+on_both_databases!(signing_in_opens_a_session_that_names_the_admin_until_sign_out);
+
+#[tokio::test]
+async fn forged_replayed_and_refused_callbacks_fail_are_audited_and_throttled() {
+    let SsoApp { app, provider, db } = sso_app(DbKind::Sqlite, |s| {
+        s.server.admin_auth_limit = LimitSetting::new(4, std::time::Duration::from_secs(600));
+    })
+    .await;
+    let callback = format!("{}/admin/oidc/callback", app.address);
+    let plain = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+
+    // 1. Forged: no sign-in was started by this browser. Refused, but not
+    //    counted: a page on another site can make an admin's browser send
+    //    it (an image), and must not throttle the admin's address by it.
+    for (i, query) in ["code=abc&state=xyz", "error=access_denied&state=s"]
+        .iter()
+        .cycle()
+        .take(6)
+        .enumerate()
+    {
+        let forged = plain
+            .get(format!("{callback}?{query}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(forged.status(), StatusCode::UNAUTHORIZED, "forged {i}");
+        assert!(forged.text().await.unwrap().contains("invalid_callback"));
+    }
+
+    // 2. Another state than the browser's.
+    let browser = Browser::new();
+    let real = to_callback(&browser, &app, &provider, "olga").await;
+    let with_cookie = browser.cookies(&callback).expect("the pending sign-in");
+    let mut wrong = Url::parse(&real).unwrap();
+    let pairs: Vec<(String, String)> = wrong
+        .query_pairs()
+        .map(|(k, v)| {
+            (
+                k.to_string(),
+                if k == "state" {
+                    "other".to_string()
+                } else {
+                    v.to_string()
+                },
+            )
+        })
+        .collect();
+    wrong.query_pairs_mut().clear().extend_pairs(pairs);
+    let answer = plain
+        .get(wrong.as_str())
+        .header(COOKIE, &with_cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), StatusCode::UNAUTHORIZED);
+
+    // 3. The real callback works once; replayed with the same cookie, the
+    //    provider refuses the used code.
+    let first = plain
+        .get(&real)
+        .header(COOKIE, &with_cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(first.status(), StatusCode::SEE_OTHER);
+    let replay = plain
+        .get(&real)
+        .header(COOKIE, &with_cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(replay.status(), StatusCode::UNAUTHORIZED);
+    assert!(replay.text().await.unwrap().contains("idp_error"));
+
+    // 4. The provider's error, then another state again: the fourth failure
+    //    of this address fills its window: 429 from then on, before
+    //    anything is checked or audited, a forged callback's included.
+    for url in [
+        format!("{callback}?error=access_denied&state=s"),
+        wrong.to_string(),
+    ] {
+        let refused = plain
+            .get(&url)
+            .header(COOKIE, &with_cookie)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(refused.status(), StatusCode::UNAUTHORIZED, "{url}");
+    }
+    let throttled = plain
+        .get(format!("{callback}?code=abc&state=xyz"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(throttled.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert!(throttled.headers().contains_key("retry-after"));
+
+    let all = db.trail(&app).await;
+    let failed: Vec<&str> = all
+        .iter()
+        .filter(|e| e.decision.as_str() == "sign_in_failed")
+        .map(|e| e.reason.as_str())
+        .collect();
+    assert_eq!(
+        failed,
+        [
+            "invalid_callback",
+            "idp_error",
+            "idp_error",
+            "invalid_callback"
+        ]
+    );
+    assert_eq!(find(&all, "sign_in", "oidc").len(), 1);
+    assert_eq!(
+        find(&all, "lock", "admin_auth_failures").len(),
+        1,
+        "the window filled once"
+    );
+}
+
+#[tokio::test]
+async fn a_user_whose_claims_map_to_no_role_is_refused_and_audited_by_name() {
+    let SsoApp { app, provider, db } = sso_app(DbKind::Sqlite, |_| {}).await;
+    let browser = Browser::new();
+    let callback = to_callback(&browser, &app, &provider, "nora").await;
+    let answer = browser.client.get(&callback).send().await.unwrap();
+    assert_eq!(answer.status(), StatusCode::FORBIDDEN);
+    assert!(answer.text().await.unwrap().contains("no_role"));
+    let again = browser
+        .client
+        .get(format!("{}/admin", app.address))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.status(), StatusCode::FOUND, "no session was opened");
+    let all = db.trail(&app).await;
+    let failed = find(&all, "sign_in_failed", "no_role");
+    assert_eq!(failed.len(), 1);
+    assert_eq!(failed[0].actor.as_deref(), Some("oidc:nora@example.com"));
+}
+
+/// `token` with its payload's JSON changed by `edit`, the signature kept.
+fn tampered(token: &str, edit: impl FnOnce(&mut Value)) -> String {
+    let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    let parts: Vec<&str> = token.split('.').collect();
+    let mut claims: Value = serde_json::from_slice(&b64.decode(parts[1]).unwrap()).unwrap();
+    edit(&mut claims);
+    format!(
+        "{}.{}.{}",
+        parts[0],
+        b64.encode(claims.to_string()),
+        parts[2]
+    )
+}
+
+fn unsigned(header: Value, claims: Value) -> String {
+    let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    format!(
+        "{}.{}.",
+        b64.encode(header.to_string()),
+        b64.encode(claims.to_string())
+    )
+}
+
+async fn with_bearer(app: &TestApp, method: &str, path: &str, token: &str) -> (StatusCode, Value) {
+    let url = format!("{}{path}", app.address);
+    let request = match method {
+        "POST" => app.client.post(url),
+        _ => app.client.get(url),
+    };
+    let answer = app.send_raw(request.bearer_auth(token)).await;
+    (answer.status, answer.body)
+}
+
+#[tokio::test]
+async fn jwt_access_tokens_of_the_issuer_are_accepted_by_role_and_bad_ones_answer_401() {
+    let SsoApp { app, provider, db } = sso_app(DbKind::Sqlite, |s| {
+        s.server.admin_auth_limit = LimitSetting::new(9, std::time::Duration::from_secs(600));
+    })
+    .await;
+    let operator = provider.access_token("robot-operator", API).await;
+    let viewer = provider.access_token("robot-viewer", API).await;
+    let auditor = provider.access_token("robot-auditor", API).await;
+
+    assert_eq!(
+        with_bearer(&app, "GET", "/admin/api/events", &viewer)
+            .await
+            .0,
+        StatusCode::OK
+    );
+    let (status, body) = with_bearer(
+        &app,
+        "POST",
+        "/admin/api/subjects/user/alice/unblock",
+        &viewer,
+    )
+    .await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (StatusCode::FORBIDDEN, Some("forbidden")),
+        "{body}"
+    );
+    let (status, _) = with_bearer(
+        &app,
+        "POST",
+        "/admin/api/subjects/user/alice/unblock",
+        &operator,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        with_bearer(&app, "GET", "/admin/api/events.csv", &operator)
+            .await
+            .0,
+        StatusCode::FORBIDDEN
+    );
+    assert_eq!(
+        with_bearer(
+            &app,
+            "GET",
+            "/admin/api/events.csv?decision=unblock",
+            &auditor
+        )
+        .await
+        .0,
+        StatusCode::OK
+    );
+
+    let now = chrono::Utc::now().timestamp();
+    let claims = |iss: &str, aud: &str, exp: i64| {
+        json!({"sub": "robot-operator", "iss": iss, "aud": aud, "iat": now - 7200, "exp": exp,
+               "roles": ["tollgate-operator"]})
+    };
+    let issuer = provider.issuer.clone();
+    let bad = [
+        ("no role", provider.access_token("robot-none", API).await),
+        (
+            "another audience",
+            provider.access_token("robot-operator", OTHER_API).await,
+        ),
+        (
+            "expired",
+            provider
+                .sign(json!({}), claims(&issuer, API, now - 3600))
+                .await,
+        ),
+        (
+            "another issuer",
+            provider
+                .sign(json!({}), claims("https://evil.example", API, now + 300))
+                .await,
+        ),
+        (
+            "tampered",
+            tampered(&viewer, |c| c["roles"] = json!(["tollgate-operator"])),
+        ),
+        (
+            "alg none",
+            unsigned(json!({"alg": "none"}), claims(&issuer, API, now + 300)),
+        ),
+        ("HS256", {
+            let t = unsigned(
+                json!({"alg": "HS256", "kid": "k"}),
+                claims(&issuer, API, now + 300),
+            );
+            format!("{t}c2lnbmVk")
+        }),
+        ("garbage", "a.b.c".to_string()),
+    ];
+    for (case, token) in &bad {
+        let (status, body) = with_bearer(&app, "GET", "/admin/api/events", token).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{case}: {body}");
+        assert_eq!(body["error"], "unauthorized", "{case}");
+    }
+    // Each was a failed authentication: the ninth fills the window.
+    let (status, _) = with_bearer(&app, "GET", "/admin/api/events", "x.y.z").await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    let (status, _) = with_bearer(&app, "GET", "/admin/api/events", &operator).await;
+    assert_eq!(
+        status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "every failure was counted"
+    );
+
+    let all = db.trail(&app).await;
+    let unblock = find(&all, "unblock", "admin_unblock");
+    assert_eq!(unblock[0].actor.as_deref(), Some("oidc:robot-operator"));
+    let denied = find(&all, "deny", "forbidden");
+    let who: Vec<(&str, &str)> = denied
+        .iter()
+        .map(|e| (e.actor.as_deref().unwrap(), e.rule.as_deref().unwrap()))
+        .collect();
+    assert_eq!(
+        who,
+        [
+            ("oidc:robot-operator", "export_csv needs auditor"),
+            ("oidc:robot-viewer", "unblock needs operator")
+        ]
+    );
+    let export = find(&all, "export", "csv_export");
+    assert_eq!(export[0].actor.as_deref(), Some("oidc:robot-auditor"));
+    assert_eq!(export[0].rule.as_deref(), Some("decision=unblock"));
+}
+
+#[tokio::test]
+async fn a_rotated_key_is_fetched_once_and_made_up_key_ids_cost_one_fetch() {
+    let provider = OidcProvider::start().await;
+    let start = |provider: &OidcProvider| {
+        let issuer = provider.issuer.clone();
+        async move {
+            let db = TestDb::new(DbKind::Sqlite).await;
+            let (url, spool) = (db.url.clone(), db.spool_dir());
+            let app = spawn_app_with_audit_db(Backend::Memory, move |s| {
+                s.audit.database_url = tollgate::settings::SecretUrl::new(url);
+                s.audit.spool_dir = spool.display().to_string();
+                sso_settings(s, &issuer, free_port());
+            })
+            .await;
+            (db, app)
+        }
+    };
+    let (_db, app) = start(&provider).await;
+    let before = provider.access_token("robot-viewer", API).await;
+    assert_eq!(
+        with_bearer(&app, "GET", "/admin/api/lists", &before)
+            .await
+            .0,
+        StatusCode::OK
+    );
+    assert_eq!(provider.stats().await.0, 1, "discovery fetched the keys");
+    let old_kid = provider.stats().await.1;
+    let new_kid = provider.rotate().await;
+    assert_ne!(old_kid, new_kid);
+    let after = provider.access_token("robot-viewer", API).await;
+    assert_eq!(
+        with_bearer(&app, "GET", "/admin/api/lists", &after).await.0,
+        StatusCode::OK
+    );
+    assert_eq!(
+        provider.stats().await.0,
+        2,
+        "the unknown key id fetched the keys again"
+    );
+    assert_eq!(
+        with_bearer(&app, "GET", "/admin/api/lists", &after).await.0,
+        StatusCode::OK
+    );
+    assert_eq!(provider.stats().await.0, 2, "then they are held");
+
+    // Another instance: a stream of made-up key ids costs the provider one fetch.
+    let (_db2, other) = start(&provider).await;
+    assert_eq!(
+        with_bearer(&other, "GET", "/admin/api/lists", &after)
+            .await
+            .0,
+        StatusCode::OK
+    );
+    assert_eq!(provider.stats().await.0, 3);
+    let now = chrono::Utc::now().timestamp();
+    for i in 0..5 {
+        let claims = json!({"sub": "x", "iss": provider.issuer, "aud": API, "exp": now + 300, "roles": ["tollgate-operator"]});
+        let token = provider
+            .sign(json!({"kid": format!("made-up-{i}")}), claims)
+            .await;
+        assert_eq!(
+            with_bearer(&other, "GET", "/admin/api/lists", &token)
+                .await
+                .0,
+            StatusCode::UNAUTHORIZED
+        );
+    }
+    assert_eq!(
+        provider.stats().await.0,
+        4,
+        "one fetch for five made-up key ids"
+    );
+}
+
+#[tokio::test]
+async fn a_provider_that_is_down_leaves_static_tokens_working() {
+    let db = TestDb::new(DbKind::Sqlite).await;
+    let (url, spool) = (db.url.clone(), db.spool_dir());
+    let nobody = format!("http://127.0.0.1:{}", free_port());
+    let app = spawn_app_with_audit_db(Backend::Memory, move |s| {
+        s.audit.database_url = tollgate::settings::SecretUrl::new(url);
+        s.audit.spool_dir = spool.display().to_string();
+        sso_settings(s, &nobody, free_port());
+    })
+    .await;
+    let page = Browser::new()
+        .client
+        .get(format!("{}/admin", app.address))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(page.text().await.unwrap().contains("Sign-in unavailable"));
+    let jwt = unsigned(json!({"alg": "RS256", "kid": "k"}), json!({"sub": "x"}));
+    let (status, body) = with_bearer(&app, "GET", "/admin/api/events", &jwt).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert_eq!(body["error"], "identity_provider_unavailable");
+    assert_eq!(
+        app.admin_get("/admin/api/events").await.status,
+        StatusCode::OK
+    );
+}
