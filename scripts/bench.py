@@ -1,18 +1,20 @@
 #!/usr/bin/env python3
-"""Load benchmark: tollgate against the Node peer, side by side, on one machine.
+"""Load benchmark: tollgate against the Node peers, side by side, on one machine.
 
 Run through scripts/bench.sh, which builds the release binary, installs wrk and
-the peer's npm packages, then calls this with their paths. This script:
+the peers' npm packages, then calls this with their paths. This script:
 
 - starts a private Redis (port 6395, nothing persisted) and creates a fresh
   PostgreSQL database for the audit trail (dropped at the end);
-- starts tollgate (Redis store, PostgreSQL audit, an API key) and the peer
-  (fastify + ioredis + rate-limiter-flexible) on that Redis;
-- for each scenario runs wrk against tollgate and the peer alternately
-  (A B A B A B, Redis flushed before every run) and prints, per side, the
-  medians of req/s, p50, p99, p99.9, the CPU each process spent per request
-  (service, Redis, wrk) and, for tollgate, the audit events queued, written
-  and spooled during the runs; then the ratio tollgate / peer;
+- starts tollgate (Redis store, PostgreSQL audit, an API key), the two peers
+  of ../shared/bench (fastify + ioredis + rate-limiter-flexible: the minimal
+  one, and the same-job one that runs tollgate's default policy) and, with
+  --baseline, a second tollgate binary (an earlier build) on that Redis;
+- for each scenario runs wrk against every side in turn (A B C A B C ...,
+  Redis flushed before every run) and prints, per side, the medians of req/s,
+  p50, p99, p99.9, the CPU each process spent per request (service, Redis,
+  wrk) and, for tollgate, the audit events queued, written and spooled
+  during the runs; then tollgate's ratios to every other side;
 - then Redis bytes per tracked subject after 1,000 and 100,000 events for one
   subject, the throughput of two tollgate processes sharing one Redis, and
   what logging at the default level costs (against logging nothing).
@@ -36,11 +38,16 @@ import time
 import uuid
 
 TICKS = os.sysconf("SC_CLK_TCK")
-API_KEY = "bench-key"
+API_KEY = "bench-key-0123456789"
 REDIS_PORT = 6395
 TOLLGATE_PORT = 18080
 TOLLGATE2_PORT = 18081
 PEER_PORT = 18084
+SAMEJOB_PORT = 18086
+BASELINE_PORT = 18087
+LEAN_PORT = 18088
+# The other sides of every scenario: (name, port, how it is started).
+PEERS = {"minimal": "server-rlf-fastify.js", "same-job": "server-rlf-samejob.js"}
 
 SCENARIOS = {
     "login-1m": dict(endpoint="login", identities=1_000_000,
@@ -61,9 +68,12 @@ SMS_SETTINGS = {
     # verifies a code, which is exactly what SMS pumping looks like: the
     # pumping guard runs (its counts cost what they cost in production) with
     # min_conversion = 0, so that it never blocks.
+    # The wide windows (and the IP window: every benchmark phone has its own
+    # address) are GCRA meters, as docs/rules.md advises for large limits.
     "default": """
-prefix_limits = [{ limit = 100000000, window = "1h" }]
-global_limits = [{ limit = 100000000, window = "1m" }]
+ip_limits = [{ limit = 20, window = "1h", algorithm = "gcra" }]
+prefix_limits = [{ limit = 100000000, window = "1h", algorithm = "gcra" }]
+global_limits = [{ limit = 100000000, window = "1m", algorithm = "gcra" }]
 
 [sms.pumping]
 min_conversion = 0
@@ -80,7 +90,6 @@ global_limits = []
 enabled = false
 """,
 }
-TOLLGATE_PHONE_ONLY_PORT = 18085
 
 
 def cpu_seconds(pid):
@@ -158,7 +167,9 @@ class Bench:
         self.tmp = tempfile.mkdtemp(prefix="tollgate-bench-")
         self.procs = []
         self.db = f"tollgate_bench_{uuid.uuid4().hex[:12]}"
-        self.phone_only = None
+        # One audit database per binary: a baseline of another version finds
+        # migrations it does not know in the newer one's and audits nothing.
+        self.dbs = {}
 
     # -- processes ---------------------------------------------------------
 
@@ -176,21 +187,29 @@ class Bench:
             os.path.join(self.tmp, "redis.log"))
         wait_port(REDIS_PORT, "redis", proc=self.redis)
 
-    def tollgate_config(self, port, backend="redis", sms="default"):
+    def database_of(self, binary):
+        """The audit database of `binary`'s processes, created on first use."""
+        if binary not in self.dbs:
+            name = f"{self.db}_{len(self.dbs)}"
+            psql("postgres", f"CREATE DATABASE {name}")
+            self.dbs[binary] = name
+        return self.dbs[binary]
+
+    def tollgate_config(self, port, backend="redis", sms="default", binary=None):
         path = os.path.join(self.tmp, f"tollgate-{port}.toml")
         with open(path, "w") as f:
             f.write(f"""
 [server]
 bind = "127.0.0.1:{port}"
 api_keys = ["{API_KEY}"]
-admin_tokens = ["bench-admin"]
+admin_tokens = ["bench-admin-token-0123456789"]
 
 [store]
 backend = "{backend}"
 redis_url = "redis://127.0.0.1:{REDIS_PORT}"
 
 [audit]
-database_url = "postgres://postgres@127.0.0.1:5432/{self.db}"
+database_url = "postgres://postgres@127.0.0.1:5432/{self.database_of(binary or self.args.tollgate)}"
 spool_dir = "{self.tmp}/spool-{port}"
 
 [sms]
@@ -198,25 +217,53 @@ code_secret = "bench-code-secret-0123456789abcdef"
 {SMS_SETTINGS[sms]}""")
         return path
 
-    def start_tollgate(self, port, backend="redis", log_filter=None, sms="default"):
+    def start_tollgate(self, port, backend="redis", log_filter=None, sms="default", binary=None):
         # The development `log` SMS provider prints every code (target tollgate::sms);
         # a real provider is an HTTP call that logs nothing, so its line is
         # filtered out. Everything else logs at the default level.
         env = {"RUST_LOG": log_filter or os.environ.get("RUST_LOG", "info,tollgate::sms=error")}
         ensure_free(port, "tollgate")
-        proc = self.start([self.args.tollgate, "serve", "--config",
-                           self.tollgate_config(port, backend, sms)],
+        proc = self.start([binary or self.args.tollgate, "serve", "--config",
+                           self.tollgate_config(port, backend, sms, binary)],
                           os.path.join(self.tmp, f"tollgate-{port}.log"), env=env)
         wait_port(port, "tollgate", proc=proc)
         return proc
 
-    def start_peer(self):
-        ensure_free(PEER_PORT, "the node peer")
-        self.peer = self.start(["node", "server-rlf-fastify.js"],
-                               os.path.join(self.tmp, "peer.log"),
-                               env={"PORT": str(PEER_PORT), "REDIS_PORT": str(REDIS_PORT)},
-                               cwd=self.args.peer)
-        wait_port(PEER_PORT, "the node peer", proc=self.peer)
+    def start_peers(self):
+        self.peers = {}
+        for (name, script), port in zip(PEERS.items(), (PEER_PORT, SAMEJOB_PORT)):
+            ensure_free(port, f"the {name} peer")
+            proc = self.start(["node", script], os.path.join(self.tmp, f"peer-{name}.log"),
+                              env={"PORT": str(port), "REDIS_PORT": str(REDIS_PORT)},
+                              cwd=self.args.peer)
+            wait_port(port, f"the {name} peer", proc=proc)
+            self.peers[name] = (port, proc)
+
+    def start_lean(self):
+        """The lean limit of /login/attempt (examples/lean_login.rs)."""
+        ensure_free(LEAN_PORT, "the lean service")
+        self.lean = self.start([self.args.lean, f"127.0.0.1:{LEAN_PORT}",
+                                f"redis://127.0.0.1:{REDIS_PORT}"],
+                               os.path.join(self.tmp, "lean.log"))
+        wait_port(LEAN_PORT, "the lean service", proc=self.lean)
+
+    def sides(self, scenario):
+        """Every side of a scenario, tollgate first; the lean limit on login."""
+        names = ["tollgate"] + (["baseline"] if self.args.baseline else [])
+        if self.args.lean and scenario["endpoint"] == "login":
+            names.append("lean")
+        return names + list(PEERS)
+
+    def tollgate_side(self, side, sms):
+        """The (port, process) of tollgate or the baseline for an SMS config,
+        started the first time it is needed."""
+        key = (side, sms)
+        if key not in self.instances:
+            base = TOLLGATE_PORT if side == "tollgate" else BASELINE_PORT
+            port = base if sms == "default" else base + 100
+            binary = self.args.tollgate if side == "tollgate" else self.args.baseline
+            self.instances[key] = (port, self.start_tollgate(port, sms=sms, binary=binary))
+        return self.instances[key]
 
     def stop(self):
         for proc in self.procs:
@@ -227,18 +274,19 @@ code_secret = "bench-code-secret-0123456789abcdef"
                 proc.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 proc.kill()
-        try:
-            psql("postgres", f"DROP DATABASE IF EXISTS {self.db} WITH (FORCE)")
-        except subprocess.CalledProcessError as e:
-            print(f"bench: could not drop {self.db}: {e.stderr}", file=sys.stderr)
+        for db in self.dbs.values():
+            try:
+                psql("postgres", f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
+            except subprocess.CalledProcessError as e:
+                print(f"bench: could not drop {db}: {e.stderr}", file=sys.stderr)
         shutil.rmtree(self.tmp, ignore_errors=True)
 
     # -- one wrk run -------------------------------------------------------
 
-    def wrk(self, port, endpoint, identities, duration, connections=50, threads=1):
+    def wrk(self, port, endpoint, identities, duration, connections=50, threads=1, auth=True):
         env = {**os.environ, "ENDPOINT": endpoint, "IDENTITIES": str(identities),
                "MIX": self.args.mix}
-        if port != PEER_PORT:
+        if auth:
             env["AUTH"] = API_KEY
         cmd = ["wrk", f"-t{threads}", f"-c{connections}", f"-d{duration}s",
                "-s", self.args.wrk_script, f"http://127.0.0.1:{port}"]
@@ -260,19 +308,19 @@ code_secret = "bench-code-secret-0123456789abcdef"
         return result
 
     def measure(self, side, scenario):
-        if side == "peer":
-            port, pid = PEER_PORT, self.peer.pid
-        elif scenario.get("sms") == "phone-only":
-            if self.phone_only is None:
-                self.phone_only = self.start_tollgate(TOLLGATE_PHONE_ONLY_PORT, sms="phone-only")
-            port, pid = TOLLGATE_PHONE_ONLY_PORT, self.phone_only.pid
+        tollgate = side in ("tollgate", "baseline")
+        if tollgate:
+            port, proc = self.tollgate_side(side, scenario.get("sms", "default"))
+        elif side == "lean":
+            port, proc = LEAN_PORT, self.lean
         else:
-            port, pid = TOLLGATE_PORT, self.tollgate.pid
+            port, proc = self.peers[side]
+        pid = proc.pid
         redis_cli("FLUSHALL")
         before = (cpu_seconds(pid), cpu_seconds(self.redis.pid))
-        audit_before = audit_counts(port) if side == "tollgate" else None
+        audit_before = audit_counts(port) if tollgate else None
         r = self.finish(self.wrk(port, scenario["endpoint"], scenario["identities"],
-                                 self.args.duration))
+                                 self.args.duration, auth=tollgate))
         after = (cpu_seconds(pid), cpu_seconds(self.redis.pid))
         n = max(r["requests"], 1)
         r["service_us"] = (after[0] - before[0]) / n * 1e6
@@ -290,9 +338,9 @@ code_secret = "bench-code-secret-0123456789abcdef"
         rows = []
         for name in self.args.scenarios:
             scenario = SCENARIOS[name]
-            runs = {"tollgate": [], "peer": []}
+            runs = {side: [] for side in self.sides(scenario)}
             for _ in range(self.args.rounds):
-                for side in ("tollgate", "peer"):
+                for side in runs:
                     runs[side].append(self.measure(side, scenario))
             rows.append((scenario["title"], runs))
             self.print_scenario(scenario["title"], runs)
@@ -303,26 +351,32 @@ code_secret = "bench-code-secret-0123456789abcdef"
         return statistics.median(r[key] for r in runs)
 
     def print_scenario(self, title, runs):
-        print(f"\n### {title}  (medians of {self.args.rounds} runs of {self.args.duration}s per side, alternated)")
-        print("| side | req/s | p50 ms | p99 ms | p99.9 ms | non-2xx | service CPU/req | Redis CPU/req | wrk CPU/req | audit queued / written / spooled |")
-        print("|---|---|---|---|---|---|---|---|---|---|")
-        for side in ("tollgate", "peer"):
-            rs = runs[side]
+        print(f"\n### {title}  (medians of {self.args.rounds} runs of {self.args.duration}s per side, "
+              f"rotated {' → '.join(runs)})")
+        print("| side | req/s | p50 ms | p99 ms | p99.9 ms | non-2xx | service CPU/req | Redis CPU/req "
+              "| service + Redis | wrk CPU/req | audit queued / written / spooled |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
+        for side, rs in runs.items():
             m = lambda k: self.median(rs, k)
             audit = "—"
-            if side == "tollgate":
+            if "audit" in rs[0]:
                 total = {k: sum(r["audit"][k] for r in rs)
                          for k in ("refusals", "queued", "written", "spooled")}
                 audit = (f"{total['queued']:,} / {total['written']:,} / {total['spooled']:,}"
                          f" ({total['refusals']:,} refusals answered)")
             print(f"| {side} | {m('rps'):,.0f} | {m('p50_us')/1000:.2f} | {m('p99_us')/1000:.2f} | "
                   f"{m('p999_us')/1000:.2f} | {m('non2xx'):.0f} | {m('service_us'):.0f} µs | "
-                  f"{m('redis_us'):.0f} µs | {m('wrk_us'):.0f} µs | {audit} |")
-        t, p = runs["tollgate"], runs["peer"]
-        rps = self.median(t, "rps") / self.median(p, "rps")
-        p99 = self.median(t, "p99_us") / self.median(p, "p99_us")
-        per_round = ", ".join(f"{a['rps'] / b['rps']:.2f}" for a, b in zip(t, p))
-        print(f"ratio tollgate/peer: req/s {rps:.2f} (per round: {per_round}), p99 {p99:.2f}")
+                  f"{m('redis_us'):.0f} µs | {m('service_us') + m('redis_us'):.0f} µs | "
+                  f"{m('wrk_us'):.0f} µs | {audit} |")
+        t = runs["tollgate"]
+        cost = lambda rs: self.median(rs, "service_us") + self.median(rs, "redis_us")
+        for side, rs in runs.items():
+            if side == "tollgate":
+                continue
+            rps = self.median(t, "rps") / self.median(rs, "rps")
+            per_round = ", ".join(f"{a['rps'] / b['rps']:.2f}" for a, b in zip(t, rs))
+            print(f"tollgate / {side}: req/s {rps:.2f} (per round: {per_round}), "
+                  f"service + Redis CPU per request {cost(t) / cost(rs):.2f}")
         sys.stdout.flush()
 
     def memory_per_subject(self):
@@ -390,19 +444,25 @@ code_secret = "bench-code-secret-0123456789abcdef"
             proc.wait(timeout=20)
 
     def run(self):
-        psql("postgres", f"CREATE DATABASE {self.db}")
         self.start_redis()
-        self.tollgate = self.start_tollgate(TOLLGATE_PORT)
-        self.start_peer()
-        print(f"tollgate {self.args.tollgate}; peer {self.args.peer}; {os.cpu_count()} cores; "
+        self.instances = {}
+        self.tollgate = self.tollgate_side("tollgate", "default")[1]
+        if self.args.baseline:
+            self.tollgate_side("baseline", "default")
+        self.start_peers()
+        if self.args.lean:
+            self.start_lean()
+        print(f"tollgate {self.args.tollgate}; baseline {self.args.baseline or '-'}; "
+              f"peers {self.args.peer}; {os.cpu_count()} cores; "
               f"wrk -t1 -c50; CPU per request from /proc/<pid>/stat (service, Redis) and wait4 (wrk)")
         self.scenarios()
         if not self.args.no_extras:
             self.memory_per_subject()
             self.two_processes()
             self.logging_cost()
-        rows = int(psql(self.db, "SELECT count(*) FROM audit_events"))
-        print(f"\naudit: {rows:,} rows in PostgreSQL from every tollgate process of this run")
+        for binary, db in self.dbs.items():
+            rows = int(psql(db, "SELECT count(*) FROM audit_events"))
+            print(f"\naudit: {rows:,} rows in PostgreSQL from every process of {binary}")
 
 
 def main():
@@ -411,6 +471,8 @@ def main():
     parser.add_argument("--peer", required=True, help="node-peer directory with node_modules")
     parser.add_argument("--mix", required=True, help="../shared/bench/wrk/anti_abuse.lua")
     parser.add_argument("--wrk-script", required=True, help="benches/wrk/anti_abuse.lua")
+    parser.add_argument("--baseline", help="an earlier tollgate binary, measured in the same rotation")
+    parser.add_argument("--lean", help="the lean limit of /login/attempt (examples/lean_login.rs, release)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--duration", type=int, default=6)
     parser.add_argument("--scenarios", nargs="+", default=list(SCENARIOS), choices=list(SCENARIOS))

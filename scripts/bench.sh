@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The load benchmark: tollgate against the Node peer in ../shared/bench, side
+# The load benchmark: tollgate against both Node peers in ../shared/bench, side
 # by side on this machine (see scripts/bench.py for what it measures).
 #   scripts/bench.sh                      # every scenario, 3 alternated rounds of 6 s
 #   scripts/bench.sh --scenarios login-1m --rounds 1 --no-extras
+#   scripts/bench.sh --baseline /path/to/older/tollgate   # an earlier build in the same rotation
 # Needs PostgreSQL (scripts/services.sh starts it), redis-server, node and npm;
 # installs wrk (Debian) and the peer's npm packages (into a cache directory).
 set -euo pipefail
@@ -27,6 +28,7 @@ if ! cmp -s "$shared/bench/node-peer/package-lock.json" "$peer/package-lock.json
 fi
 
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/tollgate-target}"
-cargo build --release --locked --quiet
+cargo build --release --locked --quiet --bin tollgate --example lean_login
 exec python3 scripts/bench.py --tollgate "$CARGO_TARGET_DIR/release/tollgate" --peer "$peer" \
+  --lean "$CARGO_TARGET_DIR/release/examples/lean_login" \
   --mix "$shared/bench/wrk/anti_abuse.lua" --wrk-script "$PWD/benches/wrk/anti_abuse.lua" "$@"

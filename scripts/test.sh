@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Runs every test of tollgate on this machine: starts Redis and PostgreSQL when
 # they are down (installing them from Debian's packages when missing), installs
-# Chromium and chromedriver for the console's browser test when missing, then
-# `cargo test`, then the Debian package test. Extra arguments go to cargo test
-# (e.g. `scripts/test.sh login::`) and skip the package test.
+# Chromium and chromedriver for the console's browser test and oidc-provider
+# (npm) for the admin sign-in tests when missing, then
+# `cargo test`, then the Debian package test, the container image test and the
+# deployment checks. Extra arguments go to cargo test (e.g. `scripts/test.sh
+# login::`) and skip the last three.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SCHEMATHESIS_VERSION=4.32.5
@@ -19,6 +21,22 @@ if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; the
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null
 fi
+
+# The admin sign-in tests (tests/api/oidc.rs) start a real OpenID provider,
+# panva's oidc-provider (npm), pinned by tests/oidc/package-lock.json and
+# installed outside the clone; they need Node.js 20+ and npm.
+oidc="${TOLLGATE_OIDC_PROVIDER:-$HOME/.cache/tollgate-oidc-provider}"
+if ! cmp -s tests/oidc/package-lock.json "$oidc/package-lock.json" || [ ! -d "$oidc/node_modules/oidc-provider" ]; then
+    command -v node >/dev/null && command -v npm >/dev/null || {
+        echo "test: node and npm are missing: the admin sign-in tests need Node.js 20+ (Debian: apt-get install nodejs npm)" >&2
+        exit 1
+    }
+    echo "test: installing oidc-provider into $oidc (the admin sign-in tests)"
+    rm -rf "$oidc" && mkdir -p "$oidc"
+    cp tests/oidc/package.json tests/oidc/package-lock.json "$oidc/"
+    (cd "$oidc" && npm ci --no-audit --no-fund --loglevel=error)
+fi
+export TOLLGATE_OIDC_PROVIDER="$oidc"
 
 # schemathesis (PyPI) checks the API against its OpenAPI document
 # (tests/api/schemathesis.rs), from a virtualenv outside the clone.
@@ -45,13 +63,26 @@ log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 status=0
 cargo test --locked --lib --test api "$@" 2>&1 | tee "$log" || status=$?
-# The Debian package, built from the binary cargo test has just built,
-# installed with dpkg and run (scripts/package-test.sh); on a whole run only,
-# not when arguments pick tests. TOLLGATE_PACKAGE_TEST=0 leaves it out.
-if [ $# -eq 0 ] && [ "${TOLLGATE_PACKAGE_TEST:-1}" != 0 ]; then
-    scripts/package-test.sh 2>&1 | tee -a "$log" || status=$?
+# On a whole run only, not when arguments pick tests, each from the binary
+# cargo test has just built:
+# - the Debian package, installed with dpkg and run (scripts/package-test.sh;
+#   TOLLGATE_PACKAGE_TEST=0 leaves it out);
+# - the container image, built with podman and run (scripts/image-test.sh;
+#   TOLLGATE_IMAGE_TEST=0 leaves it out);
+# - the Kubernetes manifests, the alerts and the dashboard, checked offline
+#   (scripts/deploy-check.sh; TOLLGATE_DEPLOY_CHECK=0 leaves it out).
+if [ $# -eq 0 ]; then
+    if [ "${TOLLGATE_PACKAGE_TEST:-1}" != 0 ]; then
+        scripts/package-test.sh 2>&1 | tee -a "$log" || status=$?
+    fi
+    if [ "${TOLLGATE_IMAGE_TEST:-1}" != 0 ]; then
+        scripts/image-test.sh 2>&1 | tee -a "$log" || status=$?
+    fi
+    if [ "${TOLLGATE_DEPLOY_CHECK:-1}" != 0 ]; then
+        scripts/deploy-check.sh 2>&1 | tee -a "$log" || status=$?
+    fi
 fi
 awk '/^test result:/ { p += $4; f += $6 }
-     /^package: [0-9]+ passed, [0-9]+ failed$/ { p += $2; f += $4 }
+     /^(package|image|deploy): [0-9]+ passed, [0-9]+ failed$/ { p += $2; f += $4 }
      END { printf "%d passed, %d failed\n", p, f }' "$log"
 exit "$status"
