@@ -13,6 +13,7 @@
 
 mod compiled;
 mod dir;
+mod plain;
 mod vars;
 
 use std::collections::BTreeMap;
@@ -22,6 +23,8 @@ use std::sync::Arc;
 use minijinja::{Environment, UndefinedBehavior};
 use parking_lot::RwLock;
 use serde::Serialize;
+
+use plain::PlainSms;
 
 pub(crate) use dir::skipped as skipped_template_name;
 pub use dir::TemplateLoadError;
@@ -108,6 +111,8 @@ pub struct Templates {
     env: Environment<'static>,
     /// The locales each text has, in file-name spelling.
     locales: BTreeMap<Text, Vec<String>>,
+    /// The SMS texts that have a plain form, by template name.
+    plain: BTreeMap<String, PlainSms>,
 }
 
 impl Templates {
@@ -147,10 +152,24 @@ impl Templates {
                 .or_default()
                 .push(source.locale.clone());
         }
-        let templates = Self { env, locales };
+        let mut templates = Self {
+            env,
+            locales,
+            plain: BTreeMap::new(),
+        };
         for source in sources.values() {
             templates.check(source)?;
         }
+        templates.plain = sources
+            .iter()
+            .filter(|(_, source)| source.text == Text::Sms)
+            .filter_map(|(name, source)| Some((name, PlainSms::parse(&source.body)?)))
+            .filter(|(name, plain)| {
+                let sample = vars::sms();
+                templates.render_named(name, &sample).ok() == Some(plain.render(&sample))
+            })
+            .map(|(name, plain)| (name.clone(), plain))
+            .collect();
         Ok(templates)
     }
 
@@ -230,9 +249,14 @@ impl Templates {
         ttl_secs: u64,
     ) -> Result<(String, String), TemplateError> {
         let locale = self.resolve(Text::Sms, requested_locale).to_string();
-        let body =
-            self.render_named(&Text::Sms.name(&locale), vars::SmsVars::new(code, ttl_secs))?;
-        Ok((locale, body.trim_end().to_string()))
+        let name = Text::Sms.name(&locale);
+        let vars = vars::SmsVars::new(code, ttl_secs);
+        let mut body = match self.plain.get(&name) {
+            Some(plain) => plain.render(&vars),
+            None => self.render_named(&name, vars)?,
+        };
+        body.truncate(body.trim_end().len());
+        Ok((locale, body))
     }
 
     /// Renders the `subject` and `body` blocks of `email/<locale>/<kind>.txt`.

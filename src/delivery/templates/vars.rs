@@ -22,6 +22,14 @@ impl<'a> SmsVars<'a> {
         self.code
     }
 
+    pub(super) fn ttl_minutes(&self) -> u64 {
+        self.ttl_minutes
+    }
+
+    pub(super) fn ttl_secs(&self) -> u64 {
+        self.ttl_secs
+    }
+
     pub(super) fn new(code: &'a str, ttl_secs: u64) -> Self {
         Self {
             code,
