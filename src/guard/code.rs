@@ -20,11 +20,7 @@ pub fn mac(secret: &[u8], phone_e164: &str, code: &str) -> String {
     mac.update(phone_e164.as_bytes());
     mac.update(b":");
     mac.update(code.as_bytes());
-    mac.finalize()
-        .into_bytes()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    hex::encode(mac.finalize().into_bytes())
 }
 
 /// A fresh code key: 32 random bytes as 64 hex digits.
