@@ -115,6 +115,8 @@ pub struct TestApp {
     pub admin_token: Option<String>,
     sink: Arc<dyn AuditSink>,
     handle: ServerHandle,
+    /// The in-process store's clock, when the test drives it.
+    clock: Option<ManualClock>,
 }
 
 /// Loose limits everywhere, so that each test tightens only what it checks.
@@ -153,6 +155,14 @@ pub fn limits(pairs: &[(u32, u64)]) -> Vec<LimitSetting> {
 
 pub async fn spawn_app(backend: Backend, configure: impl FnOnce(&mut Settings)) -> TestApp {
     spawn_app_with_clock(backend, None, configure).await
+}
+
+/// Like [`spawn_app`], for a test that lets time pass with
+/// [`TestApp::pass`]: on the in-process store a manual clock moves at once;
+/// Redis keeps its own time, so there the test sleeps.
+pub async fn spawn_app_timed(backend: Backend, configure: impl FnOnce(&mut Settings)) -> TestApp {
+    let clock = (backend == Backend::Memory).then(|| ManualClock::new(1_700_000_000_000));
+    spawn_app_with_clock(backend, clock, configure).await
 }
 
 pub async fn spawn_app_with_clock(
@@ -231,7 +241,7 @@ async fn spawn(
     let overrides = Overrides {
         sms_sender: capture_sms.then(|| Arc::new(sms.clone()) as Arc<dyn SmsSender>),
         audit: capture_audit.then(|| Arc::new(audit.clone()) as Arc<dyn AuditSink>),
-        clock: clock.map(|c| Arc::new(c) as Arc<dyn Clock>),
+        clock: clock.clone().map(|c| Arc::new(c) as Arc<dyn Clock>),
     };
     let key_prefix = settings.store.key_prefix.clone();
     let redis_url = settings.store.redis_url.expose().to_string();
@@ -260,6 +270,7 @@ async fn spawn(
         admin_token: Some(ADMIN_TOKEN.to_string()),
         sink,
         handle,
+        clock,
     }
 }
 
@@ -302,6 +313,15 @@ impl Answer {
 }
 
 impl TestApp {
+    /// Let `time` pass for the store: the manual clock moves when the app
+    /// has one ([`spawn_app_timed`]), else the test sleeps.
+    pub async fn pass(&self, time: Duration) {
+        match &self.clock {
+            Some(clock) => clock.advance_ms(time.as_millis() as u64),
+            None => tokio::time::sleep(time).await,
+        }
+    }
+
     pub async fn post(&self, path: &str, body: Value) -> Answer {
         let mut request = self
             .client

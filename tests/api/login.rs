@@ -5,7 +5,7 @@ use tollgate::audit::AuditDecision;
 use tollgate::domain::SubjectKind;
 use tollgate::store::ManualClock;
 
-use crate::helpers::{spawn_app, spawn_app_with_clock, Backend, TestApp};
+use crate::helpers::{spawn_app, spawn_app_timed, spawn_app_with_clock, Backend, TestApp};
 use crate::on_both_backends;
 
 on_both_backends!(
@@ -152,8 +152,8 @@ async fn simultaneous_failures_record_exactly_lock_after_and_lock_once(backend: 
 }
 
 async fn a_lock_after_a_lock_doubles_up_to_the_maximum(backend: Backend) {
-    // Real time on Redis: one-second locks.
-    let app = spawn_app(backend, |s| {
+    // Real time on Redis (one-second locks), the manual clock in process.
+    let app = spawn_app_timed(backend, |s| {
         s.login.captcha_after = 1000;
         s.login.lock_after = 2;
         s.login.lock_duration = Duration::from_millis(1000);
@@ -163,13 +163,13 @@ async fn a_lock_after_a_lock_doubles_up_to_the_maximum(backend: Backend) {
 
     fail(&app, "carol", json!({})).await;
     assert_eq!(fail(&app, "carol", json!({})).await["retry_after_secs"], 1);
-    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    app.pass(Duration::from_millis(1_100)).await;
     let second = fail(&app, "carol", json!({})).await;
     assert_eq!(
         (second["locked"].clone(), second["retry_after_secs"].clone()),
         (json!(true), json!(2))
     );
-    tokio::time::sleep(Duration::from_millis(2_100)).await;
+    app.pass(Duration::from_millis(2_100)).await;
     let third = fail(&app, "carol", json!({})).await;
     assert_eq!(third["retry_after_secs"], 2, "capped at lock_max_duration");
 }

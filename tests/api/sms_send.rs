@@ -5,7 +5,7 @@ use tollgate::audit::AuditDecision;
 use tollgate::domain::SubjectKind;
 use tollgate::store::ManualClock;
 
-use crate::helpers::{limits, spawn_app, spawn_app_with_clock, Backend};
+use crate::helpers::{limits, spawn_app, spawn_app_timed, spawn_app_with_clock, Backend};
 use crate::on_both_backends;
 
 const PHONE: &str = "+8613800138000";
@@ -56,7 +56,7 @@ async fn a_send_answers_the_masked_phone_and_delivers_a_six_digit_code(backend: 
 }
 
 async fn every_window_of_a_rule_counts_exactly(backend: Backend) {
-    let app = spawn_app(backend, |s| {
+    let app = spawn_app_timed(backend, |s| {
         s.sms.phone_limits = limits(&[(2, 1_000), (3, 3_000)])
     })
     .await;
@@ -68,7 +68,7 @@ async fn every_window_of_a_rule_counts_exactly(backend: Backend) {
     assert_eq!(third.status, 429, "{}", third.body);
     assert_eq!(third.body["rule"], "phone 2/1s");
 
-    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    app.pass(Duration::from_millis(1_100)).await;
     assert_eq!(send().await.status, 200, "the 1s window has emptied");
     let fourth = send().await;
     assert_eq!(fourth.status, 429);
