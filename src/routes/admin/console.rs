@@ -7,9 +7,11 @@
 //! `admin`; HTML comes from `templates/admin/` only.
 
 mod csrf;
+mod events;
 mod lists;
 mod overview;
 mod period;
+mod subject;
 mod views;
 
 use actix_web::http::header::{self, HeaderValue};
@@ -19,16 +21,14 @@ use chrono::Utc;
 
 use super::gate::{self, Admin, Via};
 use super::request::EventsQuery;
-use crate::audit::query::{Empty, EventFilter, EventQuery};
+use crate::audit::query::Empty;
 use crate::domain::admin_role::Permission;
 use crate::domain::{Subject, SubjectKind};
 use crate::error::ApiError;
-use crate::guard::pumping::LISTED_BLOCKS;
 use crate::routes::AppState;
 use crate::settings::Secret;
 use crate::store::StoreError;
-use period::Period;
-use views::{BlockList, ErrorPage, EventsPage, FilterForm, Me, PumpingView, SubjectPage};
+use views::{ErrorPage, Me};
 
 /// Rows per page of the event table, unless the form asks for another size.
 const PAGE_SIZE: usize = 50;
@@ -49,23 +49,23 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     )
     .service(
         web::resource(["/admin", "/admin/"])
-            .route(web::get().to(events_page))
+            .route(web::get().to(events::page))
             .wrap(door()),
     )
     .service(
         web::resource("/admin/subjects")
-            .route(web::get().to(find_subject))
+            .route(web::get().to(subject::find))
             .wrap(door()),
     )
     .service(
         web::resource("/admin/subjects/{kind}/{id:.+}/unblock")
             .app_data(web::PayloadConfig::new(FORM_LIMIT))
-            .route(web::post().to(unblock))
+            .route(web::post().to(subject::unblock))
             .wrap(door()),
     )
     .service(
         web::resource("/admin/subjects/{kind}/{id:.+}")
-            .route(web::get().to(subject_page))
+            .route(web::get().to(subject::page))
             .wrap(door()),
     )
     .service(
@@ -348,209 +348,6 @@ fn see_other(location: &str) -> HttpResponse {
         .insert_header((header::LOCATION, location))
         .insert_header((header::CACHE_CONTROL, "no-store"))
         .finish()
-}
-
-async fn events_page(state: web::Data<AppState>, req: HttpRequest) -> HttpResponse {
-    show_events(&state, &req)
-        .await
-        .unwrap_or_else(|refusal| refusal.page(&req))
-}
-
-/// The event table; bad filters show the form again with the reason (400).
-async fn show_events(state: &AppState, req: &HttpRequest) -> Result<HttpResponse, Refusal> {
-    let admin = authenticate(state, req)?;
-    let me = Some(me(&admin));
-    // Read whatever the audit trail does: the blocks come from the store.
-    let blocks = blocks(state).await;
-    let refused = |blocks, query: &EventsQuery, status: StatusCode, message: String| {
-        let page = EventsPage {
-            blocks,
-            form: FilterForm::new(query),
-            message: Some(message),
-            rows: Vec::new(),
-            first_href: None,
-            next_href: None,
-            export_href: None,
-            me: me.clone(),
-        };
-        Ok(html(req, status, page))
-    };
-    let query = match web::Query::<EventsQuery>::from_query(req.query_string()) {
-        Ok(query) => query.into_inner(),
-        Err(e) => {
-            let message = format!("invalid query: {e}");
-            return refused(
-                blocks,
-                &EventsQuery::default(),
-                StatusCode::BAD_REQUEST,
-                message,
-            );
-        }
-    };
-    let parsed = match query.parse(Empty::NoFilter) {
-        Ok(parsed) => parsed,
-        Err(e) => return refused(blocks, &query, StatusCode::BAD_REQUEST, e.to_string()),
-    };
-    let (events, next_cursor) = match state.desk().page(&parsed, PAGE_SIZE).await {
-        Ok(page) => (page.events, page.next_cursor),
-        Err(e) => return refused(blocks, &query, e.status_code(), e.to_string()),
-    };
-    let page = EventsPage {
-        blocks,
-        form: FilterForm::new(&query),
-        message: None,
-        rows: views::rows(&events),
-        first_href: parsed
-            .cursor
-            .is_some()
-            .then(|| views::events_href(&parsed.filter, parsed.limit, None)),
-        next_href: next_cursor.map(|c| views::events_href(&parsed.filter, parsed.limit, Some(&c))),
-        export_href: admin.may(Permission::ExportCsv).then(|| {
-            views::events_href(&parsed.filter, parsed.limit, None).replacen(
-                "/admin",
-                "/admin/events.csv",
-                1,
-            )
-        }),
-        me: me.clone(),
-    };
-    Ok(html(req, StatusCode::OK, page))
-}
-
-/// The pumping blocks for the top of the events page; a store failure
-/// only says so there.
-async fn blocks(state: &AppState) -> BlockList {
-    match state.admin.pumping_blocks(LISTED_BLOCKS).await {
-        Ok((blocks, total)) => BlockList::new(&blocks, total, Utc::now()),
-        Err(e) => BlockList {
-            message: Some(format!("The blocked number ranges cannot be read: {e}")),
-            ..BlockList::default()
-        },
-    }
-}
-
-#[derive(serde::Deserialize)]
-struct FindSubject {
-    kind: String,
-    id: String,
-}
-
-/// `GET /admin/subjects?kind=user&id=Alice` (the header's look-up form) →
-/// 303 to the subject's page.
-async fn find_subject(state: web::Data<AppState>, req: HttpRequest) -> HttpResponse {
-    let found = authenticate(&state, &req).and_then(|_| {
-        let query = web::Query::<FindSubject>::from_query(req.query_string())
-            .map_err(|e| ApiError::InvalidRequest(format!("invalid query: {e}")))?;
-        Ok(Subject::parse(&query.kind, query.id.trim()).map_err(ApiError::from)?)
-    });
-    match found {
-        Ok(subject) => see_other(&views::subject_href(subject.kind, &subject.id)),
-        Err(refusal) => refusal.page(&req),
-    }
-}
-
-async fn subject_page(state: web::Data<AppState>, req: HttpRequest) -> HttpResponse {
-    show_subject(&state, &req)
-        .await
-        .unwrap_or_else(|refusal| refusal.page(&req))
-}
-
-async fn show_subject(state: &AppState, req: &HttpRequest) -> Result<HttpResponse, Refusal> {
-    let admin = authenticate(state, req)?;
-    let subject = path_subject(req, "")?;
-    let live = state.admin.state(&subject).await?;
-    let filter = EventFilter {
-        subject_kind: Some(subject.kind),
-        subject: Some(subject.id.clone()),
-        ..EventFilter::default()
-    };
-    let recent = EventQuery {
-        filter: filter.clone(),
-        limit: Some(SUBJECT_EVENTS),
-        cursor: None,
-    };
-    let (rows, events_message) = match state.desk().page(&recent, SUBJECT_EVENTS).await {
-        Ok(page) => (views::rows(&page.events), None),
-        Err(e) => (Vec::new(), Some(e.to_string())),
-    };
-    let now = Utc::now();
-    let href = views::subject_href(subject.kind, &subject.id);
-    let page = SubjectPage {
-        kind: subject.kind.as_str(),
-        id: subject.id.clone(),
-        locked_until: SubjectPage::locked_until(&live, now),
-        captcha_required: live.captcha_required,
-        windows: SubjectPage::windows(&live),
-        pairs: SubjectPage::pairs(&live, now),
-        pumping: live.pumping.as_ref().map(|p| PumpingView::new(p, now)),
-        clears: SubjectPage::clears(subject.kind),
-        unblock_href: format!("{href}/unblock"),
-        csrf: csrf::issue(&admin.csrf_key, &subject, now),
-        can_unblock: admin.may(Permission::Unblock),
-        me: Some(me(&admin)),
-        unblocked: req.query_string() == "unblocked=1",
-        rows,
-        events_message,
-        all_events_href: views::events_href(&filter, None, None),
-    };
-    Ok(html(req, StatusCode::OK, page))
-}
-
-async fn unblock(state: web::Data<AppState>, req: HttpRequest, body: web::Bytes) -> HttpResponse {
-    unblock_subject(&state, &req, &body)
-        .await
-        .unwrap_or_else(|refusal| refusal.page(&req))
-}
-
-/// Where the browser goes after an unblock: back to the page whose form it
-/// was. Only these two, so a form cannot send it anywhere else.
-enum Back {
-    /// The subject page (its form has no `back` field).
-    Subject,
-    /// The overview of a period (`back=overview`, `period=24h`).
-    Overview(Period),
-}
-
-impl Back {
-    fn from_fields(fields: &[(String, String)]) -> Result<Self, Refusal> {
-        let field = |name: &str| {
-            fields
-                .iter()
-                .find(|(n, _)| n == name)
-                .map(|(_, v)| v.as_str())
-        };
-        match field("back") {
-            None => Ok(Self::Subject),
-            Some("overview") => Ok(Self::Overview(overview::period(field("period"))?)),
-            Some(_) => {
-                Err(ApiError::InvalidRequest("back must be \"overview\" or absent".into()).into())
-            }
-        }
-    }
-}
-
-/// `POST …/unblock` from the subject page's form or the overview's: a valid
-/// CSRF token for this subject and these credentials, or 403 and nothing
-/// changes.
-async fn unblock_subject(
-    state: &AppState,
-    req: &HttpRequest,
-    body: &[u8],
-) -> Result<HttpResponse, Refusal> {
-    let admin = authenticate(state, req)?;
-    let subject = path_subject(req, "/unblock")?;
-    require(state, req, &admin, Permission::Unblock, &subject)?;
-    let fields = checked_form(req, &admin.csrf_key, &subject, body)?;
-    let back = Back::from_fields(&fields)?;
-    state.admin.unblock(&subject, &admin.info).await?;
-    let location = match back {
-        Back::Subject => {
-            let href = views::subject_href(subject.kind, &subject.id);
-            format!("{href}?unblocked=1")
-        }
-        Back::Overview(period) => format!("{}&unblocked=1", views::overview::overview_href(period)),
-    };
-    Ok(see_other(&location))
 }
 
 /// `GET /admin/events.csv?…`: the event table's filters as CSV, for an

@@ -1,0 +1,149 @@
+//! A subject's page (`GET /admin/subjects/{kind}/{id}`: its live state and
+//! recent events), the header's look-up that leads there, and the Unblock
+//! form of the page and of the overview.
+
+use actix_web::http::StatusCode;
+use actix_web::{web, HttpRequest, HttpResponse};
+use chrono::Utc;
+
+use super::period::Period;
+use super::views::{self, PumpingView, SubjectPage};
+use super::{
+    authenticate, checked_form, csrf, html, me, overview, path_subject, require, see_other,
+    Refusal, SUBJECT_EVENTS,
+};
+use crate::audit::query::{EventFilter, EventQuery};
+use crate::domain::admin_role::Permission;
+use crate::domain::Subject;
+use crate::error::ApiError;
+use crate::routes::AppState;
+
+#[derive(serde::Deserialize)]
+struct FindSubject {
+    kind: String,
+    id: String,
+}
+
+/// `GET /admin/subjects?kind=user&id=Alice` (the header's look-up form) →
+/// 303 to the subject's page.
+pub(super) async fn find(state: web::Data<AppState>, req: HttpRequest) -> HttpResponse {
+    let found = authenticate(&state, &req).and_then(|_| {
+        let query = web::Query::<FindSubject>::from_query(req.query_string())
+            .map_err(|e| ApiError::InvalidRequest(format!("invalid query: {e}")))?;
+        Ok(Subject::parse(&query.kind, query.id.trim()).map_err(ApiError::from)?)
+    });
+    match found {
+        Ok(subject) => see_other(&views::subject_href(subject.kind, &subject.id)),
+        Err(refusal) => refusal.page(&req),
+    }
+}
+
+/// `GET /admin/subjects/{kind}/{id}`: the subject's page, or the refusal's page.
+pub(super) async fn page(state: web::Data<AppState>, req: HttpRequest) -> HttpResponse {
+    show_subject(&state, &req)
+        .await
+        .unwrap_or_else(|refusal| refusal.page(&req))
+}
+
+async fn show_subject(state: &AppState, req: &HttpRequest) -> Result<HttpResponse, Refusal> {
+    let admin = authenticate(state, req)?;
+    let subject = path_subject(req, "")?;
+    let live = state.admin.state(&subject).await?;
+    let filter = EventFilter {
+        subject_kind: Some(subject.kind),
+        subject: Some(subject.id.clone()),
+        ..EventFilter::default()
+    };
+    let recent = EventQuery {
+        filter: filter.clone(),
+        limit: Some(SUBJECT_EVENTS),
+        cursor: None,
+    };
+    let (rows, events_message) = match state.desk().page(&recent, SUBJECT_EVENTS).await {
+        Ok(page) => (views::rows(&page.events), None),
+        Err(e) => (Vec::new(), Some(e.to_string())),
+    };
+    let now = Utc::now();
+    let href = views::subject_href(subject.kind, &subject.id);
+    let page = SubjectPage {
+        kind: subject.kind.as_str(),
+        id: subject.id.clone(),
+        locked_until: SubjectPage::locked_until(&live, now),
+        captcha_required: live.captcha_required,
+        windows: SubjectPage::windows(&live),
+        pairs: SubjectPage::pairs(&live, now),
+        pumping: live.pumping.as_ref().map(|p| PumpingView::new(p, now)),
+        clears: SubjectPage::clears(subject.kind),
+        unblock_href: format!("{href}/unblock"),
+        csrf: csrf::issue(&admin.csrf_key, &subject, now),
+        can_unblock: admin.may(Permission::Unblock),
+        me: Some(me(&admin)),
+        unblocked: req.query_string() == "unblocked=1",
+        rows,
+        events_message,
+        all_events_href: views::events_href(&filter, None, None),
+    };
+    Ok(html(req, StatusCode::OK, page))
+}
+
+/// `POST /admin/subjects/{kind}/{id}/unblock`: see [`unblock_subject`].
+pub(super) async fn unblock(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    body: web::Bytes,
+) -> HttpResponse {
+    unblock_subject(&state, &req, &body)
+        .await
+        .unwrap_or_else(|refusal| refusal.page(&req))
+}
+
+/// Where the browser goes after an unblock: back to the page whose form it
+/// was. Only these two, so a form cannot send it anywhere else.
+enum Back {
+    /// The subject page (its form has no `back` field).
+    Subject,
+    /// The overview of a period (`back=overview`, `period=24h`).
+    Overview(Period),
+}
+
+impl Back {
+    fn from_fields(fields: &[(String, String)]) -> Result<Self, Refusal> {
+        let field = |name: &str| {
+            fields
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, v)| v.as_str())
+        };
+        match field("back") {
+            None => Ok(Self::Subject),
+            Some("overview") => Ok(Self::Overview(overview::period(field("period"))?)),
+            Some(_) => {
+                Err(ApiError::InvalidRequest("back must be \"overview\" or absent".into()).into())
+            }
+        }
+    }
+}
+
+/// `POST …/unblock` from the subject page's form or the overview's: a valid
+/// CSRF token for this subject and these credentials, or 403 and nothing
+/// changes.
+async fn unblock_subject(
+    state: &AppState,
+    req: &HttpRequest,
+    body: &[u8],
+) -> Result<HttpResponse, Refusal> {
+    let admin = authenticate(state, req)?;
+    let subject = path_subject(req, "/unblock")?;
+    require(state, req, &admin, Permission::Unblock, &subject)?;
+    let fields = checked_form(req, &admin.csrf_key, &subject, body)?;
+    let back = Back::from_fields(&fields)?;
+    state.admin.unblock(&subject, &admin.info).await?;
+    let location = match back {
+        Back::Subject => {
+            let href = views::subject_href(subject.kind, &subject.id);
+            format!("{href}?unblocked=1")
+        }
+        Back::Overview(period) => format!("{}&unblocked=1", views::overview::overview_href(period)),
+    };
+    Ok(see_other(&location))
+}
