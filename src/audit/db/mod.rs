@@ -287,44 +287,54 @@ fn corrupt(what: &str, value: &str) -> AuditError {
     AuditError::Corrupt(format!("{what} {value:?}"))
 }
 
-/// Rebuilds an event from a row's text columns (shared by both databases).
-#[allow(clippy::too_many_arguments)]
-fn event_from_columns(
-    id: uuid::Uuid,
-    occurred_at: DateTime<Utc>,
-    action: &str,
-    decision: &str,
+/// The columns both databases read alike: all but the id and the time,
+/// whose types differ (UUID and TIMESTAMPTZ in PostgreSQL, text in SQLite).
+#[derive(sqlx::FromRow)]
+pub(super) struct EventColumns {
+    action: String,
+    decision: String,
     reason: String,
-    subject_kind: &str,
+    subject_kind: String,
     subject: String,
     ip: Option<String>,
     rule: Option<String>,
-    numbers: [Option<i64>; 4],
+    observed: Option<i64>,
+    limit: Option<i64>,
+    window_ms: Option<i64>,
+    retry_after_ms: Option<i64>,
     request_id: Option<String>,
     user_agent: Option<String>,
     shadow: bool,
     actor: Option<String>,
+}
+
+/// Rebuilds an event from a row (shared by both databases); a value no
+/// version of tollgate writes is `AuditError::Corrupt`.
+fn event_from_columns(
+    id: uuid::Uuid,
+    occurred_at: DateTime<Utc>,
+    row: EventColumns,
 ) -> Result<AuditEvent, AuditError> {
-    let [observed, limit, window_ms, retry_after_ms] = numbers;
     Ok(AuditEvent {
         id,
         occurred_at,
-        action: crate::domain::Action::parse(action).ok_or_else(|| corrupt("action", action))?,
-        decision: super::AuditDecision::parse(decision)
-            .ok_or_else(|| corrupt("decision", decision))?,
-        reason,
-        subject_kind: crate::domain::SubjectKind::parse(subject_kind)
-            .ok_or_else(|| corrupt("subject_kind", subject_kind))?,
-        subject,
-        ip,
-        rule,
-        observed,
-        limit,
-        window_ms,
-        retry_after_ms,
-        request_id,
-        user_agent,
-        shadow,
-        actor,
+        action: crate::domain::Action::parse(&row.action)
+            .ok_or_else(|| corrupt("action", &row.action))?,
+        decision: super::AuditDecision::parse(&row.decision)
+            .ok_or_else(|| corrupt("decision", &row.decision))?,
+        reason: row.reason,
+        subject_kind: crate::domain::SubjectKind::parse(&row.subject_kind)
+            .ok_or_else(|| corrupt("subject_kind", &row.subject_kind))?,
+        subject: row.subject,
+        ip: row.ip,
+        rule: row.rule,
+        observed: row.observed,
+        limit: row.limit,
+        window_ms: row.window_ms,
+        retry_after_ms: row.retry_after_ms,
+        request_id: row.request_id,
+        user_agent: row.user_agent,
+        shadow: row.shadow,
+        actor: row.actor,
     })
 }

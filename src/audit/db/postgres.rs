@@ -7,7 +7,7 @@ use sqlx::postgres::{PgPool, PgPoolOptions};
 use sqlx::{FromRow, Postgres, QueryBuilder};
 use uuid::Uuid;
 
-use super::{event_from_columns, push_conditions, repository, AuditError, COLUMNS};
+use super::{event_from_columns, push_conditions, repository, AuditError, EventColumns, COLUMNS};
 use crate::audit::query::{Cursor, EventFilter};
 use crate::audit::AuditEvent;
 
@@ -31,46 +31,13 @@ fn bind_id(id: Uuid) -> Uuid {
 struct Row {
     id: Uuid,
     occurred_at: DateTime<Utc>,
-    action: String,
-    decision: String,
-    reason: String,
-    subject_kind: String,
-    subject: String,
-    ip: Option<String>,
-    rule: Option<String>,
-    observed: Option<i64>,
-    limit: Option<i64>,
-    window_ms: Option<i64>,
-    retry_after_ms: Option<i64>,
-    request_id: Option<String>,
-    user_agent: Option<String>,
-    shadow: bool,
-    actor: Option<String>,
+    #[sqlx(flatten)]
+    columns: EventColumns,
 }
 
 impl Row {
     fn into_event(self) -> Result<AuditEvent, AuditError> {
-        event_from_columns(
-            self.id,
-            self.occurred_at,
-            &self.action,
-            &self.decision,
-            self.reason,
-            &self.subject_kind,
-            self.subject,
-            self.ip,
-            self.rule,
-            [
-                self.observed,
-                self.limit,
-                self.window_ms,
-                self.retry_after_ms,
-            ],
-            self.request_id,
-            self.user_agent,
-            self.shadow,
-            self.actor,
-        )
+        event_from_columns(self.id, self.occurred_at, self.columns)
     }
 }
 

@@ -10,7 +10,8 @@ use sqlx::{FromRow, QueryBuilder, Sqlite};
 use uuid::Uuid;
 
 use super::{
-    event_from_columns, push_conditions, repository, AuditError, COLUMNS, ROWS_PER_STATEMENT,
+    event_from_columns, push_conditions, repository, AuditError, EventColumns, COLUMNS,
+    ROWS_PER_STATEMENT,
 };
 use crate::audit::query::{Cursor, EventFilter};
 use crate::audit::AuditEvent;
@@ -41,21 +42,8 @@ fn bind_id(id: Uuid) -> String {
 struct Row {
     id: String,
     occurred_at: String,
-    action: String,
-    decision: String,
-    reason: String,
-    subject_kind: String,
-    subject: String,
-    ip: Option<String>,
-    rule: Option<String>,
-    observed: Option<i64>,
-    limit: Option<i64>,
-    window_ms: Option<i64>,
-    retry_after_ms: Option<i64>,
-    request_id: Option<String>,
-    user_agent: Option<String>,
-    shadow: bool,
-    actor: Option<String>,
+    #[sqlx(flatten)]
+    columns: EventColumns,
 }
 
 impl Row {
@@ -64,27 +52,7 @@ impl Row {
         let occurred_at = DateTime::parse_from_rfc3339(&self.occurred_at)
             .map_err(|_| super::corrupt("occurred_at", &self.occurred_at))?
             .with_timezone(&Utc);
-        event_from_columns(
-            id,
-            occurred_at,
-            &self.action,
-            &self.decision,
-            self.reason,
-            &self.subject_kind,
-            self.subject,
-            self.ip,
-            self.rule,
-            [
-                self.observed,
-                self.limit,
-                self.window_ms,
-                self.retry_after_ms,
-            ],
-            self.request_id,
-            self.user_agent,
-            self.shadow,
-            self.actor,
-        )
+        event_from_columns(id, occurred_at, self.columns)
     }
 }
 
