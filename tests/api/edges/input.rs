@@ -1,0 +1,359 @@
+//! Bad input at the edge: error codes, the fields the OpenAPI document
+//! allows, body limits, content types, unknown routes and methods.
+
+use serde_json::{json, Value};
+
+use crate::helpers::{spawn_app, Backend};
+
+const PHONE: &str = "+8613800138000";
+
+#[tokio::test]
+async fn bad_input_answers_a_400_with_an_error_code() {
+    let app = spawn_app(Backend::Memory, |_| {}).await;
+    let cases: Vec<(&str, Value, &str, &str)> = vec![
+        ("/sms/send", json!({}), "invalid_request", "phone missing"),
+        (
+            "/sms/send",
+            json!({ "phone": "" }),
+            "invalid_request",
+            "phone empty",
+        ),
+        (
+            "/sms/send",
+            json!({ "phone": 8613800138000u64 }),
+            "invalid_request",
+            "phone not a string",
+        ),
+        (
+            "/sms/send",
+            json!({ "phone": "abc" }),
+            "invalid_phone",
+            "phone not a number",
+        ),
+        (
+            "/sms/send",
+            json!({ "phone": "13800138000" }),
+            "invalid_phone",
+            "phone without country code",
+        ),
+        (
+            "/sms/send",
+            json!({ "phone": "+999123456789" }),
+            "invalid_phone",
+            "no such country code",
+        ),
+        (
+            "/sms/send",
+            json!({ "phone": PHONE, "extra": 1 }),
+            "invalid_request",
+            "unknown field",
+        ),
+        (
+            "/sms/send",
+            json!({ "phone": PHONE, "locale": "../../etc/passwd" }),
+            "invalid_request",
+            "bad locale",
+        ),
+        (
+            "/sms/send",
+            json!({ "phone": PHONE, "ip": "not-an-ip" }),
+            "invalid_request",
+            "bad ip",
+        ),
+        (
+            "/sms/send",
+            json!({ "phone": PHONE, "captcha_passed": "yes" }),
+            "invalid_request",
+            "captcha_passed not a bool",
+        ),
+        (
+            "/sms/verify",
+            json!({ "phone": PHONE }),
+            "invalid_request",
+            "code missing",
+        ),
+        (
+            "/sms/verify",
+            json!({ "phone": PHONE, "code": "" }),
+            "invalid_request",
+            "code empty",
+        ),
+        (
+            "/sms/verify",
+            json!({ "phone": "12", "code": "123456" }),
+            "invalid_phone",
+            "verify with a bad phone",
+        ),
+        ("/login/check", json!({}), "invalid_request", "user missing"),
+        (
+            "/login/check",
+            json!({ "user": "   " }),
+            "invalid_request",
+            "user blank",
+        ),
+        (
+            "/login/attempt",
+            json!({ "user": "a" }),
+            "invalid_request",
+            "success missing",
+        ),
+        (
+            "/login/attempt",
+            json!({ "user": "a", "success": "no" }),
+            "invalid_request",
+            "success not a bool",
+        ),
+        (
+            "/login/attempt",
+            json!({ "user": "a", "success": false, "notify_email": "nope" }),
+            "invalid_request",
+            "bad email",
+        ),
+        (
+            "/login/attempt",
+            json!({ "user": "a\u{0}", "success": false }),
+            "invalid_request",
+            "control character",
+        ),
+        (
+            "/login/attempt",
+            json!([1, 2]),
+            "invalid_request",
+            "not an object",
+        ),
+    ];
+    for (path, body, code, case) in cases {
+        let answer = app.post(path, body).await;
+        assert_eq!(answer.status, 400, "{case}: {}", answer.body);
+        assert_eq!(answer.error(), code, "{case}");
+        assert!(
+            answer.body["message"]
+                .as_str()
+                .is_some_and(|m| !m.is_empty()),
+            "{case}"
+        );
+    }
+}
+
+/// What the OpenAPI document says each field takes, through the API: the
+/// forms around its edges are taken, the ones just past them refused.
+#[tokio::test]
+async fn fields_are_taken_exactly_as_the_openapi_document_says() {
+    let app = spawn_app(Backend::Memory, |s| s.login.captcha_after = 1000).await;
+    let refused: Vec<(&str, Value, &str)> = vec![
+        (
+            "/sms/send",
+            json!({ "phone": "+1-800-FLOWERS" }),
+            "invalid_phone",
+        ),
+        (
+            "/sms/send",
+            json!({ "phone": "\t+8613800138000" }),
+            "invalid_phone",
+        ),
+        (
+            "/sms/send",
+            json!({ "phone": format!("+86 138 0013 8000{}", " ".repeat(16)) }),
+            "invalid_phone",
+        ),
+        (
+            "/sms/send",
+            json!({ "phone": PHONE, "ip": "[::1]" }),
+            "invalid_request",
+        ),
+        (
+            "/sms/send",
+            json!({ "phone": PHONE, "ip": "1.2.3.4:80" }),
+            "invalid_request",
+        ),
+        (
+            "/sms/send",
+            json!({ "phone": PHONE, "ip": " 1.2.3.4" }),
+            "invalid_request",
+        ),
+        (
+            "/sms/send",
+            json!({ "phone": PHONE, "ip": "fe80::1%eth0" }),
+            "invalid_request",
+        ),
+        (
+            "/sms/verify",
+            json!({ "phone": PHONE, "code": "é".repeat(65) }),
+            "invalid_request",
+        ),
+        (
+            "/sms/verify",
+            json!({ "phone": PHONE, "code": " \t " }),
+            "invalid_request",
+        ),
+        (
+            "/login/check",
+            json!({ "user": "a".repeat(257) }),
+            "invalid_request",
+        ),
+        (
+            "/login/check",
+            json!({ "user": "alice\n" }),
+            "invalid_request",
+        ),
+        (
+            "/login/check",
+            json!({ "user": "\u{200b}\u{3000}" }),
+            "invalid_request",
+        ),
+    ];
+    for (path, body, code) in refused {
+        let answer = app.post(path, body.clone()).await;
+        assert_eq!(
+            (answer.status.as_u16(), answer.error()),
+            (400, code),
+            "{path} {body}"
+        );
+    }
+    for email in [
+        "ü@example.com",
+        "alice@localhost",
+        "a@b@example.com",
+        "a..b@example.com",
+    ] {
+        let body = json!({ "user": "alice", "success": false, "notify_email": email });
+        let answer = app.login_attempt(body).await;
+        assert_eq!(
+            (answer.status.as_u16(), answer.error()),
+            (400, "invalid_request"),
+            "{email}"
+        );
+    }
+
+    let spaced = app
+        .sms_send(json!({ "phone": " +86 (138) 0013-8000 " }))
+        .await;
+    assert_eq!(spaced.status, 200, "{}", spaced.body);
+    // 64 characters of two bytes each: a code of the right length, and wrong.
+    let long = app
+        .sms_verify(json!({ "phone": PHONE, "code": "é".repeat(64) }))
+        .await;
+    assert_eq!(long.status, 200, "{}", long.body);
+    assert_eq!(long.body["valid"], false, "{}", long.body);
+    let name = app.login_check(json!({ "user": "é".repeat(256) })).await;
+    assert_eq!(name.status, 200, "{}", name.body);
+    let mailed = app
+        .login_attempt(
+            json!({ "user": "bob", "success": false, "notify_email": "b.o+b@mail.example.co" }),
+        )
+        .await;
+    assert_eq!(mailed.status, 200, "{}", mailed.body);
+}
+
+#[tokio::test]
+async fn malformed_json_oversized_bodies_and_wrong_content_types_are_json_errors() {
+    let app = spawn_app(Backend::Memory, |_| {}).await;
+    let url = format!("{}/sms/send", app.address);
+    let authed = |r: reqwest::RequestBuilder| r.bearer_auth(crate::helpers::API_KEY);
+
+    let malformed = app
+        .send_raw(authed(
+            app.client
+                .post(&url)
+                .header("content-type", "application/json")
+                .body("{\"phone\":"),
+        ))
+        .await;
+    assert_eq!(
+        (malformed.status.as_u16(), malformed.error()),
+        (400, "invalid_request")
+    );
+
+    let big = json!({ "phone": PHONE, "locale": "x".repeat(17 * 1024) });
+    let too_large = app.send_raw(authed(app.client.post(&url).json(&big))).await;
+    assert_eq!(
+        (too_large.status.as_u16(), too_large.error()),
+        (413, "payload_too_large")
+    );
+
+    let text = app
+        .send_raw(authed(
+            app.client
+                .post(&url)
+                .header("content-type", "text/plain")
+                .body(json!({ "phone": PHONE }).to_string()),
+        ))
+        .await;
+    assert_eq!(
+        (text.status.as_u16(), text.error()),
+        (415, "unsupported_media_type")
+    );
+
+    let none = app
+        .send_raw(authed(
+            app.client
+                .post(&url)
+                .body(json!({ "phone": PHONE }).to_string()),
+        ))
+        .await;
+    assert_eq!(
+        (none.status.as_u16(), none.error()),
+        (415, "unsupported_media_type")
+    );
+    assert_eq!(none.content_type.as_deref(), Some("application/json"));
+}
+
+/// Only `application/json` (with parameters) is JSON here: `text/json`,
+/// `image/json` and `+json` types answer 415 and send nothing.
+#[tokio::test]
+async fn only_application_json_is_accepted() {
+    let app = spawn_app(Backend::Memory, |_| {}).await;
+    let body = json!({ "phone": PHONE }).to_string();
+    for (path, kind, expected) in [
+        ("/sms/send", "text/json", 415),
+        ("/sms/send", "image/json", 415),
+        ("/sms/send", "application/merge-patch+json", 415),
+        ("/login/check", "text/json", 415),
+        ("/sms/send", "application/json; charset=utf-8", 200),
+        ("/sms/send", "Application/JSON", 200),
+    ] {
+        let body = if path == "/login/check" {
+            json!({ "user": "alice" }).to_string()
+        } else {
+            body.clone()
+        };
+        let answer = app
+            .send_raw(
+                app.client
+                    .post(format!("{}{path}", app.address))
+                    .bearer_auth(crate::helpers::API_KEY)
+                    .header("content-type", kind)
+                    .body(body),
+            )
+            .await;
+        assert_eq!(
+            answer.status.as_u16(),
+            expected,
+            "{path} {kind}: {}",
+            answer.body
+        );
+        if expected == 415 {
+            assert_eq!(answer.error(), "unsupported_media_type");
+        }
+    }
+    assert_eq!(
+        app.sms.messages().len(),
+        2,
+        "only the two JSON sends sent a code"
+    );
+}
+
+#[tokio::test]
+async fn unknown_routes_and_methods_answer_json() {
+    let app = spawn_app(Backend::Memory, |_| {}).await;
+    let missing = app.get("/nope").await;
+    assert_eq!(
+        (missing.status.as_u16(), missing.error()),
+        (404, "not_found")
+    );
+    let wrong_method = app.get("/sms/send").await;
+    assert_eq!(
+        (wrong_method.status.as_u16(), wrong_method.error()),
+        (405, "method_not_allowed")
+    );
+}

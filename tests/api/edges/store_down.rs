@@ -1,0 +1,270 @@
+//! Health and readiness, and a store that is down or slow: fail closed,
+//! fail open, fall back; metrics of decisions and store calls.
+
+use serde_json::json;
+use tollgate::settings::{OnStoreError, Secret, SecretUrl};
+
+use crate::helpers::{limits, spawn_app, Backend};
+
+const PHONE: &str = "+8613800138000";
+
+#[tokio::test]
+async fn health_and_readiness_answer_on_both_backends() {
+    for backend in [Backend::Memory, Backend::Redis] {
+        let app = spawn_app(backend, |_| {}).await;
+        assert_eq!(app.get("/healthz").await.status, 200, "{backend:?}");
+        let ready = app.get("/readyz").await;
+        assert_eq!(ready.status, 200, "{backend:?}: {}", ready.body);
+    }
+}
+
+fn unreachable_redis(on_error: OnStoreError) -> impl FnOnce(&mut tollgate::settings::Settings) {
+    move |s| {
+        s.store.redis_url = SecretUrl::new("redis://127.0.0.1:1");
+        s.store.on_error = on_error;
+        s.store.timeout = std::time::Duration::from_millis(200);
+    }
+}
+
+#[tokio::test]
+async fn an_unreachable_store_fails_closed_by_default() {
+    let app = spawn_app(Backend::Redis, unreachable_redis(OnStoreError::Deny)).await;
+    assert_eq!(app.get("/healthz").await.status, 200, "the process is up");
+    let ready = app.get("/readyz").await;
+    assert_eq!(
+        (ready.status.as_u16(), ready.error()),
+        (503, "not_ready"),
+        "the public /readyz says not ready, not why"
+    );
+    let send = app.sms_send(json!({ "phone": PHONE })).await;
+    assert_eq!(
+        (send.status.as_u16(), send.error()),
+        (503, "store_unavailable")
+    );
+    let login = app
+        .login_attempt(json!({ "user": "a", "success": false, "ip": "203.0.113.1" }))
+        .await;
+    assert_eq!(
+        (login.status.as_u16(), login.error()),
+        (503, "store_unavailable")
+    );
+    assert!(app.sms.messages().is_empty());
+}
+
+#[tokio::test]
+async fn an_unreachable_store_fails_open_for_counters_when_told_to() {
+    let app = spawn_app(Backend::Redis, |s| {
+        unreachable_redis(OnStoreError::Allow)(s);
+        s.sms.phone_limits = limits(&[(1, 3_600_000)]);
+    })
+    .await;
+    let login = app
+        .login_attempt(json!({ "user": "a", "success": false, "ip": "203.0.113.1" }))
+        .await;
+    assert_eq!(login.status, 200);
+    assert_eq!(login.body["decision"], "allow");
+    // Codes keep flowing: they are kept in the process meanwhile.
+    let send = app.sms_send(json!({ "phone": PHONE })).await;
+    assert_eq!(send.status, 200, "{}", send.body);
+    let code = app.sms.last_code(PHONE);
+    let wrong = app
+        .sms_verify(json!({ "phone": PHONE, "code": "000000" }))
+        .await;
+    assert_eq!(wrong.body, json!({ "valid": false, "attempts_left": 4 }));
+    let right = app
+        .sms_verify(json!({ "phone": PHONE, "code": code }))
+        .await;
+    assert_eq!(right.body, json!({ "valid": true }));
+    // Counters stay open: the phone's 1/1h window does not refuse a resend.
+    let resend = app.sms_send(json!({ "phone": PHONE })).await;
+    assert_eq!(resend.status, 200, "{}", resend.body);
+}
+
+#[tokio::test]
+async fn an_unreachable_store_falls_back_to_the_local_one() {
+    let app = spawn_app(Backend::Redis, |s| {
+        unreachable_redis(OnStoreError::Local)(s);
+        s.sms.phone_limits = limits(&[(1, 3_600_000)]);
+        s.sms.code_secret = Secret::new("a-configured-secret");
+    })
+    .await;
+    assert_eq!(app.sms_send(json!({ "phone": PHONE })).await.status, 200);
+    assert_eq!(
+        app.sms_send(json!({ "phone": PHONE })).await.status,
+        429,
+        "the local store counts"
+    );
+    let code = app.sms.last_code(PHONE);
+    assert_eq!(
+        app.sms_verify(json!({ "phone": PHONE, "code": code }))
+            .await
+            .body,
+        json!({ "valid": true })
+    );
+}
+
+#[tokio::test]
+async fn metrics_count_decisions_and_store_calls_in_prometheus_text() {
+    let app = spawn_app(Backend::Memory, |s| {
+        s.sms.phone_limits = limits(&[(1, 3_600_000)])
+    })
+    .await;
+    app.sms_send(json!({ "phone": PHONE })).await;
+    app.sms_send(json!({ "phone": PHONE })).await;
+    app.login_check(json!({ "user": "metrics-user" })).await;
+
+    let metrics = app.get("/metrics").await;
+    assert_eq!(metrics.status, 200);
+    let text = metrics
+        .body
+        .as_str()
+        .expect("Prometheus text, not JSON")
+        .to_string();
+    // The recorder is process-wide: other tests add to the same counters.
+    let value = |series: &str| -> f64 {
+        text.lines()
+            .find(|l| l.starts_with(series))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{series} missing from\n{text}"))
+    };
+    assert!(value("tollgate_requests_total{route=\"sms_send\",decision=\"allow\"}") >= 1.0);
+    assert!(value("tollgate_requests_total{route=\"sms_send\",decision=\"deny\"}") >= 1.0);
+    assert!(value("tollgate_requests_total{route=\"login_check\",decision=\"allow\"}") >= 1.0);
+    assert!(value("tollgate_store_seconds_count") >= 3.0);
+    assert!(text.contains("# HELP tollgate_requests_total"));
+}
+
+/// A Redis of the test's own, so that it can be frozen without freezing the
+/// other tests' shared one.
+struct PrivateRedis {
+    port: u16,
+    child: std::process::Child,
+}
+
+impl PrivateRedis {
+    async fn start() -> Self {
+        let port = crate::helpers::free_port();
+        let child = std::process::Command::new("redis-server")
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("redis-server is installed (scripts/services.sh)");
+        for _ in 0..100 {
+            if tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .is_ok()
+            {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        Self { port, child }
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Freeze the server (SIGSTOP): connections stay open, nothing answers.
+    fn freeze(&self) {
+        self.signal("-STOP");
+    }
+
+    fn thaw(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, signal: &str) {
+        let status = std::process::Command::new("kill")
+            .args([signal, &self.child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(status.success());
+    }
+}
+
+impl Drop for PrivateRedis {
+    fn drop(&mut self) {
+        self.thaw();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test]
+async fn a_slow_redis_is_cut_off_at_the_store_timeout() {
+    let redis = PrivateRedis::start().await;
+    let url = redis.url();
+    let app = spawn_app(Backend::Redis, move |s| {
+        s.store.redis_url = SecretUrl::new(url);
+        s.store.timeout = std::time::Duration::from_millis(200);
+        s.sms.code_secret = Secret::new("a-configured-secret");
+    })
+    .await;
+    assert_eq!(app.login_check(json!({ "user": "a" })).await.status, 200);
+    let errors_before = app.metric("tollgate_store_errors_total").await;
+
+    redis.freeze();
+    let started = std::time::Instant::now();
+    let answer = app
+        .login_attempt(json!({ "user": "a", "success": false }))
+        .await;
+    let took = started.elapsed();
+    assert_eq!(
+        (answer.status.as_u16(), answer.error()),
+        (503, "store_unavailable")
+    );
+    assert!(
+        took < std::time::Duration::from_millis(1_500),
+        "answered after {took:?}, not after the stall"
+    );
+    assert!(
+        app.metric("tollgate_store_errors_total").await > errors_before,
+        "the timeout is counted"
+    );
+}
+
+#[tokio::test]
+async fn a_slow_redis_falls_back_to_the_local_store_when_told_to() {
+    let redis = PrivateRedis::start().await;
+    let url = redis.url();
+    let app = spawn_app(Backend::Redis, move |s| {
+        s.store.redis_url = SecretUrl::new(url);
+        s.store.timeout = std::time::Duration::from_millis(200);
+        s.store.on_error = OnStoreError::Local;
+        s.login.captcha_after = 1000;
+        s.login.lock_after = 2;
+    })
+    .await;
+    assert_eq!(app.login_check(json!({ "user": "a" })).await.status, 200);
+
+    redis.freeze();
+    let started = std::time::Instant::now();
+    let first = app
+        .login_attempt(json!({ "user": "a", "success": false }))
+        .await;
+    assert_eq!(first.status, 200, "{}", first.body);
+    let second = app
+        .login_attempt(json!({ "user": "a", "success": false }))
+        .await;
+    assert_eq!(
+        second.body["locked"], true,
+        "the local store counts while Redis is frozen: {}",
+        second.body
+    );
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(3),
+        "each call gave up at the timeout"
+    );
+    redis.thaw();
+}

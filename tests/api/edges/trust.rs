@@ -1,0 +1,251 @@
+//! Who may call what: API keys, the backend's word against a browser's,
+//! the client address behind proxies, request ids.
+
+use serde_json::json;
+
+use crate::helpers::{limits, spawn_app, Backend};
+
+const PHONE: &str = "+8613800138000";
+
+#[tokio::test]
+async fn api_keys_are_required_when_configured() {
+    let app = spawn_app(Backend::Memory, |_| {}).await;
+    let url = format!("{}/login/check", app.address);
+    let body = json!({ "user": "alice" });
+
+    let none = app.send_raw(app.client.post(&url).json(&body)).await;
+    assert_eq!((none.status.as_u16(), none.error()), (401, "unauthorized"));
+    let wrong = app
+        .send_raw(
+            app.client
+                .post(&url)
+                .bearer_auth("test-api-kez")
+                .json(&body),
+        )
+        .await;
+    assert_eq!(wrong.status, 401);
+    let right = app
+        .send_raw(
+            app.client
+                .post(&url)
+                .bearer_auth(crate::helpers::API_KEY)
+                .json(&body),
+        )
+        .await;
+    assert_eq!(right.status, 200);
+}
+
+/// The trust boundary with no API keys: the login backend calling from
+/// loopback may report outcomes; a browser behind a reverse proxy on the same
+/// host (its request carries forwarding headers, trusted proxy or not) may
+/// not call `/login/*` nor claim a passed captcha.
+#[tokio::test]
+async fn only_the_backend_may_vouch_for_a_login_or_a_captcha() {
+    for trusted in [vec![], vec!["127.0.0.1/32".parse().unwrap()]] {
+        let app = spawn_app(Backend::Memory, |s| {
+            s.server.api_keys = vec![];
+            s.server.trusted_proxies = trusted.clone();
+        })
+        .await;
+        let post = |path: &str, body: serde_json::Value, proxied: Option<(&str, &str)>| {
+            let mut request = app
+                .client
+                .post(format!("{}{path}", app.address))
+                .json(&body);
+            if let Some((name, value)) = proxied {
+                request = request.header(name, value);
+            }
+            app.send_raw(request)
+        };
+        let wipe = json!({ "user": "alice", "success": true, "captcha_passed": true });
+        for header in [
+            ("x-forwarded-for", "198.51.100.7"),
+            ("forwarded", "for=198.51.100.7"),
+        ] {
+            for (path, body) in [
+                ("/login/attempt", wipe.clone()),
+                ("/login/check", json!({ "user": "alice" })),
+            ] {
+                let refused = post(path, body, Some(header)).await;
+                assert_eq!(
+                    (refused.status.as_u16(), refused.error()),
+                    (403, "forbidden"),
+                    "{path} through a proxy ({header:?}, trusted {trusted:?}): {}",
+                    refused.body
+                );
+            }
+            let claimed = post(
+                "/sms/send",
+                json!({ "phone": PHONE, "captcha_passed": true }),
+                Some(header),
+            )
+            .await;
+            assert_eq!(
+                (claimed.status.as_u16(), claimed.error()),
+                (403, "forbidden")
+            );
+        }
+        assert!(app.sms.messages().is_empty(), "nothing was sent");
+        // The browser may still ask for a code, without the claim.
+        let sent = post(
+            "/sms/send",
+            json!({ "phone": PHONE }),
+            Some(("x-forwarded-for", "198.51.100.7")),
+        )
+        .await;
+        assert_eq!(sent.status, 200, "{}", sent.body);
+        // The backend on loopback, as in the README's walkthrough.
+        let direct = post("/login/attempt", wipe.clone(), None).await;
+        assert_eq!(direct.status, 200, "{}", direct.body);
+        let claimed = post(
+            "/sms/send",
+            json!({ "phone": "+8613900139000", "captcha_passed": true }),
+            None,
+        )
+        .await;
+        assert_eq!(claimed.status, 200, "{}", claimed.body);
+    }
+}
+
+#[tokio::test]
+async fn without_an_api_key_the_body_ip_is_ignored_and_the_peer_counts() {
+    let app = spawn_app(Backend::Memory, |s| {
+        s.server.api_keys = vec![];
+        s.sms.ip_limits = limits(&[(1, 3_600_000)]);
+    })
+    .await;
+    assert_eq!(
+        app.sms_send(json!({ "phone": PHONE, "ip": "203.0.113.1" }))
+            .await
+            .status,
+        200
+    );
+    let second = app
+        .sms_send(json!({ "phone": "+8613900139000", "ip": "203.0.113.2" }))
+        .await;
+    assert_eq!(second.status, 429, "both came from 127.0.0.1");
+    assert_eq!(app.audit_events()[0].subject, "127.0.0.1");
+}
+
+#[tokio::test]
+async fn a_trusted_proxy_forwards_the_right_most_untrusted_hop() {
+    let app = spawn_app(Backend::Memory, |s| {
+        s.server.api_keys = vec![];
+        s.server.trusted_proxies = vec![
+            "127.0.0.1/32".parse().unwrap(),
+            "10.0.0.0/8".parse().unwrap(),
+        ];
+        s.sms.ip_limits = limits(&[(1, 3_600_000)]);
+    })
+    .await;
+    let url = format!("{}/sms/send", app.address);
+    let send = |phone: &str| {
+        app.client
+            .post(&url)
+            .header("x-forwarded-for", "198.51.100.1, 203.0.113.9, 10.1.2.3")
+            .json(&json!({ "phone": phone }))
+    };
+    assert_eq!(app.send_raw(send(PHONE)).await.status, 200);
+    assert_eq!(app.send_raw(send("+8613900139000")).await.status, 429);
+    let row = &app.audit_events()[0];
+    assert_eq!(
+        (row.subject.as_str(), row.ip.as_deref()),
+        ("203.0.113.9", Some("203.0.113.9"))
+    );
+}
+
+/// Hops with ports, brackets or quotes name their address, and a hop that
+/// names no address counts under the proxy that passed it on: never
+/// uncounted (docs/security.md).
+#[tokio::test]
+async fn forwarded_hops_with_ports_brackets_or_nothing_in_them() {
+    let app = spawn_app(Backend::Memory, |s| {
+        s.server.api_keys = vec![];
+        s.server.trusted_proxies = vec!["127.0.0.1/32".parse().unwrap()];
+        s.sms.ip_limits = limits(&[(1, 3_600_000)]);
+    })
+    .await;
+    let url = format!("{}/sms/send", app.address);
+    let send = |phone: &str, forwarded: Option<&str>| {
+        let mut request = app.client.post(&url).json(&json!({ "phone": phone }));
+        if let Some(value) = forwarded {
+            request = request.header("x-forwarded-for", value);
+        }
+        request
+    };
+    let phones = (0..10)
+        .map(|i| format!("+86139001390{i:02}"))
+        .collect::<Vec<_>>();
+    let cases = [
+        ("2.2.2.2:443", "2.2.2.2", "2.2.2.2"),
+        ("[2001:db8::1]:443", "2001:db8::2", "2001:db8::/64"),
+        ("\"192.0.2.60:4711\"", "192.0.2.60", "192.0.2.60"),
+    ];
+    for (i, (first, second, subject)) in cases.into_iter().enumerate() {
+        let sent = app.send_raw(send(&phones[2 * i], Some(first))).await;
+        assert_eq!(sent.status, 200, "{first:?}: {}", sent.body);
+        let refused = app.send_raw(send(&phones[2 * i + 1], Some(second))).await;
+        assert_eq!(
+            refused.status, 429,
+            "{second:?} is the same client: {}",
+            refused.body
+        );
+        let row = app.audit_events().last().cloned().unwrap();
+        assert_eq!(row.subject, subject);
+    }
+    // `unknown` counts as the proxy, 127.0.0.1: its one send, then refused,
+    // as is the proxy's own request.
+    let unknown = app.send_raw(send(&phones[6], Some("unknown"))).await;
+    assert_eq!(unknown.status, 200, "{}", unknown.body);
+    let again = app.send_raw(send(&phones[7], Some("unknown"))).await;
+    assert_eq!(again.status, 429, "{}", again.body);
+    assert_eq!(app.audit_events().last().unwrap().subject, "127.0.0.1");
+    assert_eq!(app.send_raw(send(&phones[8], None)).await.status, 429);
+}
+
+#[tokio::test]
+async fn forwarded_for_from_an_untrusted_peer_is_ignored() {
+    let app = spawn_app(Backend::Memory, |s| {
+        s.server.api_keys = vec![];
+        s.server.trusted_proxies = vec!["10.0.0.0/8".parse().unwrap()];
+        s.sms.ip_limits = limits(&[(1, 3_600_000)]);
+    })
+    .await;
+    let url = format!("{}/sms/send", app.address);
+    for (phone, spoofed) in [(PHONE, "198.51.100.1"), ("+8613900139000", "198.51.100.2")] {
+        let request = app
+            .client
+            .post(&url)
+            .header("x-forwarded-for", spoofed)
+            .json(&json!({ "phone": phone }));
+        app.send_raw(request).await;
+    }
+    let row = &app.audit_events()[0];
+    assert_eq!(
+        row.subject, "127.0.0.1",
+        "the peer counts, not what it claims to forward"
+    );
+}
+
+#[tokio::test]
+async fn a_request_id_is_echoed_and_recorded() {
+    let app = spawn_app(Backend::Memory, |s| {
+        s.sms.phone_limits = limits(&[(1, 3_600_000)])
+    })
+    .await;
+    app.sms_send(json!({ "phone": PHONE })).await;
+    let request = app
+        .client
+        .post(format!("{}/sms/send", app.address))
+        .bearer_auth(crate::helpers::API_KEY)
+        .header("x-request-id", "req-42")
+        .header("user-agent", "tests/1.0")
+        .json(&json!({ "phone": PHONE }));
+    let response = request.send().await.unwrap();
+    assert_eq!(response.headers()["x-request-id"], "req-42");
+    let row = &app.audit_events()[0];
+    assert_eq!(
+        (row.request_id.as_deref(), row.user_agent.as_deref()),
+        (Some("req-42"), Some("tests/1.0"))
+    );
+}
