@@ -1,0 +1,270 @@
+//! The one place that builds the application from settings, in steps: the
+//! store (`store`), the audit sink (`audit`), providers, lists and guards,
+//! then the listeners (`listeners`); and that owns shutdown.
+
+mod audit;
+mod listeners;
+mod store;
+
+use std::sync::Arc;
+
+use actix_web::dev::{Server, ServerHandle};
+use actix_web::web;
+use anyhow::Context;
+
+use crate::audit::{AuditDb, AuditSink, ObservedSink};
+use crate::delivery::email::Email;
+use crate::delivery::{build_sender, SmsSender, TemplateDirs, Templates, TemplatesCell};
+use crate::guard::admin::SubjectAdmin;
+use crate::guard::admin_auth::AdminAuthGuard;
+use crate::guard::login::LoginGuard;
+use crate::guard::sms::SmsGuard;
+use crate::guard::{GuardContext, Policy, PolicyCell};
+use crate::lists::{self, Lists};
+use crate::reload::Reloadable;
+use crate::routes::cors::CorsOrigins;
+use crate::routes::{Access, AppState};
+use crate::settings::Settings;
+use crate::store::{Clock, SystemClock};
+
+/// Parts a test may substitute; production uses none.
+#[derive(Default)]
+pub struct Overrides {
+    /// Replaces the provider `[sms.provider]` names.
+    pub sms_sender: Option<Arc<dyn SmsSender>>,
+    /// Replaces the audit database and its sink; no database is opened.
+    pub audit: Option<Arc<dyn AuditSink>>,
+    /// The in-process stores' clock, instead of the system's.
+    pub clock: Option<Arc<dyn Clock>>,
+}
+
+/// The running service: its bound listener, HTTP server and background tasks.
+pub struct Application {
+    server: Server,
+    port: u16,
+    /// The admin listener (`server.admin_bind`) and its port.
+    admin: Option<(Server, u16)>,
+    audit: Arc<dyn AuditSink>,
+    reloadable: Reloadable,
+    background: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Application {
+    /// Build everything `settings` configures and bind `server.bind`.
+    pub async fn build(settings: Settings) -> anyhow::Result<Self> {
+        Self::build_with(settings, Overrides::default()).await
+    }
+
+    /// `build`, with the parts `overrides` names put in place of the configured
+    /// ones.
+    pub async fn build_with(settings: Settings, overrides: Overrides) -> anyhow::Result<Self> {
+        // First: a broken template stops start-up before anything is opened.
+        let templates = Templates::load(&TemplateDirs::of(&settings))
+            .context("cannot load the SMS and email templates")?;
+        let templates = Arc::new(TemplatesCell::new(templates));
+        let metrics = crate::metrics::install();
+        crate::domain::PhoneNumber::warm_up();
+        let clock: Arc<dyn Clock> = overrides.clock.unwrap_or_else(|| Arc::new(SystemClock));
+        let mut background = Vec::new();
+        let stores = store::open(&settings, clock, &mut background).await?;
+        let (audit, audit_db): (Arc<dyn AuditSink>, Option<AuditDb>) = match overrides.audit {
+            Some(sink) => (sink, None),
+            None => {
+                let (sink, db) = audit::open(&settings, &mut background).await?;
+                (sink, Some(db))
+            }
+        };
+        let email =
+            Email::start(&settings.email, templates.clone()).context("cannot set up email")?;
+        let audit: Arc<dyn AuditSink> = match email.alerts() {
+            Some(alerts) => Arc::new(ObservedSink::new(audit, vec![alerts])),
+            None => audit,
+        };
+        let sms_sender: Arc<dyn SmsSender> = match overrides.sms_sender {
+            Some(sender) => sender,
+            None => {
+                build_sender(&settings.sms.provider).context("cannot set up the SMS provider")?
+            }
+        };
+        let policy = Policy::from_settings(&settings).context("cannot build the captcha client")?;
+        let policy = Arc::new(PolicyCell::new(policy));
+        let lists = open_lists(&settings, audit_db.clone(), &mut background).await;
+        let ctx = GuardContext {
+            store: stores.store,
+            keys: store::keys(&settings),
+            audit: audit.clone(),
+            policy: policy.clone(),
+            lists: lists.clone(),
+        };
+        let state = web::Data::new(AppState {
+            sms: SmsGuard::new(
+                ctx.clone(),
+                sms_sender,
+                templates.clone(),
+                settings.sms.code_secret.expose(),
+            ),
+            login: LoginGuard::new(ctx.clone(), email.lock_notifier()),
+            admin_auth: AdminAuthGuard::new(ctx.clone(), &settings.server.admin_auth_limit),
+            admin: SubjectAdmin::new(ctx),
+            lists: lists.clone(),
+            access: Access::new(&settings.server),
+            oidc: crate::oidc::Oidc::new(&settings.admin.oidc)
+                .context("cannot set up single sign-on (admin.oidc)")?
+                .map(Arc::new),
+            readiness_store: stores.primary,
+            audit: audit.clone(),
+            audit_db,
+            metrics,
+        });
+
+        let shared = listeners::Shared {
+            state,
+            redis: stores.redis,
+            cors: Arc::new(CorsOrigins::new(&settings.server.cors_origins)),
+            request_timeout: settings.server.request_timeout,
+            shutdown_timeout: settings.server.shutdown_timeout,
+        };
+        let listeners::Listening {
+            server,
+            port,
+            admin,
+        } = listeners::bind(&settings, &shared)?;
+        Ok(Self {
+            server,
+            port,
+            admin,
+            audit,
+            reloadable: Reloadable {
+                policy,
+                lists,
+                templates,
+            },
+            background,
+        })
+    }
+
+    /// The port actually bound, for a `server.bind` of port 0.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The admin listener's port, when `server.admin_bind` is set.
+    pub fn admin_port(&self) -> Option<u16> {
+        self.admin.as_ref().map(|(_, port)| *port)
+    }
+
+    /// The sink every audit event goes to (tests flush it).
+    pub fn audit_sink(&self) -> Arc<dyn AuditSink> {
+        self.audit.clone()
+    }
+
+    /// A handle to stop the server from another task.
+    pub fn handle(&self) -> ServerHandle {
+        self.server.handle()
+    }
+
+    /// What a reload (SIGHUP, a changed file) swaps in: the decision
+    /// settings, the config's list entries and the templates.
+    pub fn reloadable(&self) -> Reloadable {
+        self.reloadable.clone()
+    }
+
+    /// Serve until SIGTERM / Ctrl-C (or [`ServerHandle::stop`]), then stop
+    /// in this order, so that the audit drain always gets its time within
+    /// the unit's `TimeoutStopSec`:
+    ///
+    /// 1. both listeners stop accepting and finish their connections, for
+    ///    at most `server.shutdown_timeout` (actix closes what is left);
+    /// 2. the audit queue is written out: every answered request's events
+    ///    are in it by then;
+    /// 3. the background tasks stop.
+    pub async fn run_until_stopped(self) -> std::io::Result<()> {
+        let public_handle = self.server.handle();
+        let mut public = tokio::spawn(self.server);
+        let (admin_handle, mut admin) = match self.admin {
+            Some((server, _)) => (Some(server.handle()), Some(tokio::spawn(server))),
+            None => (None, None),
+        };
+        let admin_stopped = async {
+            match admin.as_mut() {
+                Some(task) => {
+                    let _ = task.await;
+                }
+                None => std::future::pending().await,
+            }
+        };
+        // A task whose end was awaited here must not be awaited again.
+        let (mut public_ended, mut admin_ended) = (None, false);
+        tokio::select! {
+            () = stop_signal() => {}
+            ended = &mut public => public_ended = Some(ended),
+            () = admin_stopped => admin_ended = true,
+        }
+
+        tracing::info!("stopping: finishing open connections");
+        let drain_admin = async {
+            if let Some(handle) = &admin_handle {
+                handle.stop(true).await;
+            }
+        };
+        futures::join!(public_handle.stop(true), drain_admin);
+        let ended = match public_ended {
+            Some(ended) => ended,
+            None => public.await,
+        };
+        let result = ended.unwrap_or_else(|e| Err(std::io::Error::other(e)));
+        if let Some(task) = admin.filter(|_| !admin_ended) {
+            let _ = task.await;
+        }
+
+        tracing::info!("connections closed; writing the audit queue");
+        self.audit.flush().await;
+        for task in self.background {
+            task.abort();
+        }
+        result
+    }
+}
+
+/// The allow and block lists: the config's entries and, with an audit
+/// database, the stored ones, read now and refreshed by a task pushed to
+/// `background`.
+async fn open_lists(
+    settings: &Settings,
+    audit_db: Option<AuditDb>,
+    background: &mut Vec<tokio::task::JoinHandle<()>>,
+) -> Arc<Lists> {
+    let lists = Arc::new(Lists::new(
+        settings.lists.entries(),
+        audit_db.map(|db| Arc::new(db) as Arc<dyn lists::ListStore>),
+    ));
+    if let Err(e) = lists.refresh().await {
+        tracing::warn!(error = %e, "stored list entries not read yet; retried every lists.refresh_interval");
+    }
+    background.push(lists::spawn_refresh(
+        lists.clone(),
+        settings.lists.refresh_interval,
+    ));
+    lists
+}
+
+/// SIGTERM or SIGINT (Ctrl-C): both stop gracefully. actix's own signal
+/// handling is off, so that one place stops both listeners at once.
+async fn stop_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let terminate = async {
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                term.recv().await;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "SIGTERM cannot be handled; Ctrl-C still stops");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    tokio::select! {
+        () = terminate => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}
