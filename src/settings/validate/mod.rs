@@ -8,6 +8,8 @@ use super::{
     CaptchaKind, LimitSetting, LockScope, Settings, SettingsError, SmsProviderKind, StoreBackend,
 };
 
+mod server;
+
 type Check = Result<(), SettingsError>;
 
 fn positive(key: &str, value: u64) -> Check {
@@ -21,9 +23,6 @@ fn positive(key: &str, value: u64) -> Check {
 const MAX_JOURNAL_SYNC_INTERVAL: Duration = Duration::from_secs(60);
 /// The least `audit.journal_max_bytes`: below it, a typo (a bare `1`).
 const MIN_JOURNAL_MAX_BYTES: u64 = 1 << 20;
-
-/// The longest `server.request_timeout` and `server.shutdown_timeout`.
-const MAX_CONNECTION_TIMEOUT: Duration = Duration::from_secs(3600);
 
 /// The smallest `store.memory_limit`: below it a handful of subjects would
 /// evict one another.
@@ -72,93 +71,26 @@ fn url_scheme(key: &str, url: &str, schemes: &[&str]) -> Check {
     Ok(())
 }
 
-/// The shortest API key or admin token accepted: 16 random characters are
-/// beyond online guessing, even unthrottled.
-const MIN_BEARER: usize = 16;
-
-/// Every API key and admin token long enough, and none in both lists: a
-/// secret that is both would let whoever holds the backend's key into the
-/// admin routes, which are meant to be separate (DESIGN.md §3).
-fn bearer_secrets(server: &super::ServerSettings) -> Check {
-    let admin_tokens: Vec<&super::Secret> =
-        server.admin_tokens.iter().map(|t| t.secret()).collect();
-    let api_keys: Vec<&super::Secret> = server.api_keys.iter().collect();
-    let lists = [
-        ("server.api_keys", &api_keys),
-        ("server.admin_tokens", &admin_tokens),
-    ];
-    for (key, list) in lists {
-        for (i, secret) in list.iter().enumerate() {
-            if secret.expose().chars().count() < MIN_BEARER {
-                return Err(SettingsError::invalid(
-                    &format!("{key}[{i}]"),
-                    format!(
-                        "must be at least {MIN_BEARER} characters of random text \
-                         (`openssl rand -hex 32` makes one)"
-                    ),
-                ));
-            }
-        }
-    }
-    for (i, api_key) in server.api_keys.iter().enumerate() {
-        if let Some(j) = admin_tokens.iter().position(|t| *t == api_key) {
-            return Err(SettingsError::invalid(
-                &format!("server.admin_tokens[{j}]"),
-                format!(
-                    "is the same secret as server.api_keys[{i}]; an admin token \
-                     and an API key must differ"
-                ),
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// Hops trusted by position: a list header can carry several; a
-/// single-address header names one, from the peer. Past 10 no deployment
-/// stacks proxies, and a typo would trust what clients write.
-fn proxies(server: &super::ServerSettings) -> Check {
-    use crate::domain::forwarding::ClientIpHeader;
-    let most = match server.client_ip_header {
-        ClientIpHeader::Single(_) => 1,
-        ClientIpHeader::XForwardedFor | ClientIpHeader::Forwarded => 10,
-    };
-    if server.trusted_proxy_hops > most {
-        return Err(SettingsError::invalid(
-            "server.trusted_proxy_hops",
-            format!(
-                "must be at most {most} with client_ip_header = \"{}\"",
-                server.client_ip_header
-            ),
-        ));
-    }
-    let limit = &server.admin_auth_limit;
-    positive("server.admin_auth_limit.limit", limit.limit.into())?;
-    duration("server.admin_auth_limit.window", limit.window)?;
-    if limit.shadow {
-        return Err(SettingsError::invalid(
-            "server.admin_auth_limit.shadow",
-            "is not supported: failed admin authentications are always throttled",
-        ));
-    }
-    if limit.algorithm != Algorithm::SlidingLog {
-        return Err(SettingsError::invalid(
-            "server.admin_auth_limit.algorithm",
-            "is not supported: the window counts each failure (sliding_log)",
-        ));
-    }
-    Ok(())
-}
-
 impl Settings {
     pub(super) fn validate(&self) -> Check {
-        bearer_secrets(&self.server)?;
+        server::bearer_secrets(&self.server)?;
         super::admin::validate_tokens(&self.server.admin_tokens)?;
         super::admin::validate_oidc(&self.admin.oidc)?;
-        proxies(&self.server)?;
-
+        server::proxies(&self.server)?;
         self.check_connections()?;
+        self.check_store()?;
+        self.check_audit()?;
+        self.check_sms()?;
+        self.check_routes()?;
+        self.check_login()?;
+        self.check_captcha()?;
+        self.check_lists()?;
+        self.check_email()?;
+        Ok(())
+    }
 
+    /// `[store]`: the key prefix, the timeout, the memory limit, the Redis URL.
+    fn check_store(&self) -> Check {
         let store = &self.store;
         if store.key_prefix.is_empty()
             || store.key_prefix.contains(['{', '}'])
@@ -211,7 +143,11 @@ impl Settings {
                 ],
             )?;
         }
+        Ok(())
+    }
 
+    /// `[audit]`: the database URL, the spool directory and the writer's bounds.
+    fn check_audit(&self) -> Check {
         let audit = &self.audit;
         url_scheme(
             "audit.database_url",
@@ -244,7 +180,11 @@ impl Settings {
                 "must not be empty",
             ));
         }
+        Ok(())
+    }
 
+    /// `[sms]`: the code, its secret, the windows, the pumping guard, the provider.
+    fn check_sms(&self) -> Check {
         let sms = &self.sms;
         if !(4..=10).contains(&sms.code_length) {
             return Err(SettingsError::invalid(
@@ -282,7 +222,14 @@ impl Settings {
                 "must be between 1 and 15",
             ));
         }
-        let pumping = &sms.pumping;
+        self.check_pumping()?;
+        self.check_sms_provider()?;
+        Ok(())
+    }
+
+    /// `[sms.pumping]`: the prefix and the country thresholds.
+    fn check_pumping(&self) -> Check {
+        let pumping = &self.sms.pumping;
         positive("sms.pumping.min_sends", pumping.min_sends.into())?;
         duration("sms.pumping.window", pumping.window)?;
         duration("sms.pumping.block_duration", pumping.block_duration)?;
@@ -305,7 +252,12 @@ impl Settings {
                 "must not be shorter than sms.pumping.window",
             ));
         }
-        let provider = &sms.provider;
+        Ok(())
+    }
+
+    /// `[sms.provider]`: its timeout and what its kind needs.
+    fn check_sms_provider(&self) -> Check {
+        let provider = &self.sms.provider;
         duration("sms.provider.timeout", provider.timeout)?;
         match provider.kind {
             SmsProviderKind::Log => {}
@@ -336,29 +288,11 @@ impl Settings {
                 }
             }
         }
+        Ok(())
+    }
 
-        if let Some(i) = self
-            .server
-            .cors_origins
-            .iter()
-            .position(|o| !crate::domain::origin::valid_origin(o))
-        {
-            return Err(SettingsError::invalid(
-                &format!("server.cors_origins[{i}]"),
-                "must be `*` or an origin: http(s)://host[:port], nothing after it",
-            ));
-        }
-        if self
-            .server
-            .admin_bind
-            .is_some_and(|admin| admin == self.server.bind && admin.port() != 0)
-        {
-            return Err(SettingsError::invalid(
-                "server.admin_bind",
-                "must differ from server.bind (or be left out to serve admin routes there)",
-            ));
-        }
-
+    /// `[login]`: the tiers, the windows and the locks.
+    fn check_login(&self) -> Check {
         let login = &self.login;
         positive("login.captcha_after", login.captcha_after.into())?;
         duration("login.captcha_window", login.captcha_window)?;
@@ -381,7 +315,11 @@ impl Settings {
         positive("login.ip_captcha_after", login.ip_captcha_after.into())?;
         positive("login.ip_block_after", login.ip_block_after.into())?;
         duration("login.ip_window", login.ip_window)?;
+        Ok(())
+    }
 
+    /// `[captcha]`: a secret with a provider, the timeout, the verify URL.
+    fn check_captcha(&self) -> Check {
         if self.captcha.kind != CaptchaKind::None && self.captcha.secret.is_empty() {
             return Err(SettingsError::invalid(
                 "captcha.secret",
@@ -396,12 +334,20 @@ impl Settings {
                 &["http://", "https://"],
             )?;
         }
+        Ok(())
+    }
 
+    /// `[lists]`: the entries and the refresh interval.
+    fn check_lists(&self) -> Check {
         if let Some((key, why)) = self.lists.invalid() {
             return Err(SettingsError::invalid(&key, &why));
         }
         duration("lists.refresh_interval", self.lists.refresh_interval)?;
+        Ok(())
+    }
 
+    /// `[email]`: the SMTP URL and the alert digest's bounds.
+    fn check_email(&self) -> Check {
         let email = &self.email;
         if !email.smtp_url.expose().is_empty() {
             url_scheme(
@@ -413,45 +359,6 @@ impl Settings {
         positive("email.alert_threshold", email.alert_threshold.into())?;
         duration("email.alert_window", email.alert_window)?;
         duration("email.alert_interval", email.alert_interval)?;
-        Ok(())
-    }
-
-    /// `server`'s timeouts and connection caps; whether the caps fit the
-    /// descriptor limit is checked at start-up (`connections::budget`), as
-    /// `check-config` may run under another limit than the service.
-    fn check_connections(&self) -> Check {
-        let server = &self.server;
-        for (key, value) in [
-            ("server.request_timeout", server.request_timeout),
-            ("server.shutdown_timeout", server.shutdown_timeout),
-        ] {
-            duration(key, value)?;
-            // Longer would hold a slow client's descriptor, or a stopping
-            // service, for no client's good.
-            if value > MAX_CONNECTION_TIMEOUT {
-                return Err(SettingsError::invalid(key, "must be at most 1h"));
-            }
-        }
-        for (key, cap) in [
-            ("server.max_connections", server.max_connections),
-            ("server.admin_max_connections", server.admin_max_connections),
-            (
-                "server.max_connections_per_ip",
-                server.max_connections_per_ip,
-            ),
-        ] {
-            if let Some(cap) = cap {
-                positive(key, cap.into())?;
-            }
-        }
-        if let (Some(per_ip), Some(max)) = (server.max_connections_per_ip, server.max_connections) {
-            if per_ip > max {
-                return Err(SettingsError::invalid(
-                    "server.max_connections_per_ip",
-                    format!("must not exceed server.max_connections ({max})"),
-                ));
-            }
-        }
         Ok(())
     }
 }

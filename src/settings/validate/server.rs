@@ -1,0 +1,155 @@
+//! `[server]`: the bearer secrets, the proxies, the admin sign-in throttle,
+//! the connections and the routes' origins.
+
+use std::time::Duration;
+
+use super::{duration, positive, Check};
+use crate::settings::{Algorithm, Settings, SettingsError};
+
+/// The longest `server.request_timeout` and `server.shutdown_timeout`.
+const MAX_CONNECTION_TIMEOUT: Duration = Duration::from_secs(3600);
+
+/// The shortest API key or admin token accepted: 16 random characters are
+/// beyond online guessing, even unthrottled.
+const MIN_BEARER: usize = 16;
+
+/// Every API key and admin token long enough, and none in both lists: a
+/// secret that is both would let whoever holds the backend's key into the
+/// admin routes, which are meant to be separate (DESIGN.md §3).
+pub(super) fn bearer_secrets(server: &crate::settings::ServerSettings) -> Check {
+    let admin_tokens: Vec<&crate::settings::Secret> =
+        server.admin_tokens.iter().map(|t| t.secret()).collect();
+    let api_keys: Vec<&crate::settings::Secret> = server.api_keys.iter().collect();
+    let lists = [
+        ("server.api_keys", &api_keys),
+        ("server.admin_tokens", &admin_tokens),
+    ];
+    for (key, list) in lists {
+        for (i, secret) in list.iter().enumerate() {
+            if secret.expose().chars().count() < MIN_BEARER {
+                return Err(SettingsError::invalid(
+                    &format!("{key}[{i}]"),
+                    format!(
+                        "must be at least {MIN_BEARER} characters of random text \
+                         (`openssl rand -hex 32` makes one)"
+                    ),
+                ));
+            }
+        }
+    }
+    for (i, api_key) in server.api_keys.iter().enumerate() {
+        if let Some(j) = admin_tokens.iter().position(|t| *t == api_key) {
+            return Err(SettingsError::invalid(
+                &format!("server.admin_tokens[{j}]"),
+                format!(
+                    "is the same secret as server.api_keys[{i}]; an admin token \
+                     and an API key must differ"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Hops trusted by position: a list header can carry several; a
+/// single-address header names one, from the peer. Past 10 no deployment
+/// stacks proxies, and a typo would trust what clients write.
+pub(super) fn proxies(server: &crate::settings::ServerSettings) -> Check {
+    use crate::domain::forwarding::ClientIpHeader;
+    let most = match server.client_ip_header {
+        ClientIpHeader::Single(_) => 1,
+        ClientIpHeader::XForwardedFor | ClientIpHeader::Forwarded => 10,
+    };
+    if server.trusted_proxy_hops > most {
+        return Err(SettingsError::invalid(
+            "server.trusted_proxy_hops",
+            format!(
+                "must be at most {most} with client_ip_header = \"{}\"",
+                server.client_ip_header
+            ),
+        ));
+    }
+    let limit = &server.admin_auth_limit;
+    positive("server.admin_auth_limit.limit", limit.limit.into())?;
+    duration("server.admin_auth_limit.window", limit.window)?;
+    if limit.shadow {
+        return Err(SettingsError::invalid(
+            "server.admin_auth_limit.shadow",
+            "is not supported: failed admin authentications are always throttled",
+        ));
+    }
+    if limit.algorithm != Algorithm::SlidingLog {
+        return Err(SettingsError::invalid(
+            "server.admin_auth_limit.algorithm",
+            "is not supported: the window counts each failure (sliding_log)",
+        ));
+    }
+    Ok(())
+}
+
+impl Settings {
+    /// `server.cors_origins` and `server.admin_bind`.
+    pub(super) fn check_routes(&self) -> Check {
+        if let Some(i) = self
+            .server
+            .cors_origins
+            .iter()
+            .position(|o| !crate::domain::origin::valid_origin(o))
+        {
+            return Err(SettingsError::invalid(
+                &format!("server.cors_origins[{i}]"),
+                "must be `*` or an origin: http(s)://host[:port], nothing after it",
+            ));
+        }
+        if self
+            .server
+            .admin_bind
+            .is_some_and(|admin| admin == self.server.bind && admin.port() != 0)
+        {
+            return Err(SettingsError::invalid(
+                "server.admin_bind",
+                "must differ from server.bind (or be left out to serve admin routes there)",
+            ));
+        }
+        Ok(())
+    }
+
+    /// `server`'s timeouts and connection caps; whether the caps fit the
+    /// descriptor limit is checked at start-up (`connections::budget`), as
+    /// `check-config` may run under another limit than the service.
+    pub(super) fn check_connections(&self) -> Check {
+        let server = &self.server;
+        for (key, value) in [
+            ("server.request_timeout", server.request_timeout),
+            ("server.shutdown_timeout", server.shutdown_timeout),
+        ] {
+            duration(key, value)?;
+            // Longer would hold a slow client's descriptor, or a stopping
+            // service, for no client's good.
+            if value > MAX_CONNECTION_TIMEOUT {
+                return Err(SettingsError::invalid(key, "must be at most 1h"));
+            }
+        }
+        for (key, cap) in [
+            ("server.max_connections", server.max_connections),
+            ("server.admin_max_connections", server.admin_max_connections),
+            (
+                "server.max_connections_per_ip",
+                server.max_connections_per_ip,
+            ),
+        ] {
+            if let Some(cap) = cap {
+                positive(key, cap.into())?;
+            }
+        }
+        if let (Some(per_ip), Some(max)) = (server.max_connections_per_ip, server.max_connections) {
+            if per_ip > max {
+                return Err(SettingsError::invalid(
+                    "server.max_connections_per_ip",
+                    format!("must not exceed server.max_connections ({max})"),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
