@@ -31,7 +31,7 @@ pub(super) struct Listening {
 /// Bind `server.bind` (and `server.admin_bind`) with the connection caps
 /// the descriptor limit allows.
 pub(super) fn bind(settings: &Settings, shared: &Shared) -> anyhow::Result<Listening> {
-    let plan = connection_plan(&settings)?;
+    let plan = connection_plan(settings)?;
     let (public_routes, admin_routes): (Routes, Option<Routes>) = match settings.server.admin_bind {
         Some(_) => (routes::configure_public, Some(routes::configure_admin)),
         None => (routes::configure, None),
