@@ -38,23 +38,23 @@ pub fn redis_url() -> String {
 }
 
 /// Runs each named `async fn name(backend: Backend)` once per backend:
-/// `module::on_memory::name` and `module::on_redis::name`.
+/// `module::name::on_memory` and `module::name::on_redis`, named as the
+/// store conformance cases are (`store_conformance::on_both_backends!`).
 #[macro_export]
 macro_rules! on_both_backends {
-    ($($name:ident),* $(,)?) => {
-        mod on_memory {
-            $(#[tokio::test]
-            async fn $name() {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            #[tokio::test]
+            async fn on_memory() {
                 super::$name($crate::helpers::Backend::Memory).await
-            })*
-        }
-        mod on_redis {
-            $(#[tokio::test]
-            async fn $name() {
+            }
+
+            #[tokio::test]
+            async fn on_redis() {
                 super::$name($crate::helpers::Backend::Redis).await
-            })*
+            }
         }
-    };
+    )*};
 }
 
 /// An SMS provider that keeps every message, and fails while told to.

@@ -11,7 +11,7 @@ mod login;
 mod redis_only;
 mod windows;
 
-pub use backend::Backend;
+pub use backend::StoreUnderTest;
 
 /// For each case `name`, a module `name` with the tests `on_memory` and
 /// `on_redis`. A Redis test deletes its keys even when the case panics.
@@ -22,13 +22,13 @@ macro_rules! on_both_backends {
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn on_memory() {
-                let backend = $crate::store_conformance::Backend::memory();
+                let backend = $crate::store_conformance::StoreUnderTest::memory();
                 super::$name(&backend).await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn on_redis() {
-                let backend = $crate::store_conformance::Backend::redis().await;
+                let backend = $crate::store_conformance::StoreUnderTest::redis().await;
                 let outcome = std::panic::AssertUnwindSafe(super::$name(&backend))
                     .catch_unwind()
                     .await;

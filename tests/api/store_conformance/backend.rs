@@ -31,7 +31,7 @@ enum Kind {
     },
 }
 
-pub struct Backend {
+pub struct StoreUnderTest {
     pub keys: Keys,
     store: Arc<dyn WindowStore>,
     kind: Kind,
@@ -45,11 +45,11 @@ pub struct Mark {
     real: Instant,
 }
 
-impl Backend {
+impl StoreUnderTest {
     pub fn memory() -> Self {
         let clock = ManualClock::new(1_700_000_000_000);
         let store = Arc::new(MemoryStore::new(Arc::new(clock.clone())));
-        Backend {
+        StoreUnderTest {
             keys: Keys::new("tgtest"),
             store: store.clone(),
             kind: Kind::Memory { clock, store },
@@ -72,7 +72,7 @@ impl Backend {
         .expect("a Redis client");
         raw.init().await.expect("a second Redis connection");
         let store = Arc::new(store);
-        Backend {
+        StoreUnderTest {
             keys: Keys::new(format!("tgtest-{}", uuid::Uuid::new_v4())),
             store: store.clone(),
             kind: Kind::Redis { store, raw },

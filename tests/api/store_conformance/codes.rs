@@ -2,7 +2,7 @@
 
 use tollgate::store::OtpOutcome;
 
-use super::backend::Backend;
+use super::backend::StoreUnderTest;
 use super::on_both_backends;
 
 on_both_backends!(
@@ -20,14 +20,14 @@ on_both_backends!(
 const ATTEMPTS: u32 = 3;
 const TTL_MS: u64 = 60_000;
 
-async fn check(b: &Backend, key: &str, mac: &str) -> OtpOutcome {
+async fn check(b: &StoreUnderTest, key: &str, mac: &str) -> OtpOutcome {
     b.store()
         .otp_check(key, mac, ATTEMPTS, TTL_MS)
         .await
         .expect("otp_check")
 }
 
-async fn a_code_is_valid_once_then_a_stand_in_answers(b: &Backend) {
+async fn a_code_is_valid_once_then_a_stand_in_answers(b: &StoreUnderTest) {
     let key = b.keys.otp("phone", "+33612345678");
     let store = b.store();
     store.otp_put(&key, "mac-a", 3, 60_000).await.unwrap();
@@ -42,7 +42,7 @@ async fn a_code_is_valid_once_then_a_stand_in_answers(b: &Backend) {
     );
 }
 
-async fn wrong_codes_count_down_then_burn_the_code_until_it_expires(b: &Backend) {
+async fn wrong_codes_count_down_then_burn_the_code_until_it_expires(b: &StoreUnderTest) {
     let key = b.keys.otp("phone", "+33612345679");
     let store = b.store();
     let start = b.mark();
@@ -71,7 +71,7 @@ async fn wrong_codes_count_down_then_burn_the_code_until_it_expires(b: &Backend)
     );
 }
 
-async fn without_a_code_a_stand_in_counts_down_and_burns_alike(b: &Backend) {
+async fn without_a_code_a_stand_in_counts_down_and_burns_alike(b: &StoreUnderTest) {
     let key = b.keys.otp("phone", "+33612345684");
     let start = b.mark();
     for left in [2, 1, 0] {
@@ -107,7 +107,7 @@ async fn without_a_code_a_stand_in_counts_down_and_burns_alike(b: &Backend) {
     );
 }
 
-async fn putting_a_code_replaces_the_previous_one(b: &Backend) {
+async fn putting_a_code_replaces_the_previous_one(b: &StoreUnderTest) {
     let key = b.keys.otp("phone", "+33612345680");
     let store = b.store();
     store.otp_put(&key, "mac-first", 3, 60_000).await.unwrap();
@@ -128,7 +128,7 @@ async fn putting_a_code_replaces_the_previous_one(b: &Backend) {
     );
 }
 
-async fn a_code_expires_after_its_ttl(b: &Backend) {
+async fn a_code_expires_after_its_ttl(b: &StoreUnderTest) {
     let key = b.keys.otp("phone", "+33612345681");
     let store = b.store();
     store.otp_put(&key, "mac-a", 3, 600).await.unwrap();
@@ -148,7 +148,7 @@ async fn a_code_expires_after_its_ttl(b: &Backend) {
     );
 }
 
-async fn deleted_keys_are_gone(b: &Backend) {
+async fn deleted_keys_are_gone(b: &StoreUnderTest) {
     let window = b.keys.window("phone", "+33612345682", "sms_send");
     let otp = b.keys.otp("phone", "+33612345682");
     let windows = [tollgate::store::WindowSpec::enforce(5, 60_000)];
@@ -177,7 +177,7 @@ async fn deleted_keys_are_gone(b: &Backend) {
     );
 }
 
-async fn get_or_init_keeps_the_first_value(b: &Backend) {
+async fn get_or_init_keeps_the_first_value(b: &StoreUnderTest) {
     let key = b.keys.secret("otp_hmac_key");
     let store = b.store();
     assert_eq!(store.get_or_init(&key, "first").await.unwrap(), "first");
@@ -186,6 +186,6 @@ async fn get_or_init_keeps_the_first_value(b: &Backend) {
     assert_eq!(store.get_or_init(&other, "third").await.unwrap(), "third");
 }
 
-async fn ping_answers(b: &Backend) {
+async fn ping_answers(b: &StoreUnderTest) {
     b.store().ping().await.unwrap();
 }

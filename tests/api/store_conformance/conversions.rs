@@ -7,7 +7,7 @@ use tollgate::store::{
     ReserveRequest, SubjectWindows, Surge, WindowSpec,
 };
 
-use super::backend::{member, Backend};
+use super::backend::{member, StoreUnderTest};
 use super::on_both_backends;
 
 on_both_backends!(
@@ -49,7 +49,12 @@ fn country(block_ms: u64, window_ms: u64, bucket_ms: u64) -> ConversionPolicy {
     }
 }
 
-async fn hit(b: &Backend, key: &str, policy: &ConversionPolicy, force: bool) -> ConversionOutcome {
+async fn hit(
+    b: &StoreUnderTest,
+    key: &str,
+    policy: &ConversionPolicy,
+    force: bool,
+) -> ConversionOutcome {
     b.store()
         .conversion_hit(ConversionHit { key, policy }, force)
         .await
@@ -57,7 +62,7 @@ async fn hit(b: &Backend, key: &str, policy: &ConversionPolicy, force: bool) -> 
 }
 
 /// Count one event, as a recorded send does; answers its slice.
-async fn count(b: &Backend, key: &str, policy: &ConversionPolicy) -> u64 {
+async fn count(b: &StoreUnderTest, key: &str, policy: &ConversionPolicy) -> u64 {
     b.store()
         .conversion_count(key, policy)
         .await
@@ -66,7 +71,13 @@ async fn count(b: &Backend, key: &str, policy: &ConversionPolicy) -> u64 {
 }
 
 /// `events` events and `successes` successes, as sends and verifies would.
-async fn record(b: &Backend, key: &str, policy: &ConversionPolicy, events: u32, successes: u32) {
+async fn record(
+    b: &StoreUnderTest,
+    key: &str,
+    policy: &ConversionPolicy,
+    events: u32,
+    successes: u32,
+) {
     for _ in 0..events {
         let outcome = hit(b, key, policy, false).await;
         assert_eq!(outcome.verdict, ConversionVerdict::Open);
@@ -81,7 +92,7 @@ async fn record(b: &Backend, key: &str, policy: &ConversionPolicy, events: u32, 
     }
 }
 
-async fn exactly_at_the_threshold_is_open_and_just_below_it_trips(b: &Backend) {
+async fn exactly_at_the_threshold_is_open_and_just_below_it_trips(b: &StoreUnderTest) {
     let p = policy(60_000);
     let at = b.keys.window("prefix", "+3361000", "conversion");
     record(b, &at, &p, 4, 2).await;
@@ -117,7 +128,7 @@ async fn exactly_at_the_threshold_is_open_and_just_below_it_trips(b: &Backend) {
     b.assert_wait(block.retry_after_ms, 60_000, &start, "the block's end");
 }
 
-async fn fewer_than_min_events_never_trip(b: &Backend) {
+async fn fewer_than_min_events_never_trip(b: &StoreUnderTest) {
     let p = policy(60_000);
     let key = b.keys.window("country", "FR", "conversion");
     record(b, &key, &p, 3, 0).await;
@@ -132,7 +143,9 @@ async fn fewer_than_min_events_never_trip(b: &Backend) {
     );
 }
 
-async fn a_block_answers_with_its_figures_until_it_ends_then_counts_start_afresh(b: &Backend) {
+async fn a_block_answers_with_its_figures_until_it_ends_then_counts_start_afresh(
+    b: &StoreUnderTest,
+) {
     let p = policy(1_000);
     let key = b.keys.window("prefix", "+3361002", "conversion");
     record(b, &key, &p, 4, 0).await;
@@ -168,7 +181,7 @@ async fn a_block_answers_with_its_figures_until_it_ends_then_counts_start_afresh
         .is_none());
 }
 
-async fn an_undone_event_no_longer_counts(b: &Backend) {
+async fn an_undone_event_no_longer_counts(b: &StoreUnderTest) {
     // Slices of an hour: every event of this case lands in one.
     let p = ConversionPolicy {
         window_ms: 12 * 3_600_000,
@@ -194,7 +207,7 @@ async fn an_undone_event_no_longer_counts(b: &Backend) {
     assert!(!b.exists(&nowhere).await);
 }
 
-async fn counts_leave_the_window_slice_by_slice(b: &Backend) {
+async fn counts_leave_the_window_slice_by_slice(b: &StoreUnderTest) {
     // Slices of 100 ms, twelve of them summed.
     let p = ConversionPolicy {
         window_ms: 1_200,
@@ -213,7 +226,7 @@ async fn counts_leave_the_window_slice_by_slice(b: &Backend) {
     assert!(!b.exists(&key).await, "the key expires with its window");
 }
 
-async fn a_shadow_block_is_seen_only_by_forced_events(b: &Backend) {
+async fn a_shadow_block_is_seen_only_by_forced_events(b: &StoreUnderTest) {
     let p = policy(60_000);
     let key = b.keys.window("prefix", "+3361005", "conversion");
     record(b, &key, &p, 4, 0).await;
@@ -239,7 +252,7 @@ async fn a_shadow_block_is_seen_only_by_forced_events(b: &Backend) {
 }
 
 async fn a_refusing_conversion_reserves_nothing_and_a_refused_reservation_counts_nothing(
-    b: &Backend,
+    b: &StoreUnderTest,
 ) {
     let p = policy(60_000);
     let store = b.store();
@@ -320,7 +333,7 @@ async fn a_refusing_conversion_reserves_nothing_and_a_refused_reservation_counts
     assert!(!b.exists(&code_key).await, "no code was stored");
 }
 
-async fn an_expiring_set_lists_its_live_members_latest_ending_first(b: &Backend) {
+async fn an_expiring_set_lists_its_live_members_latest_ending_first(b: &StoreUnderTest) {
     let store = b.store();
     let key = b.keys.conversion_blocks();
     let start = b.mark();
@@ -354,7 +367,7 @@ async fn an_expiring_set_lists_its_live_members_latest_ending_first(b: &Backend)
     );
 }
 
-async fn a_surge_challenges_and_only_a_passed_captcha_reserves(b: &Backend) {
+async fn a_surge_challenges_and_only_a_passed_captcha_reserves(b: &StoreUnderTest) {
     let p = country(60_000, 60_000, 60_000);
     let store = b.store();
     let window_key = b.keys.window("phone", "+33620000000", "sms_send");
@@ -454,7 +467,7 @@ async fn a_surge_challenges_and_only_a_passed_captcha_reserves(b: &Backend) {
     );
 }
 
-async fn a_surge_past_the_captcha_blocks(b: &Backend) {
+async fn a_surge_past_the_captcha_blocks(b: &StoreUnderTest) {
     // Slices of 100 ms.
     let p = country(60_000, 1_200, 1_200);
     let key = b.keys.window("country", "DE", "conversion");
@@ -492,7 +505,7 @@ async fn a_surge_past_the_captcha_blocks(b: &Backend) {
     };
 }
 
-async fn verified_slices_teach_the_normal_and_it_raises_the_bar(b: &Backend) {
+async fn verified_slices_teach_the_normal_and_it_raises_the_bar(b: &StoreUnderTest) {
     // Slices of 50 ms, buckets of 600 ms. min_ratio_ppm 0 lets every slice
     // teach (no verify to time into the slice of its send); the country's
     // own policy then reads the same buckets.

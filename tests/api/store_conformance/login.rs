@@ -3,7 +3,7 @@
 use futures::future::join_all;
 use tollgate::store::{LoginAttemptOutcome, LoginPolicy, LoginVerdict};
 
-use super::backend::{login, policy, Attempt, Backend};
+use super::backend::{login, policy, Attempt, StoreUnderTest};
 use super::on_both_backends;
 
 on_both_backends!(
@@ -25,7 +25,7 @@ on_both_backends!(
 
 /// Fifty copies of `attempt` for `user`, all at once.
 async fn at_once(
-    b: &Backend,
+    b: &StoreUnderTest,
     user: &'static str,
     policy: LoginPolicy,
     attempt: Attempt,
@@ -43,7 +43,7 @@ async fn at_once(
         .collect()
 }
 
-async fn fifty_concurrent_failures_record_exactly_lock_after_and_lock_once(b: &Backend) {
+async fn fifty_concurrent_failures_record_exactly_lock_after_and_lock_once(b: &StoreUnderTest) {
     let policy = policy();
     let outcomes = at_once(b, "mallory", policy, Attempt::failure()).await;
 
@@ -65,7 +65,7 @@ async fn fifty_concurrent_failures_record_exactly_lock_after_and_lock_once(b: &B
     assert!(state.locked_retry_after_ms.is_some_and(|ms| ms <= 60_000));
 }
 
-async fn a_locked_user_is_refused_and_nothing_is_recorded(b: &Backend) {
+async fn a_locked_user_is_refused_and_nothing_is_recorded(b: &StoreUnderTest) {
     let policy = LoginPolicy {
         lock_after: 2,
         lock_ms: 10_000,
@@ -98,7 +98,7 @@ async fn a_locked_user_is_refused_and_nothing_is_recorded(b: &Backend) {
     );
 }
 
-async fn the_captcha_threshold_crossing_is_reported_once(b: &Backend) {
+async fn the_captcha_threshold_crossing_is_reported_once(b: &StoreUnderTest) {
     let policy = LoginPolicy {
         captcha_after: 3,
         lock_after: 10,
@@ -124,7 +124,7 @@ async fn the_captcha_threshold_crossing_is_reported_once(b: &Backend) {
     assert!(!passed.captcha_crossed, "already past the threshold");
 }
 
-async fn locks_double_up_to_the_cap_and_reset_after_a_quiet_period(b: &Backend) {
+async fn locks_double_up_to_the_cap_and_reset_after_a_quiet_period(b: &StoreUnderTest) {
     let policy = LoginPolicy {
         lock_after: 2,
         lock_ms: 100,
@@ -156,7 +156,7 @@ async fn locks_double_up_to_the_cap_and_reset_after_a_quiet_period(b: &Backend) 
     assert_eq!(fail().await.locked_for_ms, Some(100), "escalation reset");
 }
 
-async fn a_success_clears_the_failures_only_with_reset_on_success(b: &Backend) {
+async fn a_success_clears_the_failures_only_with_reset_on_success(b: &StoreUnderTest) {
     for (reset_on_success, left) in [(true, 0), (false, 2)] {
         let user = format!("erin-{reset_on_success}");
         let policy = LoginPolicy {
@@ -178,7 +178,7 @@ async fn a_success_clears_the_failures_only_with_reset_on_success(b: &Backend) {
     }
 }
 
-async fn a_demanded_captcha_challenges_until_it_is_passed(b: &Backend) {
+async fn a_demanded_captcha_challenges_until_it_is_passed(b: &StoreUnderTest) {
     let policy = policy();
     let demanded = Attempt::failure().captcha_demanded();
 
@@ -196,7 +196,7 @@ async fn a_demanded_captcha_challenges_until_it_is_passed(b: &Backend) {
     assert_eq!(passed.failures, 1);
 }
 
-async fn a_shadow_attempt_is_recorded_but_starts_no_new_lock_while_locked(b: &Backend) {
+async fn a_shadow_attempt_is_recorded_but_starts_no_new_lock_while_locked(b: &StoreUnderTest) {
     let policy = LoginPolicy {
         lock_after: 2,
         ..policy()
@@ -220,7 +220,7 @@ async fn a_shadow_attempt_is_recorded_but_starts_no_new_lock_while_locked(b: &Ba
     b.assert_wait(remaining, 60_000, &start, "the lock was not extended");
 }
 
-async fn a_shadow_attempt_is_recorded_when_challenged(b: &Backend) {
+async fn a_shadow_attempt_is_recorded_when_challenged(b: &StoreUnderTest) {
     let policy = LoginPolicy {
         captcha_after: 1,
         lock_after: 3,
@@ -247,7 +247,7 @@ async fn a_shadow_attempt_is_recorded_when_challenged(b: &Backend) {
     );
 }
 
-async fn login_state_reports_locks_and_failures_without_recording(b: &Backend) {
+async fn login_state_reports_locks_and_failures_without_recording(b: &StoreUnderTest) {
     let policy = LoginPolicy {
         captcha_window_ms: 1_000,
         lock_after: 3,
@@ -276,7 +276,7 @@ async fn login_state_reports_locks_and_failures_without_recording(b: &Backend) {
     assert_eq!(state.lock_window_failures, 3);
 }
 
-async fn a_lock_key_expires_escalation_reset_after_the_lock_ends(b: &Backend) {
+async fn a_lock_key_expires_escalation_reset_after_the_lock_ends(b: &StoreUnderTest) {
     let policy = LoginPolicy {
         lock_after: 1,
         lock_ms: 200,
@@ -306,7 +306,7 @@ async fn a_lock_key_expires_escalation_reset_after_the_lock_ends(b: &Backend) {
 /// Two failures from one IP lock that (user, IP) pair and not the account:
 /// the same user from another IP is recorded; the account locks at its own
 /// threshold counting every IP; the index lists the pairs, newest first.
-async fn a_pair_locks_alone_and_the_account_at_its_own_threshold(b: &Backend) {
+async fn a_pair_locks_alone_and_the_account_at_its_own_threshold(b: &StoreUnderTest) {
     let policy = LoginPolicy {
         lock_after: 5,
         pair_lock_after: 2,
@@ -354,7 +354,7 @@ async fn a_pair_locks_alone_and_the_account_at_its_own_threshold(b: &Backend) {
     );
 }
 
-async fn concurrent_failures_from_one_pair_lock_it_exactly_once(b: &Backend) {
+async fn concurrent_failures_from_one_pair_lock_it_exactly_once(b: &StoreUnderTest) {
     let policy = LoginPolicy {
         lock_after: 1_000,
         pair_lock_after: 5,
@@ -382,7 +382,7 @@ async fn concurrent_failures_from_one_pair_lock_it_exactly_once(b: &Backend) {
     );
 }
 
-async fn a_success_from_a_pair_clears_its_failures(b: &Backend) {
+async fn a_success_from_a_pair_clears_its_failures(b: &StoreUnderTest) {
     let policy = LoginPolicy {
         pair_lock_after: 2,
         ..policy()
@@ -402,7 +402,7 @@ async fn a_success_from_a_pair_clears_its_failures(b: &Backend) {
 /// Each attempt answers what the rules' metrics count against: the user's
 /// failures in the captcha window and in the lock window, and its pair's,
 /// before the attempt, recorded or refused alike.
-async fn each_attempt_answers_the_failures_its_rules_saw_before_it(b: &Backend) {
+async fn each_attempt_answers_the_failures_its_rules_saw_before_it(b: &StoreUnderTest) {
     let policy = LoginPolicy {
         captcha_window_ms: 300,
         lock_window_ms: 60_000,

@@ -6,7 +6,7 @@ use fred::prelude::{ClientLike, LuaInterface};
 use tollgate::store::redis::RedisStore;
 use tollgate::store::{HitRequest, HitVerdict, StoreError, WindowSpec, WindowStore};
 
-use super::backend::{member, redis_url, Backend};
+use super::backend::{member, redis_url, StoreUnderTest};
 
 #[tokio::test]
 async fn a_redis_that_is_down_gives_a_store_that_answers_unavailable_at_once() {
@@ -54,7 +54,7 @@ async fn a_malformed_url_is_refused() {
 
 #[tokio::test]
 async fn scripts_are_loaded_again_after_the_script_cache_is_flushed() {
-    let b = Backend::redis().await;
+    let b = StoreUnderTest::redis().await;
     let key = b.keys.window("phone", "+33600000000", "sms_send");
     let windows = [WindowSpec::enforce(2, 60_000)];
     assert_eq!(b.hit(&key, &windows).await.verdict, HitVerdict::Allowed);

@@ -4,7 +4,7 @@ use futures::future::join_all;
 use tollgate::domain::Algorithm;
 use tollgate::store::{HitVerdict, WindowMode, WindowSpec};
 
-use super::backend::{member, Backend, Offer};
+use super::backend::{member, Offer, StoreUnderTest};
 use super::on_both_backends;
 
 on_both_backends!(
@@ -25,7 +25,7 @@ on_both_backends!(
     a_window_key_expires_after_the_longest_window,
 );
 
-async fn each_window_refuses_in_turn_and_admits_again_once_events_slide_out(b: &Backend) {
+async fn each_window_refuses_in_turn_and_admits_again_once_events_slide_out(b: &StoreUnderTest) {
     let key = b.keys.window("phone", "+33612345678", "sms_send");
     let windows = [WindowSpec::enforce(2, 1_000), WindowSpec::enforce(3, 3_000)];
     let start = b.mark();
@@ -96,7 +96,7 @@ async fn each_window_refuses_in_turn_and_admits_again_once_events_slide_out(b: &
     assert_eq!(sixth.counts, [0, 1]);
 }
 
-async fn the_wait_is_until_the_oldest_counted_event_leaves_the_window(b: &Backend) {
+async fn the_wait_is_until_the_oldest_counted_event_leaves_the_window(b: &StoreUnderTest) {
     let key = b.keys.window("ip", "192.0.2.1", "sms_send");
     let windows = [WindowSpec::enforce(3, 1_000)];
     let start = b.mark();
@@ -130,7 +130,7 @@ async fn the_wait_is_until_the_oldest_counted_event_leaves_the_window(b: &Backen
     assert_eq!(fifth.counts, [2]);
 }
 
-async fn past_the_limit_the_wait_is_until_enough_events_have_left(b: &Backend) {
+async fn past_the_limit_the_wait_is_until_enough_events_have_left(b: &StoreUnderTest) {
     let key = b.keys.window("prefix", "+336", "sms_send");
     let windows = [WindowSpec::enforce(2, 1_000)];
     let forced = [
@@ -156,7 +156,7 @@ async fn past_the_limit_the_wait_is_until_enough_events_have_left(b: &Backend) {
     b.assert_wait(retry_after_ms, 1_000, &second, "retry after");
 }
 
-async fn a_gate_window_gates_unless_the_gate_is_open(b: &Backend) {
+async fn a_gate_window_gates_unless_the_gate_is_open(b: &StoreUnderTest) {
     let key = b.keys.window("ip", "198.51.100.7", "sms_send");
     let windows = [WindowSpec::enforce(10, 60_000), WindowSpec::gate(2, 60_000)];
 
@@ -184,7 +184,7 @@ async fn a_gate_window_gates_unless_the_gate_is_open(b: &Backend) {
     assert_eq!(again.counts, [3, 3]);
 }
 
-async fn an_observed_window_never_refuses_and_tells_its_would_be_wait(b: &Backend) {
+async fn an_observed_window_never_refuses_and_tells_its_would_be_wait(b: &StoreUnderTest) {
     let key = b.keys.window("phone", "+33612345679", "sms_send");
     let observed = WindowSpec {
         mode: WindowMode::Observe,
@@ -219,7 +219,7 @@ async fn an_observed_window_never_refuses_and_tells_its_would_be_wait(b: &Backen
     );
 }
 
-async fn a_meter_admits_its_limit_at_once_then_one_per_interval(b: &Backend) {
+async fn a_meter_admits_its_limit_at_once_then_one_per_interval(b: &StoreUnderTest) {
     let key = b.keys.window("global", "sms_send", "sms_send");
     let meter = WindowSpec {
         algorithm: Algorithm::Gcra,
@@ -274,7 +274,7 @@ async fn a_meter_admits_its_limit_at_once_then_one_per_interval(b: &Backend) {
     }
 }
 
-async fn forced_events_fill_a_meter_and_no_more(b: &Backend) {
+async fn forced_events_fill_a_meter_and_no_more(b: &StoreUnderTest) {
     let key = b.keys.window("global", "forced", "sms_send");
     let windows = [WindowSpec {
         algorithm: Algorithm::Gcra,
@@ -299,7 +299,7 @@ async fn forced_events_fill_a_meter_and_no_more(b: &Backend) {
     );
 }
 
-async fn a_full_enforce_window_denies_even_when_a_gate_is_also_full(b: &Backend) {
+async fn a_full_enforce_window_denies_even_when_a_gate_is_also_full(b: &StoreUnderTest) {
     let key = b.keys.window("ip", "203.0.113.9", "sms_send");
     let windows = [WindowSpec::gate(1, 60_000), WindowSpec::enforce(2, 60_000)];
 
@@ -320,7 +320,7 @@ async fn a_full_enforce_window_denies_even_when_a_gate_is_also_full(b: &Backend)
     }
 }
 
-async fn a_forced_event_is_recorded_even_when_refused(b: &Backend) {
+async fn a_forced_event_is_recorded_even_when_refused(b: &StoreUnderTest) {
     let key = b.keys.window("phone", "+4915112345678", "sms_send");
     let windows = [WindowSpec::enforce(1, 60_000)];
     let gated = [WindowSpec::gate(1, 60_000)];
@@ -350,7 +350,7 @@ async fn a_forced_event_is_recorded_even_when_refused(b: &Backend) {
     assert_eq!(peek.counts, [1]);
 }
 
-async fn events_in_the_same_millisecond_all_count(b: &Backend) {
+async fn events_in_the_same_millisecond_all_count(b: &StoreUnderTest) {
     let key = b.keys.window("global", "all", "sms_send");
     let windows = [WindowSpec::enforce(100, 60_000)];
 
@@ -368,7 +368,7 @@ async fn events_in_the_same_millisecond_all_count(b: &Backend) {
     assert_eq!(peek.counts, [50]);
 }
 
-async fn only_the_newest_max_limit_events_are_kept(b: &Backend) {
+async fn only_the_newest_max_limit_events_are_kept(b: &StoreUnderTest) {
     let key = b.keys.window("phone", "+447700900123", "sms_send");
     let windows = [
         WindowSpec::enforce(3, 60_000),
@@ -396,7 +396,7 @@ async fn only_the_newest_max_limit_events_are_kept(b: &Backend) {
     assert_eq!(b.store().peek(&key, &windows).await.unwrap().counts, [4, 4]);
 }
 
-async fn an_undone_event_no_longer_counts(b: &Backend) {
+async fn an_undone_event_no_longer_counts(b: &StoreUnderTest) {
     let key = b.keys.window("phone", "+12025550123", "sms_send");
     let windows = [WindowSpec::enforce(1, 60_000)];
     let reserved = member();
@@ -422,7 +422,7 @@ async fn an_undone_event_no_longer_counts(b: &Backend) {
     assert_eq!(b.store().peek(&key, &windows).await.unwrap().counts, [1]);
 }
 
-async fn sixty_concurrent_hits_let_exactly_the_limit_through(b: &Backend) {
+async fn sixty_concurrent_hits_let_exactly_the_limit_through(b: &StoreUnderTest) {
     let key = b.keys.window("phone", "+33699999999", "sms_send");
     let windows = [
         WindowSpec::enforce(7, 60_000),
@@ -473,7 +473,7 @@ async fn sixty_concurrent_hits_let_exactly_the_limit_through(b: &Backend) {
     assert_eq!(b.store().peek(&key, &windows).await.unwrap().counts, [7, 7]);
 }
 
-async fn peek_counts_and_waits_without_recording(b: &Backend) {
+async fn peek_counts_and_waits_without_recording(b: &StoreUnderTest) {
     let key = b.keys.window("user", "alice", "sms_send");
     let windows = [
         WindowSpec::enforce(2, 1_000),
@@ -497,7 +497,7 @@ async fn peek_counts_and_waits_without_recording(b: &Backend) {
     assert_eq!(hit.counts, [2, 2], "peeks recorded nothing");
 }
 
-async fn a_window_key_expires_after_the_longest_window(b: &Backend) {
+async fn a_window_key_expires_after_the_longest_window(b: &StoreUnderTest) {
     let key = b.keys.window("ip", "192.0.2.200", "sms_send");
     let windows = [WindowSpec::enforce(5, 400), WindowSpec::enforce(5, 800)];
 
