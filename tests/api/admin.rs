@@ -9,8 +9,10 @@ use serde_json::{json, Value};
 use tollgate::audit::{AuditDb, AuditDecision, AuditEvent};
 use tollgate::domain::{Action, Subject, SubjectKind};
 
-use crate::audit_db::{DbKind, TestDb};
-use crate::helpers::{spawn_app, spawn_app_with_audit_db, Backend, TestApp, ADMIN_TOKEN, API_KEY};
+use crate::support::app::{
+    spawn_app, spawn_app_with_audit_db, Backend, TestApp, ADMIN_TOKEN, API_KEY,
+};
+use crate::support::audit_db::{DbKind, TestDb};
 use crate::{on_both_backends, on_both_databases};
 
 const ROUTES: [(&str, &str); 4] = [
@@ -596,7 +598,7 @@ async fn a_locked_user_shows_its_state_and_unblock_clears_it(backend: Backend) {
 
 async fn a_rate_limited_phone_is_named_by_an_encoded_or_raw_plus(backend: Backend) {
     let app = spawn_app(backend, |s| {
-        s.sms.phone_limits = crate::helpers::limits(&[(1, 3_600_000)])
+        s.sms.phone_limits = crate::support::app::limits(&[(1, 3_600_000)])
     })
     .await;
     assert_eq!(
@@ -717,7 +719,7 @@ async fn admin_routes_live_on_their_own_listener_when_admin_bind_is_set() {
 
 #[test]
 fn admin_bind_must_differ_from_bind() {
-    let error = crate::helpers::config_error(
+    let error = crate::support::app::config_error(
         "[server]\nbind = \"127.0.0.1:8080\"\nadmin_bind = \"127.0.0.1:8080\"\n",
     );
     assert!(error.contains("server.admin_bind"), "{error}");

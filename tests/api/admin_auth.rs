@@ -13,12 +13,12 @@ use tollgate::domain::{Action, SubjectKind};
 use tollgate::settings::Settings;
 use tollgate::store::ManualClock;
 
-use crate::audit_db::{DbKind, TestDb};
-use crate::helpers::{
+use crate::on_both_backends;
+use crate::support::app::{
     spawn_app_with_audit_db, spawn_app_with_clock, Backend, TestApp, ADMIN_TOKEN, API_KEY,
 };
-use crate::on_both_backends;
-use crate::process::{config_file, Tollgate};
+use crate::support::audit_db::{DbKind, TestDb};
+use crate::support::process::{config_file, Tollgate};
 
 on_both_backends!(twenty_wrong_tokens_throttle_that_address_and_no_other);
 
@@ -336,7 +336,7 @@ async fn failed_admin_authentication_is_counted_logged_and_throttled_on_the_bina
 /// request goes on to the token check.
 #[tokio::test]
 async fn with_the_store_down_admins_still_get_in_and_strangers_still_do_not() {
-    let dead = format!("redis://127.0.0.1:{}", crate::helpers::free_port());
+    let dead = format!("redis://127.0.0.1:{}", crate::support::app::free_port());
     let app = spawn_app_with_clock(Backend::Redis, None, move |s| {
         s.store.redis_url = tollgate::settings::SecretUrl::new(dead);
         s.store.timeout = Duration::from_millis(200);
@@ -355,7 +355,7 @@ async fn with_the_store_down_admins_still_get_in_and_strangers_still_do_not() {
 
 #[test]
 fn the_admin_auth_limit_is_checked_at_start_up() {
-    let load = crate::helpers::load_config;
+    let load = crate::support::app::load_config;
     let defaults = load("").unwrap();
     assert_eq!(
         (
@@ -364,7 +364,7 @@ fn the_admin_auth_limit_is_checked_at_start_up() {
         ),
         (20, Duration::from_secs(600))
     );
-    let error = crate::helpers::config_error;
+    let error = crate::support::app::config_error;
     for (toml, key) in [
         (
             "admin_auth_limit = { limit = 0, window = \"1m\" }",

@@ -11,9 +11,9 @@ use tollgate::domain::admin_role::Role;
 use tollgate::domain::{Action, Subject, SubjectKind};
 use tollgate::settings::{AdminToken, NamedAdminToken, Secret, SecretUrl};
 
-use crate::audit_db::{DbKind, TestDb};
-use crate::helpers::{spawn_app_with_audit_db, Backend, TestApp, ADMIN_TOKEN};
 use crate::on_both_databases;
+use crate::support::app::{spawn_app_with_audit_db, Backend, TestApp, ADMIN_TOKEN};
+use crate::support::audit_db::{DbKind, TestDb};
 
 const ONCALL: &str = "oncall-token-0123456789";
 const WATCHER: &str = "watcher-token-0123456789";
@@ -462,7 +462,7 @@ async fn the_console_hides_what_a_role_may_not_use_and_refuses_it_anyway() {
 
 #[test]
 fn named_tokens_load_from_a_file_and_from_the_environment() {
-    let file = crate::helpers::load_config(
+    let file = crate::support::app::load_config(
         r#"
 [server]
 admin_tokens = ["plain-token-0123456789", { name = "oncall", token = "oncall-token-0123456789", role = "operator" }]
@@ -473,7 +473,7 @@ admin_tokens = ["plain-token-0123456789", { name = "oncall", token = "oncall-tok
         file.server.admin_tokens[1],
         named("oncall", ONCALL, Role::Operator)
     );
-    let (ok, stdout, stderr) = crate::helpers::run_binary(
+    let (ok, stdout, stderr) = crate::support::app::run_binary(
         &["check-config"],
         &[(
             "TOLLGATE__SERVER__ADMIN_TOKENS",
@@ -507,7 +507,7 @@ admin_tokens = ["plain-token-0123456789", { name = "oncall", token = "oncall-tok
             "server.admin_tokens[0]",
         ),
     ] {
-        let error = crate::helpers::config_error(&format!("[server]\n{toml}\n"));
+        let error = crate::support::app::config_error(&format!("[server]\n{toml}\n"));
         assert!(error.contains(key), "{toml}: {error}");
     }
 }

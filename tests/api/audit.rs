@@ -1,18 +1,18 @@
 //! The durable audit trail: batches into the database, spooling while it is
 //! down, replay exactly once, after a crash too, and drain on shutdown.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use serde_json::json;
-use tollgate::audit::query::EventFilter;
-use tollgate::audit::{retention, AuditDb, AuditDecision, AuditEvent};
+use tollgate::audit::{retention, AuditDecision, AuditEvent};
 use tollgate::domain::{Action, Subject, SubjectKind};
 
-use crate::audit_db::{DbKind, FaultProxy, TestDb};
-use crate::helpers::{limits, spawn_app_with_audit_db, Backend, TestApp, API_KEY};
 use crate::on_both_databases;
-use crate::process::Tollgate;
+use crate::support::app::{limits, spawn_app_with_audit_db, Backend, TestApp};
+use crate::support::audit_db::{DbKind, FaultProxy, TestDb};
+use crate::support::audit_trail::{all_rows, refused_send, request_id_counts};
+use crate::support::process::Tollgate;
+use crate::support::wait::eventually;
 
 const PHONE: &str = "+8613800138000";
 
@@ -31,50 +31,6 @@ async fn app_on(db: &TestDb, configure: impl FnOnce(&mut tollgate::settings::Set
         configure(s);
     })
     .await
-}
-
-/// One refused send, tagged with `request_id`.
-pub(crate) async fn refused_send(app: &TestApp, request_id: &str) {
-    let request = app
-        .client
-        .post(format!("{}/sms/send", app.address))
-        .bearer_auth(API_KEY)
-        .header("x-request-id", request_id)
-        .json(&json!({ "phone": PHONE }));
-    let answer = app.send_raw(request).await;
-    assert_eq!(answer.status, 429, "{}", answer.body);
-}
-
-pub(crate) async fn all_rows(db: &AuditDb) -> Vec<AuditEvent> {
-    db.page(&EventFilter::default(), None, 100_000)
-        .await
-        .expect("the audit table is readable")
-}
-
-/// How often each request id appears in the table.
-pub(crate) fn request_id_counts(rows: &[AuditEvent]) -> HashMap<String, usize> {
-    let mut counts = HashMap::new();
-    for row in rows {
-        *counts
-            .entry(row.request_id.clone().unwrap_or_default())
-            .or_insert(0) += 1;
-    }
-    counts
-}
-
-pub async fn eventually<F, Fut>(what: &str, timeout: Duration, mut done: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + timeout;
-    while !done().await {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 async fn refused_requests_are_written_to_the_database(kind: DbKind) {

@@ -13,10 +13,11 @@ use sqlx::Connection;
 use tollgate::audit::query::EventFilter;
 use tollgate::audit::{AuditDb, AuditEvent};
 
-use crate::audit::{all_rows, eventually, refused_send, request_id_counts};
-use crate::audit_db::{postgres_admin_url, DbKind, TestDb};
-use crate::helpers::{limits, spawn_app_with_audit_db, Backend, TestApp};
-use crate::process::Tollgate;
+use crate::support::app::{limits, spawn_app_with_audit_db, Backend, TestApp};
+use crate::support::audit_db::{postgres_admin_url, DbKind, TestDb};
+use crate::support::audit_trail::{all_rows, refused_send, request_id_counts};
+use crate::support::process::Tollgate;
+use crate::support::wait::eventually;
 
 const PHONE: &str = "+8613800138000";
 const CLIENTS: usize = 4;
@@ -97,7 +98,7 @@ async fn killed_mid_load_loses_no_answered_refusal(database_up: bool) {
     } else {
         format!(
             "postgres://postgres@127.0.0.1:{}/nowhere",
-            crate::helpers::free_port()
+            crate::support::app::free_port()
         )
     };
     let mut first = Tollgate::start(&config(&dir, "first.toml", &first_url)).await;
@@ -455,28 +456,30 @@ async fn past_the_journal_bound_refusals_are_answered_and_counted() {
 
 #[test]
 fn the_journal_max_bytes_is_validated() {
-    let error = crate::helpers::config_error("[audit]\njournal_max_bytes = \"512KiB\"");
+    let error = crate::support::app::config_error("[audit]\njournal_max_bytes = \"512KiB\"");
     assert!(
         error.contains("audit.journal_max_bytes") && error.contains("1MiB"),
         "{error}"
     );
-    let settings = crate::helpers::load_config("[audit]\njournal_max_bytes = \"2GiB\"").unwrap();
+    let settings =
+        crate::support::app::load_config("[audit]\njournal_max_bytes = \"2GiB\"").unwrap();
     assert_eq!(settings.audit.journal_max_bytes, 2 << 30);
-    let settings = crate::helpers::load_config("").unwrap();
+    let settings = crate::support::app::load_config("").unwrap();
     assert_eq!(settings.audit.journal_max_bytes, 1 << 30);
 }
 
 #[test]
 fn the_journal_sync_interval_is_validated() {
     for (value, says) in [("0ms", "at least 1ms"), ("2m", "at most 60s")] {
-        let error =
-            crate::helpers::config_error(&format!("[audit]\njournal_sync_interval = \"{value}\""));
+        let error = crate::support::app::config_error(&format!(
+            "[audit]\njournal_sync_interval = \"{value}\""
+        ));
         assert!(
             error.contains("audit.journal_sync_interval") && error.contains(says),
             "{value}: {error}"
         );
     }
-    let settings = crate::helpers::load_config("").unwrap();
+    let settings = crate::support::app::load_config("").unwrap();
     assert_eq!(
         settings.audit.journal_sync_interval,
         Duration::from_millis(200)

@@ -8,7 +8,7 @@ use tollgate::settings::{CaptchaKind, Secret, Settings};
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
-use crate::helpers::{spawn_app, Backend, TestApp};
+use crate::support::app::{spawn_app, Backend, TestApp};
 
 const PHONE: &str = "+8613800138000";
 const IP: &str = "203.0.113.7";
@@ -304,7 +304,7 @@ async fn a_token_is_checked_only_when_the_attempt_is_challenged() {
 async fn an_sms_token_is_checked_only_when_the_send_needs_a_captcha() {
     let server = confirming_provider().await;
     let app = app_with_captcha(CaptchaKind::Turnstile, &server, |s| {
-        s.sms.phone_limits = crate::helpers::limits(&[(1, 3_600_000)]);
+        s.sms.phone_limits = crate::support::app::limits(&[(1, 3_600_000)]);
     })
     .await;
     let send = |phone: &'static str| {

@@ -1,7 +1,7 @@
 //! The command line: check-config, migrate and openapi.
 
-use crate::audit_db::{DbKind, TestDb};
-use crate::helpers::run_binary as tollgate;
+use crate::support::app::run_binary as tollgate;
+use crate::support::audit_db::{DbKind, TestDb};
 
 #[test]
 fn check_config_prints_the_effective_settings_with_secrets_masked() {
@@ -300,7 +300,7 @@ fn healthcheck_asks_loopback_on_the_configured_port_and_wants_a_200() {
 /// it) but not ready.
 #[tokio::test]
 async fn healthcheck_tells_live_from_ready_on_the_real_server() {
-    use crate::process::{config_file, Tollgate};
+    use crate::support::process::{config_file, Tollgate};
     let dir = tempfile::tempdir().unwrap();
     let healthcheck = |address: String, ready: bool| {
         tokio::task::spawn_blocking(move || {

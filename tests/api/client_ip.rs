@@ -8,8 +8,8 @@ use serde_json::json;
 use tollgate::domain::forwarding::ClientIpHeader;
 use tollgate::settings::Settings;
 
-use crate::helpers::{limits, spawn_app, Backend, TestApp};
-use crate::process::{config_file, Tollgate};
+use crate::support::app::{limits, spawn_app, Backend, TestApp};
+use crate::support::process::{config_file, Tollgate};
 
 /// The client as nginx saw it, appended to `X-Forwarded-For`.
 const CLIENT: &str = "203.0.113.9";
@@ -319,7 +319,7 @@ async fn unusable_forwarding_is_counted_and_warned_about_once_a_minute() {
 /// with a single-address header.
 #[test]
 fn the_header_and_the_hops_are_checked_at_start_up() {
-    let load = crate::helpers::load_config;
+    let load = crate::support::app::load_config;
     let defaults = load("").unwrap();
     assert_eq!(
         defaults.server.client_ip_header,
@@ -334,7 +334,7 @@ fn the_header_and_the_hops_are_checked_at_start_up() {
     assert!(real_ip
         .to_redacted_toml()
         .contains("client_ip_header = \"x-real-ip\""));
-    let error = crate::helpers::config_error;
+    let error = crate::support::app::config_error;
     let bad = error("[server]\nclient_ip_header = \"x real ip\"\n");
     assert!(
         bad.contains("server.client_ip_header") && bad.contains("not an HTTP header name"),

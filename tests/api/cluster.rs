@@ -6,7 +6,7 @@ use serde_json::json;
 use tollgate::audit::AuditDecision;
 use tollgate::settings::SecretUrl;
 
-use crate::helpers::{limits, spawn_app, Backend, TestApp};
+use crate::support::app::{limits, spawn_app, Backend, TestApp};
 
 fn cluster_url() -> String {
     std::env::var("TOLLGATE_TEST_REDIS_CLUSTER_URL").unwrap_or_else(|_| {

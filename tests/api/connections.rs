@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 
-use crate::helpers::{spawn_app, Backend, TestApp, API_KEY};
+use crate::support::app::{spawn_app, Backend, TestApp, API_KEY};
 
 /// Longest any answer or close is waited for: far above the 1 s timeouts
 /// these tests set, far below the "never" of the code before them.
@@ -212,7 +212,7 @@ async fn a_console_form_whose_body_trickles_is_answered_408() {
 fn base64_admin() -> String {
     use base64::Engine;
     base64::engine::general_purpose::STANDARD
-        .encode(format!("admin:{}", crate::helpers::ADMIN_TOKEN))
+        .encode(format!("admin:{}", crate::support::app::ADMIN_TOKEN))
 }
 
 /// A first head that never completes, and a second one on a kept-alive
@@ -379,7 +379,7 @@ async fn a_csv_export_read_late_is_not_cut() {
     // 64 KiB segments let it grow past a megabyte).
     const ROWS: usize = 5000;
     let padding = "x".repeat(600);
-    let db = crate::audit_db::TestDb::new(crate::audit_db::DbKind::Sqlite).await;
+    let db = crate::support::audit_db::TestDb::new(crate::support::audit_db::DbKind::Sqlite).await;
     let events: Vec<AuditEvent> = (0..ROWS)
         .map(|i| {
             let subject = Subject::new(SubjectKind::User, format!("late-reader-{i}"));
@@ -398,7 +398,7 @@ async fn a_csv_export_read_late_is_not_cut() {
         pool.insert(batch).await.unwrap();
     }
     let (url, spool) = (db.url.clone(), db.spool_dir());
-    let app = crate::helpers::spawn_app_with_audit_db(Backend::Memory, move |s| {
+    let app = crate::support::app::spawn_app_with_audit_db(Backend::Memory, move |s| {
         s.audit.database_url = tollgate::settings::SecretUrl::new(url);
         s.audit.spool_dir = spool.display().to_string();
         s.server.request_timeout = Duration::from_secs(1);
@@ -408,7 +408,7 @@ async fn a_csv_export_read_late_is_not_cut() {
     let request = format!(
         "GET /admin/api/events.csv HTTP/1.1\r\nHost: tollgate\r\n\
          Authorization: Bearer {}\r\nConnection: close\r\n\r\n",
-        crate::helpers::ADMIN_TOKEN
+        crate::support::app::ADMIN_TOKEN
     );
     conn.write_all(request.as_bytes()).await.unwrap();
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -428,12 +428,12 @@ async fn a_csv_export_read_late_is_not_cut() {
 /// queue written (its flush interval is a minute away), and `Ok`.
 #[tokio::test]
 async fn stopping_through_the_handle_writes_the_audit_queue_and_returns_ok() {
-    let db = crate::audit_db::TestDb::new(crate::audit_db::DbKind::Sqlite).await;
-    let mut settings = crate::helpers::test_settings(Backend::Memory);
+    let db = crate::support::audit_db::TestDb::new(crate::support::audit_db::DbKind::Sqlite).await;
+    let mut settings = crate::support::app::test_settings(Backend::Memory);
     settings.audit.database_url = tollgate::settings::SecretUrl::new(db.url.clone());
     settings.audit.spool_dir = db.spool_dir().display().to_string();
     settings.audit.flush_interval = Duration::from_secs(60);
-    settings.sms.phone_limits = crate::helpers::limits(&[(1, 3_600_000)]);
+    settings.sms.phone_limits = crate::support::app::limits(&[(1, 3_600_000)]);
     let app = tollgate::startup::Application::build(settings)
         .await
         .expect("the application builds");
@@ -495,10 +495,10 @@ fn bad_timeouts_and_caps_are_refused_naming_their_key() {
         ),
     ];
     for (lines, expected) in cases {
-        let error = crate::helpers::config_error(&format!("[server]\n{lines}\n"));
+        let error = crate::support::app::config_error(&format!("[server]\n{lines}\n"));
         assert_eq!(error, expected, "{lines}");
     }
-    let loaded = crate::helpers::load_config(
+    let loaded = crate::support::app::load_config(
         "[server]\nrequest_timeout = \"1500ms\"\nmax_connections_per_ip = 3\n",
     )
     .unwrap();

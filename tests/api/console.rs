@@ -9,9 +9,11 @@ use serde_json::{json, Value};
 use tollgate::audit::{AuditDecision, AuditEvent};
 use tollgate::domain::{Action, Subject, SubjectKind};
 
-use crate::audit_db::{DbKind, TestDb};
-use crate::helpers::{spawn_app, spawn_app_with_audit_db, Backend, TestApp, ADMIN_TOKEN, API_KEY};
 use crate::on_both_databases;
+use crate::support::app::{
+    spawn_app, spawn_app_with_audit_db, Backend, TestApp, ADMIN_TOKEN, API_KEY,
+};
+use crate::support::audit_db::{DbKind, TestDb};
 
 mod browser;
 mod overview;
@@ -775,7 +777,7 @@ async fn the_lists_page_adds_and_deletes_entries() {
     let trail: serde_json::Value = app
         .client
         .get(format!("{}/admin/api/events?action=admin", app.address))
-        .bearer_auth(crate::helpers::ADMIN_TOKEN)
+        .bearer_auth(crate::support::app::ADMIN_TOKEN)
         .send()
         .await
         .unwrap()

@@ -5,7 +5,7 @@
 use reqwest::Method;
 use serde_json::json;
 
-use crate::helpers::{limits, spawn_app, Answer, Backend, TestApp};
+use crate::support::app::{limits, spawn_app, Answer, Backend, TestApp};
 
 async fn preflight(app: &TestApp, path: &str, origin: &str) -> Answer {
     let request = app
@@ -89,7 +89,7 @@ async fn a_star_allows_every_origin_and_no_origins_means_no_cors() {
 
 #[test]
 fn a_bad_origin_is_refused_naming_its_key() {
-    let error = crate::helpers::config_error(
+    let error = crate::support::app::config_error(
         "[server]\ncors_origins = [\"https://ok.example\", \"https://app.example.com/login\"]\n",
     );
     assert!(error.contains("server.cors_origins[1]"), "{error}");

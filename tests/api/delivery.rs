@@ -8,7 +8,7 @@ use tollgate::settings::{Secret, SmsProviderKind};
 use wiremock::matchers::{basic_auth, header, method, path};
 use wiremock::{Mock, MockServer, Request, ResponseTemplate};
 
-use crate::helpers::{limits, spawn_app_with_sms_provider, Answer, Backend, TestApp};
+use crate::support::app::{limits, spawn_app_with_sms_provider, Answer, Backend, TestApp};
 
 const PHONE: &str = "+8613800138000";
 const TWILIO_PATH: &str = "/2010-04-01/Accounts/AC0123456789/Messages.json";
@@ -356,7 +356,7 @@ async fn a_provider_that_redirects_is_a_failed_delivery_not_a_second_request() {
 #[tokio::test]
 async fn an_unreachable_provider_answers_502() {
     // A port that was free a moment ago: nothing listens there.
-    let port = crate::helpers::free_port();
+    let port = crate::support::app::free_port();
     let app = spawn_app_with_sms_provider(Backend::Memory, move |s| {
         s.sms.provider.kind = SmsProviderKind::Webhook;
         s.sms.provider.url = format!("http://127.0.0.1:{port}/sms").into();

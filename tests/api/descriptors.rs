@@ -14,7 +14,7 @@ use tollgate::settings::Settings;
 use crate::connections::{
     read_to_close, slow_post_head, socket_addr, trickle, try_connect_from, Raw,
 };
-use crate::process::{config_file, Tollgate};
+use crate::support::process::{config_file, Tollgate};
 
 const BODY: &str = r#"{"phone":"+8613800138000"}"#;
 

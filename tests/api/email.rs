@@ -5,9 +5,9 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use tollgate::settings::{LockScope, SecretUrl, Settings};
 
-use crate::helpers::{limits, spawn_app, Backend, TestApp};
 use crate::on_both_backends;
-use crate::smtp::{self, Inbox};
+use crate::support::app::{limits, spawn_app, Backend, TestApp};
+use crate::support::smtp::{self, Inbox};
 
 const IP: &str = "203.0.113.7";
 const FROM: &str = "tollgate@example.org";

@@ -7,8 +7,8 @@ use serde_json::json;
 use tollgate::settings::{Algorithm, LimitSetting};
 use tollgate::store::ManualClock;
 
-use crate::helpers::{spawn_app, spawn_app_with_clock, Backend};
 use crate::on_both_backends;
+use crate::support::app::{spawn_app, spawn_app_with_clock, Backend};
 
 const PHONE: &str = "+8613800138000";
 
@@ -131,7 +131,7 @@ async fn an_unblock_clears_the_meter(backend: Backend) {
 
 #[test]
 fn a_gcra_limit_reads_from_the_file_and_too_large_a_meter_is_refused() {
-    let load = crate::helpers::load_config;
+    let load = crate::support::app::load_config;
     let settings = load(
         "[sms]\nglobal_limits = [{ limit = 100000, window = \"1m\", algorithm = \"gcra\" }]\n",
     )

@@ -5,7 +5,7 @@
 
 use serde_json::Value;
 
-use crate::process::{config_file, Tollgate};
+use crate::support::process::{config_file, Tollgate};
 
 const GUIDE: &str = include_str!("../../docs/integration.md");
 

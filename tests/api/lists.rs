@@ -8,8 +8,8 @@ use tollgate::audit::AuditDecision;
 use tollgate::domain::SubjectKind;
 use tollgate::settings::Settings;
 
-use crate::audit_db::{DbKind, TestDb};
-use crate::helpers::{limits, spawn_app, spawn_app_with_audit_db, Backend, TestApp};
+use crate::support::app::{limits, spawn_app, spawn_app_with_audit_db, Backend, TestApp};
+use crate::support::audit_db::{DbKind, TestDb};
 use crate::{on_both_backends, on_both_databases};
 
 on_both_backends!(
@@ -28,11 +28,11 @@ const ALLOWED_IP: &str = "203.0.113.9";
 const OTHER_IP: &str = "198.51.100.20";
 const PHONE: &str = "+8613800138000";
 
-async fn send(app: &TestApp, phone: &str, ip: &str) -> crate::helpers::Answer {
+async fn send(app: &TestApp, phone: &str, ip: &str) -> crate::support::app::Answer {
     app.sms_send(json!({ "phone": phone, "ip": ip })).await
 }
 
-async fn fail(app: &TestApp, user: &str, ip: &str) -> crate::helpers::Answer {
+async fn fail(app: &TestApp, user: &str, ip: &str) -> crate::support::app::Answer {
     app.login_attempt(json!({ "user": user, "ip": ip, "success": false }))
         .await
 }
@@ -187,11 +187,11 @@ async fn admin_send(
     method: reqwest::Method,
     path: &str,
     body: Option<Value>,
-) -> crate::helpers::Answer {
+) -> crate::support::app::Answer {
     let mut request = app
         .client
         .request(method, format!("{}{path}", app.address))
-        .bearer_auth(crate::helpers::ADMIN_TOKEN);
+        .bearer_auth(crate::support::app::ADMIN_TOKEN);
     if let Some(body) = body {
         request = request.json(&body);
     }
@@ -411,7 +411,7 @@ async fn bad_entries_answer_400_and_unknown_ids_404(kind: DbKind) {
         let request = app
             .client
             .post(format!("{}/admin/api/lists/ip", app.address))
-            .bearer_auth(crate::helpers::ADMIN_TOKEN)
+            .bearer_auth(crate::support::app::ADMIN_TOKEN)
             .header("content-type", content_type)
             .body(body);
         let answer = app.send_raw(request).await;
@@ -425,7 +425,7 @@ async fn bad_entries_answer_400_and_unknown_ids_404(kind: DbKind) {
 
 #[test]
 fn list_entries_read_from_the_file_and_bad_ones_name_their_key() {
-    let load = crate::helpers::load_config;
+    let load = crate::support::app::load_config;
     let settings = load(
         "[lists]\nallow_ips = [\"10.0.0.0/8\"]\nblock_phones = [\"+88213*\", \"+86 138 0013 8000\"]\n",
     )

@@ -6,8 +6,8 @@ use serde_json::{json, Value};
 use tollgate::audit::AuditDecision;
 use tollgate::settings::{LockScope, Settings};
 
-use crate::helpers::{spawn_app, Backend, TestApp};
 use crate::on_both_backends;
+use crate::support::app::{spawn_app, Backend, TestApp};
 
 on_both_backends!(
     a_pair_is_locked_while_the_same_user_from_another_ip_is_not,
@@ -251,7 +251,7 @@ async fn a_login_with_an_unusable_ip_counts_under_the_proxys_pair(backend: Backe
 
 #[test]
 fn the_lock_scope_reads_from_the_file_and_bad_values_are_refused() {
-    let load = crate::helpers::load_config;
+    let load = crate::support::app::load_config;
     let defaults = load("").unwrap();
     assert_eq!(defaults.login.lock_scope, LockScope::UserIp);
     assert_eq!(defaults.login.account_lock_after, 100);

@@ -5,8 +5,8 @@ use tollgate::audit::AuditDecision;
 use tollgate::domain::SubjectKind;
 use tollgate::store::ManualClock;
 
-use crate::helpers::{spawn_app, spawn_app_timed, spawn_app_with_clock, Backend, TestApp};
 use crate::on_both_backends;
+use crate::support::app::{spawn_app, spawn_app_timed, spawn_app_with_clock, Backend, TestApp};
 
 on_both_backends!(
     failures_turn_on_a_captcha_then_a_lock,

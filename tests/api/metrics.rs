@@ -11,8 +11,8 @@ use std::time::Duration;
 use serde_json::json;
 use tollgate::settings::LimitSetting;
 
-use crate::helpers::{spawn_app, Backend, TestApp};
 use crate::on_both_backends;
+use crate::support::app::{spawn_app, Backend, TestApp};
 
 on_both_backends!(
     sms_sends_count_a_hit_on_every_window_with_the_count_the_store_saw,

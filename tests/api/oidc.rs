@@ -17,9 +17,9 @@ use tollgate::audit::AuditEvent;
 use tollgate::domain::admin_role::Role;
 use tollgate::settings::{LimitSetting, Secret, Settings};
 
-use crate::audit_db::{DbKind, TestDb};
-use crate::helpers::{free_port, spawn_app_with_audit_db, Backend, TestApp};
 use crate::on_both_databases;
+use crate::support::app::{free_port, spawn_app_with_audit_db, Backend, TestApp};
+use crate::support::audit_db::{DbKind, TestDb};
 use provider::{OidcProvider, API, CLIENT_SECRET, OTHER_API};
 
 /// tollgate, its audit database and the provider it trusts.

@@ -6,8 +6,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{json, Value};
 
-use crate::audit_db::{DbKind, TestDb};
-use crate::helpers::{limits, spawn_app, spawn_app_with_audit_db, Answer, Backend, TestApp};
+use crate::support::app::{limits, spawn_app, spawn_app_with_audit_db, Answer, Backend, TestApp};
+use crate::support::audit_db::{DbKind, TestDb};
 
 /// Every route of DESIGN.md §3, with its methods; the subject routes once
 /// per kind, as the document writes them out.

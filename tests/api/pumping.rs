@@ -11,10 +11,12 @@ use tollgate::domain::{Action, SubjectKind};
 use tollgate::settings::{Fraction, Settings};
 use tollgate::store::ManualClock;
 
-use crate::audit_db::{DbKind, TestDb};
-use crate::helpers::run_binary as tollgate;
-use crate::helpers::{spawn_app, spawn_app_with_audit_db, spawn_app_with_clock, Backend, TestApp};
 use crate::on_both_backends;
+use crate::support::app::run_binary as tollgate;
+use crate::support::app::{
+    spawn_app, spawn_app_with_audit_db, spawn_app_with_clock, Backend, TestApp,
+};
+use crate::support::audit_db::{DbKind, TestDb};
 
 on_both_backends!(
     exactly_at_the_threshold_a_prefix_is_not_blocked,
@@ -49,7 +51,7 @@ fn phone(i: usize) -> String {
     format!("+86138001380{i:02}")
 }
 
-async fn send(app: &TestApp, phone: &str) -> crate::helpers::Answer {
+async fn send(app: &TestApp, phone: &str) -> crate::support::app::Answer {
     app.sms_send(json!({ "phone": phone })).await
 }
 

@@ -2,8 +2,8 @@
 //! none when it is (the wait used to end before the first attempt began, so
 //! the warning came at every start-up).
 
-use crate::helpers::{free_port, redis_url};
-use crate::process::{config_file, Tollgate};
+use crate::support::app::{free_port, redis_url};
+use crate::support::process::{config_file, Tollgate};
 
 fn warned(server: &Tollgate) -> Vec<String> {
     server

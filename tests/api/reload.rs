@@ -8,8 +8,8 @@ use tollgate::guard::{Policy, PolicyCell};
 use tollgate::reload::Reloadable;
 use tollgate::settings::Settings;
 
-use crate::audit::eventually;
-use crate::process::Tollgate;
+use crate::support::process::Tollgate;
+use crate::support::wait::eventually;
 
 fn config(dir: &std::path::Path, phone_limit: u32, lock_after: u32) -> std::path::PathBuf {
     let path = dir.join("tollgate.toml");

@@ -18,8 +18,8 @@ use std::collections::BTreeMap;
 
 use serde_json::{json, Value};
 
-use crate::helpers::{redis_url, with_redis_prefix};
-use crate::process::Tollgate;
+use crate::support::app::{redis_url, with_redis_prefix};
+use crate::support::process::Tollgate;
 
 const PROCESSES: usize = 3;
 const CONCURRENT: usize = 60;

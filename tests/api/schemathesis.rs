@@ -12,9 +12,9 @@ use std::time::Duration;
 
 use tollgate::domain::PhoneNumber;
 
-use crate::audit_db::{DbKind, TestDb};
-use crate::helpers::{redis_url, with_redis_prefix, ADMIN_TOKEN, API_KEY};
-use crate::process::Tollgate;
+use crate::support::app::{redis_url, with_redis_prefix, ADMIN_TOKEN, API_KEY};
+use crate::support::audit_db::{DbKind, TestDb};
+use crate::support::process::Tollgate;
 
 fn schemathesis() -> String {
     std::env::var("TOLLGATE_SCHEMATHESIS").unwrap_or_else(|_| {

@@ -4,8 +4,8 @@
 
 use serde_json::json;
 
-use crate::helpers::{free_port, run_binary as tollgate};
-use crate::process::{config_file, Tollgate};
+use crate::support::app::{free_port, run_binary as tollgate};
+use crate::support::process::{config_file, Tollgate};
 
 /// `tollgate check-config` with `toml` as the file and `envs`.
 fn check_config(toml: &str, envs: &[(&str, &str)]) -> (bool, String, String) {

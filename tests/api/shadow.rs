@@ -10,8 +10,8 @@ use tollgate::domain::Action;
 use tollgate::settings::LimitSetting;
 use tollgate::store::ManualClock;
 
-use crate::helpers::{limits, spawn_app, spawn_app_with_clock, Backend, TestApp};
 use crate::on_both_backends;
+use crate::support::app::{limits, spawn_app, spawn_app_with_clock, Backend, TestApp};
 
 const PHONE: &str = "+8613800138000";
 

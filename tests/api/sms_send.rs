@@ -5,8 +5,8 @@ use tollgate::audit::AuditDecision;
 use tollgate::domain::SubjectKind;
 use tollgate::store::ManualClock;
 
-use crate::helpers::{limits, spawn_app, spawn_app_timed, spawn_app_with_clock, Backend};
 use crate::on_both_backends;
+use crate::support::app::{limits, spawn_app, spawn_app_timed, spawn_app_with_clock, Backend};
 
 const PHONE: &str = "+8613800138000";
 const OTHER_PHONE: &str = "+8613900139000";

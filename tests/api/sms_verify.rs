@@ -4,8 +4,8 @@ use tollgate::domain::{Action, SubjectKind};
 use tollgate::settings::Settings;
 use tollgate::store::ManualClock;
 
-use crate::helpers::{limits, spawn_app, spawn_app_with_clock, Backend, TestApp};
 use crate::on_both_backends;
+use crate::support::app::{limits, spawn_app, spawn_app_with_clock, Backend, TestApp};
 
 const PHONE: &str = "+8613800138000";
 

@@ -8,8 +8,8 @@ use serde_json::{json, Value};
 use tollgate::settings::LockScope;
 use tollgate::store::redis::RedisStore;
 
-use crate::helpers::{spawn_app, Backend, TestApp};
 use crate::on_both_backends;
+use crate::support::app::{spawn_app, Backend, TestApp};
 
 on_both_backends!(names_too_long_once_normalised_are_refused_with_their_own_code,);
 
@@ -180,24 +180,24 @@ async fn hashed_subject_ids_keep_phones_names_and_addresses_out_of_redis_keys() 
 #[test]
 fn the_memory_limit_is_a_size_checked_at_start_up() {
     let config = |limit: &str| format!("[store]\nmemory_limit = {limit}\n");
-    let loaded = crate::helpers::load_config(&config("\"64MiB\"")).unwrap();
+    let loaded = crate::support::app::load_config(&config("\"64MiB\"")).unwrap();
     assert_eq!(loaded.store.memory_limit, 64 << 20);
-    let loaded = crate::helpers::load_config(&config("2000000")).unwrap();
+    let loaded = crate::support::app::load_config(&config("2000000")).unwrap();
     assert_eq!(loaded.store.memory_limit, 2_000_000);
-    let default = crate::helpers::load_config("").unwrap();
+    let default = crate::support::app::load_config("").unwrap();
     assert_eq!(default.store.memory_limit, 128 << 20);
     assert!(!default.store.hash_subject_ids);
 
-    let unit = crate::helpers::config_error(&config("\"12 parsecs\""));
+    let unit = crate::support::app::config_error(&config("\"12 parsecs\""));
     assert!(
         unit.contains("memory_limit") && unit.contains("MiB"),
         "{unit}"
     );
-    let small = crate::helpers::config_error(&config("\"512KiB\""));
+    let small = crate::support::app::config_error(&config("\"512KiB\""));
     assert!(
         small.contains("store.memory_limit") && small.contains("1MiB"),
         "{small}"
     );
-    let secret = crate::helpers::config_error("[store]\nhash_secret = \"short\"\n");
+    let secret = crate::support::app::config_error("[store]\nhash_secret = \"short\"\n");
     assert!(secret.contains("store.hash_secret"), "{secret}");
 }

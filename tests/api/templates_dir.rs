@@ -10,9 +10,9 @@ use serde_json::json;
 use wiremock::matchers::method;
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
-use crate::audit::eventually;
-use crate::helpers::run_binary;
-use crate::process::{config_file, Tollgate};
+use crate::support::app::run_binary;
+use crate::support::process::{config_file, Tollgate};
+use crate::support::wait::eventually;
 
 fn write_config(dir: &Path, provider: &str, templates: &Path) -> PathBuf {
     let sms = format!(

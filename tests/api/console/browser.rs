@@ -25,8 +25,8 @@ use tollgate::audit::{AuditDecision, AuditEvent};
 use tollgate::domain::{Action, Subject, SubjectKind};
 
 use super::db_app;
-use crate::audit_db::{DbKind, TestDb};
-use crate::helpers::{free_port, TestApp, ADMIN_TOKEN};
+use crate::support::app::{free_port, TestApp, ADMIN_TOKEN};
+use crate::support::audit_db::{DbKind, TestDb};
 
 /// What Chromium needs to run headless here: as root (no sandbox), without
 /// a GPU, and without reaching out to the network on its own (which a

@@ -11,8 +11,8 @@ use tollgate::audit::{AuditDecision, AuditEvent};
 use tollgate::domain::{Action, Subject, SubjectKind};
 
 use super::{assert_html, db_app, get, is_locked, post_form, unescape, ADMIN};
-use crate::audit_db::{DbKind, TestDb};
 use crate::on_both_databases;
+use crate::support::audit_db::{DbKind, TestDb};
 
 fn at(rfc3339: &str) -> DateTime<Utc> {
     DateTime::parse_from_rfc3339(rfc3339)
@@ -443,7 +443,7 @@ async fn the_overview_page_charts_and_ranks_the_periods_refusals(kind: DbKind) {
 }
 
 /// Locks on `user_ip` scope: `lock_after` failures lock the pair.
-async fn lock_user(app: &crate::helpers::TestApp, user: &str, ip: &str) {
+async fn lock_user(app: &crate::support::app::TestApp, user: &str, ip: &str) {
     for _ in 0..2 {
         let answer = app
             .login_attempt(
@@ -597,7 +597,7 @@ async fn locked_subjects_are_listed_and_unblocked_from_the_overview(kind: DbKind
 }
 
 /// Whether `user` has a locked (user, IP) pair.
-async fn is_locked_pair(app: &crate::helpers::TestApp, user: &str) -> bool {
+async fn is_locked_pair(app: &crate::support::app::TestApp, user: &str) -> bool {
     let state = app
         .admin_get(&format!("/admin/api/subjects/user/{user}"))
         .await;

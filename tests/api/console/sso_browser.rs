@@ -9,8 +9,8 @@ use fantoccini::{Client, Locator};
 use serde_json::json;
 
 use super::browser::{loaded_after, lock, open, screenshot, Chromedriver};
-use crate::audit_db::DbKind;
 use crate::oidc::{sso_app, SsoApp};
+use crate::support::audit_db::DbKind;
 
 /// From a page that sent the browser to the provider: sign in there as
 /// `user` and wait for the console page it returns to.

@@ -3,7 +3,7 @@
 
 use serde_json::{json, Value};
 
-use crate::helpers::{spawn_app, Backend};
+use crate::support::app::{spawn_app, Backend};
 
 const PHONE: &str = "+8613800138000";
 
@@ -249,7 +249,7 @@ async fn fields_are_taken_exactly_as_the_openapi_document_says() {
 async fn malformed_json_oversized_bodies_and_wrong_content_types_are_json_errors() {
     let app = spawn_app(Backend::Memory, |_| {}).await;
     let url = format!("{}/sms/send", app.address);
-    let authed = |r: reqwest::RequestBuilder| r.bearer_auth(crate::helpers::API_KEY);
+    let authed = |r: reqwest::RequestBuilder| r.bearer_auth(crate::support::app::API_KEY);
 
     let malformed = app
         .send_raw(authed(
@@ -321,7 +321,7 @@ async fn only_application_json_is_accepted() {
             .send_raw(
                 app.client
                     .post(format!("{}{path}", app.address))
-                    .bearer_auth(crate::helpers::API_KEY)
+                    .bearer_auth(crate::support::app::API_KEY)
                     .header("content-type", kind)
                     .body(body),
             )

@@ -4,7 +4,7 @@
 use serde_json::json;
 use tollgate::settings::{OnStoreError, Secret, SecretUrl};
 
-use crate::helpers::{limits, spawn_app, Backend};
+use crate::support::app::{limits, spawn_app, Backend};
 
 const PHONE: &str = "+8613800138000";
 
@@ -144,7 +144,7 @@ struct PrivateRedis {
 
 impl PrivateRedis {
     async fn start() -> Self {
-        let port = crate::helpers::free_port();
+        let port = crate::support::app::free_port();
         let child = std::process::Command::new("redis-server")
             .args([
                 "--port",

@@ -3,7 +3,7 @@
 
 use serde_json::json;
 
-use crate::helpers::{limits, spawn_app, Backend};
+use crate::support::app::{limits, spawn_app, Backend};
 
 const PHONE: &str = "+8613800138000";
 
@@ -28,7 +28,7 @@ async fn api_keys_are_required_when_configured() {
         .send_raw(
             app.client
                 .post(&url)
-                .bearer_auth(crate::helpers::API_KEY)
+                .bearer_auth(crate::support::app::API_KEY)
                 .json(&body),
         )
         .await;
@@ -237,7 +237,7 @@ async fn a_request_id_is_echoed_and_recorded() {
     let request = app
         .client
         .post(format!("{}/sms/send", app.address))
-        .bearer_auth(crate::helpers::API_KEY)
+        .bearer_auth(crate::support::app::API_KEY)
         .header("x-request-id", "req-42")
         .header("user-agent", "tests/1.0")
         .json(&json!({ "phone": PHONE }));

@@ -11,7 +11,7 @@ use super::backend::{member, redis_url, StoreUnderTest};
 #[tokio::test]
 async fn a_redis_that_is_down_gives_a_store_that_answers_unavailable_at_once() {
     // A port nobody listens on.
-    let port = crate::helpers::free_port();
+    let port = crate::support::app::free_port();
     let url = format!("redis://127.0.0.1:{port}");
 
     let started = Instant::now();

@@ -46,12 +46,12 @@ macro_rules! on_both_backends {
         mod $name {
             #[tokio::test]
             async fn on_memory() {
-                super::$name($crate::helpers::Backend::Memory).await
+                super::$name($crate::support::app::Backend::Memory).await
             }
 
             #[tokio::test]
             async fn on_redis() {
-                super::$name($crate::helpers::Backend::Redis).await
+                super::$name($crate::support::app::Backend::Redis).await
             }
         }
     )*};
@@ -183,7 +183,7 @@ pub async fn spawn_app_with_clock(
 }
 
 /// Like [`spawn_app`], but audit events go to the real sink and database that
-/// `[audit]` configures (see `crate::audit_db::TestDb`); `app.audit` stays empty.
+/// `[audit]` configures (see `crate::support::audit_db::TestDb`); `app.audit` stays empty.
 pub async fn spawn_app_with_audit_db(
     backend: Backend,
     configure: impl FnOnce(&mut Settings),

@@ -28,13 +28,13 @@ macro_rules! on_both_databases {
         mod on_postgres {
             $(#[tokio::test]
             async fn $name() {
-                super::$name($crate::audit_db::DbKind::Postgres).await
+                super::$name($crate::support::audit_db::DbKind::Postgres).await
             })*
         }
         mod on_sqlite {
             $(#[tokio::test]
             async fn $name() {
-                super::$name($crate::audit_db::DbKind::Sqlite).await
+                super::$name($crate::support::audit_db::DbKind::Sqlite).await
             })*
         }
     };
@@ -98,7 +98,10 @@ impl TestDb {
 
     /// Every row `app` has written to it, newest first (its queue flushed
     /// first).
-    pub async fn trail(&self, app: &crate::helpers::TestApp) -> Vec<tollgate::audit::AuditEvent> {
+    pub async fn trail(
+        &self,
+        app: &crate::support::app::TestApp,
+    ) -> Vec<tollgate::audit::AuditEvent> {
         app.flush_audit().await;
         self.connect()
             .await
