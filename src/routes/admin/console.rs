@@ -6,7 +6,6 @@
 //! accept the admin token as Bearer or as the HTTP Basic password of user
 //! `admin`; HTML comes from `templates/admin/` only.
 
-mod csrf;
 mod events;
 mod lists;
 mod overview;
@@ -14,21 +13,21 @@ mod period;
 mod subject;
 mod views;
 
-use actix_web::http::header::{self, HeaderValue};
-use actix_web::http::StatusCode;
-use actix_web::{web, HttpRequest, HttpResponse, Responder, ResponseError};
+use actix_web::http::header;
+use actix_web::{web, HttpRequest, HttpResponse};
 use chrono::Utc;
 
+use super::csrf;
 use super::gate::{self, Admin, Via};
+use super::pages::{current, html, logout_form, me, Refusal};
 use super::request::EventsQuery;
 use crate::audit::query::Empty;
 use crate::domain::admin_role::Permission;
-use crate::domain::{Subject, SubjectKind};
+use crate::domain::Subject;
 use crate::error::ApiError;
 use crate::routes::AppState;
 use crate::settings::Secret;
-use crate::store::StoreError;
-use views::{ErrorPage, Me};
+use views::Me;
 
 /// Rows per page of the event table, unless the form asks for another size.
 const PAGE_SIZE: usize = 50;
@@ -109,146 +108,10 @@ async fn console_gate(
     .await
 }
 
-/// An HTML answer: the page with `status` (unless rendering failed), never
-/// cached, never framed, no scripts.
-fn html(req: &HttpRequest, status: StatusCode, page: impl Responder) -> HttpResponse {
-    let mut response = page.respond_to(req).map_into_boxed_body();
-    if response.status().is_success() {
-        *response.status_mut() = status;
-    }
-    let headers = response.headers_mut();
-    for (name, value) in [
-        (header::CACHE_CONTROL, "no-store"),
-        (
-            header::CONTENT_SECURITY_POLICY,
-            "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; \
-             frame-ancestors 'none'; base-uri 'none'",
-        ),
-        (header::X_FRAME_OPTIONS, "DENY"),
-        (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
-        (header::REFERRER_POLICY, "same-origin"),
-    ] {
-        headers.insert(name, HeaderValue::from_static(value));
-    }
-    response
-}
-
-/// Why a console request gets an error page instead of what it asked for.
-enum Refusal {
-    /// No or wrong credentials: 401 with a Basic challenge, so that a browser
-    /// asks for them.
-    Unauthorized,
-    /// The unblock form came without a valid CSRF token.
-    Forbidden,
-    /// Bad input, or the store or the audit database is down.
-    Api(ApiError),
-}
-
-impl From<ApiError> for Refusal {
-    fn from(e: ApiError) -> Self {
-        Self::Api(e)
-    }
-}
-
-impl From<StoreError> for Refusal {
-    fn from(e: StoreError) -> Self {
-        Self::Api(e.into())
-    }
-}
-
-impl Refusal {
-    fn page(self, req: &HttpRequest) -> HttpResponse {
-        let retry_after = match &self {
-            Self::Api(ApiError::RateLimited { retry_after_ms, .. }) => {
-                Some(crate::guard::ceil_secs(*retry_after_ms))
-            }
-            _ => None,
-        };
-        let (status, title, message) = match self {
-            Self::Unauthorized if single_sign_on(req) => (
-                StatusCode::UNAUTHORIZED,
-                "Sign-in required",
-                "Your session has ended or was never opened: open the console \
-                 (/admin) to sign in, or sign in as user \"admin\" with an admin \
-                 token as the password."
-                    .to_string(),
-            ),
-            Self::Unauthorized => (
-                StatusCode::UNAUTHORIZED,
-                "Sign-in required",
-                "Sign in as user \"admin\" with an admin token as the password.".to_string(),
-            ),
-            Self::Forbidden => (
-                StatusCode::FORBIDDEN,
-                "Forbidden",
-                "The form's CSRF token is missing, wrong or expired: \
-                 reload the subject page and try again."
-                    .to_string(),
-            ),
-            Self::Api(e) => {
-                if matches!(e, ApiError::Internal(_) | ApiError::StoreUnavailable(_)) {
-                    tracing::error!(request_id = %crate::telemetry::request_id(), error = %e, "admin console");
-                }
-                let status = e.status_code();
-                let title = match status {
-                    StatusCode::BAD_REQUEST => "Bad request",
-                    StatusCode::FORBIDDEN => "Forbidden",
-                    StatusCode::TOO_MANY_REQUESTS => "Too many failed sign-ins",
-                    StatusCode::SERVICE_UNAVAILABLE => "Temporarily unavailable",
-                    _ => "Something went wrong",
-                };
-                (status, title, e.to_string())
-            }
-        };
-        let me = current(req).map(|admin| me(&admin));
-        let mut response = html(req, status, ErrorPage { title, message, me });
-        if status == StatusCode::UNAUTHORIZED {
-            response.headers_mut().insert(
-                header::WWW_AUTHENTICATE,
-                HeaderValue::from_static("Basic realm=\"tollgate admin\""),
-            );
-        }
-        if let Some(secs) = retry_after {
-            response
-                .headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
-        }
-        response
-    }
-}
-
-/// Whether `[admin.oidc]` is on.
-fn single_sign_on(req: &HttpRequest) -> bool {
-    req.app_data::<web::Data<AppState>>()
-        .is_some_and(|state| state.oidc.is_some())
-}
-
-/// The admin the door let in, if any.
-fn current(req: &HttpRequest) -> Option<Admin> {
-    use actix_web::HttpMessage as _;
-    req.extensions().get::<Admin>().cloned()
-}
-
 /// The admin the door let in; it carries the secret that keys the CSRF
 /// tokens.
 fn authenticate(_state: &AppState, req: &HttpRequest) -> Result<Admin, Refusal> {
     current(req).ok_or(Refusal::Unauthorized)
-}
-
-/// What the Sign out form's CSRF token is bound to.
-fn logout_form() -> Subject {
-    Subject::new(SubjectKind::Global, "logout")
-}
-
-/// The header's view of `admin`, and what the pages offer them.
-fn me(admin: &Admin) -> Me {
-    let roles: Vec<&str> = admin.roles.iter().map(|r| r.as_str()).collect();
-    Me {
-        actor: admin.actor.to_string(),
-        roles: roles.join(", "),
-        logout_csrf: matches!(admin.via, Via::Session { .. })
-            .then(|| csrf::issue(&admin.csrf_key, &logout_form(), Utc::now())),
-    }
 }
 
 /// Whether the browser says the request came from another site.
@@ -274,38 +137,6 @@ fn require(
         return Err(Refusal::Forbidden);
     }
     super::roles::require(state, admin, permission, subject).map_err(Refusal::Api)
-}
-
-/// A page of the console that says one thing (sign-in failures, a
-/// provider that cannot be reached).
-pub(super) fn message_page(
-    req: &HttpRequest,
-    status: StatusCode,
-    title: &'static str,
-    message: String,
-) -> HttpResponse {
-    let me = current(req).map(|admin| me(&admin));
-    html(req, status, ErrorPage { title, message, me })
-}
-
-/// The page of an `ApiError`, as the console shows it.
-pub(super) fn api_error_page(req: &HttpRequest, error: ApiError) -> HttpResponse {
-    Refusal::Api(error).page(req)
-}
-
-/// After Sign out.
-pub(super) fn signed_out_page(req: &HttpRequest) -> HttpResponse {
-    html(
-        req,
-        StatusCode::OK,
-        ErrorPage {
-            title: "Signed out",
-            message: "Your console session is over on every instance. The identity provider \
-                      may still remember you: opening the console signs you in again."
-                .into(),
-            me: None,
-        },
-    )
 }
 
 fn path_subject(req: &HttpRequest, suffix: &str) -> Result<Subject, Refusal> {

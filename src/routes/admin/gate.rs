@@ -18,56 +18,19 @@
 //! The admitted caller ([`Admin`]) goes into the request's extensions, where
 //! handlers take it as an extractor.
 
-use std::future::{ready, Ready};
-
 use actix_web::body::{BoxBody, MessageBody};
-use actix_web::dev::{Payload, ServiceRequest, ServiceResponse};
+use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::http::header::{self, HeaderValue};
 use actix_web::middleware::Next;
-use actix_web::{web, FromRequest, HttpMessage, HttpRequest, HttpResponse, ResponseError};
+use actix_web::{web, HttpMessage, HttpRequest, HttpResponse, ResponseError};
 
+pub use super::admitted::{Admin, Via};
 use super::sso;
-use crate::domain::admin_role::{Actor, Permission, Roles};
 use crate::error::ApiError;
-use crate::guard::RequestInfo;
 use crate::oidc::BearerError;
 use crate::routes::caller::AdminCredential;
 use crate::routes::AppState;
 use crate::settings::Secret;
-
-/// How an admin got in.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Via {
-    /// A static token (Bearer, or the console's Basic password).
-    Token,
-    /// A JWT access token from the OpenID provider.
-    Jwt,
-    /// A console session from single sign-on; the hash names its row.
-    Session { id_hash: String },
-}
-
-/// An admitted admin: who asked, with which roles, and the secret the
-/// console keys its CSRF tokens by.
-#[derive(Clone)]
-pub struct Admin {
-    /// For audit rows; its `actor` is this admin's.
-    pub info: RequestInfo,
-    /// `token:<name>` or `oidc:<email or subject>`.
-    pub actor: Actor,
-    /// What the admin may do (`domain::admin_role`).
-    pub roles: Roles,
-    /// The token, JWT or session id presented; never logged.
-    pub csrf_key: Secret,
-    /// How the admin got in.
-    pub via: Via,
-}
-
-impl Admin {
-    /// Whether the admin's roles allow `permission`.
-    pub fn may(&self, permission: Permission) -> bool {
-        self.roles.allow(permission)
-    }
-}
 
 /// Why the door stayed shut.
 pub(super) enum Shut {
@@ -210,20 +173,4 @@ pub async fn api(
     next: Next<impl MessageBody + 'static>,
 ) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
     guarded(req, next, Credentials::Bearer, api_refusal).await
-}
-
-impl FromRequest for Admin {
-    type Error = ApiError;
-    type Future = Ready<Result<Self, ApiError>>;
-
-    /// The admin the door let in; a route outside the door has none (401),
-    /// so a route registered without it fails closed.
-    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
-        ready(
-            req.extensions()
-                .get::<Admin>()
-                .cloned()
-                .ok_or(ApiError::Unauthorized),
-        )
-    }
 }

@@ -3,11 +3,14 @@
 //! route but the sign-in's own needs an admin credential, and each action
 //! the admin's role allows (`roles`).
 
+mod admitted;
 mod console;
+mod csrf;
 pub(crate) mod events;
 mod export;
 mod gate;
 pub(crate) mod lists;
+mod pages;
 mod request;
 mod roles;
 mod sso;
@@ -17,7 +20,7 @@ use actix_web::web;
 
 use crate::error::ApiError;
 
-pub use gate::Admin;
+pub use admitted::Admin;
 
 /// Register the admin API under `/admin/api`, behind its door (`gate`),
 /// where bad queries and paths answer JSON 400s and unknown paths JSON 404s

@@ -31,8 +31,8 @@ use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
 use sha2::{Digest, Sha256};
 
-use super::console;
-use super::gate::Via;
+use super::admitted::Via;
+use super::pages;
 use crate::audit::db::StoredSession;
 use crate::audit::{AuditDecision, AuditEvent};
 use crate::domain::admin_role::{Actor, Roles};
@@ -128,7 +128,7 @@ pub(super) async fn start(state: &AppState, req: &HttpRequest) -> HttpResponse {
 
 async fn begin(state: &AppState, req: &HttpRequest, return_to: &str) -> HttpResponse {
     let Some(oidc) = state.oidc.as_deref() else {
-        return console::message_page(
+        return pages::message_page(
             req,
             StatusCode::NOT_FOUND,
             "Not found",
@@ -154,7 +154,7 @@ async fn begin(state: &AppState, req: &HttpRequest, return_to: &str) -> HttpResp
         }
         Err(error) => {
             tracing::warn!(request_id = %crate::telemetry::request_id(), %error, "single sign-on cannot start");
-            console::message_page(
+            pages::message_page(
                 req,
                 StatusCode::SERVICE_UNAVAILABLE,
                 "Sign-in unavailable",
@@ -189,7 +189,7 @@ fn audit_sign_in(state: &AppState, info: &RequestInfo, decision: AuditDecision, 
 /// sign-in (`crate::oidc`), then a session opened or the failure answered.
 async fn callback(state: web::Data<AppState>, req: HttpRequest) -> HttpResponse {
     let Some(oidc) = state.oidc.as_deref() else {
-        return console::message_page(
+        return pages::message_page(
             &req,
             StatusCode::NOT_FOUND,
             "Not found",
@@ -198,7 +198,7 @@ async fn callback(state: web::Data<AppState>, req: HttpRequest) -> HttpResponse 
     };
     let ip = state.access.peer_ip(&req);
     if let Err(throttled) = state.admin_auth.check(ip).await {
-        return console::api_error_page(
+        return pages::api_error_page(
             &req,
             ApiError::RateLimited {
                 rule: throttled.rule,
@@ -276,7 +276,7 @@ fn failure_page(
     status: StatusCode,
     reason: Reason,
 ) -> HttpResponse {
-    let mut page = console::message_page(
+    let mut page = pages::message_page(
         req,
         status,
         "Sign-in failed",
@@ -297,7 +297,7 @@ async fn open_session(
     back: String,
 ) -> HttpResponse {
     let Some(db) = state.audit_db.as_ref() else {
-        return console::api_error_page(req, ApiError::AuditUnavailable);
+        return pages::api_error_page(req, ApiError::AuditUnavailable);
     };
     let id = base64::Engine::encode(
         &base64::engine::general_purpose::URL_SAFE_NO_PAD,
@@ -314,7 +314,7 @@ async fn open_session(
     };
     if let Err(e) = db.insert_session(&row, now).await {
         tracing::warn!(error = %e, "an admin session cannot be stored");
-        return console::api_error_page(req, ApiError::AuditUnavailable);
+        return pages::api_error_page(req, ApiError::AuditUnavailable);
     }
     audit_sign_in(state, info, AuditDecision::SignIn, Reason::Oidc);
     let secure = secure(state, oidc, req);
@@ -337,14 +337,14 @@ pub(super) async fn end_session(
     if let Some(db) = state.audit_db.as_ref() {
         if let Err(e) = db.delete_session(id_hash).await {
             tracing::warn!(error = %e, "an admin session cannot be deleted");
-            return console::api_error_page(req, ApiError::AuditUnavailable);
+            return pages::api_error_page(req, ApiError::AuditUnavailable);
         }
     }
     let secure = state
         .oidc
         .as_deref()
         .is_some_and(|oidc| secure(state, oidc, req));
-    let mut page = console::signed_out_page(req);
+    let mut page = pages::signed_out_page(req);
     let _ = page.add_cookie(&cookies::removal(cookies::SESSION, secure));
     page
 }

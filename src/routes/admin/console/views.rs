@@ -11,6 +11,7 @@ use crate::audit::query::EventFilter;
 use crate::audit::{AuditDecision, AuditEvent};
 use crate::domain::{Action, SubjectKind};
 use crate::guard::admin::SubjectState;
+pub use crate::routes::admin::pages::Me;
 
 mod chart;
 pub mod overview;
@@ -37,19 +38,6 @@ const DECISIONS: [AuditDecision; 9] = [
     AuditDecision::SignIn,
     AuditDecision::SignInFailed,
 ];
-
-/// Who is signed in, for every page's header. (Each page says itself
-/// which of its buttons the admin's role may use: the others are not shown,
-/// and the server refuses them anyway.)
-#[derive(Clone, Debug, Default)]
-pub struct Me {
-    /// `token:oncall`, `oidc:ann@example.com`.
-    pub actor: String,
-    /// `operator, auditor`.
-    pub roles: String,
-    /// The Sign out form's CSRF token, for a single-sign-on session.
-    pub logout_csrf: Option<String>,
-}
 
 /// An `<option>` of a filter `<select>`.
 pub struct Opt {
@@ -368,18 +356,6 @@ impl SubjectPage {
 /// [`until`], or empty for `None`.
 pub(super) fn until_text(at: Option<DateTime<Utc>>, now: DateTime<Utc>) -> String {
     at.map(|t| until(t, now)).unwrap_or_default()
-}
-
-/// Why the console could not show what was asked.
-#[derive(Template, WebTemplate)]
-#[template(path = "admin/error.html")]
-pub struct ErrorPage {
-    /// The page's heading (`Forbidden`).
-    pub title: &'static str,
-    /// What went wrong, in a sentence or two.
-    pub message: String,
-    /// Who is signed in, when someone is.
-    pub me: Option<Me>,
 }
 
 #[cfg(test)]
