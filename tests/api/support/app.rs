@@ -404,30 +404,20 @@ impl Drop for TestApp {
         let backend = self.backend;
         let prefix = self.key_prefix.clone();
         let url = self.redis_url.clone();
-        // Drop cannot await; a runtime of its own on another thread can.
-        let cleanup = std::thread::spawn(move || {
-            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            else {
-                return;
-            };
-            rt.block_on(async {
-                if backend == Backend::Redis {
-                    if let Ok(store) = RedisStore::connect(&url, Duration::from_secs(2)).await {
-                        // A fresh client may still be connecting (a cluster's
-                        // nodes one by one): retry briefly.
-                        for _ in 0..30 {
-                            if store.delete_prefix(&prefix).await.is_ok() {
-                                break;
-                            }
-                            tokio::time::sleep(Duration::from_millis(100)).await;
+        super::run_detached(move || async move {
+            if backend == Backend::Redis {
+                if let Ok(store) = RedisStore::connect(&url, Duration::from_secs(2)).await {
+                    // A fresh client may still be connecting (a cluster's
+                    // nodes one by one): retry briefly.
+                    for _ in 0..30 {
+                        if store.delete_prefix(&prefix).await.is_ok() {
+                            break;
                         }
+                        tokio::time::sleep(Duration::from_millis(100)).await;
                     }
                 }
-            });
+            }
         });
-        let _ = cleanup.join();
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             rt.spawn(async move { handle.stop(false).await });
         }

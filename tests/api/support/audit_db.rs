@@ -122,22 +122,13 @@ impl Drop for TestDb {
         let Some(name) = self.pg_name.take() else {
             return;
         };
-        let dropper = std::thread::spawn(move || {
-            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            else {
-                return;
-            };
-            rt.block_on(async {
-                if let Ok(mut admin) = sqlx::PgConnection::connect(&postgres_admin_url()).await {
-                    let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-                        .execute(&mut admin)
-                        .await;
-                }
-            });
+        super::run_detached(move || async move {
+            if let Ok(mut admin) = sqlx::PgConnection::connect(&postgres_admin_url()).await {
+                let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                    .execute(&mut admin)
+                    .await;
+            }
         });
-        let _ = dropper.join();
     }
 }
 

@@ -9,3 +9,21 @@ pub mod audit_trail;
 pub mod process;
 pub mod smtp;
 pub mod wait;
+
+/// Run the future `make` builds to its end on a runtime of its own, on
+/// another thread, and wait for it: how a `Drop` (which cannot await)
+/// cleans up after a test, whatever runtime the test had.
+pub fn run_detached<F>(make: impl FnOnce() -> F + Send + 'static)
+where
+    F: std::future::Future<Output = ()>,
+{
+    let worker = std::thread::spawn(move || {
+        if let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        {
+            rt.block_on(make());
+        }
+    });
+    let _ = worker.join();
+}
