@@ -25,10 +25,7 @@ pub fn mac(secret: &[u8], phone_e164: &str, code: &str) -> String {
 
 /// A fresh code key: 32 random bytes as 64 hex digits.
 pub fn random_secret() -> String {
-    let mut rng = rand::rng();
-    (0..32)
-        .map(|_| format!("{:02x}", rng.random_range(0..=255u8)))
-        .collect()
+    hex::encode(rand::rng().random::<[u8; 32]>())
 }
 
 #[cfg(test)]

@@ -37,12 +37,7 @@ fn mac(key: &Secret, subject: &Subject, issued: i64) -> Hmac<Sha256> {
 /// `<issued unix seconds>.<hex HMAC>`.
 pub fn issue(key: &Secret, subject: &Subject, now: DateTime<Utc>) -> String {
     let issued = now.timestamp();
-    let tag: String = mac(key, subject, issued)
-        .finalize()
-        .into_bytes()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
+    let tag = hex::encode(mac(key, subject, issued).finalize().into_bytes());
     format!("{issued}.{tag}")
 }
 

@@ -58,10 +58,7 @@ fn secure(state: &AppState, oidc: &Oidc, req: &HttpRequest) -> bool {
 
 /// Hex SHA-256 of a session id: the table's key.
 fn id_hash(id: &str) -> String {
-    Sha256::digest(id.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    hex::encode(Sha256::digest(id.as_bytes()))
 }
 
 fn now_ms() -> i64 {
