@@ -39,17 +39,22 @@ pub(super) fn bind(settings: &Settings, shared: &Shared) -> anyhow::Result<Liste
     let listener = TcpListener::bind(settings.server.bind)
         .with_context(|| format!("cannot listen on {}", settings.server.bind))?;
     let port = listener.local_addr()?.port();
-    let per_ip = PerIp::new(
-        u32::try_from(plan.per_ip).unwrap_or(u32::MAX),
-        settings.server.trusted_proxies.clone(),
-    );
+    // With `trusted_proxy_hops` every peer is a proxy by its position (the
+    // balancers' addresses are not listed): counting them per address
+    // would let one busy client fill its balancer's slots for everyone.
+    let per_ip = (settings.server.trusted_proxy_hops == 0).then(|| {
+        PerIp::new(
+            u32::try_from(plan.per_ip).unwrap_or(u32::MAX),
+            settings.server.trusted_proxies.clone(),
+        )
+    });
     let server = http_server(
         Serve {
             listener,
             routes: public_routes,
             name: Listener::Public,
             cap: plan.public,
-            per_ip: Some(per_ip),
+            per_ip,
         },
         shared,
     )?;

@@ -352,6 +352,25 @@ async fn a_trusted_proxy_is_not_capped_per_address() {
     }
 }
 
+/// With `server.trusted_proxy_hops`, every peer is a proxy by position (a
+/// balancer whose address is not listed): none is capped per address.
+#[tokio::test]
+async fn proxies_trusted_by_position_are_not_capped_per_address() {
+    let app = spawn_app(Backend::Memory, |s| {
+        s.server.max_connections_per_ip = Some(1);
+        s.server.trusted_proxy_hops = 1;
+    })
+    .await;
+    let to = socket_addr(&app.address);
+    let mut open = Vec::new();
+    for _ in 0..5 {
+        open.push(connect_from("127.0.0.4", to, None).await);
+    }
+    for conn in &mut open {
+        assert_kept_alive_healthz(conn).await;
+    }
+}
+
 /// The listeners serve HTTP/1 only: an HTTP/2 preface in clear text (h2c
 /// "prior knowledge") is refused as a bad request, so HTTP/2's streams and
 /// their limits are not reachable at all.
