@@ -100,6 +100,16 @@ pub struct PendingLogin {
     pub started: i64,
 }
 
+impl PendingLogin {
+    /// Whether a callback carrying `state` answers this sign-in, while it
+    /// is fresh (`LOGIN_TTL`); compared in constant time.
+    pub fn answered_by(&self, state: &str) -> bool {
+        let age = now_secs().saturating_sub(self.started);
+        let fresh = (0..=LOGIN_TTL.as_secs() as i64).contains(&age);
+        fresh && bool::from(self.state.as_bytes().ct_eq(state.as_bytes()))
+    }
+}
+
 /// Why a sign-in failed; each is an audit row's reason.
 #[derive(Debug, thiserror::Error)]
 pub enum SignInError {
@@ -331,10 +341,7 @@ impl Oidc {
         state: &str,
         code: &str,
     ) -> Result<Identity, SignInError> {
-        let age = now_secs().saturating_sub(pending.started);
-        let fresh = (0..=LOGIN_TTL.as_secs() as i64).contains(&age);
-        let same_state = bool::from(pending.state.as_bytes().ct_eq(state.as_bytes()));
-        if !fresh || !same_state || code.is_empty() {
+        if !pending.answered_by(state) || code.is_empty() {
             return Err(SignInError::InvalidCallback);
         }
         let provider = self.provider().await.map_err(SignInError::Provider)?;

@@ -223,6 +223,14 @@ pub(super) fn validate_oidc(oidc: &OidcSettings) -> Check {
             "is required with admin.oidc.issuer_url",
         ));
     }
+    if oidc.api_audience == oidc.client_id {
+        // Every ID token the console gets is for the client id: the API
+        // would take an ID token (kept in more places) as an access token.
+        return Err(SettingsError::invalid(
+            "admin.oidc.api_audience",
+            "must differ from admin.oidc.client_id (the audience of ID tokens)",
+        ));
+    }
     if oidc.client_secret.expose().chars().count() < 16 {
         return Err(SettingsError::invalid(
             "admin.oidc.client_secret",
@@ -327,7 +335,7 @@ mod tests {
         assert!(validate_oidc(&good).is_ok());
         assert!(validate_oidc(&OidcSettings::default()).is_ok(), "off");
         type Spoil = fn(&mut OidcSettings);
-        let cases: [(&str, Spoil); 8] = [
+        let cases: [(&str, Spoil); 9] = [
             ("admin.oidc.issuer_url", |o| {
                 o.issuer_url = "http://sso.example.com".into()
             }),
@@ -342,6 +350,9 @@ mod tests {
                 o.client_secret = Secret::new("short")
             }),
             ("admin.oidc.role_map", |o| o.role_map.clear()),
+            ("admin.oidc.api_audience", |o| {
+                o.api_audience = o.client_id.clone()
+            }),
             ("admin.oidc.roles_claim", |o| {
                 o.roles_claim = "realm_access.".into()
             }),

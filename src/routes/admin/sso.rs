@@ -97,12 +97,15 @@ pub(super) async fn session(
 }
 
 /// A console path to come back to: under `/admin`, not the sign-in's own
-/// routes, nothing that would leave the site (`//host`, `\`).
+/// routes, nothing that would leave the site (`//host`, `\`), and no
+/// control character (a decoded `%0a` could not go in the `Location`
+/// header: the sign-in would end in a 500 after its session was stored).
 fn return_path(raw: Option<&str>) -> String {
     match raw {
         Some(path)
             if (path == HOME || path.starts_with("/admin/") || path.starts_with("/admin?"))
                 && !path.contains('\\')
+                && !path.chars().any(char::is_control)
                 && !path.starts_with(CALLBACK_PATH)
                 && !path.starts_with("/admin/login")
                 && !path.starts_with("/admin/logout") =>
@@ -224,12 +227,23 @@ async fn callback(state: web::Data<AppState>, req: HttpRequest) -> HttpResponse 
             Reason::InvalidCallback,
         );
     };
+    let field = |name: &str| query.get(name).map(String::as_str).unwrap_or("");
+    if !pending.answered_by(field("state")) {
+        // Not this sign-in's answer (its state is 128 random bits: nothing
+        // to guess). Not counted nor audited either: a page on another site
+        // can open /admin/login in a popup, then this URL with any state,
+        // and would otherwise throttle the admin's address by it.
+        return failure_page(
+            &state,
+            oidc,
+            &req,
+            StatusCode::UNAUTHORIZED,
+            Reason::InvalidCallback,
+        );
+    }
     let outcome = match query.get("error") {
         Some(error) => Err(SignInError::Provider(format!("it answered {error:?}"))),
-        None => {
-            let field = |name: &str| query.get(name).map(String::as_str).unwrap_or("");
-            oidc.finish(&pending, field("state"), field("code")).await
-        }
+        None => oidc.finish(&pending, field("state"), field("code")).await,
     };
     match outcome {
         Ok(identity) => {
@@ -371,6 +385,8 @@ mod tests {
             (Some("/admin/\\evil"), "/admin"),
             (Some("/admin/oidc/callback?code=x"), "/admin"),
             (Some("/admin/login?next=/admin"), "/admin"),
+            (Some("/admin/\nSet-Cookie: x=y"), "/admin"),
+            (Some("/admin/\u{7f}"), "/admin"),
             (None, "/admin"),
         ] {
             assert_eq!(return_path(raw), back, "{raw:?}");
