@@ -358,7 +358,8 @@ async fn page(app: &TestApp, token: &str, path: &str) -> (StatusCode, String) {
 async fn the_console_hides_what_a_role_may_not_use_and_refuses_it_anyway() {
     let db = TestDb::new(DbKind::Sqlite).await;
     let app = app_with_tokens(&db).await;
-    let (_, subject) = page(&app, WATCHER, "/admin/subjects/user/alice").await;
+    let (status, subject) = page(&app, WATCHER, "/admin/subjects/user/alice").await;
+    assert_eq!(status, StatusCode::OK, "{subject}");
     assert!(
         subject.contains("token:watcher"),
         "the header names the admin"
@@ -368,17 +369,20 @@ async fn the_console_hides_what_a_role_may_not_use_and_refuses_it_anyway() {
         "no Unblock form for a viewer"
     );
     assert!(subject.contains("Unblocking needs the operator role."));
-    let (_, subject) = page(&app, ONCALL, "/admin/subjects/user/alice").await;
+    let (status, subject) = page(&app, ONCALL, "/admin/subjects/user/alice").await;
+    assert_eq!(status, StatusCode::OK, "{subject}");
     assert!(
         subject.contains("class=\"unblock\""),
         "an operator's Unblock form"
     );
-    let (_, lists) = page(&app, WATCHER, "/admin/lists").await;
+    let (status, lists) = page(&app, WATCHER, "/admin/lists").await;
+    assert_eq!(status, StatusCode::OK, "{lists}");
     assert!(
         !lists.contains("action=\"/admin/lists\""),
         "no Add form for a viewer"
     );
-    let (_, lists) = page(&app, ONCALL, "/admin/lists").await;
+    let (status, lists) = page(&app, ONCALL, "/admin/lists").await;
+    assert_eq!(status, StatusCode::OK, "{lists}");
     assert!(lists.contains("action=\"/admin/lists\""));
     for (token, export) in [
         (WATCHER, false),
@@ -386,7 +390,8 @@ async fn the_console_hides_what_a_role_may_not_use_and_refuses_it_anyway() {
         (AUDIT, true),
         (ADMIN_TOKEN, true),
     ] {
-        let (_, events) = page(&app, token, "/admin?decision=lock").await;
+        let (status, events) = page(&app, token, "/admin?decision=lock").await;
+        assert_eq!(status, StatusCode::OK, "{events}");
         assert_eq!(
             events.contains("href=\"/admin/events.csv?decision=lock\""),
             export,

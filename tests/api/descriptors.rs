@@ -275,10 +275,10 @@ async fn sigterm_with_slow_clients_drains_for_the_shutdown_timeout_then_writes_t
     let public = socket_addr(&server.address);
     let hanging: Vec<_> = (0..20).map(|_| slow_client("127.0.0.1", public)).collect();
     // Every slow client is in before the signal.
-    let admin_metrics = server.address.clone();
+    let public_metrics = server.address.clone();
     until("20 slow clients open", Duration::from_secs(10), || async {
         metric(
-            &admin_metrics,
+            &public_metrics,
             "tollgate_connections_open{listener=\"public\"}",
         )
         .await
@@ -286,6 +286,7 @@ async fn sigterm_with_slow_clients_drains_for_the_shutdown_timeout_then_writes_t
     })
     .await;
 
+    let signalled = std::time::Instant::now();
     server.signal("-TERM");
     let mut server = server;
     let status = tokio::time::timeout(Duration::from_secs(20), server.child.wait())
@@ -293,6 +294,10 @@ async fn sigterm_with_slow_clients_drains_for_the_shutdown_timeout_then_writes_t
         .expect("tollgate stops within 20 s")
         .unwrap();
     assert!(status.success(), "exit status {status:?}");
+    // 1 s of drain, then the audit queue: far below the 10 s default a
+    // shutdown ignoring the setting would take.
+    let stopped_in = signalled.elapsed();
+    assert!(stopped_in < Duration::from_secs(7), "{stopped_in:?}");
     for client in hanging {
         let answer = client.await.unwrap();
         assert_eq!(answer.status(), None, "closed unanswered: {answer:?}");
