@@ -48,6 +48,8 @@ async fn run(name: &str, url: &str) {
             flush_interval: Duration::from_millis(200),
             queue_capacity: 10_000,
             journal_sync_interval: Duration::from_millis(200),
+            retention: Duration::from_secs(90 * 86_400),
+            prefix_digits: 7,
         },
         true,
     )

@@ -119,5 +119,14 @@ async fn serve(settings: Settings, reloader: Reloader) -> anyhow::Result<()> {
 async fn migrate(settings: &Settings) -> anyhow::Result<()> {
     let db = tollgate::audit::AuditDb::connect_lazy(settings.audit.database_url.expose())?;
     db.migrate().await?;
+    // Partitions (PostgreSQL) for every day of the retention period, so
+    // that rows of any time within it can be inserted by plain SQL too.
+    let first = tollgate::audit::retention::cutoff(chrono::Utc::now(), settings.audit.retention);
+    let made = db
+        .prepare_partitions(tollgate::audit::db::partitions::day(first))
+        .await?;
+    if made > 0 {
+        tracing::info!(partitions = made, "made audit partitions");
+    }
     Ok(())
 }

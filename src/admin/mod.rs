@@ -6,6 +6,7 @@
 
 pub mod csv;
 pub mod lists;
+pub mod period;
 pub mod trail;
 
 use crate::audit::{AuditDb, AuditSink};

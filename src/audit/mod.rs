@@ -10,6 +10,7 @@ mod journal_sync;
 mod log;
 pub mod query;
 pub mod retention;
+pub mod rollup;
 mod segment;
 mod sinks;
 pub mod stats;

@@ -1,31 +1,75 @@
-//! `audit.retention`: rows older than it are purged, at start-up and hourly.
+//! `audit.retention`: rows older than it go, at start-up and hourly.
+//!
+//! PostgreSQL drops whole daily partitions (a cut of any size takes a
+//! moment and no writer waits for it) and makes the partitions of the
+//! retention period and the days ahead; SQLite deletes in small batches.
+//! Rows are kept until their whole day (PostgreSQL) or hour (SQLite) is
+//! past retention, so that a day's rows and its rollups go together.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use super::AuditDb;
+use chrono::{DateTime, Utc};
+use metrics::{counter, gauge};
+
+use super::db::{partitions, RetentionCut};
+use super::{AuditDb, AuditError};
+use crate::metrics::{AUDIT_RETENTION_ROWS, AUDIT_RETENTION_SECONDS};
 
 const EVERY: Duration = Duration::from_secs(3600);
 
-/// Delete rows older than `retention`; returns how many.
-pub async fn purge(db: &AuditDb, retention: Duration) -> Result<u64, super::AuditError> {
+/// Where `retention` ends at `now`: rows before it are past it.
+pub fn cutoff(now: DateTime<Utc>, retention: Duration) -> DateTime<Utc> {
     let retention = chrono::Duration::from_std(retention).unwrap_or(chrono::Duration::MAX);
-    let before = chrono::Utc::now()
-        .checked_sub_signed(retention)
-        .unwrap_or(chrono::DateTime::<chrono::Utc>::MIN_UTC);
-    db.purge_before(before).await
+    now.checked_sub_signed(retention)
+        .unwrap_or(DateTime::<Utc>::MIN_UTC)
 }
 
-/// Purge now and then hourly until the task is aborted (at shutdown);
+/// Make the partitions of the retention period (PostgreSQL), then cut what
+/// is past it; what was cut.
+pub async fn apply(
+    db: &AuditDb,
+    retention: Duration,
+    now: DateTime<Utc>,
+) -> Result<RetentionCut, AuditError> {
+    let cutoff = cutoff(now, retention);
+    db.prepare_partitions(partitions::day(cutoff)).await?;
+    let started = Instant::now();
+    let cut = db.cut_before(cutoff).await?;
+    if !cut.skipped {
+        gauge!(AUDIT_RETENTION_SECONDS).set(started.elapsed().as_secs_f64());
+        let how = if cut.partitions.is_empty() {
+            "delete"
+        } else {
+            "partition"
+        };
+        counter!(AUDIT_RETENTION_ROWS, "how" => how).increment(cut.rows);
+    }
+    Ok(cut)
+}
+
+fn log(cut: &RetentionCut) {
+    if cut.skipped {
+        tracing::debug!("audit retention: another instance holds the lock");
+    } else if cut.rows > 0 || !cut.partitions.is_empty() {
+        tracing::info!(
+            rows = cut.rows,
+            partitions = ?cut.partitions,
+            before = ?cut.before,
+            "cut audit rows past audit.retention"
+        );
+    }
+}
+
+/// Cut now and then hourly until the task is aborted (at shutdown);
 /// failures are logged and retried on the next tick.
 pub fn spawn(db: AuditDb, retention: Duration) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(EVERY);
         loop {
             tick.tick().await;
-            match purge(&db, retention).await {
-                Ok(0) => {}
-                Ok(n) => tracing::info!(rows = n, "purged audit rows past audit.retention"),
-                Err(e) => tracing::warn!(error = %e, "audit retention purge failed; will retry"),
+            match apply(&db, retention, Utc::now()).await {
+                Ok(cut) => log(&cut),
+                Err(e) => tracing::warn!(error = %e, "audit retention cut failed; will retry"),
             }
         }
     })

@@ -1,8 +1,11 @@
-//! What the console's overview asks of the trail: refusals counted per time
-//! bucket, by action and decision; the subjects, client IPs and phone
-//! prefixes refused most; and the locks that have not run out. The counting
-//! is done by the database (`db::stats`, the same questions in each one's
-//! SQL); this module names the questions and the answers.
+//! What the console's overview and `/admin/api/stats` ask of the trail:
+//! refusals counted per time bucket, by action and decision; the subjects,
+//! client IPs and phone prefixes refused most; and the locks that have not
+//! run out. Counts and top lists are read from the rollups written with the
+//! rows (`rollup`), so they cost the same whatever the trail holds; the
+//! counts are exact, the top lists exact unless their `TopErrors` say by how
+//! much they may fall short. This module names the questions and the
+//! answers; `db::stats` asks them in each database's SQL.
 //!
 //! A refusal is a row whose decision is `deny`, `challenge` or `lock` and
 //! that was not recorded in shadow mode (shadow rows let the request
@@ -121,6 +124,22 @@ pub struct Overview {
     pub prefixes: Vec<Ranked<String>>,
     /// Locks not run out at the span's query time, latest-ending first.
     pub locks: Vec<OpenLock>,
+    /// How far the top lists' counts may fall short.
+    pub errors: TopErrors,
+}
+
+/// The top lists' error bounds over a span: every count shown is at most
+/// the true one, and at least the true one minus its list's bound. Zero:
+/// the list is exact. Each bound is at most the span's refusals /
+/// (`rollup::TOP_CAPACITY` + 1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TopErrors {
+    /// Of `subjects`.
+    pub subjects: u64,
+    /// Of `ips`.
+    pub ips: u64,
+    /// Of `prefixes`.
+    pub prefixes: u64,
 }
 
 #[cfg(test)]

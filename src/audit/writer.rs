@@ -36,6 +36,12 @@ pub struct SinkConfig {
     pub queue_capacity: usize,
     /// How often the journal is fsync'd: what a machine crash can lose.
     pub journal_sync_interval: Duration,
+    /// `audit.retention`: an event older than it when it reaches the writer
+    /// (a replay after a long outage, say) is counted `expired`, not
+    /// inserted.
+    pub retention: Duration,
+    /// `sms.prefix_digits` at start-up: how the top lists cut phones.
+    pub prefix_digits: u32,
 }
 
 /// The production sink: the journal, a bounded queue, one batch writer.
@@ -78,6 +84,8 @@ impl DbSink {
             database: database.clone(),
             batch_size: config.batch_size.max(1),
             flush_interval: config.flush_interval,
+            retention: config.retention,
+            prefix_digits: config.prefix_digits,
             held_cap: config.queue_capacity.max(1),
             held: Vec::new(),
             migrated: false,
@@ -171,6 +179,8 @@ struct Writer {
     database: Arc<AtomicBool>,
     batch_size: usize,
     flush_interval: Duration,
+    retention: Duration,
+    prefix_digits: u32,
     /// Events the journal could not take, kept in memory until inserted.
     held: Vec<AuditEvent>,
     held_cap: usize,
@@ -324,10 +334,30 @@ impl Writer {
     }
 
     /// Migrate first when needed; a table that has gone (the database was
-    /// dropped and made again) is migrated again on the next try.
+    /// dropped and made again) is migrated again on the next try. Events
+    /// past retention are counted and left out.
     async fn insert(&mut self, events: &[AuditEvent]) -> Result<u64, AuditError> {
         self.migrate().await?;
-        let inserted = self.db.insert(events).await;
+        let cutoff = super::retention::cutoff(chrono::Utc::now(), self.retention);
+        let expired = events.iter().filter(|e| e.occurred_at < cutoff).count();
+        let inserted = if expired == 0 {
+            self.db.insert(events, self.prefix_digits).await
+        } else {
+            count("expired", expired);
+            if let Some(held_back) = DROP_LINES.admit() {
+                tracing::warn!(
+                    expired,
+                    held_back,
+                    "audit events older than audit.retention were not inserted"
+                );
+            }
+            let kept: Vec<AuditEvent> = events
+                .iter()
+                .filter(|e| e.occurred_at >= cutoff)
+                .cloned()
+                .collect();
+            self.db.insert(&kept, self.prefix_digits).await
+        };
         self.note_missing_table(&inserted);
         inserted
     }

@@ -26,8 +26,15 @@ pub const LIST_MATCHES: &str = "tollgate_list_matches_total";
 /// Counter of audit events by `outcome`: queued, written, spooled (left to
 /// the journal for a replay), replayed, unjournaled (answered without a
 /// journal line: the journal was full or failing), dropped (neither the
-/// journal nor memory could keep it).
+/// journal nor memory could keep it), expired (older than `audit.retention`
+/// when it reached the writer: not inserted).
 pub const AUDIT_EVENTS: &str = "tollgate_audit_events_total";
+/// Counter of audit rows removed by `audit.retention`, by `how`:
+/// `partition` (a day's partition dropped, PostgreSQL; rows as the
+/// database's estimate) or `delete` (SQLite, exact).
+pub const AUDIT_RETENTION_ROWS: &str = "tollgate_audit_retention_rows_total";
+/// Gauge of how long the last retention cut took, in seconds.
+pub const AUDIT_RETENTION_SECONDS: &str = "tollgate_audit_retention_seconds";
 /// Gauge of the audit journal's bytes on disk (bounded by
 /// `audit.journal_max_bytes`).
 pub const AUDIT_JOURNAL_BYTES: &str = "tollgate_audit_journal_bytes";
@@ -151,7 +158,15 @@ fn describe() {
     );
     describe_counter!(
         AUDIT_EVENTS,
-        "Audit events by outcome: queued, written, spooled, replayed, unjournaled, dropped"
+        "Audit events by outcome: queued, written, spooled, replayed, unjournaled, dropped, expired"
+    );
+    describe_counter!(
+        AUDIT_RETENTION_ROWS,
+        "Audit rows removed by audit.retention, by how: partition (estimate) or delete"
+    );
+    describe_gauge!(
+        AUDIT_RETENTION_SECONDS,
+        "Seconds the last audit retention cut took"
     );
     describe_gauge!(
         AUDIT_JOURNAL_BYTES,

@@ -38,6 +38,7 @@ pub const OIDC_JWT_SCHEME: &str = "oidc_jwt";
         login::attempt,
         admin::events::list,
         admin::events::csv,
+        admin::stats::stats,
         admin::subjects::state,
         admin::subjects::unblock,
         admin::lists::list,

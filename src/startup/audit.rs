@@ -33,6 +33,8 @@ pub(super) async fn open(
     // Migrate before serving when the database answers; when it is
     // down the writer migrates once it is back, and events wait in
     // the journal meanwhile.
+    // (The retention task, started below, makes the partitions of the
+    // whole retention period at once; migrating makes the days around today.)
     let database_ready = match tokio::time::timeout(MIGRATE_WAIT, db.migrate()).await {
         Ok(Ok(())) => true,
         Ok(Err(e)) => {
@@ -52,6 +54,8 @@ pub(super) async fn open(
             flush_interval: config.flush_interval,
             queue_capacity: config.queue_capacity,
             journal_sync_interval: config.journal_sync_interval,
+            retention: config.retention,
+            prefix_digits: settings.sms.prefix_digits,
         },
         database_ready,
     )

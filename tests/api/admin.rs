@@ -166,7 +166,7 @@ async fn pagination_walks_thousands_of_rows_without_duplicates_or_gaps_while_row
     let pool = db.connect().await;
     let start = tollgate::audit::now_ms() - chrono::Duration::hours(1);
     let events = synthetic_events(3_000, start);
-    pool.insert(&events).await.unwrap();
+    pool.insert(&events, 7).await.unwrap();
     let app = admin_app(&db).await;
 
     // New, newer rows keep arriving while the admin walks the pages.
@@ -175,7 +175,7 @@ async fn pagination_walks_thousands_of_rows_without_duplicates_or_gaps_while_row
         tokio::spawn(async move {
             for round in 0..50 {
                 let fresh = synthetic_events(10, Utc::now() + chrono::Duration::seconds(round));
-                pool.insert(&fresh).await.unwrap();
+                pool.insert(&fresh, 7).await.unwrap();
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
         })
@@ -216,7 +216,7 @@ async fn filters_combine(kind: DbKind) {
     let pool = db.connect().await;
     let start = tollgate::audit::now_ms() - chrono::Duration::hours(1);
     let events = synthetic_events(300, start);
-    pool.insert(&events).await.unwrap();
+    pool.insert(&events, 7).await.unwrap();
     let app = admin_app(&db).await;
 
     let since = start + chrono::Duration::milliseconds(20);
@@ -279,10 +279,10 @@ async fn filters_combine(kind: DbKind) {
 async fn csv_matches_json(kind: DbKind) {
     let db = TestDb::new(kind).await;
     let pool = db.connect().await;
-    pool.insert(&synthetic_events(
-        1_200,
-        Utc::now() - chrono::Duration::hours(1),
-    ))
+    pool.insert(
+        &synthetic_events(1_200, Utc::now() - chrono::Duration::hours(1)),
+        7,
+    )
     .await
     .unwrap();
     let app = admin_app(&db).await;
@@ -381,7 +381,7 @@ async fn csv_cells_a_spreadsheet_would_run_are_written_as_text(kind: DbKind) {
             e
         })
         .collect();
-    pool.insert(&events).await.unwrap();
+    pool.insert(&events, 7).await.unwrap();
     let app = admin_app(&db).await;
     let response = app
         .client

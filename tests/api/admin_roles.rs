@@ -75,7 +75,7 @@ async fn each_token_acts_within_its_role_and_its_rows_name_it(kind: DbKind) {
     );
     db.connect()
         .await
-        .insert(std::slice::from_ref(&old))
+        .insert(std::slice::from_ref(&old), 7)
         .await
         .unwrap();
     let app = app_with_tokens(&db).await;
@@ -329,7 +329,7 @@ async fn rows_written_before_the_actor_column_read_back_without_one(kind: DbKind
         &Subject::new(SubjectKind::User, "dan"),
     );
     named.actor = Some("oidc:ann@example.com".into());
-    migrated.insert(&[named.clone()]).await.unwrap();
+    migrated.insert(&[named.clone()], 7).await.unwrap();
     let filter = tollgate::audit::query::EventFilter {
         actor: Some("oidc:ann@example.com".into()),
         ..Default::default()

@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use serde_json::json;
-use tollgate::audit::{retention, AuditDecision, AuditEvent};
-use tollgate::domain::{Action, Subject, SubjectKind};
+use tollgate::audit::AuditDecision;
+use tollgate::domain::{Action, SubjectKind};
 
 use crate::on_both_databases;
 use crate::support::app::{limits, spawn_app_with_audit_db, Backend, TestApp};
@@ -16,10 +16,7 @@ use crate::support::wait::eventually;
 
 const PHONE: &str = "+8613800138000";
 
-on_both_databases!(
-    refused_requests_are_written_to_the_database,
-    retention_purges_only_rows_older_than_it,
-);
+on_both_databases!(refused_requests_are_written_to_the_database,);
 
 async fn app_on(db: &TestDb, configure: impl FnOnce(&mut tollgate::settings::Settings)) -> TestApp {
     let (url, spool) = (db.url.clone(), db.spool_dir());
@@ -70,37 +67,6 @@ async fn refused_requests_are_written_to_the_database(kind: DbKind) {
         rows.windows(2)
             .all(|w| (w[0].occurred_at, w[0].id) > (w[1].occurred_at, w[1].id)),
         "newest first"
-    );
-}
-
-async fn retention_purges_only_rows_older_than_it(kind: DbKind) {
-    let db = TestDb::new(kind).await;
-    let pool = db.connect().await;
-    let subject = Subject::new(SubjectKind::User, "alice");
-    let fresh = AuditEvent::new(
-        Action::LoginAttempt,
-        AuditDecision::Lock,
-        "too_many_failures",
-        &subject,
-    );
-    let mut old = AuditEvent::new(
-        Action::LoginAttempt,
-        AuditDecision::Deny,
-        "user_locked",
-        &subject,
-    );
-    old.id = uuid::Uuid::now_v7();
-    old.occurred_at -= chrono::Duration::days(91);
-    pool.insert(&[fresh.clone(), old]).await.unwrap();
-
-    let purged = retention::purge(&pool, Duration::from_secs(90 * 86_400))
-        .await
-        .unwrap();
-    assert_eq!(purged, 1);
-    let left = all_rows(&pool).await;
-    assert_eq!(
-        left.iter().map(|r| r.id).collect::<Vec<_>>(),
-        vec![fresh.id]
     );
 }
 

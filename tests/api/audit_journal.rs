@@ -165,6 +165,7 @@ async fn killed_mid_load_loses_no_answered_refusal(database_up: bool) {
         answered.len(),
         rows.len()
     );
+    crate::support::audit_trail::assert_rollups_match(&pool).await;
     // Replayed segments are deleted.
     eventually("the journal emptied", Duration::from_secs(30), || {
         let left = std::fs::read_dir(dir.join("spool"))

@@ -414,7 +414,7 @@ async fn a_csv_export_read_late_is_not_cut() {
         .collect();
     let pool = db.connect().await;
     for batch in events.chunks(500) {
-        pool.insert(batch).await.unwrap();
+        pool.insert(batch, 7).await.unwrap();
     }
     let (url, spool) = (db.url.clone(), db.spool_dir());
     let app = crate::support::app::spawn_app_with_audit_db(Backend::Memory, move |s| {

@@ -246,7 +246,11 @@ on_both_databases!(
 
 async fn the_event_table_lists_real_rows_newest_first_and_filters_narrow_it(kind: DbKind) {
     let db = TestDb::new(kind).await;
-    db.connect().await.insert(&marked_events(12)).await.unwrap();
+    db.connect()
+        .await
+        .insert(&marked_events(12), 7)
+        .await
+        .unwrap();
     let app = db_app(&db, |_| {}).await;
 
     let all = get(&app, "/admin", ADMIN).await;
@@ -295,7 +299,11 @@ async fn the_event_table_lists_real_rows_newest_first_and_filters_narrow_it(kind
 
 async fn the_next_page_link_walks_every_row_once_keeping_the_filters(kind: DbKind) {
     let db = TestDb::new(kind).await;
-    db.connect().await.insert(&marked_events(30)).await.unwrap();
+    db.connect()
+        .await
+        .insert(&marked_events(30), 7)
+        .await
+        .unwrap();
     let app = db_app(&db, |_| {}).await;
 
     let mut path = "/admin?subject_kind=user&limit=4".to_string();

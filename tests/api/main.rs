@@ -6,6 +6,7 @@ mod admin_auth;
 mod admin_roles;
 mod audit;
 mod audit_journal;
+mod audit_scale;
 mod captcha;
 mod cli;
 mod client_ip;

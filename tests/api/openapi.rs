@@ -11,13 +11,14 @@ use crate::support::audit_db::{DbKind, TestDb};
 
 /// Every route of DESIGN.md §3, with its methods; the subject routes once
 /// per kind, as the document writes them out.
-const ROUTES: [(&str, &str); 27] = [
+const ROUTES: [(&str, &str); 28] = [
     ("/sms/send", "post"),
     ("/sms/verify", "post"),
     ("/login/check", "post"),
     ("/login/attempt", "post"),
     ("/admin/api/events", "get"),
     ("/admin/api/events.csv", "get"),
+    ("/admin/api/stats", "get"),
     ("/admin/api/lists", "get"),
     ("/admin/api/lists/ip", "post"),
     ("/admin/api/lists/phone", "post"),

@@ -3,14 +3,16 @@
 //! because their types differ (UUID/TIMESTAMPTZ there, TEXT here).
 
 mod lists;
+pub mod partitions;
 mod postgres;
+mod rollups;
 mod sessions;
 mod sqlite;
 mod stats;
 
 pub use sessions::StoredSession;
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, NaiveDate, Utc};
 
 use super::query::{Cursor, EventFilter};
 use super::AuditEvent;
@@ -46,6 +48,24 @@ impl AuditError {
     }
 }
 
+/// Partitions made ahead of today (PostgreSQL): a clock running ahead, or
+/// an instance down over midnight, still finds its day's.
+pub const PARTITION_DAYS_AHEAD: u64 = 7;
+
+/// What a retention cut removed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RetentionCut {
+    /// Another instance holds the retention lock: nothing was done.
+    pub skipped: bool,
+    /// Where the cut fell: rows before it are gone.
+    pub before: Option<DateTime<Utc>>,
+    /// Partitions dropped (PostgreSQL), by name.
+    pub partitions: Vec<String>,
+    /// Rows removed: exact on SQLite, the statistics' estimate for
+    /// dropped partitions.
+    pub rows: u64,
+}
+
 /// Rows per SQLite INSERT statement: 17 binds a row stay far below its bind
 /// limit. (PostgreSQL takes a whole batch as one set of arrays.)
 const ROWS_PER_STATEMENT: usize = 1000;
@@ -73,27 +93,60 @@ impl AuditDb {
     }
 
     /// Apply the migrations of `migrations/postgres` or `migrations/sqlite`
-    /// (compiled in).
+    /// (compiled in); on PostgreSQL, make sure yesterday's, today's and the
+    /// next [`PARTITION_DAYS_AHEAD`] days' partitions exist (retention
+    /// makes the rest of its period).
     pub async fn migrate(&self) -> Result<(), AuditError> {
         match self {
-            Self::Postgres(pool) => sqlx::migrate!("./migrations/postgres").run(pool).await?,
+            Self::Postgres(pool) => {
+                sqlx::migrate!("./migrations/postgres").run(pool).await?;
+                let today = partitions::day(Utc::now());
+                let first = today.pred_opt().unwrap_or(today);
+                self.prepare_partitions(first).await?;
+            }
             Self::Sqlite(pool) => sqlx::migrate!("./migrations/sqlite").run(pool).await?,
         }
         Ok(())
     }
 
-    /// Insert events, all or none; an id already present is skipped, which
+    /// PostgreSQL: make the partitions from `first` to
+    /// [`PARTITION_DAYS_AHEAD`] days after today that do not exist yet;
+    /// how many were made. SQLite has one table: nothing to do.
+    pub async fn prepare_partitions(&self, first: NaiveDate) -> Result<usize, AuditError> {
+        match self {
+            Self::Postgres(pool) => {
+                let today = partitions::day(Utc::now());
+                let last = today
+                    .checked_add_days(chrono::Days::new(PARTITION_DAYS_AHEAD))
+                    .unwrap_or(today);
+                Ok(
+                    partitions::ensure(pool, partitions::days(first.min(today), last))
+                        .await?
+                        .len(),
+                )
+            }
+            Self::Sqlite(_) => Ok(0),
+        }
+    }
+
+    /// Insert events, all or none, and add the ones that were new to the
+    /// rollups in the same transaction (`prefix_digits` cuts phones into
+    /// prefixes for the top lists); an id already present is skipped, which
     /// makes replays after a crash idempotent. Returns the rows inserted.
     /// PostgreSQL takes the batch as one `INSERT … SELECT FROM UNNEST` of
-    /// column arrays (17 binds, whatever the size); SQLite as multi-row
-    /// INSERTs in one transaction.
-    pub async fn insert(&self, events: &[AuditEvent]) -> Result<u64, AuditError> {
+    /// column arrays (17 binds, whatever the size), making a missing day's
+    /// partition when a row needs one; SQLite as multi-row INSERTs.
+    pub async fn insert(
+        &self,
+        events: &[AuditEvent],
+        prefix_digits: u32,
+    ) -> Result<u64, AuditError> {
         if events.is_empty() {
             return Ok(0);
         }
         match self {
-            Self::Postgres(pool) => postgres::insert(pool, events).await,
-            Self::Sqlite(pool) => sqlite::insert(pool, events).await,
+            Self::Postgres(pool) => postgres::insert(pool, events, prefix_digits).await,
+            Self::Sqlite(pool) => sqlite::insert(pool, events, prefix_digits).await,
         }
     }
 
@@ -110,11 +163,14 @@ impl AuditDb {
         }
     }
 
-    /// Delete rows older than `before`; returns how many.
-    pub async fn purge_before(&self, before: DateTime<Utc>) -> Result<u64, AuditError> {
+    /// Remove the rows (and their rollups) older than `cutoff`, rounded
+    /// down to a partition's day on PostgreSQL and to an hour on SQLite, so
+    /// that rows and rollups go together. On PostgreSQL one instance at a
+    /// time does it (an advisory lock; the others answer `skipped`).
+    pub async fn cut_before(&self, cutoff: DateTime<Utc>) -> Result<RetentionCut, AuditError> {
         match self {
-            Self::Postgres(pool) => postgres::purge_before(pool, before).await,
-            Self::Sqlite(pool) => sqlite::purge_before(pool, before).await,
+            Self::Postgres(pool) => postgres::cut_before(pool, cutoff).await,
+            Self::Sqlite(pool) => sqlite::cut_before(pool, cutoff).await,
         }
     }
 
@@ -273,11 +329,16 @@ macro_rules! repository {
             rows.into_iter().map(Row::into_event).collect()
         }
 
-        /// Delete rows older than `before`; returns how many.
-        pub async fn purge_before(pool: &$pool, before: DateTime<Utc>) -> Result<u64, AuditError> {
-            let mut qb = QueryBuilder::<$db>::new("DELETE FROM audit_events WHERE occurred_at < ");
-            qb.push_bind(bind_time(before));
-            Ok(qb.build().execute(pool).await?.rows_affected())
+        /// Delete the rollups of stretches that start before `before_ms`.
+        async fn cut_rollups(pool: &$pool, before_ms: i64) -> Result<(), AuditError> {
+            for sql in [
+                "DELETE FROM audit_counts WHERE bucket_ms < $1",
+                "DELETE FROM audit_top WHERE start_ms < $1",
+                "DELETE FROM audit_top_error WHERE start_ms < $1",
+            ] {
+                sqlx::query(sql).bind(before_ms).execute(pool).await?;
+            }
+            Ok(())
         }
     };
 }

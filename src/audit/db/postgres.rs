@@ -1,5 +1,6 @@
 //! PostgreSQL: native UUID and TIMESTAMPTZ columns; a batch is one statement.
 
+use std::collections::HashSet;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -7,9 +8,12 @@ use sqlx::postgres::{PgPool, PgPoolOptions};
 use sqlx::{FromRow, Postgres, QueryBuilder};
 use uuid::Uuid;
 
-use super::{event_from_columns, push_conditions, repository, AuditError, EventColumns, COLUMNS};
+use super::{
+    event_from_columns, partitions, push_conditions, repository, rollups, AuditError, EventColumns,
+    RetentionCut, COLUMNS,
+};
 use crate::audit::query::{Cursor, EventFilter};
-use crate::audit::AuditEvent;
+use crate::audit::{rollup, AuditEvent};
 
 /// A lazily connecting pool of at most 5 connections.
 pub fn pool(url: &str) -> Result<PgPool, AuditError> {
@@ -43,8 +47,30 @@ impl Row {
 
 repository!(Postgres, PgPool);
 
-/// One statement per batch: each column goes as one array bind.
-pub async fn insert(pool: &PgPool, events: &[AuditEvent]) -> Result<u64, AuditError> {
+/// The rows and their rollups in one transaction; a row of a day without a
+/// partition has it made, then the batch is tried again.
+pub async fn insert(
+    pool: &PgPool,
+    events: &[AuditEvent],
+    prefix_digits: u32,
+) -> Result<u64, AuditError> {
+    match insert_once(pool, events, prefix_digits).await {
+        Err(e) if partitions::is_missing_partition(&e) => {
+            let days = events.iter().map(|e| partitions::day(e.occurred_at));
+            partitions::ensure(pool, days).await?;
+            insert_once(pool, events, prefix_digits).await
+        }
+        done => done,
+    }
+}
+
+/// One statement for the rows (each column as one array bind), whose
+/// `RETURNING` tells which were new: only those enter the rollups.
+async fn insert_once(
+    pool: &PgPool,
+    events: &[AuditEvent],
+    prefix_digits: u32,
+) -> Result<u64, AuditError> {
     fn column<'a, T>(events: &'a [AuditEvent], f: impl Fn(&'a AuditEvent) -> T) -> Vec<T> {
         events.iter().map(f).collect()
     }
@@ -52,9 +78,11 @@ pub async fn insert(pool: &PgPool, events: &[AuditEvent]) -> Result<u64, AuditEr
         "INSERT INTO audit_events ({COLUMNS}) SELECT * FROM UNNEST(\
          $1::uuid[], $2::timestamptz[], $3::text[], $4::text[], $5::text[], $6::text[], \
          $7::text[], $8::text[], $9::text[], $10::bigint[], $11::bigint[], $12::bigint[], \
-         $13::bigint[], $14::text[], $15::text[], $16::bool[], $17::text[]) ON CONFLICT (id) DO NOTHING"
+         $13::bigint[], $14::text[], $15::text[], $16::bool[], $17::text[]) \
+         ON CONFLICT (occurred_at, id) DO NOTHING RETURNING id"
     );
-    let done = sqlx::query(&sql)
+    let mut tx = pool.begin().await?;
+    let inserted: Vec<(Uuid,)> = sqlx::query_as(&sql)
         .bind(column(events, |e| e.id))
         .bind(column(events, |e| e.occurred_at))
         .bind(column(events, |e| e.action.as_str()))
@@ -72,7 +100,47 @@ pub async fn insert(pool: &PgPool, events: &[AuditEvent]) -> Result<u64, AuditEr
         .bind(column(events, |e| e.user_agent.as_deref()))
         .bind(column(events, |e| e.shadow))
         .bind(column(events, |e| e.actor.as_deref()))
-        .execute(pool)
+        .fetch_all(&mut *tx)
         .await?;
-    Ok(done.rows_affected())
+    let new: HashSet<Uuid> = inserted.into_iter().map(|(id,)| id).collect();
+    let deltas = rollup::deltas(events.iter().filter(|e| new.contains(&e.id)), prefix_digits);
+    rollups::postgres::write(&mut tx, &deltas).await?;
+    tx.commit().await?;
+    Ok(new.len() as u64)
+}
+
+/// Retention is cut by one instance at a time: the one holding this
+/// session-level advisory lock ("tollgate" + 2).
+const RETENTION_LOCK: i64 = 0x746f_6c6c_6761_7402;
+
+/// Drop the partitions of days wholly before `cutoff`, then their rollups.
+pub async fn cut_before(pool: &PgPool, cutoff: DateTime<Utc>) -> Result<RetentionCut, AuditError> {
+    let mut conn = pool.acquire().await?;
+    // Closed after use, so that the lock cannot outlive this call on a
+    // pooled connection whatever fails below.
+    conn.close_on_drop();
+    let (locked,): (bool,) = sqlx::query_as("SELECT pg_try_advisory_lock($1)")
+        .bind(RETENTION_LOCK)
+        .fetch_one(&mut *conn)
+        .await?;
+    if !locked {
+        return Ok(RetentionCut {
+            skipped: true,
+            ..RetentionCut::default()
+        });
+    }
+    let day = partitions::day(cutoff);
+    let dropped = partitions::drop_before(&mut conn, day).await?;
+    let before = day.and_time(chrono::NaiveTime::MIN).and_utc();
+    cut_rollups(pool, before.timestamp_millis()).await?;
+    sqlx::query("SELECT pg_advisory_unlock($1)")
+        .bind(RETENTION_LOCK)
+        .execute(&mut *conn)
+        .await?;
+    Ok(RetentionCut {
+        skipped: false,
+        before: Some(before),
+        rows: dropped.iter().map(|d| d.rows).sum(),
+        partitions: dropped.iter().map(|d| partitions::name(d.day)).collect(),
+    })
 }

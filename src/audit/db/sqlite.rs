@@ -1,6 +1,7 @@
 //! SQLite: ids and times stored as TEXT; WAL journal, batches in one
 //! transaction.
 
+use std::collections::HashSet;
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -10,11 +11,11 @@ use sqlx::{FromRow, QueryBuilder, Sqlite};
 use uuid::Uuid;
 
 use super::{
-    event_from_columns, push_conditions, repository, AuditError, EventColumns, COLUMNS,
-    ROWS_PER_STATEMENT,
+    event_from_columns, push_conditions, repository, rollups, AuditError, EventColumns,
+    RetentionCut, COLUMNS, ROWS_PER_STATEMENT,
 };
 use crate::audit::query::{Cursor, EventFilter};
-use crate::audit::AuditEvent;
+use crate::audit::{rollup, AuditEvent};
 
 /// A lazily connecting pool of at most 4 connections, WAL journal, 5 s busy
 /// timeout; creates the file when missing.
@@ -58,10 +59,15 @@ impl Row {
 
 repository!(Sqlite, SqlitePool);
 
-/// Multi-row INSERTs, all in one transaction (one commit, one fsync).
-pub async fn insert(pool: &SqlitePool, events: &[AuditEvent]) -> Result<u64, AuditError> {
+/// Multi-row INSERTs and the rollups of the rows that were new, all in one
+/// transaction (one commit, one fsync).
+pub async fn insert(
+    pool: &SqlitePool,
+    events: &[AuditEvent],
+    prefix_digits: u32,
+) -> Result<u64, AuditError> {
     let mut tx = pool.begin().await?;
-    let mut inserted = 0;
+    let mut new = HashSet::new();
     for chunk in events.chunks(ROWS_PER_STATEMENT) {
         let mut qb = QueryBuilder::<Sqlite>::new(format!("INSERT INTO audit_events ({COLUMNS}) "));
         qb.push_values(chunk, |mut row, e| {
@@ -83,9 +89,55 @@ pub async fn insert(pool: &SqlitePool, events: &[AuditEvent]) -> Result<u64, Aud
                 .push_bind(e.shadow)
                 .push_bind(e.actor.clone());
         });
-        qb.push(" ON CONFLICT (id) DO NOTHING");
-        inserted += qb.build().execute(&mut *tx).await?.rows_affected();
+        qb.push(" ON CONFLICT (id) DO NOTHING RETURNING id");
+        let ids: Vec<(String,)> = qb.build_query_as().fetch_all(&mut *tx).await?;
+        new.extend(ids.into_iter().map(|(id,)| id));
     }
+    let deltas = rollup::deltas(
+        events.iter().filter(|e| new.contains(&bind_id(e.id))),
+        prefix_digits,
+    );
+    rollups::sqlite::write(&mut tx, &deltas).await?;
     tx.commit().await?;
-    Ok(inserted)
+    Ok(new.len() as u64)
+}
+
+/// Rows one retention statement deletes: a writer waits for at most one
+/// such statement (SQLite has one writer at a time).
+const DELETE_BATCH: i64 = 2_000;
+
+/// Delete the rows of hours wholly before `cutoff` in small batches, then
+/// their rollups.
+pub async fn cut_before(
+    pool: &SqlitePool,
+    cutoff: DateTime<Utc>,
+) -> Result<RetentionCut, AuditError> {
+    let before_ms = rollup::floor_to(cutoff.timestamp_millis(), rollup::HOUR_MS);
+    let before = DateTime::<Utc>::from_timestamp_millis(before_ms).unwrap_or(cutoff);
+    let text = bind_time(before);
+    let mut rows = 0;
+    loop {
+        let deleted = sqlx::query(
+            "DELETE FROM audit_events WHERE rowid IN \
+             (SELECT rowid FROM audit_events WHERE occurred_at < $1 LIMIT $2)",
+        )
+        .bind(&text)
+        .bind(DELETE_BATCH)
+        .execute(pool)
+        .await?
+        .rows_affected();
+        rows += deleted;
+        if deleted < DELETE_BATCH as u64 {
+            break;
+        }
+        // Let the writer in between two batches.
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    cut_rollups(pool, before_ms).await?;
+    Ok(RetentionCut {
+        skipped: false,
+        before: Some(before),
+        partitions: Vec::new(),
+        rows,
+    })
 }

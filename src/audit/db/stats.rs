@@ -1,14 +1,19 @@
-//! The overview's counts (`audit::stats`) in SQL, counted by the database:
-//! only the counts cross the wire. The two databases keep times differently
-//! (TIMESTAMPTZ there, fixed-width UTC text here), so each names the
-//! expression that turns `occurred_at` into milliseconds since 1970; the
-//! queries around it are written once.
+//! The overview's questions (`audit::stats`) in SQL, answered by the
+//! database: only the answers cross the wire. Counts and top lists come from
+//! the rollups (`audit_counts`, `audit_top`, `audit_top_error`), whose times
+//! are milliseconds since 1970 in both databases; the open locks from the
+//! lock rows, where the two keep times differently (TIMESTAMPTZ there,
+//! fixed-width UTC text here), so each names the expression that turns
+//! `occurred_at` into milliseconds. The queries are written once.
 
 use chrono::{DateTime, TimeZone, Utc};
 use sqlx::QueryBuilder;
 
 use super::{corrupt, AuditDb, AuditError};
-use crate::audit::stats::{BucketCount, Limits, OpenLock, Overview, Ranked, Span, REFUSALS};
+use crate::audit::rollup::{self, TopList};
+use crate::audit::stats::{
+    BucketCount, Limits, OpenLock, Overview, Ranked, Span, TopErrors, REFUSALS,
+};
 use crate::audit::AuditDecision;
 use crate::domain::{Action, Subject, SubjectKind};
 
@@ -26,13 +31,16 @@ fn bucket_from_columns(
     })
 }
 
-fn subject_from_columns(
-    (kind, id, count): (String, String, i64),
-) -> Result<Ranked<Subject>, AuditError> {
-    let kind = SubjectKind::parse(&kind).ok_or_else(|| corrupt("subject_kind", &kind))?;
+/// A subject summary's key is `kind:id`.
+fn subject_from_key(ranked: Ranked<String>) -> Result<Ranked<Subject>, AuditError> {
+    let (kind, id) = ranked
+        .key
+        .split_once(':')
+        .ok_or_else(|| corrupt("top subject", &ranked.key))?;
+    let kind = SubjectKind::parse(kind).ok_or_else(|| corrupt("subject_kind", kind))?;
     Ok(Ranked {
         key: Subject::new(kind, id),
-        count: count.max(0) as u64,
+        count: ranked.count,
     })
 }
 
@@ -62,20 +70,44 @@ fn sorted(mut buckets: Vec<BucketCount>) -> Vec<BucketCount> {
     buckets
 }
 
-/// `bind_time` and `EPOCH_MS` come from the database's module: its time bind
-/// type and the SQL that reads `occurred_at` as milliseconds since 1970.
+/// `EPOCH_MS` comes from the database's module: the SQL that reads
+/// `occurred_at` as milliseconds since 1970.
 macro_rules! stats_queries {
     ($db:ty, $pool:ty) => {
-        /// ` WHERE` the row is a refusal (not shadow) within `[from, until)`.
-        fn refusals_within<'a>(
-            qb: &mut QueryBuilder<'a, $db>,
-            from: DateTime<Utc>,
-            until: DateTime<Utc>,
-        ) {
-            qb.push(" WHERE occurred_at >= ")
-                .push_bind(bind_time(from))
-                .push(" AND occurred_at < ")
-                .push_bind(bind_time(until))
+        /// ` WHERE` a summary tiles the span (`rollup::tiles`).
+        fn summaries_within<'a>(qb: &mut QueryBuilder<'a, $db>, span: &Span) {
+            qb.push(" WHERE (");
+            let tiles = rollup::tiles(span.start.timestamp_millis(), span.end().timestamp_millis());
+            if tiles.is_empty() {
+                qb.push("1 = 0");
+            }
+            for (i, (width_ms, first, end)) in tiles.into_iter().enumerate() {
+                if i > 0 {
+                    qb.push(" OR ");
+                }
+                qb.push("(width_ms = ")
+                    .push_bind(width_ms)
+                    .push(" AND start_ms >= ")
+                    .push_bind(first)
+                    .push(" AND start_ms < ")
+                    .push_bind(end)
+                    .push(")");
+            }
+            qb.push(")");
+        }
+
+        async fn buckets(pool: &$pool, span: &Span) -> Result<Vec<BucketCount>, AuditError> {
+            let mut qb = QueryBuilder::<$db>::new("SELECT (bucket_ms - ");
+            qb.push_bind(span.start.timestamp_millis())
+                .push(") / ")
+                .push_bind(span.bucket_ms)
+                .push(
+                    " AS bucket, action, decision, CAST(SUM(n) AS BIGINT) AS n \
+                     FROM audit_counts WHERE bucket_ms >= ",
+                )
+                .push_bind(span.start.timestamp_millis())
+                .push(" AND bucket_ms < ")
+                .push_bind(span.end().timestamp_millis())
                 .push(" AND shadow = ")
                 .push_bind(false)
                 .push(" AND decision IN (");
@@ -83,79 +115,49 @@ macro_rules! stats_queries {
             for decision in REFUSALS {
                 decisions.push_bind(decision.as_str());
             }
-            qb.push(")");
-        }
-
-        async fn buckets(pool: &$pool, span: &Span) -> Result<Vec<BucketCount>, AuditError> {
-            let mut qb = QueryBuilder::<$db>::new("SELECT (");
-            qb.push(EPOCH_MS)
-                .push(" - ")
-                .push_bind(span.start.timestamp_millis())
-                .push(") / ")
-                .push_bind(span.bucket_ms)
-                .push(" AS bucket, action, decision, COUNT(*) AS n FROM audit_events");
-            refusals_within(&mut qb, span.start, span.end());
-            qb.push(" GROUP BY 1, action, decision");
+            qb.push(") GROUP BY 1, action, decision");
             let rows: Vec<BucketColumns> = qb.build_query_as().fetch_all(pool).await?;
             let buckets: Result<Vec<_>, _> = rows.into_iter().map(bucket_from_columns).collect();
             Ok(sorted(buckets?))
         }
 
-        async fn top_subjects(
+        /// The `limit` keys of `list` with the largest summed counts.
+        async fn top(
             pool: &$pool,
             span: &Span,
+            list: TopList,
             limit: usize,
-        ) -> Result<Vec<Ranked<Subject>>, AuditError> {
+        ) -> Result<Vec<Ranked<String>>, AuditError> {
             let mut qb = QueryBuilder::<$db>::new(
-                "SELECT subject_kind, subject, COUNT(*) AS n FROM audit_events",
+                "SELECT key, CAST(SUM(n) AS BIGINT) AS total FROM audit_top",
             );
-            refusals_within(&mut qb, span.start, span.end());
-            qb.push(" AND subject_kind NOT IN (")
-                .push_bind(SubjectKind::Ip.as_str())
-                .push(", ")
-                .push_bind(SubjectKind::Prefix.as_str())
-                .push(") GROUP BY subject_kind, subject ORDER BY n DESC, subject_kind, subject LIMIT ")
-                .push_bind(limit as i64);
-            let rows: Vec<(String, String, i64)> = qb.build_query_as().fetch_all(pool).await?;
-            rows.into_iter().map(subject_from_columns).collect()
-        }
-
-        async fn top_ips(
-            pool: &$pool,
-            span: &Span,
-            limit: usize,
-        ) -> Result<Vec<Ranked<String>>, AuditError> {
-            let mut qb = QueryBuilder::<$db>::new("SELECT ip, COUNT(*) AS n FROM audit_events");
-            refusals_within(&mut qb, span.start, span.end());
-            qb.push(" AND ip IS NOT NULL GROUP BY ip ORDER BY n DESC, ip LIMIT ")
+            summaries_within(&mut qb, span);
+            qb.push(" AND list = ")
+                .push_bind(list.as_str())
+                .push(" GROUP BY key ORDER BY total DESC, key LIMIT ")
                 .push_bind(limit as i64);
             let rows: Vec<(String, i64)> = qb.build_query_as().fetch_all(pool).await?;
             Ok(rows.into_iter().map(ranked_from_columns).collect())
         }
 
-        /// A phone counts for its first `prefix_digits` digits (and the
-        /// plus), as `PhoneNumber::prefix` cuts it; a prefix subject as it is.
-        async fn top_prefixes(
-            pool: &$pool,
-            span: &Span,
-            prefix_digits: u32,
-            limit: usize,
-        ) -> Result<Vec<Ranked<String>>, AuditError> {
-            let length = i32::try_from(prefix_digits.saturating_add(1)).unwrap_or(i32::MAX);
-            let mut qb = QueryBuilder::<$db>::new("SELECT CASE WHEN subject_kind = ");
-            qb.push_bind(SubjectKind::Phone.as_str())
-                .push(" THEN substr(subject, 1, ")
-                .push_bind(length)
-                .push(") ELSE subject END AS prefix, COUNT(*) AS n FROM audit_events");
-            refusals_within(&mut qb, span.start, span.end());
-            qb.push(" AND subject_kind IN (")
-                .push_bind(SubjectKind::Phone.as_str())
-                .push(", ")
-                .push_bind(SubjectKind::Prefix.as_str())
-                .push(") GROUP BY 1 ORDER BY n DESC, prefix LIMIT ")
-                .push_bind(limit as i64);
+        async fn errors(pool: &$pool, span: &Span) -> Result<TopErrors, AuditError> {
+            let mut qb = QueryBuilder::<$db>::new(
+                "SELECT list, CAST(SUM(dropped) AS BIGINT) FROM audit_top_error",
+            );
+            summaries_within(&mut qb, span);
+            qb.push(" GROUP BY list");
             let rows: Vec<(String, i64)> = qb.build_query_as().fetch_all(pool).await?;
-            Ok(rows.into_iter().map(ranked_from_columns).collect())
+            let mut errors = TopErrors::default();
+            for (list, dropped) in rows {
+                let dropped = dropped.max(0) as u64;
+                match list.as_str() {
+                    "subject" => errors.subjects = dropped,
+                    "ip" => errors.ips = dropped,
+                    "prefix" => errors.prefixes = dropped,
+                    other => return Err(corrupt("top list", other)),
+                }
+            }
+            Ok(errors)
         }
 
         /// Lock rows still running at `now` with no unblock of their
@@ -190,22 +192,24 @@ macro_rules! stats_queries {
             pool: &$pool,
             span: &Span,
             now: DateTime<Utc>,
-            prefix_digits: u32,
             limits: Limits,
         ) -> Result<Overview, AuditError> {
-            let (buckets, subjects, ips, prefixes, locks) = futures::try_join!(
+            let (buckets, subjects, ips, prefixes, locks, errors) = futures::try_join!(
                 buckets(pool, span),
-                top_subjects(pool, span, limits.top),
-                top_ips(pool, span, limits.top),
-                top_prefixes(pool, span, prefix_digits, limits.top),
+                top(pool, span, TopList::Subject, limits.top),
+                top(pool, span, TopList::Ip, limits.top),
+                top(pool, span, TopList::Prefix, limits.top),
                 open_locks(pool, now, limits.locks),
+                errors(pool, span),
             )?;
+            let subjects: Result<Vec<_>, _> = subjects.into_iter().map(subject_from_key).collect();
             Ok(Overview {
                 buckets,
-                subjects,
+                subjects: subjects?,
                 ips,
                 prefixes,
                 locks,
+                errors,
             })
         }
     };
@@ -219,10 +223,6 @@ pub mod postgres {
     /// milliseconds).
     const EPOCH_MS: &str = "CAST(FLOOR(EXTRACT(EPOCH FROM occurred_at) * 1000) AS BIGINT)";
 
-    fn bind_time(t: DateTime<Utc>) -> DateTime<Utc> {
-        t
-    }
-
     stats_queries!(Postgres, PgPool);
 }
 
@@ -235,28 +235,21 @@ pub mod sqlite {
     const EPOCH_MS: &str = "(CAST(strftime('%s', occurred_at) AS INTEGER) * 1000 \
                             + CAST(substr(occurred_at, 21, 3) AS INTEGER))";
 
-    fn bind_time(t: DateTime<Utc>) -> String {
-        super::super::sqlite::bind_time(t)
-    }
-
     stats_queries!(Sqlite, SqlitePool);
 }
 
 impl AuditDb {
     /// The overview of `span` ([`Overview`]), and the locks still running at
-    /// `now`; `prefix_digits` cuts phones into prefixes.
+    /// `now`.
     pub async fn overview(
         &self,
         span: &Span,
         now: DateTime<Utc>,
-        prefix_digits: u32,
         limits: Limits,
     ) -> Result<Overview, AuditError> {
         match self {
-            Self::Postgres(pool) => {
-                postgres::overview(pool, span, now, prefix_digits, limits).await
-            }
-            Self::Sqlite(pool) => sqlite::overview(pool, span, now, prefix_digits, limits).await,
+            Self::Postgres(pool) => postgres::overview(pool, span, now, limits).await,
+            Self::Sqlite(pool) => sqlite::overview(pool, span, now, limits).await,
         }
     }
 }

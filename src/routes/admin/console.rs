@@ -9,7 +9,6 @@
 mod events;
 mod lists;
 mod overview;
-mod period;
 mod subject;
 mod views;
 

@@ -14,6 +14,7 @@ mod pages;
 mod request;
 mod roles;
 mod sso;
+pub(crate) mod stats;
 pub(crate) mod subjects;
 
 use actix_web::web;
@@ -37,6 +38,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             }))
             .service(super::get("/events", events::list))
             .service(super::get("/events.csv", events::csv))
+            .service(super::get("/stats", stats::stats))
             .service(super::post(
                 "/subjects/{kind}/{id:.+}/unblock",
                 subjects::unblock,

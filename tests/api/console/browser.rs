@@ -298,7 +298,7 @@ async fn an_admin_signs_in_reads_the_overview_and_unblocks_in_chromium() {
     let now = tollgate::audit::now_ms();
     db.connect()
         .await
-        .insert(&a_day_of_refusals(now))
+        .insert(&a_day_of_refusals(now), 7)
         .await
         .unwrap();
     let app = db_app(&db, |s| s.login.ip_block_after = 20).await;

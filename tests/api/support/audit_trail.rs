@@ -38,3 +38,61 @@ pub fn request_id_counts(rows: &[AuditEvent]) -> HashMap<String, usize> {
     }
     counts
 }
+
+/// The rollups hold what the rows say: `audit_counts` equals the rows
+/// counted per 5-minute bucket, action, decision and shadow flag; and
+/// where a summary's stretch had no more keys than it keeps, its top list
+/// equals the rows' exact counts.
+pub async fn assert_rollups_match(db: &AuditDb) {
+    use tollgate::audit::rollup;
+
+    let rows = all_rows(db).await;
+    let expected = rollup::deltas(rows.iter(), 7);
+    let counts: Vec<(i64, String, String, bool, i64)> = match db {
+        AuditDb::Postgres(pool) => {
+            sqlx::query_as("SELECT bucket_ms, action, decision, shadow, n FROM audit_counts")
+                .fetch_all(pool)
+                .await
+        }
+        AuditDb::Sqlite(pool) => {
+            sqlx::query_as("SELECT bucket_ms, action, decision, shadow, n FROM audit_counts")
+                .fetch_all(pool)
+                .await
+        }
+    }
+    .expect("audit_counts is readable");
+    let mut stored: Vec<(i64, String, String, bool, i64)> =
+        counts.into_iter().filter(|c| c.4 != 0).collect();
+    stored.sort();
+    let mut wanted: Vec<(i64, String, String, bool, i64)> = expected
+        .counts
+        .iter()
+        .map(|(k, n)| {
+            (
+                k.bucket_ms,
+                k.action.into(),
+                k.decision.into(),
+                k.shadow,
+                *n,
+            )
+        })
+        .collect();
+    wanted.sort();
+    assert_eq!(stored, wanted, "audit_counts equals the rows' counts");
+
+    const TOP: &str = "SELECT width_ms, start_ms, list, key, n FROM audit_top";
+    let tops: Vec<(i64, i64, String, String, i64)> = match db {
+        AuditDb::Postgres(pool) => sqlx::query_as(TOP).fetch_all(pool).await,
+        AuditDb::Sqlite(pool) => sqlx::query_as(TOP).fetch_all(pool).await,
+    }
+    .expect("audit_top is readable");
+    for (key, summary) in expected.tops.iter().filter(|(_, s)| s.dropped == 0) {
+        let mut have: Vec<(String, i64)> = tops
+            .iter()
+            .filter(|t| t.0 == key.width_ms && t.1 == key.start_ms && t.2 == key.list.as_str())
+            .map(|t| (t.3.clone(), t.4))
+            .collect();
+        have.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        assert_eq!(have, summary.keys, "the top summary of {key:?}");
+    }
+}

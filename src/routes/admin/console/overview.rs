@@ -15,9 +15,9 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
 
-use super::period::Period;
 use super::views::overview::{LockList, LockRow, OverviewPage};
 use super::{authenticate, csrf, html, Refusal};
+use crate::admin::period::Period;
 use crate::audit::stats::{Limits, OpenLock};
 use crate::audit::AuditError;
 use crate::domain::SubjectKind;
@@ -39,17 +39,6 @@ struct OverviewQuery {
     unblocked: Option<String>,
 }
 
-/// The period a query names; the default when it names none.
-pub(super) fn period(raw: Option<&str>) -> Result<Period, ApiError> {
-    match raw {
-        None => Ok(Period::default()),
-        Some(raw) => Period::parse(raw).ok_or_else(|| {
-            let names: Vec<&str> = Period::ALL.map(Period::as_str).to_vec();
-            ApiError::InvalidRequest(format!("period must be one of {}", names.join(", ")))
-        }),
-    }
-}
-
 pub(super) async fn page(state: web::Data<AppState>, req: HttpRequest) -> HttpResponse {
     show(&state, &req)
         .await
@@ -65,7 +54,7 @@ async fn show(state: &AppState, req: &HttpRequest) -> Result<HttpResponse, Refus
     let admin = authenticate(state, req)?;
     let query = web::Query::<OverviewQuery>::from_query(req.query_string())
         .map_err(|e| ApiError::InvalidRequest(format!("invalid query: {e}")))?;
-    let period = period(query.period.as_deref())?;
+    let period = Period::from_query(query.period.as_deref())?;
     let now = Utc::now();
     let span = period.span(now);
     let db = state.audit_db.as_ref().ok_or(ApiError::AuditUnavailable)?;
@@ -73,10 +62,7 @@ async fn show(state: &AppState, req: &HttpRequest) -> Result<HttpResponse, Refus
         top: TOP,
         locks: LOCKS_LISTED + 1,
     };
-    let overview = db
-        .overview(&span, now, state.admin.prefix_digits(), limits)
-        .await
-        .map_err(db_error)?;
+    let overview = db.overview(&span, now, limits).await.map_err(db_error)?;
     // One lock more than listed tells that the list is cut.
     let more_locks = overview.locks.len() > LOCKS_LISTED;
     let open = &overview.locks[..overview.locks.len().min(LOCKS_LISTED)];

@@ -6,12 +6,12 @@ use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
 use chrono::Utc;
 
-use super::period::Period;
 use super::views::{self, PumpingView, SubjectPage};
 use super::{
-    authenticate, checked_form, csrf, html, me, overview, path_subject, require, see_other,
-    Refusal, SUBJECT_EVENTS,
+    authenticate, checked_form, csrf, html, me, path_subject, require, see_other, Refusal,
+    SUBJECT_EVENTS,
 };
+use crate::admin::period::Period;
 use crate::audit::query::{EventFilter, EventQuery};
 use crate::domain::admin_role::Permission;
 use crate::domain::Subject;
@@ -116,7 +116,7 @@ impl Back {
         };
         match field("back") {
             None => Ok(Self::Subject),
-            Some("overview") => Ok(Self::Overview(overview::period(field("period"))?)),
+            Some("overview") => Ok(Self::Overview(Period::from_query(field("period"))?)),
             Some(_) => {
                 Err(ApiError::InvalidRequest("back must be \"overview\" or absent".into()).into())
             }

@@ -8,11 +8,11 @@ use chrono::{DateTime, Utc};
 
 use super::chart::{Chart, Column, SeriesSpec};
 use super::{events_href, subject_href, until};
+use crate::admin::period::Period;
 use crate::audit::query::EventFilter;
 use crate::audit::stats::{BucketCount, Overview, Ranked, Span};
 use crate::audit::AuditDecision;
 use crate::domain::{ClientIp, Subject, SubjectKind};
-use crate::routes::admin::console::period::Period;
 
 /// The decision chart's series, colours as the badges have them.
 const DECISIONS: [SeriesSpec; 3] = [
@@ -86,7 +86,11 @@ pub struct TopList {
     pub title: &'static str,
     /// The first column's heading.
     pub heading: &'static str,
+    /// The entries, most refused first.
     pub rows: Vec<RankRow>,
+    /// `None`: the counts are exact. Otherwise how many refusals each count
+    /// may lack at most (the list comes from bounded summaries).
+    pub error: Option<u64>,
 }
 
 /// A subject locked or blocked now.
@@ -282,16 +286,19 @@ fn tops(overview: &Overview, since: DateTime<Utc>) -> Vec<TopList> {
             title: "Top subjects",
             heading: "Subject",
             rows: subject_rows(&overview.subjects, since),
+            error: (overview.errors.subjects > 0).then_some(overview.errors.subjects),
         },
         TopList {
             title: "Top IPs",
             heading: "Client IP",
             rows: ip_rows(&overview.ips, since),
+            error: (overview.errors.ips > 0).then_some(overview.errors.ips),
         },
         TopList {
             title: "Top phone prefixes",
             heading: "Prefix",
             rows: prefix_rows(&overview.prefixes),
+            error: (overview.errors.prefixes > 0).then_some(overview.errors.prefixes),
         },
     ]
 }

@@ -38,6 +38,20 @@ impl Period {
         Self::ALL.into_iter().find(|p| p.as_str() == raw)
     }
 
+    /// The period a query's `period` names; the default when it names none.
+    pub fn from_query(raw: Option<&str>) -> Result<Self, crate::error::ApiError> {
+        match raw {
+            None => Ok(Self::default()),
+            Some(raw) => Self::parse(raw).ok_or_else(|| {
+                let names: Vec<&str> = Self::ALL.map(Self::as_str).to_vec();
+                crate::error::ApiError::InvalidRequest(format!(
+                    "period must be one of {}",
+                    names.join(", ")
+                ))
+            }),
+        }
+    }
+
     /// `last 24 hours`.
     pub fn words(self) -> &'static str {
         match self {

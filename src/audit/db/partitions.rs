@@ -1,0 +1,183 @@
+//! PostgreSQL's daily partitions of `audit_events` (UTC days): made ahead of
+//! need, made on demand for a row of a day that has none, and dropped whole
+//! by retention.
+//!
+//! A partition is made as a plain table and then attached, which locks the
+//! parent only against other schema changes (SHARE UPDATE EXCLUSIVE), not
+//! against writers or readers; `CREATE TABLE … PARTITION OF` would take an
+//! ACCESS EXCLUSIVE lock and queue every insert behind a running export.
+//! It is dropped the same way round: `DETACH PARTITION … CONCURRENTLY`
+//! (PostgreSQL 14 or newer), then `DROP TABLE` of a table no query uses.
+
+use std::collections::BTreeSet;
+
+use chrono::{DateTime, Days, NaiveDate, Utc};
+use sqlx::{Connection, PgPool};
+
+use super::AuditError;
+
+/// Partition creation by several instances at once is serialised on this
+/// transaction-level advisory lock ("tollgate" + 1).
+const CREATE_LOCK: i64 = 0x746f_6c6c_6761_7401;
+
+/// The table that holds `day`.
+pub fn name(day: NaiveDate) -> String {
+    format!("audit_events_p{}", day.format("%Y%m%d"))
+}
+
+fn day_of(name: &str) -> Option<NaiveDate> {
+    NaiveDate::parse_from_str(name.strip_prefix("audit_events_p")?, "%Y%m%d").ok()
+}
+
+fn bound(day: NaiveDate) -> String {
+    format!("{} 00:00:00+00", day.format("%Y-%m-%d"))
+}
+
+/// The UTC day of a time.
+pub fn day(t: DateTime<Utc>) -> NaiveDate {
+    t.date_naive()
+}
+
+/// Days from `first` to `last`, both included.
+pub fn days(first: NaiveDate, last: NaiveDate) -> impl Iterator<Item = NaiveDate> {
+    first.iter_days().take_while(move |d| *d <= last)
+}
+
+/// The days that have a partition (attached, or being detached).
+pub async fn existing<'e, E>(executor: E) -> Result<BTreeSet<NaiveDate>, AuditError>
+where
+    E: sqlx::PgExecutor<'e>,
+{
+    let names: Vec<(String,)> = sqlx::query_as(
+        "SELECT c.relname::text FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid \
+         WHERE i.inhparent = 'audit_events'::regclass",
+    )
+    .fetch_all(executor)
+    .await?;
+    Ok(names.iter().filter_map(|(n,)| day_of(n)).collect())
+}
+
+/// Make the partitions of `wanted` days that do not exist; the days made.
+pub async fn ensure(
+    pool: &PgPool,
+    wanted: impl IntoIterator<Item = NaiveDate>,
+) -> Result<Vec<NaiveDate>, AuditError> {
+    let wanted: BTreeSet<NaiveDate> = wanted.into_iter().collect();
+    if wanted.is_subset(&existing(pool).await?) {
+        return Ok(Vec::new());
+    }
+    let mut conn = pool.acquire().await?;
+    let mut tx = conn.begin().await?;
+    sqlx::query("SELECT pg_advisory_xact_lock($1)")
+        .bind(CREATE_LOCK)
+        .execute(&mut *tx)
+        .await?;
+    let have = existing(&mut *tx).await?;
+    let missing: Vec<NaiveDate> = wanted.difference(&have).copied().collect();
+    for day in &missing {
+        let table = name(*day);
+        sqlx::query(&format!(
+            "CREATE TABLE {table} (LIKE audit_events INCLUDING DEFAULTS INCLUDING CONSTRAINTS)"
+        ))
+        .execute(&mut *tx)
+        .await?;
+        let next = day.checked_add_days(Days::new(1)).unwrap_or(*day);
+        sqlx::query(&format!(
+            "ALTER TABLE audit_events ATTACH PARTITION {table} FOR VALUES FROM ('{}') TO ('{}')",
+            bound(*day),
+            bound(next)
+        ))
+        .execute(&mut *tx)
+        .await?;
+    }
+    tx.commit().await?;
+    Ok(missing)
+}
+
+/// A dropped partition: its day and the rows it held, as the database's
+/// statistics estimate them (counting would read the whole day).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Dropped {
+    /// The day it held.
+    pub day: NaiveDate,
+    /// Rows, estimated.
+    pub rows: u64,
+}
+
+/// Drop every partition whose whole day lies before `cutoff`, on a
+/// connection that holds the retention lock. A detach an earlier cut left
+/// half done (the process died in it) is finished first.
+pub async fn drop_before(
+    conn: &mut sqlx::PgConnection,
+    cutoff: NaiveDate,
+) -> Result<Vec<Dropped>, AuditError> {
+    let pending: Vec<(String,)> = sqlx::query_as(
+        "SELECT c.relname::text FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid \
+         WHERE i.inhparent = 'audit_events'::regclass AND i.inhdetachpending",
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    for (table,) in pending {
+        if day_of(&table).is_some() {
+            sqlx::query(&format!(
+                "ALTER TABLE audit_events DETACH PARTITION {table} FINALIZE"
+            ))
+            .execute(&mut *conn)
+            .await?;
+            sqlx::query(&format!("DROP TABLE IF EXISTS {table}"))
+                .execute(&mut *conn)
+                .await?;
+        }
+    }
+    let mut dropped = Vec::new();
+    for day in existing(&mut *conn).await? {
+        if day >= cutoff {
+            break;
+        }
+        let table = name(day);
+        let (estimate,): (f32,) =
+            sqlx::query_as("SELECT reltuples FROM pg_class WHERE relname = $1")
+                .bind(&table)
+                .fetch_one(&mut *conn)
+                .await?;
+        sqlx::query(&format!(
+            "ALTER TABLE audit_events DETACH PARTITION {table} CONCURRENTLY"
+        ))
+        .execute(&mut *conn)
+        .await?;
+        sqlx::query(&format!("DROP TABLE {table}"))
+            .execute(&mut *conn)
+            .await?;
+        dropped.push(Dropped {
+            day,
+            rows: estimate.max(0.0) as u64,
+        });
+    }
+    Ok(dropped)
+}
+
+/// Whether an insert failed for want of a partition for one of its rows.
+pub fn is_missing_partition(e: &AuditError) -> bool {
+    match e {
+        // 23514: check_violation, "no partition of relation … found for row".
+        AuditError::Database(sqlx::Error::Database(e)) => {
+            e.code().as_deref() == Some("23514") && e.message().contains("no partition")
+        }
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_partition_is_named_after_its_day_and_read_back() {
+        let day = NaiveDate::from_ymd_opt(2026, 11, 5).unwrap();
+        assert_eq!(name(day), "audit_events_p20261105");
+        assert_eq!(day_of(&name(day)), Some(day));
+        assert_eq!(day_of("audit_events_unpartitioned"), None);
+        assert_eq!(bound(day), "2026-11-05 00:00:00+00");
+        assert_eq!(days(day, day).count(), 1);
+    }
+}

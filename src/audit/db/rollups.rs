@@ -1,0 +1,187 @@
+//! Writes a batch's rollup deltas (`audit::rollup`) in the transaction that
+//! inserts its rows: counts added, top summaries merged (and pruned past
+//! twice their capacity). Every statement touches its rows in key order, so
+//! that two writers merging into the same summaries cannot deadlock.
+
+use sqlx::QueryBuilder;
+
+use super::AuditError;
+use crate::audit::rollup::{prune_cut, Deltas, SummaryKey, PRUNE_ABOVE, TOP_CAPACITY};
+
+/// Rows per multi-row statement (5 binds each).
+const ROWS_PER_STATEMENT: usize = 1000;
+
+macro_rules! rollup_writes {
+    ($db:ty) => {
+        /// Add `deltas` to the rollups, inside the rows' transaction.
+        pub async fn write(
+            tx: &mut sqlx::Transaction<'_, $db>,
+            deltas: &Deltas,
+        ) -> Result<(), AuditError> {
+            let counts: Vec<_> = deltas.counts.iter().collect();
+            for chunk in counts.chunks(ROWS_PER_STATEMENT) {
+                let mut qb = QueryBuilder::<$db>::new(
+                    "INSERT INTO audit_counts (bucket_ms, action, decision, shadow, n) ",
+                );
+                qb.push_values(chunk, |mut row, (key, n)| {
+                    row.push_bind(key.bucket_ms)
+                        .push_bind(key.action)
+                        .push_bind(key.decision)
+                        .push_bind(key.shadow)
+                        .push_bind(**n);
+                });
+                qb.push(
+                    " ON CONFLICT (bucket_ms, action, decision, shadow) \
+                     DO UPDATE SET n = audit_counts.n + excluded.n",
+                );
+                qb.build().execute(&mut **tx).await?;
+            }
+
+            let keys: Vec<(&SummaryKey, &String, i64)> = deltas
+                .tops
+                .iter()
+                .flat_map(|(s, summary)| summary.keys.iter().map(move |(k, n)| (s, k, *n)))
+                .collect();
+            for chunk in keys.chunks(ROWS_PER_STATEMENT) {
+                let mut qb = QueryBuilder::<$db>::new(
+                    "INSERT INTO audit_top (width_ms, start_ms, list, key, n) ",
+                );
+                qb.push_values(chunk, |mut row, (s, key, n)| {
+                    row.push_bind(s.width_ms)
+                        .push_bind(s.start_ms)
+                        .push_bind(s.list.as_str())
+                        .push_bind(key.as_str())
+                        .push_bind(*n);
+                });
+                qb.push(
+                    " ON CONFLICT (width_ms, start_ms, list, key) \
+                     DO UPDATE SET n = audit_top.n + excluded.n",
+                );
+                qb.build().execute(&mut **tx).await?;
+            }
+
+            let errors: Vec<(&SummaryKey, i64)> = deltas
+                .tops
+                .iter()
+                .filter(|(_, s)| s.dropped > 0)
+                .map(|(k, s)| (k, s.dropped))
+                .collect();
+            add_errors(tx, &errors).await?;
+
+            // Only summaries that gained keys can have grown past the bound.
+            let grown: Vec<&SummaryKey> = deltas
+                .tops
+                .iter()
+                .filter(|(_, s)| !s.keys.is_empty())
+                .map(|(k, _)| k)
+                .collect();
+            if grown.is_empty() {
+                return Ok(());
+            }
+            let mut qb = QueryBuilder::<$db>::new(
+                "SELECT width_ms, start_ms, list FROM audit_top WHERE ",
+            );
+            for (i, s) in grown.iter().enumerate() {
+                if i > 0 {
+                    qb.push(" OR ");
+                }
+                qb.push("(width_ms = ")
+                    .push_bind(s.width_ms)
+                    .push(" AND start_ms = ")
+                    .push_bind(s.start_ms)
+                    .push(" AND list = ")
+                    .push_bind(s.list.as_str())
+                    .push(")");
+            }
+            qb.push(" GROUP BY width_ms, start_ms, list HAVING COUNT(*) > ")
+                .push_bind(PRUNE_ABOVE as i64);
+            let over: Vec<(i64, i64, String)> = qb.build_query_as().fetch_all(&mut **tx).await?;
+            let mut cuts = Vec::new();
+            for (width_ms, start_ms, list) in over {
+                let Some(s) = grown
+                    .iter()
+                    .find(|s| s.width_ms == width_ms && s.start_ms == start_ms && s.list.as_str() == list)
+                else {
+                    continue;
+                };
+                if let Some(cut) = prune(tx, s).await? {
+                    cuts.push((*s, cut));
+                }
+            }
+            add_errors(tx, &cuts).await
+        }
+
+        /// Take the `TOP_CAPACITY`+1-th count off every key of a summary
+        /// and drop the keys left at zero; the count taken.
+        async fn prune(
+            tx: &mut sqlx::Transaction<'_, $db>,
+            s: &SummaryKey,
+        ) -> Result<Option<i64>, AuditError> {
+            let counts: Vec<(i64,)> = sqlx::query_as(
+                "SELECT n FROM audit_top WHERE width_ms = $1 AND start_ms = $2 AND list = $3 \
+                 ORDER BY n DESC",
+            )
+            .bind(s.width_ms)
+            .bind(s.start_ms)
+            .bind(s.list.as_str())
+            .fetch_all(&mut **tx)
+            .await?;
+            let counts: Vec<i64> = counts.into_iter().map(|(n,)| n).collect();
+            let Some(cut) = prune_cut(&counts) else {
+                return Ok(None);
+            };
+            debug_assert!(counts.len() > TOP_CAPACITY);
+            sqlx::query(
+                "UPDATE audit_top SET n = n - $1 WHERE width_ms = $2 AND start_ms = $3 AND list = $4",
+            )
+            .bind(cut)
+            .bind(s.width_ms)
+            .bind(s.start_ms)
+            .bind(s.list.as_str())
+            .execute(&mut **tx)
+            .await?;
+            sqlx::query(
+                "DELETE FROM audit_top WHERE width_ms = $1 AND start_ms = $2 AND list = $3 AND n <= 0",
+            )
+            .bind(s.width_ms)
+            .bind(s.start_ms)
+            .bind(s.list.as_str())
+            .execute(&mut **tx)
+            .await?;
+            Ok(Some(cut))
+        }
+
+        async fn add_errors(
+            tx: &mut sqlx::Transaction<'_, $db>,
+            errors: &[(&SummaryKey, i64)],
+        ) -> Result<(), AuditError> {
+            for chunk in errors.chunks(ROWS_PER_STATEMENT) {
+                let mut qb = QueryBuilder::<$db>::new(
+                    "INSERT INTO audit_top_error (width_ms, start_ms, list, dropped) ",
+                );
+                qb.push_values(chunk, |mut row, (s, dropped)| {
+                    row.push_bind(s.width_ms)
+                        .push_bind(s.start_ms)
+                        .push_bind(s.list.as_str())
+                        .push_bind(*dropped);
+                });
+                qb.push(
+                    " ON CONFLICT (width_ms, start_ms, list) \
+                     DO UPDATE SET dropped = audit_top_error.dropped + excluded.dropped",
+                );
+                qb.build().execute(&mut **tx).await?;
+            }
+            Ok(())
+        }
+    };
+}
+
+pub mod postgres {
+    use super::*;
+    rollup_writes!(sqlx::Postgres);
+}
+
+pub mod sqlite {
+    use super::*;
+    rollup_writes!(sqlx::Sqlite);
+}

@@ -1,0 +1,625 @@
+//! The trail at attack scale: daily partitions (PostgreSQL) made for the
+//! retention period and on demand, retention by whole partitions (batched
+//! deletes on SQLite), an upgrade from the unpartitioned schema that keeps
+//! every row, rollups equal to the rows they count, and `/admin/api/stats`.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde_json::json;
+use tollgate::audit::db::partitions;
+use tollgate::audit::rollup::{self, TopList};
+use tollgate::audit::{retention, AuditDb, AuditDecision, AuditEvent};
+use tollgate::domain::{Action, Subject, SubjectKind};
+
+use crate::on_both_databases;
+use crate::support::app::{spawn_app_with_audit_db, Backend, TestApp};
+use crate::support::audit_db::{DbKind, TestDb};
+use crate::support::audit_trail::{all_rows, assert_rollups_match};
+
+on_both_databases!(
+    retention_cuts_whole_days_or_hours_past_it_and_their_rollups,
+    an_upgrade_from_the_unpartitioned_schema_keeps_every_row_and_rolls_it_up,
+    rollups_count_only_rows_that_were_new,
+    stats_answers_counts_and_top_lists_from_the_rollups,
+    a_crowd_of_subjects_gives_approximate_top_lists_within_their_bound,
+);
+
+fn refusal(kind: SubjectKind, id: &str, at: DateTime<Utc>) -> AuditEvent {
+    let mut e = AuditEvent::new(
+        Action::LoginAttempt,
+        AuditDecision::Deny,
+        "user_locked",
+        &Subject::new(kind, id),
+    );
+    e.id = uuid::Uuid::now_v7();
+    // Milliseconds, as the trail keeps them.
+    e.occurred_at = DateTime::from_timestamp_millis(at.timestamp_millis()).expect("a valid time");
+    e.ip = Some("203.0.113.7".into());
+    e
+}
+
+fn days_ago(days: i64) -> DateTime<Utc> {
+    Utc::now() - chrono::Duration::days(days)
+}
+
+async fn retention_cuts_whole_days_or_hours_past_it_and_their_rollups(kind: DbKind) {
+    let db = TestDb::new(kind).await;
+    let audit = db.connect().await;
+    let fresh = refusal(SubjectKind::User, "alice", Utc::now());
+    let recent = refusal(SubjectKind::User, "bob", days_ago(10));
+    let old = refusal(SubjectKind::User, "carol", days_ago(91));
+    let older = refusal(SubjectKind::User, "dave", days_ago(120));
+    // A day without a partition gets one on demand (PostgreSQL).
+    audit
+        .insert(&[fresh.clone(), recent.clone(), old, older], 7)
+        .await
+        .unwrap();
+    assert_rollups_match(&audit).await;
+
+    let cut = retention::apply(&audit, Duration::from_secs(90 * 86_400), Utc::now())
+        .await
+        .unwrap();
+    assert!(!cut.skipped);
+    let left: Vec<String> = all_rows(&audit)
+        .await
+        .into_iter()
+        .map(|r| r.subject)
+        .collect();
+    assert_eq!(left, ["alice", "bob"]);
+    match kind {
+        DbKind::Postgres => {
+            assert_eq!(
+                cut.partitions,
+                [
+                    partitions::name(partitions::day(days_ago(120))),
+                    partitions::name(partitions::day(days_ago(91)))
+                ]
+            );
+        }
+        DbKind::Sqlite => assert_eq!(cut.rows, 2),
+    }
+    assert_rollups_match(&audit).await;
+
+    // Nothing more to cut: the same call again removes nothing.
+    let again = retention::apply(&audit, Duration::from_secs(90 * 86_400), Utc::now())
+        .await
+        .unwrap();
+    assert!(again.partitions.is_empty() && again.rows == 0, "{again:?}");
+}
+
+#[tokio::test]
+async fn partitions_cover_the_retention_period_and_days_ahead_for_plain_sql_too() {
+    let db = TestDb::new(DbKind::Postgres).await;
+    let audit = db.connect().await;
+    retention::apply(&audit, Duration::from_secs(30 * 86_400), Utc::now())
+        .await
+        .unwrap();
+    let AuditDb::Postgres(pool) = &audit else {
+        unreachable!()
+    };
+    let have = partitions::existing(pool).await.unwrap();
+    let today = partitions::day(Utc::now());
+    let first = partitions::day(days_ago(30));
+    let last = today + chrono::Days::new(tollgate::audit::db::PARTITION_DAYS_AHEAD);
+    for day in partitions::days(first, last) {
+        assert!(have.contains(&day), "{day} has a partition");
+    }
+
+    // Plain SQL (an import, a restore) can write any time within retention.
+    for at in [days_ago(29), Utc::now() + chrono::Duration::days(6)] {
+        sqlx::query(
+            "INSERT INTO audit_events (id, occurred_at, action, decision, reason, subject_kind, subject) \
+             VALUES ($1, $2, 'login_attempt', 'deny', 'user_locked', 'user', 'imported')",
+        )
+        .bind(uuid::Uuid::now_v7())
+        .bind(at)
+        .execute(pool)
+        .await
+        .unwrap_or_else(|e| panic!("a row of {at} is insertable: {e}"));
+    }
+
+    // The writer's path makes a day far ahead on demand.
+    let far = refusal(
+        SubjectKind::User,
+        "eve",
+        Utc::now() + chrono::Duration::days(40),
+    );
+    assert_eq!(audit.insert(&[far], 7).await.unwrap(), 1);
+    let have = partitions::existing(pool).await.unwrap();
+    assert!(have.contains(&partitions::day(Utc::now() + chrono::Duration::days(40))));
+}
+
+#[tokio::test]
+async fn tollgate_migrate_makes_the_partitions_of_the_retention_period() {
+    let db = TestDb::new(DbKind::Postgres).await;
+    let (ok, _, stderr) = crate::support::app::run_binary(
+        &["migrate"],
+        &[
+            ("TOLLGATE__AUDIT__DATABASE_URL", &db.url),
+            ("TOLLGATE__AUDIT__RETENTION", "20d"),
+        ],
+    );
+    assert!(ok, "{stderr}");
+    let audit = db.connect().await;
+    let AuditDb::Postgres(pool) = &audit else {
+        unreachable!()
+    };
+    let have = partitions::existing(pool).await.unwrap();
+    assert!(have.contains(&partitions::day(days_ago(20))), "{have:?}");
+    assert!(!have.contains(&partitions::day(days_ago(22))), "{have:?}");
+}
+
+/// The migrations before partitions and rollups, as an older tollgate
+/// applied them.
+async fn migrate_as_before(db: &TestDb, kind: DbKind) -> AuditDb {
+    let dir = match kind {
+        DbKind::Postgres => "migrations/postgres",
+        DbKind::Sqlite => "migrations/sqlite",
+    };
+    let mut migrator = sqlx::migrate::Migrator::new(std::path::Path::new(&format!(
+        "{}/{dir}",
+        env!("CARGO_MANIFEST_DIR")
+    )))
+    .await
+    .unwrap();
+    let before: Vec<_> = migrator
+        .migrations
+        .iter()
+        .filter(|m| m.version < 20261126000000)
+        .cloned()
+        .collect();
+    assert!(before.len() < migrator.migrations.len());
+    migrator.migrations = before.into();
+    let audit = AuditDb::connect_lazy(&db.url).unwrap();
+    match &audit {
+        AuditDb::Postgres(pool) => migrator.run(pool).await.unwrap(),
+        AuditDb::Sqlite(pool) => migrator.run(pool).await.unwrap(),
+    }
+    audit
+}
+
+/// Rows written as the old schema's writer wrote them: one INSERT per row.
+async fn insert_the_old_way(audit: &AuditDb, events: &[AuditEvent]) {
+    const SQL: &str = "INSERT INTO audit_events (id, occurred_at, action, decision, reason, \
+        subject_kind, subject, ip, retry_after_ms, shadow) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
+    for e in events {
+        match audit {
+            AuditDb::Postgres(pool) => sqlx::query(SQL)
+                .bind(e.id)
+                .bind(e.occurred_at)
+                .bind(e.action.as_str())
+                .bind(e.decision.as_str())
+                .bind(&e.reason)
+                .bind(e.subject_kind.as_str())
+                .bind(&e.subject)
+                .bind(&e.ip)
+                .bind(e.retry_after_ms)
+                .bind(e.shadow)
+                .execute(pool)
+                .await
+                .map(drop),
+            AuditDb::Sqlite(pool) => sqlx::query(SQL)
+                .bind(e.id.to_string())
+                .bind(e.occurred_at.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string())
+                .bind(e.action.as_str())
+                .bind(e.decision.as_str())
+                .bind(&e.reason)
+                .bind(e.subject_kind.as_str())
+                .bind(&e.subject)
+                .bind(&e.ip)
+                .bind(e.retry_after_ms)
+                .bind(e.shadow)
+                .execute(pool)
+                .await
+                .map(drop),
+        }
+        .unwrap();
+    }
+}
+
+async fn an_upgrade_from_the_unpartitioned_schema_keeps_every_row_and_rolls_it_up(kind: DbKind) {
+    let db = TestDb::new(kind).await;
+    let old = migrate_as_before(&db, kind).await;
+    let mut events = Vec::new();
+    for (i, days) in [0, 0, 1, 5, 33, 33, 80].into_iter().enumerate() {
+        let mut e = refusal(
+            SubjectKind::Phone,
+            &format!("+861380013800{i}"),
+            days_ago(days),
+        );
+        e.retry_after_ms = Some(60_000);
+        e.shadow = i == 1;
+        events.push(e);
+    }
+    let mut lock = refusal(SubjectKind::User, "alice", days_ago(2));
+    lock.decision = AuditDecision::Lock;
+    events.push(lock);
+    insert_the_old_way(&old, &events).await;
+
+    let audit = db.connect().await; // migrates to today's schema
+    let mut rows = all_rows(&audit).await;
+    rows.sort_by_key(|r| r.id);
+    let mut expected: Vec<AuditEvent> = events
+        .iter()
+        .map(|e| AuditEvent {
+            rule: None,
+            request_id: None,
+            user_agent: None,
+            ..e.clone()
+        })
+        .collect();
+    expected.sort_by_key(|e| e.id);
+    assert_eq!(rows, expected, "every row, unchanged");
+    assert_rollups_match(&audit).await;
+    if let AuditDb::Postgres(pool) = &audit {
+        let have = partitions::existing(pool).await.unwrap();
+        for days in [0, 1, 5, 33, 80] {
+            assert!(have.contains(&partitions::day(days_ago(days))));
+        }
+    }
+    // And the upgraded trail takes new rows.
+    let new = refusal(SubjectKind::User, "bob", Utc::now());
+    assert_eq!(audit.insert(&[new], 7).await.unwrap(), 1);
+    assert_rollups_match(&audit).await;
+}
+
+async fn rollups_count_only_rows_that_were_new(kind: DbKind) {
+    let db = TestDb::new(kind).await;
+    let audit = db.connect().await;
+    let batch: Vec<AuditEvent> = (0..50)
+        .map(|i| refusal(SubjectKind::User, &format!("u{}", i % 7), Utc::now()))
+        .collect();
+    assert_eq!(audit.insert(&batch, 7).await.unwrap(), 50);
+    // A replay of the same batch (a journal after a crash) adds nothing.
+    assert_eq!(audit.insert(&batch, 7).await.unwrap(), 0);
+    assert_eq!(audit.insert(&batch[..10], 7).await.unwrap(), 0);
+    assert_rollups_match(&audit).await;
+}
+
+async fn stats_app(db: &TestDb) -> TestApp {
+    let (url, spool) = (db.url.clone(), db.spool_dir());
+    spawn_app_with_audit_db(Backend::Memory, move |s| {
+        s.audit.database_url = tollgate::settings::SecretUrl::new(url);
+        s.audit.spool_dir = spool.display().to_string();
+    })
+    .await
+}
+
+async fn stats_answers_counts_and_top_lists_from_the_rollups(kind: DbKind) {
+    let db = TestDb::new(kind).await;
+    let audit = db.connect().await;
+    let now = Utc::now();
+    let mut rows = Vec::new();
+    for _ in 0..3 {
+        rows.push(refusal(SubjectKind::User, "mallory", now));
+    }
+    rows.push(refusal(SubjectKind::User, "trent", now));
+    let mut phone = refusal(SubjectKind::Phone, "+8613800138000", now);
+    phone.action = Action::SmsSend;
+    phone.ip = Some("198.51.100.9".into());
+    rows.push(phone);
+    let mut shadowed = refusal(SubjectKind::User, "shadowed", now);
+    shadowed.shadow = true;
+    rows.push(shadowed);
+    let mut unblock = refusal(SubjectKind::User, "mallory", now);
+    unblock.decision = AuditDecision::Unblock;
+    rows.push(unblock);
+    // Eight days ago: outside every period.
+    rows.push(refusal(SubjectKind::User, "ancient", days_ago(8)));
+    audit.insert(&rows, 7).await.unwrap();
+
+    let app = stats_app(&db).await;
+    for period in ["1h", "24h", "7d"] {
+        let stats = app
+            .admin_get(&format!("/admin/api/stats?period={period}"))
+            .await;
+        assert_eq!(stats.status, 200, "{period}: {}", stats.body);
+        let body = &stats.body;
+        assert_eq!(body["period"], period);
+        assert_eq!(
+            body["total"], 5,
+            "{period}: refusals only, shadow left out: {body}"
+        );
+        let counted: u64 = body["buckets"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b["count"].as_u64().unwrap())
+            .sum();
+        assert_eq!(counted, 5);
+        assert_eq!(
+            body["top"]["subjects"],
+            json!({
+                "entries": [
+                    { "key": "user:mallory", "count": 3 },
+                    { "key": "phone:+8613800138000", "count": 1 },
+                    { "key": "user:trent", "count": 1 },
+                ],
+                "exact": true,
+                "max_error": 0,
+            })
+        );
+        assert_eq!(
+            body["top"]["ips"]["entries"],
+            json!([
+                { "key": "203.0.113.7", "count": 4 },
+                { "key": "198.51.100.9", "count": 1 },
+            ])
+        );
+        assert_eq!(
+            body["top"]["prefixes"]["entries"],
+            json!([{ "key": "+8613800", "count": 1 }])
+        );
+    }
+    let default = app.admin_get("/admin/api/stats").await;
+    assert_eq!(default.body["period"], "24h");
+    for bad in ["?period=30d", "?period=", "?window=1h"] {
+        let answer = app.admin_get(&format!("/admin/api/stats{bad}")).await;
+        assert_eq!(answer.status, 400, "{bad}: {}", answer.body);
+        assert_eq!(answer.body["error"], "invalid_request");
+    }
+    let anonymous = app.get("/admin/api/stats").await;
+    assert_eq!(anonymous.status, 401);
+}
+
+async fn a_crowd_of_subjects_gives_approximate_top_lists_within_their_bound(kind: DbKind) {
+    let db = TestDb::new(kind).await;
+    let audit = db.connect().await;
+    let now = Utc::now();
+    // 60 refusals of mallory hidden among 1,500 users refused once each,
+    // written in batches as the writer does.
+    let mut truth: BTreeMap<String, u64> = BTreeMap::new();
+    let mut rows = Vec::new();
+    for i in 0..1_500 {
+        rows.push(refusal(SubjectKind::User, &format!("u{i}"), now));
+        if i % 25 == 0 {
+            rows.push(refusal(SubjectKind::User, "mallory", now));
+        }
+    }
+    for r in &rows {
+        *truth.entry(format!("user:{}", r.subject)).or_default() += 1;
+    }
+    for chunk in rows.chunks(250) {
+        audit.insert(chunk, 7).await.unwrap();
+    }
+    let total = rows.len() as u64;
+    assert_eq!(truth["user:mallory"], 60);
+
+    let app = stats_app(&db).await;
+    let stats = app.admin_get("/admin/api/stats?period=1h").await;
+    assert_eq!(stats.status, 200, "{}", stats.body);
+    assert_eq!(stats.body["total"], total, "counts stay exact");
+    let top = &stats.body["top"]["subjects"];
+    let max_error = top["max_error"].as_u64().unwrap();
+    assert_eq!(top["exact"], false, "{top}");
+    assert!(max_error > 0);
+    // The bound the docs state: refusals / (capacity + 1) per summary, and
+    // the 1h period reads at most two hours' worth of summaries.
+    assert!(
+        max_error <= 2 * total / (rollup::TOP_CAPACITY as u64 + 1) + 2,
+        "{max_error} of {total}"
+    );
+    let entries = top["entries"].as_array().unwrap();
+    assert_eq!(entries[0]["key"], "user:mallory", "{top}");
+    for entry in entries {
+        let key = entry["key"].as_str().unwrap();
+        let shown = entry["count"].as_u64().unwrap();
+        let real = truth[key];
+        assert!(
+            shown <= real && real <= shown + max_error,
+            "{key}: shown {shown}, true {real}, bound {max_error}"
+        );
+    }
+    // The stored summaries stay bounded however many keys came.
+    let stored = summary_sizes(&audit).await;
+    assert!(
+        stored.values().all(|&n| n <= rollup::PRUNE_ABOVE as i64),
+        "{stored:?}"
+    );
+    assert!(stored.contains_key(TopList::Subject.as_str()));
+    // The console labels the list.
+    let page = app
+        .client
+        .get(format!("{}/admin/overview?period=1h", app.address))
+        .basic_auth("admin", Some(crate::support::app::ADMIN_TOKEN))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), 200);
+    let html = page.text().await.unwrap();
+    assert!(
+        html.contains(&format!("each count may lack up to {max_error} refusals")),
+        "{html}"
+    );
+}
+
+/// The largest stored summary of each list.
+async fn summary_sizes(audit: &AuditDb) -> BTreeMap<String, i64> {
+    const SQL: &str = "SELECT list, CAST(MAX(c) AS BIGINT) FROM \
+        (SELECT list, COUNT(*) AS c FROM audit_top GROUP BY width_ms, start_ms, list) s GROUP BY list";
+    let rows: Vec<(String, i64)> = match audit {
+        AuditDb::Postgres(pool) => sqlx::query_as(SQL).fetch_all(pool).await,
+        AuditDb::Sqlite(pool) => sqlx::query_as(SQL).fetch_all(pool).await,
+    }
+    .unwrap();
+    rows.into_iter().collect()
+}
+
+/// 30 days of trail (PostgreSQL), a process started with a 7-day
+/// retention, and a flood of refused logins from its first moment: the cut
+/// of 23 days is done within seconds, and every answered refusal is in the
+/// database with nothing spooled.
+#[tokio::test]
+async fn a_login_flood_during_a_retention_cut_is_audited_and_nothing_spools() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    let db = TestDb::new(DbKind::Postgres).await;
+    let audit = db.connect().await;
+    retention::apply(&audit, Duration::from_secs(31 * 86_400), Utc::now())
+        .await
+        .unwrap();
+    let AuditDb::Postgres(pool) = &audit else {
+        unreachable!()
+    };
+    // 2,000 rows on each of the last 30 days, by plain SQL (fast).
+    sqlx::query(
+        "INSERT INTO audit_events (id, occurred_at, action, decision, reason, subject_kind, subject, ip) \
+         SELECT gen_random_uuid(), now() - make_interval(days => d, secs => i), 'login_attempt', 'deny', \
+                'user_locked', 'user', 'u' || i, '203.0.113.' || (i % 200) \
+           FROM generate_series(1, 30) AS d, generate_series(1, 2000) AS i",
+    )
+    .execute(pool)
+    .await
+    .unwrap();
+    let old_days = partitions::existing(pool)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|d| *d < partitions::day(days_ago(7)))
+        .count();
+    assert!(old_days >= 23, "{old_days}");
+
+    let dir = db.dir.path();
+    let config = crate::support::process::config_file(dir, "", "retention = \"7d\"");
+    let started = std::time::Instant::now();
+    let server = crate::support::process::Tollgate::start_with_env(
+        &config,
+        &[("TOLLGATE__AUDIT__DATABASE_URL", &db.url)],
+    )
+    .await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let clients: Vec<_> = (0..8)
+        .map(|c| {
+            let address = server.address.clone();
+            let stop = stop.clone();
+            // Each client fails one user's password from one address: past
+            // `captcha_after`, every attempt is a refusal (a challenge),
+            // audited.
+            tokio::spawn(async move {
+                let client = reqwest::Client::new();
+                let mut refused = 0u64;
+                for i in 0.. {
+                    if stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    let sent = client
+                        .post(format!("{address}/login/attempt"))
+                        .header("x-request-id", format!("flood-{c}-{i}"))
+                        .json(&json!({ "user": format!("flood{c}"), "ip": format!("198.51.100.{c}"), "success": false }))
+                        .send()
+                        .await
+                        .expect("an answer");
+                    assert_eq!(sent.status(), 200);
+                    let state: serde_json::Value = sent.json().await.expect("a LoginState");
+                    if state["decision"] != "allow" {
+                        refused += 1;
+                    }
+                }
+                refused
+            })
+        })
+        .collect();
+
+    let cut_done = crate::support::wait::eventually(
+        "the 23 old days dropped",
+        Duration::from_secs(30),
+        || async {
+            let left = partitions::existing(pool).await.unwrap();
+            left.iter().all(|d| *d >= partitions::day(days_ago(8)))
+        },
+    );
+    cut_done.await;
+    let cut_after = started.elapsed();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut flood = 0;
+    for client in clients {
+        flood += client.await.unwrap();
+    }
+    assert!(flood > 100, "a flood: {flood}");
+    assert!(
+        !server
+            .logged("cut audit rows past audit.retention")
+            .await
+            .is_empty(),
+        "the cut is logged"
+    );
+    assert!(
+        cut_after < Duration::from_secs(20),
+        "cut after {cut_after:?}"
+    );
+
+    let metrics = reqwest::get(format!("{}/metrics", server.address))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let value = |series: &str| -> f64 {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(series).map(|v| v.trim().parse().unwrap()))
+            .unwrap_or(0.0)
+    };
+    assert_eq!(
+        value("tollgate_audit_events_total{outcome=\"spooled\"}"),
+        0.0,
+        "{metrics}"
+    );
+    crate::support::wait::eventually(
+        "every refused login of the flood in the database",
+        Duration::from_secs(30),
+        || async {
+            let (n,): (i64,) = sqlx::query_as(
+                "SELECT COUNT(DISTINCT request_id) FROM audit_events WHERE request_id LIKE 'flood-%'",
+            )
+            .fetch_one(pool)
+            .await
+            .unwrap();
+            n as u64 >= flood
+        },
+    )
+    .await;
+}
+
+/// An event older than retention when it reaches the writer (a journal
+/// replayed after a long outage) is left out and counted, and the writer
+/// goes on with the rest.
+#[tokio::test]
+async fn the_writer_leaves_out_events_past_retention_and_goes_on() {
+    use tollgate::audit::{AuditSink, DbSink, Journal, SinkConfig};
+
+    let db = TestDb::new(DbKind::Postgres).await;
+    let audit = db.connect().await;
+    let journal = Journal::open(db.spool_dir(), 1 << 20).unwrap();
+    let sink = DbSink::start(
+        audit.clone(),
+        journal,
+        SinkConfig {
+            batch_size: 10,
+            flush_interval: Duration::from_millis(20),
+            queue_capacity: 100,
+            journal_sync_interval: Duration::from_millis(50),
+            retention: Duration::from_secs(86_400),
+            prefix_digits: 7,
+        },
+        true,
+    )
+    .unwrap();
+    sink.record(refusal(SubjectKind::User, "expired", days_ago(2)));
+    sink.record(refusal(SubjectKind::User, "fresh", Utc::now()));
+    sink.flush().await;
+    let rows: Vec<String> = all_rows(&audit)
+        .await
+        .into_iter()
+        .map(|r| r.subject)
+        .collect();
+    assert_eq!(rows, ["fresh"]);
+    sink.record(refusal(SubjectKind::User, "later", Utc::now()));
+    sink.flush().await;
+    assert_eq!(all_rows(&audit).await.len(), 2);
+    assert!(sink.health().database);
+}
