@@ -1,0 +1,166 @@
+//! The durable sink: `record` appends the event to the journal (one write,
+//! no fsync; see [`super::journal`]) and enqueues it, never waiting for the
+//! database; one writer task inserts in batches. An event the writer cannot
+//! insert from memory (the queue was full, the database is down) is left to
+//! its journal segment, which the writer replays once the database answers.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use metrics::counter;
+use tokio::sync::{mpsc, oneshot};
+
+mod batch;
+
+use batch::Writer;
+
+use super::db::AuditDb;
+use super::journal::{Journal, Segment};
+use super::journal_sync::{spawn_sync, SyncCommand};
+use super::{AuditEvent, AuditHealth, AuditSink};
+use crate::metrics::AUDIT_EVENTS;
+use crate::telemetry::log_budget::LogBudget;
+
+enum Message {
+    Event(Box<AuditEvent>, Option<Arc<Segment>>),
+    Flush(oneshot::Sender<()>),
+}
+
+/// How a `DbSink` batches and journals: the `[audit]` settings.
+#[derive(Debug, Clone)]
+pub struct SinkConfig {
+    /// Most events per insert.
+    pub batch_size: usize,
+    /// Longest an event waits for its batch to fill.
+    pub flush_interval: Duration,
+    /// Events the in-memory queue holds; further ones wait in the journal.
+    pub queue_capacity: usize,
+    /// How often the journal is fsync'd: what a machine crash can lose.
+    pub journal_sync_interval: Duration,
+    /// `audit.retention`: an event older than it when it reaches the writer
+    /// (a replay after a long outage, say) is counted `expired`, not
+    /// inserted.
+    pub retention: Duration,
+    /// `sms.prefix_digits` at start-up: how the top lists cut phones.
+    pub prefix_digits: u32,
+}
+
+/// The production sink: the journal, a bounded queue, one batch writer.
+pub struct DbSink {
+    queue: mpsc::Sender<Message>,
+    journal: Arc<Journal>,
+    sync: std::sync::mpsc::Sender<SyncCommand>,
+    database: Arc<AtomicBool>,
+    db: AuditDb,
+}
+
+fn count(outcome: &'static str, n: usize) {
+    if n > 0 {
+        counter!(AUDIT_EVENTS, "outcome" => outcome).increment(n as u64);
+    }
+}
+
+/// Lines about the database being down, or events with nowhere to go.
+static DB_LINES: LogBudget = LogBudget::new(Duration::from_secs(10));
+static DROP_LINES: LogBudget = LogBudget::new(Duration::from_secs(10));
+
+impl DbSink {
+    /// Start the journal's sync thread and the writer task, which first
+    /// replays what an earlier process left in the journal. `database_ready`
+    /// says whether start-up reached and migrated the database.
+    pub fn start(
+        db: AuditDb,
+        journal: Journal,
+        config: SinkConfig,
+        database_ready: bool,
+    ) -> std::io::Result<Arc<Self>> {
+        let journal = Arc::new(journal);
+        let sync = spawn_sync(journal.clone(), config.journal_sync_interval)?;
+        let (queue, receiver) = mpsc::channel(config.queue_capacity.max(1));
+        let database = Arc::new(AtomicBool::new(database_ready));
+        let writer = Writer::new(
+            db.clone(),
+            journal.clone(),
+            sync.clone(),
+            database.clone(),
+            &config,
+        );
+        tokio::spawn(writer.run(receiver));
+        Ok(Arc::new(Self {
+            queue,
+            journal,
+            sync,
+            database,
+            db,
+        }))
+    }
+
+    /// The database the sink writes to.
+    pub fn db(&self) -> &AuditDb {
+        &self.db
+    }
+}
+
+/// An event as JSON for a log line, a phone subject masked (`+86138****8000`).
+fn loggable(event: &AuditEvent) -> String {
+    let mut event = event.clone();
+    if event.subject_kind == crate::domain::SubjectKind::Phone {
+        event.subject = crate::domain::PhoneNumber::parse(&event.subject)
+            .map_or_else(|_| "+***".to_string(), |p| p.masked());
+    }
+    serde_json::to_string(&event).unwrap_or_default()
+}
+
+/// An event neither the journal nor memory could keep.
+fn dropped(event: &AuditEvent) {
+    count("dropped", 1);
+    if let Some(held_back) = DROP_LINES.admit() {
+        tracing::error!(event = %loggable(event), held_back, "audit event lost: the journal and the queue are both full or failing");
+    }
+}
+
+#[async_trait]
+impl AuditSink for DbSink {
+    fn record(&self, event: AuditEvent) {
+        let segment = self.journal.append(&event);
+        match self
+            .queue
+            .try_send(Message::Event(Box::new(event), segment))
+        {
+            Ok(()) => count("queued", 1),
+            Err(mpsc::error::TrySendError::Full(message))
+            | Err(mpsc::error::TrySendError::Closed(message)) => match message {
+                Message::Event(_, Some(segment)) => {
+                    segment.mark_for_replay();
+                    count("spooled", 1);
+                }
+                Message::Event(event, None) => dropped(&event),
+                Message::Flush(_) => {}
+            },
+        }
+    }
+
+    /// Everything queued so far is in the database or left to the journal,
+    /// and the journal is fsync'd.
+    async fn flush(&self) {
+        let (ack, done) = oneshot::channel();
+        if self.queue.send(Message::Flush(ack)).await.is_ok() {
+            let _ = done.await;
+        }
+        let (ack, done) = oneshot::channel();
+        if self.sync.send(SyncCommand::Sync(ack)).is_ok() {
+            let _ = done.await;
+        }
+    }
+
+    /// From state, never a fresh probe: the writer's last word on the
+    /// database, the journal's on its last write.
+    fn health(&self) -> AuditHealth {
+        AuditHealth {
+            database: self.database.load(Ordering::Relaxed),
+            journal: self.journal.healthy(),
+        }
+    }
+}
