@@ -583,6 +583,28 @@ async fn a_login_flood_during_a_retention_cut_is_audited_and_nothing_spools() {
         },
     )
     .await;
+    // The flood's rows (the only ones of the last hour) and their rollups
+    // agree: the plain-SQL rows of earlier days have none, by design.
+    let since = rollup::floor_to(
+        (Utc::now() - chrono::Duration::hours(1)).timestamp_millis(),
+        rollup::BUCKET_MS,
+    );
+    let (rows,): (i64,) = sqlx::query_as(
+        "SELECT COUNT(*) FROM audit_events WHERE occurred_at >= to_timestamp($1::double precision / 1000)",
+    )
+    .bind(since)
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    let (rolled,): (i64,) = sqlx::query_as(
+        "SELECT CAST(COALESCE(SUM(n), 0) AS BIGINT) FROM audit_counts WHERE bucket_ms >= $1",
+    )
+    .bind(since)
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    assert!(rows as u64 >= flood);
+    assert_eq!(rolled, rows, "the rollups count the flood's rows");
 }
 
 /// An event older than retention when it reaches the writer (a journal
