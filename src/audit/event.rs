@@ -170,6 +170,18 @@ impl AuditEvent {
         }
     }
 
+    /// When a lock row's lock runs out, in ms since 1970 (its time plus
+    /// `retry_after_ms`); `None` on other rows. Stored as `lock_until_ms`,
+    /// which the overview's open locks are found by.
+    pub fn lock_until_ms(&self) -> Option<i64> {
+        match (self.decision, self.retry_after_ms) {
+            (AuditDecision::Lock, Some(wait)) => {
+                Some(self.occurred_at.timestamp_millis().saturating_add(wait))
+            }
+            _ => None,
+        }
+    }
+
     /// The rule that decided, with the count it saw.
     pub fn rule(mut self, rule: &Rule, observed: u32) -> Self {
         self.rule = Some(rule.name());

@@ -104,7 +104,7 @@ pub struct OpenLock {
 pub struct Limits {
     /// Top subjects, IPs and prefixes, each.
     pub top: usize,
-    /// Open locks.
+    /// Open locks (0: the locks are not asked for).
     pub locks: usize,
 }
 

@@ -233,8 +233,10 @@ async fn an_upgrade_from_the_unpartitioned_schema_keeps_every_row_and_rolls_it_u
         e.shadow = i == 1;
         events.push(e);
     }
+    // A three-day lock from two days ago: still running after the upgrade.
     let mut lock = refusal(SubjectKind::User, "alice", days_ago(2));
     lock.decision = AuditDecision::Lock;
+    lock.retry_after_ms = Some(3 * 86_400_000);
     events.push(lock);
     insert_the_old_way(&old, &events).await;
 
@@ -253,6 +255,16 @@ async fn an_upgrade_from_the_unpartitioned_schema_keeps_every_row_and_rolls_it_u
     expected.sort_by_key(|e| e.id);
     assert_eq!(rows, expected, "every row, unchanged");
     assert_rollups_match(&audit).await;
+    let now = Utc::now();
+    let span = tollgate::audit::stats::Span::ending_at(now, 3_600_000, 24);
+    let limits = tollgate::audit::stats::Limits { top: 10, locks: 10 };
+    let overview = audit.overview(&span, now, limits).await.unwrap();
+    let locked: Vec<&str> = overview
+        .locks
+        .iter()
+        .map(|l| l.subject.id.as_str())
+        .collect();
+    assert_eq!(locked, ["alice"], "the old lock row is found as running");
     if let AuditDb::Postgres(pool) = &audit {
         let have = partitions::existing(pool).await.unwrap();
         for days in [0, 1, 5, 33, 80] {

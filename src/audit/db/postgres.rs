@@ -75,10 +75,10 @@ async fn insert_once(
         events.iter().map(f).collect()
     }
     let sql = format!(
-        "INSERT INTO audit_events ({COLUMNS}) SELECT * FROM UNNEST(\
+        "INSERT INTO audit_events ({COLUMNS}, lock_until_ms) SELECT * FROM UNNEST(\
          $1::uuid[], $2::timestamptz[], $3::text[], $4::text[], $5::text[], $6::text[], \
          $7::text[], $8::text[], $9::text[], $10::bigint[], $11::bigint[], $12::bigint[], \
-         $13::bigint[], $14::text[], $15::text[], $16::bool[], $17::text[]) \
+         $13::bigint[], $14::text[], $15::text[], $16::bool[], $17::text[], $18::bigint[]) \
          ON CONFLICT (occurred_at, id) DO NOTHING RETURNING id"
     );
     let mut tx = pool.begin().await?;
@@ -100,6 +100,7 @@ async fn insert_once(
         .bind(column(events, |e| e.user_agent.as_deref()))
         .bind(column(events, |e| e.shadow))
         .bind(column(events, |e| e.actor.as_deref()))
+        .bind(column(events, AuditEvent::lock_until_ms))
         .fetch_all(&mut *tx)
         .await?;
     let new: HashSet<Uuid> = inserted.into_iter().map(|(id,)| id).collect();

@@ -69,7 +69,9 @@ pub async fn insert(
     let mut tx = pool.begin().await?;
     let mut new = HashSet::new();
     for chunk in events.chunks(ROWS_PER_STATEMENT) {
-        let mut qb = QueryBuilder::<Sqlite>::new(format!("INSERT INTO audit_events ({COLUMNS}) "));
+        let mut qb = QueryBuilder::<Sqlite>::new(format!(
+            "INSERT INTO audit_events ({COLUMNS}, lock_until_ms) "
+        ));
         qb.push_values(chunk, |mut row, e| {
             row.push_bind(bind_id(e.id))
                 .push_bind(bind_time(e.occurred_at))
@@ -87,7 +89,8 @@ pub async fn insert(
                 .push_bind(e.request_id.clone())
                 .push_bind(e.user_agent.clone())
                 .push_bind(e.shadow)
-                .push_bind(e.actor.clone());
+                .push_bind(e.actor.clone())
+                .push_bind(e.lock_until_ms());
         });
         qb.push(" ON CONFLICT (id) DO NOTHING RETURNING id");
         let ids: Vec<(String,)> = qb.build_query_as().fetch_all(&mut *tx).await?;

@@ -2,9 +2,8 @@
 //! database: only the answers cross the wire. Counts and top lists come from
 //! the rollups (`audit_counts`, `audit_top`, `audit_top_error`), whose times
 //! are milliseconds since 1970 in both databases; the open locks from the
-//! lock rows, where the two keep times differently (TIMESTAMPTZ there,
-//! fixed-width UTC text here), so each names the expression that turns
-//! `occurred_at` into milliseconds. The queries are written once.
+//! lock rows' `lock_until_ms`, through an index of lock rows' ends. The
+//! queries are written once for both.
 
 use chrono::{DateTime, TimeZone, Utc};
 use sqlx::QueryBuilder;
@@ -70,8 +69,7 @@ fn sorted(mut buckets: Vec<BucketCount>) -> Vec<BucketCount> {
     buckets
 }
 
-/// `EPOCH_MS` comes from the database's module: the SQL that reads
-/// `occurred_at` as milliseconds since 1970.
+/// The queries, instantiated per database.
 macro_rules! stats_queries {
     ($db:ty, $pool:ty) => {
         /// ` WHERE` a summary tiles the span (`rollup::tiles`).
@@ -160,10 +158,10 @@ macro_rules! stats_queries {
             Ok(errors)
         }
 
-        /// Lock rows still running at `now` with no unblock of their
-        /// subject at or after them, latest end per subject. The decisions
-        /// are written into the SQL so that the partial index on lock rows
-        /// (`audit_events_locks`) applies.
+        /// Lock rows still running at `now` (found by the index of their
+        /// ends, `audit_events_open_locks`) with no unblock of their subject
+        /// at or after them, latest end per subject. The decision is written
+        /// into the SQL so that the partial index applies.
         async fn open_locks(
             pool: &$pool,
             now: DateTime<Utc>,
@@ -172,15 +170,16 @@ macro_rules! stats_queries {
             let lock = AuditDecision::Lock.as_str();
             let unblock = AuditDecision::Unblock.as_str();
             let mut qb = QueryBuilder::<$db>::new(format!(
-                "SELECT l.subject_kind, l.subject, MAX({EPOCH_MS} + l.retry_after_ms) AS until_ms \
-                 FROM audit_events l WHERE l.decision = '{lock}' AND l.retry_after_ms IS NOT NULL \
-                 AND NOT EXISTS (SELECT 1 FROM audit_events u WHERE u.decision = '{unblock}' \
-                 AND u.subject_kind = l.subject_kind AND u.subject = l.subject \
-                 AND u.occurred_at >= l.occurred_at) AND l.shadow = "
+                "SELECT l.subject_kind, l.subject, MAX(l.lock_until_ms) AS until_ms \
+                 FROM audit_events l WHERE l.decision = '{lock}' AND l.lock_until_ms > "
             ));
-            qb.push_bind(false)
-                .push(format!(" AND {EPOCH_MS} + l.retry_after_ms > "))
-                .push_bind(now.timestamp_millis())
+            qb.push_bind(now.timestamp_millis())
+                .push(format!(
+                    " AND NOT EXISTS (SELECT 1 FROM audit_events u WHERE u.decision = '{unblock}' \
+                     AND u.subject_kind = l.subject_kind AND u.subject = l.subject \
+                     AND u.occurred_at >= l.occurred_at) AND l.shadow = "
+                ))
+                .push_bind(false)
                 .push(" GROUP BY l.subject_kind, l.subject ORDER BY until_ms DESC, l.subject_kind, l.subject LIMIT ")
                 .push_bind(limit as i64);
             let rows: Vec<(String, String, i64)> = qb.build_query_as().fetch_all(pool).await?;
@@ -199,7 +198,13 @@ macro_rules! stats_queries {
                 top(pool, span, TopList::Subject, limits.top),
                 top(pool, span, TopList::Ip, limits.top),
                 top(pool, span, TopList::Prefix, limits.top),
-                open_locks(pool, now, limits.locks),
+                async {
+                    if limits.locks == 0 {
+                        Ok(Vec::new())
+                    } else {
+                        open_locks(pool, now, limits.locks).await
+                    }
+                },
                 errors(pool, span),
             )?;
             let subjects: Result<Vec<_>, _> = subjects.into_iter().map(subject_from_key).collect();
@@ -219,21 +224,12 @@ pub mod postgres {
     use super::*;
     use sqlx::{PgPool, Postgres};
 
-    /// Whole milliseconds (the column keeps microseconds; the trail writes
-    /// milliseconds).
-    const EPOCH_MS: &str = "CAST(FLOOR(EXTRACT(EPOCH FROM occurred_at) * 1000) AS BIGINT)";
-
     stats_queries!(Postgres, PgPool);
 }
 
 pub mod sqlite {
     use super::*;
     use sqlx::{Sqlite, SqlitePool};
-
-    /// `2026-11-22T10:01:40.112Z`: whole seconds from `strftime`, then the
-    /// three digits after the point (characters 21 to 23), exactly.
-    const EPOCH_MS: &str = "(CAST(strftime('%s', occurred_at) AS INTEGER) * 1000 \
-                            + CAST(substr(occurred_at, 21, 3) AS INTEGER))";
 
     stats_queries!(Sqlite, SqlitePool);
 }

@@ -1,0 +1,11 @@
+-- When a lock row's lock runs out (ms since 1970: occurred_at + retry_after_ms),
+-- written by the service on lock rows only, so that the overview finds the
+-- locks still running through an index of their ends instead of reading
+-- every lock row retention keeps.
+ALTER TABLE audit_events ADD COLUMN lock_until_ms INTEGER;
+UPDATE audit_events
+   SET lock_until_ms = CAST(strftime('%s', occurred_at) AS INTEGER) * 1000
+                       + CAST(substr(occurred_at, 21, 3) AS INTEGER) + retry_after_ms
+ WHERE decision = 'lock' AND retry_after_ms IS NOT NULL;
+CREATE INDEX audit_events_open_locks ON audit_events (lock_until_ms) WHERE decision = 'lock';
+DROP INDEX IF EXISTS audit_events_locks;
