@@ -32,7 +32,16 @@ macro_rules! push_conditions {
             cond!("action = ", action.as_str());
         }
         if let Some(decision) = filter.decision {
-            cond!("decision = ", decision.as_str());
+            // A literal, not a bind: the planner can then prove that an admin
+            // decision matches the partial index of admin rows
+            // (`audit_events_admin`). The value is an enum's name, never text
+            // from outside.
+            let decision: $crate::audit::AuditDecision = decision;
+            $qb.push(sep)
+                .push("decision = '")
+                .push(decision.as_str())
+                .push("'");
+            sep = " AND ";
         }
         if let Some(ip) = &filter.ip {
             cond!("ip = ", ip.clone());
