@@ -9,7 +9,7 @@
 -- 2. Rollups written in the same transaction as the rows they count:
 --    audit_counts (rows per 5 minutes, action, decision, shadow) and
 --    audit_top / audit_top_error (bounded Misra-Gries summaries of the refused
---    subjects, client IPs and phone prefixes per 5 minutes and per hour).
+--    subjects, client IPs and phone prefixes per 5 minutes, hour and day).
 
 ALTER TABLE audit_events RENAME TO audit_events_unpartitioned;
 ALTER INDEX audit_events_pkey RENAME TO audit_events_unpartitioned_pkey;
@@ -86,7 +86,7 @@ CREATE TABLE audit_counts (
 );
 
 CREATE TABLE audit_top (
-    width_ms BIGINT NOT NULL,  -- 300000 (5 minutes) or 3600000 (an hour)
+    width_ms BIGINT NOT NULL,  -- 300000 (5 minutes), 3600000 (an hour) or 86400000 (a day)
     start_ms BIGINT NOT NULL,  -- where the summary's stretch starts, ms since 1970
     list     TEXT   NOT NULL,  -- subject (kind:id) | ip | prefix
     key      TEXT   NOT NULL,
@@ -124,7 +124,7 @@ WITH refused AS (
       FROM refused WHERE subject_kind IN ('phone', 'prefix')
 ), counted AS (
     SELECT w.width_ms, (k.t / w.width_ms) * w.width_ms AS start_ms, k.list, k.key, COUNT(*) AS n
-      FROM keyed k CROSS JOIN (VALUES (300000::bigint), (3600000::bigint)) AS w(width_ms)
+      FROM keyed k CROSS JOIN (VALUES (300000::bigint), (3600000::bigint), (86400000::bigint)) AS w(width_ms)
      GROUP BY 1, 2, 3, 4
 )
 SELECT *, ROW_NUMBER() OVER (PARTITION BY width_ms, start_ms, list ORDER BY n DESC, key) AS rank

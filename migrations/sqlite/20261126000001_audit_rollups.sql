@@ -2,7 +2,7 @@
 -- (docs/audit.md "Partitions and rollups"): audit_counts (rows per 5
 -- minutes, action, decision, shadow) and audit_top / audit_top_error
 -- (bounded Misra-Gries summaries of the refused subjects, client IPs and
--- phone prefixes per 5 minutes and per hour). SQLite keeps one events table:
+-- phone prefixes per 5 minutes, hour and day). SQLite keeps one events table:
 -- retention deletes in small batches.
 
 CREATE TABLE audit_counts (
@@ -15,7 +15,7 @@ CREATE TABLE audit_counts (
 );
 
 CREATE TABLE audit_top (
-    width_ms INTEGER NOT NULL,  -- 300000 (5 minutes) or 3600000 (an hour)
+    width_ms INTEGER NOT NULL,  -- 300000 (5 minutes), 3600000 (an hour) or 86400000 (a day)
     start_ms INTEGER NOT NULL,  -- where the summary's stretch starts, ms since 1970
     list     TEXT    NOT NULL,  -- subject (kind:id) | ip | prefix
     key      TEXT    NOT NULL,
@@ -54,7 +54,7 @@ WITH refused AS (
       FROM refused WHERE subject_kind IN ('phone', 'prefix')
 ), counted AS (
     SELECT w.width_ms, (k.t / w.width_ms) * w.width_ms AS start_ms, k.list, k.key, COUNT(*) AS n
-      FROM keyed k CROSS JOIN (SELECT 300000 AS width_ms UNION ALL SELECT 3600000) AS w
+      FROM keyed k CROSS JOIN (SELECT 300000 AS width_ms UNION ALL SELECT 3600000 UNION ALL SELECT 86400000) AS w
      GROUP BY 1, 2, 3, 4
 )
 SELECT *, ROW_NUMBER() OVER (PARTITION BY width_ms, start_ms, list ORDER BY n DESC, key) AS rank

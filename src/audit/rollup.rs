@@ -4,7 +4,7 @@
 //!
 //! - **counts**: rows per 5-minute bucket, action, decision and shadow flag,
 //!   exact;
-//! - **top summaries**: for each 5-minute and each hour stretch, the refused
+//! - **top summaries**: for each 5-minute, hour and day (UTC) stretch, the refused
 //!   subjects, client IPs and phone prefixes as a Misra-Gries summary of at
 //!   most [`TOP_CAPACITY`] keys (up to twice that between prunes) and its
 //!   error `dropped`. A key's stored count never exceeds its true count, and
@@ -26,10 +26,14 @@ use crate::domain::SubjectKind;
 
 /// Width of a count bucket, and of the finest top summary: 5 minutes.
 pub const BUCKET_MS: i64 = 5 * 60_000;
-/// Width of the coarser top summary: an hour.
+/// Width of the middle top summary: an hour.
 pub const HOUR_MS: i64 = 60 * 60_000;
-/// The widths top summaries are kept at.
-pub const TOP_WIDTHS: [i64; 2] = [BUCKET_MS, HOUR_MS];
+/// Width of the coarsest top summary: a day (UTC).
+pub const DAY_MS: i64 = 24 * HOUR_MS;
+/// The widths top summaries are kept at, finest first: a period's list reads
+/// the coarsest that fit, so that 7 days read about 7 + 48 summaries, not
+/// 168 or 2,016.
+pub const TOP_WIDTHS: [i64; 3] = [BUCKET_MS, HOUR_MS, DAY_MS];
 /// Keys a top summary keeps after a prune.
 pub const TOP_CAPACITY: usize = 100;
 /// A stored summary is pruned once it holds more keys than this.
@@ -199,21 +203,33 @@ pub fn deltas<'a>(events: impl IntoIterator<Item = &'a AuditEvent>, prefix_digit
 }
 
 /// Which summaries tile `[start_ms, end_ms)` (both on 5-minute
-/// boundaries): `(width_ms, first start, end)` ranges of summary starts,
-/// hours where whole hours fit and 5-minute stretches at the edges.
+/// boundaries): `(width_ms, first start, end)` ranges of summary starts, the
+/// coarsest width that fits in the middle and finer ones towards the edges.
 pub fn tiles(start_ms: i64, end_ms: i64) -> Vec<(i64, i64, i64)> {
-    let first_hour = floor_to(start_ms + HOUR_MS - 1, HOUR_MS);
-    let last_hour = floor_to(end_ms, HOUR_MS);
-    let ranges = if first_hour >= last_hour {
-        vec![(BUCKET_MS, start_ms, end_ms)]
-    } else {
-        vec![
-            (BUCKET_MS, start_ms, first_hour),
-            (HOUR_MS, first_hour, last_hour),
-            (BUCKET_MS, last_hour, end_ms),
-        ]
+    let mut widths = TOP_WIDTHS;
+    widths.reverse();
+    tile(start_ms, end_ms, &widths)
+}
+
+fn tile(start_ms: i64, end_ms: i64, widths: &[i64]) -> Vec<(i64, i64, i64)> {
+    let Some((&width, finer)) = widths.split_first() else {
+        return Vec::new();
     };
-    ranges.into_iter().filter(|(_, a, b)| a < b).collect()
+    if start_ms >= end_ms {
+        return Vec::new();
+    }
+    if finer.is_empty() {
+        return vec![(width, start_ms, end_ms)];
+    }
+    let first = floor_to(start_ms + width - 1, width);
+    let last = floor_to(end_ms, width);
+    if first >= last {
+        return tile(start_ms, end_ms, finer);
+    }
+    let mut tiles = tile(start_ms, first, finer);
+    tiles.push((width, first, last));
+    tiles.extend(tile(last, end_ms, finer));
+    tiles
 }
 
 /// The count to take off every key of a stored summary of `counts` (largest
@@ -299,7 +315,7 @@ mod tests {
         );
         assert_eq!(top(TopList::Ip), vec![("203.0.113.9".into(), 2)]);
         assert_eq!(top(TopList::Prefix), vec![("+8613800".into(), 1)]);
-        assert_eq!(d.tops.len(), 6, "three lists at two widths");
+        assert_eq!(d.tops.len(), 9, "three lists at three widths");
     }
 
     #[test]
@@ -322,6 +338,19 @@ mod tests {
         );
         // Whole hours: hours only.
         assert_eq!(super::tiles(9 * h, 11 * h), vec![(h, 9 * h, 11 * h)]);
+        // Seven days from 12:00: half a day by hours, six days, then the
+        // last day's hours and 5 minutes.
+        let d = DAY_MS;
+        let now = 20 * d + 10 * h + 2 * m5;
+        assert_eq!(
+            super::tiles(13 * d + 12 * h, now),
+            vec![
+                (h, 13 * d + 12 * h, 14 * d),
+                (d, 14 * d, 20 * d),
+                (h, 20 * d, 20 * d + 10 * h),
+                (m5, 20 * d + 10 * h, now),
+            ]
+        );
     }
 
     #[test]

@@ -62,6 +62,31 @@ fn lock_from_columns((kind, id, until_ms): (String, String, i64)) -> Result<Open
     })
 }
 
+/// Rows newest end first → the first `limit` subjects, each with its
+/// latest end (its first row); ties by subject as the list shows them.
+fn latest_per_subject(
+    rows: Vec<(String, String, i64)>,
+    limit: usize,
+) -> Result<Vec<OpenLock>, AuditError> {
+    let mut seen = std::collections::HashSet::new();
+    let mut locks = Vec::new();
+    for row in rows {
+        if locks.len() == limit {
+            break;
+        }
+        if seen.insert((row.0.clone(), row.1.clone())) {
+            locks.push(lock_from_columns(row)?);
+        }
+    }
+    locks.sort_by(|a, b| {
+        b.until
+            .cmp(&a.until)
+            .then_with(|| a.subject.kind.as_str().cmp(b.subject.kind.as_str()))
+            .then_with(|| a.subject.id.cmp(&b.subject.id))
+    });
+    Ok(locks)
+}
+
 /// Buckets in order; within one, actions and then decisions by name (the
 /// databases' collations differ, so the order is not left to them).
 fn sorted(mut buckets: Vec<BucketCount>) -> Vec<BucketCount> {
@@ -158,10 +183,13 @@ macro_rules! stats_queries {
             Ok(errors)
         }
 
-        /// Lock rows still running at `now` (found by the index of their
-        /// ends, `audit_events_open_locks`) with no unblock of their subject
-        /// at or after them, latest end per subject. The decision is written
-        /// into the SQL so that the partial index applies.
+        /// Lock rows still running at `now` with no unblock of their
+        /// subject at or after them, latest end per subject, at most
+        /// `limit` subjects. Read newest end first through the index of lock
+        /// rows' ends (`audit_events_open_locks`), a few rows per subject
+        /// asked, so that the cost follows `limit`, not how many locks run
+        /// (a flood locks hundreds of thousands); asked again with more
+        /// rows when subjects with several lock rows fill the first read.
         async fn open_locks(
             pool: &$pool,
             now: DateTime<Utc>,
@@ -169,21 +197,29 @@ macro_rules! stats_queries {
         ) -> Result<Vec<OpenLock>, AuditError> {
             let lock = AuditDecision::Lock.as_str();
             let unblock = AuditDecision::Unblock.as_str();
-            let mut qb = QueryBuilder::<$db>::new(format!(
-                "SELECT l.subject_kind, l.subject, MAX(l.lock_until_ms) AS until_ms \
-                 FROM audit_events l WHERE l.decision = '{lock}' AND l.lock_until_ms > "
-            ));
-            qb.push_bind(now.timestamp_millis())
-                .push(format!(
-                    " AND NOT EXISTS (SELECT 1 FROM audit_events u WHERE u.decision = '{unblock}' \
-                     AND u.subject_kind = l.subject_kind AND u.subject = l.subject \
-                     AND u.occurred_at >= l.occurred_at) AND l.shadow = "
-                ))
-                .push_bind(false)
-                .push(" GROUP BY l.subject_kind, l.subject ORDER BY until_ms DESC, l.subject_kind, l.subject LIMIT ")
-                .push_bind(limit as i64);
-            let rows: Vec<(String, String, i64)> = qb.build_query_as().fetch_all(pool).await?;
-            rows.into_iter().map(lock_from_columns).collect()
+            let mut rows_asked = limit.saturating_mul(4).max(16);
+            loop {
+                let mut qb = QueryBuilder::<$db>::new(format!(
+                    "SELECT l.subject_kind, l.subject, l.lock_until_ms \
+                     FROM audit_events l WHERE l.decision = '{lock}' AND l.lock_until_ms > "
+                ));
+                qb.push_bind(now.timestamp_millis())
+                    .push(format!(
+                        " AND NOT EXISTS (SELECT 1 FROM audit_events u WHERE u.decision = '{unblock}' \
+                         AND u.subject_kind = l.subject_kind AND u.subject = l.subject \
+                         AND u.occurred_at >= l.occurred_at) AND l.shadow = "
+                    ))
+                    .push_bind(false)
+                    .push(" ORDER BY l.lock_until_ms DESC, l.subject_kind, l.subject LIMIT ")
+                    .push_bind(rows_asked as i64);
+                let rows: Vec<(String, String, i64)> = qb.build_query_as().fetch_all(pool).await?;
+                let exhausted = rows.len() < rows_asked;
+                let locks = latest_per_subject(rows, limit)?;
+                if locks.len() >= limit || exhausted {
+                    return Ok(locks);
+                }
+                rows_asked = rows_asked.saturating_mul(4);
+            }
         }
 
         /// The overview's five questions, asked at once.
