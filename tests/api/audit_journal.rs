@@ -90,8 +90,8 @@ fn hammer(
 /// Refusals hammered at a process that is SIGKILLed mid-load, with its audit
 /// database at `first_url`; a second process on the same spool directory
 /// and the real database then holds every answered refusal exactly once.
-async fn killed_mid_load_loses_no_answered_refusal(database_up: bool) {
-    let db = TestDb::new(DbKind::Postgres).await;
+async fn killed_mid_load_loses_no_answered_refusal(kind: DbKind, database_up: bool) {
+    let db = TestDb::new(kind).await;
     let dir = db.dir.path().to_path_buf();
     let first_url = if database_up {
         db.url.clone()
@@ -180,12 +180,18 @@ async fn killed_mid_load_loses_no_answered_refusal(database_up: bool) {
 
 #[tokio::test]
 async fn kill_9_mid_load_with_the_database_up_loses_no_answered_refusal() {
-    killed_mid_load_loses_no_answered_refusal(true).await;
+    killed_mid_load_loses_no_answered_refusal(DbKind::Postgres, true).await;
+}
+
+/// SQLite too: every answered refusal once, and the rollups equal the rows.
+#[tokio::test]
+async fn kill_9_mid_load_on_sqlite_loses_no_answered_refusal() {
+    killed_mid_load_loses_no_answered_refusal(DbKind::Sqlite, true).await;
 }
 
 #[tokio::test]
 async fn kill_9_mid_load_with_the_database_down_loses_no_answered_refusal() {
-    killed_mid_load_loses_no_answered_refusal(false).await;
+    killed_mid_load_loses_no_answered_refusal(DbKind::Postgres, false).await;
 }
 
 #[tokio::test]

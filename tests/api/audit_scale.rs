@@ -19,6 +19,7 @@ use crate::support::audit_db::{DbKind, TestDb};
 use crate::support::audit_trail::{all_rows, assert_rollups_match};
 
 on_both_databases!(
+    concurrent_writers_merge_rollups_without_deadlock,
     retention_cuts_whole_days_or_hours_past_it_and_their_rollups,
     an_upgrade_from_the_unpartitioned_schema_keeps_every_row_and_rolls_it_up,
     rollups_count_only_rows_that_were_new,
@@ -288,6 +289,48 @@ async fn rollups_count_only_rows_that_were_new(kind: DbKind) {
     assert_eq!(audit.insert(&batch, 7).await.unwrap(), 0);
     assert_eq!(audit.insert(&batch[..10], 7).await.unwrap(), 0);
     assert_rollups_match(&audit).await;
+}
+
+/// Four writers (instances, or a writer and a replay) merging batches into
+/// the same summaries, prunes included: every batch goes in, and the counts
+/// equal the rows.
+async fn concurrent_writers_merge_rollups_without_deadlock(kind: DbKind) {
+    let db = TestDb::new(kind).await;
+    let audit = db.connect().await;
+    let writers: Vec<_> = (0..4)
+        .map(|w| {
+            let audit = audit.clone();
+            tokio::spawn(async move {
+                for b in 0..15 {
+                    // 120 users, the k-th refused 13 - k/10 times: a batch
+                    // summary keeps ~100 of them, each writer and batch a
+                    // different hundred of 400, so the stored summaries
+                    // outgrow their bound and are pruned while others merge.
+                    let batch: Vec<AuditEvent> = (0..120)
+                        .flat_map(|k| {
+                            let user = format!("u{}", (k + b * 11 + w * 37) % 400);
+                            (0..13 - k / 10).map(move |_| user.clone())
+                        })
+                        .map(|user| refusal(SubjectKind::User, &user, Utc::now()))
+                        .collect();
+                    audit.insert(&batch, 7).await.expect("a batch goes in");
+                }
+            })
+        })
+        .collect();
+    for writer in writers {
+        writer.await.unwrap();
+    }
+    let per_batch: usize = (0..120).map(|k| 13 - k / 10).sum();
+    assert_eq!(all_rows(&audit).await.len(), 4 * 15 * per_batch);
+    assert_rollups_match(&audit).await;
+    let stored = summary_sizes(&audit).await;
+    assert!(
+        stored
+            .values()
+            .all(|&n| n <= rollup::PRUNE_ABOVE as i64 + rollup::TOP_CAPACITY as i64),
+        "{stored:?}"
+    );
 }
 
 async fn stats_app(db: &TestDb) -> TestApp {

@@ -1,7 +1,9 @@
 //! Writes a batch's rollup deltas (`audit::rollup`) in the transaction that
 //! inserts its rows: counts added, top summaries merged (and pruned past
-//! twice their capacity). Every statement touches its rows in key order, so
-//! that two writers merging into the same summaries cannot deadlock.
+//! twice their capacity). Every statement touches its rows in key order; a
+//! prune still updates a summary's rows in whatever order it finds them, so
+//! on PostgreSQL the caller serialises rollup writers with a lock (SQLite
+//! has one writer at a time anyway).
 
 use sqlx::QueryBuilder;
 
@@ -37,11 +39,13 @@ macro_rules! rollup_writes {
                 qb.build().execute(&mut **tx).await?;
             }
 
-            let keys: Vec<(&SummaryKey, &String, i64)> = deltas
+            let mut keys: Vec<(&SummaryKey, &String, i64)> = deltas
                 .tops
                 .iter()
                 .flat_map(|(s, summary)| summary.keys.iter().map(move |(k, n)| (s, k, *n)))
                 .collect();
+            // Primary-key order, as every writer takes them.
+            keys.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
             for chunk in keys.chunks(ROWS_PER_STATEMENT) {
                 let mut qb = QueryBuilder::<$db>::new(
                     "INSERT INTO audit_top (width_ms, start_ms, list, key, n) ",
