@@ -700,3 +700,51 @@ async fn the_writer_leaves_out_events_past_retention_and_goes_on() {
     assert_eq!(all_rows(&audit).await.len(), 2);
     assert!(sink.health().database);
 }
+
+/// A cut that died between detaching a partition and dropping it leaves a
+/// plain table: the next cut drops it when its day is past retention, and
+/// making partitions attaches it again when its day is wanted.
+#[tokio::test]
+async fn a_partition_left_detached_is_dropped_or_attached_again() {
+    let db = TestDb::new(DbKind::Postgres).await;
+    let audit = db.connect().await;
+    let AuditDb::Postgres(pool) = &audit else {
+        unreachable!()
+    };
+    let old = refusal(SubjectKind::User, "old", days_ago(40));
+    let kept = refusal(SubjectKind::User, "kept", days_ago(3));
+    audit.insert(&[old.clone(), kept.clone()], 7).await.unwrap();
+    for at in [old.occurred_at, kept.occurred_at] {
+        sqlx::query(&format!(
+            "ALTER TABLE audit_events DETACH PARTITION {}",
+            partitions::name(partitions::day(at))
+        ))
+        .execute(pool)
+        .await
+        .unwrap();
+    }
+    assert!(all_rows(&audit).await.is_empty());
+
+    let cut = retention::apply(&audit, Duration::from_secs(30 * 86_400), Utc::now())
+        .await
+        .unwrap();
+    assert!(
+        cut.partitions
+            .contains(&partitions::name(partitions::day(old.occurred_at))),
+        "{cut:?}"
+    );
+    let rows: Vec<String> = all_rows(&audit)
+        .await
+        .into_iter()
+        .map(|r| r.subject)
+        .collect();
+    assert_eq!(rows, ["kept"], "the day within retention is attached again");
+    let (orphans,): (i64,) = sqlx::query_as(
+        "SELECT COUNT(*) FROM pg_class c WHERE c.relkind = 'r' AND c.relname LIKE 'audit\\_events\\_p%' \
+         AND NOT EXISTS (SELECT 1 FROM pg_inherits i WHERE i.inhrelid = c.oid)",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    assert_eq!(orphans, 0);
+}

@@ -102,7 +102,17 @@ impl AuditDb {
     pub async fn migrate(&self) -> Result<(), AuditError> {
         match self {
             Self::Postgres(pool) => {
-                sqlx::migrate!("./migrations/postgres").run(pool).await?;
+                // On a connection of its own, closed afterwards: sqlx's
+                // migration lock is a session lock it releases only when the
+                // run ends well, and a run cut short (start-up's timeout, a
+                // failure) would leave it on a pooled connection, blocking
+                // the writer's migration until that connection is reaped.
+                let mut conn = pool.acquire().await?;
+                conn.close_on_drop();
+                sqlx::migrate!("./migrations/postgres")
+                    .run_direct(&mut *conn)
+                    .await?;
+                drop(conn);
                 let today = partitions::day(Utc::now());
                 let first = today.pred_opt().unwrap_or(today);
                 self.prepare_partitions(first).await?;

@@ -76,8 +76,11 @@ pub async fn ensure(
     let missing: Vec<NaiveDate> = wanted.difference(&have).copied().collect();
     for day in &missing {
         let table = name(*day);
+        // A table of that name may be there, detached by a cut that died
+        // before dropping it: its rows are the day's, so it is attached again.
         sqlx::query(&format!(
-            "CREATE TABLE {table} (LIKE audit_events INCLUDING DEFAULTS INCLUDING CONSTRAINTS)"
+            "CREATE TABLE IF NOT EXISTS {table} \
+             (LIKE audit_events INCLUDING DEFAULTS INCLUDING CONSTRAINTS)"
         ))
         .execute(&mut *tx)
         .await?;
@@ -118,7 +121,9 @@ pub async fn drop_before(
     .fetch_all(&mut *conn)
     .await?;
     for (table,) in pending {
-        if day_of(&table).is_some() {
+        // The name rebuilt from its day: only names this module makes.
+        if let Some(day) = day_of(&table) {
+            let table = name(day);
             sqlx::query(&format!(
                 "ALTER TABLE audit_events DETACH PARTITION {table} FINALIZE"
             ))
@@ -129,7 +134,26 @@ pub async fn drop_before(
                 .await?;
         }
     }
+    // Tables a cut detached and died before dropping: no longer partitions,
+    // but their days' rows, kept past retention unless dropped here.
+    let orphans: Vec<(String,)> = sqlx::query_as(
+        "SELECT c.relname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+         WHERE n.nspname = current_schema() AND c.relkind = 'r' \
+         AND c.relname LIKE 'audit\\_events\\_p%' \
+         AND NOT EXISTS (SELECT 1 FROM pg_inherits i WHERE i.inhrelid = c.oid)",
+    )
+    .fetch_all(&mut *conn)
+    .await?;
     let mut dropped = Vec::new();
+    for (table,) in orphans {
+        let Some(day) = day_of(&table).filter(|d| *d < cutoff) else {
+            continue;
+        };
+        sqlx::query(&format!("DROP TABLE IF EXISTS {}", name(day)))
+            .execute(&mut *conn)
+            .await?;
+        dropped.push(Dropped { day, rows: 0 });
+    }
     for day in existing(&mut *conn).await? {
         if day >= cutoff {
             break;
@@ -140,11 +164,22 @@ pub async fn drop_before(
                 .bind(&table)
                 .fetch_one(&mut *conn)
                 .await?;
-        sqlx::query(&format!(
+        // Partition creation waits meanwhile: an ATTACH inside a creating
+        // transaction and this detach would otherwise wait for each other.
+        sqlx::query("SELECT pg_advisory_lock($1)")
+            .bind(CREATE_LOCK)
+            .execute(&mut *conn)
+            .await?;
+        let detached = sqlx::query(&format!(
             "ALTER TABLE audit_events DETACH PARTITION {table} CONCURRENTLY"
         ))
         .execute(&mut *conn)
-        .await?;
+        .await;
+        sqlx::query("SELECT pg_advisory_unlock($1)")
+            .bind(CREATE_LOCK)
+            .execute(&mut *conn)
+            .await?;
+        detached?;
         sqlx::query(&format!("DROP TABLE {table}"))
             .execute(&mut *conn)
             .await?;
@@ -159,10 +194,10 @@ pub async fn drop_before(
 /// Whether an insert failed for want of a partition for one of its rows.
 pub fn is_missing_partition(e: &AuditError) -> bool {
     match e {
-        // 23514: check_violation, "no partition of relation … found for row".
-        AuditError::Database(sqlx::Error::Database(e)) => {
-            e.code().as_deref() == Some("23514") && e.message().contains("no partition")
-        }
+        // 23514: check_violation, "no partition of relation … found for
+        // row" (the table has no CHECK constraint that could raise it
+        // otherwise; the message may be translated, the code is not).
+        AuditError::Database(sqlx::Error::Database(e)) => e.code().as_deref() == Some("23514"),
         _ => false,
     }
 }

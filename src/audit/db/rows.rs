@@ -89,12 +89,13 @@ macro_rules! repository {
             rows.into_iter().map(Row::into_event).collect()
         }
 
-        /// Delete the rollups of stretches that start before `before_ms`.
+        /// Delete the rollups of stretches that end by `before_ms` (a day
+        /// summary of a day whose later hours are kept stays).
         async fn cut_rollups(pool: &$pool, before_ms: i64) -> Result<(), AuditError> {
             for sql in [
-                "DELETE FROM audit_counts WHERE bucket_ms < $1",
-                "DELETE FROM audit_top WHERE start_ms < $1",
-                "DELETE FROM audit_top_error WHERE start_ms < $1",
+                "DELETE FROM audit_counts WHERE bucket_ms + 300000 <= $1",
+                "DELETE FROM audit_top WHERE start_ms + width_ms <= $1",
+                "DELETE FROM audit_top_error WHERE start_ms + width_ms <= $1",
             ] {
                 sqlx::query(sql).bind(before_ms).execute(pool).await?;
             }

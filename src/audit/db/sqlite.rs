@@ -96,13 +96,15 @@ pub async fn insert(
         let ids: Vec<(String,)> = qb.build_query_as().fetch_all(&mut *tx).await?;
         new.extend(ids.into_iter().map(|(id,)| id));
     }
+    let inserted = new.len() as u64;
+    // `remove`: an event twice in one batch went in once, and counts once.
     let deltas = rollup::deltas(
-        events.iter().filter(|e| new.contains(&bind_id(e.id))),
+        events.iter().filter(|e| new.remove(&bind_id(e.id))),
         prefix_digits,
     );
     rollups::sqlite::write(&mut tx, &deltas).await?;
     tx.commit().await?;
-    Ok(new.len() as u64)
+    Ok(inserted)
 }
 
 /// Rows one retention statement deletes: a writer waits for at most one
