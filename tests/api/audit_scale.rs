@@ -748,3 +748,39 @@ async fn a_partition_left_detached_is_dropped_or_attached_again() {
     .unwrap();
     assert_eq!(orphans, 0);
 }
+
+/// Retention is cut by one instance at a time: while another holds the
+/// lock, a cut is skipped, and done once the lock is free.
+#[tokio::test]
+async fn a_cut_is_skipped_while_another_instance_holds_the_retention_lock() {
+    use sqlx::Connection;
+
+    let db = TestDb::new(DbKind::Postgres).await;
+    let audit = db.connect().await;
+    audit
+        .insert(&[refusal(SubjectKind::User, "old", days_ago(40))], 7)
+        .await
+        .unwrap();
+    let mut other = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    // The lock `cut_before` takes ("tollgate" + 2).
+    sqlx::query("SELECT pg_advisory_lock(8390043843661231106)")
+        .execute(&mut other)
+        .await
+        .unwrap();
+    let retention = Duration::from_secs(30 * 86_400);
+    let skipped = retention::apply(&audit, retention, Utc::now())
+        .await
+        .unwrap();
+    assert!(
+        skipped.skipped && skipped.partitions.is_empty(),
+        "{skipped:?}"
+    );
+    assert_eq!(all_rows(&audit).await.len(), 1);
+
+    other.close().await.unwrap();
+    let cut = retention::apply(&audit, retention, Utc::now())
+        .await
+        .unwrap();
+    assert!(!cut.skipped);
+    assert!(all_rows(&audit).await.is_empty());
+}

@@ -16,12 +16,27 @@ use crate::routes::AppState;
 /// Entries per top list.
 const TOP: usize = 20;
 
+// For the OpenAPI document only: the route parses the text itself
+// (`Period::from_query`), so that a bad value answers the API's 400.
+/// How far back the stats look.
+#[derive(Serialize, ToSchema)]
+#[allow(dead_code)] // never built: a schema
+enum StatsPeriod {
+    #[serde(rename = "1h")]
+    Hour,
+    #[serde(rename = "24h")]
+    Day,
+    #[serde(rename = "7d")]
+    Week,
+}
+
 /// `GET /admin/api/stats` query.
 #[derive(Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub struct StatsQuery {
     /// `1h` (5-minute buckets), `24h` (hours, the default) or `7d` (6 hours).
+    #[param(inline, value_type = Option<StatsPeriod>)]
     period: Option<String>,
 }
 
