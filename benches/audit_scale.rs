@@ -1062,6 +1062,49 @@ struct Cut {
     partitions_after: usize,
 }
 
+/// The same flood against the running service with nothing being cut: what
+/// the writer keeps up with on its own, to read the flood during the cut
+/// against. Prints one line.
+async fn flood_without_cut(args: &Args, config: &Config, dir: &Path) {
+    let script = dir.join("flood-alone.lua");
+    std::fs::write(&script, FLOOD_LUA).expect("the flood script can be written");
+    let admin = AdminClient::new(config.admin);
+    let outcome = |metrics: &str, outcome| {
+        metric(
+            metrics,
+            "tollgate_audit_events_total",
+            &[("outcome", outcome)],
+        )
+    };
+    let before = admin.metrics().await;
+    let flood = Command::new(&args.wrk)
+        .args(["-t1", &format!("-c{}", args.flood_connections)])
+        .args([
+            &format!("-d{}s", args.flood_seconds),
+            "--timeout",
+            "5s",
+            "-s",
+        ])
+        .arg(&script)
+        .arg(format!("http://127.0.0.1:{}/login/attempt", config.public))
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit())
+        .output()
+        .await
+        .expect("wrk runs");
+    let flood = flood_fields(&String::from_utf8_lossy(&flood.stdout));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let after = admin.metrics().await;
+    let rate = flood.get("requests").copied().unwrap_or(0.0)
+        / flood.get("duration_s").copied().unwrap_or(1.0);
+    println!(
+        "flood without a cut (retention 90d, same wrk): {rate:.0} req/s, written {:.0}, spooled {:.0}, p99 {:.2} ms",
+        outcome(&after, "written") - outcome(&before, "written"),
+        outcome(&after, "spooled") - outcome(&before, "spooled"),
+        flood.get("p99_ms").copied().unwrap_or(0.0),
+    );
+}
+
 /// Restart with `retention = 7d` and flood it from the moment it listens;
 /// the cut runs at start-up.
 async fn cut_under_flood(args: &Args, scratch: &Scratch, dir: &Path) -> Cut {
@@ -1192,6 +1235,8 @@ async fn run(args: &Args, scratch: &Scratch) -> Report {
     ] {
         exports.push(time_export(&service, &admin, name, bounds, args.runs).await);
     }
+    eprintln!("flooding without a cut ...");
+    flood_without_cut(args, &config, dir.path()).await;
     service.stop().await;
 
     eprintln!("restarting with retention = {RETENTION_SETTING} under a flood ...");

@@ -36,6 +36,9 @@ pub async fn apply(
     let started = Instant::now();
     let cut = db.cut_before(cutoff).await?;
     if !cut.skipped {
+        db.trim_summaries(now).await?;
+    }
+    if !cut.skipped {
         gauge!(AUDIT_RETENTION_SECONDS).set(started.elapsed().as_secs_f64());
         let how = if cut.partitions.is_empty() {
             "delete"

@@ -34,6 +34,18 @@ pub const DAY_MS: i64 = 24 * HOUR_MS;
 /// the coarsest that fit, so that 7 days read about 7 + 48 summaries, not
 /// 168 or 2,016.
 pub const TOP_WIDTHS: [i64; 3] = [BUCKET_MS, HOUR_MS, DAY_MS];
+/// How long top summaries of each width are kept: only as long as a period
+/// (at most 7 days, its edges on 6-hour boundaries) can read them. A 5-minute
+/// summary is read only at the edges of the last hour's span and of now, an
+/// hour's or a day's within the last 7 days and a quarter. Past these, the
+/// summaries are trimmed hourly, so that the table stays the size of a week
+/// whatever `audit.retention` is (the counts are kept for all of it).
+pub const TOP_KEPT_MS: [(i64, i64); 3] = [
+    (BUCKET_MS, 2 * DAY_MS),
+    (HOUR_MS, 8 * DAY_MS),
+    (DAY_MS, 8 * DAY_MS),
+];
+
 /// Keys a top summary keeps after a prune.
 pub const TOP_CAPACITY: usize = 100;
 /// A stored summary is pruned once it holds more keys than this.

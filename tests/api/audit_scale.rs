@@ -83,6 +83,24 @@ async fn retention_cuts_whole_days_or_hours_past_it_and_their_rollups(kind: DbKi
     }
     assert_rollups_match(&audit).await;
 
+    // Top summaries are kept only as long as a period reads them: bob's
+    // (ten days ago) are gone, alice's (now) are there; counts stay.
+    let (old_tops, new_tops): (i64, i64) = {
+        const SQL: &str = "SELECT CAST(COALESCE(SUM(CASE WHEN start_ms < $1 THEN 1 ELSE 0 END), 0) AS BIGINT), \
+                                  CAST(COALESCE(SUM(CASE WHEN start_ms >= $1 THEN 1 ELSE 0 END), 0) AS BIGINT) FROM audit_top";
+        let since = days_ago(2).timestamp_millis();
+        match &audit {
+            AuditDb::Postgres(pool) => sqlx::query_as(SQL).bind(since).fetch_one(pool).await,
+            AuditDb::Sqlite(pool) => sqlx::query_as(SQL).bind(since).fetch_one(pool).await,
+        }
+        .unwrap()
+    };
+    assert_eq!(
+        old_tops, 0,
+        "summaries older than any period's reach are trimmed"
+    );
+    assert!(new_tops > 0);
+
     // Nothing more to cut: the same call again removes nothing.
     let again = retention::apply(&audit, Duration::from_secs(90 * 86_400), Utc::now())
         .await

@@ -187,6 +187,15 @@ impl AuditDb {
         }
     }
 
+    /// Delete the top summaries no period reads any more
+    /// (`rollup::TOP_KEPT_MS`, as of `now`); how many rows.
+    pub async fn trim_summaries(&self, now: DateTime<Utc>) -> Result<u64, AuditError> {
+        match self {
+            Self::Postgres(pool) => postgres::trim_summaries(pool, now.timestamp_millis()).await,
+            Self::Sqlite(pool) => sqlite::trim_summaries(pool, now.timestamp_millis()).await,
+        }
+    }
+
     /// The allow and block entries admins stored, oldest first.
     pub async fn list_entries(&self) -> Result<Vec<crate::lists::ListEntry>, AuditError> {
         match self {

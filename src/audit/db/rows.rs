@@ -89,6 +89,40 @@ macro_rules! repository {
             rows.into_iter().map(Row::into_event).collect()
         }
 
+        /// Delete the top summaries no period reads any more
+        /// (`rollup::TOP_KEPT_MS`), a day of stretches per statement so that
+        /// writers merging into today's summaries never wait long; how many.
+        pub async fn trim_summaries(pool: &$pool, now_ms: i64) -> Result<u64, AuditError> {
+            let mut trimmed = 0;
+            for (width_ms, kept_ms) in crate::audit::rollup::TOP_KEPT_MS {
+                let before = now_ms - kept_ms;
+                for table in ["audit_top", "audit_top_error"] {
+                    let (oldest,): (Option<i64>,) = sqlx::query_as(&format!(
+                        "SELECT MIN(start_ms) FROM {table} WHERE width_ms = $1"
+                    ))
+                    .bind(width_ms)
+                    .fetch_one(pool)
+                    .await?;
+                    let Some(mut from) = oldest else { continue };
+                    while from < before {
+                        let to = (from + crate::audit::rollup::DAY_MS).min(before);
+                        trimmed += sqlx::query(&format!(
+                            "DELETE FROM {table} WHERE width_ms = $1 AND start_ms >= $2 AND start_ms < $3"
+                        ))
+                        .bind(width_ms)
+                        .bind(from)
+                        .bind(to)
+                        .execute(pool)
+                        .await?
+                        .rows_affected();
+                        from = to;
+                        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+                    }
+                }
+            }
+            Ok(trimmed)
+        }
+
         /// Delete the rollups of stretches that end by `before_ms` (a day
         /// summary of a day whose later hours are kept stays).
         async fn cut_rollups(pool: &$pool, before_ms: i64) -> Result<(), AuditError> {
