@@ -77,11 +77,6 @@ impl TopList {
     }
 }
 
-/// A time cut to whole milliseconds, as the trail keeps times.
-pub fn whole_ms(t: chrono::DateTime<chrono::Utc>) -> chrono::DateTime<chrono::Utc> {
-    chrono::DateTime::from_timestamp_millis(t.timestamp_millis()).unwrap_or(t)
-}
-
 /// Where `t_ms` falls in stretches of `width_ms`.
 pub fn floor_to(t_ms: i64, width_ms: i64) -> i64 {
     t_ms.div_euclid(width_ms) * width_ms

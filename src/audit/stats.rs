@@ -43,7 +43,7 @@ impl Span {
     /// fills as the current bucket does.
     pub fn ending_at(now: DateTime<Utc>, bucket_ms: i64, buckets: u32) -> Self {
         let bucket_ms = bucket_ms.max(1);
-        let current = now.timestamp_millis().div_euclid(bucket_ms) * bucket_ms;
+        let current = super::rollup::floor_to(now.timestamp_millis(), bucket_ms);
         let start_ms = current - bucket_ms * (i64::from(buckets) - 1);
         Self {
             start: Utc

@@ -4,7 +4,7 @@ use std::collections::HashSet;
 use std::str::FromStr;
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, SubsecRound, Utc};
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::{FromRow, Postgres, QueryBuilder};
 use uuid::Uuid;
@@ -91,7 +91,7 @@ async fn insert_once(
         .bind(column(events, |e| e.id))
         // Milliseconds, as the journal keeps them: a replay's row must be
         // the same key, (occurred_at, id), as the first insert's.
-        .bind(column(events, |e| rollup::whole_ms(e.occurred_at)))
+        .bind(column(events, |e| e.occurred_at.trunc_subsecs(3)))
         .bind(column(events, |e| e.action.as_str()))
         .bind(column(events, |e| e.decision.as_str()))
         .bind(column(events, |e| e.reason.as_str()))
