@@ -12,11 +12,14 @@
 --          with a surge the history too)
 --
 -- A count that reaches 0 is deleted (a hash left empty is no key). Adding
--- sets the key's expiry: keep_ms, or the escalation's end when later.
+-- keeps the key for keep_ms, or until the escalation's end when later:
+-- renewed by reserve.lua's rule (its "exp" field says when the key expires;
+-- renewed, with "exp", only when that is sooner, to keep + keep / 8).
 -- Taking back leaves the expiry alone.
 --
 -- Returns the slice changed. Commands per call: TIME, HINCRBY; when adding
--- HGET and PEXPIRE; HDEL when it reaches 0.
+-- HMGET (and HSET and PEXPIRE when renewed); HDEL and HLEN when it reaches 0
+-- (and HEXISTS, DEL when only "exp" is left).
 --
 -- Example (a code verified for a number prefix):
 --   EVALSHA <sha> 1 "tg:{prefix:+3361234}:conversion" s 1 -1 300000 3600000
@@ -36,12 +39,21 @@ local field = ARGV[1] .. ':' .. string.format('%d', slice)
 local count = redis.call('HINCRBY', key, field, delta)
 if count <= 0 then
   redis.call('HDEL', key, field)
+  -- the renewal's "exp" alone is no count: the hash is empty
+  if redis.call('HLEN', key) == 1 and redis.call('HEXISTS', key, 'exp') == 1 then
+    redis.call('DEL', key)
+  end
   return slice
 end
 if delta > 0 then
   local keep = tonumber(ARGV[5])
-  local block_until = tonumber(redis.call('HGET', key, 'until'))
+  local got = redis.call('HMGET', key, 'until', 'exp')
+  local block_until, exp = tonumber(got[1]), tonumber(got[2])
   if block_until and block_until - now > keep then keep = block_until - now end
-  redis.call('PEXPIRE', key, string.format('%d', keep))
+  if not exp or exp < now + keep then
+    keep = keep + math.floor(keep / 8)
+    redis.call('HSET', key, 'exp', string.format('%d', now + keep))
+    redis.call('PEXPIRE', key, string.format('%d', keep))
+  end
 end
 return slice

@@ -1,36 +1,45 @@
 -- reserve.lua: offer one event to the sliding windows of one or more subjects,
 -- all or nothing, and store a one-time code with it, atomically.
 --
+-- A template: tollgate renders the request's policy (its subjects' windows,
+-- its conversions, whether a code is stored) as Lua literals in place of its
+-- POLICY line below, one script per shape of request, loaded once and
+-- called by its SHA (src/store/redis/reserve_policy.rs). Only what changes
+-- from call to call travels as arguments: a policy parsed from ARGV cost
+-- Redis more CPU than the rest of a send's script together (about 60 strings
+-- pushed, converted with strtod and tabled at every call).
+--
 -- KEYS        per subject: its window ZSET (score = event time in ms, member =
 --             event id), then, when it has meter windows, its meter HASH
 --             (field "<limit>/<length>" = level, "<limit>/<length>:t" = when
---             the level was last set, in ms)
+--             the level was last set, in ms, "exp" = when the key expires, in
+--             ms)
 --             then per conversion: its conversion HASH (field "e:<slice>" =
 --             events and "s:<slice>" = successes counted in that slice; with
 --             a surge "n:<bucket>" = events taught to the normal in that
 --             bucket of the history; while challenged or blocked "until" (ms),
 --             "events", "successes", "shadow" (1/0), and with a surge "level"
 --             ("c" challenge, "b" block; absent: block), "normal" (in
---             thousandths) and "from" (the first slice under the challenge))
+--             thousandths) and "from" (the first slice under the challenge);
+--             "exp" = when the key expires, in ms)
 -- KEYS[last]  optional: the subject's code HASH (mac, left, exp), written when
 --             the event is recorded
 -- ARGV[1] member: unique id of this event
 -- ARGV[2] gate_open: 1 when the request passed a captcha, else 0
 -- ARGV[3] force: 1 to record the event even when a window refuses it (shadow mode)
--- ARGV[4] s: number of subjects; then per subject: n (its number of windows)
---         and n triples limit, window length in ms, kind: the mode (0 = enforce,
---         1 = gate, 2 = observe: counted, never refuses; a rule in shadow),
---         plus 4 when the window is a meter (GCRA) rather than a sliding log
--- then c: number of conversions; per conversion: min_events, min_ratio_ppm
---         (successes per million events), slice_ms, slices (how many a count
---         sums, the current one included), block_ms, count (1: count the event
---         when it is recorded; 0: check only, the caller counts it later),
---         surge (the multiple of the normal a surge needs, in thousandths;
---         0: no surge, a block at once, and nothing follows), then with a
---         surge bucket_ms (a seventh of the history) and escalate (1: a
---         challenge may turn into a block). Arguments cost: a conversion
---         without a surge takes one more than a plain count.
--- then, when the code's key is given: mac, attempts allowed, code ttl in ms
+-- ARGV[4], ARGV[5], ARGV[6] when a code is stored: its mac, attempts allowed,
+--         ttl in ms
+--
+-- The policy rendered, per subject its windows: limit, window length in ms
+-- and mode (enforce; gate: refuses only without a passed captcha; observe:
+-- counted, never refuses, a rule in shadow), a meter (GCRA) or a sliding log;
+-- per conversion: min_events, min_ratio_ppm (successes per million events),
+-- slice_ms, slices (how many a count sums, the current one included),
+-- block_ms, count (count the event when it is recorded, or check only: the
+-- caller counts it later), surge (the multiple of the normal a surge needs,
+-- in thousandths; 0: no surge, a block at once) and with a surge bucket_ms
+-- (a seventh of the history) and escalate (a challenge may turn into a
+-- block).
 --
 -- Returns an array of integers:
 --   { recorded, then per subject:
@@ -92,121 +101,100 @@
 -- most L*W, as a log keeps at most its limit. All integers (start-up keeps
 -- L*W < 2^53).
 --
+-- Expiry: a hash (meters, conversion) must live `keep` past its last write.
+-- Its "exp" field says when it expires; a write renews the expiry only when
+-- "exp" is sooner than now + keep, to keep + keep / 8, so a key every send
+-- writes (a prefix's, the global one) takes a PEXPIRE once per keep / 8 and
+-- not at every call. A key is never cut short: every script that sets such
+-- a key's expiry sets "exp" with it (conversion_count.lua renews by the same
+-- rule), and a DEL takes "exp" with the key.
+--
 -- Commands per call: TIME; per subject one read (ZRANGE of the whole set when
 -- max(limit) <= 32, else one ZCOUNT per window), plus one ZREVRANGE per full
 -- window of a large set, and one HMGET of its meters; when recorded, per
 -- subject ZADD and PEXPIRE (and ZREMRANGEBYRANK when the set is full, always
--- for a large set), HSET and PEXPIRE of its meters, and HSET and PEXPIRE for
--- the code. A refused request reads and writes nothing else. A subject with
--- only meter windows never touches its ZSET. Per conversion: HGETALL (and,
--- once a slice, HDEL of stale fields and with a surge HINCRBY of the bucket
--- taught), HINCRBY and PEXPIRE when recorded; DEL (HDEL with a surge), HSET
--- and PEXPIRE when it trips. A surge adds no call to an ordinary send.
+-- for a large set), HSET of its meters (and PEXPIRE when renewed), and HSET
+-- and PEXPIRE for the code. A refused request reads and writes nothing else.
+-- A subject with only meter windows never touches its ZSET. Per conversion:
+-- HGETALL (and, once a slice, HDEL of stale fields and with a surge HINCRBY
+-- of the bucket taught), HINCRBY when recorded (and HSET and PEXPIRE when
+-- renewed); DEL (HDEL with a surge), HSET and PEXPIRE when it trips. A surge
+-- adds no call to an ordinary send.
 --
--- Example (a phone and its IP, with a code):
+-- Example (a phone with windows 1/1m, 5/1h and a gate 3/1h, its IP with
+-- 20/1h, a code; the policy rendered, only the event's values as arguments):
 --   EVALSHA <sha> 3 "tg:{phone:+33612345678}:sms_send" "tg:{ip:192.0.2.7}:sms_send" \
---     "tg:{phone:+33612345678}:otp" "01J...-uuid" 0 0 2 \
---     3  1 60000 0  5 3600000 0  3 3600000 1   1  20 3600000 0   0   "9f86d0..." 5 300000
+--     "tg:{phone:+33612345678}:otp" "01J...-uuid" 0 0 "9f86d0..." 5 300000
 --   -> { 1,  0, 0, 0, 60000, 0, 0, 0,  0, 0, 0, 0, 0 }
--- (a prefix's conversion, alone: the pumping guard's check on a cluster)
---   EVALSHA <sha> 1 "tg:{prefix:+3361234}:conversion" "-" 0 0 0 \
---     1  20 200000 300000 12 43200000 0 0
+-- (a prefix's conversion, alone, checked only: the pumping guard's check on
+-- a cluster; min 20 events, 200,000 ppm, 12 slices of 5 minutes)
+--   EVALSHA <sha> 1 "tg:{prefix:+3361234}:conversion" "-" 0 0
 --   -> { 1,  0, 7, 2, 0, -1, 0 }
--- (a country's, alone: 600 sends, 3 verified, at 30 times its normal of 20)
---   EVALSHA <sha> 1 "tg:{country:FR}:conversion" "-" 0 0 0 \
---     1  500 200000 300000 12 43200000 0 5000 86400000 1
+-- (a country's with a surge of 5 times a daily normal, alone: 600 sends,
+-- 3 verified, at 30 times its normal of 20)
+--   EVALSHA <sha> 1 "tg:{country:FR}:conversion" "-" 0 0
 --   -> { 0,  4, 600, 3, 43200000, -1, 20000 }
 
 local SMALL = 32
 
+-- Globals and library fields cost a table lookup at every use: bind them once.
+local call, tonumber, unpack, ipairs, pairs = redis.call, tonumber, unpack, ipairs, pairs
+local floor, ceil, max, min = math.floor, math.ceil, math.max, math.min
+local fmt, match = string.format, string.match
+local KEYS, ARGV = KEYS, ARGV
+
 local member = ARGV[1]
 local gate_open = ARGV[2] == '1'
 local force = ARGV[3] == '1'
-local s = tonumber(ARGV[4])
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
--- Numbers handed to redis.call are formatted each time: format `now` once.
-local now_s = string.format('%d', now)
+local t = call('TIME')
+local now = tonumber(t[1]) * 1000 + floor(tonumber(t[2]) / 1000)
+-- A number handed to redis.call is formatted with "%.17g" at every call:
+-- what is passed more than once is formatted once.
+local now_s = fmt('%d', now)
 
--- Parse the subjects' windows.
-local subjects = {}
-local a, k = 5, 1
-for i = 1, s do
-  local n = tonumber(ARGV[a])
-  local sub = { key = KEYS[k], n = n, limits = {}, lengths = {}, modes = {}, meters = {},
-    stamps = {}, longest = 0, keep = 0, logs = 0, meter_longest = 0, observes = false }
-  k = k + 1
-  for w = 1, n do
-    local limit, length = tonumber(ARGV[a + 3 * w - 2]), tonumber(ARGV[a + 3 * w - 1])
-    local kind = tonumber(ARGV[a + 3 * w])
-    sub.limits[w], sub.lengths[w], sub.modes[w] = limit, length, kind % 4
-    if kind % 4 == 2 then sub.observes = true end
-    if kind >= 4 then
-      sub.meters[w] = ARGV[a + 3 * w - 2] .. '/' .. ARGV[a + 3 * w - 1]
-      sub.stamps[w] = sub.meters[w] .. ':t'
-      if length > sub.meter_longest then sub.meter_longest = length end
-    else
-      sub.logs = sub.logs + 1
-      if length > sub.longest then sub.longest, sub.longest_s = length, ARGV[a + 3 * w - 1] end
-      if limit > sub.keep then sub.keep = limit end
-    end
-  end
-  if sub.meter_longest > 0 then
-    sub.mkey = KEYS[k]
-    k = k + 1
-  end
-  sub.small = sub.keep <= SMALL
-  subjects[i] = sub
-  a = a + 1 + 3 * n
-end
+-- The policy, rendered by tollgate (src/store/redis/reserve_policy.rs):
+--   lim, len, mode, meter, stamp: every window of every subject, by its index
+--     g over all the subjects (a subject's windows are first .. first + n - 1):
+--     limit, length in ms, mode, and for a meter its field and its stamp's
+--     field (else false);
+--   subjects: per subject key (KEYS), first, n, keep (max limit of its logs),
+--     trim_s (the ZREMRANGEBYRANK stop that keeps `keep`), small, logs (how
+--     many log windows), longest_s (the longest log window, as a string),
+--     observes, mkey (its meter HASH in KEYS, or false), mfields (the HMGET
+--     of its meters: each field and stamp, then "exp"), meter_longest;
+--   convs: per conversion key (KEYS), min, ppm, slice_ms, slices, block_ms,
+--     count, surge, bucket, escalate, span, keep;
+--   code_key: the code HASH in KEYS, or false.
+--@POLICY@
 
--- Parse the conversions.
-local convs = {}
-local c = tonumber(ARGV[a])
-a = a + 1
-for i = 1, c do
-  -- every field the script sets is named here, so the table is sized once
-  local cv = { key = KEYS[k], min = tonumber(ARGV[a]), ppm = tonumber(ARGV[a + 1]),
-    slice_ms = tonumber(ARGV[a + 2]), slices = tonumber(ARGV[a + 3]),
-    block_ms = tonumber(ARGV[a + 4]), count = ARGV[a + 5] == '1', counted = -1,
-    surge = 0, bucket = 0, escalate = false, span = 0, keep = 0, slice = 0, normal = 0,
-    until_at = false, verdict = 0, events = 0, successes = 0, retry = 0 }
-  cv.span = cv.slices * cv.slice_ms
-  cv.keep = cv.span
-  if ARGV[a + 6] ~= '0' then
-    cv.surge, cv.bucket, cv.escalate = tonumber(ARGV[a + 6]), tonumber(ARGV[a + 7]), ARGV[a + 8] == '1'
-    cv.keep = cv.span + 8 * cv.bucket
-    a = a + 2
-  end
-  a = a + 7
-  convs[i] = cv
-  k = k + 1
-end
+-- what the reads find, by g: the count, a meter's level, an observe
+-- window's wait
+local count, level, observed = {}, {}, {}
 
 -- The k-th newest member's score (k >= 1), or nil when there are fewer.
 local function kth_newest(sub, k)
   if sub.small then return sub.scores[#sub.scores - k + 1] end
-  local m = redis.call('ZREVRANGE', sub.key, k - 1, k - 1, 'WITHSCORES')
+  local m = call('ZREVRANGE', sub.key, k - 1, k - 1, 'WITHSCORES')
   return tonumber(m[2])
 end
 
--- How long until window w holds fewer than its limit, given it holds count
--- (a meter: given `extra` more events than its level holds now).
-local function wait(sub, w, count, extra)
-  local limit, length = sub.limits[w], sub.lengths[w]
-  if sub.meters[w] then
-    local level = math.min(sub.levels[w] + extra * length, limit * length)
-    local over = level + length - limit * length
+-- How long until window g of sub holds fewer than its limit, given it holds
+-- count (a meter: given `extra` more events than its level holds now).
+local function wait(sub, g, count, extra)
+  local limit, length = lim[g], len[g]
+  if meter[g] then
+    local lv = min(level[g] + extra * length, limit * length)
+    local over = lv + length - limit * length
     if over <= 0 then return 0 end
     if limit == 0 then return length end
-    return math.ceil(over / limit)
+    return ceil(over / limit)
   end
   if count < limit then return 0 end
   if limit == 0 then return length end
   local score = kth_newest(sub, limit)
   if score == nil then return length end
-  return math.max(score + length - now, 0)
+  return max(score + length - now, 0)
 end
 
 -- A meter's level now: what was set, drained by `limit` per ms since.
@@ -214,23 +202,23 @@ local function drained(level, at, limit, length)
   if level == nil or at == nil then return 0 end
   local elapsed = now - at
   if elapsed >= length then return 0 end
-  return math.max(level - math.max(elapsed, 0) * limit, 0)
+  return max(level - max(elapsed, 0) * limit, 0)
 end
 
 -- 0. the conversions, before any window
 local EMPTY = {}
 local conv_blocked, conv_gated = false, false
 for _, cv in ipairs(convs) do
-  cv.slice = math.floor(now / cv.slice_ms)
+  cv.slice = floor(now / cv.slice_ms)
   local oldest = cv.slice - cv.slices + 1
   local surge = cv.surge > 0
-  local raw = redis.call('HGETALL', cv.key)
+  local raw = call('HGETALL', cv.key)
   -- the other fields (an escalation's) and the fields to delete; with a
   -- surge the stale slices' counts (slice -> count) and the buckets: each
   -- table made only when needed, an ordinary send makes none
   local events, successes, fields, doomed, old_e, old_s, buckets = 0, 0, EMPTY, {}, nil, nil, nil
   for j = 1, #raw, 2 do
-    local kind, n = string.match(raw[j], '^([esn]):(%d+)$')
+    local kind, n = match(raw[j], '^([esn]):(%d+)$')
     if kind == nil then
       if fields == EMPTY then fields = {} end
       fields[raw[j]] = raw[j + 1]
@@ -258,7 +246,7 @@ for _, cv in ipairs(convs) do
     local taught = nil
     for n, e in pairs(old_e or EMPTY) do
       if e > 0 and ((old_s or EMPTY)[n] or 0) * 1000000 >= cv.ppm * e then
-        local b = math.floor(tonumber(n) * cv.slice_ms / cv.bucket)
+        local b = floor(tonumber(n) * cv.slice_ms / cv.bucket)
         taught = taught or {}
         taught[b] = (taught[b] or 0) + e
       end
@@ -266,23 +254,24 @@ for _, cv in ipairs(convs) do
     if taught then
       buckets = buckets or {}
       for b, e in pairs(taught) do
-        redis.call('HINCRBY', cv.key, 'n:' .. string.format('%d', b), e)
+        call('HINCRBY', cv.key, 'n:' .. fmt('%d', b), e)
         buckets[b] = (buckets[b] or 0) + e
       end
     end
-    local current, sum = math.floor(now / cv.bucket), 0
+    local current, sum = floor(now / cv.bucket), 0
     for b, e in pairs(buckets or EMPTY) do
       if b < current - 7 then
-        doomed[#doomed + 1] = 'n:' .. string.format('%d', b)
+        doomed[#doomed + 1] = 'n:' .. fmt('%d', b)
       elseif b < current then
         sum = sum + e
       end
     end
     normal = sum * cv.span / (7 * cv.bucket)
-    cv.normal = math.floor(normal * 1000 + 0.5)
+    cv.normal = floor(normal * 1000 + 0.5)
   else
     cv.normal = 0
   end
+  cv.exp = tonumber(fields['exp']) or false
   cv.until_at = tonumber(fields['until'])
   if cv.until_at and cv.until_at <= now then
     for _, f in ipairs({ 'until', 'events', 'successes', 'shadow', 'level', 'normal', 'from' }) do
@@ -308,7 +297,7 @@ for _, cv in ipairs(convs) do
         local from = tonumber(fields['from']) or 0
         local since, passed, live = 0, 0, {}
         for j = 1, #raw, 2 do
-          local kind, n = string.match(raw[j], '^([es]):(%d+)$')
+          local kind, n = match(raw[j], '^([es]):(%d+)$')
           if kind and tonumber(n) >= oldest then
             live[#live + 1] = raw[j]
             if tonumber(n) >= from then
@@ -321,7 +310,7 @@ for _, cv in ipairs(convs) do
             and since * 1000 >= cv.surge * normal then
           set = { 'b', since, passed, from }
           for _, f in ipairs(live) do doomed[#doomed + 1] = f end
-          cv.normal = math.floor(normal * 1000 + 0.5)
+          cv.normal = floor(normal * 1000 + 0.5)
         end
       end
     end
@@ -335,26 +324,27 @@ for _, cv in ipairs(convs) do
     end
   end
   if set and not surge then
-    redis.call('DEL', cv.key)
+    call('DEL', cv.key)
     doomed = {}
   end
-  if #doomed > 0 then redis.call('HDEL', cv.key, unpack(doomed)) end
+  if #doomed > 0 then call('HDEL', cv.key, unpack(doomed)) end
   if set then
     cv.verdict = set[1] == 'b' and 2 or 4
     cv.events, cv.successes, cv.retry = set[2], set[3], cv.block_ms
     cv.until_at = now + cv.block_ms
     local flag = shadow and '1' or '0'
     local keep = cv.block_ms
+    if surge and cv.keep > keep then keep = cv.keep end
+    cv.exp = now + keep
     if surge then
-      redis.call('HSET', cv.key, 'until', string.format('%d', cv.until_at), 'events', set[2],
+      call('HSET', cv.key, 'until', fmt('%d', cv.until_at), 'events', set[2],
         'successes', set[3], 'shadow', flag, 'level', set[1],
-        'normal', string.format('%d', cv.normal), 'from', string.format('%d', set[4]))
-      if cv.keep > keep then keep = cv.keep end
+        'normal', fmt('%d', cv.normal), 'from', fmt('%d', set[4]), 'exp', fmt('%d', cv.exp))
     else
-      redis.call('HSET', cv.key, 'until', string.format('%d', cv.until_at), 'events', set[2],
-        'successes', set[3], 'shadow', flag)
+      call('HSET', cv.key, 'until', fmt('%d', cv.until_at), 'events', set[2],
+        'successes', set[3], 'shadow', flag, 'exp', fmt('%d', cv.exp))
     end
-    redis.call('PEXPIRE', cv.key, string.format('%d', keep))
+    call('PEXPIRE', cv.key, fmt('%d', keep))
   end
   if cv.verdict == 1 or cv.verdict == 2 then conv_blocked = true end
   if (cv.verdict == 3 or cv.verdict == 4) and not gate_open then conv_gated = true end
@@ -366,68 +356,67 @@ local skip = conv_blocked and not force
 local all_allowed = true
 for _, sub in ipairs(subjects) do
   if skip then break end
-  sub.counts, sub.levels = {}, {}
+  local first, last = sub.first, sub.first + sub.n - 1
   if sub.logs > 0 and sub.small then
-    local raw = redis.call('ZRANGE', sub.key, 0, -1, 'WITHSCORES')
-    local scores = {}
-    for j = 2, #raw, 2 do scores[#scores + 1] = tonumber(raw[j]) end
+    local raw = call('ZRANGE', sub.key, '0', '-1', 'WITHSCORES')
+    local scores, m = {}, 0
+    for j = 2, #raw, 2 do
+      m = m + 1
+      scores[m] = tonumber(raw[j])
+    end
     sub.scores = scores
   end
   if sub.mkey then
-    local fields = {}
-    for w = 1, sub.n do
-      if sub.meters[w] then
-        fields[#fields + 1] = sub.meters[w]
-        fields[#fields + 1] = sub.stamps[w]
-      end
-    end
-    local raw = redis.call('HMGET', sub.mkey, unpack(fields))
+    local raw = call('HMGET', sub.mkey, unpack(sub.mfields))
+    local exp = tonumber(raw[#sub.mfields])
+    sub.renew = not exp or exp < now + sub.meter_longest
     local j = 1
-    for w = 1, sub.n do
-      if sub.meters[w] then
-        local level = drained(tonumber(raw[j]), tonumber(raw[j + 1]), sub.limits[w], sub.lengths[w])
-        sub.levels[w] = level
-        sub.counts[w] = math.ceil(level / sub.lengths[w])
+    for g = first, last do
+      if meter[g] then
+        local lv = drained(tonumber(raw[j]), tonumber(raw[j + 1]), lim[g], len[g])
+        level[g] = lv
+        count[g] = ceil(lv / len[g])
         j = j + 2
       end
     end
   end
-  for w = 1, sub.n do
-    if sub.meters[w] then
+  for g = first, last do
+    if meter[g] then
       -- counted above
     elseif sub.small then
-      local floor, c = now - sub.lengths[w], 0
-      for j = #sub.scores, 1, -1 do
-        if sub.scores[j] > floor then c = c + 1 else break end
+      local scores, floor_at, n = sub.scores, now - len[g], 0
+      for j = #scores, 1, -1 do
+        if scores[j] > floor_at then n = n + 1 else break end
       end
-      sub.counts[w] = c
+      count[g] = n
     else
-      sub.counts[w] = redis.call('ZCOUNT', sub.key, string.format('(%d', now - sub.lengths[w]), '+inf')
+      count[g] = call('ZCOUNT', sub.key, fmt('(%d', now - len[g]), '+inf')
     end
   end
 
-  sub.verdict, sub.window, sub.retry, sub.observed = 0, 0, 0, {}
-  for w = 1, sub.n do
-    sub.observed[w] = 0
-    if sub.modes[w] == 2 and sub.counts[w] >= sub.limits[w] then
-      sub.observed[w] = wait(sub, w, sub.counts[w], 0)
-    end
-    if sub.modes[w] == 0 and sub.counts[w] >= sub.limits[w] then
-      local ww = wait(sub, w, sub.counts[w], 0)
-      if sub.verdict ~= 1 or ww > sub.retry then
-        sub.verdict, sub.window, sub.retry = 1, w - 1, ww
+  local verdict, window, retry = 0, 0, 0
+  for g = first, last do
+    observed[g] = 0
+    local full = count[g] >= lim[g]
+    if full and mode[g] == 2 then
+      observed[g] = wait(sub, g, count[g], 0)
+    elseif full and mode[g] == 0 then
+      local ww = wait(sub, g, count[g], 0)
+      if verdict ~= 1 or ww > retry then
+        verdict, window, retry = 1, g - first, ww
       end
     end
   end
-  if sub.verdict == 0 and not gate_open then
-    for w = 1, sub.n do
-      if sub.modes[w] == 1 and sub.counts[w] >= sub.limits[w] then
-        sub.verdict, sub.window = 2, w - 1
+  if verdict == 0 and not gate_open then
+    for g = first, last do
+      if mode[g] == 1 and count[g] >= lim[g] then
+        verdict, window = 2, g - first
         break
       end
     end
   end
-  if sub.verdict ~= 0 then all_allowed = false end
+  sub.verdict, sub.window, sub.retry = verdict, window, retry
+  if verdict ~= 0 then all_allowed = false end
 end
 
 -- 2. record everywhere, or nowhere
@@ -435,79 +424,89 @@ local recorded = (all_allowed and not conv_blocked and not conv_gated) or force
 if recorded then
   for _, cv in ipairs(convs) do
     if cv.count then
-      redis.call('HINCRBY', cv.key, 'e:' .. cv.slice, 1)
+      call('HINCRBY', cv.key, 'e:' .. fmt('%d', cv.slice), '1')
       local keep = cv.keep
       if cv.until_at and cv.until_at - now > keep then keep = cv.until_at - now end
-      redis.call('PEXPIRE', cv.key, string.format('%d', keep))
+      if not cv.exp or cv.exp < now + keep then
+        keep = keep + floor(keep / 8)
+        call('HSET', cv.key, 'exp', fmt('%d', now + keep))
+        call('PEXPIRE', cv.key, fmt('%d', keep))
+      end
       cv.counted = cv.slice
     end
   end
   for _, sub in ipairs(subjects) do
+    local first, last = sub.first, sub.first + sub.n - 1
     if sub.logs > 0 then
-      redis.call('ZADD', sub.key, now_s, member)
+      call('ZADD', sub.key, now_s, member)
+      local trim = not sub.small
       if sub.small then
-        sub.scores[#sub.scores + 1] = now
-        if #sub.scores > sub.keep then
-          redis.call('ZREMRANGEBYRANK', sub.key, 0, -(sub.keep + 1))
-        end
-      else
-        redis.call('ZREMRANGEBYRANK', sub.key, 0, -(sub.keep + 1))
+        local scores = sub.scores
+        scores[#scores + 1] = now
+        trim = #scores > sub.keep
       end
-      redis.call('PEXPIRE', sub.key, sub.longest_s)
+      if trim then call('ZREMRANGEBYRANK', sub.key, '0', sub.trim_s) end
+      call('PEXPIRE', sub.key, sub.longest_s)
     end
     if sub.mkey then
-      local fields = {}
-      for w = 1, sub.n do
-        if sub.meters[w] then
-          local level = math.min(sub.levels[w] + sub.lengths[w], sub.limits[w] * sub.lengths[w])
-          fields[#fields + 1] = sub.meters[w]
-          fields[#fields + 1] = string.format('%d', level)
-          fields[#fields + 1] = sub.stamps[w]
-          fields[#fields + 1] = now_s
+      local fields, m = {}, 0
+      for g = first, last do
+        if meter[g] then
+          local lv = min(level[g] + len[g], lim[g] * len[g])
+          fields[m + 1], fields[m + 2], fields[m + 3], fields[m + 4] =
+            meter[g], fmt('%d', lv), stamp[g], now_s
+          m = m + 4
         end
       end
-      redis.call('HSET', sub.mkey, unpack(fields))
-      redis.call('PEXPIRE', sub.mkey, string.format('%d', sub.meter_longest))
+      if sub.renew then
+        local keep = sub.meter_longest + floor(sub.meter_longest / 8)
+        fields[m + 1], fields[m + 2] = 'exp', fmt('%d', now + keep)
+        call('HSET', sub.mkey, unpack(fields))
+        call('PEXPIRE', sub.mkey, fmt('%d', keep))
+      else
+        call('HSET', sub.mkey, unpack(fields))
+      end
     end
   end
-  local code_key = KEYS[k]
   if code_key then
-    local ttl = tonumber(ARGV[a + 2])
-    redis.call('HSET', code_key, 'mac', ARGV[a], 'left', ARGV[a + 1], 'exp', string.format('%d', now + ttl))
-    redis.call('PEXPIRE', code_key, ARGV[a + 2])
+    local ttl = tonumber(ARGV[6])
+    call('HSET', code_key, 'mac', ARGV[4], 'left', ARGV[5], 'exp', fmt('%d', now + ttl))
+    call('PEXPIRE', code_key, ARGV[6])
   end
 end
 
 -- 3. answer, with the next retry from the counts after this call
-local out = { recorded and 1 or 0 }
+local out, o = { recorded and 1 or 0 }, 1
+local added = recorded and 1 or 0
 for _, sub in ipairs(subjects) do
-  local added = recorded and 1 or 0
+  local first, last = sub.first, sub.first + sub.n - 1
   local next_retry = 0
   if skip then
-    sub.verdict, sub.window, sub.retry, sub.counts, sub.observed = 0, 0, 0, {}, {}
-    for w = 1, sub.n do sub.counts[w], sub.observed[w] = 0, 0 end
-  end
-  for w = 1, sub.n do
-    if sub.modes[w] == 0 and not skip then
-      local ww = wait(sub, w, sub.counts[w] + added, added)
-      if ww > next_retry then next_retry = ww end
+    for g = first, last do count[g], observed[g] = 0, 0 end
+  else
+    for g = first, last do
+      if mode[g] == 0 then
+        local ww = wait(sub, g, count[g] + added, added)
+        if ww > next_retry then next_retry = ww end
+      end
     end
   end
-  out[#out + 1] = sub.verdict
-  out[#out + 1] = sub.window
-  out[#out + 1] = sub.retry
-  out[#out + 1] = next_retry
-  for w = 1, sub.n do out[#out + 1] = sub.counts[w] end
+  out[o + 1], out[o + 2], out[o + 3], out[o + 4] = sub.verdict, sub.window, sub.retry, next_retry
+  o = o + 4
+  for g = first, last do
+    o = o + 1
+    out[o] = count[g]
+  end
   if sub.observes then
-    for w = 1, sub.n do out[#out + 1] = sub.observed[w] end
+    for g = first, last do
+      o = o + 1
+      out[o] = observed[g]
+    end
   end
 end
 for _, cv in ipairs(convs) do
-  out[#out + 1] = cv.verdict
-  out[#out + 1] = cv.events
-  out[#out + 1] = cv.successes
-  out[#out + 1] = cv.retry
-  out[#out + 1] = cv.counted
-  out[#out + 1] = cv.normal
+  out[o + 1], out[o + 2], out[o + 3] = cv.verdict, cv.events, cv.successes
+  out[o + 4], out[o + 5], out[o + 6] = cv.retry, cv.counted, cv.normal
+  o = o + 6
 end
 return out

@@ -28,6 +28,7 @@ use futures::{StreamExt, TryStreamExt};
 
 use super::StoreError;
 
+mod reserve_policy;
 mod scripts;
 mod url;
 mod window_store;
@@ -47,6 +48,7 @@ thread_local! {
     static THREAD_CLIENTS: RefCell<Vec<(u64, Client)>> = const { RefCell::new(Vec::new()) };
 }
 
+use self::reserve_policy::ReserveScripts;
 use self::scripts::Scripts;
 use self::url::{fred_url, glob_escape};
 
@@ -60,6 +62,7 @@ pub struct RedisStore {
     id: u64,
     timeout: Duration,
     scripts: Scripts,
+    reserve_scripts: ReserveScripts,
 }
 
 impl RedisStore {
@@ -116,6 +119,7 @@ impl RedisStore {
             id: NEXT_STORE_ID.fetch_add(1, Ordering::Relaxed),
             timeout,
             scripts: Scripts::new(),
+            reserve_scripts: ReserveScripts::default(),
         };
         // Wait for the first attempt's outcome, not for `timeout`: the
         // reconnect policy delays even the first attempt by 100-200 ms, so a

@@ -5,6 +5,7 @@ use fred::prelude::Value;
 use fred::types::scripts::Script;
 use fred::types::FromValue;
 
+use super::reserve_policy::Render;
 use super::RedisStore;
 use crate::store::{
     ConversionOutcome, ConversionVerdict, FailuresBefore, HitOutcome, HitVerdict, IpFailureWindow,
@@ -14,7 +15,6 @@ use crate::store::{
 
 /// Every script, loaded once per store.
 pub(super) struct Scripts {
-    pub(super) reserve: Script,
     pub(super) window_peek: Script,
     pub(super) login_attempt: Script,
     pub(super) login_state: Script,
@@ -32,7 +32,6 @@ pub(super) struct Scripts {
 impl Scripts {
     pub(super) fn new() -> Self {
         Self {
-            reserve: Script::from_lua(include_str!("../../../lua/reserve.lua")),
             window_peek: Script::from_lua(include_str!("../../../lua/window_peek.lua")),
             login_attempt: Script::from_lua(include_str!("../../../lua/login_attempt.lua")),
             login_state: Script::from_lua(include_str!("../../../lua/login_state.lua")),
@@ -48,9 +47,10 @@ impl Scripts {
         }
     }
 
-    pub(super) fn all(&self) -> [&Script; 13] {
+    /// `reserve.lua` is not among them: it is rendered per request shape
+    /// (`ReserveScripts`) and loads on its first use.
+    pub(super) fn all(&self) -> [&Script; 12] {
         [
-            &self.reserve,
             &self.window_peek,
             &self.login_attempt,
             &self.login_state,
@@ -117,13 +117,11 @@ impl RedisStore {
         {
             return Err(no_windows());
         }
-        let mut keys = Vec::with_capacity(subjects.len() + conversions.len() + 1);
-        let mut args =
-            Vec::with_capacity(5 + subjects.len() + 3 * windows + 9 * conversions.len() + 3);
+        let mut keys = Vec::with_capacity(2 * subjects.len() + conversions.len() + 1);
+        let mut args = Vec::with_capacity(6);
         args.push(Value::from(member));
         args.push(flag(gate_open));
         args.push(flag(force));
-        args.push(int(subjects.len() as u64));
         // Only a request with a meter window pays for its keys' strings.
         let meter_keys: Vec<Option<String>> = if subjects.iter().any(|s| has_meter(s.windows)) {
             subjects
@@ -136,51 +134,29 @@ impl RedisStore {
         for (i, subject) in subjects.iter().enumerate() {
             keys.push(subject.key);
             keys.extend(meter_keys.get(i).and_then(Option::as_deref));
-            args.push(int(subject.windows.len() as u64));
-            for w in subject.windows {
-                args.push(int(u64::from(w.limit)));
-                args.push(int(w.window_ms));
-                args.push(int(window_kind(w)));
-            }
         }
-        args.push(int(conversions.len() as u64));
-        for conversion in conversions {
-            let p = conversion.policy;
-            keys.push(conversion.key);
-            args.extend([
-                int(u64::from(p.min_events)),
-                int(u64::from(p.min_ratio_ppm)),
-                int(p.slice_ms()),
-                int(p.slices()),
-                int(p.block_ms),
-                flag(count_conversions),
-            ]);
-            // Every argument costs the script a string to hash and parse:
-            // a conversion without a surge takes just its 0.
-            match (p.surge, p.bucket_ms()) {
-                (Some(surge), Some(bucket_ms)) => args.extend([
-                    int(u64::from(surge.factor_milli)),
-                    int(bucket_ms),
-                    flag(surge.block),
-                ]),
-                _ => args.push(int(0)),
-            }
-        }
+        keys.extend(conversions.iter().map(|c| c.key));
         if let Some(code) = code {
             keys.push(code.key);
             args.push(Value::from(code.mac));
             args.push(int(u64::from(code.attempts)));
             args.push(int(code.ttl_ms));
         }
+        let script = self.reserve_scripts.for_request(
+            subjects,
+            conversions,
+            Render {
+                count: count_conversions,
+                code: code.is_some(),
+            },
+        );
         let observed: usize = subjects
             .iter()
             .filter(|s| has_observe(s.windows))
             .map(|s| s.windows.len())
             .sum();
         let len = 1 + 4 * subjects.len() + windows + observed + 6 * conversions.len();
-        let out = self
-            .eval_ints(&self.scripts.reserve, keys, args, len)
-            .await?;
+        let out = self.eval_ints(&script, keys, args, len).await?;
         let recorded = out[0] == 1;
         let mut outcomes = Vec::with_capacity(subjects.len());
         let mut at = 1;
@@ -367,16 +343,6 @@ fn has_meter(windows: &[WindowSpec]) -> bool {
 
 fn has_observe(windows: &[WindowSpec]) -> bool {
     windows.iter().any(|w| w.mode == WindowMode::Observe)
-}
-
-/// A window's kind as `reserve.lua` reads it: its mode, plus 4 for a meter.
-fn window_kind(w: &WindowSpec) -> u64 {
-    let mode = match w.mode {
-        WindowMode::Enforce => 0,
-        WindowMode::Gate => 1,
-        WindowMode::Observe => 2,
-    };
-    mode + if w.is_meter() { 4 } else { 0 }
 }
 
 pub(super) fn flag(v: bool) -> Value {

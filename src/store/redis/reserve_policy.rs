@@ -1,0 +1,324 @@
+//! `reserve.lua` is a template: a request's policy (its subjects' windows,
+//! its conversions, whether the event is counted in them, whether a code is
+//! stored) is written into it as Lua literals, one script per shape of
+//! request, loaded once and called by its SHA. Only what changes from call to
+//! call (the event's id, the captcha and shadow flags, the code) travels as
+//! arguments: parsing some 60 policy arguments at every call cost Redis more
+//! CPU than the rest of an SMS send's script (docs/benchmarks.md).
+//!
+//! Nothing a client sends reaches the rendered text: it holds integers from
+//! the configuration and strings made of them; keys and codes stay in
+//! `KEYS`/`ARGV`.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::sync::Mutex;
+
+use fred::types::scripts::Script;
+
+use crate::store::{ConversionHit, SubjectWindows, WindowMode, WindowSpec};
+
+const TEMPLATE: &str = include_str!("../../../lua/reserve.lua");
+const POLICY_LINE: &str = "\n--@POLICY@\n";
+/// A log whose largest limit is at most this is read whole (`reserve.lua`'s
+/// `SMALL`).
+const SMALL: u32 = 32;
+/// A configuration has a handful of shapes (per action, shadow or not, a
+/// captcha passed or not); more than this means reloads piled them up, and
+/// the cache starts over.
+const MAX_SHAPES: usize = 256;
+
+/// What a request's script depends on: every number its policy renders.
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct Shape(Vec<u64>);
+
+impl Shape {
+    fn of(subjects: &[SubjectWindows<'_>], conversions: &[ConversionHit<'_>], req: Render) -> Self {
+        let windows: usize = subjects.iter().map(|s| s.windows.len()).sum();
+        let mut v = Vec::with_capacity(4 + subjects.len() + 4 * windows + 8 * conversions.len());
+        v.extend([
+            u64::from(req.count),
+            u64::from(req.code),
+            subjects.len() as u64,
+        ]);
+        for subject in subjects {
+            v.push(subject.windows.len() as u64);
+            for w in subject.windows {
+                v.extend([
+                    u64::from(w.limit),
+                    w.window_ms,
+                    mode(w),
+                    u64::from(w.is_meter()),
+                ]);
+            }
+        }
+        for c in conversions {
+            let p = c.policy;
+            v.extend([
+                u64::from(p.min_events),
+                u64::from(p.min_ratio_ppm),
+                p.slice_ms(),
+                p.slices(),
+                p.block_ms,
+            ]);
+            match (p.surge, p.bucket_ms()) {
+                (Some(s), Some(bucket)) => {
+                    v.extend([u64::from(s.factor_milli), bucket, u64::from(s.block)])
+                }
+                _ => v.push(0),
+            }
+        }
+        Self(v)
+    }
+}
+
+/// The choices of a call that change its script besides the windows.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Render {
+    /// Count the event in the conversions when it is recorded.
+    pub(super) count: bool,
+    /// A code is stored with the event.
+    pub(super) code: bool,
+}
+
+/// The rendered scripts, by shape.
+#[derive(Default)]
+pub(super) struct ReserveScripts {
+    shapes: Mutex<HashMap<Shape, Script>>,
+}
+
+impl ReserveScripts {
+    /// The script for this request's shape, rendered on first use.
+    pub(super) fn for_request(
+        &self,
+        subjects: &[SubjectWindows<'_>],
+        conversions: &[ConversionHit<'_>],
+        req: Render,
+    ) -> Script {
+        let shape = Shape::of(subjects, conversions, req);
+        // A poisoned lock only means another thread panicked while inserting
+        // a script; the map is still a map.
+        let mut shapes = self.shapes.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(script) = shapes.get(&shape) {
+            return script.clone();
+        }
+        if shapes.len() >= MAX_SHAPES {
+            shapes.clear();
+        }
+        let script = Script::from_lua(render(subjects, conversions, req));
+        shapes.insert(shape, script.clone());
+        script
+    }
+}
+
+fn mode(w: &WindowSpec) -> u64 {
+    match w.mode {
+        WindowMode::Enforce => 0,
+        WindowMode::Gate => 1,
+        WindowMode::Observe => 2,
+    }
+}
+
+/// `reserve.lua` with the policy in place of its `--@POLICY@` line.
+fn render(
+    subjects: &[SubjectWindows<'_>],
+    conversions: &[ConversionHit<'_>],
+    req: Render,
+) -> String {
+    let mut policy = String::with_capacity(1024);
+    // writing to a String cannot fail
+    let all = || subjects.iter().flat_map(|s| s.windows.iter());
+    let list = |items: Vec<String>| format!("{{{}}}", items.join(", "));
+    let meter_field = |w: &WindowSpec| format!("'{}/{}'", w.limit, w.window_ms);
+    let _ = writeln!(
+        policy,
+        "local lim = {}",
+        list(all().map(|w| w.limit.to_string()).collect())
+    );
+    let _ = writeln!(
+        policy,
+        "local len = {}",
+        list(all().map(|w| w.window_ms.to_string()).collect())
+    );
+    let _ = writeln!(
+        policy,
+        "local mode = {}",
+        list(all().map(|w| mode(w).to_string()).collect())
+    );
+    let _ = writeln!(
+        policy,
+        "local meter = {}",
+        list(
+            all()
+                .map(|w| if w.is_meter() {
+                    meter_field(w)
+                } else {
+                    "false".into()
+                })
+                .collect()
+        )
+    );
+    let _ = writeln!(
+        policy,
+        "local stamp = {}",
+        list(
+            all()
+                .map(|w| if w.is_meter() {
+                    format!("'{}/{}:t'", w.limit, w.window_ms)
+                } else {
+                    "false".into()
+                })
+                .collect()
+        )
+    );
+
+    let mut key = 1;
+    let mut first = 1;
+    policy.push_str("local subjects = {\n");
+    for subject in subjects {
+        let logs: Vec<&WindowSpec> = subject.windows.iter().filter(|w| !w.is_meter()).collect();
+        let meters: Vec<&WindowSpec> = subject.windows.iter().filter(|w| w.is_meter()).collect();
+        let keep = logs.iter().map(|w| w.limit).max().unwrap_or(0);
+        let longest = logs.iter().map(|w| w.window_ms).max();
+        let observes = subject
+            .windows
+            .iter()
+            .any(|w| w.mode == WindowMode::Observe);
+        let (mkey, mfields, meter_longest) = if meters.is_empty() {
+            ("false".to_string(), "false".to_string(), 0)
+        } else {
+            let mut fields: Vec<String> = meters
+                .iter()
+                .flat_map(|w| [meter_field(w), format!("'{}/{}:t'", w.limit, w.window_ms)])
+                .collect();
+            fields.push("'exp'".into());
+            let longest = meters.iter().map(|w| w.window_ms).max().unwrap_or(0);
+            (format!("KEYS[{}]", key + 1), list(fields), longest)
+        };
+        let _ = writeln!(
+            policy,
+            "  {{ key = KEYS[{key}], first = {first}, n = {n}, keep = {keep}, trim_s = '{trim}', \
+             small = {small}, logs = {logs}, longest_s = {longest}, observes = {observes}, \
+             mkey = {mkey}, mfields = {mfields}, meter_longest = {meter_longest}, \
+             scores = false, verdict = 0, window = 0, retry = 0, renew = false }},",
+            n = subject.windows.len(),
+            trim = -(i64::from(keep) + 1),
+            small = keep <= SMALL,
+            logs = logs.len(),
+            longest = longest.map_or("false".into(), |ms| format!("'{ms}'")),
+        );
+        key += if meters.is_empty() { 1 } else { 2 };
+        first += subject.windows.len();
+    }
+    policy.push_str("}\nlocal convs = {\n");
+    for c in conversions {
+        let p = c.policy;
+        let (surge, bucket, escalate) = match (p.surge, p.bucket_ms()) {
+            (Some(s), Some(bucket)) => (u64::from(s.factor_milli), bucket, s.block),
+            _ => (0, 0, false),
+        };
+        let _ = writeln!(
+            policy,
+            "  {{ key = KEYS[{key}], min = {min}, ppm = {ppm}, slice_ms = {slice_ms}, \
+             slices = {slices}, block_ms = {block_ms}, count = {count}, surge = {surge}, \
+             bucket = {bucket}, escalate = {escalate}, span = {span}, keep = {keep}, \
+             counted = -1, slice = 0, normal = 0, until_at = false, exp = false, verdict = 0, \
+             events = 0, successes = 0, retry = 0 }},",
+            min = p.min_events,
+            ppm = p.min_ratio_ppm,
+            slice_ms = p.slice_ms(),
+            slices = p.slices(),
+            block_ms = p.block_ms,
+            count = req.count,
+            span = p.slices() * p.slice_ms(),
+            keep = p.keep_ms(),
+        );
+        key += 1;
+    }
+    policy.push_str("}\n");
+    if req.code {
+        let _ = writeln!(policy, "local code_key = KEYS[{key}]");
+    } else {
+        policy.push_str("local code_key = false\n");
+    }
+    TEMPLATE.replacen(POLICY_LINE, &format!("\n{policy}"), 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::ConversionPolicy;
+
+    fn gcra(limit: u32, window_ms: u64) -> WindowSpec {
+        WindowSpec {
+            algorithm: crate::domain::Algorithm::Gcra,
+            ..WindowSpec::enforce(limit, window_ms)
+        }
+    }
+
+    #[test]
+    fn renders_the_policy_in_place_of_its_line() {
+        let phone = [
+            WindowSpec::enforce(1, 60_000),
+            WindowSpec::enforce(5, 3_600_000),
+        ];
+        let ip = [gcra(20, 3_600_000)];
+        let subjects = [
+            SubjectWindows {
+                key: "p",
+                windows: &phone,
+            },
+            SubjectWindows {
+                key: "i",
+                windows: &ip,
+            },
+        ];
+        let policy = ConversionPolicy {
+            min_events: 20,
+            min_ratio_ppm: 200_000,
+            window_ms: 3_600_000,
+            block_ms: 43_200_000,
+            surge: None,
+        };
+        let conversions = [ConversionHit {
+            key: "c",
+            policy: &policy,
+        }];
+        let lua = render(
+            &subjects,
+            &conversions,
+            Render {
+                count: true,
+                code: true,
+            },
+        );
+        assert_eq!(TEMPLATE.matches(POLICY_LINE).count(), 1);
+        assert!(!lua.contains(POLICY_LINE));
+        assert!(lua.contains("local lim = {1, 5, 20}\n"));
+        assert!(lua.contains("local meter = {false, false, '20/3600000'}\n"));
+        assert!(lua.contains("mkey = KEYS[3], mfields = {'20/3600000', '20/3600000:t', 'exp'}"));
+        assert!(lua
+            .contains("{ key = KEYS[4], min = 20, ppm = 200000, slice_ms = 300000, slices = 12,"));
+        assert!(lua.contains("local code_key = KEYS[5]\n"));
+    }
+
+    #[test]
+    fn one_script_per_shape() {
+        let scripts = ReserveScripts::default();
+        let a = [WindowSpec::enforce(1, 60_000)];
+        let b = [WindowSpec::enforce(2, 60_000)];
+        let one = |w: &[WindowSpec], code| {
+            let subjects = [SubjectWindows {
+                key: "k",
+                windows: w,
+            }];
+            scripts
+                .for_request(&subjects, &[], Render { count: true, code })
+                .sha1()
+                .to_string()
+        };
+        assert_eq!(one(&a, true), one(&a, true));
+        assert_ne!(one(&a, true), one(&b, true));
+        assert_ne!(one(&a, true), one(&a, false));
+    }
+}
