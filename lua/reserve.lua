@@ -135,8 +135,6 @@
 --   EVALSHA <sha> 1 "tg:{country:FR}:conversion" "-" 0 0
 --   -> { 0,  4, 600, 3, 43200000, -1, 20000 }
 
-local SMALL = 32
-
 -- Globals and library fields cost a table lookup at every use: bind them once.
 local call, tonumber, unpack, ipairs, pairs = redis.call, tonumber, unpack, ipairs, pairs
 local floor, ceil, max, min = math.floor, math.ceil, math.max, math.min
@@ -153,29 +151,43 @@ local now = tonumber(t[1]) * 1000 + floor(tonumber(t[2]) / 1000)
 -- what is passed more than once is formatted once.
 local now_s = fmt('%d', now)
 
+-- A subject and a conversion are arrays, by these indexes: a table built with
+-- named fields inserts each into its hash part, at every call.
+local S_KEY, S_FIRST, S_N, S_KEEP, S_TRIM_S, S_SMALL = 1, 2, 3, 4, 5, 6
+local S_LOGS, S_LONGEST_S, S_OBSERVES, S_MKEY, S_MG, S_MFIELDS = 7, 8, 9, 10, 11, 12
+local S_METER_LONGEST, S_SCORES, S_VERDICT, S_WINDOW, S_RETRY, S_RENEW = 13, 14, 15, 16, 17, 18
+local C_KEY, C_MIN, C_PPM, C_SLICE_MS, C_SLICES, C_BLOCK_MS, C_COUNT = 1, 2, 3, 4, 5, 6, 7
+local C_SURGE, C_BUCKET, C_ESCALATE, C_SPAN, C_KEEP, C_COUNTED, C_SLICE = 8, 9, 10, 11, 12, 13, 14
+local C_NORMAL, C_UNTIL_AT, C_EXP, C_VERDICT, C_EVENTS, C_SUCCESSES, C_RETRY = 15, 16, 17, 18, 19, 20, 21
+
 -- The policy, rendered by tollgate (src/store/redis/reserve_policy.rs):
 --   lim, len, mode, meter, stamp: every window of every subject, by its index
 --     g over all the subjects (a subject's windows are first .. first + n - 1):
 --     limit, length in ms, mode, and for a meter its field and its stamp's
 --     field (else false);
---   subjects: per subject key (KEYS), first, n, keep (max limit of its logs),
---     trim_s (the ZREMRANGEBYRANK stop that keeps `keep`), small, logs (how
---     many log windows), longest_s (the longest log window, as a string),
---     observes, mkey (its meter HASH in KEYS, or false), mfields (the HMGET
---     of its meters: each field and stamp, then "exp"), meter_longest;
---   convs: per conversion key (KEYS), min, ppm, slice_ms, slices, block_ms,
---     count, surge, bucket, escalate, span, keep;
---   code_key: the code HASH in KEYS, or false.
+--   subjects: per subject, by the S_ indexes, key (KEYS), first, n, keep (max
+--     limit of its logs), trim_s (the ZREMRANGEBYRANK stop that keeps
+--     `keep`), small (keep <= 32: its log is read whole), logs (how many log
+--     windows), longest_s (the longest log window, as a string), observes,
+--     mkey (its meter HASH in KEYS, or false), mg (the index g of its meter
+--     when it has one), mfields (with more: the HMGET of its meters, each
+--     field and stamp, then "exp"), meter_longest; then what the call finds:
+--     scores, verdict, window, retry, renew;
+--   convs: per conversion, by the C_ indexes, key (KEYS), min, ppm,
+--     slice_ms, slices, block_ms, count, surge, bucket, escalate, span, keep;
+--     then what the call finds: counted, slice, normal, until_at, exp,
+--     verdict, events, successes, retry;
+--   code_key: the code HASH in KEYS, or false;
+--   count, level, observed: by g, what the reads find (the count, a meter's
+--     level, an observe window's wait), and out, the answer: made at their
+--     full size, since a Lua table that grows rehashes at every power of 2.
 --@POLICY@
 
--- what the reads find, by g: the count, a meter's level, an observe
--- window's wait
-local count, level, observed = {}, {}, {}
 
 -- The k-th newest member's score (k >= 1), or nil when there are fewer.
 local function kth_newest(sub, k)
-  if sub.small then return sub.scores[#sub.scores - k + 1] end
-  local m = call('ZREVRANGE', sub.key, k - 1, k - 1, 'WITHSCORES')
+  if sub[S_SMALL] then return sub[S_SCORES][#sub[S_SCORES] - k + 1] end
+  local m = call('ZREVRANGE', sub[S_KEY], k - 1, k - 1, 'WITHSCORES')
   return tonumber(m[2])
 end
 
@@ -208,15 +220,16 @@ end
 -- 0. the conversions, before any window
 local EMPTY = {}
 local conv_blocked, conv_gated = false, false
-for _, cv in ipairs(convs) do
-  cv.slice = floor(now / cv.slice_ms)
-  local oldest = cv.slice - cv.slices + 1
-  local surge = cv.surge > 0
-  local raw = call('HGETALL', cv.key)
+for i = 1, #convs do
+  local cv = convs[i]
+  cv[C_SLICE] = floor(now / cv[C_SLICE_MS])
+  local oldest = cv[C_SLICE] - cv[C_SLICES] + 1
+  local surge = cv[C_SURGE] > 0
+  local raw = call('HGETALL', cv[C_KEY])
   -- the other fields (an escalation's) and the fields to delete; with a
   -- surge the stale slices' counts (slice -> count) and the buckets: each
   -- table made only when needed, an ordinary send makes none
-  local events, successes, fields, doomed, old_e, old_s, buckets = 0, 0, EMPTY, {}, nil, nil, nil
+  local events, successes, fields, doomed, old_e, old_s, buckets = 0, 0, EMPTY, nil, nil, nil, nil
   for j = 1, #raw, 2 do
     local kind, n = match(raw[j], '^([esn]):(%d+)$')
     if kind == nil then
@@ -226,6 +239,7 @@ for _, cv in ipairs(convs) do
       buckets = buckets or {}
       buckets[tonumber(n)] = tonumber(raw[j + 1])
     elseif tonumber(n) < oldest then
+      doomed = doomed or {}
       doomed[#doomed + 1] = raw[j]
       if surge and kind == 'e' then
         old_e = old_e or {}
@@ -245,8 +259,8 @@ for _, cv in ipairs(convs) do
     -- teach the normal what left the window, then read the last seven buckets
     local taught = nil
     for n, e in pairs(old_e or EMPTY) do
-      if e > 0 and ((old_s or EMPTY)[n] or 0) * 1000000 >= cv.ppm * e then
-        local b = floor(tonumber(n) * cv.slice_ms / cv.bucket)
+      if e > 0 and ((old_s or EMPTY)[n] or 0) * 1000000 >= cv[C_PPM] * e then
+        local b = floor(tonumber(n) * cv[C_SLICE_MS] / cv[C_BUCKET])
         taught = taught or {}
         taught[b] = (taught[b] or 0) + e
       end
@@ -254,45 +268,47 @@ for _, cv in ipairs(convs) do
     if taught then
       buckets = buckets or {}
       for b, e in pairs(taught) do
-        call('HINCRBY', cv.key, 'n:' .. fmt('%d', b), e)
+        call('HINCRBY', cv[C_KEY], 'n:' .. fmt('%d', b), e)
         buckets[b] = (buckets[b] or 0) + e
       end
     end
-    local current, sum = floor(now / cv.bucket), 0
+    local current, sum = floor(now / cv[C_BUCKET]), 0
     for b, e in pairs(buckets or EMPTY) do
       if b < current - 7 then
+        doomed = doomed or {}
         doomed[#doomed + 1] = 'n:' .. fmt('%d', b)
       elseif b < current then
         sum = sum + e
       end
     end
-    normal = sum * cv.span / (7 * cv.bucket)
-    cv.normal = floor(normal * 1000 + 0.5)
+    normal = sum * cv[C_SPAN] / (7 * cv[C_BUCKET])
+    cv[C_NORMAL] = floor(normal * 1000 + 0.5)
   else
-    cv.normal = 0
+    cv[C_NORMAL] = 0
   end
-  cv.exp = tonumber(fields['exp']) or false
-  cv.until_at = tonumber(fields['until'])
-  if cv.until_at and cv.until_at <= now then
+  cv[C_EXP] = tonumber(fields['exp']) or false
+  cv[C_UNTIL_AT] = tonumber(fields['until'])
+  if cv[C_UNTIL_AT] and cv[C_UNTIL_AT] <= now then
+    doomed = doomed or {}
     for _, f in ipairs({ 'until', 'events', 'successes', 'shadow', 'level', 'normal', 'from' }) do
       doomed[#doomed + 1] = f
     end
-    cv.until_at = nil
+    cv[C_UNTIL_AT] = nil
   end
-  cv.verdict, cv.events, cv.successes, cv.retry = 0, events, successes, 0
+  cv[C_VERDICT], cv[C_EVENTS], cv[C_SUCCESSES], cv[C_RETRY] = 0, events, successes, 0
   local shadow = fields['shadow'] == '1'
   -- the escalation to set, if any: { level, events, successes, from }
   local set = nil
-  if cv.until_at and (force or not shadow) then
-    cv.retry = cv.until_at - now
-    cv.events = tonumber(fields['events']) or 0
-    cv.successes = tonumber(fields['successes']) or 0
-    cv.normal = tonumber(fields['normal']) or 0
+  if cv[C_UNTIL_AT] and (force or not shadow) then
+    cv[C_RETRY] = cv[C_UNTIL_AT] - now
+    cv[C_EVENTS] = tonumber(fields['events']) or 0
+    cv[C_SUCCESSES] = tonumber(fields['successes']) or 0
+    cv[C_NORMAL] = tonumber(fields['normal']) or 0
     if fields['level'] ~= 'c' then
-      cv.verdict = 1
+      cv[C_VERDICT] = 1
     else
-      cv.verdict = 3
-      if cv.escalate and shadow == force then
+      cv[C_VERDICT] = 3
+      if cv[C_ESCALATE] and shadow == force then
         -- the slices from the challenge's first on, and every live slice
         local from = tonumber(fields['from']) or 0
         local since, passed, live = 0, 0, {}
@@ -306,70 +322,77 @@ for _, cv in ipairs(convs) do
             end
           end
         end
-        if since >= cv.min and passed * 1000000 < cv.ppm * since
-            and since * 1000 >= cv.surge * normal then
+        if since >= cv[C_MIN] and passed * 1000000 < cv[C_PPM] * since
+            and since * 1000 >= cv[C_SURGE] * normal then
           set = { 'b', since, passed, from }
+          doomed = doomed or {}
           for _, f in ipairs(live) do doomed[#doomed + 1] = f end
-          cv.normal = floor(normal * 1000 + 0.5)
+          cv[C_NORMAL] = floor(normal * 1000 + 0.5)
         end
       end
     end
-  elseif events >= cv.min and successes * 1000000 < cv.ppm * events
-      and (not surge or events * 1000 >= cv.surge * normal) then
+  elseif events >= cv[C_MIN] and successes * 1000000 < cv[C_PPM] * events
+      and (not surge or events * 1000 >= cv[C_SURGE] * normal) then
     shadow = force
     if surge then
-      set = { 'c', events, successes, cv.slice + 1 }
+      set = { 'c', events, successes, cv[C_SLICE] + 1 }
     else
       set = { 'b', events, successes, 0 }
     end
   end
   if set and not surge then
-    call('DEL', cv.key)
-    doomed = {}
+    call('DEL', cv[C_KEY])
+    doomed = nil
   end
-  if #doomed > 0 then call('HDEL', cv.key, unpack(doomed)) end
+  if doomed then call('HDEL', cv[C_KEY], unpack(doomed)) end
   if set then
-    cv.verdict = set[1] == 'b' and 2 or 4
-    cv.events, cv.successes, cv.retry = set[2], set[3], cv.block_ms
-    cv.until_at = now + cv.block_ms
+    cv[C_VERDICT] = set[1] == 'b' and 2 or 4
+    cv[C_EVENTS], cv[C_SUCCESSES], cv[C_RETRY] = set[2], set[3], cv[C_BLOCK_MS]
+    cv[C_UNTIL_AT] = now + cv[C_BLOCK_MS]
     local flag = shadow and '1' or '0'
-    local keep = cv.block_ms
-    if surge and cv.keep > keep then keep = cv.keep end
-    cv.exp = now + keep
+    local keep = cv[C_BLOCK_MS]
+    if surge and cv[C_KEEP] > keep then keep = cv[C_KEEP] end
+    cv[C_EXP] = now + keep
     if surge then
-      call('HSET', cv.key, 'until', fmt('%d', cv.until_at), 'events', set[2],
+      call('HSET', cv[C_KEY], 'until', fmt('%d', cv[C_UNTIL_AT]), 'events', set[2],
         'successes', set[3], 'shadow', flag, 'level', set[1],
-        'normal', fmt('%d', cv.normal), 'from', fmt('%d', set[4]), 'exp', fmt('%d', cv.exp))
+        'normal', fmt('%d', cv[C_NORMAL]), 'from', fmt('%d', set[4]), 'exp', fmt('%d', cv[C_EXP]))
     else
-      call('HSET', cv.key, 'until', fmt('%d', cv.until_at), 'events', set[2],
-        'successes', set[3], 'shadow', flag, 'exp', fmt('%d', cv.exp))
+      call('HSET', cv[C_KEY], 'until', fmt('%d', cv[C_UNTIL_AT]), 'events', set[2],
+        'successes', set[3], 'shadow', flag, 'exp', fmt('%d', cv[C_EXP]))
     end
-    call('PEXPIRE', cv.key, fmt('%d', keep))
+    call('PEXPIRE', cv[C_KEY], fmt('%d', keep))
   end
-  if cv.verdict == 1 or cv.verdict == 2 then conv_blocked = true end
-  if (cv.verdict == 3 or cv.verdict == 4) and not gate_open then conv_gated = true end
+  if cv[C_VERDICT] == 1 or cv[C_VERDICT] == 2 then conv_blocked = true end
+  if (cv[C_VERDICT] == 3 or cv[C_VERDICT] == 4) and not gate_open then conv_gated = true end
 end
 -- A blocking conversion answers before any window is read.
 local skip = conv_blocked and not force
 
 -- 1. read and decide every subject
 local all_allowed = true
-for _, sub in ipairs(subjects) do
+for i = 1, #subjects do
+  local sub = subjects[i]
   if skip then break end
-  local first, last = sub.first, sub.first + sub.n - 1
-  if sub.logs > 0 and sub.small then
-    local raw = call('ZRANGE', sub.key, '0', '-1', 'WITHSCORES')
+  local first, last = sub[S_FIRST], sub[S_FIRST] + sub[S_N] - 1
+  if sub[S_LOGS] > 0 and sub[S_SMALL] then
+    local raw = call('ZRANGE', sub[S_KEY], '0', '-1', 'WITHSCORES')
     local scores, m = {}, 0
     for j = 2, #raw, 2 do
       m = m + 1
       scores[m] = tonumber(raw[j])
     end
-    sub.scores = scores
+    sub[S_SCORES] = scores
   end
-  if sub.mkey then
-    local raw = call('HMGET', sub.mkey, unpack(sub.mfields))
-    local exp = tonumber(raw[#sub.mfields])
-    sub.renew = not exp or exp < now + sub.meter_longest
+  if sub[S_MKEY] then
+    local mg, raw = sub[S_MG], nil
+    if mg then
+      raw = call('HMGET', sub[S_MKEY], meter[mg], stamp[mg], 'exp')
+    else
+      raw = call('HMGET', sub[S_MKEY], unpack(sub[S_MFIELDS]))
+    end
+    local exp = tonumber(raw[#raw])
+    sub[S_RENEW] = not exp or exp < now + sub[S_METER_LONGEST]
     local j = 1
     for g = first, last do
       if meter[g] then
@@ -383,14 +406,14 @@ for _, sub in ipairs(subjects) do
   for g = first, last do
     if meter[g] then
       -- counted above
-    elseif sub.small then
-      local scores, floor_at, n = sub.scores, now - len[g], 0
+    elseif sub[S_SMALL] then
+      local scores, floor_at, n = sub[S_SCORES], now - len[g], 0
       for j = #scores, 1, -1 do
         if scores[j] > floor_at then n = n + 1 else break end
       end
       count[g] = n
     else
-      count[g] = call('ZCOUNT', sub.key, fmt('(%d', now - len[g]), '+inf')
+      count[g] = call('ZCOUNT', sub[S_KEY], fmt('(%d', now - len[g]), '+inf')
     end
   end
 
@@ -415,40 +438,53 @@ for _, sub in ipairs(subjects) do
       end
     end
   end
-  sub.verdict, sub.window, sub.retry = verdict, window, retry
+  sub[S_VERDICT], sub[S_WINDOW], sub[S_RETRY] = verdict, window, retry
   if verdict ~= 0 then all_allowed = false end
 end
 
 -- 2. record everywhere, or nowhere
 local recorded = (all_allowed and not conv_blocked and not conv_gated) or force
 if recorded then
-  for _, cv in ipairs(convs) do
-    if cv.count then
-      call('HINCRBY', cv.key, 'e:' .. fmt('%d', cv.slice), '1')
-      local keep = cv.keep
-      if cv.until_at and cv.until_at - now > keep then keep = cv.until_at - now end
-      if not cv.exp or cv.exp < now + keep then
+  for i = 1, #convs do
+    local cv = convs[i]
+    if cv[C_COUNT] then
+      call('HINCRBY', cv[C_KEY], 'e:' .. fmt('%d', cv[C_SLICE]), '1')
+      local keep = cv[C_KEEP]
+      if cv[C_UNTIL_AT] and cv[C_UNTIL_AT] - now > keep then keep = cv[C_UNTIL_AT] - now end
+      if not cv[C_EXP] or cv[C_EXP] < now + keep then
         keep = keep + floor(keep / 8)
-        call('HSET', cv.key, 'exp', fmt('%d', now + keep))
-        call('PEXPIRE', cv.key, fmt('%d', keep))
+        call('HSET', cv[C_KEY], 'exp', fmt('%d', now + keep))
+        call('PEXPIRE', cv[C_KEY], fmt('%d', keep))
       end
-      cv.counted = cv.slice
+      cv[C_COUNTED] = cv[C_SLICE]
     end
   end
-  for _, sub in ipairs(subjects) do
-    local first, last = sub.first, sub.first + sub.n - 1
-    if sub.logs > 0 then
-      call('ZADD', sub.key, now_s, member)
-      local trim = not sub.small
-      if sub.small then
-        local scores = sub.scores
+  for i = 1, #subjects do
+    local sub = subjects[i]
+    local first, last = sub[S_FIRST], sub[S_FIRST] + sub[S_N] - 1
+    if sub[S_LOGS] > 0 then
+      call('ZADD', sub[S_KEY], now_s, member)
+      local trim = not sub[S_SMALL]
+      if sub[S_SMALL] then
+        local scores = sub[S_SCORES]
         scores[#scores + 1] = now
-        trim = #scores > sub.keep
+        trim = #scores > sub[S_KEEP]
       end
-      if trim then call('ZREMRANGEBYRANK', sub.key, '0', sub.trim_s) end
-      call('PEXPIRE', sub.key, sub.longest_s)
+      if trim then call('ZREMRANGEBYRANK', sub[S_KEY], '0', sub[S_TRIM_S]) end
+      call('PEXPIRE', sub[S_KEY], sub[S_LONGEST_S])
     end
-    if sub.mkey then
+    local mg = sub[S_MG]
+    if mg then
+      -- one meter, the usual case: no table for the fields
+      local lv = min(level[mg] + len[mg], lim[mg] * len[mg])
+      if sub[S_RENEW] then
+        local keep = sub[S_METER_LONGEST] + floor(sub[S_METER_LONGEST] / 8)
+        call('HSET', sub[S_MKEY], meter[mg], fmt('%d', lv), stamp[mg], now_s, 'exp', fmt('%d', now + keep))
+        call('PEXPIRE', sub[S_MKEY], fmt('%d', keep))
+      else
+        call('HSET', sub[S_MKEY], meter[mg], fmt('%d', lv), stamp[mg], now_s)
+      end
+    elseif sub[S_MKEY] then
       local fields, m = {}, 0
       for g = first, last do
         if meter[g] then
@@ -458,13 +494,13 @@ if recorded then
           m = m + 4
         end
       end
-      if sub.renew then
-        local keep = sub.meter_longest + floor(sub.meter_longest / 8)
+      if sub[S_RENEW] then
+        local keep = sub[S_METER_LONGEST] + floor(sub[S_METER_LONGEST] / 8)
         fields[m + 1], fields[m + 2] = 'exp', fmt('%d', now + keep)
-        call('HSET', sub.mkey, unpack(fields))
-        call('PEXPIRE', sub.mkey, fmt('%d', keep))
+        call('HSET', sub[S_MKEY], unpack(fields))
+        call('PEXPIRE', sub[S_MKEY], fmt('%d', keep))
       else
-        call('HSET', sub.mkey, unpack(fields))
+        call('HSET', sub[S_MKEY], unpack(fields))
       end
     end
   end
@@ -476,10 +512,12 @@ if recorded then
 end
 
 -- 3. answer, with the next retry from the counts after this call
-local out, o = { recorded and 1 or 0 }, 1
+out[1] = recorded and 1 or 0
+local o = 1
 local added = recorded and 1 or 0
-for _, sub in ipairs(subjects) do
-  local first, last = sub.first, sub.first + sub.n - 1
+for i = 1, #subjects do
+  local sub = subjects[i]
+  local first, last = sub[S_FIRST], sub[S_FIRST] + sub[S_N] - 1
   local next_retry = 0
   if skip then
     for g = first, last do count[g], observed[g] = 0, 0 end
@@ -491,22 +529,23 @@ for _, sub in ipairs(subjects) do
       end
     end
   end
-  out[o + 1], out[o + 2], out[o + 3], out[o + 4] = sub.verdict, sub.window, sub.retry, next_retry
+  out[o + 1], out[o + 2], out[o + 3], out[o + 4] = sub[S_VERDICT], sub[S_WINDOW], sub[S_RETRY], next_retry
   o = o + 4
   for g = first, last do
     o = o + 1
     out[o] = count[g]
   end
-  if sub.observes then
+  if sub[S_OBSERVES] then
     for g = first, last do
       o = o + 1
       out[o] = observed[g]
     end
   end
 end
-for _, cv in ipairs(convs) do
-  out[o + 1], out[o + 2], out[o + 3] = cv.verdict, cv.events, cv.successes
-  out[o + 4], out[o + 5], out[o + 6] = cv.retry, cv.counted, cv.normal
+for i = 1, #convs do
+  local cv = convs[i]
+  out[o + 1], out[o + 2], out[o + 3] = cv[C_VERDICT], cv[C_EVENTS], cv[C_SUCCESSES]
+  out[o + 4], out[o + 5], out[o + 6] = cv[C_RETRY], cv[C_COUNTED], cv[C_NORMAL]
   o = o + 6
 end
 return out

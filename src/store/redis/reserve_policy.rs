@@ -184,23 +184,32 @@ fn render(
             .windows
             .iter()
             .any(|w| w.mode == WindowMode::Observe);
-        let (mkey, mfields, meter_longest) = if meters.is_empty() {
-            ("false".to_string(), "false".to_string(), 0)
+        let mkey = if meters.is_empty() {
+            "false".to_string()
         } else {
+            format!("KEYS[{}]", key + 1)
+        };
+        // One meter is read and written without a table of its fields.
+        let mg = match subject.windows.iter().position(WindowSpec::is_meter) {
+            Some(at) if meters.len() == 1 => (first + at).to_string(),
+            _ => "false".into(),
+        };
+        let mfields = if meters.len() > 1 {
             let mut fields: Vec<String> = meters
                 .iter()
                 .flat_map(|w| [meter_field(w), format!("'{}/{}:t'", w.limit, w.window_ms)])
                 .collect();
             fields.push("'exp'".into());
-            let longest = meters.iter().map(|w| w.window_ms).max().unwrap_or(0);
-            (format!("KEYS[{}]", key + 1), list(fields), longest)
+            list(fields)
+        } else {
+            "false".into()
         };
+        let meter_longest = meters.iter().map(|w| w.window_ms).max().unwrap_or(0);
+        // by reserve.lua's S_ indexes
         let _ = writeln!(
             policy,
-            "  {{ key = KEYS[{key}], first = {first}, n = {n}, keep = {keep}, trim_s = '{trim}', \
-             small = {small}, logs = {logs}, longest_s = {longest}, observes = {observes}, \
-             mkey = {mkey}, mfields = {mfields}, meter_longest = {meter_longest}, \
-             scores = false, verdict = 0, window = 0, retry = 0, renew = false }},",
+            "  {{ KEYS[{key}], {first}, {n}, {keep}, '{trim}', {small}, {logs}, {longest}, \
+             {observes}, {mkey}, {mg}, {mfields}, {meter_longest}, false, 0, 0, 0, false }},",
             n = subject.windows.len(),
             trim = -(i64::from(keep) + 1),
             small = keep <= SMALL,
@@ -217,13 +226,11 @@ fn render(
             (Some(s), Some(bucket)) => (u64::from(s.factor_milli), bucket, s.block),
             _ => (0, 0, false),
         };
+        // by reserve.lua's C_ indexes
         let _ = writeln!(
             policy,
-            "  {{ key = KEYS[{key}], min = {min}, ppm = {ppm}, slice_ms = {slice_ms}, \
-             slices = {slices}, block_ms = {block_ms}, count = {count}, surge = {surge}, \
-             bucket = {bucket}, escalate = {escalate}, span = {span}, keep = {keep}, \
-             counted = -1, slice = 0, normal = 0, until_at = false, exp = false, verdict = 0, \
-             events = 0, successes = 0, retry = 0 }},",
+            "  {{ KEYS[{key}], {min}, {ppm}, {slice_ms}, {slices}, {block_ms}, {count}, {surge}, \
+             {bucket}, {escalate}, {span}, {keep}, -1, 0, 0, false, false, 0, 0, 0, 0 }},",
             min = p.min_events,
             ppm = p.min_ratio_ppm,
             slice_ms = p.slice_ms(),
@@ -241,6 +248,23 @@ fn render(
     } else {
         policy.push_str("local code_key = false\n");
     }
+    let windows = first - 1;
+    let observed: usize = subjects
+        .iter()
+        .filter(|s| s.windows.iter().any(|w| w.mode == WindowMode::Observe))
+        .map(|s| s.windows.len())
+        .sum();
+    let zeros = |n: usize| list(vec!["0".to_string(); n]);
+    let _ = writeln!(
+        policy,
+        "local count, level, observed = {z}, {z}, {z}",
+        z = zeros(windows)
+    );
+    let _ = writeln!(
+        policy,
+        "local out = {}",
+        zeros(1 + 4 * subjects.len() + windows + observed + 6 * conversions.len())
+    );
     TEMPLATE.replacen(POLICY_LINE, &format!("\n{policy}"), 1)
 }
 
@@ -296,9 +320,17 @@ mod tests {
         assert!(!lua.contains(POLICY_LINE));
         assert!(lua.contains("local lim = {1, 5, 20}\n"));
         assert!(lua.contains("local meter = {false, false, '20/3600000'}\n"));
-        assert!(lua.contains("mkey = KEYS[3], mfields = {'20/3600000', '20/3600000:t', 'exp'}"));
-        assert!(lua
-            .contains("{ key = KEYS[4], min = 20, ppm = 200000, slice_ms = 300000, slices = 12,"));
+        // the IP: KEYS[2], its windows from 3, one of them, keep 0, ... its meter KEYS[3], g 3
+        assert!(lua.contains(
+            "{ KEYS[2], 3, 1, 0, '-1', true, 0, false, false, KEYS[3], 3, false, 3600000,"
+        ));
+        assert!(lua.contains("local count, level, observed = {0, 0, 0}, {0, 0, 0}, {0, 0, 0}\n"));
+        // recorded, 4 per subject, a count per window, 6 per conversion
+        assert!(lua.contains(&format!(
+            "local out = {{{}}}\n",
+            ["0"; 1 + 8 + 3 + 6].join(", ")
+        )));
+        assert!(lua.contains("{ KEYS[4], 20, 200000, 300000, 12, 43200000, true, 0, 0, false,"));
         assert!(lua.contains("local code_key = KEYS[5]\n"));
     }
 

@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use fred::prelude::{ClientLike, LuaInterface};
+use fred::prelude::{ClientLike, HashesInterface, KeysInterface, LuaInterface};
 use tollgate::store::redis::RedisStore;
 use tollgate::store::{HitRequest, HitVerdict, StoreError, WindowSpec, WindowStore};
 
@@ -80,4 +80,65 @@ async fn scripts_are_loaded_again_after_the_script_cache_is_flushed() {
         .await;
     b.cleanup().await;
     assert_eq!(second.expect("reloaded on NOSCRIPT").counts, [1]);
+}
+
+/// A meter hash every send writes (a prefix's, the global one) takes a
+/// `PEXPIRE` only when its `exp` field says the key would expire within its
+/// window: never cut short, not renewed at every call.
+#[tokio::test]
+async fn a_meter_renews_its_expiry_only_when_it_falls_short() {
+    let b = StoreUnderTest::redis().await;
+    let key = b.keys.window("global", "renew", "sms_send");
+    let meter_key = format!("{key}:meter");
+    let windows = [WindowSpec {
+        algorithm: tollgate::domain::Algorithm::Gcra,
+        ..WindowSpec::enforce(1_000, 60_000)
+    }];
+    let raw = fred::types::Builder::from_config(
+        fred::types::config::Config::from_url(&redis_url()).expect("a URL fred parses"),
+    )
+    .build()
+    .expect("a client");
+    raw.init().await.expect("a connection");
+    let pttl = |raw: &fred::clients::Client, key: String| {
+        let raw = raw.clone();
+        async move { raw.pttl::<i64, _>(key).await.expect("PTTL") }
+    };
+    let exp = |raw: &fred::clients::Client, key: String| {
+        let raw = raw.clone();
+        async move {
+            raw.hget::<Option<i64>, _, _>(key, "exp")
+                .await
+                .expect("HGET")
+        }
+    };
+
+    b.hit(&key, &windows).await;
+    let first = pttl(&raw, meter_key.clone()).await;
+    assert!(
+        (60_000..=67_500).contains(&first),
+        "the window and an eighth: {first}"
+    );
+    let set = exp(&raw, meter_key.clone()).await.expect("exp is written");
+
+    // Lengthen the key behind the script's back: a hit that finds "exp" far
+    // enough leaves the expiry alone.
+    raw.pexpire::<(), _>(&meter_key, 500_000, None)
+        .await
+        .expect("PEXPIRE");
+    b.hit(&key, &windows).await;
+    assert!(pttl(&raw, meter_key.clone()).await > 400_000, "not renewed");
+    assert_eq!(exp(&raw, meter_key.clone()).await, Some(set));
+
+    // "exp" within the window: the next hit renews.
+    raw.hset::<(), _, _>(&meter_key, ("exp", set - 30_000))
+        .await
+        .expect("HSET");
+    b.hit(&key, &windows).await;
+    let renewed = pttl(&raw, meter_key.clone()).await;
+    assert!((60_000..=67_500).contains(&renewed), "renewed: {renewed}");
+    assert!(exp(&raw, meter_key.clone()).await > Some(set - 30_000));
+
+    let _ = raw.quit().await;
+    b.cleanup().await;
 }

@@ -15,6 +15,7 @@ on_both_backends!(
     an_observed_window_never_refuses_and_tells_its_would_be_wait,
     a_meter_admits_its_limit_at_once_then_one_per_interval,
     forced_events_fill_a_meter_and_no_more,
+    two_meters_of_one_subject_each_count_and_the_longer_wait_answers,
     a_full_enforce_window_denies_even_when_a_gate_is_also_full,
     a_forced_event_is_recorded_even_when_refused,
     events_in_the_same_millisecond_all_count,
@@ -272,6 +273,44 @@ async fn a_meter_admits_its_limit_at_once_then_one_per_interval(b: &StoreUnderTe
             "9000 - 3000 taken back - 3000 drained: one event's worth of 3000 left"
         );
     }
+}
+
+async fn two_meters_of_one_subject_each_count_and_the_longer_wait_answers(b: &StoreUnderTest) {
+    let key = b.keys.window("prefix", "+3361234", "sms_send");
+    let meter = |limit, window_ms| WindowSpec {
+        algorithm: Algorithm::Gcra,
+        ..WindowSpec::enforce(limit, window_ms)
+    };
+    // a gate log between the two meters: the meters' fields are not its
+    let windows = [
+        meter(2, 2_000),
+        WindowSpec::gate(50, 60_000),
+        meter(3, 60_000),
+    ];
+    let start = b.mark();
+    for expected in [[0, 0, 0], [1, 1, 1]] {
+        let hit = b.hit(&key, &windows).await;
+        assert_eq!(hit.verdict, HitVerdict::Allowed, "{hit:?}");
+        assert_eq!(hit.counts, expected);
+    }
+    let refused = b.hit(&key, &windows).await;
+    let HitVerdict::Denied {
+        window,
+        retry_after_ms,
+    } = refused.verdict
+    else {
+        panic!("the short meter is full: {refused:?}");
+    };
+    assert_eq!((window, refused.counts), (0, vec![2, 2, 2]));
+    b.assert_wait(retry_after_ms, 1_000, &start, "one per 1000 ms");
+
+    b.advance(1_000).await;
+    let third = b.hit(&key, &windows).await;
+    assert_eq!(third.verdict, HitVerdict::Allowed, "{third:?}");
+    let HitVerdict::Denied { window, .. } = b.hit(&key, &windows).await.verdict else {
+        panic!("both meters are full now");
+    };
+    assert_eq!(window, 2, "the long meter's wait (20 s) is the longer");
 }
 
 async fn forced_events_fill_a_meter_and_no_more(b: &StoreUnderTest) {
