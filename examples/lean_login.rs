@@ -14,6 +14,10 @@ use fred::prelude::{Client, ClientLike, Config};
 use fred::types::scripts::Script;
 use serde::Deserialize;
 
+/// The allocator tollgate's binary uses, so that the two compare like for like.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const SCRIPT: &str = include_str!("../lua/login_attempt.lua");
 
 thread_local! {

@@ -4,6 +4,11 @@
 
 mod healthcheck;
 
+/// mimalloc: glibc's malloc and free were about a tenth of the service's CPU
+/// under load (docs/benchmarks.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -84,11 +84,10 @@ impl RedisStore {
         args: Vec<Value>,
     ) -> Result<R, StoreError> {
         let client = self.client_here();
-        self.run_on(
-            &client,
-            script.evalsha_with_reload::<R, _, _>(&client, keys, args),
-        )
-        .await
+        // fred's call is a future of some kilobytes: boxed once, each caller
+        // that awaits it moves a pointer and not a memcpy of it
+        let call = Box::pin(script.evalsha_with_reload::<R, _, _>(&client, keys, args));
+        self.run_on(&client, call).await
     }
 
     /// `reserve.lua` over the request's conversions, subjects and code:

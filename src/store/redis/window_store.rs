@@ -44,7 +44,8 @@ impl WindowStore for RedisStore {
     /// each subject in its own slot: one call per subject, then the code.
     async fn reserve(&self, req: ReserveRequest<'_>) -> Result<ReserveOutcome, StoreError> {
         if self.client.is_clustered() {
-            return steps::reserve(self, req).await;
+            // boxed: a cluster's steps would size every call's future
+            return Box::pin(steps::reserve(self, req)).await;
         }
         self.reserve_script(req, Conversions::Count).await
     }
@@ -53,7 +54,8 @@ impl WindowStore for RedisStore {
     /// two slots: the IP's call, then the user's (see `steps::login`).
     async fn login(&self, req: LoginRequest<'_>) -> Result<LoginOutcome, StoreError> {
         if self.client.is_clustered() {
-            return steps::login(self, req).await;
+            // boxed: a cluster's steps would size every call's future
+            return Box::pin(steps::login(self, req)).await;
         }
         let user_req = LoginAttemptRequest {
             window_key: req.window_key,
