@@ -30,6 +30,10 @@ fn size(arg: Option<String>) -> usize {
     number.parse::<usize>().expect("a number, or NMiB") * scale
 }
 
+/// The allocator of tollgate's binary: resident memory is the allocator's.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
     let mut args = std::env::args().skip(1);
