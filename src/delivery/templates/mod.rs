@@ -331,4 +331,6 @@ pub struct RenderedEmail {
 }
 
 #[cfg(test)]
+mod dir_tests;
+#[cfg(test)]
 mod tests;
