@@ -43,6 +43,8 @@ use super::AuditEvent;
 use crate::metrics::{AUDIT_EVENTS, AUDIT_JOURNAL_BYTES, AUDIT_JOURNAL_ERRORS};
 use crate::telemetry::log_budget::LogBudget;
 
+mod adopt;
+
 /// A segment is sealed once it holds this many bytes…
 const SEGMENT_BYTES: u64 = 8 << 20;
 /// …or once it is this old and holds an event, so that a quiet service
@@ -143,63 +145,6 @@ impl Journal {
     fn segment_path(&self) -> PathBuf {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
         self.dir.join(format!("journal-{}-{n:06}.jsonl", self.run))
-    }
-
-    /// Rename to this run's names, oldest first, the segments of runs that
-    /// are gone and the old spool's files; they become leftovers to replay.
-    /// A rename that fails because the file is gone lost a race to another
-    /// process starting at the same time, which has it now. The lock files
-    /// of runs that are gone are deleted.
-    fn adopt(&self) -> io::Result<()> {
-        let mut names: Vec<String> = fs::read_dir(&self.dir)?
-            .filter_map(|e| e.ok()?.file_name().into_string().ok())
-            .collect();
-        names.sort();
-        // Per run: its lock while it is ours to adopt, `None` while it lives.
-        let mut runs: std::collections::HashMap<String, Option<Option<File>>> = Default::default();
-        for name in &names {
-            if let Some(owner) = name.strip_suffix(".lock").filter(|o| *o != self.run) {
-                runs.insert(owner.to_string(), self.claim(owner));
-            }
-        }
-        for name in names.iter().filter(|n| n.ends_with(".jsonl")) {
-            if let Some(owner) = run_of(name) {
-                let gone = runs.entry(owner.to_string()).or_insert_with(|| Some(None)); // no lock file: nobody writes it
-                if gone.is_none() {
-                    continue; // a live process's segment
-                }
-            }
-            let to = self.segment_path();
-            match fs::rename(self.dir.join(name), &to) {
-                Ok(()) => {
-                    let bytes = fs::metadata(&to)?.len();
-                    self.sealed_bytes.fetch_add(bytes, Ordering::Relaxed);
-                    self.segments
-                        .lock()
-                        .push(Arc::new(Segment::new(to, true, bytes)));
-                }
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                Err(e) => return Err(e),
-            }
-        }
-        for (owner, lock) in runs {
-            if let Some(Some(_held)) = lock {
-                let _ = fs::remove_file(self.dir.join(format!("{owner}.lock")));
-            }
-        }
-        Ok(())
-    }
-
-    /// Run `owner`'s lock, held, when its process is gone; `None` while it
-    /// lives.
-    fn claim(&self, owner: &str) -> Option<Option<File>> {
-        match OpenOptions::new()
-            .write(true)
-            .open(self.dir.join(format!("{owner}.lock")))
-        {
-            Ok(lock) => try_lock(&lock).then_some(Some(lock)),
-            Err(_) => Some(None),
-        }
     }
 
     /// Append one event with one write(2); the segment it went to, or none
@@ -448,13 +393,6 @@ impl Drop for Journal {
 fn try_lock(file: &File) -> bool {
     // SAFETY: flock on a descriptor the caller owns, for its lifetime.
     unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 }
-}
-
-/// The run a segment's name says wrote it (`journal-<run>-<n>.jsonl`); none
-/// for the old spool's files.
-fn run_of(name: &str) -> Option<&str> {
-    let inner = name.strip_prefix("journal-")?.strip_suffix(".jsonl")?;
-    Some(&inner[..inner.rfind('-')?])
 }
 
 /// Write, sync and delete a small file in `dir`.
