@@ -20,8 +20,8 @@ use crate::store::{ConversionHit, SubjectWindows, WindowMode, WindowSpec};
 
 const TEMPLATE: &str = include_str!("../../../lua/reserve.lua");
 const POLICY_LINE: &str = "\n--@POLICY@\n";
-/// A log whose largest limit is at most this is read whole (`reserve.lua`'s
-/// `SMALL`).
+/// A log whose largest limit is at most this is read whole with one ZRANGE
+/// (rendered as the subject's `small`), a larger one counted per window.
 const SMALL: u32 = 32;
 /// A configuration has a handful of shapes (per action, shadow or not, a
 /// captcha passed or not); more than this means reloads piled them up, and
