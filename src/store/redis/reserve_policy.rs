@@ -12,7 +12,7 @@
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
-use std::sync::Mutex;
+use std::sync::RwLock;
 
 use fred::types::scripts::Script;
 
@@ -84,7 +84,7 @@ pub(super) struct Render {
 /// The rendered scripts, by shape.
 #[derive(Default)]
 pub(super) struct ReserveScripts {
-    shapes: Mutex<HashMap<Shape, Script>>,
+    shapes: RwLock<HashMap<Shape, Script>>,
 }
 
 impl ReserveScripts {
@@ -98,16 +98,57 @@ impl ReserveScripts {
         let shape = Shape::of(subjects, conversions, req);
         // A poisoned lock only means another thread panicked while inserting
         // a script; the map is still a map.
-        let mut shapes = self.shapes.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(script) = shapes.get(&shape) {
+        if let Some(script) = self
+            .shapes
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&shape)
+        {
             return script.clone();
         }
+        let mut shapes = self.shapes.write().unwrap_or_else(|e| e.into_inner());
         if shapes.len() >= MAX_SHAPES {
             shapes.clear();
         }
         let script = Script::from_lua(render(subjects, conversions, req));
         shapes.insert(shape, script.clone());
         script
+    }
+}
+
+/// How many integers `reserve.lua` answers: recorded, then per subject 4
+/// and a count per window (and a wait per window when it observes), then 6
+/// per conversion.
+pub(super) fn answer_len(
+    subjects: &[SubjectWindows<'_>],
+    conversions: &[ConversionHit<'_>],
+) -> usize {
+    let per_subject: usize = subjects
+        .iter()
+        .map(|s| {
+            let observes = s.windows.iter().any(|w| w.mode == WindowMode::Observe);
+            4 + s.windows.len() * if observes { 2 } else { 1 }
+        })
+        .sum();
+    1 + per_subject + 6 * conversions.len()
+}
+
+/// How one array of the rendered policy writes a window.
+type Column = fn(&WindowSpec) -> String;
+
+/// A Lua array of the items.
+fn array(items: impl IntoIterator<Item = String>) -> String {
+    let items: Vec<String> = items.into_iter().collect();
+    format!("{{{}}}", items.join(", "))
+}
+
+/// A meter window's field (`suffix` ":t": its stamp's) as a Lua string, or
+/// `false` for a log.
+fn meter_string(w: &WindowSpec, suffix: &str) -> String {
+    if w.is_meter() {
+        format!("'{}{suffix}'", w.meter_field())
+    } else {
+        "false".into()
     }
 }
 
@@ -126,51 +167,18 @@ fn render(
     req: Render,
 ) -> String {
     let mut policy = String::with_capacity(1024);
-    // writing to a String cannot fail
-    let all = || subjects.iter().flat_map(|s| s.windows.iter());
-    let list = |items: Vec<String>| format!("{{{}}}", items.join(", "));
-    let meter_field = |w: &WindowSpec| format!("'{}/{}'", w.limit, w.window_ms);
-    let _ = writeln!(
-        policy,
-        "local lim = {}",
-        list(all().map(|w| w.limit.to_string()).collect())
-    );
-    let _ = writeln!(
-        policy,
-        "local len = {}",
-        list(all().map(|w| w.window_ms.to_string()).collect())
-    );
-    let _ = writeln!(
-        policy,
-        "local mode = {}",
-        list(all().map(|w| mode(w).to_string()).collect())
-    );
-    let _ = writeln!(
-        policy,
-        "local meter = {}",
-        list(
-            all()
-                .map(|w| if w.is_meter() {
-                    meter_field(w)
-                } else {
-                    "false".into()
-                })
-                .collect()
-        )
-    );
-    let _ = writeln!(
-        policy,
-        "local stamp = {}",
-        list(
-            all()
-                .map(|w| if w.is_meter() {
-                    format!("'{}/{}:t'", w.limit, w.window_ms)
-                } else {
-                    "false".into()
-                })
-                .collect()
-        )
-    );
+    // Writing to a String cannot fail: the `let _ =` below drop an Ok.
+    let columns: [(&str, Column); 5] = [
+        ("lim", |w| w.limit.to_string()),
+        ("len", |w| w.window_ms.to_string()),
+        ("mode", |w| mode(w).to_string()),
+        ("meter", |w| meter_string(w, "")),
+        ("stamp", |w| meter_string(w, ":t")),
+    ];
+    for (name, value) in columns {
+        let all = subjects.iter().flat_map(|s| s.windows.iter());
+        let _ = writeln!(policy, "local {name} = {}", array(all.map(value)));
+    }
 
     let mut key = 1;
     let mut first = 1;
@@ -195,12 +203,10 @@ fn render(
             _ => "false".into(),
         };
         let mfields = if meters.len() > 1 {
-            let mut fields: Vec<String> = meters
+            let fields = meters
                 .iter()
-                .flat_map(|w| [meter_field(w), format!("'{}/{}:t'", w.limit, w.window_ms)])
-                .collect();
-            fields.push("'exp'".into());
-            list(fields)
+                .flat_map(|w| [meter_string(w, ""), meter_string(w, ":t")]);
+            array(fields.chain(["'exp'".to_string()]))
         } else {
             "false".into()
         };
@@ -248,22 +254,16 @@ fn render(
     } else {
         policy.push_str("local code_key = false\n");
     }
-    let windows = first - 1;
-    let observed: usize = subjects
-        .iter()
-        .filter(|s| s.windows.iter().any(|w| w.mode == WindowMode::Observe))
-        .map(|s| s.windows.len())
-        .sum();
-    let zeros = |n: usize| list(vec!["0".to_string(); n]);
+    let zeros = |n: usize| array(std::iter::repeat_n("0".to_string(), n));
     let _ = writeln!(
         policy,
         "local count, level, observed = {z}, {z}, {z}",
-        z = zeros(windows)
+        z = zeros(first - 1)
     );
     let _ = writeln!(
         policy,
         "local out = {}",
-        zeros(1 + 4 * subjects.len() + windows + observed + 6 * conversions.len())
+        zeros(answer_len(subjects, conversions))
     );
     TEMPLATE.replacen(POLICY_LINE, &format!("\n{policy}"), 1)
 }

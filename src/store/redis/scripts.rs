@@ -5,7 +5,7 @@ use fred::prelude::Value;
 use fred::types::scripts::Script;
 use fred::types::FromValue;
 
-use super::reserve_policy::Render;
+use super::reserve_policy::{answer_len, Render};
 use super::RedisStore;
 use crate::store::{
     ConversionOutcome, ConversionVerdict, FailuresBefore, HitOutcome, HitVerdict, IpFailureWindow,
@@ -110,7 +110,6 @@ impl RedisStore {
         } = req;
         let count_conversions = conversions == Conversions::Count;
         let conversions = conversion_hits;
-        let windows: usize = subjects.iter().map(|s| s.windows.len()).sum();
         if (subjects.is_empty() && conversions.is_empty())
             || subjects.iter().any(|s| s.windows.is_empty())
         {
@@ -149,12 +148,7 @@ impl RedisStore {
                 code: code.is_some(),
             },
         );
-        let observed: usize = subjects
-            .iter()
-            .filter(|s| has_observe(s.windows))
-            .map(|s| s.windows.len())
-            .sum();
-        let len = 1 + 4 * subjects.len() + windows + observed + 6 * conversions.len();
+        let len = answer_len(subjects, conversions);
         let out = self.eval_ints(&script, keys, args, len).await?;
         let recorded = out[0] == 1;
         let mut outcomes = Vec::with_capacity(subjects.len());

@@ -4,7 +4,10 @@ use std::time::{Duration, Instant};
 
 use fred::prelude::{ClientLike, HashesInterface, KeysInterface, LuaInterface};
 use tollgate::store::redis::RedisStore;
-use tollgate::store::{HitRequest, HitVerdict, StoreError, WindowSpec, WindowStore};
+use tollgate::store::{
+    ConversionHit, ConversionPolicy, HitRequest, HitVerdict, ReserveRequest, StoreError,
+    WindowSpec, WindowStore,
+};
 
 use super::backend::{member, redis_url, StoreUnderTest};
 
@@ -82,63 +85,108 @@ async fn scripts_are_loaded_again_after_the_script_cache_is_flushed() {
     assert_eq!(second.expect("reloaded on NOSCRIPT").counts, [1]);
 }
 
-/// A meter hash every send writes (a prefix's, the global one) takes a
-/// `PEXPIRE` only when its `exp` field says the key would expire within its
-/// window: never cut short, not renewed at every call.
-#[tokio::test]
-async fn a_meter_renews_its_expiry_only_when_it_falls_short() {
-    let b = StoreUnderTest::redis().await;
-    let key = b.keys.window("global", "renew", "sms_send");
-    let meter_key = format!("{key}:meter");
-    let windows = [WindowSpec {
-        algorithm: tollgate::domain::Algorithm::Gcra,
-        ..WindowSpec::enforce(1_000, 60_000)
-    }];
+/// `write` writes `key`, a hash that must live `keep_ms` past each write: its
+/// expiry is set with its `exp` field, left alone while `exp` is far enough
+/// (a key every send writes takes no `PEXPIRE` per call), and renewed once
+/// `exp` falls within `keep_ms`.
+async fn assert_renewed_only_when_short(key: &str, keep_ms: i64, write: impl AsyncFn()) {
     let raw = fred::types::Builder::from_config(
         fred::types::config::Config::from_url(&redis_url()).expect("a URL fred parses"),
     )
     .build()
     .expect("a client");
     raw.init().await.expect("a connection");
-    let pttl = |raw: &fred::clients::Client, key: String| {
-        let raw = raw.clone();
-        async move { raw.pttl::<i64, _>(key).await.expect("PTTL") }
-    };
-    let exp = |raw: &fred::clients::Client, key: String| {
-        let raw = raw.clone();
-        async move {
-            raw.hget::<Option<i64>, _, _>(key, "exp")
-                .await
-                .expect("HGET")
-        }
+    let bounds = keep_ms..=keep_ms + keep_ms / 8;
+    let pttl = async || raw.pttl::<i64, _>(key).await.expect("PTTL");
+    let exp = async || {
+        raw.hget::<Option<i64>, _, _>(key, "exp")
+            .await
+            .expect("HGET")
     };
 
-    b.hit(&key, &windows).await;
-    let first = pttl(&raw, meter_key.clone()).await;
-    assert!(
-        (60_000..=67_500).contains(&first),
-        "the window and an eighth: {first}"
-    );
-    let set = exp(&raw, meter_key.clone()).await.expect("exp is written");
+    write().await;
+    let first = pttl().await;
+    assert!(bounds.contains(&first), "keep and an eighth: {first}");
+    let set = exp().await.expect("exp is written");
 
-    // Lengthen the key behind the script's back: a hit that finds "exp" far
-    // enough leaves the expiry alone.
-    raw.pexpire::<(), _>(&meter_key, 500_000, None)
+    // Lengthen the key behind the scripts' back: a write that finds "exp"
+    // far enough leaves the expiry alone.
+    raw.pexpire::<(), _>(key, 10 * keep_ms, None)
         .await
         .expect("PEXPIRE");
-    b.hit(&key, &windows).await;
-    assert!(pttl(&raw, meter_key.clone()).await > 400_000, "not renewed");
-    assert_eq!(exp(&raw, meter_key.clone()).await, Some(set));
+    write().await;
+    assert!(pttl().await > 9 * keep_ms, "not renewed");
+    assert_eq!(exp().await, Some(set));
 
-    // "exp" within the window: the next hit renews.
-    raw.hset::<(), _, _>(&meter_key, ("exp", set - 30_000))
+    // "exp" within keep: the next write renews.
+    raw.hset::<(), _, _>(key, ("exp", set - keep_ms / 2))
         .await
         .expect("HSET");
-    b.hit(&key, &windows).await;
-    let renewed = pttl(&raw, meter_key.clone()).await;
-    assert!((60_000..=67_500).contains(&renewed), "renewed: {renewed}");
-    assert!(exp(&raw, meter_key.clone()).await > Some(set - 30_000));
-
+    write().await;
+    let renewed = pttl().await;
+    assert!(bounds.contains(&renewed), "renewed: {renewed}");
+    assert!(exp().await > Some(set - keep_ms / 2));
     let _ = raw.quit().await;
+}
+
+/// A meter hash every send writes (a prefix's, the global one).
+#[tokio::test]
+async fn a_meter_renews_its_expiry_only_when_it_falls_short() {
+    let b = StoreUnderTest::redis().await;
+    let key = b.keys.window("global", "renew", "sms_send");
+    let windows = [WindowSpec {
+        algorithm: tollgate::domain::Algorithm::Gcra,
+        ..WindowSpec::enforce(1_000, 60_000)
+    }];
+    let meter_key = format!("{key}:meter");
+    assert_renewed_only_when_short(&meter_key, 60_000, async || {
+        b.hit(&key, &windows).await;
+    })
+    .await;
+    b.cleanup().await;
+}
+
+/// A conversion hash, counted by a send's reservation (`reserve.lua`) and by
+/// a verified code (`conversion_count.lua`): both renew by the same rule.
+#[tokio::test]
+async fn a_conversion_renews_its_expiry_only_when_it_falls_short() {
+    let b = StoreUnderTest::redis().await;
+    let policy = ConversionPolicy {
+        min_events: 1_000,
+        min_ratio_ppm: 0,
+        window_ms: 60_000,
+        block_ms: 60_000,
+        surge: None,
+    };
+    let keep = i64::try_from(policy.keep_ms()).expect("a small keep");
+    let sent = b.keys.window("prefix", "+3361111", "conversion");
+    assert_renewed_only_when_short(&sent, keep, async || {
+        let conversions = [ConversionHit {
+            key: &sent,
+            policy: &policy,
+        }];
+        let outcome = b
+            .store()
+            .reserve(ReserveRequest {
+                subjects: &[],
+                conversions: &conversions,
+                member: &member(),
+                gate_open: false,
+                force: false,
+                code: None,
+            })
+            .await
+            .expect("reserve");
+        assert!(outcome.recorded);
+    })
+    .await;
+    let verified = b.keys.window("prefix", "+3361112", "conversion");
+    assert_renewed_only_when_short(&verified, keep, async || {
+        b.store()
+            .conversion_success(&verified, &policy)
+            .await
+            .expect("conversion_success");
+    })
+    .await;
     b.cleanup().await;
 }
