@@ -34,6 +34,13 @@ pub enum AuditDecision {
 }
 
 impl AuditDecision {
+    /// The decisions that count as refusals (what the stats and roll-ups count).
+    pub const REFUSALS: [AuditDecision; 3] = [
+        AuditDecision::Deny,
+        AuditDecision::Challenge,
+        AuditDecision::Lock,
+    ];
+
     /// The name stored in the database and used in filters.
     pub fn as_str(self) -> &'static str {
         match self {

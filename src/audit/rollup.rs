@@ -20,8 +20,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use super::stats::REFUSALS;
-use super::AuditEvent;
+use super::{AuditDecision, AuditEvent};
 use crate::domain::SubjectKind;
 
 /// Width of a count bucket, and of the finest top summary: 5 minutes.
@@ -169,7 +168,7 @@ fn list_key(list: TopList, event: &AuditEvent, prefix_digits: u32) -> Option<Str
 
 /// Whether an event counts as a refusal in the top lists.
 pub fn is_refusal(event: &AuditEvent) -> bool {
-    !event.shadow && REFUSALS.contains(&event.decision)
+    !event.shadow && AuditDecision::REFUSALS.contains(&event.decision)
 }
 
 /// The rollup deltas of rows just inserted.

@@ -17,13 +17,6 @@ use chrono::{DateTime, TimeZone, Utc};
 use super::AuditDecision;
 use crate::domain::{Action, Subject};
 
-/// The decisions that count as refusals.
-pub const REFUSALS: [AuditDecision; 3] = [
-    AuditDecision::Deny,
-    AuditDecision::Challenge,
-    AuditDecision::Lock,
-];
-
 /// A stretch of time cut into equal buckets: `[start, start + buckets ×
 /// bucket_ms)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -10,9 +10,7 @@ use sqlx::QueryBuilder;
 
 use super::{corrupt, AuditDb, AuditError};
 use crate::audit::rollup::{self, TopList};
-use crate::audit::stats::{
-    BucketCount, Limits, OpenLock, Overview, Ranked, Span, TopErrors, REFUSALS,
-};
+use crate::audit::stats::{BucketCount, Limits, OpenLock, Overview, Ranked, Span, TopErrors};
 use crate::audit::AuditDecision;
 use crate::domain::{Action, Subject, SubjectKind};
 
@@ -135,7 +133,7 @@ macro_rules! stats_queries {
                 .push_bind(false)
                 .push(" AND decision IN (");
             let mut decisions = qb.separated(", ");
-            for decision in REFUSALS {
+            for decision in AuditDecision::REFUSALS {
                 decisions.push_bind(decision.as_str());
             }
             qb.push(") GROUP BY 1, action, decision");
