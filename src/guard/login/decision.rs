@@ -59,6 +59,34 @@ fn row(decision: AuditDecision, reason: Reason, subject: &Subject) -> AuditEvent
     AuditEvent::new(Action::LoginAttempt, decision, reason, subject)
 }
 
+/// What the store's outcome says before this attempt's own effects: the
+/// counts the refusals and the answer are built from.
+struct Seen {
+    /// The user's failures in the captcha window.
+    failures: u32,
+    /// The IP's failures before this attempt (0 without an IP).
+    ip_count: u32,
+    /// The IP's failures reached its captcha tier.
+    ip_demands_captcha: bool,
+    /// The user's or the IP's captcha tier is reached.
+    captcha_required: bool,
+}
+
+impl Seen {
+    fn of(policy: &Policy, outcome: &LoginOutcome) -> Self {
+        let failures = outcome.user.failures;
+        let ip_demands_captcha = outcome
+            .ip
+            .is_some_and(|seen| seen.count >= policy.login.ip.captcha.limit);
+        Seen {
+            failures,
+            ip_count: outcome.ip.map_or(0, |seen| seen.count),
+            ip_demands_captcha,
+            captcha_required: failures >= policy.login.user_captcha.limit || ip_demands_captcha,
+        }
+    }
+}
+
 /// `POST /login/attempt`.
 /// In shadow mode (`policy.login.shadow`) the decision comes back `shadowed`.
 pub(super) fn attempt(
@@ -66,75 +94,13 @@ pub(super) fn attempt(
     outcome: &LoginOutcome,
     attempt: Attempt<'_>,
 ) -> AttemptDecision {
-    let failures = outcome.user.failures;
-    let ip_count = outcome.ip.map_or(0, |seen| seen.count);
-    let ip_demands_captcha = outcome
-        .ip
-        .is_some_and(|seen| seen.count >= policy.login.ip.captcha.limit);
-    let captcha_required = failures >= policy.login.user_captcha.limit || ip_demands_captcha;
-    let mut refusals = Vec::new();
-    if let (Some(ip), Some(retry)) = (
-        attempt.ip,
-        outcome.ip.and_then(|s| s.blocked_retry_after_ms),
-    ) {
-        let locked = matches!(
-            outcome.user.verdict,
-            LoginVerdict::Locked { .. } | LoginVerdict::PairLocked { .. }
-        );
-        let answer = LoginState::deny(Denial {
-            reason: Reason::IpBlocked,
-            locked,
-            retry_after_ms: retry,
-            failures,
-            captcha_required,
-        });
-        let audit = row(AuditDecision::Deny, Reason::IpBlocked, &ip.subject)
-            .rule(&policy.login.ip.block, ip_count)
-            .retry_after_ms(retry);
-        refusals.push((answer, audit));
-    }
-    match outcome.user.verdict {
-        LoginVerdict::Locked { retry_after_ms } | LoginVerdict::PairLocked { retry_after_ms } => {
-            let answer = LoginState::deny(Denial {
-                reason: Reason::UserLocked,
-                locked: true,
-                retry_after_ms,
-                failures,
-                captcha_required,
-            });
-            let rule = match outcome.user.verdict {
-                LoginVerdict::PairLocked { .. } => policy.login.pair_lock,
-                _ => None,
-            };
-            let rule = rule.unwrap_or(policy.login.user_lock);
-            let audit = row(AuditDecision::Deny, Reason::UserLocked, attempt.user)
-                .rule(&rule, rule.limit)
-                .retry_after_ms(retry_after_ms);
-            refusals.push((answer, audit));
-        }
-        LoginVerdict::Challenged => {
-            // The user's own tier first; otherwise the IP demanded it.
-            let user_tier = failures >= policy.login.user_captcha.limit || !ip_demands_captcha;
-            let audit = match (attempt.ip, user_tier) {
-                (Some(ip), false) => row(
-                    AuditDecision::Challenge,
-                    Reason::CaptchaRequired,
-                    &ip.subject,
-                )
-                .rule(&policy.login.ip.captcha, ip_count),
-                _ => row(
-                    AuditDecision::Challenge,
-                    Reason::CaptchaRequired,
-                    attempt.user,
-                )
-                .rule(&policy.login.user_captcha, failures),
-            };
-            refusals.push((LoginState::challenge(failures), audit));
-        }
-        LoginVerdict::Recorded => {}
-    }
+    let seen = Seen::of(policy, outcome);
+    let refusals = ip_blocked(policy, outcome, &attempt, &seen)
+        .into_iter()
+        .chain(user_refused(policy, outcome, &attempt, &seen))
+        .collect();
     let recorded = outcome.recorded(policy.login.shadow);
-    let (crossed, ip_failures_after) = crossed(policy, outcome, &attempt, recorded, ip_count);
+    let (crossed, ip_failures_after) = crossed(policy, outcome, &attempt, recorded, seen.ip_count);
     // The longer of the locks this attempt started: the account's, the pair's.
     let locked_for_ms = outcome
         .user
@@ -150,17 +116,88 @@ pub(super) fn attempt(
         crossed,
         notify_lock: locked_for_ms.map(|ms| (Duration::from_millis(ms), scope)),
         allowed: LoginState {
-            captcha_required: failures >= policy.login.user_captcha.limit
+            captcha_required: seen.failures >= policy.login.user_captcha.limit
                 || (attempt.ip.is_some() && ip_failures_after >= policy.login.ip.captcha.limit),
             locked: locked_for_ms.is_some(),
             retry_after_secs: locked_for_ms.map(crate::guard::ceil_secs),
-            ..LoginState::allow(failures)
+            ..LoginState::allow(seen.failures)
         },
     };
     if policy.login.shadow {
         decided.shadowed()
     } else {
         decided
+    }
+}
+
+/// The IP's block, when the IP is known and blocked: the first refusal.
+fn ip_blocked(
+    policy: &Policy,
+    outcome: &LoginOutcome,
+    attempt: &Attempt<'_>,
+    seen: &Seen,
+) -> Option<(LoginState, AuditEvent)> {
+    let ip = attempt.ip?;
+    let retry = outcome.ip.and_then(|s| s.blocked_retry_after_ms)?;
+    let locked = matches!(
+        outcome.user.verdict,
+        LoginVerdict::Locked { .. } | LoginVerdict::PairLocked { .. }
+    );
+    let answer = LoginState::deny(Denial {
+        reason: Reason::IpBlocked,
+        locked,
+        retry_after_ms: retry,
+        failures: seen.failures,
+        captcha_required: seen.captcha_required,
+    });
+    let audit = row(AuditDecision::Deny, Reason::IpBlocked, &ip.subject)
+        .rule(&policy.login.ip.block, seen.ip_count)
+        .retry_after_ms(retry);
+    Some((answer, audit))
+}
+
+/// The user's lock (the account's or the pair's) or captcha tier, if the
+/// store's verdict refuses.
+fn user_refused(
+    policy: &Policy,
+    outcome: &LoginOutcome,
+    attempt: &Attempt<'_>,
+    seen: &Seen,
+) -> Option<(LoginState, AuditEvent)> {
+    match outcome.user.verdict {
+        LoginVerdict::Locked { retry_after_ms } | LoginVerdict::PairLocked { retry_after_ms } => {
+            let answer = LoginState::deny(Denial {
+                reason: Reason::UserLocked,
+                locked: true,
+                retry_after_ms,
+                failures: seen.failures,
+                captcha_required: seen.captcha_required,
+            });
+            let rule = match outcome.user.verdict {
+                LoginVerdict::PairLocked { .. } => policy.login.pair_lock,
+                _ => None,
+            };
+            let rule = rule.unwrap_or(policy.login.user_lock);
+            let audit = row(AuditDecision::Deny, Reason::UserLocked, attempt.user)
+                .rule(&rule, rule.limit)
+                .retry_after_ms(retry_after_ms);
+            Some((answer, audit))
+        }
+        LoginVerdict::Challenged => {
+            // The user's own tier first; otherwise the IP demanded it.
+            let user_tier =
+                seen.failures >= policy.login.user_captcha.limit || !seen.ip_demands_captcha;
+            let subject_row =
+                |subject| row(AuditDecision::Challenge, Reason::CaptchaRequired, subject);
+            let audit = match (attempt.ip, user_tier) {
+                (Some(ip), false) => {
+                    subject_row(&ip.subject).rule(&policy.login.ip.captcha, seen.ip_count)
+                }
+                _ => subject_row(attempt.user).rule(&policy.login.user_captcha, seen.failures),
+            };
+            Some((LoginState::challenge(seen.failures), audit))
+        }
+        LoginVerdict::Recorded => None,
     }
 }
 
