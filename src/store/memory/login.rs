@@ -103,35 +103,50 @@ pub(super) fn attempt(
     if remaining(prev, now).is_none() && lock_count >= p.lock_after {
         outcome.locked_for_ms = Some(lock(subject, req.lock_key, prev, p, now));
     }
-    if let Some(pair) = req
-        .pair
-        .as_ref()
-        .filter(|_| remaining(pair_prev, now).is_none())
-    {
-        // Scanned only once the user's own count could hold enough of them.
-        let pair_count = if lock_count >= p.pair_lock_after {
-            subject.read_window(req.window_key, now, |w| {
-                w.count_pair(now, p.lock_window_ms, pair.ip)
-            })?
-        } else {
-            0
-        };
-        if pair_count >= p.pair_lock_after {
-            outcome.pair_locked_for_ms = Some(lock(subject, pair.lock_key, pair_prev, p, now));
-            // The index of locked pairs outlives every lock it lists.
-            let index_ttl = p.lock_max_ms + p.escalation_reset_ms;
-            subject.change_window(pair.index_key, now, |index| {
-                index.add(now, pair.ip);
-                index.trim(PAIR_INDEX_KEEP);
-                ((), Some(now + index_ttl))
-            })?;
-        }
+    if remaining(pair_prev, now).is_none() {
+        outcome.pair_locked_for_ms = lock_pair(subject, req, pair_prev, lock_count, now)?;
     }
     // The window keeps its `keep` newest, and `failures` were the newest.
     let after = (failures + 1).min(keep);
     outcome.captcha_crossed = failures < p.captcha_after && after >= p.captcha_after;
     outcome.failures = after;
     Ok(outcome)
+}
+
+/// Lock the request's (user, IP) pair when its failures in the lock window
+/// reached `pair_lock_after` (`lock_count`: the user's own failures there),
+/// and list the IP in the user's index of locked pairs; answer the lock's
+/// length.
+fn lock_pair(
+    subject: &mut Subject,
+    req: &LoginAttemptRequest<'_>,
+    pair_prev: Option<(u64, u32)>,
+    lock_count: u32,
+    now: u64,
+) -> Result<Option<u64>, StoreError> {
+    let p = req.policy;
+    let Some(pair) = &req.pair else {
+        return Ok(None);
+    };
+    // Scanned only once the user's own count could hold enough of them.
+    if lock_count < p.pair_lock_after {
+        return Ok(None);
+    }
+    let pair_count = subject.read_window(req.window_key, now, |w| {
+        w.count_pair(now, p.lock_window_ms, pair.ip)
+    })?;
+    if pair_count < p.pair_lock_after {
+        return Ok(None);
+    }
+    let locked_for = lock(subject, pair.lock_key, pair_prev, p, now);
+    // The index of locked pairs outlives every lock it lists.
+    let index_ttl = p.lock_max_ms + p.escalation_reset_ms;
+    subject.change_window(pair.index_key, now, |index| {
+        index.add(now, pair.ip);
+        index.trim(PAIR_INDEX_KEEP);
+        ((), Some(now + index_ttl))
+    })?;
+    Ok(Some(locked_for))
 }
 
 /// Write a lock one level above `prev` (when `prev` ended within the

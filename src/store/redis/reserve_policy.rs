@@ -166,86 +166,21 @@ fn render(
     conversions: &[ConversionHit<'_>],
     req: Render,
 ) -> String {
+    // Writing to a String cannot fail: the `let _ =` in the render steps
+    // drop an Ok.
     let mut policy = String::with_capacity(1024);
-    // Writing to a String cannot fail: the `let _ =` below drop an Ok.
-    let columns: [(&str, Column); 5] = [
-        ("lim", |w| w.limit.to_string()),
-        ("len", |w| w.window_ms.to_string()),
-        ("mode", |w| mode(w).to_string()),
-        ("meter", |w| meter_string(w, "")),
-        ("stamp", |w| meter_string(w, ":t")),
-    ];
-    for (name, value) in columns {
-        let all = subjects.iter().flat_map(|s| s.windows.iter());
-        let _ = writeln!(policy, "local {name} = {}", array(all.map(value)));
-    }
-
+    render_columns(&mut policy, subjects);
     let mut key = 1;
     let mut first = 1;
     policy.push_str("local subjects = {\n");
     for subject in subjects {
-        let logs: Vec<&WindowSpec> = subject.windows.iter().filter(|w| !w.is_meter()).collect();
-        let meters: Vec<&WindowSpec> = subject.windows.iter().filter(|w| w.is_meter()).collect();
-        let keep = logs.iter().map(|w| w.limit).max().unwrap_or(0);
-        let longest = logs.iter().map(|w| w.window_ms).max();
-        let observes = subject
-            .windows
-            .iter()
-            .any(|w| w.mode == WindowMode::Observe);
-        let mkey = if meters.is_empty() {
-            "false".to_string()
-        } else {
-            format!("KEYS[{}]", key + 1)
-        };
-        // One meter is read and written without a table of its fields.
-        let mg = match subject.windows.iter().position(WindowSpec::is_meter) {
-            Some(at) if meters.len() == 1 => (first + at).to_string(),
-            _ => "false".into(),
-        };
-        let mfields = if meters.len() > 1 {
-            let fields = meters
-                .iter()
-                .flat_map(|w| [meter_string(w, ""), meter_string(w, ":t")]);
-            array(fields.chain(["'exp'".to_string()]))
-        } else {
-            "false".into()
-        };
-        let meter_longest = meters.iter().map(|w| w.window_ms).max().unwrap_or(0);
-        // by reserve.lua's S_ indexes
-        let _ = writeln!(
-            policy,
-            "  {{ KEYS[{key}], {first}, {n}, {keep}, '{trim}', {small}, {logs}, {longest}, \
-             {observes}, {mkey}, {mg}, {mfields}, {meter_longest}, false, 0, 0, 0, false }},",
-            n = subject.windows.len(),
-            trim = -(i64::from(keep) + 1),
-            small = keep <= SMALL,
-            logs = logs.len(),
-            longest = longest.map_or("false".into(), |ms| format!("'{ms}'")),
-        );
-        key += if meters.is_empty() { 1 } else { 2 };
+        let meters = render_subject(&mut policy, subject, key, first);
+        key += if meters { 2 } else { 1 };
         first += subject.windows.len();
     }
     policy.push_str("}\nlocal convs = {\n");
     for c in conversions {
-        let p = c.policy;
-        let (surge, bucket, escalate) = match (p.surge, p.bucket_ms()) {
-            (Some(s), Some(bucket)) => (u64::from(s.factor_milli), bucket, s.block),
-            _ => (0, 0, false),
-        };
-        // by reserve.lua's C_ indexes
-        let _ = writeln!(
-            policy,
-            "  {{ KEYS[{key}], {min}, {ppm}, {slice_ms}, {slices}, {block_ms}, {count}, {surge}, \
-             {bucket}, {escalate}, {span}, {keep}, -1, 0, 0, false, false, 0, 0, 0, 0 }},",
-            min = p.min_events,
-            ppm = p.min_ratio_ppm,
-            slice_ms = p.slice_ms(),
-            slices = p.slices(),
-            block_ms = p.block_ms,
-            count = req.count,
-            span = p.slices() * p.slice_ms(),
-            keep = p.keep_ms(),
-        );
+        render_conversion(&mut policy, c, key, req.count);
         key += 1;
     }
     policy.push_str("}\n");
@@ -266,6 +201,91 @@ fn render(
         zeros(answer_len(subjects, conversions))
     );
     TEMPLATE.replacen(POLICY_LINE, &format!("\n{policy}"), 1)
+}
+
+/// The windows' columns, one array each, over every subject's windows in order.
+fn render_columns(policy: &mut String, subjects: &[SubjectWindows<'_>]) {
+    let columns: [(&str, Column); 5] = [
+        ("lim", |w| w.limit.to_string()),
+        ("len", |w| w.window_ms.to_string()),
+        ("mode", |w| mode(w).to_string()),
+        ("meter", |w| meter_string(w, "")),
+        ("stamp", |w| meter_string(w, ":t")),
+    ];
+    for (name, value) in columns {
+        let all = subjects.iter().flat_map(|s| s.windows.iter());
+        let _ = writeln!(policy, "local {name} = {}", array(all.map(value)));
+    }
+}
+
+/// A subject's row of `subjects` (by reserve.lua's S_ indexes): its key is
+/// `KEYS[key]`, its windows start at `first` in the columns. Answers whether
+/// it has a meter (whose key follows its own).
+fn render_subject(
+    policy: &mut String,
+    subject: &SubjectWindows<'_>,
+    key: usize,
+    first: usize,
+) -> bool {
+    let logs: Vec<&WindowSpec> = subject.windows.iter().filter(|w| !w.is_meter()).collect();
+    let meters: Vec<&WindowSpec> = subject.windows.iter().filter(|w| w.is_meter()).collect();
+    let keep = logs.iter().map(|w| w.limit).max().unwrap_or(0);
+    let longest = logs.iter().map(|w| w.window_ms).max();
+    let observes = subject
+        .windows
+        .iter()
+        .any(|w| w.mode == WindowMode::Observe);
+    let mkey = if meters.is_empty() {
+        "false".to_string()
+    } else {
+        format!("KEYS[{}]", key + 1)
+    };
+    // One meter is read and written without a table of its fields.
+    let mg = match subject.windows.iter().position(WindowSpec::is_meter) {
+        Some(at) if meters.len() == 1 => (first + at).to_string(),
+        _ => "false".into(),
+    };
+    let mfields = if meters.len() > 1 {
+        let fields = meters
+            .iter()
+            .flat_map(|w| [meter_string(w, ""), meter_string(w, ":t")]);
+        array(fields.chain(["'exp'".to_string()]))
+    } else {
+        "false".into()
+    };
+    let meter_longest = meters.iter().map(|w| w.window_ms).max().unwrap_or(0);
+    let _ = writeln!(
+        policy,
+        "  {{ KEYS[{key}], {first}, {n}, {keep}, '{trim}', {small}, {logs}, {longest}, \
+         {observes}, {mkey}, {mg}, {mfields}, {meter_longest}, false, 0, 0, 0, false }},",
+        n = subject.windows.len(),
+        trim = -(i64::from(keep) + 1),
+        small = keep <= SMALL,
+        logs = logs.len(),
+        longest = longest.map_or("false".into(), |ms| format!("'{ms}'")),
+    );
+    !meters.is_empty()
+}
+
+/// A conversion's row of `convs` (by reserve.lua's C_ indexes), its key `KEYS[key]`.
+fn render_conversion(policy: &mut String, c: &ConversionHit<'_>, key: usize, count: bool) {
+    let p = c.policy;
+    let (surge, bucket, escalate) = match (p.surge, p.bucket_ms()) {
+        (Some(s), Some(bucket)) => (u64::from(s.factor_milli), bucket, s.block),
+        _ => (0, 0, false),
+    };
+    let _ = writeln!(
+        policy,
+        "  {{ KEYS[{key}], {min}, {ppm}, {slice_ms}, {slices}, {block_ms}, {count}, {surge}, \
+         {bucket}, {escalate}, {span}, {keep}, -1, 0, 0, false, false, 0, 0, 0, 0 }},",
+        min = p.min_events,
+        ppm = p.min_ratio_ppm,
+        slice_ms = p.slice_ms(),
+        slices = p.slices(),
+        block_ms = p.block_ms,
+        span = p.slices() * p.slice_ms(),
+        keep = p.keep_ms(),
+    );
 }
 
 #[cfg(test)]

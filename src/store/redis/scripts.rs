@@ -10,7 +10,7 @@ use super::RedisStore;
 use crate::store::{
     ConversionOutcome, ConversionVerdict, FailuresBefore, HitOutcome, HitVerdict, IpFailureWindow,
     IpFailures, Keys, LoginAttemptOutcome, LoginAttemptRequest, LoginVerdict, ReserveOutcome,
-    ReserveRequest, StoreError, WindowMode, WindowSpec,
+    ReserveRequest, StoreError, SubjectWindows, WindowMode, WindowSpec,
 };
 
 /// Every script, loaded once per store.
@@ -150,49 +150,7 @@ impl RedisStore {
         );
         let len = answer_len(subjects, conversions);
         let out = self.eval_ints(&script, keys, args, len).await?;
-        let recorded = out[0] == 1;
-        let mut outcomes = Vec::with_capacity(subjects.len());
-        let mut at = 1;
-        for subject in subjects {
-            let n = subject.windows.len();
-            let waits = if has_observe(subject.windows) { n } else { 0 };
-            let part = &out[at..at + 4 + n + waits];
-            at += 4 + n + waits;
-            let verdict = match part[0] {
-                0 => HitVerdict::Allowed,
-                1 => HitVerdict::Denied {
-                    window: window_index(part[1], n)?,
-                    retry_after_ms: wait(part[2]),
-                },
-                2 => HitVerdict::Gated {
-                    window: window_index(part[1], n)?,
-                },
-                v => {
-                    return Err(StoreError::Protocol(format!(
-                        "bad verdict {v} from reserve"
-                    )))
-                }
-            };
-            outcomes.push(HitOutcome {
-                verdict,
-                added: recorded,
-                counts: part[4..4 + n]
-                    .iter()
-                    .map(|c| count(*c))
-                    .collect::<Result<_, _>>()?,
-                next_retry_after_ms: wait(part[3]),
-                observed_waits: part[4 + n..].iter().map(|w| wait(*w)).collect(),
-            });
-        }
-        let conversions = out[at..]
-            .chunks_exact(6)
-            .map(conversion_outcome)
-            .collect::<Result<_, _>>()?;
-        Ok(ReserveOutcome {
-            outcomes,
-            conversions,
-            recorded,
-        })
+        reserve_answer(&out, subjects)
     }
 
     /// `login_attempt.lua`: the user's keys, and the IP's window when given.
@@ -300,6 +258,63 @@ impl RedisStore {
 
 /// One conversion's part of `reserve.lua`'s answer: verdict, events,
 /// successes, retry_after_ms, slice counted in (-1: none), normal.
+/// Read `reserve.lua`'s answer (its length already checked): whether the
+/// event was recorded, each subject's part, then six numbers a conversion.
+fn reserve_answer(
+    out: &[i64],
+    subjects: &[SubjectWindows<'_>],
+) -> Result<ReserveOutcome, StoreError> {
+    let recorded = out[0] == 1;
+    let mut outcomes = Vec::with_capacity(subjects.len());
+    let mut at = 1;
+    for subject in subjects {
+        let n = subject.windows.len();
+        let waits = if has_observe(subject.windows) { n } else { 0 };
+        let part = &out[at..at + 4 + n + waits];
+        at += 4 + n + waits;
+        outcomes.push(subject_outcome(part, n, recorded)?);
+    }
+    let conversions = out[at..]
+        .chunks_exact(6)
+        .map(conversion_outcome)
+        .collect::<Result<_, _>>()?;
+    Ok(ReserveOutcome {
+        outcomes,
+        conversions,
+        recorded,
+    })
+}
+
+/// One subject's part of the answer: verdict, window, retry, next retry,
+/// then a count per window (`n`) and, when it observes, a wait per window.
+fn subject_outcome(part: &[i64], n: usize, recorded: bool) -> Result<HitOutcome, StoreError> {
+    let verdict = match part[0] {
+        0 => HitVerdict::Allowed,
+        1 => HitVerdict::Denied {
+            window: window_index(part[1], n)?,
+            retry_after_ms: wait(part[2]),
+        },
+        2 => HitVerdict::Gated {
+            window: window_index(part[1], n)?,
+        },
+        v => {
+            return Err(StoreError::Protocol(format!(
+                "bad verdict {v} from reserve"
+            )))
+        }
+    };
+    Ok(HitOutcome {
+        verdict,
+        added: recorded,
+        counts: part[4..4 + n]
+            .iter()
+            .map(|c| count(*c))
+            .collect::<Result<_, _>>()?,
+        next_retry_after_ms: wait(part[3]),
+        observed_waits: part[4 + n..].iter().map(|w| wait(*w)).collect(),
+    })
+}
+
 fn conversion_outcome(part: &[i64]) -> Result<ConversionOutcome, StoreError> {
     let verdict = match part[0] {
         0 => ConversionVerdict::Open,
