@@ -116,6 +116,24 @@ pub(super) struct Shared {
     pub shutdown_timeout: Duration,
 }
 
+impl Shared {
+    /// What every listener's workers share, with the timeouts and CORS
+    /// origins `settings` names.
+    pub fn new(
+        settings: &Settings,
+        state: web::Data<AppState>,
+        redis: Option<Arc<RedisStore>>,
+    ) -> Self {
+        Shared {
+            state,
+            redis,
+            cors: Arc::new(CorsOrigins::new(&settings.server.cors_origins)),
+            request_timeout: settings.server.request_timeout,
+            shutdown_timeout: settings.server.shutdown_timeout,
+        }
+    }
+}
+
 /// One listener: its socket, routes and connection bounds.
 struct Serve {
     listener: TcpListener,

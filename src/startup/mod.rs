@@ -22,7 +22,6 @@ use crate::guard::sms::SmsGuard;
 use crate::guard::{GuardContext, Policy, PolicyCell};
 use crate::lists::{self, Lists};
 use crate::reload::Reloadable;
-use crate::routes::cors::CorsOrigins;
 use crate::routes::{Access, AppState};
 use crate::settings::Settings;
 use crate::store::{Clock, SystemClock};
@@ -49,6 +48,14 @@ pub struct Application {
     background: Vec<tokio::task::JoinHandle<()>>,
 }
 
+/// The audit sink, with the alert mails watching it when `email` sends them.
+fn with_alerts(audit: Arc<dyn AuditSink>, email: &Email) -> Arc<dyn AuditSink> {
+    match email.alerts() {
+        Some(alerts) => Arc::new(ObservedSink::new(audit, vec![alerts])),
+        None => audit,
+    }
+}
+
 impl Application {
     /// Build everything `settings` configures and bind `server.bind`.
     pub async fn build(settings: Settings) -> anyhow::Result<Self> {
@@ -67,7 +74,7 @@ impl Application {
         let clock: Arc<dyn Clock> = overrides.clock.unwrap_or_else(|| Arc::new(SystemClock));
         let mut background = Vec::new();
         let stores = store::open(&settings, clock, &mut background).await?;
-        let (audit, audit_db): (Arc<dyn AuditSink>, Option<AuditDb>) = match overrides.audit {
+        let (audit, audit_db) = match overrides.audit {
             Some(sink) => (sink, None),
             None => {
                 let (sink, db) = audit::open(&settings, &mut background).await?;
@@ -76,11 +83,8 @@ impl Application {
         };
         let email =
             Email::start(&settings.email, templates.clone()).context("cannot set up email")?;
-        let audit: Arc<dyn AuditSink> = match email.alerts() {
-            Some(alerts) => Arc::new(ObservedSink::new(audit, vec![alerts])),
-            None => audit,
-        };
-        let sms_sender: Arc<dyn SmsSender> = match overrides.sms_sender {
+        let audit = with_alerts(audit, &email);
+        let sms_sender = match overrides.sms_sender {
             Some(sender) => sender,
             None => {
                 build_sender(&settings.sms.provider).context("cannot set up the SMS provider")?
@@ -117,18 +121,14 @@ impl Application {
             metrics,
         });
 
-        let shared = listeners::Shared {
-            state,
-            redis: stores.redis,
-            cors: Arc::new(CorsOrigins::new(&settings.server.cors_origins)),
-            request_timeout: settings.server.request_timeout,
-            shutdown_timeout: settings.server.shutdown_timeout,
-        };
         let listeners::Listening {
             server,
             port,
             admin,
-        } = listeners::bind(&settings, &shared)?;
+        } = listeners::bind(
+            &settings,
+            &listeners::Shared::new(&settings, state, stores.redis),
+        )?;
         Ok(Self {
             server,
             port,
