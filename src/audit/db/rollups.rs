@@ -20,6 +20,24 @@ macro_rules! rollup_writes {
             tx: &mut sqlx::Transaction<'_, $db>,
             deltas: &Deltas,
         ) -> Result<(), AuditError> {
+            add_counts(tx, deltas).await?;
+            add_top_keys(tx, deltas).await?;
+            let errors: Vec<(&SummaryKey, i64)> = deltas
+                .tops
+                .iter()
+                .filter(|(_, s)| s.dropped > 0)
+                .map(|(k, s)| (k, s.dropped))
+                .collect();
+            add_errors(tx, &errors).await?;
+
+            prune_grown(tx, deltas).await
+        }
+
+        /// The decision counts per bucket, added to.
+        async fn add_counts(
+            tx: &mut sqlx::Transaction<'_, $db>,
+            deltas: &Deltas,
+        ) -> Result<(), AuditError> {
             let counts: Vec<_> = deltas.counts.iter().collect();
             for chunk in counts.chunks(ROWS_PER_STATEMENT) {
                 let mut qb = QueryBuilder::<$db>::new(
@@ -38,7 +56,14 @@ macro_rules! rollup_writes {
                 );
                 qb.build().execute(&mut **tx).await?;
             }
+            Ok(())
+        }
 
+        /// The top summaries' keys, their counts added to.
+        async fn add_top_keys(
+            tx: &mut sqlx::Transaction<'_, $db>,
+            deltas: &Deltas,
+        ) -> Result<(), AuditError> {
             let mut keys: Vec<(&SummaryKey, &String, i64)> = deltas
                 .tops
                 .iter()
@@ -63,15 +88,14 @@ macro_rules! rollup_writes {
                 );
                 qb.build().execute(&mut **tx).await?;
             }
+            Ok(())
+        }
 
-            let errors: Vec<(&SummaryKey, i64)> = deltas
-                .tops
-                .iter()
-                .filter(|(_, s)| s.dropped > 0)
-                .map(|(k, s)| (k, s.dropped))
-                .collect();
-            add_errors(tx, &errors).await?;
-
+        /// Prune the summaries this batch grew past twice their capacity.
+        async fn prune_grown(
+            tx: &mut sqlx::Transaction<'_, $db>,
+            deltas: &Deltas,
+        ) -> Result<(), AuditError> {
             // Only summaries that gained keys can have grown past the bound.
             let grown: Vec<&SummaryKey> = deltas
                 .tops

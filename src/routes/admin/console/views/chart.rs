@@ -102,6 +102,24 @@ fn nice_step(x: f64) -> u64 {
     }
 }
 
+/// Each series with its total over the columns; a series with nothing in the
+/// chart is left out of the legend too.
+fn legend(series: &[SeriesSpec], columns: &[Column]) -> Vec<LegendEntry> {
+    series
+        .iter()
+        .enumerate()
+        .map(|(i, spec)| LegendEntry {
+            name: spec.name,
+            color: spec.color,
+            total: columns
+                .iter()
+                .map(|c| c.counts.get(i).copied().unwrap_or(0))
+                .sum(),
+        })
+        .filter(|entry| entry.total > 0)
+        .collect()
+}
+
 impl Chart {
     /// The columns stacked by series, the count axis running to a round
     /// number above the tallest column (four steps or so).
@@ -111,14 +129,6 @@ impl Chart {
         series: &[SeriesSpec],
         columns: &[Column],
     ) -> Self {
-        let totals: Vec<u64> = (0..series.len())
-            .map(|i| {
-                columns
-                    .iter()
-                    .map(|c| c.counts.get(i).copied().unwrap_or(0))
-                    .sum()
-            })
-            .collect();
         let tallest = columns
             .iter()
             .map(|c| c.counts.iter().sum::<u64>())
@@ -165,17 +175,7 @@ impl Chart {
                 label: (n * step).to_string(),
             })
             .collect();
-        // A series with nothing in the chart is left out of the legend too.
-        let legend: Vec<LegendEntry> = series
-            .iter()
-            .zip(&totals)
-            .filter(|(_, &total)| total > 0)
-            .map(|(spec, &total)| LegendEntry {
-                name: spec.name,
-                color: spec.color,
-                total,
-            })
-            .collect();
+        let legend = legend(series, columns);
         let description = legend
             .iter()
             .map(|e| format!("{} {}", e.name, e.total))
