@@ -7,7 +7,7 @@ use tollgate::audit::AuditDecision;
 use tollgate::settings::{LockScope, Settings};
 
 use crate::on_both_backends;
-use crate::support::app::{spawn_app, Backend, TestApp};
+use crate::support::app::{spawn_app, spawn_app_timed, Backend, TestApp};
 
 on_both_backends!(
     a_pair_is_locked_while_the_same_user_from_another_ip_is_not,
@@ -103,17 +103,17 @@ async fn a_pair_is_locked_while_the_same_user_from_another_ip_is_not(backend: Ba
 }
 
 async fn failures_spread_over_ips_lock_the_account_at_account_lock_after(backend: Backend) {
-    let app = spawn_app(backend, |s| {
+    let app = spawn_app_timed(backend, |s| {
         scoped(s);
         s.login.account_lock_after = 5;
     })
     .await;
     for i in 1..=4 {
-        tokio::time::sleep(std::time::Duration::from_millis(3)).await;
+        app.pass(std::time::Duration::from_millis(3)).await;
         let answer = attempt(&app, Some(&format!("192.0.2.{i}")), false).await;
         assert_eq!(answer["locked"], false, "failure {i}: {answer}");
     }
-    tokio::time::sleep(std::time::Duration::from_millis(3)).await;
+    app.pass(std::time::Duration::from_millis(3)).await;
     let locking = attempt(&app, Some("192.0.2.5"), false).await;
     assert_eq!(
         locking["locked"], true,
@@ -151,10 +151,10 @@ async fn failures_spread_over_ips_lock_the_account_at_account_lock_after(backend
 }
 
 async fn subject_state_names_the_pairs_and_unblock_clears_them(backend: Backend) {
-    let app = spawn_app(backend, scoped).await;
+    let app = spawn_app_timed(backend, scoped).await;
     for ip in [ATTACKER, ATTACKER, ATTACKER, OWNER] {
         // Apart in time, so that "newest first" has one answer.
-        tokio::time::sleep(std::time::Duration::from_millis(3)).await;
+        app.pass(std::time::Duration::from_millis(3)).await;
         attempt(&app, Some(ip), false).await;
     }
     let state = app.admin_get("/admin/api/subjects/user/alice").await;
