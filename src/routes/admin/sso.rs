@@ -213,19 +213,22 @@ async fn callback(state: web::Data<AppState>, req: HttpRequest) -> HttpResponse 
         .unwrap_or_default();
     let pending: Option<PendingLogin> = cookies::opened(&key, &req, cookies::LOGIN)
         .and_then(|json| serde_json::from_str(&json).ok());
+    let invalid_callback = || {
+        failure_page(
+            &state,
+            oidc,
+            &req,
+            StatusCode::UNAUTHORIZED,
+            Reason::InvalidCallback,
+        )
+    };
     let Some(pending) = pending else {
         // No sign-in of this browser's to finish: nothing is checked, so
         // nothing is guessed. Not counted nor audited: any page an admin
         // visits can make the browser fetch this URL (an image carries no
         // `SameSite=Lax` cookie), and counting it would let that page
         // throttle the admin's address, and everyone's behind its NAT.
-        return failure_page(
-            &state,
-            oidc,
-            &req,
-            StatusCode::UNAUTHORIZED,
-            Reason::InvalidCallback,
-        );
+        return invalid_callback();
     };
     let field = |name: &str| query.get(name).map(String::as_str).unwrap_or("");
     if !pending.answered_by(field("state")) {
@@ -233,13 +236,7 @@ async fn callback(state: web::Data<AppState>, req: HttpRequest) -> HttpResponse 
         // to guess). Not counted nor audited either: a page on another site
         // can open /admin/login in a popup, then this URL with any state,
         // and would otherwise throttle the admin's address by it.
-        return failure_page(
-            &state,
-            oidc,
-            &req,
-            StatusCode::UNAUTHORIZED,
-            Reason::InvalidCallback,
-        );
+        return invalid_callback();
     }
     let outcome = match query.get("error") {
         Some(error) => Err(SignInError::Provider(format!("it answered {error:?}"))),

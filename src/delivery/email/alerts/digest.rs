@@ -154,13 +154,9 @@ impl Watch {
                 }
                 over
             }
-            AuditDecision::Challenge
-            | AuditDecision::Unblock
-            | AuditDecision::ListAdd
-            | AuditDecision::ListRemove
-            | AuditDecision::Export
-            | AuditDecision::SignIn
-            | AuditDecision::SignInFailed => false,
+            // `alert_worthy` let only locks and denials through; it names
+            // every decision, so a new one is considered there.
+            _ => false,
         };
         if alerting && self.pending_since.is_none() {
             self.pending_since = Some(now);
