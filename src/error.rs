@@ -27,10 +27,15 @@ pub enum ApiError {
     /// characters once normalised; the text says which.
     #[error("{0}")]
     SubjectTooLong(String),
-    /// 429: `rule` refused. `retry_after_ms` goes out rounded up to whole seconds,
-    /// in `Retry-After` and `retry_after_secs`.
+    /// 429: a rule refused.
     #[error("too many requests ({rule})")]
-    RateLimited { rule: String, retry_after_ms: u64 },
+    RateLimited {
+        /// The rule's name (`phone 5/1h`), in the message and the `rule` field.
+        rule: String,
+        /// How long to wait; it goes out rounded up to whole seconds, in
+        /// `Retry-After` and `retry_after_secs`.
+        retry_after_ms: u64,
+    },
     /// 403: a captcha tier applies and no captcha was passed.
     #[error("a captcha is required")]
     CaptchaRequired,

@@ -1,5 +1,6 @@
 //! tollgate: SMS and login abuse decisions on sliding windows, with an audit
 //! trail. `main.rs` is a thin command line over [`startup::Application`].
+#![warn(missing_docs)]
 
 pub mod admin;
 pub mod audit;

@@ -13,7 +13,9 @@ const STREAM_PAGE: usize = 500;
 
 /// One page of events and, when more match, the cursor of the next.
 pub struct Page {
+    /// The page's events, newest first.
     pub events: Vec<AuditEvent>,
+    /// Where the next page starts; `None` on the last page.
     pub next: Option<Cursor>,
 }
 
@@ -31,6 +33,7 @@ fn position(event: &AuditEvent) -> Cursor {
 }
 
 impl AuditLog {
+    /// Read the trail kept in `db`.
     pub fn new(db: AuditDb) -> Self {
         Self { db }
     }

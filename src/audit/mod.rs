@@ -28,6 +28,7 @@ use async_trait::async_trait;
 /// Watches the trail as events are recorded (admin alerts). `observe` runs
 /// on the request path: an implementation looks and returns at once.
 pub trait AuditObserver: Send + Sync {
+    /// Look at one event, before the sink has it.
     fn observe(&self, event: &AuditEvent);
 }
 

@@ -38,6 +38,8 @@ pub struct ObservedSink {
 }
 
 impl ObservedSink {
+    /// Show each event to every one of `observers`, in order, then hand it to
+    /// `inner`.
     pub fn new(inner: Arc<dyn AuditSink>, observers: Vec<Arc<dyn AuditObserver>>) -> Self {
         Self { inner, observers }
     }

@@ -91,7 +91,9 @@ impl DescriptorLimit {
 /// each of `workers` threads, so `workers × per_worker` at most.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ListenerCap {
+    /// Worker threads: one per CPU, fewer when the cap is smaller.
     pub workers: usize,
+    /// Connections each worker may hold (actix's `max_connections`).
     pub per_worker: usize,
 }
 
@@ -118,9 +120,12 @@ impl ListenerCap {
 pub struct ConnectionPlan {
     /// Descriptors kept for the service itself.
     pub reserved: u64,
+    /// The public listener's cap (`server.max_connections`, or derived).
     pub public: ListenerCap,
     /// Absent without `server.admin_bind`.
     pub admin: Option<ListenerCap>,
+    /// Connections per client address on the public listener
+    /// (`server.max_connections_per_ip`, or derived from the public cap).
     pub per_ip: u64,
 }
 

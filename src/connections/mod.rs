@@ -39,6 +39,7 @@ pub enum Listener {
 }
 
 impl Listener {
+    /// The `listener` label's value.
     pub fn as_str(self) -> &'static str {
         match self {
             Listener::Public => "public",

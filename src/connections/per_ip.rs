@@ -44,6 +44,8 @@ pub struct Slot {
 }
 
 impl PerIp {
+    /// At most `cap` connections per address; none counted from an address
+    /// inside `trusted` (`server.trusted_proxies`).
     pub fn new(cap: u32, trusted: Vec<IpNet>) -> Arc<Self> {
         Arc::new(Self {
             cap,

@@ -80,9 +80,14 @@ pub trait SmsSender: Send + Sync {
 /// A provider or mailer that cannot be set up from its settings.
 #[derive(Debug, thiserror::Error)]
 pub enum SetupError {
-    /// A setting the provider cannot use; `key` as a config file spells it.
+    /// A setting the provider cannot use.
     #[error("invalid setting `{key}`: {message}")]
-    Invalid { key: String, message: String },
+    Invalid {
+        /// The setting, as a config file spells it (`email.smtp_url`).
+        key: String,
+        /// What is wrong with its value.
+        message: String,
+    },
     /// The HTTP client could not be built (its TLS set-up, say).
     #[error("cannot build the HTTP client: {0}")]
     Http(#[from] reqwest::Error),

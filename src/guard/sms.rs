@@ -61,9 +61,11 @@ pub enum Verified {
     /// The code was right, and is used up.
     Valid,
     /// Wrong, or there is no code to check (a stand-in counts the tries
-    /// then, so that the two read alike); `attempts_left` counts the wrong
-    /// tries left.
-    Invalid { attempts_left: u32 },
+    /// then, so that the two read alike).
+    Invalid {
+        /// The wrong tries left.
+        attempts_left: u32,
+    },
 }
 
 /// The SMS decisions: sends codes through the provider and checks them.

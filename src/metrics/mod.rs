@@ -229,13 +229,18 @@ pub fn store_call(elapsed: Duration) {
 /// The routes whose answers are counted (the `route` label).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Route {
+    /// `POST /sms/send`.
     SmsSend,
+    /// `POST /sms/verify`.
     SmsVerify,
+    /// `POST /login/check`.
     LoginCheck,
+    /// `POST /login/attempt`.
     LoginAttempt,
 }
 
 impl Route {
+    /// The `route` label's value.
     pub fn as_str(self) -> &'static str {
         match self {
             Route::SmsSend => "sms_send",
@@ -249,14 +254,18 @@ impl Route {
 /// What a counted request came to (the `decision` label).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
+    /// Let through: a code sent, a code accepted, a login allowed.
     Allow,
+    /// Asked to pass a captcha first.
     Challenge,
+    /// Refused (a full window, a list, a blocked region, a wrong code, …).
     Deny,
     /// The request failed (a store or delivery error).
     Error,
 }
 
 impl Outcome {
+    /// The `decision` label's value.
     pub fn as_str(self) -> &'static str {
         match self {
             Outcome::Allow => "allow",

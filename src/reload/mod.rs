@@ -24,12 +24,16 @@ use watch::{fingerprint, FileWatch};
 /// ConfigMap's swap, is several file events.
 const SETTLE: Duration = Duration::from_millis(200);
 
+/// Why a reload kept everything old.
 #[derive(Debug, thiserror::Error)]
 pub enum ReloadError {
+    /// The config file cannot be read, or a setting in it is wrong.
     #[error(transparent)]
     Settings(#[from] crate::settings::SettingsError),
+    /// A templates directory or one of its templates cannot be used.
     #[error("template {0}")]
     Templates(#[from] TemplateLoadError),
+    /// The new `[captcha]` settings do not make an HTTP client.
     #[error("cannot build the captcha client: {0}")]
     Captcha(#[from] reqwest::Error),
 }
@@ -37,8 +41,11 @@ pub enum ReloadError {
 /// What a reload replaces, each swapped whole.
 #[derive(Clone)]
 pub struct Reloadable {
+    /// The decision settings: `[sms]`, `[login]`, `[captcha]`, `[shadow]`.
     pub policy: Arc<PolicyCell>,
+    /// The lists; a reload replaces only the config file's entries.
     pub lists: Arc<Lists>,
+    /// The SMS and email templates.
     pub templates: Arc<TemplatesCell>,
 }
 

@@ -19,10 +19,14 @@ pub enum SettingsError {
     /// (a TOML syntax error, say).
     #[error("{0}")]
     Load(Box<figment::Error>),
-    /// A value is missing, malformed or out of range: `key` as a config file
-    /// spells it (`sms.code_ttl`), `message` what is wrong with it.
+    /// A value is missing, malformed or out of range.
     #[error("invalid setting `{key}`: {message}")]
-    Invalid { key: String, message: String },
+    Invalid {
+        /// The setting, as a config file spells it (`sms.code_ttl`).
+        key: String,
+        /// What is wrong with it.
+        message: String,
+    },
 }
 
 impl SettingsError {

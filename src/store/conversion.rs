@@ -154,16 +154,20 @@ pub struct ConversionHit<'a> {
 pub enum ConversionVerdict {
     /// Not blocked: the event may go (and was counted if it was recorded).
     Open,
-    /// The subject was already blocked; `retry_after_ms` is when the block
-    /// ends.
-    Blocked { retry_after_ms: u64 },
+    /// The subject was already blocked.
+    Blocked {
+        /// How long until the block ends.
+        retry_after_ms: u64,
+    },
     /// This event found the conversion below the threshold and blocked the
     /// subject for the policy's `block_ms`: the decision, made once.
     Tripped,
     /// The subject was already challenged (a surge policy): the event may
-    /// go only with a passed captcha; `retry_after_ms` is when the
-    /// challenge ends.
-    Challenged { retry_after_ms: u64 },
+    /// go only with a passed captcha.
+    Challenged {
+        /// How long until the challenge ends.
+        retry_after_ms: u64,
+    },
     /// This event found the subject surging with its conversion below the
     /// threshold and challenged it for `block_ms`: the decision, made once.
     ChallengeTripped,

@@ -155,10 +155,16 @@ pub struct LoginAttemptRequest<'a> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LoginVerdict {
     /// The user is locked; nothing was recorded (unless shadow).
-    Locked { retry_after_ms: u64 },
+    Locked {
+        /// How long until the user's lock ends.
+        retry_after_ms: u64,
+    },
     /// The (user, IP) pair is locked, the account is not; nothing was
     /// recorded (unless shadow).
-    PairLocked { retry_after_ms: u64 },
+    PairLocked {
+        /// How long until the pair's lock ends.
+        retry_after_ms: u64,
+    },
     /// A captcha is required and was not passed; nothing recorded (unless shadow).
     Challenged,
     /// The outcome was recorded (unless `ip_blocked`).

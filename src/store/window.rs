@@ -107,16 +107,21 @@ pub struct HitRequest<'a> {
 /// What one subject's windows say about an event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HitVerdict {
+    /// No `Enforce` window is full, and no `Gate` window is full while the gate
+    /// is closed (an `Observe` window never refuses).
     Allowed,
-    /// An `Enforce` window is full. `window` indexes the request's windows: the
-    /// refusing window whose wait is longest; `retry_after_ms` is that wait.
+    /// An `Enforce` window is full.
     Denied {
+        /// Index in the request's windows of the refusing window whose wait is
+        /// longest.
         window: usize,
+        /// That window's wait: how long until it admits the event.
         retry_after_ms: u64,
     },
     /// No `Enforce` window refused, but a `Gate` window is full and the gate was
-    /// closed. `window` is the first such window.
+    /// closed.
     Gated {
+        /// Index in the request's windows of the first such window.
         window: usize,
     },
 }
@@ -218,13 +223,19 @@ pub struct ReserveOutcome {
 /// The answer of `WindowStore::otp_check`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OtpOutcome {
-    /// The code was right; `attempts_left` counts the tries it had left
-    /// before this one.
-    Valid { attempts_left: u32 },
-    /// Wrong code, or no code (a stand-in took the try); `attempts_left` 0
-    /// means this try burnt it.
-    Wrong { attempts_left: u32 },
-    /// The code (or stand-in) was already burnt by wrong tries; it expires
-    /// after this long.
-    Burnt { retry_after_ms: u64 },
+    /// The code was right.
+    Valid {
+        /// The tries the code had left before this one.
+        attempts_left: u32,
+    },
+    /// Wrong code, or no code (a stand-in took the try).
+    Wrong {
+        /// The tries left after this one; 0 means this try burnt the code.
+        attempts_left: u32,
+    },
+    /// The code (or stand-in) was already burnt by wrong tries.
+    Burnt {
+        /// How long until the burnt code expires: the retry a verify answers.
+        retry_after_ms: u64,
+    },
 }

@@ -18,21 +18,37 @@ use crate::domain::Locale;
 /// A templates directory or one of its files cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum TemplateLoadError {
+    /// A directory could not be listed, or a file could not be read.
     #[error("{}: {source}", path.display())]
     Read {
+        /// The directory or file that could not be read.
         path: PathBuf,
+        /// Why the file system refused.
         source: std::io::Error,
     },
+    /// An entry that is not laid out as a template: a misspelt file name, a
+    /// file where a locale directory belongs, a name that is not a locale.
     #[error("{}: {reason}", path.display())]
-    Layout { path: PathBuf, reason: String },
+    Layout {
+        /// The entry that does not fit.
+        path: PathBuf,
+        /// What was expected there, for the operator to read.
+        reason: String,
+    },
     /// An SMS text that does not show the code.
     #[error("{}: the text does not show the code: write {{{{ code }}}} in it", path.display())]
-    MissingCode { path: PathBuf },
+    MissingCode {
+        /// The SMS template's file.
+        path: PathBuf,
+    },
     /// A syntax error, or a failed render with sample variables.
     #[error("{}: {message}", at(path, *line))]
     Template {
+        /// The template's file (its name under `templates/` if compiled in).
         path: PathBuf,
+        /// The line minijinja points at, when it knows one.
         line: Option<usize>,
+        /// minijinja's error, with the words it is about when it knows them.
         message: String,
     },
 }

@@ -43,6 +43,7 @@ pub enum EmailKind {
 }
 
 impl EmailKind {
+    /// Every kind, so a loader can match a file name against each.
     pub const ALL: [EmailKind; 2] = [EmailKind::LockNotice, EmailKind::AlertDigest];
 
     /// The template's file name without `.txt`; also the `kind` of log lines.
@@ -92,7 +93,9 @@ pub struct TemplateError {
 /// `email.templates_dir`); `None` keeps the compiled-in ones alone.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TemplateDirs {
+    /// `sms.templates_dir`: the `<locale>.txt` files.
     pub sms: Option<PathBuf>,
+    /// `email.templates_dir`: the `<locale>/<kind>.txt` files.
     pub email: Option<PathBuf>,
 }
 
@@ -302,14 +305,17 @@ impl Templates {
 pub struct TemplatesCell(RwLock<Arc<Templates>>);
 
 impl TemplatesCell {
+    /// Start with `templates` in force.
     pub fn new(templates: Templates) -> Self {
         Self(RwLock::new(Arc::new(templates)))
     }
 
+    /// The templates in force; a reload does not change the set returned.
     pub fn current(&self) -> Arc<Templates> {
         self.0.read().clone()
     }
 
+    /// Put `templates` in force; sends under way keep the old set.
     pub fn replace(&self, templates: Templates) {
         *self.0.write() = Arc::new(templates);
     }

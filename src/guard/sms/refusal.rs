@@ -16,7 +16,10 @@ pub enum SmsRefusal {
     Blocklisted(EntryKind),
     /// The phone's region may not receive codes (403 `region_blocked`).
     #[error("sending to region {region:?} is not allowed")]
-    RegionBlocked { region: Option<String> },
+    RegionBlocked {
+        /// The phone's ISO 3166 region, when the number belongs to one.
+        region: Option<String>,
+    },
     /// A captcha tier is reached, or the country is challenged by the
     /// pumping guard, and no captcha passed (403 `captcha_required`).
     #[error("a captcha is required")]
@@ -28,7 +31,13 @@ pub enum SmsRefusal {
     PumpingSuspected,
     /// A window is full, or the code is burnt (429 `rate_limited`).
     #[error("rate limited by {rule}")]
-    RateLimited { rule: String, retry_after_ms: u64 },
+    RateLimited {
+        /// The refusing rule's name (`phone 5/1h`): a full window's, or
+        /// `sms.verify_attempts` for a burnt code.
+        rule: String,
+        /// How long until the window admits a try, or the burnt code expires.
+        retry_after_ms: u64,
+    },
     /// The text could not be rendered or the provider did not take it; the
     /// reservation was given back (502 `delivery_failed`).
     #[error("delivery failed: {0}")]

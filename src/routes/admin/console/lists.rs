@@ -26,11 +26,17 @@ fn forms() -> Subject {
 
 /// One entry as the page shows it.
 pub struct EntryRow {
+    /// The List column: `allow` or `block`.
     pub list: &'static str,
+    /// The Kind column: what the value matches (`ip`, `phone`, `user`).
     pub kind: &'static str,
+    /// The Value column: the CIDR, number, number prefix or user name matched.
     pub value: String,
+    /// The Note column: why the entry was added.
     pub note: String,
+    /// The From column: `config file` or `admin`.
     pub source: &'static str,
+    /// The Added column, in UTC to the minute; empty for the config file's.
     pub added: String,
     /// Where its delete form posts; none for the config file's entries.
     pub delete_href: Option<String>,
@@ -60,7 +66,9 @@ impl From<&ListEntry> for EntryRow {
 #[derive(Template, WebTemplate)]
 #[template(path = "admin/lists.html")]
 pub struct ListsPage {
+    /// Every entry, the config file's first.
     pub rows: Vec<EntryRow>,
+    /// The token every add and delete form carries.
     pub csrf: String,
     /// A change just happened: say which.
     pub notice: Option<&'static str>,
@@ -70,6 +78,7 @@ pub struct ListsPage {
     pub me: Option<super::Me>,
 }
 
+/// `GET /admin/lists`: the lists page, or the refusal's page.
 pub async fn page(state: web::Data<AppState>, req: HttpRequest) -> HttpResponse {
     let show = || -> Result<HttpResponse, Refusal> {
         let admin = authenticate(&state, &req)?;
@@ -103,6 +112,8 @@ fn edit_form(
     Ok((admin.info, fields))
 }
 
+/// `POST /admin/lists`: add an entry, then 303 back to the page, which says
+/// so; or the refusal's page.
 pub async fn add(state: web::Data<AppState>, req: HttpRequest, body: web::Bytes) -> HttpResponse {
     let result = async {
         let (info, fields) = edit_form(&state, &req, &body)?;
@@ -132,6 +143,8 @@ pub async fn add(state: web::Data<AppState>, req: HttpRequest, body: web::Bytes)
     result.await.unwrap_or_else(|refusal| refusal.page(&req))
 }
 
+/// `POST /admin/lists/{id}/delete`: delete a stored entry, then 303 back to
+/// the page, which says so; or the refusal's page.
 pub async fn delete(
     state: web::Data<AppState>,
     req: HttpRequest,

@@ -34,7 +34,9 @@ pub struct Column {
 
 /// A legend entry.
 pub struct LegendEntry {
+    /// The series' wire name, beside its swatch.
     pub name: &'static str,
+    /// The swatch's fill, the colour of the series' bars.
     pub color: &'static str,
     /// The series' total over the chart.
     pub total: u64,
@@ -42,10 +44,15 @@ pub struct LegendEntry {
 
 /// One rectangle of a stacked bar.
 pub struct Segment {
+    /// The left edge, inside the column with half the gap on each side.
     pub x: f64,
+    /// The top edge: the segment sits on the series stacked below it.
     pub y: f64,
+    /// The bar's share of its column.
     pub width: f64,
+    /// The count, to the count axis's scale.
     pub height: f64,
+    /// The series' fill.
     pub color: &'static str,
     /// `10:00–11:00 UTC · deny: 12`.
     pub title: String,
@@ -55,6 +62,7 @@ pub struct Segment {
 pub struct Tick {
     /// x for the time axis, y for the count axis.
     pub at: f64,
+    /// A time (`10:00`, `Nov 01`) or a count (`50`).
     pub label: String,
 }
 
@@ -66,15 +74,23 @@ pub struct Chart {
     pub title: String,
     /// The totals in words, for screen readers.
     pub description: String,
+    /// The series with a count in the chart, in series order.
     pub legend: Vec<LegendEntry>,
+    /// One rectangle per non-zero count, column by column.
     pub segments: Vec<Segment>,
+    /// The count axis: a gridline and a label per step, from 0 to the top.
     pub y_ticks: Vec<Tick>,
+    /// The time axis: a tick and a label at each column that has a label.
     pub x_ticks: Vec<Tick>,
-    /// The plot's edges (its top is `TOP`), for the axis lines.
+    /// The plot's left edge (its top is `TOP`), where the gridlines start.
     pub left: f64,
+    /// The plot's right edge, where the gridlines end.
     pub right: f64,
+    /// The plot's bottom edge: the time axis line, and the bars' base.
     pub bottom: f64,
+    /// The SVG's view box width.
     pub width: f64,
+    /// The SVG's view box height.
     pub height: f64,
     /// Where the count labels end, left of the plot.
     pub y_label_x: f64,
