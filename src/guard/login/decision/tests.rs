@@ -1,0 +1,101 @@
+use super::*;
+use crate::domain::SubjectKind;
+use crate::settings::Settings;
+use crate::store::{IpFailures, LoginAttemptOutcome};
+
+fn default_policy() -> Policy {
+    Policy::from_settings(&Settings::load(None).unwrap()).unwrap()
+}
+
+fn ip_windows(policy: &Policy) -> IpWindows {
+    IpWindows {
+        subject: Subject::new(SubjectKind::Ip, "203.0.113.7"),
+        key: "k".into(),
+        windows: policy.login.ip.windows(),
+    }
+}
+
+/// A locked user failing from a blocked IP: the IP's block answers first,
+/// and in shadow mode both refusals are written, shadowed, and the
+/// attempt is allowed.
+#[test]
+fn refusals_come_in_order_and_shadow_writes_them_all() {
+    let policy = default_policy();
+    let user = Subject::new(SubjectKind::User, "alice");
+    let ip = ip_windows(&policy);
+    let outcome = LoginOutcome {
+        user: LoginAttemptOutcome {
+            verdict: LoginVerdict::Locked {
+                retry_after_ms: 60_000,
+            },
+            failures: 12,
+            captcha_crossed: false,
+            locked_for_ms: None,
+            pair_locked_for_ms: None,
+            before: None,
+        },
+        ip: Some(IpFailures {
+            count: 40,
+            blocked_retry_after_ms: Some(5_000),
+        }),
+    };
+    let facts = || Attempt {
+        user: &user,
+        ip: Some(&ip),
+        success: false,
+    };
+    let decided = attempt(&policy, &outcome, facts());
+    let reasons: Vec<_> = decided.refusals.iter().map(|(a, _)| a.reason).collect();
+    assert_eq!(reasons, [Some(Reason::IpBlocked), Some(Reason::UserLocked)]);
+    assert_eq!(decided.refusals[0].0.retry_after_secs, Some(5));
+    assert!(decided.refusals[0].0.locked);
+
+    let mut shadow = default_policy();
+    shadow.login.shadow = true;
+    let shadowed = attempt(&shadow, &outcome, facts());
+    assert!(shadowed.refusals.is_empty());
+    assert_eq!(shadowed.allowed, LoginState::allow(12));
+    let rows: Vec<_> = shadowed
+        .crossed
+        .iter()
+        .map(|r| (r.reason.as_str(), r.shadow))
+        .collect();
+    assert_eq!(rows, [("ip_blocked", true), ("user_locked", true)]);
+}
+
+/// The failure that locks: a lock row, the notice's duration, and the
+/// answer says locked without refusing.
+#[test]
+fn the_locking_failure_is_audited_and_told() {
+    let policy = default_policy();
+    let user = Subject::new(SubjectKind::User, "alice");
+    let outcome = LoginOutcome {
+        user: LoginAttemptOutcome {
+            verdict: LoginVerdict::Recorded,
+            failures: 10,
+            captcha_crossed: false,
+            locked_for_ms: Some(900_000),
+            pair_locked_for_ms: None,
+            before: None,
+        },
+        ip: None,
+    };
+    let decided = attempt(
+        &policy,
+        &outcome,
+        Attempt {
+            user: &user,
+            ip: None,
+            success: false,
+        },
+    );
+    assert!(decided.refusals.is_empty());
+    let rows: Vec<_> = decided.crossed.iter().map(|r| r.reason.as_str()).collect();
+    assert_eq!(rows, ["too_many_failures"]);
+    assert_eq!(
+        decided.notify_lock,
+        Some((Duration::from_secs(900), LockedScope::Account))
+    );
+    assert!(decided.allowed.locked);
+    assert_eq!(decided.allowed.retry_after_secs, Some(900));
+}
