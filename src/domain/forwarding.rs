@@ -138,6 +138,13 @@ impl ProxyTrust {
         self.proxies.iter().any(|net| net.contains(&ip))
     }
 
+    /// Whether a request from `peer` has its header read at all: only a
+    /// proxy's (by position or by `trusted_proxies`) is; anyone else is the
+    /// client, whatever it sends.
+    pub fn reads_header_from(&self, peer: IpAddr) -> bool {
+        self.hops > 0 || self.is_trusted(peer)
+    }
+
     /// The client of a request from `peer` whose configured header has
     /// `values` (each occurrence of the header, in order).
     pub fn client<'a>(
@@ -145,7 +152,7 @@ impl ProxyTrust {
         peer: IpAddr,
         values: impl IntoIterator<Item = &'a str>,
     ) -> ClientAddress {
-        if self.hops == 0 && !self.is_trusted(peer) {
+        if !self.reads_header_from(peer) {
             return ClientAddress::Peer(peer);
         }
         let mut values = values.into_iter().peekable();

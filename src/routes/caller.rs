@@ -281,6 +281,11 @@ impl Access {
         // client wrote (any bytes) on the same line as its own entry, and
         // one byte past ASCII must not void that entry (the request would
         // then count under the proxy, not the client).
+        // An untrusted peer's header is not even collected: a client far
+        // from any proxy costs nothing however much it sends.
+        if !self.trust.reads_header_from(peer) {
+            return Some(ClientIp::new(peer));
+        }
         let values: Vec<_> = req
             .headers()
             .get_all(self.trust.header.name())
