@@ -277,15 +277,15 @@ impl Access {
     /// (a rate-limited warning); the request counts under its address.
     pub(crate) fn peer_ip(&self, req: &HttpRequest) -> Option<ClientIp> {
         let peer = req.peer_addr().map(|a| a.ip())?;
-        // Read lossily, not with `to_str`: an appending proxy puts what the
-        // client wrote (any bytes) on the same line as its own entry, and
-        // one byte past ASCII must not void that entry (the request would
-        // then count under the proxy, not the client).
         // An untrusted peer's header is not even collected: a client far
         // from any proxy costs nothing however much it sends.
         if !self.trust.reads_header_from(peer) {
             return Some(ClientIp::new(peer));
         }
+        // Read lossily, not with `to_str`: an appending proxy puts what the
+        // client wrote (any bytes) on the same line as its own entry, and
+        // one byte past ASCII must not void that entry (the request would
+        // then count under the proxy, not the client).
         let values: Vec<_> = req
             .headers()
             .get_all(self.trust.header.name())

@@ -256,8 +256,6 @@ impl RedisStore {
     }
 }
 
-/// One conversion's part of `reserve.lua`'s answer: verdict, events,
-/// successes, retry_after_ms, slice counted in (-1: none), normal.
 /// Read `reserve.lua`'s answer (its length already checked): whether the
 /// event was recorded, each subject's part, then six numbers a conversion.
 fn reserve_answer(
@@ -315,6 +313,8 @@ fn subject_outcome(part: &[i64], n: usize, recorded: bool) -> Result<HitOutcome,
     })
 }
 
+/// One conversion's part of `reserve.lua`'s answer: verdict, events,
+/// successes, retry_after_ms, slice counted in (-1: none), normal.
 fn conversion_outcome(part: &[i64]) -> Result<ConversionOutcome, StoreError> {
     let verdict = match part[0] {
         0 => ConversionVerdict::Open,

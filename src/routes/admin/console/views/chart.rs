@@ -48,7 +48,7 @@ pub struct Segment {
     pub x: f64,
     /// The top edge: the segment sits on the series stacked below it.
     pub y: f64,
-    /// The bar's share of its column.
+    /// The bar's width (SVG units): `BAR_SHARE` of its column's slot.
     pub width: f64,
     /// The count, to the count axis's scale.
     pub height: f64,
