@@ -99,37 +99,10 @@ impl Writer {
                 Ok(_) => take_all(&mut messages, &mut batch, &mut acks),
                 Err(_) => {}
             }
-            let deadline = Instant::now() + self.flush_interval;
-            while !closed
-                && acks.is_empty()
-                && !batch.events.is_empty()
-                && batch.events.len() < self.batch_size
-            {
-                let room = self.batch_size - batch.events.len();
-                let (taken, disconnected) = take_ready(&mut queue, &mut messages, room);
-                closed = disconnected;
-                if taken > 0 {
-                    // Events are coming: nap, then look again, unwoken.
-                    take_all(&mut messages, &mut batch, &mut acks);
-                    let now = Instant::now();
-                    if now >= deadline {
-                        break;
-                    }
-                    if acks.is_empty() && batch.events.len() < self.batch_size {
-                        tokio::time::sleep(GATHER_NAP.min(deadline - now)).await;
-                    }
-                    continue;
-                }
-                if closed {
-                    break;
-                }
-                // A quiet queue: wait to be woken by the next event.
-                let more = queue.recv_many(&mut messages, room);
-                match tokio::time::timeout_at(deadline, more).await {
-                    Ok(0) => closed = true,
-                    Ok(_) => take_all(&mut messages, &mut batch, &mut acks),
-                    Err(_) => break,
-                }
+            if !closed {
+                closed = self
+                    .gather(&mut queue, &mut messages, &mut batch, &mut acks)
+                    .await;
             }
             if !batch.events.is_empty() || (!self.held.is_empty() && self.probe_due()) {
                 self.write(std::mem::take(&mut batch)).await;
@@ -144,6 +117,53 @@ impl Writer {
                 let _ = ack.send(());
             }
         }
+    }
+
+    /// Add to a started batch until it is full, the flush interval has
+    /// passed, someone asks for a flush, or every sender is gone (answered
+    /// `true`). While events keep coming it naps between looks rather than
+    /// wait on the queue (see `GATHER_NAP`).
+    async fn gather(
+        &self,
+        queue: &mut mpsc::Receiver<Message>,
+        messages: &mut Vec<Message>,
+        batch: &mut Batch,
+        acks: &mut Vec<oneshot::Sender<()>>,
+    ) -> bool {
+        let deadline = Instant::now() + self.flush_interval;
+        let mut closed = false;
+        while !closed
+            && acks.is_empty()
+            && !batch.events.is_empty()
+            && batch.events.len() < self.batch_size
+        {
+            let room = self.batch_size - batch.events.len();
+            let (taken, disconnected) = take_ready(queue, messages, room);
+            closed = disconnected;
+            if taken > 0 {
+                // Events are coming: nap, then look again, unwoken.
+                take_all(messages, batch, acks);
+                let now = Instant::now();
+                if now >= deadline {
+                    break;
+                }
+                if acks.is_empty() && batch.events.len() < self.batch_size {
+                    tokio::time::sleep(GATHER_NAP.min(deadline - now)).await;
+                }
+                continue;
+            }
+            if closed {
+                break;
+            }
+            // A quiet queue: wait to be woken by the next event.
+            let more = queue.recv_many(messages, room);
+            match tokio::time::timeout_at(deadline, more).await {
+                Ok(0) => closed = true,
+                Ok(_) => take_all(messages, batch, acks),
+                Err(_) => break,
+            }
+        }
+        closed
     }
 
     fn probe_due(&self) -> bool {
