@@ -8,16 +8,26 @@ use fred::prelude::{ClientLike, KeysInterface};
 use tollgate::store::memory::MemoryStore;
 use tollgate::store::redis::RedisStore;
 use tollgate::store::{
-    HitOutcome, HitRequest, Keys, LoginAttemptOutcome, LoginAttemptRequest, LoginPolicy,
-    LoginStateOutcome, ManualClock, PairKeys, WindowSpec, WindowStore,
+    HitOutcome, HitRequest, HitVerdict, Keys, LoginAttemptOutcome, LoginAttemptRequest,
+    LoginPolicy, LoginStateOutcome, ManualClock, PairKeys, WindowSpec, WindowStore,
 };
 
 /// Real sleeps on Redis last this much longer than asked, so that a boundary
 /// the case steps over is really behind the server's clock.
 const SLEEP_MARGIN_MS: u64 = 25;
 
-pub fn redis_url() -> String {
-    std::env::var("TOLLGATE_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
+pub use crate::support::app::redis_url;
+
+/// The denying window and the wait of a hit that must be denied; `why`
+/// names the expectation when it is not.
+pub fn denied(hit: &HitOutcome, why: &str) -> (usize, u64) {
+    match hit.verdict {
+        HitVerdict::Denied {
+            window,
+            retry_after_ms,
+        } => (window, retry_after_ms),
+        _ => panic!("{why}, got {hit:?}"),
+    }
 }
 
 enum Kind {

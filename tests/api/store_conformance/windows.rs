@@ -4,7 +4,7 @@ use futures::future::join_all;
 use tollgate::domain::Algorithm;
 use tollgate::store::{HitVerdict, WindowMode, WindowSpec};
 
-use super::backend::{member, Offer, StoreUnderTest};
+use super::backend::{denied, member, Offer, StoreUnderTest};
 use super::on_both_backends;
 
 on_both_backends!(
@@ -48,13 +48,7 @@ async fn each_window_refuses_in_turn_and_admits_again_once_events_slide_out(b: &
     );
 
     let third = b.hit(&key, &windows).await;
-    let HitVerdict::Denied {
-        window,
-        retry_after_ms,
-    } = third.verdict
-    else {
-        panic!("the 1 s window should deny, got {third:?}");
-    };
+    let (window, retry_after_ms) = denied(&third, "the 1 s window should deny");
     assert_eq!(window, 0);
     b.assert_wait(retry_after_ms, 1_000, &start, "1 s window");
     assert!(!third.added);
@@ -80,13 +74,7 @@ async fn each_window_refuses_in_turn_and_admits_again_once_events_slide_out(b: &
     assert_eq!(fourth.counts, [0, 2]);
 
     let fifth = b.hit(&key, &windows).await;
-    let HitVerdict::Denied {
-        window,
-        retry_after_ms,
-    } = fifth.verdict
-    else {
-        panic!("the 3 s window should deny, got {fifth:?}");
-    };
+    let (window, retry_after_ms) = denied(&fifth, "the 3 s window should deny");
     assert_eq!(window, 1);
     b.assert_wait(retry_after_ms, 3_000, &start, "3 s window");
     assert_eq!(fifth.counts, [1, 3]);
@@ -115,9 +103,7 @@ async fn the_wait_is_until_the_oldest_counted_event_leaves_the_window(b: &StoreU
 
     b.advance(50).await;
     let fourth = b.hit(&key, &windows).await;
-    let HitVerdict::Denied { retry_after_ms, .. } = fourth.verdict else {
-        panic!("should be denied, got {fourth:?}");
-    };
+    let (_, retry_after_ms) = denied(&fourth, "should be denied");
     b.assert_wait(retry_after_ms, 1_000, &start, "retry after");
     b.assert_wait(fourth.next_retry_after_ms, 1_000, &start, "next retry");
 
@@ -150,9 +136,7 @@ async fn past_the_limit_the_wait_is_until_enough_events_have_left(b: &StoreUnder
     b.advance(50).await;
     let fourth = b.hit(&key, &windows).await;
     assert_eq!(fourth.counts, [3]);
-    let HitVerdict::Denied { retry_after_ms, .. } = fourth.verdict else {
-        panic!("should be denied, got {fourth:?}");
-    };
+    let (_, retry_after_ms) = denied(&fourth, "should be denied");
     // 3 events, limit 2: two must leave, so the wait ends with the second.
     b.assert_wait(retry_after_ms, 1_000, &second, "retry after");
 }
@@ -244,13 +228,7 @@ async fn a_meter_admits_its_limit_at_once_then_one_per_interval(b: &StoreUnderTe
     b.assert_wait(peek.retry_after_ms[0], 1_000, &start, "the meter's wait");
 
     let refused = b.hit(&key, &windows).await;
-    let HitVerdict::Denied {
-        window,
-        retry_after_ms,
-    } = refused.verdict
-    else {
-        panic!("the meter should deny, got {refused:?}");
-    };
+    let (window, retry_after_ms) = denied(&refused, "the meter should deny");
     assert_eq!(window, 0);
     b.assert_wait(retry_after_ms, 1_000, &start, "one event per 1000 ms");
     assert_eq!(refused.counts, [3, 3]);
@@ -294,22 +272,14 @@ async fn two_meters_of_one_subject_each_count_and_the_longer_wait_answers(b: &St
         assert_eq!(hit.counts, expected);
     }
     let refused = b.hit(&key, &windows).await;
-    let HitVerdict::Denied {
-        window,
-        retry_after_ms,
-    } = refused.verdict
-    else {
-        panic!("the short meter is full: {refused:?}");
-    };
+    let (window, retry_after_ms) = denied(&refused, "the short meter is full");
     assert_eq!((window, refused.counts), (0, vec![2, 2, 2]));
     b.assert_wait(retry_after_ms, 1_000, &start, "one per 1000 ms");
 
     b.advance(1_000).await;
     let third = b.hit(&key, &windows).await;
     assert_eq!(third.verdict, HitVerdict::Allowed, "{third:?}");
-    let HitVerdict::Denied { window, .. } = b.hit(&key, &windows).await.verdict else {
-        panic!("both meters are full now");
-    };
+    let (window, _) = denied(&b.hit(&key, &windows).await, "both meters are full now");
     assert_eq!(window, 2, "the long meter's wait (20 s) is the longer");
 }
 
