@@ -100,9 +100,13 @@ impl Writer {
                 Err(_) => {}
             }
             if !closed {
-                closed = self
-                    .gather(&mut queue, &mut messages, &mut batch, &mut acks)
-                    .await;
+                let deadline = Instant::now() + self.flush_interval;
+                let gathering = Gathering {
+                    messages: &mut messages,
+                    batch: &mut batch,
+                    acks: &mut acks,
+                };
+                closed = gather(&mut queue, gathering, self.batch_size, deadline).await;
             }
             if !batch.events.is_empty() || (!self.held.is_empty() && self.probe_due()) {
                 self.write(std::mem::take(&mut batch)).await;
@@ -117,53 +121,6 @@ impl Writer {
                 let _ = ack.send(());
             }
         }
-    }
-
-    /// Add to a started batch until it is full, the flush interval has
-    /// passed, someone asks for a flush, or every sender is gone (answered
-    /// `true`). While events keep coming it naps between looks rather than
-    /// wait on the queue (see `GATHER_NAP`).
-    async fn gather(
-        &self,
-        queue: &mut mpsc::Receiver<Message>,
-        messages: &mut Vec<Message>,
-        batch: &mut Batch,
-        acks: &mut Vec<oneshot::Sender<()>>,
-    ) -> bool {
-        let deadline = Instant::now() + self.flush_interval;
-        let mut closed = false;
-        while !closed
-            && acks.is_empty()
-            && !batch.events.is_empty()
-            && batch.events.len() < self.batch_size
-        {
-            let room = self.batch_size - batch.events.len();
-            let (taken, disconnected) = take_ready(queue, messages, room);
-            closed = disconnected;
-            if taken > 0 {
-                // Events are coming: nap, then look again, unwoken.
-                take_all(messages, batch, acks);
-                let now = Instant::now();
-                if now >= deadline {
-                    break;
-                }
-                if acks.is_empty() && batch.events.len() < self.batch_size {
-                    tokio::time::sleep(GATHER_NAP.min(deadline - now)).await;
-                }
-                continue;
-            }
-            if closed {
-                break;
-            }
-            // A quiet queue: wait to be woken by the next event.
-            let more = queue.recv_many(messages, room);
-            match tokio::time::timeout_at(deadline, more).await {
-                Ok(0) => closed = true,
-                Ok(_) => take_all(messages, batch, acks),
-                Err(_) => break,
-            }
-        }
-        closed
     }
 
     fn probe_due(&self) -> bool {
@@ -375,6 +332,60 @@ impl Writer {
     }
 }
 
+/// Where [`gather`] puts what it takes.
+struct Gathering<'a> {
+    messages: &'a mut Vec<Message>,
+    batch: &'a mut Batch,
+    acks: &'a mut Vec<oneshot::Sender<()>>,
+}
+
+/// Add to a started batch until it holds `batch_size`, `deadline` has
+/// passed, someone asks for a flush, or every sender is gone (answered
+/// `true`). While events keep coming it naps between looks rather than
+/// wait on the queue (see `GATHER_NAP`).
+async fn gather(
+    queue: &mut mpsc::Receiver<Message>,
+    into: Gathering<'_>,
+    batch_size: usize,
+    deadline: Instant,
+) -> bool {
+    let Gathering {
+        messages,
+        batch,
+        acks,
+    } = into;
+    let mut closed = false;
+    while !closed && acks.is_empty() && !batch.events.is_empty() && batch.events.len() < batch_size
+    {
+        let room = batch_size - batch.events.len();
+        let (taken, disconnected) = take_ready(queue, messages, room);
+        closed = disconnected;
+        if taken > 0 {
+            // Events are coming: nap, then look again, unwoken.
+            take_all(messages, batch, acks);
+            let now = Instant::now();
+            if now >= deadline {
+                break;
+            }
+            if acks.is_empty() && batch.events.len() < batch_size {
+                tokio::time::sleep(GATHER_NAP.min(deadline - now)).await;
+            }
+            continue;
+        }
+        if closed {
+            break;
+        }
+        // A quiet queue: wait to be woken by the next event.
+        let more = queue.recv_many(messages, room);
+        match tokio::time::timeout_at(deadline, more).await {
+            Ok(0) => closed = true,
+            Ok(_) => take_all(messages, batch, acks),
+            Err(_) => break,
+        }
+    }
+    closed
+}
+
 /// Up to `most` messages already queued, without waiting (so without
 /// registering to be woken); and whether every sender is gone.
 fn take_ready(
@@ -414,6 +425,74 @@ mod tests {
 
     fn flush() -> Message {
         Message::Flush(oneshot::channel().0)
+    }
+
+    fn event() -> Message {
+        let subject = crate::domain::Subject::new(crate::domain::SubjectKind::Ip, "192.0.2.1");
+        let event = AuditEvent::new(
+            crate::domain::Action::LoginAttempt,
+            crate::audit::AuditDecision::Deny,
+            crate::domain::Reason::IpBlocked,
+            &subject,
+        );
+        Message::Event(Box::new(event), None)
+    }
+
+    /// Events coming faster than the writer looks (a thread of its own
+    /// sending twenty every 0.1 ms) leave the queue never empty when it
+    /// looks: the batch still ends at its deadline, not when the stream
+    /// stops.
+    #[tokio::test]
+    async fn a_batch_under_a_steady_stream_ends_at_its_deadline() {
+        let (tx, mut rx) = mpsc::channel(10_000);
+        let stop = Arc::new(AtomicBool::new(false));
+        let stream = std::thread::spawn({
+            let stop = stop.clone();
+            move || {
+                while !stop.load(Ordering::Relaxed) {
+                    for _ in 0..20 {
+                        if tx.blocking_send(event()).is_err() {
+                            return;
+                        }
+                    }
+                    std::thread::sleep(Duration::from_micros(100));
+                }
+            }
+        });
+        let (mut messages, mut batch, mut acks) = (Vec::new(), Batch::default(), Vec::new());
+        take_all(&mut vec![event()], &mut batch, &mut acks);
+        let started = Instant::now();
+        let gathering = Gathering {
+            messages: &mut messages,
+            batch: &mut batch,
+            acks: &mut acks,
+        };
+        let gathered = tokio::time::timeout(
+            Duration::from_secs(3),
+            gather(
+                &mut rx,
+                gathering,
+                usize::MAX,
+                started + Duration::from_millis(50),
+            ),
+        )
+        .await;
+        stop.store(true, Ordering::Relaxed);
+        drop(rx);
+        let _ = stream.join();
+        assert_eq!(gathered, Ok(false), "the batch ended, senders alive");
+        let took = started.elapsed();
+        // Past the deadline by one nap and one look, not by the stream's
+        // whims: the bound is wide for a loaded machine.
+        assert!(
+            took >= Duration::from_millis(50) && took < Duration::from_secs(1),
+            "{took:?}"
+        );
+        assert!(
+            batch.events.len() > 20,
+            "{} events gathered",
+            batch.events.len()
+        );
     }
 
     #[tokio::test]
