@@ -1,13 +1,15 @@
 -- reserve.lua: offer one event to the sliding windows of one or more subjects,
 -- all or nothing, and store a one-time code with it, atomically.
 --
--- A template: tollgate renders the request's policy (its subjects' windows,
--- its conversions, whether a code is stored) as Lua literals in place of its
--- POLICY line below, one script per shape of request, loaded once and
--- called by its SHA (src/store/redis/reserve_policy.rs). Only what changes
--- from call to call travels as arguments: a policy parsed from ARGV cost
--- Redis more CPU than the rest of a send's script together (about 60 strings
--- pushed, converted with strtod and tabled at every call).
+-- A template: tollgate renders the request's policy (its conversions,
+-- whether a code is stored) as Lua literals in place of its POLICY line
+-- below, and writes its subjects' windows out as Lua in place of the DECIDE,
+-- RECORD and ANSWER lines, one script per shape of request, loaded once and
+-- called by its SHA (src/store/redis/reserve_policy.rs, reserve_subjects.rs).
+-- Only what changes from call to call travels as arguments: a policy parsed
+-- from ARGV cost Redis more CPU than the rest of a send's script together
+-- (about 60 strings pushed, converted with strtod and tabled at every call),
+-- and a loop over the windows as tables most of the Lua instructions left.
 --
 -- KEYS        per subject: its window ZSET (score = event time in ms, member =
 --             event id), then, when it has meter windows, its meter HASH
@@ -151,70 +153,61 @@ local now = tonumber(t[1]) * 1000 + floor(tonumber(t[2]) / 1000)
 -- what is passed more than once is formatted once.
 local now_s = fmt('%d', now)
 
--- A subject and a conversion are arrays, by these indexes: a table built with
--- named fields inserts each into its hash part, at every call.
-local S_KEY, S_FIRST, S_N, S_KEEP, S_TRIM_S, S_SMALL = 1, 2, 3, 4, 5, 6
-local S_LOGS, S_LONGEST_S, S_OBSERVES, S_MKEY, S_MG, S_MFIELDS = 7, 8, 9, 10, 11, 12
-local S_METER_LONGEST, S_SCORES, S_VERDICT, S_WINDOW, S_RETRY, S_RENEW = 13, 14, 15, 16, 17, 18
+-- A conversion is an array, by these indexes: a table built with named
+-- fields inserts each into its hash part, at every call.
 local C_KEY, C_MIN, C_PPM, C_SLICE_MS, C_SLICES, C_BLOCK_MS, C_COUNT = 1, 2, 3, 4, 5, 6, 7
 local C_SURGE, C_BUCKET, C_ESCALATE, C_SPAN, C_KEEP, C_COUNTED, C_SLICE = 8, 9, 10, 11, 12, 13, 14
 local C_NORMAL, C_UNTIL_AT, C_EXP, C_VERDICT, C_EVENTS, C_SUCCESSES, C_RETRY = 15, 16, 17, 18, 19, 20, 21
 
 -- The policy, rendered by tollgate (src/store/redis/reserve_policy.rs):
---   lim, len, mode, meter, stamp: every window of every subject, by its index
---     g over all the subjects (a subject's windows are first .. first + n - 1):
---     limit, length in ms, mode, and for a meter its field and its stamp's
---     field (else false);
---   subjects: per subject, by the S_ indexes, key (KEYS), first, n, keep (max
---     limit of its logs), trim_s (the ZREMRANGEBYRANK stop that keeps
---     `keep`), small (keep <= 32: its log is read whole), logs (how many log
---     windows), longest_s (the longest log window, as a string), observes,
---     mkey (its meter HASH in KEYS, or false), mg (the index g of its meter
---     when it has one), mfields (with more: the HMGET of its meters, each
---     field and stamp, then "exp"), meter_longest; then what the call finds:
---     scores, verdict, window, retry, renew;
 --   convs: per conversion, by the C_ indexes, key (KEYS), min, ppm,
 --     slice_ms, slices, block_ms, count, surge, bucket, escalate, span, keep;
 --     then what the call finds: counted, slice, normal, until_at, exp,
 --     verdict, events, successes, retry;
 --   code_key: the code HASH in KEYS, or false;
---   count, level, observed: by g, what the reads find (the count, a meter's
---     level, an observe window's wait), and out, the answer: made at their
---     full size, since a Lua table that grows rehashes at every power of 2.
+--   level: a meter's level by the index of its window over all the
+--     subjects' windows; out, the answer, made at its full size (a Lua table
+--     that grows rehashes at every power of 2), and conv_o, where the
+--     conversions' answers start in it;
+--   then the locals the subjects' pieces share (sc<i>: the scores of subject
+--   i's log read whole; renew<i>: its meter hash's expiry falls short).
+-- The subjects are not a table: their windows are written out as Lua, with
+-- every limit and length a literal and every count, wait and verdict stored
+-- at its place in `out` (src/store/redis/reserve_subjects.rs), in three
+-- pieces: DECIDE, RECORD and ANSWER below.
 --@POLICY@
 
 
--- The k-th newest member's score (k >= 1), or nil when there are fewer.
-local function kth_newest(sub, k)
-  if sub[S_SMALL] then return sub[S_SCORES][#sub[S_SCORES] - k + 1] end
-  local m = call('ZREVRANGE', sub[S_KEY], k - 1, k - 1, 'WITHSCORES')
-  return tonumber(m[2])
-end
-
--- How long until window g of sub holds fewer than its limit, given it holds
--- count (a meter: given `extra` more events than its level holds now).
-local function wait(sub, g, count, extra)
-  local limit, length = lim[g], len[g]
-  if meter[g] then
-    local lv = min(level[g] + extra * length, limit * length)
-    local over = lv + length - limit * length
-    if over <= 0 then return 0 end
-    if limit == 0 then return length end
-    return ceil(over / limit)
-  end
-  if count < limit then return 0 end
-  if limit == 0 then return length end
-  local score = kth_newest(sub, limit)
+-- How long until a log holding `sc` (scores, oldest first) holds fewer than
+-- limit events of the last length ms, given it holds at least limit.
+local function lwait(sc, limit, length)
+  local score = sc[#sc - limit + 1]
   if score == nil then return length end
   return max(score + length - now, 0)
 end
 
+-- The same for a log too large to be read whole: its limit-th newest member.
+local function zwait(key, limit, length)
+  local m = call('ZREVRANGE', key, limit - 1, limit - 1, 'WITHSCORES')
+  local score = tonumber(m[2])
+  if score == nil then return length end
+  return max(score + length - now, 0)
+end
+
+-- How long until a meter at level lv admits one more event.
+local function mwait(lv, limit, length)
+  local over = min(lv, limit * length) + length - limit * length
+  if over <= 0 then return 0 end
+  if limit == 0 then return length end
+  return ceil(over / limit)
+end
+
 -- A meter's level now: what was set, drained by `limit` per ms since.
-local function drained(level, at, limit, length)
-  if level == nil or at == nil then return 0 end
+local function drained(lv, at, limit, length)
+  if lv == nil or at == nil then return 0 end
   local elapsed = now - at
   if elapsed >= length then return 0 end
-  return max(level - max(elapsed, 0) * limit, 0)
+  return max(lv - max(elapsed, 0) * limit, 0)
 end
 
 -- 0. the conversions, before any window
@@ -371,76 +364,7 @@ local skip = conv_blocked and not force
 
 -- 1. read and decide every subject
 local all_allowed = true
-for i = 1, #subjects do
-  local sub = subjects[i]
-  if skip then break end
-  local first, last = sub[S_FIRST], sub[S_FIRST] + sub[S_N] - 1
-  if sub[S_LOGS] > 0 and sub[S_SMALL] then
-    local raw = call('ZRANGE', sub[S_KEY], '0', '-1', 'WITHSCORES')
-    local scores, m = {}, 0
-    for j = 2, #raw, 2 do
-      m = m + 1
-      scores[m] = tonumber(raw[j])
-    end
-    sub[S_SCORES] = scores
-  end
-  if sub[S_MKEY] then
-    local mg, raw = sub[S_MG], nil
-    if mg then
-      raw = call('HMGET', sub[S_MKEY], meter[mg], stamp[mg], 'exp')
-    else
-      raw = call('HMGET', sub[S_MKEY], unpack(sub[S_MFIELDS]))
-    end
-    local exp = tonumber(raw[#raw])
-    sub[S_RENEW] = not exp or exp < now + sub[S_METER_LONGEST]
-    local j = 1
-    for g = first, last do
-      if meter[g] then
-        local lv = drained(tonumber(raw[j]), tonumber(raw[j + 1]), lim[g], len[g])
-        level[g] = lv
-        count[g] = ceil(lv / len[g])
-        j = j + 2
-      end
-    end
-  end
-  for g = first, last do
-    if meter[g] then
-      -- counted above
-    elseif sub[S_SMALL] then
-      local scores, floor_at, n = sub[S_SCORES], now - len[g], 0
-      for j = #scores, 1, -1 do
-        if scores[j] > floor_at then n = n + 1 else break end
-      end
-      count[g] = n
-    else
-      count[g] = call('ZCOUNT', sub[S_KEY], fmt('(%d', now - len[g]), '+inf')
-    end
-  end
-
-  local verdict, window, retry = 0, 0, 0
-  for g = first, last do
-    observed[g] = 0
-    local full = count[g] >= lim[g]
-    if full and mode[g] == 2 then
-      observed[g] = wait(sub, g, count[g], 0)
-    elseif full and mode[g] == 0 then
-      local ww = wait(sub, g, count[g], 0)
-      if verdict ~= 1 or ww > retry then
-        verdict, window, retry = 1, g - first, ww
-      end
-    end
-  end
-  if verdict == 0 and not gate_open then
-    for g = first, last do
-      if mode[g] == 1 and count[g] >= lim[g] then
-        verdict, window = 2, g - first
-        break
-      end
-    end
-  end
-  sub[S_VERDICT], sub[S_WINDOW], sub[S_RETRY] = verdict, window, retry
-  if verdict ~= 0 then all_allowed = false end
-end
+--@DECIDE@
 
 -- 2. record everywhere, or nowhere
 local recorded = (all_allowed and not conv_blocked and not conv_gated) or force
@@ -459,51 +383,7 @@ if recorded then
       cv[C_COUNTED] = cv[C_SLICE]
     end
   end
-  for i = 1, #subjects do
-    local sub = subjects[i]
-    local first, last = sub[S_FIRST], sub[S_FIRST] + sub[S_N] - 1
-    if sub[S_LOGS] > 0 then
-      call('ZADD', sub[S_KEY], now_s, member)
-      local trim = not sub[S_SMALL]
-      if sub[S_SMALL] then
-        local scores = sub[S_SCORES]
-        scores[#scores + 1] = now
-        trim = #scores > sub[S_KEEP]
-      end
-      if trim then call('ZREMRANGEBYRANK', sub[S_KEY], '0', sub[S_TRIM_S]) end
-      call('PEXPIRE', sub[S_KEY], sub[S_LONGEST_S])
-    end
-    local mg = sub[S_MG]
-    if mg then
-      -- one meter, the usual case: no table for the fields
-      local lv = min(level[mg] + len[mg], lim[mg] * len[mg])
-      if sub[S_RENEW] then
-        local keep = sub[S_METER_LONGEST] + floor(sub[S_METER_LONGEST] / 8)
-        call('HSET', sub[S_MKEY], meter[mg], fmt('%d', lv), stamp[mg], now_s, 'exp', fmt('%d', now + keep))
-        call('PEXPIRE', sub[S_MKEY], fmt('%d', keep))
-      else
-        call('HSET', sub[S_MKEY], meter[mg], fmt('%d', lv), stamp[mg], now_s)
-      end
-    elseif sub[S_MKEY] then
-      local fields, m = {}, 0
-      for g = first, last do
-        if meter[g] then
-          local lv = min(level[g] + len[g], lim[g] * len[g])
-          fields[m + 1], fields[m + 2], fields[m + 3], fields[m + 4] =
-            meter[g], fmt('%d', lv), stamp[g], now_s
-          m = m + 4
-        end
-      end
-      if sub[S_RENEW] then
-        local keep = sub[S_METER_LONGEST] + floor(sub[S_METER_LONGEST] / 8)
-        fields[m + 1], fields[m + 2] = 'exp', fmt('%d', now + keep)
-        call('HSET', sub[S_MKEY], unpack(fields))
-        call('PEXPIRE', sub[S_MKEY], fmt('%d', keep))
-      else
-        call('HSET', sub[S_MKEY], unpack(fields))
-      end
-    end
-  end
+--@RECORD@
   if code_key then
     local ttl = tonumber(ARGV[6])
     call('HSET', code_key, 'mac', ARGV[4], 'left', ARGV[5], 'exp', fmt('%d', now + ttl))
@@ -511,37 +391,12 @@ if recorded then
   end
 end
 
--- 3. answer, with the next retry from the counts after this call
+-- 3. answer: the subjects' counts and verdicts are in place; their next
+-- retry is from the counts after this call
 out[1] = recorded and 1 or 0
-local o = 1
 local added = recorded and 1 or 0
-for i = 1, #subjects do
-  local sub = subjects[i]
-  local first, last = sub[S_FIRST], sub[S_FIRST] + sub[S_N] - 1
-  local next_retry = 0
-  if skip then
-    for g = first, last do count[g], observed[g] = 0, 0 end
-  else
-    for g = first, last do
-      if mode[g] == 0 then
-        local ww = wait(sub, g, count[g] + added, added)
-        if ww > next_retry then next_retry = ww end
-      end
-    end
-  end
-  out[o + 1], out[o + 2], out[o + 3], out[o + 4] = sub[S_VERDICT], sub[S_WINDOW], sub[S_RETRY], next_retry
-  o = o + 4
-  for g = first, last do
-    o = o + 1
-    out[o] = count[g]
-  end
-  if sub[S_OBSERVES] then
-    for g = first, last do
-      o = o + 1
-      out[o] = observed[g]
-    end
-  end
-end
+--@ANSWER@
+local o = conv_o
 for i = 1, #convs do
   local cv = convs[i]
   out[o + 1], out[o + 2], out[o + 3] = cv[C_VERDICT], cv[C_EVENTS], cv[C_SUCCESSES]

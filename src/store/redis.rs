@@ -29,6 +29,7 @@ use futures::{StreamExt, TryStreamExt};
 use super::StoreError;
 
 mod reserve_policy;
+mod reserve_subjects;
 mod scripts;
 mod url;
 mod window_store;

@@ -1,7 +1,8 @@
-//! `reserve.lua` is a template: a request's policy (its subjects' windows,
-//! its conversions, whether the event is counted in them, whether a code is
-//! stored) is written into it as Lua literals, one script per shape of
-//! request, loaded once and called by its SHA. Only what changes from call to
+//! `reserve.lua` is a template: a request's policy (its conversions, whether
+//! the event is counted in them, whether a code is stored) is written into it
+//! as Lua literals, and its subjects' windows as Lua code
+//! (`reserve_subjects`), one script per shape of request, loaded once and
+//! called by its SHA. Only what changes from call to
 //! call (the event's id, the captcha and shadow flags, the code) travels as
 //! arguments: parsing some 60 policy arguments at every call cost Redis more
 //! CPU than the rest of an SMS send's script (docs/benchmarks.md).
@@ -16,13 +17,16 @@ use std::sync::RwLock;
 
 use fred::types::scripts::Script;
 
+use super::reserve_subjects::{
+    render_answer, render_decide, render_locals, render_record, SubjectPlan,
+};
 use crate::store::{ConversionHit, SubjectWindows, WindowMode, WindowSpec};
 
 const TEMPLATE: &str = include_str!("../../../lua/reserve.lua");
 const POLICY_LINE: &str = "\n--@POLICY@\n";
-/// A log whose largest limit is at most this is read whole with one ZRANGE
-/// (rendered as the subject's `small`), a larger one counted per window.
-const SMALL: u32 = 32;
+const DECIDE_LINE: &str = "\n--@DECIDE@\n";
+const RECORD_LINE: &str = "\n--@RECORD@\n";
+const ANSWER_LINE: &str = "\n--@ANSWER@\n";
 /// A configuration has a handful of shapes (per action, shadow or not, a
 /// captcha passed or not); more than this means reloads piled them up, and
 /// the cache starts over.
@@ -133,23 +137,10 @@ pub(super) fn answer_len(
     1 + per_subject + 6 * conversions.len()
 }
 
-/// How one array of the rendered policy writes a window.
-type Column = fn(&WindowSpec) -> String;
-
 /// A Lua array of the items.
 fn array(items: impl IntoIterator<Item = String>) -> String {
     let items: Vec<String> = items.into_iter().collect();
     format!("{{{}}}", items.join(", "))
-}
-
-/// A meter window's field (`suffix` ":t": its stamp's) as a Lua string, or
-/// `false` for a log.
-fn meter_string(w: &WindowSpec, suffix: &str) -> String {
-    if w.is_meter() {
-        format!("'{}{suffix}'", w.meter_field())
-    } else {
-        "false".into()
-    }
 }
 
 fn mode(w: &WindowSpec) -> u64 {
@@ -160,7 +151,8 @@ fn mode(w: &WindowSpec) -> u64 {
     }
 }
 
-/// `reserve.lua` with the policy in place of its `--@POLICY@` line.
+/// `reserve.lua` with the policy in place of its `--@POLICY@` line and the
+/// subjects' pieces in place of theirs.
 fn render(
     subjects: &[SubjectWindows<'_>],
     conversions: &[ConversionHit<'_>],
@@ -168,17 +160,9 @@ fn render(
 ) -> String {
     // Writing to a String cannot fail: the `let _ =` in the render steps
     // drop an Ok.
+    let (plans, mut key) = SubjectPlan::all(subjects);
     let mut policy = String::with_capacity(1024);
-    render_columns(&mut policy, subjects);
-    let mut key = 1;
-    let mut first = 1;
-    policy.push_str("local subjects = {\n");
-    for subject in subjects {
-        let meters = render_subject(&mut policy, subject, key, first);
-        key += if meters { 2 } else { 1 };
-        first += subject.windows.len();
-    }
-    policy.push_str("}\nlocal convs = {\n");
+    policy.push_str("local convs = {\n");
     for c in conversions {
         render_conversion(&mut policy, c, key, req.count);
         key += 1;
@@ -189,82 +173,33 @@ fn render(
     } else {
         policy.push_str("local code_key = false\n");
     }
+    let windows: usize = subjects.iter().map(|s| s.windows.len()).sum();
     let zeros = |n: usize| array(std::iter::repeat_n("0".to_string(), n));
+    let len = answer_len(subjects, conversions);
     let _ = writeln!(
         policy,
-        "local count, level, observed = {z}, {z}, {z}",
-        z = zeros(first - 1)
+        "local level, out, conv_o = {}, {}, {}",
+        zeros(windows),
+        zeros(len),
+        len - 6 * conversions.len()
     );
-    let _ = writeln!(
-        policy,
-        "local out = {}",
-        zeros(answer_len(subjects, conversions))
-    );
-    TEMPLATE.replacen(POLICY_LINE, &format!("\n{policy}"), 1)
-}
-
-/// The windows' columns, one array each, over every subject's windows in order.
-fn render_columns(policy: &mut String, subjects: &[SubjectWindows<'_>]) {
-    let columns: [(&str, Column); 5] = [
-        ("lim", |w| w.limit.to_string()),
-        ("len", |w| w.window_ms.to_string()),
-        ("mode", |w| mode(w).to_string()),
-        ("meter", |w| meter_string(w, "")),
-        ("stamp", |w| meter_string(w, ":t")),
-    ];
-    for (name, value) in columns {
-        let all = subjects.iter().flat_map(|s| s.windows.iter());
-        let _ = writeln!(policy, "local {name} = {}", array(all.map(value)));
+    render_locals(&mut policy, &plans);
+    let mut decide = String::with_capacity(2048);
+    render_decide(&mut decide, &plans);
+    let mut record = String::with_capacity(1024);
+    render_record(&mut record, &plans);
+    let mut answer = String::with_capacity(1024);
+    render_answer(&mut answer, &plans);
+    let mut lua = TEMPLATE.to_string();
+    for (line, piece) in [
+        (POLICY_LINE, policy),
+        (DECIDE_LINE, decide),
+        (RECORD_LINE, record),
+        (ANSWER_LINE, answer),
+    ] {
+        lua = lua.replacen(line, &format!("\n{piece}"), 1);
     }
-}
-
-/// A subject's row of `subjects` (by reserve.lua's S_ indexes): its key is
-/// `KEYS[key]`, its windows start at `first` in the columns. Answers whether
-/// it has a meter (whose key follows its own).
-fn render_subject(
-    policy: &mut String,
-    subject: &SubjectWindows<'_>,
-    key: usize,
-    first: usize,
-) -> bool {
-    let logs: Vec<&WindowSpec> = subject.windows.iter().filter(|w| !w.is_meter()).collect();
-    let meters: Vec<&WindowSpec> = subject.windows.iter().filter(|w| w.is_meter()).collect();
-    let keep = logs.iter().map(|w| w.limit).max().unwrap_or(0);
-    let longest = logs.iter().map(|w| w.window_ms).max();
-    let observes = subject
-        .windows
-        .iter()
-        .any(|w| w.mode == WindowMode::Observe);
-    let mkey = if meters.is_empty() {
-        "false".to_string()
-    } else {
-        format!("KEYS[{}]", key + 1)
-    };
-    // One meter is read and written without a table of its fields.
-    let mg = match subject.windows.iter().position(WindowSpec::is_meter) {
-        Some(at) if meters.len() == 1 => (first + at).to_string(),
-        _ => "false".into(),
-    };
-    let mfields = if meters.len() > 1 {
-        let fields = meters
-            .iter()
-            .flat_map(|w| [meter_string(w, ""), meter_string(w, ":t")]);
-        array(fields.chain(["'exp'".to_string()]))
-    } else {
-        "false".into()
-    };
-    let meter_longest = meters.iter().map(|w| w.window_ms).max().unwrap_or(0);
-    let _ = writeln!(
-        policy,
-        "  {{ KEYS[{key}], {first}, {n}, {keep}, '{trim}', {small}, {logs}, {longest}, \
-         {observes}, {mkey}, {mg}, {mfields}, {meter_longest}, false, 0, 0, 0, false }},",
-        n = subject.windows.len(),
-        trim = -(i64::from(keep) + 1),
-        small = keep <= SMALL,
-        logs = logs.len(),
-        longest = longest.map_or("false".into(), |ms| format!("'{ms}'")),
-    );
-    !meters.is_empty()
+    lua
 }
 
 /// A conversion's row of `convs` (by reserve.lua's C_ indexes), its key `KEYS[key]`.
@@ -336,20 +271,30 @@ mod tests {
                 code: true,
             },
         );
-        assert_eq!(TEMPLATE.matches(POLICY_LINE).count(), 1);
-        assert!(!lua.contains(POLICY_LINE));
-        assert!(lua.contains("local lim = {1, 5, 20}\n"));
-        assert!(lua.contains("local meter = {false, false, '20/3600000'}\n"));
-        // the IP: KEYS[2], its windows from 3, one of them, keep 0, ... its meter KEYS[3], g 3
-        assert!(lua.contains(
-            "{ KEYS[2], 3, 1, 0, '-1', true, 0, false, false, KEYS[3], 3, false, 3600000,"
-        ));
-        assert!(lua.contains("local count, level, observed = {0, 0, 0}, {0, 0, 0}, {0, 0, 0}\n"));
-        // recorded, 4 per subject, a count per window, 6 per conversion
+        for line in [POLICY_LINE, DECIDE_LINE, RECORD_LINE, ANSWER_LINE] {
+            assert_eq!(TEMPLATE.matches(line).count(), 1, "{line}");
+            assert!(!lua.contains(line), "{line}");
+        }
+        // level by window; recorded, 4 per subject, a count per window, 6 per
+        // conversion; the conversion's answer after 1 + 6 + 5
         assert!(lua.contains(&format!(
-            "local out = {{{}}}\n",
+            "local level, out, conv_o = {{0, 0, 0}}, {{{}}}, 12\n",
             ["0"; 1 + 8 + 3 + 6].join(", ")
         )));
+        assert!(lua.contains("local sc1, renew2\n"));
+        // the phone's 1 per minute, counted from its scores into out[6]; the
+        // IP's meter (KEYS[3]: its ZSET is KEYS[2]) into out[12]
+        assert!(lua.contains("local n, since = 0, now - 60000\n"));
+        assert!(lua.contains("out[6] = n end"));
+        assert!(
+            lua.contains("local m = call('HMGET', KEYS[3], '20/3600000', '20/3600000:t', 'exp')")
+        );
+        assert!(lua.contains("out[12] = ceil(level[3] / 3600000)"));
+        assert!(lua.contains("if out[7] >= 5 then local ww = lwait(sc1, 5, 3600000);"));
+        // the meter's level after the event, capped at limit * length
+        assert!(lua.contains("fmt('%d', min(level[3] + 3600000, 72000000))"));
+        assert!(lua.contains("call('PEXPIRE', KEYS[1], '3600000')"));
+        assert!(lua.contains("call('PEXPIRE', KEYS[3], '4050000')"));
         assert!(lua.contains("{ KEYS[4], 20, 200000, 300000, 12, 43200000, true, 0, 0, false,"));
         assert!(lua.contains("local code_key = KEYS[5]\n"));
     }

@@ -11,6 +11,7 @@ on_both_backends!(
     each_window_refuses_in_turn_and_admits_again_once_events_slide_out,
     the_wait_is_until_the_oldest_counted_event_leaves_the_window,
     past_the_limit_the_wait_is_until_enough_events_have_left,
+    a_log_too_large_to_read_whole_refuses_and_waits_the_same,
     a_gate_window_gates_unless_the_gate_is_open,
     an_observed_window_never_refuses_and_tells_its_would_be_wait,
     a_meter_admits_its_limit_at_once_then_one_per_interval,
@@ -139,6 +140,39 @@ async fn past_the_limit_the_wait_is_until_enough_events_have_left(b: &StoreUnder
     let (_, retry_after_ms) = denied(&fourth, "should be denied");
     // 3 events, limit 2: two must leave, so the wait ends with the second.
     b.assert_wait(retry_after_ms, 1_000, &second, "retry after");
+}
+
+/// Over 32 kept members, Redis counts a log per window and finds the wait's
+/// member with a ZREVRANGE instead of reading the set whole: the same answers.
+async fn a_log_too_large_to_read_whole_refuses_and_waits_the_same(b: &StoreUnderTest) {
+    let key = b.keys.window("ip", "192.0.2.40", "sms_send");
+    let windows = [
+        WindowSpec::enforce(40, 2_000),
+        WindowSpec::enforce(45, 60_000),
+    ];
+    let start = b.mark();
+    b.hit(&key, &windows).await;
+    b.advance(400).await;
+    for _ in 0..38 {
+        assert_eq!(b.hit(&key, &windows).await.verdict, HitVerdict::Allowed);
+    }
+    let fortieth = b.hit(&key, &windows).await;
+    assert_eq!(fortieth.verdict, HitVerdict::Allowed, "{fortieth:?}");
+    assert_eq!(fortieth.counts, [39, 39]);
+    b.assert_wait(fortieth.next_retry_after_ms, 2_000, &start, "next retry");
+
+    let refused = b.hit(&key, &windows).await;
+    assert_eq!(refused.counts, [40, 40]);
+    let (window, retry_after_ms) = denied(&refused, "the 41st should be denied");
+    assert_eq!(window, 0);
+    b.assert_wait(retry_after_ms, 2_000, &start, "retry after");
+    let forced = b.hit_as(&key, &windows, &member(), Offer::forced()).await;
+    assert!(forced.added, "{forced:?}");
+    // recorded though refused: the 41st counted
+    assert_eq!(
+        b.store().peek(&key, &windows).await.unwrap().counts,
+        [41, 41]
+    );
 }
 
 async fn a_gate_window_gates_unless_the_gate_is_open(b: &StoreUnderTest) {
