@@ -12,7 +12,8 @@
 -- and a loop over the windows as tables most of the Lua instructions left.
 --
 -- KEYS        per subject: its window ZSET (score = event time in ms, member =
---             event id), then, when it has meter windows, its meter HASH
+--             event id; only when it has log windows), then, when it has
+--             meter windows, its meter HASH
 --             (field "<limit>/<length>" = level, "<limit>/<length>:t" = when
 --             the level was last set, in ms, "exp" = when the key expires, in
 --             ms)
@@ -43,7 +44,9 @@
 -- (a seventh of the history) and escalate (a challenge may turn into a
 -- block).
 --
--- Returns an array of integers:
+-- Returns the answer's integers packed as big-endian doubles, 8 bytes each
+-- (struct.pack): one bulk string instead of an array Redis converts number
+-- by number (a fifth of the instructions left outside the commands). In order:
 --   { recorded, then per subject:
 --     verdict, window, retry_after_ms, next_retry_after_ms, count_1, ..., count_n,
 --     and, only for a subject with an observe window, observed_wait_1, ..., observed_wait_n,
@@ -127,7 +130,7 @@
 -- 20/1h, a code; the policy rendered, only the event's values as arguments):
 --   EVALSHA <sha> 3 "tg:{phone:+33612345678}:sms_send" "tg:{ip:192.0.2.7}:sms_send" \
 --     "tg:{phone:+33612345678}:otp" "01J...-uuid" 0 0 "9f86d0..." 5 300000
---   -> { 1,  0, 0, 0, 60000, 0, 0, 0,  0, 0, 0, 0, 0 }
+--   -> { 1,  0, 0, 0, 60000, 0, 0, 0,  0, 0, 0, 0, 0 } (packed)
 -- (a prefix's conversion, alone, checked only: the pumping guard's check on
 -- a cluster; min 20 events, 200,000 ppm, 12 slices of 5 minutes)
 --   EVALSHA <sha> 1 "tg:{prefix:+3361234}:conversion" "-" 0 0
@@ -167,8 +170,8 @@ local C_NORMAL, C_UNTIL_AT, C_EXP, C_VERDICT, C_EVENTS, C_SUCCESSES, C_RETRY = 1
 --   code_key: the code HASH in KEYS, or false;
 --   level: a meter's level by the index of its window over all the
 --     subjects' windows; out, the answer, made at its full size (a Lua table
---     that grows rehashes at every power of 2), and conv_o, where the
---     conversions' answers start in it;
+--     that grows rehashes at every power of 2), conv_o, where the
+--     conversions' answers start in it, and packing, its struct.pack format;
 --   then the locals the subjects' pieces share (sc<i>: the scores of subject
 --   i's log read whole; renew<i>: its meter hash's expiry falls short).
 -- The subjects are not a table: their windows are written out as Lua, with
@@ -403,4 +406,4 @@ for i = 1, #convs do
   out[o + 4], out[o + 5], out[o + 6] = cv[C_RETRY], cv[C_COUNTED], cv[C_NORMAL]
   o = o + 6
 end
-return out
+return struct.pack(packing, unpack(out))

@@ -178,10 +178,11 @@ fn render(
     let len = answer_len(subjects, conversions);
     let _ = writeln!(
         policy,
-        "local level, out, conv_o = {}, {}, {}",
+        "local level, out, conv_o = {}, {}, {}\nlocal packing = '>{}'",
         zeros(windows),
         zeros(len),
-        len - 6 * conversions.len()
+        len - 6 * conversions.len(),
+        "d".repeat(len)
     );
     render_locals(&mut policy, &plans);
     let mut decide = String::with_capacity(2048);
@@ -278,25 +279,26 @@ mod tests {
         // level by window; recorded, 4 per subject, a count per window, 6 per
         // conversion; the conversion's answer after 1 + 6 + 5
         assert!(lua.contains(&format!(
-            "local level, out, conv_o = {{0, 0, 0}}, {{{}}}, 12\n",
-            ["0"; 1 + 8 + 3 + 6].join(", ")
+            "local level, out, conv_o = {{0, 0, 0}}, {{{}}}, 12\nlocal packing = '>{}'\n",
+            ["0"; 1 + 8 + 3 + 6].join(", "),
+            "d".repeat(18)
         )));
         assert!(lua.contains("local sc1, renew2\n"));
         // the phone's 1 per minute, counted from its scores into out[6]; the
-        // IP's meter (KEYS[3]: its ZSET is KEYS[2]) into out[12]
+        // IP's meter (KEYS[2]: a subject of meters only sends no ZSET key) into out[12]
         assert!(lua.contains("local n, since = 0, now - 60000\n"));
         assert!(lua.contains("out[6] = n end"));
         assert!(
-            lua.contains("local m = call('HMGET', KEYS[3], '20/3600000', '20/3600000:t', 'exp')")
+            lua.contains("local m = call('HMGET', KEYS[2], '20/3600000', '20/3600000:t', 'exp')")
         );
         assert!(lua.contains("out[12] = ceil(level[3] / 3600000)"));
         assert!(lua.contains("if out[7] >= 5 then local ww = lwait(sc1, 5, 3600000);"));
         // the meter's level after the event, capped at limit * length
         assert!(lua.contains("fmt('%d', min(level[3] + 3600000, 72000000))"));
         assert!(lua.contains("call('PEXPIRE', KEYS[1], '3600000')"));
-        assert!(lua.contains("call('PEXPIRE', KEYS[3], '4050000')"));
-        assert!(lua.contains("{ KEYS[4], 20, 200000, 300000, 12, 43200000, true, 0, 0, false,"));
-        assert!(lua.contains("local code_key = KEYS[5]\n"));
+        assert!(lua.contains("call('PEXPIRE', KEYS[2], '4050000')"));
+        assert!(lua.contains("{ KEYS[3], 20, 200000, 300000, 12, 43200000, true, 0, 0, false,"));
+        assert!(lua.contains("local code_key = KEYS[4]\n"));
     }
 
     #[test]

@@ -25,7 +25,8 @@ const SMALL: u32 = 32;
 pub(super) struct SubjectPlan<'a> {
     /// 1-based, for the names of its locals.
     i: usize,
-    /// Its window ZSET is `KEYS[key]`.
+    /// Its window ZSET is `KEYS[key]` (when it has logs: a subject of
+    /// meters only has no ZSET key).
     key: usize,
     /// Its meter HASH's index in `KEYS`, when it has meters.
     mkey: Option<usize>,
@@ -60,10 +61,11 @@ impl<'a> SubjectPlan<'a> {
                 .iter()
                 .any(|w| w.mode == WindowMode::Observe);
             let has_meters = subject.windows.iter().any(WindowSpec::is_meter);
+            let zset = usize::from(keep.is_some());
             plans.push(Self {
                 i: at + 1,
                 key,
-                mkey: has_meters.then_some(key + 1),
+                mkey: has_meters.then_some(key + zset),
                 first,
                 out,
                 windows: subject.windows,
@@ -72,7 +74,7 @@ impl<'a> SubjectPlan<'a> {
                 small: keep.is_some_and(|k| k <= SMALL),
                 meter_longest,
             });
-            key += if has_meters { 2 } else { 1 };
+            key += zset + usize::from(has_meters);
             first += subject.windows.len();
             out += 4 + subject.windows.len() * if observes { 2 } else { 1 };
         }

@@ -1,6 +1,7 @@
 //! The Lua scripts (`lua/`) and how their arguments and answers are laid
 //! out: every window operation is one script call, atomic per subject.
 
+use fred::bytes::Bytes;
 use fred::prelude::Value;
 use fred::types::scripts::Script;
 use fred::types::FromValue;
@@ -129,8 +130,11 @@ impl RedisStore {
         } else {
             Vec::new()
         };
+        // A subject of meters only never touches its ZSET: its key is not sent.
         for (i, subject) in subjects.iter().enumerate() {
-            keys.push(subject.key);
+            if has_log(subject.windows) {
+                keys.push(subject.key);
+            }
             keys.extend(meter_keys.get(i).and_then(Option::as_deref));
         }
         keys.extend(conversions.iter().map(|c| c.key));
@@ -148,8 +152,8 @@ impl RedisStore {
                 code: code.is_some(),
             },
         );
-        let len = answer_len(subjects, conversions);
-        let out = self.eval_ints(&script, keys, args, len).await?;
+        let packed: Bytes = self.eval(&script, keys, args).await?;
+        let out = unpack_answer(&packed, answer_len(subjects, conversions))?;
         reserve_answer(&out, subjects)
     }
 
@@ -256,6 +260,27 @@ impl RedisStore {
     }
 }
 
+/// `reserve.lua`'s answer: `len` integers packed as big-endian doubles.
+/// Each is cut to an integer as Redis cuts a Lua number it answers.
+fn unpack_answer(packed: &[u8], len: usize) -> Result<Vec<i64>, StoreError> {
+    if packed.len() != 8 * len {
+        return Err(StoreError::Protocol(format!(
+            "expected {len} numbers ({} bytes) from reserve.lua, got {} bytes",
+            8 * len,
+            packed.len()
+        )));
+    }
+    Ok(packed
+        .chunks_exact(8)
+        .map(|c| {
+            let mut be = [0u8; 8];
+            be.copy_from_slice(c);
+            // saturating, NaN to 0: as Redis's (long long) cast of a Lua number
+            f64::from_be_bytes(be) as i64
+        })
+        .collect())
+}
+
 /// Read `reserve.lua`'s answer (its length already checked): whether the
 /// event was recorded, each subject's part, then six numbers a conversion.
 fn reserve_answer(
@@ -349,6 +374,10 @@ fn has_meter(windows: &[WindowSpec]) -> bool {
     windows.iter().any(WindowSpec::is_meter)
 }
 
+fn has_log(windows: &[WindowSpec]) -> bool {
+    windows.iter().any(|w| !w.is_meter())
+}
+
 fn has_observe(windows: &[WindowSpec]) -> bool {
     windows.iter().any(|w| w.mode == WindowMode::Observe)
 }
@@ -375,4 +404,30 @@ pub(super) fn window_index(v: i64, n: usize) -> Result<usize, StoreError> {
 
 pub(super) fn no_windows() -> StoreError {
     StoreError::Protocol("a window call needs at least one window".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn packed(values: &[f64]) -> Vec<u8> {
+        values.iter().flat_map(|v| v.to_be_bytes()).collect()
+    }
+
+    #[test]
+    fn the_answer_unpacks_to_its_integers_in_order() {
+        let out = unpack_answer(&packed(&[1.0, 0.0, -1.0, 86_400_000.0, 2.0e15]), 5);
+        assert_eq!(
+            out.ok(),
+            Some(vec![1, 0, -1, 86_400_000, 2_000_000_000_000_000])
+        );
+    }
+
+    #[test]
+    fn an_answer_of_another_length_is_a_protocol_error() {
+        let short = unpack_answer(&packed(&[1.0, 0.0]), 3);
+        assert!(matches!(short, Err(StoreError::Protocol(_))), "{short:?}");
+        let ragged = unpack_answer(&[0u8; 17], 2);
+        assert!(matches!(ragged, Err(StoreError::Protocol(_))), "{ragged:?}");
+    }
 }
