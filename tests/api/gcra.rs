@@ -157,3 +157,21 @@ fn a_gcra_limit_reads_from_the_file_and_too_large_a_meter_is_refused() {
     .unwrap_or_default();
     assert!(error.contains("sms.global_limits"), "{error}");
 }
+
+/// Every window of a request is written out as Lua on Redis: a list long
+/// enough to break the script is refused at start-up, naming its key.
+#[test]
+fn more_than_sixteen_windows_in_one_list_are_refused() {
+    let list = |n: usize| {
+        let windows: Vec<String> = (1..=n)
+            .map(|i| format!("{{ limit = {i}, window = \"{i}m\", algorithm = \"gcra\" }}"))
+            .collect();
+        format!("[sms]\nip_limits = [{}]\n", windows.join(", "))
+    };
+    assert!(crate::support::app::load_config(&list(16)).is_ok());
+    let error = crate::support::app::config_error(&list(17));
+    assert!(
+        error.contains("`sms.ip_limits`: at most 16 windows (got 17)"),
+        "{error}"
+    );
+}

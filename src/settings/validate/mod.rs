@@ -32,7 +32,19 @@ const MIN_MEMORY_LIMIT: u64 = 1 << 20;
 /// are about 95 bits).
 const MIN_CODE_SECRET: usize = 16;
 
+/// The most windows one limit list may hold. Redis's `reserve.lua` writes
+/// every window of a request out as Lua, and Lua 5.1 refuses a function past
+/// 250 registers: some 47 meters on one subject would fail at the first
+/// request instead of at start-up.
+const MAX_LIMITS: usize = 16;
+
 fn limits(key: &str, list: &[LimitSetting]) -> Check {
+    if list.len() > MAX_LIMITS {
+        return Err(SettingsError::invalid(
+            key,
+            format!("at most {MAX_LIMITS} windows (got {})", list.len()),
+        ));
+    }
     for (i, l) in list.iter().enumerate() {
         positive(&format!("{key}[{i}].limit"), l.limit.into())?;
         duration(&format!("{key}[{i}].window"), l.window)?;
