@@ -156,28 +156,22 @@ local now = tonumber(t[1]) * 1000 + floor(tonumber(t[2]) / 1000)
 -- what is passed more than once is formatted once.
 local now_s = fmt('%d', now)
 
--- A conversion is an array, by these indexes: a table built with named
--- fields inserts each into its hash part, at every call.
-local C_KEY, C_MIN, C_PPM, C_SLICE_MS, C_SLICES, C_BLOCK_MS, C_COUNT = 1, 2, 3, 4, 5, 6, 7
-local C_SURGE, C_BUCKET, C_ESCALATE, C_SPAN, C_KEEP, C_COUNTED, C_SLICE = 8, 9, 10, 11, 12, 13, 14
-local C_NORMAL, C_UNTIL_AT, C_EXP, C_VERDICT, C_EVENTS, C_SUCCESSES, C_RETRY = 15, 16, 17, 18, 19, 20, 21
-
 -- The policy, rendered by tollgate (src/store/redis/reserve_policy.rs):
---   convs: per conversion, by the C_ indexes, key (KEYS), min, ppm,
---     slice_ms, slices, block_ms, count, surge, bucket, escalate, span, keep;
---     then what the call finds: counted, slice, normal, until_at, exp,
---     verdict, events, successes, retry;
 --   code_key: the code HASH in KEYS, or false;
 --   level: a meter's level by the index of its window over all the
 --     subjects' windows; out, the answer, made at its full size (a Lua table
---     that grows rehashes at every power of 2), conv_o, where the
---     conversions' answers start in it, and packing, its struct.pack format;
+--     that grows rehashes at every power of 2), and packing, its
+--     struct.pack format;
 --   then the locals the subjects' pieces share (sc<i>: the scores of subject
 --   i's log read whole; renew<i>: its meter hash's expiry falls short).
--- The subjects are not a table: their windows are written out as Lua, with
--- every limit and length a literal and every count, wait and verdict stored
--- at its place in `out` (src/store/redis/reserve_subjects.rs), in three
--- pieces: DECIDE, RECORD and ANSWER below.
+-- Neither the subjects nor the conversions are tables: each conversion is a
+-- call of conv_read (and conv_count when the event is counted) with its
+-- policy as literal arguments (CONVERSIONS and COUNT below), and the
+-- subjects' windows are written out as Lua, with every limit and length a
+-- literal and every count, wait and verdict stored at its place in `out`
+-- (src/store/redis/reserve_subjects.rs), in three pieces: DECIDE, RECORD
+-- and ANSWER below. A row of 21 fields per conversion, built at every call
+-- and read by index, cost Redis about 3 k instructions per conversion.
 --@POLICY@
 
 
@@ -216,12 +210,17 @@ end
 -- 0. the conversions, before any window
 local EMPTY = {}
 local conv_blocked, conv_gated = false, false
-for i = 1, #convs do
-  local cv = convs[i]
-  cv[C_SLICE] = floor(now / cv[C_SLICE_MS])
-  local oldest = cv[C_SLICE] - cv[C_SLICES] + 1
-  local surge = cv[C_SURGE] > 0
-  local raw = call('HGETALL', cv[C_KEY])
+
+-- Read and decide one conversion (KEYS[key]; its policy as in the header,
+-- surge 0 without one), its answer into out[o + 1] .. out[o + 6] (counted:
+-- -1 until conv_count); returns its slice now, the end of its live
+-- escalation (or nil) and when its hash expires (or false).
+local function conv_read(o, key, min_events, ppm, slice_ms, slices, block_ms, surge_milli,
+                         bucket_ms, escalate, span, keep_ms)
+  local slice = floor(now / slice_ms)
+  local oldest = slice - slices + 1
+  local surge = surge_milli > 0
+  local raw = call('HGETALL', key)
   -- the other fields (an escalation's) and the fields to delete; with a
   -- surge the stale slices' counts (slice -> count) and the buckets: each
   -- table made only when needed, an ordinary send makes none
@@ -250,13 +249,13 @@ for i = 1, #convs do
       successes = successes + tonumber(raw[j + 1])
     end
   end
-  local normal = 0
+  local normal, normal_milli = 0, 0
   if surge then
     -- teach the normal what left the window, then read the last seven buckets
     local taught = nil
     for n, e in pairs(old_e or EMPTY) do
-      if e > 0 and ((old_s or EMPTY)[n] or 0) * 1000000 >= cv[C_PPM] * e then
-        local b = floor(tonumber(n) * cv[C_SLICE_MS] / cv[C_BUCKET])
+      if e > 0 and ((old_s or EMPTY)[n] or 0) * 1000000 >= ppm * e then
+        local b = floor(tonumber(n) * slice_ms / bucket_ms)
         taught = taught or {}
         taught[b] = (taught[b] or 0) + e
       end
@@ -264,11 +263,11 @@ for i = 1, #convs do
     if taught then
       buckets = buckets or {}
       for b, e in pairs(taught) do
-        call('HINCRBY', cv[C_KEY], 'n:' .. fmt('%d', b), e)
+        call('HINCRBY', key, 'n:' .. fmt('%d', b), e)
         buckets[b] = (buckets[b] or 0) + e
       end
     end
-    local current, sum = floor(now / cv[C_BUCKET]), 0
+    local current, sum = floor(now / bucket_ms), 0
     for b, e in pairs(buckets or EMPTY) do
       if b < current - 7 then
         doomed = doomed or {}
@@ -277,34 +276,32 @@ for i = 1, #convs do
         sum = sum + e
       end
     end
-    normal = sum * cv[C_SPAN] / (7 * cv[C_BUCKET])
-    cv[C_NORMAL] = floor(normal * 1000 + 0.5)
-  else
-    cv[C_NORMAL] = 0
+    normal = sum * span / (7 * bucket_ms)
+    normal_milli = floor(normal * 1000 + 0.5)
   end
-  cv[C_EXP] = tonumber(fields['exp']) or false
-  cv[C_UNTIL_AT] = tonumber(fields['until'])
-  if cv[C_UNTIL_AT] and cv[C_UNTIL_AT] <= now then
+  local exp = tonumber(fields['exp']) or false
+  local until_at = tonumber(fields['until'])
+  if until_at and until_at <= now then
     doomed = doomed or {}
     for _, f in ipairs({ 'until', 'events', 'successes', 'shadow', 'level', 'normal', 'from' }) do
       doomed[#doomed + 1] = f
     end
-    cv[C_UNTIL_AT] = nil
+    until_at = nil
   end
-  cv[C_VERDICT], cv[C_EVENTS], cv[C_SUCCESSES], cv[C_RETRY] = 0, events, successes, 0
+  local verdict, ev, su, retry = 0, events, successes, 0
   local shadow = fields['shadow'] == '1'
   -- the escalation to set, if any: { level, events, successes, from }
   local set = nil
-  if cv[C_UNTIL_AT] and (force or not shadow) then
-    cv[C_RETRY] = cv[C_UNTIL_AT] - now
-    cv[C_EVENTS] = tonumber(fields['events']) or 0
-    cv[C_SUCCESSES] = tonumber(fields['successes']) or 0
-    cv[C_NORMAL] = tonumber(fields['normal']) or 0
+  if until_at and (force or not shadow) then
+    retry = until_at - now
+    ev = tonumber(fields['events']) or 0
+    su = tonumber(fields['successes']) or 0
+    normal_milli = tonumber(fields['normal']) or 0
     if fields['level'] ~= 'c' then
-      cv[C_VERDICT] = 1
+      verdict = 1
     else
-      cv[C_VERDICT] = 3
-      if cv[C_ESCALATE] and shadow == force then
+      verdict = 3
+      if escalate and shadow == force then
         -- the slices from the challenge's first on, and every live slice
         local from = tonumber(fields['from']) or 0
         local since, passed, live = 0, 0, {}
@@ -318,50 +315,71 @@ for i = 1, #convs do
             end
           end
         end
-        if since >= cv[C_MIN] and passed * 1000000 < cv[C_PPM] * since
-            and since * 1000 >= cv[C_SURGE] * normal then
+        if since >= min_events and passed * 1000000 < ppm * since
+            and since * 1000 >= surge_milli * normal then
           set = { 'b', since, passed, from }
           doomed = doomed or {}
           for _, f in ipairs(live) do doomed[#doomed + 1] = f end
-          cv[C_NORMAL] = floor(normal * 1000 + 0.5)
+          normal_milli = floor(normal * 1000 + 0.5)
         end
       end
     end
-  elseif events >= cv[C_MIN] and successes * 1000000 < cv[C_PPM] * events
-      and (not surge or events * 1000 >= cv[C_SURGE] * normal) then
+  elseif events >= min_events and successes * 1000000 < ppm * events
+      and (not surge or events * 1000 >= surge_milli * normal) then
     shadow = force
     if surge then
-      set = { 'c', events, successes, cv[C_SLICE] + 1 }
+      set = { 'c', events, successes, slice + 1 }
     else
       set = { 'b', events, successes, 0 }
     end
   end
   if set and not surge then
-    call('DEL', cv[C_KEY])
+    call('DEL', key)
     doomed = nil
   end
-  if doomed then call('HDEL', cv[C_KEY], unpack(doomed)) end
+  if doomed then call('HDEL', key, unpack(doomed)) end
   if set then
-    cv[C_VERDICT] = set[1] == 'b' and 2 or 4
-    cv[C_EVENTS], cv[C_SUCCESSES], cv[C_RETRY] = set[2], set[3], cv[C_BLOCK_MS]
-    cv[C_UNTIL_AT] = now + cv[C_BLOCK_MS]
+    verdict = set[1] == 'b' and 2 or 4
+    ev, su, retry = set[2], set[3], block_ms
+    until_at = now + block_ms
     local flag = shadow and '1' or '0'
-    local keep = cv[C_BLOCK_MS]
-    if surge and cv[C_KEEP] > keep then keep = cv[C_KEEP] end
-    cv[C_EXP] = now + keep
+    local keep = block_ms
+    if surge and keep_ms > keep then keep = keep_ms end
+    exp = now + keep
     if surge then
-      call('HSET', cv[C_KEY], 'until', fmt('%d', cv[C_UNTIL_AT]), 'events', set[2],
+      call('HSET', key, 'until', fmt('%d', until_at), 'events', set[2],
         'successes', set[3], 'shadow', flag, 'level', set[1],
-        'normal', fmt('%d', cv[C_NORMAL]), 'from', fmt('%d', set[4]), 'exp', fmt('%d', cv[C_EXP]))
+        'normal', fmt('%d', normal_milli), 'from', fmt('%d', set[4]), 'exp', fmt('%d', exp))
     else
-      call('HSET', cv[C_KEY], 'until', fmt('%d', cv[C_UNTIL_AT]), 'events', set[2],
-        'successes', set[3], 'shadow', flag, 'exp', fmt('%d', cv[C_EXP]))
+      call('HSET', key, 'until', fmt('%d', until_at), 'events', set[2],
+        'successes', set[3], 'shadow', flag, 'exp', fmt('%d', exp))
     end
-    call('PEXPIRE', cv[C_KEY], fmt('%d', keep))
+    call('PEXPIRE', key, fmt('%d', keep))
   end
-  if cv[C_VERDICT] == 1 or cv[C_VERDICT] == 2 then conv_blocked = true end
-  if (cv[C_VERDICT] == 3 or cv[C_VERDICT] == 4) and not gate_open then conv_gated = true end
+  if verdict == 1 or verdict == 2 then conv_blocked = true end
+  if (verdict == 3 or verdict == 4) and not gate_open then conv_gated = true end
+  out[o + 1], out[o + 2], out[o + 3] = verdict, ev, su
+  out[o + 4], out[o + 5], out[o + 6] = retry, -1, normal_milli
+  return slice, until_at, exp
 end
+
+-- Count the event in conversion KEYS[key]'s current slice (as conv_read
+-- found it: slice, until_at, exp), its hash kept keep_ms, or to the end of
+-- its escalation when later.
+local function conv_count(o, key, slice, until_at, exp, keep_ms)
+  call('HINCRBY', key, 'e:' .. fmt('%d', slice), '1')
+  local keep = keep_ms
+  if until_at and until_at - now > keep then keep = until_at - now end
+  if not exp or exp < now + keep then
+    keep = keep + floor(keep / 8)
+    call('HSET', key, 'exp', fmt('%d', now + keep))
+    call('PEXPIRE', key, fmt('%d', keep))
+  end
+  out[o + 5] = slice
+end
+
+-- every conversion's conv_read
+--@CONVERSIONS@
 -- A blocking conversion answers before any window is read.
 local skip = conv_blocked and not force
 
@@ -372,20 +390,8 @@ local all_allowed = true
 -- 2. record everywhere, or nowhere
 local recorded = (all_allowed and not conv_blocked and not conv_gated) or force
 if recorded then
-  for i = 1, #convs do
-    local cv = convs[i]
-    if cv[C_COUNT] then
-      call('HINCRBY', cv[C_KEY], 'e:' .. fmt('%d', cv[C_SLICE]), '1')
-      local keep = cv[C_KEEP]
-      if cv[C_UNTIL_AT] and cv[C_UNTIL_AT] - now > keep then keep = cv[C_UNTIL_AT] - now end
-      if not cv[C_EXP] or cv[C_EXP] < now + keep then
-        keep = keep + floor(keep / 8)
-        call('HSET', cv[C_KEY], 'exp', fmt('%d', now + keep))
-        call('PEXPIRE', cv[C_KEY], fmt('%d', keep))
-      end
-      cv[C_COUNTED] = cv[C_SLICE]
-    end
-  end
+  -- every counting conversion's conv_count
+--@COUNT@
 --@RECORD@
   if code_key then
     local ttl = tonumber(ARGV[6])
@@ -399,11 +405,4 @@ end
 out[1] = recorded and 1 or 0
 local added = recorded and 1 or 0
 --@ANSWER@
-local o = conv_o
-for i = 1, #convs do
-  local cv = convs[i]
-  out[o + 1], out[o + 2], out[o + 3] = cv[C_VERDICT], cv[C_EVENTS], cv[C_SUCCESSES]
-  out[o + 4], out[o + 5], out[o + 6] = cv[C_RETRY], cv[C_COUNTED], cv[C_NORMAL]
-  o = o + 6
-end
 return struct.pack(packing, unpack(out))

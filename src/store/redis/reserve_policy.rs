@@ -27,6 +27,8 @@ const POLICY_LINE: &str = "\n--@POLICY@\n";
 const DECIDE_LINE: &str = "\n--@DECIDE@\n";
 const RECORD_LINE: &str = "\n--@RECORD@\n";
 const ANSWER_LINE: &str = "\n--@ANSWER@\n";
+const CONVERSIONS_LINE: &str = "\n--@CONVERSIONS@\n";
+const COUNT_LINE: &str = "\n--@COUNT@\n";
 /// A configuration has a handful of shapes (per action, shadow or not, a
 /// captcha passed or not); more than this means reloads piled them up, and
 /// the cache starts over.
@@ -160,14 +162,21 @@ fn render(
 ) -> String {
     // Writing to a String cannot fail: the `let _ =` in the render steps
     // drop an Ok.
-    let (plans, mut key) = SubjectPlan::all(subjects);
-    let mut policy = String::with_capacity(1024);
-    policy.push_str("local convs = {\n");
-    for c in conversions {
-        render_conversion(&mut policy, c, key, req.count);
-        key += 1;
+    let (plans, first_conversion_key) = SubjectPlan::all(subjects);
+    let key = first_conversion_key + conversions.len();
+    let len = answer_len(subjects, conversions);
+    let conv_o = len - 6 * conversions.len();
+    let mut reads = String::with_capacity(256);
+    let mut counts = String::with_capacity(256);
+    for (i, c) in conversions.iter().enumerate() {
+        let at = ConversionAt {
+            i: i + 1,
+            key: first_conversion_key + i,
+            out: conv_o + 6 * i,
+        };
+        render_conversion(&mut reads, &mut counts, c, &at, req.count);
     }
-    policy.push_str("}\n");
+    let mut policy = String::with_capacity(1024);
     if req.code {
         let _ = writeln!(policy, "local code_key = KEYS[{key}]");
     } else {
@@ -175,13 +184,11 @@ fn render(
     }
     let windows: usize = subjects.iter().map(|s| s.windows.len()).sum();
     let zeros = |n: usize| array(std::iter::repeat_n("0".to_string(), n));
-    let len = answer_len(subjects, conversions);
     let _ = writeln!(
         policy,
-        "local level, out, conv_o = {}, {}, {}\nlocal packing = '>{}'",
+        "local level, out = {}, {}\nlocal packing = '>{}'",
         zeros(windows),
         zeros(len),
-        len - 6 * conversions.len(),
         "d".repeat(len)
     );
     render_locals(&mut policy, &plans);
@@ -194,7 +201,9 @@ fn render(
     let mut lua = TEMPLATE.to_string();
     for (line, piece) in [
         (POLICY_LINE, policy),
+        (CONVERSIONS_LINE, reads),
         (DECIDE_LINE, decide),
+        (COUNT_LINE, counts),
         (RECORD_LINE, record),
         (ANSWER_LINE, answer),
     ] {
@@ -203,17 +212,44 @@ fn render(
     lua
 }
 
-/// A conversion's row of `convs` (by reserve.lua's C_ indexes), its key `KEYS[key]`.
-fn render_conversion(policy: &mut String, c: &ConversionHit<'_>, key: usize, count: bool) {
+/// Where a conversion is: 1-based for its locals' names, its hash
+/// `KEYS[key]`, its answer after `out[out]`.
+#[derive(Clone, Copy)]
+struct ConversionAt {
+    i: usize,
+    key: usize,
+    out: usize,
+}
+
+/// A conversion's `conv_read` call, its policy as literal arguments, and
+/// when the event is counted its `conv_count` call, with the locals
+/// between them (`cs<i>`, `cu<i>`, `ce<i>`: its slice, escalation's end and
+/// expiry as read).
+fn render_conversion(
+    reads: &mut String,
+    counts: &mut String,
+    c: &ConversionHit<'_>,
+    at: &ConversionAt,
+    count: bool,
+) {
     let p = c.policy;
     let (surge, bucket, escalate) = match (p.surge, p.bucket_ms()) {
         (Some(s), Some(bucket)) => (u64::from(s.factor_milli), bucket, s.block),
         _ => (0, 0, false),
     };
+    let ConversionAt { i, key, out } = *at;
+    if count {
+        let _ = write!(reads, "local cs{i}, cu{i}, ce{i} = ");
+        let _ = writeln!(
+            counts,
+            "conv_count({out}, KEYS[{key}], cs{i}, cu{i}, ce{i}, {keep})",
+            keep = p.keep_ms()
+        );
+    }
     let _ = writeln!(
-        policy,
-        "  {{ KEYS[{key}], {min}, {ppm}, {slice_ms}, {slices}, {block_ms}, {count}, {surge}, \
-         {bucket}, {escalate}, {span}, {keep}, -1, 0, 0, false, false, 0, 0, 0, 0 }},",
+        reads,
+        "conv_read({out}, KEYS[{key}], {min}, {ppm}, {slice_ms}, {slices}, {block_ms}, {surge}, \
+         {bucket}, {escalate}, {span}, {keep})",
         min = p.min_events,
         ppm = p.min_ratio_ppm,
         slice_ms = p.slice_ms(),
@@ -272,14 +308,21 @@ mod tests {
                 code: true,
             },
         );
-        for line in [POLICY_LINE, DECIDE_LINE, RECORD_LINE, ANSWER_LINE] {
+        for line in [
+            POLICY_LINE,
+            CONVERSIONS_LINE,
+            DECIDE_LINE,
+            COUNT_LINE,
+            RECORD_LINE,
+            ANSWER_LINE,
+        ] {
             assert_eq!(TEMPLATE.matches(line).count(), 1, "{line}");
             assert!(!lua.contains(line), "{line}");
         }
         // level by window; recorded, 4 per subject, a count per window, 6 per
         // conversion; the conversion's answer after 1 + 6 + 5
         assert!(lua.contains(&format!(
-            "local level, out, conv_o = {{0, 0, 0}}, {{{}}}, 12\nlocal packing = '>{}'\n",
+            "local level, out = {{0, 0, 0}}, {{{}}}\nlocal packing = '>{}'\n",
             ["0"; 1 + 8 + 3 + 6].join(", "),
             "d".repeat(18)
         )));
@@ -297,7 +340,13 @@ mod tests {
         assert!(lua.contains("fmt('%d', min(level[3] + 3600000, 72000000))"));
         assert!(lua.contains("call('PEXPIRE', KEYS[1], '3600000')"));
         assert!(lua.contains("call('PEXPIRE', KEYS[2], '4050000')"));
-        assert!(lua.contains("{ KEYS[3], 20, 200000, 300000, 12, 43200000, true, 0, 0, false,"));
+        // the conversion read with its policy as arguments, its answer after
+        // out[12] (1 + 6 + 5), and counted when the event is recorded
+        assert!(lua.contains(
+            "local cs1, cu1, ce1 = conv_read(12, KEYS[3], 20, 200000, 300000, 12, 43200000, 0, 0, \
+             false, 3600000, 3600000)\n"
+        ));
+        assert!(lua.contains("conv_count(12, KEYS[3], cs1, cu1, ce1, 3600000)\n"));
         assert!(lua.contains("local code_key = KEYS[4]\n"));
     }
 

@@ -303,6 +303,15 @@ async fn a_refusing_conversion_reserves_nothing_and_a_refused_reservation_counts
     let sent = reserve(member()).await;
     assert!(sent.recorded);
     assert!(sent.conversions.iter().all(|c| c.counted_in.is_some()));
+    // Each answers the slice it counted the event in: taken back from there
+    // (a reservation rolled back), it no longer counts; counted again after.
+    for (c, outcome) in conversions.iter().zip(&sent.conversions) {
+        let slice = outcome.counted_in.expect("counted");
+        store.conversion_undo(c.key, slice).await.unwrap();
+        let state = store.conversion_state(c.key, &p).await.unwrap();
+        assert_eq!(state.events, 0, "undone from the slice it was counted in");
+        count(b, c.key, &p).await;
+    }
     // Refused by the phone's window: counted in neither conversion.
     reserve(member()).await;
     let refused = reserve(member()).await;
