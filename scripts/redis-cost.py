@@ -1,0 +1,130 @@
+#!/usr/bin/env python3
+"""Redis's instructions per request, counted by callgrind: repeatable on a busy
+machine, where Redis's CPU time per request in the load benchmark moves by a
+fifth between runs of one build.
+
+Starts a private redis-server under `valgrind --tool=callgrind`, tollgate with
+the load benchmark's configuration (scripts/bench.py) pointed at it, sends
+warm-up requests of the benchmark's mix (SMS sends to distinct phones, each
+from its own address; or login failures), zeroes the counters, sends the
+measured requests, dumps, and prints Redis's instructions per request. With
+several binaries, each is measured against its own Redis, one after the
+other (instructions do not depend on the machine's load).
+
+    scripts/redis-cost.py --tollgate target/release/tollgate [--tollgate other/tollgate]
+        [--redis-server /path/with/symbols/redis-server] [--requests 1000] [--annotate]
+
+`--annotate` prints callgrind_annotate's inclusive view of the last run's
+functions: give a redis-server built with symbols (Debian's package is
+stripped: `apt-get source redis`, then `make USE_SYSTEM_JEMALLOC=yes
+CFLAGS=-g`; see docs/benchmarks.md). Standard library only; prints figures,
+asserts nothing.
+"""
+
+import argparse
+import http.client
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+import types
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench  # noqa: E402  (the benchmark's configuration and helpers)
+
+PORT = 18090
+
+
+def send(conn, endpoint, i):
+    ip = f"10.{(i >> 16) & 255}.{(i >> 8) & 255}.{i & 255}"
+    if endpoint == "sms":
+        path, body = "/sms/send", {"phone": f"+86138{i:08d}", "ip": ip}
+    else:
+        path, body = "/login/attempt", {"user": f"user{i:05d}", "ip": ip, "success": False}
+    headers = {"Content-Type": "application/json", "Authorization": f"Bearer {bench.API_KEY}"}
+    conn.request("POST", path, json.dumps(body), headers)
+    resp = conn.getresponse()
+    resp.read()
+    return resp.status
+
+
+def in_scripts(dumped):
+    """Instructions inside script calls (EVAL and EVALSHA), 0 without
+    symbols: the whole process also counts serverCron, whose active expiry
+    work follows the wall clock, which callgrind stretches unevenly."""
+    out = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--threshold=100", dumped],
+                         capture_output=True, text=True).stdout
+    for line in out.splitlines():
+        if "evalGenericCommand" in line:
+            return int(line.split()[0].replace(",", ""))
+    return 0
+
+
+def measure(args, binary, out_dir):
+    """Redis's instructions per request with `binary`, and the callgrind file."""
+    out_file = os.path.join(out_dir, f"callgrind.{os.getpid()}.{time.monotonic_ns()}")
+    redis = subprocess.Popen(
+        ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out_file}",
+         args.redis_server, "--port", str(bench.REDIS_PORT), "--bind", "127.0.0.1",
+         "--save", "", "--appendonly", "no", "--dir", out_dir],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    b = bench.Bench(types.SimpleNamespace(tollgate=binary))
+    b.procs.append(redis)
+    try:
+        bench.wait_port(bench.REDIS_PORT, "redis under callgrind", timeout=60, proc=redis)
+        # Redis under callgrind is some 50 times slower: a call must not time out.
+        os.environ["TOLLGATE__STORE__TIMEOUT"] = "10s"
+        b.start_tollgate(PORT, binary=binary)
+        conn = http.client.HTTPConnection("127.0.0.1", PORT, timeout=60)
+        ids = random.Random(7).sample(range(1_000_000), args.warmup + args.requests)
+        statuses = {}
+        for n, i in enumerate(ids):
+            if n == args.warmup:
+                subprocess.run(["callgrind_control", "--zero", str(redis.pid)],
+                               check=True, capture_output=True)
+            status = send(conn, args.endpoint, i)
+            if n >= args.warmup:
+                statuses[status] = statuses.get(status, 0) + 1
+        conn.close()
+        subprocess.run(["callgrind_control", "--dump", str(redis.pid)],
+                       check=True, capture_output=True)
+        # The first dump (zeroing writes none) is part 1.
+        dumped = f"{out_file}.1"
+        with open(dumped) as f:
+            total = next(int(line.split()[1]) for line in f if line.startswith("summary:"))
+        return total / args.requests, in_scripts(dumped) / args.requests, statuses, dumped
+    finally:
+        b.stop()
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--tollgate", action="append", required=True,
+                        help="a release binary; repeat to compare builds")
+    parser.add_argument("--redis-server", default="redis-server")
+    parser.add_argument("--endpoint", choices=("sms", "login"), default="sms")
+    parser.add_argument("--warmup", type=int, default=200)
+    parser.add_argument("--requests", type=int, default=1000)
+    parser.add_argument("--annotate", action="store_true",
+                        help="print the last run's functions, inclusive")
+    args = parser.parse_args()
+    out_dir = tempfile.mkdtemp(prefix="tollgate-redis-cost-")
+    dumped = None
+    for binary in args.tollgate:
+        per, scripts, statuses, dumped = measure(args, binary, out_dir)
+        inside = f", {scripts:,.0f} in the script call" if scripts else ""
+        print(f"{binary}: Redis {per:,.0f} instructions per {args.endpoint} request{inside} "
+              f"({args.requests} after {args.warmup} of warm-up; answers {statuses})")
+        sys.stdout.flush()
+    if args.annotate and dumped:
+        out = subprocess.run(["callgrind_annotate", "--inclusive=yes", dumped],
+                             capture_output=True, text=True).stdout
+        print("\n".join(out.splitlines()[:70]))
+    print(f"callgrind files: {out_dir}")
+
+
+if __name__ == "__main__":
+    main()
