@@ -57,10 +57,30 @@ impl ClientIp {
     /// The subject id: `203.0.113.7` or `2001:db8:1:2::/64`.
     pub fn subject_id(&self) -> String {
         match self.counted_as() {
-            IpAddr::V4(v4) => v4.to_string(),
+            IpAddr::V4(v4) => dotted(v4.octets()),
             IpAddr::V6(net) => format!("{net}/64"),
         }
     }
+}
+
+/// An IPv4 address as `Ipv4Addr`'s `Display` writes it, without the
+/// formatting machinery: a login formats its IP twice (the pair lock and the
+/// IP's window), and `to_string` cost some 1,300 instructions each.
+fn dotted(octets: [u8; 4]) -> String {
+    let mut out = String::with_capacity(15);
+    for (i, octet) in octets.into_iter().enumerate() {
+        if i > 0 {
+            out.push('.');
+        }
+        if octet >= 100 {
+            out.push(char::from(b'0' + octet / 100));
+        }
+        if octet >= 10 {
+            out.push(char::from(b'0' + octet / 10 % 10));
+        }
+        out.push(char::from(b'0' + octet % 10));
+    }
+    out
 }
 
 impl std::fmt::Display for ClientIp {
@@ -174,6 +194,19 @@ pub fn parse_cidr(raw: &str) -> Option<IpNet> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_ipv4_id_is_what_display_writes_for_every_octet() {
+        for octet in 0..=255u8 {
+            for addr in [
+                std::net::Ipv4Addr::new(octet, 0, 255, octet),
+                std::net::Ipv4Addr::new(10, octet, octet, 9),
+            ] {
+                let id = ClientIp::new(IpAddr::V4(addr)).subject_id();
+                assert_eq!(id, addr.to_string());
+            }
+        }
+    }
 
     #[test]
     fn ipv6_is_grouped_by_64_and_mapped_ipv4_is_plain_ipv4() {
