@@ -9,8 +9,8 @@
 //! The request id: each request runs inside [`with_request_id`], and the
 //! lines a request logs at `info` and above name it with
 //! `request_id = %telemetry::request_id()`. At `debug` each request also gets
-//! a span, `request`, from `tracing-actix-web`'s `TracingLogger` and
-//! `routes::request_id::RequestSpan`: its id, method, route pattern and status, which every
+//! a span, `request`, from `routes::request_id`: its id, method, route
+//! pattern and status, which every
 //! line it logs carries (and `routes::http_metrics` logs `request done` in
 //! it). A span per request at the default level cost about a tenth of the
 //! in-process store's throughput (the registry entry and its fields

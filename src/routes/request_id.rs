@@ -1,18 +1,18 @@
 //! A request id per request, taken from `x-request-id` (when it is a sane
 //! token) or made up, echoed in the response and named by the lines the
-//! request logs (and by its span, [`RequestSpan`]).
+//! request logs, and the request's span (at `debug`), opened here too: one
+//! middleware layer for both. `tracing-actix-web`'s `TracingLogger` did the
+//! span as a layer of its own, with a second, unused request id (a UUID
+//! made per request): about 2 % of a login's instructions.
 
 use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::http::header::{HeaderName, HeaderValue};
 use actix_web::middleware::Next;
 use actix_web::HttpMessage;
-use tracing::Span;
-use tracing_actix_web::RootSpanBuilder;
+use tracing::{Instrument, Span};
 
-/// The request's id, in the request's extensions for handlers (and the
-/// request span) to read. `tracing_actix_web::RequestId`, which its
-/// middleware also makes, is a different, unused value.
+/// The request's id, in the request's extensions for handlers to read.
 #[derive(Debug, Clone)]
 pub struct RequestId(pub String);
 
@@ -29,52 +29,48 @@ fn incoming(req: &ServiceRequest) -> Option<String> {
 }
 
 /// Take the request's id or make one, run the request with it as the
-/// task's id, and echo it in `x-request-id`. Runs outside the request span,
-/// which reads the id from the extensions.
+/// task's id inside the request's span, and echo it in `x-request-id`.
 pub async fn middleware(
     req: ServiceRequest,
     next: Next<impl MessageBody>,
 ) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
     let id = incoming(&req).unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
+    let span = request_span(&req, &id);
     req.extensions_mut().insert(RequestId(id.clone()));
     // The id is a task-local that request-path log lines name (see
     // `telemetry`), whatever the level.
-    let mut response = crate::telemetry::with_request_id(id.clone(), next.call(req)).await?;
+    let outcome = crate::telemetry::with_request_id(id.clone(), next.call(req))
+        .instrument(span.clone())
+        .await;
+    record_status(&span, &outcome);
+    let mut response = outcome?;
     if let Ok(value) = HeaderValue::from_str(&id) {
         response.headers_mut().insert(HEADER, value);
     }
     Ok(response)
 }
 
-/// The span `TracingLogger` opens per request, at `debug`: the request id
-/// ([`RequestId`]), the method, the route pattern (never the path,
-/// which can hold a phone number or a user name) and, at the end, the
-/// status. Nothing else of the request: no address, no body.
-pub struct RequestSpan;
+/// The span of a request, at `debug`: its id, the method, the route
+/// pattern (never the path, which can hold a phone number or a user name)
+/// and, at the end, the status. Nothing else of the request: no address, no
+/// body. The fields are computed only when the span is enabled.
+fn request_span(request: &ServiceRequest, id: &str) -> Span {
+    tracing::debug_span!(
+        "request",
+        request_id = %id,
+        method = %request.method(),
+        route = request.match_pattern().as_deref().unwrap_or(super::http_metrics::UNMATCHED),
+        status = tracing::field::Empty,
+    )
+}
 
-impl RootSpanBuilder for RequestSpan {
-    fn on_request_start(request: &ServiceRequest) -> Span {
-        // The fields are computed only when the span is enabled.
-        tracing::debug_span!(
-            "request",
-            request_id = %request
-                .extensions()
-                .get::<RequestId>()
-                .map_or("-", |id| id.0.as_str()),
-            method = %request.method(),
-            route = request.match_pattern().as_deref().unwrap_or(super::http_metrics::UNMATCHED),
-            status = tracing::field::Empty,
-        )
+fn record_status<B>(span: &Span, outcome: &Result<ServiceResponse<B>, actix_web::Error>) {
+    if span.is_disabled() {
+        return;
     }
-
-    fn on_request_end<B: MessageBody>(
-        span: Span,
-        outcome: &Result<ServiceResponse<B>, actix_web::Error>,
-    ) {
-        let status = match outcome {
-            Ok(response) => response.status(),
-            Err(error) => error.as_response_error().status_code(),
-        };
-        span.record("status", status.as_u16());
-    }
+    let status = match outcome {
+        Ok(response) => response.status(),
+        Err(error) => error.as_response_error().status_code(),
+    };
+    span.record("status", status.as_u16());
 }

@@ -10,12 +10,10 @@ use actix_web::dev::Server;
 use actix_web::middleware::from_fn;
 use actix_web::{web, App, HttpServer};
 use anyhow::Context;
-use tracing_actix_web::TracingLogger;
 
 use crate::connections::per_ip::PerIp;
 use crate::connections::{ConnectionPlan, DescriptorLimit, Listener, ListenerCap, ListenerHook};
 use crate::routes::cors::CorsOrigins;
-use crate::routes::request_id::RequestSpan;
 use crate::routes::{self, AppState};
 use crate::settings::Settings;
 use crate::store::redis::RedisStore;
@@ -169,12 +167,11 @@ fn http_server(serve: Serve, shared: &Shared) -> std::io::Result<Server> {
         if let Some(redis) = &redis {
             redis.connect_this_thread();
         }
-        // The last `wrap` runs first: the request id, then its span, then
+        // The last `wrap` runs first: the request id and its span, then
         // the timing inside the span, then the body deadline.
         App::new()
             .wrap(from_fn(crate::connections::deadline::middleware))
             .wrap(from_fn(routes::http_metrics::middleware))
-            .wrap(TracingLogger::<RequestSpan>::new())
             .wrap(from_fn(routes::request_id::middleware))
             .app_data(state.clone())
             .configure(|cfg| routes(cfg, &cors))

@@ -42,7 +42,7 @@ code_secret = "process-test-code-secret"
     assert_eq!(line["request_id"], "req-store-down-1", "{line}");
 }
 
-/// At `debug`, a request gets one span from `TracingLogger` (its id, method
+/// At `debug`, a request gets one span (its id, method
 /// and route pattern) and one `request done` line in it, with the status and
 /// the time: no user name, no path.
 #[tokio::test]
