@@ -17,8 +17,8 @@ WORKDIR /src
 COPY . .
 # Cargo.lock pins every dependency; the binary's SQL migrations, Lua scripts
 # and templates are compiled in, so the binary is all the runtime needs.
-RUN cargo build --release --locked --bin tollgate \
-    && install -m 0755 target/release/tollgate /usr/local/bin/tollgate
+RUN cargo build --profile dist --locked --bin tollgate \
+    && install -m 0755 target/dist/tollgate /usr/local/bin/tollgate
 
 # Debian slim, as the binary is built on bookworm (glibc 2.36). CA
 # certificates for rediss://, PostgreSQL over TLS, the SMS and captcha

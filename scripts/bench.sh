@@ -28,7 +28,9 @@ if ! cmp -s "$shared/bench/node-peer/package-lock.json" "$peer/package-lock.json
 fi
 
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/tollgate-target}"
-cargo build --release --locked --quiet --bin tollgate --example lean_login
-exec python3 scripts/bench.py --tollgate "$CARGO_TARGET_DIR/release/tollgate" --peer "$peer" \
-  --lean "$CARGO_TARGET_DIR/release/examples/lean_login" \
+# The profile that ships (Cargo.toml's `dist`), for tollgate and the lean
+# limit alike.
+cargo build --profile dist --locked --quiet --bin tollgate --example lean_login
+exec python3 scripts/bench.py --tollgate "$CARGO_TARGET_DIR/dist/tollgate" --peer "$peer" \
+  --lean "$CARGO_TARGET_DIR/dist/examples/lean_login" \
   --mix "$shared/bench/wrk/anti_abuse.lua" --wrk-script "$PWD/benches/wrk/anti_abuse.lua" "$@"

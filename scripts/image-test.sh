@@ -10,7 +10,7 @@
 #   packages with mmdebstrap (minbase, no docs), kept as a tarball under
 #   ~/.cache/tollgate-image (rebuilt when older than 30 days, or with
 #   TOLLGATE_IMAGE_REFRESH=1) and imported under that name for the build;
-# - the Rust stage (FROM rust:1-bookworm, cargo build --release) cannot run:
+# - the Rust stage (FROM rust:1-bookworm, cargo build --profile dist) cannot run:
 #   the build takes the `prebuilt` target with the binary cargo test has just
 #   built (target/debug/tollgate, as scripts/package-test.sh packages it) as
 #   the `tollgate-binary` build context. Everything else is the image's own.

@@ -11,7 +11,7 @@ measured requests, dumps, and prints Redis's instructions per request. With
 several binaries, each is measured against its own Redis, one after the
 other (instructions do not depend on the machine's load).
 
-    scripts/redis-cost.py --tollgate target/release/tollgate [--tollgate other/tollgate]
+    scripts/redis-cost.py --tollgate target/dist/tollgate [--tollgate other/tollgate]
         [--redis-server /path/with/symbols/redis-server] [--requests 1000] [--annotate]
 
 `--annotate` prints callgrind_annotate's inclusive view of the last run's
