@@ -241,9 +241,9 @@ pub fn store_call(elapsed: Duration) {
 /// adds to an atomic.
 #[derive(Default)]
 struct Handles {
-    /// By `Route` and `Outcome`, in their declaration order (a variant
-    /// past the table is counted without a handle).
-    requests: [[Option<Counter>; 4]; 4],
+    /// By `Route` and `Outcome`, at their index in `ALL` (a variant left
+    /// out of `ALL` is counted without a handle).
+    requests: [[Option<Counter>; Outcome::ALL.len()]; Route::ALL.len()],
     store_seconds: Option<Histogram>,
 }
 
@@ -272,6 +272,14 @@ pub enum Route {
 }
 
 impl Route {
+    /// Every route, each at its `as usize` index.
+    const ALL: [Route; 4] = [
+        Route::SmsSend,
+        Route::SmsVerify,
+        Route::LoginCheck,
+        Route::LoginAttempt,
+    ];
+
     /// The `route` label's value.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -297,6 +305,14 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// Every outcome, each at its `as usize` index.
+    const ALL: [Outcome; 4] = [
+        Outcome::Allow,
+        Outcome::Challenge,
+        Outcome::Deny,
+        Outcome::Error,
+    ];
+
     /// The `decision` label's value.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -358,4 +374,60 @@ pub fn list_match(
         "action" => action.as_str()
     )
     .increment(1);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_handle_tables_index_every_variant_at_its_place() {
+        for (i, route) in Route::ALL.into_iter().enumerate() {
+            assert_eq!(route as usize, i, "{route:?}");
+        }
+        for (i, outcome) in Outcome::ALL.into_iter().enumerate() {
+            assert_eq!(outcome as usize, i, "{outcome:?}");
+        }
+    }
+
+    /// Each route and outcome counted a different number of times, half on
+    /// one thread and half on another (each with its own handles), lands in
+    /// its own series: no request in this test binary counts otherwise.
+    #[test]
+    fn every_route_and_outcome_counts_in_its_own_series() {
+        let handle = install().expect("the recorder installs");
+        let times = |r: usize, o: usize| 1 + r * Outcome::ALL.len() + o;
+        let count_half = |second: bool| {
+            for (r, route) in Route::ALL.into_iter().enumerate() {
+                for (o, outcome) in Outcome::ALL.into_iter().enumerate() {
+                    let n = times(r, o);
+                    let mine = if second { n / 2 } else { n - n / 2 };
+                    for _ in 0..mine {
+                        request(route, outcome);
+                    }
+                }
+            }
+        };
+        std::thread::scope(|s| {
+            s.spawn(|| count_half(false));
+        });
+        std::thread::scope(|s| {
+            s.spawn(|| count_half(true));
+        });
+        let text = handle.render();
+        for (r, route) in Route::ALL.into_iter().enumerate() {
+            for (o, outcome) in Outcome::ALL.into_iter().enumerate() {
+                let series = format!(
+                    "{REQUESTS}{{route=\"{}\",decision=\"{}\"}} ",
+                    route.as_str(),
+                    outcome.as_str()
+                );
+                let value = text
+                    .lines()
+                    .find_map(|l| l.strip_prefix(&series))
+                    .unwrap_or_else(|| panic!("{series} missing from\n{text}"));
+                assert_eq!(value, times(r, o).to_string(), "{series}");
+            }
+        }
+    }
 }
