@@ -99,6 +99,25 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / TICKS
 
 
+def postgres_cpu_seconds():
+    """utime + stime of every PostgreSQL process (server, backends, WAL
+    writer, checkpointer...): the audit database's share of the machine.
+    Nothing else uses PostgreSQL during a run, so the difference across a
+    run is what the audit trail cost it."""
+    total = 0.0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/comm") as f:
+                if f.read().strip() != "postgres":
+                    continue
+            total += cpu_seconds(entry)
+        except (OSError, IndexError, ValueError):
+            continue  # gone between listdir and open
+    return total
+
+
 def port_taken(port):
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=0.5):
@@ -318,6 +337,7 @@ code_secret = "bench-code-secret-0123456789abcdef"
         pid = proc.pid
         redis_cli("FLUSHALL")
         before = (cpu_seconds(pid), cpu_seconds(self.redis.pid))
+        pg_before = postgres_cpu_seconds()
         audit_before = audit_counts(port) if tollgate else None
         r = self.finish(self.wrk(port, scenario["endpoint"], scenario["identities"],
                                  self.args.duration, auth=tollgate))
@@ -330,6 +350,8 @@ code_secret = "bench-code-secret-0123456789abcdef"
             time.sleep(1.0)  # let the writer flush what the run queued
             audit_after = audit_counts(port)
             r["audit"] = {k: audit_after[k] - audit_before[k] for k in audit_after}
+        # After the flush: the rows of this run are in, and their cost counted.
+        r["pg_us"] = (postgres_cpu_seconds() - pg_before) / n * 1e6
         return r
 
     # -- the report --------------------------------------------------------
@@ -354,8 +376,8 @@ code_secret = "bench-code-secret-0123456789abcdef"
         print(f"\n### {title}  (medians of {self.args.rounds} runs of {self.args.duration}s per side, "
               f"rotated {' → '.join(runs)})")
         print("| side | req/s | p50 ms | p99 ms | p99.9 ms | non-2xx | service CPU/req | Redis CPU/req "
-              "| service + Redis | wrk CPU/req | audit queued / written / spooled |")
-        print("|---|---|---|---|---|---|---|---|---|---|---|")
+              "| service + Redis | PostgreSQL CPU/req | wrk CPU/req | audit queued / written / spooled |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|")
         for side, rs in runs.items():
             m = lambda k: self.median(rs, k)
             audit = "—"
@@ -367,7 +389,7 @@ code_secret = "bench-code-secret-0123456789abcdef"
             print(f"| {side} | {m('rps'):,.0f} | {m('p50_us')/1000:.2f} | {m('p99_us')/1000:.2f} | "
                   f"{m('p999_us')/1000:.2f} | {m('non2xx'):.0f} | {m('service_us'):.0f} µs | "
                   f"{m('redis_us'):.0f} µs | {m('service_us') + m('redis_us'):.0f} µs | "
-                  f"{m('wrk_us'):.0f} µs | {audit} |")
+                  f"{m('pg_us'):.0f} µs | {m('wrk_us'):.0f} µs | {audit} |")
         t = runs["tollgate"]
         cost = lambda rs: self.median(rs, "service_us") + self.median(rs, "redis_us")
         for side, rs in runs.items():

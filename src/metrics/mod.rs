@@ -32,6 +32,9 @@ pub const LIST_MATCHES: &str = "tollgate_list_matches_total";
 /// journal nor memory could keep it), expired (older than `audit.retention`
 /// when it reached the writer: not inserted).
 pub const AUDIT_EVENTS: &str = "tollgate_audit_events_total";
+/// Counter of the batch writer's inserts of fresh events (transactions, a
+/// replay's aside): `written` over it is the rows per transaction.
+pub const AUDIT_BATCHES: &str = "tollgate_audit_batches_total";
 /// Counter of audit rows removed by `audit.retention`, by `how`:
 /// `partition` (a day's partition dropped, PostgreSQL; rows as the
 /// database's estimate) or `delete` (SQLite, exact).
@@ -162,6 +165,10 @@ fn describe() {
     describe_counter!(
         AUDIT_EVENTS,
         "Audit events by outcome: queued, written, spooled, replayed, unjournaled, dropped, expired"
+    );
+    describe_counter!(
+        AUDIT_BATCHES,
+        "Transactions the audit writer inserted fresh events in (written / batches = rows per transaction)"
     );
     describe_counter!(
         AUDIT_RETENTION_ROWS,

@@ -70,6 +70,41 @@ async fn refused_requests_are_written_to_the_database(kind: DbKind) {
     );
 }
 
+/// Under a flood the writer gathers several `batch_size`s per transaction
+/// (the rollups and the commit cost per transaction); every event still
+/// lands once. Rows a transaction inserted share its `xmin`.
+#[tokio::test]
+async fn a_flood_is_written_in_transactions_of_several_batches() {
+    use sqlx::Connection;
+
+    let db = TestDb::new(DbKind::Postgres).await;
+    let app = app_on(&db, |s| {
+        s.audit.batch_size = 10;
+        s.audit.flush_interval = Duration::from_millis(300);
+    })
+    .await;
+    assert_eq!(app.sms_send(json!({ "phone": PHONE })).await.status, 200);
+    for wave in 0..8 {
+        let ids: Vec<String> = (0..50).map(|i| format!("flood-{wave}-{i}")).collect();
+        futures::future::join_all(ids.iter().map(|id| refused_send(&app, id))).await;
+    }
+    app.flush_audit().await;
+
+    let mut conn = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    let (rows, transactions): (i64, i64) =
+        sqlx::query_as("SELECT count(*), count(DISTINCT xmin::text) FROM audit_events")
+            .fetch_one(&mut conn)
+            .await
+            .unwrap();
+    assert_eq!(rows, 400, "every refusal once");
+    // One batch of 10 per transaction would be 40 of them; four per
+    // transaction make about 11.
+    assert!(
+        transactions * 20 <= rows,
+        "{rows} rows in {transactions} transactions"
+    );
+}
+
 #[tokio::test]
 async fn a_cut_database_connection_loses_no_event_and_duplicates_none() {
     let db = TestDb::new(DbKind::Postgres).await;
