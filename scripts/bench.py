@@ -13,7 +13,7 @@ the peers' npm packages, then calls this with their paths. This script:
 - for each scenario runs wrk against every side in turn (A B C A B C ...,
   Redis flushed before every run) and prints, per side, the medians of req/s,
   p50, p99, p99.9, the CPU each process spent per request (service, Redis,
-  wrk) and, for tollgate, the audit events queued, written and spooled
+  every PostgreSQL process, wrk) and, for tollgate, the audit events queued, written and spooled
   during the runs; then tollgate's ratios to every other side;
 - then Redis bytes per tracked subject after 1,000 and 100,000 events for one
   subject, the throughput of two tollgate processes sharing one Redis, and

@@ -222,7 +222,9 @@ impl StoreSettings {
 pub struct AuditSettings {
     /// `sqlite://file?mode=rwc` or `postgres://...`.
     pub database_url: SecretUrl,
-    /// Most events per insert; default 500.
+    /// Events per insert while the queue is calm; default 500. Under a flood
+    /// (the last batch filled up) a batch gathers up to four times this
+    /// within `flush_interval`, as a backlog takes up to eight.
     pub batch_size: usize,
     /// Longest a queued event waits for its batch to fill before it is written;
     /// default 200 ms.

@@ -6,8 +6,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{mpsc, oneshot};
 use metrics::counter;
+use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use super::{count, dropped, Message, SinkConfig, DB_LINES, DROP_LINES};

@@ -31,7 +31,8 @@ enum Message {
 /// How a `DbSink` batches and journals: the `[audit]` settings.
 #[derive(Debug, Clone)]
 pub struct SinkConfig {
-    /// Most events per insert.
+    /// Events per insert while the queue is calm (a flood gathers more,
+    /// see `batch`).
     pub batch_size: usize,
     /// Longest an event waits for its batch to fill.
     pub flush_interval: Duration,
