@@ -162,30 +162,7 @@ fn describe() {
         ADMIN_AUTH_THROTTLED,
         "Admin requests refused because their address failed too often"
     );
-    describe_counter!(
-        AUDIT_EVENTS,
-        "Audit events by outcome: queued, written, spooled, replayed, unjournaled, dropped, expired"
-    );
-    describe_counter!(
-        AUDIT_BATCHES,
-        "Transactions the audit writer inserted fresh events in (written / batches = rows per transaction)"
-    );
-    describe_counter!(
-        AUDIT_RETENTION_ROWS,
-        "Audit rows removed by audit.retention, by how: partition (estimate) or delete"
-    );
-    describe_gauge!(
-        AUDIT_RETENTION_SECONDS,
-        "Seconds the last audit retention cut took"
-    );
-    describe_gauge!(
-        AUDIT_JOURNAL_BYTES,
-        "Bytes of the audit journal on disk (audit.spool_dir), at most audit.journal_max_bytes"
-    );
-    describe_counter!(
-        AUDIT_JOURNAL_ERRORS,
-        "Audit journal failures (audit.spool_dir), by op: append, sync, read, delete"
-    );
+    describe_audit();
     describe_histogram!(
         HTTP_SECONDS,
         "Duration of HTTP requests, by route pattern, method and status"
@@ -218,6 +195,34 @@ fn describe() {
     describe_counter!(
         RULE_SHADOWED,
         "Over-limit rule hits let through by shadow mode, by action and rule"
+    );
+}
+
+/// The audit trail's series.
+fn describe_audit() {
+    describe_counter!(
+        AUDIT_EVENTS,
+        "Audit events by outcome: queued, written, spooled, replayed, unjournaled, dropped, expired"
+    );
+    describe_counter!(
+        AUDIT_BATCHES,
+        "Transactions the audit writer inserted fresh events in (written / batches = rows per transaction)"
+    );
+    describe_counter!(
+        AUDIT_RETENTION_ROWS,
+        "Audit rows removed by audit.retention, by how: partition (estimate) or delete"
+    );
+    describe_gauge!(
+        AUDIT_RETENTION_SECONDS,
+        "Seconds the last audit retention cut took"
+    );
+    describe_gauge!(
+        AUDIT_JOURNAL_BYTES,
+        "Bytes of the audit journal on disk (audit.spool_dir), at most audit.journal_max_bytes"
+    );
+    describe_counter!(
+        AUDIT_JOURNAL_ERRORS,
+        "Audit journal failures (audit.spool_dir), by op: append, sync, read, delete"
     );
 }
 
