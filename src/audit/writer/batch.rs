@@ -44,7 +44,7 @@ const BACKLOG_BATCHES: usize = 8;
 /// gathers up to this many `batch_size`s within `flush_interval`: what a
 /// flood costs PostgreSQL is per transaction as much as per row (the
 /// rollups' upserts and prunes, the commit), so four times the rows per
-/// transaction cut its CPU per row by about a fifth (docs/benchmarks.md).
+/// transaction cut its CPU by about a sixth (docs/benchmarks.md).
 const FLOOD_BATCHES: usize = 4;
 const INSERT_TRIES: u32 = 3;
 /// An idle writer checks the database this often, so `/readyz` stays true
