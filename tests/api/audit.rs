@@ -84,6 +84,8 @@ async fn a_flood_is_written_in_transactions_of_several_batches() {
     })
     .await;
     assert_eq!(app.sms_send(json!({ "phone": PHONE })).await.status, 200);
+    let batches = "tollgate_audit_batches_total";
+    let batches_before = app.metric(batches).await;
     for wave in 0..8 {
         let ids: Vec<String> = (0..50).map(|i| format!("flood-{wave}-{i}")).collect();
         futures::future::join_all(ids.iter().map(|id| refused_send(&app, id))).await;
@@ -102,6 +104,13 @@ async fn a_flood_is_written_in_transactions_of_several_batches() {
     assert!(
         transactions * 20 <= rows,
         "{rows} rows in {transactions} transactions"
+    );
+    // The recorder is the process's: other tests' batches may count too,
+    // never fewer than these.
+    let counted = app.metric(batches).await - batches_before;
+    assert!(
+        counted >= transactions as f64,
+        "{batches} rose by {counted}, {transactions} transactions"
     );
 }
 
