@@ -1,5 +1,6 @@
 //! The lean limit of `/login/attempt`: actix-web, fred and tollgate's own
-//! `lua/login_attempt.lua` with the default policy, and nothing else — no
+//! `lua/login_attempt.lua` rendered with the default policy (the script
+//! tollgate runs, `render_login_attempt`), and nothing else — no
 //! API key, no audit trail, no metrics, no logs, no lists. What tollgate does
 //! beyond one script call per request costs what this service does not; the
 //! load benchmark (`scripts/bench.py`) runs it beside tollgate to show that
@@ -13,12 +14,12 @@ use actix_web::{web, App, HttpResponse, HttpServer};
 use fred::prelude::{Client, ClientLike, Config};
 use fred::types::scripts::Script;
 use serde::Deserialize;
+use tollgate::store::redis::{render_login_attempt, IpLimits, LoginShape};
+use tollgate::store::LoginPolicy;
 
 /// The allocator tollgate's binary uses, so that the two compare like for like.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
-const SCRIPT: &str = include_str!("../lua/login_attempt.lua");
 
 thread_local! {
     /// Each worker's own client, as tollgate gives each HTTP worker one.
@@ -32,22 +33,38 @@ struct Attempt {
     success: bool,
 }
 
-/// tollgate's defaults (`login.*`), in the order of the script's ARGV.
+/// tollgate's defaults (`login.*`), rendered into the script as tollgate
+/// renders its policy.
+fn script() -> Script {
+    let policy = LoginPolicy {
+        captcha_after: 3,
+        captcha_window_ms: 900_000,
+        lock_after: 100,
+        pair_lock_after: 10,
+        lock_window_ms: 3_600_000,
+        lock_ms: 900_000,
+        lock_max_ms: 86_400_000,
+        reset_on_success: true,
+        escalation_reset_ms: 86_400_000,
+    };
+    let ip = IpLimits {
+        captcha_after: 20,
+        block_after: 100,
+        window_ms: 3_600_000,
+    };
+    Script::from_lua(render_login_attempt(&LoginShape {
+        policy,
+        pair: true,
+        ip: Some(ip),
+    }))
+}
+
+/// The attempt's own facts, in the order of the script's ARGV: member,
+/// success, captcha passed, demanded, shadow, IP blocked, the pair's IP.
 fn argv(member: String, success: bool, ip: &str) -> Vec<String> {
     let mut args = vec![member, u8::from(success).to_string()];
-    args.extend(
-        [
-            "0", "0", "0", // captcha passed, demanded, shadow
-            "3", "900000", // captcha_after, captcha_window_ms
-            "100", "3600000", // account lock_after, lock_window_ms
-            "900000", "86400000", // lock_ms, lock_max_ms
-            "1", "86400000", // reset_on_success, escalation_reset_ms
-            "0", "1", "10", // ip_blocked, pair, pair_lock_after
-        ]
-        .map(String::from),
-    );
+    args.extend(["0", "0", "0", "0"].map(String::from));
     args.push(ip.to_string());
-    args.extend(["20", "100", "3600000"].map(String::from));
     args
 }
 
@@ -65,10 +82,17 @@ async fn attempt(body: web::Json<Attempt>, script: web::Data<Script>) -> HttpRes
     let Some(client) = CLIENT.with(|c| c.borrow().clone()) else {
         return HttpResponse::ServiceUnavailable().finish();
     };
-    let result: Result<Vec<i64>, _> = script
+    let result: Result<fred::bytes::Bytes, _> = script
         .evalsha_with_reload(&client, keys, argv(member, body.success, ip))
         .await;
-    match result {
+    // The answer is 11 numbers packed as big-endian doubles.
+    let numbers = result.map(|packed| {
+        packed
+            .chunks_exact(8)
+            .map(|c| c.try_into().map_or(0, |be| f64::from_be_bytes(be) as i64))
+            .collect::<Vec<i64>>()
+    });
+    match numbers {
         Ok(r) if r.len() >= 8 => {
             // Refused for a live lock, or this failure started one.
             let locked = r[0] == 1 || r[0] == 3 || r[4] >= 0 || r[7] >= 0;
@@ -96,7 +120,7 @@ async fn main() -> std::io::Result<()> {
         .next()
         .unwrap_or_else(|| "redis://127.0.0.1:6379".into());
     let config = Config::from_url(&url).map_err(std::io::Error::other)?;
-    let script = web::Data::new(Script::from_lua(SCRIPT));
+    let script = web::Data::new(script());
     HttpServer::new(move || {
         let client = Client::new(config.clone(), None, None, None);
         let _connection = client.connect();

@@ -3,30 +3,31 @@
 -- tier and failure record, so concurrent failures record exactly lock_after of
 -- them per user and ip_block_after per IP, and lock exactly once.
 --
+-- The script is a template: the policy is written into it as Lua literals in
+-- place of the POLICY marker below (src/store/redis/login_script.rs), one
+-- script per policy and request shape (with or without the pair and the IP's
+-- window), loaded once and called by its SHA. Twelve policy numbers parsed
+-- from ARGV at every call, and numbers formatted for every redis.call, were
+-- a sixth of the call's cost in Redis (docs/benchmarks.md).
+--
 -- KEYS[1]  the user's failure ZSET (score = failure time in ms, member = attempt
 --          id; with pairs, "<ip>|<attempt id>", so that a pair's failures are
 --          the members that start with its IP and no key per pair is written)
 -- KEYS[2]  the user's lock HASH: until (lock end, ms), level (escalation level)
--- with ARGV[15] = 1, the (user, IP) pair's keys, under the user's hash tag:
+-- when the policy has the pair, its keys, under the user's hash tag:
 --   KEYS[3] the pair's lock HASH (written only when the pair locks)
 --   KEYS[4] the user's index of locked pairs ZSET (member = IP, score = lock start)
--- last, optional: the IP's failure ZSET on login_attempt (Redis Cluster
---          callers, whose IP lives in another slot, pass what they read of it in
---          ARGV[4] and ARGV[14] instead)
+-- last, when the policy has it: the IP's failure ZSET (Redis Cluster callers,
+--          whose IP lives in another slot, pass what they read of it in
+--          ARGV[4] and ARGV[6] instead)
 -- ARGV[1]  member: unique id of this attempt
 -- ARGV[2]  success (1/0)        ARGV[3]  captcha_passed (1/0)
 -- ARGV[4]  captcha_demanded (1/0): something outside the user demands a captcha
 -- ARGV[5]  shadow (1/0)
--- ARGV[6]  captcha_after        ARGV[7]  captcha_window_ms
--- ARGV[8]  lock_after           ARGV[9]  lock_window_ms
--- ARGV[10] lock_ms              ARGV[11] lock_max_ms
--- ARGV[12] reset_on_success (1/0)  ARGV[13] escalation_reset_ms
--- ARGV[14] ip_blocked (1/0): something outside the user refuses the attempt
--- ARGV[15] pair (1/0)  ARGV[16] pair_lock_after  ARGV[17] the pair's IP
--- with the IP's key: ARGV[18] ip_captcha_after  ARGV[19] ip_block_after
---          ARGV[20] ip_window_ms
+-- ARGV[6]  ip_blocked (1/0): something outside the user refuses the attempt
+-- ARGV[7]  with the pair: the pair's IP
 --
--- Returns an array of integers:
+-- Returns 11 numbers packed as big-endian doubles (struct.pack('>d...')):
 --   { verdict, retry_after_ms, failures, captcha_crossed, locked_for_ms,
 --     ip_count, ip_retry_after_ms, pair_locked_for_ms,
 --     captcha_count, lock_count, pair_count }
@@ -65,9 +66,17 @@
 --
 -- Example (user and IP in one call):
 --   EVALSHA <sha> 3 "tg:{user:alice}:login_attempt" "tg:{user:alice}:lock" \
---     "tg:{ip:192.0.2.7}:login_attempt" "0190...-uuid" 0 0 0 0 \
---     3 900000  10 3600000  900000 86400000  1 86400000  0  0 0 ""  20 100 3600000
---   -> { 0, 0, 1, 0, -1, 0, -1, -1, 0, 0, -1 }
+--     "tg:{ip:192.0.2.7}:login_attempt" "0190...-uuid" 0 0 0 0 0
+--   -> the packed { 0, 0, 1, 0, -1, 0, -1, -1, 0, 0, -1 }
+
+-- The policy: captcha_after, captcha_window, lock_after, lock_window,
+-- lock_ms, lock_max_ms, reset_on_success, escalation_reset, pair_lock_after,
+-- keep (the user's newest failures kept: max(captcha_after, lock_after)),
+-- keep_rank, user_ttl, index_ttl; pair (whether KEYS[3], KEYS[4] and ARGV[7]
+-- are the pair's); ipkey (the IP's key, or false) with ip_captcha_after,
+-- ip_block_after, ip_window, ip_keep_rank, ip_ttl. Ranks and TTLs
+-- come as strings: redis.call formats a number with snprintf("%.17g").
+--@POLICY@
 
 local wkey, lkey = KEYS[1], KEYS[2]
 local member = ARGV[1]
@@ -75,26 +84,14 @@ local success = ARGV[2] == '1'
 local captcha_passed = ARGV[3] == '1'
 local captcha_demanded = ARGV[4] == '1'
 local shadow = ARGV[5] == '1'
-local captcha_after = tonumber(ARGV[6])
-local captcha_window = tonumber(ARGV[7])
-local lock_after = tonumber(ARGV[8])
-local lock_window = tonumber(ARGV[9])
-local lock_ms = tonumber(ARGV[10])
-local lock_max_ms = tonumber(ARGV[11])
-local reset_on_success = ARGV[12] == '1'
-local escalation_reset = tonumber(ARGV[13])
-local ip_blocked = ARGV[14] == '1'
-local pair = ARGV[15] == '1'
-local plkey, pindex, ipkey
-local pair_ip = ARGV[17]
+local ip_blocked = ARGV[6] == '1'
+local plkey, pindex, pair_ip
 if pair then
-  plkey, pindex, ipkey = KEYS[3], KEYS[4], KEYS[5]
-else
-  ipkey = KEYS[3]
+  plkey, pindex, pair_ip = KEYS[3], KEYS[4], ARGV[7]
 end
 
 -- The newest pairs a user's index keeps (Rust: PAIR_INDEX_KEEP).
-local PAIR_INDEX_KEEP = 1000
+local PAIR_INDEX_KEEP_RANK = '-1001'
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -107,11 +104,7 @@ end
 
 -- The IP: its count, block and captcha tier.
 local ip_count, ip_retry = -1, -1
-local ip_window, ip_keep
 if ipkey then
-  local ip_captcha_after, ip_block_after = tonumber(ARGV[18]), tonumber(ARGV[19])
-  ip_window = tonumber(ARGV[20])
-  ip_keep = math.max(ip_captcha_after, ip_block_after)
   ip_count = count(ipkey, ip_window)
   if ip_count >= ip_block_after then
     ip_blocked = true
@@ -143,12 +136,6 @@ local function lock(key, prev_until, prev_level)
   return duration
 end
 
--- Add this failure to a set as `id`, keeping its newest `keep`.
-local function add(key, id, keep, ttl)
-  redis.call('ZADD', key, now_s, id)
-  redis.call('ZREMRANGEBYRANK', key, 0, -(keep + 1))
-  redis.call('PEXPIRE', key, ttl)
-end
 
 local prev_until, prev_level, locked = read_lock(lkey)
 local pprev_until, pprev_level, pair_locked = nil, 0, false
@@ -156,7 +143,6 @@ if pair then pprev_until, pprev_level, pair_locked = read_lock(plkey) end
 
 -- The user's failures, oldest first: never more than keep of them, so one
 -- read gives every count this call needs.
-local keep = math.max(captcha_after, lock_after)
 local ids, scores = {}, {}
 local raw = redis.call('ZRANGE', wkey, 0, -1, 'WITHSCORES')
 for j = 1, #raw, 2 do
@@ -200,29 +186,32 @@ if (verdict == 0 and not ip_blocked) or shadow then
     redis.call('ZADD', wkey, now_s, id)
     ids[#ids + 1], scores[#scores + 1] = id, now
     if #ids > keep then
-      redis.call('ZREMRANGEBYRANK', wkey, 0, -(keep + 1))
+      redis.call('ZREMRANGEBYRANK', wkey, '0', keep_rank)
       while #ids > keep do
         table.remove(ids, 1)
         table.remove(scores, 1)
       end
     end
-    redis.call('PEXPIRE', wkey, math.max(captcha_window, lock_window))
+    redis.call('PEXPIRE', wkey, user_ttl)
     local in_lock_window = recent(lock_window)
     if not locked and in_lock_window >= lock_after then
       locked_for = lock(lkey, prev_until, prev_level)
     end
     if pair and not pair_locked then
-      local pair_lock_after = tonumber(ARGV[16])
       if in_lock_window >= pair_lock_after
         and recent(lock_window, pair_ip .. '|') >= pair_lock_after then
         pair_locked_for = lock(plkey, pprev_until, pprev_level)
         -- The index of locked pairs outlives every lock it lists.
         redis.call('ZADD', pindex, now_s, pair_ip)
-        redis.call('ZREMRANGEBYRANK', pindex, 0, -(PAIR_INDEX_KEEP + 1))
-        redis.call('PEXPIRE', pindex, lock_max_ms + escalation_reset)
+        redis.call('ZREMRANGEBYRANK', pindex, '0', PAIR_INDEX_KEEP_RANK)
+        redis.call('PEXPIRE', pindex, index_ttl)
       end
     end
-    if ipkey then add(ipkey, member, ip_keep, ip_window) end
+    if ipkey then
+      redis.call('ZADD', ipkey, now_s, member)
+      redis.call('ZREMRANGEBYRANK', ipkey, '0', ip_keep_rank)
+      redis.call('PEXPIRE', ipkey, ip_ttl)
+    end
     -- The set keeps its `keep` newest, and `failures` were the newest.
     local after = math.min(failures + 1, keep)
     if failures < captcha_after and after >= captcha_after then crossed = 1 end
@@ -230,5 +219,7 @@ if (verdict == 0 and not ip_blocked) or shadow then
   end
 end
 
-return { verdict, retry, failures, crossed, locked_for, ip_count, ip_retry, pair_locked_for,
-  captcha_count, lock_count, pair_count }
+-- Packed as big-endian doubles: one bulk string is cheaper for Redis to
+-- answer than an array of integers (about 4 k instructions of 137 k).
+return struct.pack('>ddddddddddd', verdict, retry, failures, crossed, locked_for, ip_count,
+  ip_retry, pair_locked_for, captcha_count, lock_count, pair_count)

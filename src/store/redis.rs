@@ -28,6 +28,7 @@ use futures::{StreamExt, TryStreamExt};
 
 use super::StoreError;
 
+mod login_script;
 mod reserve_policy;
 mod reserve_subjects;
 mod scripts;
@@ -49,6 +50,9 @@ thread_local! {
     static THREAD_CLIENTS: RefCell<Vec<(u64, Client)>> = const { RefCell::new(Vec::new()) };
 }
 
+pub use self::login_script::{render_login_attempt, IpLimits, LoginShape};
+
+use self::login_script::LoginScripts;
 use self::reserve_policy::ReserveScripts;
 use self::scripts::Scripts;
 use self::url::{fred_url, glob_escape};
@@ -64,6 +68,7 @@ pub struct RedisStore {
     timeout: Duration,
     scripts: Scripts,
     reserve_scripts: ReserveScripts,
+    login_scripts: LoginScripts,
 }
 
 impl RedisStore {
@@ -121,6 +126,7 @@ impl RedisStore {
             timeout,
             scripts: Scripts::new(),
             reserve_scripts: ReserveScripts::default(),
+            login_scripts: LoginScripts::default(),
         };
         // Wait for the first attempt's outcome, not for `timeout`: the
         // reconnect policy delays even the first attempt by 100-200 ms, so a

@@ -6,6 +6,7 @@ use fred::prelude::Value;
 use fred::types::scripts::Script;
 use fred::types::FromValue;
 
+use super::login_script::{IpLimits, LoginShape};
 use super::reserve_policy::{answer_len, Render};
 use super::RedisStore;
 use crate::store::{
@@ -17,7 +18,6 @@ use crate::store::{
 /// Every script, loaded once per store.
 pub(super) struct Scripts {
     pub(super) window_peek: Script,
-    pub(super) login_attempt: Script,
     pub(super) login_state: Script,
     pub(super) otp_put: Script,
     pub(super) otp_check: Script,
@@ -34,7 +34,6 @@ impl Scripts {
     pub(super) fn new() -> Self {
         Self {
             window_peek: Script::from_lua(include_str!("../../../lua/window_peek.lua")),
-            login_attempt: Script::from_lua(include_str!("../../../lua/login_attempt.lua")),
             login_state: Script::from_lua(include_str!("../../../lua/login_state.lua")),
             otp_put: Script::from_lua(include_str!("../../../lua/otp_put.lua")),
             otp_check: Script::from_lua(include_str!("../../../lua/otp_check.lua")),
@@ -48,12 +47,12 @@ impl Scripts {
         }
     }
 
-    /// `reserve.lua` is not among them: it is rendered per request shape
-    /// (`ReserveScripts`) and loads on its first use.
-    pub(super) fn all(&self) -> [&Script; 12] {
+    /// `reserve.lua` and `login_attempt.lua` are not among them: they are
+    /// rendered per request shape (`ReserveScripts`, `LoginScripts`) and
+    /// load on their first use.
+    pub(super) fn all(&self) -> [&Script; 11] {
         [
             &self.window_peek,
-            &self.login_attempt,
             &self.login_state,
             &self.otp_put,
             &self.otp_check,
@@ -163,47 +162,29 @@ impl RedisStore {
         req: &LoginAttemptRequest<'_>,
         ip: Option<&IpFailureWindow<'_>>,
     ) -> Result<(LoginAttemptOutcome, Option<IpFailures>), StoreError> {
-        let p = req.policy;
-        let mut keys = vec![req.window_key, req.lock_key];
-        let mut args = Vec::with_capacity(20);
+        let mut keys = Vec::with_capacity(5);
+        keys.extend([req.window_key, req.lock_key]);
+        let mut args = Vec::with_capacity(7);
         args.extend([
             Value::from(req.member),
             flag(req.success),
             flag(req.captcha_passed),
             flag(req.captcha_demanded),
             flag(req.shadow),
-            int(u64::from(p.captcha_after)),
-            int(p.captcha_window_ms),
-            int(u64::from(p.lock_after)),
-            int(p.lock_window_ms),
-            int(p.lock_ms),
-            int(p.lock_max_ms),
-            flag(p.reset_on_success),
-            int(p.escalation_reset_ms),
             flag(req.ip_blocked),
         ]);
-        match &req.pair {
-            Some(pair) => {
-                keys.extend([pair.lock_key, pair.index_key]);
-                args.extend([
-                    flag(true),
-                    int(u64::from(p.pair_lock_after)),
-                    Value::from(pair.ip),
-                ]);
-            }
-            None => args.extend([flag(false), int(0), Value::from("")]),
+        if let Some(pair) = &req.pair {
+            keys.extend([pair.lock_key, pair.index_key]);
+            args.push(Value::from(pair.ip));
         }
-        if let Some(ip) = ip {
-            keys.push(ip.key);
-            args.extend([
-                int(u64::from(ip.captcha_after)),
-                int(u64::from(ip.block_after)),
-                int(ip.window_ms),
-            ]);
-        }
-        let out = self
-            .eval_ints(&self.scripts.login_attempt, keys, args, 11)
-            .await?;
+        keys.extend(ip.map(|ip| ip.key));
+        let script = self.login_scripts.for_shape(&LoginShape {
+            policy: *req.policy,
+            pair: req.pair.is_some(),
+            ip: ip.map(IpLimits::from),
+        });
+        let packed: Bytes = self.eval(&script, keys, args).await?;
+        let out = unpack_answer(&packed, 11)?;
         let verdict = match out[0] {
             0 => LoginVerdict::Recorded,
             1 => LoginVerdict::Locked {
@@ -260,12 +241,13 @@ impl RedisStore {
     }
 }
 
-/// `reserve.lua`'s answer: `len` integers packed as big-endian doubles.
+/// The answer of `reserve.lua` or `login_attempt.lua`: `len` integers
+/// packed as big-endian doubles.
 /// Each is cut to an integer as Redis cuts a Lua number it answers.
 fn unpack_answer(packed: &[u8], len: usize) -> Result<Vec<i64>, StoreError> {
     if packed.len() != 8 * len {
         return Err(StoreError::Protocol(format!(
-            "expected {len} numbers ({} bytes) from reserve.lua, got {} bytes",
+            "expected {len} numbers ({} bytes) from the script, got {} bytes",
             8 * len,
             packed.len()
         )));

@@ -1,0 +1,217 @@
+//! `login_attempt.lua` is a template, as `reserve.lua` is: the login policy
+//! (and whether a call names the pair's keys and the IP's window, with its
+//! limits) is written into it as Lua literals, one script per shape, loaded
+//! once and called by its SHA. Only the attempt's own facts travel as
+//! arguments. Twelve policy numbers parsed at every call, and the ranks and
+//! TTLs formatted for every `redis.call`, cost Redis about a sixth of the
+//! call (docs/benchmarks.md).
+//!
+//! Nothing a client sends reaches the rendered text: it holds integers and
+//! booleans from the configuration; keys and the pair's IP stay in
+//! `KEYS`/`ARGV`.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::sync::RwLock;
+
+use fred::types::scripts::Script;
+
+use crate::store::{IpFailureWindow, LoginPolicy};
+
+const TEMPLATE: &str = include_str!("../../../lua/login_attempt.lua");
+const POLICY_LINE: &str = "\n--@POLICY@\n";
+/// A configuration has a few shapes (with or without the pair, the IP's
+/// window); more than this means reloads piled them up, and the cache
+/// starts over.
+const MAX_SHAPES: usize = 64;
+
+/// The IP's window as the script needs it: its limits, not its key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct IpLimits {
+    /// Failures from which logins from the IP need a captcha.
+    pub captcha_after: u32,
+    /// Failures that block the IP.
+    pub block_after: u32,
+    /// Length of the window both count in.
+    pub window_ms: u64,
+}
+
+impl From<&IpFailureWindow<'_>> for IpLimits {
+    fn from(ip: &IpFailureWindow<'_>) -> Self {
+        Self {
+            captcha_after: ip.captcha_after,
+            block_after: ip.block_after,
+            window_ms: ip.window_ms,
+        }
+    }
+}
+
+/// What a login call's script depends on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct LoginShape {
+    /// The policy.
+    pub policy: LoginPolicy,
+    /// The call names the pair's keys (`KEYS[3]`, `KEYS[4]`) and IP (`ARGV[7]`).
+    pub pair: bool,
+    /// The call names the IP's window (its last key).
+    pub ip: Option<IpLimits>,
+}
+
+/// `login_attempt.lua` for `shape`: the policy in place of its `--@POLICY@`
+/// line. Public for the lean limit (`examples/lean_login.rs`), which runs
+/// the script tollgate runs.
+pub fn render_login_attempt(shape: &LoginShape) -> String {
+    let p = &shape.policy;
+    let keep = p.captcha_after.max(p.lock_after);
+    let mut policy = String::with_capacity(768);
+    // Writing to a String cannot fail: the `let _ =` drop an Ok.
+    let _ = writeln!(
+        policy,
+        "local captcha_after, captcha_window = {}, {}\n\
+         local lock_after, lock_window = {}, {}\n\
+         local lock_ms, lock_max_ms = {}, {}\n\
+         local reset_on_success, escalation_reset = {}, {}\n\
+         local pair_lock_after = {}\n\
+         local keep, keep_rank = {keep}, '-{}'\n\
+         local user_ttl, index_ttl = '{}', '{}'\n\
+         local pair = {}",
+        p.captcha_after,
+        p.captcha_window_ms,
+        p.lock_after,
+        p.lock_window_ms,
+        p.lock_ms,
+        p.lock_max_ms,
+        p.reset_on_success,
+        p.escalation_reset_ms,
+        p.pair_lock_after,
+        u64::from(keep) + 1,
+        p.captcha_window_ms.max(p.lock_window_ms),
+        p.lock_max_ms.saturating_add(p.escalation_reset_ms),
+        shape.pair,
+    );
+    match shape.ip {
+        Some(ip) => {
+            let key = if shape.pair { 5 } else { 3 };
+            let _ = writeln!(
+                policy,
+                "local ipkey = KEYS[{key}]\n\
+                 local ip_captcha_after, ip_block_after, ip_window = {}, {}, {}\n\
+                 local ip_keep_rank, ip_ttl = '-{}', '{}'",
+                ip.captcha_after,
+                ip.block_after,
+                ip.window_ms,
+                u64::from(ip.captcha_after.max(ip.block_after)) + 1,
+                ip.window_ms,
+            );
+        }
+        None => policy.push_str(
+            "local ipkey = false\n\
+             local ip_captcha_after, ip_block_after, ip_window, ip_keep_rank, ip_ttl\n",
+        ),
+    }
+    TEMPLATE.replacen(POLICY_LINE, &format!("\n{policy}"), 1)
+}
+
+/// The rendered scripts, by shape.
+#[derive(Default)]
+pub(super) struct LoginScripts {
+    shapes: RwLock<HashMap<LoginShape, Script>>,
+}
+
+impl LoginScripts {
+    /// The script for `shape`, rendered on first use.
+    pub(super) fn for_shape(&self, shape: &LoginShape) -> Script {
+        // A poisoned lock only means another thread panicked while inserting
+        // a script; the map is still a map.
+        if let Some(script) = self
+            .shapes
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(shape)
+        {
+            return script.clone();
+        }
+        let mut shapes = self.shapes.write().unwrap_or_else(|e| e.into_inner());
+        if shapes.len() >= MAX_SHAPES {
+            shapes.clear();
+        }
+        let script = Script::from_lua(render_login_attempt(shape));
+        shapes.insert(*shape, script.clone());
+        script
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy() -> LoginPolicy {
+        LoginPolicy {
+            captcha_after: 3,
+            captcha_window_ms: 900_000,
+            lock_after: 100,
+            pair_lock_after: 10,
+            lock_window_ms: 3_600_000,
+            lock_ms: 900_000,
+            lock_max_ms: 86_400_000,
+            reset_on_success: true,
+            escalation_reset_ms: 86_400_000,
+        }
+    }
+
+    #[test]
+    fn the_policy_replaces_its_marker_once() {
+        let shape = LoginShape {
+            policy: policy(),
+            pair: true,
+            ip: Some(IpLimits {
+                captcha_after: 20,
+                block_after: 100,
+                window_ms: 3_600_000,
+            }),
+        };
+        let lua = render_login_attempt(&shape);
+        assert!(!lua.contains("--@POLICY@"));
+        for line in [
+            "local captcha_after, captcha_window = 3, 900000",
+            "local keep, keep_rank = 100, '-101'",
+            "local user_ttl, index_ttl = '3600000', '172800000'",
+            "local pair = true",
+            "local ipkey = KEYS[5]",
+            "local ip_keep_rank, ip_ttl = '-101', '3600000'",
+        ] {
+            assert!(lua.contains(line), "missing {line:?}");
+        }
+        let plain = render_login_attempt(&LoginShape {
+            pair: false,
+            ip: None,
+            ..shape
+        });
+        assert!(plain.contains("local pair = false") && plain.contains("local ipkey = false"));
+        // The IP's key follows the user's two when there is no pair.
+        let ip_only = render_login_attempt(&LoginShape {
+            pair: false,
+            ..shape
+        });
+        assert!(ip_only.contains("local ipkey = KEYS[3]"));
+    }
+
+    #[test]
+    fn each_shape_has_its_own_script() {
+        let scripts = LoginScripts::default();
+        let a = LoginShape {
+            policy: policy(),
+            pair: false,
+            ip: None,
+        };
+        let b = LoginShape {
+            policy: LoginPolicy {
+                lock_after: 5,
+                ..policy()
+            },
+            ..a
+        };
+        assert_eq!(scripts.for_shape(&a).sha1(), scripts.for_shape(&a).sha1());
+        assert_ne!(scripts.for_shape(&a).sha1(), scripts.for_shape(&b).sha1());
+    }
+}
