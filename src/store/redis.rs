@@ -52,7 +52,6 @@ thread_local! {
 
 pub use self::login_script::{render_login_attempt, IpLimits, LoginShape};
 
-use self::login_script::LoginScripts;
 use self::reserve_policy::ReserveScripts;
 use self::scripts::Scripts;
 use self::url::{fred_url, glob_escape};
@@ -68,7 +67,6 @@ pub struct RedisStore {
     timeout: Duration,
     scripts: Scripts,
     reserve_scripts: ReserveScripts,
-    login_scripts: LoginScripts,
 }
 
 impl RedisStore {
@@ -126,7 +124,6 @@ impl RedisStore {
             timeout,
             scripts: Scripts::new(),
             reserve_scripts: ReserveScripts::default(),
-            login_scripts: LoginScripts::default(),
         };
         // Wait for the first attempt's outcome, not for `timeout`: the
         // reconnect policy delays even the first attempt by 100-200 ms, so a

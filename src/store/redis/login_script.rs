@@ -10,9 +10,8 @@
 //! booleans from the configuration; keys and the pair's IP stay in
 //! `KEYS`/`ARGV`.
 
-use std::collections::HashMap;
+use std::cell::RefCell;
 use std::fmt::Write as _;
-use std::sync::RwLock;
 
 use fred::types::scripts::Script;
 
@@ -21,9 +20,9 @@ use crate::store::{IpFailureWindow, LoginPolicy};
 const TEMPLATE: &str = include_str!("../../../lua/login_attempt.lua");
 const POLICY_LINE: &str = "\n--@POLICY@\n";
 /// A configuration has a few shapes (with or without the pair, the IP's
-/// window); more than this means reloads piled them up, and the cache
-/// starts over.
-const MAX_SHAPES: usize = 64;
+/// window); more than this on a thread means reloads piled them up, and
+/// its cache starts over.
+const MAX_SHAPES: usize = 16;
 
 /// The IP's window as the script needs it: its limits, not its key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -112,33 +111,28 @@ pub fn render_login_attempt(shape: &LoginShape) -> String {
     TEMPLATE.replacen(POLICY_LINE, &format!("\n{policy}"), 1)
 }
 
-/// The rendered scripts, by shape.
-#[derive(Default)]
-pub(super) struct LoginScripts {
-    shapes: RwLock<HashMap<LoginShape, Script>>,
+thread_local! {
+    /// This thread's rendered scripts, by shape: a login finds its shape by
+    /// comparing a few integers, and its script's reference count is this
+    /// thread's alone (a map shared by the HTTP workers had each login hash
+    /// the shape and bounce a lock's and the script's counters between cores).
+    static RENDERED: RefCell<Vec<(LoginShape, Script)>> = const { RefCell::new(Vec::new()) };
 }
 
-impl LoginScripts {
-    /// The script for `shape`, rendered on first use.
-    pub(super) fn for_shape(&self, shape: &LoginShape) -> Script {
-        // A poisoned lock only means another thread panicked while inserting
-        // a script; the map is still a map.
-        if let Some(script) = self
-            .shapes
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(shape)
-        {
+/// The script for `shape`, rendered on this thread's first use of it.
+pub(super) fn login_script_for(shape: &LoginShape) -> Script {
+    RENDERED.with(|rendered| {
+        let mut rendered = rendered.borrow_mut();
+        if let Some((_, script)) = rendered.iter().find(|(s, _)| s == shape) {
             return script.clone();
         }
-        let mut shapes = self.shapes.write().unwrap_or_else(|e| e.into_inner());
-        if shapes.len() >= MAX_SHAPES {
-            shapes.clear();
+        if rendered.len() >= MAX_SHAPES {
+            rendered.clear();
         }
         let script = Script::from_lua(render_login_attempt(shape));
-        shapes.insert(*shape, script.clone());
+        rendered.push((*shape, script.clone()));
         script
-    }
+    })
 }
 
 #[cfg(test)]
@@ -198,7 +192,6 @@ mod tests {
 
     #[test]
     fn each_shape_has_its_own_script() {
-        let scripts = LoginScripts::default();
         let a = LoginShape {
             policy: policy(),
             pair: false,
@@ -211,7 +204,20 @@ mod tests {
             },
             ..a
         };
-        assert_eq!(scripts.for_shape(&a).sha1(), scripts.for_shape(&a).sha1());
-        assert_ne!(scripts.for_shape(&a).sha1(), scripts.for_shape(&b).sha1());
+        assert_eq!(login_script_for(&a).sha1(), login_script_for(&a).sha1());
+        assert_ne!(login_script_for(&a).sha1(), login_script_for(&b).sha1());
+        // Past the bound the cache starts over and still answers right.
+        for lock_after in 0..2 * MAX_SHAPES as u32 {
+            let shape = LoginShape {
+                policy: LoginPolicy {
+                    lock_after,
+                    ..policy()
+                },
+                ..a
+            };
+            let expected = Script::from_lua(render_login_attempt(&shape));
+            assert_eq!(login_script_for(&shape).sha1(), expected.sha1());
+        }
+        RENDERED.with(|r| assert!(r.borrow().len() <= MAX_SHAPES));
     }
 }

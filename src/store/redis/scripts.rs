@@ -6,7 +6,7 @@ use fred::prelude::Value;
 use fred::types::scripts::Script;
 use fred::types::FromValue;
 
-use super::login_script::{IpLimits, LoginShape};
+use super::login_script::{login_script_for, IpLimits, LoginShape};
 use super::reserve_policy::{answer_len, Render};
 use super::RedisStore;
 use crate::store::{
@@ -48,8 +48,8 @@ impl Scripts {
     }
 
     /// `reserve.lua` and `login_attempt.lua` are not among them: they are
-    /// rendered per request shape (`ReserveScripts`, `LoginScripts`) and
-    /// load on their first use.
+    /// rendered per request shape (`ReserveScripts`, `login_script_for`)
+    /// and load on their first use.
     pub(super) fn all(&self) -> [&Script; 11] {
         [
             &self.window_peek,
@@ -178,7 +178,7 @@ impl RedisStore {
             args.push(Value::from(pair.ip));
         }
         keys.extend(ip.map(|ip| ip.key));
-        let script = self.login_scripts.for_shape(&LoginShape {
+        let script = login_script_for(&LoginShape {
             policy: *req.policy,
             pair: req.pair.is_some(),
             ip: ip.map(IpLimits::from),
@@ -364,8 +364,10 @@ fn has_observe(windows: &[WindowSpec]) -> bool {
     windows.iter().any(|w| w.mode == WindowMode::Observe)
 }
 
+/// A flag as the string `"1"` or `"0"` (what Redis hands the script either
+/// way): an integer argument costs fred a floating-point log10 to size it.
 pub(super) fn flag(v: bool) -> Value {
-    Value::from(i64::from(v))
+    Value::from_static(if v { b"1" } else { b"0" })
 }
 
 pub(super) fn count(v: i64) -> Result<u32, StoreError> {
