@@ -4,7 +4,7 @@
 use super::WindowSpec;
 
 /// The login brute-force policy, in store units.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LoginPolicy {
     /// Failures in the captcha window from which a captcha is required.
     pub captcha_after: u32,

@@ -25,7 +25,7 @@ const POLICY_LINE: &str = "\n--@POLICY@\n";
 const MAX_SHAPES: usize = 16;
 
 /// The IP's window as the script needs it: its limits, not its key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IpLimits {
     /// Failures from which logins from the IP need a captcha.
     pub captcha_after: u32,
@@ -46,7 +46,7 @@ impl From<&IpFailureWindow<'_>> for IpLimits {
 }
 
 /// What a login call's script depends on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LoginShape {
     /// The policy.
     pub policy: LoginPolicy,
