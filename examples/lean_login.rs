@@ -14,8 +14,9 @@ use actix_web::{web, App, HttpResponse, HttpServer};
 use fred::prelude::{Client, ClientLike, Config};
 use fred::types::scripts::Script;
 use serde::Deserialize;
+use tollgate::guard::Policy;
+use tollgate::settings::Settings;
 use tollgate::store::redis::{render_login_attempt, IpLimits, LoginShape};
-use tollgate::store::LoginPolicy;
 
 /// The allocator tollgate's binary uses, so that the two compare like for like.
 #[global_allocator]
@@ -33,30 +34,21 @@ struct Attempt {
     success: bool,
 }
 
-/// tollgate's defaults (`login.*`), rendered into the script as tollgate
-/// renders its policy.
-fn script() -> Script {
-    let policy = LoginPolicy {
-        captcha_after: 3,
-        captcha_window_ms: 900_000,
-        lock_after: 100,
-        pair_lock_after: 10,
-        lock_window_ms: 3_600_000,
-        lock_ms: 900_000,
-        lock_max_ms: 86_400_000,
-        reset_on_success: true,
-        escalation_reset_ms: 86_400_000,
-    };
-    let ip = IpLimits {
-        captcha_after: 20,
-        block_after: 100,
-        window_ms: 3_600_000,
-    };
-    Script::from_lua(render_login_attempt(&LoginShape {
-        policy,
-        pair: true,
-        ip: Some(ip),
-    }))
+/// tollgate's own default policy (`Settings::defaults`, `[login]`), rendered
+/// into the script as tollgate renders it, so the two cannot drift apart.
+fn script() -> std::io::Result<Script> {
+    let settings = Settings::defaults().map_err(std::io::Error::other)?;
+    let policy = Policy::from_settings(&settings).map_err(std::io::Error::other)?;
+    let login = &policy.login;
+    Ok(Script::from_lua(render_login_attempt(&LoginShape {
+        policy: login.store,
+        pair: login.pair_lock.is_some(),
+        ip: Some(IpLimits {
+            captcha_after: login.ip.captcha.limit,
+            block_after: login.ip.block.limit,
+            window_ms: login.ip.block.window_ms(),
+        }),
+    })))
 }
 
 /// The attempt's own facts, in the order of the script's ARGV: member,
@@ -120,7 +112,7 @@ async fn main() -> std::io::Result<()> {
         .next()
         .unwrap_or_else(|| "redis://127.0.0.1:6379".into());
     let config = Config::from_url(&url).map_err(std::io::Error::other)?;
-    let script = web::Data::new(script());
+    let script = web::Data::new(script()?);
     HttpServer::new(move || {
         let client = Client::new(config.clone(), None, None, None);
         let _connection = client.connect();

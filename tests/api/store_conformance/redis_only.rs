@@ -5,11 +5,11 @@ use std::time::{Duration, Instant};
 use fred::prelude::{ClientLike, HashesInterface, KeysInterface, LuaInterface};
 use tollgate::store::redis::RedisStore;
 use tollgate::store::{
-    ConversionHit, ConversionPolicy, HitRequest, HitVerdict, ReserveRequest, StoreError,
-    WindowSpec, WindowStore,
+    ConversionHit, ConversionPolicy, HitRequest, HitVerdict, LoginPolicy, LoginVerdict,
+    ReserveRequest, StoreError, WindowSpec, WindowStore,
 };
 
-use super::backend::{member, redis_url, StoreUnderTest};
+use super::backend::{member, policy, redis_url, Attempt, StoreUnderTest};
 
 #[tokio::test]
 async fn a_redis_that_is_down_gives_a_store_that_answers_unavailable_at_once() {
@@ -83,6 +83,43 @@ async fn scripts_are_loaded_again_after_the_script_cache_is_flushed() {
         .await;
     b.cleanup().await;
     assert_eq!(second.expect("reloaded on NOSCRIPT").counts, [1]);
+}
+
+/// `login_attempt.lua` is rendered with the policy written into it: a call
+/// under another policy (a reload) must run that policy's script, on the
+/// same store and the same thread, and the first policy's must still be
+/// there when it comes back.
+#[tokio::test]
+async fn a_login_under_another_policy_runs_that_policys_script() {
+    let b = StoreUnderTest::redis().await;
+    let calm = policy();
+    let strict = LoginPolicy {
+        captcha_after: 2,
+        ..policy()
+    };
+    let user = "policy-swap";
+    for n in 1..=2 {
+        let out = b.login(user, &calm, Attempt::failure()).await;
+        assert_eq!(
+            out.verdict,
+            LoginVerdict::Recorded,
+            "failure {n} under the calm policy"
+        );
+    }
+    let challenged = b.login(user, &strict, Attempt::failure()).await;
+    assert_eq!(
+        challenged.verdict,
+        LoginVerdict::Challenged,
+        "2 failures reach the strict policy's captcha_after"
+    );
+    let recorded = b.login(user, &calm, Attempt::failure()).await;
+    assert_eq!(
+        recorded.verdict,
+        LoginVerdict::Recorded,
+        "the calm policy again"
+    );
+    assert_eq!(recorded.failures, 3);
+    b.cleanup().await;
 }
 
 /// `write` writes `key`, a hash that must live `keep_ms` past each write: its
