@@ -52,7 +52,6 @@ thread_local! {
 
 pub use self::login_script::{render_login_attempt, IpLimits, LoginShape};
 
-use self::reserve_policy::ReserveScripts;
 use self::scripts::Scripts;
 use self::url::{fred_url, glob_escape};
 
@@ -66,7 +65,6 @@ pub struct RedisStore {
     id: u64,
     timeout: Duration,
     scripts: Scripts,
-    reserve_scripts: ReserveScripts,
 }
 
 impl RedisStore {
@@ -123,7 +121,6 @@ impl RedisStore {
             id: NEXT_STORE_ID.fetch_add(1, Ordering::Relaxed),
             timeout,
             scripts: Scripts::new(),
-            reserve_scripts: ReserveScripts::default(),
         };
         // Wait for the first attempt's outcome, not for `timeout`: the
         // reconnect policy delays even the first attempt by 100-200 ms, so a

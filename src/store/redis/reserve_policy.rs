@@ -11,9 +11,8 @@
 //! the configuration and strings made of them; keys and codes stay in
 //! `KEYS`/`ARGV`.
 
-use std::collections::HashMap;
+use std::cell::RefCell;
 use std::fmt::Write as _;
-use std::sync::RwLock;
 
 use fred::types::scripts::Script;
 
@@ -30,52 +29,67 @@ const ANSWER_LINE: &str = "\n--@ANSWER@\n";
 const CONVERSIONS_LINE: &str = "\n--@CONVERSIONS@\n";
 const COUNT_LINE: &str = "\n--@COUNT@\n";
 /// A configuration has a handful of shapes (per action, shadow or not, a
-/// captcha passed or not); more than this means reloads piled them up, and
-/// the cache starts over.
-const MAX_SHAPES: usize = 256;
+/// captcha passed or not); more than this on a thread means reloads piled
+/// them up, and its cache starts over.
+const MAX_SHAPES: usize = 64;
 
-/// What a request's script depends on: every number its policy renders.
-#[derive(Clone, PartialEq, Eq, Hash)]
-struct Shape(Vec<u64>);
-
-impl Shape {
-    fn of(subjects: &[SubjectWindows<'_>], conversions: &[ConversionHit<'_>], req: Render) -> Self {
-        let windows: usize = subjects.iter().map(|s| s.windows.len()).sum();
-        let mut v = Vec::with_capacity(4 + subjects.len() + 4 * windows + 8 * conversions.len());
-        v.extend([
-            u64::from(req.count),
-            u64::from(req.code),
-            subjects.len() as u64,
-        ]);
-        for subject in subjects {
-            v.push(subject.windows.len() as u64);
-            for w in subject.windows {
-                v.extend([
-                    u64::from(w.limit),
-                    w.window_ms,
-                    mode(w),
-                    u64::from(w.is_meter()),
-                ]);
-            }
-        }
-        for c in conversions {
-            let p = c.policy;
-            v.extend([
-                u64::from(p.min_events),
-                u64::from(p.min_ratio_ppm),
-                p.slice_ms(),
-                p.slices(),
-                p.block_ms,
+/// Write into `shape` every number a request's script depends on: what its
+/// policy renders.
+fn shape_of(
+    shape: &mut Vec<u64>,
+    subjects: &[SubjectWindows<'_>],
+    conversions: &[ConversionHit<'_>],
+    req: Render,
+) {
+    shape.clear();
+    shape.extend([
+        u64::from(req.count),
+        u64::from(req.code),
+        subjects.len() as u64,
+    ]);
+    for subject in subjects {
+        shape.push(subject.windows.len() as u64);
+        for w in subject.windows {
+            shape.extend([
+                u64::from(w.limit),
+                w.window_ms,
+                mode(w),
+                u64::from(w.is_meter()),
             ]);
-            match (p.surge, p.bucket_ms()) {
-                (Some(s), Some(bucket)) => {
-                    v.extend([u64::from(s.factor_milli), bucket, u64::from(s.block)])
-                }
-                _ => v.push(0),
-            }
         }
-        Self(v)
     }
+    for c in conversions {
+        let p = c.policy;
+        shape.extend([
+            u64::from(p.min_events),
+            u64::from(p.min_ratio_ppm),
+            p.slice_ms(),
+            p.slices(),
+            p.block_ms,
+        ]);
+        match (p.surge, p.bucket_ms()) {
+            (Some(s), Some(bucket)) => {
+                shape.extend([u64::from(s.factor_milli), bucket, u64::from(s.block)])
+            }
+            _ => shape.push(0),
+        }
+    }
+}
+
+/// This thread's rendered scripts, by shape, and the buffer a request's
+/// shape is written into (no allocation once it has grown).
+#[derive(Default)]
+struct Rendered {
+    scripts: Vec<(Vec<u64>, Script)>,
+    scratch: Vec<u64>,
+}
+
+thread_local! {
+    /// Each HTTP worker keeps its own scripts, found by comparing shapes: a
+    /// map shared by the workers had every send hash its shape and bounce a
+    /// lock's and the script's reference counts between cores, as the login
+    /// scripts did (`login_script_for`).
+    static RENDERED: RefCell<Rendered> = RefCell::new(Rendered::default());
 }
 
 /// The choices of a call that change its script besides the windows.
@@ -87,39 +101,27 @@ pub(super) struct Render {
     pub(super) code: bool,
 }
 
-/// The rendered scripts, by shape.
-#[derive(Default)]
-pub(super) struct ReserveScripts {
-    shapes: RwLock<HashMap<Shape, Script>>,
-}
-
-impl ReserveScripts {
-    /// The script for this request's shape, rendered on first use.
-    pub(super) fn for_request(
-        &self,
-        subjects: &[SubjectWindows<'_>],
-        conversions: &[ConversionHit<'_>],
-        req: Render,
-    ) -> Script {
-        let shape = Shape::of(subjects, conversions, req);
-        // A poisoned lock only means another thread panicked while inserting
-        // a script; the map is still a map.
-        if let Some(script) = self
-            .shapes
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&shape)
-        {
+/// The script for a request of this shape, rendered on this thread's first
+/// use of it. The shape fully decides the text, so stores may share it.
+pub(super) fn reserve_script_for(
+    subjects: &[SubjectWindows<'_>],
+    conversions: &[ConversionHit<'_>],
+    req: Render,
+) -> Script {
+    RENDERED.with(|rendered| {
+        let mut rendered = rendered.borrow_mut();
+        let Rendered { scripts, scratch } = &mut *rendered;
+        shape_of(scratch, subjects, conversions, req);
+        if let Some((_, script)) = scripts.iter().find(|(shape, _)| shape == scratch) {
             return script.clone();
         }
-        let mut shapes = self.shapes.write().unwrap_or_else(|e| e.into_inner());
-        if shapes.len() >= MAX_SHAPES {
-            shapes.clear();
+        if scripts.len() >= MAX_SHAPES {
+            scripts.clear();
         }
         let script = Script::from_lua(render(subjects, conversions, req));
-        shapes.insert(shape, script.clone());
+        scripts.push((scratch.clone(), script.clone()));
         script
-    }
+    })
 }
 
 /// How many integers `reserve.lua` answers: recorded, then per subject 4
@@ -352,7 +354,6 @@ mod tests {
 
     #[test]
     fn one_script_per_shape() {
-        let scripts = ReserveScripts::default();
         let a = [WindowSpec::enforce(1, 60_000)];
         let b = [WindowSpec::enforce(2, 60_000)];
         let one = |w: &[WindowSpec], code| {
@@ -360,13 +361,30 @@ mod tests {
                 key: "k",
                 windows: w,
             }];
-            scripts
-                .for_request(&subjects, &[], Render { count: true, code })
+            reserve_script_for(&subjects, &[], Render { count: true, code })
                 .sha1()
                 .to_string()
         };
         assert_eq!(one(&a, true), one(&a, true));
         assert_ne!(one(&a, true), one(&b, true));
         assert_ne!(one(&a, true), one(&a, false));
+        // Past the bound the cache starts over and still answers right.
+        for limit in 0..2 * MAX_SHAPES as u32 {
+            let windows = [WindowSpec::enforce(limit, 60_000)];
+            let subjects = [SubjectWindows {
+                key: "k",
+                windows: &windows,
+            }];
+            let req = Render {
+                count: false,
+                code: false,
+            };
+            let expected = Script::from_lua(render(&subjects, &[], req));
+            assert_eq!(
+                reserve_script_for(&subjects, &[], req).sha1(),
+                expected.sha1()
+            );
+        }
+        RENDERED.with(|r| assert!(r.borrow().scripts.len() <= MAX_SHAPES));
     }
 }

@@ -7,7 +7,7 @@ use fred::types::scripts::Script;
 use fred::types::FromValue;
 
 use super::login_script::{login_script_for, IpLimits, LoginShape};
-use super::reserve_policy::{answer_len, Render};
+use super::reserve_policy::{answer_len, reserve_script_for, Render};
 use super::RedisStore;
 use crate::store::{
     ConversionOutcome, ConversionVerdict, FailuresBefore, HitOutcome, HitVerdict, IpFailureWindow,
@@ -48,7 +48,7 @@ impl Scripts {
     }
 
     /// `reserve.lua` and `login_attempt.lua` are not among them: they are
-    /// rendered per request shape (`ReserveScripts`, `login_script_for`)
+    /// rendered per request shape (`reserve_script_for`, `login_script_for`)
     /// and load on their first use.
     pub(super) fn all(&self) -> [&Script; 11] {
         [
@@ -143,7 +143,7 @@ impl RedisStore {
             args.push(int(u64::from(code.attempts)));
             args.push(int(code.ttl_ms));
         }
-        let script = self.reserve_scripts.for_request(
+        let script = reserve_script_for(
             subjects,
             conversions,
             Render {
