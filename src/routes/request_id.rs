@@ -36,15 +36,18 @@ pub async fn middleware(
 ) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
     let id = incoming(&req).unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
     let span = request_span(&req, &id);
+    // The header is made before the id moves into the task's scope: one
+    // copy for the extensions, none more.
+    let header = HeaderValue::from_str(&id).ok();
     req.extensions_mut().insert(RequestId(id.clone()));
     // The id is a task-local that request-path log lines name (see
     // `telemetry`), whatever the level.
-    let outcome = crate::telemetry::with_request_id(id.clone(), next.call(req))
+    let outcome = crate::telemetry::with_request_id(id, next.call(req))
         .instrument(span.clone())
         .await;
     record_status(&span, &outcome);
     let mut response = outcome?;
-    if let Ok(value) = HeaderValue::from_str(&id) {
+    if let Some(value) = header {
         response.headers_mut().insert(HEADER, value);
     }
     Ok(response)
