@@ -16,7 +16,7 @@ use fred::types::scripts::Script;
 use serde::Deserialize;
 use tollgate::guard::Policy;
 use tollgate::settings::Settings;
-use tollgate::store::redis::{render_login_attempt, IpLimits, LoginShape};
+use tollgate::store::redis::{render_login_attempt, LoginShape};
 
 /// The allocator tollgate's binary uses, so that the two compare like for like.
 #[global_allocator]
@@ -43,11 +43,7 @@ fn script() -> std::io::Result<Script> {
     Ok(Script::from_lua(render_login_attempt(&LoginShape {
         policy: login.store,
         pair: login.pair_lock.is_some(),
-        ip: Some(IpLimits {
-            captcha_after: login.ip.captcha.limit,
-            block_after: login.ip.block.limit,
-            window_ms: login.ip.block.window_ms(),
-        }),
+        ip: Some(login.ip.limits()),
     })))
 }
 

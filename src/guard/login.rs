@@ -326,9 +326,7 @@ impl LoginGuard {
             shadow: policy.login.shadow,
             ip: ip.map(|ip| IpFailureWindow {
                 key: &ip.key,
-                captcha_after: policy.login.ip.captcha.limit,
-                block_after: policy.login.ip.block.limit,
-                window_ms: policy.login.ip.block.window_ms(),
+                limits: policy.login.ip.limits(),
             }),
             pair: pair.as_ref().map(PairKeyNames::keys),
         };

@@ -27,11 +27,10 @@ pub struct LoginPolicy {
     pub escalation_reset_ms: u64,
 }
 
-/// The IP's login failure window: its captcha tier and its block.
-#[derive(Debug, Clone, Copy)]
-pub struct IpFailureWindow<'a> {
-    /// `Keys::window` of the IP for the `login_attempt` action.
-    pub key: &'a str,
+/// The limits of an IP's login failure window: its captcha tier and its
+/// block, over one length.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IpLimits {
     /// Failures from which logins from the IP need a captcha.
     pub captcha_after: u32,
     /// Failures that block the IP.
@@ -40,12 +39,22 @@ pub struct IpFailureWindow<'a> {
     pub window_ms: u64,
 }
 
+/// The IP's login failure window: its key and its limits.
+#[derive(Debug, Clone, Copy)]
+pub struct IpFailureWindow<'a> {
+    /// `Keys::window` of the IP for the `login_attempt` action.
+    pub key: &'a str,
+    /// Its captcha tier, block and length.
+    pub limits: IpLimits,
+}
+
 impl IpFailureWindow<'_> {
     /// The same windows as `WindowSpec`s: `[captcha tier, block]`.
     pub fn windows(&self) -> [WindowSpec; 2] {
+        let l = self.limits;
         [
-            WindowSpec::gate(self.captcha_after, self.window_ms),
-            WindowSpec::enforce(self.block_after, self.window_ms),
+            WindowSpec::gate(l.captcha_after, l.window_ms),
+            WindowSpec::enforce(l.block_after, l.window_ms),
         ]
     }
 }

@@ -25,9 +25,9 @@ pub use conversion::{
 };
 pub use keys::Keys;
 pub use login::{
-    pair_member, pair_of_member, FailuresBefore, IpFailureWindow, IpFailures, LoginAttemptOutcome,
-    LoginAttemptRequest, LoginOutcome, LoginPolicy, LoginRequest, LoginStateOutcome, LoginVerdict,
-    PairKeys,
+    pair_member, pair_of_member, FailuresBefore, IpFailureWindow, IpFailures, IpLimits,
+    LoginAttemptOutcome, LoginAttemptRequest, LoginOutcome, LoginPolicy, LoginRequest,
+    LoginStateOutcome, LoginVerdict, PairKeys,
 };
 pub use window::{
     CodeToStore, HitOutcome, HitRequest, HitVerdict, OtpOutcome, PeekOutcome, ReserveOutcome,

@@ -50,7 +50,7 @@ thread_local! {
     static THREAD_CLIENTS: RefCell<Vec<(u64, Client)>> = const { RefCell::new(Vec::new()) };
 }
 
-pub use self::login_script::{render_login_attempt, IpLimits, LoginShape};
+pub use self::login_script::{render_login_attempt, LoginShape};
 
 use self::scripts::Scripts;
 use self::url::{fred_url, glob_escape};

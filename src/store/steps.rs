@@ -155,7 +155,7 @@ pub(super) async fn login<S: WindowStore + ?Sized>(
             let peek = store.peek(ip.key, windows).await?;
             let count = peek.counts.first().copied().unwrap_or(0);
             let retry = peek.retry_after_ms.get(1).copied().unwrap_or(0);
-            (count, (count >= ip.block_after).then_some(retry))
+            (count, (count >= ip.limits.block_after).then_some(retry))
         } else {
             let hit: HitOutcome = store
                 .hit(HitRequest {
@@ -189,7 +189,7 @@ pub(super) async fn login<S: WindowStore + ?Sized>(
             captcha_demanded: req
                 .ip
                 .zip(ip_seen)
-                .is_some_and(|(ip, seen)| seen.count >= ip.captcha_after),
+                .is_some_and(|(ip, seen)| seen.count >= ip.limits.captcha_after),
             ip_blocked: ip_seen.is_some_and(|seen| seen.blocked_retry_after_ms.is_some()),
             member: req.member,
             shadow: req.shadow,

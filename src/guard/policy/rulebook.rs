@@ -4,7 +4,7 @@
 
 use super::{Policy, SubjectRules};
 use crate::domain::{Action, Rule, SubjectKind};
-use crate::store::{PeekOutcome, RuleWindow, WindowSpec};
+use crate::store::{IpLimits, PeekOutcome, RuleWindow, WindowSpec};
 
 /// Every action with windows, in the order a subject's state lists them.
 pub const ACTIONS: [Action; 4] = [
@@ -84,6 +84,16 @@ pub struct IpLoginRules {
 impl IpLoginRules {
     const CAPTCHA: usize = 0;
     const BLOCK: usize = 1;
+
+    /// The limits the store's login call takes (both rules count over
+    /// `login.ip_window`).
+    pub fn limits(&self) -> IpLimits {
+        IpLimits {
+            captcha_after: self.captcha.limit,
+            block_after: self.block.limit,
+            window_ms: self.block.window_ms(),
+        }
+    }
 
     /// The windows as the store peeks them: the captcha tier, then the
     /// block.

@@ -15,7 +15,7 @@ use std::fmt::Write as _;
 
 use fred::types::scripts::Script;
 
-use crate::store::{IpFailureWindow, LoginPolicy};
+use crate::store::{IpLimits, LoginPolicy};
 
 const TEMPLATE: &str = include_str!("../../../lua/login_attempt.lua");
 const POLICY_LINE: &str = "\n--@POLICY@\n";
@@ -23,27 +23,6 @@ const POLICY_LINE: &str = "\n--@POLICY@\n";
 /// window); more than this on a thread means reloads piled them up, and
 /// its cache starts over.
 const MAX_SHAPES: usize = 16;
-
-/// The IP's window as the script needs it: its limits, not its key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct IpLimits {
-    /// Failures from which logins from the IP need a captcha.
-    pub captcha_after: u32,
-    /// Failures that block the IP.
-    pub block_after: u32,
-    /// Length of the window both count in.
-    pub window_ms: u64,
-}
-
-impl From<&IpFailureWindow<'_>> for IpLimits {
-    fn from(ip: &IpFailureWindow<'_>) -> Self {
-        Self {
-            captcha_after: ip.captcha_after,
-            block_after: ip.block_after,
-            window_ms: ip.window_ms,
-        }
-    }
-}
 
 /// What a login call's script depends on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

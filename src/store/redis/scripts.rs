@@ -6,7 +6,7 @@ use fred::prelude::Value;
 use fred::types::scripts::Script;
 use fred::types::FromValue;
 
-use super::login_script::{login_script_for, IpLimits, LoginShape};
+use super::login_script::{login_script_for, LoginShape};
 use super::reserve_policy::{answer_len, reserve_script_for, Render};
 use super::RedisStore;
 use crate::store::{
@@ -181,7 +181,7 @@ impl RedisStore {
         let script = login_script_for(&LoginShape {
             policy: *req.policy,
             pair: req.pair.is_some(),
-            ip: ip.map(IpLimits::from),
+            ip: ip.map(|ip| ip.limits),
         });
         let packed: Bytes = self.eval(&script, keys, args).await?;
         let out = unpack_answer(&packed, 11)?;
