@@ -54,7 +54,7 @@
 -- allowed; while a lock is live it never starts a new one. The user keeps at
 -- most max(captcha_after, lock_after) newest failures (lock_after being the
 -- account's threshold, above the pair's), the IP max(ip_captcha_after,
--- ip_block_after). The index of locked pairs keeps its 1000 newest for
+-- ip_block_after). The index of locked pairs keeps its PAIR_INDEX_KEEP newest for
 -- lock_max_ms + escalation_reset_ms, longer than any lock it lists.
 --
 -- Commands per call: TIME, ZRANGE (the user's failures, at most keep), HMGET
@@ -73,7 +73,8 @@
 -- lock_ms, lock_max_ms, reset_on_success, escalation_reset, pair_lock_after,
 -- keep (the user's newest failures kept: max(captcha_after, lock_after)),
 -- keep_rank, user_ttl, index_ttl; pair (whether KEYS[3], KEYS[4] and ARGV[7]
--- are the pair's); ipkey (the IP's key, or false) with ip_captcha_after,
+-- are the pair's), pair_index_keep_rank (the index keeps its newest
+-- PAIR_INDEX_KEEP, src/store/login.rs); ipkey (the IP's key, or false) with ip_captcha_after,
 -- ip_block_after, ip_window, ip_keep_rank, ip_ttl. Ranks and TTLs
 -- come as strings: redis.call formats a number with snprintf("%.17g").
 --@POLICY@
@@ -89,9 +90,6 @@ local plkey, pindex, pair_ip
 if pair then
   plkey, pindex, pair_ip = KEYS[3], KEYS[4], ARGV[7]
 end
-
--- The newest pairs a user's index keeps (Rust: PAIR_INDEX_KEEP).
-local PAIR_INDEX_KEEP_RANK = '-1001'
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -203,7 +201,7 @@ if (verdict == 0 and not ip_blocked) or shadow then
         pair_locked_for = lock(plkey, pprev_until, pprev_level)
         -- The index of locked pairs outlives every lock it lists.
         redis.call('ZADD', pindex, now_s, pair_ip)
-        redis.call('ZREMRANGEBYRANK', pindex, '0', PAIR_INDEX_KEEP_RANK)
+        redis.call('ZREMRANGEBYRANK', pindex, '0', pair_index_keep_rank)
         redis.call('PEXPIRE', pindex, index_ttl)
       end
     end

@@ -27,6 +27,10 @@ pub struct LoginPolicy {
     pub escalation_reset_ms: u64,
 }
 
+/// The newest locked pairs a user's index keeps (both stores; the Redis
+/// script gets it rendered in).
+pub const PAIR_INDEX_KEEP: usize = 1000;
+
 /// The limits of an IP's login failure window: its captcha tier and its
 /// block, over one length.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

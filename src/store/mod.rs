@@ -27,7 +27,7 @@ pub use keys::Keys;
 pub use login::{
     pair_member, pair_of_member, FailuresBefore, IpFailureWindow, IpFailures, IpLimits,
     LoginAttemptOutcome, LoginAttemptRequest, LoginOutcome, LoginPolicy, LoginRequest,
-    LoginStateOutcome, LoginVerdict, PairKeys,
+    LoginStateOutcome, LoginVerdict, PairKeys, PAIR_INDEX_KEEP,
 };
 pub use window::{
     CodeToStore, HitOutcome, HitRequest, HitVerdict, OtpOutcome, PeekOutcome, ReserveOutcome,

@@ -5,12 +5,8 @@
 use super::entry::{Entry, Subject, Value};
 use crate::store::{
     pair_member, FailuresBefore, LoginAttemptOutcome, LoginAttemptRequest, LoginPolicy,
-    LoginStateOutcome, LoginVerdict, StoreError,
+    LoginStateOutcome, LoginVerdict, StoreError, PAIR_INDEX_KEEP,
 };
-
-/// The newest pairs a user's index keeps (`login_attempt.lua`'s
-/// `PAIR_INDEX_KEEP`).
-pub(super) const PAIR_INDEX_KEEP: usize = 1000;
 
 /// A live lock's remaining time.
 fn remaining(lock: Option<(u64, u32)>, now: u64) -> Option<u64> {

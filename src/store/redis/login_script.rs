@@ -15,7 +15,7 @@ use std::fmt::Write as _;
 
 use fred::types::scripts::Script;
 
-use crate::store::{IpLimits, LoginPolicy};
+use crate::store::{IpLimits, LoginPolicy, PAIR_INDEX_KEEP};
 
 const TEMPLATE: &str = include_str!("../../../lua/login_attempt.lua");
 const POLICY_LINE: &str = "\n--@POLICY@\n";
@@ -52,7 +52,7 @@ pub fn render_login_attempt(shape: &LoginShape) -> String {
          local pair_lock_after = {}\n\
          local keep, keep_rank = {keep}, '-{}'\n\
          local user_ttl, index_ttl = '{}', '{}'\n\
-         local pair = {}",
+         local pair, pair_index_keep_rank = {}, '-{}'",
         p.captcha_after,
         p.captcha_window_ms,
         p.lock_after,
@@ -66,6 +66,7 @@ pub fn render_login_attempt(shape: &LoginShape) -> String {
         p.captcha_window_ms.max(p.lock_window_ms),
         p.lock_max_ms.saturating_add(p.escalation_reset_ms),
         shape.pair,
+        PAIR_INDEX_KEEP + 1,
     );
     match shape.ip {
         Some(ip) => {
@@ -149,7 +150,7 @@ mod tests {
             "local captcha_after, captcha_window = 3, 900000",
             "local keep, keep_rank = 100, '-101'",
             "local user_ttl, index_ttl = '3600000', '172800000'",
-            "local pair = true",
+            "local pair, pair_index_keep_rank = true, '-1001'",
             "local ipkey = KEYS[5]",
             "local ip_keep_rank, ip_ttl = '-101', '3600000'",
         ] {
@@ -160,7 +161,8 @@ mod tests {
             ip: None,
             ..shape
         });
-        assert!(plain.contains("local pair = false") && plain.contains("local ipkey = false"));
+        assert!(plain.contains("local pair, pair_index_keep_rank = false, '-1001'"));
+        assert!(plain.contains("local ipkey = false"));
         // The IP's key follows the user's two when there is no pair.
         let ip_only = render_login_attempt(&LoginShape {
             pair: false,

@@ -214,10 +214,10 @@ impl StoreUnderTest {
             .expect("login_state")
     }
 
-    /// The IPs of `user`'s pair index, newest first.
-    pub async fn pair_ips(&self, user: &str) -> Vec<String> {
+    /// The IPs of `user`'s pair index, newest first, at most `max`.
+    pub async fn pair_ips(&self, user: &str, max: usize) -> Vec<String> {
         self.store
-            .index_members(&self.keys.pair_index(user), 100)
+            .index_members(&self.keys.pair_index(user), max)
             .await
             .expect("index_members")
     }

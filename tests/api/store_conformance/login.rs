@@ -1,7 +1,7 @@
 //! Login failures, captcha thresholds and escalating locks.
 
 use futures::future::join_all;
-use tollgate::store::{LoginAttemptOutcome, LoginPolicy, LoginVerdict};
+use tollgate::store::{LoginAttemptOutcome, LoginPolicy, LoginVerdict, PAIR_INDEX_KEEP};
 
 use super::backend::{login, policy, Attempt, StoreUnderTest};
 use super::on_both_backends;
@@ -21,6 +21,7 @@ on_both_backends!(
     concurrent_failures_from_one_pair_lock_it_exactly_once,
     a_success_from_a_pair_clears_its_failures,
     each_attempt_answers_the_failures_its_rules_saw_before_it,
+    a_users_index_of_locked_pairs_keeps_its_newest,
 );
 
 /// Fifty copies of `attempt` for `user`, all at once.
@@ -348,7 +349,7 @@ async fn a_pair_locks_alone_and_the_account_at_its_own_threshold(b: &StoreUnderT
         LoginVerdict::Locked { .. }
     ));
     assert_eq!(
-        b.pair_ips("frank").await,
+        b.pair_ips("frank", 100).await,
         ["192.0.2.1"],
         "the index lists the locked pairs"
     );
@@ -429,4 +430,37 @@ async fn each_attempt_answers_the_failures_its_rules_saw_before_it(b: &StoreUnde
     assert_eq!(seen(refused), Some((1, 4, Some(3))));
     let no_pair = b.login("olga", &policy, Attempt::failure()).await;
     assert_eq!(seen(no_pair), Some((1, 4, None)));
+}
+
+/// The index of a user's locked pairs keeps its newest `PAIR_INDEX_KEEP`,
+/// however many IPs a credential-stuffing run locks (the Redis script has the
+/// number rendered in, the memory store trims to it).
+async fn a_users_index_of_locked_pairs_keeps_its_newest(b: &StoreUnderTest) {
+    let policy = LoginPolicy {
+        captcha_after: 10_000,
+        lock_after: 10_000,
+        pair_lock_after: 1,
+        ..policy()
+    };
+    let ips: Vec<&'static str> = (0..PAIR_INDEX_KEEP + 2)
+        // Zero-padded, so that failures within one millisecond sort by name
+        // as they came: the order the stores break ties in.
+        .map(|i| &*Box::leak(format!("10.9.{:03}.{:03}", i / 256, i % 256).into_boxed_str()))
+        .collect();
+    for ip in &ips {
+        let out = b
+            .login("heidi", &policy, Attempt::failure().sent_from(ip))
+            .await;
+        assert!(
+            out.pair_locked_for_ms.is_some(),
+            "{ip}'s first failure locks its pair"
+        );
+    }
+    let listed = b.pair_ips("heidi", 2 * PAIR_INDEX_KEEP).await;
+    assert_eq!(listed.len(), PAIR_INDEX_KEEP);
+    assert_eq!(listed[0], ips[ips.len() - 1], "the newest first");
+    assert!(
+        !listed.iter().any(|ip| ip == ips[0] || ip == ips[1]),
+        "the two oldest are gone"
+    );
 }
