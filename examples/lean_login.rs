@@ -16,7 +16,7 @@ use fred::types::scripts::Script;
 use serde::Deserialize;
 use tollgate::guard::Policy;
 use tollgate::settings::Settings;
-use tollgate::store::redis::{render_login_attempt, LoginShape};
+use tollgate::store::redis::{render_login_attempt, unpack_answer, LoginShape};
 
 /// The allocator tollgate's binary uses, so that the two compare like for like.
 #[global_allocator]
@@ -74,14 +74,8 @@ async fn attempt(body: web::Json<Attempt>, script: web::Data<Script>) -> HttpRes
         .evalsha_with_reload(&client, keys, argv(member, body.success, ip))
         .await;
     // The answer is 11 numbers packed as big-endian doubles.
-    let numbers = result.map(|packed| {
-        packed
-            .chunks_exact(8)
-            .map(|c| c.try_into().map_or(0, |be| f64::from_be_bytes(be) as i64))
-            .collect::<Vec<i64>>()
-    });
-    match numbers {
-        Ok(r) if r.len() >= 8 => {
+    match result.map(|packed| unpack_answer(&packed, 11)) {
+        Ok(Ok(r)) => {
             // Refused for a live lock, or this failure started one.
             let locked = r[0] == 1 || r[0] == 3 || r[4] >= 0 || r[7] >= 0;
             let decision = match r[0] {

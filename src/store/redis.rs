@@ -51,6 +51,7 @@ thread_local! {
 }
 
 pub use self::login_script::{render_login_attempt, LoginShape};
+pub use self::scripts::unpack_answer;
 
 use self::scripts::Scripts;
 use self::url::{fred_url, glob_escape};

@@ -243,8 +243,9 @@ impl RedisStore {
 
 /// The answer of `reserve.lua` or `login_attempt.lua`: `len` integers
 /// packed as big-endian doubles.
-/// Each is cut to an integer as Redis cuts a Lua number it answers.
-fn unpack_answer(packed: &[u8], len: usize) -> Result<Vec<i64>, StoreError> {
+/// Each is cut to an integer as Redis cuts a Lua number it answers. Public
+/// for the lean limit (`examples/lean_login.rs`).
+pub fn unpack_answer(packed: &[u8], len: usize) -> Result<Vec<i64>, StoreError> {
     if packed.len() != 8 * len {
         return Err(StoreError::Protocol(format!(
             "expected {len} numbers ({} bytes) from the script, got {} bytes",
