@@ -2,9 +2,9 @@
 //! out: every window operation is one script call, atomic per subject.
 
 use fred::bytes::Bytes;
-use fred::prelude::Value;
+use fred::prelude::{LuaInterface, Value};
 use fred::types::scripts::Script;
-use fred::types::FromValue;
+use fred::types::{FromValue, MultipleKeys};
 
 use super::login_script::{login_script_for, LoginShape};
 use super::reserve_policy::{answer_len, reserve_script_for, Render};
@@ -77,16 +77,35 @@ pub(super) enum Conversions {
 }
 
 impl RedisStore {
+    /// Call `script` with `keys` and the arguments `args` makes: `EVALSHA`,
+    /// and after a `NOSCRIPT` (Redis restarted, or its scripts flushed)
+    /// `SCRIPT LOAD` and once more. fred's `evalsha_with_reload` copies every
+    /// key and argument before the first try, on every call, for a second
+    /// try that almost never comes (a dozen allocations a login); here a
+    /// second try makes its arguments again.
     pub(super) async fn eval<R: FromValue>(
         &self,
         script: &Script,
-        keys: Vec<&str>,
-        args: Vec<Value>,
+        keys: &[&str],
+        args: impl Fn() -> Vec<Value> + Send + Sync,
     ) -> Result<R, StoreError> {
         let client = self.client_here();
         // fred's call is a future of some kilobytes: boxed once, each caller
         // that awaits it moves a pointer and not a memcpy of it
-        let call = Box::pin(script.evalsha_with_reload::<R, _, _>(&client, keys, args));
+        let call = Box::pin(async {
+            let names = || keys.iter().copied().collect::<MultipleKeys>();
+            let sha = script.sha1();
+            match client
+                .evalsha::<R, _, _, _>(sha.clone(), names(), args())
+                .await
+            {
+                Err(e) if e.details().starts_with("NOSCRIPT") => {
+                    script.load(&client).await?;
+                    client.evalsha(sha.clone(), names(), args()).await
+                }
+                answer => answer,
+            }
+        });
         self.run_on(&client, call).await
     }
 
@@ -116,10 +135,6 @@ impl RedisStore {
             return Err(no_windows());
         }
         let mut keys = Vec::with_capacity(2 * subjects.len() + conversions.len() + 1);
-        let mut args = Vec::with_capacity(6);
-        args.push(Value::from(member));
-        args.push(flag(gate_open));
-        args.push(flag(force));
         // Only a request with a meter window pays for its keys' strings.
         let meter_keys: Vec<Option<String>> = if subjects.iter().any(|s| has_meter(s.windows)) {
             subjects
@@ -137,12 +152,19 @@ impl RedisStore {
             keys.extend(meter_keys.get(i).and_then(Option::as_deref));
         }
         keys.extend(conversions.iter().map(|c| c.key));
-        if let Some(code) = code {
-            keys.push(code.key);
-            args.push(Value::from(code.mac));
-            args.push(int(u64::from(code.attempts)));
-            args.push(int(code.ttl_ms));
-        }
+        keys.extend(code.map(|code| code.key));
+        let args = || {
+            let mut args = Vec::with_capacity(6);
+            args.extend([Value::from(member), flag(gate_open), flag(force)]);
+            if let Some(code) = code {
+                args.extend([
+                    Value::from(code.mac),
+                    int(u64::from(code.attempts)),
+                    int(code.ttl_ms),
+                ]);
+            }
+            args
+        };
         let script = reserve_script_for(
             subjects,
             conversions,
@@ -151,7 +173,7 @@ impl RedisStore {
                 code: code.is_some(),
             },
         );
-        let packed: Bytes = self.eval(&script, keys, args).await?;
+        let packed: Bytes = self.eval(&script, &keys, args).await?;
         let out = unpack_answer(&packed, answer_len(subjects, conversions))?;
         reserve_answer(&out, subjects)
     }
@@ -164,26 +186,29 @@ impl RedisStore {
     ) -> Result<(LoginAttemptOutcome, Option<IpFailures>), StoreError> {
         let mut keys = Vec::with_capacity(5);
         keys.extend([req.window_key, req.lock_key]);
-        let mut args = Vec::with_capacity(7);
-        args.extend([
-            Value::from(req.member),
-            flag(req.success),
-            flag(req.captcha_passed),
-            flag(req.captcha_demanded),
-            flag(req.shadow),
-            flag(req.ip_blocked),
-        ]);
         if let Some(pair) = &req.pair {
             keys.extend([pair.lock_key, pair.index_key]);
-            args.push(Value::from(pair.ip));
         }
         keys.extend(ip.map(|ip| ip.key));
+        let args = || {
+            let mut args = Vec::with_capacity(7);
+            args.extend([
+                Value::from(req.member),
+                flag(req.success),
+                flag(req.captcha_passed),
+                flag(req.captcha_demanded),
+                flag(req.shadow),
+                flag(req.ip_blocked),
+            ]);
+            args.extend(req.pair.as_ref().map(|pair| Value::from(pair.ip)));
+            args
+        };
         let script = login_script_for(&LoginShape {
             policy: *req.policy,
             pair: req.pair.is_some(),
             ip: ip.map(|ip| ip.limits),
         });
-        let packed: Bytes = self.eval(&script, keys, args).await?;
+        let packed: Bytes = self.eval(&script, &keys, args).await?;
         let out = unpack_answer(&packed, 11)?;
         let verdict = match out[0] {
             0 => LoginVerdict::Recorded,
@@ -226,11 +251,11 @@ impl RedisStore {
     pub(super) async fn eval_ints(
         &self,
         script: &Script,
-        keys: Vec<&str>,
+        keys: &[&str],
         args: Vec<Value>,
         len: usize,
     ) -> Result<Vec<i64>, StoreError> {
-        let out: Vec<i64> = self.eval(script, keys, args).await?;
+        let out: Vec<i64> = self.eval(script, keys, || args.clone()).await?;
         if out.len() != len {
             return Err(StoreError::Protocol(format!(
                 "expected {len} integers from the script, got {}",

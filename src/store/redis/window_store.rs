@@ -89,7 +89,7 @@ impl WindowStore for RedisStore {
         let mut keys = vec![key];
         keys.extend(meter_key.as_deref());
         let out = self
-            .eval_ints(&self.scripts.window_peek, keys, args, 2 * n)
+            .eval_ints(&self.scripts.window_peek, &keys, args, 2 * n)
             .await?;
         Ok(PeekOutcome {
             counts: out[..n]
@@ -120,7 +120,7 @@ impl WindowStore for RedisStore {
             args.push(int(w.window_ms));
         }
         let _: i64 = self
-            .eval(&self.scripts.undo, vec![key, &meter_key], args)
+            .eval(&self.scripts.undo, &[key, &meter_key], || args.clone())
             .await?;
         Ok(())
     }
@@ -143,7 +143,7 @@ impl WindowStore for RedisStore {
         let mut keys = vec![window_key, lock_key];
         keys.extend(pair_lock_key);
         let out = self
-            .eval_ints(&self.scripts.login_state, keys, args, 4)
+            .eval_ints(&self.scripts.login_state, &keys, args, 4)
             .await?;
         Ok(LoginStateOutcome {
             locked_retry_after_ms: u64::try_from(out[0]).ok(),
@@ -192,7 +192,7 @@ impl WindowStore for RedisStore {
             int(policy.keep_ms()),
         ];
         let slice: i64 = self
-            .eval(&self.scripts.conversion_count, vec![key], args)
+            .eval(&self.scripts.conversion_count, &[key], || args.clone())
             .await?;
         Ok(u64::try_from(slice).ok())
     }
@@ -207,7 +207,7 @@ impl WindowStore for RedisStore {
             int(1),
         ];
         let _: i64 = self
-            .eval(&self.scripts.conversion_count, vec![key], args)
+            .eval(&self.scripts.conversion_count, &[key], || args.clone())
             .await?;
         Ok(())
     }
@@ -225,7 +225,7 @@ impl WindowStore for RedisStore {
             int(policy.keep_ms()),
         ];
         let _: i64 = self
-            .eval(&self.scripts.conversion_count, vec![key], args)
+            .eval(&self.scripts.conversion_count, &[key], || args.clone())
             .await?;
         Ok(())
     }
@@ -242,7 +242,7 @@ impl WindowStore for RedisStore {
             int(policy.bucket_ms().unwrap_or(0)),
         ];
         let out = self
-            .eval_ints(&self.scripts.conversion_peek, vec![key], args, 9)
+            .eval_ints(&self.scripts.conversion_peek, &[key], args, 9)
             .await?;
         let block = match u64::try_from(out[2]) {
             Ok(retry_after_ms) => Some(ConversionBlock {
@@ -270,7 +270,7 @@ impl WindowStore for RedisStore {
     async fn expiring_add(&self, key: &str, member: &str, ttl_ms: u64) -> Result<(), StoreError> {
         let args = vec![Value::from(member), int(ttl_ms)];
         let _: i64 = self
-            .eval(&self.scripts.expiring_add, vec![key], args)
+            .eval(&self.scripts.expiring_add, &[key], || args.clone())
             .await?;
         Ok(())
     }
@@ -289,7 +289,7 @@ impl WindowStore for RedisStore {
     ) -> Result<ExpiringMembers, StoreError> {
         let args = vec![int(limit.max(1) as u64)];
         let out: Vec<String> = self
-            .eval(&self.scripts.expiring_members, vec![key], args)
+            .eval(&self.scripts.expiring_members, &[key], || args.clone())
             .await?;
         let bad = || StoreError::Protocol("bad answer from expiring_members".into());
         let (total, pairs) = out.split_first().ok_or_else(bad)?;
@@ -311,7 +311,9 @@ impl WindowStore for RedisStore {
         ttl_ms: u64,
     ) -> Result<(), StoreError> {
         let args = vec![Value::from(mac), int(u64::from(attempts)), int(ttl_ms)];
-        let _: i64 = self.eval(&self.scripts.otp_put, vec![key], args).await?;
+        let _: i64 = self
+            .eval(&self.scripts.otp_put, &[key], || args.clone())
+            .await?;
         Ok(())
     }
 
@@ -324,7 +326,7 @@ impl WindowStore for RedisStore {
     ) -> Result<OtpOutcome, StoreError> {
         let args = vec![Value::from(mac), int(u64::from(attempts)), int(ttl_ms)];
         let out = self
-            .eval_ints(&self.scripts.otp_check, vec![key], args, 2)
+            .eval_ints(&self.scripts.otp_check, &[key], args, 2)
             .await?;
         Ok(match out[0] {
             0 => OtpOutcome::Valid {
@@ -359,7 +361,7 @@ impl WindowStore for RedisStore {
         max: usize,
     ) -> Result<Vec<String>, StoreError> {
         let args = vec![int(window_ms), int(max as u64)];
-        self.eval(&self.scripts.recent_members, vec![key], args)
+        self.eval(&self.scripts.recent_members, &[key], || args.clone())
             .await
     }
 
@@ -376,11 +378,9 @@ impl WindowStore for RedisStore {
     }
 
     async fn get_or_init(&self, key: &str, candidate: &str) -> Result<String, StoreError> {
-        self.eval(
-            &self.scripts.get_or_init,
-            vec![key],
-            vec![Value::from(candidate)],
-        )
+        self.eval(&self.scripts.get_or_init, &[key], || {
+            vec![Value::from(candidate)]
+        })
         .await
     }
 

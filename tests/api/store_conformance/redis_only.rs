@@ -61,6 +61,9 @@ async fn scripts_are_loaded_again_after_the_script_cache_is_flushed() {
     let key = b.keys.window("phone", "+33600000000", "sms_send");
     let windows = [WindowSpec::enforce(2, 60_000)];
     assert_eq!(b.hit(&key, &windows).await.verdict, HitVerdict::Allowed);
+    let user = "flushed-scripts";
+    let first = b.login(user, &policy(), Attempt::failure()).await;
+    assert_eq!(first.failures, 1);
 
     let raw = fred::types::Builder::from_config(
         fred::types::config::Config::from_url(&redis_url()).expect("a URL fred parses"),
@@ -81,8 +84,15 @@ async fn scripts_are_loaded_again_after_the_script_cache_is_flushed() {
             force: false,
         })
         .await;
+    // Each script is loaded again and run once: the second failure counts
+    // once, and a script other than the two rendered ones loads too.
+    let again = b.login(user, &policy(), Attempt::failure()).await;
+    let peeked = b.store().peek(&key, &windows).await;
     b.cleanup().await;
     assert_eq!(second.expect("reloaded on NOSCRIPT").counts, [1]);
+    assert_eq!(again.verdict, LoginVerdict::Recorded);
+    assert_eq!(again.failures, 2);
+    assert_eq!(peeked.expect("window_peek reloaded").counts, [2]);
 }
 
 /// `login_attempt.lua` is rendered with the policy written into it: a call
