@@ -15,6 +15,11 @@ the peers' npm packages, then calls this with their paths. This script:
   p50, p99, p99.9, the CPU each process spent per request (service, Redis,
   every PostgreSQL process, wrk) and, for tollgate, the audit events queued, written and spooled
   during the runs; then tollgate's ratios to every other side;
+- with the lean limit and the 1 M-user login scenario, the two at equal load:
+  each service alone on core 0, Redis and wrk on core 1, where Redis's core
+  is the bottleneck for both, so their CPU per request compares like for
+  like (on shared cores a busier service finds more requests per wake-up
+  and looks cheaper per request than its code is);
 - then Redis bytes per tracked subject after 1,000 and 100,000 events for one
   subject, the throughput of two tollgate processes sharing one Redis, and
   what logging at the default level costs (against logging nothing).
@@ -116,6 +121,15 @@ def postgres_cpu_seconds():
         except (OSError, IndexError, ValueError):
             continue  # gone between listdir and open
     return total
+
+
+def pin(pid, cores):
+    """Every thread of `pid` onto `cores` (threads started later inherit it)."""
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            os.sched_setaffinity(int(tid), cores)
+        except OSError:
+            pass  # a thread that ended meanwhile
 
 
 def port_taken(port):
@@ -302,15 +316,17 @@ code_secret = "bench-code-secret-0123456789abcdef"
 
     # -- one wrk run -------------------------------------------------------
 
-    def wrk(self, port, endpoint, identities, duration, connections=50, threads=1, auth=True):
+    def wrk(self, port, endpoint, identities, duration, connections=50, threads=1, auth=True,
+            cores=None):
         env = {**os.environ, "ENDPOINT": endpoint, "IDENTITIES": str(identities),
                "MIX": self.args.mix}
         if auth:
             env["AUTH"] = API_KEY
         cmd = ["wrk", f"-t{threads}", f"-c{connections}", f"-d{duration}s",
                "-s", self.args.wrk_script, f"http://127.0.0.1:{port}"]
+        pinned = (lambda: os.sched_setaffinity(0, cores)) if cores else None
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                env=env, text=True)
+                                env=env, text=True, preexec_fn=pinned)
         return proc
 
     @staticmethod
@@ -401,6 +417,46 @@ code_secret = "bench-code-secret-0123456789abcdef"
                   f"service + Redis CPU per request {cost(t) / cost(rs):.2f}")
         sys.stdout.flush()
 
+    def equal_load(self):
+        """tollgate and the lean limit at the same load: each service alone
+        on core 0, Redis and wrk on core 1. Redis's core is then the
+        bottleneck of both, so both serve about as many logins a second and
+        their CPU per request compares like for like."""
+        scenario = SCENARIOS["login-1m"]
+        sides = {"tollgate": (TOLLGATE_PORT, self.tollgate), "lean": (LEAN_PORT, self.lean)}
+        everything = set(range(os.cpu_count()))
+        print(f"\n### {scenario['title']}, equal load: each service alone on core 0, Redis and wrk "
+              f"on core 1 (medians of {self.args.rounds} runs of {self.args.duration}s, alternated)")
+        print("| side | req/s | service CPU/req | Redis CPU/req |")
+        print("|---|---|---|---|")
+        runs = {side: [] for side in sides}
+        pin(self.redis.pid, {1})
+        try:
+            for _ in range(self.args.rounds):
+                for side, (port, proc) in sides.items():
+                    pin(proc.pid, {0})
+                    redis_cli("FLUSHALL")
+                    before = (cpu_seconds(proc.pid), cpu_seconds(self.redis.pid))
+                    r = self.finish(self.wrk(port, "login", scenario["identities"],
+                                             self.args.duration, auth=side == "tollgate",
+                                             cores={1}))
+                    n = max(r["requests"], 1)
+                    r["service_us"] = (cpu_seconds(proc.pid) - before[0]) / n * 1e6
+                    r["redis_us"] = (cpu_seconds(self.redis.pid) - before[1]) / n * 1e6
+                    pin(proc.pid, everything)
+                    runs[side].append(r)
+        finally:
+            pin(self.redis.pid, everything)
+        for side, rs in runs.items():
+            m = lambda k: self.median(rs, k)
+            print(f"| {side} | {m('rps'):,.0f} | {m('service_us'):.1f} µs | {m('redis_us'):.1f} µs |")
+        t, lean = runs["tollgate"], runs["lean"]
+        per_round = ", ".join(f"{a['service_us'] / b['service_us']:.2f}" for a, b in zip(t, lean))
+        print(f"tollgate / lean at equal load: req/s {self.median(t, 'rps') / self.median(lean, 'rps'):.2f}, "
+              f"service CPU per request {self.median(t, 'service_us') / self.median(lean, 'service_us'):.2f} "
+              f"(per round: {per_round})")
+        sys.stdout.flush()
+
     def memory_per_subject(self):
         """Redis bytes for one IP subject after N login failures from it."""
         print("\n### Redis bytes per tracked subject (one IP, N login failures by distinct users)")
@@ -478,6 +534,8 @@ code_secret = "bench-code-secret-0123456789abcdef"
               f"peers {self.args.peer}; {os.cpu_count()} cores; "
               f"wrk -t1 -c50; CPU per request from /proc/<pid>/stat (service, Redis) and wait4 (wrk)")
         self.scenarios()
+        if self.args.lean and "login-1m" in self.args.scenarios and (os.cpu_count() or 1) >= 2:
+            self.equal_load()
         if not self.args.no_extras:
             self.memory_per_subject()
             self.two_processes()
