@@ -138,7 +138,16 @@ fn window_state(action: Action, rule: &Rule, count: u32) -> WindowState {
 
 /// `ms` from now, to the millisecond.
 fn in_ms(ms: u64) -> DateTime<Utc> {
-    (Utc::now() + chrono::Duration::milliseconds(ms as i64)).trunc_subsecs(3)
+    // Settings keep waits within a century; a store's answer past what the
+    // calendar holds says "the end of time", not a panic.
+    let wait = i64::try_from(ms)
+        .ok()
+        .and_then(chrono::Duration::try_milliseconds)
+        .unwrap_or(chrono::Duration::MAX);
+    Utc::now()
+        .checked_add_signed(wait)
+        .unwrap_or(DateTime::<Utc>::MAX_UTC)
+        .trunc_subsecs(3)
 }
 
 impl SubjectAdmin {
@@ -360,5 +369,19 @@ impl SubjectAdmin {
         );
         self.ctx.audit(info, event);
         self.state(subject).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_wait_past_the_calendar_is_its_end_not_a_panic() {
+        for ms in [u64::MAX, i64::MAX as u64, 200_000_000 * 86_400_000] {
+            assert_eq!(in_ms(ms), DateTime::<Utc>::MAX_UTC.trunc_subsecs(3), "{ms}");
+        }
+        let soon = in_ms(1_000) - Utc::now();
+        assert!(soon <= chrono::Duration::seconds(1) && soon > chrono::Duration::zero());
     }
 }

@@ -5,10 +5,23 @@
 
 use std::time::Duration;
 
-use serde::Serializer;
+use serde::de::Error as _;
+use serde::{Deserializer, Serializer};
 
-/// Reads humantime text: `"500ms"`, `"90d"`, `"1h 30m"`.
-pub use humantime_serde::deserialize;
+/// The longest duration any setting takes: a century (`"36500d"`). A longer
+/// one is a slip, and far enough out (a few hundred thousand years) it no
+/// longer fits the clocks and stores it is added to: it wrapped, or a lock
+/// became a 503 from Redis and a panic in the admin page.
+pub const LONGEST: Duration = Duration::from_secs(36_500 * 86_400);
+
+/// Reads humantime text: `"500ms"`, `"90d"`, `"1h 30m"`; at most [`LONGEST`].
+pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
+    let value: Duration = humantime_serde::deserialize(deserializer)?;
+    if value > LONGEST {
+        return Err(D::Error::custom("must be at most 36500d (a century)"));
+    }
+    Ok(value)
+}
 
 use crate::domain::rule::format_window;
 
@@ -57,6 +70,20 @@ mod tests {
             let d = Duration::from_millis(ms);
             let text = toml::to_string(&Holder { d }).unwrap();
             proptest::prop_assert_eq!(toml::from_str::<Holder>(&text).unwrap().d, d, "{}", text);
+        }
+    }
+
+    #[test]
+    fn a_duration_over_a_century_is_refused() {
+        let century = toml::from_str::<Holder>(r#"d = "36500d""#).map(|h| h.d);
+        assert_eq!(century.ok(), Some(super::LONGEST));
+        for text in [
+            r#"d = "36501d""#,
+            r#"d = "100000000d""#,
+            r#"d = "99999999999999d""#,
+        ] {
+            let err = toml::from_str::<Holder>(text).expect_err(text).to_string();
+            assert!(err.contains("at most 36500d"), "{text}: {err}");
         }
     }
 
