@@ -43,27 +43,32 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(
         web::resource("/admin/overview")
             .route(web::get().to(overview::page))
+            .default_service(other_methods("GET"))
             .wrap(door()),
     )
     .service(
         web::resource(["/admin", "/admin/"])
             .route(web::get().to(events::page))
+            .default_service(other_methods("GET"))
             .wrap(door()),
     )
     .service(
         web::resource("/admin/subjects")
             .route(web::get().to(subject::find))
+            .default_service(other_methods("GET"))
             .wrap(door()),
     )
     .service(
         web::resource("/admin/subjects/{kind}/{id:.+}/unblock")
             .app_data(web::PayloadConfig::new(FORM_LIMIT))
             .route(web::post().to(subject::unblock))
+            .default_service(other_methods("POST"))
             .wrap(door()),
     )
     .service(
         web::resource("/admin/subjects/{kind}/{id:.+}")
             .route(web::get().to(subject::page))
+            .default_service(other_methods("GET"))
             .wrap(door()),
     )
     .service(
@@ -71,25 +76,35 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .app_data(web::PayloadConfig::new(FORM_LIMIT))
             .route(web::get().to(lists::page))
             .route(web::post().to(lists::add))
+            .default_service(other_methods("GET, POST"))
             .wrap(door()),
     )
     .service(
         web::resource("/admin/lists/{id}/delete")
             .app_data(web::PayloadConfig::new(FORM_LIMIT))
             .route(web::post().to(lists::delete))
+            .default_service(other_methods("POST"))
             .wrap(door()),
     )
     .service(
         web::resource("/admin/events.csv")
             .route(web::get().to(export_csv))
+            .default_service(other_methods("GET"))
             .wrap(door()),
     )
     .service(
         web::resource("/admin/logout")
             .app_data(web::PayloadConfig::new(FORM_LIMIT))
             .route(web::post().to(logout))
+            .default_service(other_methods("POST"))
             .wrap(door()),
     );
+}
+
+/// A console route's answer to a method it does not take: the JSON 405 with
+/// `Allow`, as every other route gives.
+fn other_methods(allow: &'static str) -> actix_web::Route {
+    web::to(move || async move { Err::<HttpResponse, _>(ApiError::MethodNotAllowed(allow)) })
 }
 
 /// The console's door: Bearer or Basic, refusals as HTML pages.
@@ -133,7 +148,7 @@ fn require(
     subject: &Subject,
 ) -> Result<(), Refusal> {
     if cross_site(req) {
-        return Err(Refusal::Forbidden);
+        return Err(Refusal::CrossSite);
     }
     super::roles::require(state, admin, permission, subject).map_err(Refusal::Api)
 }
@@ -183,6 +198,11 @@ fn see_other(location: &str) -> HttpResponse {
 /// `GET /admin/events.csv?…`: the event table's filters as CSV, for an
 /// admin whose role may export (the link shows only then); audited.
 async fn export_csv(state: web::Data<AppState>, req: HttpRequest) -> HttpResponse {
+    // An export is audited in the admin's name: another site's link or
+    // image is refused before anything is written, as a cross-site post is.
+    if cross_site(&req) {
+        return Refusal::CrossSite.page(&req);
+    }
     let exported = authenticate(&state, &req).and_then(|admin| {
         let query = web::Query::<EventsQuery>::from_query(req.query_string())
             .map_err(|e| ApiError::InvalidRequest(format!("invalid query: {e}")))?;

@@ -73,6 +73,9 @@ pub(super) enum Refusal {
     Unauthorized,
     /// The unblock form came without a valid CSRF token.
     Forbidden,
+    /// The browser says another site sent the request (`Sec-Fetch-Site:
+    /// cross-site`): nothing is done or written in the admin's name.
+    CrossSite,
     /// Bad input, or the store or the audit database is down.
     Api(ApiError),
 }
@@ -111,6 +114,13 @@ impl Refusal {
                 StatusCode::UNAUTHORIZED,
                 "Sign-in required",
                 "Sign in as user \"admin\" with an admin token as the password.".to_string(),
+            ),
+            Self::CrossSite => (
+                StatusCode::FORBIDDEN,
+                "Forbidden",
+                "This request came from another site; open the console and use its \
+                 own links and forms."
+                    .to_string(),
             ),
             Self::Forbidden => (
                 StatusCode::FORBIDDEN,
