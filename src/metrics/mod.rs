@@ -124,6 +124,7 @@ pub fn install() -> Option<PrometheusHandle> {
                 .map_err(|e| tracing::warn!(error = %e, "metrics recorder not installed"))
                 .ok()?;
             describe();
+            zeroes();
             let upkeep = handle.clone();
             std::thread::spawn(move || loop {
                 std::thread::sleep(Duration::from_secs(5));
@@ -196,6 +197,16 @@ fn describe() {
         RULE_SHADOWED,
         "Over-limit rule hits let through by shadow mode, by action and rule"
     );
+}
+
+/// The series the shipped alerts take a `rate` or `increase` of, from 0 at
+/// start-up: a series that first appears at 1 hides its first failure
+/// from both.
+fn zeroes() {
+    counter!(STORE_ERRORS).increment(0);
+    for outcome in ["spooled", "unjournaled"] {
+        counter!(AUDIT_EVENTS, "outcome" => outcome).increment(0);
+    }
 }
 
 /// The audit trail's series.

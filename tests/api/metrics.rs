@@ -309,3 +309,23 @@ async fn requests_are_timed_by_route_pattern_never_by_path() {
         "no path (nor the phone in it) becomes a label"
     );
 }
+
+/// The series the shipped alerts (`deploy/monitoring/prometheus/alerts.yml`)
+/// take a `rate` or `increase` of are there from the start, not from their
+/// first failure.
+#[tokio::test]
+async fn the_alerted_failure_counters_are_exported_before_any_failure() {
+    let app = spawn_app(Backend::Memory, |_| {}).await;
+    let text = app.get("/metrics").await.body;
+    let text = text.as_str().expect("Prometheus text");
+    for series in [
+        "tollgate_store_errors_total ",
+        "tollgate_audit_events_total{outcome=\"spooled\"} ",
+        "tollgate_audit_events_total{outcome=\"unjournaled\"} ",
+    ] {
+        assert!(
+            text.lines().any(|l| l.starts_with(series)),
+            "{series} missing from /metrics"
+        );
+    }
+}
