@@ -217,11 +217,16 @@ impl Access {
         // A request that got past the check above carries a key, when keys
         // are configured: it is the backend without checking the key again.
         let backend = with_key || self.is_loopback_backend(req);
-        let ip = match body_ip {
-            Some(raw) if with_key => Some(
+        // Checked whoever sends it (the API takes an address exactly), used
+        // only from a caller with a key.
+        let body_ip = body_ip
+            .map(|raw| {
                 ClientIp::parse(raw)
-                    .ok_or_else(|| ApiError::InvalidRequest("ip is not an IP address".into()))?,
-            ),
+                    .ok_or_else(|| ApiError::InvalidRequest("ip is not an IP address".into()))
+            })
+            .transpose()?;
+        let ip = match body_ip {
+            Some(ip) if with_key => Some(ip),
             _ => self.peer_ip(req),
         };
         let mut info = self.info(req, ip);
@@ -257,10 +262,12 @@ impl Access {
             .get::<RequestId>()
             .map(|id| id.0.clone())
             .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
+        // Read lossily: `to_str` takes visible ASCII only, and a browser's
+        // `café` is still its user agent.
         let user_agent = req
             .headers()
             .get(header::USER_AGENT)
-            .and_then(|v| v.to_str().ok())
+            .map(|v| String::from_utf8_lossy(v.as_bytes()))
             .map(|ua| ua.chars().take(MAX_USER_AGENT).collect());
         RequestInfo {
             request_id,

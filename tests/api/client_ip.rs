@@ -344,3 +344,39 @@ fn the_header_and_the_hops_are_checked_at_start_up() {
     assert!(hops.contains("`server.trusted_proxy_hops`"), "{hops}");
     assert_eq!(error("[server]\ntrusted_proxy_hops = 2\n"), "");
 }
+
+/// Without API keys a body `ip` is ignored (the peer counts), yet it is
+/// still checked: the API takes an address exactly, whoever sends it.
+#[tokio::test]
+async fn a_malformed_body_ip_is_refused_with_or_without_keys() {
+    let app = spawn_app(Backend::Memory, |s| s.server.api_keys = vec![]).await;
+    for (path, body) in [
+        (
+            "/login/attempt",
+            json!({ "user": "t1", "success": false, "ip": "not an ip at all" }),
+        ),
+        ("/login/check", json!({ "user": "t1", "ip": "1.2.3.4:80" })),
+        (
+            "/sms/send",
+            json!({ "phone": "+8613800138000", "ip": "999.1.1.1" }),
+        ),
+    ] {
+        let request = app
+            .client
+            .post(format!("{}{path}", app.address))
+            .json(&body);
+        let refused = app.send_raw(request).await;
+        assert_eq!(
+            (refused.status.as_u16(), refused.error()),
+            (400, "invalid_request"),
+            "{path}: {}",
+            refused.body
+        );
+    }
+    // A well-formed one is taken, and ignored.
+    let request = app
+        .client
+        .post(format!("{}/login/attempt", app.address))
+        .json(&json!({ "user": "t1", "success": false, "ip": "203.0.113.9" }));
+    assert_eq!(app.send_raw(request).await.status.as_u16(), 200);
+}

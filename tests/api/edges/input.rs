@@ -356,4 +356,33 @@ async fn unknown_routes_and_methods_answer_json() {
         (wrong_method.status.as_u16(), wrong_method.error()),
         (405, "method_not_allowed")
     );
+    // The console's routes too, once the admin is let in.
+    for (method, path, allow) in [
+        ("GET", "/admin/logout", "POST"),
+        ("PUT", "/admin", "GET"),
+        ("GET", "/admin/subjects/user/alice/unblock", "POST"),
+        ("DELETE", "/admin/lists", "GET, POST"),
+        ("PUT", "/admin/overview", "GET"),
+        ("POST", "/admin/events.csv", "GET"),
+        ("GET", "/admin/lists/1/delete", "POST"),
+    ] {
+        let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+        let answer = app
+            .send_raw(
+                app.client
+                    .request(method.clone(), format!("{}{path}", app.address))
+                    .basic_auth("admin", Some(crate::support::app::ADMIN_TOKEN)),
+            )
+            .await;
+        assert_eq!(
+            (answer.status.as_u16(), answer.error()),
+            (405, "method_not_allowed"),
+            "{method} {path}"
+        );
+        assert_eq!(
+            answer.headers.get("allow").and_then(|v| v.to_str().ok()),
+            Some(allow),
+            "{method} {path}"
+        );
+    }
 }

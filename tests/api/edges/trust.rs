@@ -248,4 +248,23 @@ async fn a_request_id_is_echoed_and_recorded() {
         (row.request_id.as_deref(), row.user_agent.as_deref()),
         (Some("req-42"), Some("tests/1.0"))
     );
+    // A user agent past ASCII is recorded as sent, not dropped.
+    let request = app
+        .client
+        .post(format!("{}/sms/send", app.address))
+        .bearer_auth(crate::support::app::API_KEY)
+        .header(
+            "user-agent",
+            reqwest::header::HeaderValue::from_bytes("café/2.0".as_bytes()).unwrap(),
+        )
+        .json(&json!({ "phone": PHONE }));
+    request.send().await.unwrap();
+    let rows = app.audit_events();
+    assert_eq!(rows.len(), 2);
+    assert!(
+        rows.iter()
+            .any(|r| r.user_agent.as_deref() == Some("café/2.0")),
+        "{:?}",
+        rows.iter().map(|r| &r.user_agent).collect::<Vec<_>>()
+    );
 }
