@@ -199,9 +199,10 @@ fn describe() {
     );
 }
 
-/// The series the shipped alerts take a `rate` or `increase` of, from 0 at
-/// start-up: a series that first appears at 1 hides its first failure
-/// from both.
+/// The failure counters the shipped alerts watch (store errors, spooled
+/// and unjournaled audit events), from 0 at start-up: a series that first
+/// appears at 1 hides its first failure from `rate` and `increase`. (The
+/// busy series the other alerts read exist after the first requests.)
 fn zeroes() {
     counter!(STORE_ERRORS).increment(0);
     for outcome in ["spooled", "unjournaled"] {
@@ -402,6 +403,26 @@ pub fn list_match(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// On a recorder of its own: the process-wide one may have counted
+    /// failures already.
+    #[test]
+    fn the_watched_failure_counters_start_at_zero() {
+        let recorder = PrometheusBuilder::new().build_recorder();
+        let handle = recorder.handle();
+        metrics::with_local_recorder(&recorder, zeroes);
+        let text = handle.render();
+        for line in [
+            "tollgate_store_errors_total 0",
+            "tollgate_audit_events_total{outcome=\"spooled\"} 0",
+            "tollgate_audit_events_total{outcome=\"unjournaled\"} 0",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "{line} missing from:\n{text}"
+            );
+        }
+    }
 
     #[test]
     fn the_handle_tables_index_every_variant_at_its_place() {

@@ -18,6 +18,39 @@ use crate::settings::{AdminToken, Secret, ServerSettings};
 
 const MAX_USER_AGENT: usize = 512;
 
+/// A user agent as the audit trail keeps it: read lossily (`to_str` takes
+/// visible ASCII only, and a browser's `café` is still its user agent), at
+/// most [`MAX_USER_AGENT`] characters, and every character of the general
+/// categories control (C1 included: U+009B introduces terminal escapes),
+/// format (bidirectional overrides, zero-width characters, tags) and line or
+/// paragraph separator replaced by U+FFFD, so that the console, a CSV export
+/// or a terminal shows the row as it was sent, not as the sender wanted it
+/// to look.
+fn readable_user_agent(raw: &[u8]) -> String {
+    String::from_utf8_lossy(raw)
+        .chars()
+        .take(MAX_USER_AGENT)
+        .map(|c| {
+            if disguises(c) {
+                char::REPLACEMENT_CHARACTER
+            } else {
+                c
+            }
+        })
+        .collect()
+}
+
+fn disguises(c: char) -> bool {
+    use unicode_properties::{GeneralCategory, UnicodeGeneralCategory};
+    matches!(
+        c.general_category(),
+        GeneralCategory::Control
+            | GeneralCategory::Format
+            | GeneralCategory::LineSeparator
+            | GeneralCategory::ParagraphSeparator
+    )
+}
+
 /// A list of bearer secrets, compared in constant time. Comparing digests keeps
 /// the time independent of the secrets' lengths too.
 #[derive(Clone)]
@@ -217,16 +250,13 @@ impl Access {
         // A request that got past the check above carries a key, when keys
         // are configured: it is the backend without checking the key again.
         let backend = with_key || self.is_loopback_backend(req);
-        // Checked whoever sends it (the API takes an address exactly), used
-        // only from a caller with a key.
-        let body_ip = body_ip
-            .map(|raw| {
-                ClientIp::parse(raw)
-                    .ok_or_else(|| ApiError::InvalidRequest("ip is not an IP address".into()))
-            })
-            .transpose()?;
+        // Without a key the body's `ip` is ignored altogether (DESIGN.md §3),
+        // checked or not: a browser's placeholder must not fail its send.
         let ip = match body_ip {
-            Some(ip) if with_key => Some(ip),
+            Some(raw) if with_key => Some(
+                ClientIp::parse(raw)
+                    .ok_or_else(|| ApiError::InvalidRequest("ip is not an IP address".into()))?,
+            ),
             _ => self.peer_ip(req),
         };
         let mut info = self.info(req, ip);
@@ -262,13 +292,10 @@ impl Access {
             .get::<RequestId>()
             .map(|id| id.0.clone())
             .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
-        // Read lossily: `to_str` takes visible ASCII only, and a browser's
-        // `café` is still its user agent.
         let user_agent = req
             .headers()
             .get(header::USER_AGENT)
-            .map(|v| String::from_utf8_lossy(v.as_bytes()))
-            .map(|ua| ua.chars().take(MAX_USER_AGENT).collect());
+            .map(|v| readable_user_agent(v.as_bytes()));
         RequestInfo {
             request_id,
             user_agent,
@@ -318,5 +345,30 @@ impl Access {
             }
         }
         Some(ClientIp::new(client.ip()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_user_agent_keeps_its_text_and_loses_what_would_disguise_it() {
+        assert_eq!(readable_user_agent(b"curl/8.5"), "curl/8.5");
+        assert_eq!(readable_user_agent("café/2.0".as_bytes()), "café/2.0");
+        assert_eq!(readable_user_agent(b"a\xffb"), "a\u{fffd}b");
+        for disguise in [
+            "\u{9b}31m",
+            "\u{202e}gpj.exe",
+            "a\u{200b}b",
+            "x\u{2028}y",
+            "\u{e0041}",
+        ] {
+            let kept = readable_user_agent(disguise.as_bytes());
+            assert!(kept.contains('\u{fffd}'), "{disguise:?} -> {kept:?}");
+            assert!(!kept.chars().any(disguises), "{kept:?}");
+        }
+        let long = "a".repeat(2 * MAX_USER_AGENT);
+        assert_eq!(readable_user_agent(long.as_bytes()).len(), MAX_USER_AGENT);
     }
 }

@@ -536,3 +536,26 @@ fn bad_timeouts_and_caps_are_refused_naming_their_key() {
         )
     );
 }
+
+/// Every duration is at most a century, the error naming its key, whether
+/// a setting of its own or a limit's window.
+#[test]
+fn a_duration_over_a_century_is_refused_naming_its_key() {
+    for (toml, key) in [
+        ("[login]\nlock_duration = \"36501d\"", "login.lock_duration"),
+        (
+            "[sms]\nphone_limits = [{ limit = 1, window = \"99999999999999d\" }]",
+            "sms.phone_limits[0].window",
+        ),
+    ] {
+        let error = crate::support::app::config_error(toml);
+        assert!(
+            error.starts_with(&format!("invalid setting `{key}`: must be at most 36500d")),
+            "{toml}: {error}"
+        );
+    }
+    assert_eq!(
+        crate::support::app::config_error("[login]\nlock_max_duration = \"36500d\""),
+        ""
+    );
+}

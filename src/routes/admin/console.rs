@@ -103,7 +103,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
 
 /// A console route's answer to a method it does not take: the JSON 405 with
 /// `Allow`, as every other route gives.
-fn other_methods(allow: &'static str) -> actix_web::Route {
+pub(super) fn other_methods(allow: &'static str) -> actix_web::Route {
     web::to(move || async move { Err::<HttpResponse, _>(ApiError::MethodNotAllowed(allow)) })
 }
 
@@ -128,11 +128,21 @@ fn authenticate(_state: &AppState, req: &HttpRequest) -> Result<Admin, Refusal> 
     current(req).ok_or(Refusal::Unauthorized)
 }
 
-/// Whether the browser says the request came from another site.
+/// Whether the browser says the request came from another site; said in
+/// the log when it did, since every caller refuses it.
 fn cross_site(req: &HttpRequest) -> bool {
-    req.headers()
+    let cross = req
+        .headers()
         .get("sec-fetch-site")
-        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"cross-site"))
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"cross-site"));
+    if cross {
+        tracing::warn!(
+            request_id = %crate::telemetry::request_id(),
+            route = req.match_pattern().as_deref().unwrap_or("?"),
+            "console request from another site refused"
+        );
+    }
+    cross
 }
 
 /// `permission` for `admin` posting a form, or the 403 page. Checked before
@@ -171,16 +181,17 @@ fn checked_form(
     body: &[u8],
 ) -> Result<Vec<(String, String)>, Refusal> {
     let fields: Vec<(String, String)> = form_urlencoded::parse(body).into_owned().collect();
-    let cross_site = cross_site(req);
+    if cross_site(req) {
+        return Err(Refusal::CrossSite);
+    }
     let valid = fields
         .iter()
         .find(|(name, _)| name == "csrf")
         .is_some_and(|(_, t)| csrf::verify(key, subject, t, Utc::now()));
-    if cross_site || !valid {
+    if !valid {
         tracing::warn!(
             request_id = %crate::telemetry::request_id(),
             subject_kind = subject.kind.as_str(),
-            cross_site,
             "console form refused: missing or bad CSRF token"
         );
         return Err(Refusal::Forbidden);

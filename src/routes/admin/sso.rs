@@ -359,8 +359,17 @@ pub(super) async fn end_session(
 
 /// The sign-in's own routes, outside the door: they are how one gets in.
 pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.service(web::resource("/admin/login").route(web::get().to(login)))
-        .service(web::resource(CALLBACK_PATH).route(web::get().to(callback)));
+    let other_methods = || super::console::other_methods("GET");
+    cfg.service(
+        web::resource("/admin/login")
+            .route(web::get().to(login))
+            .default_service(other_methods()),
+    )
+    .service(
+        web::resource(CALLBACK_PATH)
+            .route(web::get().to(callback))
+            .default_service(other_methods()),
+    );
 }
 
 #[cfg(test)]

@@ -252,10 +252,10 @@ impl RedisStore {
         &self,
         script: &Script,
         keys: &[&str],
-        args: Vec<Value>,
+        args: impl Fn() -> Vec<Value> + Send + Sync,
         len: usize,
     ) -> Result<Vec<i64>, StoreError> {
-        let out: Vec<i64> = self.eval(script, keys, || args.clone()).await?;
+        let out: Vec<i64> = self.eval(script, keys, args).await?;
         if out.len() != len {
             return Err(StoreError::Protocol(format!(
                 "expected {len} integers from the script, got {}",

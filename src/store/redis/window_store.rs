@@ -78,13 +78,18 @@ impl WindowStore for RedisStore {
         if n == 0 {
             return Err(no_windows());
         }
-        let mut args = Vec::with_capacity(1 + 3 * n);
-        args.push(int(n as u64));
-        for w in windows {
-            args.push(int(u64::from(w.limit)));
-            args.push(int(w.window_ms));
-            args.push(flag(w.is_meter()));
-        }
+        let args = || {
+            let mut args = Vec::with_capacity(1 + 3 * n);
+            args.push(int(n as u64));
+            for w in windows {
+                args.extend([
+                    int(u64::from(w.limit)),
+                    int(w.window_ms),
+                    flag(w.is_meter()),
+                ]);
+            }
+            args
+        };
         let meter_key = Keys::meter_for(key, windows);
         let mut keys = vec![key];
         keys.extend(meter_key.as_deref());
@@ -114,13 +119,15 @@ impl WindowStore for RedisStore {
                 .await
                 .map(|_| ());
         };
-        let mut args = vec![Value::from(member)];
-        for w in windows.iter().filter(|w| w.is_meter()) {
-            args.push(Value::from(w.meter_field()));
-            args.push(int(w.window_ms));
-        }
+        let args = || {
+            let mut args = vec![Value::from(member)];
+            for w in windows.iter().filter(|w| w.is_meter()) {
+                args.extend([Value::from(w.meter_field()), int(w.window_ms)]);
+            }
+            args
+        };
         let _: i64 = self
-            .eval(&self.scripts.undo, &[key, &meter_key], || args.clone())
+            .eval(&self.scripts.undo, &[key, &meter_key], args)
             .await?;
         Ok(())
     }
@@ -139,7 +146,7 @@ impl WindowStore for RedisStore {
         pair_lock_key: Option<&str>,
         policy: &LoginPolicy,
     ) -> Result<LoginStateOutcome, StoreError> {
-        let args = vec![int(policy.captcha_window_ms), int(policy.lock_window_ms)];
+        let args = || vec![int(policy.captcha_window_ms), int(policy.lock_window_ms)];
         let mut keys = vec![window_key, lock_key];
         keys.extend(pair_lock_key);
         let out = self
@@ -184,30 +191,34 @@ impl WindowStore for RedisStore {
         key: &str,
         policy: &ConversionPolicy,
     ) -> Result<Option<u64>, StoreError> {
-        let args = vec![
-            Value::from("e"),
-            Value::from(1_i64),
-            Value::from(-1_i64),
-            int(policy.slice_ms()),
-            int(policy.keep_ms()),
-        ];
+        let args = || {
+            vec![
+                Value::from("e"),
+                Value::from(1_i64),
+                Value::from(-1_i64),
+                int(policy.slice_ms()),
+                int(policy.keep_ms()),
+            ]
+        };
         let slice: i64 = self
-            .eval(&self.scripts.conversion_count, &[key], || args.clone())
+            .eval(&self.scripts.conversion_count, &[key], args)
             .await?;
         Ok(u64::try_from(slice).ok())
     }
 
     async fn conversion_undo(&self, key: &str, slice: u64) -> Result<(), StoreError> {
         // The slice and window arguments matter only when adding.
-        let args = vec![
-            Value::from("e"),
-            Value::from(-1_i64),
-            int(slice),
-            int(1),
-            int(1),
-        ];
+        let args = || {
+            vec![
+                Value::from("e"),
+                Value::from(-1_i64),
+                int(slice),
+                int(1),
+                int(1),
+            ]
+        };
         let _: i64 = self
-            .eval(&self.scripts.conversion_count, &[key], || args.clone())
+            .eval(&self.scripts.conversion_count, &[key], args)
             .await?;
         Ok(())
     }
@@ -217,15 +228,17 @@ impl WindowStore for RedisStore {
         key: &str,
         policy: &ConversionPolicy,
     ) -> Result<(), StoreError> {
-        let args = vec![
-            Value::from("s"),
-            Value::from(1_i64),
-            Value::from(-1_i64),
-            int(policy.slice_ms()),
-            int(policy.keep_ms()),
-        ];
+        let args = || {
+            vec![
+                Value::from("s"),
+                Value::from(1_i64),
+                Value::from(-1_i64),
+                int(policy.slice_ms()),
+                int(policy.keep_ms()),
+            ]
+        };
         let _: i64 = self
-            .eval(&self.scripts.conversion_count, &[key], || args.clone())
+            .eval(&self.scripts.conversion_count, &[key], args)
             .await?;
         Ok(())
     }
@@ -235,12 +248,14 @@ impl WindowStore for RedisStore {
         key: &str,
         policy: &ConversionPolicy,
     ) -> Result<ConversionState, StoreError> {
-        let args = vec![
-            int(policy.slice_ms()),
-            int(policy.slices()),
-            int(u64::from(policy.min_ratio_ppm)),
-            int(policy.bucket_ms().unwrap_or(0)),
-        ];
+        let args = || {
+            vec![
+                int(policy.slice_ms()),
+                int(policy.slices()),
+                int(u64::from(policy.min_ratio_ppm)),
+                int(policy.bucket_ms().unwrap_or(0)),
+            ]
+        };
         let out = self
             .eval_ints(&self.scripts.conversion_peek, &[key], args, 9)
             .await?;
@@ -268,10 +283,8 @@ impl WindowStore for RedisStore {
     }
 
     async fn expiring_add(&self, key: &str, member: &str, ttl_ms: u64) -> Result<(), StoreError> {
-        let args = vec![Value::from(member), int(ttl_ms)];
-        let _: i64 = self
-            .eval(&self.scripts.expiring_add, &[key], || args.clone())
-            .await?;
+        let args = || vec![Value::from(member), int(ttl_ms)];
+        let _: i64 = self.eval(&self.scripts.expiring_add, &[key], args).await?;
         Ok(())
     }
 
@@ -287,9 +300,9 @@ impl WindowStore for RedisStore {
         key: &str,
         limit: usize,
     ) -> Result<ExpiringMembers, StoreError> {
-        let args = vec![int(limit.max(1) as u64)];
+        let args = || vec![int(limit.max(1) as u64)];
         let out: Vec<String> = self
-            .eval(&self.scripts.expiring_members, &[key], || args.clone())
+            .eval(&self.scripts.expiring_members, &[key], args)
             .await?;
         let bad = || StoreError::Protocol("bad answer from expiring_members".into());
         let (total, pairs) = out.split_first().ok_or_else(bad)?;
@@ -310,10 +323,8 @@ impl WindowStore for RedisStore {
         attempts: u32,
         ttl_ms: u64,
     ) -> Result<(), StoreError> {
-        let args = vec![Value::from(mac), int(u64::from(attempts)), int(ttl_ms)];
-        let _: i64 = self
-            .eval(&self.scripts.otp_put, &[key], || args.clone())
-            .await?;
+        let args = || vec![Value::from(mac), int(u64::from(attempts)), int(ttl_ms)];
+        let _: i64 = self.eval(&self.scripts.otp_put, &[key], args).await?;
         Ok(())
     }
 
@@ -324,7 +335,7 @@ impl WindowStore for RedisStore {
         attempts: u32,
         ttl_ms: u64,
     ) -> Result<OtpOutcome, StoreError> {
-        let args = vec![Value::from(mac), int(u64::from(attempts)), int(ttl_ms)];
+        let args = || vec![Value::from(mac), int(u64::from(attempts)), int(ttl_ms)];
         let out = self
             .eval_ints(&self.scripts.otp_check, &[key], args, 2)
             .await?;
@@ -360,9 +371,8 @@ impl WindowStore for RedisStore {
         window_ms: u64,
         max: usize,
     ) -> Result<Vec<String>, StoreError> {
-        let args = vec![int(window_ms), int(max as u64)];
-        self.eval(&self.scripts.recent_members, &[key], || args.clone())
-            .await
+        let args = || vec![int(window_ms), int(max as u64)];
+        self.eval(&self.scripts.recent_members, &[key], args).await
     }
 
     async fn index_members(&self, key: &str, max: usize) -> Result<Vec<String>, StoreError> {

@@ -365,6 +365,8 @@ async fn unknown_routes_and_methods_answer_json() {
         ("PUT", "/admin/overview", "GET"),
         ("POST", "/admin/events.csv", "GET"),
         ("GET", "/admin/lists/1/delete", "POST"),
+        ("POST", "/admin/login", "GET"),
+        ("PUT", "/admin/oidc/callback", "GET"),
     ] {
         let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
         let answer = app
