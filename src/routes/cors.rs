@@ -3,9 +3,14 @@
 //! answered, and no credentials are ever allowed (the API takes none a
 //! browser would send), so `*` is safe where it is configured.
 
-use actix_cors::Cors;
+use actix_cors::{Cors, CorsError};
+use actix_web::body::{EitherBody, MessageBody};
+use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::http::header;
-use actix_web::middleware::Condition;
+use actix_web::middleware::{Condition, Next};
+use actix_web::ResponseError;
+
+use crate::error::ApiError;
 
 /// The origins allowed to call the browser-facing routes.
 #[derive(Debug, Clone, Default)]
@@ -15,6 +20,11 @@ impl CorsOrigins {
     /// `origins` as `server.cors_origins` gives them (checked at start-up).
     pub fn new(origins: &[String]) -> Self {
         Self(origins.to_vec())
+    }
+
+    /// Whether any origin is configured (CORS is on).
+    pub fn enabled(&self) -> bool {
+        !self.0.is_empty()
     }
 
     /// The middleware for one resource: none without configured origins,
@@ -36,6 +46,37 @@ impl CorsOrigins {
                 cors.allowed_origin(origin)
             };
         }
-        Condition::new(!self.0.is_empty(), cors)
+        Condition::new(self.enabled(), cors)
     }
+}
+
+/// actix-cors answers a refused preflight or origin itself, 400 in plain
+/// text; the API's errors are JSON (`{error, message}`) everywhere, so such
+/// an answer becomes the 400 `invalid_request` naming the CORS error, with
+/// the headers actix-cors set (`Vary`) kept.
+pub async fn json_refusals(
+    req: ServiceRequest,
+    next: Next<impl MessageBody>,
+) -> Result<ServiceResponse<EitherBody<impl MessageBody>>, actix_web::Error> {
+    let res = next.call(req).await?;
+    let refusal = res
+        .response()
+        .error()
+        .and_then(|e| e.as_error::<CorsError>())
+        .map(|cors| ApiError::InvalidRequest(format!("CORS: {cors}")));
+    let Some(refusal) = refusal else {
+        return Ok(res.map_into_left_body());
+    };
+    let headers = res.headers().clone();
+    Ok(res
+        .into_response(refusal.error_response())
+        .map_body(|head, body| {
+            for (name, value) in headers.iter() {
+                if !head.headers.contains_key(name) {
+                    head.headers.insert(name.clone(), value.clone());
+                }
+            }
+            body
+        })
+        .map_into_right_body())
 }

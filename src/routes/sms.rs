@@ -16,8 +16,19 @@ use crate::metrics::{self, Outcome, Route};
 
 /// Register `/sms/send` and `/sms/verify` (POST, JSON bodies).
 pub fn configure(cfg: &mut web::ServiceConfig, cors: &CorsOrigins) {
-    cfg.service(post_json("/sms/send", send).wrap(cors.middleware()))
-        .service(post_json("/sms/verify", verify).wrap(cors.middleware()));
+    // Only where CORS is on: a send pays no layer for it otherwise.
+    use actix_web::middleware::{from_fn, Condition};
+    let on = cors.enabled();
+    cfg.service(
+        post_json("/sms/send", send)
+            .wrap(cors.middleware())
+            .wrap(Condition::new(on, from_fn(super::cors::json_refusals))),
+    )
+    .service(
+        post_json("/sms/verify", verify)
+            .wrap(cors.middleware())
+            .wrap(Condition::new(on, from_fn(super::cors::json_refusals))),
+    );
 }
 
 #[derive(Deserialize, ToSchema)]

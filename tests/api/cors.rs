@@ -52,7 +52,30 @@ async fn configured_origins_get_preflights_and_headers_and_others_do_not() {
         );
         let evil = preflight(&app, path, "https://evil.example").await;
         assert_eq!(header(&evil, "access-control-allow-origin"), None, "{path}");
-        assert_ne!(evil.status, 200);
+        // Refused as every API error is: JSON with a code, not plain text.
+        assert_eq!(
+            (evil.status.as_u16(), evil.error()),
+            (400, "invalid_request"),
+            "{path}: {}",
+            evil.body
+        );
+        assert!(evil.body["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("CORS: ")));
+        let put = app
+            .send_raw(
+                app.client
+                    .request(Method::OPTIONS, format!("{}{path}", app.address))
+                    .header("origin", APP)
+                    .header("access-control-request-method", "PUT"),
+            )
+            .await;
+        assert_eq!(
+            (put.status.as_u16(), put.error()),
+            (400, "invalid_request"),
+            "{path}: {}",
+            put.body
+        );
     }
     let sent = send_from(&app, APP).await;
     assert_eq!(sent.status, 200, "{}", sent.body);
