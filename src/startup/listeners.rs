@@ -167,11 +167,10 @@ fn http_server(serve: Serve, shared: &Shared) -> std::io::Result<Server> {
         if let Some(redis) = &redis {
             redis.connect_this_thread();
         }
-        // The last `wrap` runs first: the request id and its span, then
-        // the timing inside the span, then the body deadline.
+        // The last `wrap` runs first: the request id, its span and its
+        // timing (one layer), then the body deadline.
         App::new()
             .wrap(from_fn(crate::connections::deadline::middleware))
-            .wrap(from_fn(routes::http_metrics::middleware))
             .wrap(from_fn(routes::request_id::middleware))
             .app_data(state.clone())
             .configure(|cfg| routes(cfg, &cors))
