@@ -1,6 +1,7 @@
 //! `store.on_error`: what a decision does when the configured store fails.
 //! All of that policy lives here, so guards only ever see one store.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -31,12 +32,46 @@ pub enum Fallback {
 pub struct ResilientStore {
     primary: Arc<dyn WindowStore>,
     fallback: Fallback,
+    /// The local store took a code while the primary failed: until a new
+    /// send replaces it, that code is checked where it is, not in the
+    /// primary (which never saw it) once the primary answers again. Never
+    /// set without an outage, so a send or a verify otherwise pays nothing.
+    codes_held: AtomicBool,
 }
 
 impl ResilientStore {
     /// `primary`, with `fallback` applied whenever a call to it fails.
     pub fn new(primary: Arc<dyn WindowStore>, fallback: Fallback) -> Self {
-        Self { primary, fallback }
+        Self {
+            primary,
+            fallback,
+            codes_held: AtomicBool::new(false),
+        }
+    }
+
+    /// The local store codes go to while the primary fails, if any.
+    fn code_store(&self) -> Option<&MemoryStore> {
+        match &self.fallback {
+            Fallback::Deny => None,
+            Fallback::Allow(local) | Fallback::Local(local) => Some(local),
+        }
+    }
+
+    /// The local store, when it holds a live code (or its burnt stand-in)
+    /// at `key`, left there during an outage.
+    fn held_code(&self, key: &str) -> Option<&MemoryStore> {
+        if !self.codes_held.load(Ordering::Relaxed) {
+            return None;
+        }
+        self.code_store().filter(|local| local.contains_key(key))
+    }
+
+    /// A code just went to the primary at `key`: one held locally from an
+    /// outage is superseded.
+    async fn forget_held_code(&self, key: &str) {
+        if let Some(local) = self.held_code(key) {
+            let _ = local.delete(&[key.to_string()]).await;
+        }
     }
 
     fn failed(&self, e: &StoreError) {
@@ -117,10 +152,18 @@ impl WindowStore for ResilientStore {
         let result = self.primary.reserve(req.clone()).await;
         metrics::store_call(started.elapsed());
         let e = match result {
-            Ok(outcome) => return Ok(outcome),
+            Ok(outcome) => {
+                if let (Some(code), true) = (req.code, outcome.recorded) {
+                    self.forget_held_code(code.key).await;
+                }
+                return Ok(outcome);
+            }
             Err(e) => e,
         };
         self.failed(&e);
+        if req.code.is_some() && self.code_store().is_some() {
+            self.codes_held.store(true, Ordering::Relaxed);
+        }
         match &self.fallback {
             Fallback::Deny => Err(e),
             Fallback::Local(local) => local.reserve(req).await,
@@ -255,7 +298,23 @@ impl WindowStore for ResilientStore {
         attempts: u32,
         ttl_ms: u64,
     ) -> Result<(), StoreError> {
-        resilient!(self, |s| s.otp_put(key, mac, attempts, ttl_ms), open: None)
+        let started = std::time::Instant::now();
+        let result = self.primary.otp_put(key, mac, attempts, ttl_ms).await;
+        metrics::store_call(started.elapsed());
+        match result {
+            Ok(()) => {
+                self.forget_held_code(key).await;
+                Ok(())
+            }
+            Err(e) => {
+                self.failed(&e);
+                let Some(local) = self.code_store() else {
+                    return Err(e);
+                };
+                self.codes_held.store(true, Ordering::Relaxed);
+                local.otp_put(key, mac, attempts, ttl_ms).await
+            }
+        }
     }
 
     async fn otp_check(
@@ -265,11 +324,23 @@ impl WindowStore for ResilientStore {
         attempts: u32,
         ttl_ms: u64,
     ) -> Result<OtpOutcome, StoreError> {
+        // A code sent during an outage is checked where it was kept, Redis
+        // back or not (design-differences.md: "checked by the instance that
+        // sent it").
+        if let Some(local) = self.held_code(key) {
+            return local.otp_check(key, mac, attempts, ttl_ms).await;
+        }
         resilient!(self, |s| s.otp_check(key, mac, attempts, ttl_ms), open: None)
     }
 
     async fn delete(&self, keys: &[String]) -> Result<(), StoreError> {
-        resilient!(self, |s| s.delete(keys), open: None)
+        let deleted = resilient!(self, |s| s.delete(keys), open: None);
+        if self.codes_held.load(Ordering::Relaxed) {
+            if let Some(local) = self.code_store() {
+                let _ = local.delete(keys).await;
+            }
+        }
+        deleted
     }
 
     async fn get_or_init(&self, key: &str, candidate: &str) -> Result<String, StoreError> {

@@ -268,3 +268,78 @@ async fn a_slow_redis_falls_back_to_the_local_store_when_told_to() {
     );
     redis.thaw();
 }
+
+/// A code sent while Redis does not answer is kept in the local store
+/// (`on_error = "allow"` or `"local"`), and checked there even once Redis
+/// answers again: Redis never saw it. Single use there too; and the next
+/// send, to Redis, supersedes it.
+#[tokio::test]
+async fn a_code_sent_during_an_outage_is_verified_after_it() {
+    for on_error in [OnStoreError::Allow, OnStoreError::Local] {
+        let redis = PrivateRedis::start().await;
+        let url = redis.url();
+        let app = spawn_app(Backend::Redis, move |s| {
+            s.store.redis_url = SecretUrl::new(url);
+            s.store.timeout = std::time::Duration::from_millis(200);
+            s.store.on_error = on_error;
+            s.sms.code_secret = Secret::new("a-configured-secret");
+            s.sms.phone_limits = limits(&[(10, 3_600_000)]);
+        })
+        .await;
+        assert_eq!(app.get("/readyz").await.status, 200, "{on_error:?}");
+
+        redis.freeze();
+        let sent = app.sms_send(json!({ "phone": PHONE })).await;
+        assert_eq!(sent.status, 200, "{on_error:?}: {}", sent.body);
+        let during = app.sms.last_code(PHONE);
+        redis.thaw();
+        let mut ready = false;
+        for _ in 0..100 {
+            if app.get("/readyz").await.status == 200 {
+                ready = true;
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        assert!(ready, "{on_error:?}: Redis answers again");
+
+        let verified = app
+            .sms_verify(json!({ "phone": PHONE, "code": during }))
+            .await;
+        assert_eq!(
+            verified.body["valid"], true,
+            "{on_error:?}: {}",
+            verified.body
+        );
+        let again = app
+            .sms_verify(json!({ "phone": PHONE, "code": during }))
+            .await;
+        assert_eq!(again.body["valid"], false, "{on_error:?}: single use");
+
+        // A send with Redis up goes to Redis, and a code held locally
+        // from the outage no longer answers for the phone.
+        redis.freeze();
+        assert_eq!(app.sms_send(json!({ "phone": PHONE })).await.status, 200);
+        let stale = app.sms.last_code(PHONE);
+        redis.thaw();
+        for _ in 0..100 {
+            if app.get("/readyz").await.status == 200 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        let fresh_send = app.sms_send(json!({ "phone": PHONE })).await;
+        assert_eq!(fresh_send.status, 200, "{on_error:?}: {}", fresh_send.body);
+        let fresh = app.sms.last_code(PHONE);
+        if fresh != stale {
+            let old = app
+                .sms_verify(json!({ "phone": PHONE, "code": stale }))
+                .await;
+            assert_eq!(old.body["valid"], false, "{on_error:?}: superseded");
+        }
+        let new = app
+            .sms_verify(json!({ "phone": PHONE, "code": fresh }))
+            .await;
+        assert_eq!(new.body["valid"], true, "{on_error:?}: {}", new.body);
+    }
+}
