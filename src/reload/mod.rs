@@ -33,6 +33,10 @@ pub enum ReloadError {
     /// A templates directory or one of its templates cannot be used.
     #[error("template {0}")]
     Templates(#[from] TemplateLoadError),
+    /// The config file holds no setting at all (a truncated file, or one
+    /// being written in place): reloading it would reset everything.
+    #[error("config file {0} is empty (a file being rewritten?); an empty file would reset every setting")]
+    EmptyFile(String),
     /// The new `[captcha]` settings do not make an HTTP client.
     #[error("cannot build the captcha client: {0}")]
     Captcha(#[from] reqwest::Error),
@@ -54,6 +58,9 @@ impl Reloadable {
     /// and the templates it names; swap them all in only when every part is
     /// good. Returns the settings read.
     pub fn reload(&self, file: Option<&Path>) -> Result<Settings, ReloadError> {
+        if let Some(path) = file {
+            refuse_empty(path)?;
+        }
         let settings = Settings::load(file)?;
         let templates = Templates::load(&TemplateDirs::of(&settings))?;
         let policy = Policy::from_settings(&settings)?;
@@ -62,6 +69,25 @@ impl Reloadable {
         self.templates.replace(templates);
         Ok(settings)
     }
+}
+
+/// An empty config file (nothing but blank lines and comments) is valid
+/// TOML that would put every setting back to its default, lifting the
+/// file's block lists and limits; it is what a writer that truncates the
+/// file in place leaves for a moment, so a reload refuses it. (At start-up
+/// an empty file means the defaults, as it says.)
+fn refuse_empty(path: &Path) -> Result<(), ReloadError> {
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return Ok(()); // Settings::load says why it cannot be read.
+    };
+    let empty = text
+        .lines()
+        .map(str::trim)
+        .all(|line| line.is_empty() || line.starts_with('#'));
+    if empty {
+        return Err(ReloadError::EmptyFile(path.display().to_string()));
+    }
+    Ok(())
 }
 
 /// Why a reload ran, as logged.

@@ -84,6 +84,16 @@ fn a_reload_swaps_the_decision_settings_and_a_bad_file_keeps_the_old_ones() {
         blocked("mallory-3") && !blocked("mallory-4"),
         "and the old lists"
     );
+
+    // A file truncated in place (or only comments) would reset everything
+    // to the defaults, lifting the file's block list: refused.
+    for empty in ["", "\n  \n", "# being rewritten\n"] {
+        std::fs::write(&bad, empty).unwrap();
+        let error = reloadable.reload(Some(&bad)).unwrap_err().to_string();
+        assert!(error.contains("is empty"), "{empty:?}: {error}");
+        assert_eq!(cell.current().sms.phone.rules[0].limit, 3, "{empty:?}");
+        assert!(blocked("mallory-3"), "{empty:?}: the block list stays");
+    }
 }
 
 #[tokio::test]
