@@ -42,6 +42,10 @@ fn readable_user_agent(raw: &[u8]) -> String {
 
 fn disguises(c: char) -> bool {
     use unicode_properties::{GeneralCategory, UnicodeGeneralCategory};
+    // Most user agents are ASCII: no table search per character for them.
+    if c.is_ascii() {
+        return c.is_ascii_control();
+    }
     matches!(
         c.general_category(),
         GeneralCategory::Control
@@ -367,6 +371,15 @@ mod tests {
             let kept = readable_user_agent(disguise.as_bytes());
             assert!(kept.contains('\u{fffd}'), "{disguise:?} -> {kept:?}");
             assert!(!kept.chars().any(disguises), "{kept:?}");
+        }
+        // The ASCII shortcut says what the tables say.
+        for c in (0u8..=127).map(char::from) {
+            use unicode_properties::{GeneralCategory, UnicodeGeneralCategory};
+            assert_eq!(
+                disguises(c),
+                c.general_category() == GeneralCategory::Control,
+                "{c:?}"
+            );
         }
         let long = "a".repeat(2 * MAX_USER_AGENT);
         assert_eq!(readable_user_agent(long.as_bytes()).len(), MAX_USER_AGENT);

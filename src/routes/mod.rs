@@ -99,6 +99,12 @@ pub async fn not_found() -> Result<HttpResponse, ApiError> {
     Err(ApiError::NotFound)
 }
 
+/// A resource's answer to a method it does not take: the JSON 405 with
+/// `Allow` (`"GET"`, `"POST"`, `"GET, POST"`).
+pub(crate) fn other_methods(allow: &'static str) -> actix_web::Route {
+    web::to(move || async move { Err::<HttpResponse, _>(ApiError::MethodNotAllowed(allow)) })
+}
+
 /// A POST-only resource whose other methods answer a JSON 405 with `Allow`.
 pub(crate) fn post<F, Args>(path: &str, handler: F) -> actix_web::Resource
 where
@@ -108,9 +114,7 @@ where
 {
     web::resource(path)
         .route(web::post().to(handler))
-        .default_service(web::to(|| async {
-            Err::<HttpResponse, _>(ApiError::MethodNotAllowed("POST"))
-        }))
+        .default_service(other_methods("POST"))
 }
 
 /// [`post`] for a JSON body: one that is not `application/json` answers 415.
@@ -145,7 +149,5 @@ where
 {
     web::resource(path)
         .route(web::get().to(handler))
-        .default_service(web::to(|| async {
-            Err::<HttpResponse, _>(ApiError::MethodNotAllowed("GET"))
-        }))
+        .default_service(other_methods("GET"))
 }

@@ -57,13 +57,14 @@ impl ResilientStore {
         }
     }
 
-    /// The local store, when it holds a live code (or its burnt stand-in)
-    /// at `key`, left there during an outage.
+    /// The local store, when it holds a code sent to `key` during an
+    /// outage (live or burnt). Not a stand-in a check left there: that
+    /// would hide a code Redis held all along once Redis answers again.
     fn held_code(&self, key: &str) -> Option<&MemoryStore> {
         if !self.codes_held.load(Ordering::Relaxed) {
             return None;
         }
-        self.code_store().filter(|local| local.contains_key(key))
+        self.code_store().filter(|local| local.holds_code(key))
     }
 
     /// A code just went to the primary at `key`: one held locally from an
@@ -328,7 +329,16 @@ impl WindowStore for ResilientStore {
         // back or not (design-differences.md: "checked by the instance that
         // sent it").
         if let Some(local) = self.held_code(key) {
-            return local.otp_check(key, mac, attempts, ttl_ms).await;
+            let outcome = local.otp_check(key, mac, attempts, ttl_ms).await?;
+            if matches!(outcome, OtpOutcome::Valid { .. }) {
+                // Single use across both stores: the send that timed out may
+                // have reached Redis after all (a stalled call still runs),
+                // leaving a copy there. An extra call, only on this path.
+                if let Err(e) = self.primary.delete(&[key.to_string()]).await {
+                    self.failed(&e);
+                }
+            }
+            return Ok(outcome);
         }
         resilient!(self, |s| s.otp_check(key, mac, attempts, ttl_ms), open: None)
     }

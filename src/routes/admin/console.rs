@@ -39,6 +39,7 @@ const FORM_LIMIT: usize = 4 * 1024;
 /// look-up, a subject's page and its unblock form, and the lists.
 /// Every page behind the console's door (`gate`).
 pub fn configure(cfg: &mut web::ServiceConfig) {
+    use crate::routes::other_methods;
     let door = || actix_web::middleware::from_fn(console_gate);
     cfg.service(
         web::resource("/admin/overview")
@@ -99,12 +100,6 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .default_service(other_methods("POST"))
             .wrap(door()),
     );
-}
-
-/// A console route's answer to a method it does not take: the JSON 405 with
-/// `Allow`, as every other route gives.
-pub(super) fn other_methods(allow: &'static str) -> actix_web::Route {
-    web::to(move || async move { Err::<HttpResponse, _>(ApiError::MethodNotAllowed(allow)) })
 }
 
 /// The console's door: Bearer or Basic, refusals as HTML pages.

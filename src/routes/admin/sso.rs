@@ -359,7 +359,7 @@ pub(super) async fn end_session(
 
 /// The sign-in's own routes, outside the door: they are how one gets in.
 pub fn configure(cfg: &mut web::ServiceConfig) {
-    let other_methods = || super::console::other_methods("GET");
+    let other_methods = || crate::routes::other_methods("GET");
     cfg.service(
         web::resource("/admin/login")
             .route(web::get().to(login))

@@ -247,6 +247,31 @@ impl RedisStore {
         Ok((user, ip))
     }
 
+    /// `conversion_count.lua`: add `delta` to `field` (`e` events, `s`
+    /// successes) of the slice `slice` (-1: the current one), the slices
+    /// `slice_ms` long and kept `keep_ms`; answers the slice counted in.
+    pub(super) async fn count_conversion(
+        &self,
+        key: &str,
+        field: &'static str,
+        delta: i64,
+        slice: i64,
+        slice_ms: u64,
+        keep_ms: u64,
+    ) -> Result<i64, StoreError> {
+        let args = || {
+            vec![
+                Value::from(field),
+                Value::from(delta),
+                Value::from(slice),
+                int(slice_ms),
+                int(keep_ms),
+            ]
+        };
+        self.eval(&self.scripts.conversion_count, &[key], args)
+            .await
+    }
+
     /// Run a script that answers an array of `len` integers.
     pub(super) async fn eval_ints(
         &self,

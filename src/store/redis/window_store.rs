@@ -191,35 +191,16 @@ impl WindowStore for RedisStore {
         key: &str,
         policy: &ConversionPolicy,
     ) -> Result<Option<u64>, StoreError> {
-        let args = || {
-            vec![
-                Value::from("e"),
-                Value::from(1_i64),
-                Value::from(-1_i64),
-                int(policy.slice_ms()),
-                int(policy.keep_ms()),
-            ]
-        };
-        let slice: i64 = self
-            .eval(&self.scripts.conversion_count, &[key], args)
+        let slice = self
+            .count_conversion(key, "e", 1, -1, policy.slice_ms(), policy.keep_ms())
             .await?;
         Ok(u64::try_from(slice).ok())
     }
 
     async fn conversion_undo(&self, key: &str, slice: u64) -> Result<(), StoreError> {
         // The slice and window arguments matter only when adding.
-        let args = || {
-            vec![
-                Value::from("e"),
-                Value::from(-1_i64),
-                int(slice),
-                int(1),
-                int(1),
-            ]
-        };
-        let _: i64 = self
-            .eval(&self.scripts.conversion_count, &[key], args)
-            .await?;
+        let slice = i64::try_from(slice).unwrap_or(i64::MAX);
+        self.count_conversion(key, "e", -1, slice, 1, 1).await?;
         Ok(())
     }
 
@@ -228,17 +209,7 @@ impl WindowStore for RedisStore {
         key: &str,
         policy: &ConversionPolicy,
     ) -> Result<(), StoreError> {
-        let args = || {
-            vec![
-                Value::from("s"),
-                Value::from(1_i64),
-                Value::from(-1_i64),
-                int(policy.slice_ms()),
-                int(policy.keep_ms()),
-            ]
-        };
-        let _: i64 = self
-            .eval(&self.scripts.conversion_count, &[key], args)
+        self.count_conversion(key, "s", 1, -1, policy.slice_ms(), policy.keep_ms())
             .await?;
         Ok(())
     }

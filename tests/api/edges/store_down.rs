@@ -284,14 +284,24 @@ async fn a_code_sent_during_an_outage_is_verified_after_it() {
             s.store.on_error = on_error;
             s.sms.code_secret = Secret::new("a-configured-secret");
             s.sms.phone_limits = limits(&[(10, 3_600_000)]);
+            s.sms.captcha_after = 100;
         })
         .await;
         assert_eq!(app.get("/readyz").await.status, 200, "{on_error:?}");
+        // A code Redis holds from before the outage.
+        const OTHER: &str = "+8613800138099";
+        assert_eq!(app.sms_send(json!({ "phone": OTHER })).await.status, 200);
+        let before = app.sms.last_code(OTHER);
 
         redis.freeze();
         let sent = app.sms_send(json!({ "phone": PHONE })).await;
         assert_eq!(sent.status, 200, "{on_error:?}: {}", sent.body);
         let during = app.sms.last_code(PHONE);
+        // A try on the other phone meanwhile leaves a stand-in locally.
+        let wrong = app
+            .sms_verify(json!({ "phone": OTHER, "code": "000000" }))
+            .await;
+        assert_eq!(wrong.body["valid"], false, "{on_error:?}");
         redis.thaw();
         let mut ready = false;
         for _ in 0..100 {
@@ -315,6 +325,11 @@ async fn a_code_sent_during_an_outage_is_verified_after_it() {
             .sms_verify(json!({ "phone": PHONE, "code": during }))
             .await;
         assert_eq!(again.body["valid"], false, "{on_error:?}: single use");
+        // The stand-in hides nothing: the code Redis held still verifies.
+        let held = app
+            .sms_verify(json!({ "phone": OTHER, "code": before }))
+            .await;
+        assert_eq!(held.body["valid"], true, "{on_error:?}: {}", held.body);
 
         // A send with Redis up goes to Redis, and a code held locally
         // from the outage no longer answers for the phone.
