@@ -104,6 +104,22 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / TICKS
 
 
+def context_switches(pid):
+    """Voluntary and involuntary context switches of every thread of `pid`:
+    a request that wakes more threads, or wakes one more often, costs the
+    machine more than its instructions show."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/status") as f:
+                for line in f:
+                    if line.startswith(("voluntary_ctxt_switches:", "nonvoluntary_ctxt_switches:")):
+                        total += int(line.split()[-1])
+        except (OSError, ValueError):
+            continue  # a thread gone between listdir and open
+    return total
+
+
 def postgres_cpu_seconds():
     """utime + stime of every PostgreSQL process (server, backends, WAL
     writer, checkpointer...): the audit database's share of the machine.
@@ -430,8 +446,8 @@ code_secret = "bench-code-secret-0123456789abcdef"
         print(f"\n### {scenario['title']}, equal load: each service alone on core {service_core}, "
               f"Redis and wrk on core {redis_core} (medians of {self.args.rounds} runs of "
               f"{self.args.duration}s, alternated)")
-        print("| side | req/s | non-2xx | service CPU/req | Redis CPU/req |")
-        print("|---|---|---|---|---|")
+        print("| side | req/s | non-2xx | service CPU/req | Redis CPU/req | service context switches/req |")
+        print("|---|---|---|---|---|---|")
         runs = {side: [] for side in sides}
         redis_mask = os.sched_getaffinity(self.redis.pid)
         pin(self.redis.pid, {redis_core})
@@ -443,12 +459,14 @@ code_secret = "bench-code-secret-0123456789abcdef"
                     try:
                         redis_cli("FLUSHALL")
                         before = (cpu_seconds(proc.pid), cpu_seconds(self.redis.pid))
+                        switches = context_switches(proc.pid)
                         r = self.finish(self.wrk(port, "login", scenario["identities"],
                                                  self.args.duration, auth=side == "tollgate",
                                                  cores={redis_core}))
                         n = max(r["requests"], 1)
                         r["service_us"] = (cpu_seconds(proc.pid) - before[0]) / n * 1e6
                         r["redis_us"] = (cpu_seconds(self.redis.pid) - before[1]) / n * 1e6
+                        r["switches"] = (context_switches(proc.pid) - switches) / n
                     finally:
                         pin(proc.pid, mask)
                     runs[side].append(r)
@@ -457,7 +475,7 @@ code_secret = "bench-code-secret-0123456789abcdef"
         for side, rs in runs.items():
             m = lambda k: self.median(rs, k)
             print(f"| {side} | {m('rps'):,.0f} | {m('non2xx'):.0f} | {m('service_us'):.1f} µs | "
-                  f"{m('redis_us'):.1f} µs |")
+                  f"{m('redis_us'):.1f} µs | {m('switches'):.3f} |")
         t, lean = runs["tollgate"], runs["lean"]
         rps = self.median(t, "rps") / self.median(lean, "rps")
         per_round = ", ".join(f"{a['service_us'] / b['service_us']:.2f}" for a, b in zip(t, lean))
