@@ -176,7 +176,9 @@ impl Keys {
 }
 
 fn escape(id: &str) -> std::borrow::Cow<'_, str> {
-    if !id.contains(['{', '}', '%']) {
+    // Bytes, not chars: the three are ASCII, and a char pattern decodes
+    // UTF-8 and compares three times per character of every key's id.
+    if !id.bytes().any(|b| matches!(b, b'{' | b'}' | b'%')) {
         return id.into();
     }
     let mut out = String::with_capacity(id.len() + 6);
