@@ -1,12 +1,14 @@
 //! A request id per request, taken from `x-request-id` (when it is a sane
 //! token) or made up, echoed in the response and named by the lines the
-//! request logs, the request's span (at `debug`), opened here too, and its
-//! timing (`http_metrics::Timing`): one middleware layer for the three.
+//! request logs, the request's span (at `debug`), opened here too, its
+//! timing (`http_metrics::Timing`) and its body deadline
+//! (`connections::deadline`): one middleware layer for the four.
 //! `tracing-actix-web`'s `TracingLogger` did the span as a layer of its own,
 //! with a second, unused request id (a UUID made per request): about 2 % of
-//! a login's instructions; the timing's own layer some 300 more.
+//! a login's instructions; the timing's and the deadline's own layers some
+//! 300 more each.
 
-use actix_web::body::MessageBody;
+use actix_web::body::{EitherBody, MessageBody};
 use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::http::header::{HeaderName, HeaderValue};
 use actix_web::middleware::Next;
@@ -41,14 +43,16 @@ fn new_id() -> String {
 }
 
 /// Take the request's id or make one, run the request with it as the
-/// task's id inside the request's span, and echo it in `x-request-id`.
-pub async fn middleware(
-    req: ServiceRequest,
-    next: Next<impl MessageBody>,
-) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
+/// task's id inside the request's span, its body bounded by the
+/// connection's deadline, and echo the id in `x-request-id`.
+pub async fn middleware<B: MessageBody + 'static>(
+    mut req: ServiceRequest,
+    next: Next<B>,
+) -> Result<ServiceResponse<EitherBody<B>>, actix_web::Error> {
     let id = incoming(&req).unwrap_or_else(new_id);
     let span = request_span(&req, &id);
     let timing = super::http_metrics::Timing::start(&req);
+    let deadline = crate::connections::deadline::enter(&mut req);
     // The header is made before the id moves into the task's scope: one
     // copy for the extensions, none more.
     let header = HeaderValue::from_str(&id).ok();
@@ -58,6 +62,8 @@ pub async fn middleware(
     let outcome = crate::telemetry::with_request_id(id, next.call(req))
         .instrument(span.clone())
         .await;
+    // The 408 of a body out of time is the answer timed, logged and echoed.
+    let outcome = crate::connections::deadline::leave(deadline, outcome);
     span.in_scope(|| timing.finish(&outcome));
     record_status(&span, &outcome);
     let mut response = outcome?;

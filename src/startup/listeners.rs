@@ -167,10 +167,9 @@ fn http_server(serve: Serve, shared: &Shared) -> std::io::Result<Server> {
         if let Some(redis) = &redis {
             redis.connect_this_thread();
         }
-        // The last `wrap` runs first: the request id, its span and its
-        // timing (one layer), then the body deadline.
+        // One layer for the request id, its span, its timing and its body
+        // deadline.
         App::new()
-            .wrap(from_fn(crate::connections::deadline::middleware))
             .wrap(from_fn(routes::request_id::middleware))
             .app_data(state.clone())
             .configure(|cfg| routes(cfg, &cors))
