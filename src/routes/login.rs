@@ -5,7 +5,7 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use serde::Deserialize;
 use utoipa::ToSchema;
 
-use super::{post_json, schemas, AppState};
+use super::{json, post, schemas, AppState};
 use crate::captcha::CaptchaProof;
 use crate::domain::{EmailAddress, Username};
 use crate::error::{ApiError, ErrorBody};
@@ -15,8 +15,8 @@ use crate::metrics::{self, Outcome, Route};
 
 /// Register `/login/check` and `/login/attempt` (POST, JSON bodies).
 pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.service(post_json("/login/check", check))
-        .service(post_json("/login/attempt", attempt));
+    cfg.service(post("/login/check", check))
+        .service(post("/login/attempt", attempt));
 }
 
 #[derive(Deserialize, ToSchema)]
@@ -71,6 +71,7 @@ fn parse_user(raw: &str) -> Result<Username, ApiError> {
     post,
     path = "/login/check",
     operation_id = "login_check",
+    request_body = CheckBody,
     tag = "login",
     responses(
         (status = 200, description = "`deny` when the user is locked or the IP blocked, `challenge` when a captcha is required, `allow` otherwise", body = LoginState),
@@ -86,7 +87,7 @@ fn parse_user(raw: &str) -> Result<Username, ApiError> {
 async fn check(
     state: web::Data<AppState>,
     req: HttpRequest,
-    body: web::Json<CheckBody>,
+    body: json::Body<CheckBody>,
 ) -> Result<HttpResponse, ApiError> {
     let info = backend_only(state.access.caller(&req, body.ip.as_deref())?)?;
     let user = parse_user(&body.user)?;
@@ -104,6 +105,7 @@ async fn check(
     post,
     path = "/login/attempt",
     operation_id = "login_attempt",
+    request_body = AttemptBody,
     tag = "login",
     responses(
         (status = 200, description = "The state after this attempt", body = LoginState),
@@ -119,7 +121,7 @@ async fn check(
 async fn attempt(
     state: web::Data<AppState>,
     req: HttpRequest,
-    body: web::Json<AttemptBody>,
+    body: json::Body<AttemptBody>,
 ) -> Result<HttpResponse, ApiError> {
     let body = body.into_inner();
     let info = backend_only(state.access.caller(&req, body.ip.as_deref())?)?;

@@ -106,6 +106,8 @@ pub(crate) fn other_methods(allow: &'static str) -> actix_web::Route {
 }
 
 /// A POST-only resource whose other methods answer a JSON 405 with `Allow`.
+/// A JSON body is read with [`json::Body`], which answers 415 to any other
+/// content type (actix's `web::Json` alone would take `text/json`).
 pub(crate) fn post<F, Args>(path: &str, handler: F) -> actix_web::Resource
 where
     F: actix_web::Handler<Args>,
@@ -115,29 +117,6 @@ where
     web::resource(path)
         .route(web::post().to(handler))
         .default_service(other_methods("POST"))
-}
-
-/// [`post`] for a JSON body: one that is not `application/json` answers 415.
-pub(crate) fn post_json<F, Args>(
-    path: &str,
-    handler: F,
-) -> actix_web::Resource<
-    impl actix_web::dev::ServiceFactory<
-        actix_web::dev::ServiceRequest,
-        Config = (),
-        Response = actix_web::dev::ServiceResponse<impl actix_web::body::MessageBody>,
-        Error = actix_web::Error,
-        InitError = (),
-    >,
->
-where
-    F: actix_web::Handler<Args>,
-    Args: actix_web::FromRequest + 'static,
-    F::Output: actix_web::Responder + 'static,
-{
-    post(path, handler).wrap(actix_web::middleware::from_fn(
-        json::require_application_json,
-    ))
 }
 
 /// A GET-only resource whose other methods answer a JSON 405 with `Allow`.

@@ -7,7 +7,7 @@ use utoipa::ToSchema;
 
 use super::cors::CorsOrigins;
 use super::schemas::{self, RateLimitedError};
-use super::{post_json, AppState};
+use super::{json, post, AppState};
 use crate::captcha::CaptchaProof;
 use crate::domain::PhoneNumber;
 use crate::error::{ApiError, ErrorBody};
@@ -20,12 +20,12 @@ pub fn configure(cfg: &mut web::ServiceConfig, cors: &CorsOrigins) {
     use actix_web::middleware::{from_fn, Condition};
     let on = cors.enabled();
     cfg.service(
-        post_json("/sms/send", send)
+        post("/sms/send", send)
             .wrap(cors.middleware())
             .wrap(Condition::new(on, from_fn(super::cors::json_refusals))),
     )
     .service(
-        post_json("/sms/verify", verify)
+        post("/sms/verify", verify)
             .wrap(cors.middleware())
             .wrap(Condition::new(on, from_fn(super::cors::json_refusals))),
     );
@@ -96,6 +96,7 @@ pub struct VerifyResult {
     post,
     path = "/sms/send",
     operation_id = "sms_send",
+    request_body = SendBody,
     tag = "sms",
     responses(
         (status = 200, description = "The code was sent", body = SendResult, headers(
@@ -117,7 +118,7 @@ pub struct VerifyResult {
 async fn send(
     state: web::Data<AppState>,
     req: HttpRequest,
-    body: web::Json<SendBody>,
+    body: json::Body<SendBody>,
 ) -> Result<HttpResponse, ApiError> {
     let body = body.into_inner();
     let info = state.access.caller(&req, body.ip.as_deref())?;
@@ -188,6 +189,7 @@ async fn send(
     post,
     path = "/sms/verify",
     operation_id = "sms_verify",
+    request_body = VerifyBody,
     tag = "sms",
     responses(
         (status = 200, description = "Whether the code was right", body = VerifyResult),
@@ -205,7 +207,7 @@ async fn send(
 async fn verify(
     state: web::Data<AppState>,
     req: HttpRequest,
-    body: web::Json<VerifyBody>,
+    body: json::Body<VerifyBody>,
 ) -> Result<HttpResponse, ApiError> {
     let body = body.into_inner();
     let info = state.access.caller(&req, body.ip.as_deref())?;
