@@ -40,7 +40,7 @@ const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
 fn phone_quota((a, x): (&str, u64), (b, y): (&str, u64)) -> HeaderValue {
     let (mut x_digits, mut y_digits) = (itoa::Buffer::new(), itoa::Buffer::new());
     let (x, y) = (x_digits.format(x), y_digits.format(y));
-    let mut value = String::with_capacity(12 + x.len() + y.len());
+    let mut value = String::with_capacity(13 + x.len() + y.len());
     for part in ["\"phone\";", a, "=", x, ";", b, "=", y] {
         value.push_str(part);
     }

@@ -299,7 +299,8 @@ async fn malformed_json_oversized_bodies_and_wrong_content_types_are_json_errors
 }
 
 /// Only `application/json` (with parameters) is JSON here: `text/json`,
-/// `image/json` and `+json` types answer 415 and send nothing.
+/// `image/json` and `+json` types answer 415 and send nothing, on every
+/// public POST route; the 415 carries the request's id like any answer.
 #[tokio::test]
 async fn only_application_json_is_accepted() {
     let app = spawn_app(Backend::Memory, |_| {}).await;
@@ -308,14 +309,17 @@ async fn only_application_json_is_accepted() {
         ("/sms/send", "text/json", 415),
         ("/sms/send", "image/json", 415),
         ("/sms/send", "application/merge-patch+json", 415),
+        ("/sms/verify", "text/json", 415),
         ("/login/check", "text/json", 415),
+        ("/login/attempt", "text/plain", 415),
         ("/sms/send", "application/json; charset=utf-8", 200),
         ("/sms/send", "Application/JSON", 200),
     ] {
-        let body = if path == "/login/check" {
-            json!({ "user": "alice" }).to_string()
-        } else {
-            body.clone()
+        let body = match path {
+            "/login/check" => json!({ "user": "alice" }).to_string(),
+            "/login/attempt" => json!({ "user": "alice", "success": false }).to_string(),
+            "/sms/verify" => json!({ "phone": PHONE, "code": "123456" }).to_string(),
+            _ => body.clone(),
         };
         let answer = app
             .send_raw(
@@ -334,6 +338,10 @@ async fn only_application_json_is_accepted() {
         );
         if expected == 415 {
             assert_eq!(answer.error(), "unsupported_media_type");
+            assert!(
+                answer.headers.contains_key("x-request-id"),
+                "{path} {kind}: a 415 without its request id"
+            );
         }
     }
     assert_eq!(
