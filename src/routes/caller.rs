@@ -27,6 +27,12 @@ const MAX_USER_AGENT: usize = 512;
 /// or a terminal shows the row as it was sent, not as the sender wanted it
 /// to look.
 fn readable_user_agent(raw: &[u8]) -> String {
+    // Nearly every user agent is printable ASCII and short: copied as it
+    // is, without decoding and classifying it character by character (it
+    // is read on every request, audited or not).
+    if raw.len() <= MAX_USER_AGENT && raw.iter().all(|b| (b' '..=b'~').contains(b)) {
+        return String::from_utf8_lossy(raw).into_owned();
+    }
     String::from_utf8_lossy(raw)
         .chars()
         .take(MAX_USER_AGENT)
@@ -383,5 +389,11 @@ mod tests {
         }
         let long = "a".repeat(2 * MAX_USER_AGENT);
         assert_eq!(readable_user_agent(long.as_bytes()).len(), MAX_USER_AGENT);
+        // The printable-ASCII shortcut keeps exactly what the slow path keeps.
+        let browser = b"Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko)";
+        let slow: String = String::from_utf8_lossy(browser).chars().collect();
+        assert_eq!(readable_user_agent(browser), slow);
+        assert_eq!(readable_user_agent(b"a\tb"), "a\u{fffd}b");
+        assert_eq!(readable_user_agent(b"a\x7fb"), "a\u{fffd}b");
     }
 }

@@ -269,6 +269,17 @@ async fn a_slow_redis_falls_back_to_the_local_store_when_told_to() {
     redis.thaw();
 }
 
+/// Whether `/readyz` says ready within five seconds (a thawed Redis).
+async fn ready_again(app: &crate::support::app::TestApp) -> bool {
+    for _ in 0..100 {
+        if app.get("/readyz").await.status == 200 {
+            return true;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    false
+}
+
 /// A code sent while Redis does not answer is kept in the local store
 /// (`on_error = "allow"` or `"local"`), and checked there even once Redis
 /// answers again: Redis never saw it. Single use there too; and the next
@@ -303,15 +314,7 @@ async fn a_code_sent_during_an_outage_is_verified_after_it() {
             .await;
         assert_eq!(wrong.body["valid"], false, "{on_error:?}");
         redis.thaw();
-        let mut ready = false;
-        for _ in 0..100 {
-            if app.get("/readyz").await.status == 200 {
-                ready = true;
-                break;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        }
-        assert!(ready, "{on_error:?}: Redis answers again");
+        assert!(ready_again(&app).await, "{on_error:?}: Redis answers again");
 
         let verified = app
             .sms_verify(json!({ "phone": PHONE, "code": during }))
@@ -337,12 +340,7 @@ async fn a_code_sent_during_an_outage_is_verified_after_it() {
         assert_eq!(app.sms_send(json!({ "phone": PHONE })).await.status, 200);
         let stale = app.sms.last_code(PHONE);
         redis.thaw();
-        for _ in 0..100 {
-            if app.get("/readyz").await.status == 200 {
-                break;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        }
+        assert!(ready_again(&app).await, "{on_error:?}: Redis answers again");
         let fresh_send = app.sms_send(json!({ "phone": PHONE })).await;
         assert_eq!(fresh_send.status, 200, "{on_error:?}: {}", fresh_send.body);
         let fresh = app.sms.last_code(PHONE);
