@@ -1,0 +1,170 @@
+#!/usr/bin/env python3
+"""Instructions per request of one service, counted by callgrind.
+
+Wall time on a shared 2-core machine moves by 10 % from run to run; an
+instruction count of the same binary and requests does not. This starts a
+private Redis (and, for tollgate, a fresh PostgreSQL audit database, dropped
+at the end), runs the service under `valgrind --tool=callgrind`, sends
+--warmup requests, zeroes the counters, sends --requests more one at a time
+over one keep-alive connection, and prints the instructions per request
+(every thread of the service, memset and memcpy included). With --keep the
+callgrind file stays, for `callgrind_annotate --inclusive=yes`.
+
+  scripts/service_cost.py --binary target/dist/tollgate --endpoint login
+  scripts/service_cost.py --binary target/dist/examples/lean_login --lean
+  scripts/service_cost.py --binary ... --endpoint hammered   # 50 users, refusals audited
+  scripts/service_cost.py --binary ... --endpoint sms
+
+Nothing here asserts: it prints a figure. Standard library only; the
+request bodies are those of ../shared/bench/wrk/anti_abuse.lua.
+"""
+
+import argparse
+import glob
+import http.client
+import os
+import random
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench  # noqa: E402  (the benchmark's ports, key and SMS settings)
+
+PORT = 18090
+REDIS_PORT = 6396
+
+
+def body(endpoint, k):
+    ip = f"10.{k // 65536 % 256}.{k // 256 % 256}.{k % 256}"
+    if endpoint == "sms":
+        return f'{{"phone":"+86138{k:08d}","ip":"{ip}"}}'
+    return f'{{"user":"user{k:05d}","ip":"{ip}","success":false}}'
+
+
+def cpu_ticks(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
+def wait_idle(pid, quiet_s=2.0, timeout=300.0):
+    """Until the process spends under 5 % of a core for quiet_s (tollgate
+    compiles its phone patterns on a thread at start-up: a minute under
+    valgrind, which would otherwise be counted)."""
+    deadline = time.time() + timeout
+    last = cpu_ticks(pid)
+    while time.time() < deadline:
+        time.sleep(quiet_s)
+        now = cpu_ticks(pid)
+        if (now - last) / bench.TICKS < 0.05 * quiet_s:
+            return
+        last = now
+    sys.exit("service_cost: the service never went idle")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--binary", required=True)
+    p.add_argument("--lean", action="store_true", help="the binary is examples/lean_login")
+    p.add_argument("--endpoint", choices=["login", "hammered", "sms"], default="login")
+    p.add_argument("--requests", type=int, default=2000)
+    p.add_argument("--warmup", type=int, default=500)
+    p.add_argument("--keep", metavar="FILE", help="keep the callgrind output here")
+    args = p.parse_args()
+    if args.lean and args.endpoint != "login":
+        sys.exit("service_cost: the lean limit serves the login only")
+
+    tmp = tempfile.mkdtemp(prefix="tollgate-cost-")
+    procs, db = [], None
+    try:
+        bench.ensure_free(REDIS_PORT, "redis")
+        redis = subprocess.Popen(["redis-server", "--port", str(REDIS_PORT), "--bind", "127.0.0.1",
+                                  "--save", "", "--appendonly", "no", "--dir", tmp],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        procs.append(redis)
+        bench.wait_port(REDIS_PORT, "redis", proc=redis)
+        out = args.keep or os.path.join(tmp, "callgrind.out")
+        grind = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"]
+        if args.lean:
+            cmd = grind + [args.binary, f"127.0.0.1:{PORT}", f"redis://127.0.0.1:{REDIS_PORT}"]
+            env = {}
+        else:
+            db = f"tollgate_cost_{os.getpid()}"
+            bench.psql("postgres", f"CREATE DATABASE {db}")
+            config = os.path.join(tmp, "tollgate.toml")
+            with open(config, "w") as f:
+                f.write(f"""
+[server]
+bind = "127.0.0.1:{PORT}"
+api_keys = ["{bench.API_KEY}"]
+
+[store]
+backend = "redis"
+redis_url = "redis://127.0.0.1:{REDIS_PORT}"
+
+[audit]
+database_url = "postgres://postgres@127.0.0.1:5432/{db}"
+spool_dir = "{tmp}/spool"
+
+[sms]
+code_secret = "bench-code-secret-0123456789abcdef"
+{bench.SMS_SETTINGS['default']}""")
+            cmd = grind + [args.binary, "serve", "--config", config]
+            env = {"RUST_LOG": "info,tollgate::sms=error"}
+        service = subprocess.Popen(cmd, stdout=open(os.path.join(tmp, "service.log"), "w"),
+                                   stderr=subprocess.STDOUT, env={**os.environ, **env})
+        procs.append(service)
+        bench.wait_port(PORT, "the service", timeout=120, proc=service)
+        wait_idle(service.pid)
+
+        path = "/sms/send" if args.endpoint == "sms" else "/login/attempt"
+        users = 50 if args.endpoint == "hammered" else 1_000_000
+        headers = {"Content-Type": "application/json", "Authorization": f"Bearer {bench.API_KEY}"}
+        conn = http.client.HTTPConnection("127.0.0.1", PORT, timeout=60)
+        rng = random.Random(7)
+        statuses = {}
+
+        def send(n):
+            for _ in range(n):
+                conn.request("POST", path, body(args.endpoint, rng.randrange(users)), headers)
+                r = conn.getresponse()
+                r.read()
+                statuses[r.status] = statuses.get(r.status, 0) + 1
+
+        send(args.warmup)
+        wait_idle(service.pid, quiet_s=1.0)
+        subprocess.run(["callgrind_control", "--zero", str(service.pid)], check=True,
+                       capture_output=True)
+        statuses.clear()
+        send(args.requests)
+        # The audit writer (hammered login) works behind the answers.
+        wait_idle(service.pid, quiet_s=1.0)
+        subprocess.run(["callgrind_control", "--dump", str(service.pid)], check=True,
+                       capture_output=True)
+        dumps = sorted(glob.glob(out + ".*"), key=os.path.getmtime)
+        if not dumps:
+            sys.exit("service_cost: callgrind wrote no dump")
+        with open(dumps[-1]) as f:
+            totals = [int(m.group(1)) for m in re.finditer(r"^(?:totals|summary): (\d+)", f.read(), re.M)]
+        if not totals:
+            sys.exit("service_cost: no totals in the dump")
+        name = "lean limit" if args.lean else "tollgate"
+        print(f"{name} {args.endpoint}: {totals[0] / args.requests:,.0f} instructions a request "
+              f"({args.requests} requests, statuses {statuses}); dump {dumps[-1]}")
+    finally:
+        for proc in reversed(procs):
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=60)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+        if db:
+            bench.psql("postgres", f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
+
+
+if __name__ == "__main__":
+    main()
