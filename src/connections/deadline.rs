@@ -3,7 +3,9 @@
 //! (`watchdog`: `server.request_timeout` from the accept or the previous
 //! answer) is over, and an answer given after that failure, whatever the
 //! body reader made of it (the JSON extractor's 400, a form's), becomes the
-//! 408 `request_timeout` that closes the connection.
+//! 408 `request_timeout` that closes the connection. The connection's
+//! watchdog, whose timer already ends that period, wakes a body reader
+//! that is still waiting then; the stream holds no timer of its own.
 //!
 //! Every handler reads its body through an extractor before it runs, so a
 //! body cut short decides nothing and records nothing.
@@ -12,12 +14,10 @@
 //! the watchdog leaves it alone; a streamed answer (the CSV export) keeps it
 //! busy until its last chunk, so a long export is not cut.
 
-use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Context, Poll};
-use std::time::Instant;
 
 use actix_web::body::{BodySize, BoxBody, EitherBody, MessageBody};
 use actix_web::dev::{Payload, ServiceRequest, ServiceResponse};
@@ -50,8 +50,6 @@ pub fn enter(req: &mut ServiceRequest) -> Option<Entered> {
     if !matches!(payload, Payload::None) {
         let body = Deadline {
             inner: payload.take(),
-            deadline: conn.deadline(),
-            timer: None,
             conn: conn.clone(),
         };
         *payload = Payload::Stream {
@@ -91,14 +89,10 @@ pub fn leave<B: MessageBody + 'static>(
     Ok(res.map_into_left_body())
 }
 
-/// A request body that fails once `deadline` has passed with the body not
-/// all in.
+/// A request body that fails once its connection's watchdog found it not
+/// all in at the end of the request's period.
 struct Deadline {
     inner: Payload,
-    deadline: Instant,
-    /// Armed the first time the body is not there yet: a body that came
-    /// with its head needs no timer.
-    timer: Option<Pin<Box<tokio::time::Sleep>>>,
     conn: Rc<ConnState>,
 }
 
@@ -107,22 +101,27 @@ impl Stream for Deadline {
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         if let Poll::Ready(item) = Pin::new(&mut self.inner).poll_next(cx) {
+            if item.is_none() {
+                self.conn.body_done();
+            }
             return Poll::Ready(item);
         }
-        let deadline = self.deadline;
-        let timer = self
-            .timer
-            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline.into())));
-        match timer.as_mut().poll(cx) {
-            Poll::Pending => Poll::Pending,
-            Poll::Ready(()) => {
-                self.conn.set_timed_out();
-                Poll::Ready(Some(Err(PayloadError::Io(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    "request body not received within server.request_timeout",
-                )))))
-            }
+        if self.conn.timed_out() {
+            return Poll::Ready(Some(Err(PayloadError::Io(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "request body not received within server.request_timeout",
+            )))));
         }
+        self.conn.await_body(cx.waker());
+        Poll::Pending
+    }
+}
+
+impl Drop for Deadline {
+    /// A body dropped unread (the answer given without it) is no longer
+    /// awaited.
+    fn drop(&mut self) {
+        self.conn.body_done();
     }
 }
 
