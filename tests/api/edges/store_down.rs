@@ -356,3 +356,149 @@ async fn a_code_sent_during_an_outage_is_verified_after_it() {
         assert_eq!(new.body["valid"], true, "{on_error:?}: {}", new.body);
     }
 }
+
+/// A TCP proxy to a Redis whose open connections can be silenced: they stop
+/// carrying anything either way but stay open, as a connection to a host
+/// that died or went behind a firewall that drops. Connections made after
+/// that are carried as before.
+struct SilencingProxy {
+    port: u16,
+    silenced: std::sync::Arc<std::sync::Mutex<Vec<std::sync::Arc<std::sync::atomic::AtomicBool>>>>,
+    accepted: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl SilencingProxy {
+    async fn start(to: u16) -> Self {
+        use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+        use std::sync::{Arc, Mutex};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("a free port");
+        let port = listener.local_addr().expect("bound").port();
+        let silenced: Arc<Mutex<Vec<Arc<AtomicBool>>>> = Arc::default();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let (flags, count) = (silenced.clone(), accepted.clone());
+        let task = tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let Ok(server) = tokio::net::TcpStream::connect(("127.0.0.1", to)).await else {
+                    continue;
+                };
+                count.fetch_add(1, Ordering::SeqCst);
+                let flag = Arc::new(AtomicBool::new(false));
+                flags.lock().expect("not poisoned").push(flag.clone());
+                let (client_read, client_write) = client.into_split();
+                let (server_read, server_write) = server.into_split();
+                tokio::spawn(Self::pump(client_read, server_write, flag.clone()));
+                tokio::spawn(Self::pump(server_read, client_write, flag));
+            }
+        });
+        Self {
+            port,
+            silenced,
+            accepted,
+            task,
+        }
+    }
+
+    /// Copy `from` to `to` until either ends; once `silenced`, hold both
+    /// open and carry nothing more.
+    async fn pump(
+        mut from: tokio::net::tcp::OwnedReadHalf,
+        mut to: tokio::net::tcp::OwnedWriteHalf,
+        silenced: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    ) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut buf = vec![0u8; 16 * 1024];
+        loop {
+            let n = match from.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => n,
+            };
+            if silenced.load(std::sync::atomic::Ordering::SeqCst) {
+                let _held = (from, to);
+                std::future::pending::<()>().await;
+                return;
+            }
+            if to.write_all(&buf[..n]).await.is_err() {
+                return;
+            }
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    fn silence_open_connections(&self) {
+        for flag in self.silenced.lock().expect("not poisoned").iter() {
+            flag.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    fn accepted(&self) -> usize {
+        self.accepted.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl Drop for SilencingProxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// A connection that stops answering without closing is replaced: the
+/// calls on it time out, a probe finds it silent, and tollgate connects
+/// again (through the proxy, which carries new connections), so decisions
+/// come back without anyone restarting anything.
+#[tokio::test]
+async fn a_connection_that_goes_silent_is_replaced() {
+    let redis = PrivateRedis::start().await;
+    let proxy = SilencingProxy::start(redis.port).await;
+    let url = proxy.url();
+    let app = spawn_app(Backend::Redis, move |s| {
+        s.store.redis_url = SecretUrl::new(url);
+        s.store.timeout = std::time::Duration::from_millis(200);
+    })
+    .await;
+    assert_eq!(app.login_check(json!({ "user": "a" })).await.status, 200);
+    // Every client connects (each worker's in the background): silence
+    // them all, once the count has stood still for a second.
+    let mut connections = proxy.accepted();
+    loop {
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        let now = proxy.accepted();
+        if now == connections {
+            break;
+        }
+        connections = now;
+    }
+    assert!(connections >= 2, "the start-up client and the workers'");
+
+    proxy.silence_open_connections();
+    let cut_off = app.login_check(json!({ "user": "a" })).await;
+    assert_eq!(
+        (cut_off.status.as_u16(), cut_off.error()),
+        (503, "store_unavailable")
+    );
+    // Every client of the app (one per worker) is replaced once its calls
+    // time out: ten answers in a row say they all were.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let mut in_a_row = 0;
+    while in_a_row < 10 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "still no answers from Redis after 20 s"
+        );
+        if app.login_check(json!({ "user": "a" })).await.status == 200 {
+            in_a_row += 1;
+        } else {
+            in_a_row = 0;
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    }
+    assert!(
+        proxy.accepted() > connections,
+        "answered through new connections"
+    );
+}
