@@ -106,7 +106,7 @@ impl Stream for Deadline {
             }
             return Poll::Ready(item);
         }
-        if self.conn.timed_out() {
+        if self.conn.body_timed_out() {
             return Poll::Ready(Some(Err(PayloadError::Io(io::Error::new(
                 io::ErrorKind::TimedOut,
                 "request body not received within server.request_timeout",

@@ -55,6 +55,9 @@ pub struct ConnState {
     timed_out: Cell<bool>,
     /// The reader of a body not all in yet, woken when it runs out of time.
     body_waiter: Cell<Option<Waker>>,
+    /// The watchdog found the awaited body late; the body's stream fails
+    /// (and sets `timed_out`) only if its next read still finds nothing.
+    body_late: Cell<bool>,
 }
 
 impl ConnState {
@@ -67,6 +70,7 @@ impl ConnState {
     pub fn busy(self: &Rc<Self>) -> Busy {
         self.busy.set(self.busy.get() + 1);
         self.timed_out.set(false);
+        self.body_late.set(false);
         // A body the previous request left unfinished is not this one's.
         self.body_done();
         Busy(self.clone())
@@ -74,6 +78,16 @@ impl ConnState {
 
     pub fn timed_out(&self) -> bool {
         self.timed_out.get()
+    }
+
+    /// The awaited body was found late and its read found nothing more:
+    /// the request is timed out (its answer becomes the 408).
+    pub fn body_timed_out(&self) -> bool {
+        let late = self.body_late.get();
+        if late {
+            self.timed_out.set(true);
+        }
+        late
     }
 
     /// The current request's body is not all in: wake `waker` if it runs
@@ -102,10 +116,12 @@ impl ConnState {
         awaits
     }
 
-    /// The body awaited is out of time: fail it (see `deadline`).
+    /// The body awaited is out of time: wake its reader, whose stream
+    /// fails unless the rest of the body came meanwhile (see `deadline`):
+    /// a body all in is decided on, never answered 408.
     fn time_out_body(&self) {
         if let Some(waker) = self.body_waiter.take() {
-            self.timed_out.set(true);
+            self.body_late.set(true);
             waker.wake();
         }
     }
@@ -157,6 +173,7 @@ impl Connection {
             idle: Notify::new(),
             timed_out: Cell::new(false),
             body_waiter: Cell::new(None),
+            body_late: Cell::new(false),
         });
         open.increment(1.0);
         let watchdog = tokio::task::spawn_local(watch(state.clone(), stalled));
