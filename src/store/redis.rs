@@ -18,10 +18,10 @@
 //! A connection that stops answering without closing (a peer gone behind a
 //! firewall that drops, a host that died) is found by its calls timing out:
 //! the first timeout of a client starts a `PING` on it, and a `PING`
-//! unanswered within the connect timeout reconnects that client. fred's own
-//! check (`unresponsive`) did the same with a timer and three clock reads at
-//! every turn of the connection's task, about 2,000 instructions a request;
-//! this costs nothing until a call times out.
+//! unanswered within four connect timeouts (2 s at least: what fred's own
+//! `unresponsive` check allowed) reconnects that client. That check kept a
+//! timer and read the clock at every turn of the connection's task, for
+//! every request; this costs nothing until a call times out.
 
 use std::cell::RefCell;
 use std::collections::HashSet;
@@ -134,7 +134,7 @@ impl RedisStore {
             builder,
             id: NEXT_STORE_ID.fetch_add(1, Ordering::Relaxed),
             timeout,
-            probe_timeout: connect_timeout,
+            probe_timeout: connect_timeout * 4,
             probing: Arc::default(),
             scripts: Scripts::new(),
         };
@@ -301,8 +301,9 @@ impl RedisStore {
 
     /// A call on `client` timed out: unless its connection is already being
     /// probed, `PING` it, and reconnect when the `PING` goes unanswered too.
-    /// A Redis that is only slow answers the `PING` behind the slow call, in
-    /// time, and keeps its connection.
+    /// A Redis stalled for less than `probe_timeout` (a fork, a slow
+    /// script) answers the `PING` behind what it was doing, and keeps its
+    /// connection.
     fn probe(&self, client: &Client) {
         let id = client.id().to_string();
         let lock = |set: &Mutex<HashSet<String>>| {
@@ -323,7 +324,7 @@ impl RedisStore {
                 );
                 // Bounded: a reconnection that hangs must not keep the
                 // client marked as probed for ever.
-                let _ = tokio::time::timeout(wait * 4, client.force_reconnection()).await;
+                let _ = tokio::time::timeout(wait, client.force_reconnection()).await;
             }
             probing
                 .lock()
