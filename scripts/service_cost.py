@@ -25,6 +25,7 @@ import http.client
 import os
 import random
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -151,9 +152,12 @@ code_secret = "bench-code-secret-0123456789abcdef"
             totals = [int(m.group(1)) for m in re.finditer(r"^(?:totals|summary): (\d+)", f.read(), re.M)]
         if not totals:
             sys.exit("service_cost: no totals in the dump")
+        if set(statuses) - {200}:
+            sys.exit(f"service_cost: not every request was answered 200: {statuses}")
         name = "lean limit" if args.lean else "tollgate"
+        kept = f"; dump {dumps[-1]}" if args.keep else ""
         print(f"{name} {args.endpoint}: {totals[0] / args.requests:,.0f} instructions a request "
-              f"({args.requests} requests, statuses {statuses}); dump {dumps[-1]}")
+              f"({args.requests} requests, statuses {statuses}){kept}")
     finally:
         for proc in reversed(procs):
             if proc.poll() is None:
@@ -164,6 +168,7 @@ code_secret = "bench-code-secret-0123456789abcdef"
                     proc.kill()
         if db:
             bench.psql("postgres", f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":
