@@ -58,10 +58,15 @@ impl Reloadable {
     /// and the templates it names; swap them all in only when every part is
     /// good. Returns the settings read.
     pub fn reload(&self, file: Option<&Path>) -> Result<Settings, ReloadError> {
-        if let Some(path) = file {
-            refuse_empty(path)?;
-        }
-        let settings = Settings::load(file)?;
+        let settings = match file.map(|path| (path, std::fs::read_to_string(path))) {
+            // The text checked is the text loaded: read once.
+            Some((path, Ok(text))) => {
+                refuse_empty(path, &text)?;
+                Settings::load_text(path, &text)?
+            }
+            // Settings::load says why the file cannot be read.
+            _ => Settings::load(file)?,
+        };
         let templates = Templates::load(&TemplateDirs::of(&settings))?;
         let policy = Policy::from_settings(&settings)?;
         self.policy.replace(policy);
@@ -76,10 +81,7 @@ impl Reloadable {
 /// file's block lists and limits; it is what a writer that truncates the
 /// file in place leaves for a moment, so a reload refuses it. (At start-up
 /// an empty file means the defaults, as it says.)
-fn refuse_empty(path: &Path) -> Result<(), ReloadError> {
-    let Ok(text) = std::fs::read_to_string(path) else {
-        return Ok(()); // Settings::load says why it cannot be read.
-    };
+fn refuse_empty(path: &Path, text: &str) -> Result<(), ReloadError> {
     let empty = text
         .lines()
         .map(str::trim)

@@ -3,8 +3,9 @@
 
 use std::path::Path;
 
-use figment::providers::{Format, Toml};
-use figment::{Figment, Profile, Provider};
+use figment::providers::{Data, Format, Toml};
+use figment::value::{Dict, Map};
+use figment::{Figment, Metadata, Profile, Provider};
 
 use super::env::TypedEnv;
 use super::{Settings, DEFAULTS};
@@ -53,6 +54,22 @@ impl Settings {
             }
             figment = figment.merge(Toml::file(path));
         }
+        Self::with_env(figment)
+    }
+
+    /// As [`Settings::load`], with `text` as the content of the config file
+    /// at `path`, read once by the caller (a reload checks the text it then
+    /// loads: a file rewritten between two reads cannot slip through).
+    /// Errors name the file as `load`'s do.
+    pub fn load_text(path: &Path, text: &str) -> Result<Self, SettingsError> {
+        let file = FileText {
+            data: Toml::string(text),
+            path,
+        };
+        Self::with_env(Figment::from(Toml::string(DEFAULTS)).merge(file))
+    }
+
+    fn with_env(mut figment: Figment) -> Result<Self, SettingsError> {
         let defaults = Toml::string(DEFAULTS)
             .data()
             .map_err(|e| SettingsError::Load(Box::new(e)))?
@@ -71,6 +88,23 @@ impl Settings {
     /// The effective settings as TOML, secrets shown as `"***"`.
     pub fn to_redacted_toml(&self) -> String {
         toml::to_string_pretty(self).unwrap_or_else(|e| format!("# cannot print settings: {e}"))
+    }
+}
+
+/// A config file's text, read by the caller, named as figment names the
+/// file it reads itself.
+struct FileText<'a> {
+    data: Data<Toml>,
+    path: &'a Path,
+}
+
+impl Provider for FileText<'_> {
+    fn metadata(&self) -> Metadata {
+        Metadata::from("TOML file", self.path)
+    }
+
+    fn data(&self) -> Result<Map<Profile, Dict>, figment::Error> {
+        self.data.data()
     }
 }
 
@@ -105,5 +139,34 @@ fn load_error(error: figment::Error) -> SettingsError {
     SettingsError::Invalid {
         key,
         message: format!("{}{source}", error.kind),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A file's text loads as the file does, and a bad value in it is
+    /// named with the file, word for word as `load` names it.
+    #[test]
+    fn a_file_read_once_loads_as_the_file() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let path = dir.path().join("tollgate.toml");
+        let good = "[sms]\ncode_length = 8\n[login]\ncaptcha_after = 7\n";
+        std::fs::write(&path, good).expect("written");
+        let from_file = Settings::load(Some(&path)).expect("loads");
+        let from_text = Settings::load_text(&path, good).expect("loads");
+        assert_eq!(from_text.to_redacted_toml(), from_file.to_redacted_toml());
+        assert_eq!(from_text.sms.code_length, 8);
+
+        let bad = "[sms]\ncode_length = \"eight\"\n";
+        std::fs::write(&path, bad).expect("written");
+        let from_file = Settings::load(Some(&path)).expect_err("refused");
+        let from_text = Settings::load_text(&path, bad).expect_err("refused");
+        assert_eq!(from_text.to_string(), from_file.to_string());
+        assert!(
+            from_text.to_string().contains("sms.code_length"),
+            "{from_text}"
+        );
     }
 }
