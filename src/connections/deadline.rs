@@ -51,6 +51,7 @@ pub fn enter(req: &mut ServiceRequest) -> Option<Entered> {
         let body = Deadline {
             inner: payload.take(),
             conn: conn.clone(),
+            request: conn.request(),
         };
         *payload = Payload::Stream {
             payload: Box::pin(body),
@@ -94,6 +95,8 @@ pub fn leave<B: MessageBody + 'static>(
 struct Deadline {
     inner: Payload,
     conn: Rc<ConnState>,
+    /// Which of the connection's requests this body is.
+    request: u64,
 }
 
 impl Stream for Deadline {
@@ -102,17 +105,17 @@ impl Stream for Deadline {
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         if let Poll::Ready(item) = Pin::new(&mut self.inner).poll_next(cx) {
             if item.is_none() {
-                self.conn.body_done();
+                self.conn.body_done(self.request);
             }
             return Poll::Ready(item);
         }
-        if self.conn.body_timed_out() {
+        if self.conn.body_timed_out(self.request) {
             return Poll::Ready(Some(Err(PayloadError::Io(io::Error::new(
                 io::ErrorKind::TimedOut,
                 "request body not received within server.request_timeout",
             )))));
         }
-        self.conn.await_body(cx.waker());
+        self.conn.await_body(self.request, cx.waker());
         Poll::Pending
     }
 }
@@ -121,7 +124,7 @@ impl Drop for Deadline {
     /// A body dropped unread (the answer given without it) is no longer
     /// awaited.
     fn drop(&mut self) {
-        self.conn.body_done();
+        self.conn.body_done(self.request);
     }
 }
 

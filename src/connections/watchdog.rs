@@ -58,6 +58,10 @@ pub struct ConnState {
     /// The watchdog found the awaited body late; the body's stream fails
     /// (and sets `timed_out`) only if its next read still finds nothing.
     body_late: Cell<bool>,
+    /// Requests begun on the connection: the body calls below come from
+    /// the current request's stream only, one of an earlier request (were
+    /// it still read) changes nothing of the current one's.
+    requests: Cell<u64>,
 }
 
 impl ConnState {
@@ -69,20 +73,30 @@ impl ConnState {
     /// Mark a request in the application until the guard drops.
     pub fn busy(self: &Rc<Self>) -> Busy {
         self.busy.set(self.busy.get() + 1);
+        self.requests.set(self.requests.get() + 1);
         self.timed_out.set(false);
         self.body_late.set(false);
         // A body the previous request left unfinished is not this one's.
-        self.body_done();
+        drop(self.body_waiter.take());
         Busy(self.clone())
+    }
+
+    /// The request now in the application, for its body's calls below.
+    pub fn request(&self) -> u64 {
+        self.requests.get()
     }
 
     pub fn timed_out(&self) -> bool {
         self.timed_out.get()
     }
 
-    /// The awaited body was found late and its read found nothing more:
-    /// the request is timed out (its answer becomes the 408).
-    pub fn body_timed_out(&self) -> bool {
+    /// The awaited body of `request` was found late and its read found
+    /// nothing more: the request is timed out (its answer becomes the
+    /// 408). An earlier request's body is over in any case.
+    pub fn body_timed_out(&self, request: u64) -> bool {
+        if request != self.request() {
+            return true;
+        }
         let late = self.body_late.get();
         if late {
             self.timed_out.set(true);
@@ -90,10 +104,13 @@ impl ConnState {
         late
     }
 
-    /// The current request's body is not all in: wake `waker` if it runs
-    /// out of time. A watchdog that waits for the request to leave looks
-    /// again, as the body may already be late.
-    pub fn await_body(&self, waker: &Waker) {
+    /// The body of `request`, the current one, is not all in: wake `waker`
+    /// if it runs out of time. A watchdog that waits for the request to
+    /// leave looks again, as the body may already be late.
+    pub fn await_body(&self, request: u64, waker: &Waker) {
+        if request != self.request() {
+            return;
+        }
         let kept = self.body_waiter.take();
         self.body_waiter.set(Some(match kept {
             Some(kept) if kept.will_wake(waker) => kept,
@@ -104,9 +121,11 @@ impl ConnState {
         }
     }
 
-    /// The current request's body is all in, or no longer read.
-    pub fn body_done(&self) {
-        drop(self.body_waiter.take());
+    /// The body of `request` is all in, or no longer read.
+    pub fn body_done(&self, request: u64) {
+        if request == self.request() {
+            drop(self.body_waiter.take());
+        }
     }
 
     fn awaits_body(&self) -> bool {
@@ -174,6 +193,7 @@ impl Connection {
             timed_out: Cell::new(false),
             body_waiter: Cell::new(None),
             body_late: Cell::new(false),
+            requests: Cell::new(0),
         });
         open.increment(1.0);
         let watchdog = tokio::task::spawn_local(watch(state.clone(), stalled));
