@@ -12,6 +12,7 @@ pub mod delivery;
 pub mod domain;
 pub mod error;
 pub mod guard;
+mod hex;
 pub mod lists;
 pub mod metrics;
 pub mod oidc;

@@ -20,12 +20,12 @@ pub fn mac(secret: &[u8], phone_e164: &str, code: &str) -> String {
     mac.update(phone_e164.as_bytes());
     mac.update(b":");
     mac.update(code.as_bytes());
-    super::hex_lower(&mac.finalize().into_bytes())
+    crate::hex::lower(&mac.finalize().into_bytes())
 }
 
 /// A fresh code key: 32 random bytes as 64 hex digits.
 pub fn random_secret() -> String {
-    super::hex_lower(&rand::rng().random::<[u8; 32]>())
+    crate::hex::lower(&rand::rng().random::<[u8; 32]>())
 }
 
 #[cfg(test)]

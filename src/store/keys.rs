@@ -46,17 +46,9 @@ impl IdHash {
         mac.update(kind.as_bytes());
         mac.update(b":");
         mac.update(id.as_bytes());
-        let digest = mac.finalize().into_bytes();
-        let mut hex = String::with_capacity(2 * HASHED_ID_BYTES);
-        for byte in &digest[..HASHED_ID_BYTES] {
-            hex.push(char::from(HEX[usize::from(byte >> 4)]));
-            hex.push(char::from(HEX[usize::from(byte & 0xf)]));
-        }
-        hex
+        crate::hex::lower(&mac.finalize().into_bytes()[..HASHED_ID_BYTES])
     }
 }
-
-const HEX: &[u8; 16] = b"0123456789abcdef";
 
 impl Keys {
     /// Keys under `prefix`, subject ids in clear.

@@ -306,12 +306,12 @@ impl RedisStore {
     /// connection.
     fn probe(&self, client: &Client) {
         let id = client.id().to_string();
-        let lock = |set: &Mutex<HashSet<String>>| {
-            set.lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .insert(id.clone())
-        };
-        if !lock(&self.probing) {
+        let probing = &self.probing;
+        if !probing
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(id.clone())
+        {
             return;
         }
         let (client, probing, wait) = (client.clone(), self.probing.clone(), self.probe_timeout);

@@ -1,6 +1,9 @@
 //! Health and readiness, and a store that is down or slow: fail closed,
 //! fail open, fall back; metrics of decisions and store calls.
 
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
 use serde_json::json;
 use tollgate::settings::{OnStoreError, Secret, SecretUrl};
 
@@ -363,15 +366,13 @@ async fn a_code_sent_during_an_outage_is_verified_after_it() {
 /// that are carried as before.
 struct SilencingProxy {
     port: u16,
-    silenced: std::sync::Arc<std::sync::Mutex<Vec<std::sync::Arc<std::sync::atomic::AtomicBool>>>>,
-    accepted: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    silenced: Arc<Mutex<Vec<Arc<AtomicBool>>>>,
+    accepted: Arc<AtomicUsize>,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl SilencingProxy {
     async fn start(to: u16) -> Self {
-        use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-        use std::sync::{Arc, Mutex};
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("a free port");
@@ -406,7 +407,7 @@ impl SilencingProxy {
     async fn pump(
         mut from: tokio::net::tcp::OwnedReadHalf,
         mut to: tokio::net::tcp::OwnedWriteHalf,
-        silenced: std::sync::Arc<std::sync::atomic::AtomicBool>,
+        silenced: Arc<AtomicBool>,
     ) {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let mut buf = vec![0u8; 16 * 1024];
@@ -415,7 +416,7 @@ impl SilencingProxy {
                 Ok(0) | Err(_) => return,
                 Ok(n) => n,
             };
-            if silenced.load(std::sync::atomic::Ordering::SeqCst) {
+            if silenced.load(Ordering::SeqCst) {
                 let _held = (from, to);
                 std::future::pending::<()>().await;
                 return;
@@ -432,12 +433,12 @@ impl SilencingProxy {
 
     fn silence_open_connections(&self) {
         for flag in self.silenced.lock().expect("not poisoned").iter() {
-            flag.store(true, std::sync::atomic::Ordering::SeqCst);
+            flag.store(true, Ordering::SeqCst);
         }
     }
 
     fn accepted(&self) -> usize {
-        self.accepted.load(std::sync::atomic::Ordering::SeqCst)
+        self.accepted.load(Ordering::SeqCst)
     }
 }
 
