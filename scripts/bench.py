@@ -19,7 +19,9 @@ the peers' npm packages, then calls this with their paths. This script:
   each service alone on one core, Redis and wrk on another, where Redis's core
   is the bottleneck for both, so their CPU per request compares like for
   like (on shared cores a busier service finds more requests per wake-up
-  and looks cheaper per request than its code is);
+  and looks cheaper per request than its code is); with --perf, the first
+  round of each is sampled by `perf record` and the CPU per request is split
+  by part (kernel, binary, libc, the clock) and symbol;
 - then Redis bytes per tracked subject after 1,000 and 100,000 events for one
   subject, the throughput of two tollgate processes sharing one Redis, and
   what logging at the default level costs (against logging nothing).
@@ -210,6 +212,49 @@ def psql(db, sql):
     out = subprocess.run(["psql", "-h", "127.0.0.1", "-U", "postgres", "-d", db,
                           "-Atqc", sql], check=True, capture_output=True, text=True)
     return out.stdout.strip()
+
+
+PERF_HZ = 4999
+
+
+def perf_split(data, seconds, rps):
+    """A `perf record` of a service, as µs of CPU per request: by part
+    (kernel, the service's binary, libc, vdso: the clock) and by symbol. The
+    requests are the run's rate times the sampled seconds."""
+    out = subprocess.run(["perf", "report", "-i", data, "--stdio", "-n", "--sort", "dso,sym"],
+                         capture_output=True, text=True, check=False).stdout
+    per_sample = 1e6 / PERF_HZ / max(rps * seconds, 1)
+    parts, symbols = {}, {}
+    for line in out.splitlines():
+        m = re.match(r"\s*[\d.]+%\s+(\d+)\s+(\S+)\s+\[(.)\]\s+(.*)", line)
+        if not m:
+            continue
+        us = int(m.group(1)) * per_sample
+        dso, kernel = m.group(2), m.group(3) == "k"
+        part = "kernel" if kernel else ("binary" if dso in ("tollgate", "lean_login")
+                                        else dso.split(".so")[0].strip("[]"))
+        parts[part] = parts.get(part, 0.0) + us
+        symbols[m.group(4).strip()[:100]] = symbols.get(m.group(4).strip()[:100], 0.0) + us
+    return parts, symbols
+
+
+def print_perf_split(tollgate, lean):
+    """Where tollgate's extra CPU per login goes, against the lean limit's,
+    from one sampled round of each at equal load."""
+    (t_parts, t_syms), (l_parts, l_syms) = tollgate, lean
+    print("\nWhere the CPU per login goes (perf record, cpu-clock, one round each; µs per request; "
+          "samples miss some of the CPU time above, so compare the parts, not the totals):")
+    print("| part | tollgate | lean | difference |")
+    print("|---|---|---|---|")
+    for part in sorted(set(t_parts) | set(l_parts), key=lambda p: -t_parts.get(p, 0.0)):
+        t, l = t_parts.get(part, 0.0), l_parts.get(part, 0.0)
+        if max(t, l) >= 0.05:
+            print(f"| {part} | {t:.2f} | {l:.2f} | {t - l:+.2f} |")
+    t, l = sum(t_parts.values()), sum(l_parts.values())
+    print(f"| all | {t:.2f} | {l:.2f} | {t - l:+.2f} |")
+    diffs = sorted(set(t_syms) | set(l_syms), key=lambda k: l_syms.get(k, 0.0) - t_syms.get(k, 0.0))
+    print("The symbols that differ most (µs per request, tollgate − lean): " + "; ".join(
+        f"{k} {t_syms.get(k, 0.0) - l_syms.get(k, 0.0):+.2f}" for k in diffs[:12]))
 
 
 class Bench:
@@ -449,6 +494,7 @@ code_secret = "bench-code-secret-0123456789abcdef"
         print("| side | req/s | non-2xx | service CPU/req | Redis CPU/req | service context switches/req |")
         print("|---|---|---|---|---|---|")
         runs = {side: [] for side in sides}
+        profiles = {}
         redis_mask = os.sched_getaffinity(self.redis.pid)
         pin(self.redis.pid, {redis_core})
         try:
@@ -460,9 +506,13 @@ code_secret = "bench-code-secret-0123456789abcdef"
                         redis_cli("FLUSHALL")
                         before = (cpu_seconds(proc.pid), cpu_seconds(self.redis.pid))
                         switches = context_switches(proc.pid)
-                        r = self.finish(self.wrk(port, "login", scenario["identities"],
-                                                 self.args.duration, auth=side == "tollgate",
-                                                 cores={redis_core}))
+                        load = self.wrk(port, "login", scenario["identities"],
+                                        self.args.duration, auth=side == "tollgate",
+                                        cores={redis_core})
+                        sampled = self.perf_record(proc.pid, side) if self.args.perf and not runs[side] else None
+                        r = self.finish(load)
+                        if sampled:
+                            profiles[side] = perf_split(*sampled, r["rps"])
                         n = max(r["requests"], 1)
                         r["service_us"] = (cpu_seconds(proc.pid) - before[0]) / n * 1e6
                         r["redis_us"] = (cpu_seconds(self.redis.pid) - before[1]) / n * 1e6
@@ -484,7 +534,24 @@ code_secret = "bench-code-secret-0123456789abcdef"
               f"(per round: {per_round})")
         if abs(rps - 1) > 0.1:
             print("  (the loads differ by more than 10 %: the CPU ratio is not like for like)")
+        if len(profiles) == 2:
+            print_perf_split(profiles["tollgate"], profiles["lean"])
         sys.stdout.flush()
+
+    def perf_record(self, pid, side):
+        """Sample `pid` with `perf record` (cpu-clock, so that it works on a
+        virtual machine without hardware counters) through the middle of a
+        wrk run: from its second second to one second before its end."""
+        if not shutil.which("perf"):
+            print("  (--perf: no perf here; Debian's linux-perf has it)")
+            return None
+        seconds = max(self.args.duration - 2, 1)
+        data = os.path.join(self.tmp, f"perf-{side}.data")
+        time.sleep(1)
+        subprocess.run(["perf", "record", "-q", "-F", str(PERF_HZ), "-p", str(pid), "-o", data,
+                        "--", "sleep", str(seconds)],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+        return (data, seconds) if os.path.exists(data) else None
 
     def memory_per_subject(self):
         """Redis bytes for one IP subject after N login failures from it."""
@@ -587,6 +654,9 @@ def main():
     parser.add_argument("--scenarios", nargs="+", default=list(SCENARIOS), choices=list(SCENARIOS))
     parser.add_argument("--no-extras", action="store_true",
                         help="skip the memory and two-process measurements")
+    parser.add_argument("--perf", action="store_true",
+                        help="at equal load, sample one round of each service with perf record "
+                             "and print where tollgate's CPU per login goes against the lean limit's")
     args = parser.parse_args()
     bench = Bench(args)
     try:
