@@ -22,3 +22,4 @@ pub mod settings;
 pub mod startup;
 pub mod store;
 pub mod telemetry;
+mod uuid_v7;

@@ -157,7 +157,7 @@ impl AuditEvent {
         subject: &Subject,
     ) -> Self {
         Self {
-            id: Uuid::now_v7(),
+            id: crate::uuid_v7::now(),
             occurred_at: now_ms(),
             action,
             decision,

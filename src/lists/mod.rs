@@ -120,7 +120,7 @@ impl Lists {
         let db = self.db()?;
         let value = normalise(kind, value).map_err(ListError::Invalid)?;
         let entry = ListEntry {
-            id: Some(Uuid::now_v7()),
+            id: Some(crate::uuid_v7::now()),
             list,
             kind,
             value,

@@ -301,7 +301,7 @@ impl Access {
             .extensions()
             .get::<RequestId>()
             .map(|id| id.0.clone())
-            .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
+            .unwrap_or_else(|| crate::uuid_v7::now().to_string());
         let user_agent = req
             .headers()
             .get(header::USER_AGENT)

@@ -36,7 +36,7 @@ fn incoming(req: &ServiceRequest) -> Option<String> {
 /// instructions a request).
 fn new_id() -> String {
     let mut buf = uuid::Uuid::encode_buffer();
-    uuid::Uuid::now_v7()
+    crate::uuid_v7::now()
         .hyphenated()
         .encode_lower(&mut buf)
         .to_owned()

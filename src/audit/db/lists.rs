@@ -57,7 +57,7 @@ macro_rules! list_queries {
             /// Store `entry` unless an equal one (same list, kind and value)
             /// is stored: answer the stored one.
             pub async fn insert(pool: &$pool, entry: &ListEntry) -> Result<ListEntry, AuditError> {
-                let id = entry.id.unwrap_or_else(Uuid::now_v7).to_string();
+                let id = entry.id.unwrap_or_else(crate::uuid_v7::now).to_string();
                 sqlx::query($insert)
                     .bind(id)
                     .bind(entry.list.as_str())
