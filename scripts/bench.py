@@ -217,31 +217,51 @@ def psql(db, sql):
 PERF_HZ = 4999
 
 
+def crate_of(symbol):
+    """The crate a Rust symbol's code comes from (`actix_http`, `fred`, …),
+    or the C function's name family (`mi_*`: mimalloc, `__mem*`: libc)."""
+    name = re.sub(r"^[<&*\s]*(mut |dyn )?", "", symbol)
+    if name.startswith(("mi_", "_mi_")):
+        return "mimalloc"
+    if name.startswith("__mem"):
+        return "libc memcpy/memset"
+    if name.startswith("__vdso"):
+        return "clock (vDSO)"
+    return re.split(r"::|<|\s", name)[0] or symbol
+
+
 def perf_split(data, seconds, rps):
     """A `perf record` of a service, as µs of CPU per request: by part
-    (kernel, the service's binary, libc, vdso: the clock) and by symbol. The
-    requests are the run's rate times the sampled seconds."""
+    (kernel, the service's binary, libc, vdso: the clock), by crate and by
+    symbol. The requests are the run's rate times the sampled seconds."""
     out = subprocess.run(["perf", "report", "-i", data, "--stdio", "-n", "--sort", "dso,sym"],
                          capture_output=True, text=True, check=False).stdout
     per_sample = 1e6 / PERF_HZ / max(rps * seconds, 1)
-    parts, symbols = {}, {}
+    parts, crates, symbols = {}, {}, {}
     for line in out.splitlines():
         m = re.match(r"\s*[\d.]+%\s+(\d+)\s+(\S+)\s+\[(.)\]\s+(.*)", line)
         if not m:
             continue
         us = int(m.group(1)) * per_sample
-        dso, kernel = m.group(2), m.group(3) == "k"
+        dso, kernel, symbol = m.group(2), m.group(3) == "k", m.group(4).strip()[:100]
         part = "kernel" if kernel else ("binary" if dso in ("tollgate", "lean_login")
                                         else dso.split(".so")[0].strip("[]"))
-        parts[part] = parts.get(part, 0.0) + us
-        symbols[m.group(4).strip()[:100]] = symbols.get(m.group(4).strip()[:100], 0.0) + us
-    return parts, symbols
+        crate = "kernel" if kernel else crate_of(symbol)
+        for table, key in ((parts, part), (crates, crate), (symbols, symbol)):
+            table[key] = table.get(key, 0.0) + us
+    return parts, crates, symbols
+
+
+def differences(tollgate, lean, n):
+    """The `n` keys where tollgate's µs exceed the lean limit's most."""
+    keys = sorted(set(tollgate) | set(lean), key=lambda k: lean.get(k, 0.0) - tollgate.get(k, 0.0))
+    return "; ".join(f"{k} {tollgate.get(k, 0.0) - lean.get(k, 0.0):+.2f}" for k in keys[:n])
 
 
 def print_perf_split(tollgate, lean):
     """Where tollgate's extra CPU per login goes, against the lean limit's,
     from one sampled round of each at equal load."""
-    (t_parts, t_syms), (l_parts, l_syms) = tollgate, lean
+    (t_parts, t_crates, t_syms), (l_parts, l_crates, l_syms) = tollgate, lean
     print("\nWhere the CPU per login goes (perf record, cpu-clock, one round each; µs per request; "
           "samples miss some of the CPU time above, so compare the parts, not the totals):")
     print("| part | tollgate | lean | difference |")
@@ -252,9 +272,9 @@ def print_perf_split(tollgate, lean):
             print(f"| {part} | {t:.2f} | {l:.2f} | {t - l:+.2f} |")
     t, l = sum(t_parts.values()), sum(l_parts.values())
     print(f"| all | {t:.2f} | {l:.2f} | {t - l:+.2f} |")
-    diffs = sorted(set(t_syms) | set(l_syms), key=lambda k: l_syms.get(k, 0.0) - t_syms.get(k, 0.0))
-    print("The symbols that differ most (µs per request, tollgate − lean): " + "; ".join(
-        f"{k} {t_syms.get(k, 0.0) - l_syms.get(k, 0.0):+.2f}" for k in diffs[:12]))
+    print("The crates that differ most (µs per request, tollgate − lean): "
+          + differences(t_crates, l_crates, 12))
+    print("The symbols that differ most: " + differences(t_syms, l_syms, 12))
 
 
 class Bench:
@@ -551,7 +571,10 @@ code_secret = "bench-code-secret-0123456789abcdef"
         subprocess.run(["perf", "record", "-q", "-F", str(PERF_HZ), "-p", str(pid), "-o", data,
                         "--", "sleep", str(seconds)],
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
-        return (data, seconds) if os.path.exists(data) else None
+        if not os.path.exists(data):
+            print(f"  (--perf: perf record wrote nothing for {side}; is perf_event_paranoid too strict?)")
+            return None
+        return data, seconds
 
     def memory_per_subject(self):
         """Redis bytes for one IP subject after N login failures from it."""
