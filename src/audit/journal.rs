@@ -44,6 +44,7 @@ use crate::metrics::{AUDIT_EVENTS, AUDIT_JOURNAL_BYTES, AUDIT_JOURNAL_ERRORS};
 use crate::telemetry::log_budget::LogBudget;
 
 mod adopt;
+mod json_line;
 
 /// A segment is sealed once it holds this many bytes…
 const SEGMENT_BYTES: u64 = 8 << 20;
@@ -178,7 +179,7 @@ impl Journal {
         // then spoils only its own line, never the next one.
         let mut line = Vec::with_capacity(400);
         line.push(b'\n');
-        serde_json::to_writer(&mut line, event).map_err(io::Error::from)?;
+        json_line::write(&mut line, event);
         {
             let current = self.current.read();
             if let Some(open) = current.as_ref() {

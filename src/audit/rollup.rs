@@ -148,7 +148,7 @@ fn list_key(list: TopList, event: &AuditEvent, prefix_digits: u32) -> Option<Str
     match list {
         TopList::Subject => match event.subject_kind {
             SubjectKind::Ip | SubjectKind::Prefix => None,
-            kind => Some(format!("{}:{}", kind.as_str(), event.subject)),
+            kind => Some([kind.as_str(), ":", &event.subject].concat()),
         },
         TopList::Ip => event.ip.clone(),
         TopList::Prefix => match event.subject_kind {

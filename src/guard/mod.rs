@@ -44,7 +44,7 @@ impl RequestInfo {
     /// `event` with what the request tells: client IP, request id, user
     /// agent and, on an admin's request, the admin.
     pub fn stamp(&self, event: AuditEvent) -> AuditEvent {
-        let ip = self.ip.map(|ip| ip.to_string());
+        let ip = self.ip.map(|ip| ip.text());
         event
             .request(ip, &self.request_id, self.user_agent.as_deref())
             .actor(self.actor.clone())
