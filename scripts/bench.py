@@ -566,7 +566,10 @@ code_secret = "bench-code-secret-0123456789abcdef"
             print("  (--perf: no perf here; Debian's linux-perf has it)")
             return None
         seconds = max(self.args.duration - 2, 1)
-        data = os.path.join(self.tmp, f"perf-{side}.data")
+        # Not beside tollgate's config file: tollgate watches that directory
+        # for reloads, and perf's writes would wake its watcher all along.
+        os.makedirs(os.path.join(self.tmp, "perf"), exist_ok=True)
+        data = os.path.join(self.tmp, "perf", f"perf-{side}.data")
         time.sleep(1)
         subprocess.run(["perf", "record", "-q", "-F", str(PERF_HZ), "-p", str(pid), "-o", data,
                         "--", "sleep", str(seconds)],
