@@ -19,9 +19,10 @@ the peers' npm packages, then calls this with their paths. This script:
   each service alone on one core, Redis and wrk on another, where Redis's core
   is the bottleneck for both, so their CPU per request compares like for
   like (on shared cores a busier service finds more requests per wake-up
-  and looks cheaper per request than its code is); with --perf, the first
-  round of each is sampled by `perf record` and the CPU per request is split
-  by part (kernel, binary, libc, the clock) and symbol;
+  and looks cheaper per request than its code is); with --perf, one more
+  round of each, outside the medians, is sampled by `perf record` and the
+  CPU per request is split by part (kernel, binary, libc, the clock), crate
+  and symbol;
 - then Redis bytes per tracked subject after 1,000 and 100,000 events for one
   subject, the throughput of two tollgate processes sharing one Redis, and
   what logging at the default level costs (against logging nothing).
@@ -220,7 +221,7 @@ PERF_HZ = 4999
 def crate_of(symbol):
     """The crate a Rust symbol's code comes from (`actix_http`, `fred`, …),
     or the C function's name family (`mi_*`: mimalloc, `__mem*`: libc)."""
-    name = re.sub(r"^[<&*\s]*(mut |dyn )?", "", symbol)
+    name = re.sub(r"^(?:[<&*\s]|mut |dyn )*", "", symbol)
     if name.startswith(("mi_", "_mi_")):
         return "mimalloc"
     if name.startswith("__mem"):
@@ -230,40 +231,47 @@ def crate_of(symbol):
     return re.split(r"::|<|\s", name)[0] or symbol
 
 
-def perf_split(data, seconds, rps):
+def perf_split(data, seconds, rps, side):
     """A `perf record` of a service, as µs of CPU per request: by part
     (kernel, the service's binary, libc, vdso: the clock), by crate and by
-    symbol. The requests are the run's rate times the sampled seconds."""
-    out = subprocess.run(["perf", "report", "-i", data, "--stdio", "-n", "--sort", "dso,sym"],
-                         capture_output=True, text=True, check=False).stdout
-    per_sample = 1e6 / PERF_HZ / max(rps * seconds, 1)
+    symbol. Each row's period is its CPU time (cpu-clock counts
+    nanoseconds); the requests are the run's rate times the sampled
+    seconds. None when perf report gives nothing."""
+    done = subprocess.run(["perf", "report", "-i", data, "--stdio", "-F", "period,dso,sym"],
+                          capture_output=True, text=True, check=False)
+    per_ns = 1e-3 / max(rps * seconds, 1)
     parts, crates, symbols = {}, {}, {}
-    for line in out.splitlines():
-        m = re.match(r"\s*[\d.]+%\s+(\d+)\s+(\S+)\s+\[(.)\]\s+(.*)", line)
+    for line in done.stdout.splitlines():
+        m = re.match(r"\s*(\d+)\s+(\S+)\s+\[(.)\]\s+(.*)", line)
         if not m:
             continue
-        us = int(m.group(1)) * per_sample
-        dso, kernel, symbol = m.group(2), m.group(3) == "k", m.group(4).strip()[:100]
+        us = int(m.group(1)) * per_ns
+        dso, kernel, symbol = m.group(2), m.group(3) == "k", m.group(4).strip()
         part = "kernel" if kernel else ("binary" if dso in ("tollgate", "lean_login")
                                         else dso.split(".so")[0].strip("[]"))
         crate = "kernel" if kernel else crate_of(symbol)
         for table, key in ((parts, part), (crates, crate), (symbols, symbol)):
             table[key] = table.get(key, 0.0) + us
+    if not parts:
+        print(f"  (--perf: perf report read no samples for {side}: {done.stderr.strip()[:200]})")
+        return None
+    if not parts.get("kernel"):
+        print(f"  (--perf: no kernel samples for {side}: perf_event_paranoid above 1 hides them)")
     return parts, crates, symbols
 
 
 def differences(tollgate, lean, n):
     """The `n` keys where tollgate's µs exceed the lean limit's most."""
     keys = sorted(set(tollgate) | set(lean), key=lambda k: lean.get(k, 0.0) - tollgate.get(k, 0.0))
-    return "; ".join(f"{k} {tollgate.get(k, 0.0) - lean.get(k, 0.0):+.2f}" for k in keys[:n])
+    return "; ".join(f"{k[:100]} {tollgate.get(k, 0.0) - lean.get(k, 0.0):+.2f}" for k in keys[:n])
 
 
 def print_perf_split(tollgate, lean):
     """Where tollgate's extra CPU per login goes, against the lean limit's,
     from one sampled round of each at equal load."""
     (t_parts, t_crates, t_syms), (l_parts, l_crates, l_syms) = tollgate, lean
-    print("\nWhere the CPU per login goes (perf record, cpu-clock, one round each; µs per request; "
-          "samples miss some of the CPU time above, so compare the parts, not the totals):")
+    print("\nWhere the CPU per login goes (perf record, cpu-clock, one more round each, not in the "
+          "medians above; µs per request; compare the parts, not the totals with the table):")
     print("| part | tollgate | lean | difference |")
     print("|---|---|---|---|")
     for part in sorted(set(t_parts) | set(l_parts), key=lambda p: -t_parts.get(p, 0.0)):
@@ -312,7 +320,11 @@ class Bench:
         return self.dbs[binary]
 
     def tollgate_config(self, port, backend="redis", sms="default", binary=None):
-        path = os.path.join(self.tmp, f"tollgate-{port}.toml")
+        # A directory of its own: tollgate watches its config file's
+        # directory for reloads, and every log line written beside it would
+        # wake the watcher.
+        path = os.path.join(self.tmp, f"config-{port}", "tollgate.toml")
+        os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "w") as f:
             f.write(f"""
 [server]
@@ -520,26 +532,15 @@ code_secret = "bench-code-secret-0123456789abcdef"
         try:
             for _ in range(self.args.rounds):
                 for side, (port, proc) in sides.items():
-                    mask = os.sched_getaffinity(proc.pid)
-                    pin(proc.pid, {service_core})
-                    try:
-                        redis_cli("FLUSHALL")
-                        before = (cpu_seconds(proc.pid), cpu_seconds(self.redis.pid))
-                        switches = context_switches(proc.pid)
-                        load = self.wrk(port, "login", scenario["identities"],
-                                        self.args.duration, auth=side == "tollgate",
-                                        cores={redis_core})
-                        sampled = self.perf_record(proc.pid, side) if self.args.perf and not runs[side] else None
-                        r = self.finish(load)
-                        if sampled:
-                            profiles[side] = perf_split(*sampled, r["rps"])
-                        n = max(r["requests"], 1)
-                        r["service_us"] = (cpu_seconds(proc.pid) - before[0]) / n * 1e6
-                        r["redis_us"] = (cpu_seconds(self.redis.pid) - before[1]) / n * 1e6
-                        r["switches"] = (context_switches(proc.pid) - switches) / n
-                    finally:
-                        pin(proc.pid, mask)
-                    runs[side].append(r)
+                    runs[side].append(self.pinned_round(side, port, proc, service_core, redis_core))
+            # One more round each, sampled by perf: its interrupts are billed
+            # to the service and perf itself runs on either core, so it is
+            # not one of the rounds above.
+            if self.args.perf:
+                for side, (port, proc) in sides.items():
+                    r = self.pinned_round(side, port, proc, service_core, redis_core, sample=True)
+                    if r.get("profile"):
+                        profiles[side] = r["profile"]
         finally:
             pin(self.redis.pid, redis_mask)
         for side, rs in runs.items():
@@ -558,6 +559,30 @@ code_secret = "bench-code-secret-0123456789abcdef"
             print_perf_split(profiles["tollgate"], profiles["lean"])
         sys.stdout.flush()
 
+    def pinned_round(self, side, port, proc, service_core, redis_core, sample=False):
+        """One equal-load run of `side`: the service on `service_core`, wrk
+        (and Redis, pinned by the caller) on `redis_core`."""
+        scenario = SCENARIOS["login-1m"]
+        mask = os.sched_getaffinity(proc.pid)
+        pin(proc.pid, {service_core})
+        try:
+            redis_cli("FLUSHALL")
+            before = (cpu_seconds(proc.pid), cpu_seconds(self.redis.pid))
+            switches = context_switches(proc.pid)
+            load = self.wrk(port, "login", scenario["identities"], self.args.duration,
+                            auth=side == "tollgate", cores={redis_core})
+            sampled = self.perf_record(proc.pid, side) if sample else None
+            r = self.finish(load)
+            if sampled:
+                r["profile"] = perf_split(*sampled, r["rps"], side)
+            n = max(r["requests"], 1)
+            r["service_us"] = (cpu_seconds(proc.pid) - before[0]) / n * 1e6
+            r["redis_us"] = (cpu_seconds(self.redis.pid) - before[1]) / n * 1e6
+            r["switches"] = (context_switches(proc.pid) - switches) / n
+        finally:
+            pin(proc.pid, mask)
+        return r
+
     def perf_record(self, pid, side):
         """Sample `pid` with `perf record` (cpu-clock, so that it works on a
         virtual machine without hardware counters) through the middle of a
@@ -565,17 +590,18 @@ code_secret = "bench-code-secret-0123456789abcdef"
         if not shutil.which("perf"):
             print("  (--perf: no perf here; Debian's linux-perf has it)")
             return None
-        seconds = max(self.args.duration - 2, 1)
-        # Not beside tollgate's config file: tollgate watches that directory
-        # for reloads, and perf's writes would wake its watcher all along.
-        os.makedirs(os.path.join(self.tmp, "perf"), exist_ok=True)
+        seconds = self.args.duration - 2
         data = os.path.join(self.tmp, "perf", f"perf-{side}.data")
+        os.makedirs(os.path.dirname(data), exist_ok=True)
         time.sleep(1)
-        subprocess.run(["perf", "record", "-q", "-F", str(PERF_HZ), "-p", str(pid), "-o", data,
-                        "--", "sleep", str(seconds)],
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
-        if not os.path.exists(data):
-            print(f"  (--perf: perf record wrote nothing for {side}; is perf_event_paranoid too strict?)")
+        # cpu-clock, not the default `cycles`: the same event on a machine
+        # with hardware counters and on one without.
+        done = subprocess.run(["perf", "record", "-q", "-e", "cpu-clock", "-F", str(PERF_HZ),
+                               "-p", str(pid), "-o", data, "--", "sleep", str(seconds)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                              check=False)
+        if done.returncode != 0 or not os.path.exists(data) or os.path.getsize(data) == 0:
+            print(f"  (--perf: perf record failed for {side}: {done.stderr.strip()[:200]})")
             return None
         return data, seconds
 
@@ -681,9 +707,11 @@ def main():
     parser.add_argument("--no-extras", action="store_true",
                         help="skip the memory and two-process measurements")
     parser.add_argument("--perf", action="store_true",
-                        help="at equal load, sample one round of each service with perf record "
+                        help="at equal load, sample one more round of each service with perf record "
                              "and print where tollgate's CPU per login goes against the lean limit's")
     args = parser.parse_args()
+    if args.perf and args.duration < 3:
+        parser.error("--perf samples from a run's second second to one before its end: --duration 3 or more")
     bench = Bench(args)
     try:
         bench.run()

@@ -42,6 +42,15 @@ impl ClientIp {
         self.0
     }
 
+    /// The address as `Display` writes it; an IPv4 one without the
+    /// formatting machinery (every audit row names its request's address).
+    pub fn text(&self) -> String {
+        match self.0 {
+            IpAddr::V4(v4) => dotted(v4.octets()),
+            v6 => v6.to_string(),
+        }
+    }
+
     /// What the address counts as: itself (IPv4), or its /64's first
     /// address (IPv6).
     pub fn counted_as(&self) -> IpAddr {
@@ -59,17 +68,6 @@ impl ClientIp {
         match self.counted_as() {
             IpAddr::V4(v4) => dotted(v4.octets()),
             IpAddr::V6(net) => format!("{net}/64"),
-        }
-    }
-}
-
-impl ClientIp {
-    /// The address as `Display` writes it; an IPv4 one without the
-    /// formatting machinery (every audit row names its request's address).
-    pub fn text(&self) -> String {
-        match self.0 {
-            IpAddr::V4(v4) => dotted(v4.octets()),
-            v6 => v6.to_string(),
         }
     }
 }
