@@ -34,6 +34,19 @@ pub enum AuditDecision {
 }
 
 impl AuditDecision {
+    /// Every decision, for parsing and for listing them.
+    pub const ALL: [AuditDecision; 9] = [
+        AuditDecision::Deny,
+        AuditDecision::Challenge,
+        AuditDecision::Lock,
+        AuditDecision::Unblock,
+        AuditDecision::ListAdd,
+        AuditDecision::ListRemove,
+        AuditDecision::Export,
+        AuditDecision::SignIn,
+        AuditDecision::SignInFailed,
+    ];
+
     /// The decisions that count as refusals (what the stats and roll-ups count).
     pub const REFUSALS: [AuditDecision; 3] = [
         AuditDecision::Deny,
@@ -58,19 +71,7 @@ impl AuditDecision {
 
     /// The decision `as_str` names `s`, if any.
     pub fn parse(s: &str) -> Option<Self> {
-        [
-            Self::Deny,
-            Self::Challenge,
-            Self::Lock,
-            Self::Unblock,
-            Self::ListAdd,
-            Self::ListRemove,
-            Self::Export,
-            Self::SignIn,
-            Self::SignInFailed,
-        ]
-        .into_iter()
-        .find(|d| d.as_str() == s)
+        Self::ALL.into_iter().find(|d| d.as_str() == s)
     }
 }
 

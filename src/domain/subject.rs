@@ -162,6 +162,14 @@ pub enum Action {
 }
 
 impl Action {
+    /// Every action, for parsing and for listing them.
+    pub const ALL: [Action; 4] = [
+        Action::SmsSend,
+        Action::SmsVerify,
+        Action::LoginAttempt,
+        Action::Admin,
+    ];
+
     /// The wire form (`sms_send`), as in the audit `action` column.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -174,14 +182,7 @@ impl Action {
 
     /// The action whose wire form is `s`.
     pub fn parse(s: &str) -> Option<Self> {
-        [
-            Self::SmsSend,
-            Self::SmsVerify,
-            Self::LoginAttempt,
-            Self::Admin,
-        ]
-        .into_iter()
-        .find(|a| a.as_str() == s)
+        Self::ALL.into_iter().find(|a| a.as_str() == s)
     }
 }
 

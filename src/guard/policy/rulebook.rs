@@ -7,12 +7,7 @@ use crate::domain::{Action, Rule, SubjectKind};
 use crate::store::{IpLimits, PeekOutcome, RuleWindow, WindowSpec};
 
 /// Every action with windows, in the order a subject's state lists them.
-pub const ACTIONS: [Action; 4] = [
-    Action::SmsSend,
-    Action::SmsVerify,
-    Action::LoginAttempt,
-    Action::Admin,
-];
+pub const ACTIONS: [Action; 4] = Action::ALL;
 
 /// The windows a subject kind has for one action.
 #[derive(Clone, Copy)]

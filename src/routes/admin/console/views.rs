@@ -21,24 +21,6 @@ mod pumping;
 pub use pairs::PairRow;
 pub use pumping::{BlockList, PumpingView};
 
-const ACTIONS: [Action; 4] = [
-    Action::SmsSend,
-    Action::SmsVerify,
-    Action::LoginAttempt,
-    Action::Admin,
-];
-const DECISIONS: [AuditDecision; 9] = [
-    AuditDecision::Deny,
-    AuditDecision::Challenge,
-    AuditDecision::Lock,
-    AuditDecision::Unblock,
-    AuditDecision::ListAdd,
-    AuditDecision::ListRemove,
-    AuditDecision::Export,
-    AuditDecision::SignIn,
-    AuditDecision::SignInFailed,
-];
-
 /// An `<option>` of a filter `<select>`.
 pub struct Opt {
     /// The value, also shown as the label.
@@ -88,8 +70,11 @@ impl FilterForm {
                 SubjectKind::ALL.map(SubjectKind::as_str),
                 &text(&query.subject_kind),
             ),
-            actions: options(ACTIONS.map(Action::as_str), &text(&query.action)),
-            decisions: options(DECISIONS.map(AuditDecision::as_str), &text(&query.decision)),
+            actions: options(Action::ALL.map(Action::as_str), &text(&query.action)),
+            decisions: options(
+                AuditDecision::ALL.map(AuditDecision::as_str),
+                &text(&query.decision),
+            ),
             subject: text(&query.subject),
             ip: text(&query.ip),
             actor: text(&query.actor),
