@@ -17,9 +17,10 @@
 -- renewed, with "exp", only when that is sooner, to keep + keep / 8).
 -- Taking back leaves the expiry alone.
 --
--- Returns the slice changed. Commands per call: TIME, HINCRBY; when adding
--- HMGET (and HSET and PEXPIRE when renewed); HDEL and HLEN when it reaches 0
--- (and HEXISTS, DEL when only "exp" is left).
+-- Returns the slice changed. Commands per call: TIME, HINCRBY; for a given
+-- slice HDEL of reserve.lua's sums; when adding HMGET (and HSET and PEXPIRE
+-- when renewed); HDEL and HLEN when it reaches 0 (and HEXISTS, DEL when
+-- only "exp" is left).
 --
 -- Example (a code verified for a number prefix):
 --   EVALSHA <sha> 1 "tg:{prefix:+3361234}:conversion" s 1 -1 300000 3600000
@@ -33,7 +34,17 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 local slice = tonumber(ARGV[3])
-if slice < 0 then slice = math.floor(now / slice_ms) end
+if slice < 0 then
+  slice = math.floor(now / slice_ms)
+else
+  -- A count taken from a given slice (a send taken back), which may be one
+  -- before the current: the sums reserve.lua keeps of the slices before
+  -- the current one ("cur", "be", "bs", "nt") are made again at its next
+  -- call. The caller does not say which slice is current, so this drops
+  -- them even when it is. A count of the current slice (slice -1) needs
+  -- nothing: reserve.lua reads that slice's own fields.
+  redis.call('HDEL', key, 'cur', 'be', 'bs', 'nt')
+end
 local field = ARGV[1] .. ':' .. string.format('%d', slice)
 
 local count = redis.call('HINCRBY', key, field, delta)

@@ -24,7 +24,12 @@
 --             "events", "successes", "shadow" (1/0), and with a surge "level"
 --             ("c" challenge, "b" block; absent: block), "normal" (in
 --             thousandths) and "from" (the first slice under the challenge);
---             "exp" = when the key expires, in ms)
+--             "exp" = when the key expires, in ms; the window's sums as of
+--             slice "cur": "be" and "bs" = events and successes of the live
+--             slices before it, with a surge "nt" = the events the seven
+--             buckets before the current one were taught; made again at the
+--             first call of a slice, and dropped by conversion_count.lua when
+--             it changes a given slice)
 -- KEYS[last]  optional: the subject's code HASH (mac, left, exp), written when
 --             the event is recorded
 -- ARGV[1] member: unique id of this event
@@ -121,10 +126,13 @@
 -- for a large set), HSET of its meters (and PEXPIRE when renewed), and HSET
 -- and PEXPIRE for the code. A refused request reads and writes nothing else.
 -- A subject with only meter windows never touches its ZSET. Per conversion:
--- HGETALL (and, once a slice, HDEL of stale fields and with a surge HINCRBY
--- of the bucket taught), HINCRBY when recorded (and HSET and PEXPIRE when
--- renewed); DEL (HDEL with a surge), HSET and PEXPIRE when it trips. A surge
--- adds no call to an ordinary send.
+-- HMGET of its sums and its current slice, and, at the first call of a
+-- slice, after a count taken back, in a slice spanning two buckets or while
+-- an escalation is set, HGETALL (and HDEL of stale fields,
+-- with a surge HINCRBY of the bucket taught, and HSET of the sums made
+-- again); HINCRBY when recorded (and HSET and PEXPIRE when renewed); DEL
+-- (HDEL with a surge), HSET and PEXPIRE when it trips. A surge adds no call
+-- to an ordinary send.
 --
 -- Example (a phone with windows 1/1m, 5/1h and a gate 3/1h, its IP with
 -- 20/1h, a code; the policy rendered, only the event's values as arguments):
@@ -215,71 +223,98 @@ local conv_blocked, conv_gated = false, false
 -- surge 0 without one), its answer into out[o + 1] .. out[o + 6] (counted:
 -- -1 until conv_count); returns its slice now, the end of its live
 -- escalation (or nil) and when its hash expires (or false).
+--
+-- The hash keeps its window's sums as of its current slice (see "cur" in
+-- the header), so that a call reads eight fields and not the whole history:
+-- a country's hash after a day of sends holds some forty fields, and
+-- reading and matching each of them cost Redis more than all of a send's
+-- commands together. The sums are made again from the whole hash, folding
+-- the stale slices in, at the first call of a slice, after a count taken
+-- back (conversion_count.lua drops them), and in a slice that spans two
+-- buckets of the history; the whole hash is read, and the sums left alone,
+-- while an escalation is set (the escalation's check reads every slice).
 local function conv_read(o, key, min_events, ppm, slice_ms, slices, block_ms, surge_milli,
                          bucket_ms, escalate, span, keep_ms)
   local slice = floor(now / slice_ms)
   local oldest = slice - slices + 1
   local surge = surge_milli > 0
-  local raw = call('HGETALL', key)
+  local slice_s = fmt('%d', slice)
+  local got = call('HMGET', key, 'cur', 'until', 'exp', 'be', 'bs', 'e:' .. slice_s,
+    's:' .. slice_s, 'nt')
+  -- the normal cached holds while the slice lies in one bucket
+  local cached = got[1] == slice_s and not got[2] and (not surge
+      or floor(slice * slice_ms / bucket_ms) == floor((slice * slice_ms + slice_ms - 1) / bucket_ms))
   -- the other fields (an escalation's) and the fields to delete; with a
   -- surge the stale slices' counts (slice -> count) and the buckets: each
   -- table made only when needed, an ordinary send makes none
-  local events, successes, fields, doomed, old_e, old_s, buckets = 0, 0, EMPTY, nil, nil, nil, nil
-  for j = 1, #raw, 2 do
-    local kind, n = match(raw[j], '^([esn]):(%d+)$')
-    if kind == nil then
-      if fields == EMPTY then fields = {} end
-      fields[raw[j]] = raw[j + 1]
-    elseif kind == 'n' then
-      buckets = buckets or {}
-      buckets[tonumber(n)] = tonumber(raw[j + 1])
-    elseif tonumber(n) < oldest then
-      doomed = doomed or {}
-      doomed[#doomed + 1] = raw[j]
-      if surge and kind == 'e' then
-        old_e = old_e or {}
-        old_e[n] = tonumber(raw[j + 1])
-      elseif surge then
-        old_s = old_s or {}
-        old_s[n] = tonumber(raw[j + 1])
-      end
-    elseif kind == 'e' then
-      events = events + tonumber(raw[j + 1])
-    else
-      successes = successes + tonumber(raw[j + 1])
-    end
-  end
-  local normal, normal_milli = 0, 0
-  if surge then
-    -- teach the normal what left the window, then read the last seven buckets
-    local taught = nil
-    for n, e in pairs(old_e or EMPTY) do
-      if e > 0 and ((old_s or EMPTY)[n] or 0) * 1000000 >= ppm * e then
-        local b = floor(tonumber(n) * slice_ms / bucket_ms)
-        taught = taught or {}
-        taught[b] = (taught[b] or 0) + e
-      end
-    end
-    if taught then
-      buckets = buckets or {}
-      for b, e in pairs(taught) do
-        call('HINCRBY', key, 'n:' .. fmt('%d', b), e)
-        buckets[b] = (buckets[b] or 0) + e
-      end
-    end
-    local current, sum = floor(now / bucket_ms), 0
-    for b, e in pairs(buckets or EMPTY) do
-      if b < current - 7 then
+  local events, successes, fields, doomed, raw, exp = 0, 0, EMPTY, nil, nil, false
+  -- what the cache is made of: the current slice's counts, the taught events
+  local cur_e, cur_s, taught_sum, normal = 0, 0, 0, 0
+  if cached then
+    events = (tonumber(got[4]) or 0) + (tonumber(got[6]) or 0)
+    successes = (tonumber(got[5]) or 0) + (tonumber(got[7]) or 0)
+    if surge then normal = (tonumber(got[8]) or 0) * span / (7 * bucket_ms) end
+    exp = tonumber(got[3]) or false
+  else
+    raw = call('HGETALL', key)
+    local old_e, old_s, buckets = nil, nil, nil
+    for j = 1, #raw, 2 do
+      local kind, n = match(raw[j], '^([esn]):(%d+)$')
+      if kind == nil then
+        if fields == EMPTY then fields = {} end
+        fields[raw[j]] = raw[j + 1]
+      elseif kind == 'n' then
+        buckets = buckets or {}
+        buckets[tonumber(n)] = tonumber(raw[j + 1])
+      elseif tonumber(n) < oldest then
         doomed = doomed or {}
-        doomed[#doomed + 1] = 'n:' .. fmt('%d', b)
-      elseif b < current then
-        sum = sum + e
+        doomed[#doomed + 1] = raw[j]
+        if surge and kind == 'e' then
+          old_e = old_e or {}
+          old_e[n] = tonumber(raw[j + 1])
+        elseif surge then
+          old_s = old_s or {}
+          old_s[n] = tonumber(raw[j + 1])
+        end
+      elseif kind == 'e' then
+        events = events + tonumber(raw[j + 1])
+        if n == slice_s then cur_e = tonumber(raw[j + 1]) end
+      else
+        successes = successes + tonumber(raw[j + 1])
+        if n == slice_s then cur_s = tonumber(raw[j + 1]) end
       end
     end
-    normal = sum * span / (7 * bucket_ms)
-    normal_milli = floor(normal * 1000 + 0.5)
+    if surge then
+      -- teach the normal what left the window, then read the last seven buckets
+      local taught = nil
+      for n, e in pairs(old_e or EMPTY) do
+        if e > 0 and ((old_s or EMPTY)[n] or 0) * 1000000 >= ppm * e then
+          local b = floor(tonumber(n) * slice_ms / bucket_ms)
+          taught = taught or {}
+          taught[b] = (taught[b] or 0) + e
+        end
+      end
+      if taught then
+        buckets = buckets or {}
+        for b, e in pairs(taught) do
+          call('HINCRBY', key, 'n:' .. fmt('%d', b), e)
+          buckets[b] = (buckets[b] or 0) + e
+        end
+      end
+      local current = floor(now / bucket_ms)
+      for b, e in pairs(buckets or EMPTY) do
+        if b < current - 7 then
+          doomed = doomed or {}
+          doomed[#doomed + 1] = 'n:' .. fmt('%d', b)
+        elseif b < current then
+          taught_sum = taught_sum + e
+        end
+      end
+      normal = taught_sum * span / (7 * bucket_ms)
+    end
+    exp = tonumber(fields['exp']) or false
   end
-  local exp = tonumber(fields['exp']) or false
+  local normal_milli = floor(normal * 1000 + 0.5)
   local until_at = tonumber(fields['until'])
   if until_at and until_at <= now then
     doomed = doomed or {}
@@ -338,6 +373,18 @@ local function conv_read(o, key, min_events, ppm, slice_ms, slices, block_ms, su
     doomed = nil
   end
   if doomed then call('HDEL', key, unpack(doomed)) end
+  -- the sums as of this slice, made again (none for a hash without an
+  -- expiry yet: its first count sets one; none while an escalation is set,
+  -- which reads the whole hash anyway)
+  if not cached and not set and not until_at and exp then
+    if surge then
+      call('HSET', key, 'cur', slice_s, 'be', fmt('%d', events - cur_e),
+        'bs', fmt('%d', successes - cur_s), 'nt', fmt('%d', taught_sum))
+    else
+      call('HSET', key, 'cur', slice_s, 'be', fmt('%d', events - cur_e),
+        'bs', fmt('%d', successes - cur_s))
+    end
+  end
   if set then
     verdict = set[1] == 'b' and 2 or 4
     ev, su, retry = set[2], set[3], block_ms

@@ -132,17 +132,23 @@ async fn a_login_under_another_policy_runs_that_policys_script() {
     b.cleanup().await;
 }
 
-/// `write` writes `key`, a hash that must live `keep_ms` past each write: its
-/// expiry is set with its `exp` field, left alone while `exp` is far enough
-/// (a key every send writes takes no `PEXPIRE` per call), and renewed once
-/// `exp` falls within `keep_ms`.
-async fn assert_renewed_only_when_short(key: &str, keep_ms: i64, write: impl AsyncFn()) {
+/// A client of the test Redis, to look behind the store's back.
+async fn raw_client() -> fred::clients::Client {
     let raw = fred::types::Builder::from_config(
         fred::types::config::Config::from_url(&redis_url()).expect("a URL fred parses"),
     )
     .build()
     .expect("a client");
     raw.init().await.expect("a connection");
+    raw
+}
+
+/// `write` writes `key`, a hash that must live `keep_ms` past each write: its
+/// expiry is set with its `exp` field, left alone while `exp` is far enough
+/// (a key every send writes takes no `PEXPIRE` per call), and renewed once
+/// `exp` falls within `keep_ms`.
+async fn assert_renewed_only_when_short(key: &str, keep_ms: i64, write: impl AsyncFn()) {
+    let raw = raw_client().await;
     let bounds = keep_ms..=keep_ms + keep_ms / 8;
     let pttl = async || raw.pttl::<i64, _>(key).await.expect("PTTL");
     let exp = async || {
@@ -235,5 +241,103 @@ async fn a_conversion_renews_its_expiry_only_when_it_falls_short() {
             .expect("conversion_success");
     })
     .await;
+    b.cleanup().await;
+}
+
+/// A conversion keeps the sums of the slices before the current one in its
+/// hash ("cur", "be", "bs"), made once a slice from the whole hash, and
+/// reads the current slice's own counts as they change; a count taken back
+/// from a given slice drops the sums, so the next call sums the slices
+/// again. Without that drop the last answer below would still count the
+/// event taken back.
+#[tokio::test]
+async fn a_conversion_sums_its_history_once_a_slice_and_sees_a_count_taken_back() {
+    let b = StoreUnderTest::redis().await;
+    let raw = raw_client().await;
+    // Slices of five minutes: the test runs within one (or fails at a
+    // boundary once in some tens of thousands of runs).
+    let policy = ConversionPolicy {
+        min_events: 1_000_000,
+        min_ratio_ppm: 0,
+        window_ms: 3_600_000,
+        block_ms: 60_000,
+        surge: None,
+    };
+    let key = b.keys.window("prefix", "+3361113", "conversion");
+    let store = b.store();
+    let hit = async || {
+        let outcome = store
+            .conversion_hit(
+                ConversionHit {
+                    key: &key,
+                    policy: &policy,
+                },
+                false,
+            )
+            .await
+            .expect("conversion_hit");
+        (outcome.events, outcome.successes)
+    };
+    // One send now (the hash, its expiry and the current slice), then the
+    // eleven earlier live slices a running service leaves.
+    let slice = store
+        .conversion_count(&key, &policy)
+        .await
+        .expect("conversion_count")
+        .expect("counted");
+    for back in 1..12 {
+        raw.hset::<(), _, _>(
+            &key,
+            [
+                (format!("e:{}", slice - back), 10),
+                (format!("s:{}", slice - back), 2),
+            ],
+        )
+        .await
+        .expect("HSET");
+    }
+    assert_eq!(hit().await, (111, 22));
+    let sums = async || -> (Option<u64>, Option<i64>, Option<i64>) {
+        raw.hmget(&key, vec!["cur", "be", "bs"])
+            .await
+            .expect("HMGET")
+    };
+    assert_eq!(sums().await, (Some(slice), Some(110), Some(22)));
+    // Within the slice the answer comes from the sums: an earlier slice
+    // changed behind the store's back does not show (then it is put back).
+    let earlier = format!("e:{}", slice - 5);
+    raw.hset::<(), _, _>(&key, (earlier.as_str(), 50))
+        .await
+        .expect("HSET");
+    assert_eq!(hit().await, (111, 22), "read from the sums");
+    raw.hset::<(), _, _>(&key, (earlier.as_str(), 10))
+        .await
+        .expect("HSET");
+
+    store
+        .conversion_count(&key, &policy)
+        .await
+        .expect("conversion_count");
+    store
+        .conversion_success(&key, &policy)
+        .await
+        .expect("conversion_success");
+    assert_eq!(
+        hit().await,
+        (112, 23),
+        "the current slice read as it changes"
+    );
+
+    store
+        .conversion_undo(&key, slice - 3)
+        .await
+        .expect("conversion_undo");
+    assert_eq!(
+        hit().await,
+        (111, 23),
+        "a send taken back from an earlier slice"
+    );
+    assert_eq!(sums().await, (Some(slice), Some(109), Some(22)));
+    let _ = raw.quit().await;
     b.cleanup().await;
 }
