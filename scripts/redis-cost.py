@@ -6,7 +6,8 @@ fifth between runs of one build.
 Starts a private redis-server under `valgrind --tool=callgrind`, tollgate with
 the load benchmark's configuration (scripts/bench.py) pointed at it, sends
 warm-up requests of the benchmark's mix (SMS sends to distinct phones, each
-from its own address; or login failures), zeroes the counters, sends the
+from its own address, the pumping guard's hashes given a day of history
+first, as the benchmark does; or login failures), zeroes the counters, sends the
 measured requests, dumps, and prints Redis's instructions per request. With
 several binaries, each is measured against its own Redis, one after the
 other (instructions do not depend on the machine's load).
@@ -78,6 +79,8 @@ def measure(args, binary, out_dir):
         # Redis under callgrind is some 50 times slower: a call must not time out.
         os.environ["TOLLGATE__STORE__TIMEOUT"] = "10s"
         b.start_tollgate(PORT, binary=binary)
+        if args.endpoint == "sms" and not args.empty_history:
+            bench.conversion_history(PORT)
         conn = http.client.HTTPConnection("127.0.0.1", PORT, timeout=60)
         ids = random.Random(7).sample(range(1_000_000), args.warmup + args.requests)
         statuses = {}
@@ -108,6 +111,9 @@ def main():
     parser.add_argument("--endpoint", choices=("sms", "login"), default="sms")
     parser.add_argument("--warmup", type=int, default=200)
     parser.add_argument("--requests", type=int, default=1000)
+    parser.add_argument("--empty-history", action="store_true",
+                        help="SMS: start from empty conversion hashes, as before 2026-11-28 "
+                             "(by default they hold a day of history, as in scripts/bench.py)")
     parser.add_argument("--annotate", action="store_true",
                         help="print the last run's functions, inclusive")
     args = parser.parse_args()
