@@ -762,6 +762,10 @@ def main():
     args = parser.parse_args()
     if args.perf and args.duration < 3:
         parser.error("--perf samples from a run's second second to one before its end: --duration 3 or more")
+    # SIGTERM (a timeout, `kill`) ends a run through `finally`, as Ctrl-C
+    # does: before, the services stayed up and the next run found their
+    # ports taken.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     bench = Bench(args)
     try:
         bench.run()
