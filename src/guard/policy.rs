@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use parking_lot::RwLock;
+use arc_swap::ArcSwap;
 
 use crate::captcha::CaptchaVerifier;
 use crate::domain::{Action, Rule, SubjectKind};
@@ -238,22 +238,23 @@ impl LoginRules {
 }
 
 /// The policy in force, swapped whole on SIGHUP; a request holds one `Arc`
-/// to the end, so it never sees half of a reload.
-pub struct PolicyCell(RwLock<Arc<Policy>>);
+/// to the end, so it never sees half of a reload. An `ArcSwap`, not a
+/// `RwLock`: reading takes no lock whose reader count every worker writes.
+pub struct PolicyCell(ArcSwap<Policy>);
 
 impl PolicyCell {
     /// Start with `policy` in force.
     pub fn new(policy: Policy) -> Self {
-        Self(RwLock::new(Arc::new(policy)))
+        Self(ArcSwap::from_pointee(policy))
     }
 
     /// The policy in force; a reload does not change the one returned.
     pub fn current(&self) -> Arc<Policy> {
-        self.0.read().clone()
+        self.0.load_full()
     }
 
     /// Put `policy` in force; requests under way keep the old one.
     pub fn replace(&self, policy: Policy) {
-        *self.0.write() = Arc::new(policy);
+        self.0.store(Arc::new(policy));
     }
 }

@@ -9,6 +9,7 @@ mod matcher;
 use std::sync::Arc;
 
 use chrono::{SubsecRound, Utc};
+use arc_swap::ArcSwap;
 use parking_lot::RwLock;
 use uuid::Uuid;
 
@@ -49,7 +50,7 @@ pub struct Lists {
     db: Option<Arc<dyn ListStore>>,
     config: RwLock<Vec<ListEntry>>,
     stored: RwLock<Vec<ListEntry>>,
-    matcher: RwLock<Arc<Matcher>>,
+    matcher: ArcSwap<Matcher>,
     /// One refresh at a time: a periodic read that started before an
     /// admin's change must not install its older snapshot after it.
     refreshing: tokio::sync::Mutex<()>,
@@ -63,7 +64,7 @@ impl Lists {
             db,
             config: RwLock::new(entries),
             stored: RwLock::new(Vec::new()),
-            matcher: RwLock::new(Arc::new(Matcher::default())),
+            matcher: ArcSwap::from_pointee(Matcher::default()),
             refreshing: tokio::sync::Mutex::new(()),
         };
         lists.rebuild();
@@ -72,7 +73,7 @@ impl Lists {
 
     /// The matcher in force: one `Arc` clone.
     pub fn current(&self) -> Arc<Matcher> {
-        self.matcher.read().clone()
+        self.matcher.load_full()
     }
 
     /// Every entry, the config file's first.
@@ -152,7 +153,7 @@ impl Lists {
         let config = self.config.read();
         let stored = self.stored.read();
         let matcher = Matcher::new(config.iter().chain(stored.iter()));
-        *self.matcher.write() = Arc::new(matcher);
+        self.matcher.store(Arc::new(matcher));
     }
 }
 

@@ -21,7 +21,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use minijinja::{Environment, UndefinedBehavior};
-use parking_lot::RwLock;
+use arc_swap::ArcSwap;
 use serde::Serialize;
 
 use plain::PlainSms;
@@ -302,22 +302,22 @@ impl Templates {
 
 /// The templates in force, swapped whole on reload; a send under way keeps
 /// the set it started with.
-pub struct TemplatesCell(RwLock<Arc<Templates>>);
+pub struct TemplatesCell(ArcSwap<Templates>);
 
 impl TemplatesCell {
     /// Start with `templates` in force.
     pub fn new(templates: Templates) -> Self {
-        Self(RwLock::new(Arc::new(templates)))
+        Self(ArcSwap::from_pointee(templates))
     }
 
     /// The templates in force; a reload does not change the set returned.
     pub fn current(&self) -> Arc<Templates> {
-        self.0.read().clone()
+        self.0.load_full()
     }
 
     /// Put `templates` in force; sends under way keep the old set.
     pub fn replace(&self, templates: Templates) {
-        *self.0.write() = Arc::new(templates);
+        self.0.store(Arc::new(templates));
     }
 }
 
