@@ -8,8 +8,8 @@ mod matcher;
 
 use std::sync::Arc;
 
-use chrono::{SubsecRound, Utc};
 use arc_swap::ArcSwap;
+use chrono::{SubsecRound, Utc};
 use parking_lot::RwLock;
 use uuid::Uuid;
 

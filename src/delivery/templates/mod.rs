@@ -20,8 +20,8 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use minijinja::{Environment, UndefinedBehavior};
 use arc_swap::ArcSwap;
+use minijinja::{Environment, UndefinedBehavior};
 use serde::Serialize;
 
 use plain::PlainSms;
