@@ -13,6 +13,7 @@ pub mod domain;
 pub mod error;
 pub mod guard;
 mod hex;
+pub mod in_force;
 pub mod lists;
 pub mod metrics;
 pub mod oidc;

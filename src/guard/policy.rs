@@ -4,8 +4,6 @@
 
 use std::sync::Arc;
 
-use arc_swap::ArcSwap;
-
 use crate::captcha::CaptchaVerifier;
 use crate::domain::{Action, Rule, SubjectKind};
 use crate::metrics::RuleCounters;
@@ -237,24 +235,5 @@ impl LoginRules {
     }
 }
 
-/// The policy in force, swapped whole on SIGHUP; a request holds one `Arc`
-/// to the end, so it never sees half of a reload. An `ArcSwap`, not a
-/// `RwLock`: reading takes no lock whose reader count every worker writes.
-pub struct PolicyCell(ArcSwap<Policy>);
-
-impl PolicyCell {
-    /// Start with `policy` in force.
-    pub fn new(policy: Policy) -> Self {
-        Self(ArcSwap::from_pointee(policy))
-    }
-
-    /// The policy in force; a reload does not change the one returned.
-    pub fn current(&self) -> Arc<Policy> {
-        self.0.load_full()
-    }
-
-    /// Put `policy` in force; requests under way keep the old one.
-    pub fn replace(&self, policy: Policy) {
-        self.0.store(Arc::new(policy));
-    }
-}
+/// The policy in force, swapped whole on SIGHUP.
+pub type PolicyCell = crate::in_force::InForce<Policy>;

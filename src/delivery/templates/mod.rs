@@ -18,9 +18,7 @@ mod vars;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::Arc;
 
-use arc_swap::ArcSwap;
 use minijinja::{Environment, UndefinedBehavior};
 use serde::Serialize;
 
@@ -302,30 +300,7 @@ impl Templates {
 
 /// The templates in force, swapped whole on reload; a send under way keeps
 /// the set it started with.
-pub struct TemplatesCell(ArcSwap<Templates>);
-
-impl TemplatesCell {
-    /// Start with `templates` in force.
-    pub fn new(templates: Templates) -> Self {
-        Self(ArcSwap::from_pointee(templates))
-    }
-
-    /// The templates in force; a reload does not change the set returned.
-    pub fn current(&self) -> Arc<Templates> {
-        self.0.load_full()
-    }
-
-    /// Put `templates` in force; sends under way keep the old set.
-    pub fn replace(&self, templates: Templates) {
-        self.0.store(Arc::new(templates));
-    }
-}
-
-impl std::fmt::Debug for TemplatesCell {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TemplatesCell").finish_non_exhaustive()
-    }
-}
+pub type TemplatesCell = crate::in_force::InForce<Templates>;
 
 /// An email's text, ready to send.
 #[derive(Debug, Clone, PartialEq, Eq)]
