@@ -6,7 +6,7 @@
 //! client's mistake, which anyone could use to fill the log with errors. That
 //! target is off unless `RUST_LOG` names `actix_http`.
 //!
-//! The request id: each request runs inside [`with_request_id`], and the
+//! The request id: each request runs inside [`scope_request_id`], and the
 //! lines a request logs at `info` and above name it with
 //! `request_id = %telemetry::request_id()`. At `debug` each request also gets
 //! a span, `request`, from `routes::request_id`: its id, method, route
@@ -52,14 +52,22 @@ tokio::task_local! {
     static REQUEST_ID: String;
 }
 
-/// Run `request` with `id` as the request id that [`request_id`] answers.
-pub async fn with_request_id<F: std::future::Future>(id: String, request: F) -> F::Output {
-    REQUEST_ID.scope(id, request).await
+/// `request`, run with `id` as the request id that [`request_id`] answers.
+pub fn scope_request_id<F: std::future::Future>(
+    id: String,
+    request: F,
+) -> tokio::task::futures::TaskLocalFuture<String, F> {
+    REQUEST_ID.scope(id, request)
 }
 
 /// The id of the request being served on this task, or `-` outside one.
 pub fn request_id() -> RequestIdField {
-    RequestIdField(REQUEST_ID.try_with(Clone::clone).ok())
+    RequestIdField(current_request_id())
+}
+
+/// The id of the request being served on this task, if any.
+pub fn current_request_id() -> Option<String> {
+    REQUEST_ID.try_with(Clone::clone).ok()
 }
 
 /// Displays as the request id (or `-`), for a log line's `request_id` field.

@@ -41,8 +41,9 @@ pub struct Entered {
 /// test service): nothing to bound.
 ///
 /// Called by the request-id layer (`routes::request_id`) rather than from
-/// a layer of its own: a `from_fn` layer costs every request a boxed future
-/// and its moves, some 300 instructions of a login (callgrind).
+/// a layer of its own: a layer costs every request its future's moves, and
+/// a `from_fn` one a boxed future, some 300 instructions of a login
+/// (callgrind).
 pub fn enter(req: &mut ServiceRequest) -> Option<Entered> {
     let conn = req.conn_data::<Connection>()?.state().clone();
     let busy = conn.busy();

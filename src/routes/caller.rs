@@ -4,11 +4,10 @@
 use std::time::Duration;
 
 use actix_web::http::header;
-use actix_web::{HttpMessage, HttpRequest};
+use actix_web::HttpRequest;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use super::request_id::RequestId;
 use crate::domain::admin_role::{Actor, Roles};
 use crate::domain::forwarding::{ClientAddress, ProxyTrust, CLIENT_ADDRESS_HEADERS};
 use crate::domain::ClientIp;
@@ -297,10 +296,7 @@ impl Access {
 
     /// Who asked, for audit rows: request id, user agent, client address.
     pub(crate) fn info(&self, req: &HttpRequest, ip: Option<ClientIp>) -> RequestInfo {
-        let request_id = req
-            .extensions()
-            .get::<RequestId>()
-            .map(|id| id.0.clone())
+        let request_id = crate::telemetry::current_request_id()
             .unwrap_or_else(|| crate::uuid_v7::now().to_string());
         let user_agent = req
             .headers()

@@ -85,9 +85,9 @@ fn observe(route: Option<Rc<str>>, method: &'static str, status: StatusCode, ela
 }
 
 /// One request's timing, from its arrival until its response head is ready;
-/// started and finished by the request-id layer (`request_id::middleware`),
-/// one `from_fn` layer for both: a layer of its own cost every request
-/// some 300 instructions of boxed futures (callgrind, a login).
+/// started and finished by the request-id layer (`request_id::RequestIdLayer`):
+/// a layer of its own cost every request some 300 instructions of boxed
+/// futures (callgrind, a login).
 pub struct Timing {
     started: Instant,
     method: &'static str,

@@ -8,16 +8,17 @@
 //! a login's instructions; the timing's and the deadline's own layers some
 //! 300 more each.
 
-use actix_web::body::{EitherBody, MessageBody};
-use actix_web::dev::{ServiceRequest, ServiceResponse};
-use actix_web::http::header::{HeaderName, HeaderValue};
-use actix_web::middleware::Next;
-use actix_web::HttpMessage;
-use tracing::{Instrument, Span};
+use std::future::{ready, Future, Ready};
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
 
-/// The request's id, in the request's extensions for handlers to read.
-#[derive(Debug, Clone)]
-pub struct RequestId(pub String);
+use actix_web::body::{EitherBody, MessageBody};
+use actix_web::dev::{forward_ready, Service, ServiceRequest, ServiceResponse, Transform};
+use actix_web::http::header::{HeaderName, HeaderValue};
+use pin_project_lite::pin_project;
+use tokio::task::futures::TaskLocalFuture;
+use tracing::instrument::Instrumented;
+use tracing::{Instrument, Span};
 
 const HEADER: HeaderName = HeaderName::from_static("x-request-id");
 
@@ -42,35 +43,125 @@ fn new_id() -> String {
         .to_owned()
 }
 
-/// Take the request's id or make one, run the request with it as the
-/// task's id inside the request's span, its body bounded by the
-/// connection's deadline, and echo the id in `x-request-id`.
-pub async fn middleware<B: MessageBody + 'static>(
-    mut req: ServiceRequest,
-    next: Next<B>,
-) -> Result<ServiceResponse<EitherBody<B>>, actix_web::Error> {
-    let id = incoming(&req).unwrap_or_else(new_id);
-    let span = request_span(&req, &id);
-    let timing = super::http_metrics::Timing::start(&req);
-    let deadline = crate::connections::deadline::enter(&mut req);
-    // The header is made before the id moves into the task's scope: one
-    // copy for the extensions, none more.
-    let header = HeaderValue::from_str(&id).ok();
-    req.extensions_mut().insert(RequestId(id.clone()));
-    // The id is a task-local that request-path log lines name (see
-    // `telemetry`), whatever the level.
-    let outcome = crate::telemetry::with_request_id(id, next.call(req))
-        .instrument(span.clone())
-        .await;
-    // The 408 of a body out of time is the answer timed, logged and echoed.
-    let outcome = crate::connections::deadline::leave(deadline, outcome);
-    span.in_scope(|| timing.finish(&outcome));
-    record_status(&span, &outcome);
-    let mut response = outcome?;
-    if let Some(value) = header {
-        response.headers_mut().insert(HEADER, value);
+/// The layer: wraps every route of a listener (`startup::listeners`).
+///
+/// Written by hand, not with actix's `from_fn`: that boxes the service it
+/// wraps, so that every request's call below it was one more boxed future
+/// and `Rc` clone; here the answer is a named future, [`Answer`], with the
+/// inner service's own future inside it.
+pub struct RequestIdLayer;
+
+impl<S, B> Transform<S, ServiceRequest> for RequestIdLayer
+where
+    S: Service<ServiceRequest, Response = ServiceResponse<B>, Error = actix_web::Error>,
+    B: MessageBody + 'static,
+{
+    type Response = ServiceResponse<EitherBody<B>>;
+    type Error = actix_web::Error;
+    type Transform = RequestIdService<S>;
+    type InitError = ();
+    type Future = Ready<Result<Self::Transform, Self::InitError>>;
+
+    fn new_transform(&self, service: S) -> Self::Future {
+        ready(Ok(RequestIdService { service }))
     }
-    Ok(response)
+}
+
+/// [`RequestIdLayer`] around the service `S`.
+pub struct RequestIdService<S> {
+    service: S,
+}
+
+impl<S, B> Service<ServiceRequest> for RequestIdService<S>
+where
+    S: Service<ServiceRequest, Response = ServiceResponse<B>, Error = actix_web::Error>,
+    B: MessageBody + 'static,
+{
+    type Response = ServiceResponse<EitherBody<B>>;
+    type Error = actix_web::Error;
+    type Future = Answer<S::Future>;
+
+    forward_ready!(service);
+
+    /// Take the request's id or make one, run the request with it as the
+    /// task's id inside the request's span, its body bounded by the
+    /// connection's deadline; [`Answer`] echoes the id in `x-request-id`.
+    fn call(&self, mut req: ServiceRequest) -> Self::Future {
+        let id = incoming(&req).unwrap_or_else(new_id);
+        let span = request_span(&req, &id);
+        let timing = super::http_metrics::Timing::start(&req);
+        let deadline = crate::connections::deadline::enter(&mut req);
+        // The header is made before the id moves into the task's scope.
+        let header = HeaderValue::from_str(&id).ok();
+        // The id is a task-local that request-path log lines name (see
+        // `telemetry`), whatever the level, and audit rows copy
+        // (`routes::caller`): not also a request extension, whose box and
+        // map entry every request paid for.
+        let inner =
+            crate::telemetry::scope_request_id(id, self.service.call(req)).instrument(span.clone());
+        Answer {
+            inner,
+            span,
+            after: Some(After {
+                timing,
+                deadline,
+                header,
+            }),
+        }
+    }
+}
+
+/// What the answer needs once the inner service has answered.
+struct After {
+    timing: super::http_metrics::Timing,
+    deadline: Option<crate::connections::deadline::Entered>,
+    header: Option<HeaderValue>,
+}
+
+pin_project! {
+    /// The answer of [`RequestIdService`]: the inner service's, timed,
+    /// bounded by the body deadline, its status on the span and the id
+    /// echoed.
+    pub struct Answer<F> {
+        #[pin]
+        inner: Instrumented<TaskLocalFuture<String, F>>,
+        span: Span,
+        after: Option<After>,
+    }
+}
+
+impl<F, B> Future for Answer<F>
+where
+    F: Future<Output = Result<ServiceResponse<B>, actix_web::Error>>,
+    B: MessageBody + 'static,
+{
+    type Output = Result<ServiceResponse<EitherBody<B>>, actix_web::Error>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        let outcome = ready!(this.inner.poll(cx));
+        let Some(After {
+            timing,
+            deadline,
+            header,
+        }) = this.after.take()
+        else {
+            // Polled again after its answer: a bug of the caller's, which
+            // gets an error rather than a panic.
+            return Poll::Ready(Err(actix_web::error::ErrorInternalServerError(
+                "request-id layer polled after its answer",
+            )));
+        };
+        // The 408 of a body out of time is the answer timed, logged and echoed.
+        let outcome = crate::connections::deadline::leave(deadline, outcome);
+        this.span.in_scope(|| timing.finish(&outcome));
+        record_status(this.span, &outcome);
+        let mut response = outcome?;
+        if let Some(value) = header {
+            response.headers_mut().insert(HEADER, value);
+        }
+        Poll::Ready(Ok(response))
+    }
 }
 
 /// The span of a request, at `debug`: its id, the method, the route

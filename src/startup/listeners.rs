@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix_web::dev::Server;
-use actix_web::middleware::from_fn;
 use actix_web::{web, App, HttpServer};
 use anyhow::Context;
 
@@ -170,7 +169,7 @@ fn http_server(serve: Serve, shared: &Shared) -> std::io::Result<Server> {
         // One layer for the request id, its span, its timing and its body
         // deadline.
         App::new()
-            .wrap(from_fn(routes::request_id::middleware))
+            .wrap(routes::request_id::RequestIdLayer)
             .app_data(state.clone())
             .configure(|cfg| routes(cfg, &cors))
             .default_service(web::to(routes::not_found))
