@@ -225,22 +225,28 @@ local conv_blocked, conv_gated = false, false
 -- escalation (or nil) and when its hash expires (or false).
 --
 -- The hash keeps its window's sums as of its current slice (see "cur" in
--- the header), so that a call reads eight fields and not the whole history:
--- a country's hash after a day of sends holds some forty fields, and
--- reading and matching each of them cost Redis more than all of a send's
--- commands together. The sums are made again from the whole hash, folding
--- the stale slices in, at the first call of a slice, after a count taken
--- back (conversion_count.lua drops them), and in a slice that spans two
--- buckets of the history; the whole hash is read, and the sums left alone,
--- while an escalation is set (the escalation's check reads every slice).
+-- the header), so that a call reads seven fields (eight with a surge) and
+-- not the whole history: a country's hash after a day of sends holds some
+-- forty fields, and reading and matching each of them cost Redis more than
+-- all of a send's commands together. The sums are made again from the
+-- whole hash, folding the stale slices in, at the first call of a slice,
+-- after a count taken back (conversion_count.lua drops them), and in a
+-- slice that spans two buckets of the history; the whole hash is read, and
+-- the sums left alone, while an escalation is set (the escalation's check
+-- reads every slice).
 local function conv_read(o, key, min_events, ppm, slice_ms, slices, block_ms, surge_milli,
                          bucket_ms, escalate, span, keep_ms)
   local slice = floor(now / slice_ms)
   local oldest = slice - slices + 1
   local surge = surge_milli > 0
   local slice_s = fmt('%d', slice)
-  local got = call('HMGET', key, 'cur', 'until', 'exp', 'be', 'bs', 'e:' .. slice_s,
-    's:' .. slice_s, 'nt')
+  local e_cur, s_cur = 'e:' .. slice_s, 's:' .. slice_s
+  local got
+  if surge then
+    got = call('HMGET', key, 'cur', 'until', 'exp', 'be', 'bs', e_cur, s_cur, 'nt')
+  else
+    got = call('HMGET', key, 'cur', 'until', 'exp', 'be', 'bs', e_cur, s_cur)
+  end
   -- the normal cached holds while the slice lies in one bucket
   local cached = got[1] == slice_s and not got[2] and (not surge
       or floor(slice * slice_ms / bucket_ms) == floor((slice * slice_ms + slice_ms - 1) / bucket_ms))
