@@ -123,21 +123,12 @@ fn authenticate(_state: &AppState, req: &HttpRequest) -> Result<Admin, Refusal> 
     current(req).ok_or(Refusal::Unauthorized)
 }
 
-/// Whether the browser says the request came from another site; said in
-/// the log when it did, since every caller refuses it.
+/// Whether the browser says the request came from another site (every
+/// caller refuses it with [`Refusal::CrossSite`], whose page logs it).
 fn cross_site(req: &HttpRequest) -> bool {
-    let cross = req
-        .headers()
+    req.headers()
         .get("sec-fetch-site")
-        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"cross-site"));
-    if cross {
-        tracing::warn!(
-            request_id = %crate::telemetry::request_id(),
-            route = req.match_pattern().as_deref().unwrap_or("?"),
-            "console request from another site refused"
-        );
-    }
-    cross
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"cross-site"))
 }
 
 /// `permission` for `admin` posting a form, or the 403 page. Checked before

@@ -115,13 +115,20 @@ impl Refusal {
                 "Sign-in required",
                 "Sign in as user \"admin\" with an admin token as the password.".to_string(),
             ),
-            Self::CrossSite => (
-                StatusCode::FORBIDDEN,
-                "Forbidden",
-                "This request came from another site; open the console and use its \
+            Self::CrossSite => {
+                tracing::warn!(
+                    request_id = %crate::telemetry::request_id(),
+                    route = req.match_pattern().as_deref().unwrap_or("?"),
+                    "console request from another site refused"
+                );
+                (
+                    StatusCode::FORBIDDEN,
+                    "Forbidden",
+                    "This request came from another site; open the console and use its \
                  own links and forms."
-                    .to_string(),
-            ),
+                        .to_string(),
+                )
+            }
             Self::Forbidden => (
                 StatusCode::FORBIDDEN,
                 "Forbidden",
