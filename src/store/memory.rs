@@ -63,6 +63,11 @@ impl MemoryStore {
         }
     }
 
+    /// The time now, by the store's clock, in ms.
+    pub fn now_ms(&self) -> u64 {
+        self.clock.now_ms()
+    }
+
     /// The bytes the subjects are counted to hold now.
     pub fn accounted_bytes(&self) -> usize {
         self.budget.used()

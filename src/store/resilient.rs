@@ -1,7 +1,7 @@
 //! `store.on_error`: what a decision does when the configured store fails.
 //! All of that policy lives here, so guards only ever see one store.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -34,9 +34,12 @@ pub struct ResilientStore {
     fallback: Fallback,
     /// The local store took a code while the primary failed: until a new
     /// send replaces it, that code is checked where it is, not in the
-    /// primary (which never saw it) once the primary answers again. Never
-    /// set without an outage, so a send or a verify otherwise pays nothing.
-    codes_held: AtomicBool,
+    /// primary (which never saw it) once the primary answers again. This is
+    /// when the last code it took expires, by the local store's clock (ms),
+    /// and 0 when it holds none: never set without an outage, and back to 0
+    /// once the codes of the last one have expired, so that a send or a
+    /// verify otherwise pays nothing.
+    codes_held_until: AtomicU64,
 }
 
 impl ResilientStore {
@@ -45,7 +48,7 @@ impl ResilientStore {
         Self {
             primary,
             fallback,
-            codes_held: AtomicBool::new(false),
+            codes_held_until: AtomicU64::new(0),
         }
     }
 
@@ -61,10 +64,35 @@ impl ResilientStore {
     /// outage (live or burnt). Not a stand-in a check left there: that
     /// would hide a code Redis held all along once Redis answers again.
     fn held_code(&self, key: &str) -> Option<&MemoryStore> {
-        if !self.codes_held.load(Ordering::Relaxed) {
+        let local = self.local_codes()?;
+        local.holds_code(key).then_some(local)
+    }
+
+    /// The local store, while a code it took during an outage may be live.
+    fn local_codes(&self) -> Option<&MemoryStore> {
+        let until = self.codes_held_until.load(Ordering::Relaxed);
+        if until == 0 {
             return None;
         }
-        self.code_store().filter(|local| local.holds_code(key))
+        let local = self.code_store()?;
+        if local.now_ms() > until {
+            // Every code held has expired. A code taken meanwhile moved the
+            // time on, and then this leaves it.
+            let _ = self.codes_held_until.compare_exchange(
+                until,
+                0,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
+            return None;
+        }
+        Some(local)
+    }
+
+    /// The local store is taking a code that lives `ttl_ms`.
+    fn hold_code(&self, local: &MemoryStore, ttl_ms: u64) {
+        let until = local.now_ms().saturating_add(ttl_ms).max(1);
+        self.codes_held_until.fetch_max(until, Ordering::Relaxed);
     }
 
     /// A code just went to the primary at `key`: one held locally from an
@@ -162,8 +190,8 @@ impl WindowStore for ResilientStore {
             Err(e) => e,
         };
         self.failed(&e);
-        if req.code.is_some() && self.code_store().is_some() {
-            self.codes_held.store(true, Ordering::Relaxed);
+        if let (Some(code), Some(local)) = (req.code, self.code_store()) {
+            self.hold_code(local, code.ttl_ms);
         }
         match &self.fallback {
             Fallback::Deny => Err(e),
@@ -312,7 +340,7 @@ impl WindowStore for ResilientStore {
                 let Some(local) = self.code_store() else {
                     return Err(e);
                 };
-                self.codes_held.store(true, Ordering::Relaxed);
+                self.hold_code(local, ttl_ms);
                 local.otp_put(key, mac, attempts, ttl_ms).await
             }
         }
@@ -345,10 +373,8 @@ impl WindowStore for ResilientStore {
 
     async fn delete(&self, keys: &[String]) -> Result<(), StoreError> {
         let deleted = resilient!(self, |s| s.delete(keys), open: None);
-        if self.codes_held.load(Ordering::Relaxed) {
-            if let Some(local) = self.code_store() {
-                let _ = local.delete(keys).await;
-            }
+        if let Some(local) = self.local_codes() {
+            let _ = local.delete(keys).await;
         }
         deleted
     }
@@ -371,5 +397,44 @@ fn open_login() -> LoginAttemptOutcome {
         locked_for_ms: None,
         pair_locked_for_ms: None,
         before: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::store::redis::RedisStore;
+    use crate::store::ManualClock;
+
+    const KEY: &str = "tg:{phone:+33612345678}:otp";
+
+    #[tokio::test]
+    async fn a_code_held_through_an_outage_is_looked_up_until_it_expires_and_then_no_more() {
+        // Nothing listens on port 1: every call to the primary fails.
+        let down = RedisStore::connect("redis://127.0.0.1:1", Duration::from_millis(100))
+            .await
+            .expect("a store that is down");
+        let clock = ManualClock::new(1_000_000);
+        let local = Arc::new(MemoryStore::new(Arc::new(clock.clone())));
+        let store = ResilientStore::new(Arc::new(down), Fallback::Local(local));
+        assert!(store.local_codes().is_none(), "no outage, no lookup");
+
+        store
+            .otp_put(KEY, "mac", 3, 60_000)
+            .await
+            .expect("kept in the local store");
+        assert!(store.held_code(KEY).is_some());
+        clock.advance_ms(60_000);
+        assert!(store.held_code(KEY).is_some(), "live to its last ms");
+
+        clock.advance_ms(1);
+        assert!(store.held_code(KEY).is_none());
+        assert_eq!(
+            store.codes_held_until.load(Ordering::Relaxed),
+            0,
+            "later sends and verifies skip the local store again"
+        );
     }
 }
