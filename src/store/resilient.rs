@@ -3,6 +3,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Instant;
 
 use async_trait::async_trait;
 
@@ -103,6 +104,15 @@ impl ResilientStore {
         }
     }
 
+    /// After a call to the primary started at `started`: its time
+    /// measured and, when it failed, the failure counted and logged.
+    fn settle<T>(&self, started: Instant, result: &Result<T, StoreError>) {
+        metrics::store_call(started.elapsed());
+        if let Err(e) = result {
+            self.failed(e);
+        }
+    }
+
     fn failed(&self, e: &StoreError) {
         metrics::store_error();
         tracing::warn!(request_id = %crate::telemetry::request_id(), error = %e, "store call failed");
@@ -115,13 +125,12 @@ impl ResilientStore {
 macro_rules! resilient {
     ($self:ident, |$s:ident| $call:expr, open: $open:expr) => {{
         let $s = $self.primary.as_ref();
-        let started = std::time::Instant::now();
+        let started = Instant::now();
         let result = $call.await;
-        metrics::store_call(started.elapsed());
+        $self.settle(started, &result);
         match result {
             Ok(v) => Ok(v),
             Err(e) => {
-                $self.failed(&e);
                 match &$self.fallback {
                     Fallback::Deny => Err(e),
                     // Failing open: the open answer where there is one
@@ -177,9 +186,9 @@ impl WindowStore for ResilientStore {
     /// Failing open, the windows answer "allowed, nothing counted" and the
     /// code goes to the local store.
     async fn reserve(&self, req: ReserveRequest<'_>) -> Result<ReserveOutcome, StoreError> {
-        let started = std::time::Instant::now();
+        let started = Instant::now();
         let result = self.primary.reserve(req.clone()).await;
-        metrics::store_call(started.elapsed());
+        self.settle(started, &result);
         let e = match result {
             Ok(outcome) => {
                 if let (Some(code), true) = (req.code, outcome.recorded) {
@@ -189,7 +198,6 @@ impl WindowStore for ResilientStore {
             }
             Err(e) => e,
         };
-        self.failed(&e);
         if let (Some(code), Some(local)) = (req.code, self.code_store()) {
             self.hold_code(local, code.ttl_ms);
         }
@@ -327,16 +335,15 @@ impl WindowStore for ResilientStore {
         attempts: u32,
         ttl_ms: u64,
     ) -> Result<(), StoreError> {
-        let started = std::time::Instant::now();
+        let started = Instant::now();
         let result = self.primary.otp_put(key, mac, attempts, ttl_ms).await;
-        metrics::store_call(started.elapsed());
+        self.settle(started, &result);
         match result {
             Ok(()) => {
                 self.forget_held_code(key).await;
                 Ok(())
             }
             Err(e) => {
-                self.failed(&e);
                 let Some(local) = self.code_store() else {
                     return Err(e);
                 };
