@@ -139,6 +139,11 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
+        // Polled again after its answer: a bug of the caller's, which gets
+        // an error rather than the panic of polling the inner future again.
+        if this.after.is_none() {
+            return Poll::Ready(Err(polled_after_answer()));
+        }
         let outcome = ready!(this.inner.poll(cx));
         let Some(After {
             timing,
@@ -146,11 +151,7 @@ where
             header,
         }) = this.after.take()
         else {
-            // Polled again after its answer: a bug of the caller's, which
-            // gets an error rather than a panic.
-            return Poll::Ready(Err(actix_web::error::ErrorInternalServerError(
-                "request-id layer polled after its answer",
-            )));
+            return Poll::Ready(Err(polled_after_answer()));
         };
         // The 408 of a body out of time is the answer timed, logged and echoed.
         let outcome = crate::connections::deadline::leave(deadline, outcome);
@@ -162,6 +163,10 @@ where
         }
         Poll::Ready(Ok(response))
     }
+}
+
+fn polled_after_answer() -> actix_web::Error {
+    actix_web::error::ErrorInternalServerError("request-id layer polled after its answer")
 }
 
 /// The span of a request, at `debug`: its id, the method, the route
