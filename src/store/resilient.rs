@@ -16,6 +16,10 @@ use super::{
 };
 use crate::metrics;
 
+/// How long past its expiry, as read before it is stored, a local code is
+/// still looked up.
+const HOLD_SLACK_MS: u64 = 1_000;
+
 /// What [`ResilientStore`] does when the primary store fails.
 pub enum Fallback {
     /// Fail closed: errors reach the caller (503 `store_unavailable`).
@@ -90,9 +94,14 @@ impl ResilientStore {
         Some(local)
     }
 
-    /// The local store is taking a code that lives `ttl_ms`.
+    /// The local store is taking a code that lives `ttl_ms`. A second more:
+    /// the store stamps the code's expiry with its own clock read, a little
+    /// later than this one.
     fn hold_code(&self, local: &MemoryStore, ttl_ms: u64) {
-        let until = local.now_ms().saturating_add(ttl_ms).max(1);
+        let until = local
+            .now_ms()
+            .saturating_add(ttl_ms)
+            .saturating_add(HOLD_SLACK_MS);
         self.codes_held_until.fetch_max(until, Ordering::Relaxed);
     }
 
@@ -435,8 +444,15 @@ mod tests {
         assert!(store.held_code(KEY).is_some());
         clock.advance_ms(60_000);
         assert!(store.held_code(KEY).is_some(), "live to its last ms");
-
         clock.advance_ms(1);
+        assert!(store.held_code(KEY).is_none(), "expired");
+        assert_ne!(
+            store.codes_held_until.load(Ordering::Relaxed),
+            0,
+            "looked for a second more"
+        );
+
+        clock.advance_ms(HOLD_SLACK_MS);
         assert!(store.held_code(KEY).is_none());
         assert_eq!(
             store.codes_held_until.load(Ordering::Relaxed),
