@@ -277,7 +277,7 @@ async fn a_conversion_sums_its_history_once_a_slice_and_sees_a_count_taken_back(
         block_ms: 60_000,
         surge: None,
     };
-    start_early_in_a_slice(&raw, policy.window_ms / 12).await;
+    start_early_in_a_slice(&raw, policy.slice_ms()).await;
     let key = b.keys.window("prefix", "+3361113", "conversion");
     let store = b.store();
     let hit = async || {
