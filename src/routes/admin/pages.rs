@@ -125,7 +125,7 @@ impl Refusal {
                     StatusCode::FORBIDDEN,
                     "Forbidden",
                     "This request came from another site; open the console and use its \
-                 own links and forms."
+                     own links and forms."
                         .to_string(),
                 )
             }
