@@ -396,3 +396,85 @@ async fn unknown_routes_and_methods_answer_json() {
         );
     }
 }
+
+/// POST `chunks` to `path` as a chunked body, each chunk its own write a
+/// little apart (so the server reads them one by one), with `extra` head
+/// lines; the answer, read to the close the head asks for.
+async fn post_in_chunks(
+    app: &crate::support::app::TestApp,
+    path: &str,
+    extra: &str,
+    chunks: &[&[u8]],
+) -> crate::connections::Raw {
+    use tokio::io::AsyncWriteExt;
+    let to = crate::connections::socket_addr(&app.address);
+    let stream = crate::connections::connect_from("127.0.0.1", to, None).await;
+    let (mut read, mut write) = stream.into_split();
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: tollgate\r\nAuthorization: Bearer {}\r\n\
+         Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n{extra}\
+         Connection: close\r\n\r\n",
+        crate::support::app::API_KEY
+    );
+    write.write_all(head.as_bytes()).await.unwrap();
+    for chunk in chunks {
+        let mut framed = format!("{:x}\r\n", chunk.len()).into_bytes();
+        framed.extend_from_slice(chunk);
+        framed.extend_from_slice(b"\r\n");
+        write.write_all(&framed).await.unwrap();
+        write.flush().await.unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(30)).await;
+    }
+    // The server may answer (413) and close before the last chunk.
+    let _ = write.write_all(b"0\r\n\r\n").await;
+    crate::connections::read_to_close(&mut read).await
+}
+
+/// A JSON body is read whole whatever its chunks (the extractor parses a
+/// one-chunk body in place and joins the others), is refused 413 once
+/// its chunks pass the limit without a declared length, and is inflated
+/// when it says `Content-Encoding: gzip`.
+#[tokio::test]
+async fn a_body_in_chunks_or_compressed_reads_as_one_and_keeps_its_limit() {
+    use std::io::Write;
+    let app = spawn_app(Backend::Memory, |_| {}).await;
+
+    let body = br#"{"user":"chunky","success":false}"#;
+    let (head, tail) = body.split_at(11);
+    let answer = post_in_chunks(&app, "/login/attempt", "", &[head, tail]).await;
+    assert_eq!(answer.status(), Some(200), "{answer:?}");
+    assert_eq!(answer.json()["failures"], 1, "{answer:?}");
+
+    // Over 16 KiB in chunks of 4 KiB, no Content-Length: refused once
+    // the fifth arrives, never parsed.
+    let filler = format!(r#"{{"user":"big","locale":"{}"}}"#, "x".repeat(20 * 1024));
+    let chunks: Vec<&[u8]> = filler.as_bytes().chunks(4096).collect();
+    let answer = post_in_chunks(&app, "/login/check", "", &chunks).await;
+    assert_eq!(answer.status(), Some(413), "{answer:?}");
+    assert_eq!(answer.json()["error"], "payload_too_large", "{answer:?}");
+
+    let mut gzip = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gzip.write_all(br#"{"user":"chunky","success":false}"#)
+        .unwrap();
+    let packed = gzip.finish().unwrap();
+    let answer = post_in_chunks(
+        &app,
+        "/login/attempt",
+        "Content-Encoding: gzip\r\n",
+        &[&packed],
+    )
+    .await;
+    assert_eq!(answer.status(), Some(200), "{answer:?}");
+    assert_eq!(answer.json()["failures"], 2, "{answer:?}");
+
+    // A compressed body that does not inflate to JSON is a 400 like any other.
+    let answer = post_in_chunks(
+        &app,
+        "/login/attempt",
+        "Content-Encoding: gzip\r\n",
+        &[b"not gzip at all"],
+    )
+    .await;
+    assert_eq!(answer.status(), Some(400), "{answer:?}");
+    assert_eq!(answer.json()["error"], "invalid_request", "{answer:?}");
+}
