@@ -179,12 +179,23 @@ impl LoginGuard {
     }
 
     /// The (user, IP) pair's keys when failures lock pairs; an attempt
-    /// without an IP counts under the IP `unknown`.
-    fn pair_keys(&self, policy: &Policy, user: &str, info: &RequestInfo) -> Option<PairKeyNames> {
+    /// without an IP counts under the IP `unknown`. The IP's windows, when
+    /// it has some, hold its id already (written out, about 360
+    /// instructions).
+    fn pair_keys(
+        &self,
+        policy: &Policy,
+        user: &str,
+        info: &RequestInfo,
+        windows: Option<&IpWindows>,
+    ) -> Option<PairKeyNames> {
         policy.login.pair_lock?;
-        let ip = info
-            .ip
-            .map_or_else(|| UNKNOWN_IP.to_string(), |ip| ip.subject_id());
+        let ip = match windows {
+            Some(windows) => windows.subject.id.clone(),
+            None => info
+                .ip
+                .map_or_else(|| UNKNOWN_IP.to_string(), |ip| ip.subject_id()),
+        };
         let keys = &self.ctx.keys;
         Some(PairKeyNames {
             lock: keys.pair_lock(user, &ip),
@@ -227,7 +238,7 @@ impl LoginGuard {
         }
         let (window_key, lock_key) = self.user_keys(user.as_str());
         let ip = self.ip_windows(&policy, info);
-        let pair = self.pair_keys(&policy, user.as_str(), info);
+        let pair = self.pair_keys(&policy, user.as_str(), info, ip.as_ref());
         let (user_state, ip_state) = futures::try_join!(
             self.ctx.store.login_state(
                 &window_key,
@@ -315,7 +326,7 @@ impl LoginGuard {
                 .passed(&attempt.captcha, remote_ip().as_deref())
                 .await;
         let member = super::event_member();
-        let pair = self.pair_keys(policy, &user.id, info);
+        let pair = self.pair_keys(policy, &user.id, info, ip);
         let request = |captcha_passed| LoginRequest {
             window_key: &window_key,
             lock_key: &lock_key,
