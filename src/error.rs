@@ -79,8 +79,9 @@ pub enum ApiError {
     /// 413: the body is over the limit, in bytes.
     #[error("request body is larger than {0} bytes")]
     PayloadTooLarge(usize),
-    /// 415: the body is not `application/json`, or has no `Content-Type`.
-    #[error("request body must be application/json")]
+    /// 415: the body is not `application/json`, has no `Content-Type`, or
+    /// is compressed (`Content-Encoding`).
+    #[error("request body must be uncompressed application/json")]
     UnsupportedMediaType,
     /// 408: the body did not arrive within `server.request_timeout`; the
     /// connection is closed after the answer.
