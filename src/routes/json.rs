@@ -1,5 +1,6 @@
 //! JSON bodies: size limit, content type and parse errors all answered as
-//! DESIGN.md's JSON errors, never actix's default text.
+//! DESIGN.md's JSON errors, never actix's default text. Every JSON body,
+//! the public API's and the admin API's, is read by [`Body`].
 
 use std::future::Future;
 use std::marker::PhantomData;
@@ -9,7 +10,7 @@ use std::task::{ready, Context, Poll};
 use actix_web::dev::Payload;
 use actix_web::error::JsonPayloadError;
 use actix_web::http::header::{CONTENT_ENCODING, CONTENT_LENGTH};
-use actix_web::web::{Bytes, BytesMut, JsonConfig};
+use actix_web::web::{Bytes, BytesMut};
 use actix_web::{FromRequest, HttpMessage, HttpRequest};
 use futures::future::{ready, Either, Ready};
 use futures::Stream;
@@ -18,16 +19,7 @@ use serde::de::DeserializeOwned;
 use super::BODY_LIMIT;
 use crate::error::ApiError;
 
-/// The JSON extractor's settings: the 16 KiB body limit, a JSON content
-/// type, and every failure answered as an `ApiError`.
-pub fn config() -> JsonConfig {
-    JsonConfig::default()
-        .limit(BODY_LIMIT)
-        .content_type_required(true)
-        .error_handler(|err, _req| body_error(&err).into())
-}
-
-/// A body's failure as the API answers it, whichever extractor read it.
+/// A body's failure as the API answers it.
 fn body_error(err: &JsonPayloadError) -> ApiError {
     match err {
         JsonPayloadError::Overflow { .. } | JsonPayloadError::OverflowKnownLength { .. } => {
@@ -41,7 +33,7 @@ fn body_error(err: &JsonPayloadError) -> ApiError {
     }
 }
 
-/// The JSON body of a public POST route (`routes::post`). A body that does
+/// The JSON body of a POST route. A body that does
 /// not say `application/json` (parameters such as `charset` allowed)
 /// answers 415 before it is read; one declared or found longer than
 /// [`BODY_LIMIT`] 413; one that does not parse 400. actix's extractor alone
@@ -54,10 +46,11 @@ fn body_error(err: &JsonPayloadError) -> ApiError {
 /// every request: about 1,500 instructions of a login (callgrind).
 ///
 /// A compressed body (any `Content-Encoding` but `identity`) answers 415
-/// unread: actix's decompressor inflates each chunk whole before a limit
-/// sees it, so 16 KiB of gzip, sent by anyone before any API key is
-/// checked, held some 16 MB of memory and a blocking thread. No client of
-/// this API compresses a body of a few hundred bytes.
+/// unread. actix's decompressor, which inflated each chunk whole before a
+/// limit saw it (16 KiB of gzip held some 16 MB and a blocking thread), is
+/// no longer built (no `compress-*` feature), so such a body would only
+/// fail to parse; the 415 says why. No client of this API compresses a
+/// body of a few hundred bytes.
 pub struct Body<T>(pub T);
 
 impl<T> Body<T> {

@@ -68,7 +68,7 @@ impl AppState {
     }
 }
 
-/// Register every route, with the JSON body rules: one listener serves all.
+/// Register every route: one listener serves all.
 pub fn configure(cfg: &mut web::ServiceConfig, cors: &CorsOrigins) {
     configure_public(cfg, cors);
     admin::configure(cfg);
@@ -78,7 +78,6 @@ pub fn configure(cfg: &mut web::ServiceConfig, cors: &CorsOrigins) {
 /// The routes of the public listener when admin routes have their own
 /// (`server.admin_bind`): the API, its document and the probes.
 pub fn configure_public(cfg: &mut web::ServiceConfig, cors: &CorsOrigins) {
-    cfg.app_data(json::config());
     sms::configure(cfg, cors);
     login::configure(cfg);
     ops::configure_probes(cfg, false);
@@ -88,7 +87,6 @@ pub fn configure_public(cfg: &mut web::ServiceConfig, cors: &CorsOrigins) {
 /// The routes of the admin listener (`server.admin_bind`): the admin API,
 /// the console, `/metrics` and the probes.
 pub fn configure_admin(cfg: &mut web::ServiceConfig, _cors: &CorsOrigins) {
-    cfg.app_data(json::config());
     admin::configure(cfg);
     ops::configure_probes(cfg, true);
     ops::configure_metrics(cfg);

@@ -114,7 +114,7 @@ macro_rules! add_route {
                 (status = 429, description = "`rate_limited`: this address failed admin authentication `server.admin_auth_limit` times; every admin route refuses it, token or not, until `Retry-After`", body = crate::routes::schemas::RateLimitedError,
                     headers(("Retry-After" = u64, description = "Whole seconds until the oldest counted failure leaves the window"))),
                 (status = 413, description = "`payload_too_large`: body over 16 KiB", body = ErrorBody),
-                (status = 415, description = "`unsupported_media_type`: body not `application/json`", body = ErrorBody),
+                (status = 415, description = "`unsupported_media_type`: body not `application/json`, or compressed (`Content-Encoding`)", body = ErrorBody),
                 (status = 503, description = "`audit_unavailable`: the audit database, which keeps the entries, does not answer", body = ErrorBody),
             ),
             security(("admin_token" = []), ("oidc_jwt" = [])),
@@ -123,7 +123,7 @@ macro_rules! add_route {
             state: web::Data<AppState>,
             admin: Admin,
             req: HttpRequest,
-            body: Result<web::Json<$body>, actix_web::Error>,
+            body: Result<crate::routes::json::Body<$body>, actix_web::Error>,
         ) -> Result<HttpResponse, actix_web::Error> {
             // The door (`gate`) asked who asks first: without a token the
             // answer was 401, whatever the body holds.
