@@ -74,6 +74,10 @@ def main():
     p.add_argument("--requests", type=int, default=2000)
     p.add_argument("--warmup", type=int, default=500)
     p.add_argument("--keep", metavar="FILE", help="keep the callgrind output here")
+    p.add_argument("--cache-sim", action="store_true",
+                   help="also simulate the caches (callgrind --cache-sim=yes): first-level "
+                        "instruction and data misses and last-level misses a request, where "
+                        "the CPU time of two builds differs by more than their instructions")
     args = p.parse_args()
     if args.lean and args.endpoint != "login":
         sys.exit("service_cost: the lean limit serves the login only")
@@ -89,6 +93,8 @@ def main():
         bench.wait_port(REDIS_PORT, "redis", proc=redis)
         out = args.keep or os.path.join(tmp, "callgrind.out")
         grind = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"]
+        if args.cache_sim:
+            grind.append("--cache-sim=yes")
         if args.lean:
             cmd = grind + [args.binary, f"127.0.0.1:{PORT}", f"redis://127.0.0.1:{REDIS_PORT}"]
             env = {}
@@ -149,7 +155,8 @@ code_secret = "bench-code-secret-0123456789abcdef"
         if not dumps:
             sys.exit("service_cost: callgrind wrote no dump")
         with open(dumps[-1]) as f:
-            totals = [int(m.group(1)) for m in re.finditer(r"^(?:totals|summary): (\d+)", f.read(), re.M)]
+            dump = f.read()
+        totals = [int(m.group(1)) for m in re.finditer(r"^(?:totals|summary): (\d+)", dump, re.M)]
         if not totals:
             sys.exit("service_cost: no totals in the dump")
         # A send may meet its phone's window again (a repeat among a million
@@ -161,6 +168,15 @@ code_secret = "bench-code-secret-0123456789abcdef"
         kept = f"; dump {dumps[-1]}" if args.keep else ""
         print(f"{name} {args.endpoint}: {totals[0] / args.requests:,.0f} instructions a request "
               f"({args.requests} requests, statuses {statuses}){kept}")
+        if args.cache_sim:
+            # events: Ir I1mr ILmr Dr D1mr DLmr Dw D1mw DLmw, in that order
+            names = re.search(r"^events: (.*)$", dump, re.M).group(1).split()
+            counts = [int(x) for x in re.search(r"^(?:totals|summary): (.*)$", dump, re.M).group(1).split()]
+            per = dict(zip(names, (c / args.requests for c in counts)))
+            get = lambda *keys: sum(per.get(k, 0) for k in keys)
+            print(f"  a request: {get('I1mr'):,.0f} instruction misses in L1, "
+                  f"{get('D1mr', 'D1mw'):,.0f} data misses in L1, "
+                  f"{get('ILmr', 'DLmr', 'DLmw'):,.0f} last-level misses (simulated caches)")
     finally:
         for proc in reversed(procs):
             if proc.poll() is None:
