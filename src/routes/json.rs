@@ -40,9 +40,9 @@ fn body_error(err: &JsonPayloadError) -> ApiError {
 /// also takes any `*/json` and `*/*+json` (`text/json`, `image/json`),
 /// which no client of this API sends.
 ///
-/// The body is read here rather than by actix's `web::Json`, which parses
-/// the content type again as a media type, looks its `JsonConfig` up,
-/// allocates an 8 KiB buffer and wraps the payload in a decompressor for
+/// The body is read here rather than by actix's `web::Json`, which parsed
+/// the content type again as a media type, looked its `JsonConfig` up,
+/// allocated an 8 KiB buffer and wrapped the payload in a decompressor for
 /// every request: about 1,500 instructions of a login (callgrind).
 ///
 /// A compressed body (any `Content-Encoding` but `identity`) answers 415
@@ -72,15 +72,8 @@ impl<T: DeserializeOwned + 'static> FromRequest for Body<T> {
     type Future = Either<Ready<Result<Self, actix_web::Error>>, ReadBody<T>>;
 
     fn from_request(req: &HttpRequest, payload: &mut Payload) -> Self::Future {
-        if !is_application_json(req) {
-            return Either::Left(ready(Err(ApiError::UnsupportedMediaType.into())));
-        }
-        if req
-            .headers()
-            .get(CONTENT_ENCODING)
-            .is_some_and(|v| !v.as_bytes().eq_ignore_ascii_case(b"identity"))
-        {
-            return Either::Left(ready(Err(ApiError::UnsupportedMediaType.into())));
+        if let Err(refused) = check_media_type(req) {
+            return Either::Left(ready(Err(refused.into())));
         }
         // actix-http has checked the header: the payload ends at that length.
         let declared = req
@@ -156,10 +149,16 @@ impl<T: DeserializeOwned> Future for ReadBody<T> {
     }
 }
 
-/// The content-type check of [`Body`] inside a handler, for one that must
-/// authenticate its caller before it says anything about the body.
-pub fn check_application_json(req: &HttpRequest) -> Result<(), ApiError> {
-    if is_application_json(req) {
+/// The 415 of [`Body`], before anything is read: a body that is not
+/// `application/json`, or is compressed. Also called inside a handler that
+/// must authenticate its caller before it says anything about the body,
+/// and must then answer 415 before it checks the caller's role.
+pub fn check_media_type(req: &HttpRequest) -> Result<(), ApiError> {
+    let compressed = req
+        .headers()
+        .get(CONTENT_ENCODING)
+        .is_some_and(|v| !v.as_bytes().eq_ignore_ascii_case(b"identity"));
+    if is_application_json(req) && !compressed {
         Ok(())
     } else {
         Err(ApiError::UnsupportedMediaType)

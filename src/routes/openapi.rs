@@ -1,8 +1,8 @@
 //! `GET /openapi.json`: the OpenAPI document, generated from the code. Each
 //! handler carries a `#[utoipa::path]` (responses, parameters, security); the
-//! request bodies come from the handlers' `web::Query<T>` arguments, or the
-//! attribute's `request_body` where the handler reads its body with
-//! `routes::json::Body<T>`, and the schemas from
+//! query parameters come from the handlers' `web::Query<T>` arguments, the
+//! request bodies from the attribute's `request_body` (every JSON body is
+//! read by `routes::json::Body<T>`), and the schemas from
 //! `ToSchema` on the types the handlers
 //! (de)serialise, so a renamed or added field shows up here by itself.
 

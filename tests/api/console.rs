@@ -714,13 +714,26 @@ fn gzip(body: &[u8]) -> Vec<u8> {
 
 /// Nothing on the admin port inflates a body: a compressed console form,
 /// token and all, reaches the form parser as it came and is refused for
-/// its unreadable CSRF token; compressed admin JSON answers 415. Inflated,
-/// as actix's decompressor did, 16 KiB of gzip held some 16 MB. The same
-/// form and JSON sent plain are taken, so the refusals are the encoding's.
+/// its unreadable CSRF token (the half that fails if actix's decompressor
+/// comes back: inflated, 16 KiB of gzip held some 16 MB). Compressed admin
+/// JSON answers 415, before the role is checked: a viewer's is no audited
+/// 403. The same form and JSON sent plain are taken, so the refusals are
+/// the encoding's.
 #[tokio::test]
 async fn compressed_admin_bodies_are_never_inflated() {
+    const VIEWER: &str = "viewer-token-0123456789";
     let db = TestDb::new(DbKind::Sqlite).await;
-    let app = db_app(&db, |_| {}).await;
+    let app = db_app(&db, |s| {
+        s.server.admin_tokens = vec![
+            tollgate::settings::AdminToken::plain(ADMIN_TOKEN),
+            tollgate::settings::AdminToken::Named(tollgate::settings::NamedAdminToken {
+                name: "viewer".into(),
+                token: tollgate::settings::Secret::new(VIEWER),
+                role: tollgate::domain::admin_role::Role::Viewer,
+            }),
+        ];
+    })
+    .await;
     let csrf = get(&app, "/admin/lists", ADMIN).await.input("csrf");
     let form = |value: &str| {
         form_urlencoded::Serializer::new(String::new())
@@ -752,16 +765,18 @@ async fn compressed_admin_bodies_are_never_inflated() {
     );
     assert_html(&send(zipped, ADMIN).await, 403, "a gzipped form");
     let json_body = |value: &str| json!({ "list": "block", "value": value }).to_string();
-    let zipped = post(
-        "/admin/api/lists/user",
-        "application/json",
-        gzip(json_body("zipped").as_bytes()),
-        Some("gzip"),
-    );
-    let refused = send(zipped, Auth::Bearer(ADMIN_TOKEN)).await;
-    assert_eq!(refused.status, 415, "{}", refused.body);
-    let error: Value = serde_json::from_str(&refused.body).unwrap();
-    assert_eq!(error["error"], "unsupported_media_type", "{}", refused.body);
+    for token in [ADMIN_TOKEN, VIEWER] {
+        let zipped = post(
+            "/admin/api/lists/user",
+            "application/json",
+            gzip(json_body("zipped").as_bytes()),
+            Some("gzip"),
+        );
+        let refused = send(zipped, Auth::Bearer(token)).await;
+        assert_eq!(refused.status, 415, "{token}: {}", refused.body);
+        let error: Value = serde_json::from_str(&refused.body).unwrap();
+        assert_eq!(error["error"], "unsupported_media_type", "{}", refused.body);
+    }
     let free = app
         .login_attempt(json!({ "user": "zipped", "success": false }))
         .await;
@@ -784,6 +799,26 @@ async fn compressed_admin_bodies_are_never_inflated() {
             .await;
         assert_eq!(blocked.status, 403, "{user}: {}", blocked.body);
     }
+    // The two entries added, and no refusal for the role: the viewer's
+    // compressed body was refused before its role was asked about.
+    app.flush_audit().await;
+    let trail: Value = app
+        .client
+        .get(format!("{}/admin/api/events?action=admin", app.address))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let decisions: Vec<&str> = trail["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["decision"].as_str())
+        .collect();
+    assert_eq!(decisions, ["list_add", "list_add"], "{trail}");
 }
 
 /// The lists page shows the config file's entries; an admin adds an entry

@@ -127,7 +127,7 @@ macro_rules! add_route {
         ) -> Result<HttpResponse, actix_web::Error> {
             // The door (`gate`) asked who asks first: without a token the
             // answer was 401, whatever the body holds.
-            crate::routes::json::check_application_json(&req)?;
+            crate::routes::json::check_media_type(&req)?;
             super::roles::require(&state, &admin, Permission::EditLists, &lists_subject())?;
             let body = body?.into_inner();
             Ok(add(&state, admin.info, $kind, (body.list, body.value, body.note)).await?)
