@@ -802,16 +802,7 @@ async fn compressed_admin_bodies_are_never_inflated() {
     // The two entries added, and no refusal for the role: the viewer's
     // compressed body was refused before its role was asked about.
     app.flush_audit().await;
-    let trail: Value = app
-        .client
-        .get(format!("{}/admin/api/events?action=admin", app.address))
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let trail = app.admin_get("/admin/api/events?action=admin").await.body;
     let decisions: Vec<&str> = trail["events"]
         .as_array()
         .unwrap()
