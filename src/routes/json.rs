@@ -8,7 +8,6 @@ use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 
 use actix_web::dev::Payload;
-use actix_web::error::JsonPayloadError;
 use actix_web::http::header::{CONTENT_ENCODING, CONTENT_LENGTH};
 use actix_web::web::{Bytes, BytesMut};
 use actix_web::{FromRequest, HttpMessage, HttpRequest};
@@ -18,20 +17,6 @@ use serde::de::DeserializeOwned;
 
 use super::BODY_LIMIT;
 use crate::error::ApiError;
-
-/// A body's failure as the API answers it.
-fn body_error(err: &JsonPayloadError) -> ApiError {
-    match err {
-        JsonPayloadError::Overflow { .. } | JsonPayloadError::OverflowKnownLength { .. } => {
-            ApiError::PayloadTooLarge(BODY_LIMIT)
-        }
-        JsonPayloadError::ContentType => ApiError::UnsupportedMediaType,
-        JsonPayloadError::Deserialize(e) => {
-            ApiError::InvalidRequest(format!("invalid JSON body: {e}"))
-        }
-        other => ApiError::InvalidRequest(format!("unreadable body: {other}")),
-    }
-}
 
 /// The JSON body of a POST route. A body that does
 /// not say `application/json` (parameters such as `charset` allowed)
@@ -81,12 +66,8 @@ impl<T: DeserializeOwned + 'static> FromRequest for Body<T> {
             .get(CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<usize>().ok());
-        if let Some(length) = declared.filter(|&length| length > BODY_LIMIT) {
-            let err = JsonPayloadError::OverflowKnownLength {
-                length,
-                limit: BODY_LIMIT,
-            };
-            return Either::Left(ready(Err(body_error(&err).into())));
+        if declared.is_some_and(|length| length > BODY_LIMIT) {
+            return Either::Left(ready(Err(ApiError::PayloadTooLarge(BODY_LIMIT).into())));
         }
         Either::Right(ReadBody {
             payload: payload.take(),
@@ -107,10 +88,10 @@ pub struct ReadBody<T> {
 }
 
 impl<T> ReadBody<T> {
-    fn take(&mut self, chunk: Bytes) -> Result<(), JsonPayloadError> {
+    fn take(&mut self, chunk: Bytes) -> Result<(), ApiError> {
         let held = self.first.as_ref().map_or(0, Bytes::len) + self.joined.len();
         if held + chunk.len() > BODY_LIMIT {
-            return Err(JsonPayloadError::Overflow { limit: BODY_LIMIT });
+            return Err(ApiError::PayloadTooLarge(BODY_LIMIT));
         }
         if held == 0 {
             self.first = Some(chunk);
@@ -133,17 +114,17 @@ impl<T: DeserializeOwned> Future for ReadBody<T> {
         loop {
             let step = match ready!(Pin::new(&mut this.payload).poll_next(cx)) {
                 Some(Ok(chunk)) => this.take(chunk),
-                Some(Err(e)) => Err(JsonPayloadError::Payload(e)),
+                Some(Err(e)) => Err(ApiError::InvalidRequest(format!("unreadable body: {e}"))),
                 None => {
                     let body = this.first.as_deref().unwrap_or(&this.joined);
-                    let parsed = serde_json::from_slice::<T>(body)
-                        .map(Body)
-                        .map_err(|e| body_error(&JsonPayloadError::Deserialize(e)).into());
+                    let parsed = serde_json::from_slice::<T>(body).map(Body).map_err(|e| {
+                        ApiError::InvalidRequest(format!("invalid JSON body: {e}")).into()
+                    });
                     return Poll::Ready(parsed);
                 }
             };
             if let Err(err) = step {
-                return Poll::Ready(Err(body_error(&err).into()));
+                return Poll::Ready(Err(err.into()));
             }
         }
     }
