@@ -91,8 +91,10 @@ if pair then
   plkey, pindex, pair_ip = KEYS[3], KEYS[4], ARGV[7]
 end
 
+-- A number Redis answers as a string is made a number by arithmetic, not by
+-- tonumber, which parses it twice (see reserve.lua).
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
 -- Numbers handed to redis.call are formatted each time: format `now` once.
 local now_s = string.format('%d', now)
 
@@ -109,7 +111,7 @@ if ipkey then
     ip_retry = ip_window
     if ip_block_after > 0 then
       local m = redis.call('ZREVRANGE', ipkey, ip_block_after - 1, ip_block_after - 1, 'WITHSCORES')
-      if m[2] then ip_retry = math.max(tonumber(m[2]) + ip_window - now, 0) end
+      if m[2] then ip_retry = math.max(m[2] + ip_window - now, 0) end
     end
   end
   if ip_count >= ip_captcha_after then captcha_demanded = true end
@@ -118,8 +120,8 @@ end
 -- A lock record: its end and level, and whether it holds now.
 local function read_lock(key)
   local l = redis.call('HMGET', key, 'until', 'level')
-  local until_ms = tonumber(l[1])
-  return until_ms, tonumber(l[2]) or 0, until_ms ~= nil and until_ms > now
+  local until_ms = l[1] and l[1] + 0
+  return until_ms, (l[2] or 0) + 0, until_ms and until_ms > now
 end
 
 -- Start a lock one level above the previous one when that ended recently.
@@ -145,7 +147,7 @@ local ids, scores = {}, {}
 local raw = redis.call('ZRANGE', wkey, 0, -1, 'WITHSCORES')
 for j = 1, #raw, 2 do
   ids[#ids + 1] = raw[j]
-  scores[#scores + 1] = tonumber(raw[j + 1])
+  scores[#scores + 1] = raw[j + 1] + 0
 end
 
 -- The user's failures in the last `length` ms; with `tag`, those whose id

@@ -149,6 +149,11 @@
 --   -> { 0,  4, 600, 3, 43200000, -1, 20000 }
 
 -- Globals and library fields cost a table lookup at every use: bind them once.
+-- A number Redis answers as a string is made a number by arithmetic (`s +
+-- 0`, `s or 0`, or where it is first used in a sum), not by tonumber: Lua
+-- 5.1's tonumber parses a string twice (lua_isnumber, then lua_tonumber), a
+-- strtod of about 500 instructions each, besides the call of a C function.
+-- Every such field is one this script or its siblings wrote as an integer.
 local call, tonumber, unpack, ipairs, pairs = redis.call, tonumber, unpack, ipairs, pairs
 local floor, ceil, max, min = math.floor, math.ceil, math.max, math.min
 local fmt, match = string.format, string.match
@@ -159,7 +164,7 @@ local gate_open = ARGV[2] == '1'
 local force = ARGV[3] == '1'
 
 local t = call('TIME')
-local now = tonumber(t[1]) * 1000 + floor(tonumber(t[2]) / 1000)
+local now = t[1] * 1000 + floor(t[2] / 1000)
 -- A number handed to redis.call is formatted with "%.17g" at every call:
 -- what is passed more than once is formatted once.
 local now_s = fmt('%d', now)
@@ -194,7 +199,7 @@ end
 -- The same for a log too large to be read whole: its limit-th newest member.
 local function zwait(key, limit, length)
   local m = call('ZREVRANGE', key, limit - 1, limit - 1, 'WITHSCORES')
-  local score = tonumber(m[2])
+  local score = m[2]
   if score == nil then return length end
   return max(score + length - now, 0)
 end
@@ -209,7 +214,7 @@ end
 
 -- A meter's level now: what was set, drained by `limit` per ms since.
 local function drained(lv, at, limit, length)
-  if lv == nil or at == nil then return 0 end
+  if not lv or not at then return 0 end
   local elapsed = now - at
   if elapsed >= length then return 0 end
   return max(lv - max(elapsed, 0) * limit, 0)
@@ -257,10 +262,10 @@ local function conv_read(o, key, min_events, ppm, slice_ms, slices, block_ms, su
   -- what the cache is made of: the current slice's counts, the taught events
   local cur_e, cur_s, taught_sum, normal = 0, 0, 0, 0
   if cached then
-    events = (tonumber(got[4]) or 0) + (tonumber(got[6]) or 0)
-    successes = (tonumber(got[5]) or 0) + (tonumber(got[7]) or 0)
-    if surge then normal = (tonumber(got[8]) or 0) * span / (7 * bucket_ms) end
-    exp = tonumber(got[3]) or false
+    events = (got[4] or 0) + (got[6] or 0)
+    successes = (got[5] or 0) + (got[7] or 0)
+    if surge then normal = (got[8] or 0) * span / (7 * bucket_ms) end
+    exp = got[3] and got[3] + 0
   else
     raw = call('HGETALL', key)
     local old_e, old_s, buckets = nil, nil, nil
@@ -321,7 +326,8 @@ local function conv_read(o, key, min_events, ppm, slice_ms, slices, block_ms, su
     exp = tonumber(fields['exp']) or false
   end
   local normal_milli = floor(normal * 1000 + 0.5)
-  local until_at = tonumber(fields['until'])
+  local until_at = fields['until']
+  if until_at then until_at = until_at + 0 end
   if until_at and until_at <= now then
     doomed = doomed or {}
     for _, f in ipairs({ 'until', 'events', 'successes', 'shadow', 'level', 'normal', 'from' }) do

@@ -206,7 +206,7 @@ fn read_logs(lua: &mut String, s: &SubjectPlan<'_>) {
             lua,
             "local raw = call('ZRANGE', KEYS[{}], '0', '-1', 'WITHSCORES')\n\
              local sc = {{}}\n\
-             for j = 2, #raw, 2 do sc[j / 2] = tonumber(raw[j]) end\n\
+             for j = 2, #raw, 2 do sc[j / 2] = raw[j] + 0 end\n\
              sc{} = sc",
             s.key, s.i
         );
@@ -254,18 +254,18 @@ fn read_meters(lua: &mut String, s: &SubjectPlan<'_>) {
     let _ = writeln!(
         lua,
         "local m = call('HMGET', KEYS[{mkey}], {}, 'exp')\n\
-         local exp = tonumber(m[{}])\n\
+         local exp = m[{e}] and m[{e}] + 0\n\
          renew{} = not exp or exp < now + {}",
         fields.join(", "),
-        fields.len() + 1,
         s.i,
-        s.meter_longest
+        s.meter_longest,
+        e = fields.len() + 1
     );
     for (j, (p, w)) in meters.iter().enumerate() {
         let g = s.first + p;
         let _ = writeln!(
             lua,
-            "level[{g}] = drained(tonumber(m[{}]), tonumber(m[{}]), {}, {})\n\
+            "level[{g}] = drained(m[{}], m[{}], {}, {})\n\
              out[{}] = ceil(level[{g}] / {})",
             2 * j + 1,
             2 * j + 2,
