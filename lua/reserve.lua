@@ -149,11 +149,14 @@
 --   -> { 0,  4, 600, 3, 43200000, -1, 20000 }
 
 -- Globals and library fields cost a table lookup at every use: bind them once.
--- A number Redis answers as a string is made a number by arithmetic (`s +
--- 0`, `s or 0`, or where it is first used in a sum), not by tonumber: Lua
--- 5.1's tonumber parses a string twice (lua_isnumber, then lua_tonumber), a
--- strtod of about 500 instructions each, besides the call of a C function.
--- Every such field is one this script or its siblings wrote as an integer.
+-- On an ordinary send's path (TIME, the meters, the logs, the conversions'
+-- cached sums, the code's TTL) a number that comes as a string is made a
+-- number by arithmetic (`s + 0`, `(s or 0) + ...`, or the sum that uses
+-- it), not by tonumber: Lua 5.1's tonumber parses a string twice
+-- (lua_isnumber, then lua_tonumber), a strtod of about 500 instructions
+-- each, besides the call of a C function. Every such field is one this
+-- script or its siblings wrote as an integer. A conversion's first call of
+-- a slice, which reads its whole hash, keeps tonumber: once a slice.
 local call, tonumber, unpack, ipairs, pairs = redis.call, tonumber, unpack, ipairs, pairs
 local floor, ceil, max, min = math.floor, math.ceil, math.max, math.min
 local fmt, match = string.format, string.match
@@ -453,8 +456,7 @@ if recorded then
 --@COUNT@
 --@RECORD@
   if code_key then
-    local ttl = tonumber(ARGV[6])
-    call('HSET', code_key, 'mac', ARGV[4], 'left', ARGV[5], 'exp', fmt('%d', now + ttl))
+    call('HSET', code_key, 'mac', ARGV[4], 'left', ARGV[5], 'exp', fmt('%d', now + ARGV[6]))
     call('PEXPIRE', code_key, ARGV[6])
   end
 end
