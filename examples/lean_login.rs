@@ -73,7 +73,7 @@ async fn attempt(body: web::Json<Attempt>, script: web::Data<Script>) -> HttpRes
     let result: Result<fred::bytes::Bytes, _> = script
         .evalsha_with_reload(&client, keys, argv(member, body.success, ip))
         .await;
-    // The answer is 11 numbers packed as big-endian doubles.
+    // The answer is 11 numbers packed as little-endian doubles.
     match result.map(|packed| unpack_answer(&packed, 11)) {
         Ok(Ok(r)) => {
             // Refused for a live lock, or this failure started one.

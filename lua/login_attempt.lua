@@ -27,7 +27,7 @@
 -- ARGV[6]  ip_blocked (1/0): something outside the user refuses the attempt
 -- ARGV[7]  with the pair: the pair's IP
 --
--- Returns 11 numbers packed as big-endian doubles (struct.pack('>d...')):
+-- Returns 11 numbers packed as little-endian doubles (struct.pack('<d...')):
 --   { verdict, retry_after_ms, failures, captcha_crossed, locked_for_ms,
 --     ip_count, ip_retry_after_ms, pair_locked_for_ms,
 --     captcha_count, lock_count, pair_count }
@@ -219,7 +219,9 @@ if (verdict == 0 and not ip_blocked) or shadow then
   end
 end
 
--- Packed as big-endian doubles: one bulk string is cheaper for Redis to
--- answer than an array of integers (about 4 k instructions of 137 k).
-return struct.pack('>ddddddddddd', verdict, retry, failures, crossed, locked_for, ip_count,
+-- Packed as doubles: one bulk string is cheaper for Redis to answer than
+-- an array of integers (about 4 k instructions of 137 k). Little-endian, as
+-- the machines Redis runs on are: struct swaps the bytes of each number
+-- otherwise.
+return struct.pack('<ddddddddddd', verdict, retry, failures, crossed, locked_for, ip_count,
   ip_retry, pair_locked_for, captcha_count, lock_count, pair_count)

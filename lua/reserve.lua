@@ -49,9 +49,11 @@
 -- (a seventh of the history) and escalate (a challenge may turn into a
 -- block).
 --
--- Returns the answer's integers packed as big-endian doubles, 8 bytes each
--- (struct.pack): one bulk string instead of an array Redis converts number
--- by number (a fifth of the instructions left outside the commands). In order:
+-- Returns the answer's integers packed as little-endian doubles, 8 bytes
+-- each (struct.pack; little-endian, as the machines Redis runs on are:
+-- struct swaps the bytes of each number otherwise): one bulk string instead
+-- of an array Redis converts number by number (a fifth of the instructions
+-- left outside the commands). In order:
 --   { recorded, then per subject:
 --     verdict, window, retry_after_ms, next_retry_after_ms, count_1, ..., count_n,
 --     and, only for a subject with an observe window, observed_wait_1, ..., observed_wait_n,
@@ -229,8 +231,9 @@ local conv_blocked, conv_gated = false, false
 
 -- Read and decide one conversion (KEYS[key]; its policy as in the header,
 -- surge 0 without one), its answer into out[o + 1] .. out[o + 6] (counted:
--- -1 until conv_count); returns its slice now, the end of its live
--- escalation (or nil) and when its hash expires (or false).
+-- -1 until conv_count); returns its slice now, that slice's events field
+-- ("e:<slice>", made once), the end of its live escalation (or nil) and
+-- when its hash expires (or false).
 --
 -- The hash keeps its window's sums as of its current slice (see "cur" in
 -- the header), so that a call reads seven fields (eight with a surge) and
@@ -422,14 +425,14 @@ local function conv_read(o, key, min_events, ppm, slice_ms, slices, block_ms, su
   if (verdict == 3 or verdict == 4) and not gate_open then conv_gated = true end
   out[o + 1], out[o + 2], out[o + 3] = verdict, ev, su
   out[o + 4], out[o + 5], out[o + 6] = retry, -1, normal_milli
-  return slice, until_at, exp
+  return slice, e_cur, until_at, exp
 end
 
 -- Count the event in conversion KEYS[key]'s current slice (as conv_read
--- found it: slice, until_at, exp), its hash kept keep_ms, or to the end of
--- its escalation when later.
-local function conv_count(o, key, slice, until_at, exp, keep_ms)
-  call('HINCRBY', key, 'e:' .. fmt('%d', slice), '1')
+-- found it: slice, its field e_cur, until_at, exp), its hash kept keep_ms,
+-- or to the end of its escalation when later.
+local function conv_count(o, key, slice, e_cur, until_at, exp, keep_ms)
+  call('HINCRBY', key, e_cur, '1')
   local keep = keep_ms
   if until_at and until_at - now > keep then keep = until_at - now end
   if not exp or exp < now + keep then

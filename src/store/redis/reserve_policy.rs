@@ -188,7 +188,7 @@ fn render(
     let zeros = |n: usize| array(std::iter::repeat_n("0".to_string(), n));
     let _ = writeln!(
         policy,
-        "local level, out = {}, {}\nlocal packing = '>{}'",
+        "local level, out = {}, {}\nlocal packing = '<{}'",
         zeros(windows),
         zeros(len),
         "d".repeat(len)
@@ -225,8 +225,8 @@ struct ConversionAt {
 
 /// A conversion's `conv_read` call, its policy as literal arguments, and
 /// when the event is counted its `conv_count` call, with the locals
-/// between them (`cs<i>`, `cu<i>`, `ce<i>`: its slice, escalation's end and
-/// expiry as read).
+/// between them (`cs<i>`, `cf<i>`, `cu<i>`, `ce<i>`: its slice, that
+/// slice's events field, escalation's end and expiry as read).
 fn render_conversion(
     reads: &mut String,
     counts: &mut String,
@@ -241,10 +241,10 @@ fn render_conversion(
     };
     let ConversionAt { i, key, out } = *at;
     if count {
-        let _ = write!(reads, "local cs{i}, cu{i}, ce{i} = ");
+        let _ = write!(reads, "local cs{i}, cf{i}, cu{i}, ce{i} = ");
         let _ = writeln!(
             counts,
-            "conv_count({out}, KEYS[{key}], cs{i}, cu{i}, ce{i}, {keep})",
+            "conv_count({out}, KEYS[{key}], cs{i}, cf{i}, cu{i}, ce{i}, {keep})",
             keep = p.keep_ms()
         );
     }
@@ -324,7 +324,7 @@ mod tests {
         // level by window; recorded, 4 per subject, a count per window, 6 per
         // conversion; the conversion's answer after 1 + 6 + 5
         assert!(lua.contains(&format!(
-            "local level, out = {{0, 0, 0}}, {{{}}}\nlocal packing = '>{}'\n",
+            "local level, out = {{0, 0, 0}}, {{{}}}\nlocal packing = '<{}'\n",
             ["0"; 1 + 8 + 3 + 6].join(", "),
             "d".repeat(18)
         )));
@@ -345,10 +345,10 @@ mod tests {
         // the conversion read with its policy as arguments, its answer after
         // out[12] (1 + 6 + 5), and counted when the event is recorded
         assert!(lua.contains(
-            "local cs1, cu1, ce1 = conv_read(12, KEYS[3], 20, 200000, 300000, 12, 43200000, 0, 0, \
+            "local cs1, cf1, cu1, ce1 = conv_read(12, KEYS[3], 20, 200000, 300000, 12, 43200000, 0, 0, \
              false, 3600000, 3600000)\n"
         ));
-        assert!(lua.contains("conv_count(12, KEYS[3], cs1, cu1, ce1, 3600000)\n"));
+        assert!(lua.contains("conv_count(12, KEYS[3], cs1, cf1, cu1, ce1, 3600000)\n"));
         assert!(lua.contains("local code_key = KEYS[4]\n"));
     }
 

@@ -292,7 +292,7 @@ impl RedisStore {
 }
 
 /// The answer of `reserve.lua` or `login_attempt.lua`: `len` integers
-/// packed as big-endian doubles.
+/// packed as little-endian doubles.
 /// Each is cut to an integer as Redis cuts a Lua number it answers. Public
 /// for the lean limit (`examples/lean_login.rs`).
 pub fn unpack_answer(packed: &[u8], len: usize) -> Result<Vec<i64>, StoreError> {
@@ -306,10 +306,10 @@ pub fn unpack_answer(packed: &[u8], len: usize) -> Result<Vec<i64>, StoreError> 
     Ok(packed
         .chunks_exact(8)
         .map(|c| {
-            let mut be = [0u8; 8];
-            be.copy_from_slice(c);
+            let mut le = [0u8; 8];
+            le.copy_from_slice(c);
             // saturating, NaN to 0: as Redis's (long long) cast of a Lua number
-            f64::from_be_bytes(be) as i64
+            f64::from_le_bytes(le) as i64
         })
         .collect())
 }
@@ -446,7 +446,7 @@ mod tests {
     use super::*;
 
     fn packed(values: &[f64]) -> Vec<u8> {
-        values.iter().flat_map(|v| v.to_be_bytes()).collect()
+        values.iter().flat_map(|v| v.to_le_bytes()).collect()
     }
 
     #[test]
