@@ -29,7 +29,8 @@
 --             slices before it, with a surge "nt" = the events the seven
 --             buckets before the current one were taught; made again at the
 --             first call of a slice, and dropped by conversion_count.lua when
---             it changes a given slice)
+--             it changes a given slice; "cur" is "-" while an escalation is
+--             set, so that a send reads "until" only with the whole hash)
 -- KEYS[last]  optional: the subject's code HASH (mac, left, exp), written when
 --             the event is recorded
 -- ARGV[1] member: unique id of this event
@@ -132,7 +133,8 @@
 -- slice, after a count taken back, in a slice spanning two buckets or while
 -- an escalation is set, HGETALL (and HDEL of stale fields,
 -- with a surge HINCRBY of the bucket taught, and HSET of the sums made
--- again); HINCRBY when recorded (and HSET and PEXPIRE when renewed); DEL
+-- again); HSET of the slice's count when recorded (and HSET and PEXPIRE
+-- when renewed); DEL
 -- (HDEL with a surge), HSET and PEXPIRE when it trips. A surge adds no call
 -- to an ordinary send.
 --
@@ -232,8 +234,8 @@ local conv_blocked, conv_gated = false, false
 -- Read and decide one conversion (KEYS[key]; its policy as in the header,
 -- surge 0 without one), its answer into out[o + 1] .. out[o + 6] (counted:
 -- -1 until conv_count); returns its slice now, that slice's events field
--- ("e:<slice>", made once), the end of its live escalation (or nil) and
--- when its hash expires (or false).
+-- ("e:<slice>", made once) and count (0 once a block dropped it), the end
+-- of its live escalation (or nil) and when its hash expires (or false).
 --
 -- The hash keeps its window's sums as of its current slice (see "cur" in
 -- the header), so that a call reads seven fields (eight with a surge) and
@@ -253,13 +255,15 @@ local function conv_read(o, key, min_events, ppm, slice_ms, slices, block_ms, su
   local slice_s = fmt('%d', slice)
   local e_cur, s_cur = 'e:' .. slice_s, 's:' .. slice_s
   local got
+  -- Not 'until': an escalation's "cur" is never a slice (see `set`), and
+  -- asking for a field the hash lacks is a scan of all of it.
   if surge then
-    got = call('HMGET', key, 'cur', 'until', 'exp', 'be', 'bs', e_cur, s_cur, 'nt')
+    got = call('HMGET', key, 'cur', 'exp', 'be', 'bs', e_cur, s_cur, 'nt')
   else
-    got = call('HMGET', key, 'cur', 'until', 'exp', 'be', 'bs', e_cur, s_cur)
+    got = call('HMGET', key, 'cur', 'exp', 'be', 'bs', e_cur, s_cur)
   end
   -- the normal cached holds while the slice lies in one bucket
-  local cached = got[1] == slice_s and not got[2] and (not surge
+  local cached = got[1] == slice_s and (not surge
       or floor(slice * slice_ms / bucket_ms) == floor((slice * slice_ms + slice_ms - 1) / bucket_ms))
   -- the other fields (an escalation's) and the fields to delete; with a
   -- surge the stale slices' counts (slice -> count) and the buckets: each
@@ -268,10 +272,11 @@ local function conv_read(o, key, min_events, ppm, slice_ms, slices, block_ms, su
   -- what the cache is made of: the current slice's counts, the taught events
   local cur_e, cur_s, taught_sum, normal = 0, 0, 0, 0
   if cached then
-    events = (got[4] or 0) + (got[6] or 0)
-    successes = (got[5] or 0) + (got[7] or 0)
-    if surge then normal = (got[8] or 0) * span / (7 * bucket_ms) end
-    exp = got[3] and got[3] + 0
+    cur_e = (got[5] or 0) + 0
+    events = (got[3] or 0) + cur_e
+    successes = (got[4] or 0) + (got[6] or 0)
+    if surge then normal = (got[7] or 0) * span / (7 * bucket_ms) end
+    exp = got[2] and got[2] + 0
   else
     raw = call('HGETALL', key)
     local old_e, old_s, buckets = nil, nil, nil
@@ -404,6 +409,8 @@ local function conv_read(o, key, min_events, ppm, slice_ms, slices, block_ms, su
     end
   end
   if set then
+    -- a block drops the slices (all of the hash without a surge)
+    if set[1] == 'b' then cur_e = 0 end
     verdict = set[1] == 'b' and 2 or 4
     ev, su, retry = set[2], set[3], block_ms
     until_at = now + block_ms
@@ -412,9 +419,11 @@ local function conv_read(o, key, min_events, ppm, slice_ms, slices, block_ms, su
     if surge and keep_ms > keep then keep = keep_ms end
     exp = now + keep
     if surge then
+      -- "cur" no slice: the sums are not read while the escalation lives
       call('HSET', key, 'until', fmt('%d', until_at), 'events', set[2],
         'successes', set[3], 'shadow', flag, 'level', set[1],
-        'normal', fmt('%d', normal_milli), 'from', fmt('%d', set[4]), 'exp', fmt('%d', exp))
+        'normal', fmt('%d', normal_milli), 'from', fmt('%d', set[4]), 'exp', fmt('%d', exp),
+        'cur', '-')
     else
       call('HSET', key, 'until', fmt('%d', until_at), 'events', set[2],
         'successes', set[3], 'shadow', flag, 'exp', fmt('%d', exp))
@@ -425,14 +434,17 @@ local function conv_read(o, key, min_events, ppm, slice_ms, slices, block_ms, su
   if (verdict == 3 or verdict == 4) and not gate_open then conv_gated = true end
   out[o + 1], out[o + 2], out[o + 3] = verdict, ev, su
   out[o + 4], out[o + 5], out[o + 6] = retry, -1, normal_milli
-  return slice, e_cur, until_at, exp
+  return slice, e_cur, cur_e, until_at, exp
 end
 
 -- Count the event in conversion KEYS[key]'s current slice (as conv_read
--- found it: slice, its field e_cur, until_at, exp), its hash kept keep_ms,
--- or to the end of its escalation when later.
-local function conv_count(o, key, slice, e_cur, until_at, exp, keep_ms)
-  call('HINCRBY', key, e_cur, '1')
+-- found it: slice, its field e_cur and count cur_e, until_at, exp), its
+-- hash kept keep_ms, or to the end of its escalation when later. An HSET
+-- of the count read, not an HINCRBY, which finds the field twice (to read
+-- it, then to write it): in a listpack each is a scan of the hash, and
+-- the current slice's field is its last.
+local function conv_count(o, key, slice, e_cur, cur_e, until_at, exp, keep_ms)
+  call('HSET', key, e_cur, fmt('%d', cur_e + 1))
   local keep = keep_ms
   if until_at and until_at - now > keep then keep = until_at - now end
   if not exp or exp < now + keep then

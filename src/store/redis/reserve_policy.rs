@@ -225,8 +225,9 @@ struct ConversionAt {
 
 /// A conversion's `conv_read` call, its policy as literal arguments, and
 /// when the event is counted its `conv_count` call, with the locals
-/// between them (`cs<i>`, `cf<i>`, `cu<i>`, `ce<i>`: its slice, that
-/// slice's events field, escalation's end and expiry as read).
+/// between them (`cs<i>`, `cf<i>`, `cc<i>`, `cu<i>`, `ce<i>`: its slice,
+/// that slice's events field and count, escalation's end and expiry as
+/// read).
 fn render_conversion(
     reads: &mut String,
     counts: &mut String,
@@ -241,10 +242,10 @@ fn render_conversion(
     };
     let ConversionAt { i, key, out } = *at;
     if count {
-        let _ = write!(reads, "local cs{i}, cf{i}, cu{i}, ce{i} = ");
+        let _ = write!(reads, "local cs{i}, cf{i}, cc{i}, cu{i}, ce{i} = ");
         let _ = writeln!(
             counts,
-            "conv_count({out}, KEYS[{key}], cs{i}, cf{i}, cu{i}, ce{i}, {keep})",
+            "conv_count({out}, KEYS[{key}], cs{i}, cf{i}, cc{i}, cu{i}, ce{i}, {keep})",
             keep = p.keep_ms()
         );
     }
@@ -345,10 +346,10 @@ mod tests {
         // the conversion read with its policy as arguments, its answer after
         // out[12] (1 + 6 + 5), and counted when the event is recorded
         assert!(lua.contains(
-            "local cs1, cf1, cu1, ce1 = conv_read(12, KEYS[3], 20, 200000, 300000, 12, 43200000, 0, 0, \
+            "local cs1, cf1, cc1, cu1, ce1 = conv_read(12, KEYS[3], 20, 200000, 300000, 12, 43200000, 0, 0, \
              false, 3600000, 3600000)\n"
         ));
-        assert!(lua.contains("conv_count(12, KEYS[3], cs1, cf1, cu1, ce1, 3600000)\n"));
+        assert!(lua.contains("conv_count(12, KEYS[3], cs1, cf1, cc1, cu1, ce1, 3600000)\n"));
         assert!(lua.contains("local code_key = KEYS[4]\n"));
     }
 

@@ -5,8 +5,8 @@ use std::time::{Duration, Instant};
 use fred::prelude::{ClientLike, HashesInterface, KeysInterface, LuaInterface};
 use tollgate::store::redis::RedisStore;
 use tollgate::store::{
-    ConversionHit, ConversionPolicy, HitRequest, HitVerdict, LoginPolicy, LoginVerdict,
-    ReserveRequest, StoreError, WindowSpec, WindowStore,
+    ConversionHit, ConversionPolicy, ConversionVerdict, HitRequest, HitVerdict, LoginPolicy,
+    LoginVerdict, ReserveRequest, StoreError, Surge, WindowSpec, WindowStore,
 };
 
 use super::backend::{member, policy, redis_url, Attempt, StoreUnderTest};
@@ -353,6 +353,79 @@ async fn a_conversion_sums_its_history_once_a_slice_and_sees_a_count_taken_back(
         "a send taken back from an earlier slice"
     );
     assert_eq!(sums().await, (Some(slice), Some(109), Some(22)));
+    let _ = raw.quit().await;
+    b.cleanup().await;
+}
+
+/// A send reads a conversion's sums without asking for `until` (a field
+/// the hash lacks is a scan of all of it), so a challenge tripped from the
+/// sums must stop the sums being read: the next send sees the challenge,
+/// not the sums of its slice. Without that, a country challenged early in
+/// a slice would be open again until the slice ends.
+#[tokio::test]
+async fn a_challenge_tripped_from_the_sums_is_seen_by_the_next_send() {
+    let b = StoreUnderTest::redis().await;
+    let raw = raw_client().await;
+    // Five-minute slices, the normal over seven buckets of an hour; the
+    // calls below must fall in one slice.
+    let policy = ConversionPolicy {
+        min_events: 4,
+        min_ratio_ppm: 500_000,
+        window_ms: 3_600_000,
+        block_ms: 60_000,
+        surge: Some(Surge {
+            factor_milli: 2_000,
+            history_ms: 7 * 3_600_000,
+            block: true,
+        }),
+    };
+    start_early_in_a_slice(&raw, policy.slice_ms()).await;
+    let key = b.keys.window("country", "FR", "conversion");
+    let store = b.store();
+    let hit = async || {
+        store
+            .conversion_hit(
+                ConversionHit {
+                    key: &key,
+                    policy: &policy,
+                },
+                false,
+            )
+            .await
+            .expect("conversion_hit")
+    };
+    let count = async || {
+        store
+            .conversion_count(&key, &policy)
+            .await
+            .expect("conversion_count")
+            .expect("counted")
+    };
+    // One send gives the hash its expiry; the next check makes the sums.
+    let slice = count().await;
+    assert_eq!(hit().await.verdict, ConversionVerdict::Open);
+    let cur: Option<u64> = raw.hget(&key, "cur").await.expect("HGET");
+    assert_eq!(cur, Some(slice), "the sums are made");
+    for _ in 0..3 {
+        count().await;
+    }
+    let tripped = hit().await;
+    assert_eq!(
+        (tripped.verdict, tripped.events),
+        (ConversionVerdict::ChallengeTripped, 4),
+        "tripped on the sums and the slice's own count"
+    );
+    let next = hit().await;
+    assert!(
+        matches!(next.verdict, ConversionVerdict::Challenged { .. }),
+        "the challenge holds within the slice it began in: {next:?}"
+    );
+    let cur: Option<String> = raw.hget(&key, "cur").await.expect("HGET");
+    assert_eq!(
+        cur.as_deref(),
+        Some("-"),
+        "no slice's sums while challenged"
+    );
     let _ = raw.quit().await;
     b.cleanup().await;
 }
