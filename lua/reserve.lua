@@ -238,7 +238,7 @@ local conv_blocked, conv_gated = false, false
 -- of its live escalation (or nil) and when its hash expires (or false).
 --
 -- The hash keeps its window's sums as of its current slice (see "cur" in
--- the header), so that a call reads seven fields (eight with a surge) and
+-- the header), so that a call reads six fields (seven with a surge) and
 -- not the whole history: a country's hash after a day of sends holds some
 -- forty fields, and reading and matching each of them cost Redis more than
 -- all of a send's commands together. The sums are made again from the
