@@ -91,18 +91,19 @@ impl DescriptorLimit {
 /// each of `workers` threads, so `workers × per_worker` at most.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ListenerCap {
-    /// Worker threads: one per CPU, fewer when the cap is smaller.
+    /// Worker threads: `server.workers` or one per CPU, fewer when the cap
+    /// is smaller.
     pub workers: usize,
     /// Connections each worker may hold (actix's `max_connections`).
     pub per_worker: usize,
 }
 
 impl ListenerCap {
-    /// `cap` over at most `cpus` workers (fewer when the cap is smaller),
+    /// `cap` over at most `workers` threads (fewer when the cap is smaller),
     /// rounded down to a multiple of the worker count: never above `cap`.
-    pub fn split(cap: u64, cpus: usize) -> Self {
+    pub fn split(cap: u64, workers: usize) -> Self {
         let cap = usize::try_from(cap).unwrap_or(usize::MAX).max(1);
-        let workers = cpus.clamp(1, cap);
+        let workers = workers.clamp(1, cap);
         Self {
             workers,
             per_worker: cap / workers,
@@ -156,12 +157,15 @@ pub fn redis_nodes(settings: &Settings) -> u64 {
 impl ConnectionPlan {
     /// The caps for `settings` under a soft descriptor limit of `limit` on
     /// a machine of `cpus`: the configured ones when they fit, derived
-    /// ones where unset.
+    /// ones where unset; each listener's workers are `server.workers`, or
+    /// one per CPU.
     pub fn derive(settings: &Settings, limit: u64, cpus: usize) -> Result<Self, SettingsError> {
         let server = &settings.server;
+        let workers = server.workers.map_or(cpus, |n| n as usize);
         let admin_listener = server.admin_bind.is_some();
-        let reserved =
-            FIXED_RESERVE + threads(cpus, admin_listener) * (PER_THREAD + redis_nodes(settings));
+        // The main runtime keeps one thread per CPU whatever the workers.
+        let reserved = FIXED_RESERVE
+            + threads(cpus.max(workers), admin_listener) * (PER_THREAD + redis_nodes(settings));
         let Some(available) = limit.checked_sub(reserved).filter(|left| *left >= 4) else {
             return Err(SettingsError::invalid(
                 "server.max_connections",
@@ -205,8 +209,8 @@ impl ConnectionPlan {
         let per_ip = per_ip(server, public)?;
         Ok(Self {
             reserved,
-            public: ListenerCap::split(public, cpus),
-            admin: admin_listener.then(|| ListenerCap::split(admin, cpus)),
+            public: ListenerCap::split(public, workers),
+            admin: admin_listener.then(|| ListenerCap::split(admin, workers)),
             per_ip,
         })
     }
@@ -308,6 +312,39 @@ mod tests {
         assert_eq!(plan.public, ListenerCap::split(50, 2));
         assert_eq!(plan.admin, Some(ListenerCap::split(3, 2)));
         assert_eq!(plan.per_ip, 7);
+    }
+
+    #[test]
+    fn configured_workers_split_the_caps_and_never_shrink_the_reserve() {
+        let s = settings(|s| {
+            with_admin(s);
+            s.server.workers = Some(1);
+        });
+        let one = ConnectionPlan::derive(&s, 256, 2).unwrap();
+        let per_cpu = ConnectionPlan::derive(&settings(with_admin), 256, 2).unwrap();
+        assert_eq!(
+            one.reserved, per_cpu.reserved,
+            "the main runtime still has two"
+        );
+        assert_eq!(
+            (one.public, one.admin),
+            (
+                ListenerCap {
+                    workers: 1,
+                    per_worker: 82
+                },
+                Some(ListenerCap {
+                    workers: 1,
+                    per_worker: 11
+                })
+            ),
+            "one worker holds each listener's whole cap"
+        );
+        let s = settings(|s| s.server.workers = Some(4));
+        let four = ConnectionPlan::derive(&s, 256, 2).unwrap();
+        // threads = 2 × 4 + 1 = 9, reserved 64 + 9 × 2 = 82, left 174, public 87.
+        assert_eq!(four.reserved, 82);
+        assert_eq!(four.public, ListenerCap::split(87, 4));
     }
 
     #[test]

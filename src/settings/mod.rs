@@ -139,6 +139,11 @@ pub struct ServerSettings {
     /// `max_connections`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_connections_per_ip: Option<u32>,
+    /// HTTP worker threads of each listener. Unset (the default): one per
+    /// CPU the process may run on. Fewer leave cores to a Redis or a
+    /// PostgreSQL on the same machine (docs/connections.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workers: Option<u32>,
 }
 
 /// Where the window store lives (`store.backend`).

@@ -93,6 +93,7 @@ fn connection_plan(settings: &Settings) -> anyhow::Result<ConnectionPlan> {
         nofile_soft = limit.soft,
         nofile_hard = limit.hard,
         reserved = plan.reserved,
+        workers = plan.public.workers,
         max_connections = plan.public.total(),
         admin_max_connections = plan.admin.map(|cap| cap.total()),
         max_connections_per_ip = plan.per_ip,

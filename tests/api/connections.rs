@@ -312,6 +312,29 @@ async fn the_per_address_cap_closes_the_extra_connection_at_once() {
     }
 }
 
+/// `server.workers` sets the listener's worker threads, over which the
+/// connection cap is split: one worker holds all of a cap of three, where
+/// one worker per CPU on two CPUs would hold one connection each and leave
+/// the third unanswered in the backlog.
+#[tokio::test]
+async fn one_worker_holds_the_whole_cap() {
+    let app = spawn_app(Backend::Memory, |s| {
+        s.server.workers = Some(1);
+        s.server.max_connections = Some(3);
+        s.server.max_connections_per_ip = Some(3);
+    })
+    .await;
+    let to = socket_addr(&app.address);
+    let mut held = Vec::new();
+    for n in 1..=3 {
+        let mut conn = connect_from("127.0.0.1", to, None).await;
+        tokio::time::timeout(Duration::from_secs(2), assert_kept_alive_healthz(&mut conn))
+            .await
+            .unwrap_or_else(|_| panic!("connection {n} unanswered while {} are held", n - 1));
+        held.push(conn);
+    }
+}
+
 /// `GET /healthz` on `conn`, kept open: the answer's status line is 200.
 async fn assert_kept_alive_healthz(conn: &mut TcpStream) {
     conn.write_all(b"GET /healthz HTTP/1.1\r\nHost: tollgate\r\n\r\n")
@@ -506,6 +529,18 @@ fn bad_timeouts_and_caps_are_refused_naming_their_key() {
         (
             "admin_max_connections = 0",
             "invalid setting `server.admin_max_connections`: must be positive",
+        ),
+        (
+            "workers = 0",
+            "invalid setting `server.workers`: must be positive",
+        ),
+        (
+            "workers = 1025",
+            "invalid setting `server.workers`: must be at most 1024",
+        ),
+        (
+            "workers = -1",
+            "invalid setting `server.workers`: invalid value signed int `-1`, expected u32 (from TOML file)",
         ),
         (
             "max_connections = 10\nmax_connections_per_ip = 11",

@@ -9,6 +9,11 @@ use crate::settings::{Algorithm, Settings, SettingsError};
 /// The longest `server.request_timeout` and `server.shutdown_timeout`.
 const MAX_CONNECTION_TIMEOUT: Duration = Duration::from_secs(3600);
 
+/// The most `server.workers`: each is a thread with descriptors and a
+/// Redis connection of its own; more than the machine's CPUs only adds
+/// switching.
+const MAX_WORKERS: u32 = 1024;
+
 /// The shortest API key or admin token accepted: 16 random characters are
 /// beyond online guessing, even unthrottled.
 const MIN_BEARER: usize = 16;
@@ -137,10 +142,17 @@ impl Settings {
                 "server.max_connections_per_ip",
                 server.max_connections_per_ip,
             ),
+            ("server.workers", server.workers),
         ] {
             if let Some(cap) = cap {
                 positive(key, cap.into())?;
             }
+        }
+        if server.workers.is_some_and(|n| n > MAX_WORKERS) {
+            return Err(SettingsError::invalid(
+                "server.workers",
+                format!("must be at most {MAX_WORKERS}"),
+            ));
         }
         if let (Some(per_ip), Some(max)) = (server.max_connections_per_ip, server.max_connections) {
             if per_ip > max {
