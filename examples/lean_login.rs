@@ -6,7 +6,9 @@
 //! load benchmark (`scripts/bench.py`) runs it beside tollgate to show that
 //! cost (issue "Speed against the same job", item 3).
 //!
-//! `cargo run --release --example lean_login -- 127.0.0.1:18088 redis://127.0.0.1:6395`
+//! `cargo run --release --example lean_login -- 127.0.0.1:18088 redis://127.0.0.1:6395 [workers]`
+//! (workers: actix's default, one per CPU, unless given; the benchmark
+//! gives it tollgate's `server.workers`).
 
 use std::cell::RefCell;
 
@@ -102,16 +104,22 @@ async fn main() -> std::io::Result<()> {
         .next()
         .unwrap_or_else(|| "redis://127.0.0.1:6379".into());
     let config = Config::from_url(&url).map_err(std::io::Error::other)?;
+    let workers = match args.next() {
+        Some(n) => Some(n.parse::<usize>().map_err(std::io::Error::other)?),
+        None => None,
+    };
     let script = web::Data::new(script()?);
-    HttpServer::new(move || {
+    let server = HttpServer::new(move || {
         let client = Client::new(config.clone(), None, None, None);
         let _connection = client.connect();
         CLIENT.with(|c| *c.borrow_mut() = Some(client));
         App::new()
             .app_data(script.clone())
             .route("/login/attempt", web::post().to(attempt))
-    })
-    .bind(bind)?
-    .run()
-    .await
+    });
+    let server = match workers {
+        Some(n) => server.workers(n),
+        None => server,
+    };
+    server.bind(bind)?.run().await
 }

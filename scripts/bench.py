@@ -6,7 +6,9 @@ the peers' npm packages, then calls this with their paths. This script:
 
 - starts a private Redis (port 6395, nothing persisted) and creates a fresh
   PostgreSQL database for the audit trail (dropped at the end);
-- starts tollgate (Redis store, PostgreSQL audit, an API key), the two peers
+- starts tollgate (Redis store, PostgreSQL audit, an API key, one HTTP worker
+  unless --workers says otherwise: Redis, PostgreSQL and wrk share the same
+  cores, where docs/connections.md advises fewer workers), the two peers
   of ../shared/bench (fastify + ioredis + rate-limiter-flexible: the minimal
   one, and the same-job one that runs tollgate's default policy) and, with
   --baseline, a second tollgate binary (an earlier build) on that Redis;
@@ -373,6 +375,8 @@ class Bench:
         # One audit database per binary: a baseline of another version finds
         # migrations it does not know in the newer one's and audits nothing.
         self.dbs = {}
+        # Whether each tollgate binary knows `server.workers`.
+        self.knows_workers = {}
 
     # -- processes ---------------------------------------------------------
 
@@ -410,6 +414,7 @@ class Bench:
 bind = "127.0.0.1:{port}"
 api_keys = ["{API_KEY}"]
 admin_tokens = ["bench-admin-token-0123456789"]
+{self.workers_line(binary or self.args.tollgate)}
 
 [store]
 backend = "{backend}"
@@ -423,6 +428,25 @@ spool_dir = "{self.tmp}/spool-{port}"
 code_secret = "bench-code-secret-0123456789abcdef"
 {SMS_SETTINGS[sms]}""")
         return path
+
+    def workers_line(self, binary):
+        """`workers = n` for a binary that knows `server.workers` (a baseline
+        built before it refuses the key; it then runs one worker per CPU,
+        said once), or nothing with --workers 0."""
+        workers = getattr(self.args, "workers", 0)
+        if not workers:
+            return ""
+        known = self.knows_workers
+        if binary not in known:
+            probe = os.path.join(self.tmp, "workers-probe.toml")
+            with open(probe, "w") as f:
+                f.write(f"[server]\nworkers = {workers}\n")
+            check = subprocess.run([binary, "check-config", "--config", probe],
+                                   capture_output=True, text=True)
+            known[binary] = check.returncode == 0
+            if not known[binary]:
+                print(f"note: {binary} has no server.workers; it runs one worker per CPU")
+        return f"workers = {workers}" if known[binary] else ""
 
     def start_tollgate(self, port, backend="redis", log_filter=None, sms="default", binary=None):
         # The development `log` SMS provider prints every code (target tollgate::sms);
@@ -449,8 +473,9 @@ code_secret = "bench-code-secret-0123456789abcdef"
     def start_lean(self):
         """The lean limit of /login/attempt (examples/lean_login.rs)."""
         ensure_free(LEAN_PORT, "the lean service")
+        workers = [str(self.args.workers)] if self.args.workers else []
         self.lean = self.start([self.args.lean, f"127.0.0.1:{LEAN_PORT}",
-                                f"redis://127.0.0.1:{REDIS_PORT}"],
+                                f"redis://127.0.0.1:{REDIS_PORT}"] + workers,
                                os.path.join(self.tmp, "lean.log"))
         wait_port(LEAN_PORT, "the lean service", proc=self.lean)
 
@@ -764,7 +789,7 @@ code_secret = "bench-code-secret-0123456789abcdef"
             self.start_lean()
         print(f"tollgate {self.args.tollgate}; baseline {self.args.baseline or '-'}; "
               f"peers {self.args.peer}; {os.cpu_count()} cores; "
-              f"wrk -t1 -c50; CPU per request from /proc/<pid>/stat (service, Redis) and wait4 (wrk)")
+              f"HTTP workers {self.args.workers or 'one per CPU'}; wrk -t1 -c50; CPU per request from /proc/<pid>/stat (service, Redis) and wait4 (wrk)")
         self.scenarios()
         if self.args.lean and "login-1m" in self.args.scenarios and len(os.sched_getaffinity(0)) >= 2:
             self.equal_load()
@@ -785,6 +810,9 @@ def main():
     parser.add_argument("--wrk-script", required=True, help="benches/wrk/anti_abuse.lua")
     parser.add_argument("--baseline", help="an earlier tollgate binary, measured in the same rotation")
     parser.add_argument("--lean", help="the lean limit of /login/attempt (examples/lean_login.rs, release)")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="HTTP workers of tollgate, the baseline and the lean limit "
+                             "(0: one per CPU, their default)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--duration", type=int, default=6)
     parser.add_argument("--scenarios", nargs="+", default=list(SCENARIOS), choices=list(SCENARIOS))
