@@ -105,7 +105,14 @@ async fn main() -> std::io::Result<()> {
         .unwrap_or_else(|| "redis://127.0.0.1:6379".into());
     let config = Config::from_url(&url).map_err(std::io::Error::other)?;
     let workers = match args.next() {
-        Some(n) => Some(n.parse::<usize>().map_err(std::io::Error::other)?),
+        Some(n) => match n.parse::<usize>() {
+            Ok(n) if n > 0 => Some(n),
+            _ => {
+                return Err(std::io::Error::other(format!(
+                    "workers (the third argument) must be a positive integer, not {n:?}"
+                )))
+            }
+        },
         None => None,
     };
     let script = web::Data::new(script()?);

@@ -445,6 +445,8 @@ code_secret = "bench-code-secret-0123456789abcdef"
                                    capture_output=True, text=True)
             known[binary] = check.returncode == 0
             if not known[binary]:
+                if "server.workers" not in check.stderr:
+                    sys.exit(f"bench: {binary} check-config: {check.stderr.strip()}")
                 print(f"note: {binary} has no server.workers; it runs one worker per CPU")
         return f"workers = {workers}" if known[binary] else ""
 
@@ -802,6 +804,13 @@ code_secret = "bench-code-secret-0123456789abcdef"
             print(f"\naudit: {rows:,} rows in PostgreSQL from every process of {binary}")
 
 
+def non_negative(text):
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError("must be 0 or more")
+    return value
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tollgate", required=True, help="the release binary")
@@ -810,7 +819,7 @@ def main():
     parser.add_argument("--wrk-script", required=True, help="benches/wrk/anti_abuse.lua")
     parser.add_argument("--baseline", help="an earlier tollgate binary, measured in the same rotation")
     parser.add_argument("--lean", help="the lean limit of /login/attempt (examples/lean_login.rs, release)")
-    parser.add_argument("--workers", type=int, default=1,
+    parser.add_argument("--workers", type=non_negative, default=1,
                         help="HTTP workers of tollgate, the baseline and the lean limit "
                              "(0: one per CPU, their default)")
     parser.add_argument("--rounds", type=int, default=3)

@@ -10,11 +10,21 @@
 //! key the defaults name (numbers, booleans, tables, lists of tables) is read
 //! as figment reads it. A key the defaults do not name (`server.admin_bind`,
 //! `sms.templates_dir`, a webhook header) is text too, unless written as a
-//! list `[…]` or a table `{…}`. A value in double quotes is figment's quoted
-//! string, escapes and all, as before.
+//! list `[…]` or a table `{…}`, or one of the connection numbers they leave
+//! unset (`UNSET_NUMBERS`: `server.workers`, the connection caps). A value
+//! in double quotes is figment's quoted string, escapes and all, as before.
 
 use figment::value::{Dict, Map, Value};
 use figment::{Error, Metadata, Profile, Provider};
+
+/// Keys the defaults leave unset whose values are numbers: read as figment
+/// reads them, where another unset key's value is text.
+const UNSET_NUMBERS: &[&str] = &[
+    "server.max_connections",
+    "server.admin_max_connections",
+    "server.max_connections_per_ip",
+    "server.workers",
+];
 
 /// The `TOLLGATE__` variables, nested by `__`, typed by `defaults`.
 pub(super) struct TypedEnv {
@@ -44,6 +54,7 @@ impl TypedEnv {
                 texts(trimmed).map_or_else(figment, Value::from)
             }
             Some(_) => figment(),
+            None if UNSET_NUMBERS.contains(&key) => figment(),
             None if trimmed.starts_with(['[', '{']) => figment(),
             None => text(raw),
         }
@@ -203,6 +214,13 @@ mod tests {
         assert_eq!(typed("server.watch_config", "false"), Value::from(false));
         let limits = typed("sms.ip_limits", r#"[{limit=3, window="1h"}]"#);
         assert!(matches!(limits, Value::Array(..)), "{limits:?}");
+    }
+
+    #[test]
+    fn unset_numeric_keys_are_numbers() {
+        for key in UNSET_NUMBERS {
+            assert_eq!(typed(key, "3").deserialize::<u32>().ok(), Some(3), "{key}");
+        }
     }
 
     #[test]

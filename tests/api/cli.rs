@@ -398,3 +398,35 @@ fn the_container_and_kubernetes_configs_are_valid() {
     assert!(!ok);
     assert!(stderr.contains("`sms.code_secret`"), "{stderr}");
 }
+
+/// The connection keys the defaults leave unset are numbers in the
+/// environment too (`TOLLGATE__SERVER__WORKERS=1`), not text the settings
+/// refuse.
+#[test]
+fn unset_numeric_server_keys_are_taken_from_the_environment() {
+    let env = [
+        ("TOLLGATE__SERVER__WORKERS", "1"),
+        ("TOLLGATE__SERVER__MAX_CONNECTIONS", "100"),
+        ("TOLLGATE__SERVER__MAX_CONNECTIONS_PER_IP", "10"),
+        ("TOLLGATE__SERVER__ADMIN_MAX_CONNECTIONS", "5"),
+    ];
+    let (ok, stdout, stderr) = tollgate(&["check-config"], &env);
+    assert!(ok, "{stderr}");
+    for line in [
+        "workers = 1",
+        "max_connections = 100",
+        "max_connections_per_ip = 10",
+        "admin_max_connections = 5",
+    ] {
+        assert!(
+            stdout.lines().any(|l| l == line),
+            "{line} missing:\n{stdout}"
+        );
+    }
+    let (ok, _, stderr) = tollgate(&["check-config"], &[("TOLLGATE__SERVER__WORKERS", "0")]);
+    assert!(!ok);
+    assert!(
+        stderr.contains("`server.workers`: must be positive"),
+        "{stderr}"
+    );
+}

@@ -9,10 +9,8 @@ use crate::settings::{Algorithm, Settings, SettingsError};
 /// The longest `server.request_timeout` and `server.shutdown_timeout`.
 const MAX_CONNECTION_TIMEOUT: Duration = Duration::from_secs(3600);
 
-/// The most `server.workers`: each is a thread with descriptors and a
-/// Redis connection of its own; more than the machine's CPUs only adds
-/// switching.
-const MAX_WORKERS: u32 = 1024;
+/// The most `server.workers`: actix-server's own bound (it panics past it).
+const MAX_WORKERS: u32 = 512;
 
 /// The shortest API key or admin token accepted: 16 random characters are
 /// beyond online guessing, even unthrottled.
