@@ -6,9 +6,8 @@ the peers' npm packages, then calls this with their paths. This script:
 
 - starts a private Redis (port 6395, nothing persisted) and creates a fresh
   PostgreSQL database for the audit trail (dropped at the end);
-- starts tollgate (Redis store, PostgreSQL audit, an API key, one HTTP worker
-  unless --workers says otherwise: Redis, PostgreSQL and wrk share the same
-  cores, where docs/connections.md advises fewer workers), the two peers
+- starts tollgate (Redis store, PostgreSQL audit, an API key; one HTTP worker
+  per CPU, its default, or --workers of them, and the lean limit the same), the two peers
   of ../shared/bench (fastify + ioredis + rate-limiter-flexible: the minimal
   one, and the same-job one that runs tollgate's default policy) and, with
   --baseline, a second tollgate binary (an earlier build) on that Redis;
@@ -819,7 +818,7 @@ def main():
     parser.add_argument("--wrk-script", required=True, help="benches/wrk/anti_abuse.lua")
     parser.add_argument("--baseline", help="an earlier tollgate binary, measured in the same rotation")
     parser.add_argument("--lean", help="the lean limit of /login/attempt (examples/lean_login.rs, release)")
-    parser.add_argument("--workers", type=non_negative, default=1,
+    parser.add_argument("--workers", type=non_negative, default=0,
                         help="HTTP workers of tollgate, the baseline and the lean limit "
                              "(0: one per CPU, their default)")
     parser.add_argument("--rounds", type=int, default=3)

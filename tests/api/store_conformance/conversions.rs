@@ -49,7 +49,7 @@ fn country(block_ms: u64, window_ms: u64, bucket_ms: u64) -> ConversionPolicy {
     }
 }
 
-async fn hit(
+pub(super) async fn hit(
     b: &StoreUnderTest,
     key: &str,
     policy: &ConversionPolicy,
@@ -62,7 +62,7 @@ async fn hit(
 }
 
 /// Count one event, as a recorded send does; answers its slice.
-async fn count(b: &StoreUnderTest, key: &str, policy: &ConversionPolicy) -> u64 {
+pub(super) async fn count(b: &StoreUnderTest, key: &str, policy: &ConversionPolicy) -> u64 {
     b.store()
         .conversion_count(key, policy)
         .await

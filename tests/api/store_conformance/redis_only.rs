@@ -10,6 +10,7 @@ use tollgate::store::{
 };
 
 use super::backend::{member, policy, redis_url, Attempt, StoreUnderTest};
+use super::conversions;
 
 #[tokio::test]
 async fn a_redis_that_is_down_gives_a_store_that_answers_unavailable_at_once() {
@@ -281,16 +282,7 @@ async fn a_conversion_sums_its_history_once_a_slice_and_sees_a_count_taken_back(
     let key = b.keys.window("prefix", "+3361113", "conversion");
     let store = b.store();
     let hit = async || {
-        let outcome = store
-            .conversion_hit(
-                ConversionHit {
-                    key: &key,
-                    policy: &policy,
-                },
-                false,
-            )
-            .await
-            .expect("conversion_hit");
+        let outcome = conversions::hit(&b, &key, &policy, false).await;
         (outcome.events, outcome.successes)
     };
     // One send now (the hash, its expiry and the current slice), then the
@@ -381,26 +373,8 @@ async fn a_challenge_tripped_from_the_sums_is_seen_by_the_next_send() {
     };
     start_early_in_a_slice(&raw, policy.slice_ms()).await;
     let key = b.keys.window("country", "FR", "conversion");
-    let store = b.store();
-    let hit = async || {
-        store
-            .conversion_hit(
-                ConversionHit {
-                    key: &key,
-                    policy: &policy,
-                },
-                false,
-            )
-            .await
-            .expect("conversion_hit")
-    };
-    let count = async || {
-        store
-            .conversion_count(&key, &policy)
-            .await
-            .expect("conversion_count")
-            .expect("counted")
-    };
+    let hit = async || conversions::hit(&b, &key, &policy, false).await;
+    let count = async || conversions::count(&b, &key, &policy).await;
     // One send gives the hash its expiry; the next check makes the sums.
     let slice = count().await;
     assert_eq!(hit().await.verdict, ConversionVerdict::Open);
