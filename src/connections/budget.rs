@@ -167,11 +167,20 @@ impl ConnectionPlan {
         let reserved = FIXED_RESERVE
             + threads(cpus.max(workers), admin_listener) * (PER_THREAD + redis_nodes(settings));
         let Some(available) = limit.checked_sub(reserved).filter(|left| *left >= 4) else {
+            // Workers beyond the CPUs are what took the room: say so.
+            let (key, remedy) = if workers > cpus {
+                (
+                    "server.workers",
+                    "raise LimitNOFILE or lower server.workers",
+                )
+            } else {
+                ("server.max_connections", "raise LimitNOFILE")
+            };
             return Err(SettingsError::invalid(
-                "server.max_connections",
+                key,
                 format!(
                     "no room for connections: the descriptor limit (RLIMIT_NOFILE) is {limit} \
-                     and tollgate keeps {reserved} for itself; raise LimitNOFILE"
+                     and tollgate keeps {reserved} for itself; {remedy}"
                 ),
             ));
         };
@@ -345,6 +354,14 @@ mod tests {
         // threads = 2 × 4 + 1 = 9, reserved 64 + 9 × 2 = 82, left 174, public 87.
         assert_eq!(four.reserved, 82);
         assert_eq!(four.public, ListenerCap::split(87, 4));
+        // 2 × 100 + 1 threads take 466 of 256: the workers are named.
+        let s = settings(|s| s.server.workers = Some(100));
+        let error = ConnectionPlan::derive(&s, 256, 2).unwrap_err().to_string();
+        assert!(
+            error.starts_with("invalid setting `server.workers`: no room for connections")
+                && error.ends_with("lower server.workers"),
+            "{error}"
+        );
     }
 
     #[test]
