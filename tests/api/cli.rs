@@ -67,18 +67,16 @@ headers = { "X-Api-Key" = "header-secret" }
 fn check_config_prints_durations_as_the_configuration_writes_them() {
     let (ok, stdout, stderr) = tollgate(&["check-config"], &[]);
     assert!(ok, "{stderr}");
-    for line in [
-        "retention = \"90d\"",
-        "timeout = \"100ms\"",
-        "code_ttl = \"5m\"",
-        "lock_max_duration = \"1d\"",
-        "flush_interval = \"200ms\"",
-    ] {
-        assert!(
-            stdout.lines().any(|l| l == line),
-            "no `{line}` in:\n{stdout}"
-        );
-    }
+    crate::support::app::assert_has_lines(
+        &stdout,
+        &[
+            "retention = \"90d\"",
+            "timeout = \"100ms\"",
+            "code_ttl = \"5m\"",
+            "lock_max_duration = \"1d\"",
+            "flush_interval = \"200ms\"",
+        ],
+    );
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("printed.toml");
     std::fs::write(&file, &stdout).unwrap();
@@ -349,17 +347,15 @@ fn the_container_and_kubernetes_configs_are_valid() {
     let container = format!("{root}/packaging/container/tollgate.toml");
     let (ok, stdout, stderr) = tollgate(&["check-config", "--config", &container], &[]);
     assert!(ok, "{stderr}");
-    for line in [
-        "bind = \"0.0.0.0:8080\"",
-        "admin_bind = \"0.0.0.0:8081\"",
-        "database_url = \"sqlite:///var/lib/tollgate/audit.db?mode=rwc\"",
-        "spool_dir = \"/var/lib/tollgate/spool\"",
-    ] {
-        assert!(
-            stdout.lines().any(|l| l == line),
-            "{line} missing:\n{stdout}"
-        );
-    }
+    crate::support::app::assert_has_lines(
+        &stdout,
+        &[
+            "bind = \"0.0.0.0:8080\"",
+            "admin_bind = \"0.0.0.0:8081\"",
+            "database_url = \"sqlite:///var/lib/tollgate/audit.db?mode=rwc\"",
+            "spool_dir = \"/var/lib/tollgate/spool\"",
+        ],
+    );
     let kubernetes = format!("{root}/deploy/kubernetes/tollgate.toml");
     let secrets = [
         (
@@ -382,17 +378,15 @@ fn the_container_and_kubernetes_configs_are_valid() {
     ];
     let (ok, stdout, stderr) = tollgate(&["check-config", "--config", &kubernetes], &secrets);
     assert!(ok, "{stderr}");
-    for line in [
-        "bind = \"0.0.0.0:8080\"",
-        "admin_bind = \"0.0.0.0:8081\"",
-        "backend = \"redis\"",
-        "spool_dir = \"/var/lib/tollgate/spool\"",
-    ] {
-        assert!(
-            stdout.lines().any(|l| l == line),
-            "{line} missing:\n{stdout}"
-        );
-    }
+    crate::support::app::assert_has_lines(
+        &stdout,
+        &[
+            "bind = \"0.0.0.0:8080\"",
+            "admin_bind = \"0.0.0.0:8081\"",
+            "backend = \"redis\"",
+            "spool_dir = \"/var/lib/tollgate/spool\"",
+        ],
+    );
     // Without the Secret's code secret, a Redis deployment does not start.
     let (ok, _, stderr) = tollgate(&["check-config", "--config", &kubernetes], &secrets[1..]);
     assert!(!ok);
@@ -412,17 +406,15 @@ fn unset_numeric_server_keys_are_taken_from_the_environment() {
     ];
     let (ok, stdout, stderr) = tollgate(&["check-config"], &env);
     assert!(ok, "{stderr}");
-    for line in [
-        "workers = 1",
-        "max_connections = 100",
-        "max_connections_per_ip = 10",
-        "admin_max_connections = 5",
-    ] {
-        assert!(
-            stdout.lines().any(|l| l == line),
-            "{line} missing:\n{stdout}"
-        );
-    }
+    crate::support::app::assert_has_lines(
+        &stdout,
+        &[
+            "workers = 1",
+            "max_connections = 100",
+            "max_connections_per_ip = 10",
+            "admin_max_connections = 5",
+        ],
+    );
     let (ok, _, stderr) = tollgate(&["check-config"], &[("TOLLGATE__SERVER__WORKERS", "0")]);
     assert!(!ok);
     assert!(

@@ -98,18 +98,16 @@ smtp_url = "smtp://mailer:smtp-pass@mail.example:587?auth=plain-secret"
     ] {
         assert!(!stdout.contains(secret), "{secret} leaked:\n{stdout}");
     }
-    for line in [
-        r#"redis_url = "redis://:***@127.0.0.1:6379""#,
-        r#"database_url = "postgres://***@127.0.0.1:5432/tg?sslmode=disable&password=***""#,
-        r#"url = "https://hook-user:***@hooks.example/sms?tenant=acme&Token=***""#,
-        r#"verify_url = "https://cap-user:***@captcha.example/siteverify?api_key=***""#,
-        r#"smtp_url = "smtp://mailer:***@mail.example:587?auth=***""#,
-    ] {
-        assert!(
-            stdout.lines().any(|l| l == line),
-            "no `{line}` in:\n{stdout}"
-        );
-    }
+    crate::support::app::assert_has_lines(
+        &stdout,
+        &[
+            r#"redis_url = "redis://:***@127.0.0.1:6379""#,
+            r#"database_url = "postgres://***@127.0.0.1:5432/tg?sslmode=disable&password=***""#,
+            r#"url = "https://hook-user:***@hooks.example/sms?tenant=acme&Token=***""#,
+            r#"verify_url = "https://cap-user:***@captcha.example/siteverify?api_key=***""#,
+            r#"smtp_url = "smtp://mailer:***@mail.example:587?auth=***""#,
+        ],
+    );
 }
 
 /// A string key keeps the variable's exact text (a `+` number, leading
@@ -129,18 +127,16 @@ async fn environment_variables_keep_the_exact_text_of_string_keys() {
     ];
     let (ok, stdout, stderr) = tollgate(&["check-config"], &envs);
     assert!(ok, "{stderr}");
-    for line in [
-        r#"from = "+15005550006""#,
-        r#"account_sid = "0123""#,
-        "code_length = 8",
-        "reset_on_success = false",
-        "min_conversion = 0.5",
-    ] {
-        assert!(
-            stdout.lines().any(|l| l == line),
-            "no `{line}` in:\n{stdout}"
-        );
-    }
+    crate::support::app::assert_has_lines(
+        &stdout,
+        &[
+            r#"from = "+15005550006""#,
+            r#"account_sid = "0123""#,
+            "code_length = 8",
+            "reset_on_success = false",
+            "min_conversion = 0.5",
+        ],
+    );
     // An integer key still refuses what is not one, naming it.
     let (ok, _, stderr) = tollgate(&["check-config"], &[("TOLLGATE__SMS__CODE_LENGTH", "+8x")]);
     assert!(!ok);

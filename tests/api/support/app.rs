@@ -464,6 +464,17 @@ pub fn config_error(toml: &str) -> String {
         .unwrap_or_default()
 }
 
+/// Every one of `lines` is a whole line of `output` (what `check-config`
+/// prints, say).
+pub fn assert_has_lines(output: &str, lines: &[&str]) {
+    for line in lines {
+        assert!(
+            output.lines().any(|l| l == *line),
+            "no `{line}` in:\n{output}"
+        );
+    }
+}
+
 /// Run the binary with `args` (no `TOLLGATE_CONFIG` from the environment):
 /// whether it succeeded, its stdout and its stderr.
 pub fn run_binary(args: &[&str], envs: &[(&str, &str)]) -> (bool, String, String) {
