@@ -17,6 +17,7 @@ on_both_backends!(
     an_undone_event_no_longer_counts,
     counts_leave_the_window_slice_by_slice,
     a_shadow_block_is_seen_only_by_forced_events,
+    a_forced_send_that_trips_a_block_is_its_first_count,
     a_refusing_conversion_reserves_nothing_and_a_refused_reservation_counts_nothing,
     an_expiring_set_lists_its_live_members_latest_ending_first,
     a_surge_challenges_and_only_a_passed_captcha_reserves,
@@ -248,6 +249,44 @@ async fn a_shadow_block_is_seen_only_by_forced_events(b: &StoreUnderTest) {
         "an enforced event does not see a shadow block; two were counted since"
     );
     let state = b.store().conversion_state(&key, &p).await.unwrap();
+    assert!(state.block.is_some_and(|block| block.shadow));
+}
+
+/// A block drops the counts that tripped it; a forced send (shadow mode)
+/// that trips it is still recorded, so it is the one count after it, not
+/// one more on top of the counts dropped.
+async fn a_forced_send_that_trips_a_block_is_its_first_count(b: &StoreUnderTest) {
+    let p = policy(60_000);
+    let window_key = b.keys.window("phone", "+33620000001", "sms_send");
+    let key = b.keys.window("prefix", "+3362000", "conversion");
+    let windows = [WindowSpec::enforce(5, 60_000)];
+    record(b, &key, &p, 4, 0).await;
+    let sent = b
+        .store()
+        .reserve(ReserveRequest {
+            subjects: &[SubjectWindows {
+                key: &window_key,
+                windows: &windows,
+            }],
+            conversions: &[ConversionHit {
+                key: &key,
+                policy: &p,
+            }],
+            member: &member(),
+            gate_open: false,
+            force: true,
+            code: None,
+        })
+        .await
+        .expect("reserve");
+    assert!(sent.recorded, "forced");
+    assert_eq!(
+        (sent.conversions[0].verdict, sent.conversions[0].events),
+        (ConversionVerdict::Tripped, 4)
+    );
+    assert!(sent.conversions[0].counted_in.is_some());
+    let state = b.store().conversion_state(&key, &p).await.unwrap();
+    assert_eq!(state.events, 1, "the four dropped, the forced send counted");
     assert!(state.block.is_some_and(|block| block.shadow));
 }
 
