@@ -206,6 +206,22 @@ def audit_counts(port):
     return counts
 
 
+def post_one(conn, endpoint, i):
+    """One request of the benchmark's mix on `conn` (an http.client
+    connection to tollgate): the `i`-th SMS send (its own phone and
+    address) or login failure; answers the status."""
+    ip = f"10.{(i >> 16) & 255}.{(i >> 8) & 255}.{i & 255}"
+    if endpoint == "sms":
+        path, body = "/sms/send", {"phone": f"+86138{i:08d}", "ip": ip}
+    else:
+        path, body = "/login/attempt", {"user": f"user{i:05d}", "ip": ip, "success": False}
+    headers = {"Content-Type": "application/json", "Authorization": f"Bearer {API_KEY}"}
+    conn.request("POST", path, json.dumps(body), headers)
+    resp = conn.getresponse()
+    resp.read()
+    return resp.status
+
+
 def redis_cli(*args):
     out = subprocess.run(["redis-cli", "-p", str(REDIS_PORT), *args],
                          check=True, capture_output=True, text=True)

@@ -23,7 +23,6 @@ Standard library only; prints what it finds, asserts nothing.
 
 import argparse
 import http.client
-import json
 import os
 import sys
 import time
@@ -48,12 +47,9 @@ def main():
         b.start_redis()
         b.start_tollgate(PORT, binary=args.tollgate)
         conn = http.client.HTTPConnection("127.0.0.1", PORT, timeout=10)
-        headers = {"Content-Type": "application/json", "Authorization": f"Bearer {bench.API_KEY}"}
         start, i = time.monotonic(), 0
         while time.monotonic() - start < args.seconds:
-            body = {"phone": f"+86138{i:08d}", "ip": f"10.1.{i // 250}.{i % 250 + 1}"}
-            conn.request("POST", "/sms/send", json.dumps(body), headers)
-            conn.getresponse().read()
+            bench.post_one(conn, "sms", i)
             i += 1
             time.sleep(0.05)
         conn.close()

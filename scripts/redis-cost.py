@@ -24,7 +24,6 @@ asserts nothing.
 
 import argparse
 import http.client
-import json
 import os
 import random
 import subprocess
@@ -37,19 +36,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench  # noqa: E402  (the benchmark's configuration and helpers)
 
 PORT = 18090
-
-
-def send(conn, endpoint, i):
-    ip = f"10.{(i >> 16) & 255}.{(i >> 8) & 255}.{i & 255}"
-    if endpoint == "sms":
-        path, body = "/sms/send", {"phone": f"+86138{i:08d}", "ip": ip}
-    else:
-        path, body = "/login/attempt", {"user": f"user{i:05d}", "ip": ip, "success": False}
-    headers = {"Content-Type": "application/json", "Authorization": f"Bearer {bench.API_KEY}"}
-    conn.request("POST", path, json.dumps(body), headers)
-    resp = conn.getresponse()
-    resp.read()
-    return resp.status
 
 
 def in_scripts(dumped):
@@ -88,7 +74,7 @@ def measure(args, binary, out_dir):
             if n == args.warmup:
                 subprocess.run(["callgrind_control", "--zero", str(redis.pid)],
                                check=True, capture_output=True)
-            status = send(conn, args.endpoint, i)
+            status = bench.post_one(conn, args.endpoint, i)
             if n >= args.warmup:
                 statuses[status] = statuses.get(status, 0) + 1
         conn.close()
