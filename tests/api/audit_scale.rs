@@ -306,6 +306,18 @@ async fn rollups_count_only_rows_that_were_new(kind: DbKind) {
     // A replay of the same batch (a journal after a crash) adds nothing.
     assert_eq!(audit.insert(&batch, 7).await.unwrap(), 0);
     assert_eq!(audit.insert(&batch[..10], 7).await.unwrap(), 0);
+    // Old rows among new ones (a replay of a segment partly inserted): only
+    // the new go in and count.
+    let fresh: Vec<AuditEvent> = (0..20)
+        .map(|i| refusal(SubjectKind::Ip, &format!("198.51.100.{i}"), Utc::now()))
+        .collect();
+    let mixed: Vec<AuditEvent> = batch[..10].iter().chain(&fresh).cloned().collect();
+    assert_eq!(audit.insert(&mixed, 7).await.unwrap(), 20);
+    // An event twice in one batch goes in once.
+    let again = refusal(SubjectKind::User, "twice", Utc::now());
+    let twice = [again.clone(), again];
+    assert_eq!(audit.insert(&twice, 7).await.unwrap(), 1);
+    assert_eq!(all_rows(&audit).await.len(), 71);
     assert_rollups_match(&audit).await;
 }
 

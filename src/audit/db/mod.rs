@@ -147,8 +147,10 @@ impl AuditDb {
     /// prefixes for the top lists); an id already present is skipped, which
     /// makes replays after a crash idempotent. Returns the rows inserted.
     /// PostgreSQL takes the batch as one `INSERT … SELECT FROM UNNEST` of
-    /// column arrays (17 binds, whatever the size), making a missing day's
-    /// partition when a row needs one; SQLite as multi-row INSERTs.
+    /// column arrays (18 binds, whatever the size), plain first and again
+    /// with `ON CONFLICT DO NOTHING` when a row was present, making a
+    /// missing day's partition when a row needs one; SQLite as multi-row
+    /// INSERTs.
     pub async fn insert(
         &self,
         events: &[AuditEvent],

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, SubsecRound, Utc};
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
-use sqlx::{FromRow, Postgres, QueryBuilder};
+use sqlx::{FromRow, Postgres, QueryBuilder, Row as _};
 use uuid::Uuid;
 
 use super::{
@@ -69,25 +69,67 @@ pub async fn insert(
     }
 }
 
-/// One statement for the rows (each column as one array bind), whose
-/// `RETURNING` tells which were new: only those enter the rollups.
+/// The rows as a plain `INSERT`: a batch of new events, the usual case,
+/// then costs PostgreSQL no speculative insertion (`ON CONFLICT`'s probe
+/// of the key and its confirming WAL record, per row) and returns nothing.
+/// A row already there (a journal's replay after a crash, a retry after a
+/// commit whose answer was lost, an event twice in one batch) fails it
+/// with unique_violation; then the batch goes again, skipping those.
 async fn insert_once(
     pool: &PgPool,
     events: &[AuditEvent],
     prefix_digits: u32,
 ) -> Result<u64, AuditError> {
+    match insert_rows(pool, events, prefix_digits, Present::Absent).await {
+        Err(e) if is_present_already(&e) => {
+            insert_rows(pool, events, prefix_digits, Present::Skipped).await
+        }
+        done => done,
+    }
+}
+
+/// What a batch's statement does with a row whose key is already there.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Present {
+    /// There is none: a present row fails the statement.
+    Absent,
+    /// It is skipped, and `RETURNING` tells which rows were new.
+    Skipped,
+}
+
+/// 23505: unique_violation. The rows statement is the only one of the
+/// batch's transaction that can raise it (the rollups merge on conflict).
+fn is_present_already(e: &AuditError) -> bool {
+    match e {
+        AuditError::Database(sqlx::Error::Database(e)) => e.is_unique_violation(),
+        _ => false,
+    }
+}
+
+/// One statement for the rows (each column as one array bind), then the
+/// rollups of the rows that were new, in one transaction.
+async fn insert_rows(
+    pool: &PgPool,
+    events: &[AuditEvent],
+    prefix_digits: u32,
+    present: Present,
+) -> Result<u64, AuditError> {
     fn column<'a, T>(events: &'a [AuditEvent], f: impl Fn(&'a AuditEvent) -> T) -> Vec<T> {
         events.iter().map(f).collect()
     }
+    let on_conflict = match present {
+        Present::Absent => "",
+        Present::Skipped => " ON CONFLICT (occurred_at, id) DO NOTHING RETURNING id",
+    };
     let sql = format!(
         "INSERT INTO audit_events ({COLUMNS}, lock_until_ms) SELECT * FROM UNNEST(\
          $1::uuid[], $2::timestamptz[], $3::text[], $4::text[], $5::text[], $6::text[], \
          $7::text[], $8::text[], $9::text[], $10::bigint[], $11::bigint[], $12::bigint[], \
-         $13::bigint[], $14::text[], $15::text[], $16::bool[], $17::text[], $18::bigint[]) \
-         ON CONFLICT (occurred_at, id) DO NOTHING RETURNING id"
+         $13::bigint[], $14::text[], $15::text[], $16::bool[], $17::text[], $18::bigint[])\
+         {on_conflict}"
     );
     let mut tx = pool.begin().await?;
-    let inserted_ids: Vec<(Uuid,)> = sqlx::query_as(&sql)
+    let query = sqlx::query(&sql)
         .bind(column(events, |e| e.id))
         // Milliseconds, as the journal keeps them: a replay's row must be
         // the same key, (occurred_at, id), as the first insert's.
@@ -107,13 +149,24 @@ async fn insert_once(
         .bind(column(events, |e| e.user_agent.as_deref()))
         .bind(column(events, |e| e.shadow))
         .bind(column(events, |e| e.actor.as_deref()))
-        .bind(column(events, AuditEvent::lock_until_ms))
-        .fetch_all(&mut *tx)
-        .await?;
-    let inserted = inserted_ids.len() as u64;
-    let mut new: HashSet<Uuid> = inserted_ids.into_iter().map(|(id,)| id).collect();
-    // `remove`: an event twice in one batch went in once, and counts once.
-    let deltas = rollup::deltas(events.iter().filter(|e| new.remove(&e.id)), prefix_digits);
+        .bind(column(events, AuditEvent::lock_until_ms));
+    let (inserted, deltas) = match present {
+        Present::Absent => {
+            let inserted = query.execute(&mut *tx).await?.rows_affected();
+            (inserted, rollup::deltas(events.iter(), prefix_digits))
+        }
+        Present::Skipped => {
+            let rows = query.fetch_all(&mut *tx).await?;
+            let inserted = rows.len() as u64;
+            let mut new = HashSet::with_capacity(rows.len());
+            for row in rows {
+                new.insert(row.try_get::<Uuid, _>(0)?);
+            }
+            // `remove`: an event twice in one batch went in once, and counts once.
+            let new_events = events.iter().filter(|e| new.remove(&e.id));
+            (inserted, rollup::deltas(new_events, prefix_digits))
+        }
+    };
     // Writers (other instances, concurrent inserters) merging into the same
     // summaries must not take their rows in different orders: the benchmark's
     // four inserters deadlocked when a batch's keys went in count order. Keys
