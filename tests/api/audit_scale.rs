@@ -10,6 +10,7 @@ use chrono::{DateTime, Utc};
 use serde_json::json;
 use tollgate::audit::db::partitions;
 use tollgate::audit::rollup::{self, TopList};
+use tollgate::audit::query::EventFilter;
 use tollgate::audit::{retention, AuditDb, AuditDecision, AuditEvent};
 use tollgate::domain::{Action, Subject, SubjectKind};
 
@@ -173,6 +174,11 @@ async fn tollgate_migrate_makes_the_partitions_of_the_retention_period() {
 /// The migrations before partitions and rollups, as an older tollgate
 /// applied them.
 async fn migrate_as_before(db: &TestDb, kind: DbKind) -> AuditDb {
+    migrate_before(db, kind, 20261126000000).await
+}
+
+/// The migrations older than `version`.
+async fn migrate_before(db: &TestDb, kind: DbKind, version: i64) -> AuditDb {
     let dir = match kind {
         DbKind::Postgres => "migrations/postgres",
         DbKind::Sqlite => "migrations/sqlite",
@@ -186,7 +192,7 @@ async fn migrate_as_before(db: &TestDb, kind: DbKind) -> AuditDb {
     let before: Vec<_> = migrator
         .migrations
         .iter()
-        .filter(|m| m.version < 20261126000000)
+        .filter(|m| m.version < version)
         .cloned()
         .collect();
     assert!(before.len() < migrator.migrations.len());
@@ -729,6 +735,74 @@ async fn the_writer_leaves_out_events_past_retention_and_goes_on() {
     sink.flush().await;
     assert_eq!(all_rows(&audit).await.len(), 2);
     assert!(sink.health().database);
+}
+
+/// Subjects, kinds and IPs compare bytewise after the upgrade, in every
+/// partition and in a day's table a cut left detached (which is attached
+/// again with them); rows and the lookups by subject and by IP are as before.
+#[tokio::test]
+async fn identifiers_compare_bytewise_after_the_upgrade_even_in_a_detached_day() {
+    let db = TestDb::new(DbKind::Postgres).await;
+    let old = migrate_before(&db, DbKind::Postgres, 20261129000000).await;
+    let AuditDb::Postgres(pool) = &old else {
+        unreachable!()
+    };
+    let today = refusal(SubjectKind::User, "Émile", Utc::now());
+    let earlier = refusal(SubjectKind::User, "émile", days_ago(3));
+    old.insert(&[today.clone(), earlier.clone()], 7).await.unwrap();
+    sqlx::query(&format!(
+        "ALTER TABLE audit_events DETACH PARTITION {}",
+        partitions::name(partitions::day(earlier.occurred_at))
+    ))
+    .execute(pool)
+    .await
+    .unwrap();
+
+    let audit = db.connect().await; // migrates to today's schema
+    let AuditDb::Postgres(pool) = &audit else {
+        unreachable!()
+    };
+    let collations: Vec<(String, String, String)> = sqlx::query_as(
+        "SELECT c.relname::text, a.attname::text, co.collname::text \
+         FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid \
+         JOIN pg_collation co ON co.oid = a.attcollation \
+         WHERE c.relkind IN ('r', 'p') AND c.relname LIKE 'audit\\_events%' \
+         AND a.attname IN ('subject_kind', 'subject', 'ip')",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    let tables: std::collections::BTreeSet<&str> =
+        collations.iter().map(|(t, _, _)| t.as_str()).collect();
+    assert!(tables.len() > 2, "the parent and its partitions: {tables:?}");
+    let detached = partitions::name(partitions::day(earlier.occurred_at));
+    assert!(tables.contains(detached.as_str()), "{tables:?}");
+    assert!(
+        collations.iter().all(|(_, _, collation)| collation == "C"),
+        "{collations:?}"
+    );
+
+    // The detached day is attached again when a row of that day comes.
+    let later = refusal(SubjectKind::User, "émile", days_ago(3));
+    assert_eq!(audit.insert(&[later.clone()], 7).await.unwrap(), 1);
+    let by_subject = EventFilter {
+        subject_kind: Some(SubjectKind::User),
+        subject: Some("émile".into()),
+        ..EventFilter::default()
+    };
+    let found: Vec<uuid::Uuid> = audit
+        .page(&by_subject, None, 10)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.id)
+        .collect();
+    assert_eq!(found, [later.id, earlier.id], "exact, newest first");
+    let by_ip = EventFilter {
+        ip: Some("203.0.113.7".into()),
+        ..EventFilter::default()
+    };
+    assert_eq!(audit.page(&by_ip, None, 10).await.unwrap().len(), 3);
 }
 
 /// A cut that died between detaching a partition and dropping it leaves a
