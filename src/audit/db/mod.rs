@@ -262,10 +262,19 @@ impl AuditDb {
 
     /// Whether the audit table answers (the writer's health check).
     pub async fn check_table(&self) -> Result<(), AuditError> {
-        const SQL: &str = "SELECT 1 FROM audit_events LIMIT 1";
         match self {
-            Self::Postgres(pool) => sqlx::query(SQL).execute(pool).await.map(drop)?,
-            Self::Sqlite(pool) => sqlx::query(SQL).execute(pool).await.map(drop)?,
+            // `ONLY`: the partitioned parent alone, which answers the same
+            // question (is the table there, may we read it). Planned over
+            // its ~100 partitions the probe took PostgreSQL 8-9 ms of CPU,
+            // every second an instance is idle; the parent alone 0.4 ms.
+            Self::Postgres(pool) => sqlx::query("SELECT 1 FROM ONLY audit_events LIMIT 1")
+                .execute(pool)
+                .await
+                .map(drop)?,
+            Self::Sqlite(pool) => sqlx::query("SELECT 1 FROM audit_events LIMIT 1")
+                .execute(pool)
+                .await
+                .map(drop)?,
         }
         Ok(())
     }
