@@ -9,8 +9,8 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde_json::json;
 use tollgate::audit::db::partitions;
-use tollgate::audit::rollup::{self, TopList};
 use tollgate::audit::query::EventFilter;
+use tollgate::audit::rollup::{self, TopList};
 use tollgate::audit::{retention, AuditDb, AuditDecision, AuditEvent};
 use tollgate::domain::{Action, Subject, SubjectKind};
 
@@ -749,7 +749,9 @@ async fn identifiers_compare_bytewise_after_the_upgrade_even_in_a_detached_day()
     };
     let today = refusal(SubjectKind::User, "Émile", Utc::now());
     let earlier = refusal(SubjectKind::User, "émile", days_ago(3));
-    old.insert(&[today.clone(), earlier.clone()], 7).await.unwrap();
+    old.insert(&[today.clone(), earlier.clone()], 7)
+        .await
+        .unwrap();
     sqlx::query(&format!(
         "ALTER TABLE audit_events DETACH PARTITION {}",
         partitions::name(partitions::day(earlier.occurred_at))
@@ -774,7 +776,10 @@ async fn identifiers_compare_bytewise_after_the_upgrade_even_in_a_detached_day()
     .unwrap();
     let tables: std::collections::BTreeSet<&str> =
         collations.iter().map(|(t, _, _)| t.as_str()).collect();
-    assert!(tables.len() > 2, "the parent and its partitions: {tables:?}");
+    assert!(
+        tables.len() > 2,
+        "the parent and its partitions: {tables:?}"
+    );
     let detached = partitions::name(partitions::day(earlier.occurred_at));
     assert!(tables.contains(detached.as_str()), "{tables:?}");
     assert!(
@@ -784,7 +789,10 @@ async fn identifiers_compare_bytewise_after_the_upgrade_even_in_a_detached_day()
 
     // The detached day is attached again when a row of that day comes.
     let later = refusal(SubjectKind::User, "émile", days_ago(3));
-    assert_eq!(audit.insert(&[later.clone()], 7).await.unwrap(), 1);
+    assert_eq!(
+        audit.insert(std::slice::from_ref(&later), 7).await.unwrap(),
+        1
+    );
     let by_subject = EventFilter {
         subject_kind: Some(SubjectKind::User),
         subject: Some("émile".into()),
