@@ -35,14 +35,25 @@ pub(super) async fn open(
     // the journal meanwhile.
     // (The retention task, started below, makes the partitions of the
     // whole retention period at once; migrating makes the days around today.)
-    let database_ready = match tokio::time::timeout(MIGRATE_WAIT, db.migrate()).await {
-        Ok(Ok(())) => true,
-        Ok(Err(e)) => {
+    // On a task of its own: a migration that outlasts the wait goes on to
+    // its end. Dropped, it would be rolled back only once PostgreSQL had
+    // done all its work under its locks, and the writer would start over.
+    let migration = tokio::spawn({
+        let db = db.clone();
+        async move { db.migrate().await }
+    });
+    let database_ready = match tokio::time::timeout(MIGRATE_WAIT, migration).await {
+        Ok(Ok(Ok(()))) => true,
+        Ok(Ok(Err(e))) => {
             tracing::warn!(error = %e, "audit database not migrated yet; events spool until it is (they wait in the journal)");
             false
         }
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "audit database migration failed; events spool until the writer migrates it (they wait in the journal)");
+            false
+        }
         Err(_) => {
-            tracing::warn!("audit database did not answer; events spool until it does (they wait in the journal)");
+            tracing::warn!("audit database did not answer or is still migrating; events spool until it is ready (they wait in the journal)");
             false
         }
     };

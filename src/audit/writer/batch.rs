@@ -264,13 +264,21 @@ impl Writer {
     /// Ask the database whether the table answers (migrating it when it is
     /// missing); the answer is what `/readyz` says.
     async fn probe(&mut self) {
-        let checked = tokio::time::timeout(PROBE_TIMEOUT, async {
-            self.migrate().await?;
-            let checked = self.db.check_table().await;
-            self.note_missing_table(&checked);
-            checked
-        })
-        .await;
+        // Migrating is not under the timeout, as on the insert path: a
+        // migration dropped midway is rolled back only once PostgreSQL has
+        // done its work under its locks, and the next probe would start it
+        // again (a collation change rebuilds indexes: seconds a million rows).
+        let checked = match self.migrate().await {
+            Err(e) => Ok(Err(e)),
+            Ok(()) => {
+                tokio::time::timeout(PROBE_TIMEOUT, async {
+                    let checked = self.db.check_table().await;
+                    self.note_missing_table(&checked);
+                    checked
+                })
+                .await
+            }
+        };
         match checked {
             Ok(Ok(())) => self.healthy(true),
             Ok(Err(e)) => {
