@@ -89,7 +89,7 @@ async fn insert_once(
 }
 
 /// What a batch's statement does with a row whose key is already there.
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy)]
 enum Present {
     /// There is none: a present row fails the statement.
     Absent,
