@@ -347,7 +347,10 @@ async fn a_batch_of_new_rows_is_a_plain_insert() {
         unreachable!()
     };
     let first = refusal(SubjectKind::User, "alice", Utc::now());
-    assert_eq!(audit.insert(&[first.clone()], 7).await.unwrap(), 1);
+    assert_eq!(
+        audit.insert(std::slice::from_ref(&first), 7).await.unwrap(),
+        1
+    );
     sqlx::query("ALTER TABLE audit_events DROP CONSTRAINT audit_events_pkey")
         .execute(pool)
         .await
