@@ -1,7 +1,8 @@
 //! The audit journal: an answered refusal survives `kill -9` (database up or
 //! down), exactly once; an unusable spool directory stops start-up; a
 //! failing journal still answers, counts and says not ready; a database
-//! dropped and made again is migrated again; `/readyz` tells the public
+//! dropped and made again is migrated again, and a migration held up past
+//! start-up goes on while the service serves; `/readyz` tells the public
 //! nothing but "not ready".
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -363,6 +364,56 @@ async fn a_database_dropped_and_recreated_is_migrated_again() {
             (0..3).all(|i| counts.get(&format!("after-drop-{i}")) == Some(&1))
         },
     )
+    .await;
+    eventually("ready", Duration::from_secs(30), || async {
+        app.get("/readyz").await.status == 200
+    })
+    .await;
+}
+
+/// An upgrade whose migration waits past start-up's 5 s for a lock (a
+/// long report, a `pg_dump` holding the trail): the service serves
+/// meanwhile, not ready, its refusals answered into the journal; the
+/// migration started at start-up goes on, takes the lock once it is free,
+/// and the rows arrive in the upgraded trail.
+#[tokio::test]
+async fn a_migration_held_past_start_up_goes_on_while_the_service_serves() {
+    const COLLATION_MIGRATION: i64 = 20261129000001;
+    let db = TestDb::new(DbKind::Postgres).await;
+    drop(db.migrated_before(COLLATION_MIGRATION).await);
+    let mut holder = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    let mut lock = holder.begin().await.unwrap();
+    sqlx::query("LOCK TABLE audit_events IN ACCESS SHARE MODE")
+        .execute(&mut *lock)
+        .await
+        .unwrap();
+
+    let app = app_with(db.url.clone(), db.spool_dir(), false).await;
+    let applied = || async {
+        let mut check = sqlx::PgConnection::connect(&db.url).await.unwrap();
+        let found: Option<(bool,)> =
+            sqlx::query_as("SELECT success FROM _sqlx_migrations WHERE version = $1")
+                .bind(COLLATION_MIGRATION)
+                .fetch_optional(&mut check)
+                .await
+                .unwrap();
+        found.is_some_and(|(success,)| success)
+    };
+    // Start-up has stopped waiting; the lock still holds the migration.
+    assert!(!applied().await);
+    assert_eq!(app.sms_send(json!({ "phone": PHONE })).await.status, 200);
+    refused_send(&app, "during-the-migration").await;
+    assert_eq!(app.get("/readyz").await.status, 503);
+
+    lock.commit().await.unwrap();
+    eventually("the migration applied", Duration::from_secs(30), applied).await;
+    let pool = AuditDb::connect_lazy(&db.url).unwrap();
+    eventually("the row in the trail", Duration::from_secs(30), || async {
+        app.flush_audit().await;
+        let rows = pool.page(&EventFilter::default(), None, 1_000).await;
+        let counts = request_id_counts(&rows.unwrap_or_default());
+        counts.get("during-the-migration") == Some(&1)
+    })
     .await;
     eventually("ready", Duration::from_secs(30), || async {
         app.get("/readyz").await.status == 200

@@ -173,36 +173,8 @@ async fn tollgate_migrate_makes_the_partitions_of_the_retention_period() {
 
 /// The migrations before partitions and rollups, as an older tollgate
 /// applied them.
-async fn migrate_as_before(db: &TestDb, kind: DbKind) -> AuditDb {
-    migrate_before(db, kind, 20261126000000).await
-}
-
-/// The migrations older than `version`.
-async fn migrate_before(db: &TestDb, kind: DbKind, version: i64) -> AuditDb {
-    let dir = match kind {
-        DbKind::Postgres => "migrations/postgres",
-        DbKind::Sqlite => "migrations/sqlite",
-    };
-    let mut migrator = sqlx::migrate::Migrator::new(std::path::Path::new(&format!(
-        "{}/{dir}",
-        env!("CARGO_MANIFEST_DIR")
-    )))
-    .await
-    .unwrap();
-    let before: Vec<_> = migrator
-        .migrations
-        .iter()
-        .filter(|m| m.version < version)
-        .cloned()
-        .collect();
-    assert!(before.len() < migrator.migrations.len());
-    migrator.migrations = before.into();
-    let audit = AuditDb::connect_lazy(&db.url).unwrap();
-    match &audit {
-        AuditDb::Postgres(pool) => migrator.run(pool).await.unwrap(),
-        AuditDb::Sqlite(pool) => migrator.run(pool).await.unwrap(),
-    }
-    audit
+async fn migrate_as_before(db: &TestDb) -> AuditDb {
+    db.migrated_before(20261126000000).await
 }
 
 /// Rows written as the old schema's writer wrote them: one INSERT per row.
@@ -246,7 +218,7 @@ async fn insert_the_old_way(audit: &AuditDb, events: &[AuditEvent]) {
 
 async fn an_upgrade_from_the_unpartitioned_schema_keeps_every_row_and_rolls_it_up(kind: DbKind) {
     let db = TestDb::new(kind).await;
-    let old = migrate_as_before(&db, kind).await;
+    let old = migrate_as_before(&db).await;
     let mut events = Vec::new();
     for (i, days) in [0, 0, 1, 5, 33, 33, 80].into_iter().enumerate() {
         let mut e = refusal(
@@ -781,7 +753,7 @@ async fn the_writer_leaves_out_events_past_retention_and_goes_on() {
 #[tokio::test]
 async fn identifiers_compare_bytewise_after_the_upgrade_even_in_a_detached_day() {
     let db = TestDb::new(DbKind::Postgres).await;
-    let old = migrate_before(&db, DbKind::Postgres, 20261129000000).await;
+    let old = db.migrated_before(20261129000000).await;
     let AuditDb::Postgres(pool) = &old else {
         unreachable!()
     };

@@ -96,6 +96,33 @@ impl TestDb {
         db
     }
 
+    /// A pool of its own with the migrations older than `version` applied,
+    /// as an older tollgate left the database.
+    pub async fn migrated_before(&self, version: i64) -> AuditDb {
+        let dir = match self.pg_name {
+            Some(_) => "migrations/postgres",
+            None => "migrations/sqlite",
+        };
+        let path = format!("{}/{dir}", env!("CARGO_MANIFEST_DIR"));
+        let mut migrator = sqlx::migrate::Migrator::new(std::path::Path::new(&path))
+            .await
+            .expect("the migrations are readable");
+        let before: Vec<_> = migrator
+            .migrations
+            .iter()
+            .filter(|m| m.version < version)
+            .cloned()
+            .collect();
+        assert!(before.len() < migrator.migrations.len());
+        migrator.migrations = before.into();
+        let audit = AuditDb::connect_lazy(&self.url).expect("a valid URL");
+        match &audit {
+            AuditDb::Postgres(pool) => migrator.run(pool).await.expect("old migrations apply"),
+            AuditDb::Sqlite(pool) => migrator.run(pool).await.expect("old migrations apply"),
+        }
+        audit
+    }
+
     /// Every row `app` has written to it, newest first (its queue flushed
     /// first).
     pub async fn trail(
