@@ -223,6 +223,77 @@ mod tests {
         }
     }
 
+    /// Every number or flag a settings struct declares is named somewhere in
+    /// the defaults (which then type it) or listed in `UNSET_NUMBERS`; a
+    /// field added without a default and left off the list would take
+    /// `TOLLGATE__SERVER__NEW=3` as the text "3" and refuse it. Read from
+    /// the sources: serialized settings leave unset options out, and serde
+    /// gives no list of a type's fields.
+    #[test]
+    fn every_numeric_field_is_typed_by_the_defaults_or_listed() {
+        const SOURCES: &[&str] = &[
+            include_str!("mod.rs"),
+            include_str!("admin.rs"),
+            include_str!("lists.rs"),
+            include_str!("login.rs"),
+            include_str!("sms.rs"),
+            include_str!("parsed.rs"),
+        ];
+        const NUMERIC: &[&str] = &[
+            "u8", "u16", "u32", "u64", "usize", "i8", "i16", "i32", "i64", "isize", "f32", "f64",
+            "bool",
+        ];
+        fn named(value: &Value, names: &mut Vec<String>) {
+            match value {
+                Value::Dict(_, dict) => {
+                    for (key, inner) in dict {
+                        names.push(key.clone());
+                        named(inner, names);
+                    }
+                }
+                Value::Array(_, items) => items.iter().for_each(|v| named(v, names)),
+                _ => {}
+            }
+        }
+        let defaults = defaults();
+        let mut names = Vec::new();
+        named(&Value::from(defaults.clone()), &mut names);
+        let listed: Vec<&str> = UNSET_NUMBERS
+            .iter()
+            .filter_map(|key| key.rsplit('.').next())
+            .collect();
+
+        let mut numeric_fields = Vec::new();
+        for line in SOURCES.iter().flat_map(|source| source.lines()) {
+            let Some(field) = line.trim().strip_prefix("pub ") else {
+                continue;
+            };
+            let Some((name, ty)) = field.split_once(": ") else {
+                continue;
+            };
+            let ty = ty.trim_end_matches(',');
+            let inner = ty
+                .strip_prefix("Option<")
+                .and_then(|t| t.strip_suffix('>'))
+                .unwrap_or(ty);
+            if NUMERIC.contains(&inner) {
+                numeric_fields.push(name);
+            }
+        }
+        assert!(numeric_fields.contains(&"workers"), "{numeric_fields:?}");
+        for name in &numeric_fields {
+            assert!(
+                names.iter().any(|n| n == name) || listed.contains(name),
+                "`{name}` is a number without a default: add its key to UNSET_NUMBERS"
+            );
+        }
+        for key in UNSET_NUMBERS {
+            assert!(find(&defaults, key).is_none(), "{key} has a default");
+            let name = key.rsplit('.').next().unwrap_or(key);
+            assert!(numeric_fields.contains(&name), "{key} is no numeric field");
+        }
+    }
+
     #[test]
     fn lists_of_strings_keep_each_element_as_written() {
         assert_eq!(
