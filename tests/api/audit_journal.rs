@@ -374,10 +374,10 @@ async fn a_database_dropped_and_recreated_is_migrated_again() {
 /// An upgrade whose migration waits past start-up's 5 s for a lock (a
 /// long report, a `pg_dump` holding the trail): the service serves
 /// meanwhile, not ready, its refusals answered into the journal; once the
-/// lock is free the migration completes with nothing else to trigger it,
-/// and the rows arrive in the upgraded trail. (It would also pass with the
-/// migration dropped at the wait: the writer migrates again. That one
-/// migration runs, not two, is by reading of `startup::audit`.)
+/// lock is free the migration completes, and the rows arrive in the
+/// upgraded trail. (It would also pass with the migration dropped at the
+/// wait: the writer migrates again. That one migration runs, not two, is
+/// by reading of `startup::audit`.)
 #[tokio::test]
 async fn a_migration_held_past_start_up_goes_on_while_the_service_serves() {
     const COLLATION_MIGRATION: i64 = 20261129000001;
