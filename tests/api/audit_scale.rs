@@ -16,7 +16,7 @@ use tollgate::domain::{Action, Subject, SubjectKind};
 
 use crate::on_both_databases;
 use crate::support::app::{spawn_app_with_audit_db, Backend, TestApp};
-use crate::support::audit_db::{DbKind, TestDb};
+use crate::support::audit_db::{pg_pool, DbKind, TestDb};
 use crate::support::audit_trail::{all_rows, assert_rollups_match};
 
 on_both_databases!(
@@ -116,9 +116,7 @@ async fn partitions_cover_the_retention_period_and_days_ahead_for_plain_sql_too(
     retention::apply(&audit, Duration::from_secs(30 * 86_400), Utc::now())
         .await
         .unwrap();
-    let AuditDb::Postgres(pool) = &audit else {
-        unreachable!()
-    };
+    let pool = pg_pool(&audit);
     let have = partitions::existing(pool).await.unwrap();
     let today = partitions::day(Utc::now());
     let first = partitions::day(days_ago(30));
@@ -163,9 +161,7 @@ async fn tollgate_migrate_makes_the_partitions_of_the_retention_period() {
     );
     assert!(ok, "{stderr}");
     let audit = db.connect().await;
-    let AuditDb::Postgres(pool) = &audit else {
-        unreachable!()
-    };
+    let pool = pg_pool(&audit);
     let have = partitions::existing(pool).await.unwrap();
     assert!(have.contains(&partitions::day(days_ago(20))), "{have:?}");
     assert!(!have.contains(&partitions::day(days_ago(22))), "{have:?}");
@@ -315,9 +311,7 @@ async fn rollups_count_only_rows_that_were_new(kind: DbKind) {
 async fn a_batch_of_new_rows_is_a_plain_insert() {
     let db = TestDb::new(DbKind::Postgres).await;
     let audit = db.connect().await;
-    let AuditDb::Postgres(pool) = &audit else {
-        unreachable!()
-    };
+    let pool = pg_pool(&audit);
     let first = refusal(SubjectKind::User, "alice", Utc::now());
     assert_eq!(
         audit.insert(std::slice::from_ref(&first), 7).await.unwrap(),
@@ -562,9 +556,7 @@ async fn a_login_flood_during_a_retention_cut_is_audited_and_nothing_spools() {
     retention::apply(&audit, Duration::from_secs(31 * 86_400), Utc::now())
         .await
         .unwrap();
-    let AuditDb::Postgres(pool) = &audit else {
-        unreachable!()
-    };
+    let pool = pg_pool(&audit);
     // 2,000 rows on each of the last 30 days, by plain SQL (fast).
     sqlx::query(
         "INSERT INTO audit_events (id, occurred_at, action, decision, reason, subject_kind, subject, ip) \
@@ -754,9 +746,7 @@ async fn the_writer_leaves_out_events_past_retention_and_goes_on() {
 async fn identifiers_compare_bytewise_after_the_upgrade_even_in_a_detached_day() {
     let db = TestDb::new(DbKind::Postgres).await;
     let old = db.migrated_before(20261129000000).await;
-    let AuditDb::Postgres(pool) = &old else {
-        unreachable!()
-    };
+    let pool = pg_pool(&old);
     let today = refusal(SubjectKind::User, "Émile", Utc::now());
     let earlier = refusal(SubjectKind::User, "émile", days_ago(3));
     old.insert(&[today.clone(), earlier.clone()], 7)
@@ -771,9 +761,7 @@ async fn identifiers_compare_bytewise_after_the_upgrade_even_in_a_detached_day()
     .unwrap();
 
     let audit = db.connect().await; // migrates to today's schema
-    let AuditDb::Postgres(pool) = &audit else {
-        unreachable!()
-    };
+    let pool = pg_pool(&audit);
     let collations: Vec<(String, String, String)> = sqlx::query_as(
         "SELECT c.relname::text, a.attname::text, co.collname::text \
          FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid \
@@ -830,9 +818,7 @@ async fn identifiers_compare_bytewise_after_the_upgrade_even_in_a_detached_day()
 async fn a_partition_left_detached_is_dropped_or_attached_again() {
     let db = TestDb::new(DbKind::Postgres).await;
     let audit = db.connect().await;
-    let AuditDb::Postgres(pool) = &audit else {
-        unreachable!()
-    };
+    let pool = pg_pool(&audit);
     let old = refusal(SubjectKind::User, "old", days_ago(40));
     let kept = refusal(SubjectKind::User, "kept", days_ago(3));
     audit.insert(&[old.clone(), kept.clone()], 7).await.unwrap();

@@ -21,6 +21,14 @@ pub fn postgres_admin_url() -> String {
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
 }
 
+/// The PostgreSQL pool of `audit`, for a test that runs on PostgreSQL only.
+pub fn pg_pool(audit: &AuditDb) -> &sqlx::PgPool {
+    match audit {
+        AuditDb::Postgres(pool) => pool,
+        AuditDb::Sqlite(_) => panic!("a PostgreSQL test was given SQLite"),
+    }
+}
+
 /// Runs each named `async fn name(db: DbKind)` once per audit database.
 #[macro_export]
 macro_rules! on_both_databases {
