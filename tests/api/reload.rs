@@ -193,9 +193,10 @@ async fn a_changed_config_file_is_reloaded_without_a_signal_and_a_bad_one_is_not
             .log
             .lock()
             .iter()
-            .filter(|l| l.contains("settings reloaded"))
+            .filter(|l| l.contains("settings reloaded") && l.contains("FileChanged"))
             .count()
     };
+    // The rejection is logged after the reload before it, by the same task.
     assert_eq!(reloads(&server), 1, "{:?}", server.log.lock());
 
     // Audit writes beside the config and a touch of the file reload nothing.
@@ -208,6 +209,21 @@ async fn a_changed_config_file_is_reloaded_without_a_signal_and_a_bad_one_is_not
     eventually("the next phone limit", Duration::from_secs(10), || async {
         in_force(&server, &client, 31).await
     })
+    .await;
+    // The new settings are in force before their reload is logged, and a
+    // task drains the log: a SIGHUP's reload, logged after every earlier
+    // one by the same task, marks the point where all of them are read.
+    server.signal("-HUP");
+    eventually(
+        "the SIGHUP's reload in the log",
+        Duration::from_secs(10),
+        || async {
+            server
+                .lines("settings reloaded")
+                .iter()
+                .any(|l| l.contains("Hangup"))
+        },
+    )
     .await;
     assert_eq!(reloads(&server), 2, "{:?}", server.log.lock());
 }
