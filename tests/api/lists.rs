@@ -58,7 +58,10 @@ async fn an_allow_listed_ip_is_past_every_limit(backend: Backend) {
         assert_eq!(answer.status, 200, "send {i}: {}", answer.body);
         assert_eq!(answer.body["resend_after_secs"], 0);
     }
-    assert_eq!(app.metric(exempted).await - before, 5.0);
+    // The recorder is the process's, and this test's twin on the other
+    // store may count its own five meanwhile.
+    let counted = app.metric(exempted).await - before;
+    assert!((5.0..=10.0).contains(&counted), "{counted}");
     // The code of the last send is the one that verifies: codes still work.
     assert_eq!(send(&app, "+8613900139000", OTHER_IP).await.status, 200);
     assert_eq!(

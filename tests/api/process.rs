@@ -435,7 +435,26 @@ code_secret = "tls-test-code-secret-1234"
         .expect("openssl runs");
     assert!(made.status.success());
     let untrusted = Tollgate::start_with_env(&config, &[("SSL_CERT_FILE", other.as_str())]).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The connection's error is logged by fred's own task, a moment after
+    // start-up; it is logged again on every retry.
+    let said_why = || {
+        untrusted
+            .log
+            .lock()
+            .iter()
+            .any(|l| l.contains("Redis connection error") && l.contains("Certificate"))
+    };
+    for _ in 0..500 {
+        if said_why() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        said_why(),
+        "the refused certificate is logged: {:?}",
+        untrusted.log.lock()
+    );
     let status = client
         .get(format!("{}/readyz", untrusted.address))
         .send()
@@ -443,15 +462,5 @@ code_secret = "tls-test-code-secret-1234"
         .unwrap()
         .status();
     assert_eq!(status, 503);
-    let said_why = untrusted
-        .log
-        .lock()
-        .iter()
-        .any(|l| l.contains("Redis connection error") && l.contains("Certificate"));
-    assert!(
-        said_why,
-        "the refused certificate is logged: {:?}",
-        untrusted.log.lock()
-    );
     let _ = redis.kill().await;
 }

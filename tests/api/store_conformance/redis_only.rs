@@ -45,8 +45,9 @@ async fn a_redis_that_is_down_gives_a_store_that_answers_unavailable_at_once() {
         Err(StoreError::Unavailable(_))
     ));
     assert!(
-        started.elapsed() < Duration::from_millis(100),
-        "calls fail fast"
+        started.elapsed() < Duration::from_millis(250),
+        "calls fail without waiting for the 300 ms timeout: {:?}",
+        started.elapsed()
     );
 }
 
