@@ -110,6 +110,15 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / TICKS
 
 
+def page_faults(pid):
+    """Minor and major page faults of a process (all its threads): memory an
+    allocator gives back to the kernel and touches again faults, kernel
+    time that no instruction count of the service shows."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[7]) + int(fields[9])
+
+
 def context_switches(pid):
     """Voluntary and involuntary context switches of every thread of `pid`:
     a request that wakes more threads, or wakes one more often, costs the
@@ -307,11 +316,12 @@ def crate_of(symbol):
     return re.split(r"::|<|\s", name)[0] or symbol
 
 
-def perf_split(data, seconds, used, rps, side):
+def perf_split(data, seconds, used, exe, rps, side):
     """A `perf record` of a service, as µs of CPU per request: by part
     (kernel, the service's binary, libc, vdso: the clock), by crate and by
     symbol, and the share of the CPU the process used while sampled
-    (`used` seconds) that the samples account for. Each row's period is its
+    (`used` seconds) that the samples account for; `exe` is the name of the
+    service's binary, as perf names its samples. Each row's period is its
     CPU time (cpu-clock counts nanoseconds); the requests are the run's rate
     times the sampled seconds. None when perf report gives nothing."""
     done = subprocess.run(["perf", "report", "-i", data, "--stdio", "-F", "period,dso,sym"],
@@ -324,7 +334,7 @@ def perf_split(data, seconds, used, rps, side):
             continue
         us = int(m.group(1)) * per_ns
         dso, kernel, symbol = m.group(2), m.group(3) == "k", m.group(4).strip()
-        part = "kernel" if kernel else ("binary" if dso in ("tollgate", "lean_login")
+        part = "kernel" if kernel else ("binary" if dso == exe
                                         else dso.split(".so")[0].strip("[]"))
         crate = "kernel" if kernel else crate_of(symbol)
         for table, key in ((parts, part), (crates, crate), (symbols, symbol)):
@@ -646,8 +656,9 @@ code_secret = "bench-code-secret-0123456789abcdef"
         print(f"\n### {scenario['title']}, equal load: each service alone on core {service_core}, "
               f"Redis and wrk on core {redis_core} (medians of {self.args.rounds} runs of "
               f"{self.args.duration}s, alternated)")
-        print("| side | req/s | non-2xx | service CPU/req | Redis CPU/req | service context switches/req |")
-        print("|---|---|---|---|---|---|")
+        print("| side | req/s | non-2xx | service CPU/req | Redis CPU/req | service context switches/req "
+              "| service page faults/req |")
+        print("|---|---|---|---|---|---|---|")
         runs = {side: [] for side in sides}
         profiles = {}
         redis_mask = os.sched_getaffinity(self.redis.pid)
@@ -670,7 +681,7 @@ code_secret = "bench-code-secret-0123456789abcdef"
         for side, rs in runs.items():
             m = lambda k: self.median(rs, k)
             print(f"| {side} | {m('rps'):,.0f} | {m('non2xx'):.0f} | {m('service_us'):.1f} µs | "
-                  f"{m('redis_us'):.1f} µs | {m('switches'):.3f} |")
+                  f"{m('redis_us'):.1f} µs | {m('switches'):.3f} | {m('faults'):.3f} |")
         t, lean = runs["tollgate"], runs["lean"]
         rps = self.median(t, "rps") / self.median(lean, "rps")
         per_round = ", ".join(f"{a['service_us'] / b['service_us']:.2f}" for a, b in zip(t, lean))
@@ -693,6 +704,7 @@ code_secret = "bench-code-secret-0123456789abcdef"
             redis_cli("FLUSHALL")
             before = (cpu_seconds(proc.pid), cpu_seconds(self.redis.pid))
             switches = context_switches(proc.pid)
+            faults = page_faults(proc.pid)
             load = self.wrk(port, "login", scenario["identities"], self.args.duration,
                             auth=side == "tollgate", cores={redis_core})
             sampled = self.perf_record(proc.pid, side) if sample else None
@@ -703,6 +715,7 @@ code_secret = "bench-code-secret-0123456789abcdef"
             r["service_us"] = (cpu_seconds(proc.pid) - before[0]) / n * 1e6
             r["redis_us"] = (cpu_seconds(self.redis.pid) - before[1]) / n * 1e6
             r["switches"] = (context_switches(proc.pid) - switches) / n
+            r["faults"] = (page_faults(proc.pid) - faults) / n
         finally:
             pin(proc.pid, mask)
         return r
@@ -720,6 +733,8 @@ code_secret = "bench-code-secret-0123456789abcdef"
         time.sleep(1)
         # cpu-clock, not the default `cycles`: the same event on a machine
         # with hardware counters and on one without.
+        # A copied binary keeps its new name: perf names samples by file.
+        exe = os.path.basename(os.readlink(f"/proc/{pid}/exe"))
         before = cpu_seconds(pid)
         done = subprocess.run(["perf", "record", "-q", "-e", "cpu-clock", "-F", str(PERF_HZ),
                                "-p", str(pid), "-o", data, "--", "sleep", str(seconds)],
@@ -728,7 +743,7 @@ code_secret = "bench-code-secret-0123456789abcdef"
         if done.returncode != 0 or not os.path.exists(data) or os.path.getsize(data) == 0:
             print(f"  (--perf: perf record failed for {side}: {done.stderr.strip()[:200]})")
             return None
-        return data, seconds, cpu_seconds(pid) - before
+        return data, seconds, cpu_seconds(pid) - before, exe
 
     def memory_per_subject(self):
         """Redis bytes for one IP subject after N login failures from it."""
