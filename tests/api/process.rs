@@ -7,6 +7,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::support::process::{config_file, Tollgate};
+use crate::support::wait::eventually;
 
 /// A store failure on the request path is logged with the request's id (at
 /// the default level, where requests get no span).
@@ -437,24 +438,18 @@ code_secret = "tls-test-code-secret-1234"
     let untrusted = Tollgate::start_with_env(&config, &[("SSL_CERT_FILE", other.as_str())]).await;
     // The connection's error is logged by fred's own task, a moment after
     // start-up; it is logged again on every retry.
-    let said_why = || {
-        untrusted
-            .log
-            .lock()
-            .iter()
-            .any(|l| l.contains("Redis connection error") && l.contains("Certificate"))
-    };
-    for _ in 0..500 {
-        if said_why() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert!(
-        said_why(),
-        "the refused certificate is logged: {:?}",
-        untrusted.log.lock()
-    );
+    eventually(
+        "the refused certificate in the log",
+        Duration::from_secs(10),
+        || async {
+            untrusted
+                .log
+                .lock()
+                .iter()
+                .any(|l| l.contains("Redis connection error") && l.contains("Certificate"))
+        },
+    )
+    .await;
     let status = client
         .get(format!("{}/readyz", untrusted.address))
         .send()

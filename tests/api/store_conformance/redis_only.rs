@@ -19,7 +19,9 @@ async fn a_redis_that_is_down_gives_a_store_that_answers_unavailable_at_once() {
     let url = format!("redis://127.0.0.1:{port}");
 
     let started = Instant::now();
-    let store = RedisStore::connect(&url, Duration::from_millis(300))
+    // A timeout far above the bounds below: neither connecting nor a call
+    // may wait for it.
+    let store = RedisStore::connect(&url, Duration::from_secs(3))
         .await
         .expect("connect does not fail when Redis is down");
     assert!(
@@ -46,7 +48,7 @@ async fn a_redis_that_is_down_gives_a_store_that_answers_unavailable_at_once() {
     ));
     assert!(
         started.elapsed() < Duration::from_millis(250),
-        "calls fail without waiting for the 300 ms timeout: {:?}",
+        "calls fail without waiting for the timeout: {:?}",
         started.elapsed()
     );
 }
