@@ -103,10 +103,16 @@ enabled = false
 }
 
 
+def stat_fields(pid):
+    """The fields of `/proc/<pid>/stat` after the command's name (which may
+    hold spaces and parentheses): index 0 is the state, field 3 of proc(5)."""
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()
+
+
 def cpu_seconds(pid):
     """utime + stime of a process (all its threads), in seconds."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
+    fields = stat_fields(pid)
     return (int(fields[11]) + int(fields[12])) / TICKS
 
 
@@ -114,8 +120,7 @@ def page_faults(pid):
     """Minor and major page faults of a process (all its threads): memory an
     allocator gives back to the kernel and touches again faults, kernel
     time that no instruction count of the service shows."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
+    fields = stat_fields(pid)
     return int(fields[7]) + int(fields[9])
 
 
