@@ -46,6 +46,7 @@ async fn run(name: &str, url: &str) {
         SinkConfig {
             batch_size: 500,
             flush_interval: Duration::from_millis(200),
+            write_timeout: Duration::from_secs(10),
             queue_capacity: 10_000,
             journal_sync_interval: Duration::from_millis(200),
             retention: Duration::from_secs(90 * 86_400),

@@ -235,6 +235,12 @@ pub struct AuditSettings {
     /// default 200 ms.
     #[serde(with = "duration")]
     pub flush_interval: Duration,
+    /// Longest one insert of a batch may go unanswered before the writer
+    /// leaves the batch to the journal and `/readyz` says 503: a database
+    /// that hangs, or a network that drops its packets, must not hold the
+    /// trail while readiness keeps its last good word; default 10 s.
+    #[serde(with = "duration")]
+    pub write_timeout: Duration,
     /// Directory of the audit journal: every event is appended there before
     /// its request is answered, and replayed from there when the database
     /// missed it; default `tollgate-spool`.

@@ -63,6 +63,7 @@ pub(super) async fn open(
         SinkConfig {
             batch_size: config.batch_size,
             flush_interval: config.flush_interval,
+            write_timeout: config.write_timeout,
             queue_capacity: config.queue_capacity,
             journal_sync_interval: config.journal_sync_interval,
             retention: config.retention,

@@ -2,8 +2,9 @@
 //! down), exactly once; an unusable spool directory stops start-up; a
 //! failing journal still answers, counts and says not ready; a database
 //! dropped and made again is migrated again, and a migration held up past
-//! start-up goes on while the service serves; `/readyz` tells the public
-//! nothing but "not ready".
+//! start-up goes on while the service serves; a database that stops
+//! answering is given up on within `audit.write_timeout`; `/readyz` tells
+//! the public nothing but "not ready".
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -15,7 +16,7 @@ use tollgate::audit::query::EventFilter;
 use tollgate::audit::{AuditDb, AuditEvent};
 
 use crate::support::app::{limits, spawn_app_with_audit_db, Backend, TestApp};
-use crate::support::audit_db::{postgres_admin_url, DbKind, TestDb};
+use crate::support::audit_db::{postgres_admin_url, DbKind, FaultProxy, TestDb};
 use crate::support::audit_trail::{all_rows, refused_send, request_id_counts};
 use crate::support::process::Tollgate;
 use crate::support::wait::eventually;
@@ -423,6 +424,108 @@ async fn a_migration_held_past_start_up_goes_on_while_the_service_serves() {
         app.get("/readyz").await.status == 200
     })
     .await;
+}
+
+/// How a database stops answering the writer.
+#[derive(Clone, Copy, Debug)]
+enum Hang {
+    /// Someone holds a lock the insert waits on (an operator's `ALTER
+    /// TABLE`, a `CREATE INDEX`): the connection answers pings, the insert
+    /// never returns. Only `audit.write_timeout` ends the wait.
+    Locked,
+    /// Every byte stops on the way (a network that drops packets, a hung
+    /// server): the pool's own acquire timeout ends the wait of an insert
+    /// that has not started, `audit.write_timeout` that of one under way.
+    Frozen,
+}
+
+/// A database that stops answering: within `audit.write_timeout` the
+/// writer leaves the batch to the journal and `/readyz` says 503, instead
+/// of waiting on the insert while readiness keeps its last good word; a
+/// flush (what `SIGTERM` does) returns; once the database answers again,
+/// every refusal is in it, once.
+async fn a_database_that_stops_answering_is_given_up_on(hang: Hang) {
+    let db = TestDb::new(DbKind::Postgres).await;
+    let proxy = FaultProxy::start("127.0.0.1:5432").await;
+    let app = app_configured(db.url_via(proxy.port), db.spool_dir(), false, |s| {
+        s.audit.write_timeout = Duration::from_secs(1);
+    })
+    .await;
+    assert_eq!(app.sms_send(json!({ "phone": PHONE })).await.status, 200);
+    refused_send(&app, "before-the-hang").await;
+    app.flush_audit().await;
+    assert_eq!(app.get("/readyz").await.status, 200);
+    let spooled = "tollgate_audit_events_total{outcome=\"spooled\"}";
+    let spooled_before = app.metric(spooled).await;
+
+    // The hang starts straight after a write, so that the writer's next
+    // word with the database is these refusals' insert, not its idle probe
+    // (which has a timeout of its own).
+    let mut holder = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    let mut lock = holder.begin().await.unwrap();
+    match hang {
+        Hang::Locked => {
+            sqlx::query("LOCK TABLE audit_events IN ACCESS EXCLUSIVE MODE")
+                .execute(&mut *lock)
+                .await
+                .unwrap();
+        }
+        Hang::Frozen => proxy.freeze(),
+    }
+    for i in 0..3 {
+        refused_send(&app, &format!("during-the-hang-{i}")).await;
+    }
+    eventually("not ready", Duration::from_secs(20), || async {
+        app.get("/readyz").await.status == 503
+    })
+    .await;
+    let health = app.sink_health();
+    assert!(!health.database && health.journal, "{health:?}");
+    assert!(app.metric(spooled).await - spooled_before >= 3.0);
+    tokio::time::timeout(Duration::from_secs(30), app.flush_audit())
+        .await
+        .expect("a flush does not wait on a database that does not answer");
+
+    lock.commit().await.unwrap();
+    proxy.thaw();
+    eventually("ready again", Duration::from_secs(30), || async {
+        app.get("/readyz").await.status == 200
+    })
+    .await;
+    let pool = db.connect().await;
+    eventually(
+        "every refusal in the trail, once",
+        Duration::from_secs(30),
+        || async {
+            let counts = request_id_counts(&all_rows(&pool).await);
+            counts.get("before-the-hang") == Some(&1)
+                && (0..3).all(|i| counts.get(&format!("during-the-hang-{i}")) == Some(&1))
+        },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_database_locked_against_the_insert_is_given_up_on_and_loses_nothing() {
+    a_database_that_stops_answering_is_given_up_on(Hang::Locked).await;
+}
+
+#[tokio::test]
+async fn a_database_behind_a_frozen_network_is_given_up_on_and_loses_nothing() {
+    a_database_that_stops_answering_is_given_up_on(Hang::Frozen).await;
+}
+
+/// `audit.write_timeout` is a duration of at least a millisecond; 10 s
+/// unless set.
+#[test]
+fn the_write_timeout_is_validated() {
+    let error = crate::support::app::config_error("[audit]\nwrite_timeout = \"0ms\"");
+    assert!(
+        error.contains("audit.write_timeout") && error.contains("at least 1ms"),
+        "{error}"
+    );
+    let settings = crate::support::app::load_config("").unwrap();
+    assert_eq!(settings.audit.write_timeout, Duration::from_secs(10));
 }
 
 fn a_refusal(user: &str) -> AuditEvent {

@@ -716,6 +716,7 @@ async fn the_writer_leaves_out_events_past_retention_and_goes_on() {
         SinkConfig {
             batch_size: 10,
             flush_interval: Duration::from_millis(20),
+            write_timeout: Duration::from_secs(10),
             queue_capacity: 100,
             journal_sync_interval: Duration::from_millis(50),
             retention: Duration::from_secs(86_400),

@@ -25,6 +25,9 @@ pub(super) struct Writer {
     database: Arc<AtomicBool>,
     batch_size: usize,
     flush_interval: Duration,
+    /// Longest one insert may go unanswered before its batch is left to
+    /// the journal (`audit.write_timeout`).
+    write_timeout: Duration,
     retention: Duration,
     prefix_digits: u32,
     /// Events the journal could not take, kept in memory until inserted.
@@ -79,6 +82,7 @@ impl Writer {
             database,
             batch_size: config.batch_size.max(1),
             flush_interval: config.flush_interval,
+            write_timeout: config.write_timeout,
             retention: config.retention,
             prefix_digits: config.prefix_digits,
             held_cap: config.queue_capacity.max(1),
@@ -206,7 +210,11 @@ impl Writer {
             tries += 1;
             match self.insert(events).await {
                 Ok(n) => return Ok(n),
-                Err(e) if tries >= INSERT_TRIES => return Err(e),
+                // A database that did not answer in time is not asked again
+                // at once: a hung one would hold the writer three times as long.
+                Err(e) if tries >= INSERT_TRIES || matches!(e, AuditError::TimedOut(_)) => {
+                    return Err(e)
+                }
                 Err(_) => {
                     tokio::time::sleep(pause).await;
                     pause *= 2;
@@ -218,12 +226,19 @@ impl Writer {
     /// Migrate first when needed; a table that has gone (the database was
     /// dropped and made again) is migrated again on the next try. Events
     /// past retention are counted and left out.
+    ///
+    /// The insert, not the migration, is bounded by `audit.write_timeout`:
+    /// an insert waiting on a lock (an operator's DDL on the trail), on a
+    /// hung server or on lost packets would otherwise hold the writer while
+    /// `/readyz` kept its last good word. A batch dropped at the
+    /// timeout is left to the journal; if PostgreSQL did commit it, the
+    /// replay skips its rows (exactly once, as after a lost commit answer).
     async fn insert(&mut self, events: &[AuditEvent]) -> Result<u64, AuditError> {
         self.migrate().await?;
         let cutoff = crate::audit::retention::cutoff(chrono::Utc::now(), self.retention);
         let expired = events.iter().filter(|e| e.occurred_at < cutoff).count();
         let inserted = if expired == 0 {
-            self.db.insert(events, self.prefix_digits).await
+            self.bounded_insert(events).await
         } else {
             count("expired", expired);
             if let Some(held_back) = DROP_LINES.admit() {
@@ -238,10 +253,19 @@ impl Writer {
                 .filter(|e| e.occurred_at >= cutoff)
                 .cloned()
                 .collect();
-            self.db.insert(&kept, self.prefix_digits).await
+            self.bounded_insert(&kept).await
         };
         self.note_missing_table(&inserted);
         inserted
+    }
+
+    async fn bounded_insert(&self, events: &[AuditEvent]) -> Result<u64, AuditError> {
+        tokio::time::timeout(
+            self.write_timeout,
+            self.db.insert(events, self.prefix_digits),
+        )
+        .await
+        .unwrap_or(Err(AuditError::TimedOut(self.write_timeout)))
     }
 
     async fn migrate(&mut self) -> Result<(), AuditError> {

@@ -36,6 +36,8 @@ pub struct SinkConfig {
     pub batch_size: usize,
     /// Longest an event waits for its batch to fill.
     pub flush_interval: Duration,
+    /// Longest one insert may go unanswered (`audit.write_timeout`).
+    pub write_timeout: Duration,
     /// Events the in-memory queue holds; further ones wait in the journal.
     pub queue_capacity: usize,
     /// How often the journal is fsync'd: what a machine crash can lose.

@@ -169,6 +169,7 @@ impl Settings {
         positive("audit.batch_size", audit.batch_size as u64)?;
         positive("audit.queue_capacity", audit.queue_capacity as u64)?;
         duration("audit.flush_interval", audit.flush_interval)?;
+        duration("audit.write_timeout", audit.write_timeout)?;
         duration("audit.journal_sync_interval", audit.journal_sync_interval)?;
         if audit.journal_sync_interval > MAX_JOURNAL_SYNC_INTERVAL {
             return Err(SettingsError::invalid(

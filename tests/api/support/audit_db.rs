@@ -1,5 +1,5 @@
 //! Audit databases for tests: a fresh PostgreSQL database or SQLite file per
-//! test, dropped afterwards; and a TCP proxy the test can cut.
+//! test, dropped afterwards; and a TCP proxy the test can cut or freeze.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -7,6 +7,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use sqlx::Connection;
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tollgate::audit::AuditDb;
 
@@ -168,10 +169,13 @@ impl Drop for TestDb {
 }
 
 /// A TCP proxy to an upstream address that the test can cut (every open
-/// connection dropped, new ones refused) and restore.
+/// connection dropped, new ones refused) and restore, or freeze: every
+/// connection stays open and new ones are taken, but no byte moves, as
+/// from a database that hangs or behind a network that drops packets.
 pub struct FaultProxy {
     pub port: u16,
     open: Arc<AtomicBool>,
+    frozen: watch::Sender<bool>,
     connections: Arc<Mutex<Vec<JoinHandle<()>>>>,
     accept: JoinHandle<()>,
 }
@@ -181,10 +185,12 @@ impl FaultProxy {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("a free port");
         let port = listener.local_addr().unwrap().port();
         let open = Arc::new(AtomicBool::new(true));
+        let (frozen, _) = watch::channel(false);
         let connections: Arc<Mutex<Vec<JoinHandle<()>>>> = Arc::default();
         let upstream = upstream.to_string();
         let accept = {
             let open = open.clone();
+            let frozen = frozen.clone();
             let connections = connections.clone();
             tokio::spawn(async move {
                 while let Ok((mut client, _)) = listener.accept().await {
@@ -193,9 +199,24 @@ impl FaultProxy {
                         continue;
                     }
                     let upstream = upstream.clone();
+                    let mut frozen = frozen.subscribe();
                     let task = tokio::spawn(async move {
-                        if let Ok(mut server) = TcpStream::connect(&upstream).await {
-                            let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                        let held_at_once = *frozen.borrow();
+                        if held_at_once {
+                            // Taken, never answered: the client's socket stays open.
+                            let _client = client;
+                            return std::future::pending().await;
+                        }
+                        let Ok(mut server) = TcpStream::connect(&upstream).await else {
+                            return;
+                        };
+                        let froze = tokio::select! {
+                            _ = tokio::io::copy_bidirectional(&mut client, &mut server) => false,
+                            changed = frozen.wait_for(|frozen| *frozen) => changed.is_ok(),
+                        };
+                        if froze {
+                            // Both sockets stay open; no byte moves.
+                            std::future::pending::<()>().await;
                         }
                     });
                     connections.lock().push(task);
@@ -205,6 +226,7 @@ impl FaultProxy {
         Self {
             port,
             open,
+            frozen,
             connections,
             accept,
         }
@@ -219,6 +241,20 @@ impl FaultProxy {
 
     pub fn restore(&self) {
         self.open.store(true, Ordering::SeqCst);
+    }
+
+    /// Stop moving bytes; every connection stays open.
+    pub fn freeze(&self) {
+        self.frozen.send_replace(true);
+    }
+
+    /// End a freeze as a failover would: the held connections are dropped,
+    /// new ones go through.
+    pub fn thaw(&self) {
+        self.frozen.send_replace(false);
+        for task in self.connections.lock().drain(..) {
+            task.abort();
+        }
     }
 }
 
