@@ -2,6 +2,7 @@
 //! default. All SQL lives below this module; each database has its own file
 //! because their types differ (UUID/TIMESTAMPTZ there, TEXT here).
 
+mod closing;
 mod lists;
 pub mod partitions;
 mod postgres;
@@ -42,6 +43,20 @@ pub enum AuditError {
 }
 
 impl AuditError {
+    /// The database did not answer in time: the writer's own bound, the
+    /// bound PostgreSQL enforces for it (`lock_timeout`, 55P03;
+    /// `statement_timeout`, 57014), or no pooled connection within the
+    /// pool's wait. Asking again at once would only wait as long again.
+    pub fn is_timeout(&self) -> bool {
+        match self {
+            Self::TimedOut(_) | Self::Database(sqlx::Error::PoolTimedOut) => true,
+            Self::Database(sqlx::Error::Database(e)) => {
+                matches!(e.code().as_deref(), Some("55P03" | "57014"))
+            }
+            _ => false,
+        }
+    }
+
     /// The audit table does not exist (the database was dropped and made
     /// again while running): migrating again fixes it.
     pub fn is_missing_table(&self) -> bool {
@@ -160,11 +175,24 @@ impl AuditDb {
         events: &[AuditEvent],
         prefix_digits: u32,
     ) -> Result<u64, AuditError> {
+        self.insert_within(events, prefix_digits, None).await
+    }
+
+    /// [`insert`](Self::insert), with PostgreSQL told to end any lock wait
+    /// or statement of the batch's transactions past `bound` (the writer's
+    /// `audit.write_timeout`), so that a wait ends with an error and a
+    /// clean connection rather than only when the caller gives up.
+    pub async fn insert_within(
+        &self,
+        events: &[AuditEvent],
+        prefix_digits: u32,
+        bound: Option<std::time::Duration>,
+    ) -> Result<u64, AuditError> {
         if events.is_empty() {
             return Ok(0);
         }
         match self {
-            Self::Postgres(pool) => postgres::insert(pool, events, prefix_digits).await,
+            Self::Postgres(pool) => postgres::insert(pool, events, prefix_digits, bound).await,
             Self::Sqlite(pool) => sqlite::insert(pool, events, prefix_digits).await,
         }
     }

@@ -66,7 +66,19 @@ pub async fn ensure(
     if wanted.is_subset(&existing(pool).await?) {
         return Ok(Vec::new());
     }
-    let mut conn = pool.acquire().await?;
+    let mut conn = super::closing::ClosedUnlessDone::acquire(pool).await?;
+    let made = make(&mut conn, &wanted).await;
+    conn.done();
+    made
+}
+
+/// The days of `wanted` that have no partition yet, made in one
+/// transaction under a lock, so that instances making the same day at once
+/// make it once.
+async fn make(
+    conn: &mut sqlx::PgConnection,
+    wanted: &BTreeSet<NaiveDate>,
+) -> Result<Vec<NaiveDate>, AuditError> {
     let mut tx = conn.begin().await?;
     sqlx::query("SELECT pg_advisory_xact_lock($1)")
         .bind(CREATE_LOCK)

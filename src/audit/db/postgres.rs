@@ -5,10 +5,11 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use chrono::{DateTime, SubsecRound, Utc};
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
-use sqlx::{FromRow, Postgres, QueryBuilder, Row as _};
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
+use sqlx::{Connection as _, FromRow, Postgres, QueryBuilder, Row as _};
 use uuid::Uuid;
 
+use super::closing::ClosedUnlessDone;
 use super::{
     event_from_columns, partitions, push_conditions, repository, rollups, AuditError, EventColumns,
     RetentionCut, COLUMNS,
@@ -58,12 +59,13 @@ pub async fn insert(
     pool: &PgPool,
     events: &[AuditEvent],
     prefix_digits: u32,
+    bound: Option<Duration>,
 ) -> Result<u64, AuditError> {
-    match insert_once(pool, events, prefix_digits).await {
+    match insert_once(pool, events, prefix_digits, bound).await {
         Err(e) if partitions::is_missing_partition(&e) => {
             let days = events.iter().map(|e| partitions::day(e.occurred_at));
             partitions::ensure(pool, days).await?;
-            insert_once(pool, events, prefix_digits).await
+            insert_once(pool, events, prefix_digits, bound).await
         }
         done => done,
     }
@@ -79,13 +81,38 @@ async fn insert_once(
     pool: &PgPool,
     events: &[AuditEvent],
     prefix_digits: u32,
+    bound: Option<Duration>,
 ) -> Result<u64, AuditError> {
-    match insert_rows(pool, events, prefix_digits, Present::Absent).await {
-        Err(e) if is_present_already(&e) => {
-            insert_rows(pool, events, prefix_digits, Present::Skipped).await
-        }
+    let batch = Batch {
+        events,
+        prefix_digits,
+        bound,
+    };
+    match insert_rows(pool, &batch, Present::Absent).await {
+        Err(e) if is_present_already(&e) => insert_rows(pool, &batch, Present::Skipped).await,
         done => done,
     }
+}
+
+/// One batch's rows and how to write them.
+struct Batch<'a> {
+    events: &'a [AuditEvent],
+    prefix_digits: u32,
+    /// Past it, PostgreSQL ends the transaction's lock waits and statements.
+    bound: Option<Duration>,
+}
+
+/// On a connection that is closed, not pooled again, if the caller cuts
+/// the insert off (`closing`).
+async fn insert_rows(
+    pool: &PgPool,
+    batch: &Batch<'_>,
+    present: Present,
+) -> Result<u64, AuditError> {
+    let mut conn = ClosedUnlessDone::acquire(pool).await?;
+    let written = insert_rows_on(&mut conn, batch, present).await;
+    conn.done();
+    written
 }
 
 /// What a batch's statement does with a row whose key is already there.
@@ -108,12 +135,16 @@ fn is_present_already(e: &AuditError) -> bool {
 
 /// One statement for the rows (each column as one array bind), then the
 /// rollups of the rows that were new, in one transaction.
-async fn insert_rows(
-    pool: &PgPool,
-    events: &[AuditEvent],
-    prefix_digits: u32,
+async fn insert_rows_on(
+    conn: &mut PgConnection,
+    batch: &Batch<'_>,
     present: Present,
 ) -> Result<u64, AuditError> {
+    let Batch {
+        events,
+        prefix_digits,
+        bound,
+    } = *batch;
     fn column<'a, T>(events: &'a [AuditEvent], f: impl Fn(&'a AuditEvent) -> T) -> Vec<T> {
         events.iter().map(f).collect()
     }
@@ -128,7 +159,17 @@ async fn insert_rows(
          $13::bigint[], $14::text[], $15::text[], $16::bool[], $17::text[], $18::bigint[])\
          {on_conflict}"
     );
-    let mut tx = pool.begin().await?;
+    let mut tx = match bound {
+        // In BEGIN's own round trip; milliseconds are both settings' unit.
+        Some(bound) => {
+            let ms = bound.as_millis().max(1);
+            conn.begin_with(format!(
+                "BEGIN; SET LOCAL lock_timeout = {ms}; SET LOCAL statement_timeout = {ms}"
+            ))
+            .await?
+        }
+        None => conn.begin().await?,
+    };
     let query = sqlx::query(&sql)
         .bind(column(events, |e| e.id))
         // Milliseconds, as the journal keeps them: a replay's row must be

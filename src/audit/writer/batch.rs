@@ -212,9 +212,7 @@ impl Writer {
                 Ok(n) => return Ok(n),
                 // A database that did not answer in time is not asked again
                 // at once: a hung one would hold the writer three times as long.
-                Err(e) if tries >= INSERT_TRIES || matches!(e, AuditError::TimedOut(_)) => {
-                    return Err(e)
-                }
+                Err(e) if tries >= INSERT_TRIES || e.is_timeout() => return Err(e),
                 Err(_) => {
                     tokio::time::sleep(pause).await;
                     pause *= 2;
@@ -230,9 +228,11 @@ impl Writer {
     /// The insert, not the migration, is bounded by `audit.write_timeout`:
     /// an insert waiting on a lock (an operator's DDL on the trail), on a
     /// hung server or on lost packets would otherwise hold the writer while
-    /// `/readyz` kept its last good word. A batch dropped at the
-    /// timeout is left to the journal; if PostgreSQL did commit it, the
-    /// replay skips its rows (exactly once, as after a lost commit answer).
+    /// `/readyz` kept its last good word. PostgreSQL ends the batch's lock
+    /// waits and statements at the bound itself; a database that answers
+    /// nothing at all is given up at twice it. A batch given up is left to
+    /// the journal; if PostgreSQL did commit it, the replay skips its rows
+    /// (exactly once, as after a lost commit answer).
     async fn insert(&mut self, events: &[AuditEvent]) -> Result<u64, AuditError> {
         self.migrate().await?;
         let cutoff = crate::audit::retention::cutoff(chrono::Utc::now(), self.retention);
@@ -260,12 +260,13 @@ impl Writer {
     }
 
     async fn bounded_insert(&self, events: &[AuditEvent]) -> Result<u64, AuditError> {
-        tokio::time::timeout(
-            self.write_timeout,
-            self.db.insert(events, self.prefix_digits),
-        )
-        .await
-        .unwrap_or(Err(AuditError::TimedOut(self.write_timeout)))
+        let bound = self.write_timeout;
+        let insert = self
+            .db
+            .insert_within(events, self.prefix_digits, Some(bound));
+        tokio::time::timeout(bound.saturating_mul(2), insert)
+            .await
+            .unwrap_or(Err(AuditError::TimedOut(bound.saturating_mul(2))))
     }
 
     async fn migrate(&mut self) -> Result<(), AuditError> {
