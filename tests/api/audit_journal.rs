@@ -378,7 +378,9 @@ async fn a_database_dropped_and_recreated_is_migrated_again() {
 /// long report, a `pg_dump` holding the trail): the service serves
 /// meanwhile, not ready, its refusals answered into the journal; once the
 /// lock is free the migration completes, and the rows arrive in the
-/// upgraded trail. (It would also pass with the migration dropped at the
+/// upgraded trail. A flush (what `SIGTERM` does) meanwhile gives up on the
+/// writer, stuck behind the migration, within its bound:
+/// `audit.write_timeout` and a second. (It would also pass with the migration dropped at the
 /// wait: the writer migrates again. That one migration runs, not two, is
 /// by reading of `startup::audit`.)
 #[tokio::test]
@@ -393,7 +395,10 @@ async fn a_migration_held_past_start_up_goes_on_while_the_service_serves() {
         .await
         .unwrap();
 
-    let app = app_with(db.url.clone(), db.spool_dir(), false).await;
+    let app = app_configured(db.url.clone(), db.spool_dir(), false, |s| {
+        s.audit.write_timeout = Duration::from_secs(1);
+    })
+    .await;
     let applied = || async {
         let mut check = sqlx::PgConnection::connect(&db.url).await.unwrap();
         let found: Option<(bool,)> =
@@ -409,6 +414,10 @@ async fn a_migration_held_past_start_up_goes_on_while_the_service_serves() {
     assert_eq!(app.sms_send(json!({ "phone": PHONE })).await.status, 200);
     refused_send(&app, "during-the-migration").await;
     assert_eq!(app.get("/readyz").await.status, 503);
+    tokio::time::timeout(Duration::from_secs(30), app.flush_audit())
+        .await
+        .expect("a flush does not wait on a migration held up");
+    assert!(!applied().await, "the lock still holds the migration");
 
     lock.commit().await.unwrap();
     eventually("the migration applied", Duration::from_secs(30), applied).await;

@@ -75,6 +75,9 @@ impl Writer {
         database: Arc<AtomicBool>,
         config: &SinkConfig,
     ) -> Self {
+        // Start-up migrated when it found the database ready; a table gone
+        // since is migrated again on the error it brings.
+        let migrated = database.load(Ordering::Relaxed);
         Self {
             db,
             journal,
@@ -87,7 +90,7 @@ impl Writer {
             prefix_digits: config.prefix_digits,
             held_cap: config.queue_capacity.max(1),
             held: Vec::new(),
-            migrated: false,
+            migrated,
             retry_at: None,
             backoff: Duration::ZERO,
             last_contact: Instant::now(),

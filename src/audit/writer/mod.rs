@@ -57,7 +57,15 @@ pub struct DbSink {
     sync: std::sync::mpsc::Sender<SyncCommand>,
     database: Arc<AtomicBool>,
     db: AuditDb,
+    /// Longest a flush waits for the writer: `audit.write_timeout` and a
+    /// second, so that with the default connection drain (10 s) a shutdown
+    /// fits systemd's 30 s stop timeout. An insert cut off there is in the
+    /// journal all the same.
+    flush_wait: Duration,
 }
+
+/// What a flush gives the writer beyond its insert's bound.
+const FLUSH_GRACE: Duration = Duration::from_secs(1);
 
 fn count(outcome: &'static str, n: usize) {
     if n > 0 {
@@ -97,6 +105,7 @@ impl DbSink {
             sync,
             database,
             db,
+            flush_wait: config.write_timeout + FLUSH_GRACE,
         }))
     }
 
@@ -146,11 +155,25 @@ impl AuditSink for DbSink {
     }
 
     /// Everything queued so far is in the database or left to the journal,
-    /// and the journal is fsync'd.
+    /// and the journal is fsync'd. The writer is waited for at most
+    /// `flush_wait`: one stuck in a migration (which has no bound) must not
+    /// hold a `SIGTERM`, and whatever it has not written is in the journal,
+    /// which the next process on the spool directory replays.
     async fn flush(&self) {
-        let (ack, done) = oneshot::channel();
-        if self.queue.send(Message::Flush(ack)).await.is_ok() {
-            let _ = done.await;
+        let written = async {
+            let (ack, done) = oneshot::channel();
+            if self.queue.send(Message::Flush(ack)).await.is_ok() {
+                let _ = done.await;
+            }
+        };
+        if tokio::time::timeout(self.flush_wait, written)
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                waited = ?self.flush_wait,
+                "the audit writer did not finish in time; what it has not written waits in the journal for the next process"
+            );
         }
         let (ack, done) = oneshot::channel();
         if self.sync.send(SyncCommand::Sync(ack)).is_ok() {
