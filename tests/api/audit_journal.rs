@@ -229,6 +229,14 @@ async fn an_unusable_spool_dir_stops_start_up_naming_the_key() {
     assert!(stderr.contains("audit.spool_dir"), "{stderr}");
 }
 
+/// `/readyz` answers 200 (again) within 30 s.
+async fn ready_again(app: &TestApp) {
+    eventually("ready", Duration::from_secs(30), || async {
+        app.get("/readyz").await.status == 200
+    })
+    .await;
+}
+
 async fn app_with(db_url: String, spool: std::path::PathBuf, admin_port: bool) -> TestApp {
     app_configured(db_url, spool, admin_port, |_| {}).await
 }
@@ -315,10 +323,7 @@ async fn a_failing_journal_still_answers_counts_and_is_not_ready() {
 
     std::fs::remove_file(&spool).unwrap();
     std::fs::create_dir(&spool).unwrap();
-    eventually("ready again", Duration::from_secs(30), || async {
-        app.get("/readyz").await.status == 200
-    })
-    .await;
+    ready_again(&app).await;
     let pool = db.connect().await;
     eventually(
         "the held events written",
@@ -368,10 +373,7 @@ async fn a_database_dropped_and_recreated_is_migrated_again() {
         },
     )
     .await;
-    eventually("ready", Duration::from_secs(30), || async {
-        app.get("/readyz").await.status == 200
-    })
-    .await;
+    ready_again(&app).await;
 }
 
 /// An upgrade whose migration waits past start-up's 5 s for a lock (a
@@ -429,10 +431,7 @@ async fn a_migration_held_past_start_up_goes_on_while_the_service_serves() {
         counts.get("during-the-migration") == Some(&1)
     })
     .await;
-    eventually("ready", Duration::from_secs(30), || async {
-        app.get("/readyz").await.status == 200
-    })
-    .await;
+    ready_again(&app).await;
 }
 
 /// How a database stops answering the writer.
@@ -501,10 +500,7 @@ async fn a_database_that_stops_answering_is_given_up_on(hang: Hang) {
 
     lock.commit().await.unwrap();
     proxy.thaw();
-    eventually("ready again", Duration::from_secs(30), || async {
-        app.get("/readyz").await.status == 200
-    })
-    .await;
+    ready_again(&app).await;
     let pool = db.connect().await;
     eventually(
         "every refusal in the trail, once",
