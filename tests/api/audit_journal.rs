@@ -446,9 +446,13 @@ enum Hang {
     /// server): the pool's own acquire timeout ends the wait of an insert
     /// that has not started, `audit.write_timeout` that of one under way.
     /// (This freezes between batches, so the pool's timeout is what ends
-    /// it here; freezing mid-insert would need the proxy to read the
-    /// protocol.)
+    /// it here.)
     Frozen,
+    /// The same, from the moment the batch's `BEGIN` reaches the database:
+    /// its answer never comes back. Only the writer's own bound, twice
+    /// `audit.write_timeout`, ends the wait; and the connection, cut off
+    /// mid-transaction, must not serve again.
+    FrozenInBegin,
 }
 
 /// A database that stops answering: within `audit.write_timeout` the
@@ -459,7 +463,14 @@ enum Hang {
 async fn a_database_that_stops_answering_is_given_up_on(hang: Hang) {
     let db = TestDb::new(DbKind::Postgres).await;
     let proxy = FaultProxy::start("127.0.0.1:5432").await;
-    let app = app_configured(db.url_via(proxy.port), db.spool_dir(), false, |s| {
+    // In clear, so that the proxy can see the batch's BEGIN go by.
+    let url = db.url_via(proxy.port);
+    let url = if url.contains('?') {
+        format!("{url}&sslmode=disable")
+    } else {
+        format!("{url}?sslmode=disable")
+    };
+    let app = app_configured(url, db.spool_dir(), false, |s| {
         s.audit.write_timeout = Duration::from_secs(2);
     })
     .await;
@@ -483,6 +494,7 @@ async fn a_database_that_stops_answering_is_given_up_on(hang: Hang) {
                 .unwrap();
         }
         Hang::Frozen => proxy.freeze(),
+        Hang::FrozenInBegin => proxy.freeze_after(b"SET LOCAL lock_timeout"),
     }
     for i in 0..3 {
         refused_send(&app, &format!("during-the-hang-{i}")).await;
@@ -524,6 +536,11 @@ async fn a_database_locked_against_the_insert_is_given_up_on_and_loses_nothing()
 #[tokio::test]
 async fn a_database_behind_a_frozen_network_is_given_up_on_and_loses_nothing() {
     a_database_that_stops_answering_is_given_up_on(Hang::Frozen).await;
+}
+
+#[tokio::test]
+async fn a_database_frozen_mid_transaction_is_given_up_on_and_loses_nothing() {
+    a_database_that_stops_answering_is_given_up_on(Hang::FrozenInBegin).await;
 }
 
 /// `audit.write_timeout` is a duration of at least a millisecond; 10 s

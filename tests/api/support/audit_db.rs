@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 use sqlx::Connection;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tollgate::audit::AuditDb;
 
@@ -175,51 +175,37 @@ impl Drop for TestDb {
 pub struct FaultProxy {
     pub port: u16,
     open: Arc<AtomicBool>,
-    frozen: watch::Sender<bool>,
+    frozen: Arc<AtomicBool>,
+    trigger: Trigger,
     connections: Arc<Mutex<Vec<JoinHandle<()>>>>,
     accept: JoinHandle<()>,
 }
+
+/// Bytes whose passage towards the upstream freezes the proxy, once.
+type Trigger = Arc<Mutex<Option<Vec<u8>>>>;
 
 impl FaultProxy {
     pub async fn start(upstream: &str) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("a free port");
         let port = listener.local_addr().unwrap().port();
         let open = Arc::new(AtomicBool::new(true));
-        let (frozen, _) = watch::channel(false);
+        let frozen = Arc::new(AtomicBool::new(false));
+        let trigger = Trigger::default();
         let connections: Arc<Mutex<Vec<JoinHandle<()>>>> = Arc::default();
         let upstream = upstream.to_string();
         let accept = {
             let open = open.clone();
             let frozen = frozen.clone();
+            let trigger = trigger.clone();
             let connections = connections.clone();
             tokio::spawn(async move {
-                while let Ok((mut client, _)) = listener.accept().await {
+                while let Ok((client, _)) = listener.accept().await {
                     if !open.load(Ordering::SeqCst) {
                         drop(client);
                         continue;
                     }
-                    let upstream = upstream.clone();
-                    let mut frozen = frozen.subscribe();
-                    let task = tokio::spawn(async move {
-                        let held_at_once = *frozen.borrow();
-                        if held_at_once {
-                            // Taken, never answered: the client's socket stays open.
-                            let _client = client;
-                            return std::future::pending().await;
-                        }
-                        let Ok(mut server) = TcpStream::connect(&upstream).await else {
-                            return;
-                        };
-                        let froze = tokio::select! {
-                            _ = tokio::io::copy_bidirectional(&mut client, &mut server) => false,
-                            changed = frozen.wait_for(|frozen| *frozen) => changed.is_ok(),
-                        };
-                        if froze {
-                            // Both sockets stay open; no byte moves.
-                            std::future::pending::<()>().await;
-                        }
-                    });
-                    connections.lock().push(task);
+                    let relay = relay(client, upstream.clone(), frozen.clone(), trigger.clone());
+                    connections.lock().push(tokio::spawn(relay));
                 }
             })
         };
@@ -227,6 +213,7 @@ impl FaultProxy {
             port,
             open,
             frozen,
+            trigger,
             connections,
             accept,
         }
@@ -245,17 +232,81 @@ impl FaultProxy {
 
     /// Stop moving bytes; every connection stays open.
     pub fn freeze(&self) {
-        self.frozen.send_replace(true);
+        self.frozen.store(true, Ordering::SeqCst);
+    }
+
+    /// Freeze as soon as a client sends bytes containing `pattern`: they
+    /// reach the upstream, its answer does not.
+    pub fn freeze_after(&self, pattern: &[u8]) {
+        *self.trigger.lock() = Some(pattern.to_vec());
     }
 
     /// End a freeze as a failover would: the held connections are dropped,
     /// new ones go through.
     pub fn thaw(&self) {
-        self.frozen.send_replace(false);
+        self.trigger.lock().take();
+        self.frozen.store(false, Ordering::SeqCst);
         for task in self.connections.lock().drain(..) {
             task.abort();
         }
     }
+}
+
+/// One client's connection: relayed both ways until either side ends it;
+/// while frozen, held open with nothing moving.
+async fn relay(mut client: TcpStream, upstream: String, frozen: Arc<AtomicBool>, trigger: Trigger) {
+    if frozen.load(Ordering::SeqCst) {
+        // Taken, never answered: the client's socket stays open.
+        return std::future::pending().await;
+    }
+    let Ok(mut server) = TcpStream::connect(&upstream).await else {
+        return;
+    };
+    let (mut client_in, mut client_out) = client.split();
+    let (mut server_in, mut server_out) = server.split();
+    tokio::select! {
+        () = pump(&mut client_in, &mut server_out, &frozen, Some(&trigger)) => {}
+        () = pump(&mut server_in, &mut client_out, &frozen, None) => {}
+    }
+}
+
+/// Copy `from` to `to` until either ends. Frozen, it holds what comes and
+/// forwards nothing. Bytes that hold the armed trigger freeze the proxy
+/// before they go on, so that their answer is the first thing held back.
+async fn pump(
+    from: &mut (impl AsyncRead + Unpin),
+    to: &mut (impl AsyncWrite + Unpin),
+    frozen: &AtomicBool,
+    trigger: Option<&Trigger>,
+) {
+    let mut buf = vec![0; 16 * 1024];
+    loop {
+        let n = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        let bytes = &buf[..n];
+        if trigger.is_some_and(|trigger| fired(trigger, bytes)) {
+            frozen.store(true, Ordering::SeqCst);
+        } else if frozen.load(Ordering::SeqCst) {
+            return std::future::pending().await;
+        }
+        if to.write_all(bytes).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Whether `bytes` hold the armed pattern; disarms it if so.
+fn fired(trigger: &Trigger, bytes: &[u8]) -> bool {
+    let mut armed = trigger.lock();
+    let hit = armed
+        .as_deref()
+        .is_some_and(|pattern| bytes.windows(pattern.len()).any(|w| w == pattern));
+    if hit {
+        armed.take();
+    }
+    hit
 }
 
 impl Drop for FaultProxy {
