@@ -17,7 +17,7 @@ use tollgate::audit::{AuditDb, AuditEvent};
 
 use crate::support::app::{limits, spawn_app_with_audit_db, Backend, TestApp};
 use crate::support::audit_db::{postgres_admin_url, DbKind, FaultProxy, TestDb};
-use crate::support::audit_trail::{all_rows, refused_send, request_id_counts};
+use crate::support::audit_trail::{all_rows, each_once, refused_send, request_id_counts};
 use crate::support::process::Tollgate;
 use crate::support::wait::eventually;
 
@@ -329,8 +329,8 @@ async fn a_failing_journal_still_answers_counts_and_is_not_ready() {
         "the held events written",
         Duration::from_secs(30),
         || async {
-            let counts = request_id_counts(&all_rows(&pool).await);
-            (0..3).all(|i| counts.get(&format!("unjournaled-{i}")) == Some(&1))
+            let ids = (0..3).map(|i| format!("unjournaled-{i}"));
+            each_once(&all_rows(&pool).await, ids)
         },
     )
     .await;
@@ -368,8 +368,8 @@ async fn a_database_dropped_and_recreated_is_migrated_again() {
             app.flush_audit().await;
             // No table until the writer has migrated again: no rows yet.
             let rows = pool.page(&EventFilter::default(), None, 1_000).await;
-            let counts = request_id_counts(&rows.unwrap_or_default());
-            (0..3).all(|i| counts.get(&format!("after-drop-{i}")) == Some(&1))
+            let ids = (0..3).map(|i| format!("after-drop-{i}"));
+            each_once(&rows.unwrap_or_default(), ids)
         },
     )
     .await;
@@ -382,9 +382,9 @@ async fn a_database_dropped_and_recreated_is_migrated_again() {
 /// lock is free the migration completes, and the rows arrive in the
 /// upgraded trail. A flush (what `SIGTERM` does) meanwhile gives up on the
 /// writer, stuck behind the migration, within its bound:
-/// `audit.write_timeout` and a second. (It would also pass with the migration dropped at the
-/// wait: the writer migrates again. That one migration runs, not two, is
-/// by reading of `startup::audit`.)
+/// `audit.write_timeout` and a second. (It would also pass with the
+/// migration dropped at the wait: the writer migrates again. That one
+/// migration runs, not two, is by reading of `startup::audit`.)
 #[tokio::test]
 async fn a_migration_held_past_start_up_goes_on_while_the_service_serves() {
     const COLLATION_MIGRATION: i64 = 20261129000001;
@@ -427,8 +427,7 @@ async fn a_migration_held_past_start_up_goes_on_while_the_service_serves() {
     eventually("the row in the trail", Duration::from_secs(30), || async {
         app.flush_audit().await;
         let rows = pool.page(&EventFilter::default(), None, 1_000).await;
-        let counts = request_id_counts(&rows.unwrap_or_default());
-        counts.get("during-the-migration") == Some(&1)
+        each_once(&rows.unwrap_or_default(), ["during-the-migration"])
     })
     .await;
     ready_again(&app).await;
@@ -518,9 +517,9 @@ async fn a_database_that_stops_answering_is_given_up_on(hang: Hang) {
         "every refusal in the trail, once",
         Duration::from_secs(30),
         || async {
-            let counts = request_id_counts(&all_rows(&pool).await);
-            counts.get("before-the-hang") == Some(&1)
-                && (0..3).all(|i| counts.get(&format!("during-the-hang-{i}")) == Some(&1))
+            let during = (0..3).map(|i| format!("during-the-hang-{i}"));
+            let ids = std::iter::once("before-the-hang".to_string()).chain(during);
+            each_once(&all_rows(&pool).await, ids)
         },
     )
     .await;
@@ -543,15 +542,30 @@ async fn a_database_frozen_mid_transaction_is_given_up_on_and_loses_nothing() {
     a_database_that_stops_answering_is_given_up_on(Hang::FrozenInBegin).await;
 }
 
-/// `audit.write_timeout` is a duration of at least a millisecond; 10 s
+/// `audit.write_timeout` is 1 s to 1 h: below, ordinary batches would be
+/// given up and the trail never written; above, PostgreSQL refuses the
+/// `lock_timeout` (at most 2^31 - 1 ms) and every batch with it. 10 s
 /// unless set.
 #[test]
 fn the_write_timeout_is_validated() {
-    let error = crate::support::app::config_error("[audit]\nwrite_timeout = \"0ms\"");
-    assert!(
-        error.contains("audit.write_timeout") && error.contains("at least 1ms"),
-        "{error}"
-    );
+    for (value, says) in [
+        ("0ms", "at least 1ms"),
+        ("999ms", "from 1s to 1h"),
+        ("61m", "from 1s to 1h"),
+        ("30d", "from 1s to 1h"),
+    ] {
+        let error =
+            crate::support::app::config_error(&format!("[audit]\nwrite_timeout = \"{value}\""));
+        assert!(
+            error.contains("audit.write_timeout") && error.contains(says),
+            "{value}: {error}"
+        );
+    }
+    for value in ["1s", "1h"] {
+        let loaded =
+            crate::support::app::load_config(&format!("[audit]\nwrite_timeout = \"{value}\""));
+        assert!(loaded.is_ok(), "{value}: {:?}", loaded.err());
+    }
     let settings = crate::support::app::load_config("").unwrap();
     assert_eq!(settings.audit.write_timeout, Duration::from_secs(10));
 }

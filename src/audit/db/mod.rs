@@ -36,9 +36,10 @@ pub enum AuditError {
     /// `audit.database_url` names neither SQLite nor PostgreSQL.
     #[error("audit.database_url is not a sqlite: or postgres:// URL")]
     UnsupportedUrl,
-    /// The database took the connection but did not answer a write within
-    /// `audit.write_timeout` (hung, or a network that drops packets).
-    #[error("audit database did not answer within audit.write_timeout ({0:?})")]
+    /// The database took the connection but did not answer a write at all
+    /// within this long, twice `audit.write_timeout` (hung, or a network
+    /// that drops packets).
+    #[error("audit database did not answer within {0:?} (twice audit.write_timeout)")]
     TimedOut(std::time::Duration),
 }
 

@@ -264,12 +264,13 @@ impl Writer {
 
     async fn bounded_insert(&self, events: &[AuditEvent]) -> Result<u64, AuditError> {
         let bound = self.write_timeout;
+        let given_up_at = bound.saturating_mul(2);
         let insert = self
             .db
             .insert_within(events, self.prefix_digits, Some(bound));
-        tokio::time::timeout(bound.saturating_mul(2), insert)
+        tokio::time::timeout(given_up_at, insert)
             .await
-            .unwrap_or(Err(AuditError::TimedOut(bound.saturating_mul(2))))
+            .unwrap_or(Err(AuditError::TimedOut(given_up_at)))
     }
 
     async fn migrate(&mut self) -> Result<(), AuditError> {

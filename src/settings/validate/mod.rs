@@ -21,6 +21,10 @@ fn positive(key: &str, value: u64) -> Check {
 
 /// The longest `audit.journal_sync_interval`.
 const MAX_JOURNAL_SYNC_INTERVAL: Duration = Duration::from_secs(60);
+/// The bounds of `audit.write_timeout`: below a second, ordinary batches
+/// under load would be given up and the trail never written.
+const MIN_WRITE_TIMEOUT: Duration = Duration::from_secs(1);
+const MAX_WRITE_TIMEOUT: Duration = Duration::from_secs(3600);
 /// The least `audit.journal_max_bytes`: below it, a typo (a bare `1`).
 const MIN_JOURNAL_MAX_BYTES: u64 = 1 << 20;
 
@@ -170,6 +174,12 @@ impl Settings {
         positive("audit.queue_capacity", audit.queue_capacity as u64)?;
         duration("audit.flush_interval", audit.flush_interval)?;
         duration("audit.write_timeout", audit.write_timeout)?;
+        if !(MIN_WRITE_TIMEOUT..=MAX_WRITE_TIMEOUT).contains(&audit.write_timeout) {
+            return Err(SettingsError::invalid(
+                "audit.write_timeout",
+                "must be from 1s to 1h (shorter gives up ordinary batches; PostgreSQL takes no lock_timeout past 24 days)",
+            ));
+        }
         duration("audit.journal_sync_interval", audit.journal_sync_interval)?;
         if audit.journal_sync_interval > MAX_JOURNAL_SYNC_INTERVAL {
             return Err(SettingsError::invalid(

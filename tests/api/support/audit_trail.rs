@@ -39,6 +39,13 @@ pub fn request_id_counts(rows: &[AuditEvent]) -> HashMap<String, usize> {
     counts
 }
 
+/// Whether each of `ids` is the request id of exactly one of `rows`.
+pub fn each_once<S: AsRef<str>>(rows: &[AuditEvent], ids: impl IntoIterator<Item = S>) -> bool {
+    let counts = request_id_counts(rows);
+    ids.into_iter()
+        .all(|id| counts.get(id.as_ref()) == Some(&1))
+}
+
 /// The rollups hold what the rows say: `audit_counts` equals the rows
 /// counted per 5-minute bucket, action, decision and shadow flag; and
 /// where a summary's stretch had no more keys than it keeps, its top list
