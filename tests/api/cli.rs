@@ -67,14 +67,14 @@ headers = { "X-Api-Key" = "header-secret" }
 fn check_config_prints_durations_as_the_configuration_writes_them() {
     let (ok, stdout, stderr) = tollgate(&["check-config"], &[]);
     assert!(ok, "{stderr}");
-    crate::support::app::assert_has_lines(
+    crate::support::app::assert_settings(
         &stdout,
         &[
-            "retention = \"90d\"",
-            "timeout = \"100ms\"",
-            "code_ttl = \"5m\"",
-            "lock_max_duration = \"1d\"",
-            "flush_interval = \"200ms\"",
+            ("audit.retention", "\"90d\""),
+            ("store.timeout", "\"100ms\""),
+            ("sms.code_ttl", "\"5m\""),
+            ("login.lock_max_duration", "\"1d\""),
+            ("audit.flush_interval", "\"200ms\""),
         ],
     );
     let dir = tempfile::tempdir().unwrap();
@@ -347,13 +347,16 @@ fn the_container_and_kubernetes_configs_are_valid() {
     let container = format!("{root}/packaging/container/tollgate.toml");
     let (ok, stdout, stderr) = tollgate(&["check-config", "--config", &container], &[]);
     assert!(ok, "{stderr}");
-    crate::support::app::assert_has_lines(
+    crate::support::app::assert_settings(
         &stdout,
         &[
-            "bind = \"0.0.0.0:8080\"",
-            "admin_bind = \"0.0.0.0:8081\"",
-            "database_url = \"sqlite:///var/lib/tollgate/audit.db?mode=rwc\"",
-            "spool_dir = \"/var/lib/tollgate/spool\"",
+            ("server.bind", "\"0.0.0.0:8080\""),
+            ("server.admin_bind", "\"0.0.0.0:8081\""),
+            (
+                "audit.database_url",
+                "\"sqlite:///var/lib/tollgate/audit.db?mode=rwc\"",
+            ),
+            ("audit.spool_dir", "\"/var/lib/tollgate/spool\""),
         ],
     );
     let kubernetes = format!("{root}/deploy/kubernetes/tollgate.toml");
@@ -378,13 +381,13 @@ fn the_container_and_kubernetes_configs_are_valid() {
     ];
     let (ok, stdout, stderr) = tollgate(&["check-config", "--config", &kubernetes], &secrets);
     assert!(ok, "{stderr}");
-    crate::support::app::assert_has_lines(
+    crate::support::app::assert_settings(
         &stdout,
         &[
-            "bind = \"0.0.0.0:8080\"",
-            "admin_bind = \"0.0.0.0:8081\"",
-            "backend = \"redis\"",
-            "spool_dir = \"/var/lib/tollgate/spool\"",
+            ("server.bind", "\"0.0.0.0:8080\""),
+            ("server.admin_bind", "\"0.0.0.0:8081\""),
+            ("store.backend", "\"redis\""),
+            ("audit.spool_dir", "\"/var/lib/tollgate/spool\""),
         ],
     );
     // Without the Secret's code secret, a Redis deployment does not start.
@@ -406,13 +409,13 @@ fn unset_numeric_server_keys_are_taken_from_the_environment() {
     ];
     let (ok, stdout, stderr) = tollgate(&["check-config"], &env);
     assert!(ok, "{stderr}");
-    crate::support::app::assert_has_lines(
+    crate::support::app::assert_settings(
         &stdout,
         &[
-            "workers = 1",
-            "max_connections = 100",
-            "max_connections_per_ip = 10",
-            "admin_max_connections = 5",
+            ("server.workers", "1"),
+            ("server.max_connections", "100"),
+            ("server.max_connections_per_ip", "10"),
+            ("server.admin_max_connections", "5"),
         ],
     );
     let (ok, _, stderr) = tollgate(&["check-config"], &[("TOLLGATE__SERVER__WORKERS", "0")]);

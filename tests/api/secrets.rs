@@ -98,14 +98,26 @@ smtp_url = "smtp://mailer:smtp-pass@mail.example:587?auth=plain-secret"
     ] {
         assert!(!stdout.contains(secret), "{secret} leaked:\n{stdout}");
     }
-    crate::support::app::assert_has_lines(
+    crate::support::app::assert_settings(
         &stdout,
         &[
-            r#"redis_url = "redis://:***@127.0.0.1:6379""#,
-            r#"database_url = "postgres://***@127.0.0.1:5432/tg?sslmode=disable&password=***""#,
-            r#"url = "https://hook-user:***@hooks.example/sms?tenant=acme&Token=***""#,
-            r#"verify_url = "https://cap-user:***@captcha.example/siteverify?api_key=***""#,
-            r#"smtp_url = "smtp://mailer:***@mail.example:587?auth=***""#,
+            ("store.redis_url", r#""redis://:***@127.0.0.1:6379""#),
+            (
+                "audit.database_url",
+                r#""postgres://***@127.0.0.1:5432/tg?sslmode=disable&password=***""#,
+            ),
+            (
+                "sms.provider.url",
+                r#""https://hook-user:***@hooks.example/sms?tenant=acme&Token=***""#,
+            ),
+            (
+                "captcha.verify_url",
+                r#""https://cap-user:***@captcha.example/siteverify?api_key=***""#,
+            ),
+            (
+                "email.smtp_url",
+                r#""smtp://mailer:***@mail.example:587?auth=***""#,
+            ),
         ],
     );
 }
@@ -127,14 +139,14 @@ async fn environment_variables_keep_the_exact_text_of_string_keys() {
     ];
     let (ok, stdout, stderr) = tollgate(&["check-config"], &envs);
     assert!(ok, "{stderr}");
-    crate::support::app::assert_has_lines(
+    crate::support::app::assert_settings(
         &stdout,
         &[
-            r#"from = "+15005550006""#,
-            r#"account_sid = "0123""#,
-            "code_length = 8",
-            "reset_on_success = false",
-            "min_conversion = 0.5",
+            ("sms.provider.from", r#""+15005550006""#),
+            ("sms.provider.account_sid", r#""0123""#),
+            ("sms.code_length", "8"),
+            ("login.reset_on_success", "false"),
+            ("sms.pumping.min_conversion", "0.5"),
         ],
     );
     // An integer key still refuses what is not one, naming it.

@@ -464,14 +464,22 @@ pub fn config_error(toml: &str) -> String {
         .unwrap_or_default()
 }
 
-/// Every one of `lines` is a whole line of `output` (what `check-config`
-/// prints, say).
-pub fn assert_has_lines(output: &str, lines: &[&str]) {
-    for line in lines {
-        assert!(
-            output.lines().any(|l| l == *line),
-            "no `{line}` in:\n{output}"
-        );
+/// Each `(path, value)`: the setting at the dotted `path` of `output` (what
+/// `check-config` prints) is the TOML `value`: `("server.workers", "1")`,
+/// `("store.timeout", "\"100ms\"")`. By its whole path, since a last name
+/// alone (`timeout`) is a key of several sections.
+pub fn assert_settings(output: &str, settings: &[(&str, &str)]) {
+    let printed: toml::Table = output
+        .parse()
+        .unwrap_or_else(|e| panic!("not TOML ({e}):\n{output}"));
+    for (path, value) in settings {
+        let expected: toml::Table = format!("value = {value}")
+            .parse()
+            .expect("the expected value is TOML");
+        let mut keys = path.split('.');
+        let first = keys.next().and_then(|key| printed.get(key));
+        let found = keys.fold(first, |table, key| table.and_then(|t| t.get(key)));
+        assert_eq!(found, expected.get("value"), "`{path}` in:\n{output}");
     }
 }
 
