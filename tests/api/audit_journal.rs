@@ -450,7 +450,8 @@ enum Hang {
     /// The same, from the moment the batch's `BEGIN` reaches the database:
     /// its answer never comes back. Only the writer's own bound, twice
     /// `audit.write_timeout`, ends the wait; and the connection, cut off
-    /// mid-transaction, must not serve again.
+    /// mid-transaction, must not serve again: once the network comes back
+    /// (what it held goes on), that connection's server process has ended.
     FrozenInBegin,
 }
 
@@ -509,8 +510,24 @@ async fn a_database_that_stops_answering_is_given_up_on(hang: Hang) {
         .await
         .expect("a flush does not wait on a database that does not answer");
 
+    if let Hang::FrozenInBegin = hang {
+        // PostgreSQL ran the batch's BEGIN; its answer is held. Pooled
+        // again, that connection would carry the next batch inside a
+        // transaction no one commits: the writer closes it. The network
+        // comes back with what it held, the close among it.
+        let cut_off = backend_of(&db.url, "BEGIN; SET LOCAL lock_timeout").await;
+        assert_eq!(cut_off.1, "idle in transaction");
+        proxy.resume();
+        eventually(
+            "the cut-off connection closed",
+            Duration::from_secs(15),
+            || async { backend_of_pid(&db.url, cut_off.0).await.is_none() },
+        )
+        .await;
+    } else {
+        proxy.thaw();
+    }
     lock.commit().await.unwrap();
-    proxy.thaw();
     ready_again(&app).await;
     let pool = db.connect().await;
     eventually(
@@ -525,6 +542,33 @@ async fn a_database_that_stops_answering_is_given_up_on(hang: Hang) {
     .await;
     // No refusal is under way any more, so rows and rollups are at rest.
     crate::support::audit_trail::assert_rollups_match(&pool).await;
+}
+
+/// The one server backend whose last statement starts with `query`: its
+/// process id and state.
+async fn backend_of(url: &str, query: &str) -> (i32, String) {
+    let mut conn = sqlx::PgConnection::connect(url).await.unwrap();
+    let mut found: Vec<(i32, String)> = sqlx::query_as(
+        "SELECT pid, state FROM pg_stat_activity \
+         WHERE datname = current_database() AND pid <> pg_backend_pid() \
+           AND starts_with(query, $1)",
+    )
+    .bind(query)
+    .fetch_all(&mut conn)
+    .await
+    .unwrap();
+    assert_eq!(found.len(), 1, "one backend ran `{query}`: {found:?}");
+    found.remove(0)
+}
+
+/// The state of the server backend `pid`, if it still runs.
+async fn backend_of_pid(url: &str, pid: i32) -> Option<String> {
+    let mut conn = sqlx::PgConnection::connect(url).await.unwrap();
+    sqlx::query_scalar("SELECT state FROM pg_stat_activity WHERE pid = $1")
+        .bind(pid)
+        .fetch_optional(&mut conn)
+        .await
+        .unwrap()
 }
 
 #[tokio::test]

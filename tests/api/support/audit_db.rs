@@ -8,6 +8,7 @@ use parking_lot::Mutex;
 use sqlx::Connection;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tollgate::audit::AuditDb;
 
@@ -175,11 +176,14 @@ impl Drop for TestDb {
 pub struct FaultProxy {
     pub port: u16,
     open: Arc<AtomicBool>,
-    frozen: Arc<AtomicBool>,
+    frozen: Frozen,
     trigger: Trigger,
     connections: Arc<Mutex<Vec<JoinHandle<()>>>>,
     accept: JoinHandle<()>,
 }
+
+/// Whether bytes are held; a held pump waits for it to turn false.
+type Frozen = Arc<watch::Sender<bool>>;
 
 /// Bytes whose passage towards the upstream freezes the proxy, once.
 type Trigger = Arc<Mutex<Option<Vec<u8>>>>;
@@ -189,7 +193,7 @@ impl FaultProxy {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("a free port");
         let port = listener.local_addr().unwrap().port();
         let open = Arc::new(AtomicBool::new(true));
-        let frozen = Arc::new(AtomicBool::new(false));
+        let frozen = Frozen::new(watch::Sender::new(false));
         let trigger = Trigger::default();
         let connections: Arc<Mutex<Vec<JoinHandle<()>>>> = Arc::default();
         let upstream = upstream.to_string();
@@ -232,7 +236,7 @@ impl FaultProxy {
 
     /// Stop moving bytes; every connection stays open.
     pub fn freeze(&self) {
-        self.frozen.store(true, Ordering::SeqCst);
+        self.frozen.send_replace(true);
     }
 
     /// Freeze as soon as a client sends bytes containing `pattern`: they
@@ -245,19 +249,26 @@ impl FaultProxy {
     /// new ones go through.
     pub fn thaw(&self) {
         self.trigger.lock().take();
-        self.frozen.store(false, Ordering::SeqCst);
         for task in self.connections.lock().drain(..) {
             task.abort();
         }
+        self.frozen.send_replace(false);
+    }
+
+    /// End a freeze as a network that comes back would: what was held goes
+    /// on both ways, in order, and so do the connections taken meanwhile.
+    pub fn resume(&self) {
+        self.trigger.lock().take();
+        self.frozen.send_replace(false);
     }
 }
 
 /// One client's connection: relayed both ways until either side ends it;
 /// while frozen, held open with nothing moving.
-async fn relay(mut client: TcpStream, upstream: String, frozen: Arc<AtomicBool>, trigger: Trigger) {
-    if frozen.load(Ordering::SeqCst) {
-        // Taken, never answered: the client's socket stays open.
-        return std::future::pending().await;
+async fn relay(mut client: TcpStream, upstream: String, frozen: Frozen, trigger: Trigger) {
+    // Taken while frozen: the client's socket stays open, unanswered.
+    if !thawed(&frozen).await {
+        return;
     }
     let Ok(mut server) = TcpStream::connect(&upstream).await else {
         return;
@@ -270,13 +281,13 @@ async fn relay(mut client: TcpStream, upstream: String, frozen: Arc<AtomicBool>,
     }
 }
 
-/// Copy `from` to `to` until either ends. Frozen, it holds what comes and
-/// forwards nothing. Bytes that hold the armed trigger freeze the proxy
-/// before they go on, so that their answer is the first thing held back.
+/// Copy `from` to `to` until either ends. Frozen, it holds what comes
+/// until the freeze ends. Bytes that hold the armed trigger freeze the
+/// proxy before they go on, so that their answer is the first thing held.
 async fn pump(
     from: &mut (impl AsyncRead + Unpin),
     to: &mut (impl AsyncWrite + Unpin),
-    frozen: &AtomicBool,
+    frozen: &Frozen,
     trigger: Option<&Trigger>,
 ) {
     let mut buf = vec![0; 16 * 1024];
@@ -287,14 +298,19 @@ async fn pump(
         };
         let bytes = &buf[..n];
         if trigger.is_some_and(|trigger| fired(trigger, bytes)) {
-            frozen.store(true, Ordering::SeqCst);
-        } else if frozen.load(Ordering::SeqCst) {
-            return std::future::pending().await;
+            frozen.send_replace(true);
+        } else if !thawed(frozen).await {
+            return;
         }
         if to.write_all(bytes).await.is_err() {
             return;
         }
     }
+}
+
+/// Once the proxy is not frozen: whether it still runs.
+async fn thawed(frozen: &Frozen) -> bool {
+    frozen.subscribe().wait_for(|held| !held).await.is_ok()
 }
 
 /// Whether `bytes` hold the armed pattern; disarms it if so.
