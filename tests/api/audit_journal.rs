@@ -516,12 +516,12 @@ async fn a_database_that_stops_answering_is_given_up_on(hang: Hang) {
         // transaction no one commits: the writer closes it. The network
         // comes back with what it held, the close among it.
         let cut_off = backend_of(&db.url, "BEGIN; SET LOCAL lock_timeout").await;
-        assert_eq!(cut_off.1, "idle in transaction");
+        assert_eq!(cut_off.state.as_deref(), Some("idle in transaction"));
         proxy.resume();
         eventually(
             "the cut-off connection closed",
             Duration::from_secs(15),
-            || async { backend_of_pid(&db.url, cut_off.0).await.is_none() },
+            || async { !runs(&db.url, &cut_off).await },
         )
         .await;
     } else {
@@ -544,12 +544,19 @@ async fn a_database_that_stops_answering_is_given_up_on(hang: Hang) {
     crate::support::audit_trail::assert_rollups_match(&pool).await;
 }
 
-/// The one server backend whose last statement starts with `query`: its
-/// process id and state.
-async fn backend_of(url: &str, query: &str) -> (i32, String) {
+/// A PostgreSQL server process, told from a later one with its pid.
+#[derive(Debug, sqlx::FromRow)]
+struct ServerProcess {
+    pid: i32,
+    backend_start: chrono::DateTime<chrono::Utc>,
+    state: Option<String>,
+}
+
+/// The one server backend whose last statement starts with `query`.
+async fn backend_of(url: &str, query: &str) -> ServerProcess {
     let mut conn = sqlx::PgConnection::connect(url).await.unwrap();
-    let mut found: Vec<(i32, String)> = sqlx::query_as(
-        "SELECT pid, state FROM pg_stat_activity \
+    let mut found: Vec<ServerProcess> = sqlx::query_as(
+        "SELECT pid, backend_start, state FROM pg_stat_activity \
          WHERE datname = current_database() AND pid <> pg_backend_pid() \
            AND starts_with(query, $1)",
     )
@@ -561,14 +568,17 @@ async fn backend_of(url: &str, query: &str) -> (i32, String) {
     found.remove(0)
 }
 
-/// The state of the server backend `pid`, if it still runs.
-async fn backend_of_pid(url: &str, pid: i32) -> Option<String> {
+/// Whether `backend` still runs.
+async fn runs(url: &str, backend: &ServerProcess) -> bool {
     let mut conn = sqlx::PgConnection::connect(url).await.unwrap();
-    sqlx::query_scalar("SELECT state FROM pg_stat_activity WHERE pid = $1")
-        .bind(pid)
-        .fetch_optional(&mut conn)
-        .await
-        .unwrap()
+    sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND backend_start = $2)",
+    )
+    .bind(backend.pid)
+    .bind(backend.backend_start)
+    .fetch_one(&mut conn)
+    .await
+    .unwrap()
 }
 
 #[tokio::test]

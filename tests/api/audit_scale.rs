@@ -171,15 +171,39 @@ async fn the_idle_probe_reads_the_parent_table_alone() {
         .await
         .expect("the probe opens no partition")
         .unwrap();
+    // The same question of the whole table waits on the lock.
     let mut reader = sqlx::PgConnection::connect(&db.url).await.unwrap();
-    let whole = sqlx::query("SELECT 1 FROM audit_events LIMIT 1").execute(&mut reader);
-    assert!(
-        tokio::time::timeout(Duration::from_millis(500), whole)
+    let reader_pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+        .fetch_one(&mut reader)
+        .await
+        .unwrap();
+    let whole = tokio::spawn(async move {
+        sqlx::query("SELECT 1 FROM audit_events LIMIT 1")
+            .execute(&mut reader)
             .await
-            .is_err(),
-        "a read of every partition waits on the lock"
-    );
+            .map(drop)
+    });
+    crate::support::wait::eventually(
+        "a read of every partition waits on the lock",
+        Duration::from_secs(10),
+        || async {
+            let waits: Option<bool> = sqlx::query_scalar(
+                "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = $1",
+            )
+            .bind(reader_pid)
+            .fetch_optional(pg_pool(&audit))
+            .await
+            .unwrap()
+            .flatten();
+            waits == Some(true)
+        },
+    )
+    .await;
     lock.rollback().await.unwrap();
+    whole
+        .await
+        .unwrap()
+        .expect("the read goes on once the lock is gone");
 }
 
 #[tokio::test]

@@ -267,9 +267,7 @@ impl FaultProxy {
 /// while frozen, held open with nothing moving.
 async fn relay(mut client: TcpStream, upstream: String, frozen: Frozen, trigger: Trigger) {
     // Taken while frozen: the client's socket stays open, unanswered.
-    if !thawed(&frozen).await {
-        return;
-    }
+    thawed(&frozen).await;
     let Ok(mut server) = TcpStream::connect(&upstream).await else {
         return;
     };
@@ -293,14 +291,18 @@ async fn pump(
     let mut buf = vec![0; 16 * 1024];
     loop {
         let n = match from.read(&mut buf).await {
-            Ok(0) | Err(_) => return,
+            // A close is held by a freeze too.
+            Ok(0) | Err(_) => {
+                thawed(frozen).await;
+                return;
+            }
             Ok(n) => n,
         };
         let bytes = &buf[..n];
         if trigger.is_some_and(|trigger| fired(trigger, bytes)) {
             frozen.send_replace(true);
-        } else if !thawed(frozen).await {
-            return;
+        } else {
+            thawed(frozen).await;
         }
         if to.write_all(bytes).await.is_err() {
             return;
@@ -308,9 +310,10 @@ async fn pump(
     }
 }
 
-/// Once the proxy is not frozen: whether it still runs.
-async fn thawed(frozen: &Frozen) -> bool {
-    frozen.subscribe().wait_for(|held| !held).await.is_ok()
+/// Once the proxy is not frozen (at once if it is not).
+async fn thawed(frozen: &Frozen) {
+    // Cannot fail: the caller holds the sender.
+    let _ = frozen.subscribe().wait_for(|held| !held).await;
 }
 
 /// Whether `bytes` hold the armed pattern; disarms it if so.
