@@ -624,6 +624,29 @@ fn the_write_timeout_is_validated() {
     assert_eq!(settings.audit.write_timeout, Duration::from_secs(10));
 }
 
+/// A batch whose `BEGIN` PostgreSQL refused leaves no connection in an
+/// aborted transaction: sqlx rolls back no transaction whose `BEGIN`
+/// failed, and pooled again that connection would fail every batch it
+/// carried. The refusal here is a bound past what `lock_timeout` takes
+/// (start-up refuses such a setting; a server can refuse a `SET` for its
+/// own reasons). The pool hands out its idle connections in turn, so as
+/// many batches as it holds connections, and one more, meet each of them.
+#[tokio::test]
+async fn a_batch_whose_begin_was_refused_leaves_no_aborted_transaction_pooled() {
+    const POOL_SIZE: usize = 5;
+    let db = TestDb::new(DbKind::Postgres).await;
+    let audit = db.connect().await;
+    let past_lock_timeout = Some(Duration::from_secs(30 * 86_400));
+    let refused = audit
+        .insert_within(&[a_refusal("refused")], 7, past_lock_timeout)
+        .await;
+    assert!(refused.is_err(), "{refused:?}");
+    for i in 0..=POOL_SIZE {
+        let after = a_refusal(&format!("after-{i}"));
+        assert_eq!(audit.insert(&[after], 7).await.unwrap(), 1, "batch {i}");
+    }
+}
+
 fn a_refusal(user: &str) -> AuditEvent {
     use tollgate::audit::AuditDecision;
     use tollgate::domain::{Action, Subject, SubjectKind};

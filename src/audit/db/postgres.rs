@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, SubsecRound, Utc};
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
-use sqlx::{Connection as _, FromRow, Postgres, QueryBuilder, Row as _};
+use sqlx::{Connection as _, FromRow, Postgres, QueryBuilder, Row as _, Transaction};
 use uuid::Uuid;
 
 use super::closing::ClosedUnlessDone;
@@ -103,16 +103,38 @@ struct Batch<'a> {
 }
 
 /// On a connection that is closed, not pooled again, if the caller cuts
-/// the insert off (`closing`).
+/// the insert off (`closing`), or if its `BEGIN` failed: one whose `SET
+/// LOCAL` PostgreSQL refused is left in an aborted transaction that sqlx
+/// does not roll back, and would fail every statement after it.
 async fn insert_rows(
     pool: &PgPool,
     batch: &Batch<'_>,
     present: Present,
 ) -> Result<u64, AuditError> {
     let mut conn = ClosedUnlessDone::acquire(pool).await?;
-    let written = insert_rows_on(&mut conn, batch, present).await;
+    let tx = begin(&mut conn, batch.bound).await?;
+    let written = insert_rows_in(tx, batch, present).await;
     conn.done();
     written
+}
+
+/// The batch's transaction. With a bound, PostgreSQL ends its lock waits
+/// and statements past it, set in `BEGIN`'s own round trip (milliseconds
+/// are both settings' unit).
+async fn begin(
+    conn: &mut PgConnection,
+    bound: Option<Duration>,
+) -> Result<Transaction<'_, Postgres>, sqlx::Error> {
+    match bound {
+        Some(bound) => {
+            let ms = bound.as_millis().max(1);
+            conn.begin_with(format!(
+                "BEGIN; SET LOCAL lock_timeout = {ms}; SET LOCAL statement_timeout = {ms}"
+            ))
+            .await
+        }
+        None => conn.begin().await,
+    }
 }
 
 /// What a batch's statement does with a row whose key is already there.
@@ -134,16 +156,16 @@ fn is_present_already(e: &AuditError) -> bool {
 }
 
 /// One statement for the rows (each column as one array bind), then the
-/// rollups of the rows that were new, in one transaction.
-async fn insert_rows_on(
-    conn: &mut PgConnection,
+/// rollups of the rows that were new, in `tx`.
+async fn insert_rows_in(
+    mut tx: Transaction<'_, Postgres>,
     batch: &Batch<'_>,
     present: Present,
 ) -> Result<u64, AuditError> {
     let Batch {
         events,
         prefix_digits,
-        bound,
+        ..
     } = *batch;
     fn column<'a, T>(events: &'a [AuditEvent], f: impl Fn(&'a AuditEvent) -> T) -> Vec<T> {
         events.iter().map(f).collect()
@@ -159,17 +181,6 @@ async fn insert_rows_on(
          $13::bigint[], $14::text[], $15::text[], $16::bool[], $17::text[], $18::bigint[])\
          {on_conflict}"
     );
-    let mut tx = match bound {
-        // In BEGIN's own round trip; milliseconds are both settings' unit.
-        Some(bound) => {
-            let ms = bound.as_millis().max(1);
-            conn.begin_with(format!(
-                "BEGIN; SET LOCAL lock_timeout = {ms}; SET LOCAL statement_timeout = {ms}"
-            ))
-            .await?
-        }
-        None => conn.begin().await?,
-    };
     let query = sqlx::query(&sql)
         .bind(column(events, |e| e.id))
         // Milliseconds, as the journal keeps them: a replay's row must be
