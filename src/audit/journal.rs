@@ -152,7 +152,7 @@ impl Journal {
     /// when it could not be journaled (counted and logged here): the
     /// journal is full or failing.
     pub fn append(&self, event: &AuditEvent) -> Option<Arc<Segment>> {
-        match self.try_append(event) {
+        match self.try_append(event, self.max_bytes) {
             Ok(segment) => Some(segment),
             Err(AppendError::Full) => {
                 counter!(AUDIT_EVENTS, "outcome" => "unjournaled").increment(1);
@@ -174,7 +174,22 @@ impl Journal {
         }
     }
 
-    fn try_append(&self, event: &AuditEvent) -> Result<Arc<Segment>, AppendError> {
+    /// Append an event that waited in memory, past `audit.journal_max_bytes`
+    /// if need be: a flush (`SIGTERM`'s) puts there what would otherwise
+    /// die with the process, at most `audit.queue_capacity` events. None
+    /// when the journal fails (counted and logged here).
+    pub fn append_past_bound(&self, event: &AuditEvent) -> Option<Arc<Segment>> {
+        match self.try_append(event, u64::MAX) {
+            Ok(segment) => Some(segment),
+            Err(AppendError::Full) => None,
+            Err(AppendError::Io(e)) => {
+                self.failed("append", &e);
+                None
+            }
+        }
+    }
+
+    fn try_append(&self, event: &AuditEvent, max_bytes: u64) -> Result<Arc<Segment>, AppendError> {
         // A newline first, not last: a torn append (a full disk mid-write)
         // then spoils only its own line, never the next one.
         let mut line = Vec::with_capacity(400);
@@ -183,7 +198,7 @@ impl Journal {
         {
             let current = self.current.read();
             if let Some(open) = current.as_ref() {
-                return self.write_line(open, &line);
+                return self.write_line(open, &line, max_bytes);
             }
         }
         let mut current = self.current.write();
@@ -191,16 +206,21 @@ impl Journal {
             *current = Some(self.create()?);
         }
         match current.as_ref() {
-            Some(open) => self.write_line(open, &line),
+            Some(open) => self.write_line(open, &line, max_bytes),
             None => Err(io::Error::other("no journal segment").into()),
         }
     }
 
-    fn write_line(&self, open: &Open, line: &[u8]) -> Result<Arc<Segment>, AppendError> {
+    fn write_line(
+        &self,
+        open: &Open,
+        line: &[u8],
+        max_bytes: u64,
+    ) -> Result<Arc<Segment>, AppendError> {
         let segment = &open.segment;
         let held =
             self.sealed_bytes.load(Ordering::Relaxed) + segment.bytes.load(Ordering::Relaxed);
-        if held + line.len() as u64 > self.max_bytes {
+        if held.saturating_add(line.len() as u64) > max_bytes {
             return Err(AppendError::Full);
         }
         let written = (&*open.file).write(line)?;

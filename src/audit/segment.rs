@@ -48,6 +48,14 @@ impl Segment {
         }
     }
 
+    /// Read back whole and in the database: settled, so that a failed
+    /// deletion is tried again without reading it again.
+    pub fn replayed(&self) {
+        self.committed
+            .store(self.appended.load(Ordering::Acquire), Ordering::Release);
+        self.replay.store(false, Ordering::Relaxed);
+    }
+
     /// `n` of its events are in the database.
     pub fn committed(&self, n: u64) {
         self.committed.fetch_add(n, Ordering::AcqRel);

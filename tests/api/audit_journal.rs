@@ -706,15 +706,9 @@ fn the_journal_stops_at_its_bound() {
 async fn past_the_journal_bound_refusals_are_answered_and_counted() {
     let dir = tempfile::tempdir().unwrap();
     let spool = dir.path().join("spool");
-    std::fs::create_dir(&spool).unwrap();
     // The old spool's file name, adopted as a leftover: events, 1 MiB of
     // them, which wait for the database.
-    let mut leftover = Vec::new();
-    while leftover.len() < 1 << 20 {
-        serde_json::to_writer(&mut leftover, &a_refusal("earlier")).unwrap();
-        leftover.push(b'\n');
-    }
-    std::fs::write(spool.join("spool.jsonl"), &leftover).unwrap();
+    let leftover = leave_a_full_journal(&spool);
     let down = "postgres://postgres@127.0.0.1:1/nowhere".to_string();
     let app = app_configured(down, spool.clone(), false, |s| {
         s.audit.journal_max_bytes = 1 << 20; // the leftover is a little past it
@@ -727,15 +721,119 @@ async fn past_the_journal_bound_refusals_are_answered_and_counted() {
         refused_send(&app, &format!("past-the-bound-{i}")).await;
     }
     assert!(app.metric(series).await - before >= 3.0);
-    assert_eq!(
-        bytes_on_disk(&spool),
-        leftover.len() as u64,
-        "the journal did not grow"
-    );
+    assert_eq!(bytes_on_disk(&spool), leftover, "the journal did not grow");
     assert!(
         app.sink_health().journal,
         "a full journal is not an unwritable one"
     );
+}
+
+/// Past the bound with the database down, refusals wait in memory; a
+/// flush (`SIGTERM`'s, before the process exits) puts them in the journal
+/// past its bound, where the next process on the spool directory finds them.
+#[tokio::test]
+async fn past_the_journal_bound_a_flush_journals_what_memory_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    let spool = dir.path().join("spool");
+    let leftover = leave_a_full_journal(&spool);
+    let down = "postgres://postgres@127.0.0.1:1/nowhere".to_string();
+    let app = app_configured(down, spool.clone(), false, |s| {
+        s.audit.journal_max_bytes = 1 << 20;
+    })
+    .await;
+    assert_eq!(app.sms_send(json!({ "phone": PHONE })).await.status, 200);
+    let ids: Vec<String> = (0..3).map(|i| format!("held-{i}")).collect();
+    for id in &ids {
+        refused_send(&app, id).await;
+    }
+    assert_eq!(bytes_on_disk(&spool), leftover, "in memory only, so far");
+    assert!(!each_once(&journaled(&spool), &ids));
+
+    app.flush_audit().await;
+    assert!(
+        each_once(&journaled(&spool), &ids),
+        "each in the journal once"
+    );
+    app.flush_audit().await;
+    assert!(
+        each_once(&journaled(&spool), &ids),
+        "a second flush journals nothing again"
+    );
+}
+
+/// A segment that cannot be read (here a directory where a file should
+/// be) holds back none after it: the later segment's events arrive. Once
+/// it is gone altogether (deleted by hand, or by a cleaner of old files),
+/// it is forgotten, not tried again and again.
+#[tokio::test]
+async fn an_unreadable_segment_holds_back_none_after_it_and_a_deleted_one_is_forgotten() {
+    let db = TestDb::new(DbKind::Postgres).await;
+    let spool = db.spool_dir();
+    std::fs::create_dir_all(spool.join("a.jsonl")).unwrap();
+    let mut event = a_refusal("kept");
+    event.request_id = Some("kept".to_string());
+    let line = serde_json::to_string(&event).unwrap();
+    std::fs::write(spool.join("b.jsonl"), format!("{line}\n")).unwrap();
+    // An earlier process's spool files, adopted oldest first.
+    let app = app_with(db.url.clone(), spool.clone(), false).await;
+    let pool = db.connect().await;
+    eventually(
+        "the later segment replayed",
+        Duration::from_secs(30),
+        || async { each_once(&all_rows(&pool).await, ["kept"]) },
+    )
+    .await;
+    let unreadable = segment_files(&spool);
+    assert_eq!(unreadable.len(), 1, "the directory is left: {unreadable:?}");
+    // Each pass of the writer tries it again, and counts the failure.
+    let reads = "tollgate_audit_journal_errors_total{op=\"read\"}";
+    let before = app.metric(reads).await;
+    eventually("a failed read counted", Duration::from_secs(10), || async {
+        app.metric(reads).await > before
+    })
+    .await;
+
+    std::fs::remove_dir(&unreadable[0]).unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let forgotten = app.metric(reads).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        app.metric(reads).await,
+        forgotten,
+        "a segment whose file is gone is not tried again"
+    );
+}
+
+/// A leftover journal a little past 1 MiB in `spool` (made here), as an
+/// earlier process left it; its size.
+fn leave_a_full_journal(spool: &std::path::Path) -> u64 {
+    std::fs::create_dir(spool).unwrap();
+    let mut leftover = Vec::new();
+    while leftover.len() < 1 << 20 {
+        serde_json::to_writer(&mut leftover, &a_refusal("earlier")).unwrap();
+        leftover.push(b'\n');
+    }
+    std::fs::write(spool.join("spool.jsonl"), &leftover).unwrap();
+    leftover.len() as u64
+}
+
+/// The journal's segment files, oldest first.
+fn segment_files(spool: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut files: Vec<_> = std::fs::read_dir(spool)
+        .unwrap()
+        .filter_map(|e| Some(e.ok()?.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
+        .collect();
+    files.sort();
+    files
+}
+
+/// Every event in the journal's segments.
+fn journaled(spool: &std::path::Path) -> Vec<AuditEvent> {
+    segment_files(spool)
+        .iter()
+        .flat_map(|f| tollgate::audit::journal::read_events(f).unwrap())
+        .collect()
 }
 
 #[test]

@@ -132,6 +132,7 @@ impl Writer {
                 self.probe().await;
             }
             if !acks.is_empty() || closed {
+                self.journal_held(closed);
                 self.journal.seal_if_settled();
             }
             self.tidy().await;
@@ -204,6 +205,35 @@ impl Writer {
             }
         }
         count("spooled", spooled);
+    }
+
+    /// At a flush (`SIGTERM`'s) or the end, what memory still holds (the
+    /// journal was full or failing when it came, and the database has not
+    /// taken it) goes to the journal, past its bound: the next process on
+    /// the spool directory replays it. What the journal still cannot take
+    /// stays in memory, and is lost with the writer when it ends.
+    fn journal_held(&mut self, ending: bool) {
+        if self.held.is_empty() {
+            return;
+        }
+        let mut journaled = 0;
+        for event in std::mem::take(&mut self.held) {
+            match self.journal.append_past_bound(&event) {
+                Some(segment) => {
+                    segment.mark_for_replay();
+                    journaled += 1;
+                }
+                None if ending => dropped(&event),
+                None => self.held.push(event),
+            }
+        }
+        count("spooled", journaled);
+        if !self.held.is_empty() {
+            tracing::warn!(
+                events = self.held.len(),
+                "audit events wait in memory only: the journal cannot take them"
+            );
+        }
     }
 
     async fn insert_with_retries(&mut self, events: &[AuditEvent]) -> Result<u64, AuditError> {
@@ -327,9 +357,14 @@ impl Writer {
         for segment in self.journal.sealed() {
             if segment.settled() {
                 self.remove(&segment);
-            } else if segment.needs_replay() && (!self.probe_due() || !self.replay(&segment).await)
-            {
-                return;
+            } else if segment.needs_replay() {
+                if !self.probe_due() {
+                    return;
+                }
+                match self.replay(&segment).await {
+                    Replay::Done | Replay::Unreadable => {}
+                    Replay::Postponed => return,
+                }
             }
         }
         if self.probe_due() && self.journal.open_needs_replay() {
@@ -344,16 +379,26 @@ impl Writer {
     }
 
     /// Insert a sealed segment whole (ids already present are skipped), then
-    /// delete it. Whether it went in.
-    async fn replay(&mut self, segment: &Arc<Segment>) -> bool {
+    /// delete it. A segment that cannot be read does not hold back the ones
+    /// after it; one whose file is gone (deleted by hand, or by a cleaner
+    /// of old files) is forgotten, its events lost, and said so.
+    async fn replay(&mut self, segment: &Arc<Segment>) -> Replay {
         let path = segment.path().to_path_buf();
         let events = match tokio::task::spawn_blocking(move || read_events(&path)).await {
             Ok(Ok(events)) => events,
+            Ok(Err(e)) if e.kind() == std::io::ErrorKind::NotFound => {
+                tracing::error!(
+                    file = %segment.path().display(),
+                    "an audit journal segment was deleted before its replay; its events are lost"
+                );
+                self.remove(segment);
+                return Replay::Unreadable;
+            }
             Ok(Err(e)) => {
                 self.journal.failed("read", &e);
-                return false;
+                return Replay::Unreadable;
             }
-            Err(_) => return false,
+            Err(_) => return Replay::Unreadable,
         };
         let mut inserted = 0;
         for chunk in events.chunks(self.batch_size * BACKLOG_BATCHES) {
@@ -364,10 +409,11 @@ impl Writer {
                         tracing::warn!(error = %e, held_back, "audit database unavailable, replay postponed");
                     }
                     self.healthy(false);
-                    return false;
+                    return Replay::Postponed;
                 }
             }
         }
+        segment.replayed();
         self.healthy(true);
         count("replayed", inserted as usize);
         tracing::info!(
@@ -377,8 +423,18 @@ impl Writer {
             "replayed an audit journal segment"
         );
         self.remove(segment);
-        true
+        Replay::Done
     }
+}
+
+/// What became of a segment's replay.
+enum Replay {
+    /// In the database (and deleted, or its deletion tried again later).
+    Done,
+    /// The database did not take it: later segments wait too.
+    Postponed,
+    /// Its file could not be read: the later ones go on.
+    Unreadable,
 }
 
 /// Where [`gather`] puts what it takes.
