@@ -206,6 +206,57 @@ async fn the_idle_probe_reads_the_parent_table_alone() {
         .expect("the read goes on once the lock is gone");
 }
 
+/// The partition an insert makes on demand waits on the lock a retention
+/// cut holds while its detach waits on readers. With the writer's bound,
+/// PostgreSQL ends that wait: no server process is left waiting on it
+/// behind a writer that gave up.
+#[tokio::test]
+async fn a_partition_made_on_demand_waits_no_longer_than_the_bound() {
+    let db = TestDb::new(DbKind::Postgres).await;
+    let audit = db.connect().await;
+    let mut holder = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    sqlx::query("SELECT pg_advisory_lock($1)")
+        .bind(partitions::CREATE_LOCK)
+        .execute(&mut holder)
+        .await
+        .unwrap();
+    let ahead = refusal(SubjectKind::User, "ahead", days_ago(-40));
+    let day = partitions::day(ahead.occurred_at);
+    assert!(!partitions::existing(pg_pool(&audit))
+        .await
+        .unwrap()
+        .contains(&day));
+
+    let bound = Duration::from_secs(1);
+    let insert = audit.insert_within(std::slice::from_ref(&ahead), 7, Some(bound));
+    let refused = tokio::time::timeout(Duration::from_secs(20), insert)
+        .await
+        .expect("PostgreSQL ends the wait at the bound");
+    assert!(refused.is_err(), "the partition could not be made");
+    let waiting: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM pg_stat_activity \
+         WHERE datname = current_database() AND wait_event = 'advisory'",
+    )
+    .fetch_one(pg_pool(&audit))
+    .await
+    .unwrap();
+    assert_eq!(waiting, 0, "nothing waits on the lock");
+
+    sqlx::query("SELECT pg_advisory_unlock($1)")
+        .bind(partitions::CREATE_LOCK)
+        .execute(&mut holder)
+        .await
+        .unwrap();
+    audit
+        .insert_within(std::slice::from_ref(&ahead), 7, Some(bound))
+        .await
+        .expect("made once the lock is free");
+    assert!(partitions::existing(pg_pool(&audit))
+        .await
+        .unwrap()
+        .contains(&day));
+}
+
 #[tokio::test]
 async fn tollgate_migrate_makes_the_partitions_of_the_retention_period() {
     let db = TestDb::new(DbKind::Postgres).await;

@@ -153,7 +153,7 @@ impl AuditDb {
                     .checked_add_days(chrono::Days::new(PARTITION_DAYS_AHEAD))
                     .unwrap_or(today);
                 Ok(
-                    partitions::ensure(pool, partitions::days(first.min(today), last))
+                    partitions::ensure(pool, partitions::days(first.min(today), last), None)
                         .await?
                         .len(),
                 )

@@ -10,15 +10,16 @@
 //! (PostgreSQL 14 or newer), then `DROP TABLE` of a table no query uses.
 
 use std::collections::BTreeSet;
+use std::time::Duration;
 
 use chrono::{DateTime, Days, NaiveDate, Utc};
-use sqlx::{Connection, PgPool};
+use sqlx::PgPool;
 
 use super::AuditError;
 
 /// Partition creation by several instances at once is serialised on this
 /// transaction-level advisory lock ("tollgate" + 1).
-const CREATE_LOCK: i64 = 0x746f_6c6c_6761_7401;
+pub const CREATE_LOCK: i64 = 0x746f_6c6c_6761_7401;
 
 /// The table that holds `day`.
 pub fn name(day: NaiveDate) -> String {
@@ -58,16 +59,21 @@ where
 }
 
 /// Make the partitions of `wanted` days that do not exist; the days made.
+/// With `write_timeout` (the writer's `audit.write_timeout`), PostgreSQL ends the
+/// transaction's lock waits and statements past it, as the batch's: a
+/// writer that gave up must not leave a server process waiting on the lock
+/// behind it (a retention cut holds it while its detach waits on readers).
 pub async fn ensure(
     pool: &PgPool,
     wanted: impl IntoIterator<Item = NaiveDate>,
+    write_timeout: Option<Duration>,
 ) -> Result<Vec<NaiveDate>, AuditError> {
     let wanted: BTreeSet<NaiveDate> = wanted.into_iter().collect();
     if wanted.is_subset(&existing(pool).await?) {
         return Ok(Vec::new());
     }
     let mut conn = super::closing::ClosedUnlessDone::acquire(pool).await?;
-    let made = make(&mut conn, &wanted).await;
+    let made = make(&mut conn, &wanted, write_timeout).await;
     conn.done();
     made
 }
@@ -78,8 +84,9 @@ pub async fn ensure(
 async fn make(
     conn: &mut sqlx::PgConnection,
     wanted: &BTreeSet<NaiveDate>,
+    write_timeout: Option<Duration>,
 ) -> Result<Vec<NaiveDate>, AuditError> {
-    let mut tx = conn.begin().await?;
+    let mut tx = super::postgres::begin(conn, write_timeout).await?;
     sqlx::query("SELECT pg_advisory_xact_lock($1)")
         .bind(CREATE_LOCK)
         .execute(&mut *tx)

@@ -64,7 +64,7 @@ pub async fn insert(
     match insert_once(pool, events, prefix_digits, bound).await {
         Err(e) if partitions::is_missing_partition(&e) => {
             let days = events.iter().map(|e| partitions::day(e.occurred_at));
-            partitions::ensure(pool, days).await?;
+            partitions::ensure(pool, days, bound).await?;
             insert_once(pool, events, prefix_digits, bound).await
         }
         done => done,
@@ -121,7 +121,7 @@ async fn insert_rows(
 /// The batch's transaction. With a bound, PostgreSQL ends its lock waits
 /// and statements past it, set in `BEGIN`'s own round trip (milliseconds
 /// are both settings' unit).
-async fn begin(
+pub(super) async fn begin(
     conn: &mut PgConnection,
     bound: Option<Duration>,
 ) -> Result<Transaction<'_, Postgres>, sqlx::Error> {
