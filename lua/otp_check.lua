@@ -12,7 +12,9 @@
 --
 -- Returns an array of two integers: { outcome, value }
 --   0 = valid (value = attempts left before this try), 1 = wrong (value = attempts left, 0 = now burnt),
---   2 = burnt (value = ms until the code expires).
+--   2 = burnt (value = a code's ttl in ms: as long as it may stay burnt, the
+--       same whether a code was pending, unlike its own expiry, which would
+--       tell that and when it was sent).
 --
 -- The MACs are compared in time independent of where they differ, and a
 -- stand-in goes through the same comparison as a code.
@@ -37,7 +39,7 @@ if not mac or not left or not exp then
   if ttl <= 0 then return { 1, 0 } end
   mac, left, exp = '', tonumber(ARGV[2]), now + ttl
 end
-if left <= 0 then return { 2, math.max(exp - now, 0) } end
+if left <= 0 then return { 2, tonumber(ARGV[3]) } end
 
 local diff = 0
 if #mac ~= #offered or #mac == 0 then diff = 1 end

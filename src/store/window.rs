@@ -235,7 +235,9 @@ pub enum OtpOutcome {
     },
     /// The code (or stand-in) was already burnt by wrong tries.
     Burnt {
-        /// How long until the burnt code expires: the retry a verify answers.
+        /// The retry a verify answers: a code's ttl, as long as it may stay
+        /// burnt. Not its expiry, which would tell whether a code was
+        /// pending and when it was sent.
         retry_after_ms: u64,
     },
 }

@@ -39,7 +39,7 @@ impl Entry {
 pub(super) enum Value {
     Window(Window),
     Lock { until: u64, level: u32 },
-    Otp { mac: String, left: u32, exp: u64 },
+    Otp { mac: String, left: u32 },
     Text(String),
     Meter(Meters),
     Conversion(Conversion),

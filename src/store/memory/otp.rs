@@ -17,7 +17,6 @@ impl Subject {
                     value: Value::Otp {
                         mac: mac.to_owned(),
                         left: attempts,
-                        exp: now + ttl_ms,
                     },
                     expires_at: Some(now + ttl_ms),
                 },
@@ -44,16 +43,16 @@ impl Subject {
             return Ok(OtpOutcome::Wrong { attempts_left: 0 });
         };
         let Value::Otp {
-            mac: stored,
-            left,
-            exp,
+            mac: stored, left, ..
         } = &mut entry.value
         else {
             return Err(wrong_type(key, &entry.value, "otp"));
         };
         if *left == 0 {
+            // A code's ttl, not its expiry, which would tell whether and
+            // when a code was sent (otp_check.lua).
             return Ok(OtpOutcome::Burnt {
-                retry_after_ms: exp.saturating_sub(now),
+                retry_after_ms: ttl_ms,
             });
         }
         let matches = bool::from(stored.as_bytes().ct_eq(mac.as_bytes())) && !stored.is_empty();
