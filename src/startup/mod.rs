@@ -56,6 +56,21 @@ fn with_alerts(audit: Arc<dyn AuditSink>, email: &Email) -> Arc<dyn AuditSink> {
     }
 }
 
+/// Without API keys a login backend names no client's address (DESIGN.md
+/// §3: only a key's caller may), so every login it reports counts under its
+/// own loopback address, and the per-IP windows add up every user's
+/// failures: a hundred wrong passwords, anyone's, block every login.
+fn warn_without_api_keys(settings: &Settings) {
+    if settings.server.api_keys.is_empty() {
+        tracing::warn!(
+            ip_block_after = settings.login.ip_block_after,
+            "server.api_keys is empty: a login backend on loopback cannot name its clients' addresses, \
+             so every login counts under its own and login.ip_block_after failures of all users together \
+             block every login; set server.api_keys in production (docs/security.md)"
+        );
+    }
+}
+
 impl Application {
     /// Build everything `settings` configures and bind `server.bind`.
     pub async fn build(settings: Settings) -> anyhow::Result<Self> {
@@ -70,6 +85,7 @@ impl Application {
             .context("cannot load the SMS and email templates")?;
         let templates = Arc::new(TemplatesCell::new(templates));
         let metrics = crate::metrics::install();
+        warn_without_api_keys(&settings);
         crate::domain::PhoneNumber::warm_up();
         let clock: Arc<dyn Clock> = overrides.clock.unwrap_or_else(|| Arc::new(SystemClock));
         let mut background = Vec::new();

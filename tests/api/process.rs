@@ -459,3 +459,15 @@ code_secret = "tls-test-code-secret-1234"
     assert_eq!(status, 503);
     let _ = redis.kill().await;
 }
+
+/// Without API keys start-up warns that a loopback backend's logins all
+/// count under its own address (docs/security.md); with a key it does not.
+#[tokio::test]
+async fn start_up_warns_that_keyless_logins_count_under_one_address() {
+    let (keyless_dir, keyed_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let keyless = Tollgate::start(&config_file(keyless_dir.path(), "", "")).await;
+    let key = "api_keys = [\"backend-key-0123456789\"]";
+    let keyed = Tollgate::start(&config_file(keyed_dir.path(), key, "")).await;
+    let warned = |server: &Tollgate| server.lines("server.api_keys is empty").len();
+    assert_eq!((warned(&keyless), warned(&keyed)), (1, 0));
+}
