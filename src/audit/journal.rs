@@ -117,15 +117,20 @@ impl Journal {
             std::process::id(),
             RUNS.fetch_add(1, Ordering::Relaxed)
         );
+        // Locked under a name no one adopts, then renamed: a process
+        // starting beside this one never finds the lock file unlocked,
+        // which would make this run look gone to it.
+        let locking = dir.join(format!(".{run}.locking"));
         let lock = OpenOptions::new()
             .create(true)
             .truncate(false)
             .write(true)
-            .open(dir.join(format!("{run}.lock")))?;
+            .open(&locking)?;
         if !try_lock(&lock) {
             return Err(io::Error::other("cannot lock this run's journal name"));
         }
-        probe(&dir)?;
+        fs::rename(&locking, dir.join(format!("{run}.lock")))?;
+        probe(&dir, &run)?;
         let journal = Self {
             dir,
             current: RwLock::new(None),
@@ -394,7 +399,7 @@ impl Journal {
 
     /// After a failure: whether the directory takes a file again.
     pub fn recheck(&self) {
-        if !self.healthy() && probe(&self.dir).is_ok() {
+        if !self.healthy() && probe(&self.dir, &self.run).is_ok() {
             self.healthy.store(true, Ordering::Relaxed);
             tracing::info!(dir = %self.dir.display(), "the audit journal is writable again");
         }
@@ -417,8 +422,10 @@ fn try_lock(file: &File) -> bool {
 }
 
 /// Write, sync and delete a small file in `dir`.
-fn probe(dir: &Path) -> io::Result<()> {
-    let path = dir.join(".probe");
+fn probe(dir: &Path, run: &str) -> io::Result<()> {
+    // The run's own name: processes probing one directory at once must
+    // not delete each other's file.
+    let path = dir.join(format!(".probe-{run}"));
     let mut file = OpenOptions::new()
         .create(true)
         .truncate(true)

@@ -899,3 +899,32 @@ fn a_shared_spool_dir_adopts_only_the_segments_of_processes_that_are_gone() {
     assert_eq!(events.iter().map(|e| e.id).collect::<Vec<_>>(), [lost.id]);
     assert!(live.sealed().is_empty(), "the live run keeps its own");
 }
+
+/// Processes starting at once on one spool directory all start: none finds
+/// another's lock file before it is locked (it would take that live run for
+/// a dead one), and none deletes another's probe file.
+#[test]
+fn journals_opened_at_once_on_one_directory_all_open() {
+    use tollgate::audit::Journal;
+
+    let dir = tempfile::tempdir().unwrap();
+    std::thread::scope(|scope| {
+        let openers: Vec<_> = (0..8)
+            .map(|_| {
+                scope.spawn(|| {
+                    (0..40)
+                        .map(|_| {
+                            Journal::open(dir.path(), 1 << 30).map(|j| j.append(&a_refusal("x")))
+                        })
+                        .filter(|opened| !matches!(opened, Ok(Some(_))))
+                        .map(|failed| format!("{failed:?}"))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        for opener in openers {
+            let failures = opener.join().unwrap();
+            assert!(failures.is_empty(), "{failures:?}");
+        }
+    });
+}
