@@ -52,15 +52,18 @@ def cpu_ticks(pid):
 
 
 def wait_idle(pid, quiet_s=2.0, timeout=300.0):
-    """Until the process spends under 5 % of a core for quiet_s (tollgate
+    """Until the process spends under 12 % of a core for quiet_s (tollgate
     compiles its phone patterns on a thread at start-up: a minute under
-    valgrind, which would otherwise be counted)."""
+    valgrind at a whole core, which would otherwise be counted). Not 5 %:
+    an idle tollgate's timers (the audit writer's pass every flush
+    interval, its probe every second) cost about 1 % of a core, which
+    valgrind makes 4-6 % on some machines, so it never looked idle there."""
     deadline = time.time() + timeout
     last = cpu_ticks(pid)
     while time.time() < deadline:
         time.sleep(quiet_s)
         now = cpu_ticks(pid)
-        if (now - last) / bench.TICKS < 0.05 * quiet_s:
+        if (now - last) / bench.TICKS < 0.12 * quiet_s:
             return
         last = now
     sys.exit("service_cost: the service never went idle")
