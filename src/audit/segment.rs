@@ -69,8 +69,10 @@ impl Segment {
     /// Every event of it is in the database. One waiting for a replay is
     /// not, whatever the counts say (a leftover's are both 0).
     pub fn settled(&self) -> bool {
+        // At or past: a replayed segment counts every event in, and those
+        // of its events still queued then commit from memory as well.
         !self.needs_replay()
-            && self.committed.load(Ordering::Acquire) == self.appended.load(Ordering::Acquire)
+            && self.committed.load(Ordering::Acquire) >= self.appended.load(Ordering::Acquire)
     }
 
     pub(super) fn is_sealed(&self) -> bool {

@@ -73,7 +73,11 @@ pub async fn ensure(
         return Ok(Vec::new());
     }
     let mut conn = super::closing::ClosedUnlessDone::acquire(pool).await?;
-    let made = make(&mut conn, &wanted, write_timeout).await;
+    // Begun before anything else: a refused BEGIN (its SET LOCAL) leaves
+    // the connection in an aborted transaction sqlx does not know of, and
+    // `?` then drops it closed instead of pooling it.
+    let tx = super::postgres::begin(&mut conn, write_timeout).await?;
+    let made = make(tx, &wanted).await;
     conn.done();
     made
 }
@@ -82,11 +86,9 @@ pub async fn ensure(
 /// transaction under a lock, so that instances making the same day at once
 /// make it once.
 async fn make(
-    conn: &mut sqlx::PgConnection,
+    mut tx: sqlx::Transaction<'_, sqlx::Postgres>,
     wanted: &BTreeSet<NaiveDate>,
-    write_timeout: Option<Duration>,
 ) -> Result<Vec<NaiveDate>, AuditError> {
-    let mut tx = super::postgres::begin(conn, write_timeout).await?;
     sqlx::query("SELECT pg_advisory_xact_lock($1)")
         .bind(CREATE_LOCK)
         .execute(&mut *tx)

@@ -28,7 +28,13 @@ impl Journal {
         }
         for name in names.iter().filter(|n| n.ends_with(".jsonl")) {
             if let Some(owner) = run_of(name) {
-                let gone = runs.entry(owner.to_string()).or_insert_with(|| Some(None)); // no lock file: nobody writes it
+                // A run whose lock file the listing did not show is asked
+                // all the same: a directory read while others rename into
+                // it may show a live run's segment and miss its lock,
+                // which is in place before the run takes any segment.
+                let gone = runs
+                    .entry(owner.to_string())
+                    .or_insert_with(|| self.claim(owner));
                 if gone.is_none() {
                     continue; // a live process's segment
                 }
@@ -36,7 +42,11 @@ impl Journal {
             let to = self.segment_path();
             match fs::rename(self.dir.join(name), &to) {
                 Ok(()) => {
-                    let bytes = fs::metadata(&to)?.len();
+                    let bytes = match fs::metadata(&to) {
+                        Ok(metadata) => metadata.len(),
+                        Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                        Err(e) => return Err(e),
+                    };
                     self.sealed_bytes.fetch_add(bytes, Ordering::Relaxed);
                     self.segments
                         .lock()

@@ -126,13 +126,24 @@ impl Writer {
                 closed = gather(&mut queue, gathering, most, deadline).await;
                 flooded = batch.events.len() >= self.batch_size;
             }
+            // A flush journals what memory holds first: the insert after it
+            // may outlast the flush's wait (a hung database), and the
+            // process exits when that wait ends.
+            let flushing = !acks.is_empty() || closed;
+            if flushing {
+                self.journal_unjournaled(&mut batch);
+            }
             if !batch.events.is_empty() || (!self.held.is_empty() && self.probe_due()) {
                 self.write(std::mem::take(&mut batch)).await;
             } else if self.last_contact.elapsed() >= PROBE_EVERY && self.probe_due() {
                 self.probe().await;
             }
-            if !acks.is_empty() || closed {
-                self.journal_held(closed);
+            if flushing {
+                if closed {
+                    for event in std::mem::take(&mut self.held) {
+                        dropped(&event);
+                    }
+                }
                 self.journal.seal_if_settled();
             }
             self.tidy().await;
@@ -207,31 +218,29 @@ impl Writer {
         count("spooled", spooled);
     }
 
-    /// At a flush (`SIGTERM`'s) or the end, what memory still holds (the
-    /// journal was full or failing when it came, and the database has not
-    /// taken it) goes to the journal, past its bound: the next process on
-    /// the spool directory replays it. What the journal still cannot take
-    /// stays in memory, and is lost with the writer when it ends.
-    fn journal_held(&mut self, ending: bool) {
-        if self.held.is_empty() {
-            return;
-        }
+    /// At a flush (`SIGTERM`'s) or the end, the events the journal did not
+    /// take when they came (it was full or failing), held in memory or in
+    /// this batch, go to the journal past its bound (at most
+    /// `audit.queue_capacity` of them held): if the insert that follows
+    /// does not take them before the process exits, the next process on
+    /// the spool directory replays them. What the journal still cannot take
+    /// stays in memory; at the end, what the insert did not take is lost,
+    /// and counted.
+    fn journal_unjournaled(&mut self, batch: &mut Batch) {
+        let held = std::mem::take(&mut self.held);
+        batch.segments.extend(held.iter().map(|_| None));
+        batch.events.extend(held);
         let mut journaled = 0;
-        for event in std::mem::take(&mut self.held) {
-            match self.journal.append_past_bound(&event) {
-                Some(segment) => {
-                    segment.mark_for_replay();
-                    journaled += 1;
-                }
-                None if ending => dropped(&event),
-                None => self.held.push(event),
+        for (event, segment) in batch.events.iter().zip(batch.segments.iter_mut()) {
+            if segment.is_none() {
+                *segment = self.journal.append_past_bound(event);
+                journaled += usize::from(segment.is_some());
             }
         }
-        count("spooled", journaled);
-        if !self.held.is_empty() {
-            tracing::warn!(
-                events = self.held.len(),
-                "audit events wait in memory only: the journal cannot take them"
+        if journaled > 0 {
+            tracing::info!(
+                events = journaled,
+                "audit events held in memory were journaled past audit.journal_max_bytes"
             );
         }
     }
