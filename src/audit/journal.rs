@@ -29,7 +29,6 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
-use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -348,6 +347,12 @@ impl Journal {
             .is_some_and(|o| o.segment.needs_replay())
     }
 
+    /// Whether some segment, open or sealed, has an event that must come
+    /// from disk.
+    pub fn awaits_replay(&self) -> bool {
+        self.segments.lock().iter().any(|s| s.needs_replay())
+    }
+
     /// The sealed segments, oldest first.
     pub fn sealed(&self) -> Vec<Arc<Segment>> {
         self.segments
@@ -417,8 +422,9 @@ impl Drop for Journal {
 
 /// An exclusive, non-blocking flock; whether it was granted.
 fn try_lock(file: &File) -> bool {
-    // SAFETY: flock on a descriptor the caller owns, for its lifetime.
-    unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 }
+    // std's lock is flock(2) on Linux: held for the descriptor's life, and
+    // released by the kernel when the process dies.
+    file.try_lock().is_ok()
 }
 
 /// Write, sync and delete a small file in `dir`.
@@ -433,5 +439,10 @@ fn probe(dir: &Path, run: &str) -> io::Result<()> {
         .open(&path)?;
     file.write_all(b"tollgate\n")?;
     file.sync_data()?;
-    fs::remove_file(&path)
+    // Gone already: a neighbour took it for a crash's leftover (a start-up
+    // stuck for a minute).
+    match fs::remove_file(&path) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
 }

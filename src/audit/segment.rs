@@ -98,3 +98,45 @@ pub fn read_events(path: &Path) -> io::Result<Vec<AuditEvent>> {
     }
     Ok(events)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_events(n: u64) -> Segment {
+        let segment = Segment::new(PathBuf::from("journal-x-000000.jsonl"), false, 0);
+        segment.appended.store(n, Ordering::Release);
+        segment
+    }
+
+    #[test]
+    fn a_segment_is_settled_once_every_event_committed() {
+        let segment = with_events(2);
+        segment.committed(1);
+        assert!(!segment.settled());
+        segment.committed(1);
+        assert!(segment.settled());
+    }
+
+    #[test]
+    fn a_segment_waiting_for_its_replay_is_not_settled() {
+        let segment = with_events(2);
+        segment.committed(2);
+        segment.mark_for_replay();
+        assert!(!segment.settled());
+    }
+
+    /// Replayed whole while some of its events were still queued: those
+    /// commit from memory as well, past the count, and it stays settled
+    /// (its deletion, if it failed, is tried again rather than forgotten).
+    #[test]
+    fn a_replayed_segment_stays_settled_as_its_queued_events_commit() {
+        let segment = with_events(3);
+        segment.committed(1);
+        segment.mark_for_replay();
+        segment.replayed();
+        assert!(segment.settled());
+        segment.committed(2);
+        assert!(segment.settled());
+    }
+}

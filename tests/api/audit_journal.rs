@@ -937,3 +937,38 @@ fn journals_opened_at_once_on_one_directory_all_open() {
         }
     });
 }
+
+/// A crash while a run starts leaves its `.locking` or `.probe-` file
+/// behind. The next run deletes those older than a minute, and neither a
+/// fresh one (a neighbour starting now) nor a locked one (a neighbour
+/// stuck starting).
+#[test]
+fn files_a_crash_left_while_starting_are_deleted_once_stale() {
+    use std::fs::File;
+    use tollgate::audit::Journal;
+
+    let dir = tempfile::tempdir().unwrap();
+    let at = |name: &str| dir.path().join(name);
+    let an_hour_ago = std::time::SystemTime::now() - Duration::from_secs(3600);
+    let stale = [".1700000000000-11-0.locking", ".probe-1700000000000-11-0"];
+    let fresh = [".1700000000000-12-0.locking", ".probe-1700000000000-12-0"];
+    let locked = ".1700000000000-13-0.locking";
+    for name in stale.iter().chain(&fresh).chain([&locked]) {
+        File::create(at(name)).unwrap();
+    }
+    for name in stale.iter().chain([&locked]) {
+        let file = File::options().write(true).open(at(name)).unwrap();
+        file.set_modified(an_hour_ago).unwrap();
+    }
+    let neighbour = File::options().write(true).open(at(locked)).unwrap();
+    neighbour.try_lock().unwrap();
+
+    let _journal = Journal::open(dir.path(), 1 << 30).unwrap();
+
+    for name in stale {
+        assert!(!at(name).exists(), "{name} is a crash's leftover");
+    }
+    for name in fresh.iter().chain([&locked]) {
+        assert!(at(name).exists(), "{name} may be a live neighbour's");
+    }
+}

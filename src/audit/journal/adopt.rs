@@ -5,6 +5,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 
 use super::{try_lock, Journal, Segment};
 
@@ -61,7 +62,28 @@ impl Journal {
                 let _ = fs::remove_file(self.dir.join(format!("{owner}.lock")));
             }
         }
+        for name in names.iter().filter(|n| is_momentary_file(n)) {
+            self.remove_if_stale(name);
+        }
         Ok(())
+    }
+
+    /// Delete a momentary file a crash left behind: older than
+    /// [`STALE_AFTER`] and not locked. A neighbour starting now holds its
+    /// `.locking` file locked, or made it a moment ago.
+    fn remove_if_stale(&self, name: &str) {
+        let path = self.dir.join(name);
+        let Ok(file) = OpenOptions::new().write(true).open(&path) else {
+            return;
+        };
+        let age = file
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|modified| SystemTime::now().duration_since(modified).ok());
+        if age.is_some_and(|age| age >= STALE_AFTER) && try_lock(&file) {
+            let _ = fs::remove_file(&path);
+        }
     }
 
     /// Run `owner`'s lock, held, when its process is gone; `None` while it
@@ -75,6 +97,17 @@ impl Journal {
             Err(_) => Some(None),
         }
     }
+}
+
+/// A run's momentary files are older than this only when it died holding
+/// them (or a write to a failing disk left its probe).
+const STALE_AFTER: Duration = Duration::from_secs(60);
+
+/// What a run has on disk for moments: its lock file before the rename
+/// (`.<run>.locking`) and the file it probes the directory with
+/// (`.probe-<run>`, at start-up and when it rechecks a failed directory).
+fn is_momentary_file(name: &str) -> bool {
+    name.starts_with(".probe-") || (name.starts_with('.') && name.ends_with(".locking"))
 }
 
 /// The run a segment's name says wrote it (`journal-<run>-<n>.jsonl`); none

@@ -67,6 +67,16 @@ struct Batch {
     segments: Vec<Option<Arc<Segment>>>,
 }
 
+impl Batch {
+    /// Events the journal did not take join the batch, with no segment.
+    fn take_unjournaled(&mut self, held: &mut Vec<AuditEvent>) {
+        // Taken, not drained: memory held through an outage goes back.
+        let held = std::mem::take(held);
+        self.segments.extend(held.iter().map(|_| None));
+        self.events.extend(held);
+    }
+}
+
 impl Writer {
     pub(super) fn new(
         db: AuditDb,
@@ -110,7 +120,7 @@ impl Writer {
             // backlog is taken whole, up to BACKLOG_BATCHES batches at once:
             // a commit, not a row, is what costs.
             let first = queue.recv_many(&mut messages, self.batch_size * BACKLOG_BATCHES);
-            match tokio::time::timeout(self.flush_interval, first).await {
+            match tokio::time::timeout(self.first_wait(), first).await {
                 Ok(0) => closed = true,
                 Ok(_) => take_all(&mut messages, &mut batch, &mut acks),
                 Err(_) => {}
@@ -153,6 +163,18 @@ impl Writer {
         }
     }
 
+    /// How long to wait for a first event (see [`first_wait`]).
+    fn first_wait(&self) -> Duration {
+        let pending = !self.held.is_empty() || self.journal.awaits_replay();
+        first_wait(
+            Instant::now(),
+            self.flush_interval,
+            pending,
+            self.last_contact,
+            self.retry_at,
+        )
+    }
+
     fn probe_due(&self) -> bool {
         self.retry_at.is_none_or(|at| Instant::now() >= at)
     }
@@ -172,17 +194,15 @@ impl Writer {
     }
 
     async fn write(&mut self, mut batch: Batch) {
-        if !self.held.is_empty() {
-            let held = std::mem::take(&mut self.held);
-            batch.segments.extend(held.iter().map(|_| None));
-            batch.events.extend(held);
-        }
+        batch.take_unjournaled(&mut self.held);
         if !self.probe_due() {
             self.leave_to_journal(batch);
             return;
         }
         match self.insert_with_retries(&batch.events).await {
             Ok(_) => {
+                // The batch, not the rows new to the table: the queue's
+                // depth on the dashboard is `queued - written - spooled`.
                 count("written", batch.events.len());
                 counter!(AUDIT_BATCHES).increment(1);
                 for segment in batch.segments.iter().flatten() {
@@ -227,9 +247,7 @@ impl Writer {
     /// stays in memory; at the end, what the insert did not take is lost,
     /// and counted.
     fn journal_unjournaled(&mut self, batch: &mut Batch) {
-        let held = std::mem::take(&mut self.held);
-        batch.segments.extend(held.iter().map(|_| None));
-        batch.events.extend(held);
+        batch.take_unjournaled(&mut self.held);
         let mut journaled = 0;
         for (event, segment) in batch.events.iter().zip(batch.segments.iter_mut()) {
             if segment.is_none() {
@@ -446,6 +464,25 @@ enum Replay {
     Unreadable,
 }
 
+/// How long a writer with an empty batch waits for a first event: a flush
+/// interval while events wait in memory or in the journal for the
+/// database; otherwise until its next probe is due (an idle writer wakes
+/// once a probe, not every flush interval), and never less than a flush
+/// interval.
+fn first_wait(
+    now: Instant,
+    flush_interval: Duration,
+    pending: bool,
+    last_contact: Instant,
+    retry_at: Option<Instant>,
+) -> Duration {
+    if pending {
+        return flush_interval;
+    }
+    let probe_at = (last_contact + PROBE_EVERY).max(retry_at.unwrap_or(now));
+    probe_at.saturating_duration_since(now).max(flush_interval)
+}
+
 /// Where [`gather`] puts what it takes.
 struct Gathering<'a> {
     messages: &'a mut Vec<Message>,
@@ -647,5 +684,40 @@ mod tests {
         assert_eq!(into.len(), 3);
         drop(tx);
         assert_eq!(take_ready(&mut rx, &mut into, 4), (0, true), "senders gone");
+    }
+
+    #[test]
+    fn an_idle_writer_waits_for_its_next_probe() {
+        // Ahead, so that instants before it exist however new the clock.
+        let now = Instant::now() + Duration::from_secs(10);
+        let flush = Duration::from_millis(200);
+        let ms = Duration::from_millis;
+        assert_eq!(first_wait(now, flush, false, now, None), PROBE_EVERY);
+        assert_eq!(
+            first_wait(now, flush, false, now - ms(700), None),
+            ms(300),
+            "what is left of the probe's second"
+        );
+        assert_eq!(
+            first_wait(now, flush, false, now - ms(5000), None),
+            flush,
+            "a probe overdue: a flush interval, as before"
+        );
+        assert_eq!(
+            first_wait(now, flush, false, now, Some(now + ms(4000))),
+            ms(4000),
+            "a database down: its next retry"
+        );
+        let slow = Duration::from_secs(5);
+        assert_eq!(first_wait(now, slow, false, now, None), slow);
+    }
+
+    #[test]
+    fn events_waiting_for_the_database_keep_the_flush_interval() {
+        let now = Instant::now();
+        let flush = Duration::from_millis(200);
+        let down = Some(now + Duration::from_secs(4));
+        assert_eq!(first_wait(now, flush, true, now, down), flush);
+        assert_eq!(first_wait(now, flush, true, now, None), flush);
     }
 }
