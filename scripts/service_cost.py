@@ -14,6 +14,7 @@ callgrind file stays, for `callgrind_annotate --inclusive=yes`.
   scripts/service_cost.py --binary target/dist/examples/lean_login --lean
   scripts/service_cost.py --binary ... --endpoint hammered   # 50 users, refusals audited
   scripts/service_cost.py --binary ... --endpoint sms
+  scripts/service_cost.py --binary target/dist/tollgate --idle 30   # natively: idle CPU, wake-ups
 
 Nothing here asserts: it prints a figure. Standard library only; the
 request bodies are those of ../shared/bench/wrk/anti_abuse.lua.
@@ -51,13 +52,51 @@ def cpu_ticks(pid):
     return int(fields[11]) + int(fields[12])
 
 
+def threads(pid):
+    """Per thread: its name, CPU nanoseconds and voluntary context switches
+    (each one a sleep the thread woke from)."""
+    out = {}
+    for task in glob.glob(f"/proc/{pid}/task/*"):
+        try:
+            with open(f"{task}/comm") as f:
+                name = f.read().strip()
+            with open(f"{task}/schedstat") as f:
+                ns = int(f.read().split()[0])
+            with open(f"{task}/status") as f:
+                woke = int(re.search(r"^voluntary_ctxt_switches:\s+(\d+)", f.read(), re.M).group(1))
+        except (OSError, AttributeError):
+            continue  # a thread that ended
+        out[task.rsplit("/", 1)[1]] = (name, ns, woke)
+    return out
+
+
+def idle_cost(pid, seconds):
+    """Print what the service costs doing nothing for `seconds`: CPU and
+    wake-ups a second, every thread, and the threads that woke most."""
+    before = threads(pid)
+    time.sleep(seconds)
+    after = threads(pid)
+    rows = []
+    for tid, (name, ns, woke) in after.items():
+        _, ns0, woke0 = before.get(tid, (name, 0, 0))
+        rows.append((name, (ns - ns0) / 1e9 / seconds, (woke - woke0) / seconds))
+    cpu = sum(r[1] for r in rows)
+    wakes = sum(r[2] for r in rows)
+    print(f"idle over {seconds:g} s: {cpu * 100:.2f} % of a core, {wakes:.1f} wake-ups a second "
+          f"({len(rows)} threads)")
+    for name, share, woke in sorted(rows, key=lambda r: -r[2])[:6]:
+        if woke > 0:
+            print(f"  {name:<20} {woke:6.1f} wake-ups/s  {share * 100:.3f} % of a core")
+
+
 def wait_idle(pid, quiet_s=2.0, timeout=300.0):
     """Until the process spends under 12 % of a core for quiet_s (tollgate
     compiles its phone patterns on a thread at start-up: a minute under
     valgrind at a whole core, which would otherwise be counted). Not 5 %:
-    an idle tollgate's timers (the audit writer's pass every flush
-    interval, its probe every second) cost about 1 % of a core, which
-    valgrind makes 4-6 % on some machines, so it never looked idle there."""
+    an idle tollgate's timers (mostly the Redis store's timer floor, each
+    HTTP worker's 37 wake-ups a second: `--idle`) cost about 0.3 % of a
+    core natively, which valgrind makes 4-6 % on some machines, so it
+    never looked idle there."""
     deadline = time.time() + timeout
     last = cpu_ticks(pid)
     while time.time() < deadline:
@@ -81,6 +120,9 @@ def main():
                    help="also simulate the caches (callgrind --cache-sim=yes): first-level "
                         "instruction and data misses and last-level misses a request, where "
                         "the CPU time of two builds differs by more than their instructions")
+    p.add_argument("--idle", type=float, metavar="SECONDS",
+                   help="run natively, send nothing, and print the service's CPU and wake-ups "
+                        "a second over SECONDS once start-up's work is done")
     args = p.parse_args()
     if args.lean and args.endpoint != "login":
         sys.exit("service_cost: the lean limit serves the login only")
@@ -96,7 +138,9 @@ def main():
         bench.wait_port(REDIS_PORT, "redis", proc=redis)
         out = args.keep or os.path.join(tmp, "callgrind.out")
         grind = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"]
-        if args.cache_sim:
+        if args.idle:
+            grind = []
+        elif args.cache_sim:
             grind.append("--cache-sim=yes")
         if args.lean:
             cmd = grind + [args.binary, f"127.0.0.1:{PORT}", f"redis://127.0.0.1:{REDIS_PORT}"]
@@ -129,6 +173,10 @@ code_secret = "bench-code-secret-0123456789abcdef"
         procs.append(service)
         bench.wait_port(PORT, "the service", timeout=120, proc=service)
         wait_idle(service.pid)
+        if args.idle:
+            time.sleep(2)  # the first probes and the journal's first pass
+            idle_cost(service.pid, args.idle)
+            return
 
         path = "/sms/send" if args.endpoint == "sms" else "/login/attempt"
         users = 50 if args.endpoint == "hammered" else 1_000_000
