@@ -31,22 +31,32 @@ fn claim<'a>(claims: &'a Map<String, Value>, path: &str) -> Option<&'a Value> {
 /// The admin `claims` name: a verified email, else the subject. A claim
 /// set without either names nobody.
 fn actor(claims: &Map<String, Value>) -> Option<Actor> {
-    let verified = claims.get("email_verified") == Some(&Value::Bool(true));
     let email = claims.get("email").and_then(Value::as_str);
     match (email, claims.get("sub").and_then(Value::as_str)) {
-        (Some(email), _) if verified && !email.is_empty() => Some(Actor::oidc(email)),
+        (Some(email), _) if email_verified(claims) && !email.is_empty() => Some(Actor::oidc(email)),
         (_, Some(sub)) if !sub.is_empty() => Some(Actor::oidc(sub)),
         _ => None,
     }
 }
 
+/// Whether the provider vouches for the `email` claim: a provider that
+/// lets people set their own address says `email_verified: false` until
+/// they prove it.
+fn email_verified(claims: &Map<String, Value>) -> bool {
+    claims.get("email_verified") == Some(&Value::Bool(true))
+}
+
 /// The roles the values of `roles_claim` (a string or a list of strings)
-/// map to.
+/// map to. An `email` grants roles only when verified: anyone could else
+/// type an operator's address into their own profile and sign in as one.
 fn roles(
     claims: &Map<String, Value>,
     roles_claim: &str,
     role_map: &BTreeMap<String, Role>,
 ) -> Roles {
+    if roles_claim == "email" && !email_verified(claims) {
+        return Roles::NONE;
+    }
     let values: Vec<&str> = match claim(claims, roles_claim) {
         Some(Value::String(one)) => vec![one.as_str()],
         Some(Value::Array(many)) => many.iter().filter_map(Value::as_str).collect(),
@@ -153,6 +163,25 @@ mod tests {
                 Roles::NONE,
                 "{claims}"
             );
+        }
+    }
+
+    /// Google has no role claim, so `roles_claim = "email"` maps addresses;
+    /// a provider where people edit their own address marks it unverified.
+    #[test]
+    fn an_email_grants_a_role_only_when_verified() {
+        let map: BTreeMap<String, Role> = [("ann@example.com".to_string(), Role::Operator)].into();
+        let roles_of = |claims: Value| identity(&of(claims), "email", &map).unwrap().roles;
+        assert_eq!(
+            roles_of(json!({"sub": "a", "email": "ann@example.com", "email_verified": true})),
+            Roles::of(&[Role::Operator])
+        );
+        for claims in [
+            json!({"sub": "a", "email": "ann@example.com", "email_verified": false}),
+            json!({"sub": "a", "email": "ann@example.com", "email_verified": "true"}),
+            json!({"sub": "a", "email": "ann@example.com"}),
+        ] {
+            assert_eq!(roles_of(claims.clone()), Roles::NONE, "{claims}");
         }
     }
 }

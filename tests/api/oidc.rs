@@ -696,6 +696,45 @@ async fn jwt_access_tokens_of_the_issuer_are_accepted_by_role_and_bad_ones_answe
     assert_eq!(export[0].rule.as_deref(), Some("decision=unblock"));
 }
 
+/// With `roles_claim = "email"` (Google's way), an address the provider
+/// has not verified grants nothing: on a provider where people edit their
+/// own profile, anyone could type an operator's address.
+#[tokio::test]
+async fn an_email_maps_to_a_role_only_when_the_provider_verified_it() {
+    let SsoApp { app, provider, .. } = sso_app(DbKind::Sqlite, |s| {
+        s.admin.oidc.roles_claim = "email".into();
+        s.admin.oidc.role_map = [("ann@example.com".to_string(), Role::Operator)].into();
+    })
+    .await;
+    let now = chrono::Utc::now().timestamp();
+    let token = |verified: Value| {
+        let mut claims = json!({"sub": "someone", "iss": provider.issuer, "aud": API,
+                                "iat": now, "exp": now + 300, "email": "ann@example.com"});
+        if !verified.is_null() {
+            claims["email_verified"] = verified;
+        }
+        provider.sign(json!({}), claims)
+    };
+    let verified = token(json!(true)).await;
+    let (status, body) = with_bearer(
+        &app,
+        "POST",
+        "/admin/api/subjects/user/alice/unblock",
+        &verified,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    for claim in [json!(false), Value::Null, json!("true")] {
+        let unverified = token(claim.clone()).await;
+        let (status, body) = with_bearer(&app, "GET", "/admin/api/events", &unverified).await;
+        assert_eq!(
+            status,
+            StatusCode::UNAUTHORIZED,
+            "email_verified {claim}: {body}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn a_rotated_key_is_fetched_once_and_made_up_key_ids_cost_one_fetch() {
     let provider = OidcProvider::start().await;
