@@ -419,34 +419,39 @@ async fn the_console_hides_what_a_role_may_not_use_and_refuses_it_anyway() {
         .await
         .unwrap()
         .contains("your role may not unblock"));
-    // From another site: refused without a row in the admin's name.
-    let cross = app
-        .client
-        .post(format!("{}/admin/lists", app.address))
-        .basic_auth("admin", Some(WATCHER))
-        .header("sec-fetch-site", "cross-site")
-        .form(&[
-            ("csrf", "none"),
-            ("list", "block"),
-            ("kind", "ip"),
-            ("value", "192.0.2.1"),
-        ])
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(cross.status(), StatusCode::FORBIDDEN);
-    // An export is audited in the admin's name, so another site's link or
-    // image may not fetch one either, whatever the role.
-    for token in [AUDIT, WATCHER] {
+    // From another origin, another site's or a sibling subdomain's:
+    // refused without a row in the admin's name.
+    for origin in ["cross-site", "same-site"] {
         let cross = app
             .client
-            .get(format!("{}/admin/events.csv?decision=deny", app.address))
-            .basic_auth("admin", Some(token))
-            .header("sec-fetch-site", "cross-site")
+            .post(format!("{}/admin/lists", app.address))
+            .basic_auth("admin", Some(WATCHER))
+            .header("sec-fetch-site", origin)
+            .form(&[
+                ("csrf", "none"),
+                ("list", "block"),
+                ("kind", "ip"),
+                ("value", "192.0.2.1"),
+            ])
             .send()
             .await
             .unwrap();
-        assert_eq!(cross.status(), StatusCode::FORBIDDEN, "{token}");
+        assert_eq!(cross.status(), StatusCode::FORBIDDEN, "{origin}");
+    }
+    // An export is audited in the admin's name, so another origin's link
+    // or image may not fetch one either, whatever the role.
+    for token in [AUDIT, WATCHER] {
+        for origin in ["cross-site", "same-site"] {
+            let cross = app
+                .client
+                .get(format!("{}/admin/events.csv?decision=deny", app.address))
+                .basic_auth("admin", Some(token))
+                .header("sec-fetch-site", origin)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(cross.status(), StatusCode::FORBIDDEN, "{token} {origin}");
+        }
     }
     let rows = db.trail(&app).await;
     let refusals: Vec<(&str, &str, Option<&str>)> = rows
@@ -472,7 +477,7 @@ async fn the_console_hides_what_a_role_may_not_use_and_refuses_it_anyway() {
         ]
     );
     let exports: Vec<_> = rows.iter().filter(|e| e.reason == "csv_export").collect();
-    assert_eq!(exports.len(), 1, "only the same-site export");
+    assert_eq!(exports.len(), 1, "only the export from the console itself");
     assert_eq!(
         (exports[0].actor.as_deref(), exports[0].rule.as_deref()),
         (Some("token:audit"), Some("decision=lock"))

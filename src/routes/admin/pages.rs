@@ -73,8 +73,9 @@ pub(super) enum Refusal {
     Unauthorized,
     /// The unblock form came without a valid CSRF token.
     Forbidden,
-    /// The browser says another site sent the request (`Sec-Fetch-Site:
-    /// cross-site`): nothing is done or written in the admin's name.
+    /// The browser says a page of another origin sent the request
+    /// (`Sec-Fetch-Site` other than `same-origin` or `none`): nothing is
+    /// done or written in the admin's name.
     CrossSite,
     /// Bad input, or the store or the audit database is down.
     Api(ApiError),
