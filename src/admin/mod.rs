@@ -9,7 +9,7 @@ pub mod lists;
 pub mod period;
 pub mod trail;
 
-use crate::audit::{AuditDb, AuditSink};
+use crate::audit::{AuditLog, AuditSink};
 use crate::lists::Lists;
 
 /// What the admin operations work on.
@@ -18,7 +18,7 @@ pub struct Desk<'a> {
     /// Where the rows of admins' own actions go.
     pub audit: &'a dyn AuditSink,
     /// The trail admins read; absent when a test replaced the sink.
-    pub audit_db: Option<&'a AuditDb>,
+    pub audit_log: Option<&'a AuditLog>,
     /// The allow and block lists admins change.
     pub lists: &'a Lists,
 }

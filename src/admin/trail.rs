@@ -37,9 +37,8 @@ pub fn export_subject() -> Subject {
 }
 
 impl Desk<'_> {
-    fn log(&self) -> Result<AuditLog, ApiError> {
-        let db = self.audit_db.ok_or(ApiError::AuditUnavailable)?;
-        Ok(AuditLog::new(db.clone()))
+    fn log(&self) -> Result<&AuditLog, ApiError> {
+        self.audit_log.ok_or(ApiError::AuditUnavailable)
     }
 
     /// The page `query` asks for, `default_limit` events when it names no

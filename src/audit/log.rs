@@ -2,14 +2,28 @@
 //! newest first, with the cursor of the next page; or every matching row, as
 //! a stream of pages (the CSV export). The cursors are made and followed
 //! here, so no caller handles a row's position itself.
+//!
+//! Admins' reads share the audit database's pool with the writer and the
+//! single-sign-on sessions: a filter no index serves reads every
+//! partition, so at most [`READS_AT_ONCE`] of them run at a time, and on
+//! PostgreSQL each ends at `audit.read_timeout`.
+
+use std::sync::Arc;
+use std::time::Duration;
 
 use futures::Stream;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::query::{Cursor, EventFilter};
 use super::{AuditDb, AuditError, AuditEvent};
 
 /// Rows per database round trip while streaming.
 const STREAM_PAGE: usize = 500;
+/// Admin reads running at once, of the pool's 5 connections (4 on SQLite):
+/// the writer and the sessions keep the rest.
+pub const READS_AT_ONCE: usize = 2;
+/// How long a read waits for its turn, as long as for a pooled connection.
+const TURN_WAIT: Duration = Duration::from_secs(3);
 
 /// One page of events and, when more match, the cursor of the next.
 pub struct Page {
@@ -23,6 +37,9 @@ pub struct Page {
 #[derive(Clone)]
 pub struct AuditLog {
     db: AuditDb,
+    turns: Arc<Semaphore>,
+    /// `audit.read_timeout`.
+    bound: Duration,
 }
 
 fn position(event: &AuditEvent) -> Cursor {
@@ -33,9 +50,33 @@ fn position(event: &AuditEvent) -> Cursor {
 }
 
 impl AuditLog {
-    /// Read the trail kept in `db`.
-    pub fn new(db: AuditDb) -> Self {
-        Self { db }
+    /// Read the trail kept in `db`, each read within `bound`.
+    pub fn new(db: AuditDb, bound: Duration) -> Self {
+        Self {
+            db,
+            turns: Arc::new(Semaphore::new(READS_AT_ONCE)),
+            bound,
+        }
+    }
+
+    /// This read's turn; refused when the reads before it hold every turn
+    /// past [`TURN_WAIT`].
+    async fn turn(&self) -> Result<OwnedSemaphorePermit, AuditError> {
+        match tokio::time::timeout(TURN_WAIT, self.turns.clone().acquire_owned()).await {
+            Ok(Ok(turn)) => Ok(turn),
+            _ => Err(AuditError::ReadsBusy(READS_AT_ONCE)),
+        }
+    }
+
+    /// One page of rows, in its turn and within the bound.
+    async fn read(
+        &self,
+        filter: &EventFilter,
+        cursor: Option<&Cursor>,
+        limit: usize,
+    ) -> Result<Vec<AuditEvent>, AuditError> {
+        let _turn = self.turn().await?;
+        self.db.page_within(filter, cursor, limit, self.bound).await
     }
 
     /// Up to `limit` events after `cursor` (from the newest without one).
@@ -46,7 +87,7 @@ impl AuditLog {
         limit: usize,
     ) -> Result<Page, AuditError> {
         // One row more than asked tells whether another page exists.
-        let mut events = self.db.page(filter, cursor, limit + 1).await?;
+        let mut events = self.read(filter, cursor, limit + 1).await?;
         let next = if events.len() > limit {
             events.truncate(limit);
             events.last().map(position)
@@ -65,14 +106,14 @@ impl AuditLog {
         cap: usize,
     ) -> impl Stream<Item = Result<Vec<AuditEvent>, AuditError>> + use<> {
         struct Walk {
-            db: AuditDb,
+            log: AuditLog,
             filter: EventFilter,
             cursor: Option<Cursor>,
             left: usize,
             done: bool,
         }
         let walk = Walk {
-            db: self.db.clone(),
+            log: self.clone(),
             filter,
             cursor,
             left: cap,
@@ -83,7 +124,11 @@ impl AuditLog {
                 return None;
             }
             let want = walk.left.min(STREAM_PAGE);
-            let page = match walk.db.page(&walk.filter, walk.cursor.as_ref(), want).await {
+            let page = match walk
+                .log
+                .read(&walk.filter, walk.cursor.as_ref(), want)
+                .await
+            {
                 Ok(page) => page,
                 Err(e) => {
                     walk.done = true;

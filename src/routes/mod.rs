@@ -53,6 +53,8 @@ pub struct AppState {
     pub lists: Arc<crate::lists::Lists>,
     /// The audit database, for the admin API (absent when a test replaced the sink).
     pub audit_db: Option<AuditDb>,
+    /// The trail as admins read it, with its bounds (absent with `audit_db`).
+    pub audit_log: Option<crate::audit::AuditLog>,
     /// Renders `/metrics`; absent when no recorder could be installed.
     pub metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
 }
@@ -62,7 +64,7 @@ impl AppState {
     pub fn desk(&self) -> crate::admin::Desk<'_> {
         crate::admin::Desk {
             audit: self.audit.as_ref(),
-            audit_db: self.audit_db.as_ref(),
+            audit_log: self.audit_log.as_ref(),
             lists: &self.lists,
         }
     }

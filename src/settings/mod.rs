@@ -241,6 +241,11 @@ pub struct AuditSettings {
     /// trail while readiness keeps its last good word; default 10 s.
     #[serde(with = "duration")]
     pub write_timeout: Duration,
+    /// Longest one admin read of the trail (a page of events, a page of a
+    /// CSV export) may run on PostgreSQL before it answers 503: a filter
+    /// no index serves reads every partition; default 10 s.
+    #[serde(with = "duration")]
+    pub read_timeout: Duration,
     /// Directory of the audit journal: every event is appended there before
     /// its request is answered, and replayed from there when the database
     /// missed it; default `tollgate-spool`.

@@ -12,7 +12,7 @@ use actix_web::dev::{Server, ServerHandle};
 use actix_web::web;
 use anyhow::Context;
 
-use crate::audit::{AuditDb, AuditSink, ObservedSink};
+use crate::audit::{AuditDb, AuditLog, AuditSink, ObservedSink};
 use crate::delivery::email::Email;
 use crate::delivery::{build_sender, SmsSender, TemplateDirs, Templates, TemplatesCell};
 use crate::guard::admin::SubjectAdmin;
@@ -133,6 +133,9 @@ impl Application {
                 .map(Arc::new),
             readiness_store: stores.primary,
             audit: audit.clone(),
+            audit_log: audit_db
+                .clone()
+                .map(|db| AuditLog::new(db, settings.audit.read_timeout)),
             audit_db,
             metrics,
         });

@@ -999,3 +999,89 @@ async fn a_cut_is_skipped_while_another_instance_holds_the_retention_lock() {
     assert!(!cut.skipped);
     assert!(all_rows(&audit).await.is_empty());
 }
+
+async fn reads_app(db: &TestDb, read_timeout: Duration) -> TestApp {
+    let (url, spool) = (db.url.clone(), db.spool_dir());
+    let app = spawn_app_with_audit_db(Backend::Memory, move |s| {
+        s.audit.database_url = tollgate::settings::SecretUrl::new(url);
+        s.audit.spool_dir = spool.display().to_string();
+        s.audit.read_timeout = read_timeout;
+    })
+    .await;
+    // Migrated, so that the lock below has a table to take.
+    assert_eq!(app.admin_get("/admin/api/events").await.status, 200);
+    app
+}
+
+/// Holds `audit_events` so that every read of it waits: as a filter no
+/// index serves keeps a read going through every partition.
+async fn lock_the_trail(db: &TestDb) -> sqlx::PgConnection {
+    let mut holder = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    for sql in ["BEGIN", "LOCK TABLE audit_events IN ACCESS EXCLUSIVE MODE"] {
+        sqlx::query(sql).execute(&mut holder).await.unwrap();
+    }
+    holder
+}
+
+/// An admin's read of the trail ends at `audit.read_timeout` with a 503,
+/// and takes its connection back to the pool, rather than waiting as long
+/// as the database does.
+#[tokio::test]
+async fn an_admin_read_ends_at_the_read_timeout() {
+    let db = TestDb::new(DbKind::Postgres).await;
+    let app = reads_app(&db, Duration::from_secs(1)).await;
+    let holder = lock_the_trail(&db).await;
+
+    let read = app.admin_get("/admin/api/events?subject=nobody&limit=500");
+    let answer = tokio::time::timeout(Duration::from_secs(20), read)
+        .await
+        .expect("PostgreSQL ends the read at the bound");
+    assert_eq!(answer.status, 503, "{}", answer.body);
+    assert_eq!(answer.body["error"], "audit_unavailable");
+    let waiting: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM pg_stat_activity \
+         WHERE datname = current_database() AND wait_event_type = 'Lock' \
+         AND query LIKE '%ORDER BY occurred_at DESC, id DESC LIMIT%'",
+    )
+    .fetch_one(pg_pool(&db.connect().await))
+    .await
+    .unwrap();
+    assert_eq!(waiting, 0, "no read still waits in PostgreSQL");
+    drop(holder);
+    assert_eq!(app.admin_get("/admin/api/events").await.status, 200);
+}
+
+/// Slow reads take at most two of the pool's connections: the rest of the
+/// admin surface (here the stats, from the rollups) goes on answering.
+#[tokio::test]
+async fn slow_admin_reads_leave_the_pool_to_the_rest() {
+    let db = TestDb::new(DbKind::Postgres).await;
+    let app = std::sync::Arc::new(reads_app(&db, Duration::from_secs(30)).await);
+    let mut holder = lock_the_trail(&db).await;
+    let reads: Vec<_> = (0..5)
+        .map(|_| {
+            let app = app.clone();
+            tokio::spawn(async move { app.admin_get("/admin/api/events").await.status.as_u16() })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let stats = app.admin_get("/admin/api/stats").await;
+    assert_eq!(stats.status, 200, "{}", stats.body);
+
+    sqlx::query("COMMIT").execute(&mut holder).await.unwrap();
+    let mut statuses = Vec::new();
+    for read in reads {
+        let status = tokio::time::timeout(Duration::from_secs(20), read)
+            .await
+            .expect("every read answers once the trail is free")
+            .unwrap();
+        statuses.push(status);
+    }
+    // Two read at once; those kept waiting for a turn past 3 s are refused.
+    assert!(
+        statuses.iter().all(|s| *s == 200 || *s == 503),
+        "{statuses:?}"
+    );
+    assert!(statuses.contains(&200), "{statuses:?}");
+}

@@ -41,6 +41,10 @@ pub enum AuditError {
     /// that drops packets).
     #[error("audit database did not answer within {0:?} (twice audit.write_timeout)")]
     TimedOut(std::time::Duration),
+    /// Admins' reads of the trail already run as many at once as allowed
+    /// (`audit::log::READS_AT_ONCE`), and none ended in time.
+    #[error("audit database: {0} admin reads already running")]
+    ReadsBusy(usize),
 }
 
 impl AuditError {
@@ -205,8 +209,31 @@ impl AuditDb {
         cursor: Option<&Cursor>,
         limit: usize,
     ) -> Result<Vec<AuditEvent>, AuditError> {
+        self.page_bounded(filter, cursor, limit, None).await
+    }
+
+    /// [`page`](Self::page), on PostgreSQL ending the read's lock waits and
+    /// statement at `bound` (57014 or 55P03: [`is_timeout`](Self::is_timeout));
+    /// SQLite has no such bound.
+    pub async fn page_within(
+        &self,
+        filter: &EventFilter,
+        cursor: Option<&Cursor>,
+        limit: usize,
+        bound: std::time::Duration,
+    ) -> Result<Vec<AuditEvent>, AuditError> {
+        self.page_bounded(filter, cursor, limit, Some(bound)).await
+    }
+
+    async fn page_bounded(
+        &self,
+        filter: &EventFilter,
+        cursor: Option<&Cursor>,
+        limit: usize,
+        bound: Option<std::time::Duration>,
+    ) -> Result<Vec<AuditEvent>, AuditError> {
         match self {
-            Self::Postgres(pool) => postgres::page(pool, filter, cursor, limit).await,
+            Self::Postgres(pool) => postgres::page_within(pool, filter, cursor, limit, bound).await,
             Self::Sqlite(pool) => sqlite::page(pool, filter, cursor, limit).await,
         }
     }

@@ -94,6 +94,38 @@ async fn insert_once(
     }
 }
 
+/// A page of events, on a connection closed if the reader goes away (the
+/// admin's request was dropped) or `BEGIN` fails. With a bound, PostgreSQL
+/// ends its lock waits and its statement there: a filter no index serves
+/// reads every partition.
+pub async fn page_within(
+    pool: &PgPool,
+    filter: &EventFilter,
+    cursor: Option<&Cursor>,
+    limit: usize,
+    bound: Option<Duration>,
+) -> Result<Vec<AuditEvent>, AuditError> {
+    let mut conn = ClosedUnlessDone::acquire(pool).await?;
+    let tx = begin(&mut conn, bound).await?;
+    let read = page_in(tx, filter, cursor, limit).await;
+    conn.done();
+    read
+}
+
+async fn page_in(
+    mut tx: Transaction<'_, Postgres>,
+    filter: &EventFilter,
+    cursor: Option<&Cursor>,
+    limit: usize,
+) -> Result<Vec<AuditEvent>, AuditError> {
+    let rows: Vec<Row> = page_query(filter, cursor, limit)
+        .build_query_as()
+        .fetch_all(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    rows.into_iter().map(Row::into_event).collect()
+}
+
 /// One batch's rows and how to write them.
 struct Batch<'a> {
     events: &'a [AuditEvent],

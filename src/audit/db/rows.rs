@@ -74,19 +74,18 @@ pub(super) use push_conditions;
 /// `into_event`, then calls `repository!(DatabaseType, PoolType)`.
 macro_rules! repository {
     ($db:ty, $pool:ty) => {
-        /// Newest first, after `cursor`, at most `limit` rows.
-        pub async fn page(
-            pool: &$pool,
+        /// The query of a page: newest first, after `cursor`, at most
+        /// `limit` rows.
+        fn page_query(
             filter: &EventFilter,
             cursor: Option<&Cursor>,
             limit: usize,
-        ) -> Result<Vec<AuditEvent>, AuditError> {
+        ) -> QueryBuilder<'static, $db> {
             let mut qb = QueryBuilder::<$db>::new(format!("SELECT {COLUMNS} FROM audit_events"));
             push_conditions!(qb, filter, cursor, bind_time, bind_id);
             qb.push(" ORDER BY occurred_at DESC, id DESC LIMIT ")
                 .push_bind(limit as i64);
-            let rows: Vec<Row> = qb.build_query_as().fetch_all(pool).await?;
-            rows.into_iter().map(Row::into_event).collect()
+            qb
         }
 
         /// Delete the top summaries no period reads any more

@@ -59,6 +59,21 @@ impl Row {
 
 repository!(Sqlite, SqlitePool);
 
+/// Newest first, after `cursor`, at most `limit` rows. SQLite has no
+/// statement bound: the embedded default is one process's own file.
+pub async fn page(
+    pool: &SqlitePool,
+    filter: &EventFilter,
+    cursor: Option<&Cursor>,
+    limit: usize,
+) -> Result<Vec<AuditEvent>, AuditError> {
+    let rows: Vec<Row> = page_query(filter, cursor, limit)
+        .build_query_as()
+        .fetch_all(pool)
+        .await?;
+    rows.into_iter().map(Row::into_event).collect()
+}
+
 /// Multi-row INSERTs and the rollups of the rows that were new, all in one
 /// transaction (one commit, one fsync).
 pub async fn insert(

@@ -180,6 +180,13 @@ impl Settings {
                 "must be from 1s to 1h (shorter gives up ordinary batches; PostgreSQL takes no lock_timeout past 24 days)",
             ));
         }
+        duration("audit.read_timeout", audit.read_timeout)?;
+        if !(MIN_WRITE_TIMEOUT..=MAX_WRITE_TIMEOUT).contains(&audit.read_timeout) {
+            return Err(SettingsError::invalid(
+                "audit.read_timeout",
+                "must be from 1s to 1h (PostgreSQL takes no statement_timeout past 24 days)",
+            ));
+        }
         duration("audit.journal_sync_interval", audit.journal_sync_interval)?;
         if audit.journal_sync_interval > MAX_JOURNAL_SYNC_INTERVAL {
             return Err(SettingsError::invalid(
