@@ -1,7 +1,8 @@
 //! JWT access tokens from the provider, as the admin API's bearer
 //! credential (RFC 9068): signed by one of the provider's keys with an
 //! asymmetric algorithm, issued by the configured issuer for
-//! `admin.oidc.api_audience`, not expired (60 s of clock skew allowed).
+//! `admin.oidc.api_audience`, not expired and not before its `nbf` (60 s of
+//! clock skew allowed).
 //!
 //! What is refused, and why: `alg: none` and unknown algorithms (the header
 //! does not parse); HMAC algorithms (`HS256` "signed" with the provider's
@@ -95,6 +96,9 @@ pub fn verify(
     let key = DecodingKey::from_jwk(jwk).map_err(|_| TokenError::KeyMismatch)?;
     let mut validation = Validation::new(header.alg);
     validation.leeway = LEEWAY_SECS;
+    // Off by default in jsonwebtoken: a token issued for later is refused
+    // until then.
+    validation.validate_nbf = true;
     validation.set_issuer(&[issuer]);
     validation.set_audience(&[audience]);
     validation.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);

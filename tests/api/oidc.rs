@@ -569,7 +569,7 @@ async fn with_bearer(app: &TestApp, method: &str, path: &str, token: &str) -> (S
 #[tokio::test]
 async fn jwt_access_tokens_of_the_issuer_are_accepted_by_role_and_bad_ones_answer_401() {
     let SsoApp { app, provider, db } = sso_app(DbKind::Sqlite, |s| {
-        s.server.admin_auth_limit = LimitSetting::new(9, std::time::Duration::from_secs(600));
+        s.server.admin_auth_limit = LimitSetting::new(10, std::time::Duration::from_secs(600));
     })
     .await;
     let operator = provider.access_token("robot-operator", API).await;
@@ -638,6 +638,11 @@ async fn jwt_access_tokens_of_the_issuer_are_accepted_by_role_and_bad_ones_answe
                 .sign(json!({}), claims(&issuer, API, now - 3600))
                 .await,
         ),
+        ("not yet valid", {
+            let mut later = claims(&issuer, API, now + 7200);
+            later["nbf"] = json!(now + 3600);
+            provider.sign(json!({}), later).await
+        }),
         (
             "another issuer",
             provider
@@ -666,7 +671,7 @@ async fn jwt_access_tokens_of_the_issuer_are_accepted_by_role_and_bad_ones_answe
         assert_eq!(status, StatusCode::UNAUTHORIZED, "{case}: {body}");
         assert_eq!(body["error"], "unauthorized", "{case}");
     }
-    // Each was a failed authentication: the ninth fills the window.
+    // Each was a failed authentication: the tenth fills the window.
     let (status, _) = with_bearer(&app, "GET", "/admin/api/events", "x.y.z").await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
     let (status, _) = with_bearer(&app, "GET", "/admin/api/events", &operator).await;
