@@ -118,12 +118,9 @@ async fn page_in(
     cursor: Option<&Cursor>,
     limit: usize,
 ) -> Result<Vec<AuditEvent>, AuditError> {
-    let rows: Vec<Row> = page_query(filter, cursor, limit)
-        .build_query_as()
-        .fetch_all(&mut *tx)
-        .await?;
+    let events = read_page(&mut tx, filter, cursor, limit).await?;
     tx.commit().await?;
-    rows.into_iter().map(Row::into_event).collect()
+    Ok(events)
 }
 
 /// One batch's rows and how to write them.

@@ -74,18 +74,20 @@ pub(super) use push_conditions;
 /// `into_event`, then calls `repository!(DatabaseType, PoolType)`.
 macro_rules! repository {
     ($db:ty, $pool:ty) => {
-        /// The query of a page: newest first, after `cursor`, at most
-        /// `limit` rows.
-        fn page_query(
+        /// A page of events on `conn`: newest first, after `cursor`, at
+        /// most `limit` rows.
+        async fn read_page(
+            conn: &mut <$db as sqlx::Database>::Connection,
             filter: &EventFilter,
             cursor: Option<&Cursor>,
             limit: usize,
-        ) -> QueryBuilder<'static, $db> {
+        ) -> Result<Vec<AuditEvent>, AuditError> {
             let mut qb = QueryBuilder::<$db>::new(format!("SELECT {COLUMNS} FROM audit_events"));
             push_conditions!(qb, filter, cursor, bind_time, bind_id);
             qb.push(" ORDER BY occurred_at DESC, id DESC LIMIT ")
                 .push_bind(limit as i64);
-            qb
+            let rows: Vec<Row> = qb.build_query_as().fetch_all(&mut *conn).await?;
+            rows.into_iter().map(Row::into_event).collect()
         }
 
         /// Delete the top summaries no period reads any more

@@ -67,11 +67,7 @@ pub async fn page(
     cursor: Option<&Cursor>,
     limit: usize,
 ) -> Result<Vec<AuditEvent>, AuditError> {
-    let rows: Vec<Row> = page_query(filter, cursor, limit)
-        .build_query_as()
-        .fetch_all(pool)
-        .await?;
-    rows.into_iter().map(Row::into_event).collect()
+    read_page(&mut *pool.acquire().await?, filter, cursor, limit).await
 }
 
 /// Multi-row INSERTs and the rollups of the rows that were new, all in one
