@@ -159,6 +159,8 @@ pub enum AdminCredential {
 /// keys, admin tokens and trusted proxies.
 pub struct Access {
     api_keys: BearerSecrets,
+    /// `server.keyless_sms`.
+    keyless_sms: bool,
     admin_tokens: BearerSecrets,
     /// Each admin token's actor and roles, in `admin_tokens`' order.
     token_admins: Vec<(Actor, Roles)>,
@@ -175,6 +177,7 @@ impl Access {
     pub fn new(server: &ServerSettings) -> Self {
         Self {
             api_keys: BearerSecrets::new(&server.api_keys),
+            keyless_sms: server.keyless_sms,
             admin_tokens: BearerSecrets::new(
                 &server
                     .admin_tokens
@@ -270,6 +273,28 @@ impl Access {
         };
         let mut info = self.info(req, ip);
         info.backend = backend;
+        Ok(info)
+    }
+
+    /// [`caller`](Self::caller) for the routes a browser may call,
+    /// `/sms/send` and `/sms/verify`: with `server.keyless_sms`, a request
+    /// without an `Authorization` header is a browser's even where keys are
+    /// configured. Its address is its peer's (or a trusted proxy's word),
+    /// never the body's, and it is no backend: not even from loopback, since
+    /// with keys a backend shows one.
+    pub fn browser_caller(
+        &self,
+        req: &HttpRequest,
+        body_ip: Option<&str>,
+    ) -> Result<RequestInfo, ApiError> {
+        let keyless = self.keyless_sms
+            && !self.api_keys.is_empty()
+            && !req.headers().contains_key(header::AUTHORIZATION);
+        if !keyless {
+            return self.caller(req, body_ip);
+        }
+        let mut info = self.info(req, self.peer_ip(req));
+        info.backend = false;
         Ok(info)
     }
 

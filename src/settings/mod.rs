@@ -104,6 +104,11 @@ pub struct ServerSettings {
     pub admin_auth_limit: LimitSetting,
     /// When non-empty, `/sms/*` and `/login/*` need `Authorization: Bearer <key>`.
     pub api_keys: Vec<Secret>,
+    /// With `api_keys`, browsers may still call `/sms/send` and
+    /// `/sms/verify` without any `Authorization` header, as they do without
+    /// keys: their own address counts, and `ip` and `captcha_passed` are
+    /// not theirs to send. A wrong key is still 401; default false.
+    pub keyless_sms: bool,
     /// Bearer tokens for `/admin`: plain strings (each an admin named
     /// after its position, `token:1`, who may do everything) or
     /// `{ name, token, role }`; empty means only single sign-on admins, if

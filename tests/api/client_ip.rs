@@ -376,3 +376,74 @@ async fn a_body_ip_without_keys_is_ignored_even_when_malformed() {
         (400, "invalid_request")
     );
 }
+
+/// With API keys and `server.keyless_sms`, a browser may still call
+/// `/sms/*` without any key: its own address counts (the body's `ip` is
+/// not its to give), it may not vouch for a captcha, and a wrong key is
+/// still refused, as is `/login/*` without one.
+#[tokio::test]
+async fn with_keyless_sms_browsers_send_without_a_key_and_count_as_themselves() {
+    let app = spawn_app(Backend::Memory, |s| {
+        s.server.keyless_sms = true;
+        s.sms.ip_limits = limits(&[(3, 3_600_000)]);
+    })
+    .await;
+    let keyless = |body: serde_json::Value, path: &str| {
+        app.client
+            .post(format!("{}{path}", app.address))
+            .json(&body)
+    };
+    for i in 0..4 {
+        let answer = app
+            .send_raw(keyless(
+                json!({ "phone": phone(i), "ip": VICTIM }),
+                "/sms/send",
+            ))
+            .await;
+        assert_eq!(
+            answer.status.as_u16(),
+            if i < 3 { 200 } else { 429 },
+            "{}",
+            answer.body
+        );
+    }
+    assert_eq!(sends_of(&app, "127.0.0.1").await, 3);
+    assert_eq!(
+        sends_of(&app, VICTIM).await,
+        0,
+        "the body's ip is not a browser's"
+    );
+
+    let vouched = json!({ "phone": phone(9), "captcha_passed": true });
+    let refused = app.send_raw(keyless(vouched, "/sms/send")).await;
+    assert_eq!(
+        (refused.status.as_u16(), refused.error()),
+        (403, "forbidden")
+    );
+    let verify = json!({ "phone": phone(0), "code": "000000" });
+    let tried = app.send_raw(keyless(verify.clone(), "/sms/verify")).await;
+    assert_ne!(tried.status.as_u16(), 401, "{}", tried.body);
+
+    let wrong_key = keyless(verify, "/sms/verify").bearer_auth("not-a-key-0123456789");
+    assert_eq!(app.send_raw(wrong_key).await.status.as_u16(), 401);
+    let login = keyless(json!({ "user": "alice" }), "/login/check");
+    assert_eq!(app.send_raw(login).await.status.as_u16(), 401);
+}
+
+/// Without `server.keyless_sms`, keys mean every `/sms/*` call needs one
+/// (DESIGN.md §3).
+#[tokio::test]
+async fn without_keyless_sms_a_keyless_send_is_refused_where_keys_are_set() {
+    let app = spawn_app(Backend::Memory, |_| {}).await;
+    let answer = app
+        .send_raw(
+            app.client
+                .post(format!("{}/sms/send", app.address))
+                .json(&json!({ "phone": phone(0) })),
+        )
+        .await;
+    assert_eq!(
+        (answer.status.as_u16(), answer.error()),
+        (401, "unauthorized")
+    );
+}
