@@ -71,6 +71,44 @@ fn warn_without_api_keys(settings: &Settings) {
     }
 }
 
+/// Without `server.admin_bind` the console, the admin API and `/metrics`
+/// answer on `server.bind`: on an address others reach, `/metrics` (no
+/// credential) tells anyone how near each rule is to its limit and whether
+/// the store fails open, and the console's sign-in is one more door.
+fn warn_of_admin_routes_on_a_public_bind(settings: &Settings) {
+    let server = &settings.server;
+    if server.admin_bind.is_none() && !server.bind.ip().to_canonical().is_loopback() {
+        tracing::warn!(
+            bind = %server.bind,
+            "server.admin_bind is unset, so the console, the admin API and /metrics answer on \
+             server.bind, which is not loopback; set server.admin_bind to an address only \
+             operators reach (docs/connections.md)"
+        );
+    }
+}
+
+/// The `log` SMS provider writes every code to the log, which is right on
+/// a laptop; beside a shared Redis store it is a production set-up left
+/// half done, where whoever reads the logs can verify any phone.
+fn warn_of_codes_in_the_log(settings: &Settings) {
+    use crate::settings::{SmsProviderKind, StoreBackend};
+    if settings.sms.provider.kind == SmsProviderKind::Log
+        && settings.store.backend == StoreBackend::Redis
+    {
+        tracing::warn!(
+            "sms.provider is \"log\" with a Redis store: every code is written to the log, \
+             where whoever reads it can verify any phone; set sms.provider (docs/delivery.md)"
+        );
+    }
+}
+
+/// Settings that work but leave a production service open to misuse.
+fn warn_of_risky_settings(settings: &Settings) {
+    warn_without_api_keys(settings);
+    warn_of_admin_routes_on_a_public_bind(settings);
+    warn_of_codes_in_the_log(settings);
+}
+
 impl Application {
     /// Build everything `settings` configures and bind `server.bind`.
     pub async fn build(settings: Settings) -> anyhow::Result<Self> {
@@ -85,7 +123,7 @@ impl Application {
             .context("cannot load the SMS and email templates")?;
         let templates = Arc::new(TemplatesCell::new(templates));
         let metrics = crate::metrics::install();
-        warn_without_api_keys(&settings);
+        warn_of_risky_settings(&settings);
         crate::domain::PhoneNumber::warm_up();
         let clock: Arc<dyn Clock> = overrides.clock.unwrap_or_else(|| Arc::new(SystemClock));
         let mut background = Vec::new();

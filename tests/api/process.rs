@@ -471,3 +471,44 @@ async fn start_up_warns_that_keyless_logins_count_under_one_address() {
     let warned = |server: &Tollgate| server.lines("server.api_keys is empty").len();
     assert_eq!((warned(&keyless), warned(&keyed)), (1, 0));
 }
+
+/// Beside a Redis store, the `log` SMS provider (every code in the log) is
+/// a production set-up left half done: start-up says so.
+#[tokio::test]
+async fn start_up_warns_of_codes_in_the_log_beside_a_redis_store() {
+    let dead_port = crate::support::app::free_port();
+    let store = format!(
+        "[store]\nbackend = \"redis\"\nredis_url = \"redis://127.0.0.1:{dead_port}\"\n\
+         [sms]\ncode_secret = \"process-test-code-secret\"\n"
+    );
+    let webhook =
+        format!("{store}[sms.provider]\nkind = \"webhook\"\nurl = \"http://127.0.0.1:9/\"\n");
+    let dirs = [(); 3].map(|_| tempfile::tempdir().unwrap());
+    let logged = Tollgate::start(&config_file(dirs[0].path(), "", &store)).await;
+    let delivered = Tollgate::start(&config_file(dirs[1].path(), "", &webhook)).await;
+    let laptop = Tollgate::start(&config_file(dirs[2].path(), "", "")).await;
+    let warned = |server: &Tollgate| server.lines("every code is written to the log").len();
+    assert_eq!(
+        (warned(&logged), warned(&delivered), warned(&laptop)),
+        (1, 0, 0)
+    );
+}
+
+/// `/metrics` and the console answer on `server.bind` without
+/// `server.admin_bind`: start-up says so when that is not loopback.
+#[tokio::test]
+async fn start_up_warns_of_admin_routes_on_a_public_bind() {
+    let (public_dir, split_dir, local_dir) = (
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+    );
+    let public_bind = [("TOLLGATE__SERVER__BIND", "0.0.0.0:0")];
+    let public =
+        Tollgate::start_with_env(&config_file(public_dir.path(), "", ""), &public_bind).await;
+    let split_config = config_file(split_dir.path(), "admin_bind = \"127.0.0.1:0\"", "");
+    let split = Tollgate::start_with_env(&split_config, &public_bind).await;
+    let local = Tollgate::start(&config_file(local_dir.path(), "", "")).await;
+    let warned = |server: &Tollgate| server.lines("server.admin_bind is unset").len();
+    assert_eq!((warned(&public), warned(&split), warned(&local)), (1, 0, 0));
+}
