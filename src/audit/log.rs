@@ -22,7 +22,9 @@ const STREAM_PAGE: usize = 500;
 /// Admin reads running at once, of the pool's 5 connections (4 on SQLite):
 /// the writer and the sessions keep the rest.
 pub const READS_AT_ONCE: usize = 2;
-/// How long a read waits for its turn, as long as for a pooled connection.
+/// How long a page waits for its turn, as long as for a pooled connection
+/// (then 503). A streamed export's pages wait a read's bound more: its
+/// status has gone out, and a refusal would cut the file short.
 const TURN_WAIT: Duration = Duration::from_secs(3);
 
 /// One page of events and, when more match, the cursor of the next.
@@ -60,22 +62,24 @@ impl AuditLog {
     }
 
     /// This read's turn; refused when the reads before it hold every turn
-    /// past [`TURN_WAIT`].
-    async fn turn(&self) -> Result<OwnedSemaphorePermit, AuditError> {
-        match tokio::time::timeout(TURN_WAIT, self.turns.clone().acquire_owned()).await {
+    /// past `wait`.
+    async fn turn(&self, wait: Duration) -> Result<OwnedSemaphorePermit, AuditError> {
+        match tokio::time::timeout(wait, self.turns.clone().acquire_owned()).await {
             Ok(Ok(turn)) => Ok(turn),
             _ => Err(AuditError::ReadsBusy(READS_AT_ONCE)),
         }
     }
 
-    /// One page of rows, in its turn and within the bound.
+    /// One page of rows, in its turn (waited for at most `wait`) and within
+    /// the bound.
     async fn read(
         &self,
         filter: &EventFilter,
         cursor: Option<&Cursor>,
         limit: usize,
+        wait: Duration,
     ) -> Result<Vec<AuditEvent>, AuditError> {
-        let _turn = self.turn().await?;
+        let _turn = self.turn(wait).await?;
         self.db.page_within(filter, cursor, limit, self.bound).await
     }
 
@@ -87,7 +91,7 @@ impl AuditLog {
         limit: usize,
     ) -> Result<Page, AuditError> {
         // One row more than asked tells whether another page exists.
-        let mut events = self.read(filter, cursor, limit + 1).await?;
+        let mut events = self.read(filter, cursor, limit + 1, TURN_WAIT).await?;
         let next = if events.len() > limit {
             events.truncate(limit);
             events.last().map(position)
@@ -124,9 +128,10 @@ impl AuditLog {
                 return None;
             }
             let want = walk.left.min(STREAM_PAGE);
+            let wait = walk.log.bound.saturating_add(TURN_WAIT);
             let page = match walk
                 .log
-                .read(&walk.filter, walk.cursor.as_ref(), want)
+                .read(&walk.filter, walk.cursor.as_ref(), want, wait)
                 .await
             {
                 Ok(page) => page,

@@ -1085,3 +1085,51 @@ async fn slow_admin_reads_leave_the_pool_to_the_rest() {
     );
     assert!(statuses.contains(&200), "{statuses:?}");
 }
+
+/// An export's status goes out before its first page: a page that waits
+/// for its turn behind slow reads waits as long as they may run, rather
+/// than the 3 s a page of the API waits, which would cut the file short.
+#[tokio::test]
+async fn an_export_waits_for_its_turn_as_long_as_the_reads_ahead_may_run() {
+    let db = TestDb::new(DbKind::Postgres).await;
+    let audit = db.connect().await;
+    audit
+        .insert(&[refusal(SubjectKind::User, "alice", Utc::now())], 7)
+        .await
+        .unwrap();
+    let app = std::sync::Arc::new(reads_app(&db, Duration::from_secs(6)).await);
+    let mut holder = lock_the_trail(&db).await;
+    let slow: Vec<_> = (0..2)
+        .map(|_| {
+            let app = app.clone();
+            tokio::spawn(async move { app.admin_get("/admin/api/events").await.status })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let export = {
+        let app = app.clone();
+        tokio::spawn(async move {
+            let response = app
+                .client
+                .get(format!("{}/admin/api/events.csv", app.address))
+                .bearer_auth(crate::support::app::ADMIN_TOKEN)
+                .send()
+                .await
+                .unwrap();
+            (response.status(), response.text().await)
+        })
+    };
+    // Past the 3 s a page waits, within the slow reads' 6 s.
+    tokio::time::sleep(Duration::from_millis(4_000)).await;
+    sqlx::query("COMMIT").execute(&mut holder).await.unwrap();
+    for read in slow {
+        assert_eq!(read.await.unwrap(), 200);
+    }
+    let (status, body) = tokio::time::timeout(Duration::from_secs(20), export)
+        .await
+        .expect("the export ends")
+        .unwrap();
+    assert_eq!(status, 200);
+    let body = body.expect("the whole file, not cut short");
+    assert!(body.contains("alice"), "{body}");
+}
