@@ -124,6 +124,16 @@ dashboard_is_provisioning_ready_and_its_queries_parse() {
     "$promtool" check rules "$work/dashboard-rules.yml"
 }
 
+# docs/kubernetes.md has the real Secret written to secret.yaml at the top
+# of the checkout: git must not take it, nor the image's build context
+# (`COPY . .` in the build stage would keep it in a layer).
+the_real_secret_stays_out_of_git_and_the_image() {
+    git check-ignore --no-index -q secret.yaml || fail "git would take secret.yaml"
+    grep -qx 'secret.yaml' .dockerignore || fail ".dockerignore lets secret.yaml into the build context"
+    grep -q '^cp deploy/kubernetes/secret.example.yaml secret.yaml ' docs/kubernetes.md \
+        || fail "docs/kubernetes.md writes the Secret somewhere else now: ignore that path instead"
+}
+
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
 # A real /metrics: the binary with the in-process store and SQLite, after a
@@ -161,6 +171,7 @@ checks=(
     "the ServiceMonitor against its CRD schema (deploy/kubernetes/schemas/)|servicemonitor_matches_its_schema"
     "selectors, ports, probes, mounts and security agree with each other, the image and the config|manifests_agree_with_each_other_the_image_and_the_config"
     "tollgate check-config: the example Secret refused, the ConfigMap with real values valid|the_configmap_with_the_secret_is_a_valid_config"
+    "the real Secret (secret.yaml, docs/kubernetes.md) is ignored by git and the image's build context|the_real_secret_stays_out_of_git_and_the_image"
     "promtool check rules $alerts|promtool_checks_the_alerts"
     "promtool test rules: every alert fires where it should and not elsewhere|promtool_tests_every_alert"
     "the Grafana dashboard is provisioning-ready and every query parses (promtool)|dashboard_is_provisioning_ready_and_its_queries_parse"
