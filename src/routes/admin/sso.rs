@@ -73,8 +73,8 @@ pub(super) async fn session(
     let Some(oidc) = state.oidc.as_deref() else {
         return Ok(None);
     };
-    let Some(id) = cookies::opened(&cookies::key(oidc.cookie_secret()), req, cookies::SESSION)
-    else {
+    let key = cookies::key(oidc.cookie_secret());
+    let Some(id) = cookies::opened(&key, req, cookies::SESSION, secure(state, oidc, req)) else {
         return Ok(None);
     };
     let db = state.audit_db.as_ref().ok_or(ApiError::AuditUnavailable)?;
@@ -211,8 +211,9 @@ async fn callback(state: web::Data<AppState>, req: HttpRequest) -> HttpResponse 
     let query = web::Query::<HashMap<String, String>>::from_query(req.query_string())
         .map(|q| q.into_inner())
         .unwrap_or_default();
-    let pending: Option<PendingLogin> = cookies::opened(&key, &req, cookies::LOGIN)
-        .and_then(|json| serde_json::from_str(&json).ok());
+    let pending: Option<PendingLogin> =
+        cookies::opened(&key, &req, cookies::LOGIN, secure(&state, oidc, &req))
+            .and_then(|json| serde_json::from_str(&json).ok());
     let invalid_callback = || {
         failure_page(
             &state,

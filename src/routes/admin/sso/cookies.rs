@@ -9,20 +9,42 @@
 //! - `tollgate_admin_session`: the random session id; the session itself
 //!   (actor, roles, expiry) is a row of `admin_sessions`.
 //!
-//! Both: `Path=/admin`, `HttpOnly`, `SameSite=Lax` (sent on the provider's
-//! top-level redirect back, never on a cross-site POST), and `Secure`
-//! whenever the console is served over HTTPS.
+//! Both: `HttpOnly`, `SameSite=Lax` (sent on the provider's top-level
+//! redirect back, never on a cross-site POST). Over HTTPS they are named
+//! `__Host-tollgate_admin_*`, `Secure`, `Path=/`: a browser takes such a
+//! cookie only from this very host, so a page on a sibling subdomain
+//! cannot plant its own sign-in cookie and sign an admin in as itself.
+//! Over plain HTTP (a laptop) the prefix cannot be had: `Path=/admin`.
+
+use std::borrow::Cow;
 
 use actix_web::cookie::{Cookie, CookieJar, Key, SameSite};
 use actix_web::HttpRequest;
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha512;
 
-/// The session cookie's name.
+/// The session cookie's name (without the prefix it has over HTTPS).
 pub const SESSION: &str = "tollgate_admin_session";
-/// The pending sign-in's cookie's name.
+/// The pending sign-in's cookie's name (likewise).
 pub const LOGIN: &str = "tollgate_admin_login";
-const PATH: &str = "/admin";
+
+/// The cookie `base` is called, over HTTPS (`secure`) or not.
+fn name(base: &'static str, secure: bool) -> Cow<'static, str> {
+    if secure {
+        Cow::Owned(format!("__Host-{base}"))
+    } else {
+        Cow::Borrowed(base)
+    }
+}
+
+/// `__Host-` cookies must be for `/`.
+fn path(secure: bool) -> &'static str {
+    if secure {
+        "/"
+    } else {
+        "/admin"
+    }
+}
 
 /// The cookies' key: HMAC-SHA512 of a fixed label under the client secret,
 /// 64 bytes (the private jar uses its second half).
@@ -33,16 +55,17 @@ pub fn key(secret: &[u8]) -> Key {
     Key::from(&mac.finalize().into_bytes())
 }
 
-/// A cookie `name` holding `value` encrypted, for `max_age`.
+/// The cookie `base` holding `value` encrypted, for `max_age`.
 pub fn sealed(
     key: &Key,
-    name: &'static str,
+    base: &'static str,
     value: String,
     secure: bool,
     max_age: std::time::Duration,
 ) -> Cookie<'static> {
-    let cookie = Cookie::build(name, value)
-        .path(PATH)
+    let name = name(base, secure);
+    let cookie = Cookie::build(name.clone(), value)
+        .path(path(secure))
         .http_only(true)
         .same_site(SameSite::Lax)
         .secure(secure)
@@ -52,15 +75,15 @@ pub fn sealed(
         .finish();
     let mut jar = CookieJar::new();
     jar.private_mut(key).add(cookie);
-    jar.get(name)
+    jar.get(&name)
         .cloned()
-        .unwrap_or_else(|| removal(name, secure))
+        .unwrap_or_else(|| removal(base, secure))
 }
 
-/// The cookie that deletes `name` in the browser.
-pub fn removal(name: &'static str, secure: bool) -> Cookie<'static> {
-    let mut cookie = Cookie::build(name, "")
-        .path(PATH)
+/// The cookie that deletes `base` in the browser.
+pub fn removal(base: &'static str, secure: bool) -> Cookie<'static> {
+    let mut cookie = Cookie::build(name(base, secure), "")
+        .path(path(secure))
         .http_only(true)
         .same_site(SameSite::Lax)
         .secure(secure)
@@ -69,14 +92,15 @@ pub fn removal(name: &'static str, secure: bool) -> Cookie<'static> {
     cookie
 }
 
-/// The decrypted value of the request's cookie `name`; `None` when it is
-/// missing, or was not made with `key` (forged, or from before the client
-/// secret changed).
-pub fn opened(key: &Key, req: &HttpRequest, name: &str) -> Option<String> {
-    let cookie = req.cookie(name)?;
+/// The decrypted value of the request's cookie `base` (over HTTPS, its
+/// `__Host-` one only); `None` when it is missing, or was not made with
+/// `key` (forged, or from before the client secret changed).
+pub fn opened(key: &Key, req: &HttpRequest, base: &'static str, secure: bool) -> Option<String> {
+    let name = name(base, secure);
+    let cookie = req.cookie(&name)?;
     let mut jar = CookieJar::new();
     jar.add_original(cookie);
-    jar.private(key).get(name).map(|c| c.value().to_string())
+    jar.private(key).get(&name).map(|c| c.value().to_string())
 }
 
 #[cfg(test)]
@@ -95,22 +119,54 @@ mod tests {
             std::time::Duration::from_secs(60),
         );
         assert!(!cookie.value().contains("id-123"), "encrypted");
-        assert_eq!(cookie.path(), Some("/admin"));
+        assert_eq!(cookie.name(), "__Host-tollgate_admin_session");
+        assert_eq!(cookie.path(), Some("/"));
+        assert_eq!(cookie.domain(), None);
         assert_eq!(cookie.http_only(), Some(true));
         assert_eq!(cookie.secure(), Some(true));
         assert_eq!(cookie.same_site(), Some(SameSite::Lax));
         let req = TestRequest::default()
             .cookie(cookie.clone())
             .to_http_request();
-        assert_eq!(opened(&key, &req, SESSION).as_deref(), Some("id-123"));
+        assert_eq!(opened(&key, &req, SESSION, true).as_deref(), Some("id-123"));
+        assert_eq!(
+            opened(&key, &req, SESSION, false),
+            None,
+            "over HTTPS only the prefixed cookie counts"
+        );
         let other = super::key(b"another-secret-0123456789");
-        assert_eq!(opened(&other, &req, SESSION), None);
+        assert_eq!(opened(&other, &req, SESSION, true), None);
         let mut tampered = cookie.clone();
         let mut value = tampered.value().to_string();
         let last = value.pop().unwrap();
         value.push(if last == 'A' { 'B' } else { 'A' });
         tampered.set_value(value);
         let req = TestRequest::default().cookie(tampered).to_http_request();
-        assert_eq!(opened(&key, &req, SESSION), None);
+        assert_eq!(opened(&key, &req, SESSION, true), None);
+    }
+
+    /// A sibling subdomain can set `tollgate_admin_login` for the whole
+    /// site; over HTTPS tollgate reads only the `__Host-` cookie, which no
+    /// other host can set.
+    #[test]
+    fn over_https_an_unprefixed_cookie_is_not_read() {
+        let key = key(b"client-secret-0123456789");
+        let plain = sealed(
+            &key,
+            LOGIN,
+            "planted".into(),
+            false,
+            std::time::Duration::from_secs(60),
+        );
+        assert_eq!(plain.name(), "tollgate_admin_login");
+        assert_eq!(plain.path(), Some("/admin"));
+        let req = TestRequest::default().cookie(plain).to_http_request();
+        assert_eq!(opened(&key, &req, LOGIN, false).as_deref(), Some("planted"));
+        assert_eq!(opened(&key, &req, LOGIN, true), None);
+        let removal = removal(LOGIN, true);
+        assert_eq!(
+            (removal.name(), removal.path()),
+            ("__Host-tollgate_admin_login", Some("/"))
+        );
     }
 }
