@@ -121,7 +121,7 @@ pub struct VerifyResult {
             ("RateLimit" = String, description = "What is left of it: `\"phone\";r=<sends left>;t=<secs until the next send passes>`"),
         )),
         (status = 400, description = "`invalid_phone`, or `invalid_request` (malformed JSON, missing, empty or unknown fields)", body = ErrorBody),
-        (status = 401, description = "`unauthorized`: API keys are configured and none was given", body = ErrorBody),
+        (status = 401, description = "`unauthorized`: API keys are configured and the request has a wrong one, or none while `server.keyless_sms` is off", body = ErrorBody),
         (status = 403, description = "`region_blocked`; `captcha_required` (with `captcha_required: true`): the phone's or IP's captcha tier is reached, or the number's country asks for a captcha because its sends surge far above its normal, seldom verified (`sms.pumping`); `pumping_suspected`: the number's prefix or country is blocked because too few of the codes sent to it were verified (`sms.pumping`); `blocklisted`: the phone or client IP is on the block list; or `forbidden`: `captcha_passed` from a caller that is not a backend (no API keys configured and not straight from loopback)", body = ErrorBody),
         (status = 413, description = "`payload_too_large`: body over 16 KiB", body = ErrorBody),
         (status = 415, description = "`unsupported_media_type`: body not `application/json`, or compressed (`Content-Encoding`)", body = ErrorBody),
@@ -249,7 +249,7 @@ fn push_json_str(json: &mut String, text: &str) {
     responses(
         (status = 200, description = "Whether the code was right", body = VerifyResult),
         (status = 400, description = "`invalid_phone`, or `invalid_request` (malformed JSON, missing, empty or unknown fields)", body = ErrorBody),
-        (status = 401, description = "`unauthorized`: API keys are configured and none was given", body = ErrorBody),
+        (status = 401, description = "`unauthorized`: API keys are configured and the request has a wrong one, or none while `server.keyless_sms` is off", body = ErrorBody),
         (status = 413, description = "`payload_too_large`: body over 16 KiB", body = ErrorBody),
         (status = 415, description = "`unsupported_media_type`: body not `application/json`, or compressed (`Content-Encoding`)", body = ErrorBody),
         (status = 403, description = "`blocklisted`: the phone or client IP is on the block list", body = ErrorBody),
