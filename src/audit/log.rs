@@ -66,7 +66,7 @@ impl AuditLog {
     async fn turn(&self, wait: Duration) -> Result<OwnedSemaphorePermit, AuditError> {
         match tokio::time::timeout(wait, self.turns.clone().acquire_owned()).await {
             Ok(Ok(turn)) => Ok(turn),
-            _ => Err(AuditError::ReadsBusy(READS_AT_ONCE)),
+            _ => Err(AuditError::ReadsBusy),
         }
     }
 
