@@ -7,6 +7,7 @@ use futures::{Stream, StreamExt};
 use super::{csv, Desk};
 use crate::audit::query::EventQuery;
 use crate::audit::{AuditDecision, AuditError, AuditEvent, AuditLog};
+use crate::domain::admin_role::Actor;
 use crate::domain::{Action, Reason, Subject, SubjectKind};
 use crate::error::ApiError;
 use crate::guard::RequestInfo;
@@ -42,12 +43,17 @@ impl Desk<'_> {
     }
 
     /// The page `query` asks for, `default_limit` events when it names no
-    /// limit.
-    pub async fn page(&self, query: &EventQuery, default_limit: usize) -> Result<Page, ApiError> {
+    /// limit, read in `admin`'s turn.
+    pub async fn page(
+        &self,
+        admin: &Actor,
+        query: &EventQuery,
+        default_limit: usize,
+    ) -> Result<Page, ApiError> {
         let limit = query.limit.unwrap_or(default_limit);
         let page = self
             .log()?
-            .page(&query.filter, query.cursor.as_ref(), limit)
+            .page(admin.as_str(), &query.filter, query.cursor.as_ref(), limit)
             .await
             .map_err(unavailable)?;
         Ok(Page {
@@ -59,9 +65,10 @@ impl Desk<'_> {
     /// Every event `query` filters, newest first, as CSV: a header row,
     /// then the rows page by page (`limit`, when given, caps them). Audited
     /// as `admin` / `export` / `csv_export` with the filter, as a query
-    /// string, in `rule`.
+    /// string, in `rule`; its pages are read in `admin`'s turns.
     pub fn export(
         &self,
+        admin: &Actor,
         info: &RequestInfo,
         query: EventQuery,
     ) -> Result<impl Stream<Item = Result<Bytes, ExportError>> + use<>, ApiError> {
@@ -77,9 +84,12 @@ impl Desk<'_> {
             &export_subject(),
         );
         row.rule = Some(filter.describe(limit));
-        let pages = self
-            .log()?
-            .stream(filter, cursor, limit.unwrap_or(usize::MAX));
+        let pages = self.log()?.stream(
+            admin.to_string(),
+            filter,
+            cursor,
+            limit.unwrap_or(usize::MAX),
+        );
         self.audit.record(info.stamp(row));
         let header = csv::rows(&[], true).map_err(|e| ApiError::Internal(e.into()))?;
         let rows = pages.map(|page| match page {

@@ -5,23 +5,19 @@
 //!
 //! Admins' reads share the audit database's pool with the writer and the
 //! single-sign-on sessions: a filter no index serves reads every
-//! partition, so at most [`READS_AT_ONCE`] of them run at a time, and on
+//! partition, so they take turns ([`super::read_turns`]), and on
 //! PostgreSQL each ends at `audit.read_timeout`.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use futures::Stream;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::query::{Cursor, EventFilter};
+use super::read_turns::ReadTurns;
 use super::{AuditDb, AuditError, AuditEvent};
 
 /// Rows per database round trip while streaming.
 const STREAM_PAGE: usize = 500;
-/// Admin reads running at once, of the pool's 5 connections (4 on SQLite):
-/// the writer and the sessions keep the rest.
-pub const READS_AT_ONCE: usize = 2;
 /// How long a page waits for its turn, as long as for a pooled connection
 /// (then 503). A streamed export's pages wait a read's bound more: its
 /// status has gone out, and a refusal would cut the file short.
@@ -39,7 +35,7 @@ pub struct Page {
 #[derive(Clone)]
 pub struct AuditLog {
     db: AuditDb,
-    turns: Arc<Semaphore>,
+    turns: ReadTurns,
     /// `audit.read_timeout`.
     bound: Duration,
 }
@@ -56,42 +52,42 @@ impl AuditLog {
     pub fn new(db: AuditDb, bound: Duration) -> Self {
         Self {
             db,
-            turns: Arc::new(Semaphore::new(READS_AT_ONCE)),
+            turns: ReadTurns::default(),
             bound,
         }
     }
 
-    /// This read's turn; refused when the reads before it hold every turn
-    /// past `wait`.
-    async fn turn(&self, wait: Duration) -> Result<OwnedSemaphorePermit, AuditError> {
-        match tokio::time::timeout(wait, self.turns.clone().acquire_owned()).await {
-            Ok(Ok(turn)) => Ok(turn),
-            _ => Err(AuditError::ReadsBusy),
-        }
-    }
-
-    /// One page of rows, in its turn (waited for at most `wait`) and within
-    /// the bound.
+    /// One page of rows for `reader` (an admin's actor), in its turn
+    /// (waited for at most `wait`) and within the bound.
     async fn read(
         &self,
+        reader: &str,
         filter: &EventFilter,
         cursor: Option<&Cursor>,
         limit: usize,
         wait: Duration,
     ) -> Result<Vec<AuditEvent>, AuditError> {
-        let _turn = self.turn(wait).await?;
+        let _turn = self
+            .turns
+            .take(reader, wait)
+            .await
+            .ok_or(AuditError::ReadsBusy)?;
         self.db.page_within(filter, cursor, limit, self.bound).await
     }
 
-    /// Up to `limit` events after `cursor` (from the newest without one).
+    /// Up to `limit` events after `cursor` (from the newest without one),
+    /// read for `reader`.
     pub async fn page(
         &self,
+        reader: &str,
         filter: &EventFilter,
         cursor: Option<&Cursor>,
         limit: usize,
     ) -> Result<Page, AuditError> {
         // One row more than asked tells whether another page exists.
-        let mut events = self.read(filter, cursor, limit + 1, TURN_WAIT).await?;
+        let mut events = self
+            .read(reader, filter, cursor, limit + 1, TURN_WAIT)
+            .await?;
         let next = if events.len() > limit {
             events.truncate(limit);
             events.last().map(position)
@@ -101,16 +97,19 @@ impl AuditLog {
         Ok(Page { events, next })
     }
 
-    /// Every event after `cursor` that matches, at most `cap`, in pages. A
-    /// database error ends the stream after yielding it.
+    /// Every event after `cursor` that matches, at most `cap`, in pages,
+    /// read for `reader`. A database error ends the stream after yielding
+    /// it.
     pub fn stream(
         &self,
+        reader: String,
         filter: EventFilter,
         cursor: Option<Cursor>,
         cap: usize,
     ) -> impl Stream<Item = Result<Vec<AuditEvent>, AuditError>> + use<> {
         struct Walk {
             log: AuditLog,
+            reader: String,
             filter: EventFilter,
             cursor: Option<Cursor>,
             left: usize,
@@ -118,6 +117,7 @@ impl AuditLog {
         }
         let walk = Walk {
             log: self.clone(),
+            reader,
             filter,
             cursor,
             left: cap,
@@ -131,7 +131,7 @@ impl AuditLog {
             let wait = walk.log.bound.saturating_add(TURN_WAIT);
             let page = match walk
                 .log
-                .read(&walk.filter, walk.cursor.as_ref(), want, wait)
+                .read(&walk.reader, &walk.filter, walk.cursor.as_ref(), want, wait)
                 .await
             {
                 Ok(page) => page,

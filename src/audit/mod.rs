@@ -9,6 +9,7 @@ pub mod journal;
 mod journal_sync;
 mod log;
 pub mod query;
+mod read_turns;
 pub mod retention;
 pub mod rollup;
 mod segment;

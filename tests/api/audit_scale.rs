@@ -13,10 +13,12 @@ use tollgate::audit::db::partitions;
 use tollgate::audit::query::EventFilter;
 use tollgate::audit::rollup::{self, TopList};
 use tollgate::audit::{retention, AuditDb, AuditDecision, AuditEvent};
+use tollgate::domain::admin_role::Role;
 use tollgate::domain::{Action, Subject, SubjectKind};
+use tollgate::settings::{AdminToken, NamedAdminToken, Secret};
 
 use crate::on_both_databases;
-use crate::support::app::{spawn_app_with_audit_db, Backend, TestApp};
+use crate::support::app::{spawn_app_with_audit_db, Backend, TestApp, ADMIN_TOKEN};
 use crate::support::audit_db::{pg_pool, DbKind, TestDb};
 use crate::support::audit_trail::{all_rows, assert_rollups_match};
 
@@ -626,7 +628,7 @@ async fn a_crowd_of_subjects_gives_approximate_top_lists_within_their_bound(kind
     let page = app
         .client
         .get(format!("{}/admin/overview?period=1h", app.address))
-        .basic_auth("admin", Some(crate::support::app::ADMIN_TOKEN))
+        .basic_auth("admin", Some(ADMIN_TOKEN))
         .send()
         .await
         .unwrap();
@@ -1000,17 +1002,40 @@ async fn a_cut_is_skipped_while_another_instance_holds_the_retention_lock() {
     assert!(all_rows(&audit).await.is_empty());
 }
 
+/// A second admin's token in `reads_app`: a viewer, who may read the trail.
+const VIEWER: &str = "viewer-token-0123456789";
+
 async fn reads_app(db: &TestDb, read_timeout: Duration) -> TestApp {
     let (url, spool) = (db.url.clone(), db.spool_dir());
     let app = spawn_app_with_audit_db(Backend::Memory, move |s| {
         s.audit.database_url = tollgate::settings::SecretUrl::new(url);
         s.audit.spool_dir = spool.display().to_string();
         s.audit.read_timeout = read_timeout;
+        s.server.admin_tokens = vec![
+            AdminToken::plain(ADMIN_TOKEN),
+            AdminToken::Named(NamedAdminToken {
+                name: "viewer".into(),
+                token: Secret::new(VIEWER),
+                role: Role::Viewer,
+            }),
+        ];
     })
     .await;
     // Migrated, so that the lock below has a table to take.
     assert_eq!(app.admin_get("/admin/api/events").await.status, 200);
     app
+}
+
+/// The status of a `GET` of `path` with `token`.
+async fn get_as(app: &TestApp, token: &str, path: &str) -> u16 {
+    app.client
+        .get(format!("{}{path}", app.address))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .as_u16()
 }
 
 /// Holds `audit_events` so that every read of it waits: as a filter no
@@ -1058,10 +1083,12 @@ async fn slow_admin_reads_leave_the_pool_to_the_rest() {
     let db = TestDb::new(DbKind::Postgres).await;
     let app = std::sync::Arc::new(reads_app(&db, Duration::from_secs(30)).await);
     let mut holder = lock_the_trail(&db).await;
-    let reads: Vec<_> = (0..5)
-        .map(|_| {
+    // Two admins, so that both turns are taken.
+    let reads: Vec<_> = [ADMIN_TOKEN, VIEWER, ADMIN_TOKEN, VIEWER, ADMIN_TOKEN]
+        .into_iter()
+        .map(|token| {
             let app = app.clone();
-            tokio::spawn(async move { app.admin_get("/admin/api/events").await.status.as_u16() })
+            tokio::spawn(async move { get_as(&app, token, "/admin/api/events").await })
         })
         .collect();
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -1099,10 +1126,12 @@ async fn an_export_waits_for_its_turn_as_long_as_the_reads_ahead_may_run() {
         .unwrap();
     let app = std::sync::Arc::new(reads_app(&db, Duration::from_secs(6)).await);
     let mut holder = lock_the_trail(&db).await;
-    let slow: Vec<_> = (0..2)
-        .map(|_| {
+    // Two admins' reads: one admin holds one turn at most.
+    let slow: Vec<_> = [ADMIN_TOKEN, VIEWER]
+        .into_iter()
+        .map(|token| {
             let app = app.clone();
-            tokio::spawn(async move { app.admin_get("/admin/api/events").await.status })
+            tokio::spawn(async move { get_as(&app, token, "/admin/api/events").await })
         })
         .collect();
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -1112,7 +1141,7 @@ async fn an_export_waits_for_its_turn_as_long_as_the_reads_ahead_may_run() {
             let response = app
                 .client
                 .get(format!("{}/admin/api/events.csv", app.address))
-                .bearer_auth(crate::support::app::ADMIN_TOKEN)
+                .bearer_auth(ADMIN_TOKEN)
                 .send()
                 .await
                 .unwrap();
@@ -1132,4 +1161,39 @@ async fn an_export_waits_for_its_turn_as_long_as_the_reads_ahead_may_run() {
     assert_eq!(status, 200);
     let body = body.expect("the whole file, not cut short");
     assert!(body.contains("alice"), "{body}");
+}
+
+/// One admin's slow reads take one turn between them: another admin's read
+/// still gets the other turn, however many the first keeps sending.
+#[tokio::test]
+async fn one_admins_slow_reads_leave_a_turn_to_the_others() {
+    let db = TestDb::new(DbKind::Postgres).await;
+    let app = std::sync::Arc::new(reads_app(&db, Duration::from_secs(30)).await);
+    let mut holder = lock_the_trail(&db).await;
+    let flood: Vec<_> = (0..4)
+        .map(|_| {
+            let app = app.clone();
+            tokio::spawn(async move { get_as(&app, VIEWER, "/admin/api/events").await })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let other = {
+        let app = app.clone();
+        tokio::spawn(async move { get_as(&app, ADMIN_TOKEN, "/admin/api/events").await })
+    };
+    // Past the 3 s a page waits for its turn.
+    tokio::time::sleep(Duration::from_millis(4_000)).await;
+    sqlx::query("COMMIT").execute(&mut holder).await.unwrap();
+    let other = tokio::time::timeout(Duration::from_secs(20), other)
+        .await
+        .expect("the other admin's read answers")
+        .unwrap();
+    assert_eq!(other, 200, "the other admin had a turn");
+    let mut flooded = Vec::new();
+    for read in flood {
+        flooded.push(read.await.unwrap());
+    }
+    // The viewer's first read ran; the rest waited past 3 s behind it.
+    flooded.sort_unstable();
+    assert_eq!(flooded, [200, 503, 503, 503]);
 }

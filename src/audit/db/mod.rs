@@ -41,9 +41,10 @@ pub enum AuditError {
     /// that drops packets).
     #[error("audit database did not answer within {0:?} (twice audit.write_timeout)")]
     TimedOut(std::time::Duration),
-    /// Admins' reads of the trail already run as many at once as allowed
-    /// (`audit::log::READS_AT_ONCE`), and none ended in time.
-    #[error("audit database: every admin read's turn is taken")]
+    /// Admins' reads of the trail already ran as many at once as allowed,
+    /// or this admin's own read before it (`audit::read_turns`), and no
+    /// turn came free in time.
+    #[error("audit database: no admin read's turn came free in time")]
     ReadsBusy,
 }
 

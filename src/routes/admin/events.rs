@@ -45,12 +45,12 @@ pub struct EventsPage {
 )]
 pub async fn list(
     state: web::Data<AppState>,
-    _admin: Admin,
+    admin: Admin,
     query: web::Query<EventsQuery>,
 ) -> Result<HttpResponse, ApiError> {
     let page = state
         .desk()
-        .page(&query.parse(Empty::Refused)?, DEFAULT_LIMIT)
+        .page(&admin.actor, &query.parse(Empty::Refused)?, DEFAULT_LIMIT)
         .await?;
     Ok(HttpResponse::Ok().json(EventsPage {
         events: page.events,

@@ -21,7 +21,9 @@ pub fn csv(
     empty: Empty,
 ) -> Result<HttpResponse, ApiError> {
     super::roles::require(state, admin, Permission::ExportCsv, &export_subject())?;
-    let body = state.desk().export(&admin.info, query.parse(empty)?)?;
+    let body = state
+        .desk()
+        .export(&admin.actor, &admin.info, query.parse(empty)?)?;
     Ok(HttpResponse::Ok()
         .insert_header((header::CONTENT_TYPE, "text/csv; charset=utf-8"))
         .insert_header((

@@ -59,7 +59,11 @@ async fn show_subject(state: &AppState, req: &HttpRequest) -> Result<HttpRespons
         limit: Some(SUBJECT_EVENTS),
         cursor: None,
     };
-    let (rows, events_message) = match state.desk().page(&recent, SUBJECT_EVENTS).await {
+    let (rows, events_message) = match state
+        .desk()
+        .page(&admin.actor, &recent, SUBJECT_EVENTS)
+        .await
+    {
         Ok(page) => (views::rows(&page.events), None),
         Err(e) => (Vec::new(), Some(e.to_string())),
     };
