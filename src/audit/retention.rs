@@ -32,7 +32,9 @@ pub async fn apply(
     now: DateTime<Utc>,
 ) -> Result<RetentionCut, AuditError> {
     let cutoff = cutoff(now, retention);
-    db.prepare_partitions(partitions::day(cutoff)).await?;
+    // A failure here must not keep the trim and the cut from running: it is
+    // returned once they have.
+    let prepared = db.prepare_partitions(partitions::day(cutoff)).await;
     let started = Instant::now();
     // Summaries first, a day per statement: the cut then finds few rollup
     // rows to delete in its one statement per table (the first 30 M-row run
@@ -48,6 +50,7 @@ pub async fn apply(
         };
         counter!(AUDIT_RETENTION_ROWS, "how" => how).increment(cut.rows);
     }
+    prepared?;
     Ok(cut)
 }
 

@@ -112,6 +112,29 @@ async fn retention_cuts_whole_days_or_hours_past_it_and_their_rollups(kind: DbKi
     assert!(again.partitions.is_empty() && again.rows == 0, "{again:?}");
 }
 
+/// A retention of years makes its partitions a month a transaction: in one,
+/// their locks would pass PostgreSQL's lock table (out of shared memory,
+/// for every session of the server) and retention would never run.
+#[tokio::test]
+async fn partitions_of_a_retention_of_years_are_made() {
+    let db = TestDb::new(DbKind::Postgres).await;
+    let audit = db.connect().await;
+    let old = refusal(SubjectKind::User, "old", days_ago(1_600));
+    audit.insert(&[old], 7).await.unwrap();
+    let cut = retention::apply(&audit, Duration::from_secs(1_500 * 86_400), Utc::now())
+        .await
+        .unwrap();
+    assert_eq!(
+        cut.partitions,
+        [partitions::name(partitions::day(days_ago(1_600)))]
+    );
+    let have = partitions::existing(pg_pool(&audit)).await.unwrap();
+    let today = partitions::day(Utc::now());
+    for day in partitions::days(partitions::day(days_ago(1_500)), today) {
+        assert!(have.contains(&day), "{day} has a partition");
+    }
+}
+
 #[tokio::test]
 async fn partitions_cover_the_retention_period_and_days_ahead_for_plain_sql_too() {
     let db = TestDb::new(DbKind::Postgres).await;

@@ -58,7 +58,14 @@ where
     Ok(names.iter().filter_map(|(n,)| day_of(n)).collect())
 }
 
-/// Make the partitions of `wanted` days that do not exist; the days made.
+/// Days made in one transaction. Each day's table and indexes hold about
+/// nine locks until the commit: a retention of years in one transaction
+/// would pass PostgreSQL's lock table (64 a connection by default) and
+/// fail with "out of shared memory", for every session of the server.
+const DAYS_PER_TRANSACTION: usize = 31;
+
+/// Make the partitions of `wanted` days that do not exist, a month of days
+/// a transaction; the days made.
 /// With `write_timeout` (the writer's `audit.write_timeout`), PostgreSQL ends the
 /// transaction's lock waits and statements past it, as the batch's: a
 /// writer that gave up must not leave a server process waiting on the lock
@@ -69,17 +76,19 @@ pub async fn ensure(
     write_timeout: Option<Duration>,
 ) -> Result<Vec<NaiveDate>, AuditError> {
     let wanted: BTreeSet<NaiveDate> = wanted.into_iter().collect();
-    if wanted.is_subset(&existing(pool).await?) {
-        return Ok(Vec::new());
+    let missing: Vec<NaiveDate> = wanted.difference(&existing(pool).await?).copied().collect();
+    let mut made = Vec::new();
+    for days in missing.chunks(DAYS_PER_TRANSACTION) {
+        let mut conn = super::closing::ClosedUnlessDone::acquire(pool).await?;
+        // Begun before anything else: a refused BEGIN (its SET LOCAL) leaves
+        // the connection in an aborted transaction sqlx does not know of, and
+        // `?` then drops it closed instead of pooling it.
+        let tx = super::postgres::begin(&mut conn, write_timeout).await?;
+        let these = make(tx, &days.iter().copied().collect()).await;
+        conn.done();
+        made.extend(these?);
     }
-    let mut conn = super::closing::ClosedUnlessDone::acquire(pool).await?;
-    // Begun before anything else: a refused BEGIN (its SET LOCAL) leaves
-    // the connection in an aborted transaction sqlx does not know of, and
-    // `?` then drops it closed instead of pooling it.
-    let tx = super::postgres::begin(&mut conn, write_timeout).await?;
-    let made = make(tx, &wanted).await;
-    conn.done();
-    made
+    Ok(made)
 }
 
 /// The days of `wanted` that have no partition yet, made in one
