@@ -877,6 +877,28 @@ fn the_journal_sync_interval_is_validated() {
     );
 }
 
+/// The writer's counts are bounded: a slip of a digit would take the memory
+/// it names at start-up, or overflow what is computed from it.
+#[test]
+fn the_writer_counts_are_bounded() {
+    for (setting, says) in [
+        ("batch_size = 0", "audit.batch_size"),
+        ("batch_size = 100001", "audit.batch_size"),
+        ("queue_capacity = 0", "audit.queue_capacity"),
+        ("queue_capacity = 10000001", "audit.queue_capacity"),
+    ] {
+        let error = crate::support::app::config_error(&format!("[audit]\n{setting}"));
+        assert!(
+            error.contains(says) && error.contains("must be from 1 to"),
+            "{setting}: {error}"
+        );
+    }
+    let settings =
+        crate::support::app::load_config("[audit]\nbatch_size = 100000\nqueue_capacity = 10000000")
+            .unwrap();
+    assert_eq!(settings.audit.batch_size, 100_000);
+}
+
 /// Processes may share a spool directory: a new one adopts the segments of
 /// a process that is gone (its lock is free), never a live one's.
 #[test]
@@ -907,6 +929,37 @@ fn a_shared_spool_dir_adopts_only_the_segments_of_processes_that_are_gone() {
     let events = read_events(adopted[0].path()).unwrap();
     assert_eq!(events.iter().map(|e| e.id).collect::<Vec<_>>(), [lost.id]);
     assert!(live.sealed().is_empty(), "the live run keeps its own");
+}
+
+/// A run's lock that cannot be opened for another reason than its absence
+/// (another user's run, no descriptor left; here a directory in its place)
+/// may be a live run's: its segments stay where they are.
+#[test]
+fn a_lock_that_cannot_be_opened_keeps_its_runs_segments() {
+    use tollgate::audit::Journal;
+
+    let dir = tempfile::tempdir().unwrap();
+    let gone = Journal::open(dir.path(), 1 << 30).unwrap();
+    gone.append(&a_refusal("kept")).unwrap();
+    drop(gone);
+    let files: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    let with = |ext: &str| {
+        files
+            .iter()
+            .find(|p| p.extension().is_some_and(|x| x == ext))
+            .expect("the run's file")
+            .clone()
+    };
+    let (lock, segment) = (with("lock"), with("jsonl"));
+    std::fs::remove_file(&lock).unwrap();
+    std::fs::create_dir(&lock).unwrap();
+
+    let next = Journal::open(dir.path(), 1 << 30).unwrap();
+    assert!(next.sealed().is_empty(), "nothing adopted");
+    assert!(segment.exists(), "the run's segment is where it was");
 }
 
 /// Processes starting at once on one spool directory all start: none finds

@@ -87,14 +87,20 @@ impl Journal {
     }
 
     /// Run `owner`'s lock, held, when its process is gone; `None` while it
-    /// lives.
+    /// lives, or when its lock cannot be opened for another reason than its
+    /// absence (another user's run, no descriptor left): its segments are
+    /// then left where they are, rather than taken from a run that may live.
     fn claim(&self, owner: &str) -> Option<Option<File>> {
         match OpenOptions::new()
             .write(true)
             .open(self.dir.join(format!("{owner}.lock")))
         {
             Ok(lock) => try_lock(&lock).then_some(Some(lock)),
-            Err(_) => Some(None),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Some(None),
+            Err(e) => {
+                tracing::warn!(run = owner, error = %e, "cannot open another run's journal lock; leaving its segments");
+                None
+            }
         }
     }
 }

@@ -19,6 +19,23 @@ fn positive(key: &str, value: u64) -> Check {
     Ok(())
 }
 
+/// From 1 to `max`: a count a buffer is made of, where a slip of a digit
+/// would take the memory it names at start-up, or overflow a product of it.
+fn within(key: &str, value: usize, max: usize) -> Check {
+    if !(1..=max).contains(&value) {
+        return Err(SettingsError::invalid(
+            key,
+            format!("must be from 1 to {max}"),
+        ));
+    }
+    Ok(())
+}
+
+/// The most events in one audit batch: a transaction takes up to four.
+const MAX_BATCH_SIZE: usize = 100_000;
+/// The most events the audit writer holds in memory (about a kilobyte each).
+const MAX_QUEUE_CAPACITY: usize = 10_000_000;
+
 /// The longest `audit.journal_sync_interval`.
 const MAX_JOURNAL_SYNC_INTERVAL: Duration = Duration::from_secs(60);
 /// The bounds of `audit.write_timeout`: below a second, ordinary batches
@@ -170,8 +187,12 @@ impl Settings {
             audit.database_url.expose(),
             &["sqlite:", "postgres://", "postgresql://"],
         )?;
-        positive("audit.batch_size", audit.batch_size as u64)?;
-        positive("audit.queue_capacity", audit.queue_capacity as u64)?;
+        within("audit.batch_size", audit.batch_size, MAX_BATCH_SIZE)?;
+        within(
+            "audit.queue_capacity",
+            audit.queue_capacity,
+            MAX_QUEUE_CAPACITY,
+        )?;
         duration("audit.flush_interval", audit.flush_interval)?;
         duration("audit.write_timeout", audit.write_timeout)?;
         if !(MIN_WRITE_TIMEOUT..=MAX_WRITE_TIMEOUT).contains(&audit.write_timeout) {
