@@ -517,3 +517,25 @@ async fn a_connection_that_goes_silent_is_replaced() {
         "answered through new connections"
     );
 }
+
+/// The console says the store is down in its own words: the store's (its
+/// address, its replies) go to the log, not to the page.
+#[tokio::test]
+async fn the_console_names_a_store_failure_without_the_stores_words() {
+    let app = spawn_app(Backend::Redis, unreachable_redis(OnStoreError::Deny)).await;
+    let page = app
+        .client
+        .get(format!("{}/admin", app.address))
+        .basic_auth("admin", Some(crate::support::app::ADMIN_TOKEN))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        page.contains("The blocked number ranges cannot be read: the store is unavailable."),
+        "{page}"
+    );
+    assert!(!page.contains("127.0.0.1:1"), "{page}");
+}

@@ -55,7 +55,7 @@ async fn show_events(state: &AppState, req: &HttpRequest) -> Result<HttpResponse
         Ok(parsed) => parsed,
         Err(e) => return refused(blocks, &query, StatusCode::BAD_REQUEST, e.to_string()),
     };
-    let (events, next_cursor) = match state.desk().page(&parsed, PAGE_SIZE).await {
+    let (events, next_cursor) = match state.desk().page(&admin.actor, &parsed, PAGE_SIZE).await {
         Ok(page) => (page.events, page.next_cursor),
         Err(e) => return refused(blocks, &query, e.status_code(), e.to_string()),
     };
@@ -86,9 +86,15 @@ async fn show_events(state: &AppState, req: &HttpRequest) -> Result<HttpResponse
 async fn blocks(state: &AppState) -> BlockList {
     match state.admin.pumping_blocks(LISTED_BLOCKS).await {
         Ok((blocks, total)) => BlockList::new(&blocks, total, Utc::now()),
-        Err(e) => BlockList {
-            message: Some(format!("The blocked number ranges cannot be read: {e}")),
-            ..BlockList::default()
-        },
+        // The store's own words (addresses, server replies) go to the log.
+        Err(e) => {
+            tracing::error!(request_id = %crate::telemetry::request_id(), error = %e, "admin console: pumping blocks");
+            BlockList {
+                message: Some(
+                    "The blocked number ranges cannot be read: the store is unavailable.".into(),
+                ),
+                ..BlockList::default()
+            }
+        }
     }
 }
