@@ -3,6 +3,7 @@
 
 use std::path::Path;
 
+use figment::error::{Actual, Kind};
 use figment::providers::{Data, Format, Toml};
 use figment::value::{Dict, Map};
 use figment::{Figment, Metadata, Profile, Provider};
@@ -17,9 +18,10 @@ pub enum SettingsError {
     #[error("config file {0} does not exist")]
     MissingFile(String),
     /// A source could not be read or merged, and no single key is to blame
-    /// (a TOML syntax error, say).
+    /// (a TOML syntax error, say). Without the source's lines: they may
+    /// hold a secret.
     #[error("{0}")]
-    Load(Box<figment::Error>),
+    Load(String),
     /// A value is missing, malformed or out of range.
     #[error("invalid setting `{key}`: {message}")]
     Invalid {
@@ -72,7 +74,7 @@ impl Settings {
     fn with_env(mut figment: Figment) -> Result<Self, SettingsError> {
         let defaults = Toml::string(DEFAULTS)
             .data()
-            .map_err(|e| SettingsError::Load(Box::new(e)))?
+            .map_err(|e| SettingsError::Load(without_source_lines(&e)))?
             .remove(&Profile::Default)
             .unwrap_or_default();
         figment = figment.merge(TypedEnv::new(defaults));
@@ -125,10 +127,12 @@ fn config_key(path: &[String]) -> String {
 }
 
 /// Names the key as a config file spells it (`sms.code_ttl`), whether the bad
-/// value came from the file or from `TOLLGATE__SMS__CODE_TTL`.
+/// value came from the file or from `TOLLGATE__SMS__CODE_TTL`. Never the
+/// value itself: the error goes to stderr and, on reload, to the log, and
+/// the value may be a token written in the wrong shape.
 fn load_error(error: figment::Error) -> SettingsError {
     if error.path.is_empty() {
-        return SettingsError::Load(Box::new(error));
+        return SettingsError::Load(without_source_lines(&error));
     }
     let key = config_key(&error.path);
     let source = error
@@ -138,13 +142,106 @@ fn load_error(error: figment::Error) -> SettingsError {
         .unwrap_or_default();
     SettingsError::Invalid {
         key,
-        message: format!("{}{source}", error.kind),
+        message: format!("{}{source}", without_value(&error.kind)),
     }
+}
+
+/// What is wrong with a value, with its type but not the value.
+fn without_value(kind: &Kind) -> String {
+    match kind {
+        Kind::InvalidType(actual, expected) => {
+            format!(
+                "invalid type: found {}, expected {expected}",
+                type_of(actual)
+            )
+        }
+        Kind::InvalidValue(actual, expected) => {
+            format!(
+                "invalid value: found {}, expected {expected}",
+                type_of(actual)
+            )
+        }
+        Kind::Unsupported(actual) => format!("unsupported type {}", type_of(actual)),
+        Kind::UnsupportedKey(actual, expected) => {
+            format!(
+                "unsupported type {} for a key, expected {expected}",
+                type_of(actual)
+            )
+        }
+        // The rest name keys, variants or lengths, or are this crate's own
+        // messages (durations, sizes), which quote no secret.
+        other => other.to_string(),
+    }
+}
+
+/// `string`, `unsigned int`: figment's words, less the value.
+fn type_of(actual: &Actual) -> String {
+    match actual {
+        Actual::Bool(_) => "bool".into(),
+        Actual::Unsigned(_) => "unsigned int".into(),
+        Actual::Signed(_) => "signed int".into(),
+        Actual::Float(_) => "float".into(),
+        Actual::Char(_) => "char".into(),
+        Actual::Str(_) => "string".into(),
+        Actual::Bytes(_) => "bytes".into(),
+        Actual::Other(_) => "value".into(),
+        // The rest carry no value.
+        other => other.to_string(),
+    }
+}
+
+/// A syntax error without the lines of the file it quotes (`3 | key =
+/// "…"`): the line and column say where, and the line may hold a secret.
+fn without_source_lines(error: &figment::Error) -> String {
+    error
+        .to_string()
+        .lines()
+        .filter(|line| {
+            let quoted = line
+                .trim_start()
+                .trim_start_matches(|c: char| c.is_ascii_digit());
+            !quoted.trim_start().starts_with('|')
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const TOKEN: &str = "s3cr3t-token-0123456789";
+
+    /// A token in the wrong shape, a number or a TOML error on its line:
+    /// the error names the key and the place, never the value.
+    #[test]
+    fn a_refused_value_is_not_repeated() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let path = dir.path().join("tollgate.toml");
+        for (text, key) in [
+            (
+                format!("[server]\napi_keys = \"{TOKEN}\"\n"),
+                "server.api_keys",
+            ),
+            (
+                format!("[server]\napi_keys = [{{ k = \"{TOKEN}\" }}]\n"),
+                "server.api_keys",
+            ),
+            (
+                "[sms]\ncode_secret = 8231749182731948\n".to_string(),
+                "sms.code_secret",
+            ),
+            (format!("[sms]\ncode_secret = \"{TOKEN}\\q\"\n"), "line 2"),
+        ] {
+            let error = Settings::load_text(&path, &text)
+                .expect_err("refused")
+                .to_string();
+            assert!(error.contains(key), "{error}");
+            for secret in [TOKEN, "8231749182731948"] {
+                assert!(!error.contains(secret), "{error}");
+            }
+        }
+    }
 
     /// A file's text loads as the file does, and a bad value in it is
     /// named with the file, word for word as `load` names it.
