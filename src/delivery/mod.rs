@@ -77,6 +77,10 @@ pub trait SmsSender: Send + Sync {
     async fn send(&self, message: &SmsMessage) -> Result<(), DeliveryError>;
 }
 
+/// The SMS provider in force: a reload that changes `[sms.provider]` puts a
+/// new one in; a send under way finishes with the one it took.
+pub type SenderCell = crate::in_force::InForce<Arc<dyn SmsSender>>;
+
 /// A provider or mailer that cannot be set up from its settings.
 #[derive(Debug, thiserror::Error)]
 pub enum SetupError {

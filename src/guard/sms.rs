@@ -13,7 +13,7 @@ use tokio::sync::OnceCell;
 
 use super::{code, pumping, GuardContext, Policy, RequestInfo};
 use crate::captcha::CaptchaProof;
-use crate::delivery::{SmsSender, TemplatesCell};
+use crate::delivery::{SenderCell, TemplatesCell};
 use crate::domain::{Locale, PhoneNumber};
 use crate::store::StoreError;
 use decision::{Answer, Decision, Settled};
@@ -71,19 +71,19 @@ pub enum Verified {
 /// The SMS decisions: sends codes through the provider and checks them.
 pub struct SmsGuard {
     ctx: GuardContext,
-    sender: Arc<dyn SmsSender>,
+    sender: Arc<SenderCell>,
     templates: Arc<TemplatesCell>,
     configured_secret: Option<Vec<u8>>,
     shared_secret: OnceCell<Vec<u8>>,
 }
 
 impl SmsGuard {
-    /// Codes go out through `sender`, in the texts `templates` holds at the
-    /// time. `code_secret` empty: a random key is created once in the store
+    /// Codes go out through the provider `sender` holds, in the texts
+    /// `templates` holds, at the time. `code_secret` empty: a random key is created once in the store
     /// and shared by every instance.
     pub fn new(
         ctx: GuardContext,
-        sender: Arc<dyn SmsSender>,
+        sender: Arc<SenderCell>,
         templates: Arc<TemplatesCell>,
         code_secret: &str,
     ) -> Self {

@@ -1,11 +1,14 @@
 //! Reloading while serving: on SIGHUP, and when the config file or a
 //! templates directory changes (`server.watch_config`, on by default), the
 //! config file is read again and the decision settings (`[sms]`, `[login]`,
-//! `[captcha]`, `[shadow]`), the config file's list entries (`[lists]`) and
-//! the SMS and email templates are swapped in without dropping a request:
-//! requests in flight finish with what they started with. A bad file or
-//! template is logged and everything old stays. Other sections need a restart.
+//! `[captcha]`, `[shadow]`), the SMS provider (`[sms.provider]`), the config
+//! file's list entries (`[lists]`) and the SMS and email templates are
+//! swapped in without dropping a request: requests in flight finish with
+//! what they started with. A bad file or template is logged and everything
+//! old stays. Other sections need a restart, and a reload that changes them
+//! says so ([`restart::pending`]).
 
+mod restart;
 mod watch;
 
 use std::path::{Path, PathBuf};
@@ -14,7 +17,9 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use crate::delivery::{TemplateDirs, TemplateLoadError, Templates, TemplatesCell};
+use crate::delivery::{
+    build_sender, SenderCell, SetupError, TemplateDirs, TemplateLoadError, Templates, TemplatesCell,
+};
 use crate::guard::{Policy, PolicyCell};
 use crate::lists::Lists;
 use crate::settings::Settings;
@@ -40,6 +45,9 @@ pub enum ReloadError {
     /// The new `[captcha]` settings do not make an HTTP client.
     #[error("cannot build the captcha client: {0}")]
     Captcha(#[from] reqwest::Error),
+    /// The new `[sms.provider]` settings do not make a provider.
+    #[error("cannot set up the SMS provider: {0}")]
+    SmsProvider(#[from] SetupError),
 }
 
 /// What a reload replaces, each swapped whole.
@@ -51,6 +59,9 @@ pub struct Reloadable {
     pub lists: Arc<Lists>,
     /// The SMS and email templates.
     pub templates: Arc<TemplatesCell>,
+    /// The SMS provider, made again from `[sms.provider]`; `None` when it
+    /// was given rather than made from the settings (tests).
+    pub sender: Option<Arc<SenderCell>>,
 }
 
 impl Reloadable {
@@ -69,7 +80,14 @@ impl Reloadable {
         };
         let templates = Templates::load(&TemplateDirs::of(&settings))?;
         let policy = Policy::from_settings(&settings)?;
+        let sender = match &self.sender {
+            Some(cell) => Some((cell, build_sender(&settings.sms.provider)?)),
+            None => None,
+        };
         self.policy.replace(policy);
+        if let Some((cell, sender)) = sender {
+            cell.replace(sender);
+        }
         self.lists.replace_config(settings.lists.entries());
         self.templates.replace(templates);
         Ok(settings)
@@ -108,6 +126,8 @@ pub struct Reloader {
     changed: Arc<Notify>,
     watch: Option<FileWatch>,
     dirs: TemplateDirs,
+    /// The settings the service starts with, for what a reload cannot apply.
+    running: Option<Box<Settings>>,
 }
 
 impl Reloader {
@@ -135,6 +155,7 @@ impl Reloader {
             changed,
             watch,
             dirs,
+            running: None,
         })
     }
 
@@ -142,6 +163,7 @@ impl Reloader {
     /// the templates directories they name too, or nothing when
     /// `server.watch_config` is off.
     pub fn watch_settings(&mut self, settings: &Settings) {
+        self.running = Some(Box::new(settings.clone()));
         self.dirs = TemplateDirs::of(settings);
         if !settings.server.watch_config {
             self.watch = None;
@@ -163,6 +185,7 @@ impl Reloader {
             changed,
             mut watch,
             mut dirs,
+            running,
         } = self;
         tokio::spawn(async move {
             // None until the first reload: what start-up read is not known
@@ -188,7 +211,19 @@ impl Reloader {
                 last = Some(now);
                 match reloadable.reload(file.as_deref()) {
                     Ok(settings) => {
-                        tracing::info!(cause = ?cause, "settings reloaded");
+                        let waiting = running
+                            .as_deref()
+                            .map(|running| restart::pending(running, &settings))
+                            .unwrap_or_default();
+                        if waiting.is_empty() {
+                            tracing::info!(cause = ?cause, "settings reloaded");
+                        } else {
+                            tracing::warn!(
+                                cause = ?cause,
+                                restart_needed = %waiting.join(", "),
+                                "settings reloaded; changes to these take effect at the next start"
+                            );
+                        }
                         let named = TemplateDirs::of(&settings);
                         if named != dirs {
                             dirs = named;

@@ -68,7 +68,7 @@ impl AdminToken {
 }
 
 /// `[admin]`: how admins sign in besides static tokens.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AdminSettings {
     /// `[admin.oidc]`: single sign-on for the console and JWT bearer tokens
@@ -79,7 +79,7 @@ pub struct AdminSettings {
 
 /// `[admin.oidc]`: an OpenID Connect provider (Keycloak, Okta, Google, …).
 /// Off while `issuer_url` is empty (the default).
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct OidcSettings {
     /// The issuer, exactly as its discovery document and tokens name it

@@ -10,7 +10,7 @@ use super::parsed;
 use crate::lists::{normalise, EntryKind, EntrySource, ListEntry, ListName};
 
 /// `[lists]`: who is never limited and who is always refused.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ListSettings {
     /// Client IPs (CIDRs or addresses) never limited, captcha-gated or locked.

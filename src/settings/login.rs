@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use super::duration;
 
 /// `[login]`: when failed logins ask for a captcha, lock the user or block the IP.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LoginSettings {
     /// A user's failures within `captcha_window` from which its logins need a

@@ -37,7 +37,7 @@ pub use sms::{PumpingSettings, SmsProviderKind, SmsProviderSettings, SmsSettings
 const DEFAULTS: &str = include_str!("defaults.toml");
 
 /// The whole configuration, one field per TOML section (DESIGN.md §5).
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Settings {
     /// `[server]`: where to listen and who may call.
@@ -65,7 +65,7 @@ pub struct Settings {
 }
 
 /// `[server]`: the listener and the credentials callers must present.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ServerSettings {
     /// Address the HTTP server listens on.
@@ -175,7 +175,7 @@ pub enum OnStoreError {
 }
 
 /// `[store]`: the window store and what to do when it fails.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StoreSettings {
     /// `memory` (the default) or `redis`.
@@ -227,7 +227,7 @@ impl StoreSettings {
 }
 
 /// `[audit]`: the audit database and the queue, batches and spool in front of it.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AuditSettings {
     /// `sqlite://file?mode=rwc` or `postgres://...`.
@@ -325,7 +325,7 @@ pub enum CaptchaKind {
 }
 
 /// `[captcha]`: the provider that checks captcha tokens.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CaptchaSettings {
     /// `none` (the default), `turnstile`, `hcaptcha` or `recaptcha`.
@@ -342,7 +342,7 @@ pub struct CaptchaSettings {
 }
 
 /// `[email]`: SMTP for lockout notices and the admin alert digest.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EmailSettings {
     /// `smtp://host:port`; empty disables email.
@@ -373,7 +373,7 @@ pub struct EmailSettings {
 }
 
 /// `[shadow]`: try the rules out on live traffic without enforcing them.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ShadowSettings {
     /// Decide and audit (`shadow = true`) but let everything through.

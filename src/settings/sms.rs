@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use super::{duration, Fraction, LimitSetting, Secret, SecretUrl};
 
 /// `[sms]`: one-time codes, region lists and the limits of `/sms/send`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SmsSettings {
     /// Digits per code, 4 to 10; default 6.
@@ -67,7 +67,7 @@ pub struct SmsSettings {
 /// (`sms.prefix_digits`) whose codes are seldom verified is blocked for a
 /// while, and a country whose sends surge far above its normal with its
 /// codes seldom verified needs a captcha first (docs/pumping.md).
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PumpingSettings {
     /// Count sends and verifies per prefix and country, and block; default true.
@@ -116,7 +116,7 @@ pub enum SmsProviderKind {
 }
 
 /// `[sms.provider]`: the SMS provider and its credentials.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SmsProviderSettings {
     /// `log` (the default), `webhook` or `twilio`.

@@ -14,7 +14,9 @@ use anyhow::Context;
 
 use crate::audit::{AuditDb, AuditLog, AuditSink, ObservedSink};
 use crate::delivery::email::Email;
-use crate::delivery::{build_sender, SmsSender, TemplateDirs, Templates, TemplatesCell};
+use crate::delivery::{
+    build_sender, SenderCell, SmsSender, TemplateDirs, Templates, TemplatesCell,
+};
 use crate::guard::admin::SubjectAdmin;
 use crate::guard::admin_auth::AdminAuthGuard;
 use crate::guard::login::LoginGuard;
@@ -49,6 +51,22 @@ pub struct Application {
 }
 
 /// The audit sink, with the alert mails watching it when `email` sends them.
+/// The SMS provider in force, and whether a reload makes it again: a
+/// sender given (tests) stays; one made from `[sms.provider]` is remade.
+fn sms_sender(
+    settings: &Settings,
+    given: Option<Arc<dyn SmsSender>>,
+) -> anyhow::Result<(Arc<SenderCell>, bool)> {
+    let (sender, reloads) = match given {
+        Some(sender) => (sender, false),
+        None => (
+            build_sender(&settings.sms.provider).context("cannot set up the SMS provider")?,
+            true,
+        ),
+    };
+    Ok((Arc::new(SenderCell::new(sender)), reloads))
+}
+
 fn with_alerts(audit: Arc<dyn AuditSink>, email: &Email) -> Arc<dyn AuditSink> {
     match email.alerts() {
         Some(alerts) => Arc::new(ObservedSink::new(audit, vec![alerts])),
@@ -138,12 +156,7 @@ impl Application {
         let email =
             Email::start(&settings.email, templates.clone()).context("cannot set up email")?;
         let audit = with_alerts(audit, &email);
-        let sms_sender = match overrides.sms_sender {
-            Some(sender) => sender,
-            None => {
-                build_sender(&settings.sms.provider).context("cannot set up the SMS provider")?
-            }
-        };
+        let (sms_sender, reloads_sender) = sms_sender(&settings, overrides.sms_sender)?;
         let policy = Policy::from_settings(&settings).context("cannot build the captcha client")?;
         let policy = Arc::new(PolicyCell::new(policy));
         let lists = open_lists(&settings, audit_db.clone(), &mut background).await;
@@ -157,7 +170,7 @@ impl Application {
         let state = web::Data::new(AppState {
             sms: SmsGuard::new(
                 ctx.clone(),
-                sms_sender,
+                sms_sender.clone(),
                 templates.clone(),
                 settings.sms.code_secret.expose(),
             ),
@@ -195,6 +208,7 @@ impl Application {
                 policy,
                 lists,
                 templates,
+                sender: reloads_sender.then_some(sms_sender),
             },
             background,
         })

@@ -50,6 +50,7 @@ fn a_reload_swaps_the_decision_settings_and_a_bad_file_keeps_the_old_ones() {
         )),
         lists: std::sync::Arc::new(tollgate::lists::Lists::new(Vec::new(), None)),
         templates: std::sync::Arc::new(TemplatesCell::new(Templates::compiled())),
+        sender: None,
     };
     let (cell, lists) = (&reloadable.policy, &reloadable.lists);
     assert_eq!(cell.current().sms.phone.rules[0].limit, 1);
@@ -347,4 +348,61 @@ async fn a_sighup_during_start_up_neither_kills_nor_is_lost() {
         "{seen:?}"
     );
     drop(silent);
+}
+
+/// A reload puts a new `[sms.provider]` in force (a ConfigMap's placeholder
+/// URL mended, a token rotated) in a running server; a change it cannot
+/// apply (here `[server]`) is logged as waiting for the next start.
+#[tokio::test]
+async fn a_reload_swaps_the_sms_provider_and_names_what_waits_for_a_restart() {
+    use wiremock::matchers::method;
+    use wiremock::{Mock, MockServer, ResponseTemplate};
+
+    let (first, second) = (MockServer::start().await, MockServer::start().await);
+    for provider in [&first, &second] {
+        Mock::given(method("POST"))
+            .respond_with(ResponseTemplate::new(200))
+            .mount(provider)
+            .await;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let write = |provider: &MockServer, server: &str| {
+        crate::support::process::config_file(
+            dir.path(),
+            server,
+            &format!(
+                "[sms]\nphone_limits = [{{ limit = 100, window = \"1h\" }}]\n\
+                 [sms.provider]\nkind = \"webhook\"\nurl = \"{}/sms\"",
+                provider.uri()
+            ),
+        )
+    };
+    let file = write(&first, "");
+    let server = Tollgate::start(&file).await;
+    let client = reqwest::Client::new();
+    let send = || async {
+        client
+            .post(format!("{}/sms/send", server.address))
+            .json(&json!({ "phone": "+8613800138000" }))
+            .send()
+            .await
+            .unwrap()
+            .status()
+    };
+    assert_eq!(send().await, 200);
+    async fn received(provider: &MockServer) -> usize {
+        provider.received_requests().await.unwrap_or_default().len()
+    }
+    assert_eq!((received(&first).await, received(&second).await), (1, 0));
+    assert!(server.lines("restart_needed").is_empty());
+
+    write(&second, "trusted_proxies = [\"10.0.0.0/8\"]");
+    server.signal("-HUP");
+    let waiting = server.logged("restart_needed").await;
+    assert!(
+        waiting.iter().any(|line| line.contains("[server]")),
+        "{waiting:?}"
+    );
+    assert_eq!(send().await, 200);
+    assert_eq!((received(&first).await, received(&second).await), (1, 1));
 }

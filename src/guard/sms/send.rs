@@ -234,6 +234,7 @@ impl SmsGuard {
             locale,
             request_id: info.request_id.clone(),
         };
-        self.sender.send(&message).await
+        let sender = self.sender.current();
+        sender.send(&message).await
     }
 }
