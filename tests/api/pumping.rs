@@ -23,6 +23,7 @@ on_both_backends!(
     just_below_the_threshold_the_send_is_refused_and_the_block_audited_once,
     with_fewer_than_min_sends_nothing_is_blocked,
     verifies_raise_the_conversion_back_over_the_threshold,
+    an_allow_listed_phones_verifies_do_not_hide_pumping,
     a_failed_delivery_is_not_counted,
     the_block_ends_after_block_duration,
     twenty_unverified_sends_from_twenty_addresses_no_longer_block_a_country,
@@ -184,6 +185,34 @@ async fn verifies_raise_the_conversion_back_over_the_threshold(backend: Backend)
         "{}",
         state.body
     );
+}
+
+/// An allow-listed phone's sends are not counted, nor its verifies: a QA
+/// number verified all day would otherwise let as many unverified sends to
+/// its range through.
+async fn an_allow_listed_phones_verifies_do_not_hide_pumping(backend: Backend) {
+    let app = spawn_app(backend, |s| {
+        guard(s);
+        s.lists.allow_phones = vec![phone(0)];
+    })
+    .await;
+    for _ in 0..5 {
+        sent(&app, 0, 1).await;
+        verify(&app, &phone(0)).await;
+    }
+    sent(&app, 1, 5).await;
+    let state = app.admin_get("/admin/api/subjects/prefix/%2B8613800").await;
+    assert_eq!(
+        (
+            &state.body["pumping"]["sends"],
+            &state.body["pumping"]["verified"]
+        ),
+        (&json!(5), &json!(0)),
+        "{}",
+        state.body
+    );
+    let refused = send(&app, &phone(6)).await;
+    assert_eq!(refused.error(), "pumping_suspected", "{}", refused.body);
 }
 
 async fn a_failed_delivery_is_not_counted(backend: Backend) {
