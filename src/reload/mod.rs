@@ -9,6 +9,7 @@
 //! says so ([`restart::pending`]).
 
 mod restart;
+mod sender;
 mod watch;
 
 use std::path::{Path, PathBuf};
@@ -17,12 +18,11 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use crate::delivery::{
-    build_sender, SenderCell, SetupError, TemplateDirs, TemplateLoadError, Templates, TemplatesCell,
-};
+use crate::delivery::{SetupError, TemplateDirs, TemplateLoadError, Templates, TemplatesCell};
 use crate::guard::{Policy, PolicyCell};
 use crate::lists::Lists;
 use crate::settings::Settings;
+pub use sender::SenderSlot;
 use watch::{fingerprint, FileWatch};
 
 /// Changes closer together than this are one reload: an editor's save, or a
@@ -48,6 +48,10 @@ pub enum ReloadError {
     /// The new `[sms.provider]` settings do not make a provider.
     #[error("cannot set up the SMS provider: {0}")]
     SmsProvider(#[from] SetupError),
+    /// The file would switch a real SMS provider to `log` (or leaves out
+    /// `[sms.provider]`, whose default is `log`).
+    #[error("invalid setting `sms.provider.kind`: \"log\" would write every code to the log in place of the provider in force (a [sms.provider] table left out?); restart to switch to it")]
+    ToLogProvider,
 }
 
 /// What a reload replaces, each swapped whole.
@@ -59,9 +63,9 @@ pub struct Reloadable {
     pub lists: Arc<Lists>,
     /// The SMS and email templates.
     pub templates: Arc<TemplatesCell>,
-    /// The SMS provider, made again from `[sms.provider]`; `None` when it
-    /// was given rather than made from the settings (tests).
-    pub sender: Option<Arc<SenderCell>>,
+    /// The SMS provider, made again when `[sms.provider]` changes; `None`
+    /// when it was given rather than made from the settings (tests).
+    pub sender: Option<SenderSlot>,
 }
 
 impl Reloadable {
@@ -81,12 +85,12 @@ impl Reloadable {
         let templates = Templates::load(&TemplateDirs::of(&settings))?;
         let policy = Policy::from_settings(&settings)?;
         let sender = match &self.sender {
-            Some(cell) => Some((cell, build_sender(&settings.sms.provider)?)),
+            Some(slot) => slot.remake(&settings.sms.provider)?.map(|new| (slot, new)),
             None => None,
         };
         self.policy.replace(policy);
-        if let Some((cell, sender)) = sender {
-            cell.replace(sender);
+        if let Some((slot, new)) = sender {
+            slot.put(new);
         }
         self.lists.replace_config(settings.lists.entries());
         self.templates.replace(templates);

@@ -9,12 +9,22 @@ use crate::settings::Settings;
 /// it started) and the file's (`read`) and need a restart, as a config
 /// file spells them.
 pub fn pending(running: &Settings, read: &Settings) -> Vec<&'static str> {
+    // The email templates are reloaded with the SMS ones.
+    let mailer = |settings: &Settings| crate::settings::EmailSettings {
+        templates_dir: None,
+        ..settings.email.clone()
+    };
     let changed = [
         ("[server]", running.server != read.server),
         ("[store]", running.store != read.store),
         ("[audit]", running.audit != read.audit),
-        ("[email]", running.email != read.email),
+        ("[email]", mailer(running) != mailer(read)),
         ("[admin]", running.admin != read.admin),
+        // The refresh task's period; the entries are reloaded.
+        (
+            "lists.refresh_interval",
+            running.lists.refresh_interval != read.lists.refresh_interval,
+        ),
         // The code HMAC's key and the subject hashes' (store::keys).
         (
             "sms.code_secret",
@@ -50,6 +60,8 @@ mod tests {
         read.sms.max_verify_attempts += 1;
         read.login.lock_after += 1;
         read.sms.provider.url = "http://127.0.0.1:9/sms".to_string().into();
+        read.email.templates_dir = Some("/etc/tollgate/email".into());
+        read.lists.allow_phones = vec!["+8613800138000".into()];
         assert!(pending(&running, &read).is_empty());
     }
 
@@ -60,9 +72,15 @@ mod tests {
         read.server.api_keys = vec![Secret::new("a-new-key-0123456789")];
         read.sms.code_secret = Secret::new("another-secret-0123456789");
         read.audit.batch_size += 1;
+        read.lists.refresh_interval *= 2;
         assert_eq!(
             pending(&running, &read),
-            ["[server]", "[audit]", "sms.code_secret"]
+            [
+                "[server]",
+                "[audit]",
+                "lists.refresh_interval",
+                "sms.code_secret"
+            ]
         );
     }
 }

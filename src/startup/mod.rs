@@ -23,7 +23,7 @@ use crate::guard::login::LoginGuard;
 use crate::guard::sms::SmsGuard;
 use crate::guard::{GuardContext, Policy, PolicyCell};
 use crate::lists::{self, Lists};
-use crate::reload::Reloadable;
+use crate::reload::{Reloadable, SenderSlot};
 use crate::routes::{Access, AppState};
 use crate::settings::Settings;
 use crate::store::{Clock, SystemClock};
@@ -50,23 +50,25 @@ pub struct Application {
     background: Vec<tokio::task::JoinHandle<()>>,
 }
 
-/// The audit sink, with the alert mails watching it when `email` sends them.
-/// The SMS provider in force, and whether a reload makes it again: a
+/// The SMS provider in force, and what a reload makes it again through: a
 /// sender given (tests) stays; one made from `[sms.provider]` is remade.
 fn sms_sender(
     settings: &Settings,
     given: Option<Arc<dyn SmsSender>>,
-) -> anyhow::Result<(Arc<SenderCell>, bool)> {
-    let (sender, reloads) = match given {
-        Some(sender) => (sender, false),
-        None => (
-            build_sender(&settings.sms.provider).context("cannot set up the SMS provider")?,
-            true,
-        ),
-    };
-    Ok((Arc::new(SenderCell::new(sender)), reloads))
+) -> anyhow::Result<(Arc<SenderCell>, Option<SenderSlot>)> {
+    Ok(match given {
+        Some(sender) => (Arc::new(SenderCell::new(sender)), None),
+        None => {
+            let sender =
+                build_sender(&settings.sms.provider).context("cannot set up the SMS provider")?;
+            let cell = Arc::new(SenderCell::new(sender));
+            let slot = SenderSlot::new(cell.clone(), settings.sms.provider.clone());
+            (cell, Some(slot))
+        }
+    })
 }
 
+/// The audit sink, with the alert mails watching it when `email` sends them.
 fn with_alerts(audit: Arc<dyn AuditSink>, email: &Email) -> Arc<dyn AuditSink> {
     match email.alerts() {
         Some(alerts) => Arc::new(ObservedSink::new(audit, vec![alerts])),
@@ -156,7 +158,7 @@ impl Application {
         let email =
             Email::start(&settings.email, templates.clone()).context("cannot set up email")?;
         let audit = with_alerts(audit, &email);
-        let (sms_sender, reloads_sender) = sms_sender(&settings, overrides.sms_sender)?;
+        let (sms_sender, sender_slot) = sms_sender(&settings, overrides.sms_sender)?;
         let policy = Policy::from_settings(&settings).context("cannot build the captcha client")?;
         let policy = Arc::new(PolicyCell::new(policy));
         let lists = open_lists(&settings, audit_db.clone(), &mut background).await;
@@ -170,7 +172,7 @@ impl Application {
         let state = web::Data::new(AppState {
             sms: SmsGuard::new(
                 ctx.clone(),
-                sms_sender.clone(),
+                sms_sender,
                 templates.clone(),
                 settings.sms.code_secret.expose(),
             ),
@@ -208,7 +210,7 @@ impl Application {
                 policy,
                 lists,
                 templates,
-                sender: reloads_sender.then_some(sms_sender),
+                sender: sender_slot,
             },
             background,
         })

@@ -351,8 +351,9 @@ async fn a_sighup_during_start_up_neither_kills_nor_is_lost() {
 }
 
 /// A reload puts a new `[sms.provider]` in force (a ConfigMap's placeholder
-/// URL mended, a token rotated) in a running server; a change it cannot
-/// apply (here `[server]`) is logged as waiting for the next start.
+/// URL mended, a token rotated) in a running server, but not `log` in
+/// place of a real one; a change it cannot apply (here `[server]`) is
+/// logged as waiting for the next start.
 #[tokio::test]
 async fn a_reload_swaps_the_sms_provider_and_names_what_waits_for_a_restart() {
     use wiremock::matchers::method;
@@ -405,4 +406,19 @@ async fn a_reload_swaps_the_sms_provider_and_names_what_waits_for_a_restart() {
     );
     assert_eq!(send().await, 200);
     assert_eq!((received(&first).await, received(&second).await), (1, 1));
+
+    // A file that leaves `[sms.provider]` out would switch to `log` (its
+    // default): every code to the log, every send still 200. Refused.
+    crate::support::process::config_file(
+        dir.path(),
+        "",
+        "[sms]\nphone_limits = [{ limit = 100, window = \"1h\" }]",
+    );
+    server.signal("-HUP");
+    eventually("the refusal", Duration::from_secs(10), || async {
+        rejected(&server, "sms.provider.kind", "Hangup")
+    })
+    .await;
+    assert_eq!(send().await, 200);
+    assert_eq!((received(&first).await, received(&second).await), (1, 2));
 }
