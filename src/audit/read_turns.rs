@@ -38,17 +38,24 @@ pub struct Turn {
 struct Seat {
     seats: Seats,
     reader: String,
-    own: Arc<Semaphore>,
+    /// Taken and dropped under the map's lock, so that two seats of one
+    /// reader dropped at once cannot both see the other and leave the
+    /// entry behind.
+    own: Option<Arc<Semaphore>>,
 }
 
 impl Drop for Seat {
     fn drop(&mut self) {
         let mut seats = self.seats.lock();
-        // Every clone is made under this lock: two left (the map's and this
-        // seat's) means no one else reads or waits under this name.
-        if Arc::strong_count(&self.own) == 2 {
+        let Some(own) = self.own.take() else { return };
+        // Each seat's clone is made and dropped under this lock, and a
+        // turn's permits, which hold clones too, are dropped before its
+        // seat: two left (the map's and this one) means no one else reads
+        // or waits under this name.
+        if Arc::strong_count(&own) == 2 {
             seats.remove(&self.reader);
         }
+        drop(own);
     }
 }
 
@@ -69,7 +76,7 @@ impl ReadTurns {
         let own = seat.own.clone();
         let shared = self.shared.clone();
         let both = async move {
-            let own = own.acquire_owned().await.ok()?;
+            let own = own?.acquire_owned().await.ok()?;
             let shared = shared.acquire_owned().await.ok()?;
             Some((shared, own))
         };
@@ -90,7 +97,7 @@ impl ReadTurns {
         Seat {
             seats: self.seats.clone(),
             reader: reader.to_owned(),
-            own,
+            own: Some(own),
         }
     }
 
