@@ -701,8 +701,10 @@ async fn when_the_store_does_not_answer_the_trails_locks_are_shown_unconfirmed()
 
     let page = get(&app, "/admin/overview", ADMIN).await;
     assert_html(&page, 200, "the overview, without its store");
+    // In the console's words; the store's own go to the log.
     assert!(
-        page.body.contains("The store did not answer"),
+        page.body
+            .contains("The store did not answer: these locks are the audit trail"),
         "{}",
         page.body
     );

@@ -134,10 +134,10 @@ async fn confirmed_locks(
         .collect();
     let message = failure.map(|e| {
         tracing::warn!(request_id = %crate::telemetry::request_id(), error = %e, "overview: store read failed");
-        format!(
-            "The store did not answer ({e}): these locks are the audit trail's, not confirmed, \
-             and may have been lifted."
-        )
+        // The store's own words (addresses, server replies) go to the log.
+        "The store did not answer: these locks are the audit trail's, not confirmed, \
+         and may have been lifted."
+            .to_string()
     });
     LockList {
         rows,
