@@ -127,9 +127,9 @@ fn config_key(path: &[String]) -> String {
 }
 
 /// Names the key as a config file spells it (`sms.code_ttl`), whether the bad
-/// value came from the file or from `TOLLGATE__SMS__CODE_TTL`. Never the
-/// value itself: the error goes to stderr and, on reload, to the log, and
-/// the value may be a token written in the wrong shape.
+/// value came from the file or from `TOLLGATE__SMS__CODE_TTL`. A value of
+/// the wrong type is not repeated: the error goes to stderr and, on reload,
+/// to the log, and the value may be a token written in the wrong shape.
 fn load_error(error: figment::Error) -> SettingsError {
     if error.path.is_empty() {
         return SettingsError::Load(without_source_lines(&error));
@@ -146,18 +146,12 @@ fn load_error(error: figment::Error) -> SettingsError {
     }
 }
 
-/// What is wrong with a value, with its type but not the value.
+/// What is wrong with a value; of the wrong type, its type but not itself.
 fn without_value(kind: &Kind) -> String {
     match kind {
         Kind::InvalidType(actual, expected) => {
             format!(
                 "invalid type: found {}, expected {expected}",
-                type_of(actual)
-            )
-        }
-        Kind::InvalidValue(actual, expected) => {
-            format!(
-                "invalid value: found {}, expected {expected}",
                 type_of(actual)
             )
         }
@@ -168,8 +162,10 @@ fn without_value(kind: &Kind) -> String {
                 type_of(actual)
             )
         }
-        // The rest name keys, variants or lengths, or are this crate's own
-        // messages (durations, sizes), which quote no secret.
+        // The rest say what is wrong with a value of the right type (`-1`
+        // for a count, an unknown `kind`), where the value helps and no
+        // secret is written, or name keys and lengths, or are this crate's
+        // own messages (durations, sizes, addresses).
         other => other.to_string(),
     }
 }
@@ -213,9 +209,9 @@ mod tests {
     const TOKEN: &str = "s3cr3t-token-0123456789";
 
     /// A token in the wrong shape, a number or a TOML error on its line:
-    /// the error names the key and the place, never the value.
+    /// the error names the key and the place, not the value.
     #[test]
-    fn a_refused_value_is_not_repeated() {
+    fn a_value_of_the_wrong_type_is_not_repeated() {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let path = dir.path().join("tollgate.toml");
         for (text, key) in [
