@@ -61,6 +61,7 @@ trap cleanup EXIT
 source scripts/checks.sh
 
 rendered="$work/kubernetes.yaml"
+rendered_statefulset="$work/kubernetes-statefulset.yaml"
 alerts=deploy/monitoring/prometheus/alerts.yml
 dashboard=deploy/monitoring/grafana/tollgate.json
 
@@ -73,20 +74,29 @@ kustomize_renders_the_manifests() {
         || fail "unexpected resources: $kinds"
 }
 
+kustomize_renders_the_statefulset_overlay() {
+    kubectl kustomize deploy/kubernetes-statefulset >"$rendered_statefulset"
+    local kinds
+    kinds=$(grep '^kind: ' "$rendered_statefulset" | sort | tr '\n' ' ')
+    echo "$kinds"
+    [ "$kinds" = "kind: ConfigMap kind: NetworkPolicy kind: PodDisruptionBudget kind: Service kind: Service kind: ServiceMonitor kind: StatefulSet " ] \
+        || fail "unexpected resources: $kinds"
+}
+
 # --strict refuses any field the schema does not name; the ServiceMonitor,
 # whose CRD kubernetes-validate does not bundle, is the one schema it may
 # miss (checked next). A misspelt field must fail, or nothing is checked.
 kubernetes_validate_strict_passes() {
     local version versions=()
     for version in "${KUBERNETES_VERSIONS[@]}"; do versions+=(-k "$version"); done
-    "$venv/bin/kubernetes-validate" --strict "${versions[@]}" "$rendered" deploy/kubernetes/secret.example.yaml \
-        | tee "$work/validate.out"
+    "$venv/bin/kubernetes-validate" --strict "${versions[@]}" "$rendered" "$rendered_statefulset" \
+        deploy/kubernetes/secret.example.yaml | tee "$work/validate.out"
     local passed_lines others
     passed_lines=$(grep -c '^INFO .* passed for resource' "$work/validate.out" || true)
     others=$(grep -v '^INFO .* passed for resource' "$work/validate.out" \
         | grep -v "^WARN .*Couldn't find schema for kind ServiceMonitor with api version monitoring.coreos.com/v1" || true)
     [ -z "$others" ] || fail "unexpected: $others"
-    [ "$passed_lines" = $((7 * ${#KUBERNETES_VERSIONS[@]})) ] || fail "$passed_lines resources passed, not 7 per version"
+    [ "$passed_lines" = $((13 * ${#KUBERNETES_VERSIONS[@]})) ] || fail "$passed_lines resources passed, not 13 per version"
     sed 's/readOnlyRootFilesystem/readOnlyRootFilsystem/' "$rendered" >"$work/misspelt.yaml"
     if "$venv/bin/kubernetes-validate" --strict --quiet "$work/misspelt.yaml" >"$work/misspelt.out"; then
         fail "a misspelt field passed: $(cat "$work/misspelt.out")"
@@ -99,6 +109,10 @@ servicemonitor_matches_its_schema() {
 
 manifests_agree_with_each_other_the_image_and_the_config() {
     "$python" scripts/deploy_check.py manifests "$rendered"
+}
+
+statefulset_is_the_base_with_a_claim_for_the_spool() {
+    "$python" scripts/deploy_check.py statefulset "$rendered" "$rendered_statefulset"
 }
 
 the_configmap_with_the_secret_is_a_valid_config() {
@@ -167,9 +181,11 @@ series_and_labels_exist() {
 
 checks=(
     "kubectl kustomize renders deploy/kubernetes (7 resources)|kustomize_renders_the_manifests"
-    "kubernetes-validate --strict (Kubernetes ${KUBERNETES_VERSIONS[*]}): the manifests and the example Secret; a misspelt field fails|kubernetes_validate_strict_passes"
+    "kubectl kustomize renders deploy/kubernetes-statefulset (the StatefulSet in place of the Deployment)|kustomize_renders_the_statefulset_overlay"
+    "kubernetes-validate --strict (Kubernetes ${KUBERNETES_VERSIONS[*]}): both renders and the example Secret; a misspelt field fails|kubernetes_validate_strict_passes"
     "the ServiceMonitor against its CRD schema (deploy/kubernetes/schemas/)|servicemonitor_matches_its_schema"
     "selectors, ports, probes, mounts and security agree with each other, the image and the config|manifests_agree_with_each_other_the_image_and_the_config"
+    "the StatefulSet overlay is the base, its pods the Deployment's, with a retained claim for the spool|statefulset_is_the_base_with_a_claim_for_the_spool"
     "tollgate check-config: the example Secret refused, the ConfigMap with real values valid|the_configmap_with_the_secret_is_a_valid_config"
     "the real Secret (secret.yaml, docs/kubernetes.md) is ignored by git and the image's build context|the_real_secret_stays_out_of_git_and_the_image"
     "promtool check rules $alerts|promtool_checks_the_alerts"

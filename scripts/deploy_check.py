@@ -345,9 +345,44 @@ def check_series(scrape_path, alerts_path, dashboard_path):
     print(f"{len(exprs)} expressions: {len(names)} tollgate series all declared; {pairs} label matchers checked against a real scrape and the code")
 
 
+def check_statefulset(base_rendered, rendered):
+    """The StatefulSet overlay is the base with the Deployment's pods as a
+    StatefulSet's, each with a claim for the spool in place of the emptyDir."""
+    base, docs = load_all(base_rendered), load_all(rendered)
+    deployment = one(base, "Deployment", "tollgate")
+    sts = one(docs, "StatefulSet", "tollgate")
+    key = lambda d: (d["kind"], d["metadata"]["name"])
+    others = sorted((d for d in docs if d["kind"] != "StatefulSet"), key=key)
+    if others != sorted((d for d in base if d["kind"] != "Deployment"), key=key):
+        fail("the overlay changes more of the base than the Deployment")
+    spec, dspec = sts["spec"], deployment["spec"]
+    if (spec["replicas"], spec["selector"]) != (dspec["replicas"], dspec["selector"]):
+        fail("the StatefulSet's replicas or selector differ from the Deployment's")
+    if spec["serviceName"] not in {s["metadata"]["name"] for s in by_kind(docs, "Service")}:
+        fail(f"serviceName {spec['serviceName']} names no Service")
+    # The pod template: the Deployment's, less the spool's emptyDir and the
+    # ephemeral storage it asked for.
+    expected = json.loads(json.dumps(dspec["template"]))
+    pod = expected["spec"]
+    (container,) = pod["containers"]
+    state = next(m["name"] for m in container["volumeMounts"] if m["mountPath"] == "/var/lib/tollgate")
+    pod["volumes"] = [v for v in pod["volumes"] if v["name"] != state]
+    container["resources"]["requests"].pop("ephemeral-storage", None)
+    if spec["template"] != expected:
+        fail("the StatefulSet's pod template is not the Deployment's (less the emptyDir)")
+    claims = [c["metadata"]["name"] for c in spec.get("volumeClaimTemplates", [])]
+    if claims != [state]:
+        fail(f"volume claims {claims}, not one for the spool's mount {state}")
+    policy = spec.get("persistentVolumeClaimRetentionPolicy", {})
+    if policy != {"whenDeleted": "Retain", "whenScaled": "Retain"}:
+        fail(f"claims may be deleted with their spool: {policy}")
+    print("the base, with the Deployment's pods as a StatefulSet's and a claim for the spool")
+
+
 def main():
     command, *args = sys.argv[1:]
     {
+        "statefulset": check_statefulset,
         "manifests": check_manifests,
         "crd": check_crd,
         "config": check_config,
