@@ -5,16 +5,19 @@
 -- nothing matches, with the attempts and the ttl a code gets, so that the
 -- answers never tell whether a code is pending.
 --
--- KEYS[1]  the subject's code HASH: mac, left (attempts left), exp (expiry, ms)
+-- KEYS[1]  the subject's code HASH: mac, left (attempts left), exp (expiry, ms),
+--          u (1) when its send was not counted (otp_put.lua)
 -- ARGV[1]  mac of the code offered
 -- ARGV[2]  attempts a stand-in allows (those of a code)
 -- ARGV[3]  a stand-in's ttl in ms (a code's)
 --
--- Returns an array of two integers: { outcome, value }
+-- Returns an array of three integers: { outcome, value, counted }
 --   0 = valid (value = attempts left before this try), 1 = wrong (value = attempts left, 0 = now burnt),
 --   2 = burnt (value = a code's ttl in ms: as long as it may stay burnt, the
 --       same whether a code was pending, unlike its own expiry, which would
 --       tell that and when it was sent).
+--   counted: 1 unless the code's send was not counted by the pumping guard
+--       (then its verify is not counted either); 1 for a stand-in.
 --
 -- The MACs are compared in time independent of where they differ, and a
 -- stand-in goes through the same comparison as a code.
@@ -24,7 +27,7 @@
 --
 -- Example:
 --   EVALSHA <sha> 1 "tg:{phone:+33612345678}:otp" "9f86d08..." 5 300000
---   -> { 1, 4 }
+--   -> { 1, 4, 1 }
 
 local key = KEYS[1]
 local offered = ARGV[1]
@@ -32,14 +35,16 @@ local offered = ARGV[1]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
-local h = redis.call('HMGET', key, 'mac', 'left', 'exp')
+local h = redis.call('HMGET', key, 'mac', 'left', 'exp', 'u')
 local mac, left, exp = h[1], tonumber(h[2]), tonumber(h[3])
+local counted = 1
+if h[4] then counted = 0 end
 if not mac or not left or not exp then
   local ttl = tonumber(ARGV[3])
-  if ttl <= 0 then return { 1, 0 } end
+  if ttl <= 0 then return { 1, 0, 1 } end
   mac, left, exp = '', tonumber(ARGV[2]), now + ttl
 end
-if left <= 0 then return { 2, tonumber(ARGV[3]) } end
+if left <= 0 then return { 2, tonumber(ARGV[3]), counted } end
 
 local diff = 0
 if #mac ~= #offered or #mac == 0 then diff = 1 end
@@ -51,7 +56,7 @@ end
 
 if diff == 0 then
   redis.call('DEL', key)
-  return { 0, left }
+  return { 0, left, counted }
 end
 -- A code and a stand-in are written alike (the same fields, the same expiry
 -- call), so that a miss costs the same whether a code is pending: a code's
@@ -60,4 +65,4 @@ left = left - 1
 local exp_s = string.format('%d', exp)
 redis.call('HSET', key, 'mac', mac, 'left', left, 'exp', exp_s)
 redis.call('PEXPIREAT', key, exp_s)
-return { 1, left }
+return { 1, left, counted }

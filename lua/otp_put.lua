@@ -1,14 +1,18 @@
 -- otp_put.lua: store a one-time code's MAC, replacing any previous code.
 --
--- KEYS[1]  the subject's code HASH: mac, left (attempts left), exp (expiry, ms)
+-- KEYS[1]  the subject's code HASH: mac, left (attempts left), exp (expiry, ms),
+--          and u (1) when its send was not counted by the pumping guard
 -- ARGV[1]  mac of the code
 -- ARGV[2]  attempts allowed
 -- ARGV[3]  ttl in ms
+-- ARGV[4]  1 when the send was counted (the guard counts its verify), 0 when
+--          it was exempt (an allow-listed phone or address); a code stored
+--          by reserve.lua, or by a build before this field, is counted
 --
 -- Returns 1. The key expires after ttl.
 --
 -- Example:
---   EVALSHA <sha> 1 "tg:{phone:+33612345678}:otp" "9f86d08..." 5 300000
+--   EVALSHA <sha> 1 "tg:{phone:+33612345678}:otp" "9f86d08..." 5 300000 1
 --   -> 1
 
 local key = KEYS[1]
@@ -20,5 +24,6 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('DEL', key)
 if ttl <= 0 then return 1 end
 redis.call('HSET', key, 'mac', ARGV[1], 'left', tonumber(ARGV[2]), 'exp', now + ttl)
+if ARGV[4] == '0' then redis.call('HSET', key, 'u', 1) end
 redis.call('PEXPIRE', key, ttl)
 return 1

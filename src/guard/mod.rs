@@ -90,16 +90,6 @@ impl GuardContext {
     /// What the allow and block lists say of a request about the subject
     /// `(kind, id)` (a phone or a user) from `info.ip`; a `Subject` is built
     /// only for the audit row of a block.
-    /// Whether `phone` itself is on the allow list (its sends are not
-    /// counted, whatever the address).
-    fn phone_allowed(&self, phone: &str) -> bool {
-        let request = ListRequest {
-            phone: Some(phone),
-            ..ListRequest::default()
-        };
-        self.lists.current().check(request) == Listed::Allowed(EntryKind::Phone)
-    }
-
     fn listed(
         &self,
         action: Action,

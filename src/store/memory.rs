@@ -367,10 +367,11 @@ impl WindowStore for MemoryStore {
         mac: &str,
         attempts: u32,
         ttl_ms: u64,
+        counted: bool,
     ) -> Result<(), StoreError> {
         let now = self.clock.now_ms();
         self.with_subject(key, now, Access::Write, |subject| {
-            subject.put_otp(key, mac, attempts, ttl_ms, now)
+            subject.put_otp(key, (mac, counted), attempts, ttl_ms, now)
         });
         Ok(())
     }

@@ -250,13 +250,16 @@ pub trait WindowStore: Send + Sync {
         limit: usize,
     ) -> Result<ExpiringMembers, StoreError>;
 
-    /// Store a one-time code's MAC, replacing any previous one.
+    /// Store a one-time code's MAC, replacing any previous one. `counted`:
+    /// whether its send was counted by the pumping guard, which `otp_check`
+    /// hands back with a right code (a code `reserve` stores is counted).
     async fn otp_put(
         &self,
         key: &str,
         mac: &str,
         attempts: u32,
         ttl_ms: u64,
+        counted: bool,
     ) -> Result<(), StoreError>;
 
     /// Check a code: a match deletes it (`Valid`, single use); a miss uses up

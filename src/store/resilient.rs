@@ -216,7 +216,7 @@ impl WindowStore for ResilientStore {
             Fallback::Allow(local) => {
                 if let Some(code) = req.code {
                     local
-                        .otp_put(code.key, code.mac, code.attempts, code.ttl_ms)
+                        .otp_put(code.key, code.mac, code.attempts, code.ttl_ms, true)
                         .await?;
                 }
                 Ok(ReserveOutcome {
@@ -343,9 +343,13 @@ impl WindowStore for ResilientStore {
         mac: &str,
         attempts: u32,
         ttl_ms: u64,
+        counted: bool,
     ) -> Result<(), StoreError> {
         let started = Instant::now();
-        let result = self.primary.otp_put(key, mac, attempts, ttl_ms).await;
+        let result = self
+            .primary
+            .otp_put(key, mac, attempts, ttl_ms, counted)
+            .await;
         self.settle(started, &result);
         match result {
             Ok(()) => {
@@ -357,7 +361,7 @@ impl WindowStore for ResilientStore {
                     return Err(e);
                 };
                 self.hold_code(local, ttl_ms);
-                local.otp_put(key, mac, attempts, ttl_ms).await
+                local.otp_put(key, mac, attempts, ttl_ms, counted).await
             }
         }
     }
@@ -438,7 +442,7 @@ mod tests {
         assert!(store.local_codes().is_none(), "no outage, no lookup");
 
         store
-            .otp_put(KEY, "mac", 3, 60_000)
+            .otp_put(KEY, "mac", 3, 60_000, true)
             .await
             .expect("kept in the local store");
         assert!(store.held_code(KEY).is_some());

@@ -75,7 +75,7 @@ pub(super) async fn reserve<S: WindowStore + ?Sized>(
     if recorded {
         if let Some(code) = req.code {
             if let Err(e) = store
-                .otp_put(code.key, code.mac, code.attempts, code.ttl_ms)
+                .otp_put(code.key, code.mac, code.attempts, code.ttl_ms, true)
                 .await
             {
                 error = Some(e);

@@ -227,6 +227,9 @@ pub enum OtpOutcome {
     Valid {
         /// The tries the code had left before this one.
         attempts_left: u32,
+        /// Whether the code's send was counted by the pumping guard (false:
+        /// an allow-listed phone or address's), and so its verify is.
+        counted: bool,
     },
     /// Wrong code, or no code (a stand-in took the try).
     Wrong {

@@ -73,7 +73,10 @@ impl SmsGuard {
             Pass::Exempt => {
                 let c = code.to_store();
                 let store = self.ctx.store.as_ref();
-                store.otp_put(c.key, c.mac, c.attempts, c.ttl_ms).await?;
+                // Not counted: nor will its verify be.
+                store
+                    .otp_put(c.key, c.mac, c.attempts, c.ttl_ms, false)
+                    .await?;
                 (Grant::default(), None)
             }
             Pass::Counted => {

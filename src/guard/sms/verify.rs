@@ -48,15 +48,15 @@ impl SmsGuard {
             self.ctx.audit(info, row);
         }
         match checked {
-            OtpOutcome::Valid { .. } => {
+            OtpOutcome::Valid { counted, .. } => {
                 if let Some(address_try) = address_try {
                     address_try.roll_back(self.ctx.store.as_ref()).await;
                 }
-                // An allow-listed phone's sends are not counted: nor are its
-                // verifies, which would hide as many unverified sends to its
-                // range. (An address's allow entry is not asked: a code sent
-                // from one network is often verified from another.)
-                if !self.ctx.phone_allowed(phone.e164()) {
+                // A code whose send was not counted (an allow-listed phone's
+                // or address's) is not counted verified either: it would
+                // hide as many unverified sends to its range. The code
+                // says so, not the verify's own address or lists.
+                if counted {
                     pumping::count_verified(&self.ctx, &policy, phone).await;
                 }
                 Ok(Verified::Valid)
@@ -116,7 +116,7 @@ impl SmsGuard {
 fn count_verify_hit(policy: &Policy, checked: OtpOutcome) {
     let max = policy.sms.verify_attempts.limit;
     let (count, over) = match checked {
-        OtpOutcome::Valid { attempts_left } => (max.saturating_sub(attempts_left), false),
+        OtpOutcome::Valid { attempts_left, .. } => (max.saturating_sub(attempts_left), false),
         OtpOutcome::Wrong { attempts_left } => (max.saturating_sub(attempts_left + 1), false),
         OtpOutcome::Burnt { .. } => (max, true),
     };

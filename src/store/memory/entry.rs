@@ -38,8 +38,16 @@ impl Entry {
 /// What a key holds: the store's twin of a ZSET, a lock hash, a code hash, a string.
 pub(super) enum Value {
     Window(Window),
-    Lock { until: u64, level: u32 },
-    Otp { mac: String, left: u32 },
+    Lock {
+        until: u64,
+        level: u32,
+    },
+    /// `counted`: the code's send was counted by the pumping guard.
+    Otp {
+        mac: String,
+        left: u32,
+        counted: bool,
+    },
     Text(String),
     Meter(Meters),
     Conversion(Conversion),

@@ -7,8 +7,16 @@ use super::entry::{wrong_type, Entry, Subject, Value};
 use crate::store::{OtpOutcome, StoreError};
 
 impl Subject {
-    /// `WindowStore::otp_put`: replace the code at `key`.
-    pub(super) fn put_otp(&mut self, key: &str, mac: &str, attempts: u32, ttl_ms: u64, now: u64) {
+    /// `WindowStore::otp_put`: replace the code at `key` with `mac`, whose
+    /// send was `counted` by the pumping guard or not.
+    pub(super) fn put_otp(
+        &mut self,
+        key: &str,
+        (mac, counted): (&str, bool),
+        attempts: u32,
+        ttl_ms: u64,
+        now: u64,
+    ) {
         self.entries.remove(key);
         if ttl_ms > 0 {
             self.entries.insert(
@@ -17,6 +25,7 @@ impl Subject {
                     value: Value::Otp {
                         mac: mac.to_owned(),
                         left: attempts,
+                        counted,
                     },
                     expires_at: Some(now + ttl_ms),
                 },
@@ -36,14 +45,16 @@ impl Subject {
         now: u64,
     ) -> Result<OtpOutcome, StoreError> {
         if self.live(key, now).is_none() {
-            self.put_otp(key, "", attempts, ttl_ms, now);
+            self.put_otp(key, ("", true), attempts, ttl_ms, now);
         }
         let Some(entry) = self.live(key, now) else {
             // A TTL of 0 keeps nothing: the try burns at once.
             return Ok(OtpOutcome::Wrong { attempts_left: 0 });
         };
         let Value::Otp {
-            mac: stored, left, ..
+            mac: stored,
+            left,
+            counted,
         } = &mut entry.value
         else {
             return Err(wrong_type(key, &entry.value, "otp"));
@@ -57,9 +68,12 @@ impl Subject {
         }
         let matches = bool::from(stored.as_bytes().ct_eq(mac.as_bytes())) && !stored.is_empty();
         if matches {
-            let attempts_left = *left;
+            let (attempts_left, counted) = (*left, *counted);
             self.entries.remove(key);
-            return Ok(OtpOutcome::Valid { attempts_left });
+            return Ok(OtpOutcome::Valid {
+                attempts_left,
+                counted,
+            });
         }
         *left -= 1;
         Ok(OtpOutcome::Wrong {

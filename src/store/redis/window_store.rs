@@ -293,8 +293,17 @@ impl WindowStore for RedisStore {
         mac: &str,
         attempts: u32,
         ttl_ms: u64,
+        counted: bool,
     ) -> Result<(), StoreError> {
-        let args = || vec![Value::from(mac), int(u64::from(attempts)), int(ttl_ms)];
+        let args = || {
+            let counted = int(u64::from(counted));
+            vec![
+                Value::from(mac),
+                int(u64::from(attempts)),
+                int(ttl_ms),
+                counted,
+            ]
+        };
         let _: i64 = self.eval(&self.scripts.otp_put, &[key], args).await?;
         Ok(())
     }
@@ -308,11 +317,12 @@ impl WindowStore for RedisStore {
     ) -> Result<OtpOutcome, StoreError> {
         let args = || vec![Value::from(mac), int(u64::from(attempts)), int(ttl_ms)];
         let out = self
-            .eval_ints(&self.scripts.otp_check, &[key], args, 2)
+            .eval_ints(&self.scripts.otp_check, &[key], args, 3)
             .await?;
         Ok(match out[0] {
             0 => OtpOutcome::Valid {
                 attempts_left: count(out[1])?,
+                counted: out[2] != 0,
             },
             1 => OtpOutcome::Wrong {
                 attempts_left: count(out[1])?,

@@ -10,6 +10,7 @@ on_both_backends!(
     wrong_codes_count_down_then_burn_the_code_until_it_expires,
     without_a_code_a_stand_in_counts_down_and_burns_alike,
     putting_a_code_replaces_the_previous_one,
+    a_code_says_whether_its_send_was_counted,
     a_code_expires_after_its_ttl,
     deleted_keys_are_gone,
     get_or_init_keeps_the_first_value,
@@ -27,13 +28,53 @@ async fn check(b: &StoreUnderTest, key: &str, mac: &str) -> OtpOutcome {
         .expect("otp_check")
 }
 
+/// A code put as not counted (an allow-listed send) says so when it is
+/// right, through wrong tries; a code put over it as counted says that.
+async fn a_code_says_whether_its_send_was_counted(b: &StoreUnderTest) {
+    let key = b.keys.otp("phone", "+33612345678");
+    let store = b.store();
+    store
+        .otp_put(&key, "mac-a", ATTEMPTS, TTL_MS, false)
+        .await
+        .unwrap();
+    assert_eq!(
+        check(b, &key, "mac-wrong").await,
+        OtpOutcome::Wrong { attempts_left: 2 }
+    );
+    assert_eq!(
+        check(b, &key, "mac-a").await,
+        OtpOutcome::Valid {
+            attempts_left: 2,
+            counted: false
+        }
+    );
+    store
+        .otp_put(&key, "mac-b", ATTEMPTS, TTL_MS, false)
+        .await
+        .unwrap();
+    store
+        .otp_put(&key, "mac-c", ATTEMPTS, TTL_MS, true)
+        .await
+        .unwrap();
+    assert_eq!(
+        check(b, &key, "mac-c").await,
+        OtpOutcome::Valid {
+            attempts_left: 3,
+            counted: true
+        }
+    );
+}
+
 async fn a_code_is_valid_once_then_a_stand_in_answers(b: &StoreUnderTest) {
     let key = b.keys.otp("phone", "+33612345678");
     let store = b.store();
-    store.otp_put(&key, "mac-a", 3, 60_000).await.unwrap();
+    store.otp_put(&key, "mac-a", 3, 60_000, true).await.unwrap();
     assert_eq!(
         check(b, &key, "mac-a").await,
-        OtpOutcome::Valid { attempts_left: 3 }
+        OtpOutcome::Valid {
+            attempts_left: 3,
+            counted: true
+        }
     );
     assert_eq!(
         check(b, &key, "mac-a").await,
@@ -45,7 +86,10 @@ async fn a_code_is_valid_once_then_a_stand_in_answers(b: &StoreUnderTest) {
 async fn wrong_codes_count_down_then_burn_the_code_until_it_expires(b: &StoreUnderTest) {
     let key = b.keys.otp("phone", "+33612345679");
     let store = b.store();
-    store.otp_put(&key, "mac-right", 3, 2_000).await.unwrap();
+    store
+        .otp_put(&key, "mac-right", 3, 2_000, true)
+        .await
+        .unwrap();
     for left in [2, 1, 0] {
         assert_eq!(
             check(b, &key, "mac-wrong").await,
@@ -90,10 +134,16 @@ async fn without_a_code_a_stand_in_counts_down_and_burns_alike(b: &StoreUnderTes
         assert_eq!(retry_after_ms, TTL_MS, "as a burnt code's");
     }
     // A send puts a real code over the burnt stand-in.
-    b.store().otp_put(&key, "mac-new", 3, 60_000).await.unwrap();
+    b.store()
+        .otp_put(&key, "mac-new", 3, 60_000, true)
+        .await
+        .unwrap();
     assert_eq!(
         check(b, &key, "mac-new").await,
-        OtpOutcome::Valid { attempts_left: 3 }
+        OtpOutcome::Valid {
+            attempts_left: 3,
+            counted: true
+        }
     );
     let empty = b.keys.otp("phone", "+33612345685");
     assert_eq!(
@@ -106,12 +156,18 @@ async fn without_a_code_a_stand_in_counts_down_and_burns_alike(b: &StoreUnderTes
 async fn putting_a_code_replaces_the_previous_one(b: &StoreUnderTest) {
     let key = b.keys.otp("phone", "+33612345680");
     let store = b.store();
-    store.otp_put(&key, "mac-first", 3, 60_000).await.unwrap();
+    store
+        .otp_put(&key, "mac-first", 3, 60_000, true)
+        .await
+        .unwrap();
     assert_eq!(
         check(b, &key, "mac-wrong").await,
         OtpOutcome::Wrong { attempts_left: 2 }
     );
-    store.otp_put(&key, "mac-second", 3, 60_000).await.unwrap();
+    store
+        .otp_put(&key, "mac-second", 3, 60_000, true)
+        .await
+        .unwrap();
     assert_eq!(
         check(b, &key, "mac-first").await,
         OtpOutcome::Wrong { attempts_left: 2 },
@@ -119,7 +175,10 @@ async fn putting_a_code_replaces_the_previous_one(b: &StoreUnderTest) {
     );
     assert_eq!(
         check(b, &key, "mac-second").await,
-        OtpOutcome::Valid { attempts_left: 2 },
+        OtpOutcome::Valid {
+            attempts_left: 2,
+            counted: true
+        },
         "the right code after one wrong try: two tries were left"
     );
 }
@@ -127,7 +186,7 @@ async fn putting_a_code_replaces_the_previous_one(b: &StoreUnderTest) {
 async fn a_code_expires_after_its_ttl(b: &StoreUnderTest) {
     let key = b.keys.otp("phone", "+33612345681");
     let store = b.store();
-    store.otp_put(&key, "mac-a", 3, 600).await.unwrap();
+    store.otp_put(&key, "mac-a", 3, 600, true).await.unwrap();
     if b.exact() {
         b.advance(600).await;
         assert!(b.exists(&key).await, "still there at its TTL");
@@ -150,9 +209,12 @@ async fn deleted_keys_are_gone(b: &StoreUnderTest) {
     let windows = [tollgate::store::WindowSpec::enforce(5, 60_000)];
     let store = b.store();
     b.hit(&window, &windows).await;
-    store.otp_put(&otp, "mac-a", 3, 60_000).await.unwrap();
+    store.otp_put(&otp, "mac-a", 3, 60_000, true).await.unwrap();
     let unrelated = b.keys.otp("phone", "+33612345683");
-    store.otp_put(&unrelated, "mac-b", 3, 60_000).await.unwrap();
+    store
+        .otp_put(&unrelated, "mac-b", 3, 60_000, true)
+        .await
+        .unwrap();
 
     let never = b.keys.lock("user", "nobody");
     store
@@ -169,7 +231,10 @@ async fn deleted_keys_are_gone(b: &StoreUnderTest) {
     );
     assert_eq!(
         check(b, &unrelated, "mac-b").await,
-        OtpOutcome::Valid { attempts_left: 3 }
+        OtpOutcome::Valid {
+            attempts_left: 3,
+            counted: true
+        }
     );
 }
 
