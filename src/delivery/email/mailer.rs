@@ -21,9 +21,16 @@ pub struct MailerConfig {
     pub attempts: u32,
     /// Wait before the second try; doubled before each further one.
     pub first_backoff: Duration,
-    /// Upper bound of one SMTP command.
+    /// Upper bound of connecting; a whole send (greeting, TLS, every
+    /// command, the body) is bounded at [`COMMANDS_PER_SEND`] times it.
     pub smtp_timeout: Duration,
 }
+
+/// A send's bound, in `smtp_timeout`s. lettre bounds only the connect:
+/// a server that takes the connection and then says nothing (hung, a
+/// tarpit, a half-open pooled connection) would hold the one mail task,
+/// and every later email would be dropped as the queue filled.
+pub const COMMANDS_PER_SEND: u32 = 3;
 
 impl Default for MailerConfig {
     fn default() -> Self {
@@ -62,13 +69,16 @@ impl Mailer {
         settings: &EmailSettings,
         config: MailerConfig,
     ) -> Result<(Self, JoinHandle<()>), SetupError> {
-        let transport = AsyncSmtpTransport::<Tokio1Executor>::from_url(settings.smtp_url.expose())
-            .map_err(|e| SetupError::invalid("email.smtp_url", e.to_string()))?
-            .timeout(Some(config.smtp_timeout))
-            .build();
+        let url = settings.smtp_url.expose().to_string();
+        let make = move || {
+            AsyncSmtpTransport::<Tokio1Executor>::from_url(&url)
+                .map(|builder| builder.timeout(Some(config.smtp_timeout)).build())
+        };
+        let transport = make().map_err(|e| SetupError::invalid("email.smtp_url", e.to_string()))?;
+        let smtp = Smtp { transport, make };
         let from = settings.from.clone();
         let (tx, rx) = mpsc::channel(config.queue_capacity.max(1));
-        let task = tokio::spawn(run(transport, from, rx, config));
+        let task = tokio::spawn(run(smtp, from, rx, config));
         Ok((Self { tx }, task))
     }
 
@@ -87,12 +97,33 @@ impl Mailer {
     }
 }
 
-async fn run(
+/// The SMTP client, and how to make a fresh one: after a send cut off
+/// mid-reply, its pooled connection is not to be used again.
+struct Smtp<F> {
     transport: AsyncSmtpTransport<Tokio1Executor>,
+    make: F,
+}
+
+impl<F> Smtp<F>
+where
+    F: Fn() -> Result<AsyncSmtpTransport<Tokio1Executor>, lettre::transport::smtp::Error>,
+{
+    /// Drop every pooled connection: a fresh client connects anew.
+    fn renew(&mut self) {
+        if let Ok(transport) = (self.make)() {
+            self.transport = transport;
+        }
+    }
+}
+
+async fn run<F>(
+    mut smtp: Smtp<F>,
     from: Mailbox,
     mut rx: mpsc::Receiver<Outgoing>,
     config: MailerConfig,
-) {
+) where
+    F: Fn() -> Result<AsyncSmtpTransport<Tokio1Executor>, lettre::transport::smtp::Error>,
+{
     while let Some(outgoing) = rx.recv().await {
         let kind = outgoing.kind.as_str();
         let recipients = outgoing.to.len();
@@ -103,7 +134,7 @@ async fn run(
                 continue;
             }
         };
-        send_with_retries(&transport, &message, kind, recipients, config).await;
+        send_with_retries(&mut smtp, &message, kind, recipients, config).await;
     }
 }
 
@@ -118,34 +149,150 @@ fn build(from: &Mailbox, outgoing: Outgoing) -> Result<Message, lettre::error::E
     builder.body(outgoing.email.body)
 }
 
-async fn send_with_retries(
-    transport: &AsyncSmtpTransport<Tokio1Executor>,
+/// Why a try failed, as logged: lettre's own text quotes the server's
+/// reply, which names the recipient (`550 5.1.1 <bob@example.com>: …`),
+/// an address the logs show only masked.
+#[derive(Debug)]
+struct Failure {
+    /// The SMTP reply code, when the server answered.
+    code: Option<String>,
+    /// What kind of failure: `response`, `timeout`, `tls`, `connection`.
+    what: &'static str,
+    permanent: bool,
+}
+
+impl Failure {
+    fn of(e: &lettre::transport::smtp::Error) -> Self {
+        let what = if e.is_timeout() {
+            "timeout"
+        } else if e.is_tls() {
+            "tls"
+        } else if e.is_permanent() || e.is_transient() {
+            "response"
+        } else if e.is_client() {
+            "client"
+        } else {
+            "connection"
+        };
+        Self {
+            code: e.status().map(|code| code.to_string()),
+            what,
+            permanent: e.is_permanent(),
+        }
+    }
+
+    fn cut_off() -> Self {
+        Self {
+            code: None,
+            what: "no reply within the send's bound",
+            permanent: false,
+        }
+    }
+}
+
+async fn send_with_retries<F>(
+    smtp: &mut Smtp<F>,
     message: &Message,
     kind: &'static str,
     recipients: usize,
     config: MailerConfig,
-) {
+) where
+    F: Fn() -> Result<AsyncSmtpTransport<Tokio1Executor>, lettre::transport::smtp::Error>,
+{
     let attempts = config.attempts.max(1);
+    let bound = config.smtp_timeout.saturating_mul(COMMANDS_PER_SEND);
     let mut backoff = config.first_backoff;
     for attempt in 1..=attempts {
-        match transport.send(message.clone()).await {
-            Ok(_) => {
+        let sent = tokio::time::timeout(bound, smtp.transport.send(message.clone())).await;
+        let failure = match sent {
+            Ok(Ok(_)) => {
                 tracing::info!(kind, recipients, attempt, "email sent");
                 return;
             }
-            Err(e) if e.is_permanent() => {
-                tracing::warn!(kind, attempt, error = %e, "the SMTP server refused the email: not retried");
-                return;
+            Ok(Err(e)) => Failure::of(&e),
+            Err(_) => {
+                smtp.renew();
+                Failure::cut_off()
             }
-            Err(e) if attempt == attempts => {
-                tracing::warn!(kind, attempt, error = %e, "email not sent: giving up");
-                return;
-            }
-            Err(e) => {
-                tracing::warn!(kind, attempt, error = %e, retry_in_ms = backoff.as_millis() as u64, "email not sent: retrying");
-                tokio::time::sleep(backoff).await;
-                backoff = backoff.saturating_mul(2);
-            }
+        };
+        let Failure {
+            code,
+            what,
+            permanent,
+        } = failure;
+        if permanent {
+            tracing::warn!(
+                kind,
+                attempt,
+                smtp_code = code,
+                error = what,
+                "the SMTP server refused the email: not retried"
+            );
+            return;
         }
+        if attempt == attempts {
+            tracing::warn!(
+                kind,
+                attempt,
+                smtp_code = code,
+                error = what,
+                "email not sent: giving up"
+            );
+            return;
+        }
+        tracing::warn!(
+            kind,
+            attempt,
+            smtp_code = code,
+            error = what,
+            retry_in_ms = backoff.as_millis() as u64,
+            "email not sent: retrying"
+        );
+        tokio::time::sleep(backoff).await;
+        backoff = backoff.saturating_mul(2);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::settings::{SecretUrl, Settings};
+
+    fn notice() -> Outgoing {
+        Outgoing {
+            kind: EmailKind::LockNotice,
+            to: vec!["bob@example.com".parse().expect("a mailbox")],
+            email: RenderedEmail {
+                subject: "locked".into(),
+                body: "locked\n".into(),
+            },
+        }
+    }
+
+    /// A server that takes the connection and never says a word (lettre
+    /// bounds only the connect) gives each send up at its bound, and the
+    /// emails queued behind it are tried in turn rather than held forever.
+    #[tokio::test]
+    async fn a_server_that_never_answers_holds_no_send_past_its_bound() {
+        let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
+        let port = silent.local_addr().expect("an address").port();
+        let mut settings = Settings::defaults().expect("defaults").email;
+        settings.smtp_url = SecretUrl::new(format!("smtp://127.0.0.1:{port}"));
+        let config = MailerConfig {
+            queue_capacity: 8,
+            attempts: 2,
+            first_backoff: Duration::from_millis(10),
+            smtp_timeout: Duration::from_millis(100),
+        };
+        let (mailer, task) = Mailer::start(&settings, config).expect("a mailer");
+        for _ in 0..3 {
+            mailer.enqueue(notice());
+        }
+        // The task ends once the queue is empty and no Mailer is left.
+        drop(mailer);
+        // Three emails, two tries each, 0.3 s a try, and the backoffs.
+        let ended = tokio::time::timeout(Duration::from_secs(10), task).await;
+        assert!(ended.is_ok(), "the mail task is stuck on a silent server");
+        drop(silent);
     }
 }
