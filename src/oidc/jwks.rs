@@ -10,8 +10,10 @@
 //! - when the set is older than [`MAX_AGE`], on the next use: a key the
 //!   provider withdrew (a leaked one) stops being accepted within the hour.
 //!
-//! Fetches are single-flight: concurrent requests wait for one fetch.
-//! When a fetch fails the keys held stay in use.
+//! Fetches are single-flight: concurrent requests wait for one fetch, but
+//! while keys are held, old ones serve at once rather than wait for it.
+//! When a fetch fails the keys held stay in use, and the next fetch waits
+//! [`FAILED_RETRY`]: a provider that is down is not asked on every request.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -25,6 +27,10 @@ use super::http::Http;
 pub const UNKNOWN_KID_COOLDOWN: Duration = Duration::from_secs(60);
 /// Keys older than this are fetched again on their next use.
 pub const MAX_AGE: Duration = Duration::from_secs(3600);
+/// After a failed fetch, how long old keys (or none) are used before the
+/// next try, as discovery's retry: a provider that is down is not asked
+/// again on every admin request, one at a time, each up to its timeout.
+pub const FAILED_RETRY: Duration = Duration::from_secs(10);
 
 /// One fetched key set, read both ways: by `openidconnect` for ID tokens,
 /// by `jsonwebtoken` for access tokens.
@@ -86,6 +92,7 @@ pub enum Need {
 #[derive(Debug, Default)]
 pub struct Refresh {
     last_unknown_kid: Option<Instant>,
+    failed_at: Option<Instant>,
 }
 
 impl Refresh {
@@ -93,7 +100,13 @@ impl Refresh {
     /// fetched again at `now` for `need`; records the fetch when so.
     pub fn admit(&mut self, need: Need, held: Option<Instant>, now: Instant) -> bool {
         match need {
-            Need::Fresh => held.is_none_or(|at| now.saturating_duration_since(at) >= MAX_AGE),
+            Need::Fresh => {
+                let stale = held.is_none_or(|at| now.saturating_duration_since(at) >= MAX_AGE);
+                let retry = self
+                    .failed_at
+                    .is_none_or(|at| now.saturating_duration_since(at) >= FAILED_RETRY);
+                stale && retry
+            }
             Need::UnknownKid => {
                 let cooled = self
                     .last_unknown_kid
@@ -104,6 +117,11 @@ impl Refresh {
                 cooled
             }
         }
+    }
+
+    /// How the fetch `admit` let through ended, at `now`.
+    pub fn fetched(&mut self, ok: bool, now: Instant) {
+        self.failed_at = (!ok).then_some(now);
     }
 }
 
@@ -143,7 +161,14 @@ impl KeyCache {
     }
 
     async fn fetch(&self, need: Need, kid: Option<&str>) -> Option<Arc<Keys>> {
-        let mut refresh = self.refresh.lock().await;
+        // Old keys serve while another request fetches new ones.
+        let mut refresh = match self.refresh.try_lock() {
+            Ok(refresh) => refresh,
+            Err(_) if need == Need::Fresh && self.held.read().is_some() => {
+                return self.held.read().clone();
+            }
+            Err(_) => self.refresh.lock().await,
+        };
         // Another request may have fetched while this one waited.
         let held = self.held.read().clone();
         if let (Some(keys), Some(kid)) = (&held, kid) {
@@ -159,6 +184,7 @@ impl KeyCache {
             .map_err(|e| e.to_string())
             .and_then(|body| Keys::parse(&body, Instant::now()).map_err(|e| e.to_string()));
         crate::metrics::admin_jwks_fetch(parsed.is_ok());
+        refresh.fetched(parsed.is_ok(), Instant::now());
         match parsed {
             Ok(keys) => {
                 let keys = Arc::new(keys);
@@ -201,6 +227,29 @@ mod tests {
         assert!(refresh.admit(Need::Fresh, Some(start), start + MAX_AGE));
         // Age-driven fetches do not use up the unknown-kid allowance.
         assert!(refresh.admit(Need::UnknownKid, Some(start), start));
+    }
+
+    #[test]
+    fn after_a_failed_fetch_the_next_waits_for_the_retry() {
+        let start = Instant::now();
+        let old = Some(start);
+        let stale = start + MAX_AGE;
+        let mut refresh = Refresh::default();
+        assert!(refresh.admit(Need::Fresh, old, stale));
+        refresh.fetched(false, stale);
+        // Every admin request meanwhile uses the old keys, none fetches.
+        for s in [0, 1, 9] {
+            let at = stale + Duration::from_secs(s);
+            assert!(!refresh.admit(Need::Fresh, old, at), "{s}s");
+            assert!(!refresh.admit(Need::Fresh, None, at), "{s}s, no keys");
+        }
+        let later = stale + FAILED_RETRY;
+        assert!(refresh.admit(Need::Fresh, old, later));
+        refresh.fetched(true, later);
+        assert!(
+            refresh.admit(Need::Fresh, None, later),
+            "a success ends the wait"
+        );
     }
 
     #[test]
