@@ -112,11 +112,13 @@ fn send_digest(
             .current()
             .render_email(EmailKind::AlertDigest, Some(&settings.locale), &digest);
     match rendered {
-        Ok(email) => mailer.enqueue(Outgoing {
-            kind: EmailKind::AlertDigest,
-            to: settings.to.clone(),
-            email,
-        }),
+        Ok(email) => {
+            mailer.enqueue(Outgoing {
+                kind: EmailKind::AlertDigest,
+                to: settings.to.clone(),
+                email,
+            });
+        }
         Err(e) => tracing::error!(error = %e, "cannot render the admin alert digest"),
     }
 }

@@ -54,10 +54,16 @@ pub struct Outgoing {
     pub email: RenderedEmail,
 }
 
+/// Admin digests queued apart from the lock notices, and sent first: a
+/// wave of locks (an attack) fills the notices' queue, and the digest that
+/// tells the admins of it must not be the email dropped.
+const DIGEST_QUEUE: usize = 4;
+
 /// Hands emails to the background task; cheap to clone.
 #[derive(Clone)]
 pub struct Mailer {
-    tx: mpsc::Sender<Outgoing>,
+    notices: mpsc::Sender<Outgoing>,
+    digests: mpsc::Sender<Outgoing>,
 }
 
 impl Mailer {
@@ -77,22 +83,53 @@ impl Mailer {
         let transport = make().map_err(|e| SetupError::invalid("email.smtp_url", e.to_string()))?;
         let smtp = Smtp { transport, make };
         let from = settings.from.clone();
-        let (tx, rx) = mpsc::channel(config.queue_capacity.max(1));
-        let task = tokio::spawn(run(smtp, from, rx, config));
-        Ok((Self { tx }, task))
+        let (notices, notices_rx) = mpsc::channel(config.queue_capacity.max(1));
+        let (digests, digests_rx) = mpsc::channel(DIGEST_QUEUE);
+        let queues = Queues {
+            notices: notices_rx,
+            digests: digests_rx,
+        };
+        let task = tokio::spawn(run(smtp, from, queues, config));
+        Ok((Self { notices, digests }, task))
     }
 
-    /// Queue one email; never waits. A full or closed queue drops it with a warning.
-    pub fn enqueue(&self, outgoing: Outgoing) {
+    /// Queue one email; never waits. A full or closed queue drops it with a
+    /// warning; whether it was queued.
+    pub fn enqueue(&self, outgoing: Outgoing) -> bool {
         let kind = outgoing.kind.as_str();
-        match self.tx.try_send(outgoing) {
-            Ok(()) => {}
+        let queue = match outgoing.kind {
+            EmailKind::AlertDigest => &self.digests,
+            EmailKind::LockNotice => &self.notices,
+        };
+        match queue.try_send(outgoing) {
+            Ok(()) => true,
             Err(mpsc::error::TrySendError::Full(_)) => {
                 tracing::warn!(kind, "email queue full: email dropped");
+                false
             }
             Err(mpsc::error::TrySendError::Closed(_)) => {
                 tracing::warn!(kind, "email sender stopped: email dropped");
+                false
             }
+        }
+    }
+}
+
+/// The task's two queues.
+struct Queues {
+    notices: mpsc::Receiver<Outgoing>,
+    digests: mpsc::Receiver<Outgoing>,
+}
+
+impl Queues {
+    /// The next email, a digest before any notice; `None` once both queues
+    /// are closed and empty.
+    async fn next(&mut self) -> Option<Outgoing> {
+        tokio::select! {
+            biased;
+            Some(digest) = self.digests.recv() => Some(digest),
+            Some(notice) = self.notices.recv() => Some(notice),
+            else => None,
         }
     }
 }
@@ -116,15 +153,11 @@ where
     }
 }
 
-async fn run<F>(
-    mut smtp: Smtp<F>,
-    from: Mailbox,
-    mut rx: mpsc::Receiver<Outgoing>,
-    config: MailerConfig,
-) where
+async fn run<F>(mut smtp: Smtp<F>, from: Mailbox, mut queues: Queues, config: MailerConfig)
+where
     F: Fn() -> Result<AsyncSmtpTransport<Tokio1Executor>, lettre::transport::smtp::Error>,
 {
-    while let Some(outgoing) = rx.recv().await {
+    while let Some(outgoing) = queues.next().await {
         let kind = outgoing.kind.as_str();
         let recipients = outgoing.to.len();
         let message = match build(&from, outgoing) {
@@ -259,8 +292,12 @@ mod tests {
     use crate::settings::{SecretUrl, Settings};
 
     fn notice() -> Outgoing {
+        email(EmailKind::LockNotice)
+    }
+
+    fn email(kind: EmailKind) -> Outgoing {
         Outgoing {
-            kind: EmailKind::LockNotice,
+            kind,
             to: vec!["bob@example.com".parse().expect("a mailbox")],
             email: RenderedEmail {
                 subject: "locked".into(),
@@ -286,13 +323,32 @@ mod tests {
         };
         let (mailer, task) = Mailer::start(&settings, config).expect("a mailer");
         for _ in 0..3 {
-            mailer.enqueue(notice());
+            assert!(mailer.enqueue(notice()));
         }
         // The task ends once the queue is empty and no Mailer is left.
         drop(mailer);
         // Three emails, two tries each, 0.3 s a try, and the backoffs.
         let ended = tokio::time::timeout(Duration::from_secs(10), task).await;
         assert!(ended.is_ok(), "the mail task is stuck on a silent server");
+        drop(silent);
+    }
+
+    /// A wave of lock notices fills their queue; the digest that tells the
+    /// admins of it is queued all the same, and sent before them.
+    #[tokio::test]
+    async fn a_full_queue_of_notices_leaves_room_for_the_digest() {
+        let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
+        let port = silent.local_addr().expect("an address").port();
+        let mut settings = Settings::defaults().expect("defaults").email;
+        settings.smtp_url = SecretUrl::new(format!("smtp://127.0.0.1:{port}"));
+        let config = MailerConfig {
+            queue_capacity: 2,
+            ..MailerConfig::default()
+        };
+        let (mailer, _task) = Mailer::start(&settings, config).expect("a mailer");
+        let queued = (0..10).filter(|_| mailer.enqueue(notice())).count();
+        assert!(queued <= 3, "the notices' queue is full: {queued} queued");
+        assert!(mailer.enqueue(email(EmailKind::AlertDigest)));
         drop(silent);
     }
 }

@@ -101,11 +101,13 @@ impl LockNotifier for EmailLockNotifier {
             vars,
         );
         match rendered {
-            Ok(email) => self.mailer.enqueue(Outgoing {
-                kind: EmailKind::LockNotice,
-                to: vec![to],
-                email,
-            }),
+            Ok(email) => {
+                self.mailer.enqueue(Outgoing {
+                    kind: EmailKind::LockNotice,
+                    to: vec![to],
+                    email,
+                });
+            }
             Err(e) => tracing::error!(error = %e, "cannot render the lock notice"),
         }
     }
