@@ -6,7 +6,8 @@
 -- answers never tell whether a code is pending.
 --
 -- KEYS[1]  the subject's code HASH: mac, left (attempts left), exp (expiry, ms),
---          u (1) when its send was not counted (otp_put.lua)
+--          u ('1' when its send was not counted: otp_put.lua; '0' or absent
+--          when it was)
 -- ARGV[1]  mac of the code offered
 -- ARGV[2]  attempts a stand-in allows (those of a code)
 -- ARGV[3]  a stand-in's ttl in ms (a code's)
@@ -38,7 +39,7 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local h = redis.call('HMGET', key, 'mac', 'left', 'exp', 'u')
 local mac, left, exp = h[1], tonumber(h[2]), tonumber(h[3])
 local counted = 1
-if h[4] then counted = 0 end
+if h[4] == '1' then counted = 0 end
 if not mac or not left or not exp then
   local ttl = tonumber(ARGV[3])
   if ttl <= 0 then return { 1, 0, 1 } end

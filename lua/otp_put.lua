@@ -1,7 +1,8 @@
 -- otp_put.lua: store a one-time code's MAC, replacing any previous code.
 --
 -- KEYS[1]  the subject's code HASH: mac, left (attempts left), exp (expiry, ms),
---          and u (1) when its send was not counted by the pumping guard
+--          and u: 1 when its send was not counted by the pumping guard, 0 when
+--          it was (reserve.lua writes 0 too)
 -- ARGV[1]  mac of the code
 -- ARGV[2]  attempts allowed
 -- ARGV[3]  ttl in ms
@@ -23,7 +24,8 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 redis.call('DEL', key)
 if ttl <= 0 then return 1 end
-redis.call('HSET', key, 'mac', ARGV[1], 'left', tonumber(ARGV[2]), 'exp', now + ttl)
-if ARGV[4] == '0' then redis.call('HSET', key, 'u', 1) end
+local uncounted = 0
+if ARGV[4] == '0' then uncounted = 1 end
+redis.call('HSET', key, 'mac', ARGV[1], 'left', tonumber(ARGV[2]), 'exp', now + ttl, 'u', uncounted)
 redis.call('PEXPIRE', key, ttl)
 return 1

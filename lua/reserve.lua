@@ -471,7 +471,8 @@ if recorded then
 --@COUNT@
 --@RECORD@
   if code_key then
-    call('HSET', code_key, 'mac', ARGV[4], 'left', ARGV[5], 'exp', fmt('%d', now + ARGV[6]))
+    -- u = 0: a counted send's code, over whatever an exempt one left (otp_put.lua)
+    call('HSET', code_key, 'mac', ARGV[4], 'left', ARGV[5], 'exp', fmt('%d', now + ARGV[6]), 'u', 0)
     call('PEXPIRE', code_key, ARGV[6])
   end
 end

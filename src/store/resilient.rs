@@ -215,8 +215,10 @@ impl WindowStore for ResilientStore {
             Fallback::Local(local) => local.reserve(req).await,
             Fallback::Allow(local) => {
                 if let Some(code) = req.code {
+                    // Nothing counted this send (the store is down): nor
+                    // will its verify be.
                     local
-                        .otp_put(code.key, code.mac, code.attempts, code.ttl_ms, true)
+                        .otp_put(code.key, code.mac, code.attempts, code.ttl_ms, false)
                         .await?;
                 }
                 Ok(ReserveOutcome {

@@ -1,6 +1,6 @@
 //! One-time codes, deletes, shared secrets and reachability.
 
-use tollgate::store::OtpOutcome;
+use tollgate::store::{CodeToStore, OtpOutcome, ReserveRequest, SubjectWindows, WindowSpec};
 
 use super::backend::StoreUnderTest;
 use super::on_both_backends;
@@ -11,6 +11,7 @@ on_both_backends!(
     without_a_code_a_stand_in_counts_down_and_burns_alike,
     putting_a_code_replaces_the_previous_one,
     a_code_says_whether_its_send_was_counted,
+    a_reserved_code_over_an_exempt_one_is_counted,
     a_code_expires_after_its_ttl,
     deleted_keys_are_gone,
     get_or_init_keeps_the_first_value,
@@ -60,6 +61,47 @@ async fn a_code_says_whether_its_send_was_counted(b: &StoreUnderTest) {
         check(b, &key, "mac-c").await,
         OtpOutcome::Valid {
             attempts_left: 3,
+            counted: true
+        }
+    );
+}
+
+/// A counted send's code, stored by `reserve`, over an exempt one is
+/// counted: nothing of the exempt code's mark is left.
+async fn a_reserved_code_over_an_exempt_one_is_counted(b: &StoreUnderTest) {
+    let key = b.keys.otp("phone", "+33612345679");
+    let window_key = b.keys.window("phone", "+33612345679", "sms_send");
+    let store = b.store();
+    store
+        .otp_put(&key, "mac-a", ATTEMPTS, TTL_MS, false)
+        .await
+        .unwrap();
+    let windows = [WindowSpec::enforce(5, 60_000)];
+    let subjects = [SubjectWindows {
+        key: &window_key,
+        windows: &windows,
+    }];
+    let sent = store
+        .reserve(ReserveRequest {
+            subjects: &subjects,
+            conversions: &[],
+            member: "send-1",
+            gate_open: false,
+            force: false,
+            code: Some(CodeToStore {
+                key: &key,
+                mac: "mac-b",
+                attempts: ATTEMPTS,
+                ttl_ms: TTL_MS,
+            }),
+        })
+        .await
+        .expect("reserve");
+    assert!(sent.recorded);
+    assert_eq!(
+        check(b, &key, "mac-b").await,
+        OtpOutcome::Valid {
+            attempts_left: ATTEMPTS,
             counted: true
         }
     );
