@@ -75,13 +75,14 @@ impl Mailer {
         settings: &EmailSettings,
         config: MailerConfig,
     ) -> Result<(Self, JoinHandle<()>), SetupError> {
-        let url = settings.smtp_url.expose().to_string();
-        let make = move || {
-            AsyncSmtpTransport::<Tokio1Executor>::from_url(&url)
-                .map(|builder| builder.timeout(Some(config.smtp_timeout)).build())
-        };
-        let transport = make().map_err(|e| SetupError::invalid("email.smtp_url", e.to_string()))?;
-        let smtp = Smtp { transport, make };
+        // No connection pool (lettre's `pool` feature is off): emails are
+        // few, and a pooled connection cut off mid-reply would be used
+        // again half-read, or held by the pool's own QUIT. Each send
+        // connects; a send cut off at its bound closes its connection.
+        let transport = AsyncSmtpTransport::<Tokio1Executor>::from_url(settings.smtp_url.expose())
+            .map_err(|e| SetupError::invalid("email.smtp_url", e.to_string()))?
+            .timeout(Some(config.smtp_timeout))
+            .build();
         let from = settings.from.clone();
         let (notices, notices_rx) = mpsc::channel(config.queue_capacity.max(1));
         let (digests, digests_rx) = mpsc::channel(DIGEST_QUEUE);
@@ -89,7 +90,7 @@ impl Mailer {
             notices: notices_rx,
             digests: digests_rx,
         };
-        let task = tokio::spawn(run(smtp, from, queues, config));
+        let task = tokio::spawn(run(transport, from, queues, config));
         Ok((Self { notices, digests }, task))
     }
 
@@ -134,29 +135,12 @@ impl Queues {
     }
 }
 
-/// The SMTP client, and how to make a fresh one: after a send cut off
-/// mid-reply, its pooled connection is not to be used again.
-struct Smtp<F> {
+async fn run(
     transport: AsyncSmtpTransport<Tokio1Executor>,
-    make: F,
-}
-
-impl<F> Smtp<F>
-where
-    F: Fn() -> Result<AsyncSmtpTransport<Tokio1Executor>, lettre::transport::smtp::Error>,
-{
-    /// Drop every pooled connection: a fresh client connects anew.
-    fn renew(&mut self) {
-        if let Ok(transport) = (self.make)() {
-            self.transport = transport;
-        }
-    }
-}
-
-async fn run<F>(mut smtp: Smtp<F>, from: Mailbox, mut queues: Queues, config: MailerConfig)
-where
-    F: Fn() -> Result<AsyncSmtpTransport<Tokio1Executor>, lettre::transport::smtp::Error>,
-{
+    from: Mailbox,
+    mut queues: Queues,
+    config: MailerConfig,
+) {
     while let Some(outgoing) = queues.next().await {
         let kind = outgoing.kind.as_str();
         let recipients = outgoing.to.len();
@@ -167,7 +151,7 @@ where
                 continue;
             }
         };
-        send_with_retries(&mut smtp, &message, kind, recipients, config).await;
+        send_with_retries(&transport, &message, kind, recipients, config).await;
     }
 }
 
@@ -226,30 +210,25 @@ impl Failure {
     }
 }
 
-async fn send_with_retries<F>(
-    smtp: &mut Smtp<F>,
+async fn send_with_retries(
+    transport: &AsyncSmtpTransport<Tokio1Executor>,
     message: &Message,
     kind: &'static str,
     recipients: usize,
     config: MailerConfig,
-) where
-    F: Fn() -> Result<AsyncSmtpTransport<Tokio1Executor>, lettre::transport::smtp::Error>,
-{
+) {
     let attempts = config.attempts.max(1);
     let bound = config.smtp_timeout.saturating_mul(COMMANDS_PER_SEND);
     let mut backoff = config.first_backoff;
     for attempt in 1..=attempts {
-        let sent = tokio::time::timeout(bound, smtp.transport.send(message.clone())).await;
+        let sent = tokio::time::timeout(bound, transport.send(message.clone())).await;
         let failure = match sent {
             Ok(Ok(_)) => {
                 tracing::info!(kind, recipients, attempt, "email sent");
                 return;
             }
             Ok(Err(e)) => Failure::of(&e),
-            Err(_) => {
-                smtp.renew();
-                Failure::cut_off()
-            }
+            Err(_) => Failure::cut_off(),
         };
         let Failure {
             code,
