@@ -79,8 +79,8 @@ pub struct SmsGuard {
 
 impl SmsGuard {
     /// Codes go out through the provider `sender` holds, in the texts
-    /// `templates` holds, at the time. `code_secret` empty: a random key is created once in the store
-    /// and shared by every instance.
+    /// `templates` holds, at the time. `code_secret` empty: a random key is
+    /// created once in the store and shared by every instance.
     pub fn new(
         ctx: GuardContext,
         sender: Arc<SenderCell>,

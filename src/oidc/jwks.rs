@@ -164,10 +164,13 @@ impl KeyCache {
         // Old keys serve while another request fetches new ones.
         let mut refresh = match self.refresh.try_lock() {
             Ok(refresh) => refresh,
-            Err(_) if need == Need::Fresh && self.held.read().is_some() => {
-                return self.held.read().clone();
+            Err(_) => {
+                let held = self.held.read().clone();
+                match (need, held) {
+                    (Need::Fresh, Some(old)) => return Some(old),
+                    _ => self.refresh.lock().await,
+                }
             }
-            Err(_) => self.refresh.lock().await,
         };
         // Another request may have fetched while this one waited.
         let held = self.held.read().clone();

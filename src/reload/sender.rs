@@ -40,11 +40,11 @@ impl SenderSlot {
         &self,
         wanted: &SmsProviderSettings,
     ) -> Result<Option<Remade>, ReloadError> {
-        let in_force = self.made_from.lock().kind;
-        if *self.made_from.lock() == *wanted {
+        let in_force = self.made_from.lock().clone();
+        if in_force == *wanted {
             return Ok(None);
         }
-        if wanted.kind == SmsProviderKind::Log && in_force != SmsProviderKind::Log {
+        if wanted.kind == SmsProviderKind::Log && in_force.kind != SmsProviderKind::Log {
             return Err(ReloadError::ToLogProvider);
         }
         Ok(Some(Remade {

@@ -103,14 +103,7 @@ async fn sighup_reloads_a_running_server_without_a_restart() {
     let file = config(dir.path(), 1, 10);
     let server = Tollgate::start(&file).await;
     let client = reqwest::Client::new();
-    let send = || async {
-        client
-            .post(format!("{}/sms/send", server.address))
-            .json(&json!({ "phone": "+8613800138000" }))
-            .send()
-            .await
-            .unwrap()
-    };
+    let send = || send_code(&server, &client);
     assert_eq!(send().await.status(), 200);
     assert_eq!(send().await.status(), 429);
 
@@ -139,6 +132,16 @@ async fn sighup_reloads_a_running_server_without_a_restart() {
     assert_eq!(still.status(), 429);
     let body: serde_json::Value = still.json().await.unwrap();
     assert_eq!(body["rule"], "phone 3/1h");
+}
+
+/// A `/sms/send` to the one phone the reload tests use.
+async fn send_code(server: &Tollgate, client: &reqwest::Client) -> reqwest::Response {
+    client
+        .post(format!("{}/sms/send", server.address))
+        .json(&json!({ "phone": "+8613800138000" }))
+        .send()
+        .await
+        .unwrap()
 }
 
 /// Whether version `n` of the config is in force: each version blocks the
@@ -381,15 +384,7 @@ async fn a_reload_swaps_the_sms_provider_and_names_what_waits_for_a_restart() {
     let file = write(&first, "");
     let server = Tollgate::start(&file).await;
     let client = reqwest::Client::new();
-    let send = || async {
-        client
-            .post(format!("{}/sms/send", server.address))
-            .json(&json!({ "phone": "+8613800138000" }))
-            .send()
-            .await
-            .unwrap()
-            .status()
-    };
+    let send = || async { send_code(&server, &client).await.status() };
     assert_eq!(send().await, 200);
     async fn received(provider: &MockServer) -> usize {
         provider.received_requests().await.unwrap_or_default().len()
