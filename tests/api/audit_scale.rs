@@ -1051,18 +1051,6 @@ async fn reads_app(db: &TestDb, read_timeout: Duration) -> TestApp {
     app
 }
 
-/// The status of a `GET` of `path` with `token`.
-async fn get_as(app: &TestApp, token: &str, path: &str) -> u16 {
-    app.client
-        .get(format!("{}{path}", app.address))
-        .bearer_auth(token)
-        .send()
-        .await
-        .unwrap()
-        .status()
-        .as_u16()
-}
-
 /// Holds `audit_events` so that every read of it waits: as a filter no
 /// index serves keeps a read going through every partition.
 async fn lock_the_trail(db: &TestDb) -> sqlx::PgConnection {
@@ -1113,7 +1101,12 @@ async fn slow_admin_reads_leave_the_pool_to_the_rest() {
         .into_iter()
         .map(|token| {
             let app = app.clone();
-            tokio::spawn(async move { get_as(&app, token, "/admin/api/events").await })
+            tokio::spawn(async move {
+                app.admin_get_as(token, "/admin/api/events")
+                    .await
+                    .status
+                    .as_u16()
+            })
         })
         .collect();
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -1156,7 +1149,12 @@ async fn an_export_waits_for_its_turn_as_long_as_the_reads_ahead_may_run() {
         .into_iter()
         .map(|token| {
             let app = app.clone();
-            tokio::spawn(async move { get_as(&app, token, "/admin/api/events").await })
+            tokio::spawn(async move {
+                app.admin_get_as(token, "/admin/api/events")
+                    .await
+                    .status
+                    .as_u16()
+            })
         })
         .collect();
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -1198,13 +1196,23 @@ async fn one_admins_slow_reads_leave_a_turn_to_the_others() {
     let flood: Vec<_> = (0..4)
         .map(|_| {
             let app = app.clone();
-            tokio::spawn(async move { get_as(&app, VIEWER, "/admin/api/events").await })
+            tokio::spawn(async move {
+                app.admin_get_as(VIEWER, "/admin/api/events")
+                    .await
+                    .status
+                    .as_u16()
+            })
         })
         .collect();
     tokio::time::sleep(Duration::from_millis(500)).await;
     let other = {
         let app = app.clone();
-        tokio::spawn(async move { get_as(&app, ADMIN_TOKEN, "/admin/api/events").await })
+        tokio::spawn(async move {
+            app.admin_get_as(ADMIN_TOKEN, "/admin/api/events")
+                .await
+                .status
+                .as_u16()
+        })
     };
     // Past the 3 s a page waits for its turn.
     tokio::time::sleep(Duration::from_millis(4_000)).await;

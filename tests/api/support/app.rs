@@ -385,6 +385,12 @@ impl TestApp {
         self.send_raw(request).await
     }
 
+    /// A `GET` of `path` with the admin token `token`.
+    pub async fn admin_get_as(&self, token: &str, path: &str) -> Answer {
+        let request = self.client.get(format!("{}{path}", self.address));
+        self.send_raw(request.bearer_auth(token)).await
+    }
+
     pub async fn admin_post(&self, path: &str) -> Answer {
         let mut request = self.client.post(format!("{}{path}", self.address));
         if let Some(token) = &self.admin_token {
