@@ -463,13 +463,7 @@ enum Hang {
 async fn a_database_that_stops_answering_is_given_up_on(hang: Hang) {
     let db = TestDb::new(DbKind::Postgres).await;
     let proxy = FaultProxy::start("127.0.0.1:5432").await;
-    // In clear, so that the proxy can see the batch's BEGIN go by.
-    let url = db.url_via(proxy.port);
-    let url = if url.contains('?') {
-        format!("{url}&sslmode=disable")
-    } else {
-        format!("{url}?sslmode=disable")
-    };
+    let url = in_clear(db.url_via(proxy.port));
     let app = app_configured(url, db.spool_dir(), false, |s| {
         s.audit.write_timeout = Duration::from_secs(2);
     })
@@ -542,6 +536,16 @@ async fn a_database_that_stops_answering_is_given_up_on(hang: Hang) {
     .await;
     // No refusal is under way any more, so rows and rollups are at rest.
     crate::support::audit_trail::assert_rollups_match(&pool).await;
+}
+
+/// `url` without TLS, so that a [`FaultProxy`] can see a batch's `BEGIN`
+/// go by.
+fn in_clear(url: String) -> String {
+    if url.contains('?') {
+        format!("{url}&sslmode=disable")
+    } else {
+        format!("{url}?sslmode=disable")
+    }
 }
 
 /// A PostgreSQL server process, told from a later one with its pid.
@@ -759,6 +763,69 @@ async fn past_the_journal_bound_a_flush_journals_what_memory_holds() {
         each_once(&journaled(&spool), &ids),
         "a second flush journals nothing again"
     );
+}
+
+/// Past the bound, an insert that has taken the refusals held in memory
+/// and outlasts `SIGTERM`'s flush (the database stops answering in the
+/// batch's first statement: the insert is given up at twice
+/// `audit.write_timeout`, the flush at once and a second) does not take
+/// them with it: the flush journals them all the same. The process goes
+/// on here, so it replays them once the database answers: each in the
+/// trail once.
+#[tokio::test]
+async fn past_the_journal_bound_a_flush_journals_what_a_hung_insert_has_taken() {
+    let db = TestDb::new(DbKind::Postgres).await;
+    let spool = db.spool_dir();
+    leave_a_full_journal(&spool);
+    let proxy = FaultProxy::start("127.0.0.1:5432").await;
+    proxy.cut(); // down at start-up, so that the leftover stays
+    let url = in_clear(db.url_via(proxy.port));
+    let app = app_configured(url, spool.clone(), false, |s| {
+        s.audit.journal_max_bytes = 1 << 20;
+        s.audit.write_timeout = Duration::from_secs(5);
+    })
+    .await;
+    assert_eq!(app.sms_send(json!({ "phone": PHONE })).await.status, 200);
+    let ids: Vec<String> = (0..3).map(|i| format!("taken-{i}")).collect();
+    for id in &ids {
+        refused_send(&app, id).await;
+    }
+    let counts = request_id_counts(&journaled(&spool));
+    assert!(
+        ids.iter().all(|id| !counts.contains_key(id)),
+        "in memory only, so far"
+    );
+
+    // The database comes back and hangs in the next batch, which takes
+    // the refusals (or in the leftover's replay, with them still held).
+    proxy.freeze_after(b"SET LOCAL lock_timeout");
+    proxy.restore();
+    eventually("an insert hangs", Duration::from_secs(30), || async {
+        proxy.frozen()
+    })
+    .await;
+    let flushed = tokio::time::Instant::now();
+    tokio::time::timeout(Duration::from_secs(30), app.flush_audit())
+        .await
+        .expect("a flush does not wait on the hung insert");
+    assert!(
+        flushed.elapsed() < Duration::from_secs(9),
+        "the flush ended before the insert was given up: {:?}",
+        flushed.elapsed()
+    );
+    assert!(
+        each_once(&journaled(&spool), &ids),
+        "each in the journal once"
+    );
+
+    proxy.thaw();
+    let pool = db.connect().await;
+    eventually(
+        "every refusal in the trail, once",
+        Duration::from_secs(60),
+        || async { each_once(&all_rows(&pool).await, &ids) },
+    )
+    .await;
 }
 
 /// A segment that cannot be read (here a directory where a file should

@@ -10,7 +10,8 @@ use metrics::counter;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
-use super::{count, dropped, Message, SinkConfig, DB_LINES, DROP_LINES};
+use super::held::Held;
+use super::{count, dropped, journal_held, Message, SinkConfig, DB_LINES, DROP_LINES};
 use crate::audit::db::{AuditDb, AuditError};
 use crate::audit::journal::{read_events, Journal, Segment};
 use crate::audit::journal_sync::SyncCommand;
@@ -30,8 +31,9 @@ pub(super) struct Writer {
     write_timeout: Duration,
     retention: Duration,
     prefix_digits: u32,
-    /// Events the journal could not take, kept in memory until inserted.
-    held: Vec<AuditEvent>,
+    /// Events the journal could not take, kept in memory until inserted
+    /// (where a flush finds them, see [`Held`]).
+    held: Held,
     held_cap: usize,
     migrated: bool,
     /// While set and in the future, batches are left to the journal.
@@ -68,12 +70,24 @@ struct Batch {
 }
 
 impl Batch {
-    /// Events the journal did not take join the batch, with no segment.
-    fn take_unjournaled(&mut self, held: &mut Vec<AuditEvent>) {
-        // Taken, not drained: memory held through an outage goes back.
-        let held = std::mem::take(held);
-        self.segments.extend(held.iter().map(|_| None));
-        self.events.extend(held);
+    /// The events the journal did not take, out of the batch: what is left
+    /// has a segment each.
+    fn take_unjournaled(&mut self) -> Vec<AuditEvent> {
+        if self.segments.iter().all(Option::is_some) {
+            return Vec::new();
+        }
+        let events = std::mem::take(&mut self.events);
+        let segments = std::mem::take(&mut self.segments);
+        let mut unjournaled = Vec::new();
+        for (event, segment) in events.into_iter().zip(segments) {
+            if segment.is_some() {
+                self.events.push(event);
+                self.segments.push(segment);
+            } else {
+                unjournaled.push(event);
+            }
+        }
+        unjournaled
     }
 }
 
@@ -83,6 +97,7 @@ impl Writer {
         journal: Arc<Journal>,
         sync: std::sync::mpsc::Sender<SyncCommand>,
         database: Arc<AtomicBool>,
+        held: Held,
         config: &SinkConfig,
     ) -> Self {
         // Start-up migrated when it found the database ready; a table gone
@@ -99,7 +114,7 @@ impl Writer {
             retention: config.retention,
             prefix_digits: config.prefix_digits,
             held_cap: config.queue_capacity.max(1),
-            held: Vec::new(),
+            held,
             migrated,
             retry_at: None,
             backoff: Duration::ZERO,
@@ -136,13 +151,10 @@ impl Writer {
                 closed = gather(&mut queue, gathering, most, deadline).await;
                 flooded = batch.events.len() >= self.batch_size;
             }
-            // A flush journals what memory holds first: the insert after it
-            // may outlast the flush's wait (a hung database), and the
-            // process exits when that wait ends.
+            // What memory holds past the journal's bound, the flush itself
+            // journals once its wait ends (see `DbSink::flush`): this insert
+            // may outlast it.
             let flushing = !acks.is_empty() || closed;
-            if flushing {
-                self.journal_unjournaled(&mut batch);
-            }
             if !batch.events.is_empty() || (!self.held.is_empty() && self.probe_due()) {
                 self.write(std::mem::take(&mut batch)).await;
             } else if self.last_contact.elapsed() >= PROBE_EVERY && self.probe_due() {
@@ -150,7 +162,8 @@ impl Writer {
             }
             if flushing {
                 if closed {
-                    for event in std::mem::take(&mut self.held) {
+                    journal_held(&self.journal, &self.held);
+                    for event in self.held.take() {
                         dropped(&event);
                     }
                 }
@@ -193,12 +206,19 @@ impl Writer {
         self.database.store(healthy, Ordering::Relaxed);
     }
 
+    /// Insert the batch and what memory holds. The events the journal did
+    /// not take stay in `held` while the insert runs, so that a flush whose
+    /// wait this insert outlasts still finds them.
     async fn write(&mut self, mut batch: Batch) {
-        batch.take_unjournaled(&mut self.held);
+        self.held.extend(batch.take_unjournaled());
         if !self.probe_due() {
             self.leave_to_journal(batch);
             return;
         }
+        let journaled = batch.events.len();
+        let from_memory = self.held.copy();
+        let from_memory_count = from_memory.len();
+        batch.events.extend(from_memory);
         match self.insert_with_retries(&batch.events).await {
             Ok(_) => {
                 // The batch, not the rows new to the table: the queue's
@@ -208,12 +228,14 @@ impl Writer {
                 for segment in batch.segments.iter().flatten() {
                     segment.committed(1);
                 }
+                self.held.inserted(from_memory_count);
                 self.healthy(true);
             }
             Err(e) => {
                 if let Some(held_back) = DB_LINES.admit() {
                     tracing::warn!(error = %e, events = batch.events.len(), held_back, "audit database unavailable; events wait in the journal");
                 }
+                batch.events.truncate(journaled);
                 self.leave_to_journal(batch);
                 self.healthy(false);
             }
@@ -221,45 +243,15 @@ impl Writer {
     }
 
     /// The database cannot take these now: each event's segment will be
-    /// replayed; an event the journal never took stays in memory, within
-    /// bounds.
+    /// replayed; what the journal never took stays in memory, at most
+    /// `audit.queue_capacity` events.
     fn leave_to_journal(&mut self, batch: Batch) {
-        let mut spooled = 0;
-        for (event, segment) in batch.events.into_iter().zip(batch.segments) {
-            match segment {
-                Some(segment) => {
-                    segment.mark_for_replay();
-                    spooled += 1;
-                }
-                None if self.held.len() < self.held_cap => self.held.push(event),
-                None => dropped(&event),
-            }
+        for segment in batch.segments.iter().flatten() {
+            segment.mark_for_replay();
         }
-        count("spooled", spooled);
-    }
-
-    /// At a flush (`SIGTERM`'s) or the end, the events the journal did not
-    /// take when they came (it was full or failing), held in memory or in
-    /// this batch, go to the journal past its bound (at most
-    /// `audit.queue_capacity` of them held): if the insert that follows
-    /// does not take them before the process exits, the next process on
-    /// the spool directory replays them. What the journal still cannot take
-    /// stays in memory; at the end, what the insert did not take is lost,
-    /// and counted.
-    fn journal_unjournaled(&mut self, batch: &mut Batch) {
-        batch.take_unjournaled(&mut self.held);
-        let mut journaled = 0;
-        for (event, segment) in batch.events.iter().zip(batch.segments.iter_mut()) {
-            if segment.is_none() {
-                *segment = self.journal.append_past_bound(event);
-                journaled += usize::from(segment.is_some());
-            }
-        }
-        if journaled > 0 {
-            tracing::info!(
-                events = journaled,
-                "audit events held in memory were journaled past audit.journal_max_bytes"
-            );
+        count("spooled", batch.segments.len());
+        for event in self.held.keep_at_most(self.held_cap) {
+            dropped(&event);
         }
     }
 

@@ -13,8 +13,10 @@ use metrics::counter;
 use tokio::sync::{mpsc, oneshot};
 
 mod batch;
+mod held;
 
 use batch::Writer;
+use held::Held;
 
 use super::db::AuditDb;
 use super::journal::{Journal, Segment};
@@ -56,6 +58,9 @@ pub struct DbSink {
     journal: Arc<Journal>,
     sync: std::sync::mpsc::Sender<SyncCommand>,
     database: Arc<AtomicBool>,
+    /// What the writer holds past the journal's bound, for a flush to
+    /// journal when the writer is stuck in an insert.
+    held: Held,
     db: AuditDb,
     /// Longest a flush waits for the writer: `audit.write_timeout` and a
     /// second, so that with the default connection drain (10 s) a shutdown
@@ -91,11 +96,13 @@ impl DbSink {
         let sync = spawn_sync(journal.clone(), config.journal_sync_interval)?;
         let (queue, receiver) = mpsc::channel(config.queue_capacity.max(1));
         let database = Arc::new(AtomicBool::new(database_ready));
+        let held = Held::default();
         let writer = Writer::new(
             db.clone(),
             journal.clone(),
             sync.clone(),
             database.clone(),
+            held.clone(),
             &config,
         );
         tokio::spawn(writer.run(receiver));
@@ -104,6 +111,7 @@ impl DbSink {
             journal,
             sync,
             database,
+            held,
             db,
             flush_wait: config.write_timeout + FLUSH_GRACE,
         }))
@@ -123,6 +131,33 @@ fn loggable(event: &AuditEvent) -> String {
             .map_or_else(|_| "+***".to_string(), |p| p.masked());
     }
     serde_json::to_string(&event).unwrap_or_default()
+}
+
+/// The events held in memory past the journal's bound go to the journal
+/// past it (at most `audit.queue_capacity` of them), each segment marked
+/// for replay: the next process on the spool directory inserts them, or
+/// this one if it goes on (ids already in the database are skipped, so an
+/// insert under way that commits them too costs nothing). What the journal
+/// still cannot take stays held.
+fn journal_held(journal: &Journal, held: &Held) {
+    let mut kept = Vec::new();
+    let mut journaled = 0;
+    for event in held.take() {
+        match journal.append_past_bound(&event) {
+            Some(segment) => {
+                segment.mark_for_replay();
+                journaled += 1;
+            }
+            None => kept.push(event),
+        }
+    }
+    held.extend(kept);
+    if journaled > 0 {
+        tracing::info!(
+            events = journaled,
+            "audit events held in memory were journaled past audit.journal_max_bytes"
+        );
+    }
 }
 
 /// An event neither the journal nor memory could keep.
@@ -156,9 +191,12 @@ impl AuditSink for DbSink {
 
     /// Everything queued so far is in the database or left to the journal,
     /// and the journal is fsync'd. The writer is waited for at most
-    /// `flush_wait`: one stuck in a migration (which has no bound) must not
-    /// hold a `SIGTERM`, and whatever it has not written is in the journal,
-    /// which the next process on the spool directory replays.
+    /// `flush_wait`: one stuck in a migration (which has no bound) or an
+    /// insert must not hold a `SIGTERM`. Whatever it has not written is in
+    /// the journal, which the next process on the spool directory replays:
+    /// the events the journal took when they came, and those it did not,
+    /// held in memory, journaled here past its bound, even those an insert
+    /// still under way has taken.
     async fn flush(&self) {
         let written = async {
             let (ack, done) = oneshot::channel();
@@ -175,6 +213,7 @@ impl AuditSink for DbSink {
                 "the audit writer did not finish in time; what it has not written waits in the journal for the next process"
             );
         }
+        journal_held(&self.journal, &self.held);
         let (ack, done) = oneshot::channel();
         if self.sync.send(SyncCommand::Sync(ack)).is_ok() {
             let _ = done.await;

@@ -245,6 +245,11 @@ impl FaultProxy {
         *self.trigger.lock() = Some(pattern.to_vec());
     }
 
+    /// Whether bytes are held now (a [`FaultProxy::freeze_after`] fired).
+    pub fn frozen(&self) -> bool {
+        *self.frozen.borrow()
+    }
+
     /// End a freeze as a failover would: the held connections are dropped,
     /// new ones go through.
     pub fn thaw(&self) {
