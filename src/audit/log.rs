@@ -1,6 +1,6 @@
 //! How the admin API and the console read the trail: one page at a time,
-//! newest first, with the cursor of the next page; or every matching row, as
-//! a stream of pages (the CSV export). The cursors are made and followed
+//! newest first, with the cursor of the next page; every matching row, as
+//! a stream of pages (the CSV export); or a period's overview. The cursors are made and followed
 //! here, so no caller handles a row's position itself.
 //!
 //! Admins' reads share the audit database's pool with the writer and the
@@ -10,10 +10,12 @@
 
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use futures::Stream;
 
 use super::query::{Cursor, EventFilter};
 use super::read_turns::ReadTurns;
+use super::stats::{Limits, Overview, Span};
 use super::{AuditDb, AuditError, AuditEvent};
 
 /// Rows per database round trip while streaming.
@@ -95,6 +97,23 @@ impl AuditLog {
             None
         };
         Ok(Page { events, next })
+    }
+
+    /// The overview of `span` for `reader`, in its turn and within the
+    /// bound, as a page: any admin may ask for it, as often as it likes.
+    pub async fn overview(
+        &self,
+        reader: &str,
+        span: &Span,
+        now: DateTime<Utc>,
+        limits: Limits,
+    ) -> Result<Overview, AuditError> {
+        let _turn = self
+            .turns
+            .take(reader, TURN_WAIT)
+            .await
+            .ok_or(AuditError::ReadsBusy)?;
+        self.db.overview_within(span, now, limits, self.bound).await
     }
 
     /// Every event after `cursor` that matches, at most `cap`, in pages,

@@ -1230,3 +1230,47 @@ async fn one_admins_slow_reads_leave_a_turn_to_the_others() {
     flooded.sort_unstable();
     assert_eq!(flooded, [200, 503, 503, 503]);
 }
+
+/// The overview's counts and top lists (`/admin/api/stats`, the console's
+/// overview) take turns as pages do, on one connection each: a viewer's
+/// flood of them, the rollups held, keeps one turn and no more of the
+/// pool, and another admin's read still answers.
+#[tokio::test]
+async fn one_admins_flood_of_stats_leaves_a_turn_and_the_pool_to_the_others() {
+    let db = TestDb::new(DbKind::Postgres).await;
+    let app = std::sync::Arc::new(reads_app(&db, Duration::from_secs(30)).await);
+    let mut holder = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    for sql in ["BEGIN", "LOCK TABLE audit_counts IN ACCESS EXCLUSIVE MODE"] {
+        sqlx::query(sql).execute(&mut holder).await.unwrap();
+    }
+    let flood: Vec<_> = (0..4)
+        .map(|_| {
+            let app = app.clone();
+            tokio::spawn(async move {
+                app.admin_get_as(VIEWER, "/admin/api/stats?period=7d")
+                    .await
+                    .status
+                    .as_u16()
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let other = {
+        let app = app.clone();
+        tokio::spawn(async move { app.admin_get_as(ADMIN_TOKEN, "/admin/api/events").await })
+    };
+    // Past the 3 s a read waits for its turn, and for a pooled connection.
+    tokio::time::sleep(Duration::from_millis(4_000)).await;
+    sqlx::query("COMMIT").execute(&mut holder).await.unwrap();
+    let other = tokio::time::timeout(Duration::from_secs(20), other)
+        .await
+        .expect("the other admin's read answers")
+        .unwrap();
+    assert_eq!(other.status, 200, "{}", other.body);
+    let mut flooded = Vec::new();
+    for read in flood {
+        flooded.push(read.await.unwrap());
+    }
+    flooded.sort_unstable();
+    assert_eq!(flooded, [200, 503, 503, 503]);
+}

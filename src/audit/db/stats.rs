@@ -5,6 +5,8 @@
 //! lock rows' `lock_until_ms`, through an index of lock rows' ends. The
 //! queries are written once for both.
 
+use std::time::Duration;
+
 use chrono::{DateTime, TimeZone, Utc};
 use sqlx::QueryBuilder;
 
@@ -92,9 +94,15 @@ fn sorted(mut buckets: Vec<BucketCount>) -> Vec<BucketCount> {
     buckets
 }
 
+/// The most lock rows the overview reads: a client with many addresses
+/// can give one user thousands of pair locks, each a row on the user, and
+/// every view would read them all. Past it the list shows the subjects
+/// those rows name.
+const MOST_LOCK_ROWS: usize = 4096;
+
 /// The queries, instantiated per database.
 macro_rules! stats_queries {
-    ($db:ty, $pool:ty) => {
+    ($db:ty, $conn:ty) => {
         /// ` WHERE` a summary tiles the span (`rollup::tiles`).
         fn summaries_within<'a>(qb: &mut QueryBuilder<'a, $db>, span: &Span) {
             qb.push(" WHERE (");
@@ -117,7 +125,7 @@ macro_rules! stats_queries {
             qb.push(")");
         }
 
-        async fn buckets(pool: &$pool, span: &Span) -> Result<Vec<BucketCount>, AuditError> {
+        async fn buckets(conn: &mut $conn, span: &Span) -> Result<Vec<BucketCount>, AuditError> {
             let mut qb = QueryBuilder::<$db>::new("SELECT (bucket_ms - ");
             qb.push_bind(span.start.timestamp_millis())
                 .push(") / ")
@@ -137,14 +145,14 @@ macro_rules! stats_queries {
                 decisions.push_bind(decision.as_str());
             }
             qb.push(") GROUP BY 1, action, decision");
-            let rows: Vec<BucketColumns> = qb.build_query_as().fetch_all(pool).await?;
+            let rows: Vec<BucketColumns> = qb.build_query_as().fetch_all(&mut *conn).await?;
             let buckets: Result<Vec<_>, _> = rows.into_iter().map(bucket_from_columns).collect();
             Ok(sorted(buckets?))
         }
 
         /// The `limit` keys of `list` with the largest summed counts.
         async fn top(
-            pool: &$pool,
+            conn: &mut $conn,
             span: &Span,
             list: TopList,
             limit: usize,
@@ -157,17 +165,17 @@ macro_rules! stats_queries {
                 .push_bind(list.as_str())
                 .push(" GROUP BY key ORDER BY total DESC, key LIMIT ")
                 .push_bind(limit as i64);
-            let rows: Vec<(String, i64)> = qb.build_query_as().fetch_all(pool).await?;
+            let rows: Vec<(String, i64)> = qb.build_query_as().fetch_all(&mut *conn).await?;
             Ok(rows.into_iter().map(ranked_from_columns).collect())
         }
 
-        async fn errors(pool: &$pool, span: &Span) -> Result<TopErrors, AuditError> {
+        async fn errors(conn: &mut $conn, span: &Span) -> Result<TopErrors, AuditError> {
             let mut qb = QueryBuilder::<$db>::new(
                 "SELECT list, CAST(SUM(dropped) AS BIGINT) FROM audit_top_error",
             );
             summaries_within(&mut qb, span);
             qb.push(" GROUP BY list");
-            let rows: Vec<(String, i64)> = qb.build_query_as().fetch_all(pool).await?;
+            let rows: Vec<(String, i64)> = qb.build_query_as().fetch_all(&mut *conn).await?;
             let mut errors = TopErrors::default();
             for (list, dropped) in rows {
                 let dropped = dropped.max(0) as u64;
@@ -189,7 +197,7 @@ macro_rules! stats_queries {
         /// (a flood locks hundreds of thousands); asked again with more
         /// rows when subjects with several lock rows fill the first read.
         async fn open_locks(
-            pool: &$pool,
+            conn: &mut $conn,
             now: DateTime<Utc>,
             limit: usize,
         ) -> Result<Vec<OpenLock>, AuditError> {
@@ -210,37 +218,35 @@ macro_rules! stats_queries {
                     .push_bind(false)
                     .push(" ORDER BY l.lock_until_ms DESC, l.subject_kind, l.subject LIMIT ")
                     .push_bind(rows_asked as i64);
-                let rows: Vec<(String, String, i64)> = qb.build_query_as().fetch_all(pool).await?;
+                let rows: Vec<(String, String, i64)> = qb.build_query_as().fetch_all(&mut *conn).await?;
                 let exhausted = rows.len() < rows_asked;
                 let locks = latest_per_subject(rows, limit)?;
-                if locks.len() >= limit || exhausted {
+                if locks.len() >= limit || exhausted || rows_asked >= MOST_LOCK_ROWS {
                     return Ok(locks);
                 }
-                rows_asked = rows_asked.saturating_mul(4);
+                rows_asked = rows_asked.saturating_mul(4).min(MOST_LOCK_ROWS);
             }
         }
 
-        /// The overview's five questions, asked at once.
+        /// The overview's questions, one after another on one connection:
+        /// an admin's overview holds one of the pool's connections, not
+        /// six (the writer and the sessions share the pool).
         pub async fn overview(
-            pool: &$pool,
+            conn: &mut $conn,
             span: &Span,
             now: DateTime<Utc>,
             limits: Limits,
         ) -> Result<Overview, AuditError> {
-            let (buckets, subjects, ips, prefixes, locks, errors) = futures::try_join!(
-                buckets(pool, span),
-                top(pool, span, TopList::Subject, limits.top),
-                top(pool, span, TopList::Ip, limits.top),
-                top(pool, span, TopList::Prefix, limits.top),
-                async {
-                    if limits.locks == 0 {
-                        Ok(Vec::new())
-                    } else {
-                        open_locks(pool, now, limits.locks).await
-                    }
-                },
-                errors(pool, span),
-            )?;
+            let buckets = buckets(&mut *conn, span).await?;
+            let subjects = top(&mut *conn, span, TopList::Subject, limits.top).await?;
+            let ips = top(&mut *conn, span, TopList::Ip, limits.top).await?;
+            let prefixes = top(&mut *conn, span, TopList::Prefix, limits.top).await?;
+            let locks = if limits.locks == 0 {
+                Vec::new()
+            } else {
+                open_locks(&mut *conn, now, limits.locks).await?
+            };
+            let errors = errors(&mut *conn, span).await?;
             let subjects: Result<Vec<_>, _> = subjects.into_iter().map(subject_from_key).collect();
             Ok(Overview {
                 buckets,
@@ -256,16 +262,16 @@ macro_rules! stats_queries {
 
 pub mod postgres {
     use super::*;
-    use sqlx::{PgPool, Postgres};
+    use sqlx::{PgConnection, Postgres};
 
-    stats_queries!(Postgres, PgPool);
+    stats_queries!(Postgres, PgConnection);
 }
 
 pub mod sqlite {
     use super::*;
-    use sqlx::{Sqlite, SqlitePool};
+    use sqlx::{Sqlite, SqliteConnection};
 
-    stats_queries!(Sqlite, SqlitePool);
+    stats_queries!(Sqlite, SqliteConnection);
 }
 
 impl AuditDb {
@@ -277,9 +283,47 @@ impl AuditDb {
         now: DateTime<Utc>,
         limits: Limits,
     ) -> Result<Overview, AuditError> {
+        self.overview_bounded(span, now, limits, None).await
+    }
+
+    /// The same, ended by PostgreSQL at `bound` (`audit.read_timeout`), as
+    /// an admin's page of events is.
+    pub async fn overview_within(
+        &self,
+        span: &Span,
+        now: DateTime<Utc>,
+        limits: Limits,
+        bound: Duration,
+    ) -> Result<Overview, AuditError> {
+        self.overview_bounded(span, now, limits, Some(bound)).await
+    }
+
+    async fn overview_bounded(
+        &self,
+        span: &Span,
+        now: DateTime<Utc>,
+        limits: Limits,
+        bound: Option<Duration>,
+    ) -> Result<Overview, AuditError> {
         match self {
-            Self::Postgres(pool) => postgres::overview(pool, span, now, limits).await,
-            Self::Sqlite(pool) => sqlite::overview(pool, span, now, limits).await,
+            Self::Postgres(pool) => {
+                // As a page of events: closed, not pooled again, if the
+                // admin goes away mid-read or `BEGIN` fails.
+                let mut conn = super::closing::ClosedUnlessDone::acquire(pool).await?;
+                let mut tx = super::postgres::begin(&mut conn, bound).await?;
+                let read = async move {
+                    let overview = postgres::overview(&mut tx, span, now, limits).await?;
+                    tx.commit().await?;
+                    Ok(overview)
+                }
+                .await;
+                conn.done();
+                read
+            }
+            Self::Sqlite(pool) => {
+                let mut conn = pool.acquire().await?;
+                sqlite::overview(&mut conn, span, now, limits).await
+            }
         }
     }
 }

@@ -140,15 +140,15 @@ fn top<T>(ranked: &[Ranked<T>], key: impl Fn(&T) -> String, max_error: u64) -> S
 )]
 pub async fn stats(
     state: web::Data<AppState>,
-    _admin: Admin,
+    admin: Admin,
     query: web::Query<StatsQuery>,
 ) -> Result<HttpResponse, ApiError> {
     let period = Period::from_query(query.period.as_deref())?;
     let now = Utc::now();
     let span = period.span(now);
-    let db = state.audit_db.as_ref().ok_or(ApiError::AuditUnavailable)?;
+    let log = state.audit_log.as_ref().ok_or(ApiError::AuditUnavailable)?;
     let limits = Limits { top: TOP, locks: 0 };
-    let overview = db.overview(&span, now, limits).await.map_err(|e| {
+    let overview = log.overview(admin.actor.as_str(), &span, now, limits).await.map_err(|e| {
         tracing::warn!(request_id = %crate::telemetry::request_id(), error = %e, "stats query failed");
         ApiError::AuditUnavailable
     })?;

@@ -57,12 +57,15 @@ async fn show(state: &AppState, req: &HttpRequest) -> Result<HttpResponse, Refus
     let period = Period::from_query(query.period.as_deref())?;
     let now = Utc::now();
     let span = period.span(now);
-    let db = state.audit_db.as_ref().ok_or(ApiError::AuditUnavailable)?;
+    let log = state.audit_log.as_ref().ok_or(ApiError::AuditUnavailable)?;
     let limits = Limits {
         top: TOP,
         locks: LOCKS_LISTED + 1,
     };
-    let overview = db.overview(&span, now, limits).await.map_err(db_error)?;
+    let overview = log
+        .overview(admin.actor.as_str(), &span, now, limits)
+        .await
+        .map_err(db_error)?;
     // One lock more than listed tells that the list is cut.
     let more_locks = overview.locks.len() > LOCKS_LISTED;
     let open = &overview.locks[..overview.locks.len().min(LOCKS_LISTED)];
