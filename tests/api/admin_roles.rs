@@ -530,6 +530,12 @@ admin_tokens = ["plain-token-0123456789", { name = "oncall", token = "oncall-tok
             r#"admin_tokens = [{ name = "a", token = "x-token-0123456789", role = "root" }]"#,
             "server.admin_tokens[0]",
         ),
+        // One secret under two names: whoever holds it would be the second
+        // admin, with its roles, for the first's token.
+        (
+            r#"admin_tokens = [{ name = "dash", token = "x-token-0123456789", role = "viewer" }, { name = "ops", token = "x-token-0123456789", role = "operator" }]"#,
+            "`server.admin_tokens[1]`: is the same secret as server.admin_tokens[0]",
+        ),
     ] {
         let error = crate::support::app::config_error(&format!("[server]\n{toml}\n"));
         assert!(error.contains(key), "{toml}: {error}");

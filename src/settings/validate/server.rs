@@ -16,9 +16,10 @@ const MAX_WORKERS: u32 = 512;
 /// beyond online guessing, even unthrottled.
 const MIN_BEARER: usize = 16;
 
-/// Every API key and admin token long enough, and none in both lists: a
-/// secret that is both would let whoever holds the backend's key into the
-/// admin routes, which are meant to be separate (DESIGN.md §3).
+/// Every API key and admin token long enough, no admin token twice, and
+/// none in both lists: a secret that is both would let whoever holds the
+/// backend's key into the admin routes, which are meant to be separate
+/// (DESIGN.md §3).
 pub(super) fn bearer_secrets(server: &crate::settings::ServerSettings) -> Check {
     let admin_tokens: Vec<&crate::settings::Secret> =
         server.admin_tokens.iter().map(|t| t.secret()).collect();
@@ -38,6 +39,17 @@ pub(super) fn bearer_secrets(server: &crate::settings::ServerSettings) -> Check 
                     ),
                 ));
             }
+        }
+    }
+    for (j, token) in admin_tokens.iter().enumerate() {
+        if let Some(i) = admin_tokens[..j].iter().position(|t| t == token) {
+            return Err(SettingsError::invalid(
+                &format!("server.admin_tokens[{j}]"),
+                format!(
+                    "is the same secret as server.admin_tokens[{i}]; each admin's token \
+                     must be its own (whoever holds it would act as one of them, with its roles)"
+                ),
+            ));
         }
     }
     for (i, api_key) in server.api_keys.iter().enumerate() {
