@@ -455,6 +455,14 @@ async fn forged_replayed_and_refused_callbacks_fail_are_audited_and_throttled() 
             .await
             .unwrap();
         assert_eq!(answer.status(), StatusCode::UNAUTHORIZED);
+        // The pending sign-in is kept: a page on another site can send the
+        // browser here (a top-level navigation carries the cookie), and
+        // must not end the admin's sign-in under way.
+        assert!(
+            answer.headers().get(reqwest::header::SET_COOKIE).is_none(),
+            "{:?}",
+            answer.headers()
+        );
         assert!(answer.text().await.unwrap().contains("invalid_callback"));
     }
 

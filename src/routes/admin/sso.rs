@@ -236,8 +236,10 @@ async fn callback(state: web::Data<AppState>, req: HttpRequest) -> HttpResponse 
         // Not this sign-in's answer (its state is 128 random bits: nothing
         // to guess). Not counted nor audited either: a page on another site
         // can open /admin/login in a popup, then this URL with any state,
-        // and would otherwise throttle the admin's address by it.
-        return invalid_callback();
+        // and would otherwise throttle the admin's address by it. Nor is
+        // the pending sign-in dropped: that page could end every sign-in
+        // under way by sending the browser here.
+        return failure_message(&req, StatusCode::UNAUTHORIZED, Reason::InvalidCallback);
     }
     let outcome = match query.get("error") {
         Some(error) => Err(SignInError::Provider(format!("it answered {error:?}"))),
@@ -285,14 +287,19 @@ fn failure_page(
     status: StatusCode,
     reason: Reason,
 ) -> HttpResponse {
-    let mut page = pages::message_page(
+    let mut page = failure_message(req, status, reason);
+    let _ = page.add_cookie(&cookies::removal(cookies::LOGIN, secure(state, oidc, req)));
+    page
+}
+
+/// The error page alone.
+fn failure_message(req: &HttpRequest, status: StatusCode, reason: Reason) -> HttpResponse {
+    pages::message_page(
         req,
         status,
         "Sign-in failed",
         format!("The sign-in could not be completed ({reason}). Open the console again to retry."),
-    );
-    let _ = page.add_cookie(&cookies::removal(cookies::LOGIN, secure(state, oidc, req)));
-    page
+    )
 }
 
 /// A new session for `identity`: its row stored, the sign-in audited, the
