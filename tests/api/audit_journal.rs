@@ -769,9 +769,9 @@ async fn past_the_journal_bound_a_flush_journals_what_memory_holds() {
 /// and outlasts `SIGTERM`'s flush (the database stops answering in the
 /// batch's first statement: the insert is given up at twice
 /// `audit.write_timeout`, the flush at once and a second) does not take
-/// them with it: the flush journals them all the same. The process goes
-/// on here, so it replays them once the database answers: each in the
-/// trail once.
+/// them with it, nor those answered while it hangs: the flush journals
+/// them all the same. The process goes on here, so it replays them once
+/// the database answers: each in the trail once.
 #[tokio::test]
 async fn past_the_journal_bound_a_flush_journals_what_a_hung_insert_has_taken() {
     let db = TestDb::new(DbKind::Postgres).await;
@@ -804,6 +804,12 @@ async fn past_the_journal_bound_a_flush_journals_what_a_hung_insert_has_taken() 
         proxy.frozen()
     })
     .await;
+    // Refusals answered while it hangs wait behind it.
+    let meanwhile: Vec<String> = (0..2).map(|i| format!("meanwhile-{i}")).collect();
+    for id in &meanwhile {
+        refused_send(&app, id).await;
+    }
+    let ids: Vec<String> = ids.into_iter().chain(meanwhile).collect();
     let flushed = tokio::time::Instant::now();
     tokio::time::timeout(Duration::from_secs(30), app.flush_audit())
         .await

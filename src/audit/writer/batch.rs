@@ -34,7 +34,6 @@ pub(super) struct Writer {
     /// Events the journal could not take, kept in memory until inserted
     /// (where a flush finds them, see [`Held`]).
     held: Held,
-    held_cap: usize,
     migrated: bool,
     /// While set and in the future, batches are left to the journal.
     retry_at: Option<Instant>,
@@ -62,33 +61,11 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 /// login flood, most of the writer thread's CPU in the profile).
 const GATHER_NAP: Duration = Duration::from_millis(1);
 
-/// One batch: events and the segment each went to (none: the journal failed).
+/// One batch: events and the segment each went to.
 #[derive(Default)]
 struct Batch {
     events: Vec<AuditEvent>,
-    segments: Vec<Option<Arc<Segment>>>,
-}
-
-impl Batch {
-    /// The events the journal did not take, out of the batch: what is left
-    /// has a segment each.
-    fn take_unjournaled(&mut self) -> Vec<AuditEvent> {
-        if self.segments.iter().all(Option::is_some) {
-            return Vec::new();
-        }
-        let events = std::mem::take(&mut self.events);
-        let segments = std::mem::take(&mut self.segments);
-        let mut unjournaled = Vec::new();
-        for (event, segment) in events.into_iter().zip(segments) {
-            if segment.is_some() {
-                self.events.push(event);
-                self.segments.push(segment);
-            } else {
-                unjournaled.push(event);
-            }
-        }
-        unjournaled
-    }
+    segments: Vec<Arc<Segment>>,
 }
 
 impl Writer {
@@ -113,7 +90,6 @@ impl Writer {
             write_timeout: config.write_timeout,
             retention: config.retention,
             prefix_digits: config.prefix_digits,
-            held_cap: config.queue_capacity.max(1),
             held,
             migrated,
             retry_at: None,
@@ -210,14 +186,12 @@ impl Writer {
     /// not take stay in `held` while the insert runs, so that a flush whose
     /// wait this insert outlasts still finds them.
     async fn write(&mut self, mut batch: Batch) {
-        self.held.extend(batch.take_unjournaled());
         if !self.probe_due() {
             self.leave_to_journal(batch);
             return;
         }
         let journaled = batch.events.len();
-        let from_memory = self.held.copy();
-        let from_memory_count = from_memory.len();
+        let (from_memory, mark) = self.held.copy();
         batch.events.extend(from_memory);
         match self.insert_with_retries(&batch.events).await {
             Ok(_) => {
@@ -225,10 +199,10 @@ impl Writer {
                 // depth on the dashboard is `queued - written - spooled`.
                 count("written", batch.events.len());
                 counter!(AUDIT_BATCHES).increment(1);
-                for segment in batch.segments.iter().flatten() {
+                for segment in &batch.segments {
                     segment.committed(1);
                 }
-                self.held.inserted(from_memory_count);
+                self.held.inserted(mark);
                 self.healthy(true);
             }
             Err(e) => {
@@ -243,16 +217,12 @@ impl Writer {
     }
 
     /// The database cannot take these now: each event's segment will be
-    /// replayed; what the journal never took stays in memory, at most
-    /// `audit.queue_capacity` events.
+    /// replayed (what the journal never took stays held).
     fn leave_to_journal(&mut self, batch: Batch) {
-        for segment in batch.segments.iter().flatten() {
+        for segment in &batch.segments {
             segment.mark_for_replay();
         }
         count("spooled", batch.segments.len());
-        for event in self.held.keep_at_most(self.held_cap) {
-            dropped(&event);
-        }
     }
 
     async fn insert_with_retries(&mut self, events: &[AuditEvent]) -> Result<u64, AuditError> {
@@ -588,7 +558,8 @@ mod tests {
             crate::domain::Reason::IpBlocked,
             &subject,
         );
-        Message::Event(Box::new(event), None)
+        let segment = Segment::new(std::path::PathBuf::from("test.jsonl"), false, 0);
+        Message::Event(Box::new(event), Arc::new(segment))
     }
 
     /// Events coming faster than the writer looks (a thread of its own

@@ -3,6 +3,7 @@
 //! database; one writer task inserts in batches. An event the writer cannot
 //! insert from memory (the queue was full, the database is down) is left to
 //! its journal segment, which the writer replays once the database answers.
+//! An event the journal did not take is held in memory ([`held`]).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -26,7 +27,7 @@ use crate::metrics::AUDIT_EVENTS;
 use crate::telemetry::log_budget::LogBudget;
 
 enum Message {
-    Event(Box<AuditEvent>, Option<Arc<Segment>>),
+    Event(Box<AuditEvent>, Arc<Segment>),
     Flush(oneshot::Sender<()>),
 }
 
@@ -58,9 +59,11 @@ pub struct DbSink {
     journal: Arc<Journal>,
     sync: std::sync::mpsc::Sender<SyncCommand>,
     database: Arc<AtomicBool>,
-    /// What the writer holds past the journal's bound, for a flush to
-    /// journal when the writer is stuck in an insert.
+    /// Events the journal did not take, until the writer inserts them or a
+    /// flush journals them past its bound.
     held: Held,
+    /// `audit.queue_capacity`: the most events held.
+    held_cap: usize,
     db: AuditDb,
     /// Longest a flush waits for the writer: `audit.write_timeout` and a
     /// second, so that with the default connection drain (10 s) a shutdown
@@ -112,6 +115,7 @@ impl DbSink {
             sync,
             database,
             held,
+            held_cap: config.queue_capacity.max(1),
             db,
             flush_wait: config.write_timeout + FLUSH_GRACE,
         }))
@@ -152,6 +156,7 @@ fn journal_held(journal: &Journal, held: &Held) {
         }
     }
     held.extend(kept);
+    count("spooled", journaled);
     if journaled > 0 {
         tracing::info!(
             events = journaled,
@@ -171,21 +176,27 @@ fn dropped(event: &AuditEvent) {
 #[async_trait]
 impl AuditSink for DbSink {
     fn record(&self, event: AuditEvent) {
-        let segment = self.journal.append(&event);
+        let Some(segment) = self.journal.append(&event) else {
+            // Held, not queued: a flush finds it there even while the
+            // writer is stuck in an insert, with this event behind it.
+            match self.held.push_within(event, self.held_cap) {
+                None => count("queued", 1),
+                Some(event) => dropped(&event),
+            }
+            return;
+        };
         match self
             .queue
             .try_send(Message::Event(Box::new(event), segment))
         {
             Ok(()) => count("queued", 1),
             Err(mpsc::error::TrySendError::Full(message))
-            | Err(mpsc::error::TrySendError::Closed(message)) => match message {
-                Message::Event(_, Some(segment)) => {
+            | Err(mpsc::error::TrySendError::Closed(message)) => {
+                if let Message::Event(_, segment) = message {
                     segment.mark_for_replay();
                     count("spooled", 1);
                 }
-                Message::Event(event, None) => dropped(&event),
-                Message::Flush(_) => {}
-            },
+            }
         }
     }
 
@@ -196,7 +207,7 @@ impl AuditSink for DbSink {
     /// the journal, which the next process on the spool directory replays:
     /// the events the journal took when they came, and those it did not,
     /// held in memory, journaled here past its bound, even those an insert
-    /// still under way has taken.
+    /// still under way has taken or that came while it ran.
     async fn flush(&self) {
         let written = async {
             let (ack, done) = oneshot::channel();
