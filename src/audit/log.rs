@@ -14,7 +14,7 @@ use chrono::{DateTime, Utc};
 use futures::Stream;
 
 use super::query::{Cursor, EventFilter};
-use super::read_turns::ReadTurns;
+use super::read_turns::{ReadTurns, OVERVIEWS_AT_ONCE};
 use super::stats::{Limits, Overview, Span};
 use super::{AuditDb, AuditError, AuditEvent};
 
@@ -38,6 +38,7 @@ pub struct Page {
 pub struct AuditLog {
     db: AuditDb,
     turns: ReadTurns,
+    overview_turns: ReadTurns,
     /// `audit.read_timeout`.
     bound: Duration,
 }
@@ -55,6 +56,7 @@ impl AuditLog {
         Self {
             db,
             turns: ReadTurns::default(),
+            overview_turns: ReadTurns::new(OVERVIEWS_AT_ONCE),
             bound,
         }
     }
@@ -99,8 +101,9 @@ impl AuditLog {
         Ok(Page { events, next })
     }
 
-    /// The overview of `span` for `reader`, in its turn and within the
-    /// bound, as a page: any admin may ask for it, as often as it likes.
+    /// The overview of `span` for `reader`, in its turn (of the overviews'
+    /// own) and within the bound: any admin may ask for it, as often as it
+    /// likes.
     pub async fn overview(
         &self,
         reader: &str,
@@ -109,7 +112,7 @@ impl AuditLog {
         limits: Limits,
     ) -> Result<Overview, AuditError> {
         let _turn = self
-            .turns
+            .overview_turns
             .take(reader, TURN_WAIT)
             .await
             .ok_or(AuditError::ReadsBusy)?;

@@ -12,8 +12,13 @@ use parking_lot::Mutex;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// Admin reads running at once, of the pool's 5 connections (4 on SQLite):
-/// the writer and the sessions keep the rest.
+/// the overviews, the writer and the sessions keep the rest.
 pub const READS_AT_ONCE: usize = 2;
+
+/// Overviews (`/admin/api/stats`, the console's) running at once, in turns
+/// of their own: they read the rollups, not the rows, so they go on while
+/// slow filters hold the reads' turns.
+pub const OVERVIEWS_AT_ONCE: usize = 1;
 
 /// Each reader's own turn, by name, while it reads or waits.
 type Seats = Arc<Mutex<HashMap<String, Arc<Semaphore>>>>;
@@ -61,14 +66,19 @@ impl Drop for Seat {
 
 impl Default for ReadTurns {
     fn default() -> Self {
-        Self {
-            shared: Arc::new(Semaphore::new(READS_AT_ONCE)),
-            seats: Seats::default(),
-        }
+        Self::new(READS_AT_ONCE)
     }
 }
 
 impl ReadTurns {
+    /// Turns of which `at_once` run at a time.
+    pub fn new(at_once: usize) -> Self {
+        Self {
+            shared: Arc::new(Semaphore::new(at_once)),
+            seats: Seats::default(),
+        }
+    }
+
     /// `reader`'s turn: first its own (after its reads before this one),
     /// then one of the process's. `None` when not had within `wait`.
     pub async fn take(&self, reader: &str, wait: Duration) -> Option<Turn> {

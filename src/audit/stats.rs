@@ -117,6 +117,10 @@ pub struct Overview {
     pub prefixes: Vec<Ranked<String>>,
     /// Locks not run out at the span's query time, latest-ending first.
     pub locks: Vec<OpenLock>,
+    /// Whether more lock rows run than were read (one subject's thousands
+    /// of pair locks, say): `locks` may then be fewer than asked for, and
+    /// others run besides.
+    pub locks_cut: bool,
     /// How far the top lists' counts may fall short.
     pub errors: TopErrors,
 }

@@ -1232,11 +1232,11 @@ async fn one_admins_slow_reads_leave_a_turn_to_the_others() {
 }
 
 /// The overview's counts and top lists (`/admin/api/stats`, the console's
-/// overview) take turns as pages do, on one connection each: a viewer's
-/// flood of them, the rollups held, keeps one turn and no more of the
-/// pool, and another admin's read still answers.
+/// overview) take turns, on one connection each: a viewer's flood of them,
+/// the rollups held, holds one connection and no more of the pool, and
+/// another admin's read still answers.
 #[tokio::test]
-async fn one_admins_flood_of_stats_leaves_a_turn_and_the_pool_to_the_others() {
+async fn one_admins_flood_of_stats_holds_one_connection_and_leaves_the_rest() {
     let db = TestDb::new(DbKind::Postgres).await;
     let app = std::sync::Arc::new(reads_app(&db, Duration::from_secs(30)).await);
     let mut holder = sqlx::PgConnection::connect(&db.url).await.unwrap();

@@ -97,7 +97,7 @@ fn sorted(mut buckets: Vec<BucketCount>) -> Vec<BucketCount> {
 /// The most lock rows the overview reads: a client with many addresses
 /// can give one user thousands of pair locks, each a row on the user, and
 /// every view would read them all. Past it the list shows the subjects
-/// those rows name.
+/// those rows name and says it is cut.
 const MOST_LOCK_ROWS: usize = 4096;
 
 /// The queries, instantiated per database.
@@ -200,7 +200,7 @@ macro_rules! stats_queries {
             conn: &mut $conn,
             now: DateTime<Utc>,
             limit: usize,
-        ) -> Result<Vec<OpenLock>, AuditError> {
+        ) -> Result<(Vec<OpenLock>, bool), AuditError> {
             let lock = AuditDecision::Lock.as_str();
             let unblock = AuditDecision::Unblock.as_str();
             let mut rows_asked = limit.saturating_mul(4).max(16);
@@ -221,8 +221,11 @@ macro_rules! stats_queries {
                 let rows: Vec<(String, String, i64)> = qb.build_query_as().fetch_all(&mut *conn).await?;
                 let exhausted = rows.len() < rows_asked;
                 let locks = latest_per_subject(rows, limit)?;
-                if locks.len() >= limit || exhausted || rows_asked >= MOST_LOCK_ROWS {
-                    return Ok(locks);
+                if locks.len() >= limit || exhausted {
+                    return Ok((locks, false));
+                }
+                if rows_asked >= MOST_LOCK_ROWS {
+                    return Ok((locks, true));
                 }
                 rows_asked = rows_asked.saturating_mul(4).min(MOST_LOCK_ROWS);
             }
@@ -241,8 +244,8 @@ macro_rules! stats_queries {
             let subjects = top(&mut *conn, span, TopList::Subject, limits.top).await?;
             let ips = top(&mut *conn, span, TopList::Ip, limits.top).await?;
             let prefixes = top(&mut *conn, span, TopList::Prefix, limits.top).await?;
-            let locks = if limits.locks == 0 {
-                Vec::new()
+            let (locks, locks_cut) = if limits.locks == 0 {
+                (Vec::new(), false)
             } else {
                 open_locks(&mut *conn, now, limits.locks).await?
             };
@@ -254,6 +257,7 @@ macro_rules! stats_queries {
                 ips,
                 prefixes,
                 locks,
+                locks_cut,
                 errors,
             })
         }
@@ -286,8 +290,9 @@ impl AuditDb {
         self.overview_bounded(span, now, limits, None).await
     }
 
-    /// The same, ended by PostgreSQL at `bound` (`audit.read_timeout`), as
-    /// an admin's page of events is.
+    /// The same, each statement ended by PostgreSQL at `bound`
+    /// (`audit.read_timeout`), as an admin's page of events is, and the
+    /// whole at twice it.
     pub async fn overview_within(
         &self,
         span: &Span,
@@ -315,8 +320,20 @@ impl AuditDb {
                     let overview = postgres::overview(&mut tx, span, now, limits).await?;
                     tx.commit().await?;
                     Ok(overview)
-                }
-                .await;
+                };
+                // The bound holds for each statement; the overview's several
+                // are given it once more in all, past which the connection
+                // is closed, not pooled.
+                let read = match bound {
+                    Some(bound) => {
+                        let whole = bound.saturating_mul(2);
+                        match tokio::time::timeout(whole, read).await {
+                            Ok(read) => read,
+                            Err(_) => return Err(AuditError::TimedOut(whole)),
+                        }
+                    }
+                    None => read.await,
+                };
                 conn.done();
                 read
             }

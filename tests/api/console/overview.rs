@@ -308,6 +308,20 @@ async fn open_locks_are_those_not_run_out_nor_unblocked_latest_first(kind: DbKin
     let overview = audit.overview(&span, now, two).await.unwrap();
     assert_eq!(overview.locks.len(), 2);
     assert_eq!(overview.locks[1].subject, subject(Ip, "203.0.113.9"));
+    assert!(!overview.locks_cut);
+
+    // One user's 4,100 pair locks, ending last: the search reads at most
+    // 4,096 rows, finds only that user, and says the list is cut.
+    let many: Vec<AuditEvent> = (0..4_100)
+        .map(|_| lock("2026-03-01T11:59:00Z", subject(User, "mallory"), 10 * 60))
+        .collect();
+    audit.insert(&many, 7).await.unwrap();
+    let overview = audit.overview(&span, now, TOP_TEN).await.unwrap();
+    assert_eq!(
+        overview.locks,
+        [open("mallory", User, "2026-03-01T21:59:00Z")]
+    );
+    assert!(overview.locks_cut, "the others run besides");
 }
 
 /// The rows of the page tests: two hours ago (in the last 24 hours, not in

@@ -66,11 +66,12 @@ async fn show(state: &AppState, req: &HttpRequest) -> Result<HttpResponse, Refus
         .overview(admin.actor.as_str(), &span, now, limits)
         .await
         .map_err(db_error)?;
-    // One lock more than listed tells that the list is cut.
-    let more_locks = overview.locks.len() > LOCKS_LISTED;
+    // One lock more than listed tells that the list is cut; so does a
+    // search that stopped at its bound of rows.
+    let more_locks = overview.locks.len() > LOCKS_LISTED || overview.locks_cut;
     let open = &overview.locks[..overview.locks.len().min(LOCKS_LISTED)];
     let locks = LockList {
-        more: more_locks.then_some(LOCKS_LISTED),
+        more: more_locks.then_some(open.len()),
         ..confirmed_locks(state, &admin.csrf_key, open, now).await
     };
     let unblocked = query.unblocked.as_deref() == Some("1");
