@@ -1,9 +1,6 @@
 //! The CSV export's rows: the audit columns in DESIGN.md §4 order, each cell a
-//! spreadsheet would run as a formula made text, and each record a
-//! spreadsheet could split on another separator quoted.
-
-use std::cell::RefCell;
-use std::io::Write;
+//! spreadsheet would run as a formula made text, and each piece of one it
+//! could split on another separator.
 
 use actix_web::web::Bytes;
 
@@ -31,44 +28,57 @@ const CSV_HEADER: [&str; 17] = [
     "actor",
 ];
 
+/// What starts a formula in a spreadsheet's cell: `=`, `+`, `-`, `@`, a tab
+/// or a carriage return.
+const FORMULA: [char; 6] = ['=', '+', '-', '@', '\t', '\r'];
+
+/// Separators besides the comma that a spreadsheet may split a line on:
+/// `;` where it is the list separator (German, French, … locales), a tab,
+/// a `|`. There the comma is not one, so quoting does not keep a field
+/// whole: `x;=HYPERLINK(…)` opens as two cells, the second a formula.
+const SEPARATORS: [char; 3] = [';', '\t', '|'];
+
 /// A cell that a spreadsheet would run as a formula (it starts with `=`, `+`,
 /// `-`, `@`, a tab or a carriage return) is written after a `'`, which
 /// spreadsheets take as "what follows is text" (OWASP's advice against CSV
 /// injection). User names, user agents and phone numbers come from outside:
 /// a phone reads `'+8613800138000`, safe and still whole, where a bare
 /// `+8613800138000` would become the number 8613800138000. A program reading
-/// the file drops one leading `'` from such a cell.
+/// the file drops one leading `'` from such a cell. So does every piece a
+/// spreadsheet could split the cell into (see [`SEPARATORS`]): a `'` goes
+/// after a separator whose next character (past spaces and quotes) starts a
+/// formula, `x;'=HYPERLINK(…)`; `(X11; Linux x86_64)` is left as it is.
 fn cell(value: String) -> String {
-    if value.starts_with(['=', '+', '-', '@', '\t', '\r']) {
-        format!("'{value}")
-    } else {
-        value
+    let leads = value.starts_with(FORMULA);
+    if !leads && !value.contains(SEPARATORS) {
+        return value;
     }
-}
-
-/// Whether a spreadsheet may split `cell` on something other than the
-/// comma: where the list separator is `;` (German, French, … locales) a
-/// bare `x;=HYPERLINK(…)` would open as two cells, the second a formula
-/// that [`cell`]'s `'` does not reach. Such a record is quoted whole, and a
-/// quoted field is one cell whatever the separator.
-fn may_split(cell: &str) -> bool {
-    cell.contains([';', '\t', '|'])
+    let mut out = String::with_capacity(value.len() + 2);
+    if leads {
+        out.push('\'');
+    }
+    for (i, c) in value.char_indices() {
+        out.push(c);
+        if SEPARATORS.contains(&c) {
+            let next = value[i + c.len_utf8()..].trim_start_matches([' ', '"']);
+            if next.starts_with(FORMULA) {
+                out.push('\'');
+            }
+        }
+    }
+    out
 }
 
 /// `events` as CSV records, the header row first when `header` is set.
 pub fn rows(events: &[AuditEvent], header: bool) -> Result<Bytes, csv::Error> {
-    let bytes = RefCell::new(Vec::with_capacity(events.len() * 200));
-    let mut out = csv::Writer::from_writer(Shared(&bytes));
-    let mut quoted = csv::WriterBuilder::new()
-        .quote_style(csv::QuoteStyle::Always)
-        .from_writer(Shared(&bytes));
+    let mut out = csv::Writer::from_writer(Vec::with_capacity(events.len() * 200));
     if header {
         out.write_record(CSV_HEADER)?;
     }
     let opt = |v: &Option<String>| cell(v.clone().unwrap_or_default());
     let num = |v: Option<i64>| v.map(|n| n.to_string()).unwrap_or_default();
     for e in events {
-        let record = [
+        out.write_record([
             e.id.to_string(),
             rfc3339_ms::format(&e.occurred_at),
             e.action.as_str().to_string(),
@@ -86,33 +96,11 @@ pub fn rows(events: &[AuditEvent], header: bool) -> Result<Bytes, csv::Error> {
             opt(&e.user_agent),
             e.shadow.to_string(),
             opt(&e.actor),
-        ];
-        if record.iter().any(|c| may_split(c)) {
-            // Both write to one buffer: what `out` holds goes first.
-            out.flush()?;
-            quoted.write_record(&record)?;
-            quoted.flush()?;
-        } else {
-            out.write_record(&record)?;
-        }
+        ])?;
     }
-    out.flush()?;
-    drop((out, quoted));
-    Ok(Bytes::from(bytes.into_inner()))
-}
-
-/// One buffer both of [`rows`]' writers append to.
-struct Shared<'a>(&'a RefCell<Vec<u8>>);
-
-impl Write for Shared<'_> {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.borrow_mut().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
+    out.into_inner()
+        .map(Bytes::from)
+        .map_err(|e| csv::Error::from(e.into_error()))
 }
 
 #[cfg(test)]
@@ -121,57 +109,49 @@ mod tests {
     use crate::audit::AuditDecision;
     use crate::domain::{Action, Reason, Subject, SubjectKind};
 
-    fn refusal(user: &str, user_agent: &str) -> AuditEvent {
-        let subject = Subject::new(SubjectKind::User, user);
+    #[test]
+    fn each_piece_a_spreadsheet_could_split_a_cell_into_is_text() {
+        for (raw, written) in [
+            ("alice", "alice"),
+            ("=1+1", "'=1+1"),
+            ("a;=1+1;", "a;'=1+1;"),
+            ("x; \"=HYPERLINK(1)", "x;' \"=HYPERLINK(1)"),
+            ("a|-2", "a|'-2"),
+            ("a\t@b", "a\t'@b"),
+            ("-a;+b", "'-a;'+b"),
+            (
+                "Mozilla/5.0 (X11; Linux x86_64)",
+                "Mozilla/5.0 (X11; Linux x86_64)",
+            ),
+            ("ü;=1", "ü;'=1"),
+        ] {
+            assert_eq!(cell(raw.to_string()), written, "{raw:?}");
+        }
+    }
+
+    /// Read as a `;` (or tab, or `|`) locale reads a comma file: whatever
+    /// the pieces, none starts a formula.
+    #[test]
+    fn no_piece_of_an_exported_line_starts_a_formula_in_a_semicolon_locale() {
+        let subject = Subject::new(SubjectKind::User, "a;=1+1;");
         let mut event = AuditEvent::new(
             Action::LoginAttempt,
             AuditDecision::Deny,
             Reason::UserLocked,
             &subject,
         );
-        event.user_agent = Some(user_agent.to_string());
-        event
-    }
-
-    fn lines(events: &[AuditEvent]) -> Vec<String> {
-        let bytes = rows(events, true).unwrap();
+        event.user_agent = Some("x;=HYPERLINK(\"https://evil.example\",\"a\")|@SUM(1)".into());
+        let bytes = rows(&[event], true).unwrap();
         let text = String::from_utf8(bytes.to_vec()).unwrap();
-        text.lines().map(str::to_string).collect()
-    }
-
-    #[test]
-    fn a_cell_a_semicolon_locale_would_split_is_quoted_with_its_record() {
-        let events = [
-            refusal("alice", "curl/8"),
-            refusal("a;=1+1;", "x;=HYPERLINK(\"https://evil.example\");"),
-            refusal("bob", "tab\there"),
-            refusal("carol", "curl/8"),
-        ];
-        let lines = lines(&events);
-        assert!(lines[0].starts_with("id,occurred_at,"), "{}", lines[0]);
-        assert!(
-            !lines[1].contains('"'),
-            "plain records stay plain: {}",
-            lines[1]
-        );
-        assert!(
-            lines[2].contains(r#","a;=1+1;","#)
-                && lines[2].contains(r#","x;=HYPERLINK(""https://evil.example"");","#),
-            "{}",
-            lines[2]
-        );
-        assert!(lines[2].starts_with('"'), "the whole record: {}", lines[2]);
-        assert!(lines[3].contains("\"tab\there\""), "{}", lines[3]);
-        assert!(!lines[4].contains('"'), "{}", lines[4]);
-        assert!(lines[4].contains(",carol,"), "{}", lines[4]);
-
-        // Read back, every field is whole and in its column.
-        let bytes = rows(&events, true).unwrap();
+        assert!(text.starts_with("id,occurred_at,action,"), "{text}");
+        for line in text.lines() {
+            for piece in line.split(SEPARATORS) {
+                let piece = piece.trim_start_matches([' ', '"']);
+                assert!(!piece.starts_with(FORMULA), "{piece:?} in {line:?}");
+            }
+        }
         let mut reader = csv::Reader::from_reader(&bytes[..]);
-        let read: Vec<csv::StringRecord> = reader.records().map(Result::unwrap).collect();
-        assert_eq!(read.len(), 4);
-        assert_eq!(&read[1][6], "a;=1+1;");
-        assert_eq!(&read[1][14], "x;=HYPERLINK(\"https://evil.example\");");
-        assert_eq!(&read[3][6], "carol");
+        let record = reader.records().next().unwrap().unwrap();
+        assert_eq!(&record[6], "a;'=1+1;", "still one column");
     }
 }
