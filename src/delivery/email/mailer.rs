@@ -332,7 +332,9 @@ mod tests {
             ..MailerConfig::default()
         });
         let queued = (0..10).filter(|_| mailer.enqueue(notice())).count();
-        assert!(queued <= 3, "the notices' queue is full: {queued} queued");
+        // Two in the queue, and perhaps one the task took to send.
+        assert!((2..=3).contains(&queued), "{queued} queued");
+        assert!(!mailer.enqueue(notice()), "the notices' queue is full");
         assert!(mailer.enqueue(email(EmailKind::AlertDigest)));
         drop(silent);
     }
