@@ -1,13 +1,11 @@
 //! One event offered to every subject of a request at once (the store makes
 //! it all or nothing), and the refusal that decides the answer.
 
-use futures::future::join_all;
-
 use super::SubjectRules;
 use crate::domain::{Rule, Subject, SubjectKind};
 use crate::store::{
     CodeToStore, ConversionHit, ConversionOutcome, ConversionPolicy, HitOutcome, HitVerdict,
-    ReserveRequest, StoreError, SubjectWindows, WindowStore,
+    ReserveRequest, RollBack, StoreError, SubjectWindows, WindowStore,
 };
 
 /// One subject's share of a request: its key and its kind's rules.
@@ -93,6 +91,8 @@ pub struct Reservation<'a> {
     pub conversion_outcomes: Vec<ConversionOutcome>,
     /// The event was recorded in every subject (and the code stored).
     pub recorded: bool,
+    /// By the store `store.on_error` falls back to (see [`RollBack`]).
+    pub by_fallback: bool,
     /// The request passed a captcha (the offer's `gate_open`).
     pub gate_open: bool,
     /// What refuses the request, if anything (see `pick_refusal`); a
@@ -191,28 +191,34 @@ impl Reservation<'_> {
         refusals
     }
 
-    /// Give every recorded event back (a failed delivery).
+    /// Give every recorded event back (a failed delivery), to the store
+    /// that recorded it.
     pub async fn roll_back(&self, store: &dyn WindowStore) {
         if !self.recorded {
             return;
         }
-        let undos = self
+        let subjects = self
             .hits
             .iter()
-            .map(|hit| store.undo(&hit.key, &self.member, hit.rules.windows()));
-        let uncounts = self
+            .map(|hit| SubjectWindows {
+                key: &hit.key,
+                windows: hit.rules.windows(),
+            })
+            .collect();
+        let conversions = self
             .conversions
             .iter()
             .zip(&self.conversion_outcomes)
-            .filter_map(|(c, outcome)| Some(store.conversion_undo(&c.key, outcome.counted_in?)));
-        let (undone, uncounted) = futures::join!(join_all(undos), join_all(uncounts));
-        for result in undone.into_iter().chain(uncounted) {
-            if let Err(e) = result {
-                // The event stays counted until its window passes: fail towards
-                // stricter limits, never towards a lost denial.
-                tracing::warn!(request_id = %crate::telemetry::request_id(), error = %e, "could not roll back a reservation");
-            }
-        }
+            .filter_map(|(c, outcome)| Some((c.key.as_str(), outcome.counted_in?)))
+            .collect();
+        store
+            .roll_back(&RollBack {
+                subjects,
+                member: &self.member,
+                conversions,
+                by_fallback: self.by_fallback,
+            })
+            .await;
     }
 }
 
@@ -263,6 +269,7 @@ pub async fn reserve<'a>(
         conversions,
         conversion_outcomes: outcome.conversions,
         recorded: outcome.recorded,
+        by_fallback: outcome.by_fallback,
         gate_open,
         refusal,
     })

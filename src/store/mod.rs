@@ -31,7 +31,7 @@ pub use login::{
 };
 pub use window::{
     CodeToStore, HitOutcome, HitRequest, HitVerdict, OtpOutcome, PeekOutcome, ReserveOutcome,
-    ReserveRequest, RuleWindow, SubjectWindows, WindowMode, WindowSpec,
+    ReserveRequest, RollBack, RuleWindow, SubjectWindows, WindowMode, WindowSpec,
 };
 
 /// Why a store call failed; `ResilientStore` applies `store.on_error` to it.
@@ -79,6 +79,14 @@ pub trait WindowStore: Send + Sync {
     /// from the log at `key`, and lower the meters among `windows` by it.
     async fn undo(&self, key: &str, member: &str, windows: &[WindowSpec])
         -> Result<(), StoreError>;
+
+    /// Give a recorded reservation back (a failed delivery): `undo` in
+    /// every subject and `conversion_undo` in every conversion, each
+    /// failure logged. An event a failure leaves counted stays so until its
+    /// window passes: stricter, never looser.
+    async fn roll_back(&self, roll_back: &RollBack<'_>) {
+        steps::roll_back(self, roll_back).await;
+    }
 
     /// One login outcome for the user alone, atomically with the lock check
     /// and the lock decision:

@@ -12,7 +12,7 @@ use super::{
     ConversionHit, ConversionOutcome, ConversionPolicy, ConversionState, ExpiringMembers,
     HitOutcome, HitRequest, IpFailures, LoginAttemptOutcome, LoginAttemptRequest, LoginOutcome,
     LoginPolicy, LoginRequest, LoginStateOutcome, LoginVerdict, OtpOutcome, PeekOutcome,
-    ReserveOutcome, ReserveRequest, StoreError, WindowSpec, WindowStore,
+    ReserveOutcome, ReserveRequest, RollBack, StoreError, WindowSpec, WindowStore,
 };
 use crate::metrics;
 
@@ -122,6 +122,18 @@ impl ResilientStore {
         }
     }
 
+    /// A call to the primary that has no fallback, timed and its failure
+    /// counted.
+    async fn primary_only<T>(
+        &self,
+        call: impl std::future::Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        let started = Instant::now();
+        let result = call.await;
+        self.settle(started, &result);
+        result
+    }
+
     fn failed(&self, e: &StoreError) {
         metrics::store_error();
         tracing::warn!(request_id = %crate::telemetry::request_id(), error = %e, "store call failed");
@@ -176,13 +188,17 @@ impl WindowStore for ResilientStore {
         resilient!(self, |s| s.peek(key, windows), open: Some(open))
     }
 
+    /// The primary's, or nothing: an event is given back to the store that
+    /// recorded it ([`WindowStore::roll_back`]), never to the fallback
+    /// because the primary failed now.
     async fn undo(
         &self,
         key: &str,
         member: &str,
         windows: &[WindowSpec],
     ) -> Result<(), StoreError> {
-        resilient!(self, |s| s.undo(key, member, windows), open: Some(()))
+        self.primary_only(self.primary.undo(key, member, windows))
+            .await
     }
 
     async fn login_attempt(
@@ -212,7 +228,13 @@ impl WindowStore for ResilientStore {
         }
         match &self.fallback {
             Fallback::Deny => Err(e),
-            Fallback::Local(local) => local.reserve(req).await,
+            Fallback::Local(local) => {
+                let outcome = local.reserve(req).await?;
+                Ok(ReserveOutcome {
+                    by_fallback: true,
+                    ..outcome
+                })
+            }
             Fallback::Allow(local) => {
                 if let Some(code) = req.code {
                     // Nothing counted this send (the store is down): nor
@@ -233,9 +255,24 @@ impl WindowStore for ResilientStore {
                         .map(|_| ConversionOutcome::open())
                         .collect(),
                     recorded: false,
+                    by_fallback: false,
                 })
             }
         }
+    }
+
+    /// Back to the store that recorded the reservation, and there only:
+    /// the other never counted it, and taking it back there would free a
+    /// slot on every meter and take a real send off the pumping guard's
+    /// counts. A failure leaves it counted (stricter, never looser).
+    async fn roll_back(&self, roll_back: &RollBack<'_>) {
+        if roll_back.by_fallback {
+            if let Some(local) = self.code_store() {
+                local.roll_back(roll_back).await;
+            }
+            return;
+        }
+        super::steps::roll_back(self, roll_back).await;
     }
 
     async fn login(&self, req: LoginRequest<'_>) -> Result<LoginOutcome, StoreError> {
@@ -301,8 +338,10 @@ impl WindowStore for ResilientStore {
         resilient!(self, |s| s.conversion_count(key, policy), open: Some(None))
     }
 
+    /// The primary's, or nothing, as [`ResilientStore::undo`].
     async fn conversion_undo(&self, key: &str, slice: u64) -> Result<(), StoreError> {
-        resilient!(self, |s| s.conversion_undo(key, slice), open: Some(()))
+        self.primary_only(self.primary.conversion_undo(key, slice))
+            .await
     }
 
     async fn conversion_success(

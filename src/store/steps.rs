@@ -12,7 +12,7 @@ use futures::future::join_all;
 
 use super::{
     ConversionOutcome, HitOutcome, HitRequest, HitVerdict, IpFailures, LoginAttemptRequest,
-    LoginOutcome, LoginRequest, ReserveOutcome, ReserveRequest, StoreError, WindowSpec,
+    LoginOutcome, LoginRequest, ReserveOutcome, ReserveRequest, RollBack, StoreError, WindowSpec,
     WindowStore,
 };
 
@@ -41,6 +41,7 @@ pub(super) async fn reserve<S: WindowStore + ?Sized>(
                 .collect(),
             conversions,
             recorded: false,
+            by_fallback: false,
         });
     }
 
@@ -99,6 +100,7 @@ pub(super) async fn reserve<S: WindowStore + ?Sized>(
         outcomes,
         conversions,
         recorded,
+        by_fallback: false,
     })
 }
 
@@ -120,6 +122,25 @@ async fn count_conversions<S: WindowStore + ?Sized>(
             Err(e) => {
                 tracing::warn!(request_id = %crate::telemetry::request_id(), error = %e, "could not count a send")
             }
+        }
+    }
+}
+
+/// [`WindowStore::roll_back`] by way of `store`'s `undo` and
+/// `conversion_undo`.
+pub(super) async fn roll_back<S: WindowStore + ?Sized>(store: &S, roll_back: &RollBack<'_>) {
+    let undos = roll_back
+        .subjects
+        .iter()
+        .map(|s| store.undo(s.key, roll_back.member, s.windows));
+    let uncounts = roll_back
+        .conversions
+        .iter()
+        .map(|&(key, slice)| store.conversion_undo(key, slice));
+    let (undone, uncounted) = futures::join!(join_all(undos), join_all(uncounts));
+    for result in undone.into_iter().chain(uncounted) {
+        if let Err(e) = result {
+            tracing::warn!(request_id = %crate::telemetry::request_id(), error = %e, "could not roll back a reservation");
         }
     }
 }

@@ -218,6 +218,24 @@ pub struct ReserveOutcome {
     /// The event was recorded in every subject and the code stored: every
     /// subject allowed it, or `force`. Otherwise nothing was written.
     pub recorded: bool,
+    /// It was recorded by the in-process store `store.on_error = "local"`
+    /// falls back to, not by the configured one: its roll-back goes there.
+    pub by_fallback: bool,
+}
+
+/// A recorded reservation to give back (its delivery failed), to the store
+/// that recorded it: `member` from every subject's windows, and one send
+/// from each conversion's slice.
+#[derive(Debug, Clone)]
+pub struct RollBack<'a> {
+    /// The subjects the event was recorded in.
+    pub subjects: Vec<SubjectWindows<'a>>,
+    /// The event's id in every subject.
+    pub member: &'a str,
+    /// Each conversion's key and the slice that counted the event.
+    pub conversions: Vec<(&'a str, u64)>,
+    /// As [`ReserveOutcome::by_fallback`] answered.
+    pub by_fallback: bool,
 }
 
 /// The answer of `WindowStore::otp_check`.

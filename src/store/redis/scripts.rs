@@ -338,6 +338,7 @@ fn reserve_answer(
         outcomes,
         conversions,
         recorded,
+        by_fallback: false,
     })
 }
 

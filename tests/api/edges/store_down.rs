@@ -4,10 +4,13 @@
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use serde_json::json;
-use tollgate::settings::{OnStoreError, Secret, SecretUrl};
+use std::time::Duration;
 
-use crate::support::app::{limits, spawn_app, Backend};
+use serde_json::json;
+use tollgate::domain::Algorithm;
+use tollgate::settings::{LimitSetting, OnStoreError, Secret, SecretUrl, SmsProviderKind};
+
+use crate::support::app::{limits, spawn_app, spawn_app_with_sms_provider, Backend};
 
 const PHONE: &str = "+8613800138000";
 
@@ -281,6 +284,136 @@ async fn ready_again(app: &crate::support::app::TestApp) -> bool {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
     false
+}
+
+/// An SMS webhook that answers 200 at once, or, while `hold` is set, says
+/// a request arrived and answers it 500 once `release` is notified.
+struct HeldWebhook {
+    url: String,
+    hold: Arc<AtomicBool>,
+    arrived: tokio::sync::mpsc::Receiver<()>,
+    release: Arc<tokio::sync::Notify>,
+}
+
+impl HeldWebhook {
+    async fn start() -> Self {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/sms", listener.local_addr().unwrap());
+        let hold = Arc::new(AtomicBool::new(false));
+        let (tell, arrived) = tokio::sync::mpsc::channel(4);
+        let release = Arc::new(tokio::sync::Notify::new());
+        let (held, released) = (hold.clone(), release.clone());
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                // The whole request (head and body) before an answer.
+                let mut request = Vec::new();
+                let mut chunk = [0u8; 4096];
+                while !whole_request(&request) {
+                    match socket.read(&mut chunk).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => request.extend_from_slice(&chunk[..n]),
+                    }
+                }
+                let status = if held.load(Ordering::SeqCst) {
+                    let _ = tell.send(()).await;
+                    released.notified().await;
+                    "500 Internal Server Error"
+                } else {
+                    "200 OK"
+                };
+                let answer =
+                    format!("HTTP/1.1 {status}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+                let _ = socket.write_all(answer.as_bytes()).await;
+            }
+        });
+        Self {
+            url,
+            hold,
+            arrived,
+            release,
+        }
+    }
+}
+
+/// Whether `request` holds an HTTP request's head and its whole body.
+fn whole_request(request: &[u8]) -> bool {
+    let Some(end) = request.windows(4).position(|w| w == b"\r\n\r\n") else {
+        return false;
+    };
+    let head = String::from_utf8_lossy(&request[..end]).to_ascii_lowercase();
+    let length = head
+        .lines()
+        .find_map(|line| line.strip_prefix("content-length:"))
+        .and_then(|n| n.trim().parse::<usize>().ok())
+        .unwrap_or(0);
+    request.len() >= end + 4 + length
+}
+
+/// A send the local store took while Redis did not answer, whose delivery
+/// fails once Redis answers again, is given back to the local store: Redis
+/// never counted it, and giving it back there would free a slot on a meter
+/// (and take a real send off the pumping guard's counts).
+#[tokio::test]
+async fn a_send_taken_locally_is_given_back_locally_when_its_delivery_fails() {
+    const IP: &str = "203.0.113.9";
+    let redis = PrivateRedis::start().await;
+    let mut hook = HeldWebhook::start().await;
+    let (redis_url, hook_url) = (redis.url(), hook.url.clone());
+    let app = spawn_app_with_sms_provider(Backend::Redis, move |s| {
+        s.store.redis_url = SecretUrl::new(redis_url);
+        s.store.timeout = Duration::from_millis(200);
+        s.store.on_error = OnStoreError::Local;
+        s.sms.code_secret = Secret::new("a-configured-secret");
+        s.sms.provider.kind = SmsProviderKind::Webhook;
+        s.sms.provider.url = hook_url.into();
+        s.sms.provider.timeout = Duration::from_secs(30);
+        s.sms.ip_limits = vec![LimitSetting {
+            algorithm: Algorithm::Gcra,
+            ..LimitSetting::new(2, Duration::from_secs(3600))
+        }];
+    })
+    .await;
+    let send = |phone: &'static str| app.sms_send(json!({ "phone": phone, "ip": IP }));
+    // The address's meter in Redis is full.
+    assert_eq!(send("+8613800138001").await.status, 200);
+    assert_eq!(send("+8613800138002").await.status, 200);
+    let full = send("+8613800138003").await;
+    assert_eq!(
+        (full.status.as_u16(), full.body["rule"].as_str()),
+        (429, Some("ip 2/1h"))
+    );
+
+    // Redis does not answer: the local store takes the send. Its delivery
+    // fails after Redis answers again.
+    hook.hold.store(true, Ordering::SeqCst);
+    redis.freeze();
+    let (failed, ready) = tokio::join!(send("+8613800138004"), async {
+        hook.arrived
+            .recv()
+            .await
+            .expect("the send reached the provider");
+        redis.thaw();
+        let ready = ready_again(&app).await;
+        hook.release.notify_one();
+        ready
+    });
+    assert!(ready, "Redis answers again");
+    assert_eq!(
+        (failed.status.as_u16(), failed.error()),
+        (502, "delivery_failed"),
+        "{}",
+        failed.body
+    );
+
+    hook.hold.store(false, Ordering::SeqCst);
+    let after = send("+8613800138005").await;
+    assert_eq!(
+        (after.status.as_u16(), after.body["rule"].as_str()),
+        (429, Some("ip 2/1h")),
+        "Redis's meter is as full as before: {}",
+        after.body
+    );
 }
 
 /// A code sent while Redis does not answer is kept in the local store

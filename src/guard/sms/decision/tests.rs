@@ -91,6 +91,7 @@ fn reservation(policy: &Policy, said: Said) -> Reservation<'_> {
         conversions,
         conversion_outcomes,
         recorded: allowed,
+        by_fallback: false,
         gate_open: false,
         refusal: refusal.map(|(window, kind)| Refusal {
             subject: phone(),
