@@ -20,6 +20,7 @@ use super::csrf;
 use super::gate::{self, Admin, Via};
 use super::pages::{current, html, logout_form, me, Refusal};
 use super::request::EventsQuery;
+use crate::admin::trail::export_subject;
 use crate::audit::query::Empty;
 use crate::domain::admin_role::Permission;
 use crate::domain::Subject;
@@ -207,11 +208,43 @@ async fn export_csv(state: web::Data<AppState>, req: HttpRequest) -> HttpRespons
         return Refusal::CrossSite.page(&req);
     }
     let exported = authenticate(&state, &req).and_then(|admin| {
-        let query = web::Query::<EventsQuery>::from_query(req.query_string())
+        let (token, filters) = export_token(req.query_string());
+        // The role first, so that a viewer's try is audited as theirs (they
+        // are shown no link, so have no token); then the token, which a
+        // browser that sends no `Sec-Fetch-Site` needs to tell the
+        // console's own link from another site's.
+        super::roles::require(&state, &admin, Permission::ExportCsv, &export_subject())?;
+        if !token.is_some_and(|t| csrf::verify(&admin.csrf_key, &export_subject(), &t, Utc::now()))
+        {
+            tracing::warn!(
+                request_id = %crate::telemetry::request_id(),
+                "console export refused: missing or bad CSRF token"
+            );
+            return Err(Refusal::Forbidden);
+        }
+        let query = web::Query::<EventsQuery>::from_query(&filters)
             .map_err(|e| ApiError::InvalidRequest(format!("invalid query: {e}")))?;
         Ok(super::export::csv(&state, &admin, &query, Empty::NoFilter)?)
     });
     exported.unwrap_or_else(|refusal| refusal.page(&req))
+}
+
+/// The query parameter that carries the export link's CSRF token.
+const EXPORT_TOKEN: &str = "csrf";
+
+/// The export link's CSRF token (the last one given), and the rest of the
+/// query: the event filters.
+fn export_token(query: &str) -> (Option<String>, String) {
+    let mut token = None;
+    let mut filters = form_urlencoded::Serializer::new(String::new());
+    for (name, value) in form_urlencoded::parse(query.as_bytes()) {
+        if name == EXPORT_TOKEN {
+            token = Some(value.into_owned());
+        } else {
+            filters.append_pair(&name, &value);
+        }
+    }
+    (token, filters.finish())
 }
 
 /// `POST /admin/logout` (the header's Sign out, with its CSRF token): ends

@@ -71,7 +71,7 @@ pub(super) enum Refusal {
     /// No or wrong credentials: 401 with a Basic challenge, so that a browser
     /// asks for them.
     Unauthorized,
-    /// The unblock form came without a valid CSRF token.
+    /// A form, or the CSV export link, came without a valid CSRF token.
     Forbidden,
     /// The browser says a page of another origin sent the request
     /// (`Sec-Fetch-Site` other than `same-origin` or `none`): nothing is
@@ -133,8 +133,8 @@ impl Refusal {
             Self::Forbidden => (
                 StatusCode::FORBIDDEN,
                 "Forbidden",
-                "The form's CSRF token is missing, wrong or expired: \
-                 reload the subject page and try again."
+                "The form's or link's CSRF token is missing, wrong or expired: \
+                 reload the page it was on and try again."
                     .to_string(),
             ),
             Self::Api(e) => {

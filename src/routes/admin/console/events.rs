@@ -6,10 +6,12 @@ use actix_web::{web, HttpRequest, HttpResponse, ResponseError};
 use chrono::Utc;
 
 use super::views::{self, BlockList, EventsPage, FilterForm};
-use super::{authenticate, html, me, Refusal, PAGE_SIZE};
+use super::{authenticate, html, me, Refusal, EXPORT_TOKEN, PAGE_SIZE};
+use crate::admin::trail::export_subject;
 use crate::audit::query::Empty;
 use crate::domain::admin_role::Permission;
 use crate::guard::pumping::LISTED_BLOCKS;
+use crate::routes::admin::csrf;
 use crate::routes::admin::request::EventsQuery;
 use crate::routes::AppState;
 
@@ -70,11 +72,15 @@ async fn show_events(state: &AppState, req: &HttpRequest) -> Result<HttpResponse
             .then(|| views::events_href(&parsed.filter, parsed.limit, None)),
         next_href: next_cursor.map(|c| views::events_href(&parsed.filter, parsed.limit, Some(&c))),
         export_href: admin.may(Permission::ExportCsv).then(|| {
-            views::events_href(&parsed.filter, parsed.limit, None).replacen(
-                "/admin",
-                "/admin/events.csv",
-                1,
-            )
+            let href = views::events_href(&parsed.filter, parsed.limit, None);
+            let token = csrf::issue(&admin.csrf_key, &export_subject(), Utc::now());
+            let token = form_urlencoded::Serializer::new(String::new())
+                .append_pair(EXPORT_TOKEN, &token)
+                .finish();
+            match href.split_once('?') {
+                Some((_, query)) => format!("/admin/events.csv?{query}&{token}"),
+                None => format!("/admin/events.csv?{token}"),
+            }
         }),
         me: me.clone(),
     };
