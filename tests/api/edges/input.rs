@@ -314,6 +314,12 @@ async fn only_application_json_is_accepted() {
         ("/login/attempt", "text/plain", 415),
         ("/sms/send", "application/json; charset=utf-8", 200),
         ("/sms/send", "Application/JSON", 200),
+        // White space around the `;` is allowed (RFC 9110 §8.3).
+        ("/login/check", "application/json ; charset=utf-8", 200),
+        ("/login/check", "application/json\t;x=y", 200),
+        ("/login/check", "application/json ", 200),
+        ("/login/check", "application/jsonx", 415),
+        ("/login/check", "application/json-seq", 415),
     ] {
         let body = match path {
             "/login/check" => json!({ "user": "alice" }).to_string(),
