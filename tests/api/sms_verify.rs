@@ -327,3 +327,31 @@ async fn an_expired_code_is_invalid_like_a_wrong_one() {
         .await;
     assert_eq!(answer.body, json!({ "valid": false, "attempts_left": 4 }));
 }
+
+/// So many tries that one code falls to a guesser more often than one time
+/// in 1,000 are refused at start-up, naming the key and the bound.
+#[test]
+fn more_tries_than_a_code_can_bear_are_refused() {
+    for (lines, expected) in [
+        (
+            "code_length = 4\nmax_verify_attempts = 11",
+            "invalid setting `sms.max_verify_attempts`: must be at most 10 with \
+             sms.code_length = 4: more tries guess one code in 1,000",
+        ),
+        (
+            "max_verify_attempts = 1001",
+            "invalid setting `sms.max_verify_attempts`: must be at most 1000 with \
+             sms.code_length = 6: more tries guess one code in 1,000",
+        ),
+    ] {
+        let error = crate::support::app::config_error(&format!("[sms]\n{lines}\n"));
+        assert_eq!(error, expected, "{lines}");
+    }
+    for lines in [
+        "code_length = 4\nmax_verify_attempts = 10",
+        "max_verify_attempts = 1000",
+    ] {
+        let loaded = crate::support::app::load_config(&format!("[sms]\n{lines}\n"));
+        assert!(loaded.is_ok(), "{lines}: {loaded:?}");
+    }
+}

@@ -258,6 +258,19 @@ impl Settings {
             ));
         }
         positive("sms.max_verify_attempts", sms.max_verify_attempts.into())?;
+        // Each try guesses one code of 10^code_length: past this, one code
+        // falls to a guesser more often than one time in 1,000.
+        let most_tries = 10u64.pow(sms.code_length) / 1_000;
+        if u64::from(sms.max_verify_attempts) > most_tries {
+            return Err(SettingsError::invalid(
+                "sms.max_verify_attempts",
+                format!(
+                    "must be at most {most_tries} with sms.code_length = {}: more tries \
+                     guess one code in 1,000",
+                    sms.code_length
+                ),
+            ));
+        }
         regions("sms.allowed_regions", &sms.allowed_regions)?;
         regions("sms.denied_regions", &sms.denied_regions)?;
         positive("sms.captcha_after", sms.captcha_after.into())?;
