@@ -414,6 +414,19 @@ async fn a_send_taken_locally_is_given_back_locally_when_its_delivery_fails() {
         "Redis's meter is as full as before: {}",
         after.body
     );
+
+    // And the local store has it back: its meter takes two sends again.
+    redis.freeze();
+    assert_eq!(send("+8613800138006").await.status, 200);
+    assert_eq!(send("+8613800138007").await.status, 200);
+    let local_full = send("+8613800138008").await;
+    redis.thaw();
+    assert_eq!(
+        (local_full.status.as_u16(), local_full.body["rule"].as_str()),
+        (429, Some("ip 2/1h")),
+        "{}",
+        local_full.body
+    );
 }
 
 /// A code sent while Redis does not answer is kept in the local store
