@@ -1,4 +1,6 @@
-//! CSRF tokens for the console's unblock form. Stateless: an HMAC-SHA256 keyed
+//! CSRF tokens for the console's forms and its CSV export link (the purpose
+//! below kept from when the unblock form was the only one: a new one would
+//! void every page open at an upgrade). Stateless: an HMAC-SHA256 keyed
 //! by the admin token the browser authenticates with, over the form's purpose,
 //! the subject and the time it was issued. A page from another site can make a
 //! browser send cached Basic credentials, but cannot read or forge the token;
