@@ -122,11 +122,32 @@ fn warn_of_codes_in_the_log(settings: &Settings) {
     }
 }
 
+/// With `captcha.kind = "none"` only the backend can say a captcha was
+/// passed (`captcha_passed`). Where browsers call `/sms/*` themselves
+/// (`server.keyless_sms`, or no keys on an address others reach) no
+/// caller of theirs can pass one, so every captcha tier refuses them as a
+/// limit would, and a few unverified sends put a victim's phone, or a
+/// surging country, out of reach for its window.
+fn warn_of_captchas_no_browser_can_pass(settings: &Settings) {
+    use crate::settings::CaptchaKind;
+    let server = &settings.server;
+    let browsers = server.keyless_sms
+        || (server.api_keys.is_empty() && !server.bind.ip().to_canonical().is_loopback());
+    if browsers && settings.captcha.kind == CaptchaKind::None {
+        tracing::warn!(
+            "browsers call /sms/* and captcha.kind is \"none\": no browser can pass a captcha, \
+             so every captcha tier (sms.captcha_after, the pumping guard's challenges) refuses them \
+             like a limit; set [captcha] (docs/integration.md)"
+        );
+    }
+}
+
 /// Settings that work but leave a production service open to misuse.
 fn warn_of_risky_settings(settings: &Settings) {
     warn_without_api_keys(settings);
     warn_of_admin_routes_on_a_public_bind(settings);
     warn_of_codes_in_the_log(settings);
+    warn_of_captchas_no_browser_can_pass(settings);
 }
 
 impl Application {

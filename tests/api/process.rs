@@ -494,6 +494,22 @@ async fn start_up_warns_of_codes_in_the_log_beside_a_redis_store() {
     );
 }
 
+/// Browsers calling `/sms/*` with `captcha.kind = "none"` can never pass a
+/// captcha tier: start-up says so; with a provider, or browsers kept out
+/// (keys, no `keyless_sms`), it does not.
+#[tokio::test]
+async fn start_up_warns_of_captchas_no_browser_can_pass() {
+    let key = "api_keys = [\"backend-key-0123456789\"]";
+    let keyless = format!("{key}\nkeyless_sms = true");
+    let turnstile = "[captcha]\nkind = \"turnstile\"\nsecret = \"turnstile-secret-0123\"\n";
+    let dirs = [(); 3].map(|_| tempfile::tempdir().unwrap());
+    let open = Tollgate::start(&config_file(dirs[0].path(), &keyless, "")).await;
+    let guarded = Tollgate::start(&config_file(dirs[1].path(), &keyless, turnstile)).await;
+    let keyed = Tollgate::start(&config_file(dirs[2].path(), key, "")).await;
+    let warned = |server: &Tollgate| server.lines("no browser can pass a captcha").len();
+    assert_eq!((warned(&open), warned(&guarded), warned(&keyed)), (1, 0, 0));
+}
+
 /// `/metrics` and the console answer on `server.bind` without
 /// `server.admin_bind`: start-up says so when that is not loopback.
 #[tokio::test]
