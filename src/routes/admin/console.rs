@@ -208,7 +208,7 @@ async fn export_csv(state: web::Data<AppState>, req: HttpRequest) -> HttpRespons
         return Refusal::CrossSite.page(&req);
     }
     let exported = authenticate(&state, &req).and_then(|admin| {
-        let (token, filters) = export_token(req.query_string());
+        let (token, filters) = csrf::split_query(req.query_string());
         // The role first, so that a viewer's try is audited as theirs (they
         // are shown no link, so have no token); then the token, which a
         // browser that sends no `Sec-Fetch-Site` needs to tell the
@@ -227,24 +227,6 @@ async fn export_csv(state: web::Data<AppState>, req: HttpRequest) -> HttpRespons
         Ok(super::export::csv(&state, &admin, &query, Empty::NoFilter)?)
     });
     exported.unwrap_or_else(|refusal| refusal.page(&req))
-}
-
-/// The query parameter that carries the export link's CSRF token.
-const EXPORT_TOKEN: &str = "csrf";
-
-/// The export link's CSRF token (the last one given), and the rest of the
-/// query: the event filters.
-fn export_token(query: &str) -> (Option<String>, String) {
-    let mut token = None;
-    let mut filters = form_urlencoded::Serializer::new(String::new());
-    for (name, value) in form_urlencoded::parse(query.as_bytes()) {
-        if name == EXPORT_TOKEN {
-            token = Some(value.into_owned());
-        } else {
-            filters.append_pair(&name, &value);
-        }
-    }
-    (token, filters.finish())
 }
 
 /// `POST /admin/logout` (the header's Sign out, with its CSRF token): ends

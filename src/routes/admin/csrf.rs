@@ -36,6 +36,23 @@ fn mac(key: &Secret, subject: &Subject, issued: i64) -> Hmac<Sha256> {
     mac
 }
 
+/// The query parameter that carries a link's token (the CSV export's).
+pub const QUERY_PARAMETER: &str = "csrf";
+
+/// A link's token (the last one given), and the rest of its query.
+pub fn split_query(query: &str) -> (Option<String>, String) {
+    let mut token = None;
+    let mut rest = form_urlencoded::Serializer::new(String::new());
+    for (name, value) in form_urlencoded::parse(query.as_bytes()) {
+        if name == QUERY_PARAMETER {
+            token = Some(value.into_owned());
+        } else {
+            rest.append_pair(&name, &value);
+        }
+    }
+    (token, rest.finish())
+}
+
 /// `<issued unix seconds>.<hex HMAC>`.
 pub fn issue(key: &Secret, subject: &Subject, now: DateTime<Utc>) -> String {
     let issued = now.timestamp();

@@ -45,6 +45,8 @@ use crate::settings::{Secret, CALLBACK_PATH};
 
 /// Where the console sends the browser when a page does not say.
 const HOME: &str = "/admin";
+/// The console's CSV export, whose link carries a CSRF token.
+const EXPORT_PATH: &str = "/admin/events.csv";
 
 /// What a session cookie admits.
 pub(super) type SessionAdmin = (Actor, Roles, Secret, Via);
@@ -119,11 +121,26 @@ fn return_path(raw: Option<&str>) -> String {
 /// Send the browser to the provider to sign in, then back to the page it
 /// asked for (a GET without credentials).
 pub(super) async fn start(state: &AppState, req: &HttpRequest) -> HttpResponse {
-    let here = match req.uri().query() {
-        Some(query) => format!("{}?{query}", req.uri().path()),
-        None => req.uri().path().to_string(),
-    };
+    let here = resume_at(req.uri().path(), req.uri().query());
     begin(state, req, &return_path(Some(&here))).await
+}
+
+/// The page a sign-in started at `path?query` comes back to: that page,
+/// but for the CSV export link, whose token was keyed by the session that
+/// ended (it would answer 403), the events page with the link's filters.
+fn resume_at(path: &str, query: Option<&str>) -> String {
+    match (path, query) {
+        (EXPORT_PATH, query) => {
+            let (_, filters) = super::csrf::split_query(query.unwrap_or(""));
+            if filters.is_empty() {
+                HOME.to_string()
+            } else {
+                format!("{HOME}?{filters}")
+            }
+        }
+        (path, Some(query)) => format!("{path}?{query}"),
+        (path, None) => path.to_string(),
+    }
 }
 
 async fn begin(state: &AppState, req: &HttpRequest, return_to: &str) -> HttpResponse {
@@ -404,6 +421,30 @@ mod tests {
             (None, "/admin"),
         ] {
             assert_eq!(return_path(raw), back, "{raw:?}");
+        }
+    }
+
+    /// A sign-in that an ended session's export link started comes back to
+    /// the events page with the link's filters, not to the export (whose
+    /// token the new session would refuse); any other page as it was.
+    #[test]
+    fn an_export_link_resumes_at_its_events_page() {
+        for (path, query, back) in [
+            (
+                "/admin/events.csv",
+                Some("decision=lock&csrf=1795993348.0837&subject=a%2Bb"),
+                "/admin?decision=lock&subject=a%2Bb",
+            ),
+            ("/admin/events.csv", Some("csrf=1.00"), "/admin"),
+            ("/admin/events.csv", None, "/admin"),
+            (
+                "/admin",
+                Some("decision=lock&csrf=x"),
+                "/admin?decision=lock&csrf=x",
+            ),
+            ("/admin/overview", None, "/admin/overview"),
+        ] {
+            assert_eq!(resume_at(path, query), back, "{path} {query:?}");
         }
     }
 }

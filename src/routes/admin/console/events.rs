@@ -6,7 +6,7 @@ use actix_web::{web, HttpRequest, HttpResponse, ResponseError};
 use chrono::Utc;
 
 use super::views::{self, BlockList, EventsPage, FilterForm};
-use super::{authenticate, html, me, Refusal, EXPORT_TOKEN, PAGE_SIZE};
+use super::{authenticate, html, me, Refusal, PAGE_SIZE};
 use crate::admin::trail::export_subject;
 use crate::audit::query::Empty;
 use crate::domain::admin_role::Permission;
@@ -75,7 +75,7 @@ async fn show_events(state: &AppState, req: &HttpRequest) -> Result<HttpResponse
             let href = views::events_href(&parsed.filter, parsed.limit, None);
             let token = csrf::issue(&admin.csrf_key, &export_subject(), Utc::now());
             let token = form_urlencoded::Serializer::new(String::new())
-                .append_pair(EXPORT_TOKEN, &token)
+                .append_pair(csrf::QUERY_PARAMETER, &token)
                 .finish();
             match href.split_once('?') {
                 Some((_, query)) => format!("/admin/events.csv?{query}&{token}"),
