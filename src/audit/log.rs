@@ -14,7 +14,7 @@ use chrono::{DateTime, Utc};
 use futures::Stream;
 
 use super::query::{Cursor, EventFilter};
-use super::read_turns::{ReadTurns, OVERVIEWS_AT_ONCE};
+use super::read_turns::{ReadTurns, Turn, OVERVIEWS_AT_ONCE};
 use super::stats::{Limits, Overview, Span};
 use super::{AuditDb, AuditError, AuditEvent};
 
@@ -41,6 +41,12 @@ pub struct AuditLog {
     overview_turns: ReadTurns,
     /// `audit.read_timeout`.
     bound: Duration,
+}
+
+/// `reader`'s turn among `turns`, or `ReadsBusy` (503) when not had
+/// within `wait`.
+async fn turn(turns: &ReadTurns, reader: &str, wait: Duration) -> Result<Turn, AuditError> {
+    turns.take(reader, wait).await.ok_or(AuditError::ReadsBusy)
 }
 
 fn position(event: &AuditEvent) -> Cursor {
@@ -71,11 +77,7 @@ impl AuditLog {
         limit: usize,
         wait: Duration,
     ) -> Result<Vec<AuditEvent>, AuditError> {
-        let _turn = self
-            .turns
-            .take(reader, wait)
-            .await
-            .ok_or(AuditError::ReadsBusy)?;
+        let _turn = turn(&self.turns, reader, wait).await?;
         self.db.page_within(filter, cursor, limit, self.bound).await
     }
 
@@ -111,12 +113,8 @@ impl AuditLog {
         now: DateTime<Utc>,
         limits: Limits,
     ) -> Result<Overview, AuditError> {
-        let _turn = self
-            .overview_turns
-            .take(reader, TURN_WAIT)
-            .await
-            .ok_or(AuditError::ReadsBusy)?;
-        self.db.overview_within(span, now, limits, self.bound).await
+        let _turn = turn(&self.overview_turns, reader, TURN_WAIT).await?;
+        self.db.overview(span, now, limits, self.bound).await
     }
 
     /// Every event after `cursor` that matches, at most `cap`, in pages,

@@ -20,6 +20,9 @@ use tollgate::settings::{AdminToken, NamedAdminToken, Secret};
 use crate::on_both_databases;
 use crate::support::app::{spawn_app_with_audit_db, Backend, TestApp, ADMIN_TOKEN};
 use crate::support::audit_db::{pg_pool, DbKind, TestDb};
+
+/// `audit.read_timeout` as shipped.
+const READ_BOUND: Duration = Duration::from_secs(10);
 use crate::support::audit_trail::{all_rows, assert_rollups_match};
 
 on_both_databases!(
@@ -386,7 +389,10 @@ async fn an_upgrade_from_the_unpartitioned_schema_keeps_every_row_and_rolls_it_u
     let now = Utc::now();
     let span = tollgate::audit::stats::Span::ending_at(now, 3_600_000, 24);
     let limits = tollgate::audit::stats::Limits { top: 10, locks: 10 };
-    let overview = audit.overview(&span, now, limits).await.unwrap();
+    let overview = audit
+        .overview(&span, now, limits, READ_BOUND)
+        .await
+        .unwrap();
     let locked: Vec<&str> = overview
         .locks
         .iter()

@@ -280,42 +280,22 @@ pub mod sqlite {
 
 impl AuditDb {
     /// The overview of `span` ([`Overview`]), and the locks still running at
-    /// `now`.
-    pub async fn overview(
-        &self,
-        span: &Span,
-        now: DateTime<Utc>,
-        limits: Limits,
-    ) -> Result<Overview, AuditError> {
-        self.overview_bounded(span, now, limits, None).await
-    }
-
-    /// The same, each statement ended by PostgreSQL at `bound`
+    /// `now`. On PostgreSQL each statement is ended at `bound`
     /// (`audit.read_timeout`), as an admin's page of events is, and the
     /// whole at twice it.
-    pub async fn overview_within(
+    pub async fn overview(
         &self,
         span: &Span,
         now: DateTime<Utc>,
         limits: Limits,
         bound: Duration,
     ) -> Result<Overview, AuditError> {
-        self.overview_bounded(span, now, limits, Some(bound)).await
-    }
-
-    async fn overview_bounded(
-        &self,
-        span: &Span,
-        now: DateTime<Utc>,
-        limits: Limits,
-        bound: Option<Duration>,
-    ) -> Result<Overview, AuditError> {
         match self {
             Self::Postgres(pool) => {
                 // As a page of events: closed, not pooled again, if the
                 // admin goes away mid-read or `BEGIN` fails.
                 let mut conn = super::closing::ClosedUnlessDone::acquire(pool).await?;
-                let mut tx = super::postgres::begin(&mut conn, bound).await?;
+                let mut tx = super::postgres::begin(&mut conn, Some(bound)).await?;
                 let read = async move {
                     let overview = postgres::overview(&mut tx, span, now, limits).await?;
                     tx.commit().await?;
@@ -324,15 +304,9 @@ impl AuditDb {
                 // The bound holds for each statement; the overview's several
                 // are given it once more in all, past which the connection
                 // is closed, not pooled.
-                let read = match bound {
-                    Some(bound) => {
-                        let whole = bound.saturating_mul(2);
-                        match tokio::time::timeout(whole, read).await {
-                            Ok(read) => read,
-                            Err(_) => return Err(AuditError::TimedOut(whole)),
-                        }
-                    }
-                    None => read.await,
+                let whole = bound.saturating_mul(2);
+                let Ok(read) = tokio::time::timeout(whole, read).await else {
+                    return Err(AuditError::TimedOut(whole));
                 };
                 conn.done();
                 read

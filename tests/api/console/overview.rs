@@ -72,6 +72,8 @@ fn ranked<T: Clone>(pairs: &[(T, u64)]) -> Vec<Ranked<T>> {
 }
 
 const TOP_TEN: Limits = Limits { top: 10, locks: 10 };
+/// `audit.read_timeout` as shipped.
+const READ_BOUND: std::time::Duration = std::time::Duration::from_secs(10);
 
 on_both_databases!(
     the_database_counts_refusals_per_hour_and_the_top_lists_exactly,
@@ -200,7 +202,10 @@ async fn the_database_counts_refusals_per_hour_and_the_top_lists_exactly(kind: D
         buckets: 3,
     };
     let now = at("2026-03-01T02:30:00Z");
-    let overview = audit.overview(&span, now, TOP_TEN).await.unwrap();
+    let overview = audit
+        .overview(&span, now, TOP_TEN, READ_BOUND)
+        .await
+        .unwrap();
 
     let count = |bucket, action, decision, count| BucketCount {
         bucket,
@@ -245,7 +250,7 @@ async fn the_database_counts_refusals_per_hour_and_the_top_lists_exactly(kind: D
     );
 
     let short = Limits { top: 1, locks: 1 };
-    let top_one = audit.overview(&span, now, short).await.unwrap();
+    let top_one = audit.overview(&span, now, short, READ_BOUND).await.unwrap();
     assert_eq!(top_one.subjects, ranked(&[(phone, 3)]));
     assert_eq!(top_one.ips.len(), 1);
     assert_eq!(top_one.prefixes.len(), 1);
@@ -294,7 +299,10 @@ async fn open_locks_are_those_not_run_out_nor_unblocked_latest_first(kind: DbKin
         subject: subject(kind, id),
         until: at(until),
     };
-    let overview = audit.overview(&span, now, TOP_TEN).await.unwrap();
+    let overview = audit
+        .overview(&span, now, TOP_TEN, READ_BOUND)
+        .await
+        .unwrap();
     assert_eq!(
         overview.locks,
         [
@@ -305,7 +313,7 @@ async fn open_locks_are_those_not_run_out_nor_unblocked_latest_first(kind: DbKin
         ]
     );
     let two = Limits { top: 10, locks: 2 };
-    let overview = audit.overview(&span, now, two).await.unwrap();
+    let overview = audit.overview(&span, now, two, READ_BOUND).await.unwrap();
     assert_eq!(overview.locks.len(), 2);
     assert_eq!(overview.locks[1].subject, subject(Ip, "203.0.113.9"));
     assert!(!overview.locks_cut);
@@ -316,7 +324,10 @@ async fn open_locks_are_those_not_run_out_nor_unblocked_latest_first(kind: DbKin
         .map(|_| lock("2026-03-01T11:59:00Z", subject(User, "mallory"), 10 * 60))
         .collect();
     audit.insert(&many, 7).await.unwrap();
-    let overview = audit.overview(&span, now, TOP_TEN).await.unwrap();
+    let overview = audit
+        .overview(&span, now, TOP_TEN, READ_BOUND)
+        .await
+        .unwrap();
     assert_eq!(
         overview.locks,
         [open("mallory", User, "2026-03-01T21:59:00Z")]
