@@ -133,8 +133,9 @@
 -- slice, after a count taken back, in a slice spanning two buckets or while
 -- an escalation is set, HGETALL (and HDEL of stale fields,
 -- with a surge HINCRBY of the bucket taught, and HSET of the sums made
--- again); HSET of the slice's count when recorded (and HSET and PEXPIRE
--- when renewed); DEL
+-- again; or, for a busy hash, DEL, HSET and PEXPIRE to write it again in
+-- the order a send reads it: see conv_read); HSET of the slice's count
+-- when recorded (and HSET and PEXPIRE when renewed); DEL
 -- (HDEL with a surge), HSET and PEXPIRE when it trips. A surge adds no call
 -- to an ordinary send.
 --
@@ -269,6 +270,9 @@ local function conv_read(o, key, min_events, ppm, slice_ms, slices, block_ms, su
   -- surge the stale slices' counts (slice -> count) and the buckets: each
   -- table made only when needed, an ordinary send makes none
   local events, successes, fields, doomed, raw, exp = 0, 0, EMPTY, nil, nil, false
+  -- read with the whole hash: the buckets of the history (bucket -> events)
+  -- and what this call teaches them, the previous slice's events
+  local buckets, taught, prev_e, first_bucket = nil, nil, 0, 0
   -- what the cache is made of: the current slice's counts, the taught events
   local cur_e, cur_s, taught_sum, normal = 0, 0, 0, 0
   if cached then
@@ -279,7 +283,8 @@ local function conv_read(o, key, min_events, ppm, slice_ms, slices, block_ms, su
     exp = got[2] and got[2] + 0
   else
     raw = call('HGETALL', key)
-    local old_e, old_s, buckets = nil, nil, nil
+    local old_e, old_s = nil, nil
+    local prev_s = fmt('%d', slice - 1)
     for j = 1, #raw, 2 do
       local kind, n = match(raw[j], '^([esn]):(%d+)$')
       if kind == nil then
@@ -300,7 +305,8 @@ local function conv_read(o, key, min_events, ppm, slice_ms, slices, block_ms, su
         end
       elseif kind == 'e' then
         events = events + tonumber(raw[j + 1])
-        if n == slice_s then cur_e = tonumber(raw[j + 1]) end
+        if n == slice_s then cur_e = tonumber(raw[j + 1])
+        elseif n == prev_s then prev_e = tonumber(raw[j + 1]) end
       else
         successes = successes + tonumber(raw[j + 1])
         if n == slice_s then cur_s = tonumber(raw[j + 1]) end
@@ -308,7 +314,6 @@ local function conv_read(o, key, min_events, ppm, slice_ms, slices, block_ms, su
     end
     if surge then
       -- teach the normal what left the window, then read the last seven buckets
-      local taught = nil
       for n, e in pairs(old_e or EMPTY) do
         if e > 0 and ((old_s or EMPTY)[n] or 0) * 1000000 >= ppm * e then
           local b = floor(tonumber(n) * slice_ms / bucket_ms)
@@ -318,14 +323,12 @@ local function conv_read(o, key, min_events, ppm, slice_ms, slices, block_ms, su
       end
       if taught then
         buckets = buckets or {}
-        for b, e in pairs(taught) do
-          call('HINCRBY', key, 'n:' .. fmt('%d', b), e)
-          buckets[b] = (buckets[b] or 0) + e
-        end
+        for b, e in pairs(taught) do buckets[b] = (buckets[b] or 0) + e end
       end
       local current = floor(now / bucket_ms)
+      first_bucket = current - 7
       for b, e in pairs(buckets or EMPTY) do
-        if b < current - 7 then
+        if b < first_bucket then
           doomed = doomed or {}
           doomed[#doomed + 1] = 'n:' .. fmt('%d', b)
         elseif b < current then
@@ -395,15 +398,54 @@ local function conv_read(o, key, min_events, ppm, slice_ms, slices, block_ms, su
     call('DEL', key)
     doomed = nil
   end
-  if doomed then call('HDEL', key, unpack(doomed)) end
   -- the sums as of this slice, made again (none for a hash without an
   -- expiry yet: its first count sets one; none while an escalation is set,
   -- which reads the whole hash anyway)
-  if not cached and not set and not until_at and exp then
-    if surge then
+  local resum = not cached and not set and not until_at and exp
+  if resum and prev_e >= 16 then
+    -- The hash is a listpack: a field is found by a scan from its first,
+    -- and the fields a send reads and writes are its sums and its current
+    -- slice's counts, which a hash made field by field keeps last, after
+    -- every live slice and bucket (some forty fields in a country's hash:
+    -- 17 k of Redis's instructions a send). A hash busy enough to be read
+    -- again within the slice (16 events in the slice before) is written
+    -- again here, those fields first: the sums, the current slice's counts
+    -- (made 0 when absent: a zero count is no count wherever one is read),
+    -- then the live slices, the buckets (with what this call taught them)
+    -- and any other field; its expiry stays "exp". A quiet hash, read
+    -- about once a slice, keeps its order: the rewrite would cost it more
+    -- than the scans. Written out here, not as a function of its own: a
+    -- closure is made at every call, whether it runs or not.
+    local f = { 'cur', slice_s, 'exp', fmt('%d', exp), 'be', fmt('%d', events - cur_e),
+      'bs', fmt('%d', successes - cur_s) }
+    if surge then f[#f + 1] = 'nt'; f[#f + 1] = fmt('%d', taught_sum) end
+    f[#f + 1] = e_cur; f[#f + 1] = fmt('%d', cur_e)
+    f[#f + 1] = s_cur; f[#f + 1] = fmt('%d', cur_s)
+    -- the sums, written above, and an ended escalation's fields (doomed)
+    local drop = { cur = 1, exp = 1, be = 1, bs = 1, nt = 1, ['until'] = 1, events = 1,
+      successes = 1, shadow = 1, level = 1, normal = 1, from = 1 }
+    for j = 1, #raw, 2 do
+      local name = raw[j]
+      local kind, n = match(name, '^([esn]):(%d+)$')
+      if kind == nil then
+        if not drop[name] then f[#f + 1] = name; f[#f + 1] = raw[j + 1] end
+      elseif kind ~= 'n' and n ~= slice_s and tonumber(n) >= oldest then
+        f[#f + 1] = name; f[#f + 1] = raw[j + 1]
+      end
+    end
+    for b, e in pairs(buckets or EMPTY) do
+      if b >= first_bucket then f[#f + 1] = 'n:' .. fmt('%d', b); f[#f + 1] = fmt('%d', e) end
+    end
+    call('DEL', key)
+    call('HSET', key, unpack(f))
+    call('PEXPIRE', key, fmt('%d', max(exp - now, 1)))
+  else
+    for b, e in pairs(taught or EMPTY) do call('HINCRBY', key, 'n:' .. fmt('%d', b), e) end
+    if doomed then call('HDEL', key, unpack(doomed)) end
+    if resum and surge then
       call('HSET', key, 'cur', slice_s, 'be', fmt('%d', events - cur_e),
         'bs', fmt('%d', successes - cur_s), 'nt', fmt('%d', taught_sum))
-    else
+    elseif resum then
       call('HSET', key, 'cur', slice_s, 'be', fmt('%d', events - cur_e),
         'bs', fmt('%d', successes - cur_s))
     end

@@ -265,8 +265,11 @@ def conversion_history(port):
     rewritten in place since, then the buckets, then the slices, oldest
     first, as they come and go at the end. The sums are stale ("cur" 0), so
     the first send makes them again in place, as the first send of a
-    slice does. scripts/conversion-order.py prints a running service's
-    order. (The first version of this history put the sums last and the
+    slice does; finding the slice before it busy, it writes each hash
+    again with the sums and the current slice first (lua/reserve.lua, as
+    a running service's first send of a busy slice does), and the sends
+    after it read that order. scripts/conversion-order.py prints a running
+    service's order. (The first version of this history put the sums last and the
     current slice's counts first, where a send finds them at once; a
     running service's current slice is last, after every live slice of
     the same length, each compared: in that order a send costs Redis

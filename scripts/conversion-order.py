@@ -11,10 +11,12 @@ PostgreSQL for the audit trail), the pumping window shrunk to 12 s (slices
 of 1 s) and the country's history to 2016 s (buckets of 288 s, 24 windows,
 as a day is to the default hour), sends codes for `--seconds` so that
 slices come and go, and prints each conversion hash's fields in their
-order (HGETALL answers in listpack order). It verifies no code, so no
-"s:" field shows (a slice's is made at its first verify, after its "e:"),
-and a bucket's "n:" field shows only when a bucket ends during the run
-(its first slice gone stale adds it, after the live slices of the time).
+order (HGETALL answers in listpack order). It verifies no code, so an
+"s:" field shows only where a busy hash was written again at the first
+send of a slice (lua/reserve.lua: the sums and that slice's counts first,
+made 0 when absent; a quiet hash makes a slice's "s:" at its first verify,
+after its "e:"), and a bucket's "n:" field shows only when a bucket ends
+during the run (its first slice gone stale adds it).
 
     scripts/conversion-order.py --tollgate target/dist/tollgate [--seconds 30]
 

@@ -406,3 +406,180 @@ async fn a_challenge_tripped_from_the_sums_is_seen_by_the_next_send() {
     let _ = raw.quit().await;
     b.cleanup().await;
 }
+
+/// A conversion hash a send reads often is written again, at the first
+/// send of a slice, with what a send reads first: its sums, then the
+/// current slice's counts (a listpack is scanned from its first field, and
+/// a hash made field by field keeps them last, after some forty others in
+/// a country's). Nothing else changes: the live slices, the buckets with
+/// what this send taught them, any other field, the answer, the expiry. A
+/// quiet hash (fewer than 16 events in the slice before) keeps its order.
+#[tokio::test]
+async fn a_busy_conversion_is_written_again_in_the_order_a_send_reads_it() {
+    let b = StoreUnderTest::redis().await;
+    let raw = raw_client().await;
+    // Five-minute slices, buckets of an hour; one slice for the whole test.
+    let policy = ConversionPolicy {
+        min_events: 1_000_000,
+        min_ratio_ppm: 500_000,
+        window_ms: 3_600_000,
+        block_ms: 60_000,
+        surge: Some(Surge {
+            factor_milli: 2_000,
+            history_ms: 7 * 3_600_000,
+            block: true,
+        }),
+    };
+    start_early_in_a_slice(&raw, policy.slice_ms()).await;
+    let slice_ms = policy.slice_ms();
+    let bucket_ms = policy.bucket_ms().expect("a surge");
+    // One count for the slice now; the hash is then made again by hand in
+    // a running service's order: its expiry and stale sums first, the
+    // buckets, the slices oldest first, the current one last.
+    let fields_in_order = async |key: &str, before: u64| -> Vec<(String, String)> {
+        let slice = conversions::count(&b, key, &policy).await;
+        let exp: i64 = raw.hget(key, "exp").await.expect("HGET");
+        let mut fields = vec![
+            ("exp".to_string(), exp.to_string()),
+            ("cur".to_string(), "0".to_string()),
+            ("be".to_string(), "0".to_string()),
+            ("bs".to_string(), "0".to_string()),
+            ("nt".to_string(), "0".to_string()),
+            ("x-later".to_string(), "kept".to_string()),
+        ];
+        // a bucket too old to keep, seven the normal reads, today's
+        let first = slice * slice_ms / bucket_ms - 8;
+        for bucket in first..=first + 8 {
+            fields.push((format!("n:{bucket}"), "100".to_string()));
+        }
+        // a stale slice that teaches its bucket 10, then eleven live ones
+        fields.push((format!("e:{}", slice - 12), "10".to_string()));
+        fields.push((format!("s:{}", slice - 12), "10".to_string()));
+        for back in (1..12).rev() {
+            let events = if back == 1 { before } else { 3 };
+            fields.push((format!("e:{}", slice - back), events.to_string()));
+            fields.push((format!("s:{}", slice - back), "1".to_string()));
+        }
+        fields.push((format!("e:{slice}"), "1".to_string()));
+        raw.del::<(), _>(key).await.expect("DEL");
+        // HSET by hand: fred's map of fields would not keep their order
+        let mut args = vec![key.to_string()];
+        args.extend(fields.iter().flat_map(|(n, v)| [n.clone(), v.clone()]));
+        raw.custom::<(), _>(fred::cmd!("HSET"), args)
+            .await
+            .expect("HSET");
+        raw.pexpire_at::<(), _>(key, exp, None)
+            .await
+            .expect("PEXPIRE_AT");
+        fields
+    };
+    let read_all = async |key: &str| -> Vec<(String, String)> {
+        let flat: Vec<String> = raw
+            .custom(fred::cmd!("HGETALL"), vec![key.to_string()])
+            .await
+            .expect("HGETALL");
+        flat.chunks(2)
+            .map(|p| (p[0].clone(), p[1].clone()))
+            .collect()
+    };
+
+    let busy = b.keys.window("country", "FR", "conversion");
+    let seeded = fields_in_order(&busy, 16).await;
+    let outcome = conversions::hit(&b, &busy, &policy, false).await;
+    // 10 * 3 + 16 + 1 events, 11 successes in the live slices
+    assert_eq!((outcome.events, outcome.successes), (47, 11));
+    let slice = outcome_slice(&seeded);
+    let rewritten = read_all(&busy).await;
+    let names: Vec<&str> = rewritten.iter().map(|(n, _)| n.as_str()).collect();
+    let current_e = format!("e:{slice}");
+    let current_s = format!("s:{slice}");
+    assert_eq!(
+        names[..7],
+        ["cur", "exp", "be", "bs", "nt", &current_e, &current_s],
+        "what a send reads comes first: {names:?}"
+    );
+    let value = |name: &str| {
+        rewritten
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    };
+    assert_eq!(value("cur"), Some(slice.to_string().as_str()));
+    assert_eq!((value("be"), value("bs")), (Some("46"), Some("11")));
+    assert_eq!(
+        (value(&current_e), value(&current_s)),
+        (Some("1"), Some("0"))
+    );
+    assert_eq!(
+        value("nt"),
+        Some("710"),
+        "the seven buckets before today's, one taught 10"
+    );
+    assert_eq!(value("x-later"), Some("kept"));
+    let first_bucket = slice * slice_ms / bucket_ms - 8;
+    assert_eq!(
+        value(&format!("n:{first_bucket}")),
+        None,
+        "a bucket too old"
+    );
+    assert_eq!(value(&format!("e:{}", slice - 12)), None, "a stale slice");
+    let taught = format!("n:{}", (slice - 12) * slice_ms / bucket_ms);
+    assert_eq!(
+        value(&taught),
+        Some("110"),
+        "the stale slice taught its bucket"
+    );
+    for (name, old) in &seeded {
+        let dropped = name == &format!("n:{first_bucket}")
+            || name.ends_with(&format!(":{}", slice - 12))
+            || ["cur", "be", "bs", "nt"].contains(&name.as_str())
+            || name == &taught;
+        if !dropped {
+            assert_eq!(value(name), Some(old.as_str()), "{name} kept as it was");
+        }
+    }
+    assert_eq!(
+        rewritten.len(),
+        seeded.len() - 3 + 1,
+        "the stale fields gone, s:<now> made"
+    );
+    let pttl: i64 = raw.pttl(&busy).await.expect("PTTL");
+    let exp: i64 = value("exp").and_then(|e| e.parse().ok()).expect("exp");
+    let (secs, micros): (i64, i64) = raw
+        .custom(fred::cmd!("TIME"), Vec::<String>::new())
+        .await
+        .expect("TIME");
+    let left = exp - (secs * 1_000 + micros / 1_000);
+    assert!(
+        (left - 2_000..=left + 1).contains(&pttl),
+        "the key expires at its exp: {pttl} ms left, exp in {left}"
+    );
+    // Read from the sums now, and counted where the send found it.
+    let again = conversions::hit(&b, &busy, &policy, false).await;
+    assert_eq!((again.events, again.successes), (47, 11));
+    conversions::count(&b, &busy, &policy).await;
+    let after: Vec<String> = read_all(&busy).await.into_iter().map(|(n, _)| n).collect();
+    assert_eq!(after[5], current_e, "no field appended: {after:?}");
+
+    let quiet = b.keys.window("country", "DE", "conversion");
+    fields_in_order(&quiet, 15).await;
+    conversions::hit(&b, &quiet, &policy, false).await;
+    let kept: Vec<String> = read_all(&quiet).await.into_iter().map(|(n, _)| n).collect();
+    assert_eq!(
+        kept.last(),
+        Some(&current_e),
+        "a quiet hash keeps its order: {kept:?}"
+    );
+    assert_eq!(kept[0], "exp");
+    let _ = raw.quit().await;
+    b.cleanup().await;
+}
+
+/// The current slice of a hash `fields_in_order` made: its last field's.
+fn outcome_slice(fields: &[(String, String)]) -> u64 {
+    fields
+        .last()
+        .and_then(|(name, _)| name.strip_prefix("e:"))
+        .and_then(|n| n.parse().ok())
+        .expect("the current slice last")
+}
