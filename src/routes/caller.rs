@@ -155,6 +155,19 @@ pub enum AdminCredential {
     Jwt(String),
 }
 
+/// What a public request's `Authorization` came to ([`Access::check_key`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyCheck {
+    /// No API keys are configured: the backend is whoever calls straight
+    /// from loopback.
+    NoKeys,
+    /// One of the configured keys: the backend.
+    Key,
+    /// `server.keyless_sms`: a browser's `/sms/*` request, without
+    /// `Authorization`.
+    Keyless,
+}
+
 /// Who may call what, and from which client IP, as `[server]` says: API
 /// keys, admin tokens and trusted proxies.
 pub struct Access {
@@ -247,54 +260,54 @@ impl Access {
                 .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"https"))
     }
 
-    /// Authenticate a public request and work out its client IP. `body_ip`
-    /// counts only with an API key (DESIGN.md §3: a loopback backend without
-    /// keys reports no one else's address).
+    /// Check a public request's API key, before its body is read
+    /// (`routes::api_key`). `keyless`: on the routes a browser may call,
+    /// `/sms/send` and `/sms/verify`, where with `server.keyless_sms` a
+    /// request without an `Authorization` header is a browser's even where
+    /// keys are configured.
+    pub fn check_key(&self, req: &HttpRequest, keyless: bool) -> Result<KeyCheck, ApiError> {
+        if self.api_keys.is_empty() {
+            return Ok(KeyCheck::NoKeys);
+        }
+        if keyless && self.keyless_sms && !req.headers().contains_key(header::AUTHORIZATION) {
+            return Ok(KeyCheck::Keyless);
+        }
+        if self.api_keys.admits(req) {
+            Ok(KeyCheck::Key)
+        } else {
+            Err(ApiError::Unauthorized)
+        }
+    }
+
+    /// Who called, once [`check_key`](Self::check_key) let the request
+    /// in, and its client IP. `body_ip` counts only with an API key
+    /// (DESIGN.md §3: a loopback backend without keys reports no one
+    /// else's address). A keyless browser's address is its peer's (or a
+    /// trusted proxy's word), never the body's, and it is no backend: not
+    /// even from loopback, since with keys a backend shows one.
     pub fn caller(
         &self,
         req: &HttpRequest,
+        key: KeyCheck,
         body_ip: Option<&str>,
     ) -> Result<RequestInfo, ApiError> {
-        let with_key = !self.api_keys.is_empty();
-        if with_key && !self.api_keys.admits(req) {
-            return Err(ApiError::Unauthorized);
-        }
-        // A request that got past the check above carries a key, when keys
-        // are configured: it is the backend without checking the key again.
-        let backend = with_key || self.is_loopback_backend(req);
-        // Without a key the body's `ip` is ignored altogether (DESIGN.md §3),
-        // checked or not: a browser's placeholder must not fail its send.
-        let ip = match body_ip {
-            Some(raw) if with_key => Some(
-                ClientIp::parse(raw)
-                    .ok_or_else(|| ApiError::InvalidRequest("ip is not an IP address".into()))?,
-            ),
-            _ => self.peer_ip(req),
+        let (backend, ip) = match key {
+            KeyCheck::Key => {
+                let ip = match body_ip {
+                    Some(raw) => Some(ClientIp::parse(raw).ok_or_else(|| {
+                        ApiError::InvalidRequest("ip is not an IP address".into())
+                    })?),
+                    None => self.peer_ip(req),
+                };
+                (true, ip)
+            }
+            // Without a key the body's `ip` is ignored altogether, checked
+            // or not: a browser's placeholder must not fail its send.
+            KeyCheck::NoKeys => (self.is_loopback_backend(req), self.peer_ip(req)),
+            KeyCheck::Keyless => (false, self.peer_ip(req)),
         };
         let mut info = self.info(req, ip);
         info.backend = backend;
-        Ok(info)
-    }
-
-    /// [`caller`](Self::caller) for the routes a browser may call,
-    /// `/sms/send` and `/sms/verify`: with `server.keyless_sms`, a request
-    /// without an `Authorization` header is a browser's even where keys are
-    /// configured. Its address is its peer's (or a trusted proxy's word),
-    /// never the body's, and it is no backend: not even from loopback, since
-    /// with keys a backend shows one.
-    pub fn browser_caller(
-        &self,
-        req: &HttpRequest,
-        body_ip: Option<&str>,
-    ) -> Result<RequestInfo, ApiError> {
-        let keyless = self.keyless_sms
-            && !self.api_keys.is_empty()
-            && !req.headers().contains_key(header::AUTHORIZATION);
-        if !keyless {
-            return self.caller(req, body_ip);
-        }
-        let mut info = self.info(req, self.peer_ip(req));
-        info.backend = false;
         Ok(info)
     }
 

@@ -6,6 +6,7 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use serde::Deserialize;
 use utoipa::ToSchema;
 
+use super::api_key::BackendKey;
 use super::{json, post, schemas, AppState};
 use crate::captcha::CaptchaProof;
 use crate::domain::{EmailAddress, Username};
@@ -88,9 +89,10 @@ fn parse_user(raw: &str) -> Result<Username, ApiError> {
 async fn check(
     state: web::Data<AppState>,
     req: HttpRequest,
+    key: BackendKey,
     body: json::Body<CheckBody>,
 ) -> Result<HttpResponse, ApiError> {
-    let info = backend_only(state.access.caller(&req, body.ip.as_deref())?)?;
+    let info = backend_only(state.access.caller(&req, key.0, body.ip.as_deref())?)?;
     let user = parse_user(&body.user)?;
     let login_state = count(Route::LoginCheck, state.login.check(&user, &info).await)?;
     Ok(answer(&login_state))
@@ -122,10 +124,11 @@ async fn check(
 async fn attempt(
     state: web::Data<AppState>,
     req: HttpRequest,
+    key: BackendKey,
     body: json::Body<AttemptBody>,
 ) -> Result<HttpResponse, ApiError> {
     let body = body.into_inner();
-    let info = backend_only(state.access.caller(&req, body.ip.as_deref())?)?;
+    let info = backend_only(state.access.caller(&req, key.0, body.ip.as_deref())?)?;
     let user = parse_user(&body.user)?;
     let notify_email = body
         .notify_email

@@ -2,6 +2,7 @@
 //! guard and map the outcome to a response.
 
 pub mod admin;
+mod api_key;
 mod caller;
 pub mod cors;
 pub mod http_metrics;

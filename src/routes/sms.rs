@@ -6,6 +6,7 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use super::api_key::PublicKey;
 use super::cors::CorsOrigins;
 use super::schemas::{self, RateLimitedError};
 use super::{json, post, AppState};
@@ -135,10 +136,11 @@ pub struct VerifyResult {
 async fn send(
     state: web::Data<AppState>,
     req: HttpRequest,
+    key: PublicKey,
     body: json::Body<SendBody>,
 ) -> Result<HttpResponse, ApiError> {
     let body = body.into_inner();
-    let info = state.access.browser_caller(&req, body.ip.as_deref())?;
+    let info = state.access.caller(&req, key.0, body.ip.as_deref())?;
     if body.captcha_passed.is_some() && !info.backend {
         // A browser could say anything here: with a captcha provider it sends
         // `captcha_token`, which tollgate checks itself.
@@ -262,10 +264,11 @@ fn push_json_str(json: &mut String, text: &str) {
 async fn verify(
     state: web::Data<AppState>,
     req: HttpRequest,
+    key: PublicKey,
     body: json::Body<VerifyBody>,
 ) -> Result<HttpResponse, ApiError> {
     let body = body.into_inner();
-    let info = state.access.browser_caller(&req, body.ip.as_deref())?;
+    let info = state.access.caller(&req, key.0, body.ip.as_deref())?;
     let phone = PhoneNumber::parse(&body.phone)?;
     // As the document says: at most 64 characters as given, not all white
     // space; compared without the white space around it.

@@ -3,7 +3,7 @@
 
 use serde_json::json;
 
-use crate::support::app::{limits, spawn_app, Backend};
+use crate::support::app::{limits, spawn_app, Backend, API_KEY};
 
 const PHONE: &str = "+8613800138000";
 
@@ -33,6 +33,72 @@ async fn api_keys_are_required_when_configured() {
         )
         .await;
     assert_eq!(right.status, 200);
+}
+
+/// The API key is checked before the body is read: a caller with a wrong
+/// key or none gets 401 whatever it sent (malformed JSON, an unknown field,
+/// another media type, a body over the limit), never the 400, 413 or 415
+/// that would tell it about the body. With `server.keyless_sms` a browser
+/// without `Authorization` gets to the body on `/sms/*` only.
+#[tokio::test]
+async fn the_api_key_is_checked_before_the_body() {
+    for keyless_sms in [false, true] {
+        let app = spawn_app(Backend::Memory, |s| s.server.keyless_sms = keyless_sms).await;
+        let bodies = [
+            ("application/json", "{not json".to_string()),
+            ("application/json", r#"{"unknown": 1}"#.to_string()),
+            ("text/plain", "{}".to_string()),
+            (
+                "application/json",
+                format!(r#"{{"user": "{}"}}"#, "a".repeat(20_000)),
+            ),
+        ];
+        for path in ["/login/check", "/login/attempt", "/sms/send", "/sms/verify"] {
+            let url = format!("{}{path}", app.address);
+            let post = |kind: &str, body: &str, key: Option<&str>| {
+                let mut request = app
+                    .client
+                    .post(&url)
+                    .header("content-type", kind)
+                    .body(body.to_string());
+                if let Some(key) = key {
+                    request = request.bearer_auth(key);
+                }
+                app.send_raw(request)
+            };
+            let browser_passes = keyless_sms && path.starts_with("/sms/");
+            for (kind, body) in &bodies {
+                let wrong = post(kind, body, Some("test-api-kez")).await;
+                assert_eq!(
+                    (wrong.status.as_u16(), wrong.error()),
+                    (401, "unauthorized"),
+                    "{path} {kind} with a wrong key: {}",
+                    wrong.body
+                );
+                let none = post(kind, body, None).await;
+                if browser_passes {
+                    assert!(
+                        [400, 413, 415].contains(&none.status.as_u16()),
+                        "{path}: a keyless browser's body is read: {}",
+                        none.body
+                    );
+                } else {
+                    assert_eq!(
+                        (none.status.as_u16(), none.error()),
+                        (401, "unauthorized"),
+                        "{path} {kind} without a key: {}",
+                        none.body
+                    );
+                }
+            }
+            let read = post("application/json", "{not json", Some(API_KEY)).await;
+            assert_eq!(
+                (read.status.as_u16(), read.error()),
+                (400, "invalid_request"),
+                "{path} with the key: the body is read"
+            );
+        }
+    }
 }
 
 /// The trust boundary with no API keys: the login backend calling from
