@@ -402,7 +402,7 @@ local function conv_read(o, key, min_events, ppm, slice_ms, slices, block_ms, su
   -- expiry yet: its first count sets one; none while an escalation is set,
   -- which reads the whole hash anyway)
   local resum = not cached and not set and not until_at and exp
-  if resum and prev_e >= 16 then
+  if resum and prev_e >= 16 and got[1] ~= slice_s then
     -- The hash is a listpack: a field is found by a scan from its first,
     -- and the fields a send reads and writes are its sums and its current
     -- slice's counts, which a hash made field by field keeps last, after
@@ -414,16 +414,18 @@ local function conv_read(o, key, min_events, ppm, slice_ms, slices, block_ms, su
     -- then the live slices, the buckets (with what this call taught them)
     -- and any other field; its expiry stays "exp". A quiet hash, read
     -- about once a slice, keeps its order: the rewrite would cost it more
-    -- than the scans. Written out here, not as a function of its own: a
-    -- closure is made at every call, whether it runs or not.
+    -- than the scans. Once a slice: in a slice that spans two buckets
+    -- every send reads the whole hash, and only the first, which finds
+    -- "cur" stale, writes it again.
     local f = { 'cur', slice_s, 'exp', fmt('%d', exp), 'be', fmt('%d', events - cur_e),
       'bs', fmt('%d', successes - cur_s) }
     if surge then f[#f + 1] = 'nt'; f[#f + 1] = fmt('%d', taught_sum) end
     f[#f + 1] = e_cur; f[#f + 1] = fmt('%d', cur_e)
     f[#f + 1] = s_cur; f[#f + 1] = fmt('%d', cur_s)
-    -- the sums, written above, and an ended escalation's fields (doomed)
-    local drop = { cur = 1, exp = 1, be = 1, bs = 1, nt = 1, ['until'] = 1, events = 1,
-      successes = 1, shadow = 1, level = 1, normal = 1, from = 1 }
+    -- the sums, written above, and an ended escalation's fields (doomed);
+    -- without a surge "nt" is left as it was, as the sums' HSET leaves it
+    local drop = { cur = 1, exp = 1, be = 1, bs = 1, nt = surge and 1 or nil, ['until'] = 1,
+      events = 1, successes = 1, shadow = 1, level = 1, normal = 1, from = 1 }
     for j = 1, #raw, 2 do
       local name = raw[j]
       local kind, n = match(name, '^([esn]):(%d+)$')

@@ -583,3 +583,101 @@ fn outcome_slice(fields: &[(String, String)]) -> u64 {
         .and_then(|n| n.parse().ok())
         .expect("the current slice last")
 }
+
+/// The rewrite of a busy conversion hash happens once a slice: in a slice
+/// that spans two buckets of the history every send reads the whole hash,
+/// and only the first, which finds the sums stale, writes it again. And it
+/// leaves alone what is not its to drop: without a surge, an "nt" field.
+#[tokio::test]
+async fn a_busy_conversion_is_written_again_once_a_slice_and_only_what_it_owns() {
+    let b = StoreUnderTest::redis().await;
+    let raw = raw_client().await;
+    let surge = |history_ms| Surge {
+        factor_milli: 2_000,
+        history_ms,
+        block: true,
+    };
+    // Buckets of 100 s, shorter than a slice of 5 minutes: every slice
+    // spans several.
+    let spanning = ConversionPolicy {
+        min_events: 1_000_000,
+        min_ratio_ppm: 500_000,
+        window_ms: 3_600_000,
+        block_ms: 60_000,
+        surge: Some(surge(700_000)),
+    };
+    let plain = ConversionPolicy {
+        surge: None,
+        ..spanning
+    };
+    start_early_in_a_slice(&raw, spanning.slice_ms()).await;
+    let names = async |key: &str| -> Vec<String> {
+        let flat: Vec<String> = raw
+            .custom(fred::cmd!("HGETALL"), vec![key.to_string()])
+            .await
+            .expect("HGETALL");
+        flat.into_iter().step_by(2).collect()
+    };
+    // A busy hash with stale sums: 20 sends in the slice before, a bucket
+    // the normal reads, and for the plain one an "nt" of another policy.
+    let seed = async |key: &str, policy: &ConversionPolicy| {
+        let slice = conversions::count(&b, key, policy).await;
+        let (secs, _): (u64, u64) = raw
+            .custom(fred::cmd!("TIME"), Vec::<String>::new())
+            .await
+            .expect("TIME");
+        let bucket = secs * 1_000 / 100_000 - 1;
+        raw.custom::<(), _>(
+            fred::cmd!("HSET"),
+            vec![
+                key.to_string(),
+                "cur".into(),
+                "0".into(),
+                "nt".into(),
+                "5".into(),
+                format!("n:{bucket}"),
+                "7".into(),
+                format!("e:{}", slice - 1),
+                "20".into(),
+            ],
+        )
+        .await
+        .expect("HSET");
+        slice
+    };
+
+    let key = b.keys.window("country", "FR", "conversion");
+    let slice = seed(&key, &spanning).await;
+    let first = conversions::hit(&b, &key, &spanning, false).await;
+    assert_eq!(
+        names(&key).await[..2],
+        ["cur".to_string(), "exp".to_string()],
+        "written again by the first send of the slice"
+    );
+    raw.hset::<(), _, _>(&key, ("x-last", 1))
+        .await
+        .expect("HSET");
+    let second = conversions::hit(&b, &key, &spanning, false).await;
+    assert_eq!(
+        (second.events, second.successes),
+        (first.events, first.successes)
+    );
+    assert_eq!(
+        names(&key).await.last().map(String::as_str),
+        Some("x-last"),
+        "not written again by the next send of the slice"
+    );
+    assert_eq!(first.events, 21, "the slice before and this one: {slice}");
+
+    let key = b.keys.window("prefix", "+3361114", "conversion");
+    seed(&key, &plain).await;
+    conversions::hit(&b, &key, &plain, false).await;
+    let nt: Option<String> = raw.hget(&key, "nt").await.expect("HGET");
+    assert_eq!(
+        names(&key).await[..2],
+        ["cur".to_string(), "exp".to_string()]
+    );
+    assert_eq!(nt.as_deref(), Some("5"), "not the plain policy's to drop");
+    let _ = raw.quit().await;
+    b.cleanup().await;
+}
