@@ -1,31 +1,32 @@
 //! The API key, checked before the body is read. A handler takes
 //! [`BackendKey`] or [`PublicKey`] before its `json::Body`: actix polls a
 //! handler's extractors in order and answers the first error, so a caller
-//! with a wrong key or none is answered 401 whatever it sent. It learns
-//! nothing of the body's schema (no 400 naming a field), and its body is
-//! neither waited for nor parsed.
+//! with a wrong key or none is answered 401 whatever it sent (and, with no
+//! keys configured, a caller of `/login/*` that is not the backend 403). It
+//! learns nothing of the body's schema (no 400 naming a field), and its
+//! body is neither waited for nor parsed.
 
 use std::future::{ready, Ready};
 
 use actix_web::dev::Payload;
 use actix_web::{web, FromRequest, HttpRequest};
 
-use super::caller::KeyCheck;
+use super::caller::{Access, KeyCheck};
 use super::AppState;
 use crate::error::ApiError;
 
-/// `/login/*`: the login backend's routes, never a keyless browser's.
+/// `/login/*`: the login backend's routes, never a browser's: without keys
+/// configured, a call straight from loopback (`Access::check_backend`).
 pub struct BackendKey(pub KeyCheck);
 
 /// `/sms/send` and `/sms/verify`: with `server.keyless_sms`, a browser's
 /// request without `Authorization` passes as [`KeyCheck::Keyless`].
 pub struct PublicKey(pub KeyCheck);
 
-fn check(req: &HttpRequest, keyless: bool) -> Result<KeyCheck, ApiError> {
-    let state = req
-        .app_data::<web::Data<AppState>>()
-        .ok_or_else(|| ApiError::Internal(anyhow::anyhow!("no application state")))?;
-    state.access.check_key(req, keyless)
+fn access(req: &HttpRequest) -> Result<&Access, ApiError> {
+    req.app_data::<web::Data<AppState>>()
+        .map(|state| &state.access)
+        .ok_or_else(|| ApiError::Internal(anyhow::anyhow!("no application state")))
 }
 
 impl FromRequest for BackendKey {
@@ -33,7 +34,7 @@ impl FromRequest for BackendKey {
     type Future = Ready<Result<Self, ApiError>>;
 
     fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
-        ready(check(req, false).map(Self))
+        ready(access(req).and_then(|a| a.check_backend(req)).map(Self))
     }
 }
 
@@ -42,6 +43,6 @@ impl FromRequest for PublicKey {
     type Future = Ready<Result<Self, ApiError>>;
 
     fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
-        ready(check(req, true).map(Self))
+        ready(access(req).and_then(|a| a.check_key(req, true)).map(Self))
     }
 }

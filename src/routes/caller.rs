@@ -279,6 +279,22 @@ impl Access {
         }
     }
 
+    /// [`check_key`](Self::check_key) for `/login/*`, the login
+    /// backend's routes: only it knows whether a password was right, and
+    /// its word clears failures, passes captcha tiers and sends mail.
+    /// Without keys configured, only a call straight from loopback; any
+    /// other is refused 403 before its body is read.
+    pub fn check_backend(&self, req: &HttpRequest) -> Result<KeyCheck, ApiError> {
+        let key = self.check_key(req, false)?;
+        if key == KeyCheck::NoKeys && !self.is_loopback_backend(req) {
+            return Err(ApiError::Forbidden(
+                "only the login backend may call /login/*: give it an API key (server.api_keys), \
+                 or call from loopback when none is configured",
+            ));
+        }
+        Ok(key)
+    }
+
     /// Who called, once [`check_key`](Self::check_key) let the request
     /// in, and its client IP. `body_ip` counts only with an API key
     /// (DESIGN.md §3: a loopback backend without keys reports no one
@@ -313,7 +329,7 @@ impl Access {
 
     /// The trust boundary: who may vouch for a login's outcome, a passed
     /// captcha or a client's IP. With API keys configured, a request that
-    /// carries one (the others were refused already, in `caller`). Without,
+    /// carries one (the others were refused already, in `check_key`). Without,
     /// a request straight from loopback: not one that came through a proxy,
     /// since the browsers behind a reverse proxy on the same host are not
     /// loopback callers, trusted proxy or not. A request that carries any

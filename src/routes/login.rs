@@ -12,7 +12,6 @@ use crate::captcha::CaptchaProof;
 use crate::domain::{EmailAddress, Username};
 use crate::error::{ApiError, ErrorBody};
 use crate::guard::login::{LoginAttempt, LoginDecision, LoginRefusal, LoginState};
-use crate::guard::RequestInfo;
 use crate::metrics::{self, Outcome, Route};
 
 /// Register `/login/check` and `/login/attempt` (POST, JSON bodies).
@@ -51,19 +50,6 @@ struct AttemptBody {
     locale: Option<String>,
 }
 
-/// `/login/*` is the login backend's: only it knows whether a password was
-/// right, and its word clears failures, passes captcha tiers and sends mail.
-fn backend_only(info: RequestInfo) -> Result<RequestInfo, ApiError> {
-    if info.backend {
-        Ok(info)
-    } else {
-        Err(ApiError::Forbidden(
-            "only the login backend may call /login/*: give it an API key (server.api_keys), \
-             or call from loopback when none is configured",
-        ))
-    }
-}
-
 fn parse_user(raw: &str) -> Result<Username, ApiError> {
     Ok(Username::parse(raw)?)
 }
@@ -92,7 +78,7 @@ async fn check(
     key: BackendKey,
     body: json::Body<CheckBody>,
 ) -> Result<HttpResponse, ApiError> {
-    let info = backend_only(state.access.caller(&req, key.0, body.ip.as_deref())?)?;
+    let info = state.access.caller(&req, key.0, body.ip.as_deref())?;
     let user = parse_user(&body.user)?;
     let login_state = count(Route::LoginCheck, state.login.check(&user, &info).await)?;
     Ok(answer(&login_state))
@@ -128,7 +114,7 @@ async fn attempt(
     body: json::Body<AttemptBody>,
 ) -> Result<HttpResponse, ApiError> {
     let body = body.into_inner();
-    let info = backend_only(state.access.caller(&req, key.0, body.ip.as_deref())?)?;
+    let info = state.access.caller(&req, key.0, body.ip.as_deref())?;
     let user = parse_user(&body.user)?;
     let notify_email = body
         .notify_email

@@ -99,6 +99,31 @@ async fn the_api_key_is_checked_before_the_body() {
             );
         }
     }
+    // Without keys, `/login/*` is the loopback backend's: a browser behind a
+    // proxy is refused 403 before its body is read.
+    let app = spawn_app(Backend::Memory, |s| s.server.api_keys = vec![]).await;
+    for path in ["/login/check", "/login/attempt"] {
+        let post = |proxied: bool| {
+            let mut request = app
+                .client
+                .post(format!("{}{path}", app.address))
+                .header("content-type", "application/json")
+                .body("{not json");
+            if proxied {
+                request = request.header("x-forwarded-for", "198.51.100.7");
+            }
+            app.send_raw(request)
+        };
+        let browser = post(true).await;
+        assert_eq!(
+            (browser.status.as_u16(), browser.error()),
+            (403, "forbidden"),
+            "{path}: {}",
+            browser.body
+        );
+        let backend = post(false).await;
+        assert_eq!(backend.status, 400, "{path}: the backend's body is read");
+    }
 }
 
 /// The trust boundary with no API keys: the login backend calling from
