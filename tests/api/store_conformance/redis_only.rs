@@ -363,17 +363,7 @@ async fn a_challenge_tripped_from_the_sums_is_seen_by_the_next_send() {
     let raw = raw_client().await;
     // Five-minute slices, the normal over seven buckets of an hour; the
     // calls below must fall in one slice.
-    let policy = ConversionPolicy {
-        min_events: 4,
-        min_ratio_ppm: 500_000,
-        window_ms: 3_600_000,
-        block_ms: 60_000,
-        surge: Some(Surge {
-            factor_milli: 2_000,
-            history_ms: 7 * 3_600_000,
-            block: true,
-        }),
-    };
+    let policy = country_policy(4, 7 * 3_600_000);
     start_early_in_a_slice(&raw, policy.slice_ms()).await;
     let key = b.keys.window("country", "FR", "conversion");
     let hit = async || conversions::hit(&b, &key, &policy, false).await;
@@ -419,17 +409,7 @@ async fn a_busy_conversion_is_written_again_in_the_order_a_send_reads_it() {
     let b = StoreUnderTest::redis().await;
     let raw = raw_client().await;
     // Five-minute slices, buckets of an hour; one slice for the whole test.
-    let policy = ConversionPolicy {
-        min_events: 1_000_000,
-        min_ratio_ppm: 500_000,
-        window_ms: 3_600_000,
-        block_ms: 60_000,
-        surge: Some(Surge {
-            factor_milli: 2_000,
-            history_ms: 7 * 3_600_000,
-            block: true,
-        }),
-    };
+    let policy = country_policy(1_000_000, 7 * 3_600_000);
     start_early_in_a_slice(&raw, policy.slice_ms()).await;
     let slice_ms = policy.slice_ms();
     let bucket_ms = policy.bucket_ms().expect("a surge");
@@ -473,15 +453,7 @@ async fn a_busy_conversion_is_written_again_in_the_order_a_send_reads_it() {
             .expect("PEXPIRE_AT");
         fields
     };
-    let read_all = async |key: &str| -> Vec<(String, String)> {
-        let flat: Vec<String> = raw
-            .custom(fred::cmd!("HGETALL"), vec![key.to_string()])
-            .await
-            .expect("HGETALL");
-        flat.chunks(2)
-            .map(|p| (p[0].clone(), p[1].clone()))
-            .collect()
-    };
+    let read_all = async |key: &str| fields_in_listpack_order(&raw, key).await;
 
     let busy = b.keys.window("country", "FR", "conversion");
     let seeded = fields_in_order(&busy, 16).await;
@@ -592,31 +564,17 @@ fn outcome_slice(fields: &[(String, String)]) -> u64 {
 async fn a_busy_conversion_is_written_again_once_a_slice_and_only_what_it_owns() {
     let b = StoreUnderTest::redis().await;
     let raw = raw_client().await;
-    let surge = |history_ms| Surge {
-        factor_milli: 2_000,
-        history_ms,
-        block: true,
-    };
     // Buckets of 100 s, shorter than a slice of 5 minutes: every slice
     // spans several.
-    let spanning = ConversionPolicy {
-        min_events: 1_000_000,
-        min_ratio_ppm: 500_000,
-        window_ms: 3_600_000,
-        block_ms: 60_000,
-        surge: Some(surge(700_000)),
-    };
+    let spanning = country_policy(1_000_000, 700_000);
     let plain = ConversionPolicy {
         surge: None,
         ..spanning
     };
     start_early_in_a_slice(&raw, spanning.slice_ms()).await;
     let names = async |key: &str| -> Vec<String> {
-        let flat: Vec<String> = raw
-            .custom(fred::cmd!("HGETALL"), vec![key.to_string()])
-            .await
-            .expect("HGETALL");
-        flat.into_iter().step_by(2).collect()
+        let fields = fields_in_listpack_order(&raw, key).await;
+        fields.into_iter().map(|(name, _)| name).collect()
     };
     // A busy hash with stale sums: 20 sends in the slice before, a bucket
     // the normal reads, and for the plain one an "nt" of another policy.
@@ -680,4 +638,34 @@ async fn a_busy_conversion_is_written_again_once_a_slice_and_only_what_it_owns()
     assert_eq!(nt.as_deref(), Some("5"), "not the plain policy's to drop");
     let _ = raw.quit().await;
     b.cleanup().await;
+}
+
+/// A country's pumping policy as these tests take it: a one-hour window in
+/// five-minute slices, surges of twice a normal over seven buckets of
+/// `history_ms / 7`, escalating to a block; never tripping by itself when
+/// `min_events` is large.
+fn country_policy(min_events: u32, history_ms: u64) -> ConversionPolicy {
+    ConversionPolicy {
+        min_events,
+        min_ratio_ppm: 500_000,
+        window_ms: 3_600_000,
+        block_ms: 60_000,
+        surge: Some(Surge {
+            factor_milli: 2_000,
+            history_ms,
+            block: true,
+        }),
+    }
+}
+
+/// A hash's fields and values in the order HGETALL answers them: a
+/// listpack's own (fred's map of them would not keep it).
+async fn fields_in_listpack_order(raw: &fred::clients::Client, key: &str) -> Vec<(String, String)> {
+    let flat: Vec<String> = raw
+        .custom(fred::cmd!("HGETALL"), vec![key.to_string()])
+        .await
+        .expect("HGETALL");
+    flat.chunks(2)
+        .map(|pair| (pair[0].clone(), pair[1].clone()))
+        .collect()
 }
