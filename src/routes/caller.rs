@@ -158,11 +158,14 @@ pub enum AdminCredential {
 /// What a public request's `Authorization` came to ([`Access::check_key`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KeyCheck {
-    /// No API keys are configured: the backend is whoever calls straight
-    /// from loopback.
-    NoKeys,
     /// One of the configured keys: the backend.
     Key,
+    /// No API keys are configured and the call is straight from loopback:
+    /// the backend.
+    Loopback,
+    /// No API keys are configured and the call is not straight from
+    /// loopback: a browser's.
+    NoKey,
     /// `server.keyless_sms`: a browser's `/sms/*` request, without
     /// `Authorization`.
     Keyless,
@@ -267,7 +270,11 @@ impl Access {
     /// keys are configured.
     pub fn check_key(&self, req: &HttpRequest, keyless: bool) -> Result<KeyCheck, ApiError> {
         if self.api_keys.is_empty() {
-            return Ok(KeyCheck::NoKeys);
+            return Ok(if self.is_loopback_backend(req) {
+                KeyCheck::Loopback
+            } else {
+                KeyCheck::NoKey
+            });
         }
         if keyless && self.keyless_sms && !req.headers().contains_key(header::AUTHORIZATION) {
             return Ok(KeyCheck::Keyless);
@@ -286,7 +293,7 @@ impl Access {
     /// other is refused 403 before its body is read.
     pub fn check_backend(&self, req: &HttpRequest) -> Result<KeyCheck, ApiError> {
         let key = self.check_key(req, false)?;
-        if key == KeyCheck::NoKeys && !self.is_loopback_backend(req) {
+        if key == KeyCheck::NoKey {
             return Err(ApiError::Forbidden(
                 "only the login backend may call /login/*: give it an API key (server.api_keys), \
                  or call from loopback when none is configured",
@@ -319,8 +326,8 @@ impl Access {
             }
             // Without a key the body's `ip` is ignored altogether, checked
             // or not: a browser's placeholder must not fail its send.
-            KeyCheck::NoKeys => (self.is_loopback_backend(req), self.peer_ip(req)),
-            KeyCheck::Keyless => (false, self.peer_ip(req)),
+            KeyCheck::Loopback => (true, self.peer_ip(req)),
+            KeyCheck::NoKey | KeyCheck::Keyless => (false, self.peer_ip(req)),
         };
         let mut info = self.info(req, ip);
         info.backend = backend;
