@@ -16,7 +16,10 @@
 --             meter windows, its meter HASH
 --             (field "<limit>/<length>" = level, "<limit>/<length>:t" = when
 --             the level was last set, in ms, "exp" = when the key expires, in
---             ms)
+--             ms); or, for a subject whose log is read whole, its meters as
+--             members of its ZSET: "m:<limit>/<length>" scored -1 - level,
+--             and with ":t" -1 - when it was set, below every event
+--             (src/store/redis/layout.rs)
 --             then per conversion: its conversion HASH (field "e:<slice>" =
 --             events and "s:<slice>" = successes counted in that slice; with
 --             a surge "n:<bucket>" = events taught to the normal in that
@@ -124,10 +127,11 @@
 --
 -- Commands per call: TIME; per subject one read (ZRANGE of the whole set when
 -- max(limit) <= 32, else one ZCOUNT per window), plus one ZREVRANGE per full
--- window of a large set, and one HMGET of its meters; when recorded, per
--- subject ZADD and PEXPIRE (and ZREMRANGEBYRANK when the set is full, always
--- for a large set), HSET of its meters (and PEXPIRE when renewed), and HSET
--- and PEXPIRE for the code. A refused request reads and writes nothing else.
+-- window of a large set, and one HMGET of its meters (none when they are
+-- in its ZSET); when recorded, per subject ZADD (of the event, and of its
+-- meters when they are in its ZSET) and PEXPIRE (and ZREMRANGEBYRANK when
+-- the set is full, always for a large set), HSET of its meters in a hash
+-- (and PEXPIRE when renewed), and HSET and PEXPIRE for the code. A refused request reads and writes nothing else.
 -- A subject with only meter windows never touches its ZSET. Per conversion:
 -- HMGET of its sums and its current slice, and, at the first call of a
 -- slice, after a count taken back, in a slice spanning two buckets or while

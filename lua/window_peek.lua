@@ -1,7 +1,10 @@
 -- window_peek.lua: count a subject's windows without recording anything.
 --
 -- KEYS[1]  the subject's window ZSET (score = event time in ms)
--- KEYS[2]  optional: its meter HASH (see reserve.lua), when a window is a meter
+-- KEYS[2]  optional: its meter HASH (see reserve.lua), when a window is a
+--          meter; absent, its meters are members of KEYS[1]
+--          ("m:<limit>/<length>" scored -1 - level, and with ":t" -1 - when
+--          it was set: src/store/redis/layout.rs)
 -- ARGV[1]  n: number of windows, then n triples:
 -- ARGV[3i-1], ARGV[3i], ARGV[3i+1]  limit, window length in ms, meter (1) or log (0)
 --
@@ -13,7 +16,7 @@
 -- Time is the server's TIME in ms; an event at t counts while now - w < t.
 --
 -- Commands per call: TIME, one ZCOUNT per log window (and a ZRANGEBYSCORE
--- per full one), two HGET per meter window.
+-- per full one), two HGET (or ZSCORE) per meter window.
 --
 -- Example:
 --   EVALSHA <sha> 1 "tg:{ip:192.0.2.7}:sms_send" 2  20 3600000 0  100 86400000 0
@@ -32,8 +35,16 @@ for i = 1, n do
   local count, retry = 0, 0
   if ARGV[3 * i + 1] == '1' then
     local field = ARGV[3 * i - 1] .. '/' .. ARGV[3 * i]
-    local level = tonumber(redis.call('HGET', KEYS[2], field))
-    local at = tonumber(redis.call('HGET', KEYS[2], field .. ':t'))
+    local level, at
+    if KEYS[2] then
+      level = tonumber(redis.call('HGET', KEYS[2], field))
+      at = tonumber(redis.call('HGET', KEYS[2], field .. ':t'))
+    else
+      level = tonumber(redis.call('ZSCORE', key, 'm:' .. field))
+      at = tonumber(redis.call('ZSCORE', key, 'm:' .. field .. ':t'))
+      level = level and -1 - level
+      at = at and -1 - at
+    end
     if level and at and now - at < length then
       level = math.max(level - math.max(now - at, 0) * limit, 0)
     else

@@ -38,6 +38,7 @@ use futures::{StreamExt, TryStreamExt};
 
 use super::StoreError;
 
+mod layout;
 mod login_script;
 mod reserve_policy;
 mod reserve_subjects;

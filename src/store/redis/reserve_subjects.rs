@@ -10,15 +10,14 @@
 //! (`--@DECIDE@`), recording (`--@RECORD@`, inside `if recorded`) and the
 //! waits of the answer (`--@ANSWER@`). They share, per subject, `sc<i>`
 //! (the scores of a log read whole) and `renew<i>` (its meter hash's expiry
-//! falls short), declared before the first piece.
+//! falls short), declared before the first piece; a subject whose meters
+//! are members of its log (`layout`) keeps them in `mv<i>` (member -> level
+//! or stamp) instead of a hash.
 
 use std::fmt::Write as _;
 
+use super::layout::{self, meter_member};
 use crate::store::{SubjectWindows, WindowMode, WindowSpec};
-
-/// A log whose largest limit is at most this is read whole with one ZRANGE,
-/// a larger one counted per window.
-const SMALL: u32 = 32;
 
 /// One subject as the rendered script sees it: where its keys, windows and
 /// answer are.
@@ -28,8 +27,10 @@ pub(super) struct SubjectPlan<'a> {
     /// Its window ZSET is `KEYS[key]` (when it has logs: a subject of
     /// meters only has no ZSET key).
     key: usize,
-    /// Its meter HASH's index in `KEYS`, when it has meters.
+    /// Its meter HASH's index in `KEYS`, when it has meters outside its log.
     mkey: Option<usize>,
+    /// Its meters are members of its log ZSET (see `layout`).
+    meters_in_log: bool,
     /// The index of its first window in `level`.
     first: usize,
     /// Its answer starts after `out[out]`.
@@ -53,28 +54,30 @@ impl<'a> SubjectPlan<'a> {
         let (mut key, mut first, mut out) = (1, 1, 1);
         for (at, subject) in subjects.iter().enumerate() {
             let logs = subject.windows.iter().filter(|w| !w.is_meter());
-            let keep = logs.clone().map(|w| w.limit).max();
+            let keep = layout::log_keep(subject.windows);
             let meters = subject.windows.iter().filter(|w| w.is_meter());
             let meter_longest = meters.map(|w| w.window_ms).max().unwrap_or(0);
             let observes = subject
                 .windows
                 .iter()
                 .any(|w| w.mode == WindowMode::Observe);
-            let has_meters = subject.windows.iter().any(WindowSpec::is_meter);
+            let meters_in_log = layout::meters_in_log(subject.windows);
+            let hash = subject.windows.iter().any(WindowSpec::is_meter) && !meters_in_log;
             let zset = usize::from(keep.is_some());
             plans.push(Self {
                 i: at + 1,
                 key,
-                mkey: has_meters.then_some(key + zset),
+                mkey: hash.then_some(key + zset),
+                meters_in_log,
                 first,
                 out,
                 windows: subject.windows,
                 keep: keep.unwrap_or(0),
                 longest: logs.map(|w| w.window_ms).max(),
-                small: keep.is_some_and(|k| k <= SMALL),
+                small: layout::log_read_whole(subject.windows),
                 meter_longest,
             });
-            key += zset + usize::from(has_meters);
+            key += zset + usize::from(hash);
             first += subject.windows.len();
             out += 4 + subject.windows.len() * if observes { 2 } else { 1 };
         }
@@ -127,7 +130,8 @@ pub(super) fn render_locals(lua: &mut String, plans: &[SubjectPlan<'_>]) {
         .flat_map(|s| {
             let sc = s.small.then(|| format!("sc{}", s.i));
             let renew = s.mkey.map(|_| format!("renew{}", s.i));
-            sc.into_iter().chain(renew)
+            let mv = s.meters_in_log.then(|| format!("mv{}", s.i));
+            sc.into_iter().chain(renew).chain(mv)
         })
         .collect();
     if !names.is_empty() {
@@ -201,7 +205,21 @@ pub(super) fn render_decide(lua: &mut String, plans: &[SubjectPlan<'_>]) {
 /// A subject's logs: read whole (scores into `sc<i>`) and counted from the
 /// newest, or counted with a ZCOUNT per window.
 fn read_logs(lua: &mut String, s: &SubjectPlan<'_>) {
-    if s.small {
+    if s.meters_in_log {
+        // The meters' members score below 0 and come first: each goes to
+        // `mv` (its value, `-1 - score`), every event's score to `sc`.
+        let _ = writeln!(
+            lua,
+            "local raw = call('ZRANGE', KEYS[{}], '0', '-1', 'WITHSCORES')\n\
+             local sc, n, mv = {{}}, 0, EMPTY\n\
+             for j = 2, #raw, 2 do local v = raw[j] + 0\n\
+             if v >= 0 then n = n + 1; sc[n] = v\n\
+             else if mv == EMPTY then mv = {{}} end; mv[raw[j - 1]] = -1 - v end end\n\
+             sc{i}, mv{i} = sc, mv",
+            s.key,
+            i = s.i
+        );
+    } else if s.small {
         let _ = writeln!(
             lua,
             "local raw = call('ZRANGE', KEYS[{}], '0', '-1', 'WITHSCORES')\n\
@@ -237,13 +255,30 @@ fn read_logs(lua: &mut String, s: &SubjectPlan<'_>) {
 /// A subject's meters: one HMGET of every field, its stamp and `exp`; each
 /// level drained to now into `level`, its count into the answer.
 fn read_meters(lua: &mut String, s: &SubjectPlan<'_>) {
-    let Some(mkey) = s.mkey else { return };
     let meters: Vec<(usize, &WindowSpec)> = s
         .windows
         .iter()
         .enumerate()
         .filter(|(_, w)| w.is_meter())
         .collect();
+    if s.meters_in_log {
+        for (p, w) in &meters {
+            let g = s.first + p;
+            let m = meter_member(w);
+            let _ = writeln!(
+                lua,
+                "level[{g}] = drained(mv{i}['{m}'], mv{i}['{m}:t'], {}, {})\n\
+                 out[{}] = ceil(level[{g}] / {})",
+                w.limit,
+                w.window_ms,
+                s.count_at(*p),
+                w.window_ms,
+                i = s.i
+            );
+        }
+        return;
+    }
+    let Some(mkey) = s.mkey else { return };
     let fields: Vec<String> = meters
         .iter()
         .flat_map(|(_, w)| {
@@ -281,6 +316,10 @@ fn read_meters(lua: &mut String, s: &SubjectPlan<'_>) {
 /// expiring after its longest window) and its meters.
 pub(super) fn render_record(lua: &mut String, plans: &[SubjectPlan<'_>]) {
     for s in plans {
+        if s.meters_in_log {
+            record_log_with_meters(lua, s);
+            continue;
+        }
         if let Some(longest) = s.longest {
             let _ = writeln!(lua, "call('ZADD', KEYS[{}], now_s, member)", s.key);
             let trim = format!(
@@ -327,6 +366,42 @@ pub(super) fn render_record(lua: &mut String, plans: &[SubjectPlan<'_>]) {
             f = fields.join(", ")
         );
     }
+}
+
+/// Record the event in a log that holds its subject's meters: one ZADD of
+/// the event and every meter's level and stamp, a trim that counts its
+/// ranks from the newest (the meters are the lowest members), and one
+/// expiry, the longer of its longest log and its longest meter.
+fn record_log_with_meters(lua: &mut String, s: &SubjectPlan<'_>) {
+    let meters: Vec<String> = s
+        .windows
+        .iter()
+        .enumerate()
+        .filter(|(_, w)| w.is_meter())
+        .map(|(p, w)| {
+            let m = meter_member(w);
+            let full = u64::from(w.limit) * w.window_ms;
+            format!(
+                "fmt('%d', -1 - min(level[{g}] + {len}, {full})), '{m}', stamp, '{m}:t'",
+                g = s.first + p,
+                len = w.window_ms
+            )
+        })
+        .collect();
+    let expiry = s.longest.unwrap_or(0).max(s.meter_longest);
+    let _ = writeln!(
+        lua,
+        "do local stamp = fmt('%d', -1 - now)\n\
+         call('ZADD', KEYS[{k}], now_s, member, {})\n\
+         sc{i}[#sc{i} + 1] = now\n\
+         if #sc{i} > {keep} then call('ZREMRANGEBYRANK', KEYS[{k}], fmt('%d', -#sc{i}), '{}') end\n\
+         call('PEXPIRE', KEYS[{k}], '{expiry}') end",
+        meters.join(", "),
+        -(i64::from(s.keep) + 1),
+        k = s.key,
+        i = s.i,
+        keep = s.keep
+    );
 }
 
 /// Each subject's next retry: how long until every enforce window admits one

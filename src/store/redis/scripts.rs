@@ -6,12 +6,13 @@ use fred::prelude::{LuaInterface, Value};
 use fred::types::scripts::Script;
 use fred::types::{FromValue, MultipleKeys};
 
+use super::layout::meter_hash;
 use super::login_script::{login_script_for, LoginShape};
 use super::reserve_policy::{answer_len, reserve_script_for, Render};
 use super::RedisStore;
 use crate::store::{
     ConversionOutcome, ConversionVerdict, FailuresBefore, HitOutcome, HitVerdict, IpFailureWindow,
-    IpFailures, Keys, LoginAttemptOutcome, LoginAttemptRequest, LoginVerdict, ReserveOutcome,
+    IpFailures, LoginAttemptOutcome, LoginAttemptRequest, LoginVerdict, ReserveOutcome,
     ReserveRequest, StoreError, SubjectWindows, WindowMode, WindowSpec,
 };
 
@@ -139,7 +140,7 @@ impl RedisStore {
         let meter_keys: Vec<Option<String>> = if subjects.iter().any(|s| has_meter(s.windows)) {
             subjects
                 .iter()
-                .map(|s| Keys::meter_for(s.key, s.windows))
+                .map(|s| meter_hash(s.key, s.windows))
                 .collect()
         } else {
             Vec::new()

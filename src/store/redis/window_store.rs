@@ -4,14 +4,14 @@
 use async_trait::async_trait;
 use fred::prelude::{ClientLike, SortedSetsInterface, Value};
 
+use super::layout::{meter_hash, meter_member, meters_in_log};
 use super::scripts::{count, flag, int, no_windows, wait, Conversions};
 use super::RedisStore;
 use crate::store::{
     steps, ConversionBlock, ConversionHit, ConversionOutcome, ConversionPolicy, ConversionState,
-    Escalation, ExpiringMembers, HitOutcome, HitRequest, Keys, LoginAttemptOutcome,
-    LoginAttemptRequest, LoginOutcome, LoginPolicy, LoginRequest, LoginStateOutcome, OtpOutcome,
-    PeekOutcome, ReserveOutcome, ReserveRequest, StoreError, SubjectWindows, WindowSpec,
-    WindowStore,
+    Escalation, ExpiringMembers, HitOutcome, HitRequest, LoginAttemptOutcome, LoginAttemptRequest,
+    LoginOutcome, LoginPolicy, LoginRequest, LoginStateOutcome, OtpOutcome, PeekOutcome,
+    ReserveOutcome, ReserveRequest, StoreError, SubjectWindows, WindowSpec, WindowStore,
 };
 
 #[async_trait]
@@ -90,7 +90,7 @@ impl WindowStore for RedisStore {
             }
             args
         };
-        let meter_key = Keys::meter_for(key, windows);
+        let meter_key = meter_hash(key, windows);
         let mut keys = vec![key];
         keys.extend(meter_key.as_deref());
         let out = self
@@ -105,30 +105,38 @@ impl WindowStore for RedisStore {
         })
     }
 
-    /// A log alone: one `ZREM`. With meters: `undo.lua`, which lowers each.
+    /// A log alone: one `ZREM`. With meters: `undo.lua`, which lowers each,
+    /// in their hash or in the log (`layout`).
     async fn undo(
         &self,
         key: &str,
         member: &str,
         windows: &[WindowSpec],
     ) -> Result<(), StoreError> {
-        let client = self.client_here();
-        let Some(meter_key) = Keys::meter_for(key, windows) else {
+        if !windows.iter().any(WindowSpec::is_meter) {
+            let client = self.client_here();
             return self
                 .run_on(&client, client.zrem::<i64, _, _>(key, member))
                 .await
                 .map(|_| ());
-        };
+        }
+        let in_log = meters_in_log(windows);
         let args = || {
             let mut args = vec![Value::from(member)];
             for w in windows.iter().filter(|w| w.is_meter()) {
-                args.extend([Value::from(w.meter_field()), int(w.window_ms)]);
+                let field = if in_log {
+                    meter_member(w)
+                } else {
+                    w.meter_field()
+                };
+                args.extend([Value::from(field), int(w.window_ms)]);
             }
             args
         };
-        let _: i64 = self
-            .eval(&self.scripts.undo, &[key, &meter_key], args)
-            .await?;
+        let meter_key = meter_hash(key, windows);
+        let mut keys = vec![key];
+        keys.extend(meter_key.as_deref());
+        let _: i64 = self.eval(&self.scripts.undo, &keys, args).await?;
         Ok(())
     }
 

@@ -2,7 +2,9 @@
 
 use std::time::{Duration, Instant};
 
-use fred::prelude::{ClientLike, HashesInterface, KeysInterface, LuaInterface};
+use fred::prelude::{
+    ClientLike, HashesInterface, KeysInterface, LuaInterface, SortedSetsInterface,
+};
 use tollgate::store::redis::RedisStore;
 use tollgate::store::{
     ConversionHit, ConversionPolicy, ConversionVerdict, HitRequest, HitVerdict, LoginPolicy,
@@ -201,6 +203,87 @@ async fn a_meter_renews_its_expiry_only_when_it_falls_short() {
     })
     .await;
     b.cleanup().await;
+}
+
+/// A subject whose log is read whole keeps its meters in that log's ZSET
+/// (src/store/redis/layout.rs): no hash beside it, two members a meter
+/// scored below every event, one expiry for both, the longer; a log too
+/// large to be read whole keeps its hash.
+#[tokio::test]
+async fn meters_beside_a_log_read_whole_are_members_of_it() {
+    let b = StoreUnderTest::redis().await;
+    let raw = raw_client().await;
+    let meter = WindowSpec {
+        algorithm: tollgate::domain::Algorithm::Gcra,
+        ..WindowSpec::enforce(20, 7_200_000)
+    };
+    let key = b.keys.window("ip", "192.0.2.44", "sms_send");
+    let windows = [WindowSpec::gate(3, 3_600_000), meter];
+    let before = redis_now_ms(&raw).await;
+    b.hit(&key, &windows).await;
+    b.hit(&key, &windows).await;
+    let after = redis_now_ms(&raw).await;
+
+    let meter_key = format!("{key}:meter");
+    assert_eq!(raw.exists::<u32, _>(&meter_key).await.expect("EXISTS"), 0);
+    let members: Vec<(String, f64)> = raw
+        .zrange(&key, 0, -1, None, false, None, true)
+        .await
+        .expect("ZRANGE");
+    assert_eq!(
+        members.len(),
+        4,
+        "two events and the meter's two: {members:?}"
+    );
+    let score = |name: &str| {
+        members
+            .iter()
+            .find(|(m, _)| m == name)
+            .map(|(_, score)| *score as i64)
+    };
+    // two events' level, less what drained between them (20 a ms)
+    let level = score("m:20/7200000").map(|s| -1 - s);
+    let full = 2 * 7_200_000;
+    assert!(
+        level.is_some_and(|l| (full - 20 * (after - before)..=full).contains(&l)),
+        "{level:?}"
+    );
+    let stamp = score("m:20/7200000:t").map(|s| -1 - s);
+    assert!(
+        stamp.is_some_and(|at| (before..=after).contains(&at)),
+        "{stamp:?} in {before}..={after}"
+    );
+    // the meter's members first, then the events
+    assert!(
+        members[..2].iter().all(|(m, _)| m.starts_with("m:")),
+        "{members:?}"
+    );
+    assert!(members[2..]
+        .iter()
+        .all(|(_, at)| (before..=after).contains(&(*at as i64))));
+    let pttl: i64 = raw.pttl(&key).await.expect("PTTL");
+    assert!(
+        (7_100_000..=7_200_000).contains(&pttl),
+        "the meter's 2 h: {pttl}"
+    );
+
+    let big = b.keys.window("ip", "192.0.2.45", "sms_send");
+    let windows = [WindowSpec::enforce(33, 3_600_000), meter];
+    b.hit(&big, &windows).await;
+    let big_meter = format!("{big}:meter");
+    assert_eq!(raw.exists::<u32, _>(&big_meter).await.expect("EXISTS"), 1);
+    assert_eq!(raw.zcard::<u32, _>(&big).await.expect("ZCARD"), 1);
+    let _ = raw.quit().await;
+    b.cleanup().await;
+}
+
+/// The Redis server's clock, in ms.
+async fn redis_now_ms(raw: &fred::clients::Client) -> i64 {
+    let t: Vec<i64> = raw
+        .custom(fred::cmd!("TIME"), Vec::<String>::new())
+        .await
+        .expect("TIME");
+    t[0] * 1000 + t[1] / 1000
 }
 
 /// A conversion hash, counted by a send's reservation (`reserve.lua`) and by

@@ -15,8 +15,12 @@ on_both_backends!(
     a_gate_window_gates_unless_the_gate_is_open,
     an_observed_window_never_refuses_and_tells_its_would_be_wait,
     a_meter_admits_its_limit_at_once_then_one_per_interval,
+    a_meter_beside_a_log_read_whole_admits_the_same,
     forced_events_fill_a_meter_and_no_more,
+    forced_events_fill_a_meter_beside_a_log_and_no_more,
     two_meters_of_one_subject_each_count_and_the_longer_wait_answers,
+    two_meters_beside_a_log_read_whole_each_count,
+    a_trimmed_log_keeps_the_meters_beside_it,
     a_full_enforce_window_denies_even_when_a_gate_is_also_full,
     a_forced_event_is_recorded_even_when_refused,
     events_in_the_same_millisecond_all_count,
@@ -239,12 +243,22 @@ async fn an_observed_window_never_refuses_and_tells_its_would_be_wait(b: &StoreU
 }
 
 async fn a_meter_admits_its_limit_at_once_then_one_per_interval(b: &StoreUnderTest) {
+    meter_admits_its_limit_at_once_then_one_per_interval(b, 100).await;
+}
+
+/// On Redis a log read whole keeps its subject's meters as members
+/// (src/store/redis/layout.rs): the same answers.
+async fn a_meter_beside_a_log_read_whole_admits_the_same(b: &StoreUnderTest) {
+    meter_admits_its_limit_at_once_then_one_per_interval(b, 10).await;
+}
+
+async fn meter_admits_its_limit_at_once_then_one_per_interval(b: &StoreUnderTest, log_limit: u32) {
     let key = b.keys.window("global", "sms_send", "sms_send");
     let meter = WindowSpec {
         algorithm: Algorithm::Gcra,
         ..WindowSpec::enforce(3, 3_000)
     };
-    let windows = [meter, WindowSpec::enforce(100, 60_000)];
+    let windows = [meter, WindowSpec::enforce(log_limit, 60_000)];
     let start = b.mark();
 
     let last = member();
@@ -288,6 +302,14 @@ async fn a_meter_admits_its_limit_at_once_then_one_per_interval(b: &StoreUnderTe
 }
 
 async fn two_meters_of_one_subject_each_count_and_the_longer_wait_answers(b: &StoreUnderTest) {
+    two_meters_each_count_and_the_longer_wait_answers(b, 50).await;
+}
+
+async fn two_meters_beside_a_log_read_whole_each_count(b: &StoreUnderTest) {
+    two_meters_each_count_and_the_longer_wait_answers(b, 5).await;
+}
+
+async fn two_meters_each_count_and_the_longer_wait_answers(b: &StoreUnderTest, gate: u32) {
     let key = b.keys.window("prefix", "+3361234", "sms_send");
     let meter = |limit, window_ms| WindowSpec {
         algorithm: Algorithm::Gcra,
@@ -296,7 +318,7 @@ async fn two_meters_of_one_subject_each_count_and_the_longer_wait_answers(b: &St
     // a gate log between the two meters: the meters' fields are not its
     let windows = [
         meter(2, 2_000),
-        WindowSpec::gate(50, 60_000),
+        WindowSpec::gate(gate, 60_000),
         meter(3, 60_000),
     ];
     let start = b.mark();
@@ -318,11 +340,21 @@ async fn two_meters_of_one_subject_each_count_and_the_longer_wait_answers(b: &St
 }
 
 async fn forced_events_fill_a_meter_and_no_more(b: &StoreUnderTest) {
+    forced_events_fill_a_meter(b, &[]).await;
+}
+
+async fn forced_events_fill_a_meter_beside_a_log_and_no_more(b: &StoreUnderTest) {
+    forced_events_fill_a_meter(b, &[WindowSpec::enforce(3, 60_000)]).await;
+}
+
+/// Five forced events on a meter of 2, and on `logs` beside it.
+async fn forced_events_fill_a_meter(b: &StoreUnderTest, logs: &[WindowSpec]) {
     let key = b.keys.window("global", "forced", "sms_send");
-    let windows = [WindowSpec {
+    let mut windows = vec![WindowSpec {
         algorithm: Algorithm::Gcra,
         ..WindowSpec::enforce(2, 2_000)
     }];
+    windows.extend_from_slice(logs);
     let start = b.mark();
     for _ in 0..5 {
         let hit = b.hit_as(&key, &windows, &member(), Offer::forced()).await;
@@ -330,10 +362,12 @@ async fn forced_events_fill_a_meter_and_no_more(b: &StoreUnderTest) {
     }
     let peek = b.store().peek(&key, &windows).await.expect("peek");
     assert_eq!(
-        peek.counts,
-        [2],
+        peek.counts[0], 2,
         "a shadow burst fills the meter, as a log keeps its limit"
     );
+    for (log, count) in logs.iter().zip(&peek.counts[1..]) {
+        assert_eq!(*count, log.limit, "the log keeps its limit");
+    }
     b.assert_wait(
         peek.retry_after_ms[0],
         1_000,
@@ -437,6 +471,28 @@ async fn only_the_newest_max_limit_events_are_kept(b: &StoreUnderTest) {
     // ...while the newest were kept.
     b.store().undo(&key, &members[7], &windows).await.unwrap();
     assert_eq!(b.store().peek(&key, &windows).await.unwrap().counts, [4, 4]);
+}
+
+/// A log trimmed to its largest limit keeps the meters beside it (on Redis
+/// its lowest members: a trim that counted ranks from the oldest would
+/// drop them first).
+async fn a_trimmed_log_keeps_the_meters_beside_it(b: &StoreUnderTest) {
+    let key = b.keys.window("ip", "198.51.100.23", "sms_send");
+    let meter = WindowSpec {
+        algorithm: Algorithm::Gcra,
+        ..WindowSpec::enforce(20, 3_600_000)
+    };
+    let windows = [WindowSpec::gate(3, 3_600_000), meter];
+    for expected in 0..8u32 {
+        let hit = b
+            .hit_as(&key, &windows, &member(), Offer::gate_open())
+            .await;
+        assert_eq!(hit.verdict, HitVerdict::Allowed, "{hit:?}");
+        assert_eq!(hit.counts, [expected.min(3), expected], "{hit:?}");
+    }
+    let peek = b.store().peek(&key, &windows).await.expect("peek");
+    assert_eq!(peek.counts, [3, 8], "3 events kept, the meter's 8 sends");
+    assert_eq!(peek.retry_after_ms[1], 0, "the meter is not full");
 }
 
 async fn an_undone_event_no_longer_counts(b: &StoreUnderTest) {
