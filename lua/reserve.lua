@@ -106,8 +106,11 @@
 -- later; a trip sets block_ms, or with a surge the larger of it and keep).
 --
 -- Time is the server's TIME in ms. An event at t counts in a window of length w
--- while now - w < t. A subject keeps at most max(limit) newest members and
--- expires after its longest window.
+-- while now - w < t. A subject keeps at most max(limit) newest events (and
+-- its meters' members, when they are in its ZSET) and expires after its
+-- longest log window, or its longest meter when that is in the ZSET and
+-- longer. A member of the ZSET scored below 0 that no meter of the policy
+-- names (a meter since changed) is dropped when an event is recorded.
 --
 -- A meter (GCRA as a leaky bucket) with limit L and length W keeps a level
 -- that each event raises by W and that drains by L per ms, so it admits L

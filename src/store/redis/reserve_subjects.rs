@@ -130,8 +130,10 @@ pub(super) fn render_locals(lua: &mut String, plans: &[SubjectPlan<'_>]) {
         .flat_map(|s| {
             let sc = s.small.then(|| format!("sc{}", s.i));
             let renew = s.mkey.map(|_| format!("renew{}", s.i));
-            let mv = s.meters_in_log.then(|| format!("mv{}", s.i));
-            sc.into_iter().chain(renew).chain(mv)
+            let mv = s
+                .meters_in_log
+                .then(|| [format!("mv{}", s.i), format!("mn{}", s.i)]);
+            sc.into_iter().chain(renew).chain(mv.into_iter().flatten())
         })
         .collect();
     if !names.is_empty() {
@@ -207,15 +209,16 @@ pub(super) fn render_decide(lua: &mut String, plans: &[SubjectPlan<'_>]) {
 fn read_logs(lua: &mut String, s: &SubjectPlan<'_>) {
     if s.meters_in_log {
         // The meters' members score below 0 and come first: each goes to
-        // `mv` (its value, `-1 - score`), every event's score to `sc`.
+        // `mv` (its value, `-1 - score`; `mn` of them), every event's score
+        // to `sc`.
         let _ = writeln!(
             lua,
             "local raw = call('ZRANGE', KEYS[{}], '0', '-1', 'WITHSCORES')\n\
-             local sc, n, mv = {{}}, 0, EMPTY\n\
+             local sc, n, mv, m = {{}}, 0, EMPTY, 0\n\
              for j = 2, #raw, 2 do local v = raw[j] + 0\n\
              if v >= 0 then n = n + 1; sc[n] = v\n\
-             else if mv == EMPTY then mv = {{}} end; mv[raw[j - 1]] = -1 - v end end\n\
-             sc{i}, mv{i} = sc, mv",
+             else if mv == EMPTY then mv = {{}} end; mv[raw[j - 1]] = -1 - v; m = m + 1 end end\n\
+             sc{i}, mv{i}, mn{i} = sc, mv, m",
             s.key,
             i = s.i
         );
@@ -371,7 +374,8 @@ pub(super) fn render_record(lua: &mut String, plans: &[SubjectPlan<'_>]) {
 /// Record the event in a log that holds its subject's meters: one ZADD of
 /// the event and every meter's level and stamp, a trim that counts its
 /// ranks from the newest (the meters are the lowest members), and one
-/// expiry, the longer of its longest log and its longest meter.
+/// expiry, the longer of its longest log and its longest meter; first the
+/// members of meters the policy no longer has.
 fn record_log_with_meters(lua: &mut String, s: &SubjectPlan<'_>) {
     let meters: Vec<String> = s
         .windows
@@ -389,6 +393,28 @@ fn record_log_with_meters(lua: &mut String, s: &SubjectPlan<'_>) {
         })
         .collect();
     let expiry = s.longest.unwrap_or(0).max(s.meter_longest);
+    // More members below 0 than the policy's meters have: a meter since
+    // changed left its two, dropped here (once: the write below makes the
+    // policy's all present).
+    let names: Vec<String> = s
+        .windows
+        .iter()
+        .filter(|w| w.is_meter())
+        .flat_map(|w| {
+            let m = meter_member(w);
+            [format!("name ~= '{m}'"), format!("name ~= '{m}:t'")]
+        })
+        .collect();
+    let _ = writeln!(
+        lua,
+        "if mn{i} > {own} then local gone = {{}}\n\
+         for name in pairs(mv{i}) do if {} then gone[#gone + 1] = name end end\n\
+         call('ZREM', KEYS[{k}], unpack(gone)) end",
+        names.join(" and "),
+        own = names.len(),
+        k = s.key,
+        i = s.i
+    );
     let _ = writeln!(
         lua,
         "do local stamp = fmt('%d', -1 - now)\n\

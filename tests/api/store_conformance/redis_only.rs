@@ -11,7 +11,7 @@ use tollgate::store::{
     LoginVerdict, ReserveRequest, StoreError, Surge, WindowSpec, WindowStore,
 };
 
-use super::backend::{member, policy, redis_url, Attempt, StoreUnderTest};
+use super::backend::{member, policy, redis_url, Attempt, Offer, StoreUnderTest};
 use super::conversions;
 
 #[tokio::test]
@@ -266,6 +266,35 @@ async fn meters_beside_a_log_read_whole_are_members_of_it() {
         (7_100_000..=7_200_000).contains(&pttl),
         "the meter's 2 h: {pttl}"
     );
+
+    // A changed meter starts afresh: the old one's members leave at the
+    // first send that finds them beside the new one's.
+    let changed = [
+        WindowSpec::gate(3, 3_600_000),
+        WindowSpec { limit: 30, ..meter },
+    ];
+    for _ in 0..2 {
+        let hit = b
+            .hit_as(&key, &changed, &member(), Offer::gate_open())
+            .await;
+        assert!(hit.added, "{hit:?}");
+    }
+    let members: Vec<String> = raw
+        .zrange(&key, 0, -1, None, false, None, false)
+        .await
+        .expect("ZRANGE");
+    assert_eq!(
+        members.len(),
+        5,
+        "three events kept and one meter: {members:?}"
+    );
+    assert_eq!(
+        members[..2],
+        ["m:30/7200000:t", "m:30/7200000"],
+        "{members:?}"
+    );
+    let back = b.hit(&key, &windows).await;
+    assert_eq!(back.counts, [3, 0], "the old meter is gone: {back:?}");
 
     let big = b.keys.window("ip", "192.0.2.45", "sms_send");
     let windows = [WindowSpec::enforce(33, 3_600_000), meter];
