@@ -8,7 +8,9 @@ the load benchmark's configuration (scripts/bench.py) pointed at it, sends
 warm-up requests of the benchmark's mix (SMS sends to distinct phones, each
 from its own address, the pumping guard's hashes given a day of history
 first, as the benchmark does; or login failures), zeroes the counters, sends the
-measured requests, dumps, and prints Redis's instructions per request. With
+measured requests, dumps, and prints Redis's instructions per request and
+its commands per request by name (`INFO commandstats`, which counts each
+`redis.call` of a script; the script call itself left out). With
 several binaries, each is measured against its own Redis, one after the
 other (instructions do not depend on the machine's load).
 
@@ -74,19 +76,36 @@ def measure(args, binary, out_dir):
             if n == args.warmup:
                 subprocess.run(["callgrind_control", "--zero", str(redis.pid)],
                                check=True, capture_output=True)
+                bench.redis_cli("CONFIG", "RESETSTAT")
             status = bench.post_one(conn, args.endpoint, i)
             if n >= args.warmup:
                 statuses[status] = statuses.get(status, 0) + 1
         conn.close()
         subprocess.run(["callgrind_control", "--dump", str(redis.pid)],
                        check=True, capture_output=True)
+        commands = commands_per_request(args.requests)
         # The first dump (zeroing writes none) is part 1.
         dumped = f"{out_file}.1"
         with open(dumped) as f:
             total = next(int(line.split()[1]) for line in f if line.startswith("summary:"))
-        return total / args.requests, in_scripts(dumped) / args.requests, statuses, dumped
+        return (total / args.requests, in_scripts(dumped) / args.requests, statuses, dumped,
+                commands)
     finally:
         b.stop()
+
+
+def commands_per_request(requests):
+    """Redis's commands per request since the last `CONFIG RESETSTAT`, a
+    script's own `redis.call`s counted one by one (`INFO commandstats`),
+    the script call itself and this count's `INFO` left out."""
+    counts = {}
+    for line in bench.redis_cli("INFO", "commandstats").splitlines():
+        if line.startswith("cmdstat_"):
+            name, fields = line[len("cmdstat_"):].split(":", 1)
+            calls = int(fields.split(",")[0].split("=")[1])
+            if name not in ("evalsha", "eval", "info", "config|resetstat"):
+                counts[name.upper()] = calls / requests
+    return counts
 
 
 def main():
@@ -106,10 +125,12 @@ def main():
     out_dir = tempfile.mkdtemp(prefix="tollgate-redis-cost-")
     dumped = None
     for binary in args.tollgate:
-        per, scripts, statuses, dumped = measure(args, binary, out_dir)
+        per, scripts, statuses, dumped, commands = measure(args, binary, out_dir)
         inside = f", {scripts:,.0f} in the script call" if scripts else ""
         print(f"{binary}: Redis {per:,.0f} instructions per {args.endpoint} request{inside} "
               f"({args.requests} after {args.warmup} of warm-up; answers {statuses})")
+        listed = ", ".join(f"{name} {n:.2f}" for name, n in sorted(commands.items()))
+        print(f"  commands a request: {sum(commands.values()):.2f} ({listed})")
         sys.stdout.flush()
     if args.annotate and dumped:
         out = subprocess.run(["callgrind_annotate", "--inclusive=yes", dumped],
