@@ -67,6 +67,14 @@ impl WindowSpec {
             algorithm: Algorithm::SlidingLog,
         }
     }
+    /// A meter (GCRA) that refuses once full.
+    pub fn meter(limit: u32, window_ms: u64) -> Self {
+        Self {
+            algorithm: Algorithm::Gcra,
+            ..Self::enforce(limit, window_ms)
+        }
+    }
+
     /// Whether the window is a meter (GCRA) rather than a log.
     pub fn is_meter(&self) -> bool {
         self.algorithm == Algorithm::Gcra

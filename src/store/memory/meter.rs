@@ -66,13 +66,9 @@ impl Meters {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::Algorithm;
 
     fn meter(limit: u32, window_ms: u64) -> WindowSpec {
-        WindowSpec {
-            algorithm: Algorithm::Gcra,
-            ..WindowSpec::enforce(limit, window_ms)
-        }
+        WindowSpec::meter(limit, window_ms)
     }
 
     #[test]

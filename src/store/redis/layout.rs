@@ -64,13 +64,9 @@ pub(super) fn meter_member(window: &WindowSpec) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::Algorithm;
 
     fn meter(limit: u32, window_ms: u64) -> WindowSpec {
-        WindowSpec {
-            algorithm: Algorithm::Gcra,
-            ..WindowSpec::enforce(limit, window_ms)
-        }
+        WindowSpec::meter(limit, window_ms)
     }
 
     #[test]

@@ -100,6 +100,14 @@ impl<'a> SubjectPlan<'a> {
         self.meter_longest + self.meter_longest / 8
     }
 
+    /// The Lua expression of meter `p`'s level once this event raised it:
+    /// by its length, to at most its limit's worth (a forced event too).
+    fn raised(&self, p: usize) -> String {
+        let w = &self.windows[p];
+        let full = u64::from(w.limit) * w.window_ms;
+        format!("min(level[{}] + {}, {full})", self.first + p, w.window_ms)
+    }
+
     /// The Lua expression of window `p`'s wait, its count being at least its
     /// limit; `extra`: how many events more than its level a meter holds.
     fn wait(&self, p: usize, extra: &str) -> String {
@@ -350,12 +358,7 @@ pub(super) fn render_record(lua: &mut String, plans: &[SubjectPlan<'_>]) {
             .filter(|(_, w)| w.is_meter())
             .map(|(p, w)| {
                 let f = w.meter_field();
-                let full = u64::from(w.limit) * w.window_ms;
-                format!(
-                    "'{f}', fmt('%d', min(level[{g}] + {len}, {full})), '{f}:t', now_s",
-                    g = s.first + p,
-                    len = w.window_ms
-                )
+                format!("'{f}', fmt('%d', {}), '{f}:t', now_s", s.raised(p))
             })
             .collect();
         let keep = s.meter_keep();
@@ -384,12 +387,7 @@ fn record_log_with_meters(lua: &mut String, s: &SubjectPlan<'_>) {
         .filter(|(_, w)| w.is_meter())
         .map(|(p, w)| {
             let m = meter_member(w);
-            let full = u64::from(w.limit) * w.window_ms;
-            format!(
-                "fmt('%d', -1 - min(level[{g}] + {len}, {full})), '{m}', stamp, '{m}:t'",
-                g = s.first + p,
-                len = w.window_ms
-            )
+            format!("fmt('%d', -1 - {}), '{m}', stamp, '{m}:t'", s.raised(p))
         })
         .collect();
     let expiry = s.longest.unwrap_or(0).max(s.meter_longest);
