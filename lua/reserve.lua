@@ -134,7 +134,8 @@
 -- in its ZSET); when recorded, per subject ZADD (of the event, and of its
 -- meters when they are in its ZSET) and PEXPIRE (and ZREMRANGEBYRANK when
 -- the set is full, always for a large set), HSET of its meters in a hash
--- (and PEXPIRE when renewed), and HSET and PEXPIRE for the code. A refused request reads and writes nothing else.
+-- (and PEXPIRE when renewed), and HSET and PEXPIRE for the code. A refused
+-- request reads and writes nothing else.
 -- A subject with only meter windows never touches its ZSET. Per conversion:
 -- HMGET of its sums and its current slice, and, at the first call of a
 -- slice, after a count taken back, in a slice spanning two buckets or while

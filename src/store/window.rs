@@ -67,6 +67,7 @@ impl WindowSpec {
             algorithm: Algorithm::SlidingLog,
         }
     }
+
     /// A meter (GCRA) that refuses once full.
     pub fn meter(limit: u32, window_ms: u64) -> Self {
         Self {
