@@ -17,16 +17,31 @@ use crate::error::ApiError;
 
 /// `/login/*`: the login backend's routes, never a browser's: without keys
 /// configured, a call straight from loopback (`Access::check_backend`).
-pub struct BackendKey(pub KeyCheck);
+/// It hands the handler the application state it looked up to check the
+/// key, so that the handler does not look it up again.
+pub struct BackendKey {
+    pub state: web::Data<AppState>,
+    pub key: KeyCheck,
+}
 
 /// `/sms/send` and `/sms/verify`: with `server.keyless_sms`, a browser's
-/// request without `Authorization` passes as [`KeyCheck::Keyless`].
-pub struct PublicKey(pub KeyCheck);
+/// request without `Authorization` passes as [`KeyCheck::Keyless`]. With
+/// the application state, as [`BackendKey`].
+pub struct PublicKey {
+    pub state: web::Data<AppState>,
+    pub key: KeyCheck,
+}
 
-fn access(req: &HttpRequest) -> Result<&Access, ApiError> {
-    req.app_data::<web::Data<AppState>>()
-        .map(|state| &state.access)
-        .ok_or_else(|| ApiError::Internal(anyhow::anyhow!("no application state")))
+/// The application state and what `check` says of the request's key.
+fn checked(
+    req: &HttpRequest,
+    check: impl FnOnce(&Access) -> Result<KeyCheck, ApiError>,
+) -> Result<(web::Data<AppState>, KeyCheck), ApiError> {
+    let state = req
+        .app_data::<web::Data<AppState>>()
+        .ok_or_else(|| ApiError::Internal(anyhow::anyhow!("no application state")))?;
+    let key = check(&state.access)?;
+    Ok((state.clone(), key))
 }
 
 impl FromRequest for BackendKey {
@@ -34,7 +49,7 @@ impl FromRequest for BackendKey {
     type Future = Ready<Result<Self, ApiError>>;
 
     fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
-        ready(access(req).and_then(|a| a.check_backend(req)).map(Self))
+        ready(checked(req, |a| a.check_backend(req)).map(|(state, key)| Self { state, key }))
     }
 }
 
@@ -43,6 +58,6 @@ impl FromRequest for PublicKey {
     type Future = Ready<Result<Self, ApiError>>;
 
     fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
-        ready(access(req).and_then(|a| a.check_key(req, true)).map(Self))
+        ready(checked(req, |a| a.check_key(req, true)).map(|(state, key)| Self { state, key }))
     }
 }

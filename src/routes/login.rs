@@ -7,7 +7,7 @@ use serde::Deserialize;
 use utoipa::ToSchema;
 
 use super::api_key::BackendKey;
-use super::{json, post, schemas, AppState};
+use super::{json, post, schemas};
 use crate::captcha::CaptchaProof;
 use crate::domain::{EmailAddress, Username};
 use crate::error::{ApiError, ErrorBody};
@@ -73,12 +73,11 @@ fn parse_user(raw: &str) -> Result<Username, ApiError> {
     security((), ("api_key" = [])),
 )]
 async fn check(
-    state: web::Data<AppState>,
     req: HttpRequest,
-    key: BackendKey,
+    BackendKey { state, key }: BackendKey,
     body: json::Body<CheckBody>,
 ) -> Result<HttpResponse, ApiError> {
-    let info = state.access.caller(&req, key.0, body.ip.as_deref())?;
+    let info = state.access.caller(&req, key, body.ip.as_deref())?;
     let user = parse_user(&body.user)?;
     let login_state = count(Route::LoginCheck, state.login.check(&user, &info).await)?;
     Ok(answer(&login_state))
@@ -108,13 +107,12 @@ async fn check(
     security((), ("api_key" = [])),
 )]
 async fn attempt(
-    state: web::Data<AppState>,
     req: HttpRequest,
-    key: BackendKey,
+    BackendKey { state, key }: BackendKey,
     body: json::Body<AttemptBody>,
 ) -> Result<HttpResponse, ApiError> {
     let body = body.into_inner();
-    let info = state.access.caller(&req, key.0, body.ip.as_deref())?;
+    let info = state.access.caller(&req, key, body.ip.as_deref())?;
     let user = parse_user(&body.user)?;
     let notify_email = body
         .notify_email

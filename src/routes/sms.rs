@@ -9,7 +9,7 @@ use utoipa::ToSchema;
 use super::api_key::PublicKey;
 use super::cors::CorsOrigins;
 use super::schemas::{self, RateLimitedError};
-use super::{json, post, AppState};
+use super::{json, post};
 use crate::captcha::CaptchaProof;
 use crate::domain::PhoneNumber;
 use crate::error::{ApiError, ErrorBody};
@@ -134,13 +134,12 @@ pub struct VerifyResult {
     security((), ("api_key" = [])),
 )]
 async fn send(
-    state: web::Data<AppState>,
     req: HttpRequest,
-    key: PublicKey,
+    PublicKey { state, key }: PublicKey,
     body: json::Body<SendBody>,
 ) -> Result<HttpResponse, ApiError> {
     let body = body.into_inner();
-    let info = state.access.caller(&req, key.0, body.ip.as_deref())?;
+    let info = state.access.caller(&req, key, body.ip.as_deref())?;
     if body.captcha_passed.is_some() && !info.backend {
         // A browser could say anything here: with a captcha provider it sends
         // `captcha_token`, which tollgate checks itself.
@@ -262,13 +261,12 @@ fn push_json_str(json: &mut String, text: &str) {
     security((), ("api_key" = [])),
 )]
 async fn verify(
-    state: web::Data<AppState>,
     req: HttpRequest,
-    key: PublicKey,
+    PublicKey { state, key }: PublicKey,
     body: json::Body<VerifyBody>,
 ) -> Result<HttpResponse, ApiError> {
     let body = body.into_inner();
-    let info = state.access.caller(&req, key.0, body.ip.as_deref())?;
+    let info = state.access.caller(&req, key, body.ip.as_deref())?;
     let phone = PhoneNumber::parse(&body.phone)?;
     // As the document says: at most 64 characters as given, not all white
     // space; compared without the white space around it.

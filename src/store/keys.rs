@@ -118,7 +118,9 @@ impl Keys {
         key
     }
 
-    /// The meter hash beside `window_key` when one of `windows` is a meter.
+    /// The meter hash beside `window_key` when one of `windows` is a meter
+    /// (on Redis, unless the subject's log is read whole: then its meters
+    /// are members of the log, `store::redis::layout`).
     pub fn meter_for(window_key: &str, windows: &[super::WindowSpec]) -> Option<String> {
         windows
             .iter()

@@ -4,7 +4,7 @@
 use async_trait::async_trait;
 use fred::prelude::{ClientLike, SortedSetsInterface, Value};
 
-use super::layout::{meter_hash, meter_member, meters_in_log};
+use super::layout::{meter_hash, meter_member};
 use super::scripts::{count, flag, int, no_windows, wait, Conversions};
 use super::RedisStore;
 use crate::store::{
@@ -120,7 +120,9 @@ impl WindowStore for RedisStore {
                 .await
                 .map(|_| ());
         }
-        let in_log = meters_in_log(windows);
+        // A subject with meters keeps them in a hash, or in its log.
+        let meter_key = meter_hash(key, windows);
+        let in_log = meter_key.is_none();
         let args = || {
             let mut args = vec![Value::from(member)];
             for w in windows.iter().filter(|w| w.is_meter()) {
@@ -133,7 +135,6 @@ impl WindowStore for RedisStore {
             }
             args
         };
-        let meter_key = meter_hash(key, windows);
         let mut keys = vec![key];
         keys.extend(meter_key.as_deref());
         let _: i64 = self.eval(&self.scripts.undo, &keys, args).await?;
