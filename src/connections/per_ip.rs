@@ -94,7 +94,7 @@ impl Drop for Slot {
 }
 
 /// The address an address counts under, as the rate limits count it: IPv6
-/// cut to its /64, IPv4-mapped as IPv4.
+/// cut to its /64, IPv4-mapped or translated as IPv4.
 fn counted_as(addr: IpAddr) -> IpAddr {
     ClientIp::new(addr).counted_as()
 }
@@ -143,6 +143,20 @@ mod tests {
         let _v4 = counted(per_ip.admit(ip("::ffff:198.51.100.1")));
         assert!(matches!(
             per_ip.admit(ip("198.51.100.1")),
+            Admission::Refused
+        ));
+    }
+
+    #[test]
+    fn translated_ipv4_clients_count_apart_and_as_their_ipv4() {
+        // Behind a NAT64 or SIIT translator every IPv4 client is in
+        // 64:ff9b::/96, one /64: counted per /64, one of them held the cap
+        // for all.
+        let per_ip = PerIp::new(1, vec![]);
+        let _one = counted(per_ip.admit(ip("64:ff9b::203.0.113.7")));
+        let _other = counted(per_ip.admit(ip("64:ff9b::203.0.113.8")));
+        assert!(matches!(
+            per_ip.admit(ip("203.0.113.7")),
             Admission::Refused
         ));
     }

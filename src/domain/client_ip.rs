@@ -1,20 +1,25 @@
 //! Client addresses as counted subjects: IPv4 as is, IPv6 grouped by /64 (one
-//! customer's allocation), IPv4-mapped IPv6 treated as IPv4.
+//! customer's allocation), IPv4-mapped IPv6 and IPv4 translated into RFC
+//! 6052's well-known prefix treated as IPv4.
 
-use std::net::{IpAddr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::LazyLock;
 
 use ipnet::IpNet;
 
-/// A client's address, IPv4-mapped IPv6 taken as the IPv4 address it
-/// carries; `subject_id` names the subject it counts under.
+/// A client's address, IPv4-mapped or translated IPv6 taken as the IPv4
+/// address it carries; `subject_id` names the subject it counts under.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ClientIp(IpAddr);
 
 impl ClientIp {
-    /// Canonical form: an IPv4-mapped IPv6 address becomes IPv4.
+    /// Canonical form: an IPv4-mapped (`::ffff:a.b.c.d`) or translated
+    /// (`64:ff9b::a.b.c.d`) IPv6 address becomes IPv4.
     pub fn new(addr: IpAddr) -> Self {
-        Self(addr.to_canonical())
+        match addr.to_canonical() {
+            IpAddr::V6(v6) => Self(translated_ipv4(v6).map_or(IpAddr::V6(v6), IpAddr::V4)),
+            v4 => Self(v4),
+        }
     }
 
     /// An address as written by a caller: exactly what [`ADDRESS_PATTERN`]
@@ -70,6 +75,18 @@ impl ClientIp {
             IpAddr::V6(net) => format!("{net}/64"),
         }
     }
+}
+
+/// The IPv4 client behind an address of RFC 6052's well-known prefix,
+/// `64:ff9b::/96`: a NAT64 or SIIT translator in front of the service
+/// writes every IPv4 client into it, so counted per /64 they would all be
+/// one subject, and one abuser among them would throttle or block the rest.
+/// The prefix is reserved for translation (RFC 6052 §3.1), so no native
+/// IPv6 client has such an address.
+pub fn translated_ipv4(v6: Ipv6Addr) -> Option<Ipv4Addr> {
+    let [a, b, c, d, e, f, ..] = v6.segments();
+    let [.., w, x, y, z] = v6.octets();
+    ([a, b, c, d, e, f] == [0x64, 0xff9b, 0, 0, 0, 0]).then(|| Ipv4Addr::new(w, x, y, z))
 }
 
 /// An IPv4 address as `Ipv4Addr`'s `Display` writes it, without the
@@ -249,6 +266,47 @@ mod tests {
             "198.51.100.4"
         );
         assert!(ClientIp::parse("300.1.1.1").is_none());
+    }
+
+    #[test]
+    fn translated_ipv4_counts_as_the_ipv4_client_it_carries() {
+        for (raw, v4) in [
+            ("64:ff9b::203.0.113.7", "203.0.113.7"),
+            ("64:ff9b::c633:6404", "198.51.100.4"),
+            ("64:FF9B:0:0:0:0:cb00:7107", "203.0.113.7"),
+        ] {
+            let ip = ClientIp::parse(raw).expect("an address");
+            assert_eq!(ip.addr(), v4.parse::<IpAddr>().unwrap(), "{raw}");
+            assert_eq!(ip.subject_id(), v4, "{raw}");
+            assert_eq!(ip.text(), v4, "{raw}");
+            assert_eq!(
+                ClientIp::parse_subject(raw).unwrap().subject_id(),
+                v4,
+                "{raw}"
+            );
+        }
+        // Two translated clients are two subjects, not one /64.
+        assert_ne!(
+            ClientIp::parse("64:ff9b::203.0.113.7")
+                .unwrap()
+                .counted_as(),
+            ClientIp::parse("64:ff9b::203.0.113.8")
+                .unwrap()
+                .counted_as()
+        );
+        // Only the /96 itself: its neighbours, and the local-use 64:ff9b:1::/48
+        // (RFC 8215, whose IPv4 sits where its operator's prefix length puts
+        // it), stay IPv6 grouped by /64.
+        for raw in [
+            "64:ff9b:0:0:1::203.0.113.7",
+            "64:ff9b:1::203.0.113.7",
+            "64:ff9a::203.0.113.7",
+            "2001:db8::203.0.113.7",
+        ] {
+            let ip = ClientIp::parse(raw).expect("an address");
+            assert!(ip.addr().is_ipv6(), "{raw}");
+            assert!(ip.subject_id().ends_with("/64"), "{raw}");
+        }
     }
 
     #[test]

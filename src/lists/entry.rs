@@ -6,7 +6,7 @@ use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::domain::client_ip::parse_cidr;
+use crate::domain::client_ip::{parse_cidr, translated_ipv4};
 use crate::domain::{PhoneNumber, Username};
 
 /// Which list an entry is on.
@@ -115,15 +115,19 @@ pub fn normalise(kind: EntryKind, value: &str) -> Result<String, String> {
     }
 }
 
-/// An IPv4-mapped IPv6 range (`::ffff:203.0.113.0/120`) as the IPv4 range
-/// it is: requests carry such addresses as IPv4, so the mapped form would
-/// never match.
+/// An IPv4-mapped (`::ffff:203.0.113.0/120`) or translated
+/// (`64:ff9b::203.0.113.0/120`) IPv6 range as the IPv4 range it is:
+/// requests carry such addresses as IPv4 (`ClientIp`), so the IPv6 form
+/// would never match.
 fn canonical(net: IpNet) -> IpNet {
     match net {
-        IpNet::V6(v6) if v6.prefix_len() >= 96 => match v6.addr().to_ipv4_mapped() {
-            Some(v4) => IpNet::new(v4.into(), v6.prefix_len() - 96).unwrap_or(net),
-            None => net,
-        },
+        IpNet::V6(v6) if v6.prefix_len() >= 96 => {
+            let addr = v6.addr();
+            match addr.to_ipv4_mapped().or_else(|| translated_ipv4(addr)) {
+                Some(v4) => IpNet::new(v4.into(), v6.prefix_len() - 96).unwrap_or(net),
+                None => net,
+            }
+        }
         net => net,
     }
 }
@@ -157,6 +161,9 @@ mod tests {
             (EntryKind::Ip, "2001:db8::1/64", "2001:db8::/64"),
             (EntryKind::Ip, "::ffff:203.0.113.7", "203.0.113.7/32"),
             (EntryKind::Ip, "::ffff:203.0.113.0/120", "203.0.113.0/24"),
+            (EntryKind::Ip, "64:ff9b::203.0.113.7", "203.0.113.7/32"),
+            (EntryKind::Ip, "64:ff9b::203.0.113.0/120", "203.0.113.0/24"),
+            (EntryKind::Ip, "64:ff9b::/64", "64:ff9b::/64"),
             (EntryKind::Phone, "+86 138 0013 8000", "+8613800138000"),
             (EntryKind::Phone, "+88213*", "+88213*"),
             (EntryKind::User, "ALICE", "alice"),

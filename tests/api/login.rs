@@ -21,6 +21,7 @@ on_both_backends!(
     a_failure_refused_for_its_user_is_not_counted_against_its_ip,
     names_that_look_alike_share_one_counter,
     ipv6_addresses_of_one_64_share_a_counter,
+    translated_ipv4_clients_count_apart,
     shadow_mode_answers_allow_and_audits_would_be_refusals,
 );
 
@@ -394,6 +395,34 @@ async fn ipv6_addresses_of_one_64_share_a_counter(backend: Backend) {
         .find(|e| e.decision == AuditDecision::Deny)
         .unwrap();
     assert_eq!(deny.subject, "2001:db8:1:2::/64");
+}
+
+/// Behind a NAT64 or SIIT translator every IPv4 client is an address of
+/// 64:ff9b::/96, one /64: counted per /64, two failures from one of them
+/// blocked them all.
+async fn translated_ipv4_clients_count_apart(backend: Backend) {
+    let app = spawn_app(backend, |s| {
+        s.login.captcha_after = 1000;
+        s.login.ip_captcha_after = 1000;
+        s.login.ip_block_after = 2;
+    })
+    .await;
+    fail(&app, "v1", json!({ "ip": "64:ff9b::203.0.113.7" })).await;
+    fail(&app, "v2", json!({ "ip": "64:ff9b::203.0.113.7" })).await;
+    let blocked = fail(&app, "v3", json!({ "ip": "64:ff9b::cb00:7107" })).await;
+    assert_eq!(blocked["reason"], "ip_blocked");
+    let neighbour = fail(&app, "v3", json!({ "ip": "64:ff9b::203.0.113.8" })).await;
+    assert_eq!(neighbour["decision"], "allow");
+    // The address it carries is the subject: the same client over IPv4.
+    let direct = fail(&app, "v4", json!({ "ip": "203.0.113.7" })).await;
+    assert_eq!(direct["reason"], "ip_blocked");
+    let deny = app
+        .audit_events()
+        .into_iter()
+        .find(|e| e.decision == AuditDecision::Deny)
+        .unwrap();
+    assert_eq!(deny.subject, "203.0.113.7");
+    assert_eq!(deny.ip.as_deref(), Some("203.0.113.7"));
 }
 
 async fn shadow_mode_answers_allow_and_audits_would_be_refusals(backend: Backend) {
