@@ -259,6 +259,14 @@ pub fn store_call(elapsed: Duration) {
     .unwrap_or_else(|| histogram!(STORE_SECONDS).record(elapsed.as_secs_f64()));
 }
 
+/// Count one audit event queued for the database: every refused request's,
+/// so by handle (`count` in `audit::writer` looks the series up each time).
+pub fn audit_queued() {
+    let series = || counter!(AUDIT_EVENTS, "outcome" => "queued");
+    with_handles(|handles| handles.audit_queued.get_or_insert_with(series).increment(1))
+        .unwrap_or_else(|| series().increment(1));
+}
+
 /// The handles of the series every request adds to, per thread.
 /// `counter!` and `histogram!` build their key and look it up in the
 /// registry at every call (about 2,000 instructions a login); a handle only
@@ -269,6 +277,7 @@ struct Handles {
     /// out of `ALL` is counted without a handle).
     requests: [[Option<Counter>; Outcome::ALL.len()]; Route::ALL.len()],
     store_seconds: Option<Histogram>,
+    audit_queued: Option<Counter>,
 }
 
 thread_local! {

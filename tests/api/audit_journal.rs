@@ -260,6 +260,28 @@ async fn app_configured(
     .await
 }
 
+/// Every journaled refusal counts one `queued` event, and once written one
+/// `written` (the load benchmark checks the two agree). The recorder is
+/// process-wide and other tests add to it too: at least as many.
+#[tokio::test]
+async fn each_refusal_counts_one_queued_and_one_written_event() {
+    let db = TestDb::new(DbKind::Postgres).await;
+    let app = app_with(db.url.clone(), db.spool_dir(), false).await;
+    assert_eq!(app.sms_send(json!({ "phone": PHONE })).await.status, 200);
+    let series = |o: &str| format!("tollgate_audit_events_total{{outcome=\"{o}\"}}");
+    app.flush_audit().await;
+    let (queued, written) = (
+        app.metric(&series("queued")).await,
+        app.metric(&series("written")).await,
+    );
+    for i in 0..5 {
+        refused_send(&app, &format!("counted-{i}")).await;
+    }
+    app.flush_audit().await;
+    assert!(app.metric(&series("queued")).await >= queued + 5.0);
+    assert!(app.metric(&series("written")).await >= written + 5.0);
+}
+
 /// The public `/readyz` says 503 `not_ready` and nothing more while the
 /// audit database is down; the admin listener's says which part.
 #[tokio::test]

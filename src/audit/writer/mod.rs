@@ -180,7 +180,7 @@ impl AuditSink for DbSink {
             // Held, not queued: a flush finds it there even while the
             // writer is stuck in an insert, with this event behind it.
             match self.held.push_within(event, self.held_cap) {
-                None => count("queued", 1),
+                None => crate::metrics::audit_queued(),
                 Some(event) => dropped(&event),
             }
             return;
@@ -189,7 +189,7 @@ impl AuditSink for DbSink {
             .queue
             .try_send(Message::Event(Box::new(event), segment))
         {
-            Ok(()) => count("queued", 1),
+            Ok(()) => crate::metrics::audit_queued(),
             Err(mpsc::error::TrySendError::Full(message))
             | Err(mpsc::error::TrySendError::Closed(message)) => {
                 if let Message::Event(_, segment) = message {
