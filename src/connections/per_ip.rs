@@ -2,9 +2,9 @@
 //! (`server.max_connections_per_ip`), counted at accept.
 //!
 //! The address is the TCP peer's: at accept no header has been read, and a
-//! forwarded address could be made up anyway. An IPv6 client counts per /64
-//! (one customer's allocation, as the rate limits count it), an
-//! IPv4-mapped one as its IPv4 address.
+//! forwarded address could be made up anyway. It counts as the rate limits
+//! count it (`ClientIp`): an IPv6 client per /64 (one customer's
+//! allocation), an IPv4-mapped or translated one as its IPv4 address.
 //!
 //! An address inside `server.trusted_proxies` is not counted: a proxy
 //! carries many clients on few addresses, and each of its requests is
@@ -56,8 +56,7 @@ impl PerIp {
 
     /// Count a connection from `peer`, unless its address is at the cap.
     pub fn admit(self: &Arc<Self>, peer: IpAddr) -> Admission {
-        let peer = peer.to_canonical();
-        if self.trusted.iter().any(|net| net.contains(&peer)) {
+        if self.trusted.iter().any(|net| ClientIp::is_in(peer, net)) {
             return Admission::Trusted;
         }
         let key = counted_as(peer);

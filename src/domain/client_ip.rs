@@ -30,13 +30,16 @@ impl ClientIp {
 
     /// An IP subject as an admin names it: an address, or an IPv6 address
     /// with `/64` (the subject's own form, `2001:db8:1:2::/64`), as
-    /// [`SUBJECT_PATTERN`] says. Another range is not a subject.
+    /// [`SUBJECT_PATTERN`] says. Another range is not a subject. A /64 is
+    /// that /64 even in `64:ff9b::/96`: the subject translated clients
+    /// counted under before they counted as IPv4, which an admin may still
+    /// need to unblock or look up.
     pub fn parse_subject(raw: &str) -> Option<Self> {
         match raw.split_once('/') {
             Some((addr, "64")) => addr
                 .parse::<Ipv6Addr>()
                 .ok()
-                .map(|v6| Self::new(IpAddr::V6(v6))),
+                .map(|v6| Self(IpAddr::V6(v6).to_canonical())),
             Some(_) => None,
             None => Self::parse(raw),
         }
@@ -45,6 +48,15 @@ impl ClientIp {
     /// The address itself.
     pub fn addr(&self) -> IpAddr {
         self.0
+    }
+
+    /// Whether `net` (`server.trusted_proxies`, say) holds this address as
+    /// it came (`64:ff9b::c000:20a`) or as it counts (`192.0.2.10`): a proxy
+    /// reached through a translator is shown, logged and audited as the
+    /// latter, and may be configured as either.
+    pub fn is_in(raw: IpAddr, net: &IpNet) -> bool {
+        let ip = raw.to_canonical();
+        net.contains(&ip) || net.contains(&Self::new(ip).0)
     }
 
     /// The address as `Display` writes it; an IPv4 one without the
@@ -284,6 +296,9 @@ mod tests {
                 v4,
                 "{raw}"
             );
+            // With /64 it names the /64 such clients counted under before.
+            let before = ClientIp::parse_subject(&format!("{raw}/64")).unwrap();
+            assert_eq!(before.subject_id(), "64:ff9b::/64", "{raw}");
         }
         // Two translated clients are two subjects, not one /64.
         assert_ne!(
@@ -299,6 +314,7 @@ mod tests {
         // it), stay IPv6 grouped by /64.
         for raw in [
             "64:ff9b:0:0:1::203.0.113.7",
+            "64:ff9b::1:cb00:7107",
             "64:ff9b:1::203.0.113.7",
             "64:ff9a::203.0.113.7",
             "2001:db8::203.0.113.7",
@@ -307,6 +323,20 @@ mod tests {
             assert!(ip.addr().is_ipv6(), "{raw}");
             assert!(ip.subject_id().ends_with("/64"), "{raw}");
         }
+    }
+
+    #[test]
+    fn a_range_holds_an_address_as_it_came_or_as_it_counts() {
+        let translated: IpAddr = "64:ff9b::192.0.2.10".parse().unwrap();
+        for net in ["192.0.2.0/24", "64:ff9b::/96", "64:ff9b::192.0.2.10/128"] {
+            assert!(ClientIp::is_in(translated, &net.parse().unwrap()), "{net}");
+        }
+        let mapped: IpAddr = "::ffff:192.0.2.10".parse().unwrap();
+        assert!(ClientIp::is_in(mapped, &"192.0.2.0/24".parse().unwrap()));
+        assert!(!ClientIp::is_in(
+            translated,
+            &"192.0.3.0/24".parse().unwrap()
+        ));
     }
 
     #[test]

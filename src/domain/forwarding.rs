@@ -23,7 +23,7 @@ use std::net::IpAddr;
 
 use ipnet::IpNet;
 
-use super::client_ip::{forwarded_for, parse_hop};
+use super::client_ip::{forwarded_for, parse_hop, ClientIp};
 
 /// The header that names the client behind a trusted proxy
 /// (`server.client_ip_header`).
@@ -134,8 +134,7 @@ impl ClientAddress {
 impl ProxyTrust {
     /// Whether `ip` is one of `server.trusted_proxies`.
     pub fn is_trusted(&self, ip: IpAddr) -> bool {
-        let ip = ip.to_canonical();
-        self.proxies.iter().any(|net| net.contains(&ip))
+        self.proxies.iter().any(|net| ClientIp::is_in(ip, net))
     }
 
     /// Whether a request from `peer` has its header read at all: only a
@@ -248,6 +247,27 @@ mod tests {
             t.client(ip("198.51.100.1"), ["6.6.6.6"]),
             ClientAddress::Peer(ip("198.51.100.1"))
         );
+    }
+
+    /// A proxy reached through a NAT64 or SIIT translator is trusted by the
+    /// IPv4 address it is shown, logged and audited as, and by the address
+    /// it came from; so are the hops it forwards.
+    #[test]
+    fn a_translated_proxy_is_trusted_by_either_form() {
+        for proxies in [["192.0.2.0/24"], ["64:ff9b::192.0.2.0/120"]] {
+            let t = trust(&proxies, "x-forwarded-for", 0);
+            assert!(t.is_trusted(ip("64:ff9b::192.0.2.10")), "{proxies:?}");
+            assert_eq!(
+                t.client(
+                    ip("64:ff9b::192.0.2.10"),
+                    ["64:ff9b::192.0.2.11, 203.0.113.9"]
+                ),
+                ClientAddress::Forwarded(ip("203.0.113.9")),
+                "{proxies:?}"
+            );
+        }
+        let t = trust(&["192.0.2.0/24"], "x-forwarded-for", 0);
+        assert!(!t.is_trusted(ip("64:ff9b::198.51.100.1")));
     }
 
     /// nginx's `$proxy_add_x_forwarded_for`: what the client sent, then the

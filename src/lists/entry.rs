@@ -105,14 +105,35 @@ pub struct ListEntry {
 /// `value` in the form requests are matched against, or why it is not one.
 pub fn normalise(kind: EntryKind, value: &str) -> Result<String, String> {
     match kind {
-        EntryKind::Ip => parse_cidr(value.trim())
-            .map(|net| canonical(net).trunc().to_string())
-            .ok_or_else(|| format!("{value:?} is not an IP address or CIDR")),
+        EntryKind::Ip => {
+            let net = parse_cidr(value.trim())
+                .ok_or_else(|| format!("{value:?} is not an IP address or CIDR"))?;
+            if holds_the_translation_prefix(net) {
+                return Err(format!(
+                    "{value:?} holds 64:ff9b::/96, where a NAT64 or SIIT translator writes IPv4 \
+                     clients, and they count as their IPv4 addresses: list those \
+                     (0.0.0.0/0 for every one) or a range inside the /96"
+                ));
+            }
+            Ok(canonical(net).trunc().to_string())
+        }
         EntryKind::Phone => normalise_phone(value),
         EntryKind::User => Username::parse(value)
             .map(|u| u.as_str().to_string())
             .map_err(|e| format!("{value:?} is not a user name: {e}")),
     }
+}
+
+/// Whether `net` is RFC 6052's well-known prefix or a range of up to /32
+/// around it: such an entry meant translated clients, which match it no
+/// more (they count as IPv4), or, as the /96 itself, every IPv4 address.
+/// Wider ranges (`::/0`) are about IPv6 at large and stay IPv6.
+fn holds_the_translation_prefix(net: IpNet) -> bool {
+    let prefix = IpNet::V6(ipnet::Ipv6Net::new_assert(
+        std::net::Ipv6Addr::new(0x64, 0xff9b, 0, 0, 0, 0, 0, 0),
+        96,
+    ));
+    matches!(net, IpNet::V6(v6) if (32..=96).contains(&v6.prefix_len()) && net.contains(&prefix))
 }
 
 /// An IPv4-mapped (`::ffff:203.0.113.0/120`) or translated
@@ -163,7 +184,8 @@ mod tests {
             (EntryKind::Ip, "::ffff:203.0.113.0/120", "203.0.113.0/24"),
             (EntryKind::Ip, "64:ff9b::203.0.113.7", "203.0.113.7/32"),
             (EntryKind::Ip, "64:ff9b::203.0.113.0/120", "203.0.113.0/24"),
-            (EntryKind::Ip, "64:ff9b::/64", "64:ff9b::/64"),
+            (EntryKind::Ip, "64:ff9b::203.0.113.0/97", "128.0.0.0/1"),
+            (EntryKind::Ip, "::/0", "::/0"),
             (EntryKind::Phone, "+86 138 0013 8000", "+8613800138000"),
             (EntryKind::Phone, "+88213*", "+88213*"),
             (EntryKind::User, "ALICE", "alice"),
@@ -173,6 +195,9 @@ mod tests {
         }
         for (kind, raw) in [
             (EntryKind::Ip, "300.1.1.1"),
+            (EntryKind::Ip, "64:ff9b::/96"),
+            (EntryKind::Ip, "64:ff9b::/64"),
+            (EntryKind::Ip, "64:ff9b::/32"),
             (EntryKind::Phone, "+86a*"),
             (EntryKind::Phone, "*"),
             (EntryKind::Phone, "12345"),

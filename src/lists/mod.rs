@@ -95,12 +95,7 @@ impl Lists {
             return Ok(());
         };
         let _one_at_a_time = self.refreshing.lock().await;
-        let stored = db.all().await?;
-        // A row this version would not have written (edited by hand, say) is
-        // skipped, not allowed to stop every refresh.
-        let (valid, invalid): (Vec<_>, Vec<_>) = stored
-            .into_iter()
-            .partition(|e| normalise(e.kind, &e.value).as_deref() == Ok(e.value.as_str()));
+        let (valid, invalid) = in_force(db.all().await?);
         for entry in invalid {
             tracing::warn!(id = ?entry.id, kind = entry.kind.as_str(), value = %entry.value, "stored list entry is not in normal form; skipped");
         }
@@ -170,4 +165,58 @@ pub fn spawn_refresh(lists: Arc<Lists>, every: std::time::Duration) -> tokio::ta
             }
         }
     })
+}
+
+/// The stored entries as this version matches them, and those it cannot.
+/// Each value is normalised again: one an earlier version wrote in another
+/// form (`64:ff9b::cb00:7107/128`, before translated addresses counted as
+/// IPv4) stays in force, listed under its id, as this version reads it
+/// (`203.0.113.7/32`). A row that is no entry now (edited by hand, or a
+/// range this version refuses) is left out, not allowed to stop every
+/// refresh.
+fn in_force(stored: Vec<ListEntry>) -> (Vec<ListEntry>, Vec<ListEntry>) {
+    let mut valid = Vec::with_capacity(stored.len());
+    let mut invalid = Vec::new();
+    for mut entry in stored {
+        match normalise(entry.kind, &entry.value) {
+            Ok(value) => {
+                entry.value = value;
+                valid.push(entry);
+            }
+            Err(_) => invalid.push(entry),
+        }
+    }
+    (valid, invalid)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stored(kind: EntryKind, value: &str) -> ListEntry {
+        ListEntry {
+            id: Some(Uuid::nil()),
+            list: ListName::Block,
+            kind,
+            value: value.into(),
+            note: String::new(),
+            source: EntrySource::Admin,
+            created_at: None,
+        }
+    }
+
+    #[test]
+    fn stored_entries_of_an_earlier_form_stay_in_force_as_this_version_reads_them() {
+        let (valid, invalid) = in_force(vec![
+            stored(EntryKind::Ip, "203.0.113.0/24"),
+            stored(EntryKind::Ip, "64:ff9b::cb00:7107/128"),
+            stored(EntryKind::Ip, "64:ff9b::/64"),
+            stored(EntryKind::Phone, "not a phone"),
+        ]);
+        let values: Vec<&str> = valid.iter().map(|e| e.value.as_str()).collect();
+        assert_eq!(values, ["203.0.113.0/24", "203.0.113.7/32"]);
+        assert!(valid.iter().all(|e| e.id == Some(Uuid::nil())));
+        let left_out: Vec<&str> = invalid.iter().map(|e| e.value.as_str()).collect();
+        assert_eq!(left_out, ["64:ff9b::/64", "not a phone"]);
+    }
 }

@@ -250,12 +250,9 @@ impl Access {
     /// says `X-Forwarded-Proto: https` can tell. Anyone else's header is
     /// ignored.
     pub fn forwarded_https(&self, req: &HttpRequest) -> bool {
-        let trusted = req.peer_addr().is_some_and(|peer| {
-            self.trust
-                .proxies
-                .iter()
-                .any(|net| net.contains(&peer.ip().to_canonical()))
-        });
+        let trusted = req
+            .peer_addr()
+            .is_some_and(|peer| self.trust.is_trusted(peer.ip()));
         trusted
             && req
                 .headers()

@@ -129,7 +129,9 @@ pub fn ip_subject() -> Object {
     text(&client_ip::SUBJECT_PATTERN)
         .description(Some(
             "An IPv4 address, or an IPv6 address or its /64 (`2001:db8:1:2::/64`, the \
-             subject's own form, `/` written `%2F` or as is): an IPv6 address counts in its /64.",
+             subject's own form, `/` written `%2F` or as is): an IPv6 address counts in its /64, \
+             an IPv4-mapped or translated one (`::ffff:203.0.113.7`, `64:ff9b::203.0.113.7`) \
+             as the IPv4 address it carries.",
         ))
         .examples(["203.0.113.7"])
         .build()

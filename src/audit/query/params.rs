@@ -184,7 +184,9 @@ impl Reader {
         }))
     }
 
-    /// The address as the trail writes it (`::ffff:1.2.3.4` is `1.2.3.4`).
+    /// The address as the trail writes it (`::ffff:1.2.3.4` is `1.2.3.4`,
+    /// and so is `64:ff9b::1.2.3.4`; rows written before such addresses
+    /// counted as IPv4 hold the IPv6 text, and are found by their /64 subject).
     /// The API refuses what is not one, as its document says; the console
     /// keeps it as typed, to match nothing and be shown back.
     fn ip(&self, value: Option<&str>) -> Read<String> {
