@@ -56,7 +56,7 @@ impl PerIp {
 
     /// Count a connection from `peer`, unless its address is at the cap.
     pub fn admit(self: &Arc<Self>, peer: IpAddr) -> Admission {
-        if self.trusted.iter().any(|net| ClientIp::is_in(peer, net)) {
+        if ClientIp::in_any(peer, &self.trusted) {
             return Admission::Trusted;
         }
         let key = counted_as(peer);

@@ -5,7 +5,7 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::LazyLock;
 
-use ipnet::IpNet;
+use ipnet::{IpNet, Ipv6Net};
 
 /// A client's address, IPv4-mapped or translated IPv6 taken as the IPv4
 /// address it carries; `subject_id` names the subject it counts under.
@@ -50,13 +50,15 @@ impl ClientIp {
         self.0
     }
 
-    /// Whether `net` (`server.trusted_proxies`, say) holds this address as
+    /// Whether one of `nets` (`server.trusted_proxies`, say) holds `raw` as
     /// it came (`64:ff9b::c000:20a`) or as it counts (`192.0.2.10`): a proxy
     /// reached through a translator is shown, logged and audited as the
     /// latter, and may be configured as either.
-    pub fn is_in(raw: IpAddr, net: &IpNet) -> bool {
-        let ip = raw.to_canonical();
-        net.contains(&ip) || net.contains(&Self::new(ip).0)
+    pub fn in_any(raw: IpAddr, nets: &[IpNet]) -> bool {
+        let came = raw.to_canonical();
+        let counts = Self::new(came).0;
+        nets.iter()
+            .any(|net| net.contains(&came) || (counts != came && net.contains(&counts)))
     }
 
     /// The address as `Display` writes it; an IPv4 one without the
@@ -96,10 +98,15 @@ impl ClientIp {
 /// The prefix is reserved for translation (RFC 6052 §3.1), so no native
 /// IPv6 client has such an address.
 pub fn translated_ipv4(v6: Ipv6Addr) -> Option<Ipv4Addr> {
-    let [a, b, c, d, e, f, ..] = v6.segments();
     let [.., w, x, y, z] = v6.octets();
-    ([a, b, c, d, e, f] == [0x64, 0xff9b, 0, 0, 0, 0]).then(|| Ipv4Addr::new(w, x, y, z))
+    TRANSLATION_PREFIX
+        .contains(&v6)
+        .then(|| Ipv4Addr::new(w, x, y, z))
 }
+
+/// RFC 6052's well-known prefix, `64:ff9b::/96`.
+pub const TRANSLATION_PREFIX: Ipv6Net =
+    Ipv6Net::new_assert(Ipv6Addr::new(0x64, 0xff9b, 0, 0, 0, 0, 0, 0), 96);
 
 /// An IPv4 address as `Ipv4Addr`'s `Display` writes it, without the
 /// formatting machinery: a login formats its IP twice (the pair lock and the
@@ -328,15 +335,19 @@ mod tests {
     #[test]
     fn a_range_holds_an_address_as_it_came_or_as_it_counts() {
         let translated: IpAddr = "64:ff9b::192.0.2.10".parse().unwrap();
+        let nets =
+            |nets: &[&str]| -> Vec<IpNet> { nets.iter().map(|n| n.parse().unwrap()).collect() };
         for net in ["192.0.2.0/24", "64:ff9b::/96", "64:ff9b::192.0.2.10/128"] {
-            assert!(ClientIp::is_in(translated, &net.parse().unwrap()), "{net}");
+            assert!(ClientIp::in_any(translated, &nets(&[net])), "{net}");
         }
         let mapped: IpAddr = "::ffff:192.0.2.10".parse().unwrap();
-        assert!(ClientIp::is_in(mapped, &"192.0.2.0/24".parse().unwrap()));
-        assert!(!ClientIp::is_in(
+        assert!(ClientIp::in_any(mapped, &nets(&["192.0.2.0/24"])));
+        assert!(ClientIp::in_any(
             translated,
-            &"192.0.3.0/24".parse().unwrap()
+            &nets(&["10.0.0.0/8", "192.0.2.0/24"])
         ));
+        assert!(!ClientIp::in_any(translated, &[]));
+        assert!(!ClientIp::in_any(translated, &nets(&["192.0.3.0/24"])));
     }
 
     #[test]

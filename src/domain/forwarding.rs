@@ -134,7 +134,7 @@ impl ClientAddress {
 impl ProxyTrust {
     /// Whether `ip` is one of `server.trusted_proxies`.
     pub fn is_trusted(&self, ip: IpAddr) -> bool {
-        self.proxies.iter().any(|net| ClientIp::is_in(ip, net))
+        ClientIp::in_any(ip, &self.proxies)
     }
 
     /// Whether a request from `peer` has its header read at all: only a

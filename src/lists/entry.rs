@@ -6,7 +6,7 @@ use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::domain::client_ip::{parse_cidr, translated_ipv4};
+use crate::domain::client_ip::{parse_cidr, translated_ipv4, TRANSLATION_PREFIX};
 use crate::domain::{PhoneNumber, Username};
 
 /// Which list an entry is on.
@@ -129,11 +129,7 @@ pub fn normalise(kind: EntryKind, value: &str) -> Result<String, String> {
 /// more (they count as IPv4), or, as the /96 itself, every IPv4 address.
 /// Wider ranges (`::/0`) are about IPv6 at large and stay IPv6.
 fn holds_the_translation_prefix(net: IpNet) -> bool {
-    let prefix = IpNet::V6(ipnet::Ipv6Net::new_assert(
-        std::net::Ipv6Addr::new(0x64, 0xff9b, 0, 0, 0, 0, 0, 0),
-        96,
-    ));
-    matches!(net, IpNet::V6(v6) if (32..=96).contains(&v6.prefix_len()) && net.contains(&prefix))
+    matches!(net, IpNet::V6(v6) if (32..=96).contains(&v6.prefix_len()) && v6.contains(&TRANSLATION_PREFIX))
 }
 
 /// An IPv4-mapped (`::ffff:203.0.113.0/120`) or translated
