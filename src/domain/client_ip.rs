@@ -1,6 +1,8 @@
 //! Client addresses as counted subjects: IPv4 as is, IPv6 grouped by /64 (one
 //! customer's allocation), IPv4-mapped IPv6 and IPv4 translated into RFC
-//! 6052's well-known prefix treated as IPv4.
+//! 6052's well-known prefix treated as IPv4. An IPv6 client is also counted
+//! in its network (`sms.network_bits`, a /48 by default): one site, or one
+//! free tunnel-broker allocation, holds 65,536 /64s.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::LazyLock;
@@ -89,6 +91,43 @@ impl ClientIp {
             IpAddr::V6(net) => format!("{net}/64"),
         }
     }
+
+    /// The network subject's id: the address's first `bits` bits
+    /// (`2001:db8:1::/48`); `None` for an IPv4 client, which has none.
+    pub fn network_id(&self, bits: u8) -> Option<String> {
+        match self.0 {
+            IpAddr::V4(_) => None,
+            IpAddr::V6(v6) => network_text(v6, bits),
+        }
+    }
+
+    /// A network subject as an admin names it: an IPv6 address with a
+    /// length of [`NETWORK_BITS`] (`2001:db8:1::/48`, or any address in it),
+    /// as [`NETWORK_PATTERN`] says; answered in the form
+    /// [`Self::network_id`] gives.
+    pub fn parse_network(raw: &str) -> Option<String> {
+        let (addr, bits) = raw.split_once('/')?;
+        // Digits only: `u8`'s parser would also take `+48`.
+        if bits.is_empty() || bits.len() > 2 || !bits.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        network_text(addr.parse().ok()?, bits.parse().ok()?)
+    }
+}
+
+/// The lengths a network subject may have (`sms.network_bits`): from a
+/// regional registry's smallest allocation to one /64, the IP subject.
+pub const NETWORK_BITS: std::ops::RangeInclusive<u8> = 32..=64;
+
+/// `2001:db8:1::/48` for the first `bits` bits of `v6`, when `bits` is one
+/// of [`NETWORK_BITS`].
+fn network_text(v6: Ipv6Addr, bits: u8) -> Option<String> {
+    if !NETWORK_BITS.contains(&bits) {
+        return None;
+    }
+    Ipv6Net::new(v6, bits)
+        .ok()
+        .map(|net| net.trunc().to_string())
 }
 
 /// The IPv4 client behind an address of RFC 6052's well-known prefix,
@@ -181,6 +220,11 @@ pub static ADDRESS_PATTERN: LazyLock<String> =
 pub static SUBJECT_PATTERN: LazyLock<String> =
     LazyLock::new(|| format!("^(?:{IPV4}|{}(?:/64)?)$", ipv6_pattern()));
 
+/// What [`ClientIp::parse_network`] accepts, as the OpenAPI document's
+/// `pattern`: an IPv6 address, `/` and 32 to 64.
+pub static NETWORK_PATTERN: LazyLock<String> =
+    LazyLock::new(|| format!("^{}/(?:3[2-9]|[45][0-9]|6[0-4])$", ipv6_pattern()));
+
 /// One hop of `X-Forwarded-For` or one `for=` of `Forwarded` (RFC 7239):
 /// `203.0.113.7`, `203.0.113.7:443`, `2001:db8::1`, `[2001:db8::1]` or
 /// `[2001:db8::1]:443`, optionally in double quotes. `unknown`, an obfuscated
@@ -265,6 +309,49 @@ mod tests {
                 let id = ClientIp::new(IpAddr::V4(addr)).subject_id();
                 assert_eq!(id, addr.to_string());
             }
+        }
+    }
+
+    #[test]
+    fn an_ipv6_client_is_in_its_network_and_an_ipv4_one_in_none() {
+        let ip = |raw| ClientIp::parse(raw).expect("an address");
+        assert_eq!(
+            ip("2001:db8:1:2:aaaa::1").network_id(48).as_deref(),
+            Some("2001:db8:1::/48")
+        );
+        assert_eq!(
+            ip("2001:db8:1:2ff:aaaa::1").network_id(56).as_deref(),
+            Some("2001:db8:1:200::/56")
+        );
+        assert_eq!(
+            ip("2001:db8:1:2:aaaa::1").network_id(64).as_deref(),
+            Some("2001:db8:1:2::/64")
+        );
+        // Mapped and translated IPv4 clients are IPv4: no network.
+        for raw in ["203.0.113.7", "::ffff:203.0.113.7", "64:ff9b::203.0.113.7"] {
+            assert_eq!(ip(raw).network_id(48), None, "{raw}");
+        }
+        // Outside the lengths a network may have.
+        assert_eq!(ip("2001:db8::1").network_id(31), None);
+        assert_eq!(ip("2001:db8::1").network_id(65), None);
+    }
+
+    #[test]
+    fn an_admin_names_a_network_by_any_address_in_it_with_its_length() {
+        for (raw, id) in [
+            ("2001:db8:1::/48", Some("2001:db8:1::/48")),
+            ("2001:DB8:1:2:aaaa::1/48", Some("2001:db8:1::/48")),
+            ("2001:db8::/32", Some("2001:db8::/32")),
+            ("2001:db8:1:2::/64", Some("2001:db8:1:2::/64")),
+            ("2001:db8:1::", None),
+            ("2001:db8:1::/31", None),
+            ("2001:db8:1::/65", None),
+            ("2001:db8:1::/+48", None),
+            ("2001:db8:1::/048", None),
+            ("203.0.113.0/24", None),
+            ("/48", None),
+        ] {
+            assert_eq!(ClientIp::parse_network(raw).as_deref(), id, "{raw}");
         }
     }
 

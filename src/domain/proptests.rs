@@ -9,11 +9,14 @@ use std::sync::LazyLock;
 
 use regex::Regex;
 
-use super::client_ip::{forwarded_for, parse_hop, ADDRESS_PATTERN, SUBJECT_PATTERN};
+use super::client_ip::{
+    forwarded_for, parse_hop, ADDRESS_PATTERN, NETWORK_PATTERN, SUBJECT_PATTERN,
+};
 use super::{phone, username, ClientIp, PhoneNumber, Username};
 
 static IP_ADDRESS: LazyLock<Regex> = LazyLock::new(|| Regex::new(&ADDRESS_PATTERN).unwrap());
 static IP_SUBJECT: LazyLock<Regex> = LazyLock::new(|| Regex::new(&SUBJECT_PATTERN).unwrap());
+static IP_NETWORK: LazyLock<Regex> = LazyLock::new(|| Regex::new(&NETWORK_PATTERN).unwrap());
 static PHONE_SYNTAX: LazyLock<Regex> = LazyLock::new(|| Regex::new(phone::PATTERN).unwrap());
 static USER: LazyLock<Regex> = LazyLock::new(|| Regex::new(&username::PATTERN).unwrap());
 
@@ -101,6 +104,7 @@ proptest! {
     #[test]
     fn the_ip_patterns_are_what_the_parsers_take(
         v4 in any::<[u8; 4]>(), v6 in any::<[u16; 8]>(), zeros in 0usize..8, near in address_like(),
+        bits in 0u8..=130,
     ) {
         let mut groups = v6;
         groups[zeros..].iter_mut().take(3).for_each(|g| *g = 0);
@@ -112,6 +116,8 @@ proptest! {
             prop_assert_eq!(ClientIp::parse_subject(&raw).is_some(), IP_SUBJECT.is_match(&raw), "subject {:?}", raw);
             let with_64 = format!("{raw}/64");
             prop_assert_eq!(ClientIp::parse_subject(&with_64).is_some(), IP_SUBJECT.is_match(&with_64), "subject {:?}", with_64);
+            let network = format!("{raw}/{bits}");
+            prop_assert_eq!(ClientIp::parse_network(&network).is_some(), IP_NETWORK.is_match(&network), "network {:?}", network);
         }
     }
 
@@ -147,10 +153,12 @@ proptest! {
     #[test]
     fn text_made_from_the_patterns_is_accepted(
         subject in from_pattern(&SUBJECT_PATTERN),
+        network in from_pattern(&NETWORK_PATTERN),
         address in from_pattern(&ADDRESS_PATTERN),
         user in from_pattern(&username::PATTERN),
     ) {
         prop_assert!(ClientIp::parse_subject(&subject).is_some(), "{:?}", subject);
+        prop_assert!(ClientIp::parse_network(&network).is_some(), "{:?}", network);
         prop_assert!(ClientIp::parse(&address).is_some(), "{:?}", address);
         if user.chars().count() <= username::MAX_CHARS {
             // Or too long once normalised, which no pattern can say.

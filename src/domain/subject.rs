@@ -18,6 +18,10 @@ pub enum SubjectKind {
     User,
     /// An IPv4 address, or an IPv6 /64.
     Ip,
+    /// An IPv6 client's network, its first `sms.network_bits` bits
+    /// (`2001:db8:1::/48`): the /64s one site or tunnel holds, counted
+    /// together by `/sms/send`'s network windows.
+    Network,
     /// One subject per action, counting every request.
     Global,
     /// A phone number's region, ISO 3166 alpha-2 (`CN`): what the SMS
@@ -27,11 +31,12 @@ pub enum SubjectKind {
 
 impl SubjectKind {
     /// Every kind, for parsing and for listing them.
-    pub const ALL: [SubjectKind; 6] = [
+    pub const ALL: [SubjectKind; 7] = [
         SubjectKind::Phone,
         SubjectKind::Prefix,
         SubjectKind::User,
         SubjectKind::Ip,
+        SubjectKind::Network,
         SubjectKind::Global,
         SubjectKind::Country,
     ];
@@ -43,6 +48,7 @@ impl SubjectKind {
             SubjectKind::Prefix => "prefix",
             SubjectKind::User => "user",
             SubjectKind::Ip => "ip",
+            SubjectKind::Network => "network",
             SubjectKind::Global => "global",
             SubjectKind::Country => "country",
         }
@@ -66,7 +72,7 @@ pub struct Subject {
     /// Which kind of subject, which decides the form of `id`.
     pub kind: SubjectKind,
     /// The normalised id: `+8613800138000`, `+8613800`, `alice`,
-    /// `2001:db8:1:2::/64`, `sms_send`, `CN`.
+    /// `2001:db8:1:2::/64`, `2001:db8:1::/48`, `sms_send`, `CN`.
     pub id: String,
 }
 
@@ -119,6 +125,9 @@ impl Subject {
                     malformed("an IP address or IPv6 /64 (another range is not a subject)")
                 })?
                 .subject_id(),
+            SubjectKind::Network => ClientIp::parse_network(id).ok_or_else(|| {
+                malformed("an IPv6 network such as 2001:db8:1::/48 (a length of 32 to 64)")
+            })?,
             SubjectKind::Prefix => {
                 let digits = id.strip_prefix('+').unwrap_or(id);
                 let valid = !digits.is_empty()

@@ -42,6 +42,9 @@ pub struct SmsRules {
     pub prefix: SubjectRules,
     /// A send's windows per client IP, with the captcha tier.
     pub ip: SubjectRules,
+    /// A send's windows per IPv6 network (`sms.network_bits`), with its own
+    /// captcha tier (`sms.network_captcha_after`).
+    pub network: SubjectRules,
     /// A send's windows across every caller.
     pub global: SubjectRules,
     /// A verify's failed tries per client IP.
@@ -163,18 +166,21 @@ impl Policy {
 
 impl SmsRules {
     fn new(sms: &SmsSettings, shadow: bool) -> Self {
-        let send = |kind, limits: &[LimitSetting], gate: bool| {
-            let tier = gate.then(|| Rule::new(kind, sms.captcha_after, sms.captcha_window));
+        let send = |kind, limits: &[LimitSetting], captcha_after: Option<u32>| {
+            let tier = captcha_after.map(|after| Rule::new(kind, after, sms.captcha_window));
             SubjectRules::new(Action::SmsSend, rules(kind, limits), tier)
         };
+        let tier = Some(sms.captcha_after);
+        let network_tier = Some(sms.network_captcha_after).filter(|&after| after > 0);
         let verify_attempts = Rule::new(SubjectKind::Phone, sms.max_verify_attempts, sms.code_ttl);
         Self {
             settings: sms.clone(),
             shadow,
-            phone: send(SubjectKind::Phone, &sms.phone_limits, true),
-            prefix: send(SubjectKind::Prefix, &sms.prefix_limits, false),
-            ip: send(SubjectKind::Ip, &sms.ip_limits, true),
-            global: send(SubjectKind::Global, &sms.global_limits, false),
+            phone: send(SubjectKind::Phone, &sms.phone_limits, tier),
+            prefix: send(SubjectKind::Prefix, &sms.prefix_limits, None),
+            ip: send(SubjectKind::Ip, &sms.ip_limits, tier),
+            network: send(SubjectKind::Network, &sms.network_limits, network_tier),
+            global: send(SubjectKind::Global, &sms.global_limits, None),
             verify_ip: SubjectRules::new(
                 Action::SmsVerify,
                 rules(SubjectKind::Ip, &sms.verify_ip_limits),

@@ -128,6 +128,7 @@ fn subject_id_schema(kind: SubjectKind) -> Object {
         SubjectKind::Prefix => schemas::prefix(),
         SubjectKind::User => schemas::user(),
         SubjectKind::Ip => schemas::ip_subject(),
+        SubjectKind::Network => schemas::network_subject(),
         SubjectKind::Country => schemas::country(),
         SubjectKind::Global => ObjectBuilder::new()
             .schema_type(Type::String)

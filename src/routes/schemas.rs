@@ -137,6 +137,18 @@ pub fn ip_subject() -> Object {
         .build()
 }
 
+/// A network subject's id in an admin path.
+pub fn network_subject() -> Object {
+    text(&client_ip::NETWORK_PATTERN)
+        .description(Some(
+            "An IPv6 network with its length, 32 to 64 (`2001:db8:1::/48`, `/` written `%2F` \
+             or as is); any address in it names it. `/sms/send` counts an IPv6 client in its \
+             network of `sms.network_bits` bits.",
+        ))
+        .examples(["2001:db8:1::/48"])
+        .build()
+}
+
 /// A number prefix subject's id in an admin path.
 pub fn prefix() -> Object {
     text(r"^\+?[0-9]{1,15}$")

@@ -262,4 +262,22 @@ mod tests {
             "{from_text}"
         );
     }
+
+    /// A network is 32 to 64 bits: wider would count registries as one
+    /// client, narrower splits the /64 an IP subject is.
+    #[test]
+    fn network_bits_outside_32_to_64_are_refused() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let path = dir.path().join("tollgate.toml");
+        for bits in [0, 31, 65, 128] {
+            let text = format!("[sms]\nnetwork_bits = {bits}\n");
+            let error = Settings::load_text(&path, &text).expect_err("refused");
+            assert!(error.to_string().contains("sms.network_bits"), "{error}");
+        }
+        for bits in [32, 48, 64] {
+            let text = format!("[sms]\nnetwork_bits = {bits}\n");
+            let settings = Settings::load_text(&path, &text).expect("loads");
+            assert_eq!(settings.sms.network_bits, bits);
+        }
+    }
 }

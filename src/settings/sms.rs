@@ -37,6 +37,17 @@ pub struct SmsSettings {
     pub phone_limits: Vec<LimitSetting>,
     /// Sends per client IP (IPv6 counted per /64); default 20/1h.
     pub ip_limits: Vec<LimitSetting>,
+    /// Leading bits of an IPv6 client's address that form its network, the
+    /// subject `network_captcha_after` and `network_limits` count: 32 to
+    /// 64, default 48 (one site, or one free tunnel-broker allocation, of
+    /// 65,536 /64s). IPv4 clients have no network.
+    pub network_bits: u8,
+    /// Sends per IPv6 network within `captcha_window` after which each send
+    /// from it needs a captcha; 0 turns the tier off. Default 100.
+    pub network_captcha_after: u32,
+    /// Sends per IPv6 network; default none: a full window refuses every
+    /// client of the network, where the captcha tier only asks them.
+    pub network_limits: Vec<LimitSetting>,
     /// Leading digits of the E.164 number (country code included) forming the prefix subject.
     pub prefix_digits: u32,
     /// Sends per number prefix (see `prefix_digits`), against SMS pumping

@@ -11,7 +11,7 @@ use crate::support::audit_db::{DbKind, TestDb};
 
 /// Every route of DESIGN.md §3, with its methods; the subject routes once
 /// per kind, as the document writes them out.
-const ROUTES: [(&str, &str); 28] = [
+const ROUTES: [(&str, &str); 30] = [
     ("/sms/send", "post"),
     ("/sms/verify", "post"),
     ("/login/check", "post"),
@@ -32,6 +32,8 @@ const ROUTES: [(&str, &str); 28] = [
     ("/admin/api/subjects/user/{id}/unblock", "post"),
     ("/admin/api/subjects/ip/{id}", "get"),
     ("/admin/api/subjects/ip/{id}/unblock", "post"),
+    ("/admin/api/subjects/network/{id}", "get"),
+    ("/admin/api/subjects/network/{id}/unblock", "post"),
     ("/admin/api/subjects/global/{id}", "get"),
     ("/admin/api/subjects/global/{id}/unblock", "post"),
     ("/admin/api/subjects/country/{id}", "get"),
@@ -312,7 +314,9 @@ async fn every_route_is_documented_with_its_methods_and_nothing_else() {
         }
     }
 
-    for kind in ["phone", "prefix", "user", "ip", "global", "country"] {
+    for kind in [
+        "phone", "prefix", "user", "ip", "network", "global", "country",
+    ] {
         let subject = operation(&doc, &format!("/admin/api/subjects/{kind}/{{id}}"), "get");
         let params: Vec<&Value> = subject["parameters"]
             .as_array()
@@ -347,6 +351,10 @@ async fn every_route_is_documented_with_its_methods_and_nothing_else() {
     assert_eq!(id_schema("user")["maxLength"], 256);
     assert_eq!(id_schema("global")["enum"], json!(["sms_send"]));
     assert_eq!(id_schema("country")["pattern"], "^[A-Za-z]{2}$");
+    assert_eq!(
+        id_schema("network")["pattern"],
+        json!(*tollgate::domain::client_ip::NETWORK_PATTERN)
+    );
 
     let events = operation(&doc, "/admin/api/events", "get");
     let query: BTreeSet<&str> = events["parameters"]

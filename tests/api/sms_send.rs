@@ -3,6 +3,7 @@ use std::time::Duration;
 use serde_json::json;
 use tollgate::audit::AuditDecision;
 use tollgate::domain::SubjectKind;
+use tollgate::settings::Settings;
 use tollgate::store::ManualClock;
 
 use crate::on_both_backends;
@@ -21,6 +22,8 @@ on_both_backends!(
     regions_outside_the_allow_list_or_on_the_deny_list_are_refused,
     a_failed_delivery_gives_the_reservation_back,
     shadow_mode_lets_everything_through_and_audits_what_it_would_refuse,
+    the_64s_of_one_network_share_its_captcha_tier,
+    a_network_window_refuses_every_64_of_the_network,
 );
 
 async fn a_send_answers_the_masked_phone_and_delivers_a_six_digit_code(backend: Backend) {
@@ -339,4 +342,133 @@ async fn retry_after_on_redis_is_within_the_denying_window() {
     let secs = limited.body["retry_after_secs"].as_u64().unwrap();
     assert!((59..=60).contains(&secs), "retry_after_secs = {secs}");
     assert_eq!(limited.retry_after, Some(secs.to_string()));
+}
+
+/// An IPv6 client also counts in its network (a /48 by default): the /64s
+/// of one site or one tunnel, each under its own captcha tier, cannot
+/// together send past the network's tier without a captcha, so they cannot
+/// fill the global window for free (docs/security.md).
+async fn the_64s_of_one_network_share_its_captcha_tier(backend: Backend) {
+    let defaults = Settings::defaults()
+        .expect("the embedded defaults are valid")
+        .sms;
+    let app = spawn_app(backend, |s| {
+        s.sms.captcha_after = defaults.captcha_after;
+        s.sms.network_bits = defaults.network_bits;
+        s.sms.network_captcha_after = defaults.network_captcha_after;
+        // Many numbers of one range, none verified: not pumping here.
+        s.sms.pumping.enabled = false;
+    })
+    .await;
+    let tier = defaults.network_captcha_after;
+    assert_eq!((defaults.network_bits, tier), (48, 100));
+    let phone = |n: u32| format!("+86138{n:08}");
+    let send = |n: u32, ip: &str, extra: serde_json::Value| {
+        let mut body = json!({ "phone": phone(n), "ip": ip });
+        if let (Some(body), Some(extra)) = (body.as_object_mut(), extra.as_object()) {
+            body.extend(extra.clone());
+        }
+        app.sms_send(body)
+    };
+
+    // One send from each of `tier` /64s of 2001:db8:1::/48: each /64 is far
+    // below its own tier (3), and the last one reaches the network's.
+    for n in 0..tier {
+        let answer = send(n, &format!("2001:db8:1:{n:x}::1"), json!({})).await;
+        assert_eq!(answer.status, 200, "send {n}: {}", answer.body);
+        let last = n + 1 == tier;
+        assert_eq!(answer.body["captcha_required"], last, "send {n}");
+    }
+    let fresh_64 = send(tier, "2001:db8:1:ffff::1", json!({})).await;
+    assert_eq!(fresh_64.status, 403, "{}", fresh_64.body);
+    assert_eq!(fresh_64.error(), "captcha_required");
+    let events = app.audit_events();
+    assert_eq!(events.len(), 1, "{events:?}");
+    let row = &events[0];
+    assert_eq!(
+        (row.decision, row.subject_kind, row.subject.as_str()),
+        (
+            AuditDecision::Challenge,
+            SubjectKind::Network,
+            "2001:db8:1::/48"
+        )
+    );
+    assert_eq!(row.rule.as_deref(), Some("network 100/1h"));
+    assert_eq!(row.ip.as_deref(), Some("2001:db8:1:ffff::1"));
+
+    // Another network, and an IPv4 client, are not asked.
+    let elsewhere = send(tier + 1, "2001:db8:2::1", json!({})).await;
+    assert_eq!(elsewhere.status, 200, "{}", elsewhere.body);
+    let ipv4 = send(tier + 2, "203.0.113.7", json!({})).await;
+    assert_eq!(ipv4.status, 200, "{}", ipv4.body);
+    // A passed captcha lets a send of the network through, and counts.
+    let passed = send(
+        tier + 3,
+        "2001:db8:1:ffff::1",
+        json!({ "captcha_passed": true }),
+    )
+    .await;
+    assert_eq!(passed.status, 200, "{}", passed.body);
+
+    // The admin sees the network's window (its log keeps no more than the
+    // largest limit needs) and lifts its tier, naming it by any address in
+    // it.
+    let state = app
+        .admin_get("/admin/api/subjects/network/2001:db8:1::%2F48")
+        .await;
+    assert_eq!(state.status, 200, "{}", state.body);
+    assert_eq!(state.body["id"], "2001:db8:1::/48");
+    assert_eq!(state.body["captcha_required"], true);
+    assert_eq!(
+        state.body["windows"],
+        json!([{ "action": "sms_send", "rule": "network 100/1h", "count": tier,
+                 "limit": tier, "window_ms": 3_600_000 }])
+    );
+    let unblocked = app
+        .admin_post("/admin/api/subjects/network/2001:db8:1:5::9%2F48/unblock")
+        .await;
+    assert_eq!(unblocked.status, 200, "{}", unblocked.body);
+    assert_eq!(unblocked.body["captcha_required"], false);
+    let after = send(tier + 4, "2001:db8:1:ffff::2", json!({})).await;
+    assert_eq!(after.status, 200, "{}", after.body);
+
+    let malformed = app
+        .admin_get("/admin/api/subjects/network/2001:db8:1::%2F65")
+        .await;
+    assert_eq!(malformed.status, 400, "{}", malformed.body);
+}
+
+/// `sms.network_limits` refuses every /64 of a full network, and
+/// `sms.network_bits` says how large a network is; with
+/// `network_captcha_after = 0` the network has no captcha tier.
+async fn a_network_window_refuses_every_64_of_the_network(backend: Backend) {
+    let app = spawn_app(backend, |s| {
+        s.sms.network_bits = 56;
+        s.sms.network_captcha_after = 0;
+        s.sms.network_limits = limits(&[(2, 3_600_000)]);
+    })
+    .await;
+    let send =
+        |phone: &'static str, ip: &'static str| app.sms_send(json!({ "phone": phone, "ip": ip }));
+
+    for (phone, ip) in [
+        ("+8613800138001", "2001:db8:1:100::1"),
+        ("+8613800138002", "2001:db8:1:1ff::1"),
+    ] {
+        let answer = send(phone, ip).await;
+        assert_eq!(answer.status, 200, "{ip}: {}", answer.body);
+        assert_eq!(answer.body["captcha_required"], false, "{ip}");
+    }
+    let full = send("+8613800138003", "2001:db8:1:1aa::1").await;
+    assert_eq!(full.status, 429, "{}", full.body);
+    assert_eq!(full.body["rule"], "network 2/1h");
+    let next_56 = send("+8613800138004", "2001:db8:1:200::1").await;
+    assert_eq!(next_56.status, 200, "{}", next_56.body);
+
+    let events = app.audit_events();
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(
+        (events[0].decision, events[0].subject.as_str()),
+        (AuditDecision::Deny, "2001:db8:1:100::/56")
+    );
 }

@@ -46,6 +46,7 @@ impl Policy {
         let windows = match (action, kind) {
             (Action::SmsSend, SubjectKind::Phone) => Windows::Counted(&sms.phone),
             (Action::SmsSend, SubjectKind::Ip) => Windows::Counted(&sms.ip),
+            (Action::SmsSend, SubjectKind::Network) => Windows::Counted(&sms.network),
             (Action::SmsSend, SubjectKind::Prefix) => Windows::Counted(&sms.prefix),
             (Action::SmsSend, SubjectKind::Global) => Windows::Counted(&sms.global),
             (Action::SmsVerify, SubjectKind::Ip) => Windows::Counted(&sms.verify_ip),

@@ -266,14 +266,16 @@ fn observed(action: Action, reservation: &Reservation<'_>) -> Vec<AuditEvent> {
 }
 
 /// What a send that goes ahead tells: the phone's wait and quota, and
-/// whether the next send needs a captcha (the phone's or the IP's tier
-/// reached, or the country challenged).
+/// whether the next send needs a captcha (the phone's, the IP's or the
+/// network's tier reached, or the country challenged).
 fn grant(reservation: &Reservation<'_>) -> Grant {
     let phone = reservation.hit_of(SubjectKind::Phone);
+    let tiers = [SubjectKind::Phone, SubjectKind::Ip, SubjectKind::Network];
     Grant {
         resend_after_ms: phone.map_or(0, |(_, outcome)| outcome.next_retry_after_ms),
-        captcha_required: reservation.gate_reached_after(SubjectKind::Phone)
-            || reservation.gate_reached_after(SubjectKind::Ip)
+        captcha_required: tiers
+            .into_iter()
+            .any(|kind| reservation.gate_reached_after(kind))
             || reservation.challenged(),
         quota: phone.and_then(|(hit, outcome)| quota(hit.rules, outcome)),
     }

@@ -179,20 +179,24 @@ impl SmsGuard {
         reserve(store, offer(true)).await
     }
 
-    /// The subjects a send counts against, the phone first: its IP, its
-    /// number prefix and the global count, each with the windows the
-    /// rulebook gives its kind, where it has any.
+    /// The subjects a send counts against, the phone first: its IP, an
+    /// IPv6 client's network, its number prefix and the global count, each
+    /// with the windows the rulebook gives its kind, where it has any.
     fn subject_hits<'p>(
         &self,
         policy: &'p Policy,
         number: &PhoneNumber,
         info: &RequestInfo,
     ) -> Vec<SubjectHit<'p>> {
-        let prefix_digits = policy.sms.settings.prefix_digits as usize;
+        let sms = &policy.sms.settings;
+        let prefix_digits = sms.prefix_digits as usize;
         let subjects = [
             Some(Subject::new(SubjectKind::Phone, number.e164())),
             info.ip
                 .map(|ip| Subject::new(SubjectKind::Ip, ip.subject_id())),
+            info.ip
+                .and_then(|ip| ip.network_id(sms.network_bits))
+                .map(|id| Subject::new(SubjectKind::Network, id)),
             Some(Subject::new(
                 SubjectKind::Prefix,
                 number.prefix(prefix_digits),

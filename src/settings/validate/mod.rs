@@ -277,6 +277,13 @@ impl Settings {
         duration("sms.captcha_window", sms.captcha_window)?;
         limits("sms.phone_limits", &sms.phone_limits)?;
         limits("sms.ip_limits", &sms.ip_limits)?;
+        limits("sms.network_limits", &sms.network_limits)?;
+        if !crate::domain::client_ip::NETWORK_BITS.contains(&sms.network_bits) {
+            return Err(SettingsError::invalid(
+                "sms.network_bits",
+                "must be between 32 and 64",
+            ));
+        }
         limits("sms.prefix_limits", &sms.prefix_limits)?;
         limits("sms.global_limits", &sms.global_limits)?;
         limits("sms.verify_ip_limits", &sms.verify_ip_limits)?;

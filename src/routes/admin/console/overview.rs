@@ -98,6 +98,7 @@ fn scope(state: &SubjectState) -> String {
             }
         }
         SubjectKind::Ip => "login block".into(),
+        SubjectKind::Network => "SMS window".into(),
         SubjectKind::Prefix | SubjectKind::Country => "SMS pumping block".into(),
         SubjectKind::Phone | SubjectKind::Global => "lock".into(),
     }

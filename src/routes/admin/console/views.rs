@@ -316,6 +316,7 @@ impl SubjectPage {
                 "the pumping counts, the normal, the captcha and the block of this country"
             }
             SubjectKind::User => "every window and the lock of this user, and its locks per IP",
+            SubjectKind::Network => "every window of this network",
             _ => "every window and the lock of this subject",
         }
     }
