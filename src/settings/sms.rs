@@ -28,7 +28,8 @@ pub struct SmsSettings {
     pub allowed_regions: Vec<String>,
     /// ISO 3166 alpha-2 codes that never get a code; wins over `allowed_regions`.
     pub denied_regions: Vec<String>,
-    /// Sends per phone or IP within `captcha_window` after which a captcha is needed.
+    /// Sends per phone or IP within `captcha_window` after which a captcha is
+    /// needed (an IPv6 network's: `network_captcha_after`).
     pub captcha_after: u32,
     /// The window `captcha_after` counts in; default 1 hour.
     #[serde(with = "duration")]

@@ -126,8 +126,8 @@ fn warn_of_codes_in_the_log(settings: &Settings) {
 /// passed (`captcha_passed`). Where browsers call `/sms/*` themselves
 /// (`server.keyless_sms`, or no keys on an address others reach) no
 /// caller of theirs can pass one, so every captcha tier refuses them as a
-/// limit would, and a few unverified sends put a victim's phone, or a
-/// surging country, out of reach for its window.
+/// limit would, and a few unverified sends put a victim's phone, an IPv6
+/// network, or a surging country, out of reach for its window.
 fn warn_of_captchas_no_browser_can_pass(settings: &Settings) {
     use crate::settings::CaptchaKind;
     let server = &settings.server;
@@ -136,8 +136,8 @@ fn warn_of_captchas_no_browser_can_pass(settings: &Settings) {
     if browsers && settings.captcha.kind == CaptchaKind::None {
         tracing::warn!(
             "browsers call /sms/* and captcha.kind is \"none\": no browser can pass a captcha, \
-             so every captcha tier (sms.captcha_after, the pumping guard's challenges) refuses them \
-             like a limit; set [captcha] (docs/integration.md)"
+             so every captcha tier (sms.captcha_after, sms.network_captcha_after, the pumping \
+             guard's challenges) refuses them like a limit; set [captcha] (docs/integration.md)"
         );
     }
 }

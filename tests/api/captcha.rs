@@ -362,3 +362,46 @@ async fn a_token_passes_a_countrys_captcha() {
     assert_eq!(app.sms.messages().len(), 4);
     assert_eq!(forms(&server).await, vec![expected_form("token-ok", IP)]);
 }
+
+/// An IPv6 network's captcha tier takes a token like the phone's and the
+/// IP's: a fresh /64 of a network past its tier is asked, and its
+/// confirmed token gets the code; the token goes to the provider only then.
+#[tokio::test]
+async fn a_token_passes_a_networks_captcha_tier() {
+    let server = confirming_provider().await;
+    let app = app_with_captcha(CaptchaKind::Turnstile, &server, |s| {
+        // Only the network asks here.
+        s.sms.captcha_after = 1000;
+        s.sms.network_captcha_after = 1;
+    })
+    .await;
+    let send = |phone: &'static str, ip: &'static str, token: Option<&str>| {
+        let body = match token {
+            Some(token) => json!({ "phone": phone, "ip": ip, "captcha_token": token }),
+            None => json!({ "phone": phone, "ip": ip }),
+        };
+        app.sms_send(body)
+    };
+
+    let free = send(PHONE, "2001:db8:7:1::1", Some("token-early")).await;
+    assert_eq!(free.status, 200, "{}", free.body);
+    assert_eq!(free.body["captcha_required"], true);
+    assert!(
+        forms(&server).await.is_empty(),
+        "the free send asked nobody"
+    );
+
+    let asked = send("+8613800138001", "2001:db8:7:2::1", None).await;
+    assert_eq!(
+        (asked.status.as_u16(), asked.error()),
+        (403, "captcha_required"),
+        "{}",
+        asked.body
+    );
+    let passed = send("+8613800138001", "2001:db8:7:2::1", Some("token-v6")).await;
+    assert_eq!(passed.status, 200, "{}", passed.body);
+    assert_eq!(
+        forms(&server).await,
+        vec![expected_form("token-v6", "2001:db8:7:2::1")]
+    );
+}

@@ -462,13 +462,27 @@ async fn a_network_window_refuses_every_64_of_the_network(backend: Backend) {
     let full = send("+8613800138003", "2001:db8:1:1aa::1").await;
     assert_eq!(full.status, 429, "{}", full.body);
     assert_eq!(full.body["rule"], "network 2/1h");
+    let with_captcha = app
+        .sms_send(
+            json!({ "phone": "+8613800138005", "ip": "2001:db8:1:1ab::1",
+                          "captcha_passed": true }),
+        )
+        .await;
+    assert_eq!(
+        (with_captcha.status.as_u16(), with_captcha.error()),
+        (429, "rate_limited"),
+        "a captcha does not lift an enforced window: {}",
+        with_captcha.body
+    );
     let next_56 = send("+8613800138004", "2001:db8:1:200::1").await;
     assert_eq!(next_56.status, 200, "{}", next_56.body);
 
     let events = app.audit_events();
-    assert_eq!(events.len(), 1, "{events:?}");
-    assert_eq!(
-        (events[0].decision, events[0].subject.as_str()),
-        (AuditDecision::Deny, "2001:db8:1:100::/56")
-    );
+    assert_eq!(events.len(), 2, "{events:?}");
+    for event in &events {
+        assert_eq!(
+            (event.decision, event.subject.as_str()),
+            (AuditDecision::Deny, "2001:db8:1:100::/56")
+        );
+    }
 }

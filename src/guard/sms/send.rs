@@ -133,7 +133,7 @@ impl SmsGuard {
 
     /// Offer the send to the store. A captcha token goes to the provider
     /// only when the answer hangs on it: the first offer is refused by a
-    /// captcha alone (a phone's or IP's tier, the country's challenge), no
+    /// captcha alone (a phone's, IP's or network's tier, the country's challenge), no
     /// window's rate limit and no pumping block; then, if the token passes,
     /// the send is offered again with the gate open (the first offer
     /// recorded nothing; a challenge it started is audited here, as it
