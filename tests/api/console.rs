@@ -530,6 +530,43 @@ async fn a_locked_user_shows_its_state_and_windows_on_the_subject_page() {
     assert_eq!(found.header(LOCATION), "/admin/subjects/user/alice");
 }
 
+/// An IPv6 network is looked up from the header's form by any address of
+/// it and shown with its captcha tier, like any other kind.
+#[tokio::test]
+async fn a_network_past_its_captcha_tier_shows_on_its_subject_page() {
+    let app = spawn_app(Backend::Memory, |s| s.sms.network_captcha_after = 1).await;
+    let sent = app
+        .sms_send(json!({ "phone": "+8613800138000", "ip": "2001:db8:1:2::5" }))
+        .await;
+    assert_eq!(sent.status, 200, "{}", sent.body);
+
+    let found = get(
+        &app,
+        "/admin/subjects?kind=network&id=2001:db8:1:9::1/48",
+        ADMIN,
+    )
+    .await;
+    assert_eq!(found.status, 303);
+    let href = found.header(LOCATION).to_string();
+    assert_eq!(href, "/admin/subjects/network/2001%3Adb8%3A1%3A%3A%2F48");
+    let page = get(&app, &href, ADMIN).await;
+    assert_html(&page, 200, "network page");
+    let body = &page.body;
+    assert!(
+        body.contains("<h1><span class=\"muted\">network</span> 2001:db8:1::/48</h1>"),
+        "{body}"
+    );
+    assert!(body.contains("network 1/1h"), "{body}");
+    assert!(
+        body.contains("<dt>Captcha required</dt>\n  <dd>yes</dd>"),
+        "{body}"
+    );
+    assert!(
+        body.contains("Unblock clears every window of this network."),
+        "{body}"
+    );
+}
+
 #[tokio::test]
 async fn unblock_with_the_pages_csrf_token_unblocks_audits_and_redirects_back() {
     let app = locked_alice(|_| {}).await;
