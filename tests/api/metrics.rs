@@ -19,6 +19,7 @@ on_both_backends!(
     a_section_in_shadow_counts_its_over_limit_hits_as_shadowed,
     verify_tries_count_against_the_attempts_rule,
     login_attempts_count_against_the_user_pair_and_ip_rules,
+    a_network_window_on_trial_counts_and_audits_and_refuses_nothing,
 );
 
 /// A window of about `secs` seconds that names a rule no other test (nor
@@ -328,4 +329,43 @@ async fn the_alerted_failure_counters_are_exported_before_any_failure() {
             "{series} missing from /metrics"
         );
     }
+}
+
+/// An IPv6 network's window (`sms.network_limits`) on trial: each send of
+/// the network is a hit, the one past the limit is over and shadowed, is
+/// audited as what it would have been, and goes through.
+async fn a_network_window_on_trial_counts_and_audits_and_refuses_nothing(backend: Backend) {
+    let w = window(backend, 7_081);
+    let app = spawn_app(backend, |s| {
+        s.sms.network_captcha_after = 0;
+        s.sms.network_limits = vec![LimitSetting {
+            shadow: true,
+            ..LimitSetting::new(1, w)
+        }];
+    })
+    .await;
+    for (phone, ip) in [
+        ("+8613800138021", "2001:db8:5:1::1"),
+        ("+8613800138022", "2001:db8:5:2::1"),
+    ] {
+        let answer = app.sms_send(json!({ "phone": phone, "ip": ip })).await;
+        assert_eq!(answer.status, 200, "on trial: {}", answer.body);
+    }
+
+    assert_eq!(
+        rule_counters(&app, "sms_send", &name("network", 1, w)).await,
+        [2.0, 1.0, 1.0, 1.0, 1.0],
+        "hits, over, near, within, shadowed"
+    );
+    let events = app.audit_events();
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert!(events[0].shadow, "{events:?}");
+    assert_eq!(
+        (events[0].subject_kind, events[0].subject.as_str()),
+        (tollgate::domain::SubjectKind::Network, "2001:db8:5::/48")
+    );
+    assert_eq!(
+        events[0].rule.as_deref(),
+        Some(name("network", 1, w).as_str())
+    );
 }
