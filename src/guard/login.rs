@@ -15,8 +15,8 @@ use crate::delivery::email::{LockNotice, LockNotifier};
 use crate::domain::{Action, EmailAddress, Locale, Reason, Subject, SubjectKind, Username};
 use crate::lists::{EntryKind, Listed};
 use crate::store::{
-    IpFailureWindow, LoginOutcome, LoginRequest, LoginVerdict, PairKeys, PeekOutcome, StoreError,
-    WindowSpec,
+    IpFailureWindow, LoginOutcome, LoginRequest, LoginVerdict, NetworkFailureWindow, PairKeys,
+    PeekOutcome, StoreError, WindowSpec,
 };
 use decision::AttemptDecision;
 
@@ -162,6 +162,13 @@ struct IpWindows {
     windows: [WindowSpec; 2],
 }
 
+/// An IPv6 client's network's failure window for this attempt: its captcha
+/// tier (`LoginRules::network`).
+struct NetworkWindow {
+    subject: Subject,
+    key: String,
+}
+
 impl LoginGuard {
     /// `notifier` sends the lock notices.
     pub fn new(ctx: GuardContext, notifier: Arc<dyn LockNotifier>) -> Self {
@@ -219,11 +226,39 @@ impl LoginGuard {
         })
     }
 
+    /// The client's network's window, when the client is IPv6 and the
+    /// network's captcha tier is on.
+    fn network_window(&self, policy: &Policy, info: &RequestInfo) -> Option<NetworkWindow> {
+        if policy.login.network.windows().is_empty() {
+            return None;
+        }
+        let id = info.ip?.network_id(policy.sms.settings.network_bits)?;
+        let subject = Subject::new(SubjectKind::Network, id);
+        Some(NetworkWindow {
+            key: self.ctx.keys.subject_window(&subject, Action::LoginAttempt),
+            subject,
+        })
+    }
+
     async fn peek_ip(&self, ip: Option<&IpWindows>) -> Result<Option<PeekOutcome>, StoreError> {
         match ip {
             Some(ip) => Ok(Some(self.ctx.store.peek(&ip.key, &ip.windows).await?)),
             None => Ok(None),
         }
+    }
+
+    /// The network's failures in its window, when it has one.
+    async fn peek_network(
+        &self,
+        policy: &Policy,
+        network: Option<&NetworkWindow>,
+    ) -> Result<Option<u32>, StoreError> {
+        let Some(network) = network else {
+            return Ok(None);
+        };
+        let windows = policy.login.network.windows();
+        let peek = self.ctx.store.peek(&network.key, windows).await?;
+        Ok(Some(peek.counts.first().copied().unwrap_or(0)))
     }
 
     /// Read-only: what an attempt would meet now.
@@ -238,8 +273,9 @@ impl LoginGuard {
         }
         let (window_key, lock_key) = self.user_keys(user.as_str());
         let ip = self.ip_windows(&policy, info);
+        let network = self.network_window(&policy, info);
         let pair = self.pair_keys(&policy, user.as_str(), info, ip.as_ref());
-        let (user_state, ip_state) = futures::try_join!(
+        let (user_state, ip_state, network_count) = futures::try_join!(
             self.ctx.store.login_state(
                 &window_key,
                 &lock_key,
@@ -247,8 +283,14 @@ impl LoginGuard {
                 &policy.login.store
             ),
             self.peek_ip(ip.as_ref()),
+            self.peek_network(&policy, network.as_ref()),
         )?;
-        Ok(decision::check(&policy, &user_state, ip_state.as_ref()))
+        let seen = decision::Checked {
+            user: &user_state,
+            ip: ip_state.as_ref(),
+            network: network_count,
+        };
+        Ok(decision::check(&policy, seen))
     }
 
     /// Evaluate and record one login outcome (DESIGN.md §3, in order).
@@ -263,13 +305,21 @@ impl LoginGuard {
             return Ok(allowed);
         }
         let ip = self.ip_windows(&policy, info);
+        let network = self.network_window(&policy, info);
         let outcome = self
-            .record(&attempt, &user, &policy, ip.as_ref(), info)
+            .record(
+                &attempt,
+                &user,
+                &policy,
+                (ip.as_ref(), network.as_ref()),
+                info,
+            )
             .await?;
         rule_hits::count(&policy, &outcome);
         let facts = decision::Attempt {
             user: &user,
             ip: ip.as_ref(),
+            network: network.as_ref().map(|n| &n.subject),
             success: attempt.success,
         };
         let decided = decision::attempt(&policy, &outcome, facts);
@@ -311,7 +361,7 @@ impl LoginGuard {
         attempt: &LoginAttempt,
         user: &Subject,
         policy: &Policy,
-        ip: Option<&IpWindows>,
+        (ip, network): (Option<&IpWindows>, Option<&NetworkWindow>),
         info: &RequestInfo,
     ) -> Result<LoginOutcome, StoreError> {
         let (window_key, lock_key) = self.user_keys(&user.id);
@@ -338,6 +388,10 @@ impl LoginGuard {
             ip: ip.map(|ip| IpFailureWindow {
                 key: &ip.key,
                 limits: policy.login.ip.limits(),
+            }),
+            network: network.map(|network| NetworkFailureWindow {
+                key: &network.key,
+                windows: policy.login.network.windows(),
             }),
             pair: pair.as_ref().map(PairKeyNames::keys),
         };

@@ -76,7 +76,11 @@ pub struct LoginRules {
     pub pair_lock: Option<Rule>,
     /// An IP's failures: its captcha tier and its block.
     pub ip: IpLoginRules,
-    /// The counters of the rules above.
+    /// An IPv6 client's network's failures (`sms.network_bits`): a captcha
+    /// tier, `login.network_captcha_after` per `login.ip_window`, and no
+    /// enforced rule; no window at all when the tier is 0.
+    pub network: SubjectRules,
+    /// The counters of the rules above but the network's (its own).
     pub counters: LoginCounters,
 }
 
@@ -219,6 +223,10 @@ impl LoginRules {
             ip_captcha: login_rule(&ip.captcha),
             ip_block: login_rule(&ip.block),
         };
+        let network_tier = Some(login.network_captcha_after)
+            .filter(|&after| after > 0)
+            .map(|after| Rule::new(SubjectKind::Network, after, login.ip_window));
+        let network = SubjectRules::new(Action::LoginAttempt, Vec::new(), network_tier);
         Self {
             shadow,
             store: LoginPolicy {
@@ -236,6 +244,7 @@ impl LoginRules {
             user_lock,
             pair_lock,
             ip,
+            network,
             counters,
         }
     }

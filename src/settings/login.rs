@@ -48,9 +48,15 @@ pub struct LoginSettings {
     /// Failures from one IP within `ip_window` that block it until the count
     /// drops below; default 100.
     pub ip_block_after: u32,
-    /// The window of `ip_captcha_after` and `ip_block_after`; default 1 hour.
+    /// The window of `ip_captcha_after`, `ip_block_after` and
+    /// `network_captcha_after`; default 1 hour.
     #[serde(with = "duration")]
     pub ip_window: Duration,
+    /// Failures from one IPv6 network (its first `sms.network_bits` bits, a
+    /// /48 by default) within `ip_window`, whatever the user and the /64,
+    /// from which its logins need a captcha; default 100, 0 turns it off.
+    /// An IPv4 client has no network.
+    pub network_captcha_after: u32,
     /// Shadow mode for `/login/*` alone: decide and audit, refuse nothing.
     #[serde(default)]
     pub shadow: bool,

@@ -63,6 +63,23 @@ impl IpFailureWindow<'_> {
     }
 }
 
+/// An IPv6 client's network's login failure window: a captcha tier only,
+/// as a block would refuse a whole site (`login.network_captcha_after`).
+#[derive(Debug, Clone, Copy)]
+pub struct NetworkFailureWindow<'a> {
+    /// `Keys::window` of the network for the `login_attempt` action.
+    pub key: &'a str,
+    /// Its captcha tier: one gate window.
+    pub windows: &'a [WindowSpec],
+}
+
+impl NetworkFailureWindow<'_> {
+    /// Whether `count` failures before an attempt fill the tier.
+    pub fn demands_captcha(&self, count: u32) -> bool {
+        self.windows.iter().any(|w| count >= w.limit)
+    }
+}
+
 /// A (user, client IP) pair (`login.lock_scope = "user_ip"`): its failures
 /// are the user's that carry its IP (see [`pair_member`]); its lock record
 /// and the user's index of locked pairs live under the user's hash tag.
@@ -105,6 +122,9 @@ pub struct LoginRequest<'a> {
     pub shadow: bool,
     /// The IP's failure window, when the request named an IP.
     pub ip: Option<IpFailureWindow<'a>>,
+    /// The IP's network's failure window, when the IP is IPv6 and the tier
+    /// is on.
+    pub network: Option<NetworkFailureWindow<'a>>,
     /// The (user, IP) pair's keys, when failures lock pairs.
     pub pair: Option<PairKeys<'a>>,
 }
@@ -126,6 +146,9 @@ pub struct LoginOutcome {
     pub user: LoginAttemptOutcome,
     /// Present when the request named an IP.
     pub ip: Option<IpFailures>,
+    /// The network's failures in its window before this attempt, when the
+    /// request named its window.
+    pub network: Option<u32>,
 }
 
 impl LoginOutcome {

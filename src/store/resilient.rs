@@ -282,6 +282,7 @@ impl WindowStore for ResilientStore {
                 count: 0,
                 blocked_retry_after_ms: None,
             }),
+            network: req.network.map(|_| 0),
         };
         resilient!(self, |s| s.login(req.clone()), open: Some(open))
     }

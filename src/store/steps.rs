@@ -166,43 +166,15 @@ pub(super) async fn login<S: WindowStore + ?Sized>(
     store: &S,
     req: LoginRequest<'_>,
 ) -> Result<LoginOutcome, StoreError> {
-    // The IP first: the user's side depends on its block and captcha tier. A
-    // failure is recorded at once (when the IP admits it) so that the IP's
-    // count stays exact under concurrency, and taken back below when the
-    // user's side refuses.
-    let mut ip_seen = None;
-    let mut ip_added = false;
     let ip_windows: Vec<WindowSpec> = req.ip.map(|ip| ip.windows().to_vec()).unwrap_or_default();
-    if let Some(ip) = &req.ip {
-        let windows = &ip_windows;
-        let (count, blocked) = if req.success {
-            let peek = store.peek(ip.key, windows).await?;
-            let count = peek.counts.first().copied().unwrap_or(0);
-            let retry = peek.retry_after_ms.get(1).copied().unwrap_or(0);
-            (count, (count >= ip.limits.block_after).then_some(retry))
-        } else {
-            let hit: HitOutcome = store
-                .hit(HitRequest {
-                    key: ip.key,
-                    windows,
-                    member: req.member,
-                    gate_open: req.captcha_passed,
-                    force: req.shadow,
-                })
-                .await?;
-            ip_added = hit.added;
-            let blocked = match hit.verdict {
-                HitVerdict::Denied { retry_after_ms, .. } => Some(retry_after_ms),
-                _ => None,
-            };
-            (hit.counts.first().copied().unwrap_or(0), blocked)
-        };
-        ip_seen = Some(IpFailures {
-            count,
-            blocked_retry_after_ms: blocked,
-        });
-    }
-
+    let ip = ip_first(store, &req, &ip_windows).await?;
+    let network = match network_first(store, &req).await {
+        Ok(network) => network,
+        Err(e) => {
+            ip.settle(store, &req, &ip_windows, false).await;
+            return Err(e);
+        }
+    };
     let user = store
         .login_attempt(LoginAttemptRequest {
             window_key: req.window_key,
@@ -212,27 +184,167 @@ pub(super) async fn login<S: WindowStore + ?Sized>(
             captcha_passed: req.captcha_passed,
             captcha_demanded: req
                 .ip
-                .zip(ip_seen)
-                .is_some_and(|(ip, seen)| seen.count >= ip.limits.captcha_after),
-            ip_blocked: ip_seen.is_some_and(|seen| seen.blocked_retry_after_ms.is_some()),
+                .zip(ip.failures)
+                .is_some_and(|(window, seen)| seen.count >= window.limits.captcha_after)
+                || network.demands_captcha(&req),
+            ip_blocked: ip
+                .failures
+                .is_some_and(|seen| seen.blocked_retry_after_ms.is_some()),
             member: req.member,
             shadow: req.shadow,
             pair: req.pair,
         })
         .await;
-    let ip_key = req.ip.map(|ip| ip.key);
     let user = match user {
         Ok(user) => user,
         Err(e) => {
-            if let (true, Some(key)) = (ip_added, ip_key) {
-                undo_all(store, &[(key, &ip_windows[..])], req.member).await;
-            }
+            ip.settle(store, &req, &ip_windows, false).await;
+            network.settle(store, &req, false).await;
             return Err(e);
         }
     };
-    let outcome = LoginOutcome { user, ip: ip_seen };
-    if let (true, Some(key), false) = (ip_added, ip_key, outcome.recorded(req.shadow)) {
-        undo_all(store, &[(key, &ip_windows[..])], req.member).await;
-    }
+    let outcome = LoginOutcome {
+        user,
+        ip: ip.failures,
+        network: network.count,
+    };
+    let recorded = outcome.recorded(req.shadow);
+    ip.settle(store, &req, &ip_windows, recorded).await;
+    network.settle(store, &req, recorded).await;
     Ok(outcome)
+}
+
+/// What a login's IP window saw, and whether the attempt's failure went
+/// into it.
+#[derive(Debug, Clone, Copy, Default)]
+struct IpSeen {
+    failures: Option<IpFailures>,
+    added: bool,
+}
+
+impl IpSeen {
+    /// Take the failure back from the IP when the attempt was not recorded.
+    async fn settle<S: WindowStore + ?Sized>(
+        self,
+        store: &S,
+        req: &LoginRequest<'_>,
+        windows: &[WindowSpec],
+        recorded: bool,
+    ) {
+        if let (Some(ip), true, false) = (req.ip, self.added, recorded) {
+            undo_all(store, &[(ip.key, windows)], req.member).await;
+        }
+    }
+}
+
+/// The IP first: the user's side depends on its block and captcha tier. A
+/// failure is recorded at once (when the IP admits it) so that the IP's
+/// count stays exact under concurrency, and taken back by
+/// [`IpSeen::settle`] when the user's side refuses.
+async fn ip_first<S: WindowStore + ?Sized>(
+    store: &S,
+    req: &LoginRequest<'_>,
+    windows: &[WindowSpec],
+) -> Result<IpSeen, StoreError> {
+    let Some(ip) = &req.ip else {
+        return Ok(IpSeen::default());
+    };
+    let (count, blocked, added) = if req.success {
+        let peek = store.peek(ip.key, windows).await?;
+        let count = peek.counts.first().copied().unwrap_or(0);
+        let retry = peek.retry_after_ms.get(1).copied().unwrap_or(0);
+        (
+            count,
+            (count >= ip.limits.block_after).then_some(retry),
+            false,
+        )
+    } else {
+        let hit: HitOutcome = store
+            .hit(HitRequest {
+                key: ip.key,
+                windows,
+                member: req.member,
+                gate_open: req.captcha_passed,
+                force: req.shadow,
+            })
+            .await?;
+        let blocked = match hit.verdict {
+            HitVerdict::Denied { retry_after_ms, .. } => Some(retry_after_ms),
+            _ => None,
+        };
+        (hit.counts.first().copied().unwrap_or(0), blocked, hit.added)
+    };
+    Ok(IpSeen {
+        failures: Some(IpFailures {
+            count,
+            blocked_retry_after_ms: blocked,
+        }),
+        added,
+    })
+}
+
+/// What an IPv6 login's network window saw, and whether the attempt's
+/// failure went into it.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct NetworkSeen {
+    /// The network's failures before this attempt; `None` without its
+    /// window.
+    pub count: Option<u32>,
+    added: bool,
+}
+
+impl NetworkSeen {
+    /// Whether the network's captcha tier is full.
+    pub fn demands_captcha(&self, req: &LoginRequest<'_>) -> bool {
+        req.network
+            .zip(self.count)
+            .is_some_and(|(network, count)| network.demands_captcha(count))
+    }
+
+    /// Take the failure back from the network when the attempt was not
+    /// recorded (refused, or its call failed).
+    pub async fn settle<S: WindowStore + ?Sized>(
+        self,
+        store: &S,
+        req: &LoginRequest<'_>,
+        recorded: bool,
+    ) {
+        if let (Some(network), true, false) = (req.network, self.added, recorded) {
+            undo_all(store, &[(network.key, network.windows)], req.member).await;
+        }
+    }
+}
+
+/// The network's window, in a call of its own on every backend (its key is
+/// in a slot of its own): a failure is recorded at once when the captcha
+/// tier admits it (or `shadow`), so that its count stays exact under
+/// concurrency, and taken back by [`NetworkSeen::settle`] when the user's
+/// or the IP's side refuses the attempt. A success is only counted against
+/// the tier.
+pub(super) async fn network_first<S: WindowStore + ?Sized>(
+    store: &S,
+    req: &LoginRequest<'_>,
+) -> Result<NetworkSeen, StoreError> {
+    let Some(network) = req.network else {
+        return Ok(NetworkSeen::default());
+    };
+    let (counts, added) = if req.success {
+        let peek = store.peek(network.key, network.windows).await?;
+        (peek.counts, false)
+    } else {
+        let hit = store
+            .hit(HitRequest {
+                key: network.key,
+                windows: network.windows,
+                member: req.member,
+                gate_open: req.captcha_passed,
+                force: req.shadow,
+            })
+            .await?;
+        (hit.counts, hit.added)
+    };
+    Ok(NetworkSeen {
+        count: Some(counts.first().copied().unwrap_or(0)),
+        added,
+    })
 }

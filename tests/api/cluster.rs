@@ -126,6 +126,20 @@ async fn the_ip_block_is_exact_under_concurrency_across_nodes() {
     crate::login::assert_ip_block_is_exact(&app).await;
 }
 
+/// A login's network lives in a slot of its own: its call comes before the
+/// IP's and the user's, and its tier stays exact.
+#[tokio::test]
+async fn the_network_tier_is_exact_under_concurrency_across_nodes() {
+    let app = on_cluster(|s| {
+        s.login.captcha_after = 1000;
+        s.login.lock_after = 1000;
+        s.login.ip_captcha_after = 1000;
+        s.login.network_captcha_after = 5;
+    })
+    .await;
+    crate::login::assert_network_tier_is_exact(&app).await;
+}
+
 /// The pumping guard on a cluster: the prefix's and the country's counts live
 /// in their own slots (one call each before the windows), the list of
 /// blocks in a third.

@@ -22,6 +22,9 @@ on_both_backends!(
     names_that_look_alike_share_one_counter,
     ipv6_addresses_of_one_64_share_a_counter,
     translated_ipv4_clients_count_apart,
+    the_64s_of_one_network_share_a_captcha_tier,
+    simultaneous_failures_from_one_network_fill_its_tier_exactly,
+    a_refused_failure_is_taken_back_from_its_network,
     shadow_mode_answers_allow_and_audits_would_be_refusals,
 );
 
@@ -423,6 +426,181 @@ async fn translated_ipv4_clients_count_apart(backend: Backend) {
         .unwrap();
     assert_eq!(deny.subject, "203.0.113.7");
     assert_eq!(deny.ip.as_deref(), Some("203.0.113.7"));
+}
+
+/// An IPv6 client also counts in its network (`sms.network_bits`, a /48):
+/// failures from many /64s of one network, each far below the IP's tiers,
+/// fill the network's captcha tier (`login.network_captcha_after`); then
+/// every /64 of it needs a captcha, other networks and IPv4 clients do not.
+/// The admin sees the window and lifts it; 0 turns the tier off.
+async fn the_64s_of_one_network_share_a_captcha_tier(backend: Backend) {
+    let app = spawn_app(backend, |s| {
+        s.login.captcha_after = 1000;
+        s.login.lock_after = 1000;
+        s.login.ip_captcha_after = 1000;
+        s.login.network_captcha_after = 3;
+    })
+    .await;
+    let from = |n: u32| json!({ "ip": format!("2001:db8:1:{n:x}::1") });
+    for n in 1..=2 {
+        assert_eq!(
+            fail(&app, &format!("u{n}"), from(n)).await["captcha_required"],
+            false
+        );
+    }
+    // The third fills the tier: allowed, and the answer says what comes.
+    let filling = fail(&app, "u3", from(3)).await;
+    assert_eq!(
+        (&filling["decision"], &filling["captcha_required"]),
+        (&json!("allow"), &json!(true))
+    );
+    let challenged = fail(&app, "u4", from(4)).await;
+    assert_eq!(challenged["decision"], "challenge", "{challenged}");
+    let check = app
+        .login_check(json!({ "user": "u5", "ip": "2001:db8:1:ffff::5" }))
+        .await;
+    assert_eq!(check.body["decision"], "challenge", "{}", check.body);
+    let passed = json!({ "ip": "2001:db8:1:4::1", "captcha_passed": true });
+    assert_eq!(fail(&app, "u4", passed).await["decision"], "allow");
+    for elsewhere in ["2001:db8:2::1", "203.0.113.9", "64:ff9b::203.0.113.9"] {
+        let answer = fail(&app, "u6", json!({ "ip": elsewhere })).await;
+        assert_eq!(answer["decision"], "allow", "{elsewhere}: {answer}");
+    }
+
+    let rows: Vec<(AuditDecision, String, String)> = app
+        .audit_events()
+        .into_iter()
+        .filter(|e| e.subject_kind == SubjectKind::Network)
+        .map(|e| (e.decision, e.subject, e.rule.unwrap_or_default()))
+        .collect();
+    let row = |decision| {
+        (
+            decision,
+            "2001:db8:1::/48".to_string(),
+            "network 3/1h".to_string(),
+        )
+    };
+    assert_eq!(
+        rows,
+        [row(AuditDecision::Challenge), row(AuditDecision::Challenge)]
+    );
+
+    // Its window keeps the tier's newest three failures.
+    let state = app
+        .admin_get("/admin/api/subjects/network/2001:db8:1::%2F48")
+        .await;
+    assert_eq!(state.status, 200, "{}", state.body);
+    assert_eq!(state.body["captcha_required"], true, "{}", state.body);
+    let windows = state.body["windows"].as_array().unwrap();
+    let login = windows
+        .iter()
+        .find(|w| w["action"] == "login_attempt")
+        .unwrap_or_else(|| panic!("{}", state.body));
+    assert_eq!(
+        *login,
+        json!({ "action": "login_attempt", "rule": "network 3/1h", "count": 3, "limit": 3,
+                "window_ms": 3_600_000 })
+    );
+    let unblocked = app
+        .admin_post("/admin/api/subjects/network/2001:db8:1::%2F48/unblock")
+        .await;
+    assert_eq!(unblocked.status, 200, "{}", unblocked.body);
+    assert_eq!(fail(&app, "u7", from(7)).await["decision"], "allow");
+
+    let off = spawn_app(backend, |s| {
+        s.login.captcha_after = 1000;
+        s.login.ip_captcha_after = 1000;
+        s.login.network_captcha_after = 0;
+    })
+    .await;
+    for n in 1..=4 {
+        let answer = fail(&off, &format!("u{n}"), from(n)).await;
+        assert_eq!(answer["captcha_required"], false, "{answer}");
+    }
+}
+
+async fn simultaneous_failures_from_one_network_fill_its_tier_exactly(backend: Backend) {
+    let app = spawn_app(backend, |s| {
+        s.login.captcha_after = 1000;
+        s.login.lock_after = 1000;
+        s.login.ip_captcha_after = 1000;
+        s.login.network_captcha_after = 5;
+    })
+    .await;
+    assert_network_tier_is_exact(&app).await;
+}
+
+/// Sixty failures at once from sixty /64s of one /48, for sixty users:
+/// exactly `network_captcha_after` (5) are recorded, the rest challenged,
+/// and the tier's crossing is audited once.
+pub async fn assert_network_tier_is_exact(app: &TestApp) {
+    let attempts = (0..60).map(|i| {
+        app.login_attempt(json!({
+            "user": format!("user{i}"), "ip": format!("2001:db8:5:{i:x}::1"), "success": false,
+        }))
+    });
+    let answers = futures::future::join_all(attempts).await;
+    let count = |decision: &str| {
+        answers
+            .iter()
+            .filter(|a| a.body["decision"] == decision)
+            .count()
+    };
+    assert_eq!(
+        (count("allow"), count("challenge")),
+        (5, 55),
+        "{:?}",
+        answers.iter().map(|a| &a.body).collect::<Vec<_>>()
+    );
+    app.flush_audit().await;
+    let rows: Vec<AuditDecision> = app
+        .audit_events()
+        .iter()
+        .filter(|e| e.subject_kind == SubjectKind::Network)
+        .map(|e| e.decision)
+        .collect();
+    assert_eq!(rows.len(), 56, "one crossing and 55 challenges: {rows:?}");
+    assert!(
+        rows.iter().all(|d| *d == AuditDecision::Challenge),
+        "{rows:?}"
+    );
+}
+
+/// A failure the user's side refuses (a locked user) or the IP's block
+/// refuses counts against nothing, the network included.
+async fn a_refused_failure_is_taken_back_from_its_network(backend: Backend) {
+    let app = spawn_app(backend, |s| {
+        s.login.captcha_after = 1000;
+        s.login.lock_after = 1;
+        s.login.lock_scope = tollgate::settings::LockScope::User;
+        s.login.ip_captcha_after = 1000;
+        s.login.ip_block_after = 1;
+        s.login.network_captcha_after = 2;
+    })
+    .await;
+    // One failure each: the user locks, and the IP is blocked.
+    assert_eq!(
+        fail(&app, "mallory", json!({ "ip": "2001:db8:7:1::1" })).await["decision"],
+        "allow"
+    );
+    let locked = fail(&app, "mallory", json!({ "ip": "2001:db8:7:2::1" })).await;
+    assert_eq!(locked["reason"], "user_locked", "{locked}");
+    let blocked = fail(&app, "trent", json!({ "ip": "2001:db8:7:1::2" })).await;
+    assert_eq!(blocked["reason"], "ip_blocked", "{blocked}");
+    // Only the first failure counts: the network is below its tier of 2.
+    let state = app
+        .admin_get("/admin/api/subjects/network/2001:db8:7::%2F48")
+        .await;
+    let login = state.body["windows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["action"] == "login_attempt")
+        .cloned()
+        .unwrap_or_else(|| panic!("{}", state.body));
+    assert_eq!(login["count"], 1, "{}", state.body);
+    let next = fail(&app, "walter", json!({ "ip": "2001:db8:7:3::1" })).await;
+    assert_eq!(next["decision"], "allow", "{next}");
 }
 
 async fn shadow_mode_answers_allow_and_audits_would_be_refusals(backend: Backend) {

@@ -19,6 +19,7 @@ on_both_backends!(
     a_section_in_shadow_counts_its_over_limit_hits_as_shadowed,
     verify_tries_count_against_the_attempts_rule,
     login_attempts_count_against_the_user_pair_and_ip_rules,
+    ipv6_login_attempts_count_against_their_networks_tier,
     a_network_window_on_trial_counts_and_audits_and_refuses_nothing,
 );
 
@@ -232,6 +233,38 @@ async fn login_attempts_count_against_the_user_pair_and_ip_rules(backend: Backen
             "{what}"
         );
     }
+}
+
+/// An IPv6 client's attempts count against its network's captcha tier
+/// (`login.network_captcha_after`, in `login.ip_window`), whatever the /64;
+/// an IPv4 client's and a check count nothing there.
+async fn ipv6_login_attempts_count_against_their_networks_tier(backend: Backend) {
+    let ip_window = window(backend, 7_091);
+    let app = spawn_app(backend, |s| {
+        s.login.captcha_after = 1000;
+        s.login.ip_window = ip_window;
+        s.login.network_captcha_after = 3;
+    })
+    .await;
+    for n in 1..=4 {
+        let failure = json!({
+            "user": format!("metrics-n{n}"), "success": false, "captcha_passed": true,
+            "ip": format!("2001:db8:77:{n}::1"),
+        });
+        let answer = app.login_attempt(failure).await;
+        assert_eq!(answer.body["decision"], "allow", "{}", answer.body);
+    }
+    let ipv4 = json!({ "user": "metrics-n5", "success": false, "ip": "198.51.100.22" });
+    assert_eq!(app.login_attempt(ipv4).await.status, 200);
+    let check = app
+        .login_check(json!({ "user": "metrics-n6", "ip": "2001:db8:77:9::1" }))
+        .await;
+    assert_eq!(check.body["decision"], "challenge", "{}", check.body);
+    // The counts 0, 1, 2, 3: the last one over the tier.
+    assert_eq!(
+        rule_counters(&app, "login_attempt", &name("network", 3, ip_window)).await,
+        [4.0, 1.0, 1.0, 3.0, 0.0]
+    );
 }
 
 /// Backend-independent: the HTTP layer times every answer by route

@@ -419,10 +419,13 @@ async fn the_64s_of_one_network_share_its_captcha_tier(backend: Backend) {
     assert_eq!(state.status, 200, "{}", state.body);
     assert_eq!(state.body["id"], "2001:db8:1::/48");
     assert_eq!(state.body["captcha_required"], true);
+    // Its login failures are a window of their own (none here).
     assert_eq!(
         state.body["windows"],
         json!([{ "action": "sms_send", "rule": "network 100/1h", "count": tier,
-                 "limit": tier, "window_ms": 3_600_000 }])
+                 "limit": tier, "window_ms": 3_600_000 },
+               { "action": "login_attempt", "rule": "network 100/1h", "count": 0,
+                 "limit": 100, "window_ms": 3_600_000 }])
     );
     let unblocked = app
         .admin_post("/admin/api/subjects/network/2001:db8:1:5::9%2F48/unblock")

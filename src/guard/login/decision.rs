@@ -51,6 +51,8 @@ pub(super) struct Attempt<'a> {
     pub user: &'a Subject,
     /// The client IP's windows, when the IP is known.
     pub ip: Option<&'a IpWindows>,
+    /// The client's IPv6 network, when its window was counted.
+    pub network: Option<&'a Subject>,
     /// Whether the password was right.
     pub success: bool,
 }
@@ -68,7 +70,11 @@ struct Seen {
     ip_count: u32,
     /// The IP's failures reached its captcha tier.
     ip_demands_captcha: bool,
-    /// The user's or the IP's captcha tier is reached.
+    /// The network's failures before this attempt (0 without a network).
+    network_count: u32,
+    /// The network's failures reached its captcha tier.
+    network_demands_captcha: bool,
+    /// The user's, the IP's or the network's captcha tier is reached.
     captcha_required: bool,
 }
 
@@ -78,13 +84,29 @@ impl Seen {
         let ip_demands_captcha = outcome
             .ip
             .is_some_and(|seen| seen.count >= policy.login.ip.captcha.limit);
+        let network_demands_captcha = outcome
+            .network
+            .is_some_and(|count| network_tier_full(policy, count));
         Seen {
             failures,
             ip_count: outcome.ip.map_or(0, |seen| seen.count),
             ip_demands_captcha,
-            captcha_required: failures >= policy.login.user_captcha.limit || ip_demands_captcha,
+            network_count: outcome.network.unwrap_or(0),
+            network_demands_captcha,
+            captcha_required: failures >= policy.login.user_captcha.limit
+                || ip_demands_captcha
+                || network_demands_captcha,
         }
     }
+}
+
+/// Whether `count` failures fill the network's captcha tier.
+fn network_tier_full(policy: &Policy, count: u32) -> bool {
+    policy
+        .login
+        .network
+        .gate
+        .is_some_and(|tier| count >= tier.limit)
 }
 
 /// `POST /login/attempt`.
@@ -100,7 +122,20 @@ pub(super) fn attempt(
         .chain(user_refused(policy, outcome, &attempt, &seen))
         .collect();
     let recorded = outcome.recorded(policy.login.shadow);
-    let (crossed, ip_failures_after) = crossed(policy, outcome, &attempt, recorded, seen.ip_count);
+    let (mut crossed, ip_failures_after) =
+        crossed(policy, outcome, &attempt, recorded, seen.ip_count);
+    let counted_failure = recorded && !attempt.success;
+    let network_after = seen.network_count + u32::from(counted_failure);
+    if let (Some(network), Some(tier), true) =
+        (attempt.network, policy.login.network.gate, counted_failure)
+    {
+        if network_after == tier.limit {
+            crossed.push(
+                row(AuditDecision::Challenge, Reason::CaptchaRequired, network)
+                    .rule(&tier, network_after),
+            );
+        }
+    }
     // The longer of the locks this attempt started: the account's, the pair's.
     let locked_for_ms = outcome
         .user
@@ -117,7 +152,8 @@ pub(super) fn attempt(
         notify_lock: locked_for_ms.map(|ms| (Duration::from_millis(ms), scope)),
         allowed: LoginState {
             captcha_required: seen.failures >= policy.login.user_captcha.limit
-                || (attempt.ip.is_some() && ip_failures_after >= policy.login.ip.captcha.limit),
+                || (attempt.ip.is_some() && ip_failures_after >= policy.login.ip.captcha.limit)
+                || (outcome.network.is_some() && network_tier_full(policy, network_after)),
             locked: locked_for_ms.is_some(),
             retry_after_secs: locked_for_ms.map(crate::guard::ceil_secs),
             ..LoginState::allow(seen.failures)
@@ -184,14 +220,18 @@ fn user_refused(
             Some((answer, audit))
         }
         LoginVerdict::Challenged => {
-            // The user's own tier first; otherwise the IP demanded it.
-            let user_tier =
-                seen.failures >= policy.login.user_captcha.limit || !seen.ip_demands_captcha;
+            // The user's own tier first; otherwise the IP's, then the
+            // network's, whichever demanded it.
+            let user_tier = seen.failures >= policy.login.user_captcha.limit;
             let subject_row =
                 |subject| row(AuditDecision::Challenge, Reason::CaptchaRequired, subject);
-            let audit = match (attempt.ip, user_tier) {
-                (Some(ip), false) => {
+            let network_tier = policy.login.network.gate.zip(attempt.network);
+            let audit = match (attempt.ip, network_tier) {
+                (Some(ip), _) if !user_tier && seen.ip_demands_captcha => {
                     subject_row(&ip.subject).rule(&policy.login.ip.captcha, seen.ip_count)
+                }
+                (_, Some((tier, network))) if !user_tier && seen.network_demands_captcha => {
+                    subject_row(network).rule(&tier, seen.network_count)
                 }
                 _ => subject_row(attempt.user).rule(&policy.login.user_captcha, seen.failures),
             };
@@ -260,19 +300,28 @@ fn crossed(
     (rows, after)
 }
 
+/// What `/login/check` read.
+pub(super) struct Checked<'a> {
+    /// The user's failures and locks.
+    pub user: &'a LoginStateOutcome,
+    /// The IP's windows, when the IP is known.
+    pub ip: Option<&'a PeekOutcome>,
+    /// The network's failures, when it has a window.
+    pub network: Option<u32>,
+}
+
 /// `POST /login/check`: what an attempt would meet now.
-pub(super) fn check(
-    policy: &Policy,
-    user: &LoginStateOutcome,
-    ip: Option<&PeekOutcome>,
-) -> LoginState {
+pub(super) fn check(policy: &Policy, seen: Checked<'_>) -> LoginState {
+    let Checked { user, ip, network } = seen;
     let failures = user.failures;
     if policy.login.shadow {
         return LoginState::allow(failures);
     }
     let ip_captcha =
         ip.is_some_and(|p| IpLoginRules::captcha_count(p) >= policy.login.ip.captcha.limit);
-    let captcha_required = failures >= policy.login.user_captcha.limit || ip_captcha;
+    let network_captcha = network.is_some_and(|count| network_tier_full(policy, count));
+    let captcha_required =
+        failures >= policy.login.user_captcha.limit || ip_captcha || network_captcha;
     // Both may hold: the answer waits for the later end.
     if let Some(retry) = user
         .locked_retry_after_ms

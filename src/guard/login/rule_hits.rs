@@ -6,8 +6,8 @@ use crate::guard::Policy;
 use crate::store::{LoginOutcome, LoginVerdict};
 
 /// Count the attempt against every rule it was decided by: the user's
-/// captcha tier and lock, the (user, IP) pair's lock, and the IP's captcha
-/// tier and block when the IP is known. A store failing open read nothing,
+/// captcha tier and lock, the (user, IP) pair's lock, the IP's captcha
+/// tier and block when the IP is known, and its network's captcha tier. A store failing open read nothing,
 /// so nothing is counted. A lock is over its limit when it refused the
 /// attempt (the account's lock is looked at before the pair's); the other
 /// rules when their window held `limit` failures.
@@ -31,5 +31,8 @@ pub(super) fn count(policy: &Policy, outcome: &LoginOutcome) {
         counters.ip_captcha.hit(ip.count, shadow);
         let blocked = ip.blocked_retry_after_ms.is_some();
         counters.ip_block.hit_with(ip.count, blocked, shadow);
+    }
+    if let Some(count) = outcome.network {
+        policy.login.network.count(&[count], shadow);
     }
 }

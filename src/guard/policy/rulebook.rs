@@ -12,8 +12,9 @@ pub const ACTIONS: [Action; 4] = Action::ALL;
 /// The windows a subject kind has for one action.
 #[derive(Clone, Copy)]
 pub enum Windows<'p> {
-    /// Counted by a reservation (`guard::reserve`): enforced rules, then a
-    /// captcha tier; the rules may be empty (none configured).
+    /// Counted by a reservation (`guard::reserve`), or for a login's
+    /// network by the store's login call: enforced rules, then a captcha
+    /// tier; the rules may be empty (none configured).
     Counted(&'p SubjectRules),
     /// A login IP's failures (`login.ip_*`), counted by the store's login
     /// call.
@@ -52,6 +53,7 @@ impl Policy {
             (Action::SmsVerify, SubjectKind::Ip) => Windows::Counted(&sms.verify_ip),
             (Action::LoginAttempt, SubjectKind::Ip) => Windows::LoginIp(&self.login.ip),
             (Action::LoginAttempt, SubjectKind::User) => Windows::LoginUser,
+            (Action::LoginAttempt, SubjectKind::Network) => Windows::Counted(&self.login.network),
             (Action::Admin, SubjectKind::Ip) => Windows::AdminAuth,
             _ => return None,
         };

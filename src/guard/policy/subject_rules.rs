@@ -42,7 +42,13 @@ impl SubjectRules {
     /// Count one hit on each window from the counts the store answered;
     /// `section_shadow`: the whole section refuses nothing.
     pub fn count_hits(&self, outcome: &HitOutcome, section_shadow: bool) {
-        for (index, (counters, &count)) in self.counters.iter().zip(&outcome.counts).enumerate() {
+        self.count(&outcome.counts, section_shadow);
+    }
+
+    /// Count one hit on each window from its count before the event, in the
+    /// order of [`Self::windows`].
+    pub fn count(&self, counts: &[u32], section_shadow: bool) {
+        for (index, (counters, &count)) in self.counters.iter().zip(counts).enumerate() {
             let on_trial = self.rules.get(index).is_some_and(|rule| rule.shadow);
             counters.hit(count, section_shadow || on_trial);
         }

@@ -38,10 +38,12 @@ fn refusals_come_in_order_and_shadow_writes_them_all() {
             count: 40,
             blocked_retry_after_ms: Some(5_000),
         }),
+        network: None,
     };
     let facts = || Attempt {
         user: &user,
         ip: Some(&ip),
+        network: None,
         success: false,
     };
     let decided = attempt(&policy, &outcome, facts());
@@ -79,6 +81,7 @@ fn the_locking_failure_is_audited_and_told() {
             before: None,
         },
         ip: None,
+        network: None,
     };
     let decided = attempt(
         &policy,
@@ -86,6 +89,7 @@ fn the_locking_failure_is_audited_and_told() {
         Attempt {
             user: &user,
             ip: None,
+            network: None,
             success: false,
         },
     );
@@ -98,4 +102,72 @@ fn the_locking_failure_is_audited_and_told() {
     );
     assert!(decided.allowed.locked);
     assert_eq!(decided.allowed.retry_after_secs, Some(900));
+}
+
+/// A network past its tier challenges a user and an IP below theirs: the
+/// row names the network; the failure that fills the tier is audited once
+/// and the answer asks for a captcha from then on.
+#[test]
+fn a_full_network_tier_challenges_and_its_crossing_is_audited() {
+    let policy = default_policy();
+    let tier = policy.login.network.gate.expect("on by default");
+    let user = Subject::new(SubjectKind::User, "alice");
+    let network = Subject::new(SubjectKind::Network, "2001:db8:1::/48");
+    let ip = ip_windows(&policy);
+    let facts = || Attempt {
+        user: &user,
+        ip: Some(&ip),
+        network: Some(&network),
+        success: false,
+    };
+    let outcome = |verdict, network_count| LoginOutcome {
+        user: LoginAttemptOutcome {
+            verdict,
+            failures: 1,
+            captcha_crossed: false,
+            locked_for_ms: None,
+            pair_locked_for_ms: None,
+            before: None,
+        },
+        ip: Some(IpFailures {
+            count: 1,
+            blocked_retry_after_ms: None,
+        }),
+        network: Some(network_count),
+    };
+
+    let refused = attempt(
+        &policy,
+        &outcome(LoginVerdict::Challenged, tier.limit),
+        facts(),
+    );
+    let (answer, row) = &refused.refusals[0];
+    assert_eq!(answer.reason, Some(Reason::CaptchaRequired));
+    assert_eq!(
+        (row.subject_kind, row.subject.as_str()),
+        (SubjectKind::Network, "2001:db8:1::/48")
+    );
+    assert_eq!(row.rule.as_deref(), Some("network 100/1h"));
+
+    let filling = attempt(
+        &policy,
+        &outcome(LoginVerdict::Recorded, tier.limit - 1),
+        facts(),
+    );
+    assert!(filling.refusals.is_empty());
+    assert!(filling.allowed.captcha_required);
+    let rows: Vec<_> = filling
+        .crossed
+        .iter()
+        .map(|r| (r.subject_kind, r.reason.as_str()))
+        .collect();
+    assert_eq!(rows, [(SubjectKind::Network, "captcha_required")]);
+
+    let below = attempt(
+        &policy,
+        &outcome(LoginVerdict::Recorded, tier.limit - 2),
+        facts(),
+    );
+    assert!(below.crossed.is_empty());
+    assert!(!below.allowed.captcha_required);
 }
