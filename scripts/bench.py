@@ -220,11 +220,14 @@ def audit_counts(port):
     return counts
 
 
-def post_one(conn, endpoint, i):
+def post_one(conn, endpoint, i, ipv6=False):
     """One request of the benchmark's mix on `conn` (an http.client
     connection to tollgate): the `i`-th SMS send (its own phone and
-    address) or login failure; answers the status."""
+    address) or login failure; answers the status. With `ipv6`, the
+    address is IPv6, each in a /48 of its own."""
     ip = f"10.{(i >> 16) & 255}.{(i >> 8) & 255}.{i & 255}"
+    if ipv6:
+        ip = f"2001:db8:{i & 0xffff:x}:{(i >> 16) & 0xffff:x}::1"
     if endpoint == "sms":
         path, body = "/sms/send", {"phone": f"+86138{i:08d}", "ip": ip}
     else:

@@ -15,7 +15,7 @@ several binaries, each is measured against its own Redis, one after the
 other (instructions do not depend on the machine's load).
 
     scripts/redis-cost.py --tollgate target/dist/tollgate [--tollgate other/tollgate]
-        [--redis-server /path/with/symbols/redis-server] [--requests 1000] [--annotate]
+        [--redis-server /path/with/symbols/redis-server] [--requests 1000] [--ipv6] [--annotate]
 
 `--annotate` prints callgrind_annotate's inclusive view of the last run's
 functions: give a redis-server built with symbols (Debian's package is
@@ -77,7 +77,7 @@ def measure(args, binary, out_dir):
                 subprocess.run(["callgrind_control", "--zero", str(redis.pid)],
                                check=True, capture_output=True)
                 bench.redis_cli("CONFIG", "RESETSTAT")
-            status = bench.post_one(conn, args.endpoint, i)
+            status = bench.post_one(conn, args.endpoint, i, ipv6=args.ipv6)
             if n >= args.warmup:
                 statuses[status] = statuses.get(status, 0) + 1
         conn.close()
@@ -119,6 +119,9 @@ def main():
     parser.add_argument("--empty-history", action="store_true",
                         help="SMS: start from empty conversion hashes, as before 2026-11-28 "
                              "(by default they hold a day of history, as in scripts/bench.py)")
+    parser.add_argument("--ipv6", action="store_true",
+                        help="requests from IPv6 addresses, each in a /48 of its own (the "
+                             "network's windows counted too); IPv4 by default, as the benchmark")
     parser.add_argument("--annotate", action="store_true",
                         help="print the last run's functions, inclusive")
     args = parser.parse_args()

@@ -47,7 +47,8 @@ pub struct SubjectState {
     pub locked_until: Option<DateTime<Utc>>,
     /// Whether one of the subject's captcha thresholds is reached
     /// (`sms.captcha_after`, `sms.network_captcha_after`,
-    /// `login.captcha_after`, `login.ip_captcha_after`),
+    /// `login.captcha_after`, `login.ip_captcha_after`,
+    /// `login.network_captcha_after`),
     /// or a country's sends need a captcha (the pumping guard's challenge).
     pub captcha_required: bool,
     /// Every window the subject is counted in, per action.

@@ -166,12 +166,12 @@ pub(super) async fn login<S: WindowStore + ?Sized>(
     store: &S,
     req: LoginRequest<'_>,
 ) -> Result<LoginOutcome, StoreError> {
+    let network = network_first(store, &req).await?;
     let ip_windows: Vec<WindowSpec> = req.ip.map(|ip| ip.windows().to_vec()).unwrap_or_default();
-    let ip = ip_first(store, &req, &ip_windows).await?;
-    let network = match network_first(store, &req).await {
-        Ok(network) => network,
+    let ip = match ip_first(store, &req, &ip_windows).await {
+        Ok(ip) => ip,
         Err(e) => {
-            ip.settle(store, &req, &ip_windows, false).await;
+            network.settle(store, &req, false).await;
             return Err(e);
         }
     };
@@ -283,14 +283,17 @@ async fn ip_first<S: WindowStore + ?Sized>(
     })
 }
 
-/// What an IPv6 login's network window saw, and whether the attempt's
-/// failure went into it.
+/// What an IPv6 login's network window saw, and what its failure did there.
 #[derive(Debug, Clone, Copy, Default)]
 pub(super) struct NetworkSeen {
     /// The network's failures before this attempt; `None` without its
     /// window.
     pub count: Option<u32>,
+    /// The failure went into the window at once (below the tier).
     added: bool,
+    /// The tier is full and the attempt passed a captcha: its failure goes
+    /// in once the attempt is recorded.
+    deferred: bool,
 }
 
 impl NetworkSeen {
@@ -301,26 +304,47 @@ impl NetworkSeen {
             .is_some_and(|(network, count)| network.demands_captcha(count))
     }
 
-    /// Take the failure back from the network when the attempt was not
-    /// recorded (refused, or its call failed).
+    /// Settle the network's window with the attempt's fate: take back a
+    /// failure counted before the attempt was refused (or its call failed),
+    /// and count one the full tier let through with a captcha once the
+    /// attempt was recorded.
     pub async fn settle<S: WindowStore + ?Sized>(
         self,
         store: &S,
         req: &LoginRequest<'_>,
         recorded: bool,
     ) {
-        if let (Some(network), true, false) = (req.network, self.added, recorded) {
+        let Some(network) = req.network else {
+            return;
+        };
+        if self.added && !recorded {
             undo_all(store, &[(network.key, network.windows)], req.member).await;
+        }
+        if self.deferred && recorded {
+            let hit = store.hit(HitRequest {
+                key: network.key,
+                windows: network.windows,
+                member: req.member,
+                gate_open: true,
+                force: true,
+            });
+            if let Err(e) = hit.await {
+                tracing::warn!(request_id = %crate::telemetry::request_id(), error = %e, "could not count a login failure in its network");
+            }
         }
     }
 }
 
 /// The network's window, in a call of its own on every backend (its key is
-/// in a slot of its own): a failure is recorded at once when the captcha
-/// tier admits it (or `shadow`), so that its count stays exact under
-/// concurrency, and taken back by [`NetworkSeen::settle`] when the user's
-/// or the IP's side refuses the attempt. A success is only counted against
-/// the tier.
+/// in a slot of its own), before the IP's and the user's. Below the tier a
+/// failure is recorded at once, so that the count stays exact under
+/// concurrency, and taken back by [`NetworkSeen::settle`] when the IP's or
+/// the user's side refuses the attempt. A full tier records nothing now,
+/// even for an attempt with a captcha: the window keeps only the tier's
+/// newest failures, so a failure added there would push out an older one
+/// that taking it back could not return; `settle` adds it once the attempt
+/// is recorded. A success is only counted against the tier; in shadow mode
+/// every failure is recorded at once (nothing is refused).
 pub(super) async fn network_first<S: WindowStore + ?Sized>(
     store: &S,
     req: &LoginRequest<'_>,
@@ -328,23 +352,26 @@ pub(super) async fn network_first<S: WindowStore + ?Sized>(
     let Some(network) = req.network else {
         return Ok(NetworkSeen::default());
     };
-    let (counts, added) = if req.success {
+    if req.success {
         let peek = store.peek(network.key, network.windows).await?;
-        (peek.counts, false)
-    } else {
-        let hit = store
-            .hit(HitRequest {
-                key: network.key,
-                windows: network.windows,
-                member: req.member,
-                gate_open: req.captcha_passed,
-                force: req.shadow,
-            })
-            .await?;
-        (hit.counts, hit.added)
-    };
+        return Ok(NetworkSeen {
+            count: Some(peek.counts.first().copied().unwrap_or(0)),
+            ..NetworkSeen::default()
+        });
+    }
+    let hit = store
+        .hit(HitRequest {
+            key: network.key,
+            windows: network.windows,
+            member: req.member,
+            gate_open: false,
+            force: req.shadow,
+        })
+        .await?;
+    let count = hit.counts.first().copied().unwrap_or(0);
     Ok(NetworkSeen {
-        count: Some(counts.first().copied().unwrap_or(0)),
-        added,
+        count: Some(count),
+        added: hit.added,
+        deferred: !hit.added && req.captcha_passed && network.demands_captcha(count),
     })
 }

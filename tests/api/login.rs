@@ -23,6 +23,7 @@ on_both_backends!(
     ipv6_addresses_of_one_64_share_a_counter,
     translated_ipv4_clients_count_apart,
     the_64s_of_one_network_share_a_captcha_tier,
+    a_refused_failure_past_a_full_tier_leaves_the_tier_full,
     simultaneous_failures_from_one_network_fill_its_tier_exactly,
     a_refused_failure_is_taken_back_from_its_network,
     shadow_mode_answers_allow_and_audits_would_be_refusals,
@@ -462,9 +463,16 @@ async fn the_64s_of_one_network_share_a_captcha_tier(backend: Backend) {
     assert_eq!(check.body["decision"], "challenge", "{}", check.body);
     let passed = json!({ "ip": "2001:db8:1:4::1", "captcha_passed": true });
     assert_eq!(fail(&app, "u4", passed).await["decision"], "allow");
-    for elsewhere in ["2001:db8:2::1", "203.0.113.9", "64:ff9b::203.0.113.9"] {
+    for elsewhere in ["2001:db8:2::1", "203.0.113.9"] {
         let answer = fail(&app, "u6", json!({ "ip": elsewhere })).await;
         assert_eq!(answer["decision"], "allow", "{elsewhere}: {answer}");
+    }
+    // Translated IPv4 clients share a /96 and have no network: more than
+    // the tier's worth of them is never challenged.
+    for n in 1..=5 {
+        let translated = json!({ "ip": format!("64:ff9b::203.0.113.{n}") });
+        let answer = fail(&app, &format!("t{n}"), translated).await;
+        assert_eq!(answer["captcha_required"], false, "{answer}");
     }
 
     let rows: Vec<(AuditDecision, String, String)> = app
@@ -517,6 +525,16 @@ async fn the_64s_of_one_network_share_a_captcha_tier(backend: Backend) {
         let answer = fail(&off, &format!("u{n}"), from(n)).await;
         assert_eq!(answer["captcha_required"], false, "{answer}");
     }
+    let state = off
+        .admin_get("/admin/api/subjects/network/2001:db8:1::%2F48")
+        .await;
+    assert_eq!(state.status, 200, "{}", state.body);
+    let counted = state.body["windows"].as_array().unwrap();
+    assert!(
+        counted.iter().all(|w| w["action"] != "login_attempt"),
+        "no login window with the tier off: {}",
+        state.body
+    );
 }
 
 async fn simultaneous_failures_from_one_network_fill_its_tier_exactly(backend: Backend) {
@@ -564,6 +582,57 @@ pub async fn assert_network_tier_is_exact(app: &TestApp) {
         rows.iter().all(|d| *d == AuditDecision::Challenge),
         "{rows:?}"
     );
+}
+
+/// A failure with a captcha past the network's full tier, refused by its
+/// user's lock, takes nothing out of the window: the window keeps only the
+/// tier's newest failures, so it is added only once an attempt is
+/// recorded, and the next failure without a captcha is still challenged.
+async fn a_refused_failure_past_a_full_tier_leaves_the_tier_full(backend: Backend) {
+    let app = spawn_app(backend, |s| {
+        s.login.captcha_after = 1000;
+        s.login.lock_after = 1;
+        s.login.lock_scope = tollgate::settings::LockScope::User;
+        s.login.ip_captcha_after = 1000;
+        s.login.network_captcha_after = 2;
+    })
+    .await;
+    // Locked from an IPv4 address, which counts in no network.
+    fail(&app, "mallory", json!({ "ip": "203.0.113.60" })).await;
+    for n in 1..=2 {
+        let answer = fail(
+            &app,
+            &format!("u{n}"),
+            json!({ "ip": format!("2001:db8:9:{n}::1") }),
+        )
+        .await;
+        assert_eq!(answer["decision"], "allow", "{answer}");
+    }
+    for _ in 0..3 {
+        let refused = fail(
+            &app,
+            "mallory",
+            json!({ "ip": "2001:db8:9:3::1", "captcha_passed": true }),
+        )
+        .await;
+        assert_eq!(refused["reason"], "user_locked", "{refused}");
+    }
+    let next = fail(&app, "u4", json!({ "ip": "2001:db8:9:4::1" })).await;
+    assert_eq!(next["decision"], "challenge", "{next}");
+    // One with a captcha that is recorded still counts, as the newest.
+    let passed = json!({ "ip": "2001:db8:9:4::1", "captcha_passed": true });
+    assert_eq!(fail(&app, "u4", passed).await["decision"], "allow");
+    let state = app
+        .admin_get("/admin/api/subjects/network/2001:db8:9::%2F48")
+        .await;
+    let login = state.body["windows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["action"] == "login_attempt")
+        .cloned()
+        .unwrap_or_else(|| panic!("{}", state.body));
+    assert_eq!(login["count"], 2, "{}", state.body);
 }
 
 /// A failure the user's side refuses (a locked user) or the IP's block
