@@ -46,6 +46,7 @@ fn script() -> std::io::Result<Script> {
         policy: login.store,
         pair: login.pair_lock.is_some(),
         ip: Some(login.ip.limits()),
+        network: None,
     })))
 }
 

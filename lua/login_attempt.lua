@@ -17,9 +17,11 @@
 -- when the policy has the pair, its keys, under the user's hash tag:
 --   KEYS[3] the pair's lock HASH (written only when the pair locks)
 --   KEYS[4] the user's index of locked pairs ZSET (member = IP, score = lock start)
--- last, when the policy has it: the IP's failure ZSET (Redis Cluster callers,
+-- then, when the policy has it: the IP's failure ZSET (Redis Cluster callers,
 --          whose IP lives in another slot, pass what they read of it in
 --          ARGV[4] and ARGV[6] instead)
+-- last, when the policy has it: the IP's network's failure ZSET, a captcha
+--          tier only (an IPv6 client; on a cluster its own call instead)
 -- ARGV[1]  member: unique id of this attempt
 -- ARGV[2]  success (1/0)        ARGV[3]  captcha_passed (1/0)
 -- ARGV[4]  captcha_demanded (1/0): something outside the user demands a captcha
@@ -44,6 +46,8 @@
 --   pair_count are the user's failures in the captcha window, in the lock
 --   window, and the pair's in the lock window, before this call (pair_count
 --   -1 without the pair): what the rules' metrics count against.
+--   With the network's key, a 12th: the network's failures in its window
+--   before this call.
 --
 -- A lock lasts lock_ms * 2^level, capped at lock_max_ms; level is the previous
 -- level + 1 when the lock starts within escalation_reset_ms of the previous
@@ -54,14 +58,14 @@
 -- allowed; while a lock is live it never starts a new one. The user keeps at
 -- most max(captcha_after, lock_after) newest failures (lock_after being the
 -- account's threshold, above the pair's), the IP max(ip_captcha_after,
--- ip_block_after). The index of locked pairs keeps its PAIR_INDEX_KEEP newest for
+-- ip_block_after), the network net_captcha_after. The index of locked pairs keeps its PAIR_INDEX_KEEP newest for
 -- lock_max_ms + escalation_reset_ms, longer than any lock it lists.
 --
 -- Commands per call: TIME, ZRANGE (the user's failures, at most keep), HMGET
 -- (and HMGET for the pair); with the IP one ZCOUNT (and a ZREVRANGE when it
--- is blocked). A recorded failure adds ZADD and PEXPIRE per set
--- (ZREMRANGEBYRANK for a full user set, always for the IP), HSET and PEXPIRE
--- when it locks (and ZADD, ZREMRANGEBYRANK, PEXPIRE on the index for a
+-- is blocked), with the network one ZCOUNT. A recorded failure adds ZADD and
+-- PEXPIRE per set (ZREMRANGEBYRANK for a full user set, always for the IP and
+-- the network); HSET and PEXPIRE when it locks (and ZADD, ZREMRANGEBYRANK, PEXPIRE on the index for a
 -- pair); a recorded success one DEL.
 --
 -- Example (user and IP in one call):
@@ -75,7 +79,8 @@
 -- keep_rank, user_ttl, index_ttl; pair (whether KEYS[3], KEYS[4] and ARGV[7]
 -- are the pair's), pair_index_keep_rank (the index keeps its newest
 -- PAIR_INDEX_KEEP, src/store/login.rs); ipkey (the IP's key, or false) with ip_captcha_after,
--- ip_block_after, ip_window, ip_keep_rank, ip_ttl. Ranks and TTLs
+-- ip_block_after, ip_window, ip_keep_rank, ip_ttl; netkey (the network's key,
+-- or false) with net_captcha_after, net_window, net_keep_rank, net_ttl. Ranks and TTLs
 -- come as strings: redis.call formats a number with snprintf("%.17g").
 --@POLICY@
 
@@ -115,6 +120,13 @@ if ipkey then
     end
   end
   if ip_count >= ip_captcha_after then captcha_demanded = true end
+end
+
+-- The network: its captcha tier. Written only with the failure, below.
+local net_count = -1
+if netkey then
+  net_count = count(netkey, net_window)
+  if net_count >= net_captcha_after then captcha_demanded = true end
 end
 
 -- A lock record: its end and level, and whether it holds now.
@@ -212,6 +224,11 @@ if (verdict == 0 and not ip_blocked) or shadow then
       redis.call('ZREMRANGEBYRANK', ipkey, '0', ip_keep_rank)
       redis.call('PEXPIRE', ipkey, ip_ttl)
     end
+    if netkey then
+      redis.call('ZADD', netkey, now_s, member)
+      redis.call('ZREMRANGEBYRANK', netkey, '0', net_keep_rank)
+      redis.call('PEXPIRE', netkey, net_ttl)
+    end
     -- The set keeps its `keep` newest, and `failures` were the newest.
     local after = math.min(failures + 1, keep)
     if failures < captcha_after and after >= captcha_after then crossed = 1 end
@@ -223,5 +240,9 @@ end
 -- an array of integers (about 4 k instructions of 137 k). Little-endian, as
 -- the machines Redis runs on are: struct swaps the bytes of each number
 -- otherwise.
+if netkey then
+  return struct.pack('<dddddddddddd', verdict, retry, failures, crossed, locked_for, ip_count,
+    ip_retry, pair_locked_for, captcha_count, lock_count, pair_count, net_count)
+end
 return struct.pack('<ddddddddddd', verdict, retry, failures, crossed, locked_for, ip_count,
   ip_retry, pair_locked_for, captcha_count, lock_count, pair_count)

@@ -78,6 +78,23 @@ impl NetworkFailureWindow<'_> {
     pub fn demands_captcha(&self, count: u32) -> bool {
         self.windows.iter().any(|w| count >= w.limit)
     }
+
+    /// The tier as the login script takes it; `None` without a window.
+    pub fn limits(&self) -> Option<NetworkLimits> {
+        self.windows.first().map(|w| NetworkLimits {
+            captcha_after: w.limit,
+            window_ms: w.window_ms,
+        })
+    }
+}
+
+/// The limits of an IPv6 network's login failure window: its captcha tier.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NetworkLimits {
+    /// Failures from which logins from the network need a captcha.
+    pub captcha_after: u32,
+    /// Length of the window they count in.
+    pub window_ms: u64,
 }
 
 /// A (user, client IP) pair (`login.lock_scope = "user_ip"`): its failures

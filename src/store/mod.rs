@@ -27,7 +27,8 @@ pub use keys::Keys;
 pub use login::{
     pair_member, pair_of_member, FailuresBefore, IpFailureWindow, IpFailures, IpLimits,
     LoginAttemptOutcome, LoginAttemptRequest, LoginOutcome, LoginPolicy, LoginRequest,
-    LoginStateOutcome, LoginVerdict, NetworkFailureWindow, PairKeys, PAIR_INDEX_KEEP,
+    LoginStateOutcome, LoginVerdict, NetworkFailureWindow, NetworkLimits, PairKeys,
+    PAIR_INDEX_KEEP,
 };
 pub use window::{
     CodeToStore, HitOutcome, HitRequest, HitVerdict, OtpOutcome, PeekOutcome, ReserveOutcome,
@@ -154,8 +155,8 @@ pub trait WindowStore: Send + Sync {
     /// provided method reads and records the IP first, then the user, and
     /// takes the IP's failure back when the user's side refused; a backend
     /// that can do it atomically in one call overrides it. An IPv6 client's
-    /// network (`network`) is a captcha tier beside the IP's, read and
-    /// recorded in a call of its own on every backend (see
+    /// network (`network`) is a captcha tier beside the IP's, which the
+    /// provided method reads and records first, in a call of its own (see
     /// `steps::network_first`).
     async fn login(&self, req: LoginRequest<'_>) -> Result<LoginOutcome, StoreError> {
         steps::login(self, req).await

@@ -335,8 +335,8 @@ impl NetworkSeen {
     }
 }
 
-/// The network's window, in a call of its own on every backend (its key is
-/// in a slot of its own), before the IP's and the user's. Below the tier a
+/// The network's window, in a call of its own (on a cluster its key is in a
+/// slot of its own), before the IP's and the user's. Below the tier a
 /// failure is recorded at once, so that the count stays exact under
 /// concurrency, and taken back by [`NetworkSeen::settle`] when the IP's or
 /// the user's side refuses the attempt. A full tier records nothing now,

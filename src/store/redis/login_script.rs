@@ -15,7 +15,7 @@ use std::fmt::Write as _;
 
 use fred::types::scripts::Script;
 
-use crate::store::{IpLimits, LoginPolicy, PAIR_INDEX_KEEP};
+use crate::store::{IpLimits, LoginPolicy, NetworkLimits, PAIR_INDEX_KEEP};
 
 const TEMPLATE: &str = include_str!("../../../lua/login_attempt.lua");
 const POLICY_LINE: &str = "\n--@POLICY@\n";
@@ -31,8 +31,11 @@ pub struct LoginShape {
     pub policy: LoginPolicy,
     /// The call names the pair's keys (`KEYS[3]`, `KEYS[4]`) and IP (`ARGV[7]`).
     pub pair: bool,
-    /// The call names the IP's window (its last key).
+    /// The call names the IP's window (the key after the user's and the
+    /// pair's).
     pub ip: Option<IpLimits>,
+    /// The call names the IP's network's window (its last key).
+    pub network: Option<NetworkLimits>,
 }
 
 /// `login_attempt.lua` for `shape`: the policy in place of its `--@POLICY@`
@@ -68,9 +71,9 @@ pub fn render_login_attempt(shape: &LoginShape) -> String {
         shape.pair,
         PAIR_INDEX_KEEP + 1,
     );
+    let mut key = if shape.pair { 5 } else { 3 };
     match shape.ip {
         Some(ip) => {
-            let key = if shape.pair { 5 } else { 3 };
             let _ = writeln!(
                 policy,
                 "local ipkey = KEYS[{key}]\n\
@@ -82,10 +85,29 @@ pub fn render_login_attempt(shape: &LoginShape) -> String {
                 u64::from(ip.captcha_after.max(ip.block_after)) + 1,
                 ip.window_ms,
             );
+            key += 1;
         }
         None => policy.push_str(
             "local ipkey = false\n\
              local ip_captcha_after, ip_block_after, ip_window, ip_keep_rank, ip_ttl\n",
+        ),
+    }
+    match shape.network {
+        Some(net) => {
+            let _ = writeln!(
+                policy,
+                "local netkey = KEYS[{key}]\n\
+                 local net_captcha_after, net_window = {}, {}\n\
+                 local net_keep_rank, net_ttl = '-{}', '{}'",
+                net.captcha_after,
+                net.window_ms,
+                u64::from(net.captcha_after) + 1,
+                net.window_ms,
+            );
+        }
+        None => policy.push_str(
+            "local netkey = false\n\
+             local net_captcha_after, net_window, net_keep_rank, net_ttl\n",
         ),
     }
     TEMPLATE.replacen(POLICY_LINE, &format!("\n{policy}"), 1)
@@ -143,6 +165,7 @@ mod tests {
                 block_after: 100,
                 window_ms: 3_600_000,
             }),
+            network: None,
         };
         let lua = render_login_attempt(&shape);
         assert!(!lua.contains("--@POLICY@"));
@@ -169,6 +192,25 @@ mod tests {
             ..shape
         });
         assert!(ip_only.contains("local ipkey = KEYS[3]"));
+        assert!(ip_only.contains("local netkey = false"));
+        // The network's key comes last.
+        let network = NetworkLimits {
+            captcha_after: 100,
+            window_ms: 3_600_000,
+        };
+        for (pair, ip, key) in [(true, true, 6), (false, true, 4), (false, false, 3)] {
+            let lua = render_login_attempt(&LoginShape {
+                pair,
+                ip: shape.ip.filter(|_| ip),
+                network: Some(network),
+                ..shape
+            });
+            assert!(
+                lua.contains(&format!("local netkey = KEYS[{key}]")),
+                "{pair} {ip}"
+            );
+            assert!(lua.contains("local net_keep_rank, net_ttl = '-101', '3600000'"));
+        }
     }
 
     #[test]
@@ -177,6 +219,7 @@ mod tests {
             policy: policy(),
             pair: false,
             ip: None,
+            network: None,
         };
         let b = LoginShape {
             policy: LoginPolicy {

@@ -12,9 +12,13 @@ use super::reserve_policy::{answer_len, reserve_script_for, Render};
 use super::RedisStore;
 use crate::store::{
     ConversionOutcome, ConversionVerdict, FailuresBefore, HitOutcome, HitVerdict, IpFailureWindow,
-    IpFailures, LoginAttemptOutcome, LoginAttemptRequest, LoginVerdict, ReserveOutcome,
-    ReserveRequest, StoreError, SubjectWindows, WindowMode, WindowSpec,
+    IpFailures, LoginAttemptOutcome, LoginAttemptRequest, LoginVerdict, NetworkFailureWindow,
+    ReserveOutcome, ReserveRequest, StoreError, SubjectWindows, WindowMode, WindowSpec,
 };
+
+/// What `login_attempt.lua` answered: the user's side, the IP's failures
+/// and the network's, each when the call named its window.
+pub(super) type LoginScriptAnswer = (LoginAttemptOutcome, Option<IpFailures>, Option<u32>);
 
 /// Every script, loaded once per store.
 pub(super) struct Scripts {
@@ -179,18 +183,23 @@ impl RedisStore {
         reserve_answer(&out, subjects)
     }
 
-    /// `login_attempt.lua`: the user's keys, and the IP's window when given.
+    /// `login_attempt.lua`: the user's keys, and the IP's and the network's
+    /// windows when given; answers the network's failures before the call
+    /// beside the user's and the IP's outcome.
     pub(super) async fn login_script(
         &self,
         req: &LoginAttemptRequest<'_>,
         ip: Option<&IpFailureWindow<'_>>,
-    ) -> Result<(LoginAttemptOutcome, Option<IpFailures>), StoreError> {
-        let mut keys = Vec::with_capacity(5);
+        network: Option<&NetworkFailureWindow<'_>>,
+    ) -> Result<LoginScriptAnswer, StoreError> {
+        let network = network.and_then(|n| Some((n.key, n.limits()?)));
+        let mut keys = Vec::with_capacity(6);
         keys.extend([req.window_key, req.lock_key]);
         if let Some(pair) = &req.pair {
             keys.extend([pair.lock_key, pair.index_key]);
         }
         keys.extend(ip.map(|ip| ip.key));
+        keys.extend(network.map(|(key, _)| key));
         let args = || {
             let mut args = Vec::with_capacity(7);
             args.extend([
@@ -208,9 +217,10 @@ impl RedisStore {
             policy: *req.policy,
             pair: req.pair.is_some(),
             ip: ip.map(|ip| ip.limits),
+            network: network.map(|(_, limits)| limits),
         });
         let packed: Bytes = self.eval(&script, &keys, args).await?;
-        let out = unpack_answer(&packed, 11)?;
+        let out = unpack_answer(&packed, 11 + usize::from(network.is_some()))?;
         let verdict = match out[0] {
             0 => LoginVerdict::Recorded,
             1 => LoginVerdict::Locked {
@@ -245,7 +255,11 @@ impl RedisStore {
             }),
             None => None,
         };
-        Ok((user, ip))
+        let network = match network {
+            Some(_) => Some(count(out[11])?),
+            None => None,
+        };
+        Ok((user, ip, network))
     }
 
     /// `conversion_count.lua`: add `delta` to `field` (`e` events, `s`

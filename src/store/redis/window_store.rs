@@ -50,26 +50,30 @@ impl WindowStore for RedisStore {
         self.reserve_script(req, Conversions::Count).await
     }
 
-    /// Standalone: the user and the IP in one script (an IPv6 client's
-    /// network in a call before it). A cluster keeps them in two slots: the
-    /// IP's call, then the user's (see `steps::login`).
+    /// Standalone: the user, the IP and an IPv6 client's network in one
+    /// script. A cluster keeps them in three slots: the network's call, the
+    /// IP's, then the user's (see `steps::login`).
     async fn login(&self, req: LoginRequest<'_>) -> Result<LoginOutcome, StoreError> {
         if self.client.is_clustered() {
             // boxed: a cluster's steps would size every call's future
             return Box::pin(steps::login(self, req)).await;
         }
-        if req.network.is_some() {
-            // boxed, for the same reason: IPv4 logins have no network
-            return Box::pin(self.login_with_network(req)).await;
-        }
-        let (user, ip) = self
-            .login_script(&user_request(&req, false), req.ip.as_ref())
+        let user_req = LoginAttemptRequest {
+            window_key: req.window_key,
+            lock_key: req.lock_key,
+            policy: req.policy,
+            success: req.success,
+            captcha_passed: req.captcha_passed,
+            captcha_demanded: false,
+            ip_blocked: false,
+            member: req.member,
+            shadow: req.shadow,
+            pair: req.pair,
+        };
+        let (user, ip, network) = self
+            .login_script(&user_req, req.ip.as_ref(), req.network.as_ref())
             .await?;
-        Ok(LoginOutcome {
-            user,
-            ip,
-            network: None,
-        })
+        Ok(LoginOutcome { user, ip, network })
     }
 
     async fn peek(&self, key: &str, windows: &[WindowSpec]) -> Result<PeekOutcome, StoreError> {
@@ -144,7 +148,9 @@ impl WindowStore for RedisStore {
         &self,
         req: LoginAttemptRequest<'_>,
     ) -> Result<LoginAttemptOutcome, StoreError> {
-        self.login_script(&req, None).await.map(|(user, _)| user)
+        self.login_script(&req, None, None)
+            .await
+            .map(|(user, _, _)| user)
     }
 
     async fn login_state(
@@ -385,49 +391,5 @@ impl WindowStore for RedisStore {
 
     async fn ping(&self) -> Result<(), StoreError> {
         self.run(self.client.ping::<()>(None)).await
-    }
-}
-
-impl RedisStore {
-    /// Standalone, with an IPv6 client's network: the network's window in a
-    /// call of its own (`steps::network_first`), whose captcha tier the
-    /// script then takes as demanded; its failure is taken back when the
-    /// script did not record the attempt.
-    async fn login_with_network(&self, req: LoginRequest<'_>) -> Result<LoginOutcome, StoreError> {
-        let network = steps::network_first(self, &req).await?;
-        let user_req = user_request(&req, network.demands_captcha(&req));
-        let (user, ip) = match self.login_script(&user_req, req.ip.as_ref()).await {
-            Ok(answer) => answer,
-            Err(e) => {
-                network.settle(self, &req, false).await;
-                return Err(e);
-            }
-        };
-        let outcome = LoginOutcome {
-            user,
-            ip,
-            network: network.count,
-        };
-        network
-            .settle(self, &req, outcome.recorded(req.shadow))
-            .await;
-        Ok(outcome)
-    }
-}
-
-/// The user's side of a standalone login, for the script that also reads
-/// and records the IP (so nothing outside blocks it).
-fn user_request<'a>(req: &LoginRequest<'a>, captcha_demanded: bool) -> LoginAttemptRequest<'a> {
-    LoginAttemptRequest {
-        window_key: req.window_key,
-        lock_key: req.lock_key,
-        policy: req.policy,
-        success: req.success,
-        captcha_passed: req.captcha_passed,
-        captcha_demanded,
-        ip_blocked: false,
-        member: req.member,
-        shadow: req.shadow,
-        pair: req.pair,
     }
 }
