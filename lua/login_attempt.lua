@@ -5,8 +5,8 @@
 --
 -- The script is a template: the policy is written into it as Lua literals in
 -- place of the POLICY marker below (src/store/redis/login_script.rs), one
--- script per policy and request shape (with or without the pair and the IP's
--- window), loaded once and called by its SHA. Twelve policy numbers parsed
+-- script per policy and request shape (with or without the pair, the IP's
+-- window and the network's), loaded once and called by its SHA. Twelve policy numbers parsed
 -- from ARGV at every call, and numbers formatted for every redis.call, were
 -- a sixth of the call's cost in Redis (docs/benchmarks.md).
 --

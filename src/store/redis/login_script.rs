@@ -1,6 +1,6 @@
 //! `login_attempt.lua` is a template, as `reserve.lua` is: the login policy
-//! (and whether a call names the pair's keys and the IP's window, with its
-//! limits) is written into it as Lua literals, one script per shape, loaded
+//! (and whether a call names the pair's keys, the IP's window and the
+//! network's, with their limits) is written into it as Lua literals, one script per shape, loaded
 //! once and called by its SHA. Only the attempt's own facts travel as
 //! arguments. Twelve policy numbers parsed at every call, and the ranks and
 //! TTLs formatted for every `redis.call`, cost Redis about a sixth of the
@@ -20,7 +20,7 @@ use crate::store::{IpLimits, LoginPolicy, NetworkLimits, PAIR_INDEX_KEEP};
 const TEMPLATE: &str = include_str!("../../../lua/login_attempt.lua");
 const POLICY_LINE: &str = "\n--@POLICY@\n";
 /// A configuration has a few shapes (with or without the pair, the IP's
-/// window); more than this on a thread means reloads piled them up, and
+/// window, the network's: eight at most); more than this on a thread means reloads piled them up, and
 /// its cache starts over.
 const MAX_SHAPES: usize = 16;
 

@@ -192,6 +192,7 @@ impl RedisStore {
         ip: Option<&IpFailureWindow<'_>>,
         network: Option<&NetworkFailureWindow<'_>>,
     ) -> Result<LoginScriptAnswer, StoreError> {
+        // A network the script cannot take is the caller's (`login`).
         let network = network.and_then(|n| Some((n.key, n.limits()?)));
         let mut keys = Vec::with_capacity(6);
         keys.extend([req.window_key, req.lock_key]);
