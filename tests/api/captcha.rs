@@ -405,3 +405,54 @@ async fn a_token_passes_a_networks_captcha_tier() {
         vec![expected_form("token-v6", "2001:db8:7:2::1")]
     );
 }
+
+/// A login's network tier (`login.network_captcha_after`) is passed with a
+/// provider's token like the IP's, on both stores: the first call finds
+/// the attempt challenged, the provider confirms the token, the second
+/// call records it; a later attempt without a token is still challenged.
+#[tokio::test]
+async fn a_token_passes_a_login_networks_captcha_tier() {
+    for backend in [Backend::Memory, Backend::Redis] {
+        let server = confirming_provider().await;
+        let verify_url = format!("{}/siteverify", server.uri());
+        let app = spawn_app(backend, move |s| {
+            s.captcha.kind = CaptchaKind::Turnstile;
+            s.captcha.secret = Secret::new(SECRET);
+            s.captcha.verify_url = verify_url.into();
+            // Only the network asks here.
+            s.login.captcha_after = 1000;
+            s.login.ip_captcha_after = 1000;
+            s.login.network_captcha_after = 2;
+        })
+        .await;
+        let attempt = |user: &'static str, ip: &'static str, token: Option<&str>| {
+            let mut body = json!({ "user": user, "ip": ip, "success": false });
+            if let Some(token) = token {
+                body["captcha_token"] = json!(token);
+            }
+            app.login_attempt(body)
+        };
+
+        let first = attempt("u1", "2001:db8:8:1::1", Some("token-early")).await;
+        assert_eq!(first.body["captcha_required"], false, "{}", first.body);
+        let filling = attempt("u2", "2001:db8:8:2::1", None).await;
+        assert_eq!(filling.body["captcha_required"], true, "{}", filling.body);
+        assert!(
+            forms(&server).await.is_empty(),
+            "{backend:?}: nothing asked"
+        );
+
+        let asked = attempt("u3", "2001:db8:8:3::1", None).await;
+        assert_eq!(asked.body["decision"], "challenge", "{}", asked.body);
+        let passed = attempt("u3", "2001:db8:8:3::1", Some("token-v6")).await;
+        assert_eq!(passed.body["decision"], "allow", "{}", passed.body);
+        assert_eq!(passed.body["failures"], 1, "{}", passed.body);
+        assert_eq!(
+            forms(&server).await,
+            vec![expected_form("token-v6", "2001:db8:8:3::1")],
+            "{backend:?}"
+        );
+        let after = attempt("u4", "2001:db8:8:4::1", None).await;
+        assert_eq!(after.body["decision"], "challenge", "{}", after.body);
+    }
+}

@@ -24,6 +24,7 @@ on_both_backends!(
     translated_ipv4_clients_count_apart,
     the_64s_of_one_network_share_a_captcha_tier,
     a_refused_failure_past_a_full_tier_leaves_the_tier_full,
+    a_network_tier_in_shadow_refuses_nothing_and_audits_what_it_would,
     simultaneous_failures_from_one_network_fill_its_tier_exactly,
     a_refused_failure_is_taken_back_from_its_network,
     shadow_mode_answers_allow_and_audits_would_be_refusals,
@@ -633,6 +634,34 @@ async fn a_refused_failure_past_a_full_tier_leaves_the_tier_full(backend: Backen
         .cloned()
         .unwrap_or_else(|| panic!("{}", state.body));
     assert_eq!(login["count"], 2, "{}", state.body);
+}
+
+/// `login.shadow`: a full network tier challenges nobody; the failure that
+/// fills it and each attempt it would have challenged are audited with
+/// `shadow = true`, and every failure counts.
+async fn a_network_tier_in_shadow_refuses_nothing_and_audits_what_it_would(backend: Backend) {
+    let app = spawn_app(backend, |s| {
+        s.login.shadow = true;
+        s.login.captcha_after = 1000;
+        s.login.ip_captcha_after = 1000;
+        s.login.network_captcha_after = 2;
+    })
+    .await;
+    for n in 1..=4 {
+        let ip = json!({ "ip": format!("2001:db8:6:{n}::1") });
+        let answer = fail(&app, &format!("u{n}"), ip).await;
+        assert_eq!(answer["decision"], "allow", "{answer}");
+    }
+    let rows: Vec<(AuditDecision, bool, Option<i64>)> = app
+        .audit_events()
+        .into_iter()
+        .filter(|e| e.subject_kind == SubjectKind::Network)
+        .map(|e| (e.decision, e.shadow, e.observed))
+        .collect();
+    // The second fills the tier (2 after it); the third and fourth would
+    // have been challenged, the window full (2 kept).
+    let row = |observed| (AuditDecision::Challenge, true, Some(observed));
+    assert_eq!(rows, [row(2), row(2), row(2)]);
 }
 
 /// A failure the user's side refuses (a locked user) or the IP's block
