@@ -30,6 +30,17 @@ on_both_backends!(
     shadow_mode_answers_allow_and_audits_would_be_refusals,
 );
 
+/// The `login_attempt` window of the subject state at `path`.
+async fn login_window(app: &TestApp, path: &str) -> Value {
+    let state = app.admin_get(path).await;
+    assert_eq!(state.status, 200, "{}", state.body);
+    let windows = state.body["windows"].as_array().unwrap();
+    let login = windows.iter().find(|w| w["action"] == "login_attempt");
+    login
+        .cloned()
+        .unwrap_or_else(|| panic!("no login window: {}", state.body))
+}
+
 async fn fail(app: &TestApp, user: &str, extra: Value) -> Value {
     let mut body = json!({ "user": user, "success": false });
     body.as_object_mut()
@@ -307,31 +318,46 @@ async fn simultaneous_failures_from_one_ip_record_exactly_ip_block_after(backend
     assert_ip_block_is_exact(&app).await;
 }
 
-/// Sixty failures for sixty users from one IP at once, with a passed captcha:
-/// exactly `ip_block_after` (5) are recorded, one of them the block.
-pub async fn assert_ip_block_is_exact(app: &TestApp) {
+/// Sixty failures at once, of users `user0` to `user59`, each with
+/// `extra(i)` in its body; how many answers had each (decision, reason), in
+/// the order `expected` names them, must be `expected`'s counts.
+async fn sixty_failures_at_once(
+    app: &TestApp,
+    extra: impl Fn(usize) -> Value,
+    expected: [(&str, Value, usize); 2],
+) {
     let attempts = (0..60).map(|i| {
-        app.login_attempt(json!({
-            "user": format!("user{i}"), "ip": "203.0.113.77", "success": false, "captcha_passed": true,
-        }))
+        let mut body = json!({ "user": format!("user{i}"), "success": false });
+        body.as_object_mut()
+            .unwrap()
+            .extend(extra(i).as_object().unwrap().clone());
+        app.login_attempt(body)
     });
     let answers = futures::future::join_all(attempts).await;
-    let count = |decision: &str, reason: Value| {
+    let count = |decision: &str, reason: &Value| {
         answers
             .iter()
-            .filter(|a| a.body["decision"] == decision && a.body["reason"] == reason)
+            .filter(|a| a.body["decision"] == decision && a.body["reason"] == *reason)
             .count()
     };
+    let counted = expected
+        .iter()
+        .map(|(decision, reason, _)| count(decision, reason));
     assert_eq!(
-        (
-            count("allow", Value::Null),
-            count("deny", json!("ip_blocked"))
-        ),
-        (5, 55),
+        counted.collect::<Vec<_>>(),
+        expected.iter().map(|e| e.2).collect::<Vec<_>>(),
         "{:?}",
         answers.iter().map(|a| &a.body).collect::<Vec<_>>()
     );
     app.flush_audit().await;
+}
+
+/// Sixty failures for sixty users from one IP at once, with a passed captcha:
+/// exactly `ip_block_after` (5) are recorded, one of them the block.
+pub async fn assert_ip_block_is_exact(app: &TestApp) {
+    let from = |_| json!({ "ip": "203.0.113.77", "captcha_passed": true });
+    let expected = [("allow", Value::Null, 5), ("deny", json!("ip_blocked"), 55)];
+    sixty_failures_at_once(app, from, expected).await;
     let blocks = app
         .audit_events()
         .iter()
@@ -358,13 +384,8 @@ async fn a_failure_refused_for_its_user_is_not_counted_against_its_ip(backend: B
         );
     }
     assert_eq!(fail(&app, "dave", ip.clone()).await["decision"], "allow");
-    let metric = app.admin_get("/admin/api/subjects/ip/203.0.113.78").await;
-    let windows = metric.body["windows"].as_array().unwrap();
-    let login = windows
-        .iter()
-        .find(|w| w["action"] == "login_attempt")
-        .unwrap_or_else(|| panic!("{}", metric.body));
-    assert_eq!(login["count"], 2, "{}", metric.body);
+    let login = login_window(&app, "/admin/api/subjects/ip/203.0.113.78").await;
+    assert_eq!(login["count"], 2, "{login}");
 }
 
 async fn names_that_look_alike_share_one_counter(backend: Backend) {
@@ -500,13 +521,9 @@ async fn the_64s_of_one_network_share_a_captcha_tier(backend: Backend) {
         .await;
     assert_eq!(state.status, 200, "{}", state.body);
     assert_eq!(state.body["captcha_required"], true, "{}", state.body);
-    let windows = state.body["windows"].as_array().unwrap();
-    let login = windows
-        .iter()
-        .find(|w| w["action"] == "login_attempt")
-        .unwrap_or_else(|| panic!("{}", state.body));
+    let login = login_window(&app, "/admin/api/subjects/network/2001:db8:1::%2F48").await;
     assert_eq!(
-        *login,
+        login,
         json!({ "action": "login_attempt", "rule": "network 3/1h", "count": 3, "limit": 3,
                 "window_ms": 3_600_000 })
     );
@@ -553,25 +570,12 @@ async fn simultaneous_failures_from_one_network_fill_its_tier_exactly(backend: B
 /// exactly `network_captcha_after` (5) are recorded, the rest challenged,
 /// and the tier's crossing is audited once.
 pub async fn assert_network_tier_is_exact(app: &TestApp) {
-    let attempts = (0..60).map(|i| {
-        app.login_attempt(json!({
-            "user": format!("user{i}"), "ip": format!("2001:db8:5:{i:x}::1"), "success": false,
-        }))
-    });
-    let answers = futures::future::join_all(attempts).await;
-    let count = |decision: &str| {
-        answers
-            .iter()
-            .filter(|a| a.body["decision"] == decision)
-            .count()
-    };
-    assert_eq!(
-        (count("allow"), count("challenge")),
-        (5, 55),
-        "{:?}",
-        answers.iter().map(|a| &a.body).collect::<Vec<_>>()
-    );
-    app.flush_audit().await;
+    let from = |i| json!({ "ip": format!("2001:db8:5:{i:x}::1") });
+    let expected = [
+        ("allow", Value::Null, 5),
+        ("challenge", json!("captcha_required"), 55),
+    ];
+    sixty_failures_at_once(app, from, expected).await;
     let rows: Vec<AuditDecision> = app
         .audit_events()
         .iter()
@@ -623,17 +627,8 @@ async fn a_refused_failure_past_a_full_tier_leaves_the_tier_full(backend: Backen
     // One with a captcha that is recorded still counts, as the newest.
     let passed = json!({ "ip": "2001:db8:9:4::1", "captcha_passed": true });
     assert_eq!(fail(&app, "u4", passed).await["decision"], "allow");
-    let state = app
-        .admin_get("/admin/api/subjects/network/2001:db8:9::%2F48")
-        .await;
-    let login = state.body["windows"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|w| w["action"] == "login_attempt")
-        .cloned()
-        .unwrap_or_else(|| panic!("{}", state.body));
-    assert_eq!(login["count"], 2, "{}", state.body);
+    let login = login_window(&app, "/admin/api/subjects/network/2001:db8:9::%2F48").await;
+    assert_eq!(login["count"], 2, "{login}");
 }
 
 /// `login.shadow`: a full network tier challenges nobody; the failure that
@@ -686,17 +681,8 @@ async fn a_refused_failure_is_taken_back_from_its_network(backend: Backend) {
     let blocked = fail(&app, "trent", json!({ "ip": "2001:db8:7:1::2" })).await;
     assert_eq!(blocked["reason"], "ip_blocked", "{blocked}");
     // Only the first failure counts: the network is below its tier of 2.
-    let state = app
-        .admin_get("/admin/api/subjects/network/2001:db8:7::%2F48")
-        .await;
-    let login = state.body["windows"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|w| w["action"] == "login_attempt")
-        .cloned()
-        .unwrap_or_else(|| panic!("{}", state.body));
-    assert_eq!(login["count"], 1, "{}", state.body);
+    let login = login_window(&app, "/admin/api/subjects/network/2001:db8:7::%2F48").await;
+    assert_eq!(login["count"], 1, "{login}");
     let next = fail(&app, "walter", json!({ "ip": "2001:db8:7:3::1" })).await;
     assert_eq!(next["decision"], "allow", "{next}");
 }
