@@ -52,21 +52,22 @@
 -- A lock lasts lock_ms * 2^level, capped at lock_max_ms; level is the previous
 -- level + 1 when the lock starts within escalation_reset_ms of the previous
 -- lock's end, else 0. The lock key expires escalation_reset_ms after the lock
--- ends. A pair's lock works the same way at pair_lock_after, counted over
--- the user's failures in the lock window that carry the pair's IP (from the
--- same read), so a pair costs one HMGET and writes nothing until it locks. A shadow call records as if
--- allowed; while a lock is live it never starts a new one. The user keeps at
--- most max(captcha_after, lock_after) newest failures (lock_after being the
--- account's threshold, above the pair's), the IP max(ip_captcha_after,
--- ip_block_after), the network net_captcha_after. The index of locked pairs keeps its PAIR_INDEX_KEEP newest for
--- lock_max_ms + escalation_reset_ms, longer than any lock it lists.
+-- ends. A pair's lock works the same way at pair_lock_after, counted over the
+-- user's failures in the lock window that carry the pair's IP (from the same
+-- read), so a pair costs one HMGET and writes nothing until it locks. A shadow
+-- call records as if allowed; while a lock is live it never starts a new one.
+-- The user keeps at most max(captcha_after, lock_after) newest failures
+-- (lock_after being the account's threshold, above the pair's), the IP
+-- max(ip_captcha_after, ip_block_after), the network net_captcha_after. The
+-- index of locked pairs keeps its PAIR_INDEX_KEEP newest for lock_max_ms +
+-- escalation_reset_ms, longer than any lock it lists.
 --
 -- Commands per call: TIME, ZRANGE (the user's failures, at most keep), HMGET
--- (and HMGET for the pair); with the IP one ZCOUNT (and a ZREVRANGE when it
--- is blocked), with the network one ZCOUNT. A recorded failure adds ZADD and
+-- (and HMGET for the pair); with the IP one ZCOUNT (and a ZREVRANGE when it is
+-- blocked), with the network one ZCOUNT. A recorded failure adds ZADD and
 -- PEXPIRE per set (ZREMRANGEBYRANK for a full user set, always for the IP and
--- the network); HSET and PEXPIRE when it locks (and ZADD, ZREMRANGEBYRANK, PEXPIRE on the index for a
--- pair); a recorded success one DEL.
+-- the network); HSET and PEXPIRE when it locks (and ZADD, ZREMRANGEBYRANK,
+-- PEXPIRE on the index for a pair); a recorded success one DEL.
 --
 -- Example (user and IP in one call):
 --   EVALSHA <sha> 3 "tg:{user:alice}:login_attempt" "tg:{user:alice}:lock" \

@@ -350,12 +350,12 @@ impl LoginGuard {
     }
 
     /// The store decides the user, the IP and an IPv6 client's network
-    /// together, in one call where it can. A captcha token goes to the provider only when it can change the
-    /// answer: the attempt is challenged and nothing else refuses it (a
-    /// blocked IP spraying tokens costs no provider calls). The store records
-    /// nothing for a challenged attempt, so it is asked again once the token
-    /// passed. In shadow mode the store records on the first call: the token
-    /// is checked first.
+    /// together, in one call where it can. A captcha token goes to the provider
+    /// only when it can change the answer: the attempt is challenged and
+    /// nothing else refuses it (a blocked IP spraying tokens costs no provider
+    /// calls). The store records nothing for a challenged attempt, so it is
+    /// asked again once the token passed. In shadow mode the store records on
+    /// the first call: the token is checked first.
     async fn record(
         &self,
         attempt: &LoginAttempt,

@@ -80,7 +80,8 @@ pub struct LoginRules {
     /// tier, `login.network_captcha_after` per `login.ip_window`, and no
     /// enforced rule; no window at all when the tier is 0.
     pub network: SubjectRules,
-    /// The counters of the rules above but the network's (its own).
+    /// The counters of the rules above, the network's aside (its
+    /// `SubjectRules` holds them).
     pub counters: LoginCounters,
 }
 

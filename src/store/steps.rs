@@ -237,8 +237,8 @@ impl IpSeen {
     }
 }
 
-/// The IP first: the user's side depends on its block and captcha tier. A
-/// failure is recorded at once (when the IP admits it) so that the IP's
+/// The IP before the user: the user's side depends on its block and captcha
+/// tier. A failure is recorded at once (when the IP admits it) so that the IP's
 /// count stays exact under concurrency, and taken back by
 /// [`IpSeen::settle`] when the user's side refuses.
 async fn ip_first<S: WindowStore + ?Sized>(

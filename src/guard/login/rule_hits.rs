@@ -5,12 +5,12 @@
 use crate::guard::Policy;
 use crate::store::{LoginOutcome, LoginVerdict};
 
-/// Count the attempt against every rule it was decided by: the user's
-/// captcha tier and lock, the (user, IP) pair's lock, the IP's captcha
-/// tier and block when the IP is known, and its network's captcha tier. A store failing open read nothing,
-/// so nothing is counted. A lock is over its limit when it refused the
-/// attempt (the account's lock is looked at before the pair's); the other
-/// rules when their window held `limit` failures.
+/// Count the attempt against every rule it was decided by: the user's captcha
+/// tier and lock, the (user, IP) pair's lock, the IP's captcha tier and block
+/// when the IP is known, and its network's captcha tier. A store failing open
+/// read nothing, so nothing is counted. A lock is over its limit when it
+/// refused the attempt (the account's lock is looked at before the pair's); the
+/// other rules when their window held `limit` failures.
 pub(super) fn count(policy: &Policy, outcome: &LoginOutcome) {
     let Some(before) = outcome.user.before else {
         return;

@@ -1,10 +1,10 @@
 //! `login_attempt.lua` is a template, as `reserve.lua` is: the login policy
 //! (and whether a call names the pair's keys, the IP's window and the
-//! network's, with their limits) is written into it as Lua literals, one script per shape, loaded
-//! once and called by its SHA. Only the attempt's own facts travel as
-//! arguments. Twelve policy numbers parsed at every call, and the ranks and
-//! TTLs formatted for every `redis.call`, cost Redis about a sixth of the
-//! call (docs/benchmarks.md).
+//! network's, with their limits) is written into it as Lua literals, one script
+//! per shape, loaded once and called by its SHA. Only the attempt's own facts
+//! travel as arguments. Twelve policy numbers parsed at every call, and the
+//! ranks and TTLs formatted for every `redis.call`, cost Redis about a sixth of
+//! the call (docs/benchmarks.md).
 //!
 //! Nothing a client sends reaches the rendered text: it holds integers and
 //! booleans from the configuration; keys and the pair's IP stay in
@@ -19,9 +19,9 @@ use crate::store::{IpLimits, LoginPolicy, NetworkLimits, PAIR_INDEX_KEEP};
 
 const TEMPLATE: &str = include_str!("../../../lua/login_attempt.lua");
 const POLICY_LINE: &str = "\n--@POLICY@\n";
-/// A configuration has a few shapes (with or without the pair, the IP's
-/// window, the network's: eight at most); more than this on a thread means reloads piled them up, and
-/// its cache starts over.
+/// A configuration has a few shapes (with or without the pair, the IP's window,
+/// the network's: eight at most); more than this on a thread means reloads
+/// piled them up, and its cache starts over.
 const MAX_SHAPES: usize = 16;
 
 /// What a login call's script depends on.
