@@ -68,6 +68,7 @@ account_lock_after = 10
 ip_block_after = 5
 # Above the block, so that the IP's captcha tier never answers first.
 ip_captcha_after = 100
+network_captcha_after = 5
 "#,
         audit = dir.join("audit.db").display(),
         spool = dir.join("spool").display(),
@@ -342,7 +343,50 @@ async fn failures_from_one_ip_block_it_exactly(fleet: &Fleet) {
     }
 }
 
-/// Start three processes on `redis_url` with a fresh key prefix, run the three
+/// 4. One IPv6 /48, 60 failures at once from 60 of its /64s for 60 users:
+///    the network's captcha tier of 5 decides.
+async fn failures_from_one_network_fill_its_tier_exactly(fleet: &Fleet) {
+    let answers = fleet
+        .burst("/login/attempt", |i| {
+            json!({
+                "user": format!("scale-net-user-{i}"),
+                "success": false,
+                "ip": format!("2001:db8:5ca1:{i:x}::1"),
+            })
+        })
+        .await;
+    let decided = |decision: &str| {
+        answers
+            .iter()
+            .filter(|a| a.status == 200 && a.body["decision"] == decision)
+            .count()
+    };
+    assert_eq!(
+        (decided("allow"), decided("challenge")),
+        (5, CONCURRENT - 5),
+        "60 failures from one /48 over {PROCESSES} processes: 5 allow, 55 challenge\n{}",
+        summary(&answers)
+    );
+
+    // Every process now asks a captcha of any /64 of the network.
+    for n in 0..PROCESSES {
+        let check = fleet
+            .post(
+                n,
+                "/login/check",
+                json!({ "user": "scale-newcomer", "ip": "2001:db8:5ca1:ffff::7" }),
+            )
+            .await;
+        assert_eq!(
+            (check.status, &check.body["decision"]),
+            (200, &json!("challenge")),
+            "process {n} sees the network's tier full: {}",
+            check.body
+        );
+    }
+}
+
+/// Start three processes on `redis_url` with a fresh key prefix, run the four
 /// cases, and delete the prefix's keys whatever happened.
 async fn three_processes_give_exact_limits(redis_url: &str) {
     let prefix = format!("tgscale{}", uuid::Uuid::new_v4().simple());
@@ -352,6 +396,7 @@ async fn three_processes_give_exact_limits(redis_url: &str) {
         sends_for_one_phone_pass_the_phone_window_exactly(&fleet).await;
         failures_for_one_user_lock_it_once(&fleet).await;
         failures_from_one_ip_block_it_exactly(&fleet).await;
+        failures_from_one_network_fill_its_tier_exactly(&fleet).await;
     })
     .await;
 }
