@@ -15,8 +15,8 @@ use crate::delivery::email::{LockNotice, LockNotifier};
 use crate::domain::{Action, EmailAddress, Locale, Reason, Subject, SubjectKind, Username};
 use crate::lists::{EntryKind, Listed};
 use crate::store::{
-    IpFailureWindow, LoginOutcome, LoginRequest, LoginVerdict, NetworkFailureWindow, PairKeys,
-    PeekOutcome, StoreError, WindowSpec,
+    IpFailureWindow, LoginOutcome, LoginRequest, LoginVerdict, NetworkFailureWindow, NetworkLimits,
+    PairKeys, PeekOutcome, StoreError, WindowSpec,
 };
 use decision::AttemptDecision;
 
@@ -163,10 +163,20 @@ struct IpWindows {
 }
 
 /// An IPv6 client's network's failure window for this attempt: its captcha
-/// tier (`LoginRules::network`).
+/// tier (`LoginRules::network_limits`).
 struct NetworkWindow {
     subject: Subject,
     key: String,
+    limits: NetworkLimits,
+}
+
+impl NetworkWindow {
+    fn store_window(&self) -> NetworkFailureWindow<'_> {
+        NetworkFailureWindow {
+            key: &self.key,
+            limits: self.limits,
+        }
+    }
 }
 
 impl LoginGuard {
@@ -229,14 +239,13 @@ impl LoginGuard {
     /// The client's network's window, when the client is IPv6 and the
     /// network's captcha tier is on.
     fn network_window(&self, policy: &Policy, info: &RequestInfo) -> Option<NetworkWindow> {
-        if policy.login.network.windows().is_empty() {
-            return None;
-        }
+        let limits = policy.login.network_limits()?;
         let id = info.ip?.network_id(policy.sms.settings.network_bits)?;
         let subject = Subject::new(SubjectKind::Network, id);
         Some(NetworkWindow {
             key: self.ctx.keys.subject_window(&subject, Action::LoginAttempt),
             subject,
+            limits,
         })
     }
 
@@ -250,14 +259,13 @@ impl LoginGuard {
     /// The network's failures in its window, when it has one.
     async fn peek_network(
         &self,
-        policy: &Policy,
         network: Option<&NetworkWindow>,
     ) -> Result<Option<u32>, StoreError> {
         let Some(network) = network else {
             return Ok(None);
         };
-        let windows = policy.login.network.windows();
-        let peek = self.ctx.store.peek(&network.key, windows).await?;
+        let windows = network.store_window().windows();
+        let peek = self.ctx.store.peek(&network.key, &windows).await?;
         Ok(Some(peek.counts.first().copied().unwrap_or(0)))
     }
 
@@ -283,7 +291,7 @@ impl LoginGuard {
                 &policy.login.store
             ),
             self.peek_ip(ip.as_ref()),
-            self.peek_network(&policy, network.as_ref()),
+            self.peek_network(network.as_ref()),
         )?;
         let seen = decision::Checked {
             user: &user_state,
@@ -389,10 +397,7 @@ impl LoginGuard {
                 key: &ip.key,
                 limits: policy.login.ip.limits(),
             }),
-            network: network.map(|network| NetworkFailureWindow {
-                key: &network.key,
-                windows: policy.login.network.windows(),
-            }),
+            network: network.map(NetworkWindow::store_window),
             pair: pair.as_ref().map(PairKeyNames::keys),
         };
         let outcome = self.ctx.store.login(request(captcha_passed)).await?;

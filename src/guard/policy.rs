@@ -9,7 +9,7 @@ use crate::domain::{Action, Rule, SubjectKind};
 use crate::metrics::RuleCounters;
 use crate::settings::PumpingSettings;
 use crate::settings::{LimitSetting, LockScope, LoginSettings, Settings, SmsSettings};
-use crate::store::{ConversionPolicy, LoginPolicy, Surge};
+use crate::store::{ConversionPolicy, LoginPolicy, NetworkLimits, Surge};
 
 mod rulebook;
 mod subject_rules;
@@ -83,6 +83,17 @@ pub struct LoginRules {
     /// The counters of the rules above, the network's aside (its
     /// `SubjectRules` holds them).
     pub counters: LoginCounters,
+}
+
+impl LoginRules {
+    /// The network's captcha tier as the store's login call takes it; `None`
+    /// when it is off.
+    pub fn network_limits(&self) -> Option<NetworkLimits> {
+        self.network.gate.map(|tier| NetworkLimits {
+            captcha_after: tier.limit,
+            window_ms: tier.window_ms(),
+        })
+    }
 }
 
 /// The pumping guard's policies: a prefix is blocked at once, a country is

@@ -1,7 +1,7 @@
 //! The values of the login operations: the policy in store units, what one
 //! login offers to the user's and the IP's windows, and what they answer.
 
-use super::{WindowMode, WindowSpec};
+use super::WindowSpec;
 
 /// The login brute-force policy, in store units.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,27 +69,22 @@ impl IpFailureWindow<'_> {
 pub struct NetworkFailureWindow<'a> {
     /// `Keys::window` of the network for the `login_attempt` action.
     pub key: &'a str,
-    /// Its captcha tier: one gate window.
-    pub windows: &'a [WindowSpec],
+    /// Its captcha tier.
+    pub limits: NetworkLimits,
 }
 
 impl NetworkFailureWindow<'_> {
     /// Whether `count` failures before an attempt fill the tier.
     pub fn demands_captcha(&self, count: u32) -> bool {
-        self.windows.iter().any(|w| count >= w.limit)
+        count >= self.limits.captcha_after
     }
 
-    /// The tier as the login script takes it: one captcha tier, a sliding
-    /// log. `None` for any other windows, which only the generic window
-    /// calls count (`steps::login`).
-    pub fn limits(&self) -> Option<NetworkLimits> {
-        match self.windows {
-            [tier] if tier.mode == WindowMode::Gate && !tier.is_meter() => Some(NetworkLimits {
-                captcha_after: tier.limit,
-                window_ms: tier.window_ms,
-            }),
-            _ => None,
-        }
+    /// The same window as a `WindowSpec`: the captcha tier, a sliding log.
+    pub fn windows(&self) -> [WindowSpec; 1] {
+        [WindowSpec::gate(
+            self.limits.captcha_after,
+            self.limits.window_ms,
+        )]
     }
 }
 
@@ -271,29 +266,4 @@ pub struct LoginStateOutcome {
     pub failures: u32,
     /// Failures in the lock window.
     pub lock_window_failures: u32,
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The login script takes one captcha tier; anything else is left to
-    /// the generic window calls, which take any windows.
-    #[test]
-    fn only_one_captcha_tier_goes_into_the_login_script() {
-        let window = |windows| NetworkFailureWindow { key: "k", windows };
-        let tier = WindowSpec::gate(100, 3_600_000);
-        let one = [tier];
-        assert_eq!(
-            window(&one).limits(),
-            Some(NetworkLimits {
-                captcha_after: 100,
-                window_ms: 3_600_000
-            })
-        );
-        let enforced = WindowSpec::enforce(500, 3_600_000);
-        for windows in [&[enforced][..], &[enforced, tier], &[]] {
-            assert_eq!(window(windows).limits(), None, "{windows:?}");
-        }
-    }
 }

@@ -317,13 +317,14 @@ impl NetworkSeen {
         let Some(network) = req.network else {
             return;
         };
+        let windows = network.windows();
         if self.added && !recorded {
-            undo_all(store, &[(network.key, network.windows)], req.member).await;
+            undo_all(store, &[(network.key, &windows[..])], req.member).await;
         }
         if self.deferred && recorded {
             let hit = store.hit(HitRequest {
                 key: network.key,
-                windows: network.windows,
+                windows: &windows,
                 member: req.member,
                 gate_open: true,
                 force: true,
@@ -352,8 +353,9 @@ pub(super) async fn network_first<S: WindowStore + ?Sized>(
     let Some(network) = req.network else {
         return Ok(NetworkSeen::default());
     };
+    let windows = network.windows();
     if req.success {
-        let peek = store.peek(network.key, network.windows).await?;
+        let peek = store.peek(network.key, &windows).await?;
         return Ok(NetworkSeen {
             count: Some(peek.counts.first().copied().unwrap_or(0)),
             ..NetworkSeen::default()
@@ -362,7 +364,7 @@ pub(super) async fn network_first<S: WindowStore + ?Sized>(
     let hit = store
         .hit(HitRequest {
             key: network.key,
-            windows: network.windows,
+            windows: &windows,
             member: req.member,
             gate_open: false,
             force: req.shadow,

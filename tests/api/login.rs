@@ -24,6 +24,7 @@ on_both_backends!(
     translated_ipv4_clients_count_apart,
     the_64s_of_one_network_share_a_captcha_tier,
     a_refused_failure_past_a_full_tier_leaves_the_tier_full,
+    a_failure_with_a_captcha_keeps_a_full_tier_full_longer,
     a_network_tier_in_shadow_refuses_nothing_and_audits_what_it_would,
     simultaneous_failures_from_one_network_fill_its_tier_exactly,
     a_refused_failure_is_taken_back_from_its_network,
@@ -629,6 +630,32 @@ async fn a_refused_failure_past_a_full_tier_leaves_the_tier_full(backend: Backen
     assert_eq!(fail(&app, "u4", passed).await["decision"], "allow");
     let login = login_window(&app, "/admin/api/subjects/network/2001:db8:9::%2F48").await;
     assert_eq!(login["count"], 2, "{login}");
+}
+
+/// A recorded failure with a passed captcha past a full tier counts as the
+/// newest: once the failures that filled the tier leave the window, it is
+/// still there. (On the in-process store and a cluster it is added after the
+/// attempt is recorded, not with the first call.)
+async fn a_failure_with_a_captcha_keeps_a_full_tier_full_longer(backend: Backend) {
+    let app = spawn_app_timed(backend, |s| {
+        s.login.captcha_after = 1000;
+        s.login.ip_captcha_after = 1000;
+        s.login.ip_window = Duration::from_secs(2);
+        s.login.network_captcha_after = 2;
+    })
+    .await;
+    let from = |n: u32| json!({ "ip": format!("2001:db8:a:{n}::1") });
+    for n in 1..=2 {
+        fail(&app, &format!("u{n}"), from(n)).await;
+    }
+    app.pass(Duration::from_millis(1_000)).await;
+    let passed = json!({ "ip": "2001:db8:a:3::1", "captcha_passed": true });
+    assert_eq!(fail(&app, "u3", passed).await["decision"], "allow");
+    // The first two have left the window; the third is still in it.
+    app.pass(Duration::from_millis(1_200)).await;
+    let path = "/admin/api/subjects/network/2001:db8:a::%2F48";
+    let login = login_window(&app, path).await;
+    assert_eq!(login["count"], 1, "{login}");
 }
 
 /// `login.shadow`: a full network tier challenges nobody; the failure that

@@ -124,18 +124,13 @@ pub(super) fn attempt(
     let recorded = outcome.recorded(policy.login.shadow);
     let (mut crossed, ip_failures_after) =
         crossed(policy, outcome, &attempt, recorded, seen.ip_count);
-    let counted_failure = recorded && !attempt.success;
-    let network_after = seen.network_count + u32::from(counted_failure);
-    if let (Some(network), Some(tier), true) =
-        (attempt.network, policy.login.network.gate, counted_failure)
-    {
-        if network_after == tier.limit {
-            crossed.push(
-                row(AuditDecision::Challenge, Reason::CaptchaRequired, network)
-                    .rule(&tier, network_after),
-            );
-        }
-    }
+    let network_after = seen.network_count + u32::from(recorded && !attempt.success);
+    crossed.extend(network_crossed(
+        policy,
+        &attempt,
+        seen.network_count,
+        network_after,
+    ));
     // The longer of the locks this attempt started: the account's, the pair's.
     let locked_for_ms = outcome
         .user
@@ -308,6 +303,19 @@ pub(super) struct Checked<'a> {
     pub ip: Option<&'a PeekOutcome>,
     /// The network's failures, when it has a window.
     pub network: Option<u32>,
+}
+
+/// The row of the network's captcha tier when this attempt's failure filled
+/// it (`before` failures, `after` with this one if it was recorded).
+fn network_crossed(
+    policy: &Policy,
+    attempt: &Attempt<'_>,
+    before: u32,
+    after: u32,
+) -> Option<AuditEvent> {
+    let (network, tier) = attempt.network.zip(policy.login.network.gate)?;
+    (before < tier.limit && after >= tier.limit)
+        .then(|| row(AuditDecision::Challenge, Reason::CaptchaRequired, network).rule(&tier, after))
 }
 
 /// `POST /login/check`: what an attempt would meet now.

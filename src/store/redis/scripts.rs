@@ -192,15 +192,13 @@ impl RedisStore {
         ip: Option<&IpFailureWindow<'_>>,
         network: Option<&NetworkFailureWindow<'_>>,
     ) -> Result<LoginScriptAnswer, StoreError> {
-        // A network the script cannot take is the caller's (`login`).
-        let network = network.and_then(|n| Some((n.key, n.limits()?)));
         let mut keys = Vec::with_capacity(6);
         keys.extend([req.window_key, req.lock_key]);
         if let Some(pair) = &req.pair {
             keys.extend([pair.lock_key, pair.index_key]);
         }
         keys.extend(ip.map(|ip| ip.key));
-        keys.extend(network.map(|(key, _)| key));
+        keys.extend(network.map(|network| network.key));
         let args = || {
             let mut args = Vec::with_capacity(7);
             args.extend([
@@ -218,7 +216,7 @@ impl RedisStore {
             policy: *req.policy,
             pair: req.pair.is_some(),
             ip: ip.map(|ip| ip.limits),
-            network: network.map(|(_, limits)| limits),
+            network: network.map(|network| network.limits),
         });
         let packed: Bytes = self.eval(&script, &keys, args).await?;
         let out = unpack_answer(&packed, 11 + usize::from(network.is_some()))?;

@@ -52,11 +52,9 @@ impl WindowStore for RedisStore {
 
     /// Standalone: the user, the IP and an IPv6 client's network in one
     /// script. A cluster keeps them in three slots: the network's call, the
-    /// IP's, then the user's (see `steps::login`); so do network windows the
-    /// script does not take (anything but one captcha tier).
+    /// IP's, then the user's (see `steps::login`).
     async fn login(&self, req: LoginRequest<'_>) -> Result<LoginOutcome, StoreError> {
-        let unscripted = req.network.is_some_and(|n| n.limits().is_none());
-        if self.client.is_clustered() || unscripted {
+        if self.client.is_clustered() {
             // boxed: a cluster's steps would size every call's future
             return Box::pin(steps::login(self, req)).await;
         }
