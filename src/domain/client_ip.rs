@@ -372,6 +372,11 @@ mod tests {
             "198.51.100.4"
         );
         assert!(ClientIp::parse("300.1.1.1").is_none());
+        // The deprecated IPv4-compatible form and the like are plain IPv6
+        // (docs/security.md): one bucket, not the IPv4 address.
+        for raw in ["::203.0.113.7", "::ffff:0:203.0.113.7", "::1", "::"] {
+            assert_eq!(ClientIp::parse(raw).unwrap().subject_id(), "::/64", "{raw}");
+        }
     }
 
     #[test]

@@ -1,8 +1,10 @@
 //! One allow or block list entry: which list, what it matches, and the
 //! parsing that turns what an operator wrote into the form requests match.
 
+use std::net::Ipv6Addr;
+
 use chrono::{DateTime, Utc};
-use ipnet::IpNet;
+use ipnet::{IpNet, Ipv6Net};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
@@ -108,11 +110,11 @@ pub fn normalise(kind: EntryKind, value: &str) -> Result<String, String> {
         EntryKind::Ip => {
             let net = parse_cidr(value.trim())
                 .ok_or_else(|| format!("{value:?} is not an IP address or CIDR"))?;
-            if holds_the_translation_prefix(net) {
+            if let Some(prefix) = carrier_held(net) {
                 return Err(format!(
-                    "{value:?} holds 64:ff9b::/96, where a NAT64 or SIIT translator writes IPv4 \
-                     clients, and they count as their IPv4 addresses: list those \
-                     (0.0.0.0/0 for every one) or a range inside the /96"
+                    "{value:?} holds {prefix}, whose addresses carry IPv4 clients, and they \
+                     count as their IPv4 addresses: list those (0.0.0.0/0 for every one) or \
+                     a range inside the /96"
                 ));
             }
             Ok(canonical(net).trunc().to_string())
@@ -124,13 +126,24 @@ pub fn normalise(kind: EntryKind, value: &str) -> Result<String, String> {
     }
 }
 
-/// Whether `net` is RFC 6052's well-known prefix or a range of up to /32
-/// around it: such an entry meant translated clients, which match it no
-/// more (they count as IPv4), or, as the /96 itself, every IPv4 address.
-/// Wider ranges (`::/0`) are about IPv6 at large and stay IPv6.
-fn holds_the_translation_prefix(net: IpNet) -> bool {
-    matches!(net, IpNet::V6(v6) if (32..=96).contains(&v6.prefix_len()) && v6.contains(&TRANSLATION_PREFIX))
+/// The /96 that carries IPv4 clients (RFC 6052's well-known prefix, or
+/// the IPv4-mapped `::ffff:0:0/96`) which `net` is, or holds as a range of
+/// up to /32 around it. Such an entry meant those clients, who match it no
+/// more (they count as IPv4), or, as the /96 itself, which `canonical`
+/// would make `0.0.0.0/0`, every IPv4 address. Wider ranges (`::/0`) are
+/// about IPv6 at large and stay IPv6.
+fn carrier_held(net: IpNet) -> Option<Ipv6Net> {
+    let IpNet::V6(v6) = net else { return None };
+    if !(32..=96).contains(&v6.prefix_len()) {
+        return None;
+    }
+    [TRANSLATION_PREFIX, MAPPED_PREFIX]
+        .into_iter()
+        .find(|carrier| v6.contains(carrier))
 }
+
+/// The IPv4-mapped addresses, `::ffff:0:0/96`.
+const MAPPED_PREFIX: Ipv6Net = Ipv6Net::new_assert(Ipv6Addr::new(0, 0, 0, 0, 0, 0xffff, 0, 0), 96);
 
 /// An IPv4-mapped (`::ffff:203.0.113.0/120`) or translated
 /// (`64:ff9b::203.0.113.0/120`) IPv6 range as the IPv4 range it is:
@@ -181,6 +194,8 @@ mod tests {
             (EntryKind::Ip, "64:ff9b::203.0.113.7", "203.0.113.7/32"),
             (EntryKind::Ip, "64:ff9b::203.0.113.0/120", "203.0.113.0/24"),
             (EntryKind::Ip, "64:ff9b::203.0.113.0/97", "128.0.0.0/1"),
+            (EntryKind::Ip, "::ffff:128.0.0.0/97", "128.0.0.0/1"),
+            (EntryKind::Ip, "::/31", "::/31"),
             (EntryKind::Ip, "::/0", "::/0"),
             (EntryKind::Phone, "+86 138 0013 8000", "+8613800138000"),
             (EntryKind::Phone, "+88213*", "+88213*"),
@@ -194,6 +209,12 @@ mod tests {
             (EntryKind::Ip, "64:ff9b::/96"),
             (EntryKind::Ip, "64:ff9b::/64"),
             (EntryKind::Ip, "64:ff9b::/32"),
+            // The mapped /96 would be 0.0.0.0/0: every IPv4 client.
+            (EntryKind::Ip, "::ffff:0:0/96"),
+            (EntryKind::Ip, "::ffff:0.0.0.0/96"),
+            (EntryKind::Ip, "::fffe:0:0/95"),
+            (EntryKind::Ip, "::/64"),
+            (EntryKind::Ip, "::/32"),
             (EntryKind::Phone, "+86a*"),
             (EntryKind::Phone, "*"),
             (EntryKind::Phone, "12345"),

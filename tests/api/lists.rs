@@ -342,6 +342,14 @@ async fn bad_entries_answer_400_and_unknown_ids_404(kind: DbKind) {
     let app = db_app(&db, Duration::from_secs(3600)).await;
     for (kind, body) in [
         ("ip", json!({ "list": "block", "value": "300.1.1.1" })),
+        // The IPv4-mapped /96 would be stored as 0.0.0.0/0: every IPv4
+        // client blocked by an entry meant for "mapped" ones.
+        ("ip", json!({ "list": "block", "value": "::ffff:0:0/96" })),
+        (
+            "ip",
+            json!({ "list": "allow", "value": "::ffff:0.0.0.0/96" }),
+        ),
+        ("ip", json!({ "list": "block", "value": "64:ff9b::/96" })),
         ("phone", json!({ "list": "block", "value": "+86abc*" })),
         ("phone", json!({ "list": "block", "value": "+1 555" })),
         ("ip", json!({ "list": "deny", "value": "192.0.2.1" })),
