@@ -622,6 +622,85 @@ async fn unblock_with_the_pages_csrf_token_unblocks_audits_and_redirects_back() 
     assert_eq!(answer.status, 303, "{}", answer.body);
 }
 
+/// A login name anyone can type, `.` or `..`, is a dot segment a browser
+/// drops from a URL's path (as reqwest's URL parser does here): its page,
+/// its links and its Unblock form go by the query, which is kept.
+#[tokio::test]
+async fn a_user_named_dot_or_dot_dot_has_a_page_and_an_unblock_form() {
+    // A database, for the event table's links.
+    let db = TestDb::new(DbKind::Sqlite).await;
+    let app = db_app(&db, |s| {
+        s.login.captcha_after = 1;
+        s.login.lock_after = 2;
+        s.login.lock_scope = tollgate::settings::LockScope::User;
+    })
+    .await;
+    for user in [".", ".."] {
+        for _ in 0..2 {
+            app.login_attempt(json!({ "user": user, "ip": "203.0.113.1", "success": false, "captcha_passed": true }))
+                .await;
+        }
+        let query = format!("kind=user&id={user}");
+        // The event table links to the page by its query.
+        app.flush_audit().await;
+        let events = get(&app, "/admin?subject_kind=user", ADMIN).await;
+        assert_html(&events, 200, "events");
+        let link = format!("href=\"/admin/subjects?kind=user&#38;id={user}\"");
+        assert!(events.body.contains(&link), "{link}: {}", events.body);
+
+        // The header's look-up shows it in place: a redirect to a path
+        // would lose the name.
+        let page = get(&app, &format!("/admin/subjects?{query}"), ADMIN).await;
+        assert_html(&page, 200, user);
+        let heading = format!("<h1><span class=\"muted\">user</span> {user}</h1>");
+        assert!(page.body.contains(&heading), "{}", page.body);
+        assert!(page.body.contains("Locked until"), "{}", page.body);
+        let action = format!("action=\"/admin/subjects/unblock?kind=user&#38;id={user}\"");
+        assert!(page.body.contains(&action), "{action}: {}", page.body);
+
+        let answer = post_form(
+            &app,
+            &format!("/admin/subjects/unblock?{query}"),
+            &[("csrf", &page.input("csrf"))],
+            ADMIN,
+        )
+        .await;
+        assert_eq!(answer.status, 303, "{}", answer.body);
+        let back = format!("/admin/subjects?{query}&unblocked=1");
+        assert_eq!(answer.header(LOCATION), back);
+        let after = get(&app, &back, ADMIN).await;
+        assert_html(&after, 200, "after unblock");
+        assert!(
+            after.body.contains("Unblocked: every window"),
+            "{}",
+            after.body
+        );
+        assert!(after.body.contains("not locked"), "{}", after.body);
+    }
+    app.flush_audit().await;
+    let rows = app.admin_get("/admin/api/events?decision=unblock").await;
+    assert_eq!(rows.status, 200, "{}", rows.body);
+    let mut unblocked: Vec<&str> = rows.body["events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .filter_map(|e| e["subject"].as_str())
+        .collect();
+    unblocked.sort_unstable();
+    assert_eq!(unblocked, [".", ".."], "{}", rows.body);
+    // The query form checks its CSRF token as the path form does.
+    let forged = post_form(
+        &app,
+        "/admin/subjects/unblock?kind=user&id=..",
+        &[("csrf", "forged")],
+        ADMIN,
+    )
+    .await;
+    assert_eq!(forged.status, 403, "{}", forged.body);
+    let nameless = post_form(&app, "/admin/subjects/unblock?kind=user", &[], ADMIN).await;
+    assert_eq!(nameless.status, 400, "{}", nameless.body);
+}
+
 #[tokio::test]
 async fn unblock_without_or_with_a_wrong_csrf_token_is_forbidden_and_leaves_the_lock() {
     const OTHER_TOKEN: &str = "second-admin-token";

@@ -61,6 +61,13 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .wrap(door()),
     )
     .service(
+        web::resource("/admin/subjects/unblock")
+            .app_data(web::PayloadConfig::new(FORM_LIMIT))
+            .route(web::post().to(subject::unblock_by_query))
+            .default_service(other_methods("POST"))
+            .wrap(door()),
+    )
+    .service(
         web::resource("/admin/subjects/{kind}/{id:.+}/unblock")
             .app_data(web::PayloadConfig::new(FORM_LIMIT))
             .route(web::post().to(subject::unblock))

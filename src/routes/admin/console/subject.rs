@@ -33,21 +33,40 @@ pub(super) async fn find(state: web::Data<AppState>, req: HttpRequest) -> HttpRe
         Ok(Subject::parse(&query.kind, query.id.trim()).map_err(ApiError::from)?)
     });
     match found {
+        // A dot segment has no page path a browser keeps: shown here.
+        Ok(subject) if views::is_dot_segment(&subject.id) => {
+            show_subject(&state, &req, |_| Ok(subject))
+                .await
+                .unwrap_or_else(|refusal| refusal.page(&req))
+        }
         Ok(subject) => see_other(&views::subject_href(subject.kind, &subject.id)),
         Err(refusal) => refusal.page(&req),
     }
 }
 
+/// The subject a query names (`kind=user&id=..`), as the look-up form does.
+fn query_subject(req: &HttpRequest) -> Result<Subject, Refusal> {
+    let query = web::Query::<FindSubject>::from_query(req.query_string())
+        .map_err(|e| ApiError::InvalidRequest(format!("invalid query: {e}")))?;
+    Ok(Subject::parse(&query.kind, query.id.trim()).map_err(ApiError::from)?)
+}
+
 /// `GET /admin/subjects/{kind}/{id}`: the subject's page, or the refusal's page.
 pub(super) async fn page(state: web::Data<AppState>, req: HttpRequest) -> HttpResponse {
-    show_subject(&state, &req)
+    show_subject(&state, &req, |req| path_subject(req, ""))
         .await
         .unwrap_or_else(|refusal| refusal.page(&req))
 }
 
-async fn show_subject(state: &AppState, req: &HttpRequest) -> Result<HttpResponse, Refusal> {
+/// The page of the subject `named` finds in the request, once the admin
+/// is authenticated (so that a stranger learns nothing of the path).
+async fn show_subject(
+    state: &AppState,
+    req: &HttpRequest,
+    named: impl FnOnce(&HttpRequest) -> Result<Subject, Refusal>,
+) -> Result<HttpResponse, Refusal> {
     let admin = authenticate(state, req)?;
-    let subject = path_subject(req, "")?;
+    let subject = named(req)?;
     let live = state.admin.state(&subject).await?;
     let filter = EventFilter {
         subject_kind: Some(subject.kind),
@@ -68,7 +87,6 @@ async fn show_subject(state: &AppState, req: &HttpRequest) -> Result<HttpRespons
         Err(e) => (Vec::new(), Some(e.to_string())),
     };
     let now = Utc::now();
-    let href = views::subject_href(subject.kind, &subject.id);
     let page = SubjectPage {
         kind: subject.kind.as_str(),
         id: subject.id.clone(),
@@ -78,11 +96,11 @@ async fn show_subject(state: &AppState, req: &HttpRequest) -> Result<HttpRespons
         pairs: SubjectPage::pairs(&live, now),
         pumping: live.pumping.as_ref().map(|p| PumpingView::new(p, now)),
         clears: SubjectPage::clears(subject.kind),
-        unblock_href: format!("{href}/unblock"),
+        unblock_href: views::unblock_href(subject.kind, &subject.id),
         csrf: csrf::issue(&admin.csrf_key, &subject, now),
         can_unblock: admin.may(Permission::Unblock),
         me: Some(me(&admin)),
-        unblocked: req.query_string() == "unblocked=1",
+        unblocked: req.query_string().split('&').any(|p| p == "unblocked=1"),
         rows,
         events_message,
         all_events_href: views::events_href(&filter, None, None),
@@ -96,7 +114,19 @@ pub(super) async fn unblock(
     req: HttpRequest,
     body: web::Bytes,
 ) -> HttpResponse {
-    unblock_subject(&state, &req, &body)
+    unblock_subject(&state, &req, |req| path_subject(req, "/unblock"), &body)
+        .await
+        .unwrap_or_else(|refusal| refusal.page(&req))
+}
+
+/// `POST /admin/subjects/unblock?kind=user&id=..`: the same, for a subject
+/// whose id is a dot segment (`views::is_dot_segment`).
+pub(super) async fn unblock_by_query(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    body: web::Bytes,
+) -> HttpResponse {
+    unblock_subject(&state, &req, query_subject, &body)
         .await
         .unwrap_or_else(|refusal| refusal.page(&req))
 }
@@ -134,19 +164,17 @@ impl Back {
 async fn unblock_subject(
     state: &AppState,
     req: &HttpRequest,
+    named: impl FnOnce(&HttpRequest) -> Result<Subject, Refusal>,
     body: &[u8],
 ) -> Result<HttpResponse, Refusal> {
     let admin = authenticate(state, req)?;
-    let subject = path_subject(req, "/unblock")?;
+    let subject = named(req)?;
     require(state, req, &admin, Permission::Unblock, &subject)?;
     let fields = checked_form(req, &admin.csrf_key, &subject, body)?;
     let back = Back::from_fields(&fields)?;
     state.admin.unblock(&subject, &admin.info).await?;
     let location = match back {
-        Back::Subject => {
-            let href = views::subject_href(subject.kind, &subject.id);
-            format!("{href}?unblocked=1")
-        }
+        Back::Subject => views::unblocked_href(subject.kind, &subject.id),
         Back::Overview(period) => format!("{}&unblocked=1", views::overview::overview_href(period)),
     };
     Ok(see_other(&location))

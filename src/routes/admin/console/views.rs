@@ -98,9 +98,44 @@ fn path_segment(raw: &str) -> String {
         .collect()
 }
 
-/// A subject's console page, the id percent-encoded as one path segment.
+/// A subject's console page, the id percent-encoded as one path segment;
+/// or, for an id a browser cannot send as one, the look-up form's URL,
+/// which shows the page in place.
 pub fn subject_href(kind: SubjectKind, id: &str) -> String {
-    format!("/admin/subjects/{}/{}", kind.as_str(), path_segment(id))
+    if is_dot_segment(id) {
+        format!("/admin/subjects?{}", subject_query(kind, id))
+    } else {
+        format!("/admin/subjects/{}/{}", kind.as_str(), path_segment(id))
+    }
+}
+
+/// Where a subject's Unblock form posts.
+pub fn unblock_href(kind: SubjectKind, id: &str) -> String {
+    if is_dot_segment(id) {
+        format!("/admin/subjects/unblock?{}", subject_query(kind, id))
+    } else {
+        format!("{}/unblock", subject_href(kind, id))
+    }
+}
+
+/// A subject's page with the note that it was just unblocked.
+pub fn unblocked_href(kind: SubjectKind, id: &str) -> String {
+    let href = subject_href(kind, id);
+    let joint = if href.contains('?') { '&' } else { '?' };
+    format!("{href}{joint}unblocked=1")
+}
+
+/// Whether `id` is a dot segment (`.` or `..`, a login name anyone can
+/// type): a browser removes those from a URL's path before it asks for it
+/// (RFC 3986 §5.2.4; `%2E` is no escape, the URL standard decodes it
+/// first), so such a subject's page and form go by the query instead.
+pub fn is_dot_segment(id: &str) -> bool {
+    id == "." || id == ".."
+}
+
+/// `kind=user&id=..`, the look-up form's query for a subject.
+fn subject_query(kind: SubjectKind, id: &str) -> String {
+    format!("kind={}&id={}", kind.as_str(), path_segment(id))
 }
 
 /// `/admin?…` for a filter (and a page size and cursor), empty values left out.
@@ -375,6 +410,33 @@ mod tests {
         assert_eq!(
             events_href(&filter, Some(20), Some("ab")),
             "/admin?subject_kind=phone&subject=%2B86+1%262&limit=20&cursor=ab"
+        );
+    }
+
+    #[test]
+    fn a_dot_segment_goes_by_the_query_which_a_browser_keeps() {
+        for id in [".", ".."] {
+            let query = format!("kind=user&id={id}");
+            assert_eq!(
+                subject_href(SubjectKind::User, id),
+                format!("/admin/subjects?{query}")
+            );
+            assert_eq!(
+                unblock_href(SubjectKind::User, id),
+                format!("/admin/subjects/unblock?{query}")
+            );
+            assert_eq!(
+                unblocked_href(SubjectKind::User, id),
+                format!("/admin/subjects?{query}&unblocked=1")
+            );
+        }
+        assert_eq!(
+            unblock_href(SubjectKind::User, "..."),
+            "/admin/subjects/user/.../unblock"
+        );
+        assert_eq!(
+            unblocked_href(SubjectKind::User, "a.b"),
+            "/admin/subjects/user/a.b?unblocked=1"
         );
     }
 }

@@ -7,7 +7,7 @@ use askama_web::WebTemplate;
 use chrono::{DateTime, Utc};
 
 use super::chart::{Chart, Column, SeriesSpec};
-use super::{events_href, subject_href, until};
+use super::{events_href, subject_href, unblock_href, until};
 use crate::admin::period::Period;
 use crate::audit::query::EventFilter;
 use crate::audit::stats::{BucketCount, Overview, Ranked, Span};
@@ -127,7 +127,7 @@ impl LockRow {
         Self {
             kind: subject.kind.as_str(),
             id: subject.id.clone(),
-            unblock_href: format!("{href}/unblock"),
+            unblock_href: unblock_href(subject.kind, &subject.id),
             href,
             until: until(end, now),
             scope,
