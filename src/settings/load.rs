@@ -272,7 +272,9 @@ mod tests {
         for bits in [0, 31, 65, 128] {
             let text = format!("[sms]\nnetwork_bits = {bits}\n");
             let error = Settings::load_text(&path, &text).expect_err("refused");
-            assert!(error.to_string().contains("sms.network_bits"), "{error}");
+            let error = error.to_string();
+            assert!(error.contains("sms.network_bits"), "{error}");
+            assert!(error.contains("between 32 and 64"), "{error}");
         }
         for bits in [32, 48, 64] {
             let text = format!("[sms]\nnetwork_bits = {bits}\n");

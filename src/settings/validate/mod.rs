@@ -278,10 +278,11 @@ impl Settings {
         limits("sms.phone_limits", &sms.phone_limits)?;
         limits("sms.ip_limits", &sms.ip_limits)?;
         limits("sms.network_limits", &sms.network_limits)?;
-        if !crate::domain::client_ip::NETWORK_BITS.contains(&sms.network_bits) {
+        let bits = crate::domain::client_ip::NETWORK_BITS;
+        if !bits.contains(&sms.network_bits) {
             return Err(SettingsError::invalid(
                 "sms.network_bits",
-                "must be between 32 and 64",
+                format!("must be between {} and {}", bits.start(), bits.end()),
             ));
         }
         limits("sms.prefix_limits", &sms.prefix_limits)?;
