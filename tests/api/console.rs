@@ -124,11 +124,14 @@ fn assert_html(page: &Page, status: u16, context: &str) {
     );
 }
 
-const PAGES: [(&str, &str); 4] = [
+const PAGES: [(&str, &str); 6] = [
     ("GET", "/admin"),
     ("GET", "/admin/overview"),
     ("GET", "/admin/subjects/user/alice"),
     ("POST", "/admin/subjects/user/alice/unblock"),
+    // A dot segment's page and form, by the query.
+    ("GET", "/admin/subjects?kind=user&id=.."),
+    ("POST", "/admin/subjects/unblock?kind=user&id=.."),
 ];
 
 async fn call(app: &TestApp, method: &str, path: &str, auth: Auth<'_>) -> Page {
