@@ -110,11 +110,18 @@ pub fn normalise(kind: EntryKind, value: &str) -> Result<String, String> {
         EntryKind::Ip => {
             let net = parse_cidr(value.trim())
                 .ok_or_else(|| format!("{value:?} is not an IP address or CIDR"))?;
-            if let Some(prefix) = carrier_held(net) {
+            if holds_the_translation_prefix(net) {
                 return Err(format!(
-                    "{value:?} holds {prefix}, whose addresses carry IPv4 clients, and they \
-                     count as their IPv4 addresses: list those (0.0.0.0/0 for every one) or \
-                     a range inside the /96"
+                    "{value:?} holds 64:ff9b::/96, where a NAT64 or SIIT translator writes IPv4 \
+                     clients, and they count as their IPv4 addresses: list those \
+                     (0.0.0.0/0 for every one) or a range inside the /96"
+                ));
+            }
+            if is_the_mapped_prefix(net) {
+                return Err(format!(
+                    "{value:?} is ::ffff:0:0/96, the IPv4-mapped addresses, which count as \
+                     the IPv4 addresses they carry: as an entry it would be 0.0.0.0/0, every \
+                     IPv4 client; write 0.0.0.0/0 if that is meant, or a range inside the /96"
                 ));
             }
             Ok(canonical(net).trunc().to_string())
@@ -126,20 +133,21 @@ pub fn normalise(kind: EntryKind, value: &str) -> Result<String, String> {
     }
 }
 
-/// The /96 that carries IPv4 clients (RFC 6052's well-known prefix, or
-/// the IPv4-mapped `::ffff:0:0/96`) which `net` is, or holds as a range of
-/// up to /32 around it. Such an entry meant those clients, who match it no
-/// more (they count as IPv4), or, as the /96 itself, which `canonical`
-/// would make `0.0.0.0/0`, every IPv4 address. Wider ranges (`::/0`) are
-/// about IPv6 at large and stay IPv6.
-fn carrier_held(net: IpNet) -> Option<Ipv6Net> {
-    let IpNet::V6(v6) = net else { return None };
-    if !(32..=96).contains(&v6.prefix_len()) {
-        return None;
-    }
-    [TRANSLATION_PREFIX, MAPPED_PREFIX]
-        .into_iter()
-        .find(|carrier| v6.contains(carrier))
+/// Whether `net` is RFC 6052's well-known prefix or a range of up to /32
+/// around it: such an entry meant translated clients, which match it no
+/// more (they count as IPv4), or, as the /96 itself, every IPv4 address.
+/// Wider ranges (`::/0`) are about IPv6 at large and stay IPv6.
+fn holds_the_translation_prefix(net: IpNet) -> bool {
+    matches!(net, IpNet::V6(v6) if (32..=96).contains(&v6.prefix_len()) && v6.contains(&TRANSLATION_PREFIX))
+}
+
+/// Whether `net` is the IPv4-mapped /96 itself (`::ffff:0:0/96`, however
+/// written), which `canonical` would make `0.0.0.0/0`: every IPv4 client,
+/// for an entry that named IPv6. Only the /96: unlike the translation
+/// prefix, the ranges around it (`::/64`) hold clients of their own, `::1`
+/// and `::`, which count as the subject `::/64`.
+fn is_the_mapped_prefix(net: IpNet) -> bool {
+    matches!(net, IpNet::V6(v6) if v6.prefix_len() == 96 && v6.contains(&MAPPED_PREFIX))
 }
 
 /// The IPv4-mapped addresses, `::ffff:0:0/96`.
@@ -195,6 +203,9 @@ mod tests {
             (EntryKind::Ip, "64:ff9b::203.0.113.0/120", "203.0.113.0/24"),
             (EntryKind::Ip, "64:ff9b::203.0.113.0/97", "128.0.0.0/1"),
             (EntryKind::Ip, "::ffff:128.0.0.0/97", "128.0.0.0/1"),
+            // Around the mapped /96 are the subject ::/64's own clients.
+            (EntryKind::Ip, "::/64", "::/64"),
+            (EntryKind::Ip, "::fffe:0:0/95", "::fffe:0:0/95"),
             (EntryKind::Ip, "::/31", "::/31"),
             (EntryKind::Ip, "::/0", "::/0"),
             (EntryKind::Phone, "+86 138 0013 8000", "+8613800138000"),
@@ -212,9 +223,7 @@ mod tests {
             // The mapped /96 would be 0.0.0.0/0: every IPv4 client.
             (EntryKind::Ip, "::ffff:0:0/96"),
             (EntryKind::Ip, "::ffff:0.0.0.0/96"),
-            (EntryKind::Ip, "::fffe:0:0/95"),
-            (EntryKind::Ip, "::/64"),
-            (EntryKind::Ip, "::/32"),
+            (EntryKind::Ip, "::ffff:1.2.3.4/96"),
             (EntryKind::Phone, "+86a*"),
             (EntryKind::Phone, "*"),
             (EntryKind::Phone, "12345"),
@@ -222,5 +231,12 @@ mod tests {
         ] {
             assert!(normalise(kind, raw).is_err(), "{raw}");
         }
+        let mapped = normalise(EntryKind::Ip, "::ffff:0:0/96").unwrap_err();
+        assert!(
+            mapped.contains("::ffff:0:0/96") && mapped.contains("every IPv4 client"),
+            "{mapped}"
+        );
+        let translated = normalise(EntryKind::Ip, "64:ff9b::/64").unwrap_err();
+        assert!(translated.contains("64:ff9b::/96"), "{translated}");
     }
 }

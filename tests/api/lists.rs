@@ -464,4 +464,11 @@ fn list_entries_read_from_the_file_and_bad_ones_name_their_key() {
         .map(|e| e.to_string())
         .unwrap_or_default();
     assert!(error.contains("lists.allow_ips"), "{error}");
+    // The IPv4-mapped /96, once taken as 0.0.0.0/0: every IPv4 client.
+    let error = load("[lists]\nallow_ips = [\"10.0.0.0/8\", \"::ffff:0:0/96\"]\n")
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(error.contains("lists.allow_ips[1]"), "{error}");
+    assert!(error.contains("every IPv4 client"), "{error}");
 }
