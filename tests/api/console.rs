@@ -660,6 +660,14 @@ async fn a_user_named_dot_or_dot_dot_has_a_page_and_an_unblock_form() {
         assert!(page.body.contains("Locked until"), "{}", page.body);
         let action = format!("action=\"/admin/subjects/unblock?kind=user&#38;id={user}\"");
         assert!(page.body.contains(&action), "{action}: {}", page.body);
+        // The overview's list of locks posts its Unblock there too.
+        let overview = get(&app, "/admin/overview", ADMIN).await;
+        assert_html(&overview, 200, "overview");
+        assert!(
+            overview.body.contains(&action),
+            "{action}: {}",
+            overview.body
+        );
 
         let answer = post_form(
             &app,
