@@ -25,13 +25,9 @@ struct FindSubject {
 }
 
 /// `GET /admin/subjects?kind=user&id=Alice` (the header's look-up form) →
-/// 303 to the subject's page.
+/// 303 to the subject's page (or, for a dot segment, the page itself).
 pub(super) async fn find(state: web::Data<AppState>, req: HttpRequest) -> HttpResponse {
-    let found = authenticate(&state, &req).and_then(|_| {
-        let query = web::Query::<FindSubject>::from_query(req.query_string())
-            .map_err(|e| ApiError::InvalidRequest(format!("invalid query: {e}")))?;
-        Ok(Subject::parse(&query.kind, query.id.trim()).map_err(ApiError::from)?)
-    });
+    let found = authenticate(&state, &req).and_then(|_| query_subject(&req));
     match found {
         // A dot segment has no page path a browser keeps: shown here.
         Ok(subject) if views::is_dot_segment(&subject.id) => {
@@ -119,8 +115,9 @@ pub(super) async fn unblock(
         .unwrap_or_else(|refusal| refusal.page(&req))
 }
 
-/// `POST /admin/subjects/unblock?kind=user&id=..`: the same, for a subject
-/// whose id is a dot segment (`views::is_dot_segment`).
+/// `POST /admin/subjects/unblock?kind=user&id=..`: the same, the subject
+/// named by the query; the form of a subject whose id is a dot segment
+/// (`views::is_dot_segment`) posts here.
 pub(super) async fn unblock_by_query(
     state: web::Data<AppState>,
     req: HttpRequest,
