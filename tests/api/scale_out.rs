@@ -171,6 +171,15 @@ impl Fleet {
     }
 
     /// POST to process `n % 3`, as the API-key caller that may name the IP.
+    /// `/login/check` of `body` asked of every process, in order.
+    async fn check_everywhere(&self, body: Value) -> Vec<Answer> {
+        let mut answers = Vec::with_capacity(PROCESSES);
+        for n in 0..PROCESSES {
+            answers.push(self.post(n, "/login/check", body.clone()).await);
+        }
+        answers
+    }
+
     async fn post(&self, n: usize, path: &str, body: Value) -> Answer {
         let process = n % self.servers.len();
         let response = self
@@ -278,10 +287,8 @@ async fn failures_for_one_user_lock_it_once(fleet: &Fleet) {
     );
 
     // Every process now sees the lock.
-    for n in 0..PROCESSES {
-        let check = fleet
-            .post(n, "/login/check", json!({ "user": "alice" }))
-            .await;
+    let checks = fleet.check_everywhere(json!({ "user": "alice" })).await;
+    for (n, check) in checks.iter().enumerate() {
         assert_eq!(
             (
                 check.status,
@@ -326,14 +333,10 @@ async fn failures_from_one_ip_block_it_exactly(fleet: &Fleet) {
     );
 
     // Every process now refuses the IP, even for a user it has never seen.
-    for n in 0..PROCESSES {
-        let check = fleet
-            .post(
-                n,
-                "/login/check",
-                json!({ "user": "scale-newcomer", "ip": "203.0.113.9" }),
-            )
-            .await;
+    let checks = fleet
+        .check_everywhere(json!({ "user": "scale-newcomer", "ip": "203.0.113.9" }))
+        .await;
+    for (n, check) in checks.iter().enumerate() {
         assert_eq!(
             (check.status, &check.body["decision"], &check.body["reason"]),
             (200, &json!("deny"), &json!("ip_blocked")),
@@ -369,14 +372,10 @@ async fn failures_from_one_network_fill_its_tier_exactly(fleet: &Fleet) {
     );
 
     // Every process now asks a captcha of any /64 of the network.
-    for n in 0..PROCESSES {
-        let check = fleet
-            .post(
-                n,
-                "/login/check",
-                json!({ "user": "scale-newcomer", "ip": "2001:db8:5ca1:ffff::7" }),
-            )
-            .await;
+    let checks = fleet
+        .check_everywhere(json!({ "user": "scale-newcomer", "ip": "2001:db8:5ca1:ffff::7" }))
+        .await;
+    for (n, check) in checks.iter().enumerate() {
         assert_eq!(
             (check.status, &check.body["decision"]),
             (200, &json!("challenge")),
