@@ -1,19 +1,33 @@
 -- otp_check.lua: check a one-time code. A match deletes it (single use); a miss
--- uses up one attempt; the last attempt burns it, and the burnt code is kept
+-- uses up one attempt of the trying address's (see below); the asker's last
+-- attempt burns it, and the burnt code is kept
 -- until its expiry so that further tries answer "burnt". Without a code
 -- (never sent, used or expired) a stand-in takes the try: an empty mac, which
 -- nothing matches, with the attempts and the ttl a code gets, so that the
 -- answers never tell whether a code is pending.
 --
--- KEYS[1]  the subject's code HASH: mac, left (attempts left), exp (expiry, ms),
---          u ('1' when its send was not counted: otp_put.lua; '0' or absent
---          when it was)
+-- Two counts of tries: the address that asked for the code (n) has its own
+-- (left), every other address shares another (lo), as many. Strangers who
+-- use up theirs are refused from then on, but cannot burn the asker's code;
+-- the asker's last wrong try burns it for everyone. A stand-in, a code sent
+-- without an address, and one stored before n existed have no asker: every
+-- try counts in lo.
+--
+-- KEYS[1]  the subject's code HASH: mac, left (the asker's attempts left),
+--          lo (everyone else's; absent in a code stored before it: left), n (the
+--          asker's address, as its IP subject's id; '' for none), exp
+--          (expiry, ms), ne (the exp n and lo were written with: they count
+--          only while it is exp's), u ('1' when its send was not counted:
+--          otp_put.lua; '0' or absent when it was)
 -- ARGV[1]  mac of the code offered
 -- ARGV[2]  attempts a stand-in allows (those of a code)
 -- ARGV[3]  a stand-in's ttl in ms (a code's)
+-- ARGV[4]  the trying address, as its IP subject's id; '' for none
 --
 -- Returns an array of three integers: { outcome, value, counted }
---   0 = valid (value = attempts left before this try), 1 = wrong (value = attempts left, 0 = now burnt),
+--   0 = valid (value = the try's attempts left before it), 1 = wrong (value =
+--       attempts left, 0 = now burnt for this address: for everyone when it
+--       is the asker's),
 --   2 = burnt (value = a code's ttl in ms: as long as it may stay burnt, the
 --       same whether a code was pending, unlike its own expiry, which would
 --       tell that and when it was sent).
@@ -23,11 +37,11 @@
 -- The MACs are compared in time independent of where they differ, and a
 -- stand-in goes through the same comparison as a code.
 --
--- Commands per call: TIME, HMGET; a miss HSET (three fields) and PEXPIREAT,
+-- Commands per call: TIME, HMGET; a miss HSET (six fields) and PEXPIREAT,
 -- for a code and a stand-in alike; a match DEL.
 --
 -- Example:
---   EVALSHA <sha> 1 "tg:{phone:+33612345678}:otp" "9f86d08..." 5 300000
+--   EVALSHA <sha> 1 "tg:{phone:+33612345678}:otp" "9f86d08..." 5 300000 "203.0.113.7"
 --   -> { 1, 4, 1 }
 
 local key = KEYS[1]
@@ -36,16 +50,26 @@ local offered = ARGV[1]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
-local h = redis.call('HMGET', key, 'mac', 'left', 'exp', 'u')
+local h = redis.call('HMGET', key, 'mac', 'left', 'exp', 'u', 'n', 'lo', 'ne')
 local mac, left, exp = h[1], tonumber(h[2]), tonumber(h[3])
 local counted = 1
 if h[4] == '1' then counted = 0 end
+local asker, lo = h[5] or '', tonumber(h[6])
+-- n and lo hold only when written with this exp: a send by an earlier build
+-- (during a rolling upgrade) writes mac, left and exp over a stand-in's or
+-- another code's n and lo, which are not this code's
+if h[7] ~= h[3] then asker, lo = '', nil end
 if not mac or not left or not exp then
   local ttl = tonumber(ARGV[3])
   if ttl <= 0 then return { 1, 0, 1 } end
-  mac, left, exp = '', tonumber(ARGV[2]), now + ttl
+  mac, left, exp, asker, lo = '', tonumber(ARGV[2]), now + ttl, '', nil
 end
-if left <= 0 then return { 2, tonumber(ARGV[3]), counted } end
+-- a code stored before lo existed goes on with the tries it has left
+if not lo then lo = left end
+local own = asker ~= '' and asker == ARGV[4]
+local tries = lo
+if own then tries = left end
+if left <= 0 or tries <= 0 then return { 2, tonumber(ARGV[3]), counted } end
 
 local diff = 0
 if #mac ~= #offered or #mac == 0 then diff = 1 end
@@ -57,13 +81,14 @@ end
 
 if diff == 0 then
   redis.call('DEL', key)
-  return { 0, left, counted }
+  return { 0, tries, counted }
 end
 -- A code and a stand-in are written alike (the same fields, the same expiry
 -- call), so that a miss costs the same whether a code is pending: a code's
 -- expiry is set to the time it already has.
-left = left - 1
+tries = tries - 1
+if own then left = tries else lo = tries end
 local exp_s = string.format('%d', exp)
-redis.call('HSET', key, 'mac', mac, 'left', left, 'exp', exp_s)
+redis.call('HSET', key, 'mac', mac, 'left', left, 'lo', lo, 'n', asker, 'exp', exp_s, 'ne', exp_s)
 redis.call('PEXPIREAT', key, exp_s)
-return { 1, left, counted }
+return { 1, tries, counted }

@@ -1,19 +1,23 @@
 -- otp_put.lua: store a one-time code's MAC, replacing any previous code.
 --
--- KEYS[1]  the subject's code HASH: mac, left (attempts left), exp (expiry, ms),
---          and u: 1 when its send was not counted by the pumping guard, 0 when
---          it was (reserve.lua writes 0 too)
+-- KEYS[1]  the subject's code HASH: mac, left (the asker's attempts left), lo
+--          (everyone else's), n (the asker's address), exp (expiry, ms), ne
+--          (exp again: n and lo are this code's), and u:
+--          1 when its send was not counted by the pumping guard, 0 when it was
+--          (reserve.lua writes 0 too); otp_check.lua says how they are used
 -- ARGV[1]  mac of the code
 -- ARGV[2]  attempts allowed
 -- ARGV[3]  ttl in ms
 -- ARGV[4]  1 when the send was counted (the guard counts its verify), 0 when
 --          it was exempt (an allow-listed phone or address); a code stored
 --          by reserve.lua, or by a build before this field, is counted
+-- ARGV[5]  the address that asked for the code, as its IP subject's id; ''
+--          for none
 --
 -- Returns 1. The key expires after ttl.
 --
 -- Example:
---   EVALSHA <sha> 1 "tg:{phone:+33612345678}:otp" "9f86d08..." 5 300000 1
+--   EVALSHA <sha> 1 "tg:{phone:+33612345678}:otp" "9f86d08..." 5 300000 1 "203.0.113.7"
 --   -> 1
 
 local key = KEYS[1]
@@ -26,6 +30,8 @@ redis.call('DEL', key)
 if ttl <= 0 then return 1 end
 local uncounted = 0
 if ARGV[4] == '0' then uncounted = 1 end
-redis.call('HSET', key, 'mac', ARGV[1], 'left', tonumber(ARGV[2]), 'exp', now + ttl, 'u', uncounted)
+local attempts, exp = tonumber(ARGV[2]), string.format('%d', now + ttl)
+redis.call('HSET', key, 'mac', ARGV[1], 'left', attempts, 'lo', attempts, 'n', ARGV[5] or '',
+  'exp', exp, 'ne', exp, 'u', uncounted)
 redis.call('PEXPIRE', key, ttl)
 return 1

@@ -34,13 +34,14 @@
 --             first call of a slice, and dropped by conversion_count.lua when
 --             it changes a given slice; "cur" is "-" while an escalation is
 --             set, so that a send reads "until" only with the whole hash)
--- KEYS[last]  optional: the subject's code HASH (mac, left, exp), written when
---             the event is recorded
+-- KEYS[last]  optional: the subject's code HASH (mac, left, lo, n, exp, ne, u:
+--             otp_check.lua), written when the event is recorded
 -- ARGV[1] member: unique id of this event
 -- ARGV[2] gate_open: 1 when the request passed a captcha, else 0
 -- ARGV[3] force: 1 to record the event even when a window refuses it (shadow mode)
--- ARGV[4], ARGV[5], ARGV[6] when a code is stored: its mac, attempts allowed,
---         ttl in ms
+-- ARGV[4], ARGV[5], ARGV[6], ARGV[7] when a code is stored: its mac, attempts
+--         allowed (the asker's and everyone else's), ttl in ms, and the address
+--         that asked for it as its IP subject's id ('' for none)
 --
 -- The policy rendered, per subject its windows: limit, window length in ms
 -- and mode (enforce; gate: refuses only without a passed captcha; observe:
@@ -524,7 +525,9 @@ if recorded then
 --@RECORD@
   if code_key then
     -- u = 0: a counted send's code, over whatever an exempt one left (otp_put.lua)
-    call('HSET', code_key, 'mac', ARGV[4], 'left', ARGV[5], 'exp', fmt('%d', now + ARGV[6]), 'u', 0)
+    local code_exp = fmt('%d', now + ARGV[6])
+    call('HSET', code_key, 'mac', ARGV[4], 'left', ARGV[5], 'lo', ARGV[5], 'n', ARGV[7],
+      'exp', code_exp, 'ne', code_exp, 'u', 0)
     call('PEXPIRE', code_key, ARGV[6])
   end
 end

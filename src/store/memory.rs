@@ -24,9 +24,10 @@ use self::conversion::Conversion;
 use self::entry::{wrong_type, Entry, Subject, Value};
 use self::expiring::Expiring;
 use super::{
-    Clock, ConversionHit, ConversionOutcome, ConversionPolicy, ConversionState, ExpiringMembers,
-    HitOutcome, HitRequest, LoginAttemptOutcome, LoginAttemptRequest, LoginPolicy,
-    LoginStateOutcome, OtpOutcome, PeekOutcome, StoreError, WindowSpec, WindowStore,
+    Clock, CodeToStore, CodeTry, ConversionHit, ConversionOutcome, ConversionPolicy,
+    ConversionState, ExpiringMembers, HitOutcome, HitRequest, LoginAttemptOutcome,
+    LoginAttemptRequest, LoginPolicy, LoginStateOutcome, OtpOutcome, PeekOutcome, StoreError,
+    WindowSpec, WindowStore,
 };
 
 mod budget;
@@ -361,31 +362,18 @@ impl WindowStore for MemoryStore {
         self.with_expiring(key, Access::Read, |set, now| (set.live(now, limit), None))
     }
 
-    async fn otp_put(
-        &self,
-        key: &str,
-        mac: &str,
-        attempts: u32,
-        ttl_ms: u64,
-        counted: bool,
-    ) -> Result<(), StoreError> {
+    async fn otp_put(&self, code: CodeToStore<'_>, counted: bool) -> Result<(), StoreError> {
         let now = self.clock.now_ms();
-        self.with_subject(key, now, Access::Write, |subject| {
-            subject.put_otp(key, (mac, counted), attempts, ttl_ms, now)
+        self.with_subject(code.key, now, Access::Write, |subject| {
+            subject.put_otp(code, counted, now)
         });
         Ok(())
     }
 
-    async fn otp_check(
-        &self,
-        key: &str,
-        mac: &str,
-        attempts: u32,
-        ttl_ms: u64,
-    ) -> Result<OtpOutcome, StoreError> {
+    async fn otp_check(&self, code: CodeTry<'_>) -> Result<OtpOutcome, StoreError> {
         let now = self.clock.now_ms();
-        self.with_subject(key, now, Access::Write, |subject| {
-            subject.check_otp(key, mac, (attempts, ttl_ms), now)
+        self.with_subject(code.key, now, Access::Write, |subject| {
+            subject.check_otp(code, now)
         })
     }
 

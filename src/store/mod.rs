@@ -31,8 +31,8 @@ pub use login::{
     PAIR_INDEX_KEEP,
 };
 pub use window::{
-    CodeToStore, HitOutcome, HitRequest, HitVerdict, OtpOutcome, PeekOutcome, ReserveOutcome,
-    ReserveRequest, RollBack, RuleWindow, SubjectWindows, WindowMode, WindowSpec,
+    CodeToStore, CodeTry, HitOutcome, HitRequest, HitVerdict, OtpOutcome, PeekOutcome,
+    ReserveOutcome, ReserveRequest, RollBack, RuleWindow, SubjectWindows, WindowMode, WindowSpec,
 };
 
 /// Why a store call failed; `ResilientStore` applies `store.on_error` to it.
@@ -265,28 +265,18 @@ pub trait WindowStore: Send + Sync {
     /// Store a one-time code's MAC, replacing any previous one. `counted`:
     /// whether its send was counted by the pumping guard, which `otp_check`
     /// hands back with a right code (a code `reserve` stores is counted).
-    async fn otp_put(
-        &self,
-        key: &str,
-        mac: &str,
-        attempts: u32,
-        ttl_ms: u64,
-        counted: bool,
-    ) -> Result<(), StoreError>;
+    async fn otp_put(&self, code: CodeToStore<'_>, counted: bool) -> Result<(), StoreError>;
 
     /// Check a code: a match deletes it (`Valid`, single use); a miss uses up
     /// one attempt (`Wrong`), the last one burns it (kept until its expiry so
-    /// that further tries answer `Burnt`). Without a code at `key` (never
-    /// put, used, expired) a stand-in is put first that no MAC matches,
-    /// with `attempts` tries for `ttl_ms`, and the try is a miss on it: the
-    /// answers never tell whether a code was pending.
-    async fn otp_check(
-        &self,
-        key: &str,
-        mac: &str,
-        attempts: u32,
-        ttl_ms: u64,
-    ) -> Result<OtpOutcome, StoreError>;
+    /// that further tries answer `Burnt`). The address that asked for the
+    /// code has its own attempts; every other address shares as many again,
+    /// and using them up refuses only those addresses. Without a code at
+    /// `key` (never put, used, expired) a stand-in is put first that no MAC
+    /// matches and no address asked for, with `attempts` tries for
+    /// `ttl_ms`, and the try is a miss on it: the answers never tell
+    /// whether a code was pending.
+    async fn otp_check(&self, code: CodeTry<'_>) -> Result<OtpOutcome, StoreError>;
 
     /// Delete keys (a failed delivery's code, an admin unblock).
     async fn delete(&self, keys: &[String]) -> Result<(), StoreError>;

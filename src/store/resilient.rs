@@ -9,10 +9,10 @@ use async_trait::async_trait;
 
 use super::memory::MemoryStore;
 use super::{
-    ConversionHit, ConversionOutcome, ConversionPolicy, ConversionState, ExpiringMembers,
-    HitOutcome, HitRequest, IpFailures, LoginAttemptOutcome, LoginAttemptRequest, LoginOutcome,
-    LoginPolicy, LoginRequest, LoginStateOutcome, LoginVerdict, OtpOutcome, PeekOutcome,
-    ReserveOutcome, ReserveRequest, RollBack, StoreError, WindowSpec, WindowStore,
+    CodeToStore, CodeTry, ConversionHit, ConversionOutcome, ConversionPolicy, ConversionState,
+    ExpiringMembers, HitOutcome, HitRequest, IpFailures, LoginAttemptOutcome, LoginAttemptRequest,
+    LoginOutcome, LoginPolicy, LoginRequest, LoginStateOutcome, LoginVerdict, OtpOutcome,
+    PeekOutcome, ReserveOutcome, ReserveRequest, RollBack, StoreError, WindowSpec, WindowStore,
 };
 use crate::metrics;
 
@@ -239,9 +239,7 @@ impl WindowStore for ResilientStore {
                 if let Some(code) = req.code {
                     // Nothing counted this send (the store is down): nor
                     // will its verify be.
-                    local
-                        .otp_put(code.key, code.mac, code.attempts, code.ttl_ms, false)
-                        .await?;
+                    local.otp_put(code, false).await?;
                 }
                 Ok(ReserveOutcome {
                     outcomes: req
@@ -379,47 +377,32 @@ impl WindowStore for ResilientStore {
         resilient!(self, |s| s.expiring_members(key, limit), open: Some(open))
     }
 
-    async fn otp_put(
-        &self,
-        key: &str,
-        mac: &str,
-        attempts: u32,
-        ttl_ms: u64,
-        counted: bool,
-    ) -> Result<(), StoreError> {
+    async fn otp_put(&self, code: CodeToStore<'_>, counted: bool) -> Result<(), StoreError> {
         let started = Instant::now();
-        let result = self
-            .primary
-            .otp_put(key, mac, attempts, ttl_ms, counted)
-            .await;
+        let result = self.primary.otp_put(code, counted).await;
         self.settle(started, &result);
         match result {
             Ok(()) => {
-                self.forget_held_code(key).await;
+                self.forget_held_code(code.key).await;
                 Ok(())
             }
             Err(e) => {
                 let Some(local) = self.code_store() else {
                     return Err(e);
                 };
-                self.hold_code(local, ttl_ms);
-                local.otp_put(key, mac, attempts, ttl_ms, counted).await
+                self.hold_code(local, code.ttl_ms);
+                local.otp_put(code, counted).await
             }
         }
     }
 
-    async fn otp_check(
-        &self,
-        key: &str,
-        mac: &str,
-        attempts: u32,
-        ttl_ms: u64,
-    ) -> Result<OtpOutcome, StoreError> {
+    async fn otp_check(&self, code: CodeTry<'_>) -> Result<OtpOutcome, StoreError> {
+        let key = code.key;
         // A code sent during an outage is checked where it was kept, Redis
         // back or not (design-differences.md: "checked by the instance that
         // sent it").
         if let Some(local) = self.held_code(key) {
-            let outcome = local.otp_check(key, mac, attempts, ttl_ms).await?;
+            let outcome = local.otp_check(code).await?;
             if matches!(outcome, OtpOutcome::Valid { .. }) {
                 // Single use across both stores: the send that timed out may
                 // have reached Redis after all (a stalled call still runs),
@@ -430,7 +413,7 @@ impl WindowStore for ResilientStore {
             }
             return Ok(outcome);
         }
-        resilient!(self, |s| s.otp_check(key, mac, attempts, ttl_ms), open: None)
+        resilient!(self, |s| s.otp_check(code), open: None)
     }
 
     async fn delete(&self, keys: &[String]) -> Result<(), StoreError> {
@@ -484,7 +467,16 @@ mod tests {
         assert!(store.local_codes().is_none(), "no outage, no lookup");
 
         store
-            .otp_put(KEY, "mac", 3, 60_000, true)
+            .otp_put(
+                CodeToStore {
+                    key: KEY,
+                    mac: "mac",
+                    attempts: 3,
+                    ttl_ms: 60_000,
+                    asker: "",
+                },
+                true,
+            )
             .await
             .expect("kept in the local store");
         assert!(store.held_code(KEY).is_some());

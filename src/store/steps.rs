@@ -75,10 +75,7 @@ pub(super) async fn reserve<S: WindowStore + ?Sized>(
     let mut recorded = error.is_none() && (req.force || !refused);
     if recorded {
         if let Some(code) = req.code {
-            if let Err(e) = store
-                .otp_put(code.key, code.mac, code.attempts, code.ttl_ms, true)
-                .await
-            {
+            if let Err(e) = store.otp_put(code, true).await {
                 error = Some(e);
                 recorded = false;
             }

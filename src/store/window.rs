@@ -193,9 +193,29 @@ pub struct CodeToStore<'a> {
     pub key: &'a str,
     /// HMAC of the code; the code itself is never stored.
     pub mac: &'a str,
-    /// Wrong tries allowed; the last one burns the code.
+    /// Wrong tries allowed the asker, and as many to everyone else; the
+    /// asker's last one burns the code.
     pub attempts: u32,
     /// Lifetime of the code.
+    pub ttl_ms: u64,
+    /// The address that asked for it, as its IP subject's id (`""`
+    /// without one): its wrong tries are counted apart from everyone
+    /// else's, who cannot burn its code.
+    pub asker: &'a str,
+}
+
+/// One try of a code, by `WindowStore::otp_check`.
+#[derive(Debug, Clone, Copy)]
+pub struct CodeTry<'a> {
+    /// `Keys::otp` of the phone.
+    pub key: &'a str,
+    /// HMAC of the code offered.
+    pub mac: &'a str,
+    /// The trying address, as its IP subject's id (`""` without one).
+    pub client: &'a str,
+    /// Wrong tries a stand-in allows: a code's.
+    pub attempts: u32,
+    /// A stand-in's lifetime: a code's.
     pub ttl_ms: u64,
 }
 

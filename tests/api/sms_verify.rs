@@ -19,6 +19,7 @@ on_both_backends!(
     the_answers_are_the_same_with_and_without_a_pending_code,
     the_31st_failed_try_from_one_address_is_refused_and_another_still_verifies,
     a_right_code_gives_its_try_back,
+    strangers_cannot_burn_the_code_of_the_address_that_asked_for_it,
 );
 
 fn wrong(code: &str) -> String {
@@ -134,6 +135,69 @@ async fn a_code_never_sent_counts_down_like_a_wrong_code(backend: Backend) {
         wrong_try.body,
         json!({ "valid": false, "attempts_left": 4 })
     );
+}
+
+/// Five wrong tries used to burn anyone's code, from any address. Now
+/// the address that asked for it (an IPv6 client's /64) keeps tries of its
+/// own: strangers use up only theirs, and its own last wrong try still
+/// burns the code for everyone.
+async fn strangers_cannot_burn_the_code_of_the_address_that_asked_for_it(backend: Backend) {
+    let app = spawn_app(backend, |_| {}).await;
+    let (victim, asker) = ("+8613800138010", "2001:db8:1:2::10");
+    let (attacker, other_attacker) = ("203.0.113.66", "2001:db8:1:3::1");
+    app.sms_send(json!({ "phone": victim, "ip": asker })).await;
+    let code = app.sms.last_code(victim);
+    let verify = |code: String, ip: &'static str| {
+        let app = &app;
+        async move {
+            app.sms_verify(json!({ "phone": victim, "code": code, "ip": ip }))
+                .await
+        }
+    };
+    for left in [4, 3, 2, 1, 0] {
+        let answer = verify(wrong(&code), attacker).await;
+        assert_eq!(
+            answer.body,
+            json!({ "valid": false, "attempts_left": left })
+        );
+    }
+    for ip in [attacker, other_attacker] {
+        let refused = verify(code.clone(), ip).await;
+        assert_eq!(refused.status, 429, "strangers' tries are used up: {ip}");
+        assert_eq!(refused.body["rule"], "phone 5/5m");
+    }
+    let burns: Vec<_> = app
+        .audit_events()
+        .into_iter()
+        .filter(|e| e.reason == "verify_attempts_exhausted")
+        .map(|e| e.subject)
+        .collect();
+    assert_eq!(burns, [victim], "the stranger's last try is audited");
+
+    let same_network = "2001:db8:1:2::99";
+    let typo = verify(wrong(&code), same_network).await;
+    assert_eq!(
+        typo.body,
+        json!({ "valid": false, "attempts_left": 4 }),
+        "the asker's /64 has all its own tries"
+    );
+    let verified = verify(code.clone(), asker).await;
+    assert_eq!(verified.body, json!({ "valid": true }));
+
+    // The asker's own last wrong try burns the code for everyone.
+    let phone = "+8613800138011";
+    app.sms_send(json!({ "phone": phone, "ip": asker })).await;
+    let code = app.sms.last_code(phone);
+    for _ in 0..5 {
+        app.sms_verify(json!({ "phone": phone, "code": wrong(&code), "ip": asker }))
+            .await;
+    }
+    for ip in [asker, attacker] {
+        let refused = app
+            .sms_verify(json!({ "phone": phone, "code": code, "ip": ip }))
+            .await;
+        assert_eq!(refused.status, 429, "burnt for {ip}: {}", refused.body);
+    }
 }
 
 /// Every answer of one phone, from its first wrong try to the first refused

@@ -26,6 +26,9 @@ struct SmsCode {
     attempts: u32,
     /// `sms.code_ttl`.
     ttl: Duration,
+    /// The client IP's subject id (`""` without one): its tries on the code
+    /// are counted apart from everyone else's.
+    asker: String,
 }
 
 impl SmsCode {
@@ -36,6 +39,7 @@ impl SmsCode {
             mac: &self.mac,
             attempts: self.attempts,
             ttl_ms: self.ttl.as_millis() as u64,
+            asker: &self.asker,
         }
     }
 }
@@ -68,15 +72,13 @@ impl SmsGuard {
         let pass = self.apply(screened, &policy, info).await?;
         // The code is drawn and sealed before the store call, so that it is
         // stored in the same round trip as the reservation.
-        let code = self.draw_code(sms, &req.phone, &phone).await?;
+        let code = self.draw_code(sms, &req.phone, &phone, info).await?;
         let (grant, reservation) = match pass {
             Pass::Exempt => {
                 let c = code.to_store();
                 let store = self.ctx.store.as_ref();
                 // Not counted: nor will its verify be.
-                store
-                    .otp_put(c.key, c.mac, c.attempts, c.ttl_ms, false)
-                    .await?;
+                store.otp_put(c, false).await?;
                 (Grant::default(), None)
             }
             Pass::Counted => {
@@ -91,12 +93,14 @@ impl SmsGuard {
         Ok(grant.sent(&req.phone, sms))
     }
 
-    /// A new code for `phone`, sealed with the code secret.
+    /// A new code for `phone`, sealed with the code secret, asked for by
+    /// the request's client IP.
     async fn draw_code(
         &self,
         sms: &SmsSettings,
         number: &PhoneNumber,
         phone: &Subject,
+        info: &RequestInfo,
     ) -> Result<SmsCode, StoreError> {
         let text = code::generate(sms.code_length);
         Ok(SmsCode {
@@ -105,6 +109,10 @@ impl SmsGuard {
             key: self.ctx.keys.subject_code(phone),
             attempts: sms.max_verify_attempts,
             ttl: sms.code_ttl,
+            asker: info
+                .ip
+                .map(|ip| self.ctx.keys.code_asker(&ip.subject_id()))
+                .unwrap_or_default(),
         })
     }
 

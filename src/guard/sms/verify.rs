@@ -7,7 +7,7 @@ use crate::audit::{AuditDecision, AuditEvent};
 use crate::domain::{Action, PhoneNumber, Reason, Rule, Subject, SubjectKind};
 use crate::guard::reserve::{reserve, Offer, Reservation, SubjectHit};
 use crate::guard::{code, pumping, Lookup, Policy, RequestInfo, Windows};
-use crate::store::OtpOutcome;
+use crate::store::{CodeTry, OtpOutcome};
 
 impl SmsGuard {
     /// Check `code` against the phone's pending code. The client IP's
@@ -15,9 +15,12 @@ impl SmsGuard {
     /// address is refused before the code is looked at, so it neither
     /// learns whether one is pending nor uses up a try; a right code gives
     /// its try back. Without a pending code a stand-in counts the tries, so
-    /// the answers read as a code's would. The wrong try that burns a code
-    /// is audited; after that, tries are refused as rate limited until a new
-    /// send replaces it or it expires. `code` comes trimmed from the route.
+    /// the answers read as a code's would. The address that asked for the
+    /// code has its own tries, everyone else shares as many: the wrong try
+    /// that uses up either is audited; after that, those tries are refused
+    /// as rate limited until a new send replaces the code or it expires
+    /// (the asker's last try burns it for everyone). `code` comes trimmed
+    /// from the route.
     pub async fn verify(
         &self,
         phone: &PhoneNumber,
@@ -37,11 +40,20 @@ impl SmsGuard {
         };
         let mac = code::mac(self.secret().await?, phone.e164(), code);
         let otp_key = self.ctx.keys.subject_code(&subject);
-        let ttl_ms = sms.code_ttl.as_millis() as u64;
+        let client = info
+            .ip
+            .map(|ip| self.ctx.keys.code_asker(&ip.subject_id()))
+            .unwrap_or_default();
         let checked = self
             .ctx
             .store
-            .otp_check(&otp_key, &mac, sms.max_verify_attempts, ttl_ms)
+            .otp_check(CodeTry {
+                key: &otp_key,
+                mac: &mac,
+                client: &client,
+                attempts: sms.max_verify_attempts,
+                ttl_ms: sms.code_ttl.as_millis() as u64,
+            })
             .await?;
         count_verify_hit(&policy, checked);
         if let Some(row) = code_row(checked, &policy.sms.verify_attempts, &subject) {
@@ -111,7 +123,9 @@ impl SmsGuard {
 
 /// One hit on the verify rule (`phone 5/5m`: wrong tries per code) for a
 /// try on a code (or its stand-in). The count is the wrong tries the code
-/// had taken before this one; a burnt code is over the limit. Verify is
+/// had taken before this one in the trying address's share (the asker's,
+/// or everyone else's); a burnt code, or a used-up share, is over the
+/// limit. Verify is
 /// never relaxed by shadow mode.
 fn count_verify_hit(policy: &Policy, checked: OtpOutcome) {
     let max = policy.sms.verify_attempts.limit;
@@ -123,8 +137,8 @@ fn count_verify_hit(policy: &Policy, checked: OtpOutcome) {
     policy.sms.verify_counters.hit_with(count, over, false);
 }
 
-/// The audit row of a try on a code: the wrong try that burns it, and
-/// every try on a burnt code. Verify is never relaxed by shadow mode.
+/// The audit row of a try on a code: the wrong try that burns it or uses
+/// up the strangers' share of its tries, and every try refused after. Verify is never relaxed by shadow mode.
 fn code_row(checked: OtpOutcome, rule: &Rule, phone: &Subject) -> Option<AuditEvent> {
     let row = |reason| {
         AuditEvent::new(Action::SmsVerify, AuditDecision::Deny, reason, phone)

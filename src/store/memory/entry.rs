@@ -42,10 +42,14 @@ pub(super) enum Value {
         until: u64,
         level: u32,
     },
-    /// `counted`: the code's send was counted by the pumping guard.
+    /// `left`: the asker's tries, `others_left`: everyone else's
+    /// (otp_check.lua); `counted`: the code's send was counted by the
+    /// pumping guard.
     Otp {
         mac: String,
         left: u32,
+        others_left: u32,
+        asker: String,
         counted: bool,
     },
     Text(String),
@@ -60,7 +64,7 @@ impl Value {
         match self {
             Value::Window(w) => w.footprint(),
             Value::Lock { .. } => 0,
-            Value::Otp { mac, .. } => mac.capacity(),
+            Value::Otp { mac, asker, .. } => mac.capacity() + asker.capacity(),
             Value::Text(t) => t.capacity(),
             Value::Meter(m) => m.footprint(),
             Value::Conversion(c) => c.footprint(),

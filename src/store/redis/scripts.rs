@@ -159,13 +159,14 @@ impl RedisStore {
         keys.extend(conversions.iter().map(|c| c.key));
         keys.extend(code.map(|code| code.key));
         let args = || {
-            let mut args = Vec::with_capacity(6);
+            let mut args = Vec::with_capacity(7);
             args.extend([Value::from(member), flag(gate_open), flag(force)]);
             if let Some(code) = code {
                 args.extend([
                     Value::from(code.mac),
                     int(u64::from(code.attempts)),
                     int(code.ttl_ms),
+                    Value::from(code.asker),
                 ]);
             }
             args

@@ -8,10 +8,11 @@ use super::layout::{meter_hash, meter_member};
 use super::scripts::{count, flag, int, no_windows, wait, Conversions};
 use super::RedisStore;
 use crate::store::{
-    steps, ConversionBlock, ConversionHit, ConversionOutcome, ConversionPolicy, ConversionState,
-    Escalation, ExpiringMembers, HitOutcome, HitRequest, LoginAttemptOutcome, LoginAttemptRequest,
-    LoginOutcome, LoginPolicy, LoginRequest, LoginStateOutcome, OtpOutcome, PeekOutcome,
-    ReserveOutcome, ReserveRequest, StoreError, SubjectWindows, WindowSpec, WindowStore,
+    steps, CodeToStore, CodeTry, ConversionBlock, ConversionHit, ConversionOutcome,
+    ConversionPolicy, ConversionState, Escalation, ExpiringMembers, HitOutcome, HitRequest,
+    LoginAttemptOutcome, LoginAttemptRequest, LoginOutcome, LoginPolicy, LoginRequest,
+    LoginStateOutcome, OtpOutcome, PeekOutcome, ReserveOutcome, ReserveRequest, StoreError,
+    SubjectWindows, WindowSpec, WindowStore,
 };
 
 #[async_trait]
@@ -301,37 +302,31 @@ impl WindowStore for RedisStore {
         })
     }
 
-    async fn otp_put(
-        &self,
-        key: &str,
-        mac: &str,
-        attempts: u32,
-        ttl_ms: u64,
-        counted: bool,
-    ) -> Result<(), StoreError> {
+    async fn otp_put(&self, code: CodeToStore<'_>, counted: bool) -> Result<(), StoreError> {
         let args = || {
-            let counted = int(u64::from(counted));
             vec![
-                Value::from(mac),
-                int(u64::from(attempts)),
-                int(ttl_ms),
-                counted,
+                Value::from(code.mac),
+                int(u64::from(code.attempts)),
+                int(code.ttl_ms),
+                int(u64::from(counted)),
+                Value::from(code.asker),
             ]
         };
-        let _: i64 = self.eval(&self.scripts.otp_put, &[key], args).await?;
+        let _: i64 = self.eval(&self.scripts.otp_put, &[code.key], args).await?;
         Ok(())
     }
 
-    async fn otp_check(
-        &self,
-        key: &str,
-        mac: &str,
-        attempts: u32,
-        ttl_ms: u64,
-    ) -> Result<OtpOutcome, StoreError> {
-        let args = || vec![Value::from(mac), int(u64::from(attempts)), int(ttl_ms)];
+    async fn otp_check(&self, code: CodeTry<'_>) -> Result<OtpOutcome, StoreError> {
+        let args = || {
+            vec![
+                Value::from(code.mac),
+                int(u64::from(code.attempts)),
+                int(code.ttl_ms),
+                Value::from(code.client),
+            ]
+        };
         let out = self
-            .eval_ints(&self.scripts.otp_check, &[key], args, 3)
+            .eval_ints(&self.scripts.otp_check, &[code.key], args, 3)
             .await?;
         Ok(match out[0] {
             0 => OtpOutcome::Valid {

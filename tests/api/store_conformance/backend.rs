@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use fred::prelude::{ClientLike, KeysInterface};
+use fred::prelude::{ClientLike, HashesInterface, KeysInterface};
 use tollgate::store::memory::MemoryStore;
 use tollgate::store::redis::RedisStore;
 use tollgate::store::{
@@ -142,6 +142,15 @@ impl StoreUnderTest {
             Kind::Memory { store, .. } => store.contains_key(key),
             Kind::Redis { raw, .. } => raw.exists::<i64, _>(key).await.expect("EXISTS") == 1,
         }
+    }
+
+    /// Write fields of the hash at `key` straight into Redis, as an earlier
+    /// build's scripts wrote them; Redis only.
+    pub async fn redis_hset(&self, key: &str, fields: Vec<(&str, String)>) {
+        let Kind::Redis { raw, .. } = &self.kind else {
+            panic!("only Redis holds what an earlier build wrote");
+        };
+        let _: i64 = raw.hset(key, fields).await.expect("HSET");
     }
 
     /// Delete this test's Redis keys.

@@ -1,6 +1,8 @@
 //! One-time codes, deletes, shared secrets and reachability.
 
-use tollgate::store::{CodeToStore, OtpOutcome, ReserveRequest, SubjectWindows, WindowSpec};
+use tollgate::store::{
+    CodeToStore, CodeTry, OtpOutcome, ReserveRequest, SubjectWindows, WindowSpec,
+};
 
 use super::backend::StoreUnderTest;
 use super::on_both_backends;
@@ -12,6 +14,11 @@ on_both_backends!(
     putting_a_code_replaces_the_previous_one,
     a_code_says_whether_its_send_was_counted,
     a_reserved_code_over_an_exempt_one_is_counted,
+    strangers_use_up_their_own_tries_and_cannot_burn_the_askers_code,
+    the_askers_last_wrong_try_burns_the_code_for_everyone,
+    a_code_asked_for_without_an_address_counts_every_try_in_one_share,
+    a_send_over_a_used_up_stand_in_gives_both_shares_afresh,
+    a_send_from_another_address_makes_that_address_the_asker,
     a_code_expires_after_its_ttl,
     deleted_keys_are_gone,
     get_or_init_keeps_the_first_value,
@@ -21,23 +28,238 @@ on_both_backends!(
 /// Tries per code, and a code's life.
 const ATTEMPTS: u32 = 3;
 const TTL_MS: u64 = 60_000;
+/// The address that asks for the codes, and others.
+const ASKER: &str = "203.0.113.7";
+const STRANGER: &str = "198.51.100.9";
+const OTHER_STRANGER: &str = "2001:db8:1:2::/64";
 
+/// A code asked for by `ASKER`.
+async fn put(b: &StoreUnderTest, key: &str, mac: &str, attempts: u32, ttl_ms: u64, counted: bool) {
+    put_by(b, key, mac, (attempts, ttl_ms), counted, ASKER).await;
+}
+
+async fn put_by(
+    b: &StoreUnderTest,
+    key: &str,
+    mac: &str,
+    (attempts, ttl_ms): (u32, u64),
+    counted: bool,
+    asker: &str,
+) {
+    let code = CodeToStore {
+        key,
+        mac,
+        attempts,
+        ttl_ms,
+        asker,
+    };
+    b.store().otp_put(code, counted).await.expect("otp_put");
+}
+
+/// A try by `ASKER`.
 async fn check(b: &StoreUnderTest, key: &str, mac: &str) -> OtpOutcome {
+    check_from(b, key, mac, ASKER).await
+}
+
+async fn check_from(b: &StoreUnderTest, key: &str, mac: &str, client: &str) -> OtpOutcome {
     b.store()
-        .otp_check(key, mac, ATTEMPTS, TTL_MS)
+        .otp_check(CodeTry {
+            key,
+            mac,
+            client,
+            attempts: ATTEMPTS,
+            ttl_ms: TTL_MS,
+        })
         .await
         .expect("otp_check")
+}
+
+/// Strangers share tries of their own: using them up refuses every
+/// stranger, and the asker's code stays good for its own tries.
+async fn strangers_use_up_their_own_tries_and_cannot_burn_the_askers_code(b: &StoreUnderTest) {
+    let key = b.keys.otp("phone", "+33612345686");
+    put(b, &key, "mac-right", ATTEMPTS, TTL_MS, true).await;
+    for (client, left) in [(STRANGER, 2), (OTHER_STRANGER, 1), (STRANGER, 0)] {
+        assert_eq!(
+            check_from(b, &key, "mac-wrong", client).await,
+            OtpOutcome::Wrong {
+                attempts_left: left
+            },
+            "every other address counts in one share, {client}"
+        );
+    }
+    for client in [STRANGER, OTHER_STRANGER, ""] {
+        assert!(
+            matches!(
+                check_from(b, &key, "mac-right", client).await,
+                OtpOutcome::Burnt { .. }
+            ),
+            "the strangers' share is used up, even for the right code, {client:?}"
+        );
+    }
+    assert_eq!(
+        check(b, &key, "mac-wrong").await,
+        OtpOutcome::Wrong { attempts_left: 2 },
+        "the asker's tries are its own"
+    );
+    assert_eq!(
+        check(b, &key, "mac-right").await,
+        OtpOutcome::Valid {
+            attempts_left: 2,
+            counted: true
+        }
+    );
+}
+
+/// The asker's last wrong try burns the code for everyone; a stranger's
+/// right code before that is good, and used once.
+async fn the_askers_last_wrong_try_burns_the_code_for_everyone(b: &StoreUnderTest) {
+    let key = b.keys.otp("phone", "+33612345687");
+    put(b, &key, "mac-right", ATTEMPTS, TTL_MS, true).await;
+    for left in [2, 1, 0] {
+        assert_eq!(
+            check(b, &key, "mac-wrong").await,
+            OtpOutcome::Wrong {
+                attempts_left: left
+            }
+        );
+    }
+    for client in [ASKER, STRANGER, ""] {
+        assert!(
+            matches!(
+                check_from(b, &key, "mac-right", client).await,
+                OtpOutcome::Burnt { .. }
+            ),
+            "burnt for {client:?}"
+        );
+    }
+    let other = b.keys.otp("phone", "+33612345688");
+    put(b, &other, "mac-right", ATTEMPTS, TTL_MS, true).await;
+    assert_eq!(
+        check_from(b, &other, "mac-right", STRANGER).await,
+        OtpOutcome::Valid {
+            attempts_left: ATTEMPTS,
+            counted: true
+        },
+        "a right code from another address (the user's phone on its own network) is good"
+    );
+    assert_eq!(
+        check(b, &other, "mac-right").await,
+        OtpOutcome::Wrong { attempts_left: 2 },
+        "and used: a stand-in takes the asker's next try"
+    );
+}
+
+/// A send offered through `reserve` (as `/sms/send` does) by `asker`.
+async fn send(b: &StoreUnderTest, phone: &str, mac: &str, asker: &str) {
+    let key = b.keys.otp("phone", phone);
+    let window_key = b.keys.window("phone", phone, "sms_send");
+    let windows = [WindowSpec::enforce(50, 60_000)];
+    let subjects = [SubjectWindows {
+        key: &window_key,
+        windows: &windows,
+    }];
+    let sent = b
+        .store()
+        .reserve(ReserveRequest {
+            subjects: &subjects,
+            conversions: &[],
+            member: &uuid::Uuid::new_v4().to_string(),
+            gate_open: false,
+            force: false,
+            code: Some(CodeToStore {
+                key: &key,
+                mac,
+                attempts: ATTEMPTS,
+                ttl_ms: TTL_MS,
+                asker,
+            }),
+        })
+        .await
+        .expect("reserve");
+    assert!(sent.recorded);
+}
+
+/// Strangers who used up a stand-in's tries (it has no asker) leave nothing
+/// on the code a send puts over it.
+async fn a_send_over_a_used_up_stand_in_gives_both_shares_afresh(b: &StoreUnderTest) {
+    let phone = "+33612345690";
+    let key = b.keys.otp("phone", phone);
+    for _ in 0..ATTEMPTS {
+        check_from(b, &key, "mac-any", STRANGER).await;
+    }
+    assert!(matches!(
+        check_from(b, &key, "mac-any", STRANGER).await,
+        OtpOutcome::Burnt { .. }
+    ));
+    send(b, phone, "mac-right", ASKER).await;
+    assert_eq!(
+        check_from(b, &key, "mac-wrong", STRANGER).await,
+        OtpOutcome::Wrong { attempts_left: 2 }
+    );
+    assert_eq!(
+        check(b, &key, "mac-right").await,
+        OtpOutcome::Valid {
+            attempts_left: ATTEMPTS,
+            counted: true
+        }
+    );
+}
+
+/// A send replaces the code, and its address becomes the asker: the
+/// earlier asker is a stranger to the new code.
+async fn a_send_from_another_address_makes_that_address_the_asker(b: &StoreUnderTest) {
+    let phone = "+33612345691";
+    let key = b.keys.otp("phone", phone);
+    send(b, phone, "mac-first", ASKER).await;
+    send(b, phone, "mac-second", STRANGER).await;
+    for left in [2, 1, 0] {
+        assert_eq!(
+            check(b, &key, "mac-wrong").await,
+            OtpOutcome::Wrong {
+                attempts_left: left
+            },
+            "the first asker counts with everyone else now"
+        );
+    }
+    assert!(matches!(
+        check(b, &key, "mac-second").await,
+        OtpOutcome::Burnt { .. }
+    ));
+    assert_eq!(
+        check_from(b, &key, "mac-second", STRANGER).await,
+        OtpOutcome::Valid {
+            attempts_left: ATTEMPTS,
+            counted: true
+        }
+    );
+}
+
+/// A code asked for without an address has no asker: every try, with an
+/// address or without, counts in one share, as before tries were split.
+async fn a_code_asked_for_without_an_address_counts_every_try_in_one_share(b: &StoreUnderTest) {
+    let key = b.keys.otp("phone", "+33612345689");
+    put_by(b, &key, "mac-right", (ATTEMPTS, TTL_MS), true, "").await;
+    for (client, left) in [("", 2), (STRANGER, 1), ("", 0)] {
+        assert_eq!(
+            check_from(b, &key, "mac-wrong", client).await,
+            OtpOutcome::Wrong {
+                attempts_left: left
+            },
+            "{client:?}"
+        );
+    }
+    assert!(matches!(
+        check_from(b, &key, "mac-right", "").await,
+        OtpOutcome::Burnt { .. }
+    ));
 }
 
 /// A code put as not counted (an allow-listed send) says so when it is
 /// right, through wrong tries; a code put over it as counted says that.
 async fn a_code_says_whether_its_send_was_counted(b: &StoreUnderTest) {
     let key = b.keys.otp("phone", "+33612345678");
-    let store = b.store();
-    store
-        .otp_put(&key, "mac-a", ATTEMPTS, TTL_MS, false)
-        .await
-        .unwrap();
+    put(b, &key, "mac-a", ATTEMPTS, TTL_MS, false).await;
     assert_eq!(
         check(b, &key, "mac-wrong").await,
         OtpOutcome::Wrong { attempts_left: 2 }
@@ -49,14 +271,8 @@ async fn a_code_says_whether_its_send_was_counted(b: &StoreUnderTest) {
             counted: false
         }
     );
-    store
-        .otp_put(&key, "mac-b", ATTEMPTS, TTL_MS, false)
-        .await
-        .unwrap();
-    store
-        .otp_put(&key, "mac-c", ATTEMPTS, TTL_MS, true)
-        .await
-        .unwrap();
+    put(b, &key, "mac-b", ATTEMPTS, TTL_MS, false).await;
+    put(b, &key, "mac-c", ATTEMPTS, TTL_MS, true).await;
     assert_eq!(
         check(b, &key, "mac-c").await,
         OtpOutcome::Valid {
@@ -72,10 +288,7 @@ async fn a_reserved_code_over_an_exempt_one_is_counted(b: &StoreUnderTest) {
     let key = b.keys.otp("phone", "+33612345679");
     let window_key = b.keys.window("phone", "+33612345679", "sms_send");
     let store = b.store();
-    store
-        .otp_put(&key, "mac-a", ATTEMPTS, TTL_MS, false)
-        .await
-        .unwrap();
+    put(b, &key, "mac-a", ATTEMPTS, TTL_MS, false).await;
     let windows = [WindowSpec::enforce(5, 60_000)];
     let subjects = [SubjectWindows {
         key: &window_key,
@@ -93,6 +306,7 @@ async fn a_reserved_code_over_an_exempt_one_is_counted(b: &StoreUnderTest) {
                 mac: "mac-b",
                 attempts: ATTEMPTS,
                 ttl_ms: TTL_MS,
+                asker: ASKER,
             }),
         })
         .await
@@ -109,8 +323,7 @@ async fn a_reserved_code_over_an_exempt_one_is_counted(b: &StoreUnderTest) {
 
 async fn a_code_is_valid_once_then_a_stand_in_answers(b: &StoreUnderTest) {
     let key = b.keys.otp("phone", "+33612345678");
-    let store = b.store();
-    store.otp_put(&key, "mac-a", 3, 60_000, true).await.unwrap();
+    put(b, &key, "mac-a", 3, 60_000, true).await;
     assert_eq!(
         check(b, &key, "mac-a").await,
         OtpOutcome::Valid {
@@ -127,11 +340,7 @@ async fn a_code_is_valid_once_then_a_stand_in_answers(b: &StoreUnderTest) {
 
 async fn wrong_codes_count_down_then_burn_the_code_until_it_expires(b: &StoreUnderTest) {
     let key = b.keys.otp("phone", "+33612345679");
-    let store = b.store();
-    store
-        .otp_put(&key, "mac-right", 3, 2_000, true)
-        .await
-        .unwrap();
+    put(b, &key, "mac-right", 3, 2_000, true).await;
     for left in [2, 1, 0] {
         assert_eq!(
             check(b, &key, "mac-wrong").await,
@@ -176,10 +385,7 @@ async fn without_a_code_a_stand_in_counts_down_and_burns_alike(b: &StoreUnderTes
         assert_eq!(retry_after_ms, TTL_MS, "as a burnt code's");
     }
     // A send puts a real code over the burnt stand-in.
-    b.store()
-        .otp_put(&key, "mac-new", 3, 60_000, true)
-        .await
-        .unwrap();
+    put(b, &key, "mac-new", 3, 60_000, true).await;
     assert_eq!(
         check(b, &key, "mac-new").await,
         OtpOutcome::Valid {
@@ -197,19 +403,12 @@ async fn without_a_code_a_stand_in_counts_down_and_burns_alike(b: &StoreUnderTes
 
 async fn putting_a_code_replaces_the_previous_one(b: &StoreUnderTest) {
     let key = b.keys.otp("phone", "+33612345680");
-    let store = b.store();
-    store
-        .otp_put(&key, "mac-first", 3, 60_000, true)
-        .await
-        .unwrap();
+    put(b, &key, "mac-first", 3, 60_000, true).await;
     assert_eq!(
         check(b, &key, "mac-wrong").await,
         OtpOutcome::Wrong { attempts_left: 2 }
     );
-    store
-        .otp_put(&key, "mac-second", 3, 60_000, true)
-        .await
-        .unwrap();
+    put(b, &key, "mac-second", 3, 60_000, true).await;
     assert_eq!(
         check(b, &key, "mac-first").await,
         OtpOutcome::Wrong { attempts_left: 2 },
@@ -227,8 +426,7 @@ async fn putting_a_code_replaces_the_previous_one(b: &StoreUnderTest) {
 
 async fn a_code_expires_after_its_ttl(b: &StoreUnderTest) {
     let key = b.keys.otp("phone", "+33612345681");
-    let store = b.store();
-    store.otp_put(&key, "mac-a", 3, 600, true).await.unwrap();
+    put(b, &key, "mac-a", 3, 600, true).await;
     if b.exact() {
         b.advance(600).await;
         assert!(b.exists(&key).await, "still there at its TTL");
@@ -251,12 +449,9 @@ async fn deleted_keys_are_gone(b: &StoreUnderTest) {
     let windows = [tollgate::store::WindowSpec::enforce(5, 60_000)];
     let store = b.store();
     b.hit(&window, &windows).await;
-    store.otp_put(&otp, "mac-a", 3, 60_000, true).await.unwrap();
+    put(b, &otp, "mac-a", 3, 60_000, true).await;
     let unrelated = b.keys.otp("phone", "+33612345683");
-    store
-        .otp_put(&unrelated, "mac-b", 3, 60_000, true)
-        .await
-        .unwrap();
+    put(b, &unrelated, "mac-b", 3, 60_000, true).await;
 
     let never = b.keys.lock("user", "nobody");
     store
@@ -291,4 +486,68 @@ async fn get_or_init_keeps_the_first_value(b: &StoreUnderTest) {
 
 async fn ping_answers(b: &StoreUnderTest) {
     b.store().ping().await.unwrap();
+}
+
+/// What a build before the two shares wrote: a code of `mac, left, exp, u`
+/// counts every try in one share, from the tries it has left; and its send
+/// over a stand-in strangers used up (which leaves the stand-in's `n` and
+/// `lo` behind, during a rolling upgrade) gives a code that is not burnt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codes_an_earlier_build_wrote_count_every_try_in_one_share() {
+    use futures::FutureExt;
+    let b = StoreUnderTest::redis().await;
+    let outcome = std::panic::AssertUnwindSafe(earlier_build_codes(&b))
+        .catch_unwind()
+        .await;
+    b.cleanup().await;
+    if let Err(panic) = outcome {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+async fn earlier_build_codes(b: &StoreUnderTest) {
+    let now_ms = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("after 1970")
+            .as_millis() as u64
+    };
+    let earlier_send = |left: u32| {
+        vec![
+            ("mac", "mac-right".to_owned()),
+            ("left", left.to_string()),
+            ("exp", (now_ms() + TTL_MS).to_string()),
+            ("u", "0".to_owned()),
+        ]
+    };
+    let key = b.keys.otp("phone", "+33612345692");
+    b.redis_hset(&key, earlier_send(2)).await;
+    assert_eq!(
+        check(b, &key, "mac-wrong").await,
+        OtpOutcome::Wrong { attempts_left: 1 }
+    );
+    assert_eq!(
+        check_from(b, &key, "mac-wrong", STRANGER).await,
+        OtpOutcome::Wrong { attempts_left: 0 },
+        "one share, the asker's field unknown"
+    );
+    assert!(matches!(
+        check(b, &key, "mac-right").await,
+        OtpOutcome::Burnt { .. }
+    ));
+
+    let stand_in = b.keys.otp("phone", "+33612345693");
+    for _ in 0..ATTEMPTS {
+        check_from(b, &stand_in, "mac-any", STRANGER).await;
+    }
+    b.advance(2).await;
+    b.redis_hset(&stand_in, earlier_send(ATTEMPTS)).await;
+    assert_eq!(
+        check_from(b, &stand_in, "mac-right", STRANGER).await,
+        OtpOutcome::Valid {
+            attempts_left: ATTEMPTS,
+            counted: true
+        },
+        "the stand-in's used-up share is not the new code's"
+    );
 }

@@ -321,6 +321,7 @@ async fn a_refusing_conversion_reserves_nothing_and_a_refused_reservation_counts
             mac: "mac",
             attempts: 3,
             ttl_ms: 60_000,
+            asker: "",
         };
         let store = store.clone();
         async move {
@@ -440,6 +441,7 @@ async fn a_surge_challenges_and_only_a_passed_captcha_reserves(b: &StoreUnderTes
                 mac: "mac",
                 attempts: 3,
                 ttl_ms: 60_000,
+                asker: "",
             };
             store
                 .reserve(ReserveRequest {
