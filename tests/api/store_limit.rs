@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use fred::prelude::{ClientLike, HashesInterface};
 use futures::StreamExt;
 use serde_json::{json, Value};
 use tollgate::settings::LockScope;
@@ -149,6 +150,31 @@ async fn hashed_subject_ids_keep_phones_names_and_addresses_out_of_redis_keys() 
         keys.iter().any(|k| k.contains(":{phone:")),
         "the kind stays readable: {keys:?}"
     );
+    // The code keeps its asker (127.0.0.1) hashed as the key names are, and
+    // a verify finds it so: a stranger's tries leave the asker's own.
+    let otp = keys
+        .iter()
+        .find(|k| k.ends_with(":otp"))
+        .unwrap_or_else(|| panic!("the code's key: {keys:?}"));
+    let raw = fred::types::Builder::from_config(
+        fred::types::config::Config::from_url(&app.redis_url).expect("a URL fred parses"),
+    )
+    .build()
+    .expect("a Redis client");
+    raw.init().await.expect("a Redis connection");
+    let asker: String = raw.hget(otp, "n").await.expect("HGET");
+    assert!(asker.len() == 32 && !asker.contains("127.0.0.1"), "{asker}");
+    let _ = raw.quit().await;
+    let code = app.sms.last_code("+8613800138000");
+    let wrong = if code == "000000" { "111111" } else { "000000" };
+    for _ in 0..5 {
+        app.sms_verify(json!({ "phone": "+8613800138000", "code": wrong, "ip": "203.0.113.9" }))
+            .await;
+    }
+    let verified = app
+        .sms_verify(json!({ "phone": "+8613800138000", "code": code }))
+        .await;
+    assert_eq!(verified.body, json!({ "valid": true }));
 
     let state = app
         .admin_get("/admin/api/subjects/phone/+8613800138000")
