@@ -149,10 +149,10 @@ impl Keys {
     /// An IP subject's id as a code keeps its asker (`WindowStore::otp_put`):
     /// hashed as in a key name when ids are hashed, so that the code's hash
     /// does not show the address its key hides.
-    pub fn code_asker(&self, ip_id: &str) -> String {
+    pub fn code_asker(&self, ip_id: String) -> String {
         match &self.ids {
-            Some(hash) => hash.id("ip", ip_id),
-            None => ip_id.to_owned(),
+            Some(hash) => hash.id("ip", &ip_id),
+            None => ip_id,
         }
     }
 
@@ -251,10 +251,14 @@ mod tests {
         assert_eq!(tag(&pair), tag(&keys.lock("user", "alice")));
         assert_eq!(tag(&pair), tag(&keys.pair_index("alice")));
         assert_eq!(otp.len(), "tg:{phone:}:otp".len() + 32);
-        let asker = keys.code_asker("192.0.2.7");
+        let asker = keys.code_asker("192.0.2.7".into());
         assert!(!asker.contains("192.0.2.7") && asker.len() == 32, "{asker}");
-        assert_eq!(asker, keys.code_asker("192.0.2.7"), "compared as it is");
-        assert_eq!(Keys::new("tg").code_asker("192.0.2.7"), "192.0.2.7");
+        assert_eq!(
+            asker,
+            keys.code_asker("192.0.2.7".into()),
+            "compared as it is"
+        );
+        assert_eq!(Keys::new("tg").code_asker("192.0.2.7".into()), "192.0.2.7");
         // Another kind, or another secret, another hash.
         assert_ne!(
             tag(&keys.lock("user", "x")),

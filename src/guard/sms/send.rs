@@ -111,7 +111,7 @@ impl SmsGuard {
             ttl: sms.code_ttl,
             asker: info
                 .ip
-                .map(|ip| self.ctx.keys.code_asker(&ip.subject_id()))
+                .map(|ip| self.ctx.keys.code_asker(ip.subject_id()))
                 .unwrap_or_default(),
         })
     }

@@ -42,7 +42,7 @@ impl SmsGuard {
         let otp_key = self.ctx.keys.subject_code(&subject);
         let client = info
             .ip
-            .map(|ip| self.ctx.keys.code_asker(&ip.subject_id()))
+            .map(|ip| self.ctx.keys.code_asker(ip.subject_id()))
             .unwrap_or_default();
         let checked = self
             .ctx
