@@ -125,8 +125,7 @@ impl SmsGuard {
 /// try on a code (or its stand-in). The count is the wrong tries the code
 /// had taken before this one in the trying address's share (the asker's,
 /// or everyone else's); a burnt code, or a used-up share, is over the
-/// limit. Verify is
-/// never relaxed by shadow mode.
+/// limit. Verify is never relaxed by shadow mode.
 fn count_verify_hit(policy: &Policy, checked: OtpOutcome) {
     let max = policy.sms.verify_attempts.limit;
     let (count, over) = match checked {
@@ -138,7 +137,8 @@ fn count_verify_hit(policy: &Policy, checked: OtpOutcome) {
 }
 
 /// The audit row of a try on a code: the wrong try that burns it or uses
-/// up the strangers' share of its tries, and every try refused after. Verify is never relaxed by shadow mode.
+/// up the strangers' share of its tries, and every try refused after.
+/// Verify is never relaxed by shadow mode.
 fn code_row(checked: OtpOutcome, rule: &Rule, phone: &Subject) -> Option<AuditEvent> {
     let row = |reason| {
         AuditEvent::new(Action::SmsVerify, AuditDecision::Deny, reason, phone)
