@@ -103,7 +103,9 @@ pub struct SendResult {
 pub struct VerifyResult {
     /// Whether the code was right; a right code is used up.
     valid: bool,
-    /// Wrong tries left before the code is burnt; only when `valid` is false.
+    /// This address's wrong tries left (the asker's own, or those everyone
+    /// else shares) before the code is burnt for it; only when `valid` is
+    /// false.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false, example = 3)]
     attempts_left: Option<u32>,
@@ -235,7 +237,11 @@ fn push_json_str(json: &mut String, text: &str) {
 ///
 /// A code is single-use. Each wrong code answers `valid: false` with
 /// `attempts_left` counting down; at 0 the code is burnt and further tries
-/// answer 429 until a new send. A phone with no code pending (used, expired
+/// answer 429 until a new send. The address that asked for the code (its
+/// client IP; an IPv6 client's /64) has `sms.max_verify_attempts` tries of
+/// its own, and every other address shares as many: strangers who use
+/// theirs up are refused, and cannot burn the asker's code. A phone with
+/// no code pending (used, expired
 /// or never sent) answers the same way, counting down from
 /// `sms.max_verify_attempts`, so the answers never tell whether a code is
 /// pending. Failed tries are also counted per client IP
@@ -254,8 +260,8 @@ fn push_json_str(json: &mut String, text: &str) {
         (status = 413, description = "`payload_too_large`: body over 16 KiB", body = ErrorBody),
         (status = 415, description = "`unsupported_media_type`: body not `application/json`, or compressed (`Content-Encoding`)", body = ErrorBody),
         (status = 403, description = "`blocklisted`: the phone or client IP is on the block list", body = ErrorBody),
-        (status = 429, description = "`rate_limited`: the code was burnt by too many wrong tries (rule `phone 5/5m`), or the client IP has had too many failed tries (`sms.verify_ip_limits`, rule `ip 30/1h`)", body = RateLimitedError,
-            headers(("Retry-After" = u64, description = "Whole seconds until the burnt code expires, or until the IP's window admits a try"))),
+        (status = 429, description = "`rate_limited`: the code was burnt by too many wrong tries, or this address's share of them is used up (rule `phone 5/5m`), or the client IP has had too many failed tries (`sms.verify_ip_limits`, rule `ip 30/1h`)", body = RateLimitedError,
+            headers(("Retry-After" = u64, description = "Whole seconds: a code's life (`sms.code_ttl`) for a burnt code, or until the IP's window admits a try"))),
         (status = 503, description = "`store_unavailable` (only with `store.on_error = \"deny\"`)", body = ErrorBody),
     ),
     security((), ("api_key" = [])),
