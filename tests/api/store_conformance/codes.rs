@@ -74,29 +74,45 @@ async fn check_from(b: &StoreUnderTest, key: &str, mac: &str, client: &str) -> O
         .expect("otp_check")
 }
 
+/// Wrong tries, each from its client, answer the tries left given.
+async fn count_down(b: &StoreUnderTest, key: &str, tries: &[(&str, u32)]) {
+    for &(client, left) in tries {
+        assert_eq!(
+            check_from(b, key, "mac-wrong", client).await,
+            OtpOutcome::Wrong {
+                attempts_left: left
+            },
+            "a wrong try from {client:?}"
+        );
+    }
+}
+
+/// Even the right code is refused as burnt to each of `clients`.
+async fn burnt_for(b: &StoreUnderTest, key: &str, mac: &str, clients: &[&str]) {
+    for &client in clients {
+        assert!(
+            matches!(
+                check_from(b, key, mac, client).await,
+                OtpOutcome::Burnt { .. }
+            ),
+            "burnt for {client:?}"
+        );
+    }
+}
+
 /// Strangers share tries of their own: using them up refuses every
 /// stranger, and the asker's code stays good for its own tries.
 async fn strangers_use_up_their_own_tries_and_cannot_burn_the_askers_code(b: &StoreUnderTest) {
     let key = b.keys.otp("phone", "+33612345686");
     put(b, &key, "mac-right", ATTEMPTS, TTL_MS, true).await;
-    for (client, left) in [(STRANGER, 2), (OTHER_STRANGER, 1), (STRANGER, 0)] {
-        assert_eq!(
-            check_from(b, &key, "mac-wrong", client).await,
-            OtpOutcome::Wrong {
-                attempts_left: left
-            },
-            "every other address counts in one share, {client}"
-        );
-    }
-    for client in [STRANGER, OTHER_STRANGER, ""] {
-        assert!(
-            matches!(
-                check_from(b, &key, "mac-right", client).await,
-                OtpOutcome::Burnt { .. }
-            ),
-            "the strangers' share is used up, even for the right code, {client:?}"
-        );
-    }
+    // Every other address counts in one share.
+    count_down(
+        b,
+        &key,
+        &[(STRANGER, 2), (OTHER_STRANGER, 1), (STRANGER, 0)],
+    )
+    .await;
+    burnt_for(b, &key, "mac-right", &[STRANGER, OTHER_STRANGER, ""]).await;
     assert_eq!(
         check(b, &key, "mac-wrong").await,
         OtpOutcome::Wrong { attempts_left: 2 },
@@ -116,23 +132,8 @@ async fn strangers_use_up_their_own_tries_and_cannot_burn_the_askers_code(b: &St
 async fn the_askers_last_wrong_try_burns_the_code_for_everyone(b: &StoreUnderTest) {
     let key = b.keys.otp("phone", "+33612345687");
     put(b, &key, "mac-right", ATTEMPTS, TTL_MS, true).await;
-    for left in [2, 1, 0] {
-        assert_eq!(
-            check(b, &key, "mac-wrong").await,
-            OtpOutcome::Wrong {
-                attempts_left: left
-            }
-        );
-    }
-    for client in [ASKER, STRANGER, ""] {
-        assert!(
-            matches!(
-                check_from(b, &key, "mac-right", client).await,
-                OtpOutcome::Burnt { .. }
-            ),
-            "burnt for {client:?}"
-        );
-    }
+    count_down(b, &key, &[(ASKER, 2), (ASKER, 1), (ASKER, 0)]).await;
+    burnt_for(b, &key, "mac-right", &[ASKER, STRANGER, ""]).await;
     let other = b.keys.otp("phone", "+33612345688");
     put(b, &other, "mac-right", ATTEMPTS, TTL_MS, true).await;
     assert_eq!(
@@ -185,13 +186,8 @@ async fn send(b: &StoreUnderTest, phone: &str, mac: &str, asker: &str) {
 async fn a_send_over_a_used_up_stand_in_gives_both_shares_afresh(b: &StoreUnderTest) {
     let phone = "+33612345690";
     let key = b.keys.otp("phone", phone);
-    for _ in 0..ATTEMPTS {
-        check_from(b, &key, "mac-any", STRANGER).await;
-    }
-    assert!(matches!(
-        check_from(b, &key, "mac-any", STRANGER).await,
-        OtpOutcome::Burnt { .. }
-    ));
+    count_down(b, &key, &[(STRANGER, 2), (STRANGER, 1), (STRANGER, 0)]).await;
+    burnt_for(b, &key, "mac-any", &[STRANGER]).await;
     send(b, phone, "mac-right", ASKER).await;
     assert_eq!(
         check_from(b, &key, "mac-wrong", STRANGER).await,
@@ -213,19 +209,9 @@ async fn a_send_from_another_address_makes_that_address_the_asker(b: &StoreUnder
     let key = b.keys.otp("phone", phone);
     send(b, phone, "mac-first", ASKER).await;
     send(b, phone, "mac-second", STRANGER).await;
-    for left in [2, 1, 0] {
-        assert_eq!(
-            check(b, &key, "mac-wrong").await,
-            OtpOutcome::Wrong {
-                attempts_left: left
-            },
-            "the first asker counts with everyone else now"
-        );
-    }
-    assert!(matches!(
-        check(b, &key, "mac-second").await,
-        OtpOutcome::Burnt { .. }
-    ));
+    // The first asker counts with everyone else now.
+    count_down(b, &key, &[(ASKER, 2), (ASKER, 1), (ASKER, 0)]).await;
+    burnt_for(b, &key, "mac-second", &[ASKER]).await;
     assert_eq!(
         check_from(b, &key, "mac-second", STRANGER).await,
         OtpOutcome::Valid {
@@ -240,19 +226,8 @@ async fn a_send_from_another_address_makes_that_address_the_asker(b: &StoreUnder
 async fn a_code_asked_for_without_an_address_counts_every_try_in_one_share(b: &StoreUnderTest) {
     let key = b.keys.otp("phone", "+33612345689");
     put_by(b, &key, "mac-right", (ATTEMPTS, TTL_MS), true, "").await;
-    for (client, left) in [("", 2), (STRANGER, 1), ("", 0)] {
-        assert_eq!(
-            check_from(b, &key, "mac-wrong", client).await,
-            OtpOutcome::Wrong {
-                attempts_left: left
-            },
-            "{client:?}"
-        );
-    }
-    assert!(matches!(
-        check_from(b, &key, "mac-right", "").await,
-        OtpOutcome::Burnt { .. }
-    ));
+    count_down(b, &key, &[("", 2), (STRANGER, 1), ("", 0)]).await;
+    burnt_for(b, &key, "mac-right", &[""]).await;
 }
 
 /// A code put as not counted (an allow-listed send) says so when it is
@@ -285,33 +260,10 @@ async fn a_code_says_whether_its_send_was_counted(b: &StoreUnderTest) {
 /// A counted send's code, stored by `reserve`, over an exempt one is
 /// counted: nothing of the exempt code's mark is left.
 async fn a_reserved_code_over_an_exempt_one_is_counted(b: &StoreUnderTest) {
-    let key = b.keys.otp("phone", "+33612345679");
-    let window_key = b.keys.window("phone", "+33612345679", "sms_send");
-    let store = b.store();
+    let phone = "+33612345679";
+    let key = b.keys.otp("phone", phone);
     put(b, &key, "mac-a", ATTEMPTS, TTL_MS, false).await;
-    let windows = [WindowSpec::enforce(5, 60_000)];
-    let subjects = [SubjectWindows {
-        key: &window_key,
-        windows: &windows,
-    }];
-    let sent = store
-        .reserve(ReserveRequest {
-            subjects: &subjects,
-            conversions: &[],
-            member: "send-1",
-            gate_open: false,
-            force: false,
-            code: Some(CodeToStore {
-                key: &key,
-                mac: "mac-b",
-                attempts: ATTEMPTS,
-                ttl_ms: TTL_MS,
-                asker: ASKER,
-            }),
-        })
-        .await
-        .expect("reserve");
-    assert!(sent.recorded);
+    send(b, phone, "mac-b", ASKER).await;
     assert_eq!(
         check(b, &key, "mac-b").await,
         OtpOutcome::Valid {
@@ -341,14 +293,7 @@ async fn a_code_is_valid_once_then_a_stand_in_answers(b: &StoreUnderTest) {
 async fn wrong_codes_count_down_then_burn_the_code_until_it_expires(b: &StoreUnderTest) {
     let key = b.keys.otp("phone", "+33612345679");
     put(b, &key, "mac-right", 3, 2_000, true).await;
-    for left in [2, 1, 0] {
-        assert_eq!(
-            check(b, &key, "mac-wrong").await,
-            OtpOutcome::Wrong {
-                attempts_left: left
-            }
-        );
-    }
+    count_down(b, &key, &[(ASKER, 2), (ASKER, 1), (ASKER, 0)]).await;
     b.advance(500).await;
     for offered in ["mac-right", "mac-wrong", "mac-righ"] {
         let OtpOutcome::Burnt { retry_after_ms } = check(b, &key, offered).await else {
@@ -370,14 +315,7 @@ async fn wrong_codes_count_down_then_burn_the_code_until_it_expires(b: &StoreUnd
 
 async fn without_a_code_a_stand_in_counts_down_and_burns_alike(b: &StoreUnderTest) {
     let key = b.keys.otp("phone", "+33612345684");
-    for left in [2, 1, 0] {
-        assert_eq!(
-            check(b, &key, "mac-any").await,
-            OtpOutcome::Wrong {
-                attempts_left: left
-            }
-        );
-    }
+    count_down(b, &key, &[(ASKER, 2), (ASKER, 1), (ASKER, 0)]).await;
     for offered in ["mac-any", "", "x"] {
         let OtpOutcome::Burnt { retry_after_ms } = check(b, &key, offered).await else {
             panic!("a burnt stand-in answers Burnt to {offered:?}");
