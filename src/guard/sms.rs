@@ -96,6 +96,16 @@ impl SmsGuard {
         }
     }
 
+    /// How a code names the client that asks for it or tries it: its IP
+    /// subject's id as `Keys::code_asker` keeps it; `""` without an IP.
+    /// A send and a verify must name one address alike, or the asker would
+    /// be a stranger to its own code.
+    fn code_client(&self, info: &RequestInfo) -> String {
+        info.ip
+            .map(|ip| self.ctx.keys.code_asker(ip.subject_id()))
+            .unwrap_or_default()
+    }
+
     async fn secret(&self) -> Result<&[u8], StoreError> {
         if let Some(secret) = &self.configured_secret {
             return Ok(secret);

@@ -109,10 +109,7 @@ impl SmsGuard {
             key: self.ctx.keys.subject_code(phone),
             attempts: sms.max_verify_attempts,
             ttl: sms.code_ttl,
-            asker: info
-                .ip
-                .map(|ip| self.ctx.keys.code_asker(ip.subject_id()))
-                .unwrap_or_default(),
+            asker: self.code_client(info),
         })
     }
 

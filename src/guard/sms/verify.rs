@@ -40,10 +40,7 @@ impl SmsGuard {
         };
         let mac = code::mac(self.secret().await?, phone.e164(), code);
         let otp_key = self.ctx.keys.subject_code(&subject);
-        let client = info
-            .ip
-            .map(|ip| self.ctx.keys.code_asker(ip.subject_id()))
-            .unwrap_or_default();
+        let client = self.code_client(info);
         let checked = self
             .ctx
             .store
