@@ -377,6 +377,14 @@ impl WindowStore for MemoryStore {
         })
     }
 
+    async fn otp_drop(&self, key: &str, mac: &str) -> Result<(), StoreError> {
+        let now = self.clock.now_ms();
+        self.with_subject(key, now, Access::Write, |subject| {
+            subject.drop_otp(key, mac, now)
+        });
+        Ok(())
+    }
+
     async fn delete(&self, keys: &[String]) -> Result<(), StoreError> {
         let now = self.clock.now_ms();
         for key in keys {

@@ -278,7 +278,12 @@ pub trait WindowStore: Send + Sync {
     /// whether a code was pending.
     async fn otp_check(&self, code: CodeTry<'_>) -> Result<OtpOutcome, StoreError>;
 
-    /// Delete keys (a failed delivery's code, an admin unblock).
+    /// Delete the code at `key` if it is still the one sealed as `mac`: a
+    /// failed delivery takes back its own code, never one a racing send
+    /// has put since (whose SMS went out).
+    async fn otp_drop(&self, key: &str, mac: &str) -> Result<(), StoreError>;
+
+    /// Delete keys (an admin unblock).
     async fn delete(&self, keys: &[String]) -> Result<(), StoreError>;
 
     /// Set `key` to `candidate` unless it holds a value; return the stored value.

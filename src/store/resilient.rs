@@ -416,6 +416,16 @@ impl WindowStore for ResilientStore {
         resilient!(self, |s| s.otp_check(code), open: None)
     }
 
+    async fn otp_drop(&self, key: &str, mac: &str) -> Result<(), StoreError> {
+        // Both stores: a code put during an outage is held locally, and the
+        // call that timed out may have reached Redis after all.
+        let dropped = resilient!(self, |s| s.otp_drop(key, mac), open: None);
+        if let Some(local) = self.local_codes() {
+            let _ = local.otp_drop(key, mac).await;
+        }
+        dropped
+    }
+
     async fn delete(&self, keys: &[String]) -> Result<(), StoreError> {
         let deleted = resilient!(self, |s| s.delete(keys), open: None);
         if let Some(local) = self.local_codes() {

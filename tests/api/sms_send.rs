@@ -21,6 +21,7 @@ on_both_backends!(
     the_captcha_tier_refuses_until_a_captcha_is_passed,
     regions_outside_the_allow_list_or_on_the_deny_list_are_refused,
     a_failed_delivery_gives_the_reservation_back,
+    a_failed_delivery_deletes_its_own_code_not_one_a_racing_send_put,
     shadow_mode_lets_everything_through_and_audits_what_it_would_refuse,
     the_64s_of_one_network_share_its_captcha_tier,
     a_network_window_refuses_every_64_of_the_network,
@@ -252,6 +253,34 @@ async fn a_failed_delivery_gives_the_reservation_back(backend: Backend) {
         .sms_verify(json!({ "phone": PHONE, "code": code }))
         .await;
     assert_eq!(verified.body, json!({ "valid": true }));
+}
+
+async fn a_failed_delivery_deletes_its_own_code_not_one_a_racing_send_put(backend: Backend) {
+    let app = spawn_app(backend, |_| {}).await;
+    let held = app.sms.hold_next_failure();
+
+    let failing = app.sms_send(json!({ "phone": PHONE }));
+    let racing = async {
+        held.arrived
+            .await
+            .expect("the first send reaches the provider");
+        let sent = app.sms_send(json!({ "phone": PHONE })).await;
+        let _ = held.release.send(());
+        sent
+    };
+    let (failed, sent) = tokio::join!(failing, racing);
+    assert_eq!(failed.status, 502, "{}", failed.body);
+    assert_eq!(sent.status, 200, "{}", sent.body);
+
+    let code = app.sms.last_code(PHONE);
+    let verified = app
+        .sms_verify(json!({ "phone": PHONE, "code": code }))
+        .await;
+    assert_eq!(
+        verified.body,
+        json!({ "valid": true }),
+        "the SMS that went out verifies after the other send failed"
+    );
 }
 
 async fn shadow_mode_lets_everything_through_and_audits_what_it_would_refuse(backend: Backend) {

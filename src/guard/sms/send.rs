@@ -114,7 +114,8 @@ impl SmsGuard {
     }
 
     /// Deliver the code; when that fails, give the reservation back and
-    /// delete the code, so that the failed send costs the caller nothing.
+    /// delete the code, so that the failed send costs the caller nothing:
+    /// this send's code only, not one a racing send has put since.
     async fn deliver_or_undo(
         &self,
         req: &SendRequest,
@@ -130,7 +131,7 @@ impl SmsGuard {
         if let Some(reservation) = reservation {
             reservation.roll_back(store).await;
         }
-        if let Err(e) = store.delete(std::slice::from_ref(&code.key)).await {
+        if let Err(e) = store.otp_drop(&code.key, &code.mac).await {
             tracing::warn!(request_id = %crate::telemetry::request_id(), error = %e, "could not delete the code of a failed send");
         }
         Err(error.into())

@@ -1,5 +1,5 @@
-//! One-time codes in the in-process store: the twin of `lua/otp_put.lua`
-//! and `lua/otp_check.lua`.
+//! One-time codes in the in-process store: the twin of `lua/otp_put.lua`,
+//! `lua/otp_check.lua` and `lua/otp_drop.lua`.
 
 use subtle::ConstantTimeEq;
 
@@ -25,6 +25,17 @@ impl Subject {
                     expires_at: Some(now + code.ttl_ms),
                 },
             );
+        }
+    }
+
+    /// `WindowStore::otp_drop`: delete the code at `key` if it is the one
+    /// sealed as `mac`.
+    pub(super) fn drop_otp(&mut self, key: &str, mac: &str, now: u64) {
+        let sealed_so = self
+            .live(key, now)
+            .is_some_and(|e| matches!(&e.value, Value::Otp { mac: m, .. } if m == mac));
+        if sealed_so {
+            self.entries.remove(key);
         }
     }
 

@@ -26,6 +26,7 @@ pub(super) struct Scripts {
     pub(super) login_state: Script,
     pub(super) otp_put: Script,
     pub(super) otp_check: Script,
+    pub(super) otp_drop: Script,
     pub(super) get_or_init: Script,
     pub(super) undo: Script,
     pub(super) conversion_count: Script,
@@ -42,6 +43,7 @@ impl Scripts {
             login_state: Script::from_lua(include_str!("../../../lua/login_state.lua")),
             otp_put: Script::from_lua(include_str!("../../../lua/otp_put.lua")),
             otp_check: Script::from_lua(include_str!("../../../lua/otp_check.lua")),
+            otp_drop: Script::from_lua(include_str!("../../../lua/otp_drop.lua")),
             get_or_init: Script::from_lua(include_str!("../../../lua/get_or_init.lua")),
             undo: Script::from_lua(include_str!("../../../lua/undo.lua")),
             conversion_count: Script::from_lua(include_str!("../../../lua/conversion_count.lua")),
@@ -55,12 +57,13 @@ impl Scripts {
     /// `reserve.lua` and `login_attempt.lua` are not among them: they are
     /// rendered per request shape (`reserve_script_for`, `login_script_for`)
     /// and load on their first use.
-    pub(super) fn all(&self) -> [&Script; 11] {
+    pub(super) fn all(&self) -> [&Script; 12] {
         [
             &self.window_peek,
             &self.login_state,
             &self.otp_put,
             &self.otp_check,
+            &self.otp_drop,
             &self.get_or_init,
             &self.undo,
             &self.conversion_count,

@@ -347,6 +347,12 @@ impl WindowStore for RedisStore {
         })
     }
 
+    async fn otp_drop(&self, key: &str, mac: &str) -> Result<(), StoreError> {
+        let args = || vec![Value::from(mac)];
+        let _: i64 = self.eval(&self.scripts.otp_drop, &[key], args).await?;
+        Ok(())
+    }
+
     async fn delete(&self, keys: &[String]) -> Result<(), StoreError> {
         if keys.is_empty() {
             return Ok(());

@@ -12,6 +12,7 @@ on_both_backends!(
     wrong_codes_count_down_then_burn_the_code_until_it_expires,
     without_a_code_a_stand_in_counts_down_and_burns_alike,
     putting_a_code_replaces_the_previous_one,
+    dropping_a_code_deletes_it_only_while_it_is_the_one_sealed_so,
     a_code_says_whether_its_send_was_counted,
     a_reserved_code_over_an_exempt_one_is_counted,
     strangers_use_up_their_own_tries_and_cannot_burn_the_askers_code,
@@ -360,6 +361,33 @@ async fn putting_a_code_replaces_the_previous_one(b: &StoreUnderTest) {
         },
         "the right code after one wrong try: two tries were left"
     );
+}
+
+/// A failed delivery's roll-back: a racing send's code stays.
+async fn dropping_a_code_deletes_it_only_while_it_is_the_one_sealed_so(b: &StoreUnderTest) {
+    let key = b.keys.otp("phone", "+33612345690");
+    let drop = |mac: &'static str| {
+        let key = key.clone();
+        async move { b.store().otp_drop(&key, mac).await.expect("otp_drop") }
+    };
+    drop("mac-none").await;
+    assert!(!b.exists(&key).await, "dropping nothing puts nothing");
+
+    put(b, &key, "mac-failed", 3, 60_000, true).await;
+    put(b, &key, "mac-raced", 3, 60_000, true).await;
+    drop("mac-failed").await;
+    assert_eq!(
+        check(b, &key, "mac-raced").await,
+        OtpOutcome::Valid {
+            attempts_left: 3,
+            counted: true
+        },
+        "the code put since the failed one stays"
+    );
+
+    put(b, &key, "mac-failed", 3, 60_000, true).await;
+    drop("mac-failed").await;
+    assert!(!b.exists(&key).await, "its own code is deleted");
 }
 
 async fn a_code_expires_after_its_ttl(b: &StoreUnderTest) {

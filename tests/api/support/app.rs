@@ -62,9 +62,35 @@ macro_rules! on_both_backends {
 pub struct CapturingSender {
     messages: Arc<Mutex<Vec<SmsMessage>>>,
     failing: Arc<Mutex<bool>>,
+    held: Arc<Mutex<Option<Hold>>>,
+}
+
+/// The provider's side of [`CapturingSender::hold_next_failure`].
+struct Hold {
+    arrived: tokio::sync::oneshot::Sender<()>,
+    release: tokio::sync::oneshot::Receiver<()>,
+}
+
+/// The test's side of a held send: `arrived` resolves once the send is at
+/// the provider; sending on `release` (or dropping it) lets it fail.
+pub struct HeldFailure {
+    pub arrived: tokio::sync::oneshot::Receiver<()>,
+    pub release: tokio::sync::oneshot::Sender<()>,
 }
 
 impl CapturingSender {
+    /// The next send waits at the provider until released, then fails:
+    /// for a test of what happens meanwhile.
+    pub fn hold_next_failure(&self) -> HeldFailure {
+        let (arrived_tx, arrived) = tokio::sync::oneshot::channel();
+        let (release, release_rx) = tokio::sync::oneshot::channel();
+        *self.held.lock() = Some(Hold {
+            arrived: arrived_tx,
+            release: release_rx,
+        });
+        HeldFailure { arrived, release }
+    }
+
     pub fn messages(&self) -> Vec<SmsMessage> {
         self.messages.lock().clone()
     }
@@ -90,6 +116,14 @@ impl CapturingSender {
 #[async_trait]
 impl SmsSender for CapturingSender {
     async fn send(&self, message: &SmsMessage) -> Result<(), DeliveryError> {
+        let held = self.held.lock().take();
+        if let Some(hold) = held {
+            let _ = hold.arrived.send(());
+            let _ = hold.release.await;
+            return Err(DeliveryError::Rejected(
+                "held, then failed by the test".into(),
+            ));
+        }
         if *self.failing.lock() {
             return Err(DeliveryError::Rejected("503 from the test provider".into()));
         }
