@@ -211,7 +211,7 @@ async fn every_admin_route_asks_for_the_token_first_and_is_never_cached() {
         s.audit.spool_dir = spool.display().to_string();
     })
     .await;
-    let routes: [(&str, &str, u16); 14] = [
+    let routes: [(&str, &str, u16); 18] = [
         ("GET", "/admin/api/events", 200),
         ("GET", "/admin/api/events.csv", 200),
         ("GET", "/admin/api/lists", 200),
@@ -226,6 +226,10 @@ async fn every_admin_route_asks_for_the_token_first_and_is_never_cached() {
         ("GET", "/admin", 200),
         ("GET", "/admin/overview?period=forever", 400),
         ("GET", "/admin/lists", 200),
+        ("GET", "/admin/nowhere", 404),
+        ("POST", "/admin/lists/x", 404),
+        ("GET", "/admin/subjects/user", 404),
+        ("DELETE", "/admin/", 405),
     ];
     for (method, path, admitted) in routes {
         let url = format!("{}{path}", app.address);

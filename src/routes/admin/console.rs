@@ -110,6 +110,19 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     );
 }
 
+/// Every other path under `/admin/`, registered after every admin route:
+/// behind the console's door too, so that a stranger gets the 401 every
+/// admin route gives and cannot map the routes by their 404s; an admin
+/// gets the JSON 404.
+pub fn configure_other_paths(cfg: &mut web::ServiceConfig) {
+    let door = actix_web::middleware::from_fn(console_gate);
+    cfg.service(
+        web::resource("/admin/{rest:.*}")
+            .to(crate::routes::not_found)
+            .wrap(door),
+    );
+}
+
 /// The console's door: Bearer or Basic, refusals as HTML pages.
 async fn console_gate(
     req: actix_web::dev::ServiceRequest,

@@ -49,4 +49,5 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     );
     console::configure(cfg);
     sso::configure(cfg);
+    console::configure_other_paths(cfg);
 }
