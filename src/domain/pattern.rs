@@ -18,6 +18,14 @@ fn push_char(out: &mut String, cp: u32) {
     }
 }
 
+/// General category Cc, the control characters (`char::is_control`).
+pub const CONTROL: &[Range] = &[(0x00, 0x1f), (0x7f, 0x9f)];
+
+/// Text with no control character anywhere.
+pub fn without_control() -> String {
+    format!("^[^{}]*$", class_members(CONTROL))
+}
+
 /// The members of a bracket expression (without the brackets) for `ranges`.
 pub fn class_members(ranges: &[Range]) -> String {
     let mut out = String::new();

@@ -5,7 +5,7 @@ use std::sync::LazyLock;
 
 use unicode_normalization::UnicodeNormalization;
 
-use super::pattern::{class_members, in_ranges, Range, WHITE_SPACE};
+use super::pattern::{class_members, in_ranges, Range, CONTROL, WHITE_SPACE};
 
 /// The most characters a name may have as given (before normalisation).
 pub const MAX_CHARS: usize = 256;
@@ -37,9 +37,6 @@ pub enum UsernameError {
 /// leave unnormalised), which is Unicode's `NFKC_Casefold` in all but name.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Username(String);
-
-/// General category Cc: refused anywhere in a name.
-const CONTROL: &[Range] = &[(0x00, 0x1f), (0x7f, 0x9f)];
 
 /// Unicode's Default_Ignorable_Code_Point (DerivedCoreProperties.txt): code
 /// points that render as nothing, so a name with them looks like one without.

@@ -171,6 +171,26 @@ fn canonical(net: IpNet) -> IpNet {
 }
 
 /// A number in E.164, or `+` digits `*` for a prefix (at least one digit).
+/// The longest note an admin may give an entry, in characters: a line on
+/// the Lists page, and within the console form's size at any script.
+pub const MAX_NOTE_CHARS: usize = 256;
+
+/// An admin's note, trimmed: one line of text, checked as given (as the
+/// OpenAPI document's `pattern` and `maxLength` say). A control character
+/// (NUL among them, which PostgreSQL refuses in text) or an over-long note
+/// is the caller's mistake, not the database's.
+pub fn checked_note(note: &str) -> Result<String, String> {
+    if note.chars().any(char::is_control) {
+        return Err("the note holds a control character (one line of text)".into());
+    }
+    if note.chars().count() > MAX_NOTE_CHARS {
+        return Err(format!(
+            "the note is longer than {MAX_NOTE_CHARS} characters"
+        ));
+    }
+    Ok(note.trim().to_string())
+}
+
 fn normalise_phone(value: &str) -> Result<String, String> {
     let value = value.trim();
     if let Some(prefix) = value.strip_suffix('*') {
@@ -190,6 +210,26 @@ fn normalise_phone(value: &str) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn notes_are_one_line_of_bounded_length_as_the_document_says() {
+        assert_eq!(checked_note("  abuse "), Ok("abuse".to_string()));
+        assert!(checked_note(&"é".repeat(MAX_NOTE_CHARS)).is_ok());
+        let long = "x".repeat(MAX_NOTE_CHARS + 1);
+        for bad in ["a\u{0}b", "a\nb", "a\u{85}b", "\t", &long] {
+            assert!(checked_note(bad).is_err(), "{bad:?}");
+        }
+        let pattern = regex::Regex::new(&crate::domain::pattern::without_control())
+            .expect("the pattern compiles");
+        for c in (0..0x300).filter_map(char::from_u32) {
+            let text = format!("a{c}b");
+            assert_eq!(
+                pattern.is_match(&text),
+                checked_note(&text).is_ok(),
+                "{c:?}"
+            );
+        }
+    }
 
     #[test]
     fn values_are_normalised_as_requests_are() {

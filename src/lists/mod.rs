@@ -13,7 +13,9 @@ use chrono::{SubsecRound, Utc};
 use parking_lot::RwLock;
 use uuid::Uuid;
 
-pub use entry::{normalise, EntryKind, EntrySource, ListEntry, ListName};
+pub use entry::{
+    checked_note, normalise, EntryKind, EntrySource, ListEntry, ListName, MAX_NOTE_CHARS,
+};
 pub use matcher::{Listed, Matcher, Request as ListRequest};
 
 /// Why a list change was refused.
@@ -115,12 +117,13 @@ impl Lists {
     ) -> Result<ListEntry, ListError> {
         let db = self.db()?;
         let value = normalise(kind, value).map_err(ListError::Invalid)?;
+        let note = checked_note(note).map_err(ListError::Invalid)?;
         let entry = ListEntry {
             id: Some(crate::uuid_v7::now()),
             list,
             kind,
             value,
-            note: note.trim().to_string(),
+            note,
             source: EntrySource::Admin,
             created_at: Some(Utc::now().trunc_subsecs(3)),
         };

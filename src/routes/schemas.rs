@@ -103,6 +103,18 @@ pub fn user() -> Object {
         .build()
 }
 
+/// An admin's note on a list entry (`lists::checked_note`).
+pub fn note() -> Object {
+    text(&pattern::without_control())
+        .max_length(Some(crate::lists::MAX_NOTE_CHARS))
+        .description(Some(
+            "Why the entry is added: one line, no control characters, white space at either \
+             end trimmed.",
+        ))
+        .examples(["abuse"])
+        .build()
+}
+
 fn ip_text() -> ObjectBuilder {
     text(&client_ip::ADDRESS_PATTERN)
         .description(Some(

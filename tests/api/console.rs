@@ -1013,6 +1013,20 @@ async fn the_lists_page_adds_and_deletes_entries() {
     )
     .await;
     assert_html(&bad, 400, "a bad value");
+    let nul_note = post_form(
+        &app,
+        "/admin/lists",
+        &[
+            ("csrf", &csrf),
+            ("list", "block"),
+            ("kind", "user"),
+            ("value", "mallory"),
+            ("note", "a\u{0}b"),
+        ],
+        ADMIN,
+    )
+    .await;
+    assert_html(&nul_note, 400, "a control character in the note");
 
     // Both changes are audited, the block list as the reason.
     app.flush_audit().await;

@@ -354,6 +354,16 @@ async fn bad_entries_answer_400_and_unknown_ids_404(kind: DbKind) {
         ("phone", json!({ "list": "block", "value": "+1 555" })),
         ("ip", json!({ "list": "deny", "value": "192.0.2.1" })),
         ("user", json!({ "list": "block" })),
+        // PostgreSQL refuses NUL in text: a 400, never a 503 that looks
+        // like an outage.
+        (
+            "user",
+            json!({ "list": "block", "value": "mallory", "note": "a\u{0}b" }),
+        ),
+        (
+            "user",
+            json!({ "list": "block", "value": "mallory", "note": "x".repeat(257) }),
+        ),
         (
             "user",
             json!({ "list": "block", "kind": "user", "value": "x" }),

@@ -35,6 +35,7 @@ macro_rules! new_entry {
             pub value: String,
             /// Why it is added.
             #[serde(default)]
+            #[schema(schema_with = schemas::note)]
             pub note: String,
         }
     };
