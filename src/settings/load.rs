@@ -263,6 +263,85 @@ mod tests {
         );
     }
 
+    /// A URL its client could not parse, or a webhook header no request
+    /// can carry, stops start-up (and `check-config`) naming its key, not
+    /// the first call; the URL's password is not repeated.
+    #[test]
+    fn urls_and_headers_their_clients_cannot_take_are_refused_naming_the_key() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let path = dir.path().join("tollgate.toml");
+        let redis = |url: &str| {
+            format!(
+                "[store]\nbackend = \"redis\"\nredis_url = \"{url}\"\n\
+                 [sms]\ncode_secret = \"{TOKEN}\"\n"
+            )
+        };
+        let webhook = |url: &str, header: &str| {
+            format!(
+                "[sms.provider]\nkind = \"webhook\"\nurl = \"{url}\"\n\
+                 headers = {{ {header} }}\n"
+            )
+        };
+        let refused = [
+            (redis("redis://u:pw-secret@:::::"), "store.redis_url"),
+            (redis("redis://h:99999999"), "store.redis_url"),
+            (redis("redis://:6379"), "store.redis_url"),
+            (redis("redis-cluster://h1:7000,h2:port"), "store.redis_url"),
+            (
+                "[audit]\ndatabase_url = \"postgres://u:pw-secret@h:notaport/db\"\n".into(),
+                "audit.database_url",
+            ),
+            (
+                webhook("http://u:pw-secret@[::1", "\"X-A\" = \"v\""),
+                "sms.provider.url",
+            ),
+            (
+                webhook("http://exa mple.com/", "\"X-A\" = \"v\""),
+                "sms.provider.url",
+            ),
+            (
+                webhook("http://h:99999/", "\"X-A\" = \"v\""),
+                "sms.provider.url",
+            ),
+            (
+                webhook("http://h/", "\"Bad Header\" = \"v\""),
+                "sms.provider.headers.Bad Header",
+            ),
+            (
+                webhook("http://h/", "\"X-A\" = \"a\\nb\""),
+                "sms.provider.headers.X-A",
+            ),
+            (
+                "[captcha]\nverify_url = \"http://[::1\"\n".into(),
+                "captcha.verify_url",
+            ),
+            (
+                "[email]\nsmtp_url = \"smtp://[::1\"\n".into(),
+                "email.smtp_url",
+            ),
+        ];
+        for (text, key) in refused {
+            let error = Settings::load_text(&path, &text)
+                .expect_err(&text)
+                .to_string();
+            assert!(error.contains(key), "{text}: {error}");
+            assert!(!error.contains("pw-secret"), "{error}");
+        }
+        let taken = [
+            redis("redis://:pw@127.0.0.1:6379/2"),
+            redis("rediss://[::1]:6380"),
+            redis("redis-cluster://u:p@h1:7000,h2:7001,[::1]:7002/?x=1"),
+            "[audit]\ndatabase_url = \"sqlite::memory:\"\n".into(),
+            "[audit]\ndatabase_url = \"sqlite://audit.db?mode=rwc\"\n".into(),
+            "[audit]\ndatabase_url = \"postgresql://u:p@[::1]:5432/db?sslmode=require\"\n".into(),
+            webhook("https://hooks.example/sms?t=1", "\"X-Token\" = \"t0k\""),
+            "[email]\nsmtp_url = \"smtps://u:p@mail.example:465\"\n".into(),
+        ];
+        for text in taken {
+            Settings::load_text(&path, &text).expect(&text);
+        }
+    }
+
     /// A network is 32 to 64 bits: wider would count registries as one
     /// client, narrower splits the /64 an IP subject is.
     #[test]

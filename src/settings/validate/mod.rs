@@ -104,6 +104,55 @@ fn url_scheme(key: &str, url: &str, schemes: &[&str]) -> Check {
     Ok(())
 }
 
+/// A URL of one of `schemes`, with a host, that parses (the `url` crate,
+/// which reqwest and lettre parse with, and fred for each node): a typo in
+/// a host or a port stops start-up here, naming the key, rather than
+/// failing every call later. Never prints the URL, which may hold a
+/// password.
+fn url_with_host(key: &str, url: &str, schemes: &[&str]) -> Check {
+    url_scheme(key, url, schemes)?;
+    for node in nodes(url) {
+        match url::Url::parse(&node) {
+            Ok(parsed) if parsed.has_host() => {}
+            Ok(_) => return Err(SettingsError::invalid(key, "names no host")),
+            Err(e) => return Err(SettingsError::invalid(key, format!("is not a URL: {e}"))),
+        }
+    }
+    Ok(())
+}
+
+/// A Redis Cluster URL's nodes (`redis-cluster://u:p@h1:p1,h2:p2/`), each as
+/// a URL of its own; any other URL as it is.
+fn nodes(url: &str) -> Vec<String> {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return vec![url.to_owned()];
+    };
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    let (userinfo, hosts) = match authority.rsplit_once('@') {
+        Some((user, hosts)) => (format!("{user}@"), hosts),
+        None => (String::new(), authority),
+    };
+    if !hosts.contains(',') {
+        return vec![url.to_owned()];
+    }
+    hosts
+        .split(',')
+        .map(|host| format!("{scheme}://{userinfo}{host}{tail}"))
+        .collect()
+}
+
+/// `audit.database_url` as sqlx reads it when it opens the pool.
+fn database_url(url: &str) -> Check {
+    use std::str::FromStr;
+    let parsed = if url.starts_with("sqlite:") {
+        sqlx::sqlite::SqliteConnectOptions::from_str(url).map(drop)
+    } else {
+        sqlx::postgres::PgConnectOptions::from_str(url).map(drop)
+    };
+    parsed.map_err(|e| SettingsError::invalid("audit.database_url", format!("is not a URL: {e}")))
+}
+
 impl Settings {
     pub(super) fn validate(&self) -> Check {
         server::bearer_secrets(&self.server)?;
@@ -165,7 +214,7 @@ impl Settings {
                      or a cluster (redis-cluster://)",
                 ));
             }
-            url_scheme(
+            url_with_host(
                 "store.redis_url",
                 store.redis_url.expose(),
                 &[
@@ -187,6 +236,7 @@ impl Settings {
             audit.database_url.expose(),
             &["sqlite:", "postgres://", "postgresql://"],
         )?;
+        database_url(audit.database_url.expose())?;
         within("audit.batch_size", audit.batch_size, MAX_BATCH_SIZE)?;
         within(
             "audit.queue_capacity",
@@ -331,16 +381,31 @@ impl Settings {
     fn check_sms_provider(&self) -> Check {
         let provider = &self.sms.provider;
         duration("sms.provider.timeout", provider.timeout)?;
+        for (name, value) in &provider.headers {
+            let key = format!("sms.provider.headers.{name}");
+            if reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_err() {
+                return Err(SettingsError::invalid(
+                    &key,
+                    "is not a valid HTTP header name",
+                ));
+            }
+            if reqwest::header::HeaderValue::from_str(value.expose()).is_err() {
+                return Err(SettingsError::invalid(
+                    &key,
+                    "is not a valid HTTP header value",
+                ));
+            }
+        }
         match provider.kind {
             SmsProviderKind::Log => {}
-            SmsProviderKind::Webhook => url_scheme(
+            SmsProviderKind::Webhook => url_with_host(
                 "sms.provider.url",
                 provider.url.expose(),
                 &["http://", "https://"],
             )?,
             SmsProviderKind::Twilio => {
                 if !provider.url.is_empty() {
-                    url_scheme(
+                    url_with_host(
                         "sms.provider.url",
                         provider.url.expose(),
                         &["http://", "https://"],
@@ -400,7 +465,7 @@ impl Settings {
         }
         duration("captcha.timeout", self.captcha.timeout)?;
         if !self.captcha.verify_url.is_empty() {
-            url_scheme(
+            url_with_host(
                 "captcha.verify_url",
                 self.captcha.verify_url.expose(),
                 &["http://", "https://"],
@@ -422,7 +487,7 @@ impl Settings {
     fn check_email(&self) -> Check {
         let email = &self.email;
         if !email.smtp_url.expose().is_empty() {
-            url_scheme(
+            url_with_host(
                 "email.smtp_url",
                 email.smtp_url.expose(),
                 &["smtp://", "smtps://"],
