@@ -1027,6 +1027,21 @@ async fn the_lists_page_adds_and_deletes_entries() {
     )
     .await;
     assert_html(&nul_note, 400, "a control character in the note");
+    let long = "x".repeat(5_000);
+    let oversized = post_form(
+        &app,
+        "/admin/lists",
+        &[
+            ("csrf", &csrf),
+            ("list", "block"),
+            ("kind", "user"),
+            ("value", "mallory"),
+            ("note", &long),
+        ],
+        ADMIN,
+    )
+    .await;
+    assert_html(&oversized, 413, "a form over its 4 KB");
 
     // Both changes are audited, the block list as the reason.
     app.flush_audit().await;

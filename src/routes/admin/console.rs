@@ -7,6 +7,7 @@
 //! `admin`; HTML comes from `templates/admin/` only.
 
 mod events;
+mod form_body;
 mod lists;
 mod overview;
 mod subject;
@@ -27,6 +28,7 @@ use crate::domain::Subject;
 use crate::error::ApiError;
 use crate::routes::AppState;
 use crate::settings::Secret;
+use form_body::FormBody;
 use views::Me;
 
 /// Rows per page of the event table, unless the form asks for another size.
@@ -251,7 +253,11 @@ async fn export_csv(state: web::Data<AppState>, req: HttpRequest) -> HttpRespons
 
 /// `POST /admin/logout` (the header's Sign out, with its CSRF token): ends
 /// a single-sign-on session everywhere.
-async fn logout(state: web::Data<AppState>, req: HttpRequest, body: web::Bytes) -> HttpResponse {
+async fn logout(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    FormBody(body): FormBody,
+) -> HttpResponse {
     let ended = async {
         let admin = authenticate(&state, &req)?;
         checked_form(&req, &admin.csrf_key, &logout_form(), &body)?;

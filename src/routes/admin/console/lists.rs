@@ -12,6 +12,7 @@ use uuid::Uuid;
 use crate::admin::lists::{lists_subject, NewEntry};
 use crate::domain::admin_role::Permission;
 
+use super::form_body::FormBody;
 use super::{authenticate, checked_form, csrf, html, see_other, Refusal};
 use crate::domain::{Subject, SubjectKind};
 use crate::error::ApiError;
@@ -114,7 +115,11 @@ fn edit_form(
 
 /// `POST /admin/lists`: add an entry, then 303 back to the page, which says
 /// so; or the refusal's page.
-pub async fn add(state: web::Data<AppState>, req: HttpRequest, body: web::Bytes) -> HttpResponse {
+pub async fn add(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    FormBody(body): FormBody,
+) -> HttpResponse {
     let result = async {
         let (info, fields) = edit_form(&state, &req, &body)?;
         let field = |name: &str| {
@@ -149,7 +154,7 @@ pub async fn delete(
     state: web::Data<AppState>,
     req: HttpRequest,
     id: web::Path<String>,
-    body: web::Bytes,
+    FormBody(body): FormBody,
 ) -> HttpResponse {
     let result = async {
         let (info, _) = edit_form(&state, &req, &body)?;

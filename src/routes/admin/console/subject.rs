@@ -6,6 +6,7 @@ use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
 use chrono::Utc;
 
+use super::form_body::FormBody;
 use super::views::{self, PumpingView, SubjectPage};
 use super::{
     authenticate, checked_form, csrf, html, me, path_subject, require, see_other, Refusal,
@@ -108,7 +109,7 @@ async fn show_subject(
 pub(super) async fn unblock(
     state: web::Data<AppState>,
     req: HttpRequest,
-    body: web::Bytes,
+    FormBody(body): FormBody,
 ) -> HttpResponse {
     unblock_subject(&state, &req, |req| path_subject(req, "/unblock"), &body)
         .await
@@ -121,7 +122,7 @@ pub(super) async fn unblock(
 pub(super) async fn unblock_by_query(
     state: web::Data<AppState>,
     req: HttpRequest,
-    body: web::Bytes,
+    FormBody(body): FormBody,
 ) -> HttpResponse {
     unblock_subject(&state, &req, query_subject, &body)
         .await
