@@ -14,13 +14,42 @@ use crate::domain::admin_role::{Role, Roles};
 /// admin named after its position, `token:1` for the first, holding
 /// `operator` and `auditor`, so it keeps every right it had), or
 /// `{ name = "oncall", token = "…", role = "operator" }`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(untagged)]
 pub enum AdminToken {
     /// `"<token>"`.
     Plain(Secret),
     /// `{ name, token, role }`.
     Named(NamedAdminToken),
+}
+
+/// A string or a table, each read as its own form, so that a table's
+/// mistake is named (a missing `name`, an unknown field, a role that is
+/// none of the three) rather than serde's "did not match any variant".
+impl<'de> Deserialize<'de> for AdminToken {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Form;
+        impl<'de> serde::de::Visitor<'de> for Form {
+            type Value = AdminToken;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a token string or a table { name, token, role }")
+            }
+
+            fn visit_str<E: serde::de::Error>(self, token: &str) -> Result<AdminToken, E> {
+                Ok(AdminToken::plain(token))
+            }
+
+            fn visit_map<M: serde::de::MapAccess<'de>>(
+                self,
+                map: M,
+            ) -> Result<AdminToken, M::Error> {
+                let table = serde::de::value::MapAccessDeserializer::new(map);
+                NamedAdminToken::deserialize(table).map(AdminToken::Named)
+            }
+        }
+        d.deserialize_any(Form)
+    }
 }
 
 /// A static admin token with its admin's name and role.

@@ -342,6 +342,44 @@ mod tests {
         }
     }
 
+    /// A named admin token's mistake is named: the role that is none of
+    /// the three, the missing field, the unknown one; never the token.
+    #[test]
+    fn a_named_admin_tokens_mistake_is_named() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let path = dir.path().join("tollgate.toml");
+        for (entry, says) in [
+            (
+                format!("{{ name = \"x\", token = \"{TOKEN}\", role = \"god\" }}"),
+                ["`god`", "operator"],
+            ),
+            (
+                format!("{{ token = \"{TOKEN}\", role = \"viewer\" }}"),
+                ["missing field", "`name`"],
+            ),
+            (
+                format!("{{ name = \"x\", token = \"{TOKEN}\", roles = [\"viewer\"] }}"),
+                ["unknown field", "`roles`"],
+            ),
+        ] {
+            let text = format!("[server]\nadmin_tokens = [\"{TOKEN}-plain\", {entry}]\n");
+            let error = Settings::load_text(&path, &text)
+                .expect_err(&text)
+                .to_string();
+            assert!(error.contains("server.admin_tokens"), "{error}");
+            for words in says {
+                assert!(error.contains(words), "{entry}: {error}");
+            }
+            assert!(!error.contains(TOKEN), "{error}");
+        }
+        let text = format!(
+            "[server]\nadmin_tokens = [\"{TOKEN}-plain\", \
+             {{ name = \"x\", token = \"{TOKEN}\", role = \"viewer\" }}]\n"
+        );
+        let settings = Settings::load_text(&path, &text).expect("loads");
+        assert_eq!(settings.server.admin_tokens.len(), 2);
+    }
+
     /// A network is 32 to 64 bits: wider would count registries as one
     /// client, narrower splits the /64 an IP subject is.
     #[test]
