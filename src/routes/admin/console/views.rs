@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 use super::super::request::EventsQuery;
 use crate::audit::query::EventFilter;
 use crate::audit::{AuditDecision, AuditEvent};
-use crate::domain::{Action, SubjectKind};
+use crate::domain::{Action, Subject, SubjectKind};
 use crate::guard::admin::SubjectState;
 pub use crate::routes::admin::pages::Me;
 
@@ -109,6 +109,14 @@ pub fn subject_href(kind: SubjectKind, id: &str) -> String {
     }
 }
 
+/// A subject's page, where it has one: an admin row's subject
+/// (`global/lists`, `global/events.csv`) is not one a page shows.
+pub fn page_href(kind: SubjectKind, id: &str) -> Option<String> {
+    Subject::parse(kind.as_str(), id)
+        .is_ok()
+        .then(|| subject_href(kind, id))
+}
+
 /// Where a subject's Unblock form posts.
 pub fn unblock_href(kind: SubjectKind, id: &str) -> String {
     if is_dot_segment(id) {
@@ -193,8 +201,9 @@ pub struct Row {
     pub subject_kind: &'static str,
     /// The subject id.
     pub subject: String,
-    /// The subject's console page.
-    pub subject_href: String,
+    /// The subject's console page; none for a subject that has no page
+    /// (an admin row's `global/lists` or `global/events.csv`).
+    pub subject_href: Option<String>,
     /// The client IP; empty when unknown.
     pub ip: String,
     /// The rule's name; empty when none.
@@ -229,7 +238,7 @@ impl From<&AuditEvent> for Row {
             reason: e.reason.clone(),
             subject_kind: e.subject_kind.as_str(),
             subject: e.subject.clone(),
-            subject_href: subject_href(e.subject_kind, &e.subject),
+            subject_href: page_href(e.subject_kind, &e.subject),
             ip: text(&e.ip),
             rule: text(&e.rule),
             observed,
@@ -397,6 +406,24 @@ mod tests {
             subject_href(SubjectKind::User, "<b>é"),
             "/admin/subjects/user/%3Cb%3E%C3%A9"
         );
+    }
+
+    #[test]
+    fn only_subjects_a_page_shows_are_linked() {
+        for (kind, id) in [
+            (SubjectKind::Phone, "+8613800138000"),
+            (SubjectKind::Ip, "2001:db8::/64"),
+            (SubjectKind::Ip, "203.0.113.7"),
+            (SubjectKind::User, ".."),
+            (SubjectKind::Prefix, "+86138"),
+            (SubjectKind::Country, "CN"),
+            (SubjectKind::Global, "sms_send"),
+        ] {
+            assert_eq!(page_href(kind, id), Some(subject_href(kind, id)), "{id}");
+        }
+        for id in ["lists", "events.csv"] {
+            assert_eq!(page_href(SubjectKind::Global, id), None, "{id}");
+        }
     }
 
     #[test]

@@ -7,7 +7,7 @@ use askama_web::WebTemplate;
 use chrono::{DateTime, Utc};
 
 use super::chart::{Chart, Column, SeriesSpec};
-use super::{events_href, subject_href, unblock_href, until};
+use super::{events_href, page_href, subject_href, unblock_href, until};
 use crate::admin::period::Period;
 use crate::audit::query::EventFilter;
 use crate::audit::stats::{BucketCount, Overview, Ranked, Span};
@@ -310,7 +310,7 @@ fn subject_rows(ranked: &[Ranked<Subject>], since: DateTime<Utc>) -> Vec<RankRow
         .map(|r| RankRow {
             kind: r.key.kind.as_str(),
             label: r.key.id.clone(),
-            href: Some(subject_href(r.key.kind, &r.key.id)),
+            href: page_href(r.key.kind, &r.key.id),
             count: r.count,
             events_href: Some(events_since(
                 EventFilter {
