@@ -170,7 +170,6 @@ fn canonical(net: IpNet) -> IpNet {
     }
 }
 
-/// A number in E.164, or `+` digits `*` for a prefix (at least one digit).
 /// The longest note an admin may give an entry, in characters: a line on
 /// the Lists page, and within the console form's size at any script.
 pub const MAX_NOTE_CHARS: usize = 256;
@@ -191,6 +190,7 @@ pub fn checked_note(note: &str) -> Result<String, String> {
     Ok(note.trim().to_string())
 }
 
+/// A number in E.164, or `+` digits `*` for a prefix (at least one digit).
 fn normalise_phone(value: &str) -> Result<String, String> {
     let value = value.trim();
     if let Some(prefix) = value.strip_suffix('*') {
