@@ -260,15 +260,21 @@ pub fn parse_hop(raw: &str) -> Option<IpAddr> {
 }
 
 /// The `for=` values of a `Forwarded` header (RFC 7239), in order: one per
-/// element (`for=a, for=b`), parameters in any order, names in any case.
+/// element (`for=a, for=b`), parameters in any order, names in any case. An
+/// element without `for=` (`proto=https`, garbage, nothing after a comma)
+/// is an entry too, `""`, which names no address: skipping it would walk on
+/// into what the client wrote (`domain::forwarding`).
 pub fn forwarded_for(header: &str) -> impl Iterator<Item = &str> {
-    header.split(',').filter_map(|element| {
-        element.split(';').find_map(|pair| {
-            let (name, value) = pair.split_once('=')?;
-            name.trim()
-                .eq_ignore_ascii_case("for")
-                .then(|| value.trim())
-        })
+    header.split(',').map(|element| {
+        element
+            .split(';')
+            .find_map(|pair| {
+                let (name, value) = pair.split_once('=')?;
+                name.trim()
+                    .eq_ignore_ascii_case("for")
+                    .then(|| value.trim())
+            })
+            .unwrap_or_default()
     })
 }
 
@@ -467,11 +473,11 @@ mod tests {
     }
 
     #[test]
-    fn forwarded_yields_every_for_in_order() {
+    fn forwarded_yields_every_elements_for_in_order() {
         let header = r#"for=192.0.2.60;proto=http;by=203.0.113.43, For="[2001:db8:cafe::17]:4711", proto=https"#;
         assert_eq!(
             forwarded_for(header).collect::<Vec<_>>(),
-            ["192.0.2.60", r#""[2001:db8:cafe::17]:4711""#]
+            ["192.0.2.60", r#""[2001:db8:cafe::17]:4711""#, ""]
         );
     }
 

@@ -334,6 +334,30 @@ mod tests {
         );
     }
 
+    /// An element that names no address is where the walk stops, as
+    /// `unknown` is: the client's own `for=` left of it is never reached.
+    #[test]
+    fn a_forwarded_element_without_for_stops_the_walk() {
+        let forwarded = trust(&["10.0.0.0/8"], "forwarded", 0);
+        for header in [
+            "for=6.6.6.20, proto=https",
+            "for=6.6.6.9, by=203.0.113.76",
+            "for=6.6.6.22,",
+            "for=6.6.6.23, garbage",
+            "for=6.6.6.24, for=10.0.0.7, proto=https",
+        ] {
+            assert_eq!(
+                forwarded.client(ip(PROXY), [header]),
+                ClientAddress::Unusable(ip(PROXY)),
+                "{header}"
+            );
+        }
+        assert_eq!(
+            forwarded.client(ip(PROXY), ["for=6.6.6.6, for=203.0.113.9;proto=https"]),
+            ClientAddress::Forwarded(ip("203.0.113.9"))
+        );
+    }
+
     #[test]
     fn a_single_address_header_holds_exactly_one_address() {
         let t = trust(&["10.0.0.0/8"], "x-real-ip", 0);
