@@ -49,6 +49,8 @@ pub struct SmsRules {
     pub global: SubjectRules,
     /// A verify's failed tries per client IP.
     pub verify_ip: SubjectRules,
+    /// A verify's failed tries per IPv6 network (`sms.network_bits`).
+    pub verify_network: SubjectRules,
     /// Wrong tries of one code: `sms.max_verify_attempts` per
     /// `sms.code_ttl` (`phone 5/5m`).
     pub verify_attempts: Rule,
@@ -200,6 +202,11 @@ impl SmsRules {
             verify_ip: SubjectRules::new(
                 Action::SmsVerify,
                 rules(SubjectKind::Ip, &sms.verify_ip_limits),
+                None,
+            ),
+            verify_network: SubjectRules::new(
+                Action::SmsVerify,
+                rules(SubjectKind::Network, &sms.verify_network_limits),
                 None,
             ),
             verify_counters: RuleCounters::register(Action::SmsVerify, &verify_attempts),

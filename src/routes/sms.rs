@@ -245,8 +245,9 @@ fn push_json_str(json: &mut String, text: &str) {
 /// or never sent) answers the same way, counting down from
 /// `sms.max_verify_attempts`, so the answers never tell whether a code is
 /// pending. Failed tries are also counted per client IP
-/// (`sms.verify_ip_limits`); a full window answers 429 before the code is
-/// looked at.
+/// (`sms.verify_ip_limits`) and per IPv6 network
+/// (`sms.verify_network_limits`); a full window answers 429 before the
+/// code is looked at.
 #[utoipa::path(
     post,
     path = "/sms/verify",
@@ -260,7 +261,7 @@ fn push_json_str(json: &mut String, text: &str) {
         (status = 413, description = "`payload_too_large`: body over 16 KiB", body = ErrorBody),
         (status = 415, description = "`unsupported_media_type`: body not `application/json`, or compressed (`Content-Encoding`)", body = ErrorBody),
         (status = 403, description = "`blocklisted`: the phone or client IP is on the block list", body = ErrorBody),
-        (status = 429, description = "`rate_limited`: the code was burnt by too many wrong tries, or this address's share of them is used up (rule `phone 5/5m`), or the client IP has had too many failed tries (`sms.verify_ip_limits`, rule `ip 30/1h`)", body = RateLimitedError,
+        (status = 429, description = "`rate_limited`: the code was burnt by too many wrong tries, or this address's share of them is used up (rule `phone 5/5m`), or the client IP (or its IPv6 network) has had too many failed tries (`sms.verify_ip_limits`, rule `ip 30/1h`; `sms.verify_network_limits`, rule `network 300/1h`)", body = RateLimitedError,
             headers(("Retry-After" = u64, description = "Whole seconds: a code's life (`sms.code_ttl`) for a burnt code, or until the IP's window admits a try"))),
         (status = 503, description = "`store_unavailable` (only with `store.on_error = \"deny\"`)", body = ErrorBody),
     ),

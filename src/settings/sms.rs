@@ -60,6 +60,10 @@ pub struct SmsSettings {
     /// pending; a right code is given back); default 30/1h, empty: none.
     /// A full window refuses before the code is looked at.
     pub verify_ip_limits: Vec<LimitSetting>,
+    /// Failed `/sms/verify` tries per IPv6 network (`network_bits`), counted
+    /// as `verify_ip_limits` are; default 300/1h, empty: none. Bounds what
+    /// one /48's 65,536 /64s can try, and the stand-in codes they write.
+    pub verify_network_limits: Vec<LimitSetting>,
     /// Shadow mode for `/sms/*` alone: decide and audit, refuse nothing.
     #[serde(default)]
     pub shadow: bool,

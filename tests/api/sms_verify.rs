@@ -19,6 +19,7 @@ on_both_backends!(
     the_answers_are_the_same_with_and_without_a_pending_code,
     the_31st_failed_try_from_one_address_is_refused_and_another_still_verifies,
     a_right_code_gives_its_try_back,
+    the_64s_of_one_network_share_its_failed_tries,
     strangers_cannot_burn_the_code_of_the_address_that_asked_for_it,
 );
 
@@ -377,6 +378,63 @@ async fn a_right_code_gives_its_try_back(backend: Backend) {
         refused.body
     );
     assert_eq!(refused.body["rule"], "ip 2/1h");
+}
+
+/// One /48 holds 65,536 /64s, each with its own 30 failed tries an hour:
+/// the network's window bounds them together (and the stand-in codes
+/// their probes write). A right code gives its try back to both; another
+/// network and IPv4 clients are not touched; unblock clears the window.
+async fn the_64s_of_one_network_share_its_failed_tries(backend: Backend) {
+    let app = spawn_app(backend, |s| {
+        s.sms.verify_network_limits = limits(&[(3, 3_600_000)]);
+    })
+    .await;
+    let verify = |phone: &str, code: &str, ip: &str| {
+        app.sms_verify(json!({ "phone": phone, "code": code, "ip": ip }))
+    };
+    let user = "+8613800138070";
+    app.sms_send(json!({ "phone": user })).await;
+    let code = app.sms.last_code(user);
+    assert_eq!(
+        verify(user, &code, "2001:db8:77:9::1").await.body,
+        json!({ "valid": true })
+    );
+    for i in 1..=3 {
+        let probe = verify(
+            &format!("+86138001380{i:02}"),
+            "000000",
+            &format!("2001:db8:77:{i}::1"),
+        )
+        .await;
+        assert_eq!(probe.status, 200, "probe {i}: {}", probe.body);
+    }
+    let refused = verify("+8613800138004", "000000", "2001:db8:77:4::1").await;
+    assert_eq!(refused.status, 429, "{}", refused.body);
+    assert_eq!(refused.body["rule"], "network 3/1h");
+    for (ip, what) in [
+        ("2001:db8:78:1::1", "another /48"),
+        ("203.0.113.70", "IPv4"),
+    ] {
+        let other = verify("+8613800138005", "000000", ip).await;
+        assert_eq!(other.status, 200, "{what}: {}", other.body);
+    }
+    let row = app
+        .audit_events()
+        .into_iter()
+        .find(|e| e.action == Action::SmsVerify && e.subject_kind == SubjectKind::Network)
+        .expect("the refusal is audited");
+    assert_eq!(
+        (
+            row.subject.as_str(),
+            row.rule.as_deref(),
+            row.reason.as_str()
+        ),
+        ("2001:db8:77::/48", Some("network 3/1h"), "rate_limited")
+    );
+    app.admin_post("/admin/api/subjects/network/2001:db8:77::/48/unblock")
+        .await;
+    let after = verify("+8613800138006", "000000", "2001:db8:77:5::1").await;
+    assert_eq!(after.status, 200, "{}", after.body);
 }
 
 #[tokio::test]

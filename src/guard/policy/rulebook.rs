@@ -51,6 +51,7 @@ impl Policy {
             (Action::SmsSend, SubjectKind::Prefix) => Windows::Counted(&sms.prefix),
             (Action::SmsSend, SubjectKind::Global) => Windows::Counted(&sms.global),
             (Action::SmsVerify, SubjectKind::Ip) => Windows::Counted(&sms.verify_ip),
+            (Action::SmsVerify, SubjectKind::Network) => Windows::Counted(&sms.verify_network),
             (Action::LoginAttempt, SubjectKind::Ip) => Windows::LoginIp(&self.login.ip),
             (Action::LoginAttempt, SubjectKind::User) => Windows::LoginUser,
             (Action::LoginAttempt, SubjectKind::Network) => Windows::Counted(&self.login.network),

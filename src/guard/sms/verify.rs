@@ -6,7 +6,7 @@ use super::{SmsGuard, SmsRefusal, Verified};
 use crate::audit::{AuditDecision, AuditEvent};
 use crate::domain::{Action, PhoneNumber, Reason, Rule, Subject, SubjectKind};
 use crate::guard::reserve::{reserve, Offer, Reservation, SubjectHit};
-use crate::guard::{code, pumping, Lookup, Policy, RequestInfo, Windows};
+use crate::guard::{code, pumping, Lookup, Policy, RequestInfo};
 use crate::store::{CodeTry, OtpOutcome};
 
 impl SmsGuard {
@@ -79,31 +79,44 @@ impl SmsGuard {
     }
 
     /// Count this verify try against the client IP's windows
-    /// (`sms.verify_ip_limits`), refusing it when one is full. The
-    /// reservation is kept, to give the try back when the code is right;
-    /// none without an IP or windows. Refusals (and what rules on trial
-    /// would refuse) are audited as a send's are; shadow mode refuses
-    /// nothing.
+    /// (`sms.verify_ip_limits`) and an IPv6 client's network's
+    /// (`sms.verify_network_limits`: one /48 holds 65,536 /64s, each with
+    /// its own windows), refusing it when one is full. The reservation is
+    /// kept, to give the try back when the code is right; none without an
+    /// IP or windows. Refusals (and what rules on trial would refuse) are
+    /// audited as a send's are; shadow mode refuses nothing.
     async fn verify_try<'p>(
         &self,
         policy: &'p Policy,
         info: &RequestInfo,
     ) -> Result<Option<Reservation<'p>>, SmsRefusal> {
-        let rules = policy.rules_for(Action::SmsVerify, SubjectKind::Ip);
-        let rules = rules.and_then(Windows::counted);
-        let (Some(ip), Some(rules)) = (info.ip, rules) else {
+        let Some(ip) = info.ip else {
             return Ok(None);
         };
-        if rules.windows().is_empty() {
+        let network_bits = policy.sms.settings.network_bits;
+        let subjects = [
+            Some(Subject::new(SubjectKind::Ip, ip.subject_id())),
+            ip.network_id(network_bits)
+                .map(|id| Subject::new(SubjectKind::Network, id)),
+        ];
+        let hits: Vec<SubjectHit<'p>> = subjects
+            .into_iter()
+            .flatten()
+            .filter_map(|subject| {
+                let rules = policy.rules_for(Action::SmsVerify, subject.kind)?;
+                let rules = rules.counted().filter(|r| !r.windows().is_empty())?;
+                Some(SubjectHit {
+                    key: self.ctx.keys.subject_window(&subject, Action::SmsVerify),
+                    subject,
+                    rules,
+                })
+            })
+            .collect();
+        if hits.is_empty() {
             return Ok(None);
         }
-        let subject = Subject::new(SubjectKind::Ip, ip.subject_id());
         let offer = Offer {
-            hits: vec![SubjectHit {
-                key: self.ctx.keys.subject_window(&subject, Action::SmsVerify),
-                subject,
-                rules,
-            }],
+            hits,
             conversions: Vec::new(),
             member: crate::guard::event_member(),
             gate_open: false,

@@ -338,6 +338,7 @@ impl Settings {
         limits("sms.prefix_limits", &sms.prefix_limits)?;
         limits("sms.global_limits", &sms.global_limits)?;
         limits("sms.verify_ip_limits", &sms.verify_ip_limits)?;
+        limits("sms.verify_network_limits", &sms.verify_network_limits)?;
         if !(1..=15).contains(&sms.prefix_digits) {
             return Err(SettingsError::invalid(
                 "sms.prefix_digits",

@@ -176,6 +176,7 @@ pub fn test_settings(backend: Backend) -> Settings {
     s.sms.prefix_limits = loose(1000);
     s.sms.global_limits = loose(100_000);
     s.sms.verify_ip_limits = loose(1000);
+    s.sms.verify_network_limits = loose(10_000);
     s.sms.captcha_after = 1000;
     s.sms.network_captcha_after = 1000;
     s
