@@ -48,6 +48,8 @@ pub struct AppState {
     pub admin_auth: crate::guard::admin_auth::AdminAuthGuard,
     /// The store as configured, without the `on_error` fallback, for `/readyz`.
     pub readiness_store: Arc<dyn WindowStore>,
+    /// The key `/readyz` writes (`Keys::readiness`).
+    pub readiness_key: String,
     /// The audit sink, whose health `/readyz` reads.
     pub audit: Arc<dyn AuditSink>,
     /// The allow and block lists, for the admin API and console.

@@ -89,9 +89,9 @@ async fn readyz_detailed(state: web::Data<AppState>) -> HttpResponse {
     }
 }
 
-/// What `/readyz` looks at: one store ping (bounded by `store.timeout`),
-/// and the audit trail's state as its writer and journal last saw it (no
-/// database round trip on the probe's path).
+/// What `/readyz` looks at: a store ping and one write (each bounded by
+/// `store.timeout`), and the audit trail's state as its writer and journal
+/// last saw it (no database round trip on the probe's path).
 struct Readiness {
     store: bool,
     audit: crate::audit::AuditHealth,
@@ -105,9 +105,16 @@ impl Readiness {
 
 async fn readiness(state: &AppState) -> Readiness {
     Readiness {
-        store: state.readiness_store.ping().await.is_ok(),
+        store: store_ready(state).await,
         audit: state.audit.health(),
     }
+}
+
+/// The store answers, and takes writes: a Redis over `maxmemory` under
+/// `noeviction` answers `PING` but refuses every write a request makes.
+async fn store_ready(state: &AppState) -> bool {
+    let store = state.readiness_store.as_ref();
+    store.ping().await.is_ok() && store.writable(&state.readiness_key).await.is_ok()
 }
 
 /// Prometheus metrics

@@ -183,9 +183,11 @@ impl Application {
         let policy = Policy::from_settings(&settings).context("cannot build the captcha client")?;
         let policy = Arc::new(PolicyCell::new(policy));
         let lists = open_lists(&settings, audit_db.clone(), &mut background).await;
+        let keys = store::keys(&settings);
+        let readiness_key = keys.readiness();
         let ctx = GuardContext {
             store: stores.store,
-            keys: store::keys(&settings),
+            keys,
             audit: audit.clone(),
             policy: policy.clone(),
             lists: lists.clone(),
@@ -206,6 +208,7 @@ impl Application {
                 .context("cannot set up single sign-on (admin.oidc)")?
                 .map(Arc::new),
             readiness_store: stores.primary,
+            readiness_key,
             audit: audit.clone(),
             audit_log: audit_db
                 .clone()

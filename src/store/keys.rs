@@ -166,6 +166,11 @@ impl Keys {
         self.subject_key(kind, id, "otp")
     }
 
+    /// What `/readyz` writes to learn that the store takes writes.
+    pub fn readiness(&self) -> String {
+        format!("{}:readyz", self.prefix)
+    }
+
     /// Process-wide secrets shared by every instance (the code HMAC key).
     pub fn secret(&self, name: &str) -> String {
         format!("{}:secret:{}", self.prefix, name)

@@ -418,6 +418,11 @@ impl WindowStore for MemoryStore {
         })
     }
 
+    /// Always: at its memory limit the in-process store evicts.
+    async fn writable(&self, _key: &str) -> Result<(), StoreError> {
+        Ok(())
+    }
+
     async fn ping(&self) -> Result<(), StoreError> {
         Ok(())
     }

@@ -291,4 +291,9 @@ pub trait WindowStore: Send + Sync {
 
     /// Reachability, for `/readyz`.
     async fn ping(&self) -> Result<(), StoreError>;
+
+    /// Whether the store takes a write (at `key`, which expires), for
+    /// `/readyz`: a Redis over `maxmemory` under `noeviction` answers
+    /// `PING` but refuses every write a request makes.
+    async fn writable(&self, key: &str) -> Result<(), StoreError>;
 }

@@ -441,6 +441,10 @@ impl WindowStore for ResilientStore {
     async fn ping(&self) -> Result<(), StoreError> {
         self.primary.ping().await
     }
+
+    async fn writable(&self, key: &str) -> Result<(), StoreError> {
+        self.primary.writable(key).await
+    }
 }
 
 /// A login outcome when failing open: recorded, nothing counted.

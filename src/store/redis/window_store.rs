@@ -2,7 +2,7 @@
 //! `scripts`), or one per slot on a cluster (see `steps`).
 
 use async_trait::async_trait;
-use fred::prelude::{ClientLike, SortedSetsInterface, Value};
+use fred::prelude::{ClientLike, KeysInterface, SortedSetsInterface, Value};
 
 use super::layout::{meter_hash, meter_member};
 use super::scripts::{count, flag, int, no_windows, wait, Conversions};
@@ -14,6 +14,9 @@ use crate::store::{
     LoginStateOutcome, OtpOutcome, PeekOutcome, ReserveOutcome, ReserveRequest, StoreError,
     SubjectWindows, WindowSpec, WindowStore,
 };
+
+/// How long `/readyz`'s write lives: a probe every few seconds rewrites it.
+const PROBE_TTL_MS: i64 = 60_000;
 
 #[async_trait]
 impl WindowStore for RedisStore {
@@ -392,5 +395,14 @@ impl WindowStore for RedisStore {
 
     async fn ping(&self) -> Result<(), StoreError> {
         self.run(self.client.ping::<()>(None)).await
+    }
+
+    /// A plain `SET … PX`: a script would not do, as Redis lets one whose
+    /// first command frees memory (`ZREMRANGEBYSCORE`) write past
+    /// `maxmemory`.
+    async fn writable(&self, key: &str) -> Result<(), StoreError> {
+        let expire = Some(fred::types::Expiration::PX(PROBE_TTL_MS));
+        self.run(self.client.set::<(), _, _>(key, "1", expire, None, false))
+            .await
     }
 }

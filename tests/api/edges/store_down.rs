@@ -190,6 +190,16 @@ impl PrivateRedis {
         self.signal("-CONT");
     }
 
+    /// `CONFIG SET` on this server, by `redis-cli`.
+    fn config_set(&self, name: &str, value: &str) {
+        let status = std::process::Command::new("redis-cli")
+            .args(["-p", &self.port.to_string(), "config", "set", name, value])
+            .stdout(std::process::Stdio::null())
+            .status()
+            .expect("redis-cli runs");
+        assert!(status.success());
+    }
+
     fn signal(&self, signal: &str) {
         let status = std::process::Command::new("kill")
             .args([signal, &self.child.id().to_string()])
@@ -205,6 +215,38 @@ impl Drop for PrivateRedis {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// A Redis over `maxmemory` under `noeviction` still answers PING, but
+/// refuses every write a request makes: not ready, until it takes writes
+/// again.
+#[tokio::test]
+async fn a_redis_that_refuses_writes_is_not_ready() {
+    let redis = PrivateRedis::start().await;
+    let url = redis.url();
+    let app = spawn_app(Backend::Redis, move |s| {
+        s.store.redis_url = SecretUrl::new(url);
+        s.sms.code_secret = Secret::new("a-configured-secret");
+    })
+    .await;
+    assert_eq!(app.get("/readyz").await.status, 200);
+
+    redis.config_set("maxmemory-policy", "noeviction");
+    redis.config_set("maxmemory", "1");
+    let refused = app
+        .login_attempt(json!({ "user": "a", "success": false }))
+        .await;
+    assert_eq!(refused.status, 503, "{}", refused.body);
+    let full = app.get("/readyz").await;
+    assert_eq!(
+        (full.status.as_u16(), full.error()),
+        (503, "not_ready"),
+        "{}",
+        full.body
+    );
+
+    redis.config_set("maxmemory", "0");
+    assert_eq!(app.get("/readyz").await.status, 200);
 }
 
 #[tokio::test]
