@@ -61,8 +61,9 @@ pub struct SmsSettings {
     /// A full window refuses before the code is looked at.
     pub verify_ip_limits: Vec<LimitSetting>,
     /// Failed `/sms/verify` tries per IPv6 network (`network_bits`), counted
-    /// as `verify_ip_limits` are; default 300/1h, empty: none. Bounds what
-    /// one /48's 65,536 /64s can try, and the stand-in codes they write.
+    /// as `verify_ip_limits` are; default 7680/1h (a /56's worth of /64s at
+    /// 30), empty: none. Bounds what one /48's 65,536 /64s can try, and the
+    /// stand-in codes they write.
     pub verify_network_limits: Vec<LimitSetting>,
     /// Shadow mode for `/sms/*` alone: decide and audit, refuse nothing.
     #[serde(default)]

@@ -448,11 +448,14 @@ async fn the_64s_of_one_network_share_its_captcha_tier(backend: Backend) {
     assert_eq!(state.status, 200, "{}", state.body);
     assert_eq!(state.body["id"], "2001:db8:1::/48");
     assert_eq!(state.body["captcha_required"], true);
-    // Its login failures are a window of their own (none here).
+    // Its failed verifies and login failures are windows of their own
+    // (none here).
     assert_eq!(
         state.body["windows"],
         json!([{ "action": "sms_send", "rule": "network 100/1h", "count": tier,
                  "limit": tier, "window_ms": 3_600_000 },
+               { "action": "sms_verify", "rule": "network 10000/1h", "count": 0,
+                 "limit": 10_000, "window_ms": 3_600_000 },
                { "action": "login_attempt", "rule": "network 100/1h", "count": 0,
                  "limit": 100, "window_ms": 3_600_000 }])
     );
