@@ -287,6 +287,11 @@ mod tests {
             (redis("redis://h:99999999"), "store.redis_url"),
             (redis("redis://:6379"), "store.redis_url"),
             (redis("redis-cluster://h1:7000,h2:port"), "store.redis_url"),
+            // fred splits a node's host from its port at the first colon.
+            (
+                redis("redis-cluster://h1:7000,[::1]:7002"),
+                "store.redis_url",
+            ),
             (
                 "[audit]\ndatabase_url = \"postgres://u:pw-secret@h:notaport/db\"\n".into(),
                 "audit.database_url",
@@ -330,7 +335,11 @@ mod tests {
         let taken = [
             redis("redis://:pw@127.0.0.1:6379/2"),
             redis("rediss://[::1]:6380"),
-            redis("redis-cluster://u:p@h1:7000,h2:7001,[::1]:7002/?x=1"),
+            redis("redis-cluster://u:p@h1:7000,h2:7001/?x=1"),
+            redis("redis-cluster://h1:7000,h2:7001,"),
+            redis("redis-cluster://h1:7000?node=h2:7001"),
+            // Headers a log provider never sends are not its concern.
+            "[sms.provider]\nkind = \"log\"\nheaders = { \"Bad Header\" = \"v\" }\n".into(),
             "[audit]\ndatabase_url = \"sqlite::memory:\"\n".into(),
             "[audit]\ndatabase_url = \"sqlite://audit.db?mode=rwc\"\n".into(),
             "[audit]\ndatabase_url = \"postgresql://u:p@[::1]:5432/db?sslmode=require\"\n".into(),
@@ -371,6 +380,18 @@ mod tests {
                 assert!(error.contains(words), "{entry}: {error}");
             }
             assert!(!error.contains(TOKEN), "{error}");
+        }
+        // A token written as a number is not repeated either.
+        for entry in [
+            "8231749182731948",
+            "{ name = \"x\", token = 8231749182731948, role = \"viewer\" }",
+        ] {
+            let text = format!("[server]\nadmin_tokens = [{entry}]\n");
+            let error = Settings::load_text(&path, &text)
+                .expect_err(&text)
+                .to_string();
+            assert!(error.contains("server.admin_tokens[0]"), "{error}");
+            assert!(!error.contains("8231749182731948"), "{error}");
         }
         let text = format!(
             "[server]\nadmin_tokens = [\"{TOKEN}-plain\", \

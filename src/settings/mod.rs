@@ -11,6 +11,7 @@ mod lists;
 mod load;
 mod login;
 mod parsed;
+pub mod redis_url;
 mod secret;
 #[cfg(test)]
 mod shipped_config;

@@ -38,12 +38,12 @@ use futures::{StreamExt, TryStreamExt};
 
 use super::StoreError;
 
+mod glob;
 mod layout;
 mod login_script;
 mod reserve_policy;
 mod reserve_subjects;
 mod scripts;
-mod url;
 mod window_store;
 
 static NEXT_STORE_ID: AtomicU64 = AtomicU64::new(0);
@@ -64,8 +64,9 @@ thread_local! {
 pub use self::login_script::{render_login_attempt, LoginShape};
 pub use self::scripts::unpack_answer;
 
+use self::glob::glob_escape;
 use self::scripts::Scripts;
-use self::url::{fred_url, glob_escape};
+use crate::settings::redis_url::fred_url;
 
 /// The store on Redis or Redis Cluster, shared by every instance.
 pub struct RedisStore {

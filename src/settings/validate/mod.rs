@@ -105,41 +105,16 @@ fn url_scheme(key: &str, url: &str, schemes: &[&str]) -> Check {
 }
 
 /// A URL of one of `schemes`, with a host, that parses (the `url` crate,
-/// which reqwest and lettre parse with, and fred for each node): a typo in
-/// a host or a port stops start-up here, naming the key, rather than
-/// failing every call later. Never prints the URL, which may hold a
-/// password.
+/// which reqwest and lettre parse with): a typo in a host or a port stops
+/// start-up here, naming the key, rather than failing every call later.
+/// Never prints the URL, which may hold a password.
 fn url_with_host(key: &str, url: &str, schemes: &[&str]) -> Check {
     url_scheme(key, url, schemes)?;
-    for node in nodes(url) {
-        match url::Url::parse(&node) {
-            Ok(parsed) if parsed.has_host() => {}
-            Ok(_) => return Err(SettingsError::invalid(key, "names no host")),
-            Err(e) => return Err(SettingsError::invalid(key, format!("is not a URL: {e}"))),
-        }
+    match url::Url::parse(url) {
+        Ok(parsed) if parsed.has_host() => Ok(()),
+        Ok(_) => Err(SettingsError::invalid(key, "names no host")),
+        Err(e) => Err(SettingsError::invalid(key, format!("is not a URL: {e}"))),
     }
-    Ok(())
-}
-
-/// A Redis Cluster URL's nodes (`redis-cluster://u:p@h1:p1,h2:p2/`), each as
-/// a URL of its own; any other URL as it is.
-fn nodes(url: &str) -> Vec<String> {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return vec![url.to_owned()];
-    };
-    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(end);
-    let (userinfo, hosts) = match authority.rsplit_once('@') {
-        Some((user, hosts)) => (format!("{user}@"), hosts),
-        None => (String::new(), authority),
-    };
-    if !hosts.contains(',') {
-        return vec![url.to_owned()];
-    }
-    hosts
-        .split(',')
-        .map(|host| format!("{scheme}://{userinfo}{host}{tail}"))
-        .collect()
 }
 
 /// `audit.database_url` as sqlx reads it when it opens the pool.
@@ -214,7 +189,7 @@ impl Settings {
                      or a cluster (redis-cluster://)",
                 ));
             }
-            url_with_host(
+            url_scheme(
                 "store.redis_url",
                 store.redis_url.expose(),
                 &[
@@ -224,6 +199,10 @@ impl Settings {
                     "rediss-cluster://",
                 ],
             )?;
+            // fred's own reading, as at connect time (a cluster's every node).
+            super::redis_url::fred_config(store.redis_url.expose()).map_err(|why| {
+                SettingsError::invalid("store.redis_url", format!("is not a Redis URL: {why}"))
+            })?;
         }
         Ok(())
     }
@@ -382,7 +361,8 @@ impl Settings {
     fn check_sms_provider(&self) -> Check {
         let provider = &self.sms.provider;
         duration("sms.provider.timeout", provider.timeout)?;
-        for (name, value) in &provider.headers {
+        let sent = provider.kind == SmsProviderKind::Webhook;
+        for (name, value) in provider.headers.iter().filter(|_| sent) {
             let key = format!("sms.provider.headers.{name}");
             if reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_err() {
                 return Err(SettingsError::invalid(
