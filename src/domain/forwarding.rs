@@ -356,6 +356,17 @@ mod tests {
             forwarded.client(ip(PROXY), ["for=6.6.6.6, for=203.0.113.9;proto=https"]),
             ClientAddress::Forwarded(ip("203.0.113.9"))
         );
+        // Trusted by position, an element without for= is no proxy's
+        // address either: the walk stops there too.
+        let by_position = trust(&[], "forwarded", 2);
+        assert_eq!(
+            by_position.client(ip(PROXY), ["for=6.6.6.6, proto=https"]),
+            ClientAddress::Unusable(ip(PROXY))
+        );
+        assert_eq!(
+            by_position.client(ip(PROXY), ["for=6.6.6.6, for=203.0.113.9, for=192.0.2.1"]),
+            ClientAddress::Forwarded(ip("203.0.113.9"))
+        );
     }
 
     #[test]

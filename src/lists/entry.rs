@@ -171,7 +171,7 @@ fn canonical(net: IpNet) -> IpNet {
 }
 
 /// The longest note an admin may give an entry, in characters: a line on
-/// the Lists page, and within the console form's size at any script.
+/// the Lists page (the console's form also holds 4 KB in all, percent-encoded).
 pub const MAX_NOTE_CHARS: usize = 256;
 
 /// An admin's note, trimmed: one line of text, checked as given (as the

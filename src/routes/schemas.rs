@@ -108,8 +108,8 @@ pub fn note() -> Object {
     text(&pattern::without_control())
         .max_length(Some(crate::lists::MAX_NOTE_CHARS))
         .description(Some(
-            "Why the entry is added: one line, no control characters, white space at either \
-             end trimmed.",
+            "Why the entry is added: one line of at most 256 characters, no control \
+             characters (a newline or a tab included); spaces at either end are trimmed.",
         ))
         .examples(["abuse"])
         .build()

@@ -244,8 +244,8 @@ pub(super) fn reserved(reservation: &Reservation<'_>) -> Decision<Grant> {
     decision
 }
 
-/// A verify try on the client IP's windows: their refusal, and what the
-/// rules on trial would have refused.
+/// A verify try on the client IP's (and its network's) windows: their
+/// refusal, and what the rules on trial would have refused.
 pub(super) fn verify_try(reservation: &Reservation<'_>) -> Decision<()> {
     let mut decision = Decision::new(());
     if let Some(window) = &reservation.refusal {

@@ -1,5 +1,5 @@
-//! `POST /sms/verify`: the client IP's failed tries first, then the code
-//! (or its stand-in).
+//! `POST /sms/verify`: the client IP's (and its network's) failed tries
+//! first, then the code (or its stand-in).
 
 use super::decision::{self, Pass};
 use super::{SmsGuard, SmsRefusal, Verified};
@@ -11,7 +11,8 @@ use crate::store::{CodeTry, OtpOutcome};
 
 impl SmsGuard {
     /// Check `code` against the phone's pending code. The client IP's
-    /// failed tries are checked first (`sms.verify_ip_limits`): a throttled
+    /// failed tries are checked first (`sms.verify_ip_limits`, and an IPv6
+    /// client's network's, `sms.verify_network_limits`): a throttled
     /// address is refused before the code is looked at, so it neither
     /// learns whether one is pending nor uses up a try; a right code gives
     /// its try back. Without a pending code a stand-in counts the tries, so

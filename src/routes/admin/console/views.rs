@@ -414,6 +414,7 @@ mod tests {
             (SubjectKind::Phone, "+8613800138000"),
             (SubjectKind::Ip, "2001:db8::/64"),
             (SubjectKind::Ip, "203.0.113.7"),
+            (SubjectKind::Network, "2001:db8:1::/48"),
             (SubjectKind::User, ".."),
             (SubjectKind::Prefix, "+86138"),
             (SubjectKind::Country, "CN"),
