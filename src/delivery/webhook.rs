@@ -2,7 +2,6 @@
 //! as JSON to `sms.provider.url` with the configured headers; any 2xx is success.
 
 use async_trait::async_trait;
-use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use serde::Serialize;
 
 use super::{http_client, DeliveryError, SetupError, SmsMessage, SmsSender};
@@ -25,16 +24,9 @@ struct Payload<'a> {
 impl WebhookSender {
     /// Checks the configured headers and builds the HTTP client.
     pub fn new(settings: &SmsProviderSettings) -> Result<Self, SetupError> {
-        let mut headers = HeaderMap::new();
-        for (name, value) in &settings.headers {
-            let key = format!("sms.provider.headers.{name}");
-            let header_name = HeaderName::from_bytes(name.as_bytes())
-                .map_err(|_| SetupError::invalid(&key, "is not a valid HTTP header name"))?;
-            let mut header_value = HeaderValue::from_str(value.expose())
-                .map_err(|_| SetupError::invalid(&key, "is not a valid HTTP header value"))?;
-            header_value.set_sensitive(true);
-            headers.insert(header_name, header_value);
-        }
+        let headers = settings
+            .header_map()
+            .map_err(|(key, why)| SetupError::invalid(&key, why))?;
         Ok(Self {
             http: http_client(settings.timeout, headers)?,
             url: settings.url.expose().to_string(),

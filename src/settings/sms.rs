@@ -154,6 +154,27 @@ pub struct SmsProviderSettings {
     pub timeout: Duration,
 }
 
+impl SmsProviderSettings {
+    /// `headers` as a webhook request carries them, values marked
+    /// sensitive (never logged); a name or a value HTTP cannot carry is
+    /// named by its key (`sms.provider.headers.<name>`). Start-up and the
+    /// webhook sender both read them here.
+    pub fn header_map(&self) -> Result<reqwest::header::HeaderMap, (String, &'static str)> {
+        use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+        let mut map = HeaderMap::new();
+        for (name, value) in &self.headers {
+            let key = || format!("sms.provider.headers.{name}");
+            let header_name = HeaderName::from_bytes(name.as_bytes())
+                .map_err(|_| (key(), "is not a valid HTTP header name"))?;
+            let mut header_value = HeaderValue::from_str(value.expose())
+                .map_err(|_| (key(), "is not a valid HTTP header value"))?;
+            header_value.set_sensitive(true);
+            map.insert(header_name, header_value);
+        }
+        Ok(map)
+    }
+}
+
 pub(super) fn default_provider_timeout() -> Duration {
     Duration::from_secs(5)
 }

@@ -361,29 +361,19 @@ impl Settings {
     fn check_sms_provider(&self) -> Check {
         let provider = &self.sms.provider;
         duration("sms.provider.timeout", provider.timeout)?;
-        let sent = provider.kind == SmsProviderKind::Webhook;
-        for (name, value) in provider.headers.iter().filter(|_| sent) {
-            let key = format!("sms.provider.headers.{name}");
-            if reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_err() {
-                return Err(SettingsError::invalid(
-                    &key,
-                    "is not a valid HTTP header name",
-                ));
-            }
-            if reqwest::header::HeaderValue::from_str(value.expose()).is_err() {
-                return Err(SettingsError::invalid(
-                    &key,
-                    "is not a valid HTTP header value",
-                ));
-            }
-        }
         match provider.kind {
             SmsProviderKind::Log => {}
-            SmsProviderKind::Webhook => url_with_host(
-                "sms.provider.url",
-                provider.url.expose(),
-                &["http://", "https://"],
-            )?,
+            SmsProviderKind::Webhook => {
+                url_with_host(
+                    "sms.provider.url",
+                    provider.url.expose(),
+                    &["http://", "https://"],
+                )?;
+                // Only a webhook sends `headers`.
+                provider
+                    .header_map()
+                    .map_err(|(key, why)| SettingsError::invalid(&key, why))?;
+            }
             SmsProviderKind::Twilio => {
                 if !provider.url.is_empty() {
                     url_with_host(
