@@ -38,90 +38,76 @@ const SUBJECT_EVENTS: usize = 20;
 /// The unblock form carries one short field.
 const FORM_LIMIT: usize = 4 * 1024;
 
-/// Register the console: the overview, `/admin`, the `/admin/subjects`
-/// look-up, a subject's page and its unblock form, and the lists.
-/// Every page behind the console's door (`gate`).
+/// Register the console under one `/admin` scope behind one door (`gate`):
+/// the overview, `/admin`, the `/admin/subjects` look-up, a subject's page
+/// and its unblock form, the lists, and every other path under `/admin/`,
+/// so that a stranger gets the same 401 whatever the path and cannot map
+/// the routes by their 404s (an admin gets the JSON 404). Registered after
+/// the admin API's scope and the sign-in's routes, which have doors (or
+/// none) of their own and are matched first.
 pub fn configure(cfg: &mut web::ServiceConfig) {
     use crate::routes::other_methods;
-    let door = || actix_web::middleware::from_fn(console_gate);
+    let form = || web::PayloadConfig::new(FORM_LIMIT);
     cfg.service(
-        web::resource("/admin/overview")
-            .route(web::get().to(overview::page))
-            .default_service(other_methods("GET"))
-            .wrap(door()),
-    )
-    .service(
-        web::resource(["/admin", "/admin/"])
-            .route(web::get().to(events::page))
-            .default_service(other_methods("GET"))
-            .wrap(door()),
-    )
-    .service(
-        web::resource("/admin/subjects")
-            .route(web::get().to(subject::find))
-            .default_service(other_methods("GET"))
-            .wrap(door()),
-    )
-    .service(
-        web::resource("/admin/subjects/unblock")
-            .app_data(web::PayloadConfig::new(FORM_LIMIT))
-            .route(web::post().to(subject::unblock_by_query))
-            .default_service(other_methods("POST"))
-            .wrap(door()),
-    )
-    .service(
-        web::resource("/admin/subjects/{kind}/{id:.+}/unblock")
-            .app_data(web::PayloadConfig::new(FORM_LIMIT))
-            .route(web::post().to(subject::unblock))
-            .default_service(other_methods("POST"))
-            .wrap(door()),
-    )
-    .service(
-        web::resource("/admin/subjects/{kind}/{id:.+}")
-            .route(web::get().to(subject::page))
-            .default_service(other_methods("GET"))
-            .wrap(door()),
-    )
-    .service(
-        web::resource("/admin/lists")
-            .app_data(web::PayloadConfig::new(FORM_LIMIT))
-            .route(web::get().to(lists::page))
-            .route(web::post().to(lists::add))
-            .default_service(other_methods("GET, POST"))
-            .wrap(door()),
-    )
-    .service(
-        web::resource("/admin/lists/{id}/delete")
-            .app_data(web::PayloadConfig::new(FORM_LIMIT))
-            .route(web::post().to(lists::delete))
-            .default_service(other_methods("POST"))
-            .wrap(door()),
-    )
-    .service(
-        web::resource("/admin/events.csv")
-            .route(web::get().to(export_csv))
-            .default_service(other_methods("GET"))
-            .wrap(door()),
-    )
-    .service(
-        web::resource("/admin/logout")
-            .app_data(web::PayloadConfig::new(FORM_LIMIT))
-            .route(web::post().to(logout))
-            .default_service(other_methods("POST"))
-            .wrap(door()),
-    );
-}
-
-/// Every other path under `/admin/`, registered after every admin route:
-/// behind the console's door too, so that a stranger gets the 401 every
-/// admin route gives and cannot map the routes by their 404s; an admin
-/// gets the JSON 404.
-pub fn configure_other_paths(cfg: &mut web::ServiceConfig) {
-    let door = actix_web::middleware::from_fn(console_gate);
-    cfg.service(
-        web::resource("/admin/{rest:.*}")
-            .to(crate::routes::not_found)
-            .wrap(door),
+        web::scope("/admin")
+            .service(
+                web::resource("/overview")
+                    .route(web::get().to(overview::page))
+                    .default_service(other_methods("GET")),
+            )
+            .service(
+                web::resource(["", "/"])
+                    .route(web::get().to(events::page))
+                    .default_service(other_methods("GET")),
+            )
+            .service(
+                web::resource("/subjects")
+                    .route(web::get().to(subject::find))
+                    .default_service(other_methods("GET")),
+            )
+            .service(
+                web::resource("/subjects/unblock")
+                    .app_data(form())
+                    .route(web::post().to(subject::unblock_by_query))
+                    .default_service(other_methods("POST")),
+            )
+            .service(
+                web::resource("/subjects/{kind}/{id:.+}/unblock")
+                    .app_data(form())
+                    .route(web::post().to(subject::unblock))
+                    .default_service(other_methods("POST")),
+            )
+            .service(
+                web::resource("/subjects/{kind}/{id:.+}")
+                    .route(web::get().to(subject::page))
+                    .default_service(other_methods("GET")),
+            )
+            .service(
+                web::resource("/lists")
+                    .app_data(form())
+                    .route(web::get().to(lists::page))
+                    .route(web::post().to(lists::add))
+                    .default_service(other_methods("GET, POST")),
+            )
+            .service(
+                web::resource("/lists/{id}/delete")
+                    .app_data(form())
+                    .route(web::post().to(lists::delete))
+                    .default_service(other_methods("POST")),
+            )
+            .service(
+                web::resource("/events.csv")
+                    .route(web::get().to(export_csv))
+                    .default_service(other_methods("GET")),
+            )
+            .service(
+                web::resource("/logout")
+                    .app_data(form())
+                    .route(web::post().to(logout))
+                    .default_service(other_methods("POST")),
+            )
+            .default_service(web::to(crate::routes::not_found))
+            .wrap(actix_web::middleware::from_fn(console_gate)),
     );
 }
 

@@ -25,7 +25,9 @@ pub use admitted::Admin;
 
 /// Register the admin API under `/admin/api`, behind its door (`gate`),
 /// where bad queries and paths answer JSON 400s and unknown paths JSON 404s
-/// to an admin, and the HTML console behind its own.
+/// to an admin, the sign-in's routes, which have no door, and the HTML
+/// console's scope behind its own door: the API's scope and the sign-in are
+/// registered first, as the console's scope takes every other `/admin` path.
 pub fn configure(cfg: &mut web::ServiceConfig) {
     let api = web::scope("/admin/api");
     cfg.service(
@@ -47,7 +49,6 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .default_service(web::to(super::not_found))
             .wrap(actix_web::middleware::from_fn(gate::api)),
     );
-    console::configure(cfg);
     sso::configure(cfg);
-    console::configure_other_paths(cfg);
+    console::configure(cfg);
 }
