@@ -88,7 +88,7 @@ impl CaptchaVerifier {
         let answer = self.http.post(&self.verify_url).form(&form).send().await;
         match answer {
             Ok(response) if response.status().is_success() => {
-                match response.json::<SiteverifyAnswer>().await {
+                match crate::answer_body::json::<SiteverifyAnswer>(response).await {
                     Ok(answer) => {
                         if !answer.success {
                             tracing::info!(request_id = %crate::telemetry::request_id(), kind = ?self.kind, errors = ?answer.error_codes, "captcha token not accepted");
@@ -96,7 +96,7 @@ impl CaptchaVerifier {
                         answer.success
                     }
                     Err(e) => {
-                        tracing::warn!(request_id = %crate::telemetry::request_id(), error = %e.without_url(), "captcha siteverify answered unreadable JSON");
+                        tracing::warn!(request_id = %crate::telemetry::request_id(), error = %e, "captcha siteverify's answer cannot be read");
                         false
                     }
                 }

@@ -5,6 +5,7 @@
 #![warn(clippy::too_many_lines)]
 
 pub mod admin;
+mod answer_body;
 pub mod audit;
 pub mod captcha;
 pub mod connections;

@@ -70,8 +70,7 @@ impl SmsSender for TwilioSender {
         if status.is_success() {
             return Ok(());
         }
-        let code = response
-            .json::<TwilioError>()
+        let code = crate::answer_body::json::<TwilioError>(response)
             .await
             .ok()
             .and_then(|e| e.code);

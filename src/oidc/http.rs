@@ -14,6 +14,9 @@ pub enum HttpError {
     /// Building, sending or reading the request failed, or it timed out.
     #[error("{0}")]
     Reqwest(#[from] reqwest::Error),
+    /// The answer's body could not be read whole (too large, or cut).
+    #[error("{0}")]
+    Answer(#[from] crate::answer_body::AnswerError),
     /// The answer could not be turned into `openidconnect`'s type.
     #[error("{0}")]
     Http(#[from] openidconnect::http::Error),
@@ -36,7 +39,7 @@ impl Http {
     /// GET `url` and its body, when it answers 200.
     pub async fn get(&self, url: &str) -> Result<Vec<u8>, HttpError> {
         let response = self.0.get(url).send().await?.error_for_status()?;
-        Ok(response.bytes().await?.to_vec())
+        Ok(crate::answer_body::read(response).await?)
     }
 }
 
@@ -52,7 +55,7 @@ impl<'c> AsyncHttpClient<'c> for Http {
             for (name, value) in response.headers() {
                 answer = answer.header(name, value);
             }
-            let body = response.bytes().await?.to_vec();
+            let body = crate::answer_body::read(response).await?;
             Ok(answer.body(body)?)
         })
     }

@@ -149,6 +149,11 @@ async fn provider_errors_unreadable_answers_and_timeouts_count_as_not_passed() {
             ResponseTemplate::new(200).set_body_json(json!({ "success": "true" })),
         ),
         (
+            "an answer over a megabyte, even with success true",
+            ResponseTemplate::new(200)
+                .set_body_json(json!({ "success": true, "pad": "x".repeat(2 << 20) })),
+        ),
+        (
             "an answer after the timeout",
             ResponseTemplate::new(200)
                 .set_body_json(json!({ "success": true }))
