@@ -43,15 +43,16 @@ pub struct SmsMessage {
 /// Why an SMS was not delivered.
 #[derive(Debug, thiserror::Error)]
 pub enum DeliveryError {
-    /// The provider answered with an error status (the text names it, never the
-    /// phone).
-    #[error("provider answered {0}")]
+    /// The provider answered with an error status (the text names the
+    /// provider and the status, never the phone).
+    #[error("{0}")]
     Rejected(String),
     /// The call failed before an answer came; the text leaves out the URL, which
     /// may carry a token.
     #[error("provider unreachable: {0}")]
     Unreachable(String),
-    /// No answer within `sms.provider.timeout`.
+    /// No answer within `sms.provider.timeout` once connected: the provider
+    /// may have taken the message all the same.
     #[error("provider did not answer in time")]
     TimedOut,
     /// The text could not be rendered (a bug: the templates are tested).
@@ -60,8 +61,16 @@ pub enum DeliveryError {
 }
 
 impl DeliveryError {
+    /// Whether the message may have reached the phone although the call
+    /// failed: the provider was sent it and did not answer in time. A late
+    /// delivery is common with a slow gateway.
+    pub fn may_have_been_delivered(&self) -> bool {
+        matches!(self, DeliveryError::TimedOut)
+    }
+
     fn from_reqwest(e: reqwest::Error) -> Self {
-        if e.is_timeout() {
+        // A connect that timed out sent nothing: unreachable, not unanswered.
+        if e.is_timeout() && !e.is_connect() {
             DeliveryError::TimedOut
         } else {
             // Without the URL: a webhook URL may carry a token.
