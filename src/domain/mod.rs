@@ -16,7 +16,7 @@ pub mod username;
 pub use client_ip::ClientIp;
 pub use email::EmailAddress;
 pub use locale::Locale;
-pub use phone::{PhoneError, PhoneNumber};
+pub use phone::{PhoneError, PhoneNumber, NO_REGION};
 pub use reason::Reason;
 pub use rule::{Algorithm, Rule};
 pub use subject::{Action, Subject, SubjectError, SubjectKind};

@@ -24,9 +24,11 @@ pub struct SmsSettings {
     /// Wrong tries per code; the last one burns it (429 until a new send).
     /// Default 5.
     pub max_verify_attempts: u32,
-    /// ISO 3166 alpha-2 codes; empty allows every region.
+    /// ISO 3166 alpha-2 codes, and `"001"` for the numbers of no region
+    /// (`domain::NO_REGION`); empty allows every region.
     pub allowed_regions: Vec<String>,
-    /// ISO 3166 alpha-2 codes that never get a code; wins over `allowed_regions`.
+    /// Regions (as `allowed_regions` names them) that never get a code;
+    /// wins over `allowed_regions`.
     pub denied_regions: Vec<String>,
     /// Sends per phone or IP within `captcha_window` after which a captcha is
     /// needed (an IPv6 network's: `network_captcha_after`).

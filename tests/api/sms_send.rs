@@ -20,6 +20,7 @@ on_both_backends!(
     the_prefix_and_global_windows_apply_across_phones,
     the_captcha_tier_refuses_until_a_captcha_is_passed,
     regions_outside_the_allow_list_or_on_the_deny_list_are_refused,
+    numbers_of_no_region_are_named_001,
     a_failed_delivery_gives_the_reservation_back,
     a_failed_delivery_deletes_its_own_code_not_one_a_racing_send_put,
     shadow_mode_lets_everything_through_and_audits_what_it_would_refuse,
@@ -231,6 +232,24 @@ async fn regions_outside_the_allow_list_or_on_the_deny_list_are_refused(backend:
         .iter()
         .all(|e| e.reason == "region_blocked" && e.decision == AuditDecision::Deny));
     assert_eq!(app.sms.messages().len(), 1);
+}
+
+async fn numbers_of_no_region_are_named_001(backend: Backend) {
+    let app = spawn_app(backend, |s| s.sms.denied_regions = vec!["001".into()]).await;
+
+    assert_eq!(app.sms_send(json!({ "phone": PHONE })).await.status, 200);
+    // Global freephone and two satellite services: pumping's favourites.
+    for phone in ["+80012345678", "+881612345678", "+870301234567"] {
+        let answer = app.sms_send(json!({ "phone": phone })).await;
+        assert_eq!(answer.status, 403, "{phone}: {}", answer.body);
+        assert_eq!(answer.error(), "region_blocked", "{phone}");
+    }
+    assert_eq!(app.sms.messages().len(), 1);
+
+    let only = spawn_app(backend, |s| s.sms.allowed_regions = vec!["001".into()]).await;
+    assert_eq!(only.sms_send(json!({ "phone": PHONE })).await.status, 403);
+    let satellite = only.sms_send(json!({ "phone": "+881612345678" })).await;
+    assert_eq!(satellite.status, 200, "{}", satellite.body);
 }
 
 async fn a_failed_delivery_gives_the_reservation_back(backend: Backend) {

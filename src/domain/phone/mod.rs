@@ -20,6 +20,12 @@ pub enum PhoneError {
     Invalid,
 }
 
+/// What `sms.allowed_regions` and `sms.denied_regions` call the numbers no
+/// region claims, as libphonenumber does: the non-geographic calling codes
+/// (+800 freephone, +808, +870 Inmarsat, +881 and +882/+883 satellite and
+/// global services, +979 premium rate), favourite targets of SMS pumping.
+pub const NO_REGION: &str = "001";
+
 /// A valid phone number, normalised to E.164, with its region. `Display`
 /// masks it.
 #[derive(Debug, Clone, PartialEq, Eq)]

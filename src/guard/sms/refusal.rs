@@ -4,7 +4,7 @@
 use super::super::reserve::{Refusal, RefusalKind};
 use crate::audit::{AuditDecision, AuditEvent};
 use crate::delivery::DeliveryError;
-use crate::domain::{Action, Reason};
+use crate::domain::{Action, Reason, NO_REGION};
 use crate::lists::EntryKind;
 use crate::store::StoreError;
 
@@ -74,9 +74,11 @@ impl From<&Refusal> for SmsRefusal {
     }
 }
 
+/// `sms.allowed_regions` and `sms.denied_regions` on a phone's region;
+/// `"001"` names the numbers of no region (`NO_REGION`).
 pub(super) fn region_allowed(region: Option<&str>, allowed: &[String], denied: &[String]) -> bool {
-    let listed =
-        |list: &[String]| region.is_some_and(|r| list.iter().any(|l| l.eq_ignore_ascii_case(r)));
+    let region = region.unwrap_or(NO_REGION);
+    let listed = |list: &[String]| list.iter().any(|l| l.eq_ignore_ascii_case(region));
     (allowed.is_empty() || listed(allowed)) && !listed(denied)
 }
 
@@ -93,5 +95,9 @@ mod tests {
         assert!(!region_allowed(Some("CN"), &[], &s(&["CN"])));
         assert!(!region_allowed(None, &s(&["CN"]), &[]));
         assert!(region_allowed(None, &[], &s(&["CN"])));
+        // "001": the numbers no region claims (+800, +881, ...)
+        assert!(!region_allowed(None, &[], &s(&["001"])));
+        assert!(region_allowed(None, &s(&["CN", "001"]), &[]));
+        assert!(region_allowed(Some("CN"), &[], &s(&["001"])));
     }
 }

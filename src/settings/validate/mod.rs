@@ -84,10 +84,14 @@ fn limits(key: &str, list: &[LimitSetting]) -> Check {
 
 fn regions(key: &str, list: &[String]) -> Check {
     for (i, r) in list.iter().enumerate() {
-        if r.len() != 2 || !r.chars().all(|c| c.is_ascii_alphabetic()) {
+        let alpha_2 = r.len() == 2 && r.chars().all(|c| c.is_ascii_alphabetic());
+        if !alpha_2 && r != crate::domain::NO_REGION {
             return Err(SettingsError::invalid(
                 &format!("{key}[{i}]"),
-                format!("{r:?} is not an ISO 3166 alpha-2 code"),
+                format!(
+                    "{r:?} is not an ISO 3166 alpha-2 code (or \"{}\", the numbers of no region)",
+                    crate::domain::NO_REGION
+                ),
             ));
         }
     }
