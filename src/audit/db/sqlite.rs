@@ -71,7 +71,8 @@ pub async fn page(
 }
 
 /// Multi-row INSERTs and the rollups of the rows that were new, all in one
-/// transaction (one commit, one fsync).
+/// transaction (one commit, one fsync). A statement's text depends on its
+/// number of rows, so none is kept prepared (see `rollups`).
 pub async fn insert(
     pool: &SqlitePool,
     events: &[AuditEvent],
@@ -104,7 +105,11 @@ pub async fn insert(
                 .push_bind(e.lock_until_ms());
         });
         qb.push(" ON CONFLICT (id) DO NOTHING RETURNING id");
-        let ids: Vec<(String,)> = qb.build_query_as().fetch_all(&mut *tx).await?;
+        let ids: Vec<(String,)> = qb
+            .build_query_as()
+            .persistent(false)
+            .fetch_all(&mut *tx)
+            .await?;
         new.extend(ids.into_iter().map(|(id,)| id));
     }
     let inserted = new.len() as u64;
@@ -156,4 +161,60 @@ pub async fn cut_before(
         partitions: Vec::new(),
         rows,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use sqlx::sqlite::SqliteConnectOptions;
+    use sqlx::Connection as _;
+
+    use super::*;
+    use crate::audit::AuditDecision;
+    use crate::domain::{Action, Subject, SubjectKind};
+
+    /// A flood's batches come in every size, and each size is a statement
+    /// of its own: none may stay prepared, or the connection's statement
+    /// cache holds a hundred of them, each as large as a thousand rows
+    /// (the process grew by some 1.3 KB a refusal).
+    #[tokio::test]
+    async fn batches_of_every_size_leave_no_statement_prepared() {
+        let dir = tempfile::tempdir().unwrap();
+        let options = SqliteConnectOptions::new()
+            .filename(dir.path().join("audit.db"))
+            .create_if_missing(true);
+        let pool = SqlitePoolOptions::new()
+            .max_connections(1)
+            .connect_with(options)
+            .await
+            .unwrap();
+        sqlx::migrate!("./migrations/sqlite")
+            .run(&pool)
+            .await
+            .unwrap();
+        let cached = |pool: SqlitePool| async move {
+            pool.acquire().await.unwrap().cached_statements_size()
+        };
+        let before = cached(pool.clone()).await;
+
+        for size in 1..=20 {
+            let events: Vec<AuditEvent> = (0..size)
+                .map(|i| {
+                    let subject = Subject::new(SubjectKind::Phone, format!("+861380013{i:04}"));
+                    AuditEvent::new(
+                        Action::SmsSend,
+                        AuditDecision::Deny,
+                        "rate_limited",
+                        &subject,
+                    )
+                })
+                .collect();
+            assert_eq!(insert(&pool, &events, 7).await.unwrap(), size);
+        }
+
+        let after = cached(pool.clone()).await;
+        assert!(
+            after <= before + 2,
+            "{before} statements prepared before, {after} after"
+        );
+    }
 }
