@@ -116,6 +116,17 @@ fn a_bad_origin_is_refused_naming_its_key() {
         "[server]\ncors_origins = [\"https://ok.example\", \"https://app.example.com/login\"]\n",
     );
     assert!(error.contains("server.cors_origins[1]"), "{error}");
+    // Browsers send the host in lower case and no default port; CORS
+    // compares as written, so these would never match a browser.
+    for (entry, form) in [
+        ("https://SHOP.example.com", "https://shop.example.com"),
+        ("https://shop2.example.com:443", "https://shop2.example.com"),
+    ] {
+        let error =
+            crate::support::app::config_error(&format!("[server]\ncors_origins = [{entry:?}]\n"));
+        assert!(error.contains("server.cors_origins[0]"), "{error}");
+        assert!(error.contains(&format!("{form:?}")), "{error}");
+    }
 }
 
 /// `/sms/send` answers the phone's tightest window in the IETF `RateLimit`

@@ -105,15 +105,20 @@ pub(super) fn proxies(server: &crate::settings::ServerSettings) -> Check {
 impl Settings {
     /// `server.cors_origins` and `server.admin_bind`.
     pub(super) fn check_routes(&self) -> Check {
-        if let Some(i) = self
-            .server
-            .cors_origins
-            .iter()
-            .position(|o| !crate::domain::origin::valid_origin(o))
-        {
+        use crate::domain::origin::{check_origin, OriginError};
+        for (i, origin) in self.server.cors_origins.iter().enumerate() {
+            let message = match check_origin(origin) {
+                Ok(()) => continue,
+                Err(OriginError::NotAnOrigin) => {
+                    "must be `*` or an origin: http(s)://host[:port], nothing after it".to_string()
+                }
+                Err(OriginError::NotAsBrowsersWriteIt(form)) => format!(
+                    "browsers send this origin as {form:?} and CORS compares it as written: write that"
+                ),
+            };
             return Err(SettingsError::invalid(
                 &format!("server.cors_origins[{i}]"),
-                "must be `*` or an origin: http(s)://host[:port], nothing after it",
+                message,
             ));
         }
         if self
