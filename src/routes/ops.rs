@@ -12,17 +12,32 @@ use crate::error::{ErrorBody, ErrorCode};
 /// not ready (the admin listener); otherwise it says only whether (a public
 /// listener: an attacker learns nothing of the audit database or the disk).
 pub fn configure_probes(cfg: &mut web::ServiceConfig, detailed: bool) {
-    cfg.service(super::get("/healthz", healthz));
+    cfg.service(get_or_head("/healthz", healthz));
     if detailed {
-        cfg.service(super::get("/readyz", readyz_detailed));
+        cfg.service(get_or_head("/readyz", readyz_detailed));
     } else {
-        cfg.service(super::get("/readyz", readyz));
+        cfg.service(get_or_head("/readyz", readyz));
     }
 }
 
 /// `/metrics`: on the admin listener when there is one.
 pub fn configure_metrics(cfg: &mut web::ServiceConfig) {
-    cfg.service(super::get("/metrics", metrics));
+    cfg.service(get_or_head("/metrics", metrics));
+}
+
+/// A resource answering GET, and HEAD alike without the body (RFC 9110
+/// §9.1: uptime monitors and load balancers probe with HEAD); other
+/// methods answer the JSON 405.
+fn get_or_head<F, Args>(path: &str, handler: F) -> actix_web::Resource
+where
+    F: actix_web::Handler<Args> + Clone,
+    Args: actix_web::FromRequest + 'static,
+    F::Output: actix_web::Responder + 'static,
+{
+    web::resource(path)
+        .route(web::get().to(handler.clone()))
+        .route(web::head().to(handler))
+        .default_service(super::other_methods("GET, HEAD"))
 }
 
 /// `/healthz` and `/readyz` 200.

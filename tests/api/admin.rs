@@ -701,6 +701,34 @@ async fn admin_routes_live_on_their_own_listener_when_admin_bind_is_set() {
     for base in [&app.address, &admin] {
         assert_eq!(get(base, "/healthz").await.unwrap().status(), 200, "{base}");
     }
+    // HEAD answers as GET does, without the body (monitors probe with HEAD).
+    for (base, path) in [
+        (&app.address, "/healthz"),
+        (&app.address, "/readyz"),
+        (&admin, "/readyz"),
+        (&admin, "/metrics"),
+    ] {
+        let head = app
+            .client
+            .head(format!("{base}{path}"))
+            .bearer_auth(ADMIN_TOKEN)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(head.status(), 200, "HEAD {base}{path}");
+        assert!(
+            head.bytes().await.unwrap().is_empty(),
+            "HEAD {path}: no body"
+        );
+    }
+    let delete = app
+        .client
+        .delete(format!("{}/healthz", app.address))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(delete.status(), 405);
+    assert_eq!(delete.headers()["allow"], "GET, HEAD");
     let send = app
         .client
         .post(format!("{admin}/sms/send"))
