@@ -98,14 +98,22 @@ pub(super) async fn session(
     }))
 }
 
+/// The longest path a sign-in comes back to, in JSON (a `"` counts twice):
+/// the pending sign-in's cookie carries it encrypted (about 4/3 of its
+/// length and 280 bytes more), and browsers drop a cookie over 4,096
+/// bytes, which failed the callback.
+const MAX_RETURN_PATH: usize = 2048;
+
 /// A console path to come back to: under `/admin`, not the sign-in's own
-/// routes, nothing that would leave the site (`//host`, `\`), and no
+/// routes, nothing that would leave the site (`//host`, `\`), no
 /// control character (a decoded `%0a` could not go in the `Location`
-/// header: the sign-in would end in a 500 after its session was stored).
+/// header: the sign-in would end in a 500 after its session was stored),
+/// and at most `MAX_RETURN_PATH` bytes (a longer one comes back home).
 fn return_path(raw: Option<&str>) -> String {
     match raw {
         Some(path)
             if (path == HOME || path.starts_with("/admin/") || path.starts_with("/admin?"))
+                && path.len() + path.matches('"').count() <= MAX_RETURN_PATH
                 && !path.contains('\\')
                 && !path.chars().any(char::is_control)
                 && !path.starts_with(CALLBACK_PATH)
@@ -421,6 +429,37 @@ mod tests {
             (None, "/admin"),
         ] {
             assert_eq!(return_path(raw), back, "{raw:?}");
+        }
+        let longest = format!("/admin?subject={}", "a".repeat(MAX_RETURN_PATH - 15));
+        assert_eq!(return_path(Some(&longest)), longest);
+        assert_eq!(return_path(Some(&format!("{longest}a"))), "/admin");
+        let quoted = format!("/admin?subject={}", "\"".repeat(MAX_RETURN_PATH / 2 - 8));
+        assert_eq!(return_path(Some(&quoted)), quoted);
+        assert_eq!(return_path(Some(&format!("{quoted}\""))), "/admin");
+    }
+
+    /// The pending sign-in's cookie of the longest return path stays within
+    /// what browsers keep (4,096 bytes, name, value and attributes).
+    #[test]
+    fn the_longest_return_path_fits_in_a_cookie() {
+        let key = cookies::key(b"a cookie secret of thirty-two bytes at least");
+        for path in [
+            format!("/admin?subject={}", "a".repeat(MAX_RETURN_PATH - 15)),
+            format!("/admin?subject={}", "\"".repeat(MAX_RETURN_PATH / 2 - 8)),
+            format!("/admin?subject={}", "é".repeat((MAX_RETURN_PATH - 15) / 2)),
+        ] {
+            let pending = crate::oidc::PendingLogin {
+                state: "s".repeat(43),
+                nonce: "n".repeat(43),
+                verifier: "v".repeat(43),
+                return_to: return_path(Some(&path)),
+                started: 1_800_000_000,
+            };
+            assert_eq!(pending.return_to, path, "kept");
+            let value = serde_json::to_string(&pending).unwrap();
+            let cookie = cookies::sealed(&key, cookies::LOGIN, value, true, LOGIN_TTL);
+            let written = cookie.to_string().len();
+            assert!(written <= 4096, "{written} bytes");
         }
     }
 
