@@ -413,6 +413,26 @@ pub fn list_match(
 mod tests {
     use super::*;
 
+    /// Every series this module names has its row in operations.md's
+    /// metrics table: read off this file, so that a new one cannot be left
+    /// out.
+    #[test]
+    fn every_series_is_in_the_operations_table() {
+        let table = include_str!("../../docs/operations.md");
+        let names: Vec<&str> = include_str!("mod.rs")
+            .lines()
+            .filter_map(|l| l.strip_prefix("pub const ")?.split('"').nth(1))
+            .filter(|name| name.starts_with("tollgate_"))
+            .collect();
+        assert!(names.len() >= 24, "{names:?}");
+        for name in names {
+            assert!(
+                table.contains(&format!("| `{name}` |")),
+                "{name} has no row in docs/operations.md"
+            );
+        }
+    }
+
     /// On a recorder of its own: the process-wide one may have counted
     /// failures already.
     #[test]
