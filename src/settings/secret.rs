@@ -121,7 +121,10 @@ const SECRET_PARAMS: [&str; 10] = [
 const SECRET_SUFFIXES: [&str; 4] = ["_token", "_key", "_secret", "_password"];
 
 fn secret_param(name: &str) -> bool {
-    let name = name.to_ascii_lowercase();
+    // As a server reads it: `pass%77ord` is `password`.
+    let name = url::form_urlencoded::parse(name.as_bytes())
+        .next()
+        .map_or_else(String::new, |(decoded, _)| decoded.to_ascii_lowercase());
     SECRET_PARAMS.contains(&name.as_str()) || SECRET_SUFFIXES.iter().any(|s| name.ends_with(s))
 }
 
@@ -192,6 +195,14 @@ mod tests {
         );
         assert_eq!(mask_url("redis://:pw@h:6379"), "redis://:***@h:6379");
         assert_eq!(mask_url("redis://h:6379"), "redis://h:6379");
+        assert_eq!(
+            mask_url("https://sms.example/send?pass%77ord=hunter2&PASS%57ORD=x&user=a"),
+            "https://sms.example/send?pass%77ord=***&PASS%57ORD=***&user=a"
+        );
+        assert_eq!(
+            mask_url("https://h/?client%5Fsecret=s&access+token=t"),
+            "https://h/?client%5Fsecret=***&access+token=t"
+        );
         assert_eq!(
             mask_url("sqlite://tollgate-audit.db?mode=rwc"),
             "sqlite://tollgate-audit.db?mode=rwc"
