@@ -124,16 +124,23 @@ pub fn build_sender(settings: &SmsProviderSettings) -> Result<Arc<dyn SmsSender>
     })
 }
 
-/// The HTTP client of the SMS providers: one `timeout` for the whole call, no
-/// retries (a retried send could text a phone twice), no redirects (a POST
-/// must not turn into a GET elsewhere).
+/// The longest a provider's connection (DNS, TCP and TLS) may take: half
+/// the call's `timeout`, at most this. Shorter than the call's own
+/// deadline, so that a connection that hangs (a dropped SYN, a stalled
+/// handshake) ends as a connect error, nothing sent, and not as a call
+/// that timed out after its message went out.
+const MAX_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// The HTTP client of the SMS providers: one `timeout` for the whole call,
+/// a shorter one to connect, no retries (a retried send could text a phone
+/// twice), no redirects (a POST must not turn into a GET elsewhere).
 fn http_client(
     timeout: Duration,
     headers: reqwest::header::HeaderMap,
 ) -> Result<reqwest::Client, reqwest::Error> {
     reqwest::Client::builder()
         .timeout(timeout)
-        .connect_timeout(timeout)
+        .connect_timeout((timeout / 2).min(MAX_CONNECT_TIMEOUT))
         .retry(reqwest::retry::never())
         .redirect(reqwest::redirect::Policy::none())
         .default_headers(headers)

@@ -194,12 +194,25 @@ impl Reservation<'_> {
     /// Give every recorded event back (a failed delivery), to the store
     /// that recorded it.
     pub async fn roll_back(&self, store: &dyn WindowStore) {
+        self.give_back(store, true).await;
+    }
+
+    /// Give the event back to the pumping guard's conversions alone (a
+    /// delivery that timed out): it still counts in every window, as it may
+    /// have arrived, but an unknown outcome is no sign of pumping, and a
+    /// slow provider would otherwise block the ranges its users send to.
+    pub async fn uncount_conversions(&self, store: &dyn WindowStore) {
+        self.give_back(store, false).await;
+    }
+
+    async fn give_back(&self, store: &dyn WindowStore, windows_too: bool) {
         if !self.recorded {
             return;
         }
         let subjects = self
             .hits
             .iter()
+            .filter(|_| windows_too)
             .map(|hit| SubjectWindows {
                 key: &hit.key,
                 windows: hit.rules.windows(),

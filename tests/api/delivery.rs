@@ -220,6 +220,11 @@ async fn a_webhook_that_does_not_answer_in_time_answers_502_and_its_send_still_c
     let next = app.sms_send(json!({ "phone": PHONE })).await;
     assert_eq!(next.status, 429, "the send counted: {}", next.body);
     assert_eq!(next.body["rule"], "phone 1/1h");
+    // ...but not for the pumping guard: a slow provider is no sign of
+    // pumping, and would otherwise block its users' ranges.
+    let range = app.admin_get("/admin/api/subjects/prefix/%2B8613800").await;
+    assert_eq!(range.status, 200, "{}", range.body);
+    assert_eq!(range.body["pumping"]["sends"], 0, "{}", range.body);
     let requests = received(&server).await;
     assert_eq!(requests.len(), 1, "a timed-out send is not retried");
     let sms: Value = serde_json::from_slice(&requests[0].body).unwrap();
@@ -376,6 +381,43 @@ async fn an_unreachable_provider_answers_502() {
         !windows.is_empty() && windows.iter().all(|w| w["count"] == 0),
         "nothing was sent, so nothing counts: {windows:?}"
     );
+}
+
+/// A provider whose TLS handshake never ends (a stalled proxy, a dropped
+/// packet) was sent nothing: the send is given back, unlike one whose
+/// message went out unanswered.
+#[tokio::test]
+async fn a_connection_that_hangs_is_given_back() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let held = tokio::spawn(async move {
+        let mut open = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            open.push(socket); // accepted, never answered
+        }
+    });
+    let app = spawn_app_with_sms_provider(Backend::Memory, move |s| {
+        s.sms.phone_limits = limits(&[(1, 3_600_000)]);
+        s.sms.provider.kind = SmsProviderKind::Webhook;
+        s.sms.provider.url = format!("https://127.0.0.1:{port}/sms").into();
+        s.sms.provider.timeout = Duration::from_millis(600);
+    })
+    .await;
+
+    for _ in 0..2 {
+        let answer = app.sms_send(json!({ "phone": PHONE })).await;
+        assert_eq!(answer.status, 502, "{}", answer.body);
+        assert_eq!(answer.error(), "delivery_failed");
+    }
+    let state = app
+        .admin_get(&format!("/admin/api/subjects/phone/{PHONE}"))
+        .await;
+    let windows = state.body["windows"].as_array().expect("windows").clone();
+    assert!(
+        !windows.is_empty() && windows.iter().all(|w| w["count"] == 0),
+        "nothing was sent, so nothing counts: {windows:?}"
+    );
+    held.abort();
 }
 
 #[test]

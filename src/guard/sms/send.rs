@@ -116,10 +116,11 @@ impl SmsGuard {
     /// Deliver the code; when that fails, give the reservation back and
     /// delete the code, so that the failed send costs the caller nothing:
     /// this send's code only, not one a racing send has put since. A
-    /// provider that did not answer in time may have delivered all the
-    /// same: that send keeps its reservation and its code, so the phone's
-    /// windows count it (or a slow gateway would text a phone without any
-    /// limit, every send answered 502) and the code verifies if it arrives.
+    /// provider that took the message and did not answer in time may have
+    /// delivered it all the same: that send keeps its windows and its code,
+    /// so they count it (or a slow gateway would text a phone without any
+    /// limit, every send answered 502) and the code verifies if it arrives;
+    /// only the pumping guard's count is given back.
     async fn deliver_or_undo(
         &self,
         req: &SendRequest,
@@ -131,10 +132,13 @@ impl SmsGuard {
         let Err(error) = self.deliver(req, &code.text, ttl_secs, info).await else {
             return Ok(());
         };
+        let store = self.ctx.store.as_ref();
         if error.may_have_been_delivered() {
+            if let Some(reservation) = reservation {
+                reservation.uncount_conversions(store).await;
+            }
             return Err(error.into());
         }
-        let store = self.ctx.store.as_ref();
         if let Some(reservation) = reservation {
             reservation.roll_back(store).await;
         }
