@@ -61,3 +61,47 @@ pub(crate) enum JsonAnswerError {
     #[error("unreadable JSON: {0}")]
     Json(#[from] serde_json::Error),
 }
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+
+    /// A server answering `chunks` chunks of 64 KiB, chunked, with no
+    /// `Content-Length` to refuse early.
+    async fn chunked_server(chunks: usize) -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let mut request = [0u8; 4096];
+            let _ = socket.read(&mut request).await;
+            let head = "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n";
+            socket.write_all(head.as_bytes()).await.unwrap();
+            let chunk = vec![b'x'; 64 * 1024];
+            for _ in 0..chunks {
+                let size = format!("{:x}\r\n", chunk.len());
+                if socket.write_all(size.as_bytes()).await.is_err()
+                    || socket.write_all(&chunk).await.is_err()
+                    || socket.write_all(b"\r\n").await.is_err()
+                {
+                    return; // the reader stopped
+                }
+            }
+            let _ = socket.write_all(b"0\r\n\r\n").await;
+        });
+        format!("http://{address}/")
+    }
+
+    #[tokio::test]
+    async fn a_chunked_answer_is_read_up_to_the_ceiling() {
+        let client = reqwest::Client::new();
+        let small = client.get(chunked_server(2).await).send().await.unwrap();
+        assert_eq!(read(small).await.unwrap().len(), 128 * 1024);
+
+        let large = client.get(chunked_server(32).await).send().await.unwrap();
+        assert!(large.content_length().is_none());
+        assert!(matches!(read(large).await, Err(AnswerError::TooLarge)));
+    }
+}

@@ -716,10 +716,6 @@ async fn admin_routes_live_on_their_own_listener_when_admin_bind_is_set() {
             .await
             .unwrap();
         assert_eq!(head.status(), 200, "HEAD {base}{path}");
-        assert!(
-            head.bytes().await.unwrap().is_empty(),
-            "HEAD {path}: no body"
-        );
     }
     let delete = app
         .client

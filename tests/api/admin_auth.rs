@@ -211,7 +211,7 @@ async fn every_admin_route_asks_for_the_token_first_and_is_never_cached() {
         s.audit.spool_dir = spool.display().to_string();
     })
     .await;
-    let routes: [(&str, &str, u16); 18] = [
+    let routes: [(&str, &str, u16); 19] = [
         ("GET", "/admin/api/events", 200),
         ("GET", "/admin/api/events.csv", 200),
         ("GET", "/admin/api/lists", 200),
@@ -230,6 +230,8 @@ async fn every_admin_route_asks_for_the_token_first_and_is_never_cached() {
         ("POST", "/admin/lists/x", 404),
         ("GET", "/admin/subjects/user", 404),
         ("DELETE", "/admin/", 405),
+        // Past the API's scope, in the console's.
+        ("GET", "/admin/apifoo", 404),
     ];
     for (method, path, admitted) in routes {
         let url = format!("{}{path}", app.address);
