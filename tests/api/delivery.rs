@@ -73,6 +73,18 @@ fn code_in(body: &str, len: usize) -> String {
     runs[0].to_string()
 }
 
+/// Every window of `PHONE` is at 0: nothing was sent, so nothing counts.
+async fn assert_the_phone_counts_nothing(app: &TestApp) {
+    let state = app
+        .admin_get(&format!("/admin/api/subjects/phone/{PHONE}"))
+        .await;
+    let windows = state.body["windows"].as_array().expect("windows").clone();
+    assert!(
+        !windows.is_empty() && windows.iter().all(|w| w["count"] == 0),
+        "nothing was sent, so nothing counts: {windows:?}"
+    );
+}
+
 async fn send_with_request_id(app: &TestApp, body: Value, request_id: &str) -> Answer {
     let request = app
         .client
@@ -373,14 +385,7 @@ async fn an_unreachable_provider_answers_502() {
 
     assert_eq!(answer.status, 502, "{}", answer.body);
     assert_eq!(answer.error(), "delivery_failed");
-    let state = app
-        .admin_get(&format!("/admin/api/subjects/phone/{PHONE}"))
-        .await;
-    let windows = state.body["windows"].as_array().expect("windows").clone();
-    assert!(
-        !windows.is_empty() && windows.iter().all(|w| w["count"] == 0),
-        "nothing was sent, so nothing counts: {windows:?}"
-    );
+    assert_the_phone_counts_nothing(&app).await;
 }
 
 /// A provider whose TLS handshake never ends (a stalled proxy, a dropped
@@ -409,14 +414,7 @@ async fn a_connection_that_hangs_is_given_back() {
         assert_eq!(answer.status, 502, "{}", answer.body);
         assert_eq!(answer.error(), "delivery_failed");
     }
-    let state = app
-        .admin_get(&format!("/admin/api/subjects/phone/{PHONE}"))
-        .await;
-    let windows = state.body["windows"].as_array().expect("windows").clone();
-    assert!(
-        !windows.is_empty() && windows.iter().all(|w| w["count"] == 0),
-        "nothing was sent, so nothing counts: {windows:?}"
-    );
+    assert_the_phone_counts_nothing(&app).await;
     held.abort();
 }
 
