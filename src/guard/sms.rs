@@ -14,7 +14,8 @@ use tokio::sync::OnceCell;
 use super::{code, pumping, GuardContext, Policy, RequestInfo};
 use crate::captcha::CaptchaProof;
 use crate::delivery::{SenderCell, TemplatesCell};
-use crate::domain::{Locale, PhoneNumber};
+use crate::domain::{Action, Locale, PhoneNumber, Subject};
+use crate::guard::reserve::SubjectHit;
 use crate::store::StoreError;
 use decision::{Answer, Decision, Settled};
 
@@ -104,6 +105,24 @@ impl SmsGuard {
         info.ip
             .map(|ip| self.ctx.keys.code_asker(ip.subject_id()))
             .unwrap_or_default()
+    }
+
+    /// `subject`'s counted windows for `action` as a reservation hit; none
+    /// when the rulebook gives its kind no windows, unless `keep_empty`
+    /// (a send's phone, which carries the code).
+    fn hit<'p>(
+        &self,
+        policy: &'p Policy,
+        action: Action,
+        subject: Subject,
+        keep_empty: bool,
+    ) -> Option<SubjectHit<'p>> {
+        let rules = policy.rules_for(action, subject.kind)?.counted()?;
+        (keep_empty || !rules.windows().is_empty()).then(|| SubjectHit {
+            key: self.ctx.keys.subject_window(&subject, action),
+            subject,
+            rules,
+        })
     }
 
     async fn secret(&self) -> Result<&[u8], StoreError> {

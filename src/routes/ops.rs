@@ -104,8 +104,9 @@ async fn readyz_detailed(state: web::Data<AppState>) -> HttpResponse {
     }
 }
 
-/// What `/readyz` looks at: one store write (bounded by `store.timeout`), and the audit trail's state as its writer and journal
-/// last saw it (no database round trip on the probe's path).
+/// What `/readyz` looks at: one store write (bounded by `store.timeout`),
+/// and the audit trail's state as its writer and journal last saw it (no
+/// database round trip on the probe's path).
 struct Readiness {
     store: bool,
     audit: crate::audit::AuditHealth,

@@ -11,7 +11,7 @@ use super::{SendRequest, Sent, SmsGuard, SmsRefusal};
 use crate::delivery::{DeliveryError, SmsMessage};
 use crate::domain::{Action, Locale, PhoneNumber, Subject, SubjectKind};
 use crate::guard::reserve::{reserve, Offer, Reservation, SubjectHit};
-use crate::guard::{ceil_secs, code, pumping, Lookup, Policy, RequestInfo, Windows};
+use crate::guard::{ceil_secs, code, pumping, Lookup, Policy, RequestInfo};
 use crate::settings::SmsSettings;
 use crate::store::{CodeToStore, StoreError};
 
@@ -222,18 +222,9 @@ impl SmsGuard {
         ];
         let mut hits = Vec::with_capacity(subjects.len());
         for subject in subjects.into_iter().flatten() {
-            let rules = policy.rules_for(Action::SmsSend, subject.kind);
-            let Some(rules) = rules.and_then(Windows::counted) else {
-                continue;
-            };
             // The phone counts even without windows: it carries the code.
-            if subject.kind == SubjectKind::Phone || !rules.windows().is_empty() {
-                hits.push(SubjectHit {
-                    key: self.ctx.keys.subject_window(&subject, Action::SmsSend),
-                    subject,
-                    rules,
-                });
-            }
+            let carries_code = subject.kind == SubjectKind::Phone;
+            hits.extend(self.hit(policy, Action::SmsSend, subject, carries_code));
         }
         hits
     }

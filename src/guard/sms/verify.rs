@@ -103,15 +103,7 @@ impl SmsGuard {
         let hits: Vec<SubjectHit<'p>> = subjects
             .into_iter()
             .flatten()
-            .filter_map(|subject| {
-                let rules = policy.rules_for(Action::SmsVerify, subject.kind)?;
-                let rules = rules.counted().filter(|r| !r.windows().is_empty())?;
-                Some(SubjectHit {
-                    key: self.ctx.keys.subject_window(&subject, Action::SmsVerify),
-                    subject,
-                    rules,
-                })
-            })
+            .filter_map(|subject| self.hit(policy, Action::SmsVerify, subject, false))
             .collect();
         if hits.is_empty() {
             return Ok(None);
