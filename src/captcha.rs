@@ -65,45 +65,52 @@ impl CaptchaVerifier {
         })
     }
 
-    /// Whether checking `proof` means a call to the provider (a token, with a
-    /// provider configured); `kind = "none"` decides locally.
+    /// Whether checking `proof` means a call to the provider (a non-empty
+    /// token, with a provider configured); `kind = "none"` decides locally.
     pub fn asks_provider(&self, proof: &CaptchaProof) -> bool {
-        self.kind != CaptchaKind::None && proof.token.is_some()
+        self.kind != CaptchaKind::None && proof.token.as_deref().is_some_and(|t| !t.is_empty())
     }
 
-    /// Whether the proof counts. `passed: true` counts only with `kind = "none"`;
-    /// with a provider only a token it confirms counts. Provider failures count
-    /// as not passed.
-    pub async fn passed(&self, proof: &CaptchaProof, client_ip: Option<&str>) -> bool {
-        if self.kind == CaptchaKind::None {
-            return proof.passed == Some(true);
-        }
+    /// Whether the proof counts, without a call: `passed: true` with
+    /// `kind = "none"`. A token is for [`Self::ask_provider`].
+    pub fn vouched(&self, proof: &CaptchaProof) -> bool {
+        self.kind == CaptchaKind::None && proof.passed == Some(true)
+    }
+
+    /// What the provider says of the proof's token (not asked, and
+    /// `Refused`, when there is none). A provider that cannot be read or
+    /// reached is `Unanswered`: the token counts as not passed, but it is
+    /// not the sender's doing.
+    pub async fn ask_provider(
+        &self,
+        proof: &CaptchaProof,
+        client_ip: Option<&str>,
+    ) -> TokenVerdict {
         let Some(token) = proof.token.as_deref().filter(|t| !t.is_empty()) else {
-            return false;
+            return TokenVerdict::Refused;
         };
         let mut form = vec![("secret", self.secret.as_str()), ("response", token)];
         if let Some(ip) = client_ip {
             form.push(("remoteip", ip));
         }
         let answer = self.http.post(&self.verify_url).form(&form).send().await;
-        match answer {
+        let verdict = match answer {
             Ok(response) if response.status().is_success() => {
                 match crate::answer_body::json::<SiteverifyAnswer>(response).await {
+                    Ok(answer) if answer.success => TokenVerdict::Passed,
                     Ok(answer) => {
-                        if !answer.success {
-                            tracing::info!(request_id = %crate::telemetry::request_id(), kind = ?self.kind, errors = ?answer.error_codes, "captcha token not accepted");
-                        }
-                        answer.success
+                        tracing::info!(request_id = %crate::telemetry::request_id(), kind = ?self.kind, errors = ?answer.error_codes, "captcha token not accepted");
+                        TokenVerdict::Refused
                     }
                     Err(e) => {
                         tracing::warn!(request_id = %crate::telemetry::request_id(), error = %e, "captcha siteverify's answer cannot be read");
-                        false
+                        TokenVerdict::Unanswered
                     }
                 }
             }
             Ok(response) => {
                 tracing::warn!(request_id = %crate::telemetry::request_id(), status = %response.status(), "captcha siteverify refused the call");
-                false
+                TokenVerdict::Unanswered
             }
             Err(e) if e.is_timeout() => {
                 tracing::warn!(
@@ -111,13 +118,38 @@ impl CaptchaVerifier {
                     timeout_ms = self.timeout.as_millis() as u64,
                     "captcha siteverify timed out"
                 );
-                false
+                TokenVerdict::Unanswered
             }
             Err(e) => {
                 // Without the URL: `captcha.verify_url` may carry a password.
                 tracing::warn!(request_id = %crate::telemetry::request_id(), error = %e.without_url(), "captcha siteverify unreachable");
-                false
+                TokenVerdict::Unanswered
             }
+        };
+        crate::metrics::captcha_check(verdict.as_str());
+        verdict
+    }
+}
+
+/// The provider's word on one token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TokenVerdict {
+    /// `success: true`.
+    Passed,
+    /// `success: false`: a wrong, expired or reused token.
+    Refused,
+    /// No answer that can be read: timed out, unreachable, an error status,
+    /// a body that is not siteverify's.
+    Unanswered,
+}
+
+impl TokenVerdict {
+    /// The metric's `outcome` label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TokenVerdict::Passed => "passed",
+            TokenVerdict::Refused => "refused",
+            TokenVerdict::Unanswered => "unanswered",
         }
     }
 }

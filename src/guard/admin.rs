@@ -7,7 +7,7 @@ pub use pumping_state::{ListedBlock, PumpingBlock, PumpingLevel, PumpingState};
 use chrono::{DateTime, SubsecRound, Utc};
 use serde::Serialize;
 
-use super::{pumping, GuardContext, Policy, RequestInfo, Windows};
+use super::{captcha_tokens, pumping, GuardContext, Policy, RequestInfo, Windows};
 use crate::audit::{AuditDecision, AuditEvent};
 use crate::domain::{Action, Reason, Rule, Subject, SubjectKind};
 use crate::store::{pair_of_member, Keys, StoreError, WindowMode, WindowSpec};
@@ -325,8 +325,8 @@ impl SubjectAdmin {
     }
 
     /// Clear every window and the lock of a subject (a phone's pending or burnt
-    /// code too, a user's pairs, a prefix's or country's pumping counts and
-    /// block); audited as `unblock`.
+    /// code too, a user's pairs, an IP's refused captcha tokens, a prefix's or
+    /// country's pumping counts and block); audited as `unblock`.
     pub async fn unblock(
         &self,
         subject: &Subject,
@@ -341,6 +341,10 @@ impl SubjectAdmin {
             .flat_map(|key| [Keys::meter_of(&key), key])
             .collect();
         doomed.push(keys.subject_lock(subject));
+        if subject.kind == SubjectKind::Ip {
+            // Its refused captcha tokens (`captcha.failed_token_limit`).
+            doomed.push(keys.window(subject.kind.as_str(), &subject.id, captcha_tokens::WINDOW));
+        }
         if subject.kind == SubjectKind::Phone {
             doomed.push(keys.subject_code(subject));
         }

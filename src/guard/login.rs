@@ -9,7 +9,9 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use super::{ceil_secs, GuardContext, Lookup, Policy, RequestInfo, Windows};
+use super::{
+    ceil_secs, GuardContext, Lookup, Policy, ProofCheck, RequestInfo, TokenThrottle, Windows,
+};
 use crate::captcha::CaptchaProof;
 use crate::delivery::email::{LockNotice, LockNotifier};
 use crate::domain::{Action, EmailAddress, Locale, Reason, Subject, SubjectKind, Username};
@@ -28,7 +30,8 @@ pub enum LoginDecision {
     Allow,
     /// Refuse this attempt and show a captcha.
     Challenge,
-    /// Refuse: the user is locked or the IP blocked.
+    /// Refuse: the user is locked, the IP blocked, or the address's
+    /// captcha tokens refused too often (`rate_limited`).
     Deny,
 }
 
@@ -38,7 +41,8 @@ pub enum LoginDecision {
     "retry_after_secs": 900, "failures": 10, "reason": "user_locked"}))]
 pub struct LoginState {
     /// `allow`: go on; `challenge`: refuse this attempt and show a captcha;
-    /// `deny`: refuse it, the user is locked or the IP blocked.
+    /// `deny`: refuse it, the user is locked, the IP blocked, or the
+    /// address's refused captcha tokens fill `captcha.failed_token_limit`.
     pub decision: LoginDecision,
     /// Whether the next attempt needs a passed captcha.
     pub captcha_required: bool,
@@ -49,7 +53,8 @@ pub struct LoginState {
     pub retry_after_secs: Option<u64>,
     /// The user's failures in `login.captcha_window`.
     pub failures: u32,
-    /// `user_locked`, `ip_blocked` or `captcha_required`; null on `allow`.
+    /// `user_locked`, `ip_blocked`, `captcha_required`, or `rate_limited`
+    /// (refused captcha tokens); null on `allow`.
     #[schema(required = true, value_type = Option<String>, example = "user_locked")]
     pub reason: Option<Reason>,
 }
@@ -91,7 +96,7 @@ impl LoginState {
 
 /// A refused attempt, as its answer tells it.
 struct Denial {
-    /// `user_locked` or `ip_blocked`.
+    /// `user_locked`, `ip_blocked` or `rate_limited`.
     reason: Reason,
     /// Whether the user is locked (an IP's block may refuse a locked user).
     locked: bool,
@@ -127,6 +132,15 @@ pub struct LoginAttempt {
     pub notify_email: Option<EmailAddress>,
     /// Locale of that notice.
     pub locale: Option<Locale>,
+}
+
+/// What recording an attempt came to.
+enum Recorded {
+    /// The store's outcome, to decide on.
+    Decided(LoginOutcome),
+    /// Challenged, with a token refused unasked: the address's refused
+    /// tokens fill `captcha.failed_token_limit`.
+    Throttled(TokenThrottle, LoginOutcome),
 }
 
 /// The login decisions; also mails an account's owner when it is locked.
@@ -314,7 +328,7 @@ impl LoginGuard {
         }
         let ip = self.ip_windows(&policy, info);
         let network = self.network_window(&policy, info);
-        let outcome = self
+        let recorded = self
             .record(
                 &attempt,
                 &user,
@@ -323,6 +337,13 @@ impl LoginGuard {
                 info,
             )
             .await?;
+        let outcome = match recorded {
+            Recorded::Decided(outcome) => outcome,
+            Recorded::Throttled(throttle, outcome) => {
+                rule_hits::count(&policy, &outcome);
+                return Ok(self.token_throttled(throttle, &outcome, info));
+            }
+        };
         rule_hits::count(&policy, &outcome);
         let facts = decision::Attempt {
             user: &user,
@@ -361,9 +382,11 @@ impl LoginGuard {
     /// together, in one call where it can. A captcha token goes to the provider
     /// only when it can change the answer: the attempt is challenged and
     /// nothing else refuses it (a blocked IP spraying tokens costs no provider
-    /// calls). The store records nothing for a challenged attempt, so it is
-    /// asked again once the token passed. In shadow mode the store records on
-    /// the first call: the token is checked first.
+    /// calls), and the address's refused tokens leave room in
+    /// `captcha.failed_token_limit` (else the attempt is refused unasked:
+    /// `Recorded::Throttled`). The store records nothing for a challenged
+    /// attempt, so it is asked again once the token passed. In shadow mode
+    /// the store records on the first call: the token is checked first.
     async fn record(
         &self,
         attempt: &LoginAttempt,
@@ -371,18 +394,14 @@ impl LoginGuard {
         policy: &Policy,
         (ip, network): (Option<&IpWindows>, Option<&NetworkWindow>),
         info: &RequestInfo,
-    ) -> Result<LoginOutcome, StoreError> {
+    ) -> Result<Recorded, StoreError> {
         let (window_key, lock_key) = self.user_keys(&user.id);
-        // Only a captcha check needs the address as text.
-        let remote_ip = || info.ip.map(|ip| ip.to_string());
         let ask_later = policy.captcha.asks_provider(&attempt.captcha) && !policy.login.shadow;
-        let has_proof = attempt.captcha.token.is_some() || attempt.captcha.passed.is_some();
-        let captcha_passed = has_proof
-            && !ask_later
-            && policy
-                .captcha
-                .passed(&attempt.captcha, remote_ip().as_deref())
-                .await;
+        let captcha_passed = !ask_later
+            && self
+                .ctx
+                .captcha_passed_now(policy, &attempt.captcha, info, Action::LoginAttempt)
+                .await?;
         let member = super::event_member();
         let pair = self.pair_keys(policy, &user.id, info, ip);
         let request = |captcha_passed| LoginRequest {
@@ -405,16 +424,40 @@ impl LoginGuard {
             && outcome
                 .ip
                 .is_none_or(|seen| seen.blocked_retry_after_ms.is_none());
-        if ask_later
-            && only_challenged
-            && policy
-                .captcha
-                .passed(&attempt.captcha, remote_ip().as_deref())
-                .await
-        {
-            return self.ctx.store.login(request(true)).await;
+        if !(ask_later && only_challenged) {
+            return Ok(Recorded::Decided(outcome));
         }
-        Ok(outcome)
+        Ok(
+            match self
+                .ctx
+                .check_captcha(policy, &attempt.captcha, info.ip)
+                .await?
+            {
+                ProofCheck::Passed => Recorded::Decided(self.ctx.store.login(request(true)).await?),
+                ProofCheck::NotPassed => Recorded::Decided(outcome),
+                ProofCheck::Throttled(throttle) => Recorded::Throttled(throttle, outcome),
+            },
+        )
+    }
+
+    /// The answer to an attempt whose token was refused unasked: `deny`
+    /// (`rate_limited`) until the oldest refused token leaves the window,
+    /// audited on the address. The user's state is the challenge's.
+    fn token_throttled(
+        &self,
+        throttle: TokenThrottle,
+        outcome: &LoginOutcome,
+        info: &RequestInfo,
+    ) -> LoginState {
+        self.ctx
+            .audit(info, throttle.audit_row(Action::LoginAttempt));
+        LoginState::deny(Denial {
+            reason: Reason::RateLimited,
+            locked: false,
+            retry_after_ms: throttle.retry_after_ms(),
+            failures: outcome.user.failures,
+            captcha_required: true,
+        })
     }
 
     /// The effects: the first refusal answers (and only it is audited), or

@@ -4,6 +4,7 @@
 
 pub mod admin;
 pub mod admin_auth;
+mod captcha_tokens;
 mod code;
 pub mod login;
 mod policy;
@@ -12,6 +13,8 @@ mod reserve;
 pub mod sms;
 
 use std::sync::Arc;
+
+pub use captcha_tokens::{ProofCheck, TokenThrottle};
 
 pub use policy::{
     IpLoginRules, LoginRules, Policy, PolicyCell, SmsRules, SubjectRules, Windows, ACTIONS,

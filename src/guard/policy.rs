@@ -23,6 +23,8 @@ pub use subject_rules::SubjectRules;
 pub struct Policy {
     /// Checks captcha proofs as `[captcha]` says.
     pub captcha: Arc<CaptchaVerifier>,
+    /// Refused captcha tokens per address (`captcha.failed_token_limit`).
+    pub failed_tokens: Rule,
     /// `/sms/send` and `/sms/verify`.
     pub sms: SmsRules,
     /// `/login/check` and `/login/attempt`.
@@ -176,6 +178,10 @@ impl Policy {
         let login = LoginRules::new(&settings.login, shadow || settings.login.shadow);
         Ok(Self {
             captcha: Arc::new(CaptchaVerifier::new(&settings.captcha)?),
+            failed_tokens: super::captcha_tokens::rule(
+                settings.captcha.failed_token_limit.limit,
+                settings.captcha.failed_token_limit.window,
+            ),
             sms: SmsRules::new(&settings.sms, shadow || settings.sms.shadow),
             login,
         })

@@ -55,6 +55,10 @@ pub const ADMIN_AUTH_FAILURES: &str = "tollgate_admin_auth_failures_total";
 /// Counter of admin requests refused 429 because their address failed
 /// `server.admin_auth_limit` times.
 pub const ADMIN_AUTH_THROTTLED: &str = "tollgate_admin_auth_throttled_total";
+/// Counter of captcha tokens, by `outcome`: what the provider said
+/// (`passed`, `refused`, `unanswered`), or `throttled` when the address had
+/// had `captcha.failed_token_limit` refused and the provider was not asked.
+pub const CAPTCHA_CHECKS: &str = "tollgate_captcha_checks_total";
 /// Counter of fetches of the OpenID provider's signing keys (JWKS), by
 /// `outcome`: `ok` or `failed`.
 pub const ADMIN_JWKS_FETCHES: &str = "tollgate_admin_jwks_fetches_total";
@@ -162,6 +166,10 @@ fn describe() {
     describe_counter!(
         ADMIN_AUTH_THROTTLED,
         "Admin requests refused because their address failed too often"
+    );
+    describe_counter!(
+        CAPTCHA_CHECKS,
+        "Captcha tokens, by outcome: passed, refused, unanswered (the provider's word), throttled (not asked)"
     );
     describe_audit();
     describe_histogram!(
@@ -371,6 +379,11 @@ pub fn admin_auth_failure() {
 pub fn admin_jwks_fetch(ok: bool) {
     let outcome = if ok { "ok" } else { "failed" };
     counter!(ADMIN_JWKS_FETCHES, "outcome" => outcome).increment(1);
+}
+
+/// Count one captcha token: the provider's verdict, or `throttled`.
+pub fn captcha_check(outcome: &'static str) {
+    counter!(CAPTCHA_CHECKS, "outcome" => outcome).increment(1);
 }
 
 /// Count one admin request refused while its address is throttled.

@@ -340,6 +340,16 @@ pub struct CaptchaSettings {
     /// Upper bound of one siteverify call; a timeout counts as not passed.
     #[serde(with = "duration", default = "default_provider_timeout")]
     pub timeout: Duration,
+    /// Tokens the provider may refuse per client address (IPv6 per /64)
+    /// before its tokens are refused without asking the provider (429
+    /// `rate_limited`); 20 per 10 minutes by default. Bounds the siteverify
+    /// calls one address can cost.
+    #[serde(default = "default_failed_token_limit")]
+    pub failed_token_limit: LimitSetting,
+}
+
+fn default_failed_token_limit() -> LimitSetting {
+    LimitSetting::new(20, Duration::from_secs(600))
 }
 
 /// `[email]`: SMTP for lockout notices and the admin alert digest.

@@ -11,7 +11,7 @@ use super::{SendRequest, Sent, SmsGuard, SmsRefusal};
 use crate::delivery::{DeliveryError, SmsMessage};
 use crate::domain::{Action, Locale, PhoneNumber, Subject, SubjectKind};
 use crate::guard::reserve::{reserve, Offer, Reservation, SubjectHit};
-use crate::guard::{ceil_secs, code, pumping, Lookup, Policy, RequestInfo};
+use crate::guard::{ceil_secs, code, pumping, Lookup, Policy, ProofCheck, RequestInfo};
 use crate::settings::SmsSettings;
 use crate::store::{CodeToStore, StoreError};
 
@@ -155,23 +155,25 @@ impl SmsGuard {
     /// the send is offered again with the gate open (the first offer
     /// recorded nothing; a challenge it started is audited here, as it
     /// stays). So a send that needs no captcha, or that a limit refuses,
-    /// never costs a provider call. A caller's own word (`captcha.kind =
-    /// "none"`) costs none and is taken at once, and so is a token in
-    /// shadow mode, where the first offer already records.
+    /// never costs a provider call, and an address whose tokens the provider
+    /// refused `captcha.failed_token_limit` times is refused 429 unasked. A
+    /// caller's own word (`captcha.kind = "none"`) costs none and is taken at
+    /// once, and so is a token in shadow mode, where the first offer already
+    /// records.
     async fn reserve_send<'p>(
         &self,
         policy: &'p Policy,
         req: &SendRequest,
         code: &SmsCode,
         info: &RequestInfo,
-    ) -> Result<Reservation<'p>, StoreError> {
+    ) -> Result<Reservation<'p>, SmsRefusal> {
         let store = self.ctx.store.as_ref();
-        let remote_ip = || info.ip.map(|ip| ip.to_string());
-        let captcha = &policy.captcha;
-        let ask_later = captcha.asks_provider(&req.captcha) && !policy.sms.shadow;
-        let proof = req.captcha.token.is_some() || req.captcha.passed.is_some();
-        let passed_now =
-            proof && !ask_later && captcha.passed(&req.captcha, remote_ip().as_deref()).await;
+        let ask_later = policy.captcha.asks_provider(&req.captcha) && !policy.sms.shadow;
+        let passed_now = !ask_later
+            && self
+                .ctx
+                .captcha_passed_now(policy, &req.captcha, info, Action::SmsSend)
+                .await?;
         let member = crate::guard::event_member();
         let offer = |gate_open| Offer {
             hits: self.subject_hits(policy, &req.phone, info),
@@ -185,15 +187,27 @@ impl SmsGuard {
         if !(ask_later && first.only_captcha_refuses()) {
             return Ok(first);
         }
-        if !captcha.passed(&req.captcha, remote_ip().as_deref()).await {
-            return Ok(first);
+        match self
+            .ctx
+            .check_captcha(policy, &req.captcha, info.ip)
+            .await?
+        {
+            ProofCheck::Passed => {}
+            ProofCheck::NotPassed => return Ok(first),
+            ProofCheck::Throttled(throttle) => {
+                self.ctx.audit(info, throttle.audit_row(Action::SmsSend));
+                return Err(SmsRefusal::RateLimited {
+                    rule: throttle.rule_name(),
+                    retry_after_ms: throttle.retry_after_ms(),
+                });
+            }
         }
         for finding in pumping::findings(&first) {
             if finding.found == pumping::Found::Challenges {
                 self.ctx.audit(info, finding.row);
             }
         }
-        reserve(store, offer(true)).await
+        Ok(reserve(store, offer(true)).await?)
     }
 
     /// The subjects a send counts against, the phone first: its IP, an

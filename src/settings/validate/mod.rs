@@ -439,6 +439,11 @@ impl Settings {
             ));
         }
         duration("captcha.timeout", self.captcha.timeout)?;
+        server::failure_limit(
+            "captcha.failed_token_limit",
+            &self.captcha.failed_token_limit,
+            "refused captcha tokens",
+        )?;
         if !self.captcha.verify_url.is_empty() {
             url_with_host(
                 "captcha.verify_url",

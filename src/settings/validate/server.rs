@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::{duration, positive, Check};
-use crate::settings::{Algorithm, Settings, SettingsError};
+use crate::settings::{Algorithm, LimitSetting, Settings, SettingsError};
 
 /// The longest `server.request_timeout` and `server.shutdown_timeout`.
 const MAX_CONNECTION_TIMEOUT: Duration = Duration::from_secs(3600);
@@ -84,18 +84,29 @@ pub(super) fn proxies(server: &crate::settings::ServerSettings) -> Check {
             ),
         ));
     }
-    let limit = &server.admin_auth_limit;
-    positive("server.admin_auth_limit.limit", limit.limit.into())?;
-    duration("server.admin_auth_limit.window", limit.window)?;
+    failure_limit(
+        "server.admin_auth_limit",
+        &server.admin_auth_limit,
+        "failed admin authentications",
+    )?;
+    Ok(())
+}
+
+/// A window of failures per address (`server.admin_auth_limit`,
+/// `captcha.failed_token_limit`): a positive limit and window, enforced and
+/// counted one by one.
+pub(super) fn failure_limit(key: &str, limit: &LimitSetting, counted: &str) -> Check {
+    positive(&format!("{key}.limit"), limit.limit.into())?;
+    duration(&format!("{key}.window"), limit.window)?;
     if limit.shadow {
         return Err(SettingsError::invalid(
-            "server.admin_auth_limit.shadow",
-            "is not supported: failed admin authentications are always throttled",
+            &format!("{key}.shadow"),
+            format!("is not supported: {counted} are always throttled"),
         ));
     }
     if limit.algorithm != Algorithm::SlidingLog {
         return Err(SettingsError::invalid(
-            "server.admin_auth_limit.algorithm",
+            &format!("{key}.algorithm"),
             "is not supported: the window counts each failure (sliding_log)",
         ));
     }

@@ -1,0 +1,313 @@
+//! The budget of refused captcha tokens per address
+//! (`captcha.failed_token_limit`): past it a token is refused without a
+//! siteverify call, on both stores, exactly under concurrency.
+
+use std::time::Duration;
+
+use serde_json::json;
+use tollgate::audit::AuditDecision;
+use tollgate::settings::{CaptchaKind, LimitSetting, Secret, Settings};
+use wiremock::matchers::{body_string_contains, method, path};
+use wiremock::{Mock, MockServer, ResponseTemplate};
+
+use crate::support::app::{spawn_app, Backend, TestApp};
+
+const IP: &str = "203.0.113.7";
+const OTHER_IP: &str = "198.51.100.9";
+const BACKENDS: [Backend; 2] = [Backend::Memory, Backend::Redis];
+
+/// A provider that passes `response=good`, answers 500 to `response=down`
+/// and refuses every other token.
+async fn provider() -> MockServer {
+    let server = MockServer::start().await;
+    let answer = |body| ResponseTemplate::new(200).set_body_json(body);
+    Mock::given(method("POST"))
+        .and(path("/siteverify"))
+        .and(body_string_contains("response=good"))
+        .respond_with(answer(json!({ "success": true })))
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .and(path("/siteverify"))
+        .and(body_string_contains("response=down"))
+        .respond_with(ResponseTemplate::new(500))
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .and(path("/siteverify"))
+        .respond_with(answer(
+            json!({ "success": false, "error-codes": ["invalid-input-response"] }),
+        ))
+        .mount(&server)
+        .await;
+    server
+}
+
+async fn calls(server: &MockServer) -> usize {
+    server.received_requests().await.expect("recording").len()
+}
+
+/// Every send and every login past its first needs a captcha; an address
+/// may have `refused` tokens refused in ten minutes.
+async fn app(backend: Backend, server: &MockServer, refused: u32) -> TestApp {
+    app_with(backend, server, refused, |_| {}).await
+}
+
+async fn app_with(
+    backend: Backend,
+    server: &MockServer,
+    refused: u32,
+    configure: impl FnOnce(&mut Settings),
+) -> TestApp {
+    let verify_url = format!("{}/siteverify", server.uri());
+    spawn_app(backend, move |s| {
+        s.sms.captcha_after = 1;
+        s.login.captcha_after = 1;
+        s.login.lock_after = 1000;
+        s.captcha.kind = CaptchaKind::Turnstile;
+        s.captcha.secret = Secret::new("captcha-secret");
+        s.captcha.verify_url = verify_url.into();
+        s.captcha.failed_token_limit = LimitSetting::new(refused, Duration::from_secs(600));
+        configure(s);
+    })
+    .await
+}
+
+fn send(phone: &str, ip: &str, token: &str) -> serde_json::Value {
+    json!({ "phone": phone, "ip": ip, "captcha_token": token })
+}
+
+#[tokio::test]
+async fn an_address_past_its_refused_tokens_is_refused_429_without_a_provider_call() {
+    for backend in BACKENDS {
+        let server = provider().await;
+        let app = app(backend, &server, 3).await;
+        let phone = "+8613800138000";
+        let first = app.sms_send(json!({ "phone": phone, "ip": IP })).await;
+        assert_eq!(first.body["captcha_required"], true, "{}", first.body);
+
+        for _ in 0..3 {
+            let refused = app.sms_send(send(phone, IP, "bad")).await;
+            assert_eq!(refused.status, 403, "{backend:?}: {}", refused.body);
+            assert_eq!(refused.error(), "captcha_required");
+        }
+        assert_eq!(calls(&server).await, 3, "{backend:?}");
+
+        // Full: any token from the address, a good one too, is refused unasked.
+        for token in ["bad", "good"] {
+            let throttled = app.sms_send(send(phone, IP, token)).await;
+            assert_eq!(throttled.status, 429, "{backend:?}: {}", throttled.body);
+            assert_eq!(throttled.error(), "rate_limited");
+            assert_eq!(throttled.body["rule"], "failed_captcha 3/10m");
+            let wait = throttled.body["retry_after_secs"].as_u64().unwrap();
+            assert!((595..=600).contains(&wait), "{backend:?}: {wait}");
+        }
+        assert_eq!(
+            calls(&server).await,
+            3,
+            "{backend:?}: the provider was not asked"
+        );
+
+        // Another address has its own budget.
+        let other = app.sms_send(send(phone, OTHER_IP, "good")).await;
+        assert_eq!(other.status, 200, "{backend:?}: {}", other.body);
+        assert_eq!(calls(&server).await, 4, "{backend:?}");
+
+        app.flush_audit().await;
+        let rows: Vec<_> = app
+            .audit_events()
+            .into_iter()
+            .filter(|e| e.rule.as_deref() == Some("failed_captcha 3/10m"))
+            .collect();
+        assert_eq!(rows.len(), 2, "{backend:?}: one row per refusal");
+        for row in rows {
+            assert_eq!(row.decision, AuditDecision::Deny);
+            assert_eq!(row.reason, "rate_limited");
+            assert_eq!(
+                (row.subject_kind.as_str(), row.subject.as_str()),
+                ("ip", IP)
+            );
+            assert_eq!((row.observed, row.limit), (Some(3), Some(3)));
+            assert_eq!(row.window_ms, Some(600_000));
+        }
+    }
+}
+
+#[tokio::test]
+async fn passed_and_unanswered_tokens_are_given_back() {
+    for backend in BACKENDS {
+        let server = provider().await;
+        let app = app(backend, &server, 2).await;
+        let attempt = |token: &str| {
+            app.login_attempt(
+                json!({ "user": "alice", "ip": IP, "success": false, "captcha_token": token }),
+            )
+        };
+        let first = app
+            .login_attempt(json!({ "user": "alice", "ip": IP, "success": false }))
+            .await;
+        assert_eq!(first.body["captcha_required"], true, "{}", first.body);
+
+        // Neither a provider that does not answer nor a passed token is the
+        // sender's doing: five of each, and the address keeps its two.
+        for token in ["down", "good"] {
+            for _ in 0..5 {
+                let answer = attempt(token).await;
+                let expected = if token == "good" {
+                    "allow"
+                } else {
+                    "challenge"
+                };
+                assert_eq!(
+                    answer.body["decision"], expected,
+                    "{backend:?}: {}",
+                    answer.body
+                );
+            }
+        }
+        for _ in 0..2 {
+            let refused = attempt("bad").await;
+            assert_eq!(
+                refused.body["decision"], "challenge",
+                "{backend:?}: {}",
+                refused.body
+            );
+        }
+        assert_eq!(calls(&server).await, 12, "{backend:?}");
+
+        let throttled = attempt("good").await;
+        assert_eq!(throttled.status, 200, "{backend:?}: {}", throttled.body);
+        assert_eq!(throttled.body["decision"], "deny", "{}", throttled.body);
+        assert_eq!(throttled.body["reason"], "rate_limited");
+        assert_eq!(throttled.body["locked"], false);
+        assert_eq!(throttled.body["captcha_required"], true);
+        assert_eq!(
+            throttled.body["failures"], 6,
+            "the five passed and the first"
+        );
+        let wait = throttled.body["retry_after_secs"].as_u64().unwrap();
+        assert!((595..=600).contains(&wait), "{backend:?}: {wait}");
+        assert_eq!(calls(&server).await, 12, "{backend:?}: not asked");
+    }
+}
+
+/// Twenty bad tokens at once from one address, with room for five: exactly
+/// five reach the provider.
+#[tokio::test]
+async fn tokens_in_flight_are_counted_exactly() {
+    for backend in BACKENDS {
+        let server = provider().await;
+        let app = app(backend, &server, 5).await;
+        let first = app
+            .login_attempt(json!({ "user": "bob", "ip": IP, "success": false }))
+            .await;
+        assert_eq!(first.body["captcha_required"], true, "{}", first.body);
+        let body = json!({ "user": "bob", "ip": IP, "success": false, "captcha_token": "bad" });
+        let answers =
+            futures::future::join_all((0..20).map(|_| app.login_attempt(body.clone()))).await;
+
+        let reasons: Vec<_> = answers
+            .iter()
+            .map(|a| a.body["reason"].as_str().unwrap_or_default().to_string())
+            .collect();
+        let throttled = reasons.iter().filter(|r| *r == "rate_limited").count();
+        let challenged = reasons.iter().filter(|r| *r == "captcha_required").count();
+        assert_eq!((challenged, throttled), (5, 15), "{backend:?}: {reasons:?}");
+        assert_eq!(calls(&server).await, 5, "{backend:?}");
+    }
+}
+
+#[tokio::test]
+async fn an_admins_unblock_of_the_address_gives_its_tokens_back() {
+    for backend in BACKENDS {
+        let server = provider().await;
+        let app = app(backend, &server, 1).await;
+        let phone = "+8613800138001";
+        app.sms_send(json!({ "phone": phone, "ip": IP })).await;
+        assert_eq!(app.sms_send(send(phone, IP, "bad")).await.status, 403);
+        assert_eq!(app.sms_send(send(phone, IP, "good")).await.status, 429);
+
+        let unblocked = app
+            .admin_post(&format!("/admin/api/subjects/ip/{IP}/unblock"))
+            .await;
+        assert_eq!(unblocked.status, 200, "{}", unblocked.body);
+
+        let passed = app.sms_send(send(phone, IP, "good")).await;
+        assert_eq!(passed.status, 200, "{backend:?}: {}", passed.body);
+    }
+}
+
+/// In shadow mode nothing is refused: a throttled token is not passed, and
+/// its would-be refusal is audited as shadow.
+#[tokio::test]
+async fn in_shadow_mode_a_throttled_token_refuses_nothing() {
+    let server = provider().await;
+    let app = app_with(Backend::Memory, &server, 1, |s| s.shadow.enabled = true).await;
+    let phone = "+8613800138002";
+    for token in ["bad", "bad", "good"] {
+        let sent = app.sms_send(send(phone, IP, token)).await;
+        assert_eq!(sent.status, 200, "{}", sent.body);
+    }
+    assert_eq!(calls(&server).await, 1, "only the first token was asked");
+    app.flush_audit().await;
+    let throttled: Vec<_> = app
+        .audit_events()
+        .into_iter()
+        .filter(|e| e.rule.as_deref() == Some("failed_captcha 1/10m"))
+        .collect();
+    assert_eq!(throttled.len(), 2);
+    assert!(throttled.iter().all(|e| e.shadow));
+}
+
+#[tokio::test]
+async fn throttled_tokens_are_counted_in_metrics() {
+    let server = provider().await;
+    let app = app(Backend::Memory, &server, 1).await;
+    let series = |outcome| format!("tollgate_captcha_checks_total{{outcome=\"{outcome}\"}}");
+    let before = [
+        app.metric(&series("refused")).await,
+        app.metric(&series("throttled")).await,
+    ];
+    let phone = "+8613800138003";
+    app.sms_send(json!({ "phone": phone, "ip": IP })).await;
+    app.sms_send(send(phone, IP, "bad")).await;
+    app.sms_send(send(phone, IP, "bad")).await;
+    let after = [
+        app.metric(&series("refused")).await,
+        app.metric(&series("throttled")).await,
+    ];
+    // The recorder is process-wide: other tests may add, never take away.
+    assert!(
+        after[0] > before[0] && after[1] > before[1],
+        "{before:?} {after:?}"
+    );
+}
+
+#[test]
+fn the_failed_token_limit_is_checked_at_start_up() {
+    let defaults = crate::support::app::load_config("").unwrap();
+    let limit = defaults.captcha.failed_token_limit;
+    assert_eq!((limit.limit, limit.window), (20, Duration::from_secs(600)));
+    for (toml, key) in [
+        (
+            "{ limit = 0, window = \"1m\" }",
+            "captcha.failed_token_limit.limit",
+        ),
+        (
+            "{ limit = 5, window = \"0s\" }",
+            "captcha.failed_token_limit.window",
+        ),
+        (
+            "{ limit = 5, window = \"1m\", shadow = true }",
+            "captcha.failed_token_limit.shadow",
+        ),
+        (
+            "{ limit = 5, window = \"1m\", algorithm = \"gcra\" }",
+            "captcha.failed_token_limit.algorithm",
+        ),
+    ] {
+        let message =
+            crate::support::app::config_error(&format!("[captcha]\nfailed_token_limit = {toml}\n"));
+        assert!(message.contains(&format!("`{key}`")), "{toml}: {message}");
+    }
+}
