@@ -16,6 +16,14 @@ pub struct CaptchaProof {
     pub passed: Option<bool>,
 }
 
+impl CaptchaProof {
+    /// Whether the request brought any proof: most bring none, and then
+    /// there is nothing to check (not even a future to build).
+    pub fn offered(&self) -> bool {
+        self.token.is_some() || self.passed.is_some()
+    }
+}
+
 /// Decides whether a captcha proof counts, as `[captcha]` says.
 pub struct CaptchaVerifier {
     kind: CaptchaKind,

@@ -398,6 +398,7 @@ impl LoginGuard {
         let (window_key, lock_key) = self.user_keys(&user.id);
         let ask_later = policy.captcha.asks_provider(&attempt.captcha) && !policy.login.shadow;
         let captcha_passed = !ask_later
+            && attempt.captcha.offered()
             && self
                 .ctx
                 .captcha_passed_now(policy, &attempt.captcha, info, Action::LoginAttempt)

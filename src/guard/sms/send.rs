@@ -170,6 +170,7 @@ impl SmsGuard {
         let store = self.ctx.store.as_ref();
         let ask_later = policy.captcha.asks_provider(&req.captcha) && !policy.sms.shadow;
         let passed_now = !ask_later
+            && req.captcha.offered()
             && self
                 .ctx
                 .captcha_passed_now(policy, &req.captcha, info, Action::SmsSend)
