@@ -73,6 +73,11 @@ impl CaptchaVerifier {
         })
     }
 
+    /// Upper bound of one siteverify call (`captcha.timeout`).
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
     /// Whether checking `proof` means a call to the provider (a non-empty
     /// token, with a provider configured); `kind = "none"` decides locally.
     pub fn asks_provider(&self, proof: &CaptchaProof) -> bool {
@@ -87,8 +92,8 @@ impl CaptchaVerifier {
 
     /// What the provider says of the proof's token (not asked, and
     /// `Refused`, when there is none). A provider that cannot be read or
-    /// reached is `Unanswered`: the token counts as not passed, but it is
-    /// not the sender's doing.
+    /// reached, or that is down or throttling, is `Unanswered`: the token
+    /// counts as not passed, but it is not the sender's doing.
     pub async fn ask_provider(
         &self,
         proof: &CaptchaProof,
@@ -116,6 +121,10 @@ impl CaptchaVerifier {
                     }
                 }
             }
+            Ok(response) if refuses_the_request(response.status()) => {
+                tracing::info!(request_id = %crate::telemetry::request_id(), status = %response.status(), "captcha siteverify refused the token's request");
+                TokenVerdict::Refused
+            }
             Ok(response) => {
                 tracing::warn!(request_id = %crate::telemetry::request_id(), status = %response.status(), "captcha siteverify refused the call");
                 TokenVerdict::Unanswered
@@ -139,14 +148,27 @@ impl CaptchaVerifier {
     }
 }
 
+/// A status by which the provider refused what it was sent, which the
+/// token decides (the secret is the same on every call): a 4xx other than
+/// a timeout (408) or its own throttling (429). Counted as a refused token,
+/// or a token the provider will not take (too long, say) would cost calls
+/// without end.
+fn refuses_the_request(status: reqwest::StatusCode) -> bool {
+    use reqwest::StatusCode;
+    status.is_client_error()
+        && status != StatusCode::REQUEST_TIMEOUT
+        && status != StatusCode::TOO_MANY_REQUESTS
+}
+
 /// The provider's word on one token.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TokenVerdict {
     /// `success: true`.
     Passed,
-    /// `success: false`: a wrong, expired or reused token.
+    /// `success: false` (a wrong, expired or reused token), or a 4xx but
+    /// 408 and 429.
     Refused,
-    /// No answer that can be read: timed out, unreachable, an error status,
+    /// No answer that can be read: timed out, unreachable, 408, 429, 5xx,
     /// a body that is not siteverify's.
     Unanswered,
 }
@@ -180,6 +202,23 @@ mod tests {
             default_verify_url(CaptchaKind::Recaptcha),
             "https://www.google.com/recaptcha/api/siteverify"
         );
+    }
+
+    #[test]
+    fn a_4xx_but_408_and_429_refuses_the_token() {
+        use reqwest::StatusCode;
+        for status in [400, 403, 413, 422] {
+            assert!(
+                refuses_the_request(StatusCode::from_u16(status).unwrap()),
+                "{status}"
+            );
+        }
+        for status in [200, 301, 408, 429, 500, 503] {
+            assert!(
+                !refuses_the_request(StatusCode::from_u16(status).unwrap()),
+                "{status}"
+            );
+        }
     }
 
     #[test]

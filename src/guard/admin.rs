@@ -343,7 +343,7 @@ impl SubjectAdmin {
         doomed.push(keys.subject_lock(subject));
         if subject.kind == SubjectKind::Ip {
             // Its refused captcha tokens (`captcha.failed_token_limit`).
-            doomed.push(keys.window(subject.kind.as_str(), &subject.id, captcha_tokens::WINDOW));
+            doomed.push(keys.window(subject.kind.as_str(), &subject.id, captcha_tokens::REFUSED));
         }
         if subject.kind == SubjectKind::Phone {
             doomed.push(keys.subject_code(subject));

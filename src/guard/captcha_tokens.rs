@@ -10,21 +10,72 @@
 //! secret, and once one throttles every token fails, so every captcha tier
 //! refuses real users as a limit would.
 //!
-//! The token is counted before the call and given back when it passes or
-//! the provider does not answer: exact under concurrency (twenty tokens in
-//! flight take the twenty places), and a provider outage costs no one their
-//! budget. A request whose address cannot be told is not throttled (it has
-//! no window), as with every per-address limit.
+//! Only settled refusals fill that window: a token is counted there once the
+//! provider refused it, so a crowd behind one NAT solving captchas while the
+//! provider is slow is not taken for an attacker. What bounds a burst is the
+//! address's tokens in flight, at most `limit` at a time in each instance
+//! (held in the process, so an outage of the store cannot strand them): a
+//! token past that is refused unasked until one comes back, for at most
+//! `captcha.timeout` (rule `captcha_in_flight 20/5s`). So one address costs
+//! at most `limit` refused calls in a window plus what races the last of
+//! them (up to `limit` an instance), and a provider outage costs no one
+//! their budget: an unanswered token is not a refusal. A request whose
+//! address cannot be told is not throttled (it has no window), as with
+//! every per-address limit.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use dashmap::DashMap;
 
 use super::{event_member, GuardContext, Policy, RequestInfo};
 use crate::audit::{AuditDecision, AuditEvent};
 use crate::captcha::{CaptchaProof, TokenVerdict};
 use crate::domain::rule::format_window;
 use crate::domain::{Action, ClientIp, Reason, Rule, Subject, SubjectKind};
-use crate::store::{HitRequest, HitVerdict, StoreError, WindowSpec};
+use crate::store::{HitRequest, StoreError, WindowSpec};
 
-/// The window's name under the IP subject: `tg:{ip:203.0.113.7}:captcha_token`.
-pub const WINDOW: &str = "captcha_token";
+/// The refused tokens' window under the IP subject:
+/// `tg:{ip:203.0.113.7}:captcha_token`.
+pub const REFUSED: &str = "captcha_token";
+
+/// Each address's tokens at the provider now, in this process: an entry
+/// lives while one of its tokens is out.
+#[derive(Debug, Default)]
+pub struct TokensInFlight(DashMap<String, u32>);
+
+impl TokensInFlight {
+    /// A place for one more of `address`'s tokens, while it has fewer
+    /// than `limit` out; given back when the ticket drops.
+    fn take(self: &Arc<Self>, address: &str, limit: u32) -> Result<FlightTicket, u32> {
+        let mut out = self.0.entry(address.to_string()).or_insert(0);
+        if *out >= limit {
+            return Err(*out);
+        }
+        *out += 1;
+        Ok(FlightTicket {
+            flights: Arc::clone(self),
+            address: address.to_string(),
+        })
+    }
+}
+
+/// One token's place among its address's tokens in flight.
+struct FlightTicket {
+    flights: Arc<TokensInFlight>,
+    address: String,
+}
+
+impl Drop for FlightTicket {
+    fn drop(&mut self) {
+        let map = &self.flights.0;
+        if let Some(mut out) = map.get_mut(&self.address) {
+            *out = out.saturating_sub(1);
+        }
+        // The shard's lock is free again: the guard above has dropped.
+        map.remove_if(&self.address, |_, out| *out == 0);
+    }
+}
 
 /// What a request's captcha proof comes to.
 #[derive(Debug)]
@@ -33,31 +84,39 @@ pub enum ProofCheck {
     Passed,
     /// No proof, a refused token, or a provider that did not answer.
     NotPassed,
-    /// The address's refused tokens fill its window: the provider was not
-    /// asked.
+    /// The address's refused tokens fill its window, or its tokens in
+    /// flight do: the provider was not asked.
     Throttled(TokenThrottle),
 }
 
-/// An address whose refused tokens fill `captcha.failed_token_limit`.
+/// An address whose refused tokens fill `captcha.failed_token_limit`, or
+/// that has as many tokens at the provider now (the rule's window is then
+/// `captcha.timeout`, the longest one stays out).
 #[derive(Debug)]
 pub struct TokenThrottle {
     subject: Subject,
-    rule: Rule,
+    /// `failed_captcha` or `captcha_in_flight`.
+    window: &'static str,
+    limit: u32,
+    window_ms: u64,
     observed: u32,
     retry_after_ms: u64,
 }
 
 impl TokenThrottle {
-    /// `failed_captcha 20/10m`: what answers and audit rows call the rule.
+    /// `failed_captcha 20/10m` or `captcha_in_flight 20/5s`: what answers
+    /// and audit rows call the rule.
     pub fn rule_name(&self) -> String {
         format!(
-            "failed_captcha {}/{}",
-            self.rule.limit,
-            format_window(self.rule.window_ms())
+            "{} {}/{}",
+            self.window,
+            self.limit,
+            format_window(self.window_ms)
         )
     }
 
-    /// Until the oldest refused token leaves the window.
+    /// Until the oldest refused token leaves the window, or a token in
+    /// flight comes back.
     pub fn retry_after_ms(&self) -> u64 {
         self.retry_after_ms
     }
@@ -71,18 +130,13 @@ impl TokenThrottle {
             Reason::RateLimited,
             &self.subject,
         )
-        .described(
-            self.rule_name(),
-            self.observed,
-            self.rule.limit,
-            self.rule.window_ms(),
-        )
+        .described(self.rule_name(), self.observed, self.limit, self.window_ms)
         .retry_after_ms(self.retry_after_ms)
     }
 }
 
-/// The refused-token window of `policy`'s `captcha.failed_token_limit`.
-pub fn rule(limit: u32, window: std::time::Duration) -> Rule {
+/// The refused-token window of `captcha.failed_token_limit`.
+pub fn rule(limit: u32, window: Duration) -> Rule {
     Rule::new(SubjectKind::Ip, limit, window)
 }
 
@@ -110,31 +164,52 @@ impl GuardContext {
         };
         let rule = policy.failed_tokens;
         let subject = Subject::new(SubjectKind::Ip, ip.subject_id());
-        let key = self.keys.window(subject.kind.as_str(), &subject.id, WINDOW);
-        let window = [WindowSpec::enforce(rule.limit, rule.window_ms())];
-        let member = event_member();
-        let hit = HitRequest {
-            key: &key,
-            windows: &window,
-            member: &member,
-            gate_open: false,
-            force: false,
-        };
-        let outcome = self.store.hit(hit).await?;
-        if let HitVerdict::Denied { retry_after_ms, .. } = outcome.verdict {
-            crate::metrics::captcha_check("throttled");
-            return Ok(ProofCheck::Throttled(TokenThrottle {
+        let key = self
+            .keys
+            .window(subject.kind.as_str(), &subject.id, REFUSED);
+        let refused = [WindowSpec::enforce(rule.limit, rule.window_ms())];
+        let seen = self.store.peek(&key, &refused).await?;
+        let count = seen.counts.first().copied().unwrap_or(0);
+        if count >= rule.limit {
+            return Ok(throttled(TokenThrottle {
                 subject,
-                rule,
-                observed: outcome.counts.first().copied().unwrap_or(rule.limit),
-                retry_after_ms,
+                window: "failed_captcha",
+                limit: rule.limit,
+                window_ms: rule.window_ms(),
+                observed: count,
+                retry_after_ms: seen.retry_after_ms.first().copied().unwrap_or(0),
             }));
         }
+        let _ticket = match self.tokens_in_flight.take(&subject.id, rule.limit) {
+            Ok(ticket) => ticket,
+            Err(out) => {
+                // Out at most the call's deadline.
+                let timeout_ms = captcha.timeout().as_millis() as u64;
+                return Ok(throttled(TokenThrottle {
+                    subject,
+                    window: "captcha_in_flight",
+                    limit: rule.limit,
+                    window_ms: timeout_ms,
+                    observed: out,
+                    retry_after_ms: timeout_ms,
+                }));
+            }
+        };
         let verdict = captcha.ask_provider(proof, address.as_deref()).await;
-        if verdict != TokenVerdict::Refused && outcome.added {
-            // Not the sender's doing: its place in the window goes back.
-            if let Err(error) = self.store.undo(&key, &member, &window).await {
-                tracing::warn!(request_id = %crate::telemetry::request_id(), %error, "a captcha token's count could not be given back");
+        if verdict == TokenVerdict::Refused {
+            // Counted before the ticket gives its place back, so that a
+            // token taking that place sees this refusal.
+            let member = event_member();
+            let refusal = HitRequest {
+                key: &key,
+                windows: &refused,
+                member: &member,
+                gate_open: false,
+                // Counted even past the limit: it was refused all the same.
+                force: true,
+            };
+            if let Err(error) = self.store.hit(refusal).await {
+                tracing::warn!(request_id = %crate::telemetry::request_id(), %error, "a refused captcha token could not be counted");
             }
         }
         Ok(verdict_of(verdict))
@@ -162,9 +237,32 @@ impl GuardContext {
     }
 }
 
+fn throttled(throttle: TokenThrottle) -> ProofCheck {
+    crate::metrics::captcha_check("throttled");
+    ProofCheck::Throttled(throttle)
+}
+
 fn verdict_of(verdict: TokenVerdict) -> ProofCheck {
     match verdict {
         TokenVerdict::Passed => ProofCheck::Passed,
         TokenVerdict::Refused | TokenVerdict::Unanswered => ProofCheck::NotPassed,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_address_leaves_the_map_when_its_last_token_comes_back() {
+        let flights = Arc::new(TokensInFlight::default());
+        let first = flights.take("203.0.113.7", 2).unwrap();
+        let second = flights.take("203.0.113.7", 2).unwrap();
+        assert_eq!(flights.take("203.0.113.7", 2).err(), Some(2));
+        let other = flights.take("198.51.100.9", 2).unwrap();
+        drop(first);
+        let third = flights.take("203.0.113.7", 2).unwrap();
+        drop((second, third, other));
+        assert!(flights.0.is_empty(), "{:?}", flights.0);
     }
 }

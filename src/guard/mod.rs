@@ -14,7 +14,7 @@ pub mod sms;
 
 use std::sync::Arc;
 
-pub use captcha_tokens::{ProofCheck, TokenThrottle};
+pub use captcha_tokens::{ProofCheck, TokenThrottle, TokensInFlight};
 
 pub use policy::{
     IpLoginRules, LoginRules, Policy, PolicyCell, SmsRules, SubjectRules, Windows, ACTIONS,
@@ -67,6 +67,8 @@ pub struct GuardContext {
     pub policy: Arc<PolicyCell>,
     /// The allow and block lists in force.
     pub lists: Arc<crate::lists::Lists>,
+    /// Each address's captcha tokens at the provider now.
+    pub tokens_in_flight: Arc<TokensInFlight>,
 }
 
 /// How a lookup in the allow and block lists is used.

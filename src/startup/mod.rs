@@ -191,6 +191,7 @@ impl Application {
             audit: audit.clone(),
             policy: policy.clone(),
             lists: lists.clone(),
+            tokens_in_flight: Default::default(),
         };
         let state = web::Data::new(AppState {
             sms: SmsGuard::new(

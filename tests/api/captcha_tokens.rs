@@ -16,28 +16,36 @@ const IP: &str = "203.0.113.7";
 const OTHER_IP: &str = "198.51.100.9";
 const BACKENDS: [Backend; 2] = [Backend::Memory, Backend::Redis];
 
-/// A provider that passes `response=good`, answers 500 to `response=down`
-/// and refuses every other token.
+/// A provider that passes `response=good`, answers 500 to `response=down`,
+/// 400 to `response=e400`, 429 to `response=busy`, takes a second over
+/// `slowgood` (passed) and `slowbad` (refused), and refuses every other
+/// token.
 async fn provider() -> MockServer {
     let server = MockServer::start().await;
-    let answer = |body| ResponseTemplate::new(200).set_body_json(body);
+    let passed = || ResponseTemplate::new(200).set_body_json(json!({ "success": true }));
+    let refused = || {
+        ResponseTemplate::new(200)
+            .set_body_json(json!({ "success": false, "error-codes": ["invalid-input-response"] }))
+    };
+    let second = Duration::from_secs(1);
+    for (token, answer) in [
+        ("good", passed()),
+        ("down", ResponseTemplate::new(500)),
+        ("e400", ResponseTemplate::new(400)),
+        ("busy", ResponseTemplate::new(429)),
+        ("slowgood", passed().set_delay(second)),
+        ("slowbad", refused().set_delay(second)),
+    ] {
+        Mock::given(method("POST"))
+            .and(path("/siteverify"))
+            .and(body_string_contains(format!("response={token}&")))
+            .respond_with(answer)
+            .mount(&server)
+            .await;
+    }
     Mock::given(method("POST"))
         .and(path("/siteverify"))
-        .and(body_string_contains("response=good"))
-        .respond_with(answer(json!({ "success": true })))
-        .mount(&server)
-        .await;
-    Mock::given(method("POST"))
-        .and(path("/siteverify"))
-        .and(body_string_contains("response=down"))
-        .respond_with(ResponseTemplate::new(500))
-        .mount(&server)
-        .await;
-    Mock::given(method("POST"))
-        .and(path("/siteverify"))
-        .respond_with(answer(
-            json!({ "success": false, "error-codes": ["invalid-input-response"] }),
-        ))
+        .respond_with(refused())
         .mount(&server)
         .await;
     server
@@ -191,8 +199,9 @@ async fn passed_and_unanswered_tokens_are_given_back() {
     }
 }
 
-/// Twenty bad tokens at once from one address, with room for five: exactly
-/// five reach the provider.
+/// Twenty slow bad tokens at once from one address, with room for five:
+/// five reach the provider, the rest are refused while those are out, and
+/// then the five refusals fill the window.
 #[tokio::test]
 async fn tokens_in_flight_are_counted_exactly() {
     for backend in BACKENDS {
@@ -202,7 +211,7 @@ async fn tokens_in_flight_are_counted_exactly() {
             .login_attempt(json!({ "user": "bob", "ip": IP, "success": false }))
             .await;
         assert_eq!(first.body["captcha_required"], true, "{}", first.body);
-        let body = json!({ "user": "bob", "ip": IP, "success": false, "captcha_token": "bad" });
+        let body = json!({ "user": "bob", "ip": IP, "success": false, "captcha_token": "slowbad" });
         let answers =
             futures::future::join_all((0..20).map(|_| app.login_attempt(body.clone()))).await;
 
@@ -214,7 +223,114 @@ async fn tokens_in_flight_are_counted_exactly() {
         let challenged = reasons.iter().filter(|r| *r == "captcha_required").count();
         assert_eq!((challenged, throttled), (5, 15), "{backend:?}: {reasons:?}");
         assert_eq!(calls(&server).await, 5, "{backend:?}");
+        let waits: Vec<_> = answers
+            .iter()
+            .filter(|a| a.body["reason"] == "rate_limited")
+            .map(|a| a.body["retry_after_secs"].as_u64())
+            .collect();
+        assert!(
+            waits.iter().all(|&w| w == Some(5)),
+            "captcha.timeout: {waits:?}"
+        );
+
+        let after = app.login_attempt(body.clone()).await;
+        assert_eq!(after.body["reason"], "rate_limited", "{}", after.body);
+        let wait = after.body["retry_after_secs"].as_u64().unwrap();
+        assert!(
+            (595..=600).contains(&wait),
+            "{backend:?}: the refused window: {wait}"
+        );
+        assert_eq!(calls(&server).await, 5, "{backend:?}");
     }
+}
+
+/// Six people behind one address solve captchas while the provider is slow
+/// (a second a call), with room for three: three wait for a token to come
+/// back, for seconds, not for the window; nothing counts as refused.
+#[tokio::test]
+async fn a_crowd_behind_one_address_waits_for_the_provider_not_the_window() {
+    for backend in BACKENDS {
+        let server = provider().await;
+        let app = app(backend, &server, 3).await;
+        let first = app
+            .sms_send(json!({ "phone": "+8613800138010", "ip": IP }))
+            .await;
+        assert_eq!(first.status, 200, "{}", first.body);
+        let sends = (0..6).map(|i| {
+            let phone = format!("+86138001381{i:02}");
+            app.sms_send(send(&phone, IP, "slowgood"))
+        });
+        let answers = futures::future::join_all(sends).await;
+
+        let mut statuses: Vec<_> = answers.iter().map(|a| a.status.as_u16()).collect();
+        statuses.sort_unstable();
+        assert_eq!(statuses, [200, 200, 200, 429, 429, 429], "{backend:?}");
+        for waited in answers.iter().filter(|a| a.status == 429) {
+            assert_eq!(
+                waited.body["rule"], "captcha_in_flight 3/5s",
+                "{}",
+                waited.body
+            );
+            assert_eq!(waited.body["retry_after_secs"], 5);
+        }
+        assert_eq!(calls(&server).await, 3, "{backend:?}");
+        let again = app.sms_send(send("+8613800138199", IP, "good")).await;
+        assert_eq!(again.status, 200, "{backend:?}: {}", again.body);
+        app.flush_audit().await;
+        assert!(
+            !app.audit_events().iter().any(|e| e
+                .rule
+                .as_deref()
+                .is_some_and(|r| r.starts_with("failed_captcha"))),
+            "{backend:?}: nothing was refused"
+        );
+    }
+}
+
+/// A 4xx but 408 and 429 refuses what the token made of the call (too long,
+/// malformed): it counts as a refused token. The provider's own throttling
+/// does not.
+#[tokio::test]
+async fn a_token_the_provider_will_not_take_counts_as_refused() {
+    let server = provider().await;
+    let app = app(Backend::Memory, &server, 2).await;
+    let phone = "+8613800138020";
+    app.sms_send(json!({ "phone": phone, "ip": IP })).await;
+    for _ in 0..4 {
+        let busy = app.sms_send(send(phone, IP, "busy")).await;
+        assert_eq!(busy.status, 403, "{}", busy.body);
+    }
+    for _ in 0..2 {
+        let refused = app.sms_send(send(phone, IP, "e400")).await;
+        assert_eq!(refused.status, 403, "{}", refused.body);
+    }
+    let throttled = app.sms_send(send(phone, IP, "e400")).await;
+    assert_eq!(throttled.status, 429, "{}", throttled.body);
+    assert_eq!(throttled.body["rule"], "failed_captcha 2/10m");
+    assert_eq!(calls(&server).await, 6);
+}
+
+/// With Redis down and `store.on_error = "local"`, passed and unanswered
+/// tokens still cost nothing: no place is stranded in a store that cannot
+/// give it back.
+#[tokio::test]
+async fn with_the_store_down_passed_tokens_are_not_throttled() {
+    let server = provider().await;
+    let app = app_with(Backend::Redis, &server, 2, |s| {
+        s.store.redis_url = tollgate::settings::SecretUrl::new("redis://127.0.0.1:1");
+        s.store.on_error = tollgate::settings::OnStoreError::Local;
+        s.store.timeout = Duration::from_millis(200);
+    })
+    .await;
+    let phone = "+8613800138030";
+    let first = app.sms_send(json!({ "phone": phone, "ip": IP })).await;
+    assert_eq!(first.status, 200, "{}", first.body);
+    for token in ["down", "down", "down", "good", "good", "good"] {
+        let sent = app.sms_send(send(phone, IP, token)).await;
+        let expected = if token == "good" { 200 } else { 403 };
+        assert_eq!(sent.status, expected, "{token}: {}", sent.body);
+    }
+    assert_eq!(calls(&server).await, 6);
 }
 
 #[tokio::test]
