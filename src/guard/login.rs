@@ -399,10 +399,15 @@ impl LoginGuard {
         let ask_later = policy.captcha.asks_provider(&attempt.captcha) && !policy.login.shadow;
         let captcha_passed = !ask_later
             && attempt.captcha.offered()
-            && self
-                .ctx
-                .captcha_passed_now(policy, &attempt.captcha, info, Action::LoginAttempt)
-                .await?;
+            // Boxed, as below: the rare captcha path stays out of every
+            // attempt's future (moved whole into its task).
+            && Box::pin(self.ctx.captcha_passed_now(
+                policy,
+                &attempt.captcha,
+                info,
+                Action::LoginAttempt,
+            ))
+            .await?;
         let member = super::event_member();
         let pair = self.pair_keys(policy, &user.id, info, ip);
         let request = |captcha_passed| LoginRequest {
@@ -429,11 +434,7 @@ impl LoginGuard {
             return Ok(Recorded::Decided(outcome));
         }
         Ok(
-            match self
-                .ctx
-                .check_captcha(policy, &attempt.captcha, info.ip)
-                .await?
-            {
+            match Box::pin(self.ctx.check_captcha(policy, &attempt.captcha, info.ip)).await? {
                 ProofCheck::Passed => Recorded::Decided(self.ctx.store.login(request(true)).await?),
                 ProofCheck::NotPassed => Recorded::Decided(outcome),
                 ProofCheck::Throttled(throttle) => Recorded::Throttled(throttle, outcome),

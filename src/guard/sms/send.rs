@@ -171,9 +171,9 @@ impl SmsGuard {
         let ask_later = policy.captcha.asks_provider(&req.captcha) && !policy.sms.shadow;
         let passed_now = !ask_later
             && req.captcha.offered()
-            && self
-                .ctx
-                .captcha_passed_now(policy, &req.captcha, info, Action::SmsSend)
+            // Boxed, as below: the rare captcha path stays out of every
+            // send's future (moved whole into its task).
+            && Box::pin(self.ctx.captcha_passed_now(policy, &req.captcha, info, Action::SmsSend))
                 .await?;
         let member = crate::guard::event_member();
         let offer = |gate_open| Offer {
@@ -188,11 +188,7 @@ impl SmsGuard {
         if !(ask_later && first.only_captcha_refuses()) {
             return Ok(first);
         }
-        match self
-            .ctx
-            .check_captcha(policy, &req.captcha, info.ip)
-            .await?
-        {
+        match Box::pin(self.ctx.check_captcha(policy, &req.captcha, info.ip)).await? {
             ProofCheck::Passed => {}
             ProofCheck::NotPassed => return Ok(first),
             ProofCheck::Throttled(throttle) => {
