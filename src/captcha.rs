@@ -111,6 +111,10 @@ impl CaptchaVerifier {
             Ok(response) if response.status().is_success() => {
                 match crate::answer_body::json::<SiteverifyAnswer>(response).await {
                     Ok(answer) if answer.success => TokenVerdict::Passed,
+                    Ok(answer) if answer.error_codes.iter().any(|c| not_the_tokens(c)) => {
+                        tracing::warn!(request_id = %crate::telemetry::request_id(), kind = ?self.kind, errors = ?answer.error_codes, "captcha siteverify refused the call, not the token: check captcha.secret");
+                        TokenVerdict::Unanswered
+                    }
                     Ok(answer) => {
                         tracing::info!(request_id = %crate::telemetry::request_id(), kind = ?self.kind, errors = ?answer.error_codes, "captcha token not accepted");
                         TokenVerdict::Refused
@@ -148,16 +152,24 @@ impl CaptchaVerifier {
     }
 }
 
-/// A status by which the provider refused what it was sent, which the
-/// token decides (the secret is the same on every call): a 4xx other than
-/// a timeout (408) or its own throttling (429). Counted as a refused token,
-/// or a token the provider will not take (too long, say) would cost calls
-/// without end.
+/// A status by which the provider refused what the token made of the call:
+/// a bad request, or one too large (a token too long). Counted as a
+/// refused token, or such a token would cost calls without end. Not 401,
+/// 403, 404 or 405 (a proxy or address set up wrong), nor 408 or 429: no
+/// one's token is at fault there.
 fn refuses_the_request(status: reqwest::StatusCode) -> bool {
-    use reqwest::StatusCode;
-    status.is_client_error()
-        && status != StatusCode::REQUEST_TIMEOUT
-        && status != StatusCode::TOO_MANY_REQUESTS
+    matches!(status.as_u16(), 400 | 413 | 414 | 422)
+}
+
+/// An error code that blames the secret or the provider, not the token
+/// (the three providers' names): counting it against the sender's address
+/// would lock every address out after a rotated or mistyped secret.
+fn not_the_tokens(code: &str) -> bool {
+    code.contains("secret")
+        || matches!(
+            code,
+            "invalid-keys" | "bad-request" | "internal-error" | "sitekey-secret-mismatch"
+        )
 }
 
 /// The provider's word on one token.
@@ -165,11 +177,12 @@ fn refuses_the_request(status: reqwest::StatusCode) -> bool {
 pub enum TokenVerdict {
     /// `success: true`.
     Passed,
-    /// `success: false` (a wrong, expired or reused token), or a 4xx but
-    /// 408 and 429.
+    /// `success: false` for the token (a wrong, expired or reused one), or
+    /// 400, 413, 414, 422.
     Refused,
-    /// No answer that can be read: timed out, unreachable, 408, 429, 5xx,
-    /// a body that is not siteverify's.
+    /// No answer that blames the token: timed out, unreachable, another
+    /// status, a body that is not siteverify's, an error code that blames
+    /// the secret.
     Unanswered,
 }
 
@@ -205,19 +218,40 @@ mod tests {
     }
 
     #[test]
-    fn a_4xx_but_408_and_429_refuses_the_token() {
+    fn a_bad_or_too_large_request_refuses_the_token() {
         use reqwest::StatusCode;
-        for status in [400, 403, 413, 422] {
+        for status in [400, 413, 414, 422] {
             assert!(
                 refuses_the_request(StatusCode::from_u16(status).unwrap()),
                 "{status}"
             );
         }
-        for status in [200, 301, 408, 429, 500, 503] {
+        for status in [200, 301, 401, 403, 404, 405, 408, 429, 500, 503] {
             assert!(
                 !refuses_the_request(StatusCode::from_u16(status).unwrap()),
                 "{status}"
             );
+        }
+    }
+
+    #[test]
+    fn a_secret_the_provider_refuses_is_not_the_tokens_fault() {
+        for code in [
+            "missing-input-secret",
+            "invalid-input-secret",
+            "invalid-parsed-secret",
+            "sitekey-secret-mismatch",
+            "internal-error",
+        ] {
+            assert!(not_the_tokens(code), "{code}");
+        }
+        for code in [
+            "invalid-input-response",
+            "timeout-or-duplicate",
+            "missing-input-response",
+            "invalid-or-already-seen-response",
+        ] {
+            assert!(!not_the_tokens(code), "{code}");
         }
     }
 

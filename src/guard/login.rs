@@ -139,7 +139,7 @@ enum Recorded {
     /// The store's outcome, to decide on.
     Decided(LoginOutcome),
     /// Challenged, with a token refused unasked: the address's refused
-    /// tokens fill `captcha.failed_token_limit`.
+    /// tokens fill `captcha.failed_token_limit`, or as many are out.
     Throttled(TokenThrottle, LoginOutcome),
 }
 
@@ -444,7 +444,8 @@ impl LoginGuard {
 
     /// The answer to an attempt whose token was refused unasked: `deny`
     /// (`rate_limited`) until the oldest refused token leaves the window,
-    /// audited on the address. The user's state is the challenge's.
+    /// or a token in flight comes back, audited on the address. The user's
+    /// state is the challenge's.
     fn token_throttled(
         &self,
         throttle: TokenThrottle,

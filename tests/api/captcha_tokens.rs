@@ -17,9 +17,9 @@ const OTHER_IP: &str = "198.51.100.9";
 const BACKENDS: [Backend; 2] = [Backend::Memory, Backend::Redis];
 
 /// A provider that passes `response=good`, answers 500 to `response=down`,
-/// 400 to `response=e400`, 429 to `response=busy`, takes a second over
-/// `slowgood` (passed) and `slowbad` (refused), and refuses every other
-/// token.
+/// 400 to `response=e400`, 429 to `response=busy`, 403 to `response=e403`,
+/// blames the secret for `badsecret`, takes two seconds over `slowgood`
+/// (passed) and `slowbad` (refused), and refuses every other token.
 async fn provider() -> MockServer {
     let server = MockServer::start().await;
     let passed = || ResponseTemplate::new(200).set_body_json(json!({ "success": true }));
@@ -27,14 +27,22 @@ async fn provider() -> MockServer {
         ResponseTemplate::new(200)
             .set_body_json(json!({ "success": false, "error-codes": ["invalid-input-response"] }))
     };
-    let second = Duration::from_secs(1);
+    // Long enough for every request a test sends at once to be out together.
+    let slow = Duration::from_secs(2);
     for (token, answer) in [
         ("good", passed()),
         ("down", ResponseTemplate::new(500)),
         ("e400", ResponseTemplate::new(400)),
         ("busy", ResponseTemplate::new(429)),
-        ("slowgood", passed().set_delay(second)),
-        ("slowbad", refused().set_delay(second)),
+        ("e403", ResponseTemplate::new(403)),
+        (
+            "badsecret",
+            ResponseTemplate::new(200).set_body_json(
+                json!({ "success": false, "error-codes": ["invalid-input-secret"] }),
+            ),
+        ),
+        ("slowgood", passed().set_delay(slow)),
+        ("slowbad", refused().set_delay(slow)),
     ] {
         Mock::given(method("POST"))
             .and(path("/siteverify"))
@@ -142,7 +150,7 @@ async fn an_address_past_its_refused_tokens_is_refused_429_without_a_provider_ca
 }
 
 #[tokio::test]
-async fn passed_and_unanswered_tokens_are_given_back() {
+async fn passed_and_unanswered_tokens_cost_nothing() {
     for backend in BACKENDS {
         let server = provider().await;
         let app = app(backend, &server, 2).await;
@@ -245,7 +253,7 @@ async fn tokens_in_flight_are_counted_exactly() {
 }
 
 /// Six people behind one address solve captchas while the provider is slow
-/// (a second a call), with room for three: three wait for a token to come
+/// (two seconds a call), with room for three: three wait for a token to come
 /// back, for seconds, not for the window; nothing counts as refused.
 #[tokio::test]
 async fn a_crowd_behind_one_address_waits_for_the_provider_not_the_window() {
@@ -287,18 +295,20 @@ async fn a_crowd_behind_one_address_waits_for_the_provider_not_the_window() {
     }
 }
 
-/// A 4xx but 408 and 429 refuses what the token made of the call (too long,
-/// malformed): it counts as a refused token. The provider's own throttling
-/// does not.
+/// A 400 refuses what the token made of the call (too long, malformed): it
+/// counts as a refused token. The provider's own throttling, a proxy's 403
+/// and a secret the provider refuses do not: no one's token is at fault.
 #[tokio::test]
 async fn a_token_the_provider_will_not_take_counts_as_refused() {
     let server = provider().await;
     let app = app(Backend::Memory, &server, 2).await;
     let phone = "+8613800138020";
     app.sms_send(json!({ "phone": phone, "ip": IP })).await;
-    for _ in 0..4 {
-        let busy = app.sms_send(send(phone, IP, "busy")).await;
-        assert_eq!(busy.status, 403, "{}", busy.body);
+    for token in ["busy", "e403", "badsecret"] {
+        for _ in 0..3 {
+            let unasked = app.sms_send(send(phone, IP, token)).await;
+            assert_eq!(unasked.status, 403, "{token}: {}", unasked.body);
+        }
     }
     for _ in 0..2 {
         let refused = app.sms_send(send(phone, IP, "e400")).await;
@@ -307,12 +317,12 @@ async fn a_token_the_provider_will_not_take_counts_as_refused() {
     let throttled = app.sms_send(send(phone, IP, "e400")).await;
     assert_eq!(throttled.status, 429, "{}", throttled.body);
     assert_eq!(throttled.body["rule"], "failed_captcha 2/10m");
-    assert_eq!(calls(&server).await, 6);
+    assert_eq!(calls(&server).await, 11);
 }
 
 /// With Redis down and `store.on_error = "local"`, passed and unanswered
-/// tokens still cost nothing: no place is stranded in a store that cannot
-/// give it back.
+/// tokens still cost nothing: the tokens in flight are held in the process,
+/// not in a store whose give-back goes to Redis.
 #[tokio::test]
 async fn with_the_store_down_passed_tokens_are_not_throttled() {
     let server = provider().await;

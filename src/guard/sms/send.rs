@@ -188,21 +188,23 @@ impl SmsGuard {
         if !(ask_later && first.only_captcha_refuses()) {
             return Ok(first);
         }
-        match Box::pin(self.ctx.check_captcha(policy, &req.captcha, info.ip)).await? {
-            ProofCheck::Passed => {}
-            ProofCheck::NotPassed => return Ok(first),
-            ProofCheck::Throttled(throttle) => {
-                self.ctx.audit(info, throttle.audit_row(Action::SmsSend));
-                return Err(SmsRefusal::RateLimited {
-                    rule: throttle.rule_name(),
-                    retry_after_ms: throttle.retry_after_ms(),
-                });
-            }
+        let check = Box::pin(self.ctx.check_captcha(policy, &req.captcha, info.ip)).await?;
+        if matches!(check, ProofCheck::NotPassed) {
+            return Ok(first);
         }
         for finding in pumping::findings(&first) {
             if finding.found == pumping::Found::Challenges {
                 self.ctx.audit(info, finding.row);
             }
+        }
+        if let ProofCheck::Throttled(throttle) = check {
+            // Refused here, not by the decision: its rules were met all the same.
+            first.count_rule_hits(policy.sms.shadow);
+            self.ctx.audit(info, throttle.audit_row(Action::SmsSend));
+            return Err(SmsRefusal::RateLimited {
+                rule: throttle.rule_name(),
+                retry_after_ms: throttle.retry_after_ms(),
+            });
         }
         Ok(reserve(store, offer(true)).await?)
     }
