@@ -346,6 +346,24 @@ pub struct CaptchaSettings {
     /// calls one address can cost.
     #[serde(default = "default_failed_token_limit")]
     pub failed_token_limit: LimitSetting,
+    /// reCAPTCHA v3's score (0.0 a bot, 1.0 a person) below which a token is
+    /// refused; default 0.5, Google's own advice. Read only with
+    /// `kind = "recaptcha"` and from answers that carry a score (v2's carry
+    /// none); hCaptcha's enterprise score is a risk, not this, and not read.
+    #[serde(default = "default_min_score")]
+    pub min_score: Fraction,
+    /// Hostnames a token must have been solved on (the answer's `hostname`,
+    /// compared without case); empty, the default, takes any.
+    #[serde(default)]
+    pub hostnames: Vec<String>,
+    /// Actions a token must name (the answer's `action`: reCAPTCHA v3's and
+    /// Turnstile's); empty, the default, takes any.
+    #[serde(default)]
+    pub actions: Vec<String>,
+}
+
+fn default_min_score() -> Fraction {
+    Fraction::new(0.5).expect("0.5 lies between 0 and 1")
 }
 
 fn default_failed_token_limit() -> LimitSetting {

@@ -17,7 +17,8 @@ const OTHER_IP: &str = "198.51.100.9";
 const BACKENDS: [Backend; 2] = [Backend::Memory, Backend::Redis];
 
 /// A provider that passes `response=good`, answers 500 to `response=down`,
-/// 400 to `response=e400`, 429 to `response=busy`, 403 to `response=e403`,
+/// 400 to `response=e400`, 429 to `response=busy` (with `Retry-After: 2`
+/// to `response=busyfor2`), 403 to `response=e403`,
 /// blames the secret for `badsecret`, takes two seconds over `slowgood`
 /// (passed) and `slowbad` (refused), and refuses every other token.
 async fn provider() -> MockServer {
@@ -34,6 +35,10 @@ async fn provider() -> MockServer {
         ("down", ResponseTemplate::new(500)),
         ("e400", ResponseTemplate::new(400)),
         ("busy", ResponseTemplate::new(429)),
+        (
+            "busyfor2",
+            ResponseTemplate::new(429).insert_header("Retry-After", "2"),
+        ),
         ("e403", ResponseTemplate::new(403)),
         (
             "badsecret",
@@ -304,7 +309,11 @@ async fn a_token_the_provider_will_not_take_counts_as_refused() {
     let app = app(Backend::Memory, &server, 2).await;
     let phone = "+8613800138020";
     app.sms_send(json!({ "phone": phone, "ip": IP })).await;
-    for token in ["busy", "e403", "badsecret"] {
+    // A 429 leaves the provider alone for a second (the next test).
+    let busy = app.sms_send(send(phone, IP, "busy")).await;
+    assert_eq!(busy.status, 403, "{}", busy.body);
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    for token in ["e403", "badsecret"] {
         for _ in 0..3 {
             let unasked = app.sms_send(send(phone, IP, token)).await;
             assert_eq!(unasked.status, 403, "{token}: {}", unasked.body);
@@ -317,7 +326,63 @@ async fn a_token_the_provider_will_not_take_counts_as_refused() {
     let throttled = app.sms_send(send(phone, IP, "e400")).await;
     assert_eq!(throttled.status, 429, "{}", throttled.body);
     assert_eq!(throttled.body["rule"], "failed_captcha 2/10m");
-    assert_eq!(calls(&server).await, 11);
+    assert_eq!(calls(&server).await, 9);
+}
+
+/// While the provider throttles, no token is sent to it: each would keep
+/// its throttle on, at no cost to the sender. A 429 leaves it alone for its
+/// `Retry-After`, else 1 s, then twice as long after each 429 in a row;
+/// the tokens meanwhile are unanswered (a challenge, not counted).
+#[tokio::test]
+async fn a_throttling_provider_is_left_alone_until_it_asked_to_be_called_again() {
+    let server = provider().await;
+    let app = app(Backend::Memory, &server, 1).await;
+    let attempt = |token: &str| {
+        app.login_attempt(
+            json!({ "user": "carol", "ip": IP, "success": false, "captcha_token": token }),
+        )
+    };
+    let first = app
+        .login_attempt(json!({ "user": "carol", "ip": IP, "success": false }))
+        .await;
+    assert_eq!(first.body["captcha_required"], true, "{}", first.body);
+    let challenged = |answer: &crate::support::app::Answer| {
+        assert_eq!(answer.body["decision"], "challenge", "{}", answer.body);
+    };
+
+    // Retry-After: 2.
+    let start = std::time::Instant::now();
+    challenged(&attempt("busyfor2").await);
+    assert_eq!(calls(&server).await, 1);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    challenged(&attempt("good").await);
+    assert_eq!(calls(&server).await, 1, "asked during the pause");
+    tokio::time::sleep(Duration::from_millis(2100).saturating_sub(start.elapsed())).await;
+    // The second 429 in a row, without Retry-After: two seconds.
+    let start = std::time::Instant::now();
+    challenged(&attempt("busy").await);
+    assert_eq!(calls(&server).await, 2);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    challenged(&attempt("good").await);
+    assert_eq!(calls(&server).await, 2, "asked during the doubled pause");
+    tokio::time::sleep(Duration::from_millis(2100).saturating_sub(start.elapsed())).await;
+
+    let passed = attempt("good").await;
+    assert_eq!(passed.body["decision"], "allow", "{}", passed.body);
+    assert_eq!(calls(&server).await, 3);
+    // None of it was the sender's refused token: its budget of one is whole.
+    challenged(&attempt("bad").await);
+    let throttled = attempt("bad").await;
+    assert_eq!(
+        throttled.body["reason"], "rate_limited",
+        "{}",
+        throttled.body
+    );
+    assert_eq!(
+        calls(&server).await,
+        4,
+        "the second bad token is refused unasked"
+    );
 }
 
 /// With Redis down and `store.on_error = "local"`, passed and unanswered

@@ -8,6 +8,7 @@ mod audit;
 mod audit_journal;
 mod audit_scale;
 mod captcha;
+mod captcha_answers;
 mod captcha_tokens;
 mod cli;
 mod client_ip;

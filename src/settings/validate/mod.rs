@@ -451,6 +451,24 @@ impl Settings {
                 &["http://", "https://"],
             )?;
         }
+        for host in &self.captcha.hostnames {
+            if host.is_empty() || host.contains(['/', ':']) || host.contains(char::is_whitespace) {
+                return Err(SettingsError::invalid(
+                    "captcha.hostnames",
+                    format!(
+                        "{host:?} is not a hostname (`www.example.com`: no scheme, port or path)"
+                    ),
+                ));
+            }
+        }
+        for action in &self.captcha.actions {
+            if action.is_empty() || action.contains(char::is_whitespace) {
+                return Err(SettingsError::invalid(
+                    "captcha.actions",
+                    format!("{action:?} is not an action name (`login`: no spaces)"),
+                ));
+            }
+        }
         Ok(())
     }
 
