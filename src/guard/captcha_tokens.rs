@@ -160,7 +160,11 @@ impl GuardContext {
         }
         let address = ip.map(|ip| ip.text());
         let Some(ip) = ip else {
-            return Ok(verdict_of(captcha.ask_provider(proof, None).await));
+            return Ok(verdict_of(
+                captcha
+                    .ask_provider(proof, None, &self.provider_pause)
+                    .await,
+            ));
         };
         let rule = policy.failed_tokens;
         let subject = Subject::new(SubjectKind::Ip, ip.subject_id());
@@ -195,7 +199,9 @@ impl GuardContext {
                 }));
             }
         };
-        let verdict = captcha.ask_provider(proof, address.as_deref()).await;
+        let verdict = captcha
+            .ask_provider(proof, address.as_deref(), &self.provider_pause)
+            .await;
         if verdict == TokenVerdict::Refused {
             // Counted before the ticket gives its place back, so that a
             // token taking that place sees this refusal.

@@ -69,6 +69,8 @@ pub struct GuardContext {
     pub lists: Arc<crate::lists::Lists>,
     /// Each address's captcha tokens at the provider now.
     pub tokens_in_flight: Arc<TokensInFlight>,
+    /// Whether the captcha provider throttles; kept across reloads.
+    pub provider_pause: Arc<crate::captcha::ProviderPause>,
 }
 
 /// How a lookup in the allow and block lists is used.
@@ -89,6 +91,28 @@ struct Listing {
     listed: Listed,
     /// `blocklisted` for the entry that matched, on an attempt's block.
     row: Option<AuditEvent>,
+}
+
+impl GuardContext {
+    /// What the guards share, with no captcha token out and no pause of
+    /// the provider yet.
+    pub fn new(
+        store: Arc<dyn WindowStore>,
+        keys: Keys,
+        audit: Arc<dyn AuditSink>,
+        policy: Arc<PolicyCell>,
+        lists: Arc<crate::lists::Lists>,
+    ) -> Self {
+        Self {
+            store,
+            keys,
+            audit,
+            policy,
+            lists,
+            tokens_in_flight: Arc::default(),
+            provider_pause: Arc::default(),
+        }
+    }
 }
 
 impl GuardContext {

@@ -56,9 +56,10 @@ pub const ADMIN_AUTH_FAILURES: &str = "tollgate_admin_auth_failures_total";
 /// `server.admin_auth_limit` times.
 pub const ADMIN_AUTH_THROTTLED: &str = "tollgate_admin_auth_throttled_total";
 /// Counter of captcha tokens, by `outcome`: what the provider said
-/// (`passed`, `refused`, `unanswered`), or not asked: `throttled` when the
-/// address had `captcha.failed_token_limit` refused, `paused` while the
-/// provider throttles (429).
+/// (`passed`, `refused`, `unanswered`; `mismatched`, passed but refused for
+/// `captcha.min_score`, `hostnames` or `actions`), or not asked:
+/// `throttled` when the address had `captcha.failed_token_limit` refused,
+/// `paused` while the provider throttles (429).
 pub const CAPTCHA_CHECKS: &str = "tollgate_captcha_checks_total";
 /// Counter of fetches of the OpenID provider's signing keys (JWKS), by
 /// `outcome`: `ok` or `failed`.
@@ -170,7 +171,7 @@ fn describe() {
     );
     describe_counter!(
         CAPTCHA_CHECKS,
-        "Captcha tokens, by outcome: passed, refused, unanswered (the provider's word), throttled or paused (not asked)"
+        "Captcha tokens, by outcome: passed, refused, mismatched, unanswered (the provider's word), throttled or paused (not asked)"
     );
     describe_audit();
     describe_histogram!(
@@ -382,7 +383,7 @@ pub fn admin_jwks_fetch(ok: bool) {
     counter!(ADMIN_JWKS_FETCHES, "outcome" => outcome).increment(1);
 }
 
-/// Count one captcha token: the provider's verdict, `throttled` or `paused`.
+/// Count one captcha token: the provider's verdict, `mismatched`, `throttled` or `paused`.
 pub fn captcha_check(outcome: &'static str) {
     counter!(CAPTCHA_CHECKS, "outcome" => outcome).increment(1);
 }

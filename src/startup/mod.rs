@@ -142,12 +142,27 @@ fn warn_of_captchas_no_browser_can_pass(settings: &Settings) {
     }
 }
 
+/// `captcha.hostnames` and `captcha.actions` are read from a provider's
+/// answers: with `kind = "none"` there are none, and the lists do nothing.
+fn warn_of_answer_checks_without_a_provider(settings: &Settings) {
+    let captcha = &settings.captcha;
+    if captcha.kind == crate::settings::CaptchaKind::None
+        && !(captcha.hostnames.is_empty() && captcha.actions.is_empty())
+    {
+        tracing::warn!(
+            "captcha.hostnames or captcha.actions is set with captcha.kind = \"none\": \
+             no provider answers, so nothing is checked against them (docs/delivery.md)"
+        );
+    }
+}
+
 /// Settings that work but leave a production service open to misuse.
 fn warn_of_risky_settings(settings: &Settings) {
     warn_without_api_keys(settings);
     warn_of_admin_routes_on_a_public_bind(settings);
     warn_of_codes_in_the_log(settings);
     warn_of_captchas_no_browser_can_pass(settings);
+    warn_of_answer_checks_without_a_provider(settings);
 }
 
 impl Application {
@@ -185,14 +200,13 @@ impl Application {
         let lists = open_lists(&settings, audit_db.clone(), &mut background).await;
         let keys = store::keys(&settings);
         let readiness_key = keys.readiness();
-        let ctx = GuardContext {
-            store: stores.store,
+        let ctx = GuardContext::new(
+            stores.store,
             keys,
-            audit: audit.clone(),
-            policy: policy.clone(),
-            lists: lists.clone(),
-            tokens_in_flight: Default::default(),
-        };
+            audit.clone(),
+            policy.clone(),
+            lists.clone(),
+        );
         let state = web::Data::new(AppState {
             sms: SmsGuard::new(
                 ctx.clone(),

@@ -80,10 +80,14 @@ async fn a_recaptcha_v3_token_scored_as_a_bot_is_refused_and_counted() {
         let passed = send_with(&app, token).await;
         assert_eq!(passed.status, 200, "{token}: {}", passed.body);
     }
+    let mismatched = "tollgate_captcha_checks_total{outcome=\"mismatched\"}";
+    let before = app.metric(mismatched).await;
     let bot = send_with(&app, "bot").await;
     assert_eq!(bot.status, 403, "{}", bot.body);
     assert_eq!(bot.error(), "captcha_required");
     assert_eq!(calls(&server).await, 3);
+    // The recorder is process-wide: other tests may add, never take away.
+    assert!(app.metric(mismatched).await > before);
 
     // The bot's token filled the address's budget of one refused token:
     // even a person's token is now refused without asking the provider.
@@ -140,11 +144,12 @@ async fn a_token_solved_on_another_site_or_for_another_action_is_refused() {
     let app = app(CaptchaKind::Turnstile, &server, |s| {
         s.captcha.hostnames = vec!["login.example.com".into(), "app.example.com".into()];
         s.captcha.actions = vec!["login".into(), "sms".into()];
+        s.captcha.failed_token_limit = LimitSetting::new(3, std::time::Duration::from_secs(600));
     })
     .await;
-    let attempt = |token: &str| {
+    let attempt = |ip: &str, token: &str| {
         app.login_attempt(
-            json!({ "user": "alice", "ip": IP, "success": false, "captcha_token": token }),
+            json!({ "user": "alice", "ip": ip, "success": false, "captcha_token": token }),
         )
     };
     let first = app
@@ -153,7 +158,7 @@ async fn a_token_solved_on_another_site_or_for_another_action_is_refused() {
     assert_eq!(first.body["captcha_required"], true, "{}", first.body);
 
     for token in ["elsewhere", "signup", "bare"] {
-        let refused = attempt(token).await;
+        let refused = attempt(IP, token).await;
         assert_eq!(refused.status, 200, "{token}: {}", refused.body);
         assert_eq!(
             refused.body["decision"], "challenge",
@@ -162,8 +167,18 @@ async fn a_token_solved_on_another_site_or_for_another_action_is_refused() {
         );
         assert_eq!(refused.body["reason"], "captcha_required", "{token}");
     }
+    // Each counted against the address, as any refused token: its budget
+    // of three is spent, and even a good token is refused unasked.
+    let throttled = attempt(IP, "ours").await;
+    assert_eq!(
+        throttled.body["reason"], "rate_limited",
+        "{}",
+        throttled.body
+    );
+    assert_eq!(calls(&server).await, 3);
+
     for token in ["ours", "ours-upper"] {
-        let passed = attempt(token).await;
+        let passed = attempt("198.51.100.9", token).await;
         assert_eq!(passed.body["decision"], "allow", "{token}: {}", passed.body);
     }
     assert_eq!(calls(&server).await, 5);
@@ -180,6 +195,10 @@ fn the_answer_checks_are_read_at_start_up() {
     )
     .unwrap();
     assert_eq!(taken.captcha.min_score.get(), 0.7);
+    let punycode = crate::support::app::load_config(
+        "[captcha]\nhostnames = [\"xn--bcher-kva.example\"]\nactions = [\"sign-up/step_2\"]\n",
+    );
+    assert!(punycode.is_ok(), "{:?}", punycode.err());
     for (toml, key) in [
         ("min_score = 1.5", "captcha.min_score"),
         ("min_score = -0.1", "captcha.min_score"),
@@ -192,8 +211,17 @@ fn the_answer_checks_are_read_at_start_up() {
             "captcha.hostnames",
         ),
         ("hostnames = [\"\"]", "captcha.hostnames"),
+        ("hostnames = [\"*.example.com\"]", "captcha.hostnames"),
+        ("hostnames = [\"www.example.com.\"]", "captcha.hostnames"),
+        ("hostnames = [\"bücher.example\"]", "captcha.hostnames"),
+        ("hostnames = [\"a,b\"]", "captcha.hostnames"),
         ("actions = [\"log in\"]", "captcha.actions"),
+        ("actions = [\"log.in\"]", "captcha.actions"),
         ("actions = [\"\"]", "captcha.actions"),
+        (
+            "kind = \"hcaptcha\"\nsecret = \"s\"\nactions = [\"login\"]",
+            "captcha.actions",
+        ),
     ] {
         let message = crate::support::app::config_error(&format!("[captcha]\n{toml}\n"));
         assert!(message.contains(key), "{toml}: {message}");

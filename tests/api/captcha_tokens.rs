@@ -350,21 +350,25 @@ async fn a_throttling_provider_is_left_alone_until_it_asked_to_be_called_again()
         assert_eq!(answer.body["decision"], "challenge", "{}", answer.body);
     };
 
-    // Retry-After: 2.
-    let start = std::time::Instant::now();
+    let paused = "tollgate_captcha_checks_total{outcome=\"paused\"}";
+    let paused_before = app.metric(paused).await;
+    // Retry-After: 2, from the answer on.
     challenged(&attempt("busyfor2").await);
+    let start = std::time::Instant::now();
     assert_eq!(calls(&server).await, 1);
     tokio::time::sleep(Duration::from_millis(1500)).await;
     challenged(&attempt("good").await);
     assert_eq!(calls(&server).await, 1, "asked during the pause");
     tokio::time::sleep(Duration::from_millis(2100).saturating_sub(start.elapsed())).await;
     // The second 429 in a row, without Retry-After: two seconds.
-    let start = std::time::Instant::now();
     challenged(&attempt("busy").await);
+    let start = std::time::Instant::now();
     assert_eq!(calls(&server).await, 2);
     tokio::time::sleep(Duration::from_millis(1500)).await;
     challenged(&attempt("good").await);
     assert_eq!(calls(&server).await, 2, "asked during the doubled pause");
+    // The recorder is process-wide: other tests may add, never take away.
+    assert!(app.metric(paused).await >= paused_before + 2.0);
     tokio::time::sleep(Duration::from_millis(2100).saturating_sub(start.elapsed())).await;
 
     let passed = attempt("good").await;

@@ -528,3 +528,16 @@ async fn start_up_warns_of_admin_routes_on_a_public_bind() {
     let warned = |server: &Tollgate| server.lines("server.admin_bind is unset").len();
     assert_eq!((warned(&public), warned(&split), warned(&local)), (1, 0, 0));
 }
+
+/// `captcha.hostnames` and `captcha.actions` read a provider's answers:
+/// start-up says so when there is no provider to answer.
+#[tokio::test]
+async fn start_up_warns_of_answer_checks_without_a_provider() {
+    let lists = "[captcha]\nhostnames = [\"www.example.com\"]\n";
+    let provider = "[captcha]\nkind = \"turnstile\"\nsecret = \"turnstile-secret-0123\"\nhostnames = [\"www.example.com\"]\n";
+    let dirs = [(); 2].map(|_| tempfile::tempdir().unwrap());
+    let unread = Tollgate::start(&config_file(dirs[0].path(), "", lists)).await;
+    let read = Tollgate::start(&config_file(dirs[1].path(), "", provider)).await;
+    let warned = |server: &Tollgate| server.lines("nothing is checked against them").len();
+    assert_eq!((warned(&unread), warned(&read)), (1, 0));
+}

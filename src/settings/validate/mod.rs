@@ -451,23 +451,44 @@ impl Settings {
                 &["http://", "https://"],
             )?;
         }
+        // As the providers write them: an IDN in its `xn--` form, no
+        // trailing dot; a wildcard would match nothing.
         for host in &self.captcha.hostnames {
-            if host.is_empty() || host.contains(['/', ':']) || host.contains(char::is_whitespace) {
+            let labels_ok = host.split('.').all(|label| {
+                !label.is_empty()
+                    && !label.starts_with('-')
+                    && label
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            });
+            if !labels_ok {
                 return Err(SettingsError::invalid(
                     "captcha.hostnames",
                     format!(
-                        "{host:?} is not a hostname (`www.example.com`: no scheme, port or path)"
+                        "{host:?} is not a hostname as providers name it (`www.example.com`, \
+                         an IDN as `xn--…`; no scheme, port, path, wildcard or trailing dot)"
                     ),
                 ));
             }
         }
+        // reCAPTCHA takes letters, digits, `/` and `_`; Turnstile `-` too.
         for action in &self.captcha.actions {
-            if action.is_empty() || action.contains(char::is_whitespace) {
+            let name_ok = !action.is_empty()
+                && action
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'/' | b'_' | b'-'));
+            if !name_ok {
                 return Err(SettingsError::invalid(
                     "captcha.actions",
-                    format!("{action:?} is not an action name (`login`: no spaces)"),
+                    format!("{action:?} is not an action name (`login`: letters, digits, `/`, `_`, `-`)"),
                 ));
             }
+        }
+        if self.captcha.kind == CaptchaKind::Hcaptcha && !self.captcha.actions.is_empty() {
+            return Err(SettingsError::invalid(
+                "captcha.actions",
+                "hCaptcha's answers name no action, so every token would be refused; leave it empty",
+            ));
         }
         Ok(())
     }

@@ -1,12 +1,15 @@
 //! Captcha checks: either the caller vouches (`kind = "none"`) or tollgate asks
 //! the provider's siteverify endpoint about the token.
 
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use serde::Deserialize;
-
 use crate::settings::{CaptchaKind, CaptchaSettings};
+
+mod answer;
+mod pause;
+
+use answer::{Expected, SiteverifyAnswer};
+pub use pause::ProviderPause;
 
 /// What a request brought as proof of a solved captcha.
 #[derive(Debug, Clone, Default)]
@@ -32,117 +35,7 @@ pub struct CaptchaVerifier {
     verify_url: String,
     timeout: Duration,
     expected: Expected,
-    pause: Mutex<Pause>,
     http: reqwest::Client,
-}
-
-/// While the provider throttles (429), tokens are not sent to it: each call
-/// it refuses that way would keep its throttle on (it counts per secret),
-/// and one address could keep it on at no cost (a 429 is no one's refused
-/// token). A token meanwhile is `Unanswered`, as it would be answered.
-#[derive(Debug, Default)]
-struct Pause {
-    until: Option<Instant>,
-    /// 429s in a row, each pause twice the last without a `Retry-After`.
-    streak: u32,
-}
-
-/// The longest pause, whatever `Retry-After` asks: a person waits for it.
-const MAX_PAUSE: Duration = Duration::from_secs(30);
-
-/// How long to leave the provider alone after the `streak`th 429 in a row:
-/// its `Retry-After` if it gave one, else 1 s, 2 s, 4 s, …; at most
-/// `MAX_PAUSE`.
-fn pause_after(streak: u32, retry_after: Option<Duration>) -> Duration {
-    let doubling = Duration::from_secs(1u64 << streak.saturating_sub(1).min(5));
-    retry_after.unwrap_or(doubling).min(MAX_PAUSE)
-}
-
-/// `Retry-After` in whole seconds (the HTTP-date form is not read).
-fn retry_after(response: &reqwest::Response) -> Option<Duration> {
-    let value = response.headers().get(reqwest::header::RETRY_AFTER)?;
-    let secs: u64 = value.to_str().ok()?.trim().parse().ok()?;
-    Some(Duration::from_secs(secs))
-}
-
-/// All three providers answer `{"success": bool, "error-codes": [...], ...}`;
-/// the other fields are each provider's own, and read only as `Expected` says.
-#[derive(Deserialize)]
-struct SiteverifyAnswer {
-    success: bool,
-    #[serde(rename = "error-codes", default)]
-    error_codes: Vec<String>,
-    /// reCAPTCHA v3's score; hCaptcha Enterprise's risk score has the same
-    /// name and the opposite sense, so it is read only for reCAPTCHA.
-    #[serde(default)]
-    score: Option<f64>,
-    #[serde(default)]
-    hostname: Option<String>,
-    #[serde(default)]
-    action: Option<String>,
-}
-
-/// What a passed token's answer must also say (`captcha.min_score`,
-/// `hostnames`, `actions`): a solved captcha proves a person only on the
-/// operator's site, in the operator's flow, and, for reCAPTCHA v3, with a
-/// score above the line; v3 answers `success` for every bot.
-#[derive(Debug, Default)]
-struct Expected {
-    /// Only for `kind = "recaptcha"`; `None` reads no score.
-    min_score: Option<f64>,
-    /// Compared without case; empty takes any.
-    hostnames: Vec<String>,
-    /// Empty takes any.
-    actions: Vec<String>,
-}
-
-/// Why a token the provider passed is refused all the same.
-#[derive(Debug, PartialEq)]
-enum Mismatch {
-    Score(f64),
-    Hostname(Option<String>),
-    Action(Option<String>),
-}
-
-impl Expected {
-    fn new(settings: &CaptchaSettings) -> Self {
-        Self {
-            min_score: (settings.kind == CaptchaKind::Recaptcha && settings.min_score.get() > 0.0)
-                .then(|| settings.min_score.get()),
-            hostnames: settings.hostnames.clone(),
-            actions: settings.actions.clone(),
-        }
-    }
-
-    /// Whether a `success: true` answer is also one this site asked for. An
-    /// answer that leaves out a field being checked fails it: a v2 key
-    /// names no action, an Android one no hostname.
-    fn check(&self, answer: &SiteverifyAnswer) -> Result<(), Mismatch> {
-        if let (Some(min), Some(score)) = (self.min_score, answer.score) {
-            if score < min {
-                return Err(Mismatch::Score(score));
-            }
-        }
-        if !self.hostnames.is_empty() {
-            let known = answer
-                .hostname
-                .as_deref()
-                .is_some_and(|h| self.hostnames.iter().any(|e| e.eq_ignore_ascii_case(h)));
-            if !known {
-                return Err(Mismatch::Hostname(answer.hostname.clone()));
-            }
-        }
-        if !self.actions.is_empty() {
-            let known = answer
-                .action
-                .as_deref()
-                .is_some_and(|a| self.actions.iter().any(|e| e == a));
-            if !known {
-                return Err(Mismatch::Action(answer.action.clone()));
-            }
-        }
-        Ok(())
-    }
 }
 
 /// The siteverify address of each provider, used when `captcha.verify_url` is empty.
@@ -169,7 +62,6 @@ impl CaptchaVerifier {
             verify_url,
             timeout: settings.timeout,
             expected: Expected::new(settings),
-            pause: Mutex::default(),
             http: reqwest::Client::builder()
                 .timeout(settings.timeout)
                 .connect_timeout(settings.timeout)
@@ -199,32 +91,46 @@ impl CaptchaVerifier {
     /// What the provider says of the proof's token (not asked, and
     /// `Refused`, when there is none). A provider that cannot be read or
     /// reached, or that is down or throttling, is `Unanswered`: the token
-    /// counts as not passed, but it is not the sender's doing.
+    /// counts as not passed, but it is not the sender's doing. While
+    /// `pause` says the provider throttles, it is not asked.
     pub async fn ask_provider(
         &self,
         proof: &CaptchaProof,
         client_ip: Option<&str>,
+        pause: &ProviderPause,
     ) -> TokenVerdict {
         let Some(token) = proof.token.as_deref().filter(|t| !t.is_empty()) else {
             return TokenVerdict::Refused;
         };
-        if self.paused() {
+        if pause.paused() {
             crate::metrics::captcha_check("paused");
             return TokenVerdict::Unanswered;
         }
+        let sent = Instant::now();
+        // The metric's outcome, where it is not the verdict's own.
+        let mut outcome = None;
         let mut form = vec![("secret", self.secret.as_str()), ("response", token)];
         if let Some(ip) = client_ip {
             form.push(("remoteip", ip));
         }
         let answer = self.http.post(&self.verify_url).form(&form).send().await;
-        let answer_status = answer.as_ref().ok().map(|r| r.status().as_u16());
+        if let Ok(response) = &answer {
+            if response.status() != reqwest::StatusCode::TOO_MANY_REQUESTS {
+                pause.answered(sent, response.status().as_u16());
+            }
+        }
         let verdict = match answer {
             Ok(response) if response.status().is_success() => {
                 match crate::answer_body::json::<SiteverifyAnswer>(response).await {
                     Ok(answer) if answer.success => match self.expected.check(&answer) {
                         Ok(()) => TokenVerdict::Passed,
                         Err(mismatch) => {
-                            tracing::info!(request_id = %crate::telemetry::request_id(), kind = ?self.kind, ?mismatch, "captcha token passed, but not as captcha.min_score, hostnames or actions ask");
+                            if mismatch.may_be_the_settings() {
+                                tracing::warn!(request_id = %crate::telemetry::request_id(), kind = ?self.kind, ?mismatch, "captcha token passed, but not on captcha.hostnames or captcha.actions: a token from elsewhere, or a list to mend");
+                            } else {
+                                tracing::info!(request_id = %crate::telemetry::request_id(), kind = ?self.kind, ?mismatch, "captcha token passed with a score below captcha.min_score");
+                            }
+                            outcome = Some("mismatched");
                             TokenVerdict::Refused
                         }
                     },
@@ -243,8 +149,9 @@ impl CaptchaVerifier {
                 }
             }
             Ok(response) if response.status() == reqwest::StatusCode::TOO_MANY_REQUESTS => {
-                let pause = self.pause_for(retry_after(&response));
-                tracing::warn!(request_id = %crate::telemetry::request_id(), pause_ms = pause.as_millis() as u64, "captcha siteverify is throttling this secret: not asked until the pause ends");
+                if let Some(length) = pause.throttled(sent, pause::retry_after(&response)) {
+                    tracing::warn!(request_id = %crate::telemetry::request_id(), pause_ms = length.as_millis() as u64, "captcha siteverify is throttling this secret: not asked until the pause ends");
+                }
                 TokenVerdict::Unanswered
             }
             Ok(response) if refuses_the_request(response.status()) => {
@@ -269,32 +176,8 @@ impl CaptchaVerifier {
                 TokenVerdict::Unanswered
             }
         };
-        if !matches!(answer_status, Some(429)) {
-            self.lock_pause().streak = 0;
-        }
-        crate::metrics::captcha_check(verdict.as_str());
+        crate::metrics::captcha_check(outcome.unwrap_or(verdict.as_str()));
         verdict
-    }
-
-    fn lock_pause(&self) -> std::sync::MutexGuard<'_, Pause> {
-        // A panic elsewhere while it was held leaves two plain fields.
-        self.pause.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Whether the provider asked to be left alone until later than now.
-    fn paused(&self) -> bool {
-        let pause = self.lock_pause();
-        pause.until.is_some_and(|until| Instant::now() < until)
-    }
-
-    /// Start (or lengthen) the pause after a 429; answers its length.
-    fn pause_for(&self, retry_after: Option<Duration>) -> Duration {
-        let mut pause = self.lock_pause();
-        pause.streak = pause.streak.saturating_add(1);
-        let length = pause_after(pause.streak, retry_after);
-        let until = Instant::now() + length;
-        pause.until = Some(pause.until.map_or(until, |u| u.max(until)));
-        length
     }
 }
 
@@ -365,19 +248,6 @@ mod tests {
     }
 
     #[test]
-    fn a_throttling_provider_is_left_alone_for_its_retry_after_or_longer_each_time() {
-        let secs = Duration::from_secs;
-        assert_eq!(pause_after(1, None), secs(1));
-        assert_eq!(pause_after(2, None), secs(2));
-        assert_eq!(pause_after(3, None), secs(4));
-        assert_eq!(pause_after(6, None), secs(30));
-        assert_eq!(pause_after(40, None), secs(30));
-        assert_eq!(pause_after(1, Some(secs(7))), secs(7));
-        assert_eq!(pause_after(1, Some(secs(0))), secs(0));
-        assert_eq!(pause_after(3, Some(secs(3600))), MAX_PAUSE);
-    }
-
-    #[test]
     fn a_bad_or_too_large_request_refuses_the_token() {
         use reqwest::StatusCode;
         for status in [400, 413, 414, 422] {
@@ -413,97 +283,5 @@ mod tests {
         ] {
             assert!(!not_the_tokens(code), "{code}");
         }
-    }
-
-    fn answer(json: &str) -> SiteverifyAnswer {
-        serde_json::from_str(json).unwrap()
-    }
-
-    fn expected(kind: CaptchaKind, min_score: f64, hosts: &[&str], actions: &[&str]) -> Expected {
-        let settings = CaptchaSettings {
-            kind,
-            min_score: crate::settings::Fraction::new(min_score).unwrap(),
-            hostnames: hosts.iter().map(|h| h.to_string()).collect(),
-            actions: actions.iter().map(|a| a.to_string()).collect(),
-            ..crate::settings::Settings::defaults().unwrap().captcha
-        };
-        Expected::new(&settings)
-    }
-
-    #[test]
-    fn a_recaptcha_score_below_min_score_is_refused_and_other_kinds_read_none() {
-        let v3 = expected(CaptchaKind::Recaptcha, 0.5, &[], &[]);
-        assert_eq!(
-            v3.check(&answer(r#"{"success": true, "score": 0.1}"#)),
-            Err(Mismatch::Score(0.1))
-        );
-        assert_eq!(
-            v3.check(&answer(r#"{"success": true, "score": 0.5}"#)),
-            Ok(())
-        );
-        assert_eq!(
-            v3.check(&answer(r#"{"success": true, "score": 0.9}"#)),
-            Ok(())
-        );
-        // A v2 key's answers carry no score.
-        assert_eq!(v3.check(&answer(r#"{"success": true}"#)), Ok(()));
-        let off = expected(CaptchaKind::Recaptcha, 0.0, &[], &[]);
-        assert_eq!(
-            off.check(&answer(r#"{"success": true, "score": 0.0}"#)),
-            Ok(())
-        );
-        // hCaptcha's enterprise score is a risk: 0.9 is a bot, not a person.
-        let hcaptcha = expected(CaptchaKind::Hcaptcha, 0.5, &[], &[]);
-        assert_eq!(
-            hcaptcha.check(&answer(r#"{"success": true, "score": 0.1}"#)),
-            Ok(())
-        );
-    }
-
-    #[test]
-    fn hostnames_and_actions_are_checked_only_when_listed() {
-        let any = expected(CaptchaKind::Turnstile, 0.5, &[], &[]);
-        let elsewhere = answer(r#"{"success": true, "hostname": "evil.example", "action": "x"}"#);
-        assert_eq!(any.check(&elsewhere), Ok(()));
-
-        let ours = expected(
-            CaptchaKind::Turnstile,
-            0.5,
-            &["WWW.Example.com"],
-            &["login"],
-        );
-        let good = answer(r#"{"success": true, "hostname": "www.example.COM", "action": "login"}"#);
-        assert_eq!(ours.check(&good), Ok(()));
-        assert_eq!(
-            ours.check(&elsewhere),
-            Err(Mismatch::Hostname(Some("evil.example".into())))
-        );
-        assert_eq!(
-            ours.check(&answer(r#"{"success": true, "action": "login"}"#)),
-            Err(Mismatch::Hostname(None))
-        );
-        assert_eq!(
-            ours.check(&answer(
-                r#"{"success": true, "hostname": "www.example.com", "action": "Login"}"#
-            )),
-            Err(Mismatch::Action(Some("Login".into())))
-        );
-        assert_eq!(
-            ours.check(&answer(
-                r#"{"success": true, "hostname": "www.example.com"}"#
-            )),
-            Err(Mismatch::Action(None))
-        );
-    }
-
-    #[test]
-    fn error_codes_are_optional_in_the_answer() {
-        let answer: SiteverifyAnswer = serde_json::from_str(r#"{"success": true}"#).unwrap();
-        assert!(answer.success && answer.error_codes.is_empty());
-        let answer: SiteverifyAnswer = serde_json::from_str(
-            r#"{"success": false, "error-codes": ["invalid-input-response"]}"#,
-        )
-        .unwrap();
-        assert_eq!(answer.error_codes, ["invalid-input-response"]);
     }
 }

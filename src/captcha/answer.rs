@@ -1,0 +1,227 @@
+//! Siteverify's answer, and what a passed one must also say
+//! (`captcha.min_score`, `hostnames`, `actions`): a solved captcha proves a
+//! person only on the operator's site, in the operator's flow, and, for
+//! reCAPTCHA v3, with a score above the line, since v3 answers `success`
+//! for every well-formed token, bots' included.
+
+use serde::{Deserialize, Deserializer};
+
+use crate::settings::{CaptchaKind, CaptchaSettings};
+
+/// All three providers answer `{"success": bool, "error-codes": [...], ...}`;
+/// the other fields are each provider's own, read only where a check asks
+/// for them, and one of an unexpected type is taken as missing: a field no
+/// check reads must not make a good answer unreadable.
+#[derive(Deserialize)]
+pub(super) struct SiteverifyAnswer {
+    pub success: bool,
+    #[serde(rename = "error-codes", default)]
+    pub error_codes: Vec<String>,
+    /// reCAPTCHA v3's score; hCaptcha Enterprise's risk score has the same
+    /// name and the opposite sense, so it is read only for reCAPTCHA.
+    #[serde(default, deserialize_with = "number_or_none")]
+    score: Option<f64>,
+    #[serde(default, deserialize_with = "text_or_none")]
+    hostname: Option<String>,
+    #[serde(default, deserialize_with = "text_or_none")]
+    action: Option<String>,
+}
+
+fn number_or_none<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
+    Ok(serde_json::Value::deserialize(d)?.as_f64())
+}
+
+fn text_or_none<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    Ok(match serde_json::Value::deserialize(d)? {
+        serde_json::Value::String(text) => Some(text),
+        _ => None,
+    })
+}
+
+/// What a passed token's answer must also say.
+#[derive(Debug, Default)]
+pub(super) struct Expected {
+    /// Only for `kind = "recaptcha"`.
+    min_score: Option<f64>,
+    /// Compared without case; empty takes any.
+    hostnames: Vec<String>,
+    /// Empty takes any.
+    actions: Vec<String>,
+}
+
+/// Why a token the provider passed is refused all the same.
+#[derive(Debug, PartialEq)]
+pub(super) enum Mismatch {
+    /// reCAPTCHA's score for a bot.
+    Score(f64),
+    /// Solved on a site not listed, or the answer names none.
+    Hostname(Option<String>),
+    /// For an action not listed, or the answer names none.
+    Action(Option<String>),
+}
+
+impl Mismatch {
+    /// A low score is the sender's; a hostname or action not listed is as
+    /// likely the operator's list as a token from elsewhere, and is logged
+    /// louder for it.
+    pub fn may_be_the_settings(&self) -> bool {
+        !matches!(self, Mismatch::Score(_))
+    }
+}
+
+impl Expected {
+    pub fn new(settings: &CaptchaSettings) -> Self {
+        Self {
+            min_score: (settings.kind == CaptchaKind::Recaptcha).then(|| settings.min_score.get()),
+            hostnames: settings.hostnames.clone(),
+            actions: settings.actions.clone(),
+        }
+    }
+
+    /// Whether a `success: true` answer is also one this site asked for. An
+    /// answer that leaves out a field being checked fails it (a v2 key
+    /// names no action, an Android one no hostname); one without a score
+    /// (v2) passes `min_score`, as v2 and v3 keys have secrets of their own.
+    pub fn check(&self, answer: &SiteverifyAnswer) -> Result<(), Mismatch> {
+        if let (Some(min), Some(score)) = (self.min_score, answer.score) {
+            if score < min {
+                return Err(Mismatch::Score(score));
+            }
+        }
+        if !self.hostnames.is_empty() {
+            let listed = answer
+                .hostname
+                .as_deref()
+                .is_some_and(|h| self.hostnames.iter().any(|e| e.eq_ignore_ascii_case(h)));
+            if !listed {
+                return Err(Mismatch::Hostname(answer.hostname.clone()));
+            }
+        }
+        if !self.actions.is_empty() {
+            let listed = answer
+                .action
+                .as_deref()
+                .is_some_and(|a| self.actions.iter().any(|e| e == a));
+            if !listed {
+                return Err(Mismatch::Action(answer.action.clone()));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answer(json: &str) -> SiteverifyAnswer {
+        serde_json::from_str(json).unwrap()
+    }
+
+    fn expected(kind: CaptchaKind, min_score: f64, hosts: &[&str], actions: &[&str]) -> Expected {
+        let settings = CaptchaSettings {
+            kind,
+            min_score: crate::settings::Fraction::new(min_score).unwrap(),
+            hostnames: hosts.iter().map(|h| h.to_string()).collect(),
+            actions: actions.iter().map(|a| a.to_string()).collect(),
+            ..crate::settings::Settings::defaults().unwrap().captcha
+        };
+        Expected::new(&settings)
+    }
+
+    #[test]
+    fn a_recaptcha_score_below_min_score_is_refused_and_other_kinds_read_none() {
+        let v3 = expected(CaptchaKind::Recaptcha, 0.5, &[], &[]);
+        assert_eq!(
+            v3.check(&answer(r#"{"success": true, "score": 0.1}"#)),
+            Err(Mismatch::Score(0.1))
+        );
+        assert_eq!(
+            v3.check(&answer(r#"{"success": true, "score": 0.5}"#)),
+            Ok(())
+        );
+        assert_eq!(
+            v3.check(&answer(r#"{"success": true, "score": 0.9}"#)),
+            Ok(())
+        );
+        // A v2 key's answers carry no score.
+        assert_eq!(v3.check(&answer(r#"{"success": true}"#)), Ok(()));
+        let off = expected(CaptchaKind::Recaptcha, 0.0, &[], &[]);
+        assert_eq!(
+            off.check(&answer(r#"{"success": true, "score": 0.0}"#)),
+            Ok(())
+        );
+        // hCaptcha's enterprise score is a risk: 0.9 is a bot, 0.1 a person.
+        let hcaptcha = expected(CaptchaKind::Hcaptcha, 0.5, &[], &[]);
+        assert_eq!(
+            hcaptcha.check(&answer(r#"{"success": true, "score": 0.1}"#)),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn hostnames_and_actions_are_checked_only_when_listed() {
+        let any = expected(CaptchaKind::Turnstile, 0.5, &[], &[]);
+        let elsewhere = answer(r#"{"success": true, "hostname": "evil.example", "action": "x"}"#);
+        assert_eq!(any.check(&elsewhere), Ok(()));
+
+        let ours = expected(
+            CaptchaKind::Turnstile,
+            0.5,
+            &["WWW.Example.com"],
+            &["login"],
+        );
+        let good = answer(r#"{"success": true, "hostname": "www.example.COM", "action": "login"}"#);
+        assert_eq!(ours.check(&good), Ok(()));
+        assert_eq!(
+            ours.check(&elsewhere),
+            Err(Mismatch::Hostname(Some("evil.example".into())))
+        );
+        assert_eq!(
+            ours.check(&answer(r#"{"success": true, "action": "login"}"#)),
+            Err(Mismatch::Hostname(None))
+        );
+        assert_eq!(
+            ours.check(&answer(
+                r#"{"success": true, "hostname": "www.example.com", "action": "Login"}"#
+            )),
+            Err(Mismatch::Action(Some("Login".into())))
+        );
+        assert_eq!(
+            ours.check(&answer(
+                r#"{"success": true, "hostname": "www.example.com"}"#
+            )),
+            Err(Mismatch::Action(None))
+        );
+    }
+
+    #[test]
+    fn a_field_of_an_unexpected_type_is_missing_not_unreadable() {
+        let odd = answer(
+            r#"{"success": true, "score": "high", "hostname": 5, "action": ["login"], "credit": false}"#,
+        );
+        assert!(odd.success);
+        assert_eq!((odd.score, odd.hostname, odd.action), (None, None, None));
+        // Missing where checked is refused; where not checked, passed.
+        let odd = answer(r#"{"success": true, "score": "high", "hostname": 5}"#);
+        assert_eq!(
+            expected(CaptchaKind::Turnstile, 0.5, &[], &[]).check(&odd),
+            Ok(())
+        );
+        assert_eq!(
+            expected(CaptchaKind::Turnstile, 0.5, &["a.example"], &[]).check(&odd),
+            Err(Mismatch::Hostname(None))
+        );
+    }
+
+    #[test]
+    fn error_codes_are_optional_in_the_answer() {
+        let answer: SiteverifyAnswer = serde_json::from_str(r#"{"success": true}"#).unwrap();
+        assert!(answer.success && answer.error_codes.is_empty());
+        let answer: SiteverifyAnswer = serde_json::from_str(
+            r#"{"success": false, "error-codes": ["invalid-input-response"]}"#,
+        )
+        .unwrap();
+        assert_eq!(answer.error_codes, ["invalid-input-response"]);
+    }
+}
