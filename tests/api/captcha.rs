@@ -20,7 +20,7 @@ const KINDS: [CaptchaKind; 3] = [
 ];
 
 /// An app whose second send to a phone needs a captcha, checked at `server`.
-async fn app_with_captcha(
+pub(crate) async fn app_with_captcha(
     kind: CaptchaKind,
     server: &MockServer,
     configure: impl FnOnce(&mut Settings),

@@ -4,11 +4,11 @@
 //! these is refused, and counts against its address like any refused token.
 
 use serde_json::json;
-use tollgate::settings::{CaptchaKind, Fraction, LimitSetting, Secret, Settings};
+use tollgate::settings::{CaptchaKind, Fraction, LimitSetting, Settings};
 use wiremock::matchers::{body_string_contains, method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
-use crate::support::app::{spawn_app, Backend, TestApp};
+use crate::support::app::TestApp;
 
 const PHONE: &str = "+8613800138000";
 const IP: &str = "203.0.113.7";
@@ -43,14 +43,9 @@ async fn app(
     server: &MockServer,
     configure: impl FnOnce(&mut Settings),
 ) -> TestApp {
-    let verify_url = format!("{}/siteverify", server.uri());
-    spawn_app(Backend::Memory, move |s| {
-        s.sms.captcha_after = 1;
+    crate::captcha::app_with_captcha(kind, server, |s| {
         s.login.captcha_after = 1;
         s.login.lock_after = 1000;
-        s.captcha.kind = kind;
-        s.captcha.secret = Secret::new("captcha-secret");
-        s.captcha.verify_url = verify_url.into();
         configure(s);
     })
     .await
