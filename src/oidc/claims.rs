@@ -41,9 +41,14 @@ fn actor(claims: &Map<String, Value>) -> Option<Actor> {
 
 /// Whether the provider vouches for the `email` claim: a provider that
 /// lets people set their own address says `email_verified: false` until
-/// they prove it.
+/// they prove it. Amazon Cognito writes the boolean as a string, `"true"`:
+/// the token is signed all the same, so that is taken too.
 fn email_verified(claims: &Map<String, Value>) -> bool {
-    claims.get("email_verified") == Some(&Value::Bool(true))
+    match claims.get("email_verified") {
+        Some(Value::Bool(verified)) => *verified,
+        Some(Value::String(text)) => text == "true",
+        _ => false,
+    }
 }
 
 /// The roles the values of `roles_claim` (a string or a list of strings)
@@ -62,9 +67,19 @@ fn roles(
         Some(Value::Array(many)) => many.iter().filter_map(Value::as_str).collect(),
         _ => Vec::new(),
     };
+    // Addresses are matched without case: providers keep the case people
+    // typed (`Ann.Lee@Example.com`), operators write `ann.lee@example.com`.
+    let by_email = roles_claim == "email";
     values
         .into_iter()
-        .filter_map(|v| role_map.get(v).copied())
+        .filter_map(|v| match role_map.get(v) {
+            Some(role) => Some(*role),
+            None if by_email => role_map
+                .iter()
+                .find(|(address, _)| address.eq_ignore_ascii_case(v))
+                .map(|(_, role)| *role),
+            None => None,
+        })
         .fold(Roles::NONE, Roles::with)
 }
 
@@ -113,8 +128,21 @@ mod tests {
                 json!({"sub": "u1", "email": "ann@example.com"}),
                 Some("oidc:u1"),
             ),
+            // Cognito's string form.
             (
                 json!({"sub": "u1", "email": "ann@example.com", "email_verified": "true"}),
+                Some("oidc:ann@example.com"),
+            ),
+            (
+                json!({"sub": "u1", "email": "ann@example.com", "email_verified": "false"}),
+                Some("oidc:u1"),
+            ),
+            (
+                json!({"sub": "u1", "email": "ann@example.com", "email_verified": "yes"}),
+                Some("oidc:u1"),
+            ),
+            (
+                json!({"sub": "u1", "email": "ann@example.com", "email_verified": 1}),
                 Some("oidc:u1"),
             ),
             (json!({"email": "ann@example.com"}), None),
@@ -172,14 +200,23 @@ mod tests {
     fn an_email_grants_a_role_only_when_verified() {
         let map: BTreeMap<String, Role> = [("ann@example.com".to_string(), Role::Operator)].into();
         let roles_of = |claims: Value| identity(&of(claims), "email", &map).unwrap().roles;
-        assert_eq!(
-            roles_of(json!({"sub": "a", "email": "ann@example.com", "email_verified": true})),
-            Roles::of(&[Role::Operator])
-        );
+        for claims in [
+            json!({"sub": "a", "email": "ann@example.com", "email_verified": true}),
+            json!({"sub": "a", "email": "Ann@Example.COM", "email_verified": true}),
+            json!({"sub": "a", "email": "ann@example.com", "email_verified": "true"}),
+        ] {
+            assert_eq!(
+                roles_of(claims.clone()),
+                Roles::of(&[Role::Operator]),
+                "{claims}"
+            );
+        }
         for claims in [
             json!({"sub": "a", "email": "ann@example.com", "email_verified": false}),
-            json!({"sub": "a", "email": "ann@example.com", "email_verified": "true"}),
+            json!({"sub": "a", "email": "ann@example.com", "email_verified": "false"}),
+            json!({"sub": "a", "email": "Ann@Example.COM", "email_verified": false}),
             json!({"sub": "a", "email": "ann@example.com"}),
+            json!({"sub": "a", "email": "bob@example.com", "email_verified": true}),
         ] {
             assert_eq!(roles_of(claims.clone()), Roles::NONE, "{claims}");
         }

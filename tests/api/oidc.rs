@@ -711,7 +711,8 @@ async fn jwt_access_tokens_of_the_issuer_are_accepted_by_role_and_bad_ones_answe
 
 /// With `roles_claim = "email"` (Google's way), an address the provider
 /// has not verified grants nothing: on a provider where people edit their
-/// own profile, anyone could type an operator's address.
+/// own profile, anyone could type an operator's address. A verified one
+/// grants its role whatever its case, and Cognito's `"true"` is verified.
 #[tokio::test]
 async fn an_email_maps_to_a_role_only_when_the_provider_verified_it() {
     let SsoApp { app, provider, .. } = sso_app(DbKind::Sqlite, |s| {
@@ -720,25 +721,35 @@ async fn an_email_maps_to_a_role_only_when_the_provider_verified_it() {
     })
     .await;
     let now = chrono::Utc::now().timestamp();
-    let token = |verified: Value| {
+    let token = |email: &str, verified: Value| {
         let mut claims = json!({"sub": "someone", "iss": provider.issuer, "aud": API,
-                                "iat": now, "exp": now + 300, "email": "ann@example.com"});
+                                "iat": now, "exp": now + 300, "email": email});
         if !verified.is_null() {
             claims["email_verified"] = verified;
         }
         provider.sign(json!({}), claims)
     };
-    let verified = token(json!(true)).await;
-    let (status, body) = with_bearer(
-        &app,
-        "POST",
-        "/admin/api/subjects/user/alice/unblock",
-        &verified,
-    )
-    .await;
-    assert_eq!(status, StatusCode::OK, "{body}");
-    for claim in [json!(false), Value::Null, json!("true")] {
-        let unverified = token(claim.clone()).await;
+    for (email, claim) in [
+        ("ann@example.com", json!(true)),
+        ("Ann@Example.COM", json!(true)),
+        ("ann@example.com", json!("true")),
+    ] {
+        let verified = token(email, claim.clone()).await;
+        let (status, body) = with_bearer(
+            &app,
+            "POST",
+            "/admin/api/subjects/user/alice/unblock",
+            &verified,
+        )
+        .await;
+        assert_eq!(
+            status,
+            StatusCode::OK,
+            "{email} email_verified {claim}: {body}"
+        );
+    }
+    for claim in [json!(false), Value::Null, json!("false"), json!(1)] {
+        let unverified = token("ann@example.com", claim.clone()).await;
         let (status, body) = with_bearer(&app, "GET", "/admin/api/events", &unverified).await;
         assert_eq!(
             status,
