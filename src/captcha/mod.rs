@@ -71,6 +71,11 @@ impl CaptchaVerifier {
         })
     }
 
+    /// Whether tokens go to a provider at all (`kind` is not `none`).
+    pub fn checks_tokens(&self) -> bool {
+        self.kind != CaptchaKind::None
+    }
+
     /// Upper bound of one siteverify call (`captcha.timeout`).
     pub fn timeout(&self) -> Duration {
         self.timeout

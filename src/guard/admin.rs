@@ -63,6 +63,28 @@ pub struct SubjectState {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     pub pumping: Option<PumpingState>,
+    /// For an IP while a captcha provider checks tokens: the tokens the
+    /// provider refused against `captcha.failed_token_limit`. Absent
+    /// otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub refused_captcha_tokens: Option<RefusedTokens>,
+}
+
+/// An address's captcha tokens the provider refused: while they fill the
+/// window, its tokens are refused without asking the provider (429
+/// `rate_limited`, rule `failed_captcha …`); Unblock clears them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[schema(example = json!({"rule": "failed_captcha 20/10m", "count": 3, "limit": 20, "window_ms": 600000}))]
+pub struct RefusedTokens {
+    /// `failed_captcha <limit>/<window>`.
+    pub rule: String,
+    /// Refused tokens in the window now.
+    pub count: u32,
+    /// The address's tokens are refused unasked from this count.
+    pub limit: u32,
+    /// The window's length in milliseconds.
+    pub window_ms: u64,
 }
 
 impl SubjectState {
@@ -174,12 +196,22 @@ impl SubjectAdmin {
             windows: Vec::new(),
             pairs: Vec::new(),
             pumping: None,
+            refused_captcha_tokens: None,
         };
         if subject.kind == SubjectKind::User {
             self.user_state(subject, &policy, &mut state).await?;
             return Ok(state);
         }
         self.window_states(subject, &policy, &mut state).await?;
+        if subject.kind == SubjectKind::Ip && policy.captcha.checks_tokens() {
+            let rule = policy.failed_tokens;
+            state.refused_captcha_tokens = Some(RefusedTokens {
+                rule: captcha_tokens::refused_rule_name(&rule),
+                count: self.ctx.refused_tokens(&policy, &subject.id).await?,
+                limit: rule.limit,
+                window_ms: rule.window_ms(),
+            });
+        }
         if let Some(policy) = policy.sms.pumping.as_ref().and_then(|p| p.of(subject.kind)) {
             let live = self.pumping_state(subject, policy).await?;
             if let Some(block) = live.block.as_ref().filter(|b| !b.shadow) {

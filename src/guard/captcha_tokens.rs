@@ -107,12 +107,7 @@ impl TokenThrottle {
     /// `failed_captcha 20/10m` or `captcha_in_flight 20/5s`: what answers
     /// and audit rows call the rule.
     pub fn rule_name(&self) -> String {
-        format!(
-            "{} {}/{}",
-            self.window,
-            self.limit,
-            format_window(self.window_ms)
-        )
+        rule_name(self.window, self.limit, self.window_ms)
     }
 
     /// Until the oldest refused token leaves the window, or a token in
@@ -138,6 +133,35 @@ impl TokenThrottle {
 /// The refused-token window of `captcha.failed_token_limit`.
 pub fn rule(limit: u32, window: Duration) -> Rule {
     Rule::new(SubjectKind::Ip, limit, window)
+}
+
+fn rule_name(window: &str, limit: u32, window_ms: u64) -> String {
+    format!("{window} {limit}/{}", format_window(window_ms))
+}
+
+/// `failed_captcha 20/10m`: what answers, audit rows and the subject view
+/// call the refused-token window of `rule`.
+pub fn refused_rule_name(rule: &Rule) -> String {
+    rule_name(FAILED_CAPTCHA, rule.limit, rule.window_ms())
+}
+
+/// The refused-token window's name in rules.
+const FAILED_CAPTCHA: &str = "failed_captcha";
+
+impl GuardContext {
+    /// How many of `ip`'s tokens the provider refused in the window (the
+    /// address's own id, as `Subject::id` of an IP); reads only.
+    pub(super) async fn refused_tokens(
+        &self,
+        policy: &Policy,
+        ip_id: &str,
+    ) -> Result<u32, StoreError> {
+        let rule = policy.failed_tokens;
+        let key = self.keys.window(SubjectKind::Ip.as_str(), ip_id, REFUSED);
+        let refused = [WindowSpec::enforce(rule.limit, rule.window_ms())];
+        let seen = self.store.peek(&key, &refused).await?;
+        Ok(seen.counts.first().copied().unwrap_or(0))
+    }
 }
 
 impl GuardContext {
@@ -177,7 +201,7 @@ impl GuardContext {
         if count >= rule.limit {
             return Ok(throttled(TokenThrottle {
                 subject,
-                window: "failed_captcha",
+                window: FAILED_CAPTCHA,
                 limit: rule.limit,
                 window_ms: rule.window_ms(),
                 observed: count,

@@ -419,13 +419,24 @@ async fn an_admins_unblock_of_the_address_gives_its_tokens_back() {
         let app = app(backend, &server, 1).await;
         let phone = "+8613800138001";
         app.sms_send(json!({ "phone": phone, "ip": IP })).await;
+        let subject = format!("/admin/api/subjects/ip/{IP}");
+        let refused = |state: &crate::support::app::Answer| {
+            state.body["refused_captcha_tokens"]["count"].as_u64()
+        };
+        assert_eq!(refused(&app.admin_get(&subject).await), Some(0));
         assert_eq!(app.sms_send(send(phone, IP, "bad")).await.status, 403);
         assert_eq!(app.sms_send(send(phone, IP, "good")).await.status, 429);
+        let state = app.admin_get(&subject).await;
+        assert_eq!(
+            state.body["refused_captcha_tokens"],
+            json!({ "rule": "failed_captcha 1/10m", "count": 1, "limit": 1, "window_ms": 600000 }),
+            "{backend:?}: {}",
+            state.body
+        );
 
-        let unblocked = app
-            .admin_post(&format!("/admin/api/subjects/ip/{IP}/unblock"))
-            .await;
+        let unblocked = app.admin_post(&format!("{subject}/unblock")).await;
         assert_eq!(unblocked.status, 200, "{}", unblocked.body);
+        assert_eq!(refused(&app.admin_get(&subject).await), Some(0));
 
         let passed = app.sms_send(send(phone, IP, "good")).await;
         assert_eq!(passed.status, 200, "{backend:?}: {}", passed.body);

@@ -365,21 +365,28 @@ impl SubjectPage {
         }
     }
 
-    /// The state's windows as table rows.
+    /// The state's windows as table rows, an address's refused captcha
+    /// tokens last.
     pub fn windows(state: &SubjectState) -> Vec<WindowRow> {
-        state
-            .windows
-            .iter()
-            .map(|w| WindowRow {
-                action: w.action.as_str(),
-                rule: w.rule.clone(),
-                count: w.count,
-                limit: w.limit,
-                window: duration_ms(w.window_ms),
-                full: w.count >= w.limit,
-                shadow: w.shadow,
-            })
-            .collect()
+        let windows = state.windows.iter().map(|w| WindowRow {
+            action: w.action.as_str(),
+            rule: w.rule.clone(),
+            count: w.count,
+            limit: w.limit,
+            window: duration_ms(w.window_ms),
+            full: w.count >= w.limit,
+            shadow: w.shadow,
+        });
+        let tokens = state.refused_captcha_tokens.iter().map(|t| WindowRow {
+            action: "captcha_token",
+            rule: t.rule.clone(),
+            count: t.count,
+            limit: t.limit,
+            window: duration_ms(t.window_ms),
+            full: t.count >= t.limit,
+            shadow: false,
+        });
+        windows.chain(tokens).collect()
     }
 }
 
@@ -465,6 +472,38 @@ mod tests {
         assert_eq!(
             unblocked_href(SubjectKind::User, "a.b"),
             "/admin/subjects/user/a.b?unblocked=1"
+        );
+    }
+
+    #[test]
+    fn an_addresss_refused_captcha_tokens_are_its_last_window_row() {
+        use crate::guard::admin::RefusedTokens;
+        let state = SubjectState {
+            kind: SubjectKind::Ip,
+            id: "203.0.113.7".into(),
+            locked_until: None,
+            captcha_required: false,
+            windows: Vec::new(),
+            pairs: Vec::new(),
+            pumping: None,
+            refused_captcha_tokens: Some(RefusedTokens {
+                rule: "failed_captcha 20/10m".into(),
+                count: 20,
+                limit: 20,
+                window_ms: 600_000,
+            }),
+        };
+        let rows = SubjectPage::windows(&state);
+        let row = rows.last().expect("a row");
+        assert_eq!(
+            (
+                row.action,
+                row.rule.as_str(),
+                row.count,
+                row.window.as_str(),
+                row.full
+            ),
+            ("captcha_token", "failed_captcha 20/10m", 20, "10m", true)
         );
     }
 }
