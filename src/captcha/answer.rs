@@ -15,7 +15,7 @@ use crate::settings::{CaptchaKind, CaptchaSettings};
 #[derive(Deserialize)]
 pub(super) struct SiteverifyAnswer {
     pub success: bool,
-    #[serde(rename = "error-codes", default)]
+    #[serde(rename = "error-codes", default, deserialize_with = "texts")]
     pub error_codes: Vec<String>,
     /// reCAPTCHA v3's score; hCaptcha Enterprise's risk score has the same
     /// name and the opposite sense, so it is read only for reCAPTCHA.
@@ -29,6 +29,20 @@ pub(super) struct SiteverifyAnswer {
 
 fn number_or_none<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
     Ok(serde_json::Value::deserialize(d)?.as_f64())
+}
+
+/// The strings of a list; anything else is no codes.
+fn texts<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    Ok(match serde_json::Value::deserialize(d)? {
+        serde_json::Value::Array(items) => items
+            .into_iter()
+            .filter_map(|item| match item {
+                serde_json::Value::String(text) => Some(text),
+                _ => None,
+            })
+            .collect(),
+        _ => Vec::new(),
+    })
 }
 
 fn text_or_none<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
@@ -212,6 +226,20 @@ mod tests {
             expected(CaptchaKind::Turnstile, 0.5, &["a.example"], &[]).check(&odd),
             Err(Mismatch::Hostname(None))
         );
+    }
+
+    #[test]
+    fn error_codes_of_an_unexpected_type_are_no_codes() {
+        for json in [
+            r#"{"success": true, "error-codes": null}"#,
+            r#"{"success": true, "error-codes": "x"}"#,
+            r#"{"success": true, "error-codes": [1, {}]}"#,
+        ] {
+            let read = answer(json);
+            assert!(read.success && read.error_codes.is_empty(), "{json}");
+        }
+        let mixed = answer(r#"{"success": false, "error-codes": [7, "invalid-input-response"]}"#);
+        assert_eq!(mixed.error_codes, ["invalid-input-response"]);
     }
 
     #[test]

@@ -35,6 +35,8 @@ pub struct CaptchaVerifier {
     verify_url: String,
     timeout: Duration,
     expected: Expected,
+    /// Names the provider's address and secret to its pause.
+    fingerprint: u64,
     http: reqwest::Client,
 }
 
@@ -56,12 +58,14 @@ impl CaptchaVerifier {
         } else {
             settings.verify_url.expose().to_string()
         };
+        let provider = fingerprint(&verify_url, settings.secret.expose());
         Ok(Self {
             kind: settings.kind,
             secret: settings.secret.expose().to_string(),
             verify_url,
             timeout: settings.timeout,
             expected: Expected::new(settings),
+            fingerprint: provider,
             http: reqwest::Client::builder()
                 .timeout(settings.timeout)
                 .connect_timeout(settings.timeout)
@@ -107,7 +111,7 @@ impl CaptchaVerifier {
         let Some(token) = proof.token.as_deref().filter(|t| !t.is_empty()) else {
             return TokenVerdict::Refused;
         };
-        if pause.paused() {
+        if pause.paused(self.fingerprint) {
             crate::metrics::captcha_check("paused");
             return TokenVerdict::Unanswered;
         }
@@ -121,40 +125,19 @@ impl CaptchaVerifier {
         let answer = self.http.post(&self.verify_url).form(&form).send().await;
         if let Ok(response) = &answer {
             if response.status() != reqwest::StatusCode::TOO_MANY_REQUESTS {
-                pause.answered(sent, response.status().as_u16());
+                pause.answered(self.fingerprint, sent, response.status().as_u16());
             }
         }
         let verdict = match answer {
             Ok(response) if response.status().is_success() => {
-                match crate::answer_body::json::<SiteverifyAnswer>(response).await {
-                    Ok(answer) if answer.success => match self.expected.check(&answer) {
-                        Ok(()) => TokenVerdict::Passed,
-                        Err(mismatch) => {
-                            if mismatch.may_be_the_settings() {
-                                tracing::warn!(request_id = %crate::telemetry::request_id(), kind = ?self.kind, ?mismatch, "captcha token passed, but not on captcha.hostnames or captcha.actions: a token from elsewhere, or a list to mend");
-                            } else {
-                                tracing::info!(request_id = %crate::telemetry::request_id(), kind = ?self.kind, ?mismatch, "captcha token passed with a score below captcha.min_score");
-                            }
-                            outcome = Some("mismatched");
-                            TokenVerdict::Refused
-                        }
-                    },
-                    Ok(answer) if answer.error_codes.iter().any(|c| not_the_tokens(c)) => {
-                        tracing::warn!(request_id = %crate::telemetry::request_id(), kind = ?self.kind, errors = ?answer.error_codes, "captcha siteverify refused the call, not the token: check captcha.secret");
-                        TokenVerdict::Unanswered
-                    }
-                    Ok(answer) => {
-                        tracing::info!(request_id = %crate::telemetry::request_id(), kind = ?self.kind, errors = ?answer.error_codes, "captcha token not accepted");
-                        TokenVerdict::Refused
-                    }
-                    Err(e) => {
-                        tracing::warn!(request_id = %crate::telemetry::request_id(), error = %e, "captcha siteverify's answer cannot be read");
-                        TokenVerdict::Unanswered
-                    }
-                }
+                let (verdict, own_outcome) = self.read_answer(response).await;
+                outcome = own_outcome;
+                verdict
             }
             Ok(response) if response.status() == reqwest::StatusCode::TOO_MANY_REQUESTS => {
-                if let Some(length) = pause.throttled(sent, pause::retry_after(&response)) {
+                if let Some(length) =
+                    pause.throttled(self.fingerprint, sent, pause::retry_after(&response))
+                {
                     tracing::warn!(request_id = %crate::telemetry::request_id(), pause_ms = length.as_millis() as u64, "captcha siteverify is throttling this secret: not asked until the pause ends");
                 }
                 TokenVerdict::Unanswered
@@ -184,6 +167,49 @@ impl CaptchaVerifier {
         crate::metrics::captcha_check(outcome.unwrap_or(verdict.as_str()));
         verdict
     }
+
+    /// The verdict of a 2xx answer, and the metric's outcome where it is
+    /// not the verdict's own (`mismatched`).
+    async fn read_answer(
+        &self,
+        response: reqwest::Response,
+    ) -> (TokenVerdict, Option<&'static str>) {
+        let answer = match crate::answer_body::json::<SiteverifyAnswer>(response).await {
+            Ok(answer) => answer,
+            Err(e) => {
+                tracing::warn!(request_id = %crate::telemetry::request_id(), error = %e, "captcha siteverify's answer cannot be read");
+                return (TokenVerdict::Unanswered, None);
+            }
+        };
+        if answer.success {
+            return match self.expected.check(&answer) {
+                Ok(()) => (TokenVerdict::Passed, None),
+                Err(mismatch) => {
+                    if mismatch.may_be_the_settings() {
+                        tracing::warn!(request_id = %crate::telemetry::request_id(), kind = ?self.kind, ?mismatch, "captcha token passed, but not on captcha.hostnames or captcha.actions: a token from elsewhere, or a list to mend");
+                    } else {
+                        tracing::info!(request_id = %crate::telemetry::request_id(), kind = ?self.kind, ?mismatch, "captcha token passed with a score below captcha.min_score");
+                    }
+                    (TokenVerdict::Refused, Some("mismatched"))
+                }
+            };
+        }
+        if answer.error_codes.iter().any(|c| not_the_tokens(c)) {
+            tracing::warn!(request_id = %crate::telemetry::request_id(), kind = ?self.kind, errors = ?answer.error_codes, "captcha siteverify refused the call, not the token: check captcha.secret");
+            return (TokenVerdict::Unanswered, None);
+        }
+        tracing::info!(request_id = %crate::telemetry::request_id(), kind = ?self.kind, errors = ?answer.error_codes, "captcha token not accepted");
+        (TokenVerdict::Refused, None)
+    }
+}
+
+/// Tells one provider account from another: a pause is the address's and
+/// secret's, kept in this process only.
+fn fingerprint(verify_url: &str, secret: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    (verify_url, secret).hash(&mut hasher);
+    hasher.finish()
 }
 
 /// A status by which the provider refused what the token made of the call:

@@ -7,15 +7,21 @@
 //! back answer 429 too, and they are that same throttle, not more of it
 //! (six of them once doubled a 1 s pause to 30 s). A pause doubles only
 //! after a 429 to a call sent once the last pause had ended; the streak
-//! ends with an answer to such a call that is not a 429 nor a 5xx.
+//! ends with an answer to such a call that is not a 429 nor a 5xx, or ten
+//! minutes after the last pause without one (a provider that only timed
+//! out meanwhile is not throttling still).
 //! Held by the guard, not the provider client, so that a reload of the
-//! settings does not forget it.
+//! settings does not forget it; a reload to another secret or address
+//! (another account, another provider) does.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// The longest pause, whatever `Retry-After` asks: people wait through it.
 pub const MAX_PAUSE: Duration = Duration::from_secs(30);
+
+/// How long after a pause the next 429 still counts as one in a row.
+const STREAK_MEMORY: Duration = Duration::from_secs(600);
 
 /// This process's view of the provider's throttle.
 #[derive(Debug, Default)]
@@ -27,25 +33,46 @@ impl ProviderPause {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Whether the provider is to be left alone now.
-    pub fn paused(&self) -> bool {
-        self.state().paused(Instant::now())
+    /// The state of `provider` (a fingerprint of its address and secret):
+    /// another one's pause is not its own.
+    fn of(&self, provider: u64) -> std::sync::MutexGuard<'_, PauseState> {
+        let mut state = self.state();
+        if state.provider != provider {
+            *state = PauseState {
+                provider,
+                ..PauseState::default()
+            };
+        }
+        state
+    }
+
+    /// Whether `provider` is to be left alone now.
+    pub fn paused(&self, provider: u64) -> bool {
+        self.of(provider).paused(Instant::now())
     }
 
     /// A 429 to a call sent at `sent`; answers the pause it set, if any.
-    pub fn throttled(&self, sent: Instant, retry_after: Option<Duration>) -> Option<Duration> {
-        self.state().throttled(sent, Instant::now(), retry_after)
+    pub fn throttled(
+        &self,
+        provider: u64,
+        sent: Instant,
+        retry_after: Option<Duration>,
+    ) -> Option<Duration> {
+        self.of(provider)
+            .throttled(sent, Instant::now(), retry_after)
     }
 
     /// Any other answer to a call sent at `sent`, by its status.
-    pub fn answered(&self, sent: Instant, status: u16) {
-        self.state().answered(sent, status);
+    pub fn answered(&self, provider: u64, sent: Instant, status: u16) {
+        self.of(provider).answered(sent, status);
     }
 }
 
 /// The pause's bookkeeping; time comes in as arguments.
 #[derive(Debug, Default, Clone, Copy, PartialEq)]
 struct PauseState {
+    /// The provider it is of.
+    provider: u64,
     /// When the last pause began, and when it ends.
     began: Option<Instant>,
     until: Option<Instant>,
@@ -79,6 +106,12 @@ impl PauseState {
         }
         if retry_after == Some(Duration::ZERO) {
             return None;
+        }
+        if self
+            .until
+            .is_some_and(|until| now.saturating_duration_since(until) > STREAK_MEMORY)
+        {
+            self.streak = 0;
         }
         self.streak = self.streak.saturating_add(1);
         let length = pause_length(self.streak, retry_after);
@@ -191,6 +224,28 @@ mod tests {
         state.answered(t2, 400);
         assert_eq!(state.streak, 0);
         assert_eq!(state.throttled(t2, t2, None), Some(secs(1)));
+    }
+
+    #[test]
+    fn a_429_long_after_the_last_pause_starts_a_new_streak() {
+        let t0 = Instant::now();
+        let mut state = PauseState::default();
+        state.throttled(t0, t0, None);
+        let t1 = t0 + secs(5);
+        assert_eq!(state.throttled(t1, t1, None), Some(secs(2)));
+        // Only timeouts and 5xx since: ten minutes on, a 429 is a new throttle.
+        let t2 = t1 + secs(2) + STREAK_MEMORY + secs(1);
+        assert_eq!(state.throttled(t2, t2, None), Some(secs(1)));
+    }
+
+    #[test]
+    fn another_provider_has_no_pause_of_its_own_yet() {
+        let pause = ProviderPause::default();
+        let sent = Instant::now();
+        assert_eq!(pause.throttled(1, sent, Some(secs(20))), Some(secs(20)));
+        assert!(pause.paused(1));
+        assert!(!pause.paused(2), "a new secret or address is asked at once");
+        assert!(!pause.paused(1), "and the old pause is gone with it");
     }
 
     #[test]

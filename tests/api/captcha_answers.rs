@@ -210,6 +210,8 @@ fn the_answer_checks_are_read_at_start_up() {
         ("hostnames = [\"www.example.com.\"]", "captcha.hostnames"),
         ("hostnames = [\"bücher.example\"]", "captcha.hostnames"),
         ("hostnames = [\"a,b\"]", "captcha.hostnames"),
+        ("hostnames = [\"a-.example.com\"]", "captcha.hostnames"),
+        ("hostnames = [\"xn--\"]", "captcha.hostnames"),
         ("actions = [\"log in\"]", "captcha.actions"),
         ("actions = [\"log.in\"]", "captcha.actions"),
         ("actions = [\"\"]", "captcha.actions"),
@@ -221,4 +223,10 @@ fn the_answer_checks_are_read_at_start_up() {
         let message = crate::support::app::config_error(&format!("[captcha]\n{toml}\n"));
         assert!(message.contains(key), "{toml}: {message}");
     }
+    let long_label = format!(
+        "[captcha]\nhostnames = [\"{}.example.com\"]\n",
+        "a".repeat(64)
+    );
+    let message = crate::support::app::config_error(&long_label);
+    assert!(message.contains("captcha.hostnames"), "{message}");
 }

@@ -455,8 +455,9 @@ impl Settings {
         // trailing dot; a wildcard would match nothing.
         for host in &self.captcha.hostnames {
             let labels_ok = host.split('.').all(|label| {
-                !label.is_empty()
+                (1..=63).contains(&label.len())
                     && !label.starts_with('-')
+                    && !label.ends_with('-')
                     && label
                         .bytes()
                         .all(|b| b.is_ascii_alphanumeric() || b == b'-')
