@@ -111,11 +111,13 @@ impl CaptchaVerifier {
         let Some(token) = proof.token.as_deref().filter(|t| !t.is_empty()) else {
             return TokenVerdict::Refused;
         };
+        // Stamped before the pause is read: a 429 that starts a pause after
+        // this look then counts this call as one that raced it.
+        let sent = Instant::now();
         if pause.paused(self.fingerprint) {
             crate::metrics::captcha_check("paused");
             return TokenVerdict::Unanswered;
         }
-        let sent = Instant::now();
         // The metric's outcome, where it is not the verdict's own.
         let mut outcome = None;
         let mut form = vec![("secret", self.secret.as_str()), ("response", token)];

@@ -33,9 +33,10 @@ impl ProviderPause {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The state of `provider` (a fingerprint of its address and secret):
-    /// another one's pause is not its own.
-    fn of(&self, provider: u64) -> std::sync::MutexGuard<'_, PauseState> {
+    /// Whether `provider` (a fingerprint of its address and secret) is to
+    /// be left alone now. Every call asks this first, so a provider new
+    /// since a reload starts here with no pause of the old one's.
+    pub fn paused(&self, provider: u64) -> bool {
         let mut state = self.state();
         if state.provider != provider {
             *state = PauseState {
@@ -43,28 +44,30 @@ impl ProviderPause {
                 ..PauseState::default()
             };
         }
-        state
+        state.paused(Instant::now())
     }
 
-    /// Whether `provider` is to be left alone now.
-    pub fn paused(&self, provider: u64) -> bool {
-        self.of(provider).paused(Instant::now())
-    }
-
-    /// A 429 to a call sent at `sent`; answers the pause it set, if any.
+    /// A 429 from `provider` to a call sent at `sent`; answers the pause it
+    /// set, if any. A late answer of a provider replaced since says nothing.
     pub fn throttled(
         &self,
         provider: u64,
         sent: Instant,
         retry_after: Option<Duration>,
     ) -> Option<Duration> {
-        self.of(provider)
-            .throttled(sent, Instant::now(), retry_after)
+        let mut state = self.state();
+        if state.provider != provider {
+            return None;
+        }
+        state.throttled(sent, Instant::now(), retry_after)
     }
 
-    /// Any other answer to a call sent at `sent`, by its status.
+    /// Any other answer of `provider` to a call sent at `sent`, by status.
     pub fn answered(&self, provider: u64, sent: Instant, status: u16) {
-        self.of(provider).answered(sent, status);
+        let mut state = self.state();
+        if state.provider == provider {
+            state.answered(sent, status);
+        }
     }
 }
 
@@ -242,10 +245,19 @@ mod tests {
     fn another_provider_has_no_pause_of_its_own_yet() {
         let pause = ProviderPause::default();
         let sent = Instant::now();
+        assert!(!pause.paused(1));
         assert_eq!(pause.throttled(1, sent, Some(secs(20))), Some(secs(20)));
         assert!(pause.paused(1));
         assert!(!pause.paused(2), "a new secret or address is asked at once");
-        assert!(!pause.paused(1), "and the old pause is gone with it");
+        // Late answers of the old provider leave the new one's pause alone.
+        assert_eq!(
+            pause.throttled(2, Instant::now(), Some(secs(20))),
+            Some(secs(20))
+        );
+        assert_eq!(pause.throttled(1, sent, Some(secs(25))), None);
+        pause.answered(1, Instant::now(), 200);
+        assert!(pause.paused(2));
+        assert_eq!(pause.state().streak, 1);
     }
 
     #[test]

@@ -33,7 +33,10 @@ fn claim<'a>(claims: &'a Map<String, Value>, path: &str) -> Option<&'a Value> {
 fn actor(claims: &Map<String, Value>) -> Option<Actor> {
     let email = claims.get("email").and_then(Value::as_str);
     match (email, claims.get("sub").and_then(Value::as_str)) {
-        (Some(email), _) if email_verified(claims) && !email.is_empty() => Some(Actor::oidc(email)),
+        // Lower-cased: one person is one actor whatever case the provider keeps.
+        (Some(email), _) if email_verified(claims) && !email.is_empty() => {
+            Some(Actor::oidc(&email.to_ascii_lowercase()))
+        }
         (_, Some(sub)) if !sub.is_empty() => Some(Actor::oidc(sub)),
         _ => None,
     }
@@ -67,18 +70,21 @@ fn roles(
         Some(Value::Array(many)) => many.iter().filter_map(Value::as_str).collect(),
         _ => Vec::new(),
     };
-    // Addresses are matched without case: providers keep the case people
-    // typed (`Ann.Lee@Example.com`), operators write `ann.lee@example.com`.
+    // Addresses are matched without (ASCII) case: providers keep the case
+    // people typed (`Ann.Lee@Example.com`), operators write
+    // `ann.lee@example.com`; start-up refuses two keys that differ only so.
     let by_email = roles_claim == "email";
     values
         .into_iter()
-        .filter_map(|v| match role_map.get(v) {
-            Some(role) => Some(*role),
-            None if by_email => role_map
-                .iter()
-                .find(|(address, _)| address.eq_ignore_ascii_case(v))
-                .map(|(_, role)| *role),
-            None => None,
+        .filter_map(|v| {
+            if by_email {
+                role_map
+                    .iter()
+                    .find(|(address, _)| address.eq_ignore_ascii_case(v))
+                    .map(|(_, role)| *role)
+            } else {
+                role_map.get(v).copied()
+            }
         })
         .fold(Roles::NONE, Roles::with)
 }
@@ -118,6 +124,10 @@ mod tests {
         let cases = [
             (
                 json!({"sub": "u1", "email": "ann@example.com", "email_verified": true}),
+                Some("oidc:ann@example.com"),
+            ),
+            (
+                json!({"sub": "u1", "email": "Ann@Example.COM", "email_verified": true}),
                 Some("oidc:ann@example.com"),
             ),
             (
@@ -182,7 +192,7 @@ mod tests {
         );
         for claims in [
             json!({"sub": "a"}),
-            json!({"sub": "a", "roles": "Tollgate-Viewer"}),
+            json!({"sub": "a", "realm_access": {"roles": "Tollgate-Viewer"}}),
             json!({"sub": "a", "roles": {"tollgate-viewer": true}}),
             json!({"sub": "a", "realm_access": "tollgate-viewer"}),
         ] {
@@ -192,6 +202,30 @@ mod tests {
                 "{claims}"
             );
         }
+    }
+
+    #[test]
+    fn group_and_role_names_keep_their_case() {
+        let map: BTreeMap<String, Role> = [("ann@example.com".to_string(), Role::Operator)].into();
+        let roles_of = |claims: Value, path: &str| identity(&of(claims), path, &map).unwrap().roles;
+        assert_eq!(
+            roles_of(json!({"sub": "a", "groups": "Ann@Example.com"}), "groups"),
+            Roles::NONE
+        );
+        assert_eq!(
+            roles_of(json!({"sub": "a", "groups": "ann@example.com"}), "groups"),
+            Roles::of(&[Role::Operator])
+        );
+        assert_eq!(
+            identity(
+                &of(json!({"sub": "a", "roles": "Tollgate-Viewer"})),
+                "roles",
+                &super::tests::map()
+            )
+            .unwrap()
+            .roles,
+            Roles::NONE
+        );
     }
 
     /// Google has no role claim, so `roles_claim = "email"` maps addresses;

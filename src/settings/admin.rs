@@ -278,6 +278,19 @@ pub(super) fn validate_oidc(oidc: &OidcSettings) -> Check {
             "must map at least one claim value to a role (viewer, operator, auditor)",
         ));
     }
+    // Addresses are matched without (ASCII) case: two keys that differ only
+    // in case would give one person the role of whichever case arrived.
+    if oidc.roles_claim == "email" {
+        let keys: Vec<&String> = oidc.role_map.keys().collect();
+        for (i, key) in keys.iter().enumerate() {
+            if let Some(twin) = keys[i + 1..].iter().find(|k| k.eq_ignore_ascii_case(key)) {
+                return Err(SettingsError::invalid(
+                    "admin.oidc.role_map",
+                    format!("{key:?} and {twin:?} are one address: addresses match without case"),
+                ));
+            }
+        }
+    }
     if let Some(i) = oidc
         .scopes
         .iter()
@@ -364,7 +377,7 @@ mod tests {
         assert!(validate_oidc(&good).is_ok());
         assert!(validate_oidc(&OidcSettings::default()).is_ok(), "off");
         type Spoil = fn(&mut OidcSettings);
-        let cases: [(&str, Spoil); 9] = [
+        let cases: [(&str, Spoil); 10] = [
             ("admin.oidc.issuer_url", |o| {
                 o.issuer_url = "http://sso.example.com".into()
             }),
@@ -388,6 +401,14 @@ mod tests {
             ("admin.oidc.session_ttl", |o| {
                 o.session_ttl = Duration::from_secs(1)
             }),
+            ("admin.oidc.role_map", |o| {
+                o.roles_claim = "email".into();
+                o.role_map = [
+                    ("ann@example.com".to_string(), Role::Viewer),
+                    ("Ann@Example.com".to_string(), Role::Operator),
+                ]
+                .into();
+            }),
         ];
         for (key, spoil) in cases {
             let mut bad = good.clone();
@@ -399,5 +420,16 @@ mod tests {
         local.issuer_url = "http://127.0.0.1:9000".into();
         local.redirect_url = "http://localhost:8080/admin/oidc/callback".into();
         assert!(validate_oidc(&local).is_ok(), "http on loopback");
+        let mut groups = good.clone();
+        groups.roles_claim = "groups".into();
+        groups.role_map = [
+            ("Ops".to_string(), Role::Viewer),
+            ("ops".to_string(), Role::Operator),
+        ]
+        .into();
+        assert!(
+            validate_oidc(&groups).is_ok(),
+            "group names keep their case"
+        );
     }
 }

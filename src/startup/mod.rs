@@ -144,14 +144,23 @@ fn warn_of_captchas_no_browser_can_pass(settings: &Settings) {
 
 /// `captcha.hostnames` and `captcha.actions` are read from a provider's
 /// answers: with `kind = "none"` there are none, and the lists do nothing.
+/// reCAPTCHA scores keys outside Enterprise in steps up to 0.9, so a
+/// `min_score` above it refuses everyone.
 fn warn_of_answer_checks_without_a_provider(settings: &Settings) {
+    use crate::settings::CaptchaKind;
     let captcha = &settings.captcha;
-    if captcha.kind == crate::settings::CaptchaKind::None
+    if captcha.kind == CaptchaKind::None
         && !(captcha.hostnames.is_empty() && captcha.actions.is_empty())
     {
         tracing::warn!(
             "captcha.hostnames or captcha.actions is set with captcha.kind = \"none\": \
              no provider answers, so nothing is checked against them (docs/delivery.md)"
+        );
+    }
+    if captcha.kind == CaptchaKind::Recaptcha && captcha.min_score.get() > 0.9 {
+        tracing::warn!(
+            "captcha.min_score is above 0.9: reCAPTCHA keys outside Enterprise score at most \
+             0.9, so every token is refused (docs/delivery.md)"
         );
     }
 }

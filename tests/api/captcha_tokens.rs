@@ -17,8 +17,8 @@ const OTHER_IP: &str = "198.51.100.9";
 const BACKENDS: [Backend; 2] = [Backend::Memory, Backend::Redis];
 
 /// A provider that passes `response=good`, answers 500 to `response=down`,
-/// 400 to `response=e400`, 429 to `response=busy` (with `Retry-After: 2`
-/// to `response=busyfor2`), 403 to `response=e403`,
+/// 400 to `response=e400`, 429 to `response=busy` (with `Retry-After: 3`
+/// to `response=busyfor3`), 403 to `response=e403`,
 /// blames the secret for `badsecret`, takes two seconds over `slowgood`
 /// (passed) and `slowbad` (refused), and refuses every other token.
 async fn provider() -> MockServer {
@@ -36,8 +36,8 @@ async fn provider() -> MockServer {
         ("e400", ResponseTemplate::new(400)),
         ("busy", ResponseTemplate::new(429)),
         (
-            "busyfor2",
-            ResponseTemplate::new(429).insert_header("Retry-After", "2"),
+            "busyfor3",
+            ResponseTemplate::new(429).insert_header("Retry-After", "3"),
         ),
         ("e403", ResponseTemplate::new(403)),
         (
@@ -315,8 +315,8 @@ async fn a_token_the_provider_will_not_take_counts_as_refused() {
     tokio::time::sleep(Duration::from_millis(1100)).await;
     for token in ["e403", "badsecret"] {
         for _ in 0..3 {
-            let unasked = app.sms_send(send(phone, IP, token)).await;
-            assert_eq!(unasked.status, 403, "{token}: {}", unasked.body);
+            let answer = app.sms_send(send(phone, IP, token)).await;
+            assert_eq!(answer.status, 403, "{token}: {}", answer.body);
         }
     }
     for _ in 0..2 {
@@ -352,19 +352,19 @@ async fn a_throttling_provider_is_left_alone_until_it_asked_to_be_called_again()
 
     let paused = "tollgate_captcha_checks_total{outcome=\"paused\"}";
     let paused_before = app.metric(paused).await;
-    // Retry-After: 2, from the answer on.
-    challenged(&attempt("busyfor2").await);
+    // Retry-After: 3, from the answer on (margins of a second and more).
+    challenged(&attempt("busyfor3").await);
     let start = std::time::Instant::now();
     assert_eq!(calls(&server).await, 1);
     tokio::time::sleep(Duration::from_millis(1500)).await;
     challenged(&attempt("good").await);
     assert_eq!(calls(&server).await, 1, "asked during the pause");
-    tokio::time::sleep(Duration::from_millis(2100).saturating_sub(start.elapsed())).await;
+    tokio::time::sleep(Duration::from_millis(3100).saturating_sub(start.elapsed())).await;
     // The second 429 in a row, without Retry-After: two seconds.
     challenged(&attempt("busy").await);
     let start = std::time::Instant::now();
     assert_eq!(calls(&server).await, 2);
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    tokio::time::sleep(Duration::from_millis(1000)).await;
     challenged(&attempt("good").await);
     assert_eq!(calls(&server).await, 2, "asked during the doubled pause");
     // The recorder is process-wide: other tests may add, never take away.
@@ -440,6 +440,37 @@ async fn an_admins_unblock_of_the_address_gives_its_tokens_back() {
 
         let passed = app.sms_send(send(phone, IP, "good")).await;
         assert_eq!(passed.status, 200, "{backend:?}: {}", passed.body);
+    }
+}
+
+/// The IP's subject view reads the budget's own key: an IPv6 /64's
+/// refusals show on any address of it, with subject ids hashed or not.
+#[tokio::test]
+async fn an_ipv6_networks_refused_tokens_show_on_any_of_its_addresses() {
+    for (backend, hashed) in [(Backend::Memory, false), (Backend::Redis, true)] {
+        let server = provider().await;
+        let app = app_with(backend, &server, 5, |s| s.store.hash_subject_ids = hashed).await;
+        let sender = "2001:db8:1:2::9";
+        let first = app
+            .login_attempt(json!({ "user": "dave", "ip": sender, "success": false }))
+            .await;
+        assert_eq!(first.body["captcha_required"], true, "{}", first.body);
+        let refused = app
+            .login_attempt(
+                json!({ "user": "dave", "ip": sender, "success": false, "captcha_token": "bad" }),
+            )
+            .await;
+        assert_eq!(refused.body["decision"], "challenge", "{}", refused.body);
+
+        let state = app
+            .admin_get("/admin/api/subjects/ip/2001:db8:1:2::5")
+            .await;
+        assert_eq!(state.body["id"], "2001:db8:1:2::/64", "{}", state.body);
+        assert_eq!(
+            state.body["refused_captcha_tokens"]["count"], 1,
+            "{backend:?}, hashed {hashed}: {}",
+            state.body
+        );
     }
 }
 

@@ -534,10 +534,15 @@ async fn start_up_warns_of_admin_routes_on_a_public_bind() {
 #[tokio::test]
 async fn start_up_warns_of_answer_checks_without_a_provider() {
     let lists = "[captcha]\nhostnames = [\"www.example.com\"]\n";
+    let strict =
+        "[captcha]\nkind = \"recaptcha\"\nsecret = \"recaptcha-secret-0123\"\nmin_score = 0.95\n";
     let provider = "[captcha]\nkind = \"turnstile\"\nsecret = \"turnstile-secret-0123\"\nhostnames = [\"www.example.com\"]\n";
-    let dirs = [(); 2].map(|_| tempfile::tempdir().unwrap());
+    let dirs = [(); 3].map(|_| tempfile::tempdir().unwrap());
     let unread = Tollgate::start(&config_file(dirs[0].path(), "", lists)).await;
     let read = Tollgate::start(&config_file(dirs[1].path(), "", provider)).await;
+    let refuses_all = Tollgate::start(&config_file(dirs[2].path(), "", strict)).await;
     let warned = |server: &Tollgate| server.lines("nothing is checked against them").len();
     assert_eq!((warned(&unread), warned(&read)), (1, 0));
+    let too_high = |server: &Tollgate| server.lines("captcha.min_score is above 0.9").len();
+    assert_eq!((too_high(&refuses_all), too_high(&read)), (1, 0));
 }
