@@ -19,6 +19,7 @@ mod sms;
 
 use sms::{default_locale, default_provider_timeout};
 mod validate;
+pub mod warnings;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -76,104 +76,6 @@ fn with_alerts(audit: Arc<dyn AuditSink>, email: &Email) -> Arc<dyn AuditSink> {
     }
 }
 
-/// Without API keys a login backend names no client's address (DESIGN.md
-/// §3: only a key's caller may), so every login it reports counts under its
-/// own loopback address, and the per-IP windows add up every user's
-/// failures: a hundred wrong passwords, anyone's, block every login.
-fn warn_without_api_keys(settings: &Settings) {
-    if settings.server.api_keys.is_empty() {
-        tracing::warn!(
-            ip_block_after = settings.login.ip_block_after,
-            "server.api_keys is empty: a login backend on loopback cannot name its clients' addresses, \
-             so every login counts under its own and login.ip_block_after failures of all users together \
-             block every login; set server.api_keys in production (docs/security.md)"
-        );
-    }
-}
-
-/// Without `server.admin_bind` the console, the admin API and `/metrics`
-/// answer on `server.bind`: on an address others reach, `/metrics` (no
-/// credential) tells anyone how near each rule is to its limit and whether
-/// the store fails open, and the console's sign-in is one more door.
-fn warn_of_admin_routes_on_a_public_bind(settings: &Settings) {
-    let server = &settings.server;
-    if server.admin_bind.is_none() && !server.bind.ip().to_canonical().is_loopback() {
-        tracing::warn!(
-            bind = %server.bind,
-            "server.admin_bind is unset, so the console, the admin API and /metrics answer on \
-             server.bind, which is not loopback; set server.admin_bind to an address only \
-             operators reach (docs/connections.md)"
-        );
-    }
-}
-
-/// The `log` SMS provider writes every code to the log, which is right on
-/// a laptop; beside a shared Redis store it is a production set-up left
-/// half done, where whoever reads the logs can verify any phone.
-fn warn_of_codes_in_the_log(settings: &Settings) {
-    use crate::settings::{SmsProviderKind, StoreBackend};
-    if settings.sms.provider.kind == SmsProviderKind::Log
-        && settings.store.backend == StoreBackend::Redis
-    {
-        tracing::warn!(
-            "sms.provider is \"log\" with a Redis store: every code is written to the log, \
-             where whoever reads it can verify any phone; set sms.provider (docs/delivery.md)"
-        );
-    }
-}
-
-/// With `captcha.kind = "none"` only the backend can say a captcha was
-/// passed (`captcha_passed`). Where browsers call `/sms/*` themselves
-/// (`server.keyless_sms`, or no keys on an address others reach) no
-/// caller of theirs can pass one, so every captcha tier refuses them as a
-/// limit would, and a few unverified sends put a victim's phone, an IPv6
-/// network, or a surging country, out of reach for its window.
-fn warn_of_captchas_no_browser_can_pass(settings: &Settings) {
-    use crate::settings::CaptchaKind;
-    let server = &settings.server;
-    let browsers = server.keyless_sms
-        || (server.api_keys.is_empty() && !server.bind.ip().to_canonical().is_loopback());
-    if browsers && settings.captcha.kind == CaptchaKind::None {
-        tracing::warn!(
-            "browsers call /sms/* and captcha.kind is \"none\": no browser can pass a captcha, \
-             so every captcha tier (sms.captcha_after, sms.network_captcha_after, the pumping \
-             guard's challenges) refuses them like a limit; set [captcha] (docs/integration.md)"
-        );
-    }
-}
-
-/// `captcha.hostnames` and `captcha.actions` are read from a provider's
-/// answers: with `kind = "none"` there are none, and the lists do nothing.
-/// reCAPTCHA scores keys outside Enterprise in steps up to 0.9, so a
-/// `min_score` above it refuses everyone.
-fn warn_of_answer_checks_without_a_provider(settings: &Settings) {
-    use crate::settings::CaptchaKind;
-    let captcha = &settings.captcha;
-    if captcha.kind == CaptchaKind::None
-        && !(captcha.hostnames.is_empty() && captcha.actions.is_empty())
-    {
-        tracing::warn!(
-            "captcha.hostnames or captcha.actions is set with captcha.kind = \"none\": \
-             no provider answers, so nothing is checked against them (docs/delivery.md)"
-        );
-    }
-    if captcha.kind == CaptchaKind::Recaptcha && captcha.min_score.get() > 0.9 {
-        tracing::warn!(
-            "captcha.min_score is above 0.9: reCAPTCHA keys outside Enterprise score at most \
-             0.9, so every token is refused (docs/delivery.md)"
-        );
-    }
-}
-
-/// Settings that work but leave a production service open to misuse.
-fn warn_of_risky_settings(settings: &Settings) {
-    warn_without_api_keys(settings);
-    warn_of_admin_routes_on_a_public_bind(settings);
-    warn_of_codes_in_the_log(settings);
-    warn_of_captchas_no_browser_can_pass(settings);
-    warn_of_answer_checks_without_a_provider(settings);
-}
-
 impl Application {
     /// Build everything `settings` configures and bind `server.bind`.
     pub async fn build(settings: Settings) -> anyhow::Result<Self> {
@@ -188,7 +90,7 @@ impl Application {
             .context("cannot load the SMS and email templates")?;
         let templates = Arc::new(TemplatesCell::new(templates));
         let metrics = crate::metrics::install();
-        warn_of_risky_settings(&settings);
+        crate::settings::warnings::warn_of_risky_settings(&settings);
         crate::domain::PhoneNumber::warm_up();
         let clock: Arc<dyn Clock> = overrides.clock.unwrap_or_else(|| Arc::new(SystemClock));
         let mut background = Vec::new();

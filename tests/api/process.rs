@@ -546,3 +546,20 @@ async fn start_up_warns_of_answer_checks_without_a_provider() {
     let too_high = |server: &Tollgate| server.lines("captcha.min_score is above 0.9").len();
     assert_eq!((too_high(&refuses_all), too_high(&read)), (1, 0));
 }
+
+/// A reload can bring in what start-up would have warned of: it warns too.
+#[tokio::test]
+async fn a_reload_warns_of_what_start_up_would() {
+    let dir = tempfile::tempdir().unwrap();
+    let provider = "[captcha]\nkind = \"turnstile\"\nsecret = \"turnstile-secret-0123\"\nactions = [\"login\"]\n";
+    let server = Tollgate::start(&config_file(dir.path(), "", provider)).await;
+    let warning = "nothing is checked against them";
+    assert!(server.lines(warning).is_empty());
+
+    config_file(dir.path(), "", "[captcha]\nactions = [\"login\"]\n");
+    server.signal("-HUP");
+    assert!(
+        !server.logged(warning).await.is_empty(),
+        "no warning after the reload"
+    );
+}
