@@ -149,22 +149,26 @@ pub fn refused_rule_name(rule: &Rule) -> String {
 const FAILED_CAPTCHA: &str = "failed_captcha";
 
 impl GuardContext {
-    /// How many of `ip`'s tokens the provider refused in the window (the
-    /// address's own id, as `Subject::id` of an IP); reads only.
+    /// The refused-token window of the address `ip_id` (`Subject::id` of
+    /// an IP): its key and its one window.
+    fn refused_window(&self, policy: &Policy, ip_id: &str) -> (String, [WindowSpec; 1]) {
+        let rule = policy.failed_tokens;
+        let key = self.keys.window(SubjectKind::Ip.as_str(), ip_id, REFUSED);
+        (key, [WindowSpec::enforce(rule.limit, rule.window_ms())])
+    }
+
+    /// How many of `ip_id`'s tokens the provider refused in the window;
+    /// reads only.
     pub(super) async fn refused_tokens(
         &self,
         policy: &Policy,
         ip_id: &str,
     ) -> Result<u32, StoreError> {
-        let rule = policy.failed_tokens;
-        let key = self.keys.window(SubjectKind::Ip.as_str(), ip_id, REFUSED);
-        let refused = [WindowSpec::enforce(rule.limit, rule.window_ms())];
+        let (key, refused) = self.refused_window(policy, ip_id);
         let seen = self.store.peek(&key, &refused).await?;
         Ok(seen.counts.first().copied().unwrap_or(0))
     }
-}
 
-impl GuardContext {
     /// Whether `proof` counts, as `[captcha]` says, from `ip`: a caller's
     /// word decides at once; a token is asked of the provider within the
     /// address's budget of refused tokens.
@@ -192,10 +196,7 @@ impl GuardContext {
         };
         let rule = policy.failed_tokens;
         let subject = Subject::new(SubjectKind::Ip, ip.subject_id());
-        let key = self
-            .keys
-            .window(subject.kind.as_str(), &subject.id, REFUSED);
-        let refused = [WindowSpec::enforce(rule.limit, rule.window_ms())];
+        let (key, refused) = self.refused_window(policy, &subject.id);
         let seen = self.store.peek(&key, &refused).await?;
         let count = seen.counts.first().copied().unwrap_or(0);
         if count >= rule.limit {
