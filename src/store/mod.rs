@@ -265,6 +265,9 @@ pub trait WindowStore: Send + Sync {
     /// Store a one-time code's MAC, replacing any previous one. `counted`:
     /// whether its send was counted by the pumping guard, which `otp_check`
     /// hands back with a right code (a code `reserve` stores is counted).
+    /// The live code it replaces (a sent one, burnt or not, with the tries
+    /// it has left; not a stand-in) is kept beside it for `otp_drop`; so
+    /// does `reserve`.
     async fn otp_put(&self, code: CodeToStore<'_>, counted: bool) -> Result<(), StoreError>;
 
     /// Check a code: a match deletes it (`Valid`, single use); a miss uses up
@@ -278,9 +281,12 @@ pub trait WindowStore: Send + Sync {
     /// whether a code was pending.
     async fn otp_check(&self, code: CodeTry<'_>) -> Result<OtpOutcome, StoreError>;
 
-    /// Delete the code at `key` if it is still the one sealed as `mac`: a
-    /// failed delivery takes back its own code, never one a racing send
-    /// has put since (whose SMS went out).
+    /// Delete the code at `key` if it is still the one sealed as `mac`, and
+    /// put back the live code it replaced, with the tries that one had
+    /// left: a failed delivery takes back its own code, never one a racing
+    /// send has put since (whose SMS went out), and leaves the phone's
+    /// earlier code as it was. When a racing send has replaced it, that
+    /// send forgets it, so that a code no SMS carried never comes back.
     async fn otp_drop(&self, key: &str, mac: &str) -> Result<(), StoreError>;
 
     /// Delete keys (an admin unblock).

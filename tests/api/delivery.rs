@@ -208,6 +208,79 @@ async fn a_webhook_error_answers_502_and_gives_the_reservation_back() {
     );
 }
 
+/// A resend whose delivery fails leaves the earlier code as it was: the
+/// SMS the user already has still verifies, with the tries it had left.
+async fn a_failed_resend_leaves_the_earlier_code(backend: Backend) {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(202))
+        .up_to_n_times(1)
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(503))
+        .mount(&server)
+        .await;
+    let url = format!("{}/hooks/sms", server.uri());
+    let app = spawn_app_with_sms_provider(backend, move |s| {
+        s.sms.phone_limits = limits(&[(5, 3_600_000)]);
+        s.sms.provider.kind = SmsProviderKind::Webhook;
+        s.sms.provider.url = url.into();
+    })
+    .await;
+    let sms_code = |n: usize| {
+        let server = &server;
+        async move {
+            let sms: Value = serde_json::from_slice(&received(server).await[n].body).unwrap();
+            code_in(sms["body"].as_str().unwrap(), 6)
+        }
+    };
+
+    assert_eq!(app.sms_send(json!({ "phone": PHONE })).await.status, 200);
+    let first = sms_code(0).await;
+    let wrong = if first == "000000" {
+        "000001"
+    } else {
+        "000000"
+    };
+    let missed = app
+        .sms_verify(json!({ "phone": PHONE, "code": wrong }))
+        .await;
+    assert_eq!(missed.body, json!({ "valid": false, "attempts_left": 4 }));
+
+    let failed = app.sms_send(json!({ "phone": PHONE })).await;
+    assert_eq!(failed.status, 502, "{}", failed.body);
+    let failed_code = sms_code(1).await;
+    if failed_code != first {
+        let verify = app
+            .sms_verify(json!({ "phone": PHONE, "code": failed_code }))
+            .await;
+        assert_eq!(
+            verify.body,
+            json!({ "valid": false, "attempts_left": 3 }),
+            "the failed send's code is gone; the try counts against the earlier one's"
+        );
+    }
+    let verify = app
+        .sms_verify(json!({ "phone": PHONE, "code": first }))
+        .await;
+    assert_eq!(
+        verify.body,
+        json!({ "valid": true }),
+        "the code the user already has still verifies"
+    );
+}
+
+#[tokio::test]
+async fn a_failed_resend_leaves_the_earlier_code_on_memory() {
+    a_failed_resend_leaves_the_earlier_code(Backend::Memory).await;
+}
+
+#[tokio::test]
+async fn a_failed_resend_leaves_the_earlier_code_on_redis() {
+    a_failed_resend_leaves_the_earlier_code(Backend::Redis).await;
+}
+
 #[tokio::test]
 async fn a_webhook_that_does_not_answer_in_time_answers_502_and_its_send_still_counts() {
     let server = MockServer::start().await;

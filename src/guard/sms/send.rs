@@ -115,7 +115,8 @@ impl SmsGuard {
 
     /// Deliver the code; when that fails, give the reservation back and
     /// delete the code, so that the failed send costs the caller nothing:
-    /// this send's code only, not one a racing send has put since. A
+    /// this send's code only, not one a racing send has put since, and the
+    /// phone's earlier code comes back as it was (`otp_drop`). A
     /// provider that took the message and did not answer in time may have
     /// delivered it all the same: that send keeps its windows and its code,
     /// so they count it (or a slow gateway would text a phone without any

@@ -35,6 +35,17 @@ impl Entry {
     }
 }
 
+/// A live code that a send replaced, kept beside the new one: should that
+/// one's delivery fail, this one comes back as it was, until its own expiry.
+pub(super) struct ReplacedCode {
+    pub(super) mac: String,
+    pub(super) left: u32,
+    pub(super) others_left: u32,
+    pub(super) asker: String,
+    pub(super) counted: bool,
+    pub(super) expires_at: u64,
+}
+
 /// What a key holds: the store's twin of a ZSET, a lock hash, a code hash, a string.
 pub(super) enum Value {
     Window(Window),
@@ -44,13 +55,15 @@ pub(super) enum Value {
     },
     /// `left`: the asker's tries, `others_left`: everyone else's
     /// (otp_check.lua); `counted`: the code's send was counted by the
-    /// pumping guard.
+    /// pumping guard; `replaced`: the live code this one replaced, which a
+    /// failed delivery puts back (otp_put.lua's "p" fields).
     Otp {
         mac: String,
         left: u32,
         others_left: u32,
         asker: String,
         counted: bool,
+        replaced: Option<Box<ReplacedCode>>,
     },
     Text(String),
     Meter(Meters),
@@ -64,7 +77,18 @@ impl Value {
         match self {
             Value::Window(w) => w.footprint(),
             Value::Lock { .. } => 0,
-            Value::Otp { mac, asker, .. } => mac.capacity() + asker.capacity(),
+            Value::Otp {
+                mac,
+                asker,
+                replaced,
+                ..
+            } => {
+                mac.capacity()
+                    + asker.capacity()
+                    + replaced.as_ref().map_or(0, |r| {
+                        std::mem::size_of::<ReplacedCode>() + r.mac.capacity() + r.asker.capacity()
+                    })
+            }
             Value::Text(t) => t.capacity(),
             Value::Meter(m) => m.footprint(),
             Value::Conversion(c) => c.footprint(),

@@ -3,14 +3,15 @@
 
 use subtle::ConstantTimeEq;
 
-use super::entry::{wrong_type, Entry, Subject, Value};
+use super::entry::{wrong_type, Entry, ReplacedCode, Subject, Value};
 use crate::store::{CodeToStore, CodeTry, OtpOutcome, StoreError};
 
 impl Subject {
     /// `WindowStore::otp_put`: replace the code at `code.key`, whose send
-    /// was `counted` by the pumping guard or not.
+    /// was `counted` by the pumping guard or not, keeping the live code it
+    /// replaces (a sent one, not a stand-in) for `drop_otp` to put back.
     pub(super) fn put_otp(&mut self, code: CodeToStore<'_>, counted: bool, now: u64) {
-        self.entries.remove(code.key);
+        let replaced = self.entries.remove(code.key).and_then(|e| replaced(e, now));
         if code.ttl_ms > 0 {
             self.entries.insert(
                 code.key.to_owned(),
@@ -21,6 +22,7 @@ impl Subject {
                         others_left: code.attempts,
                         asker: code.asker.to_owned(),
                         counted,
+                        replaced,
                     },
                     expires_at: Some(now + code.ttl_ms),
                 },
@@ -28,14 +30,50 @@ impl Subject {
         }
     }
 
-    /// `WindowStore::otp_drop`: delete the code at `key` if it is the one
-    /// sealed as `mac`.
+    /// `WindowStore::otp_drop`: while the code at `key` is the one sealed as
+    /// `mac`, delete it and put back the code it replaced, if that one is
+    /// still live; when a racing send has replaced it since, that send
+    /// forgets it, so that it never comes back (otp_drop.lua).
     pub(super) fn drop_otp(&mut self, key: &str, mac: &str, now: u64) {
-        let sealed_so = self
-            .live(key, now)
-            .is_some_and(|e| matches!(&e.value, Value::Otp { mac: m, .. } if m == mac));
-        if sealed_so {
-            self.entries.remove(key);
+        let Some(entry) = self.live(key, now) else {
+            return;
+        };
+        let Value::Otp {
+            mac: current,
+            replaced,
+            ..
+        } = &mut entry.value
+        else {
+            return;
+        };
+        if current != mac {
+            if replaced.as_ref().is_some_and(|r| r.mac == mac) {
+                *replaced = None;
+            }
+            return;
+        }
+        let back = replaced.take().filter(|r| r.expires_at >= now);
+        self.entries.remove(key);
+        if let Some(code) = back {
+            let expires_at = Some(code.expires_at);
+            let ReplacedCode {
+                mac,
+                left,
+                others_left,
+                asker,
+                counted,
+                ..
+            } = *code;
+            let value = Value::Otp {
+                mac,
+                left,
+                others_left,
+                asker,
+                counted,
+                replaced: None,
+            };
+            self.entries
+                .insert(key.to_owned(), Entry { value, expires_at });
         }
     }
 
@@ -70,6 +108,7 @@ impl Subject {
             others_left,
             asker,
             counted,
+            ..
         } = &mut entry.value
         else {
             return Err(wrong_type(key, &entry.value, "otp"));
@@ -98,5 +137,29 @@ impl Subject {
         Ok(OtpOutcome::Wrong {
             attempts_left: *tries,
         })
+    }
+}
+
+/// The code an entry held, if it is a live one that was sent: what a send
+/// that replaces it keeps (a stand-in, with its empty MAC, is none).
+fn replaced(entry: Entry, now: u64) -> Option<Box<ReplacedCode>> {
+    let expires_at = entry.expires_at.filter(|&at| at >= now)?;
+    match entry.value {
+        Value::Otp {
+            mac,
+            left,
+            others_left,
+            asker,
+            counted,
+            ..
+        } if !mac.is_empty() => Some(Box::new(ReplacedCode {
+            mac,
+            left,
+            others_left,
+            asker,
+            counted,
+            expires_at,
+        })),
+        _ => None,
     }
 }

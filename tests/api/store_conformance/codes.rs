@@ -13,6 +13,10 @@ on_both_backends!(
     without_a_code_a_stand_in_counts_down_and_burns_alike,
     putting_a_code_replaces_the_previous_one,
     dropping_a_code_deletes_it_only_while_it_is_the_one_sealed_so,
+    a_failed_resend_puts_the_earlier_code_back_with_the_tries_it_had,
+    a_failed_send_brings_back_no_used_expired_or_stand_in_code,
+    a_burnt_code_comes_back_burnt,
+    a_code_no_sms_carried_never_comes_back,
     a_code_says_whether_its_send_was_counted,
     a_reserved_code_over_an_exempt_one_is_counted,
     strangers_use_up_their_own_tries_and_cannot_burn_the_askers_code,
@@ -390,6 +394,121 @@ async fn dropping_a_code_deletes_it_only_while_it_is_the_one_sealed_so(b: &Store
     assert!(!b.exists(&key).await, "its own code is deleted");
 }
 
+/// A resend whose delivery fails leaves the phone's earlier code as it
+/// was: it verifies, with the tries each share had left, whether the
+/// failed send was reserved (`reserve`) or put (`otp_put`, an exempt send).
+async fn a_failed_resend_puts_the_earlier_code_back_with_the_tries_it_had(b: &StoreUnderTest) {
+    for (phone, reserved) in [("+33612345694", true), ("+33612345695", false)] {
+        let key = b.keys.otp("phone", phone);
+        put(b, &key, "mac-a", ATTEMPTS, TTL_MS, false).await;
+        count_down(b, &key, &[(ASKER, 2), (STRANGER, 2)]).await;
+        if reserved {
+            send(b, phone, "mac-b", ASKER).await;
+        } else {
+            put(b, &key, "mac-b", ATTEMPTS, TTL_MS, true).await;
+        }
+        b.store().otp_drop(&key, "mac-b").await.expect("otp_drop");
+        assert_eq!(
+            check_from(b, &key, "mac-b", OTHER_STRANGER).await,
+            OtpOutcome::Wrong { attempts_left: 1 },
+            "the failed code is gone, and the strangers' share goes on (reserved: {reserved})"
+        );
+        assert_eq!(
+            check(b, &key, "mac-a").await,
+            OtpOutcome::Valid {
+                attempts_left: 2,
+                counted: false
+            },
+            "the earlier code verifies, its asker's share as it was (reserved: {reserved})"
+        );
+        assert!(
+            !b.exists(&key).await,
+            "and is used up (reserved: {reserved})"
+        );
+    }
+}
+
+/// Only a live code that was sent comes back: not one used, not one that
+/// has expired, not the stand-in a try without a code left.
+async fn a_failed_send_brings_back_no_used_expired_or_stand_in_code(b: &StoreUnderTest) {
+    let phone = "+33612345696";
+    let key = b.keys.otp("phone", phone);
+    let fail = |mac: &'static str| {
+        let key = key.clone();
+        async move {
+            send(b, phone, mac, ASKER).await;
+            b.store().otp_drop(&key, mac).await.expect("otp_drop");
+        }
+    };
+    put(b, &key, "mac-used", ATTEMPTS, TTL_MS, true).await;
+    assert!(matches!(
+        check(b, &key, "mac-used").await,
+        OtpOutcome::Valid { .. }
+    ));
+    fail("mac-b").await;
+    assert!(!b.exists(&key).await, "a used code stays used");
+
+    put(b, &key, "mac-short", ATTEMPTS, 300, true).await;
+    send(b, phone, "mac-c", ASKER).await;
+    b.advance(400).await;
+    b.store().otp_drop(&key, "mac-c").await.expect("otp_drop");
+    assert!(
+        !b.exists(&key).await,
+        "a code that expired while the send was in flight stays expired"
+    );
+
+    count_down(b, &key, &[(STRANGER, 2)]).await;
+    fail("mac-d").await;
+    assert!(!b.exists(&key).await, "a stand-in is no code to bring back");
+}
+
+/// A code its asker burnt comes back burnt: a failed send is not the new
+/// send a burnt code waits for.
+async fn a_burnt_code_comes_back_burnt(b: &StoreUnderTest) {
+    let phone = "+33612345697";
+    let key = b.keys.otp("phone", phone);
+    put(b, &key, "mac-a", 1, TTL_MS, true).await;
+    count_down(b, &key, &[(ASKER, 0)]).await;
+    send(b, phone, "mac-b", ASKER).await;
+    b.store().otp_drop(&key, "mac-b").await.expect("otp_drop");
+    burnt_for(b, &key, "mac-a", &[ASKER, STRANGER]).await;
+}
+
+/// Two sends race: the first fails while the second is in flight. Should
+/// the second fail too, the first's code (which no SMS carried) must not
+/// come back; should the second fail first, the first's code comes back,
+/// as its SMS may yet arrive.
+async fn a_code_no_sms_carried_never_comes_back(b: &StoreUnderTest) {
+    let phone = "+33612345698";
+    let key = b.keys.otp("phone", phone);
+    let drop = |mac: &'static str| {
+        let key = key.clone();
+        async move { b.store().otp_drop(&key, mac).await.expect("otp_drop") }
+    };
+    put(b, &key, "mac-a", ATTEMPTS, TTL_MS, true).await;
+    send(b, phone, "mac-b", ASKER).await;
+    send(b, phone, "mac-c", ASKER).await;
+    drop("mac-b").await;
+    drop("mac-c").await;
+    assert!(
+        !b.exists(&key).await,
+        "neither failed code comes back (the earliest was replaced twice)"
+    );
+
+    put(b, &key, "mac-a", ATTEMPTS, TTL_MS, true).await;
+    send(b, phone, "mac-b", ASKER).await;
+    send(b, phone, "mac-c", ASKER).await;
+    drop("mac-c").await;
+    assert_eq!(
+        check(b, &key, "mac-b").await,
+        OtpOutcome::Valid {
+            attempts_left: ATTEMPTS,
+            counted: true
+        },
+        "the send still in flight has its code back"
+    );
+}
+
 async fn a_code_expires_after_its_ttl(b: &StoreUnderTest) {
     let key = b.keys.otp("phone", "+33612345681");
     put(b, &key, "mac-a", 3, 600, true).await;
@@ -515,5 +634,27 @@ async fn earlier_build_codes(b: &StoreUnderTest) {
             counted: true
         },
         "the stand-in's used-up share is not the new code's"
+    );
+
+    // A failed resend over such a code puts it back as it was: one share.
+    let phone = "+33612345699";
+    let earlier = b.keys.otp("phone", phone);
+    b.redis_hset(&earlier, earlier_send(2)).await;
+    send(b, phone, "mac-new", ASKER).await;
+    b.store()
+        .otp_drop(&earlier, "mac-new")
+        .await
+        .expect("otp_drop");
+    assert_eq!(
+        check_from(b, &earlier, "mac-wrong", STRANGER).await,
+        OtpOutcome::Wrong { attempts_left: 1 },
+        "back in one share, from the tries it had"
+    );
+    assert_eq!(
+        check(b, &earlier, "mac-right").await,
+        OtpOutcome::Valid {
+            attempts_left: 1,
+            counted: true
+        }
     );
 }
