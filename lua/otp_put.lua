@@ -4,12 +4,9 @@
 --          (everyone else's), n (the asker's address), exp (expiry, ms), ne
 --          (exp again: n and lo are this code's), and u:
 --          1 when its send was not counted by the pumping guard, 0 when it was
---          (reserve.lua writes 0 too); otp_check.lua says how they are used.
---          Then the live code this one replaced, if any, to be put back by
---          otp_drop.lua should this one's delivery fail: pm (its mac; '' for
---          none), pl, plo, pn, pe and pu (its left, lo, n, exp and u, with n
---          and lo as otp_check.lua reads them: '' and left when its ne is
---          not its exp). A stand-in (an empty mac) is no code to keep.
+--          (reserve.lua writes 0 too); otp_check.lua says how they are used;
+--          then kept: the live codes this one replaced, which otp_drop.lua
+--          puts back should this one's delivery fail (otp_keep.lua).
 -- ARGV[1]  mac of the code
 -- ARGV[2]  attempts allowed
 -- ARGV[3]  ttl in ms
@@ -19,8 +16,8 @@
 -- ARGV[5]  the address that asked for the code, as its IP subject's id; ''
 --          for none
 --
--- Returns 1. The key expires after ttl (the code kept beside it expires
--- sooner: it is put back only before its pe).
+-- Returns 1. The key expires after ttl (a kept code is put back only before
+-- its own exp).
 --
 -- Commands per call: TIME, HMGET, DEL, HSET, PEXPIRE.
 --
@@ -31,24 +28,18 @@
 local key = KEYS[1]
 local ttl = tonumber(ARGV[3])
 
+--@KEEP@
+
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
-local p = redis.call('HMGET', key, 'mac', 'left', 'lo', 'n', 'exp', 'ne', 'u')
+local h = redis.call('HMGET', key, 'mac', 'left', 'lo', 'n', 'exp', 'ne', 'u', 'kept')
 redis.call('DEL', key)
 if ttl <= 0 then return 1 end
 local uncounted = 0
 if ARGV[4] == '0' then uncounted = 1 end
 local attempts, exp = tonumber(ARGV[2]), string.format('%d', now + ttl)
-if p[1] and p[1] ~= '' and p[2] and tonumber(p[5]) and tonumber(p[5]) >= now then
-  local p_asker, p_lo = p[4] or '', p[3] or p[2]
-  if p[6] ~= p[5] then p_asker, p_lo = '', p[2] end
-  redis.call('HSET', key, 'mac', ARGV[1], 'left', attempts, 'lo', attempts, 'n', ARGV[5] or '',
-    'exp', exp, 'ne', exp, 'u', uncounted, 'pm', p[1], 'pl', p[2], 'plo', p_lo, 'pn', p_asker,
-    'pe', p[5], 'pu', p[7] or '0')
-else
-  redis.call('HSET', key, 'mac', ARGV[1], 'left', attempts, 'lo', attempts, 'n', ARGV[5] or '',
-    'exp', exp, 'ne', exp, 'u', uncounted)
-end
+redis.call('HSET', key, 'mac', ARGV[1], 'left', attempts, 'lo', attempts, 'n', ARGV[5] or '',
+  'exp', exp, 'ne', exp, 'u', uncounted, 'kept', kept_after(h, now))
 redis.call('PEXPIRE', key, ttl)
 return 1

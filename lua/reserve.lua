@@ -35,8 +35,8 @@
 --             it changes a given slice; "cur" is "-" while an escalation is
 --             set, so that a send reads "until" only with the whole hash)
 -- KEYS[last]  optional: the subject's code HASH (mac, left, lo, n, exp, ne, u:
---             otp_check.lua; pm, pl, plo, pn, pe, pu: the code it replaced,
---             otp_put.lua), written when the event is recorded
+--             otp_check.lua; kept: the codes it replaced, otp_keep.lua),
+--             written when the event is recorded
 -- ARGV[1] member: unique id of this event
 -- ARGV[2] gate_open: 1 when the request passed a captcha, else 0
 -- ARGV[3] force: 1 to record the event even when a window refuses it (shadow mode)
@@ -176,6 +176,8 @@ local call, tonumber, unpack, ipairs, pairs = redis.call, tonumber, unpack, ipai
 local floor, ceil, max, min = math.floor, math.ceil, math.max, math.min
 local fmt, match = string.format, string.match
 local KEYS, ARGV = KEYS, ARGV
+
+--@KEEP@
 
 local member = ARGV[1]
 local gate_open = ARGV[2] == '1'
@@ -526,21 +528,11 @@ if recorded then
 --@RECORD@
   if code_key then
     -- u = 0: a counted send's code, over whatever an exempt one left
-    -- (otp_put.lua). The live code it replaces is kept beside it as "p"
-    -- fields, which otp_drop.lua puts back should this send's delivery fail
-    -- (otp_put.lua says how); a stand-in is no code to keep.
+    -- (otp_put.lua); kept: the live codes it replaces (otp_keep.lua)
     local code_exp = fmt('%d', now + ARGV[6])
-    local p = call('HMGET', code_key, 'mac', 'left', 'lo', 'n', 'exp', 'ne', 'u')
-    if p[1] and p[1] ~= '' and p[2] and p[5] and p[5] + 0 >= now then
-      local p_asker, p_lo = p[4] or '', p[3] or p[2]
-      if p[6] ~= p[5] then p_asker, p_lo = '', p[2] end
-      call('HSET', code_key, 'mac', ARGV[4], 'left', ARGV[5], 'lo', ARGV[5], 'n', ARGV[7],
-        'exp', code_exp, 'ne', code_exp, 'u', 0, 'pm', p[1], 'pl', p[2], 'plo', p_lo,
-        'pn', p_asker, 'pe', p[5], 'pu', p[7] or '0')
-    else
-      call('HSET', code_key, 'mac', ARGV[4], 'left', ARGV[5], 'lo', ARGV[5], 'n', ARGV[7],
-        'exp', code_exp, 'ne', code_exp, 'u', 0, 'pm', '')
-    end
+    local h = call('HMGET', code_key, 'mac', 'left', 'lo', 'n', 'exp', 'ne', 'u', 'kept')
+    call('HSET', code_key, 'mac', ARGV[4], 'left', ARGV[5], 'lo', ARGV[5], 'n', ARGV[7],
+      'exp', code_exp, 'ne', code_exp, 'u', 0, 'kept', kept_after(h, now))
     call('PEXPIRE', code_key, ARGV[6])
   end
 end

@@ -114,6 +114,20 @@ impl MemoryStore {
             .unwrap_or(false)
     }
 
+    /// Delete the code at `key` unless it is the one sealed as `mac`.
+    pub fn forget_code_other_than(&self, key: &str, mac: &str) {
+        let now = self.clock.now_ms();
+        self.with_subject(key, now, Access::Write, |subject| {
+            let other = subject
+                .entries
+                .get(key)
+                .is_some_and(|e| !matches!(&e.value, Value::Otp { mac: m, .. } if m == mac));
+            if other {
+                subject.entries.remove(key);
+            }
+        });
+    }
+
     /// Whether `key` holds a live one-time code that was sent (burnt or
     /// not), not the stand-in a check without a code leaves.
     pub fn holds_code(&self, key: &str) -> bool {

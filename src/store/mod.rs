@@ -289,6 +289,13 @@ pub trait WindowStore: Send + Sync {
     /// send forgets it, so that a code no SMS carried never comes back.
     async fn otp_drop(&self, key: &str, mac: &str) -> Result<(), StoreError>;
 
+    /// The code at `key` sealed as `mac` was delivered, or may have been
+    /// (its provider timed out): the newest code now. A store that holds
+    /// another code for `key` elsewhere lets it go (the fallback's local
+    /// copy from an outage, which until then stays the one checked, so that
+    /// it is still there should this code's delivery fail).
+    fn code_delivered(&self, _key: &str, _mac: &str) {}
+
     /// Delete keys (an admin unblock).
     async fn delete(&self, keys: &[String]) -> Result<(), StoreError>;
 

@@ -105,14 +105,6 @@ impl ResilientStore {
         self.codes_held_until.fetch_max(until, Ordering::Relaxed);
     }
 
-    /// A code just went to the primary at `key`: one held locally from an
-    /// outage is superseded.
-    async fn forget_held_code(&self, key: &str) {
-        if let Some(local) = self.held_code(key) {
-            let _ = local.delete(&[key.to_string()]).await;
-        }
-    }
-
     /// After a call to the primary started at `started`: its time
     /// measured and, when it failed, the failure counted and logged.
     fn settle<T>(&self, started: Instant, result: &Result<T, StoreError>) {
@@ -216,9 +208,6 @@ impl WindowStore for ResilientStore {
         self.settle(started, &result);
         let e = match result {
             Ok(outcome) => {
-                if let (Some(code), true) = (req.code, outcome.recorded) {
-                    self.forget_held_code(code.key).await;
-                }
                 return Ok(outcome);
             }
             Err(e) => e,
@@ -382,10 +371,7 @@ impl WindowStore for ResilientStore {
         let result = self.primary.otp_put(code, counted).await;
         self.settle(started, &result);
         match result {
-            Ok(()) => {
-                self.forget_held_code(code.key).await;
-                Ok(())
-            }
+            Ok(()) => Ok(()),
             Err(e) => {
                 let Some(local) = self.code_store() else {
                     return Err(e);
@@ -414,6 +400,16 @@ impl WindowStore for ResilientStore {
             return Ok(outcome);
         }
         resilient!(self, |s| s.otp_check(code), open: None)
+    }
+
+    /// A code held locally from an outage stays the one checked until the
+    /// code that went to the primary since is delivered: were it forgotten
+    /// when that one was stored, that one's failed delivery would put back
+    /// the primary's older code (kept from before the outage) in its place.
+    fn code_delivered(&self, key: &str, mac: &str) {
+        if let Some(local) = self.held_code(key) {
+            local.forget_code_other_than(key, mac);
+        }
     }
 
     async fn otp_drop(&self, key: &str, mac: &str) -> Result<(), StoreError> {

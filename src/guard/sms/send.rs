@@ -130,11 +130,13 @@ impl SmsGuard {
         info: &RequestInfo,
     ) -> Result<(), SmsRefusal> {
         let ttl_secs = code.ttl.as_secs();
+        let store = self.ctx.store.as_ref();
         let Err(error) = self.deliver(req, &code.text, ttl_secs, info).await else {
+            store.code_delivered(&code.key, &code.mac);
             return Ok(());
         };
-        let store = self.ctx.store.as_ref();
         if error.may_have_been_delivered() {
+            store.code_delivered(&code.key, &code.mac);
             if let Some(reservation) = reservation {
                 reservation.uncount_conversions(store).await;
             }

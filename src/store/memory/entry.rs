@@ -36,8 +36,9 @@ impl Entry {
 }
 
 /// A live code that a send replaced, kept beside the new one: should that
-/// one's delivery fail, this one comes back as it was, until its own expiry.
-pub(super) struct ReplacedCode {
+/// one's delivery fail, this one comes back as it was, until its own expiry
+/// (otp_keep.lua).
+pub(super) struct KeptCode {
     pub(super) mac: String,
     pub(super) left: u32,
     pub(super) others_left: u32,
@@ -55,15 +56,15 @@ pub(super) enum Value {
     },
     /// `left`: the asker's tries, `others_left`: everyone else's
     /// (otp_check.lua); `counted`: the code's send was counted by the
-    /// pumping guard; `replaced`: the live code this one replaced, which a
-    /// failed delivery puts back (otp_put.lua's "p" fields).
+    /// pumping guard; `kept`: the live codes this one replaced, newest
+    /// first, which a failed delivery puts back (otp_keep.lua).
     Otp {
         mac: String,
         left: u32,
         others_left: u32,
         asker: String,
         counted: bool,
-        replaced: Option<Box<ReplacedCode>>,
+        kept: Vec<KeptCode>,
     },
     Text(String),
     Meter(Meters),
@@ -78,16 +79,15 @@ impl Value {
             Value::Window(w) => w.footprint(),
             Value::Lock { .. } => 0,
             Value::Otp {
-                mac,
-                asker,
-                replaced,
-                ..
+                mac, asker, kept, ..
             } => {
                 mac.capacity()
                     + asker.capacity()
-                    + replaced.as_ref().map_or(0, |r| {
-                        std::mem::size_of::<ReplacedCode>() + r.mac.capacity() + r.asker.capacity()
-                    })
+                    + kept.capacity() * std::mem::size_of::<KeptCode>()
+                    + kept
+                        .iter()
+                        .map(|k| k.mac.capacity() + k.asker.capacity())
+                        .sum::<usize>()
             }
             Value::Text(t) => t.capacity(),
             Value::Meter(m) => m.footprint(),

@@ -3,15 +3,23 @@
 
 use subtle::ConstantTimeEq;
 
-use super::entry::{wrong_type, Entry, ReplacedCode, Subject, Value};
+use super::entry::{wrong_type, Entry, KeptCode, Subject, Value};
 use crate::store::{CodeToStore, CodeTry, OtpOutcome, StoreError};
+
+/// How many replaced codes a code keeps (otp_keep.lua): one for a resend,
+/// more for sends that overlap, each of which may fail while the others
+/// are in flight.
+const KEPT_MAX: usize = 8;
 
 impl Subject {
     /// `WindowStore::otp_put`: replace the code at `code.key`, whose send
     /// was `counted` by the pumping guard or not, keeping the live code it
-    /// replaces (a sent one, not a stand-in) for `drop_otp` to put back.
+    /// replaces (a sent one, not a stand-in) ahead of those that one kept.
     pub(super) fn put_otp(&mut self, code: CodeToStore<'_>, counted: bool, now: u64) {
-        let replaced = self.entries.remove(code.key).and_then(|e| replaced(e, now));
+        let kept = self
+            .entries
+            .remove(code.key)
+            .map_or_else(Vec::new, |e| kept_after(e, now));
         if code.ttl_ms > 0 {
             self.entries.insert(
                 code.key.to_owned(),
@@ -22,7 +30,7 @@ impl Subject {
                         others_left: code.attempts,
                         asker: code.asker.to_owned(),
                         counted,
-                        replaced,
+                        kept,
                     },
                     expires_at: Some(now + code.ttl_ms),
                 },
@@ -31,47 +39,36 @@ impl Subject {
     }
 
     /// `WindowStore::otp_drop`: while the code at `key` is the one sealed as
-    /// `mac`, delete it and put back the code it replaced, if that one is
-    /// still live; when a racing send has replaced it since, that send
-    /// forgets it, so that it never comes back (otp_drop.lua).
+    /// `mac`, delete it and put back the first live code it kept, with the
+    /// codes kept behind that one; when a racing send has replaced it
+    /// since, that send takes it out of those it kept, so that it never
+    /// comes back (otp_drop.lua).
     pub(super) fn drop_otp(&mut self, key: &str, mac: &str, now: u64) {
         let Some(entry) = self.live(key, now) else {
             return;
         };
         let Value::Otp {
-            mac: current,
-            replaced,
-            ..
+            mac: current, kept, ..
         } = &mut entry.value
         else {
             return;
         };
         if current != mac {
-            if replaced.as_ref().is_some_and(|r| r.mac == mac) {
-                *replaced = None;
-            }
+            kept.retain(|k| k.mac != mac);
             return;
         }
-        let back = replaced.take().filter(|r| r.expires_at >= now);
+        let mut kept = std::mem::take(kept).into_iter();
         self.entries.remove(key);
-        if let Some(code) = back {
-            let expires_at = Some(code.expires_at);
-            let ReplacedCode {
-                mac,
-                left,
-                others_left,
-                asker,
-                counted,
-                ..
-            } = *code;
+        if let Some(back) = kept.by_ref().find(|k| k.expires_at >= now) {
             let value = Value::Otp {
-                mac,
-                left,
-                others_left,
-                asker,
-                counted,
-                replaced: None,
+                mac: back.mac,
+                left: back.left,
+                others_left: back.others_left,
+                asker: back.asker,
+                counted: back.counted,
+                kept: kept.collect(),
             };
+            let expires_at = Some(back.expires_at);
             self.entries
                 .insert(key.to_owned(), Entry { value, expires_at });
         }
@@ -140,10 +137,13 @@ impl Subject {
     }
 }
 
-/// The code an entry held, if it is a live one that was sent: what a send
-/// that replaces it keeps (a stand-in, with its empty MAC, is none).
-fn replaced(entry: Entry, now: u64) -> Option<Box<ReplacedCode>> {
-    let expires_at = entry.expires_at.filter(|&at| at >= now)?;
+/// What a code written over `entry` keeps: the code it held, if that is a
+/// live one that was sent (a stand-in, with its empty MAC, is none), ahead
+/// of the codes that one kept, at most `KEPT_MAX`.
+fn kept_after(entry: Entry, now: u64) -> Vec<KeptCode> {
+    let Some(expires_at) = entry.expires_at.filter(|&at| at >= now) else {
+        return Vec::new();
+    };
     match entry.value {
         Value::Otp {
             mac,
@@ -151,15 +151,18 @@ fn replaced(entry: Entry, now: u64) -> Option<Box<ReplacedCode>> {
             others_left,
             asker,
             counted,
-            ..
-        } if !mac.is_empty() => Some(Box::new(ReplacedCode {
-            mac,
-            left,
-            others_left,
-            asker,
-            counted,
-            expires_at,
-        })),
-        _ => None,
+            kept,
+        } if !mac.is_empty() => {
+            let newest = KeptCode {
+                mac,
+                left,
+                others_left,
+                asker,
+                counted,
+                expires_at,
+            };
+            std::iter::once(newest).chain(kept).take(KEPT_MAX).collect()
+        }
+        _ => Vec::new(),
     }
 }

@@ -28,6 +28,11 @@ const RECORD_LINE: &str = "\n--@RECORD@\n";
 const ANSWER_LINE: &str = "\n--@ANSWER@\n";
 const CONVERSIONS_LINE: &str = "\n--@CONVERSIONS@\n";
 const COUNT_LINE: &str = "\n--@COUNT@\n";
+/// `lua/otp_keep.lua`'s `kept_after`, which the scripts that write a code
+/// share (`reserve.lua` when it stores one, and `otp_put.lua`), in place of
+/// their KEEP line.
+pub(super) const KEPT_AFTER: &str = include_str!("../../../lua/otp_keep.lua");
+pub(super) const KEEP_LINE: &str = "\n--@KEEP@\n";
 /// A configuration has a handful of shapes (per action, shadow or not, a
 /// captcha passed or not); more than this on a thread means reloads piled
 /// them up, and its cache starts over.
@@ -200,6 +205,12 @@ fn render(
     render_record(&mut record, &plans);
     let mut answer = String::with_capacity(1024);
     render_answer(&mut answer, &plans);
+    // A script that stores no code does not define what it would not call.
+    let keep = if req.code {
+        KEPT_AFTER.to_string()
+    } else {
+        String::new()
+    };
     let mut lua = TEMPLATE.to_string();
     for (line, piece) in [
         (POLICY_LINE, policy),
@@ -208,6 +219,7 @@ fn render(
         (COUNT_LINE, counts),
         (RECORD_LINE, record),
         (ANSWER_LINE, answer),
+        (KEEP_LINE, keep),
     ] {
         lua = lua.replacen(line, &format!("\n{piece}"), 1);
     }

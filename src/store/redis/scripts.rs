@@ -8,7 +8,7 @@ use fred::types::{FromValue, MultipleKeys};
 
 use super::layout::meter_hash;
 use super::login_script::{login_script_for, LoginShape};
-use super::reserve_policy::{answer_len, reserve_script_for, Render};
+use super::reserve_policy::{answer_len, reserve_script_for, Render, KEEP_LINE, KEPT_AFTER};
 use super::RedisStore;
 use crate::store::{
     ConversionOutcome, ConversionVerdict, FailuresBefore, HitOutcome, HitVerdict, IpFailureWindow,
@@ -36,12 +36,17 @@ pub(super) struct Scripts {
     pub(super) recent_members: Script,
 }
 
+/// A script with `kept_after` in place of its KEEP line.
+fn with_kept_after(template: &str) -> String {
+    template.replacen(KEEP_LINE, &format!("\n{KEPT_AFTER}"), 1)
+}
+
 impl Scripts {
     pub(super) fn new() -> Self {
         Self {
             window_peek: Script::from_lua(include_str!("../../../lua/window_peek.lua")),
             login_state: Script::from_lua(include_str!("../../../lua/login_state.lua")),
-            otp_put: Script::from_lua(include_str!("../../../lua/otp_put.lua")),
+            otp_put: Script::from_lua(with_kept_after(include_str!("../../../lua/otp_put.lua"))),
             otp_check: Script::from_lua(include_str!("../../../lua/otp_check.lua")),
             otp_drop: Script::from_lua(include_str!("../../../lua/otp_drop.lua")),
             get_or_init: Script::from_lua(include_str!("../../../lua/get_or_init.lua")),

@@ -548,6 +548,60 @@ async fn a_code_sent_during_an_outage_is_verified_after_it() {
     }
 }
 
+/// A code held locally from an outage stays the phone's code until a send
+/// made after it is delivered: a resend that fails once Redis answers again
+/// leaves the held code verifying, and does not bring back the code Redis
+/// kept from before the outage (which that held code had replaced).
+#[tokio::test]
+async fn a_failed_resend_after_an_outage_leaves_the_code_sent_during_it() {
+    for on_error in [OnStoreError::Allow, OnStoreError::Local] {
+        let redis = PrivateRedis::start().await;
+        let url = redis.url();
+        let app = spawn_app(Backend::Redis, move |s| {
+            s.store.redis_url = SecretUrl::new(url);
+            s.store.timeout = std::time::Duration::from_millis(200);
+            s.store.on_error = on_error;
+            s.sms.code_secret = Secret::new("a-configured-secret");
+            s.sms.phone_limits = limits(&[(10, 3_600_000)]);
+            s.sms.captcha_after = 100;
+        })
+        .await;
+        assert_eq!(app.sms_send(json!({ "phone": PHONE })).await.status, 200);
+        let before = app.sms.last_code(PHONE);
+        // Redis refuses every write: the send is taken locally, and Redis
+        // never runs it (a frozen Redis would, once it wakes).
+        redis.config_set("maxmemory-policy", "noeviction");
+        redis.config_set("maxmemory", "1");
+        let during_outage = app.sms_send(json!({ "phone": PHONE })).await;
+        assert_eq!(
+            during_outage.status, 200,
+            "{on_error:?}: {}",
+            during_outage.body
+        );
+        let during = app.sms.last_code(PHONE);
+        redis.config_set("maxmemory", "0");
+        assert!(ready_again(&app).await, "{on_error:?}: Redis answers again");
+
+        app.sms.fail(true);
+        let failed = app.sms_send(json!({ "phone": PHONE })).await;
+        assert_eq!(failed.status, 502, "{on_error:?}: {}", failed.body);
+        app.sms.fail(false);
+        if before != during {
+            let old = app
+                .sms_verify(json!({ "phone": PHONE, "code": before }))
+                .await;
+            assert_eq!(
+                old.body["valid"], false,
+                "{on_error:?}: the code sent before the outage was replaced"
+            );
+        }
+        let held = app
+            .sms_verify(json!({ "phone": PHONE, "code": during }))
+            .await;
+        assert_eq!(held.body["valid"], true, "{on_error:?}: {}", held.body);
+    }
+}
+
 /// A TCP proxy to a Redis whose open connections can be silenced: they stop
 /// carrying anything either way but stay open, as a connection to a host
 /// that died or went behind a firewall that drops. Connections made after

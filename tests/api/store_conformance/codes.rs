@@ -17,6 +17,7 @@ on_both_backends!(
     a_failed_send_brings_back_no_used_expired_or_stand_in_code,
     a_burnt_code_comes_back_burnt,
     a_code_no_sms_carried_never_comes_back,
+    a_code_keeps_at_most_eight_it_replaced,
     a_code_says_whether_its_send_was_counted,
     a_reserved_code_over_an_exempt_one_is_counted,
     strangers_use_up_their_own_tries_and_cannot_burn_the_askers_code,
@@ -474,10 +475,9 @@ async fn a_burnt_code_comes_back_burnt(b: &StoreUnderTest) {
     burnt_for(b, &key, "mac-a", &[ASKER, STRANGER]).await;
 }
 
-/// Two sends race: the first fails while the second is in flight. Should
-/// the second fail too, the first's code (which no SMS carried) must not
-/// come back; should the second fail first, the first's code comes back,
-/// as its SMS may yet arrive.
+/// Sends that overlap, each failing while another is in flight, in either
+/// order: the code the phone's last delivered SMS carries comes back, and
+/// never a code no SMS carried.
 async fn a_code_no_sms_carried_never_comes_back(b: &StoreUnderTest) {
     let phone = "+33612345698";
     let key = b.keys.otp("phone", phone);
@@ -485,15 +485,26 @@ async fn a_code_no_sms_carried_never_comes_back(b: &StoreUnderTest) {
         let key = key.clone();
         async move { b.store().otp_drop(&key, mac).await.expect("otp_drop") }
     };
-    put(b, &key, "mac-a", ATTEMPTS, TTL_MS, true).await;
-    send(b, phone, "mac-b", ASKER).await;
-    send(b, phone, "mac-c", ASKER).await;
-    drop("mac-b").await;
-    drop("mac-c").await;
-    assert!(
-        !b.exists(&key).await,
-        "neither failed code comes back (the earliest was replaced twice)"
-    );
+    for (first, second) in [("mac-b", "mac-c"), ("mac-c", "mac-b")] {
+        put(b, &key, "mac-a", ATTEMPTS, TTL_MS, true).await;
+        send(b, phone, "mac-b", ASKER).await;
+        send(b, phone, "mac-c", ASKER).await;
+        drop(first).await;
+        drop(second).await;
+        for failed in ["mac-b", "mac-c"] {
+            assert!(
+                matches!(
+                    check_from(b, &key, failed, STRANGER).await,
+                    OtpOutcome::Wrong { .. }
+                ),
+                "{failed} failed ({first} first): it does not verify"
+            );
+        }
+        assert!(
+            matches!(check(b, &key, "mac-a").await, OtpOutcome::Valid { .. }),
+            "the delivered code comes back ({first} failed first)"
+        );
+    }
 
     put(b, &key, "mac-a", ATTEMPTS, TTL_MS, true).await;
     send(b, phone, "mac-b", ASKER).await;
@@ -506,6 +517,25 @@ async fn a_code_no_sms_carried_never_comes_back(b: &StoreUnderTest) {
             counted: true
         },
         "the send still in flight has its code back"
+    );
+}
+
+/// A code keeps at most eight of those it replaced: the ninth send in
+/// flight over a code, all failing, leaves none.
+async fn a_code_keeps_at_most_eight_it_replaced(b: &StoreUnderTest) {
+    let phone = "+33612345691";
+    let key = b.keys.otp("phone", phone);
+    let macs: Vec<String> = (1..=9).map(|i| format!("mac-{i}")).collect();
+    put(b, &key, "mac-0", ATTEMPTS, TTL_MS, true).await;
+    for mac in &macs {
+        send(b, phone, mac, ASKER).await;
+    }
+    for mac in macs.iter().rev() {
+        b.store().otp_drop(&key, mac).await.expect("otp_drop");
+    }
+    assert!(
+        !b.exists(&key).await,
+        "mac-0, ninth from the top, was let go"
     );
 }
 
