@@ -55,6 +55,11 @@ pub enum DeliveryError {
     /// may have taken the message all the same.
     #[error("provider did not answer in time")]
     TimedOut,
+    /// The connection failed once open, before an answer (closed or reset
+    /// by the provider or a proxy): the message may have gone out and been
+    /// taken all the same.
+    #[error("provider gave no answer: {0}")]
+    Unanswered(String),
     /// The text could not be rendered (a bug: the templates are tested).
     #[error(transparent)]
     Template(#[from] TemplateError),
@@ -62,19 +67,29 @@ pub enum DeliveryError {
 
 impl DeliveryError {
     /// Whether the message may have reached the phone although the call
-    /// failed: the provider was sent it and did not answer in time. A late
-    /// delivery is common with a slow gateway.
+    /// failed: the provider may have been sent it, and did not answer in
+    /// time or at all. A late delivery is common with a slow gateway.
     pub fn may_have_been_delivered(&self) -> bool {
-        matches!(self, DeliveryError::TimedOut)
+        matches!(self, DeliveryError::TimedOut | DeliveryError::Unanswered(_))
     }
 
     fn from_reqwest(e: reqwest::Error) -> Self {
-        // A connect that timed out sent nothing: unreachable, not unanswered.
-        if e.is_timeout() && !e.is_connect() {
-            DeliveryError::TimedOut
+        // A connect that failed or timed out sent nothing: unreachable.
+        let unreachable = e.is_connect() || e.is_builder();
+        if e.is_timeout() && !unreachable {
+            return DeliveryError::TimedOut;
+        }
+        // The connection was open and failed before an answer: whether the
+        // request went out is unknown, and counting it is the safe side (a
+        // gateway that delivers, then drops the connection, would otherwise
+        // text a phone without limit).
+        let unanswered = e.is_request() && !unreachable;
+        // Without the URL: a webhook URL may carry a token.
+        let text = e.without_url().to_string();
+        if unanswered {
+            DeliveryError::Unanswered(text)
         } else {
-            // Without the URL: a webhook URL may carry a token.
-            DeliveryError::Unreachable(e.without_url().to_string())
+            DeliveryError::Unreachable(text)
         }
     }
 }

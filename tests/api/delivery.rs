@@ -491,6 +491,57 @@ async fn a_connection_that_hangs_is_given_back() {
     held.abort();
 }
 
+/// A provider (or a proxy before it) that reads the whole message, then
+/// drops the connection without an answer may have taken it: the send
+/// answers 502 but counts, as one that timed out does, and its code stays.
+#[tokio::test]
+async fn a_connection_dropped_after_the_message_went_out_counts_the_send() {
+    use tokio::io::AsyncReadExt;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let bodies = std::sync::Arc::new(std::sync::Mutex::new(Vec::<Vec<u8>>::new()));
+    let seen = bodies.clone();
+    let dropping = tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let mut request = Vec::new();
+            let mut chunk = [0u8; 4096];
+            while !crate::support::whole_request(&request) {
+                match socket.read(&mut chunk).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => request.extend_from_slice(&chunk[..n]),
+                }
+            }
+            seen.lock().unwrap().push(request);
+            drop(socket); // read it all, answered nothing
+        }
+    });
+    let app = spawn_app_with_sms_provider(Backend::Memory, move |s| {
+        s.sms.phone_limits = limits(&[(1, 3_600_000)]);
+        s.sms.provider.kind = SmsProviderKind::Webhook;
+        s.sms.provider.url = format!("http://127.0.0.1:{port}/sms").into();
+    })
+    .await;
+
+    let dropped = app.sms_send(json!({ "phone": PHONE })).await;
+    assert_eq!(dropped.status, 502, "{}", dropped.body);
+    assert_eq!(dropped.error(), "delivery_failed");
+    let next = app.sms_send(json!({ "phone": PHONE })).await;
+    assert_eq!(next.status, 429, "the send counted: {}", next.body);
+    let request = bodies.lock().unwrap()[0].clone();
+    let text = String::from_utf8_lossy(&request);
+    let body: Value = serde_json::from_str(&text[text.find("\r\n\r\n").unwrap() + 4..]).unwrap();
+    let code = code_in(body["body"].as_str().unwrap(), 6);
+    let verify = app
+        .sms_verify(json!({ "phone": PHONE, "code": code }))
+        .await;
+    assert_eq!(
+        verify.body,
+        json!({ "valid": true }),
+        "the code of a send that may have arrived stays"
+    );
+    dropping.abort();
+}
+
 #[test]
 fn bad_delivery_captcha_email_and_proxy_settings_fail_naming_the_key() {
     let cases = [
