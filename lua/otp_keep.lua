@@ -12,7 +12,7 @@
 -- the others are in flight.
 --
 -- kept_after(h, now): the "kept" field of a code written over h, the HMGET
--- of mac, left, lo, n, exp, ne, u, kept; now in ms.
+-- of mac, left, lo, n, exp, ne, u, kept ({} for no hash); now in ms.
 local function kept_after(h, now)
   local mac, left, exp = h[1], h[2], tonumber(h[5])
   if not mac or mac == '' or not left or not exp or exp < now then return '' end

@@ -19,7 +19,8 @@
 -- Returns 1. The key expires after ttl (a kept code is put back only before
 -- its own exp).
 --
--- Commands per call: TIME, HMGET, DEL, HSET, PEXPIRE.
+-- Commands per call: TIME, EXISTS, HSET, PEXPIRE; HMGET and DEL when a hash
+-- is there.
 --
 -- Example:
 --   EVALSHA <sha> 1 "tg:{phone:+33612345678}:otp" "9f86d08..." 5 300000 1 "203.0.113.7"
@@ -33,13 +34,22 @@ local ttl = tonumber(ARGV[3])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
-local h = redis.call('HMGET', key, 'mac', 'left', 'lo', 'n', 'exp', 'ne', 'u', 'kept')
-redis.call('DEL', key)
+local h = {}
+if redis.call('EXISTS', key) == 1 then
+  h = redis.call('HMGET', key, 'mac', 'left', 'lo', 'n', 'exp', 'ne', 'u', 'kept')
+  redis.call('DEL', key)
+end
 if ttl <= 0 then return 1 end
 local uncounted = 0
 if ARGV[4] == '0' then uncounted = 1 end
 local attempts, exp = tonumber(ARGV[2]), string.format('%d', now + ttl)
-redis.call('HSET', key, 'mac', ARGV[1], 'left', attempts, 'lo', attempts, 'n', ARGV[5] or '',
-  'exp', exp, 'ne', exp, 'u', uncounted, 'kept', kept_after(h, now))
+local kept = kept_after(h, now)
+if kept ~= '' then
+  redis.call('HSET', key, 'mac', ARGV[1], 'left', attempts, 'lo', attempts, 'n', ARGV[5] or '',
+    'exp', exp, 'ne', exp, 'u', uncounted, 'kept', kept)
+else
+  redis.call('HSET', key, 'mac', ARGV[1], 'left', attempts, 'lo', attempts, 'n', ARGV[5] or '',
+    'exp', exp, 'ne', exp, 'u', uncounted)
+end
 redis.call('PEXPIRE', key, ttl)
 return 1
