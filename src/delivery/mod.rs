@@ -55,11 +55,6 @@ pub enum DeliveryError {
     /// may have taken the message all the same.
     #[error("provider did not answer in time")]
     TimedOut,
-    /// The connection failed once open, before an answer (closed or reset
-    /// by the provider or a proxy): the message may have gone out and been
-    /// taken all the same.
-    #[error("provider gave no answer: {0}")]
-    Unanswered(String),
     /// The text could not be rendered (a bug: the templates are tested).
     #[error(transparent)]
     Template(#[from] TemplateError),
@@ -67,31 +62,35 @@ pub enum DeliveryError {
 
 impl DeliveryError {
     /// Whether the message may have reached the phone although the call
-    /// failed: the provider may have been sent it, and did not answer in
-    /// time or at all. A late delivery is common with a slow gateway.
+    /// failed: the provider was sent it and did not answer in time. A late
+    /// delivery is common with a slow gateway.
     pub fn may_have_been_delivered(&self) -> bool {
-        matches!(self, DeliveryError::TimedOut | DeliveryError::Unanswered(_))
+        matches!(self, DeliveryError::TimedOut)
     }
 
     fn from_reqwest(e: reqwest::Error) -> Self {
-        // A connect that failed or timed out sent nothing: unreachable.
-        let unreachable = e.is_connect() || e.is_builder();
-        if e.is_timeout() && !unreachable {
-            return DeliveryError::TimedOut;
-        }
-        // The connection was open and failed before an answer: whether the
-        // request went out is unknown, and counting it is the safe side (a
-        // gateway that delivers, then drops the connection, would otherwise
-        // text a phone without limit).
-        let unanswered = e.is_request() && !unreachable;
-        // Without the URL: a webhook URL may carry a token.
-        let text = e.without_url().to_string();
-        if unanswered {
-            DeliveryError::Unanswered(text)
+        // A connect that timed out sent nothing: unreachable, not unanswered.
+        if e.is_timeout() && !e.is_connect() {
+            DeliveryError::TimedOut
         } else {
-            DeliveryError::Unreachable(text)
+            // Without the URL: a webhook URL may carry a token. With its
+            // causes: "error sending request" alone does not tell a refused
+            // connection from one closed or reset.
+            DeliveryError::Unreachable(with_causes(&e.without_url()))
         }
     }
+}
+
+/// An error's text followed by its sources', joined by ": ".
+fn with_causes(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }
 
 /// An SMS provider.
@@ -161,4 +160,30 @@ fn http_client(
         .default_headers(headers)
         .user_agent(concat!("tollgate/", env!("CARGO_PKG_VERSION")))
         .build()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn an_unreachable_provider_is_named_with_the_cause_and_without_the_url() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        drop(listener); // nothing listens there now
+        let error = reqwest::Client::new()
+            .post(format!("http://127.0.0.1:{port}/hook?token=secret-token"))
+            .send()
+            .await
+            .unwrap_err();
+        let DeliveryError::Unreachable(text) = DeliveryError::from_reqwest(error) else {
+            panic!("a refused connection is unreachable");
+        };
+        assert!(text.contains("error sending request"), "{text}");
+        assert!(
+            text.to_ascii_lowercase().contains("refused"),
+            "the cause is named: {text}"
+        );
+        assert!(!text.contains("secret-token"), "{text}");
+    }
 }

@@ -11,7 +11,6 @@ use tollgate::domain::Algorithm;
 use tollgate::settings::{LimitSetting, OnStoreError, Secret, SecretUrl, SmsProviderKind};
 
 use crate::support::app::{limits, spawn_app, spawn_app_with_sms_provider, Backend};
-use crate::support::whole_request;
 
 const PHONE: &str = "+8613800138000";
 
@@ -377,6 +376,20 @@ impl HeldWebhook {
             release,
         }
     }
+}
+
+/// Whether `request` holds an HTTP request's head and its whole body.
+fn whole_request(request: &[u8]) -> bool {
+    let Some(end) = request.windows(4).position(|w| w == b"\r\n\r\n") else {
+        return false;
+    };
+    let head = String::from_utf8_lossy(&request[..end]).to_ascii_lowercase();
+    let length = head
+        .lines()
+        .find_map(|line| line.strip_prefix("content-length:"))
+        .and_then(|n| n.trim().parse::<usize>().ok())
+        .unwrap_or(0);
+    request.len() >= end + 4 + length
 }
 
 /// A send the local store took while Redis did not answer, whose delivery
