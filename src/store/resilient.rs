@@ -1,8 +1,9 @@
 //! `store.on_error`: what a decision does when the configured store fails.
 //! All of that policy lives here, so guards only ever see one store.
 
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 use async_trait::async_trait;
@@ -45,7 +46,19 @@ pub struct ResilientStore {
     /// once the codes of the last one have expired, so that a send or a
     /// verify otherwise pays nothing.
     codes_held_until: AtomicU64,
+    /// The MACs of codes the primary took for a key while the local store
+    /// held one for it, whose delivery is not known yet: only their
+    /// delivery lets the held code go. A send stored in the primary before
+    /// the outage and delivered after the held code was sent must not.
+    /// Each leaves at its delivery or its roll-back; one whose send ended
+    /// otherwise (the process dropped it, or no code was held any more)
+    /// stays, harmless, until the set starts over at `PENDING_MAX`.
+    pending_after_held: Mutex<HashSet<String>>,
 }
+
+/// Past this many, `pending_after_held` starts over (its MACs' codes then
+/// no longer let a held code go: it expires on its own).
+const PENDING_MAX: usize = 10_000;
 
 impl ResilientStore {
     /// `primary`, with `fallback` applied whenever a call to it fails.
@@ -54,7 +67,37 @@ impl ResilientStore {
             primary,
             fallback,
             codes_held_until: AtomicU64::new(0),
+            pending_after_held: Mutex::new(HashSet::new()),
         }
+    }
+
+    /// A code sealed as `mac` went to the primary at `key`: when the local
+    /// store holds one for it, that one stays until this one is delivered.
+    fn stored_after_held(&self, key: &str, mac: &str) {
+        if self.held_code(key).is_none() {
+            return;
+        }
+        let mut pending = self
+            .pending_after_held
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if pending.len() >= PENDING_MAX {
+            pending.clear();
+        }
+        pending.insert(mac.to_owned());
+    }
+
+    /// The send of the code sealed as `mac` is over: whether its delivery
+    /// lets a held code go.
+    fn settled_after_held(&self, mac: &str) -> bool {
+        let Some(_) = self.local_codes() else {
+            return false;
+        };
+        let mut pending = self
+            .pending_after_held
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        pending.remove(mac)
     }
 
     /// The local store codes go to while the primary fails, if any.
@@ -208,6 +251,9 @@ impl WindowStore for ResilientStore {
         self.settle(started, &result);
         let e = match result {
             Ok(outcome) => {
+                if let (Some(code), true) = (req.code, outcome.recorded) {
+                    self.stored_after_held(code.key, code.mac);
+                }
                 return Ok(outcome);
             }
             Err(e) => e,
@@ -371,7 +417,10 @@ impl WindowStore for ResilientStore {
         let result = self.primary.otp_put(code, counted).await;
         self.settle(started, &result);
         match result {
-            Ok(()) => Ok(()),
+            Ok(()) => {
+                self.stored_after_held(code.key, code.mac);
+                Ok(())
+            }
             Err(e) => {
                 let Some(local) = self.code_store() else {
                     return Err(e);
@@ -407,12 +456,15 @@ impl WindowStore for ResilientStore {
     /// when that one was stored, that one's failed delivery would put back
     /// the primary's older code (kept from before the outage) in its place.
     fn code_delivered(&self, key: &str, mac: &str) {
-        if let Some(local) = self.held_code(key) {
-            local.forget_code_other_than(key, mac);
+        if self.settled_after_held(mac) {
+            if let Some(local) = self.held_code(key) {
+                local.forget_code_other_than(key, mac);
+            }
         }
     }
 
     async fn otp_drop(&self, key: &str, mac: &str) -> Result<(), StoreError> {
+        self.settled_after_held(mac);
         // Both stores: a code put during an outage is held locally, and the
         // call that timed out may have reached Redis after all.
         let dropped = resilient!(self, |s| s.otp_drop(key, mac), open: None);

@@ -11,6 +11,7 @@ use tollgate::domain::Algorithm;
 use tollgate::settings::{LimitSetting, OnStoreError, Secret, SecretUrl, SmsProviderKind};
 
 use crate::support::app::{limits, spawn_app, spawn_app_with_sms_provider, Backend};
+use crate::support::whole_request;
 
 const PHONE: &str = "+8613800138000";
 
@@ -378,20 +379,6 @@ impl HeldWebhook {
     }
 }
 
-/// Whether `request` holds an HTTP request's head and its whole body.
-fn whole_request(request: &[u8]) -> bool {
-    let Some(end) = request.windows(4).position(|w| w == b"\r\n\r\n") else {
-        return false;
-    };
-    let head = String::from_utf8_lossy(&request[..end]).to_ascii_lowercase();
-    let length = head
-        .lines()
-        .find_map(|line| line.strip_prefix("content-length:"))
-        .and_then(|n| n.trim().parse::<usize>().ok())
-        .unwrap_or(0);
-    request.len() >= end + 4 + length
-}
-
 /// A send the local store took while Redis did not answer, whose delivery
 /// fails once Redis answers again, is given back to the local store: Redis
 /// never counted it, and giving it back there would free a slot on a meter
@@ -599,6 +586,70 @@ async fn a_failed_resend_after_an_outage_leaves_the_code_sent_during_it() {
             .sms_verify(json!({ "phone": PHONE, "code": during }))
             .await;
         assert_eq!(held.body["valid"], true, "{on_error:?}: {}", held.body);
+    }
+}
+
+/// A send stored in Redis before an outage, whose delivery ends after a
+/// code was sent during it, does not make that newer code give way: the
+/// code of the later send is the one that verifies.
+#[tokio::test]
+async fn a_slow_delivery_from_before_an_outage_leaves_the_code_sent_during_it() {
+    for on_error in [OnStoreError::Allow, OnStoreError::Local] {
+        let redis = PrivateRedis::start().await;
+        let url = redis.url();
+        let app = spawn_app(Backend::Redis, move |s| {
+            s.store.redis_url = SecretUrl::new(url);
+            s.store.timeout = std::time::Duration::from_millis(200);
+            s.store.on_error = on_error;
+            s.sms.code_secret = Secret::new("a-configured-secret");
+            s.sms.phone_limits = limits(&[(10, 3_600_000)]);
+            s.sms.captcha_after = 100;
+        })
+        .await;
+        let held = app.sms.hold_next_delivery();
+        let (slow, newer) = tokio::join!(app.sms_send(json!({ "phone": PHONE })), async {
+            held.arrived
+                .await
+                .expect("the slow send reaches the provider");
+            redis.config_set("maxmemory-policy", "noeviction");
+            redis.config_set("maxmemory", "1");
+            let newer = app.sms_send(json!({ "phone": PHONE })).await;
+            let _ = held.release.send(());
+            newer
+        });
+        assert_eq!(slow.status, 200, "{on_error:?}: {}", slow.body);
+        assert_eq!(newer.status, 200, "{on_error:?}: {}", newer.body);
+        redis.config_set("maxmemory", "0");
+        assert!(ready_again(&app).await, "{on_error:?}: Redis answers again");
+        // Messages in the order they were delivered: the newer send's first.
+        let codes: Vec<String> = app
+            .sms
+            .messages()
+            .iter()
+            .map(|m| {
+                m.body
+                    .split(|c: char| !c.is_ascii_digit())
+                    .find(|run| run.len() == 6)
+                    .expect("a code")
+                    .to_string()
+            })
+            .collect();
+        let [during, slow_code] = &codes[..] else {
+            panic!("{on_error:?}: two SMS delivered: {codes:?}");
+        };
+        if slow_code != during {
+            let old = app
+                .sms_verify(json!({ "phone": PHONE, "code": slow_code }))
+                .await;
+            assert_eq!(
+                old.body["valid"], false,
+                "{on_error:?}: the slow send's code was replaced"
+            );
+        }
+        let newest = app
+            .sms_verify(json!({ "phone": PHONE, "code": during }))
+            .await;
+        assert_eq!(newest.body["valid"], true, "{on_error:?}: {}", newest.body);
     }
 }
 

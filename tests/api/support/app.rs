@@ -69,6 +69,7 @@ pub struct CapturingSender {
 struct Hold {
     arrived: tokio::sync::oneshot::Sender<()>,
     release: tokio::sync::oneshot::Receiver<()>,
+    delivers: bool,
 }
 
 /// The test's side of a held send: `arrived` resolves once the send is at
@@ -82,11 +83,22 @@ impl CapturingSender {
     /// The next send waits at the provider until released, then fails:
     /// for a test of what happens meanwhile.
     pub fn hold_next_failure(&self) -> HeldFailure {
+        self.hold_next(false)
+    }
+
+    /// The next send waits at the provider until released, then is
+    /// delivered.
+    pub fn hold_next_delivery(&self) -> HeldFailure {
+        self.hold_next(true)
+    }
+
+    fn hold_next(&self, delivers: bool) -> HeldFailure {
         let (arrived_tx, arrived) = tokio::sync::oneshot::channel();
         let (release, release_rx) = tokio::sync::oneshot::channel();
         *self.held.lock() = Some(Hold {
             arrived: arrived_tx,
             release: release_rx,
+            delivers,
         });
         HeldFailure { arrived, release }
     }
@@ -120,6 +132,10 @@ impl SmsSender for CapturingSender {
         if let Some(hold) = held {
             let _ = hold.arrived.send(());
             let _ = hold.release.await;
+            if hold.delivers {
+                self.messages.lock().push(message.clone());
+                return Ok(());
+            }
             return Err(DeliveryError::Rejected(
                 "held, then failed by the test".into(),
             ));
