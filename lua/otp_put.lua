@@ -19,8 +19,8 @@
 -- Returns 1. The key expires after ttl (a kept code is put back only before
 -- its own exp).
 --
--- Commands per call: TIME, EXISTS, HSET, PEXPIRE; HMGET and DEL when a hash
--- is there.
+-- Commands per call: TIME, EXISTS; HMGET and DEL when a hash is there; HSET
+-- and PEXPIRE unless ttl <= 0.
 --
 -- Example:
 --   EVALSHA <sha> 1 "tg:{phone:+33612345678}:otp" "9f86d08..." 5 300000 1 "203.0.113.7"
@@ -43,13 +43,13 @@ if ttl <= 0 then return 1 end
 local uncounted = 0
 if ARGV[4] == '0' then uncounted = 1 end
 local attempts, exp = tonumber(ARGV[2]), string.format('%d', now + ttl)
+local fields = { 'mac', ARGV[1], 'left', attempts, 'lo', attempts, 'n', ARGV[5] or '',
+  'exp', exp, 'ne', exp, 'u', uncounted }
 local kept = kept_after(h, now)
 if kept ~= '' then
-  redis.call('HSET', key, 'mac', ARGV[1], 'left', attempts, 'lo', attempts, 'n', ARGV[5] or '',
-    'exp', exp, 'ne', exp, 'u', uncounted, 'kept', kept)
-else
-  redis.call('HSET', key, 'mac', ARGV[1], 'left', attempts, 'lo', attempts, 'n', ARGV[5] or '',
-    'exp', exp, 'ne', exp, 'u', uncounted)
+  fields[#fields + 1] = 'kept'
+  fields[#fields + 1] = kept
 end
+redis.call('HSET', key, unpack(fields))
 redis.call('PEXPIRE', key, ttl)
 return 1

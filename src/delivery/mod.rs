@@ -171,7 +171,10 @@ mod tests {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         drop(listener); // nothing listens there now
-        let error = reqwest::Client::new()
+        let error = reqwest::Client::builder()
+            .no_proxy()
+            .build()
+            .unwrap()
             .post(format!("http://127.0.0.1:{port}/hook?token=secret-token"))
             .send()
             .await

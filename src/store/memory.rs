@@ -114,18 +114,30 @@ impl MemoryStore {
             .unwrap_or(false)
     }
 
-    /// Delete the code at `key` unless it is the one sealed as `mac`.
-    pub fn forget_code_other_than(&self, key: &str, mac: &str) {
+    /// Delete the code at `key` if it is the one sealed as `mac`.
+    pub fn forget_code_sealed_as(&self, key: &str, mac: &str) {
         let now = self.clock.now_ms();
         self.with_subject(key, now, Access::Write, |subject| {
-            let other = subject
+            let sealed_so = subject
                 .entries
                 .get(key)
-                .is_some_and(|e| !matches!(&e.value, Value::Otp { mac: m, .. } if m == mac));
-            if other {
+                .is_some_and(|e| matches!(&e.value, Value::Otp { mac: m, .. } if m == mac));
+            if sealed_so {
                 subject.entries.remove(key);
             }
         });
+    }
+
+    /// The MAC of the live code at `key` that was sent (burnt or not), if
+    /// any: not the stand-in a check without a code leaves.
+    pub fn held_code_mac(&self, key: &str) -> Option<String> {
+        let now = self.clock.now_ms();
+        let shard = self.subjects.get(shard_of(key))?;
+        let entry = shard.entries.get(key)?;
+        match &entry.value {
+            Value::Otp { mac, .. } if !entry.expired(now) && !mac.is_empty() => Some(mac.clone()),
+            _ => None,
+        }
     }
 
     /// Whether `key` holds a live one-time code that was sent (burnt or

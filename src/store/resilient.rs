@@ -1,8 +1,8 @@
 //! `store.on_error`: what a decision does when the configured store fails.
 //! All of that policy lives here, so guards only ever see one store.
 
-use std::collections::HashSet;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
@@ -38,26 +38,31 @@ pub enum Fallback {
 pub struct ResilientStore {
     primary: Arc<dyn WindowStore>,
     fallback: Fallback,
-    /// The local store took a code while the primary failed: until a new
-    /// send replaces it, that code is checked where it is, not in the
-    /// primary (which never saw it) once the primary answers again. This is
+    /// The local store took a code while the primary failed: until a send
+    /// stored in the primary after it is delivered, that code is checked
+    /// where it is, not in the primary (which never saw it) once the
+    /// primary answers again. This is
     /// when the last code it took expires, by the local store's clock (ms),
     /// and 0 when it holds none: never set without an outage, and back to 0
     /// once the codes of the last one have expired, so that a send or a
     /// verify otherwise pays nothing.
     codes_held_until: AtomicU64,
-    /// The MACs of codes the primary took for a key while the local store
-    /// held one for it, whose delivery is not known yet: only their
-    /// delivery lets the held code go. A send stored in the primary before
-    /// the outage and delivered after the held code was sent must not.
-    /// Each leaves at its delivery or its roll-back; one whose send ended
-    /// otherwise (the process dropped it, or no code was held any more)
-    /// stays, harmless, until the set starts over at `PENDING_MAX`.
-    pending_after_held: Mutex<HashSet<String>>,
+    /// Codes the primary took for a key while the local store held one for
+    /// it, whose delivery is not known yet: each one's MAC, and the MAC of
+    /// the code held then. Only such a code's delivery lets the held code
+    /// go, and only that one held code: a send stored in the primary
+    /// before the outage, or one a later held code has replaced since, must
+    /// not make the newest held code give way. Each leaves at its delivery
+    /// or its roll-back; one whose send ended otherwise (the process
+    /// dropped it) stays until the map starts over at `PENDING_MAX`.
+    pending_after_held: Mutex<HashMap<String, String>>,
+    /// How many `pending_after_held` holds: while 0, as without an
+    /// outage, a delivery takes no lock.
+    pending_count: AtomicUsize,
 }
 
-/// Past this many, `pending_after_held` starts over (its MACs' codes then
-/// no longer let a held code go: it expires on its own).
+/// Past this many, `pending_after_held` starts over (their codes then no
+/// longer let a held code go: it stays the one checked until it expires).
 const PENDING_MAX: usize = 10_000;
 
 impl ResilientStore {
@@ -67,16 +72,20 @@ impl ResilientStore {
             primary,
             fallback,
             codes_held_until: AtomicU64::new(0),
-            pending_after_held: Mutex::new(HashSet::new()),
+            pending_after_held: Mutex::new(HashMap::new()),
+            pending_count: AtomicUsize::new(0),
         }
     }
 
     /// A code sealed as `mac` went to the primary at `key`: when the local
     /// store holds one for it, that one stays until this one is delivered.
     fn stored_after_held(&self, key: &str, mac: &str) {
-        if self.held_code(key).is_none() {
+        let Some(held) = self
+            .local_codes()
+            .and_then(|local| local.held_code_mac(key))
+        else {
             return;
-        }
+        };
         let mut pending = self
             .pending_after_held
             .lock()
@@ -84,20 +93,23 @@ impl ResilientStore {
         if pending.len() >= PENDING_MAX {
             pending.clear();
         }
-        pending.insert(mac.to_owned());
+        pending.insert(mac.to_owned(), held);
+        self.pending_count.store(pending.len(), Ordering::Relaxed);
     }
 
-    /// The send of the code sealed as `mac` is over: whether its delivery
-    /// lets a held code go.
-    fn settled_after_held(&self, mac: &str) -> bool {
-        let Some(_) = self.local_codes() else {
-            return false;
-        };
+    /// The send of the code sealed as `mac` is over: the held code its
+    /// delivery would let go, if any.
+    fn settled_after_held(&self, mac: &str) -> Option<String> {
+        if self.pending_count.load(Ordering::Relaxed) == 0 {
+            return None;
+        }
         let mut pending = self
             .pending_after_held
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        pending.remove(mac)
+        let held = pending.remove(mac);
+        self.pending_count.store(pending.len(), Ordering::Relaxed);
+        held
     }
 
     /// The local store codes go to while the primary fails, if any.
@@ -456,9 +468,9 @@ impl WindowStore for ResilientStore {
     /// when that one was stored, that one's failed delivery would put back
     /// the primary's older code (kept from before the outage) in its place.
     fn code_delivered(&self, key: &str, mac: &str) {
-        if self.settled_after_held(mac) {
-            if let Some(local) = self.held_code(key) {
-                local.forget_code_other_than(key, mac);
+        if let Some(held) = self.settled_after_held(mac) {
+            if let Some(local) = self.code_store() {
+                local.forget_code_sealed_as(key, &held);
             }
         }
     }

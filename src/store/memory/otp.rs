@@ -39,8 +39,8 @@ impl Subject {
     }
 
     /// `WindowStore::otp_drop`: while the code at `key` is the one sealed as
-    /// `mac`, delete it and put back the first live code it kept, with the
-    /// codes kept behind that one; when a racing send has replaced it
+    /// `mac`, delete it and put back the code it replaced (the first it
+    /// kept) if that one is still live, with the codes kept behind it; when a racing send has replaced it
     /// since, that send takes it out of those it kept, so that it never
     /// comes back (otp_drop.lua).
     pub(super) fn drop_otp(&mut self, key: &str, mac: &str, now: u64) {
@@ -59,7 +59,9 @@ impl Subject {
         }
         let mut kept = std::mem::take(kept).into_iter();
         self.entries.remove(key);
-        if let Some(back) = kept.by_ref().find(|k| k.expires_at >= now) {
+        // Only the first: one further back was replaced by a send whose SMS
+        // may have gone (otp_drop.lua).
+        if let Some(back) = kept.next().filter(|k| k.expires_at > now) {
             let value = Value::Otp {
                 mac: back.mac,
                 left: back.left,
@@ -141,7 +143,7 @@ impl Subject {
 /// live one that was sent (a stand-in, with its empty MAC, is none), ahead
 /// of the codes that one kept, at most `KEPT_MAX`.
 fn kept_after(entry: Entry, now: u64) -> Vec<KeptCode> {
-    let Some(expires_at) = entry.expires_at.filter(|&at| at >= now) else {
+    let Some(expires_at) = entry.expires_at.filter(|&at| at > now) else {
         return Vec::new();
     };
     match entry.value {

@@ -653,6 +653,64 @@ async fn a_slow_delivery_from_before_an_outage_leaves_the_code_sent_during_it() 
     }
 }
 
+/// Redis flaps: a send stored in Redis after a held code, whose slow
+/// delivery ends after a second outage's code replaced that held code,
+/// lets go of neither: the second outage's code is the newest.
+#[tokio::test]
+async fn a_slow_delivery_between_two_outages_leaves_the_second_ones_code() {
+    let redis = PrivateRedis::start().await;
+    let url = redis.url();
+    let app = spawn_app(Backend::Redis, move |s| {
+        s.store.redis_url = SecretUrl::new(url);
+        s.store.timeout = std::time::Duration::from_millis(200);
+        s.store.on_error = OnStoreError::Local;
+        s.sms.code_secret = Secret::new("a-configured-secret");
+        s.sms.phone_limits = limits(&[(10, 3_600_000)]);
+        s.sms.captcha_after = 100;
+    })
+    .await;
+    redis.config_set("maxmemory-policy", "noeviction");
+    let outage = |on: bool| redis.config_set("maxmemory", if on { "1" } else { "0" });
+    outage(true);
+    assert_eq!(app.sms_send(json!({ "phone": PHONE })).await.status, 200);
+    outage(false);
+    assert!(ready_again(&app).await, "Redis answers again");
+    let held = app.sms.hold_next_delivery();
+    let (slow, second) = tokio::join!(app.sms_send(json!({ "phone": PHONE })), async {
+        held.arrived
+            .await
+            .expect("the slow send reaches the provider");
+        outage(true);
+        let second = app.sms_send(json!({ "phone": PHONE })).await;
+        let _ = held.release.send(());
+        second
+    });
+    assert_eq!(slow.status, 200, "{}", slow.body);
+    assert_eq!(second.status, 200, "{}", second.body);
+    outage(false);
+    assert!(ready_again(&app).await, "Redis answers again");
+    // Delivered in this order: the first outage's, the second's, the slow one's.
+    let codes: Vec<String> = app
+        .sms
+        .messages()
+        .iter()
+        .map(|m| {
+            m.body
+                .split(|c: char| !c.is_ascii_digit())
+                .find(|run| run.len() == 6)
+                .expect("a code")
+                .to_string()
+        })
+        .collect();
+    let [_, newest, _] = &codes[..] else {
+        panic!("three SMS delivered: {codes:?}");
+    };
+    let verify = app
+        .sms_verify(json!({ "phone": PHONE, "code": newest }))
+        .await;
+    assert_eq!(verify.body["valid"], true, "{}", verify.body);
+}
+
 /// A TCP proxy to a Redis whose open connections can be silenced: they stop
 /// carrying anything either way but stay open, as a connection to a host
 /// that died or went behind a firewall that drops. Connections made after

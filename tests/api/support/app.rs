@@ -74,7 +74,7 @@ struct Hold {
 
 /// The test's side of a held send: `arrived` resolves once the send is at
 /// the provider; sending on `release` (or dropping it) lets it fail.
-pub struct HeldFailure {
+pub struct HeldSend {
     pub arrived: tokio::sync::oneshot::Receiver<()>,
     pub release: tokio::sync::oneshot::Sender<()>,
 }
@@ -82,17 +82,17 @@ pub struct HeldFailure {
 impl CapturingSender {
     /// The next send waits at the provider until released, then fails:
     /// for a test of what happens meanwhile.
-    pub fn hold_next_failure(&self) -> HeldFailure {
+    pub fn hold_next_failure(&self) -> HeldSend {
         self.hold_next(false)
     }
 
     /// The next send waits at the provider until released, then is
     /// delivered.
-    pub fn hold_next_delivery(&self) -> HeldFailure {
+    pub fn hold_next_delivery(&self) -> HeldSend {
         self.hold_next(true)
     }
 
-    fn hold_next(&self, delivers: bool) -> HeldFailure {
+    fn hold_next(&self, delivers: bool) -> HeldSend {
         let (arrived_tx, arrived) = tokio::sync::oneshot::channel();
         let (release, release_rx) = tokio::sync::oneshot::channel();
         *self.held.lock() = Some(Hold {
@@ -100,7 +100,7 @@ impl CapturingSender {
             release: release_rx,
             delivers,
         });
-        HeldFailure { arrived, release }
+        HeldSend { arrived, release }
     }
 
     pub fn messages(&self) -> Vec<SmsMessage> {
