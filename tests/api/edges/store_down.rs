@@ -10,7 +10,7 @@ use serde_json::json;
 use tollgate::domain::Algorithm;
 use tollgate::settings::{LimitSetting, OnStoreError, Secret, SecretUrl, SmsProviderKind};
 
-use crate::support::app::{limits, spawn_app, spawn_app_with_sms_provider, Backend};
+use crate::support::app::{limits, spawn_app, spawn_app_with_sms_provider, Backend, TestApp};
 use crate::support::whole_request;
 
 const PHONE: &str = "+8613800138000";
@@ -189,6 +189,14 @@ impl PrivateRedis {
 
     fn thaw(&self) {
         self.signal("-CONT");
+    }
+
+    /// Refuse every write (`maxmemory` 1 under `noeviction`): an outage
+    /// whose calls fail at once, and never land later as a frozen server's
+    /// would; or take writes again.
+    fn refuse_writes(&self, refuse: bool) {
+        self.config_set("maxmemory-policy", "noeviction");
+        self.config_set("maxmemory", if refuse { "1" } else { "0" });
     }
 
     /// `CONFIG SET` on this server, by `redis-cli`.
@@ -466,16 +474,7 @@ async fn a_send_taken_locally_is_given_back_locally_when_its_delivery_fails() {
 async fn a_code_sent_during_an_outage_is_verified_after_it() {
     for on_error in [OnStoreError::Allow, OnStoreError::Local] {
         let redis = PrivateRedis::start().await;
-        let url = redis.url();
-        let app = spawn_app(Backend::Redis, move |s| {
-            s.store.redis_url = SecretUrl::new(url);
-            s.store.timeout = std::time::Duration::from_millis(200);
-            s.store.on_error = on_error;
-            s.sms.code_secret = Secret::new("a-configured-secret");
-            s.sms.phone_limits = limits(&[(10, 3_600_000)]);
-            s.sms.captcha_after = 100;
-        })
-        .await;
+        let app = outage_app(&redis, on_error).await;
         assert_eq!(app.get("/readyz").await.status, 200, "{on_error:?}");
         // A code Redis holds from before the outage.
         const OTHER: &str = "+8613800138099";
@@ -535,6 +534,36 @@ async fn a_code_sent_during_an_outage_is_verified_after_it() {
     }
 }
 
+/// An app on `redis` that keeps codes in the process while Redis fails
+/// (`on_error`), with room for several sends to one phone.
+async fn outage_app(redis: &PrivateRedis, on_error: OnStoreError) -> TestApp {
+    let url = redis.url();
+    spawn_app(Backend::Redis, move |s| {
+        s.store.redis_url = SecretUrl::new(url);
+        s.store.timeout = std::time::Duration::from_millis(200);
+        s.store.on_error = on_error;
+        s.sms.code_secret = Secret::new("a-configured-secret");
+        s.sms.phone_limits = limits(&[(10, 3_600_000)]);
+        s.sms.captcha_after = 100;
+    })
+    .await
+}
+
+/// The code of every SMS delivered, in the order delivered.
+fn delivered_codes(app: &TestApp) -> Vec<String> {
+    app.sms
+        .messages()
+        .iter()
+        .map(|m| {
+            m.body
+                .split(|c: char| !c.is_ascii_digit())
+                .find(|run| run.len() == 6)
+                .expect("a code")
+                .to_string()
+        })
+        .collect()
+}
+
 /// A code held locally from an outage stays the phone's code until a send
 /// made after it is delivered: a resend that fails once Redis answers again
 /// leaves the held code verifying, and does not bring back the code Redis
@@ -543,22 +572,11 @@ async fn a_code_sent_during_an_outage_is_verified_after_it() {
 async fn a_failed_resend_after_an_outage_leaves_the_code_sent_during_it() {
     for on_error in [OnStoreError::Allow, OnStoreError::Local] {
         let redis = PrivateRedis::start().await;
-        let url = redis.url();
-        let app = spawn_app(Backend::Redis, move |s| {
-            s.store.redis_url = SecretUrl::new(url);
-            s.store.timeout = std::time::Duration::from_millis(200);
-            s.store.on_error = on_error;
-            s.sms.code_secret = Secret::new("a-configured-secret");
-            s.sms.phone_limits = limits(&[(10, 3_600_000)]);
-            s.sms.captcha_after = 100;
-        })
-        .await;
+        let app = outage_app(&redis, on_error).await;
         assert_eq!(app.sms_send(json!({ "phone": PHONE })).await.status, 200);
         let before = app.sms.last_code(PHONE);
-        // Redis refuses every write: the send is taken locally, and Redis
-        // never runs it (a frozen Redis would, once it wakes).
-        redis.config_set("maxmemory-policy", "noeviction");
-        redis.config_set("maxmemory", "1");
+        // The send is taken locally, and Redis never runs it.
+        redis.refuse_writes(true);
         let during_outage = app.sms_send(json!({ "phone": PHONE })).await;
         assert_eq!(
             during_outage.status, 200,
@@ -566,7 +584,7 @@ async fn a_failed_resend_after_an_outage_leaves_the_code_sent_during_it() {
             during_outage.body
         );
         let during = app.sms.last_code(PHONE);
-        redis.config_set("maxmemory", "0");
+        redis.refuse_writes(false);
         assert!(ready_again(&app).await, "{on_error:?}: Redis answers again");
 
         app.sms.fail(true);
@@ -596,44 +614,23 @@ async fn a_failed_resend_after_an_outage_leaves_the_code_sent_during_it() {
 async fn a_slow_delivery_from_before_an_outage_leaves_the_code_sent_during_it() {
     for on_error in [OnStoreError::Allow, OnStoreError::Local] {
         let redis = PrivateRedis::start().await;
-        let url = redis.url();
-        let app = spawn_app(Backend::Redis, move |s| {
-            s.store.redis_url = SecretUrl::new(url);
-            s.store.timeout = std::time::Duration::from_millis(200);
-            s.store.on_error = on_error;
-            s.sms.code_secret = Secret::new("a-configured-secret");
-            s.sms.phone_limits = limits(&[(10, 3_600_000)]);
-            s.sms.captcha_after = 100;
-        })
-        .await;
+        let app = outage_app(&redis, on_error).await;
         let held = app.sms.hold_next_delivery();
         let (slow, newer) = tokio::join!(app.sms_send(json!({ "phone": PHONE })), async {
             held.arrived
                 .await
                 .expect("the slow send reaches the provider");
-            redis.config_set("maxmemory-policy", "noeviction");
-            redis.config_set("maxmemory", "1");
+            redis.refuse_writes(true);
             let newer = app.sms_send(json!({ "phone": PHONE })).await;
             let _ = held.release.send(());
             newer
         });
         assert_eq!(slow.status, 200, "{on_error:?}: {}", slow.body);
         assert_eq!(newer.status, 200, "{on_error:?}: {}", newer.body);
-        redis.config_set("maxmemory", "0");
+        redis.refuse_writes(false);
         assert!(ready_again(&app).await, "{on_error:?}: Redis answers again");
         // Messages in the order they were delivered: the newer send's first.
-        let codes: Vec<String> = app
-            .sms
-            .messages()
-            .iter()
-            .map(|m| {
-                m.body
-                    .split(|c: char| !c.is_ascii_digit())
-                    .find(|run| run.len() == 6)
-                    .expect("a code")
-                    .to_string()
-            })
-            .collect();
+        let codes = delivered_codes(&app);
         let [during, slow_code] = &codes[..] else {
             panic!("{on_error:?}: two SMS delivered: {codes:?}");
         };
@@ -659,18 +656,8 @@ async fn a_slow_delivery_from_before_an_outage_leaves_the_code_sent_during_it() 
 #[tokio::test]
 async fn a_slow_delivery_between_two_outages_leaves_the_second_ones_code() {
     let redis = PrivateRedis::start().await;
-    let url = redis.url();
-    let app = spawn_app(Backend::Redis, move |s| {
-        s.store.redis_url = SecretUrl::new(url);
-        s.store.timeout = std::time::Duration::from_millis(200);
-        s.store.on_error = OnStoreError::Local;
-        s.sms.code_secret = Secret::new("a-configured-secret");
-        s.sms.phone_limits = limits(&[(10, 3_600_000)]);
-        s.sms.captcha_after = 100;
-    })
-    .await;
-    redis.config_set("maxmemory-policy", "noeviction");
-    let outage = |on: bool| redis.config_set("maxmemory", if on { "1" } else { "0" });
+    let app = outage_app(&redis, OnStoreError::Local).await;
+    let outage = |on: bool| redis.refuse_writes(on);
     outage(true);
     assert_eq!(app.sms_send(json!({ "phone": PHONE })).await.status, 200);
     outage(false);
@@ -690,18 +677,7 @@ async fn a_slow_delivery_between_two_outages_leaves_the_second_ones_code() {
     outage(false);
     assert!(ready_again(&app).await, "Redis answers again");
     // Delivered in this order: the first outage's, the second's, the slow one's.
-    let codes: Vec<String> = app
-        .sms
-        .messages()
-        .iter()
-        .map(|m| {
-            m.body
-                .split(|c: char| !c.is_ascii_digit())
-                .find(|run| run.len() == 6)
-                .expect("a code")
-                .to_string()
-        })
-        .collect();
+    let codes = delivered_codes(&app);
     let [_, newest, _] = &codes[..] else {
         panic!("three SMS delivered: {codes:?}");
     };
