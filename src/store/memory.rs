@@ -143,15 +143,7 @@ impl MemoryStore {
     /// Whether `key` holds a live one-time code that was sent (burnt or
     /// not), not the stand-in a check without a code leaves.
     pub fn holds_code(&self, key: &str) -> bool {
-        let now = self.clock.now_ms();
-        self.subjects
-            .get(shard_of(key))
-            .and_then(|s| {
-                s.entries.get(key).map(|e| {
-                    !e.expired(now) && matches!(&e.value, Value::Otp { mac, .. } if !mac.is_empty())
-                })
-            })
-            .unwrap_or(false)
+        self.held_code_mac(key).is_some()
     }
 
     /// Run `f` on the conversion at `key` and the time now, under its

@@ -40,9 +40,9 @@ impl Subject {
 
     /// `WindowStore::otp_drop`: while the code at `key` is the one sealed as
     /// `mac`, delete it and put back the code it replaced (the first it
-    /// kept) if that one is still live, with the codes kept behind it; when a racing send has replaced it
-    /// since, that send takes it out of those it kept, so that it never
-    /// comes back (otp_drop.lua).
+    /// kept) if that one is still live, with the codes kept behind it; when
+    /// a racing send has replaced it since, that send takes it out of those
+    /// it kept, so that it never comes back (otp_drop.lua).
     pub(super) fn drop_otp(&mut self, key: &str, mac: &str, now: u64) {
         let Some(entry) = self.live(key, now) else {
             return;
