@@ -283,10 +283,10 @@ pub trait WindowStore: Send + Sync {
 
     /// Delete the code at `key` if it is still the one sealed as `mac`, and
     /// put back the code it replaced, if still live, with the tries that
-    /// one had left: a failed delivery takes back its own code, never one a racing
-    /// send has put since (whose SMS went out), and leaves the phone's
-    /// earlier code as it was. When a racing send has replaced it, that
-    /// send forgets it, so that a code no SMS carried never comes back.
+    /// one had left: a failed delivery takes back its own code, never one a
+    /// racing send has put since (whose SMS went out), and leaves the
+    /// phone's earlier code as it was. When a racing send has replaced it,
+    /// that send forgets it, so that a code no SMS carried never comes back.
     async fn otp_drop(&self, key: &str, mac: &str) -> Result<(), StoreError>;
 
     /// The code at `key` sealed as `mac` was delivered, or may have been
