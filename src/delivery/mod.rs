@@ -47,6 +47,11 @@ pub enum DeliveryError {
     /// provider and the status, never the phone).
     #[error("{0}")]
     Rejected(String),
+    /// The provider refused to text this number, as it will each time it
+    /// is asked (an invalid number, not a mobile, opted out): the text names
+    /// the provider, the status and its error code, never the phone.
+    #[error("{0}")]
+    Refused(String),
     /// The call failed before an answer came; the text leaves out the URL, which
     /// may carry a token.
     #[error("provider unreachable: {0}")]
@@ -66,6 +71,13 @@ impl DeliveryError {
     /// delivery is common with a slow gateway.
     pub fn may_have_been_delivered(&self) -> bool {
         matches!(self, DeliveryError::TimedOut)
+    }
+
+    /// Whether the provider refused to text this number: asking again is
+    /// refused again. Any other failure (a wrong token or URL, the
+    /// provider's own throttling or outage, no answer) may pass on a retry.
+    pub fn refused_the_number(&self) -> bool {
+        matches!(self, DeliveryError::Refused(_))
     }
 
     fn from_reqwest(e: reqwest::Error) -> Self {

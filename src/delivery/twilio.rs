@@ -4,6 +4,7 @@
 
 use async_trait::async_trait;
 use reqwest::header::HeaderMap;
+use reqwest::StatusCode;
 use serde::Deserialize;
 
 use super::{http_client, DeliveryError, SetupError, SmsMessage, SmsSender};
@@ -74,9 +75,55 @@ impl SmsSender for TwilioSender {
             .await
             .ok()
             .and_then(|e| e.code);
-        Err(DeliveryError::Rejected(match code {
-            Some(code) => format!("twilio answered {status}, error code {code}"),
-            None => format!("twilio answered {status}"),
-        }))
+        Err(failure(status, code))
+    }
+}
+
+/// Twilio's error codes for a `To` number it will not text, answered with
+/// a 400 (its error dictionary): invalid (21211, 21217), unreachable
+/// (21214), premium rate (21268), in a region the account may not text
+/// (21408), opted out (21610), not reachable from the sender (21612), not a
+/// mobile (21614).
+const NUMBER_REFUSED: [u64; 8] = [21211, 21214, 21217, 21268, 21408, 21610, 21612, 21614];
+
+/// What Twilio's error answer means. Only the codes of `NUMBER_REFUSED`
+/// refuse the number: any other (a wrong account, token or `From`, its
+/// throttling, its outage) is a failure a retry may mend, and so is a code
+/// Twilio adds later, until it is listed here.
+fn failure(status: StatusCode, code: Option<u64>) -> DeliveryError {
+    let Some(code) = code else {
+        return DeliveryError::Rejected(format!("twilio answered {status}"));
+    };
+    let text = format!("twilio answered {status}, error code {code}");
+    if status == StatusCode::BAD_REQUEST && NUMBER_REFUSED.contains(&code) {
+        DeliveryError::Refused(text)
+    } else {
+        DeliveryError::Rejected(text)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_400_naming_the_to_number_refuses_it() {
+        for code in NUMBER_REFUSED {
+            assert!(failure(StatusCode::BAD_REQUEST, Some(code)).refused_the_number());
+        }
+        let failures = [
+            (StatusCode::BAD_REQUEST, Some(21606)), // `From` not an SMS-capable number
+            (StatusCode::BAD_REQUEST, None),
+            (StatusCode::UNAUTHORIZED, Some(20003)),
+            (StatusCode::NOT_FOUND, Some(20404)),
+            (StatusCode::TOO_MANY_REQUESTS, Some(20429)),
+            (StatusCode::INTERNAL_SERVER_ERROR, Some(21211)),
+        ];
+        for (status, code) in failures {
+            assert!(
+                !failure(status, code).refused_the_number(),
+                "{status} {code:?}"
+            );
+        }
     }
 }

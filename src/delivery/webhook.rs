@@ -1,7 +1,9 @@
 //! `sms.provider.kind = "webhook"`: POST `{"to", "body", "locale", "request_id"}`
-//! as JSON to `sms.provider.url` with the configured headers; any 2xx is success.
+//! as JSON to `sms.provider.url` with the configured headers; any 2xx is
+//! success, a 400 or a 422 refuses the number.
 
 use async_trait::async_trait;
+use reqwest::StatusCode;
 use serde::Serialize;
 
 use super::{http_client, DeliveryError, SetupError, SmsMessage, SmsSender};
@@ -54,9 +56,35 @@ impl SmsSender for WebhookSender {
         if status.is_success() {
             Ok(())
         } else {
-            Err(DeliveryError::Rejected(format!(
-                "webhook answered {status}"
-            )))
+            Err(failure(status))
+        }
+    }
+}
+
+/// What a webhook's error status means: a 400 or a 422 refuses the number
+/// (docs/delivery.md asks gateways to answer so for a message they will
+/// never deliver); anything else is a failure a retry may mend.
+fn failure(status: StatusCode) -> DeliveryError {
+    let text = format!("webhook answered {status}");
+    match status {
+        StatusCode::BAD_REQUEST | StatusCode::UNPROCESSABLE_ENTITY => DeliveryError::Refused(text),
+        _ => DeliveryError::Rejected(text),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_400_or_a_422_refuses_the_number() {
+        for status in [400, 422] {
+            let error = failure(StatusCode::from_u16(status).unwrap());
+            assert!(error.refused_the_number(), "{status}");
+        }
+        for status in [302, 401, 403, 404, 408, 409, 429, 500, 502, 503] {
+            let error = failure(StatusCode::from_u16(status).unwrap());
+            assert!(!error.refused_the_number(), "{status}");
         }
     }
 }

@@ -194,7 +194,14 @@ impl Reservation<'_> {
     /// Give every recorded event back (a failed delivery), to the store
     /// that recorded it.
     pub async fn roll_back(&self, store: &dyn WindowStore) {
-        self.give_back(store, true).await;
+        self.give_back(store, |_| true).await;
+    }
+
+    /// Give the event back to every subject but those of the `kept` kinds,
+    /// whose windows go on counting it, and to the pumping guard.
+    pub async fn roll_back_all_but(&self, store: &dyn WindowStore, kept: &[SubjectKind]) {
+        self.give_back(store, |hit| !kept.contains(&hit.subject.kind))
+            .await;
     }
 
     /// Give the event back to the pumping guard's conversions alone (a
@@ -202,17 +209,23 @@ impl Reservation<'_> {
     /// have arrived, but an unknown outcome is no sign of pumping, and a
     /// slow provider would otherwise block the ranges its users send to.
     pub async fn uncount_conversions(&self, store: &dyn WindowStore) {
-        self.give_back(store, false).await;
+        self.give_back(store, |_| false).await;
     }
 
-    async fn give_back(&self, store: &dyn WindowStore, windows_too: bool) {
+    /// Give the event back to the conversions and to the subjects
+    /// `windows_back` picks.
+    async fn give_back(
+        &self,
+        store: &dyn WindowStore,
+        windows_back: impl Fn(&SubjectHit<'_>) -> bool,
+    ) {
         if !self.recorded {
             return;
         }
         let subjects = self
             .hits
             .iter()
-            .filter(|_| windows_too)
+            .filter(|hit| windows_back(hit))
             .map(|hit| SubjectWindows {
                 key: &hit.key,
                 windows: hit.rules.windows(),

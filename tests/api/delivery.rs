@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use tollgate::settings::{Secret, SmsProviderKind};
-use wiremock::matchers::{basic_auth, header, method, path};
+use wiremock::matchers::{basic_auth, body_string_contains, header, method, path};
 use wiremock::{Mock, MockServer, Request, ResponseTemplate};
 
 use crate::support::app::{limits, spawn_app_with_sms_provider, Answer, Backend, TestApp};
@@ -363,7 +363,7 @@ async fn the_twilio_provider_posts_the_form_with_basic_auth_to_the_account_messa
 }
 
 #[tokio::test]
-async fn a_twilio_error_answers_502_and_gives_the_reservation_back() {
+async fn a_twilio_error_answers_502_and_gives_the_phone_its_send_back() {
     let server = MockServer::start().await;
     Mock::given(method("POST"))
         .and(path(TWILIO_PATH))
@@ -392,6 +392,140 @@ async fn a_twilio_error_answers_502_and_gives_the_reservation_back() {
         retried.body
     );
     assert_eq!(received(&server).await.len(), 2);
+}
+
+const OTHER_PHONE: &str = "+8613800138001";
+
+/// A Twilio app on `backend` whose provider refuses `PHONE` (400, error
+/// 21211, as for a number it will not text) and texts any other, with two
+/// sends an hour per address, IPv6 network, prefix and everyone.
+async fn refusing_twilio_app(server: &MockServer, backend: Backend) -> TestApp {
+    Mock::given(method("POST"))
+        .and(path(TWILIO_PATH))
+        .and(body_string_contains("To=%2B8613800138000"))
+        .respond_with(
+            ResponseTemplate::new(400)
+                .set_body_json(json!({ "code": 21211, "message": "invalid To", "status": 400 })),
+        )
+        .mount(server)
+        .await;
+    Mock::given(method("POST"))
+        .and(path(TWILIO_PATH))
+        .respond_with(ResponseTemplate::new(201).set_body_json(json!({ "sid": "SM2" })))
+        .mount(server)
+        .await;
+    let url = server.uri();
+    spawn_app_with_sms_provider(backend, move |s| {
+        let two_an_hour = limits(&[(2, 3_600_000)]);
+        s.sms.phone_limits = limits(&[(1, 3_600_000)]);
+        s.sms.ip_limits = two_an_hour.clone();
+        s.sms.network_limits = two_an_hour.clone();
+        s.sms.prefix_limits = two_an_hour.clone();
+        s.sms.global_limits = two_an_hour;
+        s.sms.provider.kind = SmsProviderKind::Twilio;
+        s.sms.provider.url = url.into();
+        s.sms.provider.account_sid = "AC0123456789".into();
+        s.sms.provider.auth_token = Secret::new("twilio-token");
+        s.sms.provider.from = "+15005550006".into();
+    })
+    .await
+}
+
+/// A number the provider refuses to text still counts in the windows of
+/// the address that asked for it (its IP's, its IPv6 network's): given back
+/// whole, one address could make a provider call per request with a number
+/// the provider will not text, and no window would see one. The phone's,
+/// the prefix's and the global windows give it back, as for any failure, so
+/// a retry once the number is right is not refused, and refused numbers
+/// cannot fill a country's windows or everyone's.
+async fn a_number_the_provider_refuses_still_counts_against_the_address(backend: Backend) {
+    let server = MockServer::start().await;
+    let app = refusing_twilio_app(&server, backend).await;
+    let send =
+        |phone: &'static str, ip: &'static str| app.sms_send(json!({ "phone": phone, "ip": ip }));
+
+    for _ in 0..2 {
+        let refused = send(PHONE, "203.0.113.7").await;
+        assert_eq!(refused.status, 502, "{}", refused.body);
+        assert_eq!(refused.error(), "delivery_failed");
+    }
+    let third = send(OTHER_PHONE, "203.0.113.7").await;
+    assert_eq!(third.status, 429, "{}", third.body);
+    assert_eq!(third.body["rule"], "ip 2/1h");
+    assert_eq!(
+        received(&server).await.len(),
+        2,
+        "the address's third send never reached the provider"
+    );
+
+    // Two /64s of one /48 (`sms.network_bits`): their network keeps both.
+    for ip in ["2001:db8:1:1::1", "2001:db8:1:2::1"] {
+        assert_eq!(send(PHONE, ip).await.status, 502);
+    }
+    let from_the_network = send(OTHER_PHONE, "2001:db8:1:3::1").await;
+    assert_eq!(from_the_network.status, 429, "{}", from_the_network.body);
+    assert_eq!(from_the_network.body["rule"], "network 2/1h");
+
+    let elsewhere = send(OTHER_PHONE, "198.51.100.9").await;
+    assert_eq!(
+        elsewhere.status, 200,
+        "four refused sends filled neither the prefix's 2/1h nor the global 2/1h: {}",
+        elsewhere.body
+    );
+    assert_eq!(received(&server).await.len(), 5);
+}
+
+#[tokio::test]
+async fn a_number_the_provider_refuses_still_counts_against_the_address_on_memory() {
+    a_number_the_provider_refuses_still_counts_against_the_address(Backend::Memory).await;
+}
+
+#[tokio::test]
+async fn a_number_the_provider_refuses_still_counts_against_the_address_on_redis() {
+    a_number_the_provider_refuses_still_counts_against_the_address(Backend::Redis).await;
+}
+
+/// A failure of the provider or of the set-up (a wrong token or URL, the
+/// provider's own throttling, a 5xx) is given back to the address too: a
+/// retry may pass, and a crowd behind one address retrying through a
+/// provider's outage must not fill its windows.
+#[tokio::test]
+async fn a_provider_or_set_up_failure_is_given_back_to_the_address_too() {
+    let server = MockServer::start().await;
+    for status in [401, 403, 404, 429, 500, 503] {
+        Mock::given(method("POST"))
+            .respond_with(ResponseTemplate::new(status))
+            .up_to_n_times(1)
+            .mount(&server)
+            .await;
+    }
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(202))
+        .mount(&server)
+        .await;
+    let url = format!("{}/hooks/sms", server.uri());
+    let app = spawn_app_with_sms_provider(Backend::Memory, move |s| {
+        s.sms.ip_limits = limits(&[(2, 3_600_000)]);
+        s.sms.provider.kind = SmsProviderKind::Webhook;
+        s.sms.provider.url = url.into();
+    })
+    .await;
+
+    for _ in 0..6 {
+        let failed = app
+            .sms_send(json!({ "phone": PHONE, "ip": "203.0.113.7" }))
+            .await;
+        assert_eq!(failed.status, 502, "{}", failed.body);
+    }
+    let delivered = app
+        .sms_send(json!({ "phone": PHONE, "ip": "203.0.113.7" }))
+        .await;
+    assert_eq!(
+        delivered.status, 200,
+        "six failures left the address's 2/1h empty: {}",
+        delivered.body
+    );
+    assert_eq!(received(&server).await.len(), 7);
 }
 
 #[tokio::test]

@@ -14,6 +14,7 @@
 use super::refusal::{refusal_row, region_allowed};
 use super::{Quota, SmsRefusal};
 use crate::audit::{AuditDecision, AuditEvent};
+use crate::delivery::DeliveryError;
 use crate::domain::{Action, PhoneNumber, Reason, Subject, SubjectKind};
 use crate::guard::pumping::{self, Found};
 use crate::guard::reserve::{RefusalKind, Reservation};
@@ -44,6 +45,35 @@ pub(super) struct Decision<A> {
 pub(super) trait Answer {
     /// The answer once nothing is enforced.
     fn shadowed(self) -> Self;
+}
+
+/// What a send whose delivery failed gives back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum GiveBack {
+    /// The whole send: its windows, its pumping count and its code. The
+    /// provider or the set-up failed, and a retry may pass.
+    Whole,
+    /// All but its client address's windows (the IP's and the IPv6
+    /// network's), which go on counting it: the provider refused to text the
+    /// number. Given back whole, such a send could be repeated without end,
+    /// each a provider call no window saw.
+    AllButTheAddress,
+    /// Its pumping count alone: the message may have gone (no answer in time).
+    PumpingCount,
+}
+
+/// The subject kinds whose windows keep a send the provider refused.
+pub(super) const ADDRESS_KINDS: [SubjectKind; 2] = [SubjectKind::Ip, SubjectKind::Network];
+
+/// What a failed delivery gives back of its send.
+pub(super) fn give_back(error: &DeliveryError) -> GiveBack {
+    if error.may_have_been_delivered() {
+        GiveBack::PumpingCount
+    } else if error.refused_the_number() {
+        GiveBack::AllButTheAddress
+    } else {
+        GiveBack::Whole
+    }
 }
 
 /// What the lists and the region rule let through goes on one of two ways.

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use super::decision::{self, Grant, Pass, Region};
+use super::decision::{self, GiveBack, Grant, Pass, Region};
 use super::{SendRequest, Sent, SmsGuard, SmsRefusal};
 use crate::delivery::{DeliveryError, SmsMessage};
 use crate::domain::{Action, Locale, PhoneNumber, Subject, SubjectKind};
@@ -116,12 +116,15 @@ impl SmsGuard {
     /// Deliver the code; when that fails, give the reservation back and
     /// delete the code, so that the failed send costs the caller nothing:
     /// this send's code only, not one a racing send has put since, and the
-    /// phone's earlier code comes back as it was (`otp_drop`). A
-    /// provider that took the message and did not answer in time may have
-    /// delivered it all the same: that send keeps its windows and its code,
-    /// so they count it (or a slow gateway would text a phone without any
-    /// limit, every send answered 502) and the code verifies if it arrives;
-    /// only the pumping guard's count is given back.
+    /// phone's earlier code comes back as it was (`otp_drop`). A message the
+    /// provider refused itself (a number it will not text) still counts in
+    /// the client address's windows, so that one address cannot make a
+    /// provider call per request with it. A provider that took the message
+    /// and did not answer in time may have delivered it all the same: that
+    /// send keeps its windows and its code, so they count it (or a slow
+    /// gateway would text a phone without any limit, every send answered
+    /// 502) and the code verifies if it arrives; only the pumping guard's
+    /// count is given back.
     async fn deliver_or_undo(
         &self,
         req: &SendRequest,
@@ -135,15 +138,20 @@ impl SmsGuard {
             store.code_delivered(&code.key, &code.mac);
             return Ok(());
         };
-        if error.may_have_been_delivered() {
-            store.code_delivered(&code.key, &code.mac);
-            if let Some(reservation) = reservation {
-                reservation.uncount_conversions(store).await;
+        match (decision::give_back(&error), reservation) {
+            (GiveBack::PumpingCount, _) => {
+                store.code_delivered(&code.key, &code.mac);
+                if let Some(reservation) = reservation {
+                    reservation.uncount_conversions(store).await;
+                }
+                return Err(error.into());
             }
-            return Err(error.into());
-        }
-        if let Some(reservation) = reservation {
-            reservation.roll_back(store).await;
+            (GiveBack::AllButTheAddress, Some(reservation)) => {
+                let kept = &decision::ADDRESS_KINDS;
+                reservation.roll_back_all_but(store, kept).await;
+            }
+            (GiveBack::Whole, Some(reservation)) => reservation.roll_back(store).await,
+            (_, None) => {}
         }
         if let Err(e) = store.otp_drop(&code.key, &code.mac).await {
             tracing::warn!(request_id = %crate::telemetry::request_id(), error = %e, "could not delete the code of a failed send");

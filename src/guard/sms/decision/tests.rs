@@ -321,3 +321,14 @@ fn a_send_that_goes_ahead_tells_its_wait_quota_and_captcha() {
     let shadowed = reserved(&reservation(&policy, said)).shadowed();
     assert_eq!(shadowed.settle().answer.unwrap(), Grant::default());
 }
+
+#[test]
+fn a_failed_delivery_gives_back_what_its_failure_says() {
+    let refused = DeliveryError::Refused("twilio answered 400, error code 21211".into());
+    assert_eq!(give_back(&refused), GiveBack::AllButTheAddress);
+    let rejected = DeliveryError::Rejected("webhook answered 503".into());
+    assert_eq!(give_back(&rejected), GiveBack::Whole);
+    let unreachable = DeliveryError::Unreachable("connection refused".into());
+    assert_eq!(give_back(&unreachable), GiveBack::Whole);
+    assert_eq!(give_back(&DeliveryError::TimedOut), GiveBack::PumpingCount);
+}
