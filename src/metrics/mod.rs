@@ -61,6 +61,12 @@ pub const ADMIN_AUTH_THROTTLED: &str = "tollgate_admin_auth_throttled_total";
 /// `throttled` when the address had `captcha.failed_token_limit` refused,
 /// `paused` while the provider throttles (429).
 pub const CAPTCHA_CHECKS: &str = "tollgate_captcha_checks_total";
+/// Counter of SMS deliveries, by `outcome`: `delivered`; `refused_number`,
+/// the provider refused to text the number (the send still counts against
+/// the asking address); `failed`, any other failure (a wrong set-up, the
+/// provider's throttling or outage), given back whole; `timed_out`, no
+/// answer in time (the send counts: the SMS may arrive).
+pub const SMS_DELIVERIES: &str = "tollgate_sms_deliveries_total";
 /// Counter of fetches of the OpenID provider's signing keys (JWKS), by
 /// `outcome`: `ok` or `failed`.
 pub const ADMIN_JWKS_FETCHES: &str = "tollgate_admin_jwks_fetches_total";
@@ -386,6 +392,11 @@ pub fn admin_jwks_fetch(ok: bool) {
 /// Count one captcha token: the provider's verdict, `mismatched`, `throttled` or `paused`.
 pub fn captcha_check(outcome: &'static str) {
     counter!(CAPTCHA_CHECKS, "outcome" => outcome).increment(1);
+}
+
+/// Count one SMS handed to the provider, by what came of it.
+pub fn sms_delivery(outcome: &'static str) {
+    counter!(SMS_DELIVERIES, "outcome" => outcome).increment(1);
 }
 
 /// Count one admin request refused while its address is throttled.

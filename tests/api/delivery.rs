@@ -289,6 +289,7 @@ async fn a_webhook_that_does_not_answer_in_time_answers_502_and_its_send_still_c
         .mount(&server)
         .await;
     let app = webhook_app(&server, Duration::from_millis(300)).await;
+    let timed_out_before = app.metric(&deliveries("timed_out")).await;
 
     let started = Instant::now();
     let slow = app.sms_send(json!({ "phone": PHONE })).await;
@@ -322,6 +323,8 @@ async fn a_webhook_that_does_not_answer_in_time_answers_502_and_its_send_still_c
         json!({ "valid": true }),
         "the code of a send that may have arrived stays"
     );
+    let timed_out = app.metric(&deliveries("timed_out")).await - timed_out_before;
+    assert!(timed_out >= 1.0, "{timed_out}");
 }
 
 #[tokio::test]
@@ -443,6 +446,7 @@ async fn a_number_the_provider_refuses_still_counts_against_the_address(backend:
     let app = refusing_twilio_app(&server, backend).await;
     let send =
         |phone: &'static str, ip: &'static str| app.sms_send(json!({ "phone": phone, "ip": ip }));
+    let refused_before = app.metric(&deliveries("refused_number")).await;
 
     for _ in 0..2 {
         let refused = send(PHONE, "203.0.113.7").await;
@@ -473,6 +477,13 @@ async fn a_number_the_provider_refuses_still_counts_against_the_address(backend:
         elsewhere.body
     );
     assert_eq!(received(&server).await.len(), 5);
+    let refused = app.metric(&deliveries("refused_number")).await - refused_before;
+    assert!(refused >= 4.0, "four refused numbers counted: {refused}");
+}
+
+/// One series of `tollgate_sms_deliveries_total`.
+fn deliveries(outcome: &str) -> String {
+    format!("tollgate_sms_deliveries_total{{outcome=\"{outcome}\"}}")
 }
 
 #[tokio::test]
@@ -511,12 +522,16 @@ async fn a_provider_or_set_up_failure_is_given_back_to_the_address_too() {
     })
     .await;
 
+    let failed_before = app.metric(&deliveries("failed")).await;
     for _ in 0..6 {
         let failed = app
             .sms_send(json!({ "phone": PHONE, "ip": "203.0.113.7" }))
             .await;
         assert_eq!(failed.status, 502, "{}", failed.body);
     }
+    let failed = app.metric(&deliveries("failed")).await - failed_before;
+    assert!(failed >= 6.0, "six failures counted: {failed}");
+    let delivered_before = app.metric(&deliveries("delivered")).await;
     let delivered = app
         .sms_send(json!({ "phone": PHONE, "ip": "203.0.113.7" }))
         .await;
@@ -526,6 +541,8 @@ async fn a_provider_or_set_up_failure_is_given_back_to_the_address_too() {
         delivered.body
     );
     assert_eq!(received(&server).await.len(), 7);
+    let delivered = app.metric(&deliveries("delivered")).await - delivered_before;
+    assert!(delivered >= 1.0, "{delivered}");
 }
 
 #[tokio::test]

@@ -62,6 +62,18 @@ pub(super) enum GiveBack {
     PumpingCount,
 }
 
+impl GiveBack {
+    /// The `outcome` of `tollgate_sms_deliveries_total` for a delivery that
+    /// failed so.
+    pub(super) fn outcome(self) -> &'static str {
+        match self {
+            GiveBack::Whole => "failed",
+            GiveBack::AllButTheAddress => "refused_number",
+            GiveBack::PumpingCount => "timed_out",
+        }
+    }
+}
+
 /// The subject kinds whose windows keep a send the provider refused.
 pub(super) const ADDRESS_KINDS: [SubjectKind; 2] = [SubjectKind::Ip, SubjectKind::Network];
 

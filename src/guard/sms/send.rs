@@ -135,10 +135,13 @@ impl SmsGuard {
         let ttl_secs = code.ttl.as_secs();
         let store = self.ctx.store.as_ref();
         let Err(error) = self.deliver(req, &code.text, ttl_secs, info).await else {
+            crate::metrics::sms_delivery("delivered");
             store.code_delivered(&code.key, &code.mac);
             return Ok(());
         };
-        match (decision::give_back(&error), reservation) {
+        let give_back = decision::give_back(&error);
+        crate::metrics::sms_delivery(give_back.outcome());
+        match (give_back, reservation) {
             (GiveBack::PumpingCount, _) => {
                 store.code_delivered(&code.key, &code.mac);
                 if let Some(reservation) = reservation {
