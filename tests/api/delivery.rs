@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use tollgate::settings::{Secret, SmsProviderKind};
+use tollgate::settings::{Secret, Settings, SmsProviderKind};
 use wiremock::matchers::{basic_auth, body_string_contains, header, method, path};
 use wiremock::{Mock, MockServer, Request, ResponseTemplate};
 
@@ -29,16 +29,29 @@ async fn webhook_app(server: &MockServer, timeout: Duration) -> TestApp {
 }
 
 async fn twilio_app(server: &MockServer, timeout: Duration) -> TestApp {
+    twilio_app_on(Backend::Memory, server, |s| {
+        s.sms.provider.timeout = timeout
+    })
+    .await
+}
+
+/// An app on `backend` texting through Twilio at `server`, one send an hour
+/// per phone, then `configure`d.
+async fn twilio_app_on(
+    backend: Backend,
+    server: &MockServer,
+    configure: impl FnOnce(&mut Settings),
+) -> TestApp {
     // A trailing slash on the base must not double up in the path.
     let url = format!("{}/", server.uri());
-    spawn_app_with_sms_provider(Backend::Memory, move |s| {
+    spawn_app_with_sms_provider(backend, move |s| {
         s.sms.phone_limits = limits(&[(1, 3_600_000)]);
         s.sms.provider.kind = SmsProviderKind::Twilio;
         s.sms.provider.url = url.into();
         s.sms.provider.account_sid = "AC0123456789".into();
         s.sms.provider.auth_token = Secret::new("twilio-token");
         s.sms.provider.from = "+15005550006".into();
-        s.sms.provider.timeout = timeout;
+        configure(s);
     })
     .await
 }
@@ -417,19 +430,12 @@ async fn refusing_twilio_app(server: &MockServer, backend: Backend) -> TestApp {
         .respond_with(ResponseTemplate::new(201).set_body_json(json!({ "sid": "SM2" })))
         .mount(server)
         .await;
-    let url = server.uri();
-    spawn_app_with_sms_provider(backend, move |s| {
+    twilio_app_on(backend, server, |s| {
         let two_an_hour = limits(&[(2, 3_600_000)]);
-        s.sms.phone_limits = limits(&[(1, 3_600_000)]);
         s.sms.ip_limits = two_an_hour.clone();
         s.sms.network_limits = two_an_hour.clone();
         s.sms.prefix_limits = two_an_hour.clone();
         s.sms.global_limits = two_an_hour;
-        s.sms.provider.kind = SmsProviderKind::Twilio;
-        s.sms.provider.url = url.into();
-        s.sms.provider.account_sid = "AC0123456789".into();
-        s.sms.provider.auth_token = Secret::new("twilio-token");
-        s.sms.provider.from = "+15005550006".into();
     })
     .await
 }
