@@ -79,12 +79,13 @@ impl SmsSender for TwilioSender {
     }
 }
 
-/// Twilio's error codes for a `To` number it will not text, answered with
-/// a 400 (its error dictionary): invalid (21211, 21217), unreachable
-/// (21214), premium rate (21268), in a region the account may not text
-/// (21408), opted out (21610), not reachable from the sender (21612), not a
-/// mobile (21614).
-const NUMBER_REFUSED: [u64; 8] = [21211, 21214, 21217, 21268, 21408, 21610, 21612, 21614];
+/// Twilio's error codes for a `To` number it will not text, whoever sends,
+/// answered with a 400 (its error dictionary): invalid (21211, 21217),
+/// unreachable (21214), premium rate (21268), opted out (21610), not a
+/// mobile (21614). Not 21408 (the account may not text the number's
+/// region) nor 21612 (this sender cannot reach it now): those are the
+/// account's set-up, which a misconfiguration must not charge to users.
+const NUMBER_REFUSED: [u64; 6] = [21211, 21214, 21217, 21268, 21610, 21614];
 
 /// What Twilio's error answer means. Only the codes of `NUMBER_REFUSED`
 /// refuse the number: any other (a wrong account, token or `From`, its
@@ -113,6 +114,8 @@ mod tests {
         }
         let failures = [
             (StatusCode::BAD_REQUEST, Some(21606)), // `From` not an SMS-capable number
+            (StatusCode::BAD_REQUEST, Some(21408)), // the account's region permissions
+            (StatusCode::BAD_REQUEST, Some(21612)), // this sender cannot reach it now
             (StatusCode::BAD_REQUEST, None),
             (StatusCode::UNAUTHORIZED, Some(20003)),
             (StatusCode::NOT_FOUND, Some(20404)),

@@ -1,6 +1,6 @@
 //! `sms.provider.kind = "webhook"`: POST `{"to", "body", "locale", "request_id"}`
 //! as JSON to `sms.provider.url` with the configured headers; any 2xx is
-//! success, a 400 or a 422 refuses the number.
+//! success, a 422 refuses the number.
 
 use async_trait::async_trait;
 use reqwest::StatusCode;
@@ -61,14 +61,18 @@ impl SmsSender for WebhookSender {
     }
 }
 
-/// What a webhook's error status means: a 400 or a 422 refuses the number
+/// What a webhook's error status means: a 422 refuses the number
 /// (docs/delivery.md asks gateways to answer so for a message they will
-/// never deliver); anything else is a failure a retry may mend.
+/// never deliver); anything else is a failure a retry may mend. Not a 400:
+/// proxies, auth layers and gateways answer it for their own faults (a
+/// plain-HTTP request to a TLS port, a header too large), and each of those
+/// would count against the user's address.
 fn failure(status: StatusCode) -> DeliveryError {
     let text = format!("webhook answered {status}");
-    match status {
-        StatusCode::BAD_REQUEST | StatusCode::UNPROCESSABLE_ENTITY => DeliveryError::Refused(text),
-        _ => DeliveryError::Rejected(text),
+    if status == StatusCode::UNPROCESSABLE_ENTITY {
+        DeliveryError::Refused(text)
+    } else {
+        DeliveryError::Rejected(text)
     }
 }
 
@@ -77,12 +81,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_a_400_or_a_422_refuses_the_number() {
-        for status in [400, 422] {
-            let error = failure(StatusCode::from_u16(status).unwrap());
-            assert!(error.refused_the_number(), "{status}");
-        }
-        for status in [302, 401, 403, 404, 408, 409, 429, 500, 502, 503] {
+    fn only_a_422_refuses_the_number() {
+        assert!(failure(StatusCode::UNPROCESSABLE_ENTITY).refused_the_number());
+        for status in [302, 400, 401, 403, 404, 408, 409, 429, 500, 502, 503] {
             let error = failure(StatusCode::from_u16(status).unwrap());
             assert!(!error.refused_the_number(), "{status}");
         }

@@ -61,11 +61,8 @@ pub const ADMIN_AUTH_THROTTLED: &str = "tollgate_admin_auth_throttled_total";
 /// `throttled` when the address had `captcha.failed_token_limit` refused,
 /// `paused` while the provider throttles (429).
 pub const CAPTCHA_CHECKS: &str = "tollgate_captcha_checks_total";
-/// Counter of SMS deliveries, by `outcome`: `delivered`; `refused_number`,
-/// the provider refused to text the number (the send still counts against
-/// the asking address); `failed`, any other failure (a wrong set-up, the
-/// provider's throttling or outage), given back whole; `timed_out`, no
-/// answer in time (the send counts: the SMS may arrive).
+/// Counter of SMS sends that reached delivery, by `outcome`
+/// ([`SmsDelivery`]).
 pub const SMS_DELIVERIES: &str = "tollgate_sms_deliveries_total";
 /// Counter of fetches of the OpenID provider's signing keys (JWKS), by
 /// `outcome`: `ok` or `failed`.
@@ -176,6 +173,10 @@ fn describe() {
         "Admin requests refused because their address failed too often"
     );
     describe_counter!(
+        SMS_DELIVERIES,
+        "SMS sends that reached delivery, by outcome: delivered, refused_number (counts against the asking address), failed (given back), timed_out (counts)"
+    );
+    describe_counter!(
         CAPTCHA_CHECKS,
         "Captcha tokens, by outcome: passed, refused, mismatched, unanswered (the provider's word), throttled or paused (not asked)"
     );
@@ -221,6 +222,9 @@ fn describe() {
 /// busy series the other alerts read exist after the first requests.)
 fn zeroes() {
     counter!(STORE_ERRORS).increment(0);
+    for outcome in SmsDelivery::ALL {
+        counter!(SMS_DELIVERIES, "outcome" => outcome.as_str()).increment(0);
+    }
     for outcome in ["spooled", "unjournaled"] {
         counter!(AUDIT_EVENTS, "outcome" => outcome).increment(0);
     }
@@ -394,9 +398,44 @@ pub fn captcha_check(outcome: &'static str) {
     counter!(CAPTCHA_CHECKS, "outcome" => outcome).increment(1);
 }
 
-/// Count one SMS handed to the provider, by what came of it.
-pub fn sms_delivery(outcome: &'static str) {
-    counter!(SMS_DELIVERIES, "outcome" => outcome).increment(1);
+/// What came of an SMS send's delivery: the `outcome` of
+/// `tollgate_sms_deliveries_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SmsDelivery {
+    /// The provider took it.
+    Delivered,
+    /// The provider refused to text the number; the send still counts in
+    /// the asking address's windows, where it has any.
+    RefusedNumber,
+    /// Any other failure (a wrong set-up, the provider's throttling or
+    /// outage, a template that did not render), given back whole.
+    Failed,
+    /// No answer in time: the send counts, as the SMS may arrive.
+    TimedOut,
+}
+
+impl SmsDelivery {
+    const ALL: [SmsDelivery; 4] = [
+        SmsDelivery::Delivered,
+        SmsDelivery::RefusedNumber,
+        SmsDelivery::Failed,
+        SmsDelivery::TimedOut,
+    ];
+
+    /// The `outcome` label's value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SmsDelivery::Delivered => "delivered",
+            SmsDelivery::RefusedNumber => "refused_number",
+            SmsDelivery::Failed => "failed",
+            SmsDelivery::TimedOut => "timed_out",
+        }
+    }
+}
+
+/// Count one SMS send's delivery, by what came of it.
+pub fn sms_delivery(outcome: SmsDelivery) {
+    counter!(SMS_DELIVERIES, "outcome" => outcome.as_str()).increment(1);
 }
 
 /// Count one admin request refused while its address is throttled.

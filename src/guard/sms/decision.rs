@@ -20,6 +20,7 @@ use crate::guard::pumping::{self, Found};
 use crate::guard::reserve::{RefusalKind, Reservation};
 use crate::guard::{Listing, SubjectRules};
 use crate::lists::Listed;
+use crate::metrics::SmsDelivery;
 use crate::settings::SmsSettings;
 use crate::store::HitOutcome;
 
@@ -63,13 +64,12 @@ pub(super) enum GiveBack {
 }
 
 impl GiveBack {
-    /// The `outcome` of `tollgate_sms_deliveries_total` for a delivery that
-    /// failed so.
-    pub(super) fn outcome(self) -> &'static str {
+    /// What `tollgate_sms_deliveries_total` counts a delivery that failed so as.
+    pub(super) fn outcome(self) -> SmsDelivery {
         match self {
-            GiveBack::Whole => "failed",
-            GiveBack::AllButTheAddress => "refused_number",
-            GiveBack::PumpingCount => "timed_out",
+            GiveBack::Whole => SmsDelivery::Failed,
+            GiveBack::AllButTheAddress => SmsDelivery::RefusedNumber,
+            GiveBack::PumpingCount => SmsDelivery::TimedOut,
         }
     }
 }

@@ -39,8 +39,9 @@ pub enum SmsRefusal {
         retry_after_ms: u64,
     },
     /// The text could not be rendered or the provider did not take it; the
-    /// reservation was given back unless the provider timed out (502
-    /// `delivery_failed`).
+    /// reservation was given back as the failure says (`decision::give_back`:
+    /// whole, all but the address's windows, or, when the provider timed
+    /// out, only the pumping count). 502 `delivery_failed`.
     #[error("delivery failed: {0}")]
     DeliveryFailed(#[from] DeliveryError),
     /// The store could not answer (503 `store_unavailable`).

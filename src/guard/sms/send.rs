@@ -1,8 +1,8 @@
 //! `POST /sms/send` (DESIGN.md §3, in order): the lists and the region,
 //! then the pumping guard, every subject's windows and the code in one
-//! reservation, then delivery, which gives the reservation back when it
-//! fails. `decision` says what the store's answers come to; this file asks
-//! and applies.
+//! reservation, then delivery, which gives back what its failure says
+//! (`decision::give_back`). `decision` says what the store's answers come
+//! to; this file asks and applies.
 
 use std::time::Duration;
 
@@ -12,6 +12,7 @@ use crate::delivery::{DeliveryError, SmsMessage};
 use crate::domain::{Action, Locale, PhoneNumber, Subject, SubjectKind};
 use crate::guard::reserve::{reserve, Offer, Reservation, SubjectHit};
 use crate::guard::{ceil_secs, code, pumping, Lookup, Policy, ProofCheck, RequestInfo};
+use crate::metrics::SmsDelivery;
 use crate::settings::SmsSettings;
 use crate::store::{CodeToStore, StoreError};
 
@@ -135,7 +136,7 @@ impl SmsGuard {
         let ttl_secs = code.ttl.as_secs();
         let store = self.ctx.store.as_ref();
         let Err(error) = self.deliver(req, &code.text, ttl_secs, info).await else {
-            crate::metrics::sms_delivery("delivered");
+            crate::metrics::sms_delivery(SmsDelivery::Delivered);
             store.code_delivered(&code.key, &code.mac);
             return Ok(());
         };

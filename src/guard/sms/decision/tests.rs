@@ -332,3 +332,15 @@ fn a_failed_delivery_gives_back_what_its_failure_says() {
     assert_eq!(give_back(&unreachable), GiveBack::Whole);
     assert_eq!(give_back(&DeliveryError::TimedOut), GiveBack::PumpingCount);
 }
+
+#[test]
+fn each_give_back_is_counted_as_its_own_delivery_outcome() {
+    let outcomes = [
+        (GiveBack::Whole, "failed"),
+        (GiveBack::AllButTheAddress, "refused_number"),
+        (GiveBack::PumpingCount, "timed_out"),
+    ];
+    for (give_back, label) in outcomes {
+        assert_eq!(give_back.outcome().as_str(), label, "{give_back:?}");
+    }
+}
