@@ -553,7 +553,7 @@ async fn a_provider_or_set_up_failure_is_given_back_to_the_address_too() {
         .await;
     let url = format!("{}/hooks/sms", server.uri());
     let app = spawn_app_with_sms_provider(Backend::Memory, move |s| {
-        s.sms.ip_limits = limits(&[(2, 3_600_000)]);
+        s.sms.ip_limits = limits(&[(1, 3_600_000)]);
         s.sms.provider.kind = SmsProviderKind::Webhook;
         s.sms.provider.url = url.into();
     })
@@ -574,7 +574,7 @@ async fn a_provider_or_set_up_failure_is_given_back_to_the_address_too() {
         .await;
     assert_eq!(
         delivered.status, 200,
-        "seven failures left the address's 2/1h empty: {}",
+        "seven failures left the address's 1/1h empty: {}",
         delivered.body
     );
     assert_eq!(received(&server).await.len(), 8);
