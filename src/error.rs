@@ -67,9 +67,13 @@ pub enum ApiError {
     /// reached, so an admin's JWT cannot be checked.
     #[error("the identity provider is unavailable")]
     IdentityProviderUnavailable,
-    /// 502: the SMS provider refused the message or did not answer.
-    #[error("the SMS provider did not accept the message")]
-    DeliveryFailed,
+    /// 502: the SMS provider refused the message or did not answer;
+    /// `number_refused` when it refused to text the number itself.
+    #[error("{}", if *number_refused { "the SMS provider refused to text this number" } else { "the SMS provider did not accept the message" })]
+    DeliveryFailed {
+        /// The provider refused the number: a resend to it is refused again.
+        number_refused: bool,
+    },
     /// 404: no such route.
     #[error("not found")]
     NotFound,
@@ -169,6 +173,11 @@ pub struct ErrorBody {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     pub captcha_required: Option<bool>,
+    /// `delivery_failed` only: `true` when the provider refused to text this
+    /// number (ask the user to check it: a resend counts against the address).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub number_refused: Option<bool>,
 }
 
 impl ErrorBody {
@@ -180,6 +189,7 @@ impl ErrorBody {
             retry_after_secs: None,
             rule: None,
             captcha_required: None,
+            number_refused: None,
         }
     }
 }
@@ -201,7 +211,7 @@ impl ApiError {
             ApiError::StoreUnavailable(_) => ErrorCode::StoreUnavailable,
             ApiError::AuditUnavailable => ErrorCode::AuditUnavailable,
             ApiError::IdentityProviderUnavailable => ErrorCode::IdentityProviderUnavailable,
-            ApiError::DeliveryFailed => ErrorCode::DeliveryFailed,
+            ApiError::DeliveryFailed { .. } => ErrorCode::DeliveryFailed,
             ApiError::NotFound => ErrorCode::NotFound,
             ApiError::MethodNotAllowed(_) => ErrorCode::MethodNotAllowed,
             ApiError::PayloadTooLarge(_) => ErrorCode::PayloadTooLarge,
@@ -228,7 +238,7 @@ impl ResponseError for ApiError {
             ApiError::StoreUnavailable(_)
             | ApiError::AuditUnavailable
             | ApiError::IdentityProviderUnavailable => StatusCode::SERVICE_UNAVAILABLE,
-            ApiError::DeliveryFailed => StatusCode::BAD_GATEWAY,
+            ApiError::DeliveryFailed { .. } => StatusCode::BAD_GATEWAY,
             ApiError::NotFound => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
@@ -256,6 +266,9 @@ impl ResponseError for ApiError {
                 response.insert_header((header::ALLOW, *allowed));
             }
             ApiError::CaptchaRequired => body.captcha_required = Some(true),
+            ApiError::DeliveryFailed {
+                number_refused: true,
+            } => body.number_refused = Some(true),
             ApiError::Unauthorized => {
                 response.insert_header((header::WWW_AUTHENTICATE, "Bearer"));
             }
@@ -343,7 +356,9 @@ impl From<SmsRefusal> for ApiError {
             },
             SmsRefusal::DeliveryFailed(cause) => {
                 tracing::warn!(request_id = %crate::telemetry::request_id(), error = %cause, "sms delivery failed");
-                ApiError::DeliveryFailed
+                ApiError::DeliveryFailed {
+                    number_refused: cause.refused_the_number(),
+                }
             }
             SmsRefusal::Store(e) => ApiError::StoreUnavailable(e),
         }

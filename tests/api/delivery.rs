@@ -458,6 +458,11 @@ async fn a_number_the_provider_refuses_still_counts_against_the_address(backend:
         let refused = send(PHONE, "203.0.113.7").await;
         assert_eq!(refused.status, 502, "{}", refused.body);
         assert_eq!(refused.error(), "delivery_failed");
+        assert_eq!(
+            refused.body["number_refused"], true,
+            "the page can ask the user to check the number: {}",
+            refused.body
+        );
     }
     let third = send(OTHER_PHONE, "203.0.113.7").await;
     assert_eq!(third.status, 429, "{}", third.body);
@@ -565,6 +570,12 @@ async fn a_provider_or_set_up_failure_is_given_back_to_the_address_too() {
             .sms_send(json!({ "phone": PHONE, "ip": "203.0.113.7" }))
             .await;
         assert_eq!(failed.status, 502, "{}", failed.body);
+        assert_eq!(
+            failed.body.get("number_refused"),
+            None,
+            "not the number's fault: {}",
+            failed.body
+        );
     }
     let failed = app.metric(&deliveries("failed")).await - failed_before;
     assert!(failed >= 7.0, "seven failures counted: {failed}");
