@@ -80,6 +80,16 @@ impl DeliveryError {
         matches!(self, DeliveryError::Refused(_))
     }
 
+    /// A provider's error answer, `text` naming the provider and the status:
+    /// `Refused` when the provider's word says it refused the number.
+    fn answered(refused_the_number: bool, text: String) -> Self {
+        if refused_the_number {
+            DeliveryError::Refused(text)
+        } else {
+            DeliveryError::Rejected(text)
+        }
+    }
+
     fn from_reqwest(e: reqwest::Error) -> Self {
         // A connect that timed out sent nothing: unreachable, not unanswered.
         if e.is_timeout() && !e.is_connect() {

@@ -95,12 +95,11 @@ fn failure(status: StatusCode, code: Option<u64>) -> DeliveryError {
     let Some(code) = code else {
         return DeliveryError::Rejected(format!("twilio answered {status}"));
     };
-    let text = format!("twilio answered {status}, error code {code}");
-    if status == StatusCode::BAD_REQUEST && NUMBER_REFUSED.contains(&code) {
-        DeliveryError::Refused(text)
-    } else {
-        DeliveryError::Rejected(text)
-    }
+    let refused = status == StatusCode::BAD_REQUEST && NUMBER_REFUSED.contains(&code);
+    DeliveryError::answered(
+        refused,
+        format!("twilio answered {status}, error code {code}"),
+    )
 }
 
 #[cfg(test)]

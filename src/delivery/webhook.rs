@@ -68,12 +68,8 @@ impl SmsSender for WebhookSender {
 /// plain-HTTP request to a TLS port, a header too large), and each of those
 /// would count against the user's address.
 fn failure(status: StatusCode) -> DeliveryError {
-    let text = format!("webhook answered {status}");
-    if status == StatusCode::UNPROCESSABLE_ENTITY {
-        DeliveryError::Refused(text)
-    } else {
-        DeliveryError::Rejected(text)
-    }
+    let refused = status == StatusCode::UNPROCESSABLE_ENTITY;
+    DeliveryError::answered(refused, format!("webhook answered {status}"))
 }
 
 #[cfg(test)]
