@@ -298,6 +298,8 @@ struct Handles {
     requests: [[Option<Counter>; Outcome::ALL.len()]; Route::ALL.len()],
     store_seconds: Option<Histogram>,
     audit_queued: Option<Counter>,
+    /// By `SmsDelivery`, at its index in `ALL`: one a send.
+    sms_deliveries: [Option<Counter>; SmsDelivery::ALL.len()],
 }
 
 thread_local! {
@@ -415,6 +417,7 @@ pub enum SmsDelivery {
 }
 
 impl SmsDelivery {
+    /// Every outcome, each at its `as usize` index.
     const ALL: [SmsDelivery; 4] = [
         SmsDelivery::Delivered,
         SmsDelivery::RefusedNumber,
@@ -435,7 +438,13 @@ impl SmsDelivery {
 
 /// Count one SMS send's delivery, by what came of it.
 pub fn sms_delivery(outcome: SmsDelivery) {
-    counter!(SMS_DELIVERIES, "outcome" => outcome.as_str()).increment(1);
+    let series = || counter!(SMS_DELIVERIES, "outcome" => outcome.as_str());
+    with_handles(|handles| {
+        handles.sms_deliveries[outcome as usize]
+            .get_or_insert_with(series)
+            .increment(1)
+    })
+    .unwrap_or_else(|| series().increment(1));
 }
 
 /// Count one admin request refused while its address is throttled.
@@ -526,6 +535,9 @@ mod tests {
         for (i, outcome) in Outcome::ALL.into_iter().enumerate() {
             assert_eq!(outcome as usize, i, "{outcome:?}");
         }
+        for (i, outcome) in SmsDelivery::ALL.into_iter().enumerate() {
+            assert_eq!(outcome as usize, i, "{outcome:?}");
+        }
     }
 
     /// Each route and outcome counted a different number of times, half on
@@ -566,6 +578,33 @@ mod tests {
                     .unwrap_or_else(|| panic!("{series} missing from\n{text}"));
                 assert_eq!(value, times(r, o).to_string(), "{series}");
             }
+        }
+    }
+
+    /// Each delivery outcome counted a different number of times, on two
+    /// threads, lands in its own series (no send runs in this test binary).
+    #[test]
+    fn every_sms_delivery_outcome_counts_in_its_own_series() {
+        let handle = install().expect("the recorder installs");
+        for thread in 0..2 {
+            std::thread::scope(|s| {
+                s.spawn(|| {
+                    for (i, outcome) in SmsDelivery::ALL.into_iter().enumerate() {
+                        for _ in 0..(i + 1 + thread) {
+                            sms_delivery(outcome);
+                        }
+                    }
+                });
+            });
+        }
+        let text = handle.render();
+        for (i, outcome) in SmsDelivery::ALL.into_iter().enumerate() {
+            let series = format!("{SMS_DELIVERIES}{{outcome=\"{}\"}} ", outcome.as_str());
+            let value = text
+                .lines()
+                .find_map(|l| l.strip_prefix(&series))
+                .unwrap_or_else(|| panic!("{series} missing from\n{text}"));
+            assert_eq!(value, (2 * i + 3).to_string(), "{series}");
         }
     }
 }
