@@ -121,7 +121,7 @@ impl MemoryStore {
             let sealed_so = subject
                 .entries
                 .get(key)
-                .is_some_and(|e| matches!(&e.value, Value::Otp { mac: m, .. } if m == mac));
+                .is_some_and(|e| matches!(&e.value, Value::Otp { code, .. } if code.mac == mac));
             if sealed_so {
                 subject.entries.remove(key);
             }
@@ -135,7 +135,9 @@ impl MemoryStore {
         let shard = self.subjects.get(shard_of(key))?;
         let entry = shard.entries.get(key)?;
         match &entry.value {
-            Value::Otp { mac, .. } if !entry.expired(now) && !mac.is_empty() => Some(mac.clone()),
+            Value::Otp { code, .. } if !entry.expired(now) && !code.mac.is_empty() => {
+                Some(code.mac.clone())
+            }
             _ => None,
         }
     }

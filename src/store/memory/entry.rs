@@ -35,15 +35,28 @@ impl Entry {
     }
 }
 
-/// A live code that a send replaced, kept beside the new one: should that
-/// one's delivery fail, this one comes back as it was, until its own expiry
-/// (otp_keep.lua).
-pub(super) struct KeptCode {
+/// A code as a send stored it: `left` is the asker's tries,
+/// `others_left` everyone else's (otp_check.lua); `counted`: the send was
+/// counted by the pumping guard.
+pub(super) struct StoredCode {
     pub(super) mac: String,
     pub(super) left: u32,
     pub(super) others_left: u32,
     pub(super) asker: String,
     pub(super) counted: bool,
+}
+
+impl StoredCode {
+    fn footprint(&self) -> usize {
+        self.mac.capacity() + self.asker.capacity()
+    }
+}
+
+/// A live code that a send replaced, kept beside the new one: should that
+/// one's delivery fail, this one comes back as it was, until its own expiry
+/// (otp_keep.lua).
+pub(super) struct KeptCode {
+    pub(super) code: StoredCode,
     pub(super) expires_at: u64,
 }
 
@@ -54,16 +67,10 @@ pub(super) enum Value {
         until: u64,
         level: u32,
     },
-    /// `left`: the asker's tries, `others_left`: everyone else's
-    /// (otp_check.lua); `counted`: the code's send was counted by the
-    /// pumping guard; `kept`: the live codes this one replaced, newest
-    /// first, which a failed delivery puts back (otp_keep.lua).
+    /// The code, and the live codes it replaced, newest first, which a
+    /// failed delivery puts back (otp_keep.lua).
     Otp {
-        mac: String,
-        left: u32,
-        others_left: u32,
-        asker: String,
-        counted: bool,
+        code: StoredCode,
         kept: Vec<KeptCode>,
     },
     Text(String),
@@ -78,16 +85,10 @@ impl Value {
         match self {
             Value::Window(w) => w.footprint(),
             Value::Lock { .. } => 0,
-            Value::Otp {
-                mac, asker, kept, ..
-            } => {
-                mac.capacity()
-                    + asker.capacity()
+            Value::Otp { code, kept } => {
+                code.footprint()
                     + kept.capacity() * std::mem::size_of::<KeptCode>()
-                    + kept
-                        .iter()
-                        .map(|k| k.mac.capacity() + k.asker.capacity())
-                        .sum::<usize>()
+                    + kept.iter().map(|k| k.code.footprint()).sum::<usize>()
             }
             Value::Text(t) => t.capacity(),
             Value::Meter(m) => m.footprint(),

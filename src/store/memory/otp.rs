@@ -3,7 +3,7 @@
 
 use subtle::ConstantTimeEq;
 
-use super::entry::{wrong_type, Entry, KeptCode, Subject, Value};
+use super::entry::{wrong_type, Entry, KeptCode, StoredCode, Subject, Value};
 use crate::store::{CodeToStore, CodeTry, OtpOutcome, StoreError};
 
 /// How many replaced codes a code keeps (otp_keep.lua): one for a resend,
@@ -25,11 +25,13 @@ impl Subject {
                 code.key.to_owned(),
                 Entry {
                     value: Value::Otp {
-                        mac: code.mac.to_owned(),
-                        left: code.attempts,
-                        others_left: code.attempts,
-                        asker: code.asker.to_owned(),
-                        counted,
+                        code: StoredCode {
+                            mac: code.mac.to_owned(),
+                            left: code.attempts,
+                            others_left: code.attempts,
+                            asker: code.asker.to_owned(),
+                            counted,
+                        },
                         kept,
                     },
                     expires_at: Some(now + code.ttl_ms),
@@ -48,13 +50,14 @@ impl Subject {
             return;
         };
         let Value::Otp {
-            mac: current, kept, ..
+            code: current,
+            kept,
         } = &mut entry.value
         else {
             return;
         };
-        if current != mac {
-            kept.retain(|k| k.mac != mac);
+        if current.mac != mac {
+            kept.retain(|k| k.code.mac != mac);
             return;
         }
         let mut kept = std::mem::take(kept).into_iter();
@@ -63,11 +66,7 @@ impl Subject {
         // may have gone (otp_drop.lua).
         if let Some(back) = kept.next().filter(|k| k.expires_at > now) {
             let value = Value::Otp {
-                mac: back.mac,
-                left: back.left,
-                others_left: back.others_left,
-                asker: back.asker,
-                counted: back.counted,
+                code: back.code,
                 kept: kept.collect(),
             };
             let expires_at = Some(back.expires_at);
@@ -102,11 +101,14 @@ impl Subject {
             return Ok(OtpOutcome::Wrong { attempts_left: 0 });
         };
         let Value::Otp {
-            mac: stored,
-            left,
-            others_left,
-            asker,
-            counted,
+            code:
+                StoredCode {
+                    mac: stored,
+                    left,
+                    others_left,
+                    asker,
+                    counted,
+                },
             ..
         } = &mut entry.value
         else {
@@ -147,22 +149,8 @@ fn kept_after(entry: Entry, now: u64) -> Vec<KeptCode> {
         return Vec::new();
     };
     match entry.value {
-        Value::Otp {
-            mac,
-            left,
-            others_left,
-            asker,
-            counted,
-            kept,
-        } if !mac.is_empty() => {
-            let newest = KeptCode {
-                mac,
-                left,
-                others_left,
-                asker,
-                counted,
-                expires_at,
-            };
+        Value::Otp { code, kept } if !code.mac.is_empty() => {
+            let newest = KeptCode { code, expires_at };
             std::iter::once(newest).chain(kept).take(KEPT_MAX).collect()
         }
         _ => Vec::new(),
