@@ -1,11 +1,13 @@
 //! Siteverify's answer, and what a passed one must also say
-//! (`captcha.min_score`, `hostnames`, `actions`): a solved captcha proves a
+//! (`captcha.min_score`, `hostnames`, `actions` or the route's own
+//! `sms_actions` and `login_actions`): a solved captcha proves a
 //! person only on the operator's site, in the operator's flow, and, for
 //! reCAPTCHA v3, with a score above the line, since v3 answers `success`
 //! for every well-formed token, bots' included.
 
 use serde::{Deserialize, Deserializer};
 
+use crate::domain::Action;
 use crate::settings::{CaptchaKind, CaptchaSettings};
 
 /// All three providers answer `{"success": bool, "error-codes": [...], ...}`;
@@ -59,8 +61,10 @@ pub(super) struct Expected {
     min_score: Option<f64>,
     /// Compared without case; empty takes any.
     hostnames: Vec<String>,
-    /// Empty takes any.
-    actions: Vec<String>,
+    /// For a send, then for a login: a route's own list, else `actions`
+    /// (both). Empty takes any.
+    sms_actions: Vec<String>,
+    login_actions: Vec<String>,
 }
 
 /// Why a token the provider passed is refused all the same.
@@ -88,7 +92,17 @@ impl Expected {
         Self {
             min_score: (settings.kind == CaptchaKind::Recaptcha).then(|| settings.min_score.get()),
             hostnames: settings.hostnames.clone(),
-            actions: settings.actions.clone(),
+            sms_actions: own_or_shared(&settings.sms_actions, &settings.actions),
+            login_actions: own_or_shared(&settings.login_actions, &settings.actions),
+        }
+    }
+
+    /// The actions a token for `action`'s route must name.
+    fn actions_for(&self, action: Action) -> &[String] {
+        match action {
+            Action::SmsSend => &self.sms_actions,
+            // Only sends and login attempts take tokens.
+            Action::LoginAttempt | Action::SmsVerify | Action::Admin => &self.login_actions,
         }
     }
 
@@ -96,7 +110,7 @@ impl Expected {
     /// answer that leaves out a field being checked fails it (a v2 key
     /// names no action, an Android one no hostname); one without a score
     /// (v2) passes `min_score`, as v2 and v3 keys have secrets of their own.
-    pub fn check(&self, answer: &SiteverifyAnswer) -> Result<(), Mismatch> {
+    pub fn check(&self, answer: &SiteverifyAnswer, action: Action) -> Result<(), Mismatch> {
         if let (Some(min), Some(score)) = (self.min_score, answer.score) {
             if score < min {
                 return Err(Mismatch::Score(score));
@@ -111,11 +125,12 @@ impl Expected {
                 return Err(Mismatch::Hostname(answer.hostname.clone()));
             }
         }
-        if !self.actions.is_empty() {
+        let actions = self.actions_for(action);
+        if !actions.is_empty() {
             let listed = answer
                 .action
                 .as_deref()
-                .is_some_and(|a| self.actions.iter().any(|e| e == a));
+                .is_some_and(|a| actions.iter().any(|e| e == a));
             if !listed {
                 return Err(Mismatch::Action(answer.action.clone()));
             }
@@ -124,12 +139,23 @@ impl Expected {
     }
 }
 
+/// A route's own list where it has one, else the one both routes share.
+fn own_or_shared(own: &[String], shared: &[String]) -> Vec<String> {
+    if own.is_empty() { shared } else { own }.to_vec()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn answer(json: &str) -> SiteverifyAnswer {
         serde_json::from_str(json).unwrap()
+    }
+
+    impl Expected {
+        fn check_login(&self, answer: &SiteverifyAnswer) -> Result<(), Mismatch> {
+            self.check(answer, Action::LoginAttempt)
+        }
     }
 
     fn expected(kind: CaptchaKind, min_score: f64, hosts: &[&str], actions: &[&str]) -> Expected {
@@ -147,28 +173,28 @@ mod tests {
     fn a_recaptcha_score_below_min_score_is_refused_and_other_kinds_read_none() {
         let v3 = expected(CaptchaKind::Recaptcha, 0.5, &[], &[]);
         assert_eq!(
-            v3.check(&answer(r#"{"success": true, "score": 0.1}"#)),
+            v3.check_login(&answer(r#"{"success": true, "score": 0.1}"#)),
             Err(Mismatch::Score(0.1))
         );
         assert_eq!(
-            v3.check(&answer(r#"{"success": true, "score": 0.5}"#)),
+            v3.check_login(&answer(r#"{"success": true, "score": 0.5}"#)),
             Ok(())
         );
         assert_eq!(
-            v3.check(&answer(r#"{"success": true, "score": 0.9}"#)),
+            v3.check_login(&answer(r#"{"success": true, "score": 0.9}"#)),
             Ok(())
         );
         // A v2 key's answers carry no score.
-        assert_eq!(v3.check(&answer(r#"{"success": true}"#)), Ok(()));
+        assert_eq!(v3.check_login(&answer(r#"{"success": true}"#)), Ok(()));
         let off = expected(CaptchaKind::Recaptcha, 0.0, &[], &[]);
         assert_eq!(
-            off.check(&answer(r#"{"success": true, "score": 0.0}"#)),
+            off.check_login(&answer(r#"{"success": true, "score": 0.0}"#)),
             Ok(())
         );
         // hCaptcha's enterprise score is a risk: 0.9 is a bot, 0.1 a person.
         let hcaptcha = expected(CaptchaKind::Hcaptcha, 0.5, &[], &[]);
         assert_eq!(
-            hcaptcha.check(&answer(r#"{"success": true, "score": 0.1}"#)),
+            hcaptcha.check_login(&answer(r#"{"success": true, "score": 0.1}"#)),
             Ok(())
         );
     }
@@ -177,7 +203,7 @@ mod tests {
     fn hostnames_and_actions_are_checked_only_when_listed() {
         let any = expected(CaptchaKind::Turnstile, 0.5, &[], &[]);
         let elsewhere = answer(r#"{"success": true, "hostname": "evil.example", "action": "x"}"#);
-        assert_eq!(any.check(&elsewhere), Ok(()));
+        assert_eq!(any.check_login(&elsewhere), Ok(()));
 
         let ours = expected(
             CaptchaKind::Turnstile,
@@ -186,23 +212,23 @@ mod tests {
             &["login"],
         );
         let good = answer(r#"{"success": true, "hostname": "www.example.COM", "action": "login"}"#);
-        assert_eq!(ours.check(&good), Ok(()));
+        assert_eq!(ours.check_login(&good), Ok(()));
         assert_eq!(
-            ours.check(&elsewhere),
+            ours.check_login(&elsewhere),
             Err(Mismatch::Hostname(Some("evil.example".into())))
         );
         assert_eq!(
-            ours.check(&answer(r#"{"success": true, "action": "login"}"#)),
+            ours.check_login(&answer(r#"{"success": true, "action": "login"}"#)),
             Err(Mismatch::Hostname(None))
         );
         assert_eq!(
-            ours.check(&answer(
+            ours.check_login(&answer(
                 r#"{"success": true, "hostname": "www.example.com", "action": "Login"}"#
             )),
             Err(Mismatch::Action(Some("Login".into())))
         );
         assert_eq!(
-            ours.check(&answer(
+            ours.check_login(&answer(
                 r#"{"success": true, "hostname": "www.example.com"}"#
             )),
             Err(Mismatch::Action(None))
@@ -219,11 +245,11 @@ mod tests {
         // Missing where checked is refused; where not checked, passed.
         let odd = answer(r#"{"success": true, "score": "high", "hostname": 5}"#);
         assert_eq!(
-            expected(CaptchaKind::Turnstile, 0.5, &[], &[]).check(&odd),
+            expected(CaptchaKind::Turnstile, 0.5, &[], &[]).check_login(&odd),
             Ok(())
         );
         assert_eq!(
-            expected(CaptchaKind::Turnstile, 0.5, &["a.example"], &[]).check(&odd),
+            expected(CaptchaKind::Turnstile, 0.5, &["a.example"], &[]).check_login(&odd),
             Err(Mismatch::Hostname(None))
         );
     }
@@ -251,5 +277,58 @@ mod tests {
         )
         .unwrap();
         assert_eq!(answer.error_codes, ["invalid-input-response"]);
+    }
+
+    /// A token made on one route's page does not pass the other where
+    /// that route has its own list; a route without one takes `actions`.
+    #[test]
+    fn a_route_with_its_own_actions_takes_only_those() {
+        let of = |list: &[&str]| list.iter().map(|a| a.to_string()).collect();
+        let settings = |shared: &[&str], sms: &[&str], login: &[&str]| CaptchaSettings {
+            kind: CaptchaKind::Recaptcha,
+            actions: of(shared),
+            sms_actions: of(sms),
+            login_actions: of(login),
+            ..crate::settings::Settings::defaults().unwrap().captcha
+        };
+        let made_for = |action: &str| {
+            answer(&format!(
+                r#"{{"success": true, "score": 0.9, "action": "{action}"}}"#
+            ))
+        };
+        let split = Expected::new(&settings(&["login", "sms"], &["sms"], &["login"]));
+        assert_eq!(split.check(&made_for("sms"), Action::SmsSend), Ok(()));
+        assert_eq!(
+            split.check(&made_for("login"), Action::LoginAttempt),
+            Ok(())
+        );
+        assert_eq!(
+            split.check(&made_for("login"), Action::SmsSend),
+            Err(Mismatch::Action(Some("login".into())))
+        );
+        assert_eq!(
+            split.check(&made_for("sms"), Action::LoginAttempt),
+            Err(Mismatch::Action(Some("sms".into())))
+        );
+
+        let sms_only = Expected::new(&settings(&["login", "sms"], &["sms"], &[]));
+        assert_eq!(
+            sms_only.check(&made_for("sms"), Action::LoginAttempt),
+            Ok(())
+        );
+        assert_eq!(
+            sms_only.check(&made_for("login"), Action::SmsSend),
+            Err(Mismatch::Action(Some("login".into())))
+        );
+
+        let login_only = Expected::new(&settings(&[], &[], &["login"]));
+        assert_eq!(
+            login_only.check(&made_for("anything"), Action::SmsSend),
+            Ok(())
+        );
+        assert_eq!(
+            login_only.check(&made_for("sms"), Action::LoginAttempt),
+            Err(Mismatch::Action(Some("sms".into())))
+        );
     }
 }

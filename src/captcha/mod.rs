@@ -3,6 +3,7 @@
 
 use std::time::{Duration, Instant};
 
+use crate::domain::Action;
 use crate::settings::{CaptchaKind, CaptchaSettings};
 
 mod answer;
@@ -97,14 +98,15 @@ impl CaptchaVerifier {
         self.kind == CaptchaKind::None && proof.passed == Some(true)
     }
 
-    /// What the provider says of the proof's token (not asked, and
-    /// `Refused`, when there is none). A provider that cannot be read or
+    /// What the provider says of the proof's token, offered for `action`'s
+    /// route (not asked, and `Refused`, when there is none). A provider that cannot be read or
     /// reached, or that is down or throttling, is `Unanswered`: the token
     /// counts as not passed, but it is not the sender's doing. While
     /// `pause` says the provider throttles, it is not asked.
     pub async fn ask_provider(
         &self,
         proof: &CaptchaProof,
+        action: Action,
         client_ip: Option<&str>,
         pause: &ProviderPause,
     ) -> TokenVerdict {
@@ -132,7 +134,7 @@ impl CaptchaVerifier {
         }
         let verdict = match answer {
             Ok(response) if response.status().is_success() => {
-                let (verdict, own_outcome) = self.read_answer(response).await;
+                let (verdict, own_outcome) = self.read_answer(response, action).await;
                 outcome = own_outcome;
                 verdict
             }
@@ -175,6 +177,7 @@ impl CaptchaVerifier {
     async fn read_answer(
         &self,
         response: reqwest::Response,
+        action: Action,
     ) -> (TokenVerdict, Option<&'static str>) {
         let answer = match crate::answer_body::json::<SiteverifyAnswer>(response).await {
             Ok(answer) => answer,
@@ -184,11 +187,11 @@ impl CaptchaVerifier {
             }
         };
         if answer.success {
-            return match self.expected.check(&answer) {
+            return match self.expected.check(&answer, action) {
                 Ok(()) => (TokenVerdict::Passed, None),
                 Err(mismatch) => {
                     if mismatch.may_be_the_settings() {
-                        tracing::warn!(request_id = %crate::telemetry::request_id(), kind = ?self.kind, ?mismatch, "captcha token passed, but not on captcha.hostnames or captcha.actions: a token from elsewhere, or a list to mend");
+                        tracing::warn!(request_id = %crate::telemetry::request_id(), kind = ?self.kind, ?mismatch, "captcha token passed, but not on captcha.hostnames or the route's actions: a token from elsewhere, or a list to mend");
                     } else {
                         tracing::info!(request_id = %crate::telemetry::request_id(), kind = ?self.kind, ?mismatch, "captcha token passed with a score below captcha.min_score");
                     }

@@ -169,13 +169,14 @@ impl GuardContext {
         Ok(seen.counts.first().copied().unwrap_or(0))
     }
 
-    /// Whether `proof` counts, as `[captcha]` says, from `ip`: a caller's
-    /// word decides at once; a token is asked of the provider within the
-    /// address's budget of refused tokens.
+    /// Whether `proof` counts for `action`, as `[captcha]` says, from `ip`:
+    /// a caller's word decides at once; a token is asked of the provider
+    /// within the address's budget of refused tokens.
     pub(super) async fn check_captcha(
         &self,
         policy: &Policy,
         proof: &CaptchaProof,
+        action: Action,
         ip: Option<ClientIp>,
     ) -> Result<ProofCheck, StoreError> {
         let captcha = &policy.captcha;
@@ -190,7 +191,7 @@ impl GuardContext {
         let Some(ip) = ip else {
             return Ok(verdict_of(
                 captcha
-                    .ask_provider(proof, None, &self.provider_pause)
+                    .ask_provider(proof, action, None, &self.provider_pause)
                     .await,
             ));
         };
@@ -225,7 +226,7 @@ impl GuardContext {
             }
         };
         let verdict = captcha
-            .ask_provider(proof, address.as_deref(), &self.provider_pause)
+            .ask_provider(proof, action, address.as_deref(), &self.provider_pause)
             .await;
         if verdict == TokenVerdict::Refused {
             // Counted before the ticket gives its place back, so that a
@@ -257,14 +258,16 @@ impl GuardContext {
         info: &RequestInfo,
         action: Action,
     ) -> Result<bool, StoreError> {
-        Ok(match self.check_captcha(policy, proof, info.ip).await? {
-            ProofCheck::Passed => true,
-            ProofCheck::NotPassed => false,
-            ProofCheck::Throttled(throttle) => {
-                self.audit(info, throttle.audit_row(action).shadow(true));
-                false
-            }
-        })
+        Ok(
+            match self.check_captcha(policy, proof, action, info.ip).await? {
+                ProofCheck::Passed => true,
+                ProofCheck::NotPassed => false,
+                ProofCheck::Throttled(throttle) => {
+                    self.audit(info, throttle.audit_row(action).shadow(true));
+                    false
+                }
+            },
+        )
     }
 }
 

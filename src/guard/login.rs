@@ -434,7 +434,14 @@ impl LoginGuard {
             return Ok(Recorded::Decided(outcome));
         }
         Ok(
-            match Box::pin(self.ctx.check_captcha(policy, &attempt.captcha, info.ip)).await? {
+            match Box::pin(self.ctx.check_captcha(
+                policy,
+                &attempt.captcha,
+                Action::LoginAttempt,
+                info.ip,
+            ))
+            .await?
+            {
                 ProofCheck::Passed => Recorded::Decided(self.ctx.store.login(request(true)).await?),
                 ProofCheck::NotPassed => Recorded::Decided(outcome),
                 ProofCheck::Throttled(throttle) => Recorded::Throttled(throttle, outcome),

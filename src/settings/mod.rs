@@ -358,9 +358,28 @@ pub struct CaptchaSettings {
     #[serde(default)]
     pub hostnames: Vec<String>,
     /// Actions a token must name (the answer's `action`: reCAPTCHA v3's and
-    /// Turnstile's); empty, the default, takes any.
+    /// Turnstile's), on both routes unless a route has its own list below;
+    /// empty, the default, takes any.
     #[serde(default)]
     pub actions: Vec<String>,
+    /// Actions a token for `/sms/send` must name, in place of `actions`:
+    /// then a token made on the login page does not pass a send.
+    #[serde(default)]
+    pub sms_actions: Vec<String>,
+    /// Actions a token for `/login/attempt` must name, in place of `actions`.
+    #[serde(default)]
+    pub login_actions: Vec<String>,
+}
+
+impl CaptchaSettings {
+    /// The action lists, each with its key, for the checks that read them all.
+    pub fn action_lists(&self) -> [(&'static str, &[String]); 3] {
+        [
+            ("captcha.actions", &self.actions),
+            ("captcha.sms_actions", &self.sms_actions),
+            ("captcha.login_actions", &self.login_actions),
+        ]
+    }
 }
 
 fn default_min_score() -> Fraction {

@@ -70,7 +70,7 @@ fn warn_of_captchas_no_browser_can_pass(settings: &Settings) {
     }
 }
 
-/// `captcha.hostnames` and `captcha.actions` are read from a provider's
+/// `captcha.hostnames` and the action lists are read from a provider's
 /// answers: with `kind = "none"` there are none, and the lists do nothing.
 /// reCAPTCHA scores keys outside Enterprise in steps up to 0.9, so a
 /// `min_score` above it refuses everyone.
@@ -78,10 +78,15 @@ fn warn_of_answer_checks_without_a_provider(settings: &Settings) {
     use super::CaptchaKind;
     let captcha = &settings.captcha;
     if captcha.kind == CaptchaKind::None
-        && !(captcha.hostnames.is_empty() && captcha.actions.is_empty())
+        && !(captcha.hostnames.is_empty()
+            && captcha
+                .action_lists()
+                .iter()
+                .all(|(_, list)| list.is_empty()))
     {
         tracing::warn!(
-            "captcha.hostnames or captcha.actions is set with captcha.kind = \"none\": \
+            "captcha.hostnames or captcha.actions (sms_actions, login_actions) is set with \
+             captcha.kind = \"none\": \
              no provider answers, so nothing is checked against them (docs/delivery.md)"
         );
     }

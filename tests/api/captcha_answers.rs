@@ -1,6 +1,7 @@
 //! What a passed token's answer must also say: reCAPTCHA v3's score
 //! (`captcha.min_score`), the site's hostname (`captcha.hostnames`) and the
-//! action (`captcha.actions`). A token that passes the provider but not
+//! action (`captcha.actions`, or a route's own `sms_actions` and
+//! `login_actions`). A token that passes the provider but not
 //! these is refused, and counts against its address like any refused token.
 
 use serde_json::json;
@@ -179,6 +180,56 @@ async fn a_token_solved_on_another_site_or_for_another_action_is_refused() {
     assert_eq!(calls(&server).await, 5);
 }
 
+/// With each route's own list, a token made on the login page does not
+/// pass a send, nor one made for a send a login: with `actions` alone,
+/// which both routes share, either passes either.
+#[tokio::test]
+async fn a_token_made_for_one_route_does_not_pass_the_other_where_each_has_its_own_actions() {
+    let server = provider(&[
+        ("for-login", json!({ "action": "login" })),
+        ("for-sms", json!({ "action": "sms" })),
+    ])
+    .await;
+    let split = app(CaptchaKind::Turnstile, &server, |s| {
+        s.captcha.actions = vec!["login".into(), "sms".into()];
+        s.captcha.sms_actions = vec!["sms".into()];
+        s.captcha.login_actions = vec!["login".into()];
+    })
+    .await;
+    let free = split.sms_send(json!({ "phone": PHONE, "ip": IP })).await;
+    assert_eq!(free.body["captcha_required"], true, "{}", free.body);
+    let from_login = send_with(&split, "for-login").await;
+    assert_eq!(from_login.status, 403, "{}", from_login.body);
+    assert_eq!(from_login.error(), "captcha_required");
+    let sent = send_with(&split, "for-sms").await;
+    assert_eq!(sent.status, 200, "{}", sent.body);
+
+    let attempt = |token: &str| {
+        split.login_attempt(
+            json!({ "user": "alice", "ip": IP, "success": false, "captcha_token": token }),
+        )
+    };
+    let first = split
+        .login_attempt(json!({ "user": "alice", "ip": IP, "success": false }))
+        .await;
+    assert_eq!(first.body["captcha_required"], true, "{}", first.body);
+    let from_sms = attempt("for-sms").await;
+    assert_eq!(from_sms.body["decision"], "challenge", "{}", from_sms.body);
+    let passed = attempt("for-login").await;
+    assert_eq!(passed.body["decision"], "allow", "{}", passed.body);
+    assert_eq!(calls(&server).await, 4);
+
+    // `actions` alone: the login page's token passes a send.
+    let shared = app(CaptchaKind::Turnstile, &server, |s| {
+        s.captcha.actions = vec!["login".into(), "sms".into()];
+    })
+    .await;
+    let free = shared.sms_send(json!({ "phone": PHONE, "ip": IP })).await;
+    assert_eq!(free.body["captcha_required"], true, "{}", free.body);
+    let from_login = send_with(&shared, "for-login").await;
+    assert_eq!(from_login.status, 200, "{}", from_login.body);
+}
+
 #[test]
 fn the_answer_checks_are_read_at_start_up() {
     let defaults = crate::support::app::load_config("").unwrap();
@@ -194,6 +245,14 @@ fn the_answer_checks_are_read_at_start_up() {
         "[captcha]\nhostnames = [\"xn--bcher-kva.example\"]\nactions = [\"sign-up/step_2\"]\n",
     );
     assert!(punycode.is_ok(), "{:?}", punycode.err());
+    let per_route = crate::support::app::load_config(
+        "[captcha]\nsms_actions = [\"sms\"]\nlogin_actions = [\"login\", \"sign-in\"]\n",
+    )
+    .unwrap();
+    assert_eq!(per_route.captcha.sms_actions, ["sms"]);
+    assert_eq!(per_route.captcha.login_actions, ["login", "sign-in"]);
+    assert!(defaults.captcha.sms_actions.is_empty());
+    assert!(defaults.captcha.login_actions.is_empty());
     for (toml, key) in [
         ("min_score = 1.5", "captcha.min_score"),
         ("min_score = -0.1", "captcha.min_score"),
@@ -218,6 +277,12 @@ fn the_answer_checks_are_read_at_start_up() {
         (
             "kind = \"hcaptcha\"\nsecret = \"s\"\nactions = [\"login\"]",
             "captcha.actions",
+        ),
+        ("sms_actions = [\"s m s\"]", "captcha.sms_actions"),
+        ("login_actions = [\"\"]", "captcha.login_actions"),
+        (
+            "kind = \"hcaptcha\"\nsecret = \"s\"\nlogin_actions = [\"login\"]",
+            "captcha.login_actions",
         ),
     ] {
         let message = crate::support::app::config_error(&format!("[captcha]\n{toml}\n"));

@@ -203,7 +203,8 @@ impl SmsGuard {
         if !(ask_later && first.only_captcha_refuses()) {
             return Ok(first);
         }
-        let check = Box::pin(self.ctx.check_captcha(policy, &req.captcha, info.ip)).await?;
+        let check = self.ctx.check_captcha(policy, &req.captcha, Action::SmsSend, info.ip);
+        let check = Box::pin(check).await?;
         if matches!(check, ProofCheck::NotPassed) {
             return Ok(first);
         }

@@ -472,24 +472,26 @@ impl Settings {
                 ));
             }
         }
-        // reCAPTCHA takes letters, digits, `/` and `_`; Turnstile `-` too.
-        for action in &self.captcha.actions {
-            let name_ok = !action.is_empty()
-                && action
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'/' | b'_' | b'-'));
-            if !name_ok {
+        for (key, actions) in self.captcha.action_lists() {
+            // reCAPTCHA takes letters, digits, `/` and `_`; Turnstile `-` too.
+            for action in actions {
+                let name_ok = !action.is_empty()
+                    && action
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'/' | b'_' | b'-'));
+                if !name_ok {
+                    return Err(SettingsError::invalid(
+                        key,
+                        format!("{action:?} is not an action name (`login`: letters, digits, `/`, `_`, `-`)"),
+                    ));
+                }
+            }
+            if self.captcha.kind == CaptchaKind::Hcaptcha && !actions.is_empty() {
                 return Err(SettingsError::invalid(
-                    "captcha.actions",
-                    format!("{action:?} is not an action name (`login`: letters, digits, `/`, `_`, `-`)"),
+                    key,
+                    "hCaptcha's answers name no action, so every token would be refused; leave it empty",
                 ));
             }
-        }
-        if self.captcha.kind == CaptchaKind::Hcaptcha && !self.captcha.actions.is_empty() {
-            return Err(SettingsError::invalid(
-                "captcha.actions",
-                "hCaptcha's answers name no action, so every token would be refused; leave it empty",
-            ));
         }
         Ok(())
     }
