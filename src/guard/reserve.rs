@@ -197,19 +197,16 @@ impl Reservation<'_> {
         self.give_back(store, |_| true).await;
     }
 
-    /// Give the event back to every subject but those of the `kept` kinds,
-    /// whose windows go on counting it, and to the pumping guard.
-    pub async fn roll_back_all_but(&self, store: &dyn WindowStore, kept: &[SubjectKind]) {
-        self.give_back(store, |hit| !kept.contains(&hit.subject.kind))
-            .await;
-    }
-
-    /// Give the event back to the pumping guard's conversions alone (a
-    /// delivery that timed out): it still counts in every window, as it may
-    /// have arrived, but an unknown outcome is no sign of pumping, and a
-    /// slow provider would otherwise block the ranges its users send to.
-    pub async fn uncount_conversions(&self, store: &dyn WindowStore) {
-        self.give_back(store, |_| false).await;
+    /// Give the event back to the pumping guard's conversions and to every
+    /// subject but those whose kind `kept` picks, whose windows go on
+    /// counting it (a delivery that failed some ways, see
+    /// `sms::decision::GiveBack`).
+    pub async fn roll_back_keeping(
+        &self,
+        store: &dyn WindowStore,
+        kept: impl Fn(SubjectKind) -> bool,
+    ) {
+        self.give_back(store, |hit| !kept(hit.subject.kind)).await;
     }
 
     /// Give the event back to the conversions and to the subjects

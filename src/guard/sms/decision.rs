@@ -72,10 +72,24 @@ impl GiveBack {
             GiveBack::PumpingCount => SmsDelivery::TimedOut,
         }
     }
+
+    /// Whether the windows of a subject of this kind go on counting the send.
+    pub(super) fn keeps_windows_of(self, kind: SubjectKind) -> bool {
+        match self {
+            GiveBack::Whole => false,
+            GiveBack::AllButTheAddress => ADDRESS_KINDS.contains(&kind),
+            GiveBack::PumpingCount => true,
+        }
+    }
+
+    /// Whether the send's code stays, to verify should the message arrive.
+    pub(super) fn keeps_the_code(self) -> bool {
+        self == GiveBack::PumpingCount
+    }
 }
 
 /// The subject kinds whose windows keep a send the provider refused.
-pub(super) const ADDRESS_KINDS: [SubjectKind; 2] = [SubjectKind::Ip, SubjectKind::Network];
+const ADDRESS_KINDS: [SubjectKind; 2] = [SubjectKind::Ip, SubjectKind::Network];
 
 /// What a failed delivery gives back of its send.
 pub(super) fn give_back(error: &DeliveryError) -> GiveBack {

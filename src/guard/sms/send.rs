@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use super::decision::{self, GiveBack, Grant, Pass, Region};
+use super::decision::{self, Grant, Pass, Region};
 use super::{SendRequest, Sent, SmsGuard, SmsRefusal};
 use crate::delivery::{DeliveryError, SmsMessage};
 use crate::domain::{Action, Locale, PhoneNumber, Subject, SubjectKind};
@@ -142,22 +142,13 @@ impl SmsGuard {
         };
         let give_back = decision::give_back(&error);
         crate::metrics::sms_delivery(give_back.outcome());
-        match (give_back, reservation) {
-            (GiveBack::PumpingCount, _) => {
-                store.code_delivered(&code.key, &code.mac);
-                if let Some(reservation) = reservation {
-                    reservation.uncount_conversions(store).await;
-                }
-                return Err(error.into());
-            }
-            (GiveBack::AllButTheAddress, Some(reservation)) => {
-                let kept = &decision::ADDRESS_KINDS;
-                reservation.roll_back_all_but(store, kept).await;
-            }
-            (GiveBack::Whole, Some(reservation)) => reservation.roll_back(store).await,
-            (_, None) => {}
+        if let Some(reservation) = reservation {
+            let kept = |kind| give_back.keeps_windows_of(kind);
+            reservation.roll_back_keeping(store, kept).await;
         }
-        if let Err(e) = store.otp_drop(&code.key, &code.mac).await {
+        if give_back.keeps_the_code() {
+            store.code_delivered(&code.key, &code.mac);
+        } else if let Err(e) = store.otp_drop(&code.key, &code.mac).await {
             tracing::warn!(request_id = %crate::telemetry::request_id(), error = %e, "could not delete the code of a failed send");
         }
         Err(error.into())
@@ -203,7 +194,9 @@ impl SmsGuard {
         if !(ask_later && first.only_captcha_refuses()) {
             return Ok(first);
         }
-        let check = self.ctx.check_captcha(policy, &req.captcha, Action::SmsSend, info.ip);
+        let check = self
+            .ctx
+            .check_captcha(policy, &req.captcha, Action::SmsSend, info.ip);
         let check = Box::pin(check).await?;
         if matches!(check, ProofCheck::NotPassed) {
             return Ok(first);

@@ -344,3 +344,29 @@ fn each_give_back_is_counted_as_its_own_delivery_outcome() {
         assert_eq!(give_back.outcome().as_str(), label, "{give_back:?}");
     }
 }
+
+#[test]
+fn a_refused_number_keeps_only_the_address_windows_and_a_timeout_keeps_all() {
+    let kinds = [
+        SubjectKind::Phone,
+        SubjectKind::Ip,
+        SubjectKind::Network,
+        SubjectKind::Prefix,
+        SubjectKind::Global,
+    ];
+    let kept = |give_back: GiveBack| -> Vec<SubjectKind> {
+        kinds
+            .into_iter()
+            .filter(|&kind| give_back.keeps_windows_of(kind))
+            .collect()
+    };
+    assert_eq!(kept(GiveBack::Whole), []);
+    assert_eq!(
+        kept(GiveBack::AllButTheAddress),
+        [SubjectKind::Ip, SubjectKind::Network]
+    );
+    assert_eq!(kept(GiveBack::PumpingCount), kinds);
+    assert!(GiveBack::PumpingCount.keeps_the_code());
+    assert!(!GiveBack::AllButTheAddress.keeps_the_code());
+    assert!(!GiveBack::Whole.keeps_the_code());
+}
