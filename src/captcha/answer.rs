@@ -61,9 +61,9 @@ pub(super) struct Expected {
     min_score: Option<f64>,
     /// Compared without case; empty takes any.
     hostnames: Vec<String>,
-    /// For a send, then for a login: a route's own list, else `actions`
-    /// (both). Empty takes any.
+    /// For a send: `sms_actions`, else `actions`. Empty takes any.
     sms_actions: Vec<String>,
+    /// For a login attempt: `login_actions`, else `actions`.
     login_actions: Vec<String>,
 }
 

@@ -99,10 +99,11 @@ impl CaptchaVerifier {
     }
 
     /// What the provider says of the proof's token, offered for `action`'s
-    /// route (not asked, and `Refused`, when there is none). A provider that cannot be read or
-    /// reached, or that is down or throttling, is `Unanswered`: the token
-    /// counts as not passed, but it is not the sender's doing. While
-    /// `pause` says the provider throttles, it is not asked.
+    /// route (not asked, and `Refused`, when there is none). A provider
+    /// that cannot be read or reached, or that is down or throttling, is
+    /// `Unanswered`: the token counts as not passed, but it is not the
+    /// sender's doing. While `pause` says the provider throttles, it is not
+    /// asked.
     pub async fn ask_provider(
         &self,
         proof: &CaptchaProof,
@@ -191,7 +192,7 @@ impl CaptchaVerifier {
                 Ok(()) => (TokenVerdict::Passed, None),
                 Err(mismatch) => {
                     if mismatch.may_be_the_settings() {
-                        tracing::warn!(request_id = %crate::telemetry::request_id(), kind = ?self.kind, ?mismatch, "captcha token passed, but not on captcha.hostnames or the route's actions: a token from elsewhere, or a list to mend");
+                        tracing::warn!(request_id = %crate::telemetry::request_id(), kind = ?self.kind, action = action.as_str(), ?mismatch, "captcha token passed, but not on captcha.hostnames or the route's actions: a token from elsewhere, or a list to mend");
                     } else {
                         tracing::info!(request_id = %crate::telemetry::request_id(), kind = ?self.kind, ?mismatch, "captcha token passed with a score below captcha.min_score");
                     }

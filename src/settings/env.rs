@@ -231,33 +231,13 @@ mod tests {
     /// gives no list of a type's fields.
     #[test]
     fn every_numeric_field_is_typed_by_the_defaults_or_listed() {
-        // Every file of the module, so that a new one is read too.
-        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src/settings");
-        let sources: Vec<String> = std::fs::read_dir(dir)
-            .expect("the settings sources")
-            .map(|entry| entry.expect("a directory entry").path())
-            .filter(|path| path.extension().is_some_and(|e| e == "rs"))
-            .map(|path| std::fs::read_to_string(path).expect("a readable source"))
-            .collect();
+        let sources = settings_sources();
         const NUMERIC: &[&str] = &[
             "u8", "u16", "u32", "u64", "usize", "i8", "i16", "i32", "i64", "isize", "f32", "f64",
             "bool",
         ];
-        fn named(value: &Value, names: &mut Vec<String>) {
-            match value {
-                Value::Dict(_, dict) => {
-                    for (key, inner) in dict {
-                        names.push(key.clone());
-                        named(inner, names);
-                    }
-                }
-                Value::Array(_, items) => items.iter().for_each(|v| named(v, names)),
-                _ => {}
-            }
-        }
         let defaults = defaults();
-        let mut names = Vec::new();
-        named(&Value::from(defaults.clone()), &mut names);
+        let names = default_names(&defaults);
         let listed: Vec<&str> = UNSET_NUMBERS
             .iter()
             .filter_map(|key| key.rsplit('.').next())
@@ -291,6 +271,60 @@ mod tests {
             assert!(find(&defaults, key).is_none(), "{key} has a default");
             let name = key.rsplit('.').next().unwrap_or(key);
             assert!(numeric_fields.contains(&name), "{key} is no numeric field");
+        }
+    }
+
+    /// Every file of the module, so that a new one is read too.
+    fn settings_sources() -> Vec<String> {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src/settings");
+        std::fs::read_dir(dir)
+            .expect("the settings sources")
+            .map(|entry| entry.expect("a directory entry").path())
+            .filter(|path| path.extension().is_some_and(|e| e == "rs"))
+            .map(|path| std::fs::read_to_string(path).expect("a readable source"))
+            .collect()
+    }
+
+    /// Every key the defaults name, at any depth.
+    fn default_names(defaults: &Dict) -> Vec<String> {
+        fn named(value: &Value, names: &mut Vec<String>) {
+            match value {
+                Value::Dict(_, dict) => {
+                    for (key, inner) in dict {
+                        names.push(key.clone());
+                        named(inner, names);
+                    }
+                }
+                Value::Array(_, items) => items.iter().for_each(|v| named(v, names)),
+                _ => {}
+            }
+        }
+        let mut names = Vec::new();
+        named(&Value::from(defaults.clone()), &mut names);
+        names
+    }
+
+    /// A list of strings the defaults do not name is read as figment
+    /// guesses: `TOLLGATE__CAPTCHA__SMS_ACTIONS=[2024]` would be a number,
+    /// and refused. So every such field has a default, if only `[]`.
+    #[test]
+    fn every_list_of_strings_is_typed_by_the_defaults() {
+        let names = default_names(&defaults());
+        let mut lists = Vec::new();
+        for source in settings_sources() {
+            for line in source.lines() {
+                let field = line.trim().strip_prefix("pub ").unwrap_or("");
+                if let Some((name, "Vec<String>,")) = field.split_once(": ") {
+                    lists.push(name.to_owned());
+                }
+            }
+        }
+        assert!(lists.iter().any(|l| l == "sms_actions"), "{lists:?}");
+        for name in &lists {
+            assert!(
+                names.contains(name),
+                "`{name}` is a list of strings without a default: add it to defaults.toml"
+            );
         }
     }
 

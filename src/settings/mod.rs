@@ -380,6 +380,29 @@ impl CaptchaSettings {
             ("captcha.login_actions", &self.login_actions),
         ]
     }
+
+    /// With one route's own action list set and the other's not: the key
+    /// left unset and the one set, when `actions` (which the unset route
+    /// reads) takes a token the set route's list names, or any token.
+    pub fn route_open_to_the_others_tokens(&self) -> Option<(&'static str, &'static str)> {
+        let (open, own, own_list) =
+            match (self.sms_actions.is_empty(), self.login_actions.is_empty()) {
+                (true, false) => (
+                    "captcha.sms_actions",
+                    "captcha.login_actions",
+                    &self.login_actions,
+                ),
+                (false, true) => (
+                    "captcha.login_actions",
+                    "captcha.sms_actions",
+                    &self.sms_actions,
+                ),
+                _ => return None,
+            };
+        let takes_them =
+            self.actions.is_empty() || own_list.iter().any(|a| self.actions.contains(a));
+        (self.kind != CaptchaKind::None && takes_them).then_some((open, own))
+    }
 }
 
 fn default_min_score() -> Fraction {

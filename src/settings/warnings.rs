@@ -85,15 +85,29 @@ fn warn_of_answer_checks_without_a_provider(settings: &Settings) {
                 .all(|(_, list)| list.is_empty()))
     {
         tracing::warn!(
-            "captcha.hostnames or captcha.actions (sms_actions, login_actions) is set with \
-             captcha.kind = \"none\": \
-             no provider answers, so nothing is checked against them (docs/delivery.md)"
+            "captcha.hostnames, captcha.actions, captcha.sms_actions or captcha.login_actions \
+             is set with captcha.kind = \"none\": no provider answers, so nothing is checked \
+             against them (docs/delivery.md)"
         );
     }
     if captcha.kind == CaptchaKind::Recaptcha && captcha.min_score.get() > 0.9 {
         tracing::warn!(
             "captcha.min_score is above 0.9: reCAPTCHA keys outside Enterprise score at most \
              0.9, so every token is refused (docs/delivery.md)"
+        );
+    }
+}
+
+/// A route's own action list is there to keep the other page's tokens
+/// out; with only one route's set, the other reads `captcha.actions`,
+/// which may still take that route's tokens (or any, when empty).
+fn warn_of_a_half_split_of_actions(settings: &Settings) {
+    let captcha = &settings.captcha;
+    if let Some((open, own)) = captcha.route_open_to_the_others_tokens() {
+        tracing::warn!(
+            "{own} is set and {open} is not: that route reads captcha.actions, which takes \
+             tokens made for the other page ({own}'s actions, or any when empty); set {open} \
+             too (docs/delivery.md)"
         );
     }
 }
@@ -105,4 +119,5 @@ pub fn warn_of_risky_settings(settings: &Settings) {
     warn_of_codes_in_the_log(settings);
     warn_of_captchas_no_browser_can_pass(settings);
     warn_of_answer_checks_without_a_provider(settings);
+    warn_of_a_half_split_of_actions(settings);
 }

@@ -230,6 +230,37 @@ async fn a_token_made_for_one_route_does_not_pass_the_other_where_each_has_its_o
     assert_eq!(from_login.status, 200, "{}", from_login.body);
 }
 
+/// With one route's own list and not the other's, the other route reads
+/// `actions`: start-up warns where that takes the first route's tokens.
+#[test]
+fn a_half_split_of_the_action_lists_is_found_where_the_other_route_takes_its_tokens() {
+    let with = |kind: &str, lists: &str| {
+        let toml = format!("[captcha]\nkind = \"{kind}\"\nsecret = \"s\"\n{lists}\n");
+        crate::support::app::load_config(&toml)
+            .unwrap()
+            .captcha
+            .route_open_to_the_others_tokens()
+    };
+    let turnstile = |lists| with("turnstile", lists);
+    assert_eq!(turnstile(""), None);
+    assert_eq!(turnstile("actions = [\"login\", \"sms\"]"), None);
+    let split = "sms_actions = [\"sms\"]\nlogin_actions = [\"login\"]";
+    assert_eq!(turnstile(split), None);
+    assert_eq!(
+        turnstile("actions = [\"login\"]\nsms_actions = [\"sms\"]"),
+        None
+    );
+    assert_eq!(
+        turnstile("actions = [\"login\", \"sms\"]\nsms_actions = [\"sms\"]"),
+        Some(("captcha.login_actions", "captcha.sms_actions"))
+    );
+    assert_eq!(
+        turnstile("login_actions = [\"login\"]"),
+        Some(("captcha.sms_actions", "captcha.login_actions"))
+    );
+    assert_eq!(with("none", "login_actions = [\"login\"]"), None);
+}
+
 #[test]
 fn the_answer_checks_are_read_at_start_up() {
     let defaults = crate::support::app::load_config("").unwrap();

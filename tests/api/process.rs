@@ -529,22 +529,36 @@ async fn start_up_warns_of_admin_routes_on_a_public_bind() {
     assert_eq!((warned(&public), warned(&split), warned(&local)), (1, 0, 0));
 }
 
-/// `captcha.hostnames` and `captcha.actions` read a provider's answers:
-/// start-up says so when there is no provider to answer.
+/// `captcha.hostnames` and the action lists read a provider's answers:
+/// start-up says so when there is no provider to answer, and when one
+/// route's own action list leaves the other route taking its tokens.
 #[tokio::test]
 async fn start_up_warns_of_answer_checks_without_a_provider() {
     let lists = "[captcha]\nhostnames = [\"www.example.com\"]\n";
+    let route_list = "[captcha]\nsms_actions = [\"sms\"]\n";
     let strict =
         "[captcha]\nkind = \"recaptcha\"\nsecret = \"recaptcha-secret-0123\"\nmin_score = 0.95\n";
-    let provider = "[captcha]\nkind = \"turnstile\"\nsecret = \"turnstile-secret-0123\"\nhostnames = [\"www.example.com\"]\n";
-    let dirs = [(); 3].map(|_| tempfile::tempdir().unwrap());
+    let provider = "[captcha]\nkind = \"turnstile\"\nsecret = \"turnstile-secret-0123\"\nhostnames = [\"www.example.com\"]\nsms_actions = [\"sms\"]\nlogin_actions = [\"login\"]\n";
+    let half_split = "[captcha]\nkind = \"turnstile\"\nsecret = \"turnstile-secret-0123\"\nlogin_actions = [\"login\"]\n";
+    let dirs = [(); 5].map(|_| tempfile::tempdir().unwrap());
     let unread = Tollgate::start(&config_file(dirs[0].path(), "", lists)).await;
     let read = Tollgate::start(&config_file(dirs[1].path(), "", provider)).await;
     let refuses_all = Tollgate::start(&config_file(dirs[2].path(), "", strict)).await;
+    let unread_route = Tollgate::start(&config_file(dirs[3].path(), "", route_list)).await;
+    let half = Tollgate::start(&config_file(dirs[4].path(), "", half_split)).await;
     let warned = |server: &Tollgate| server.lines("nothing is checked against them").len();
-    assert_eq!((warned(&unread), warned(&read)), (1, 0));
+    assert_eq!(
+        (warned(&unread), warned(&unread_route), warned(&read)),
+        (1, 1, 0)
+    );
     let too_high = |server: &Tollgate| server.lines("captcha.min_score is above 0.9").len();
     assert_eq!((too_high(&refuses_all), too_high(&read)), (1, 0));
+    let open = |server: &Tollgate| {
+        server
+            .lines("captcha.login_actions is set and captcha.sms_actions is not")
+            .len()
+    };
+    assert_eq!((open(&half), open(&read)), (1, 0));
 }
 
 /// A reload can bring in what start-up would have warned of: it warns too.
