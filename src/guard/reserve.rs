@@ -191,8 +191,8 @@ impl Reservation<'_> {
         refusals
     }
 
-    /// Give every recorded event back (a failed delivery), to the store
-    /// that recorded it.
+    /// Give every recorded event back, to the store that recorded it (a
+    /// verify's try on its address, once the code proved right).
     pub async fn roll_back(&self, store: &dyn WindowStore) {
         self.give_back(store, |_| true).await;
     }

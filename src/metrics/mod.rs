@@ -57,7 +57,7 @@ pub const ADMIN_AUTH_FAILURES: &str = "tollgate_admin_auth_failures_total";
 pub const ADMIN_AUTH_THROTTLED: &str = "tollgate_admin_auth_throttled_total";
 /// Counter of captcha tokens, by `outcome`: what the provider said
 /// (`passed`, `refused`, `unanswered`; `mismatched`, passed but refused for
-/// `captcha.min_score`, `hostnames` or `actions`), or not asked:
+/// `captcha.min_score`, `hostnames` or the route's actions), or not asked:
 /// `throttled` when the address had `captcha.failed_token_limit` refused,
 /// `paused` while the provider throttles (429).
 pub const CAPTCHA_CHECKS: &str = "tollgate_captcha_checks_total";
@@ -298,7 +298,7 @@ struct Handles {
     requests: [[Option<Counter>; Outcome::ALL.len()]; Route::ALL.len()],
     store_seconds: Option<Histogram>,
     audit_queued: Option<Counter>,
-    /// By `SmsDelivery`, at its index in `ALL`: one a send.
+    /// By `SmsDelivery`, at its index in `ALL` (as `requests`): one a send.
     sms_deliveries: [Option<Counter>; SmsDelivery::ALL.len()],
 }
 
@@ -439,12 +439,14 @@ impl SmsDelivery {
 /// Count one SMS send's delivery, by what came of it.
 pub fn sms_delivery(outcome: SmsDelivery) {
     let series = || counter!(SMS_DELIVERIES, "outcome" => outcome.as_str());
-    with_handles(|handles| {
-        handles.sms_deliveries[outcome as usize]
-            .get_or_insert_with(series)
-            .increment(1)
-    })
-    .unwrap_or_else(|| series().increment(1));
+    let counted = with_handles(|handles| {
+        let slot = handles.sms_deliveries.get_mut(outcome as usize)?;
+        slot.get_or_insert_with(series).increment(1);
+        Some(())
+    });
+    if counted.flatten().is_none() {
+        series().increment(1);
+    }
 }
 
 /// Count one admin request refused while its address is throttled.

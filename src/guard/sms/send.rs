@@ -142,14 +142,19 @@ impl SmsGuard {
         };
         let give_back = decision::give_back(&error);
         crate::metrics::sms_delivery(give_back.outcome());
+        // Before the rollback's await: until then a code held locally from
+        // an outage would be the one a verify checks, not this one.
+        if give_back.keeps_the_code() {
+            store.code_delivered(&code.key, &code.mac);
+        }
         if let Some(reservation) = reservation {
             let kept = |kind| give_back.keeps_windows_of(kind);
             reservation.roll_back_keeping(store, kept).await;
         }
-        if give_back.keeps_the_code() {
-            store.code_delivered(&code.key, &code.mac);
-        } else if let Err(e) = store.otp_drop(&code.key, &code.mac).await {
-            tracing::warn!(request_id = %crate::telemetry::request_id(), error = %e, "could not delete the code of a failed send");
+        if !give_back.keeps_the_code() {
+            if let Err(e) = store.otp_drop(&code.key, &code.mac).await {
+                tracing::warn!(request_id = %crate::telemetry::request_id(), error = %e, "could not delete the code of a failed send");
+            }
         }
         Err(error.into())
     }
