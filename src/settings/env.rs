@@ -158,13 +158,16 @@ fn texts(raw: &str) -> Option<Vec<Value>> {
         }
     }
     items.push(&inner[start..]);
+    let last = items.len() - 1;
     Some(
         items
             .into_iter()
             .map(str::trim)
             .enumerate()
-            // `[]` and a trailing comma leave one empty piece at the end.
-            .filter(|(i, item)| !(item.is_empty() && (*i > 0 || inner.trim().is_empty())))
+            // `[]` and a trailing comma leave one empty piece at the end; an
+            // empty one elsewhere (`[a,,b]`) is kept, for the setting's own
+            // check to refuse rather than to vanish unseen.
+            .filter(|(i, item)| !(item.is_empty() && (*i == last || inner.trim().is_empty())))
             .map(|(_, item)| text(item))
             .collect(),
     )
@@ -342,6 +345,11 @@ mod tests {
             typed("sms.denied_regions", "[CN,]"),
             Value::from(vec!["CN"])
         );
+        assert_eq!(
+            typed("sms.denied_regions", "[CN,,US]"),
+            Value::from(vec!["CN", "", "US"])
+        );
+        assert_eq!(typed("sms.denied_regions", "[,]"), Value::from(vec![""]));
         assert_eq!(
             typed("server.admin_tokens", "[a{b}c, \"{d}\"]"),
             Value::from(vec!["a{b}c", "{d}"])
