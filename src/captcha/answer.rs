@@ -122,7 +122,7 @@ impl Expected {
                 .as_deref()
                 .is_some_and(|h| self.hostnames.iter().any(|e| e.eq_ignore_ascii_case(h)));
             if !listed {
-                return Err(Mismatch::Hostname(answer.hostname.clone()));
+                return Err(Mismatch::Hostname(clipped(&answer.hostname)));
             }
         }
         let actions = self.actions_for(action);
@@ -132,11 +132,21 @@ impl Expected {
                 .as_deref()
                 .is_some_and(|a| actions.iter().any(|e| e == a));
             if !listed {
-                return Err(Mismatch::Action(answer.action.clone()));
+                return Err(Mismatch::Action(clipped(&answer.action)));
             }
         }
         Ok(())
     }
+}
+
+/// The first characters of what an answer named, for the log: the answer
+/// may be up to a megabyte, and its fields are whatever the provider (or
+/// whatever `verify_url` points at) wrote.
+fn clipped(named: &Option<String>) -> Option<String> {
+    const SHOWN: usize = 100;
+    named
+        .as_ref()
+        .map(|text| text.chars().take(SHOWN).collect())
 }
 
 /// A route's own list where it has one, else the one both routes share.
@@ -330,5 +340,28 @@ mod tests {
             login_only.check(&made_for("sms"), Action::LoginAttempt),
             Err(Mismatch::Action(Some("sms".into())))
         );
+    }
+
+    #[test]
+    fn a_long_name_in_an_answer_is_clipped_for_the_log() {
+        let ours = expected(
+            CaptchaKind::Turnstile,
+            0.5,
+            &["www.example.com"],
+            &["login"],
+        );
+        let long = "é".repeat(100_000);
+        let far = answer(&format!(r#"{{"success": true, "hostname": "{long}"}}"#));
+        let Err(Mismatch::Hostname(Some(shown))) = ours.check_login(&far) else {
+            panic!("the hostname is not listed")
+        };
+        assert_eq!(shown.chars().count(), 100);
+        let odd = answer(&format!(
+            r#"{{"success": true, "hostname": "www.example.com", "action": "{long}"}}"#
+        ));
+        let Err(Mismatch::Action(Some(shown))) = ours.check_login(&odd) else {
+            panic!("the action is not listed")
+        };
+        assert_eq!(shown, "é".repeat(100));
     }
 }
