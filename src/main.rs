@@ -93,6 +93,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let settings = load()?;
             // The templates are part of what start-up checks.
             Templates::load(&TemplateDirs::of(&settings))?;
+            // What start-up would warn of, on stderr: stdout stays TOML.
+            tollgate::telemetry::init();
+            tollgate::settings::warnings::warn_of_risky_settings(&settings);
             print!("{}", settings.to_redacted_toml());
         }
         Command::Migrate => {

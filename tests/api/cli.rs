@@ -48,6 +48,7 @@ headers = { "X-Api-Key" = "header-secret" }
         "a-long-random-code-secret",
     ] {
         assert!(!stdout.contains(secret), "{secret} leaked:\n{stdout}");
+        assert!(!stderr.contains(secret), "{secret} leaked:\n{stderr}");
     }
     assert!(stdout.contains("\"***\""), "{stdout}");
     assert!(
@@ -60,6 +61,39 @@ headers = { "X-Api-Key" = "header-secret" }
     );
     let parsed: toml::Value = toml::from_str(&stdout).expect("the output is TOML");
     assert_eq!(parsed["store"]["backend"].as_str(), Some("redis"));
+}
+
+/// check-config warns on stderr of what start-up would, and its stdout is
+/// still the settings alone.
+#[test]
+fn check_config_warns_of_what_start_up_would() {
+    let env = [
+        ("TOLLGATE__CAPTCHA__KIND", "turnstile"),
+        ("TOLLGATE__CAPTCHA__SECRET", "turnstile-secret-0123"),
+        ("TOLLGATE__CAPTCHA__LOGIN_ACTIONS", "[login]"),
+    ];
+    let (ok, stdout, stderr) = tollgate(&["check-config"], &env);
+    assert!(ok, "{stderr}");
+    assert!(
+        stderr.contains("captcha.login_actions is set and captcha.sms_actions is not"),
+        "{stderr}"
+    );
+    let parsed: toml::Value = toml::from_str(&stdout).expect("the output is TOML");
+    assert_eq!(
+        parsed["captcha"]["login_actions"][0].as_str(),
+        Some("login")
+    );
+    let (ok, _, quiet) = tollgate(
+        &["check-config"],
+        &[
+            ("TOLLGATE__CAPTCHA__SMS_ACTIONS", "[sms]"),
+            env[0],
+            env[1],
+            env[2],
+        ],
+    );
+    assert!(ok, "{quiet}");
+    assert!(!quiet.contains("captcha.login_actions is set"), "{quiet}");
 }
 
 /// Durations come out as a config file writes them, and read back the same.
