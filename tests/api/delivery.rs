@@ -501,13 +501,7 @@ async fn a_webhook_422_refuses_the_number_and_counts_against_the_address() {
         .respond_with(ResponseTemplate::new(422))
         .mount(&server)
         .await;
-    let url = format!("{}/hooks/sms", server.uri());
-    let app = spawn_app_with_sms_provider(Backend::Memory, move |s| {
-        s.sms.ip_limits = limits(&[(1, 3_600_000)]);
-        s.sms.provider.kind = SmsProviderKind::Webhook;
-        s.sms.provider.url = url.into();
-    })
-    .await;
+    let app = webhook_app_with_one_send_an_ip(&server).await;
 
     let refused = app
         .sms_send(json!({ "phone": PHONE, "ip": "203.0.113.7" }))
@@ -519,6 +513,17 @@ async fn a_webhook_422_refuses_the_number_and_counts_against_the_address() {
     assert_eq!(next.status, 429, "{}", next.body);
     assert_eq!(next.body["rule"], "ip 1/1h");
     assert_eq!(received(&server).await.len(), 1);
+}
+
+/// A webhook provider at `server`, and one send an hour per IP.
+async fn webhook_app_with_one_send_an_ip(server: &MockServer) -> TestApp {
+    let url = format!("{}/hooks/sms", server.uri());
+    spawn_app_with_sms_provider(Backend::Memory, move |s| {
+        s.sms.ip_limits = limits(&[(1, 3_600_000)]);
+        s.sms.provider.kind = SmsProviderKind::Webhook;
+        s.sms.provider.url = url.into();
+    })
+    .await
 }
 
 /// One series of `tollgate_sms_deliveries_total`.
@@ -556,13 +561,7 @@ async fn a_provider_or_set_up_failure_is_given_back_to_the_address_too() {
         .respond_with(ResponseTemplate::new(202))
         .mount(&server)
         .await;
-    let url = format!("{}/hooks/sms", server.uri());
-    let app = spawn_app_with_sms_provider(Backend::Memory, move |s| {
-        s.sms.ip_limits = limits(&[(1, 3_600_000)]);
-        s.sms.provider.kind = SmsProviderKind::Webhook;
-        s.sms.provider.url = url.into();
-    })
-    .await;
+    let app = webhook_app_with_one_send_an_ip(&server).await;
 
     let failed_before = app.metric(&deliveries("failed")).await;
     for _ in 0..7 {
