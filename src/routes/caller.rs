@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use actix_web::http::header;
+use actix_web::http::header::{self, HeaderValue};
 use actix_web::HttpRequest;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
@@ -129,6 +129,19 @@ fn console_token(req: &HttpRequest) -> Option<Secret> {
     (user == "admin").then(|| Secret::new(password))
 }
 
+/// Whether an `Authorization` value holds something an admin route checks:
+/// a Bearer token, or (`basic`, the console) HTTP Basic, not empty. A value
+/// that is not visible ASCII is checked (and refused) as a token would be.
+fn checks_a_credential(value: &HeaderValue, basic: bool) -> bool {
+    let Ok(value) = value.to_str() else {
+        return true;
+    };
+    let (scheme, credential) = value.trim().split_once(' ').unwrap_or((value.trim(), ""));
+    let read =
+        scheme.eq_ignore_ascii_case("bearer") || (basic && scheme.eq_ignore_ascii_case("basic"));
+    read && !credential.trim().is_empty()
+}
+
 /// A static admin token's admin.
 #[derive(Clone)]
 pub struct TokenAdmin {
@@ -144,6 +157,11 @@ pub struct TokenAdmin {
 pub enum AdminCredential {
     /// No `Authorization` header: not a guess, not counted.
     Missing,
+    /// An `Authorization` this route checks against nothing: another
+    /// scheme (HTTP Basic on the JSON API, `Digest`, …) or an empty token.
+    /// Not a guess either: an admin whose script sends the console's Basic
+    /// credentials to the API must not throttle its own address.
+    Unread,
     /// A token or password that is not an admin token (an API key
     /// included): a failed authentication.
     Wrong,
@@ -220,8 +238,11 @@ impl Access {
     /// password of user `admin`; or a Bearer JWT. No list of tokens means
     /// no static admin.
     pub fn admin_credential(&self, req: &HttpRequest, basic: bool) -> AdminCredential {
-        if !req.headers().contains_key(header::AUTHORIZATION) {
+        let Some(value) = req.headers().get(header::AUTHORIZATION) else {
             return AdminCredential::Missing;
+        };
+        if !checks_a_credential(value, basic) {
+            return AdminCredential::Unread;
         }
         let token = if basic {
             console_token(req)

@@ -198,6 +198,48 @@ async fn only_presented_credentials_count_and_console_passwords_do() {
     assert_eq!(app.send_raw(untouched).await.status, 200);
 }
 
+/// Nothing checks a credential the route does not read: the console's
+/// Basic credentials sent to the JSON API (Bearer only), another scheme, an
+/// empty Bearer. Each is answered 401 and is not counted, so an admin's
+/// script that sends them does not throttle its own address.
+#[tokio::test]
+async fn a_credential_the_route_does_not_read_is_refused_and_not_counted() {
+    let app = spawn_app_with_clock(Backend::Memory, None, behind_a_proxy).await;
+    let client = "192.0.2.4";
+    let unread = [
+        basic("admin", ADMIN_TOKEN),
+        format!("Digest username=\"admin\", response=\"{ADMIN_TOKEN}\""),
+        "Bearer".to_string(),
+        "Bearer   ".to_string(),
+    ];
+    for round in 0..6 {
+        for value in &unread {
+            let request =
+                from(&app, "GET", "/admin/api/lists", client).header(AUTHORIZATION, value);
+            let answer = app.send_raw(request).await;
+            assert_eq!(
+                (answer.status.as_u16(), answer.error()),
+                (401, "unauthorized"),
+                "round {round}: {value}"
+            );
+        }
+    }
+    let right = from(&app, "GET", "/admin/api/lists", client).bearer_auth(ADMIN_TOKEN);
+    assert_eq!(
+        app.send_raw(right).await.status,
+        200,
+        "24 unread credentials"
+    );
+    // The console reads Basic: there a wrong password still counts.
+    for i in 0..20 {
+        let wrong = from(&app, "GET", "/admin", client)
+            .header(AUTHORIZATION, basic("admin", &format!("password-{i}")));
+        assert_eq!(app.send_raw(wrong).await.status, 401, "try {i}");
+    }
+    let throttled = from(&app, "GET", "/admin/api/lists", client).bearer_auth(ADMIN_TOKEN);
+    assert_eq!(app.send_raw(throttled).await.status, 429);
+}
+
 /// Every admin route, JSON, CSV and HTML: a stranger gets 401 whatever the
 /// query, path, method or body (not 400, 404, 405 or 415); an admin gets
 /// the answer those deserve. Every one of these answers, to either, carries

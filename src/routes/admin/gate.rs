@@ -8,7 +8,8 @@
 //!    query or body: a stranger learns nothing about what a route takes (not
 //!    400, 404, 405 or 415). A wrong token or password, and a JWT access
 //!    token the OpenID provider's keys and claims do not vouch for, is a
-//!    failed authentication. A console page (GET) without credentials,
+//!    failed authentication; a scheme the route does not read (Basic on the
+//!    JSON API) or an empty token is not, as nothing was checked. A console page (GET) without credentials,
 //!    when single sign-on is configured, sends the browser to the provider
 //!    instead (`sso`); a console session is a credential too.
 //! 3. Every answer, refusals included, carries `Cache-Control: no-store`:
@@ -104,7 +105,7 @@ pub(super) async fn admit(
                 Err(error) => return Err(Shut::Unavailable(error)),
             }
         }
-        AdminCredential::Missing => return Err(Shut::Unauthorized),
+        AdminCredential::Missing | AdminCredential::Unread => return Err(Shut::Unauthorized),
     };
     info.actor = Some(actor.to_string());
     Ok(Admin {
