@@ -128,6 +128,10 @@ pub struct ConnectionPlan {
     /// Connections per client address on the public listener
     /// (`server.max_connections_per_ip`, or derived from the public cap).
     pub per_ip: u64,
+    /// Connections per client address on the admin listener: half its cap,
+    /// so that one peer that reaches it (a runaway scraper, a host taken
+    /// over) leaves the other half to admins. Absent without it.
+    pub admin_per_ip: Option<u64>,
 }
 
 /// Threads that hold descriptors of their own: the workers of each listener
@@ -216,10 +220,12 @@ impl ConnectionPlan {
             Some(cap) => cap.into(),
         };
         let per_ip = per_ip(server, public)?;
+        let admin = admin_listener.then(|| ListenerCap::split(admin, workers));
         Ok(Self {
             reserved,
             public: ListenerCap::split(public, workers),
-            admin: admin_listener.then(|| ListenerCap::split(admin, workers)),
+            admin_per_ip: admin.map(|cap| (cap.total() / 2).max(1)),
+            admin,
             per_ip,
         })
     }
@@ -280,6 +286,7 @@ mod tests {
                     per_worker: 5
                 }),
                 per_ip: 10,
+                admin_per_ip: Some(5),
             }
         );
     }
@@ -304,7 +311,10 @@ mod tests {
     fn without_an_admin_listener_nothing_is_set_aside_for_it() {
         // threads = 2 × 2 + 1 = 5, reserved 74, left 182, public 91.
         let plan = ConnectionPlan::derive(&settings(|_| {}), 256, 2).unwrap();
-        assert_eq!((plan.reserved, plan.admin), (74, None));
+        assert_eq!(
+            (plan.reserved, plan.admin, plan.admin_per_ip),
+            (74, None, None)
+        );
         assert_eq!(plan.public.total(), 90);
         assert_eq!(plan.per_ip, 11);
     }
@@ -321,6 +331,8 @@ mod tests {
         assert_eq!(plan.public, ListenerCap::split(50, 2));
         assert_eq!(plan.admin, Some(ListenerCap::split(3, 2)));
         assert_eq!(plan.per_ip, 7);
+        // Three split over two workers hold two; one address holds one.
+        assert_eq!(plan.admin_per_ip, Some(1));
     }
 
     #[test]

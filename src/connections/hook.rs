@@ -26,8 +26,8 @@ pub struct ListenerHook {
 }
 
 impl ListenerHook {
-    /// `per_ip`: the public listener's per-address count; none on the admin
-    /// listener, whose callers are operators.
+    /// `per_ip`: the listener's per-address count (`per_ip`), none when
+    /// every peer is a proxy.
     pub fn new(listener: Listener, request_timeout: Duration, per_ip: Option<Arc<PerIp>>) -> Self {
         let name = listener.as_str();
         Self {

@@ -1,5 +1,6 @@
-//! Connections per client address on the public listener
-//! (`server.max_connections_per_ip`), counted at accept.
+//! Connections per client address, counted at accept: on the public
+//! listener `server.max_connections_per_ip`, on the admin listener half its
+//! cap (`connections::budget`).
 //!
 //! The address is the TCP peer's: at accept no header has been read, and a
 //! forwarded address could be made up anyway. It counts as the rate limits

@@ -39,12 +39,15 @@ pub(super) fn bind(settings: &Settings, shared: &Shared) -> anyhow::Result<Liste
     // With `trusted_proxy_hops` every peer is a proxy by its position (the
     // balancers' addresses are not listed): counting them per address
     // would let one busy client fill its balancer's slots for everyone.
-    let per_ip = (settings.server.trusted_proxy_hops == 0).then(|| {
-        PerIp::new(
-            u32::try_from(plan.per_ip).unwrap_or(u32::MAX),
-            settings.server.trusted_proxies.clone(),
-        )
-    });
+    let per_ip_of = |cap: u64| {
+        (settings.server.trusted_proxy_hops == 0).then(|| {
+            PerIp::new(
+                u32::try_from(cap).unwrap_or(u32::MAX),
+                settings.server.trusted_proxies.clone(),
+            )
+        })
+    };
+    let per_ip = per_ip_of(plan.per_ip);
     let server = http_server(
         Serve {
             listener,
@@ -66,7 +69,7 @@ pub(super) fn bind(settings: &Settings, shared: &Shared) -> anyhow::Result<Liste
                     routes,
                     name: Listener::Admin,
                     cap,
-                    per_ip: None,
+                    per_ip: plan.admin_per_ip.and_then(per_ip_of),
                 },
                 shared,
             )?;
@@ -97,6 +100,7 @@ fn connection_plan(settings: &Settings) -> anyhow::Result<ConnectionPlan> {
         max_connections = plan.public.total(),
         admin_max_connections = plan.admin.map(|cap| cap.total()),
         max_connections_per_ip = plan.per_ip,
+        admin_max_connections_per_ip = plan.admin_per_ip,
         "connection caps"
     );
     Ok(plan)
@@ -138,7 +142,8 @@ struct Serve {
     routes: Routes,
     name: Listener,
     cap: ListenerCap,
-    /// The per-address count (public listener only).
+    /// The per-address count (none when every peer is a proxy,
+    /// `server.trusted_proxy_hops`).
     per_ip: Option<Arc<PerIp>>,
 }
 
