@@ -40,14 +40,43 @@ pub enum ClientIpHeader {
     Single(String),
 }
 
+/// Standard request headers (RFC 9110 and the fetch standard's) that a
+/// proxy never sets to the client's address.
+const NEVER_AN_ADDRESS: &[&str] = &[
+    "accept",
+    "accept-encoding",
+    "accept-language",
+    "authorization",
+    "cache-control",
+    "connection",
+    "content-encoding",
+    "content-length",
+    "content-type",
+    "cookie",
+    "expect",
+    "host",
+    "origin",
+    "proxy-authorization",
+    "referer",
+    "te",
+    "transfer-encoding",
+    "upgrade",
+    "user-agent",
+    "x-request-id",
+];
+
 impl ClientIpHeader {
     /// From a header name, any case: `x-forwarded-for`, `forwarded`, or any
     /// other valid header name as a single-address header. `None` when the
-    /// name is not a valid header name.
+    /// name is not a valid header name, or names a standard request header
+    /// that never holds an address ([`NEVER_AN_ADDRESS`]): with `host` or
+    /// `authorization` every request would count under the proxy's address,
+    /// found only by the fallback metric.
     pub fn parse(name: &str) -> Option<Self> {
         let name = name.trim().to_ascii_lowercase();
         let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
-        if name.is_empty() || !name.bytes().all(token) {
+        if name.is_empty() || !name.bytes().all(token) || NEVER_AN_ADDRESS.contains(&name.as_str())
+        {
             return None;
         }
         Some(match name.as_str() {
@@ -235,7 +264,15 @@ mod tests {
             ClientIpHeader::parse("CF-Connecting-IP"),
             Some(ClientIpHeader::Single("cf-connecting-ip".into()))
         );
-        for bad in ["", "x real ip", "x-real-ip:", "é"] {
+        for bad in [
+            "",
+            "x real ip",
+            "x-real-ip:",
+            "é",
+            "Host",
+            "authorization",
+            "Cookie",
+        ] {
             assert_eq!(ClientIpHeader::parse(bad), None, "{bad:?}");
         }
     }

@@ -85,7 +85,12 @@ pub mod client_ip_header {
     pub fn deserialize<'de, D: Deserializer<'de>>(
         deserializer: D,
     ) -> Result<ClientIpHeader, D::Error> {
-        read(deserializer, ClientIpHeader::parse, "an HTTP header name")
+        read(
+            deserializer,
+            ClientIpHeader::parse,
+            "a header name a proxy sets to the client's address (not a standard request header \
+             such as host, authorization or cookie)",
+        )
     }
 
     /// Writes the name, lower case.

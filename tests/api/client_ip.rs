@@ -335,11 +335,14 @@ fn the_header_and_the_hops_are_checked_at_start_up() {
         .to_redacted_toml()
         .contains("client_ip_header = \"x-real-ip\""));
     let error = crate::support::app::config_error;
-    let bad = error("[server]\nclient_ip_header = \"x real ip\"\n");
-    assert!(
-        bad.contains("server.client_ip_header") && bad.contains("not an HTTP header name"),
-        "{bad}"
-    );
+    for name in ["x real ip", "Host", "authorization"] {
+        let bad = error(&format!("[server]\nclient_ip_header = \"{name}\"\n"));
+        assert!(
+            bad.contains("server.client_ip_header")
+                && bad.contains("is not a header name a proxy sets to the client's address"),
+            "{bad}"
+        );
+    }
     let hops = error("[server]\nclient_ip_header = \"cf-connecting-ip\"\ntrusted_proxy_hops = 2\n");
     assert!(hops.contains("`server.trusted_proxy_hops`"), "{hops}");
     assert_eq!(error("[server]\ntrusted_proxy_hops = 2\n"), "");
