@@ -112,6 +112,19 @@ fn warn_of_a_half_split_of_actions(settings: &Settings) {
     }
 }
 
+/// An empty `sms.phone_limits` is allowed (the address's windows still
+/// apply), but then nothing stops many addresses from texting one victim's
+/// number: SMS bombing.
+fn warn_of_phones_without_limits(settings: &Settings) {
+    if settings.sms.phone_limits.is_empty() {
+        tracing::warn!(
+            "sms.phone_limits is empty: nothing limits how many codes one phone is sent from \
+             many addresses (SMS bombing of a victim's number); the default is 1/1m, 5/1h, \
+             10/24h (docs/rules.md)"
+        );
+    }
+}
+
 /// Settings that work but leave a production service open to misuse.
 pub fn warn_of_risky_settings(settings: &Settings) {
     warn_without_api_keys(settings);
@@ -120,4 +133,5 @@ pub fn warn_of_risky_settings(settings: &Settings) {
     warn_of_captchas_no_browser_can_pass(settings);
     warn_of_answer_checks_without_a_provider(settings);
     warn_of_a_half_split_of_actions(settings);
+    warn_of_phones_without_limits(settings);
 }

@@ -94,6 +94,13 @@ fn check_config_warns_of_what_start_up_would() {
     );
     assert!(ok, "{quiet}");
     assert!(!quiet.contains("captcha.login_actions is set"), "{quiet}");
+    assert!(!quiet.contains("sms.phone_limits is empty"), "{quiet}");
+    let (ok, _, unlimited) = tollgate(&["check-config"], &[("TOLLGATE__SMS__PHONE_LIMITS", "[]")]);
+    assert!(ok, "{unlimited}");
+    assert!(
+        unlimited.contains("sms.phone_limits is empty: nothing limits"),
+        "{unlimited}"
+    );
 }
 
 /// Durations come out as a config file writes them, and read back the same.
