@@ -24,6 +24,10 @@ pub const PER_THREAD: u64 = 2;
 /// The admin listener's default cap: a sixteenth of what is left after the
 /// reserve, within these bounds (a few operators and a metrics scraper).
 const ADMIN_DEFAULT: (u64, u64) = (4, 64);
+/// The admin listener's per-address default: half its cap, so that one
+/// peer leaves the other half to admins elsewhere, but at least this many
+/// (a browser opens six to a host), or the whole cap when it is smaller.
+const ADMIN_PER_IP_FLOOR: u64 = 8;
 /// The per-address default: an eighth of the public cap (eight addresses
 /// fill the listener, never one), within these bounds; 256 leaves room for
 /// a backend's connection pool.
@@ -128,9 +132,10 @@ pub struct ConnectionPlan {
     /// Connections per client address on the public listener
     /// (`server.max_connections_per_ip`, or derived from the public cap).
     pub per_ip: u64,
-    /// Connections per client address on the admin listener: half its cap,
-    /// so that one peer that reaches it (a runaway scraper, a host taken
-    /// over) leaves the other half to admins. Absent without it.
+    /// Connections per client address on the admin listener
+    /// (`server.admin_max_connections_per_ip`, or derived from its cap):
+    /// one peer that reaches it (a runaway scraper, a host taken over) must
+    /// not hold every slot. Absent without it.
     pub admin_per_ip: Option<u64>,
 }
 
@@ -221,12 +226,15 @@ impl ConnectionPlan {
         };
         let per_ip = per_ip(server, public)?;
         let admin = admin_listener.then(|| ListenerCap::split(admin, workers));
+        let admin_per_ip = admin
+            .map(|cap| admin_per_ip(server, cap.total()))
+            .transpose()?;
         Ok(Self {
             reserved,
             public: ListenerCap::split(public, workers),
-            admin_per_ip: admin.map(|cap| (cap.total() / 2).max(1)),
             admin,
             per_ip,
+            admin_per_ip,
         })
     }
 }
@@ -237,6 +245,17 @@ fn per_ip(server: &ServerSettings, public: u64) -> Result<u64, SettingsError> {
         Some(cap) if u64::from(cap) > public => Err(SettingsError::invalid(
             "server.max_connections_per_ip",
             format!("{cap} is above the public listener's cap of {public} connections"),
+        )),
+        Some(cap) => Ok(cap.into()),
+    }
+}
+
+fn admin_per_ip(server: &ServerSettings, admin: u64) -> Result<u64, SettingsError> {
+    match server.admin_max_connections_per_ip {
+        None => Ok((admin / 2).max(ADMIN_PER_IP_FLOOR.min(admin)).max(1)),
+        Some(cap) if u64::from(cap) > admin => Err(SettingsError::invalid(
+            "server.admin_max_connections_per_ip",
+            format!("{cap} is above the admin listener's cap of {admin} connections"),
         )),
         Some(cap) => Ok(cap.into()),
     }
@@ -286,7 +305,7 @@ mod tests {
                     per_worker: 5
                 }),
                 per_ip: 10,
-                admin_per_ip: Some(5),
+                admin_per_ip: Some(8),
             }
         );
     }
@@ -302,6 +321,7 @@ mod tests {
         let plan = ConnectionPlan::derive(&s, 65536, 16).unwrap();
         assert_eq!(plan.reserved, 314);
         assert_eq!(plan.admin.unwrap().total(), 64);
+        assert_eq!(plan.admin_per_ip, Some(32));
         // (65536 − 314 − 64) / 2 = 32579, 16 workers × 2036.
         assert_eq!(plan.public.total(), 32576);
         assert_eq!(plan.per_ip, 256);
@@ -327,12 +347,18 @@ mod tests {
             s.server.admin_max_connections = Some(3);
             s.server.max_connections_per_ip = Some(7);
         });
+        let mut with_admin_per_ip = s.clone();
+        with_admin_per_ip.server.admin_max_connections = Some(20);
+        with_admin_per_ip.server.admin_max_connections_per_ip = Some(3);
+        let plan = ConnectionPlan::derive(&with_admin_per_ip, 256, 2).unwrap();
+        assert_eq!(plan.admin_per_ip, Some(3));
         let plan = ConnectionPlan::derive(&s, 256, 2).unwrap();
         assert_eq!(plan.public, ListenerCap::split(50, 2));
         assert_eq!(plan.admin, Some(ListenerCap::split(3, 2)));
         assert_eq!(plan.per_ip, 7);
-        // Three split over two workers hold two; one address holds one.
-        assert_eq!(plan.admin_per_ip, Some(1));
+        // Three split over two workers hold two, all of which one address
+        // may hold: fewer than a browser opens.
+        assert_eq!(plan.admin_per_ip, Some(2));
     }
 
     #[test]
@@ -379,7 +405,7 @@ mod tests {
     #[test]
     fn caps_that_do_not_fit_name_their_key() {
         type Case = (&'static str, fn(&mut Settings), u64, &'static str);
-        let cases: [Case; 4] = [
+        let cases: [Case; 5] = [
             (
                 "public above its room",
                 |s| s.server.max_connections = Some(1000),
@@ -402,6 +428,17 @@ mod tests {
                 256,
                 "invalid setting `server.max_connections_per_ip`: 200 is above the public \
                  listener's cap of 91 connections",
+            ),
+            (
+                "admin per address above the admin cap",
+                |s| {
+                    with_admin(s);
+                    s.server.admin_max_connections = Some(6);
+                    s.server.admin_max_connections_per_ip = Some(7);
+                },
+                256,
+                "invalid setting `server.admin_max_connections_per_ip`: 7 is above the admin \
+                 listener's cap of 6 connections",
             ),
             (
                 "a limit below the reserve",

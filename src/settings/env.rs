@@ -23,6 +23,7 @@ const UNSET_NUMBERS: &[&str] = &[
     "server.max_connections",
     "server.admin_max_connections",
     "server.max_connections_per_ip",
+    "server.admin_max_connections_per_ip",
     "server.workers",
 ];
 

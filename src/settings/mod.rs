@@ -91,9 +91,10 @@ pub struct ServerSettings {
     pub trusted_proxies: Vec<ipnet::IpNet>,
     /// The one header that names the client behind a trusted proxy:
     /// `x-forwarded-for` (the default; the right-most hop no trusted proxy
-    /// wrote), `forwarded` (RFC 7239, read the same way), or any other name
+    /// wrote), `forwarded` (RFC 7239, read the same way), or another name
     /// for a header the proxy sets to one address (`x-real-ip`,
-    /// `cf-connecting-ip`). Every other client-address header is ignored.
+    /// `cf-connecting-ip`; not a standard request header such as `host`,
+    /// which never holds one). Every other client-address header is ignored.
     #[serde(with = "parsed::client_ip_header")]
     pub client_ip_header: crate::domain::forwarding::ClientIpHeader,
     /// Proxies trusted by their position rather than their address, for
@@ -146,6 +147,12 @@ pub struct ServerSettings {
     /// `max_connections`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_connections_per_ip: Option<u32>,
+    /// Most connections one client address holds on the admin listener.
+    /// Unset (the default): half of `admin_max_connections`, at least 8
+    /// (or the whole cap when it is smaller), so that one peer never holds
+    /// it all and a browser's parallel connections always fit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admin_max_connections_per_ip: Option<u32>,
     /// HTTP worker threads of each listener. Unset (the default): one per
     /// CPU the process may run on. Fewer leave cores to a Redis or a
     /// PostgreSQL on the same machine (docs/connections.md).
