@@ -104,10 +104,23 @@ fn digest(s: &str) -> [u8; 32] {
     Sha256::digest(s.as_bytes()).into()
 }
 
+fn authorization(req: &HttpRequest) -> Option<&str> {
+    req.headers().get(header::AUTHORIZATION)?.to_str().ok()
+}
+
+/// The credential after `scheme` (any case) and a space in an
+/// `Authorization` value, trimmed. Every reader parses with it, so that what
+/// counts as presented ([`checks_a_credential`]) and what is compared cannot
+/// drift apart.
+fn credential_of<'a>(value: &'a str, scheme: &str) -> Option<&'a str> {
+    let (given, credential) = value.split_once(' ')?;
+    given
+        .eq_ignore_ascii_case(scheme)
+        .then(|| credential.trim())
+}
+
 fn bearer(req: &HttpRequest) -> Option<&str> {
-    let value = req.headers().get(header::AUTHORIZATION)?.to_str().ok()?;
-    let (scheme, token) = value.split_once(' ')?;
-    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+    credential_of(authorization(req)?, "bearer")
 }
 
 /// The admin token an HTML console request presents: `Authorization: Bearer
@@ -117,13 +130,9 @@ fn console_token(req: &HttpRequest) -> Option<Secret> {
         return Some(Secret::new(token));
     }
     use base64::Engine as _;
-    let value = req.headers().get(header::AUTHORIZATION)?.to_str().ok()?;
-    let (scheme, encoded) = value.split_once(' ')?;
-    if !scheme.eq_ignore_ascii_case("basic") {
-        return None;
-    }
+    let encoded = credential_of(authorization(req)?, "basic")?;
     let decoded = base64::engine::general_purpose::STANDARD
-        .decode(encoded.trim())
+        .decode(encoded)
         .ok()?;
     let (user, password) = std::str::from_utf8(&decoded).ok()?.split_once(':')?;
     (user == "admin").then(|| Secret::new(password))
@@ -136,10 +145,8 @@ fn checks_a_credential(value: &HeaderValue, basic: bool) -> bool {
     let Ok(value) = value.to_str() else {
         return true;
     };
-    let (scheme, credential) = value.trim().split_once(' ').unwrap_or((value.trim(), ""));
-    let read =
-        scheme.eq_ignore_ascii_case("bearer") || (basic && scheme.eq_ignore_ascii_case("basic"));
-    read && !credential.trim().is_empty()
+    let presented = |scheme| credential_of(value, scheme).is_some_and(|c| !c.is_empty());
+    presented("bearer") || (basic && presented("basic"))
 }
 
 /// A static admin token's admin.
@@ -436,6 +443,41 @@ impl Access {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What is not presented is never compared: a value this finds unread
+    /// gives `bearer` (and, on the console, Basic) nothing to check.
+    #[test]
+    fn only_a_scheme_the_route_reads_with_a_credential_is_presented() {
+        let cases: [(&[u8], bool, bool); 12] = [
+            (b"Bearer x", false, true),
+            (b"bEaReR x", false, true),
+            (b"Bearer  x", false, true),
+            (b"Bearer", false, false),
+            (b"Bearer ", false, false),
+            (b"Bearer\tx", false, false),
+            (b"Basic YWRtaW46eA==", false, false),
+            (b"Basic YWRtaW46eA==", true, true),
+            (b"Basic\tYWRtaW46eA==", true, false),
+            (b"Digest username=admin", true, false),
+            (b"Bearer \xff", false, true),
+            (b"x", true, false),
+        ];
+        for (value, basic, presented) in cases {
+            let header = HeaderValue::from_bytes(value).unwrap();
+            assert_eq!(
+                checks_a_credential(&header, basic),
+                presented,
+                "{value:?}, basic {basic}"
+            );
+            if !presented {
+                let token = header
+                    .to_str()
+                    .ok()
+                    .and_then(|v| credential_of(v, "bearer"));
+                assert!(token.is_none_or(str::is_empty), "{value:?}");
+            }
+        }
+    }
 
     #[test]
     fn a_user_agent_keeps_its_text_and_loses_what_would_disguise_it() {

@@ -8,10 +8,11 @@
 //!    query or body: a stranger learns nothing about what a route takes (not
 //!    400, 404, 405 or 415). A wrong token or password, and a JWT access
 //!    token the OpenID provider's keys and claims do not vouch for, is a
-//!    failed authentication; a scheme the route does not read (Basic on the
-//!    JSON API) or an empty token is not, as nothing was checked. A console page (GET) without credentials,
-//!    when single sign-on is configured, sends the browser to the provider
-//!    instead (`sso`); a console session is a credential too.
+//!    failed authentication; a scheme the route does not read (Basic on
+//!    the JSON API) or an empty token is not, as nothing was checked. A
+//!    console page (GET) without credentials, when single sign-on is
+//!    configured, sends the browser to the provider instead (`sso`); a
+//!    console session is a credential too.
 //! 3. Every answer, refusals included, carries `Cache-Control: no-store`:
 //!    admin answers hold personal data (phones, user names, addresses) that
 //!    no browser or proxy cache should keep.
@@ -95,7 +96,8 @@ pub(super) async fn admit(
             state.admin_auth.failed(&info).await;
             return Err(Shut::Unauthorized);
         }
-        AdminCredential::Missing if console && state.oidc.is_some() => {
+        // Nothing was read of an unread credential: as without one.
+        AdminCredential::Missing | AdminCredential::Unread if console && state.oidc.is_some() => {
             match sso::session(state, req).await {
                 Ok(Some(session)) => session,
                 Ok(None) if req.method() == actix_web::http::Method::GET => {
