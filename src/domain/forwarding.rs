@@ -40,8 +40,9 @@ pub enum ClientIpHeader {
     Single(String),
 }
 
-/// Standard request headers (RFC 9110 and the fetch standard's) that a
-/// proxy never sets to the client's address.
+/// Request headers that a proxy never sets to the client's address: the
+/// standard ones (RFC 9110, the fetch standard's), tollgate's own request
+/// id, and `x-forwarded-for`'s siblings, a likely slip for it.
 const NEVER_AN_ADDRESS: &[&str] = &[
     "accept",
     "accept-encoding",
@@ -62,6 +63,9 @@ const NEVER_AN_ADDRESS: &[&str] = &[
     "transfer-encoding",
     "upgrade",
     "user-agent",
+    "x-forwarded-host",
+    "x-forwarded-port",
+    "x-forwarded-proto",
     "x-request-id",
 ];
 

@@ -88,8 +88,8 @@ pub mod client_ip_header {
         read(
             deserializer,
             ClientIpHeader::parse,
-            "a header name a proxy sets to the client's address (not a standard request header \
-             such as host, authorization or cookie)",
+            "a valid HTTP header name that a proxy sets to the client's address (not one \
+             that never holds one, such as host, authorization or cookie)",
         )
     }
 

@@ -112,15 +112,17 @@ fn warn_of_a_half_split_of_actions(settings: &Settings) {
     }
 }
 
-/// An empty `sms.phone_limits` is allowed (the address's windows still
-/// apply), but then nothing stops many addresses from texting one victim's
-/// number: SMS bombing.
+/// An empty `sms.phone_limits`, or one whose every window is on trial, is
+/// allowed (the address's, prefix's and global windows still apply), but
+/// then many addresses together may text one victim's number up to the
+/// prefix's and global limits: SMS bombing.
 fn warn_of_phones_without_limits(settings: &Settings) {
-    if settings.sms.phone_limits.is_empty() {
+    if settings.sms.phone_limits.iter().all(|window| window.shadow) {
         tracing::warn!(
-            "sms.phone_limits is empty: nothing limits how many codes one phone is sent from \
-             many addresses (SMS bombing of a victim's number); the default is 1/1m, 5/1h, \
-             10/24h (docs/rules.md)"
+            "sms.phone_limits is empty or all shadow: no per-phone limit refuses a send, so \
+             many addresses together may text one victim's number up to sms.prefix_limits \
+             and sms.global_limits (SMS bombing); the default is 1/1m, 5/1h, 10/24h \
+             (docs/rules.md)"
         );
     }
 }

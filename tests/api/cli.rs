@@ -95,10 +95,17 @@ fn check_config_warns_of_what_start_up_would() {
     assert!(ok, "{quiet}");
     assert!(!quiet.contains("captcha.login_actions is set"), "{quiet}");
     assert!(!quiet.contains("sms.phone_limits is empty"), "{quiet}");
+    let trial = "[{limit=1,window=\"60s\",shadow=true}]";
+    let (ok, _, shadow) = tollgate(&["check-config"], &[("TOLLGATE__SMS__PHONE_LIMITS", trial)]);
+    assert!(ok, "{shadow}");
+    assert!(
+        shadow.contains("sms.phone_limits is empty or all shadow"),
+        "{shadow}"
+    );
     let (ok, _, unlimited) = tollgate(&["check-config"], &[("TOLLGATE__SMS__PHONE_LIMITS", "[]")]);
     assert!(ok, "{unlimited}");
     assert!(
-        unlimited.contains("sms.phone_limits is empty: nothing limits"),
+        unlimited.contains("sms.phone_limits is empty or all shadow: no per-phone limit"),
         "{unlimited}"
     );
 }

@@ -339,7 +339,7 @@ fn the_header_and_the_hops_are_checked_at_start_up() {
         let bad = error(&format!("[server]\nclient_ip_header = \"{name}\"\n"));
         assert!(
             bad.contains("server.client_ip_header")
-                && bad.contains("is not a header name a proxy sets to the client's address"),
+                && bad.contains("is not a valid HTTP header name that a proxy sets"),
             "{bad}"
         );
     }
