@@ -19,6 +19,7 @@ on_both_backends!(
     one_ip_failing_across_users_gets_a_captcha_then_a_block,
     simultaneous_failures_from_one_ip_record_exactly_ip_block_after,
     a_failure_refused_for_its_user_is_not_counted_against_its_ip,
+    failures_refused_at_once_for_their_user_never_block_their_ip,
     names_that_look_alike_share_one_counter,
     ipv6_addresses_of_one_64_share_a_counter,
     translated_ipv4_clients_count_apart,
@@ -365,6 +366,42 @@ pub async fn assert_ip_block_is_exact(app: &TestApp) {
         .filter(|e| e.decision == AuditDecision::Lock && e.subject_kind == SubjectKind::Ip)
         .count();
     assert_eq!(blocks, 1, "the IP is blocked once");
+}
+
+/// A hundred failures at once of a locked user from an address one
+/// failure short of its block: each is refused for the user, and none for
+/// the address (a failure another refused attempt held there for a
+/// moment), so the address stays unblocked for everyone else behind it.
+async fn failures_refused_at_once_for_their_user_never_block_their_ip(backend: Backend) {
+    let app = spawn_app(backend, |s| {
+        s.login.captcha_after = 1;
+        s.login.lock_after = 1;
+        s.login.ip_captcha_after = 3;
+        s.login.ip_block_after = 3;
+    })
+    .await;
+    let from = json!({ "ip": "203.0.113.79", "captcha_passed": true });
+    assert_eq!(fail(&app, "carol", from.clone()).await["locked"], true);
+    assert_eq!(fail(&app, "dave", from.clone()).await["decision"], "allow");
+    for round in 0..15 {
+        let attempts = (0..100).map(|_| {
+            let mut body = json!({ "user": "carol", "success": false });
+            body.as_object_mut()
+                .unwrap()
+                .extend(from.as_object().unwrap().clone());
+            app.login_attempt(body)
+        });
+        let answers = futures::future::join_all(attempts).await;
+        let reasons: Vec<_> = answers.iter().map(|a| a.body["reason"].clone()).collect();
+        assert!(
+            reasons.iter().all(|r| r == "user_locked"),
+            "round {round}: {reasons:?}"
+        );
+    }
+    let erin = app
+        .login_check(json!({ "user": "erin", "ip": "203.0.113.79" }))
+        .await;
+    assert_eq!(erin.body["decision"], "allow", "{}", erin.body);
 }
 
 async fn a_failure_refused_for_its_user_is_not_counted_against_its_ip(backend: Backend) {

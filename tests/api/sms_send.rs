@@ -17,6 +17,7 @@ on_both_backends!(
     every_window_of_a_rule_counts_exactly,
     concurrent_sends_for_one_phone_let_exactly_the_limit_through,
     a_blocked_ip_does_not_use_up_the_phone_quota,
+    sends_refused_at_once_by_their_address_never_refuse_the_phone,
     the_prefix_and_global_windows_apply_across_phones,
     the_captcha_tier_refuses_until_a_captcha_is_passed,
     regions_outside_the_allow_list_or_on_the_deny_list_are_refused,
@@ -137,6 +138,44 @@ async fn a_blocked_ip_does_not_use_up_the_phone_quota(backend: Backend) {
     );
     assert_eq!(e.ip.as_deref(), Some("203.0.113.7"));
     assert!(e.request_id.is_some());
+}
+
+/// A hundred sends at once from an address already at its limit, to each
+/// of twelve phones with room for one: every one is refused by the
+/// address, none by the phone (a slot another refused send held for a
+/// moment), so no victim's phone is refused or audited as refused; its
+/// owner then sends.
+async fn sends_refused_at_once_by_their_address_never_refuse_the_phone(backend: Backend) {
+    let app = spawn_app(backend, |s| {
+        s.sms.phone_limits = limits(&[(1, 3_600_000)]);
+        s.sms.ip_limits = limits(&[(1, 3_600_000)]);
+    })
+    .await;
+    let attacker = "203.0.113.7";
+    let first = app
+        .sms_send(json!({ "phone": PHONE, "ip": attacker }))
+        .await;
+    assert_eq!(first.status, 200);
+    for n in 10..22 {
+        let (victim, owner) = (format!("+86139001390{n}"), format!("198.51.100.{n}"));
+        let sends = (0..100).map(|_| app.sms_send(json!({ "phone": victim, "ip": attacker })));
+        let answers = futures::future::join_all(sends).await;
+        let rules: Vec<_> = answers.iter().map(|a| a.body["rule"].clone()).collect();
+        assert!(
+            answers
+                .iter()
+                .all(|a| a.status == 429 && a.body["rule"] == "ip 1/1h"),
+            "{victim}: {rules:?}"
+        );
+        let owner = app.sms_send(json!({ "phone": victim, "ip": owner })).await;
+        assert_eq!(owner.status, 200, "{victim}: {}", owner.body);
+    }
+    let phones_refused = app
+        .audit_events()
+        .iter()
+        .filter(|e| e.subject_kind == SubjectKind::Phone)
+        .count();
+    assert_eq!(phones_refused, 0);
 }
 
 async fn the_prefix_and_global_windows_apply_across_phones(backend: Backend) {
