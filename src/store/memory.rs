@@ -48,6 +48,32 @@ mod otp;
 mod window;
 mod windows;
 
+thread_local! {
+    static IN_ONE_REQUEST: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// This thread runs a request's steps under `one_request`
+/// (`MemoryStore::one_request_at_a_time`) while it lives, even through a
+/// panic.
+struct InOneRequest;
+
+impl InOneRequest {
+    fn enter() -> Self {
+        IN_ONE_REQUEST.with(|flag| flag.set(true));
+        Self
+    }
+
+    fn here() -> bool {
+        IN_ONE_REQUEST.with(std::cell::Cell::get)
+    }
+}
+
+impl Drop for InOneRequest {
+    fn drop(&mut self) {
+        IN_ONE_REQUEST.with(|flag| flag.set(false));
+    }
+}
+
 /// The in-process store: one instance only, state lost on restart.
 pub struct MemoryStore {
     clock: Arc<dyn Clock>,
@@ -79,16 +105,25 @@ impl MemoryStore {
     /// The in-process steps never wait, so one poll under a thread lock
     /// finishes them: an async lock cost a fifth of the store's logins a
     /// second in task wake-ups. Were a step ever to wait, the rest runs
-    /// after the lock, as before it existed.
+    /// after the lock, as before it existed. An eviction pass, which walks
+    /// every subject, waits until the lock is let go: under it, it would
+    /// stall every other request's steps too.
     async fn one_request_at_a_time<T>(&self, steps: impl Future<Output = T>) -> T {
         let mut steps = std::pin::pin!(steps);
-        {
+        let polled = {
             let _one_request = self.one_request.lock();
+            let _no_eviction = InOneRequest::enter();
             let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-            if let std::task::Poll::Ready(done) = steps.as_mut().poll(&mut cx) {
-                return done;
-            }
+            steps.as_mut().poll(&mut cx)
+        };
+        if self.budget.over() {
+            self.budget.evict(&self.subjects, self.clock.now_ms());
         }
+        if let std::task::Poll::Ready(done) = polled {
+            return done;
+        }
+        debug_assert!(false, "an in-process step waited");
+        tracing::warn!("an in-process store step waited: this request ran outside the lock");
         steps.await
     }
 
@@ -231,7 +266,7 @@ impl MemoryStore {
                 self.budget.recount(gone.bytes, 0);
             }
         }
-        if self.budget.over() {
+        if self.budget.over() && !InOneRequest::here() {
             self.budget.evict(&self.subjects, now);
         }
         out
