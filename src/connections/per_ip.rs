@@ -1,6 +1,7 @@
 //! Connections per client address, counted at accept: on the public
-//! listener `server.max_connections_per_ip`, on the admin listener half its
-//! cap (`connections::budget`).
+//! listener `server.max_connections_per_ip`, on the admin listener
+//! `server.admin_max_connections_per_ip` (both derived by
+//! `connections::budget` when unset).
 //!
 //! The address is the TCP peer's: at accept no header has been read, and a
 //! forwarded address could be made up anyway. It counts as the rate limits

@@ -74,7 +74,8 @@ pub const HTTP_SECONDS: &str = "tollgate_http_request_duration_seconds";
 pub const CONNECTIONS_OPEN: &str = "tollgate_connections_open";
 /// Counter of connections closed at accept, by `listener` and `reason`
 /// (`per_ip`: the address holds its share already: on the public listener
-/// `server.max_connections_per_ip`, on the admin one half its cap).
+/// `server.max_connections_per_ip`, on the admin one
+/// `server.admin_max_connections_per_ip`).
 pub const CONNECTIONS_REFUSED: &str = "tollgate_connections_refused_total";
 /// Counter of connections closed because their next request did not arrive,
 /// or their answer was not read, within `server.request_timeout`, by `listener`.
