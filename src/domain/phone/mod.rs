@@ -199,6 +199,21 @@ mod tests {
         assert_eq!(p.prefix(40), "+8613800138000");
     }
 
+    /// A region is where the number is, not its calling code's first
+    /// region: docs/rules.md warns that `denied_regions = ["GB"]` leaves
+    /// these through.
+    #[test]
+    fn numbers_of_a_shared_calling_code_have_regions_of_their_own() {
+        for (raw, region) in [
+            ("+447400123456", "GB"),
+            ("+447911123456", "GG"),
+            ("+14155552671", "US"),
+        ] {
+            let phone = PhoneNumber::parse(raw).unwrap();
+            assert_eq!(phone.region(), Some(region), "{raw}");
+        }
+    }
+
     #[test]
     fn e164_is_what_the_crate_formats() {
         // Italy keeps its leading zero; Niue is short; the rest are common.
