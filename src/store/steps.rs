@@ -4,9 +4,10 @@
 //! and these steps one request at a time) and a Redis Cluster (one slot per
 //! subject). Calls go out concurrently where nothing depends on an earlier
 //! answer; what a refusal makes unwanted is taken back, so on a cluster a
-//! race can refuse too much but never admit too much on a window. The pumping guard's conversions are the exception: they are
-//! checked before the send is counted, so sends racing to a range at the
-//! threshold may all pass, a few past it (docs/pumping.md).
+//! race can refuse too much but never admit too much on a window. The
+//! pumping guard's conversions are the exception: they are checked before
+//! the send is counted, so sends racing to a range at the threshold may all
+//! pass, a few past it (docs/pumping.md).
 
 use futures::future::join_all;
 
