@@ -51,11 +51,13 @@ fn script() -> std::io::Result<Script> {
 }
 
 /// The attempt's own facts, in the order of the script's ARGV: member,
-/// success, captcha passed, demanded, shadow, IP blocked, the pair's IP.
+/// success, captcha passed, demanded, shadow, IP blocked, the pair's IP,
+/// and no deadline (tollgate hands the script one: its `deadline` module).
 fn argv(member: String, success: bool, ip: &str) -> Vec<String> {
     let mut args = vec![member, u8::from(success).to_string()];
     args.extend(["0", "0", "0", "0"].map(String::from));
     args.push(ip.to_string());
+    args.push("0".into());
     args
 }
 

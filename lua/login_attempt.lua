@@ -28,6 +28,9 @@
 -- ARGV[5]  shadow (1/0)
 -- ARGV[6]  ip_blocked (1/0): something outside the user refuses the attempt
 -- ARGV[7]  with the pair: the pair's IP
+-- ARGV[last] deadline: the caller stops waiting after this TIME in ms (0: no
+--          deadline); a call that runs later answers "late" and changes
+--          nothing (src/store/redis/deadline.rs)
 --
 -- Returns 11 numbers packed as little-endian doubles (struct.pack('<d...')):
 --   { verdict, retry_after_ms, failures, captcha_crossed, locked_for_ms,
@@ -71,7 +74,7 @@
 --
 -- Example (user and IP in one call):
 --   EVALSHA <sha> 3 "tg:{user:alice}:login_attempt" "tg:{user:alice}:lock" \
---     "tg:{ip:192.0.2.7}:login_attempt" "0190...-uuid" 0 0 0 0 0
+--     "tg:{ip:192.0.2.7}:login_attempt" "0190...-uuid" 0 0 0 0 0 0
 --   -> the packed { 0, 0, 1, 0, -1, 0, -1, -1, 0, 0, -1 }
 
 -- The policy: captcha_after, captcha_window, lock_after, lock_window,
@@ -103,6 +106,10 @@ local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 -- Numbers handed to redis.call are formatted each time: format `now` once.
 local now_s = string.format('%d', now)
+-- Nobody waits for a call that runs after its deadline: the failure it would
+-- count, and the lock it would start, must not hold without their audit rows.
+local deadline = ARGV[#ARGV] + 0
+if deadline > 0 and now > deadline then return 'late' end
 
 local function count(key, length)
   return redis.call('ZCOUNT', key, string.format('(%d', now - length), '+inf')

@@ -43,6 +43,9 @@
 -- ARGV[4], ARGV[5], ARGV[6], ARGV[7] when a code is stored: its mac, attempts
 --         allowed (the asker's and everyone else's), ttl in ms, and the address
 --         that asked for it as its IP subject's id ('' for none)
+-- ARGV[last] deadline: the caller stops waiting after this TIME in ms (0:
+--         no deadline); a call that runs later answers "late" and changes
+--         nothing (src/store/redis/deadline.rs)
 --
 -- The policy rendered, per subject its windows: limit, window length in ms
 -- and mode (enforce; gate: refuses only without a passed captcha; observe:
@@ -153,7 +156,8 @@
 -- Example (a phone with windows 1/1m, 5/1h and a gate 3/1h, its IP with
 -- 20/1h, a code; the policy rendered, only the event's values as arguments):
 --   EVALSHA <sha> 3 "tg:{phone:+33612345678}:sms_send" "tg:{ip:192.0.2.7}:sms_send" \
---     "tg:{phone:+33612345678}:otp" "01J...-uuid" 0 0 "9f86d0..." 5 300000
+--     "tg:{phone:+33612345678}:otp" "01J...-uuid" 0 0 "9f86d0..." 5 300000 \
+--     "192.0.2.7" 0
 --   -> { 1,  0, 0, 0, 60000, 0, 0, 0,  0, 0, 0, 0, 0 } (packed)
 -- (a prefix's conversion, alone, checked only: the pumping guard's check on
 -- a cluster; min 20 events, 200,000 ppm, 12 slices of 5 minutes)
@@ -189,6 +193,10 @@ local now = t[1] * 1000 + floor(t[2] / 1000)
 -- A number handed to redis.call is formatted with "%.17g" at every call:
 -- what is passed more than once is formatted once.
 local now_s = fmt('%d', now)
+-- Nobody waits for a call that runs after its deadline: what it would count
+-- must not hold without the audit row its caller would have written.
+local deadline = ARGV[#ARGV] + 0
+if deadline > 0 and now > deadline then return 'late' end
 
 -- The policy, rendered by tollgate (src/store/redis/reserve_policy.rs):
 --   code_key: the code HASH in KEYS, or false;

@@ -34,10 +34,12 @@ use fred::interfaces::EventInterface;
 use fred::prelude::{
     Client, ClientLike, Config, Error as FredError, ErrorKind, KeysInterface, ReconnectPolicy,
 };
+use fred::types::{ClusterHash, CustomCommand, Value};
 use futures::{StreamExt, TryStreamExt};
 
 use super::StoreError;
 
+mod deadline;
 mod glob;
 mod layout;
 mod login_script;
@@ -64,6 +66,7 @@ thread_local! {
 pub use self::login_script::{render_login_attempt, LoginShape};
 pub use self::scripts::unpack_answer;
 
+use self::deadline::{time_ms, RedisClock, LATE};
 use self::glob::glob_escape;
 use self::scripts::Scripts;
 use crate::settings::redis_url::fred_url;
@@ -81,6 +84,9 @@ pub struct RedisStore {
     probe_timeout: Duration,
     /// The ids of the clients being probed after a call timed out.
     probing: Arc<Mutex<HashSet<String>>>,
+    /// Where Redis's clock is against this process's: the counting
+    /// scripts' deadlines (`deadline`).
+    clock: Arc<RedisClock>,
     scripts: Scripts,
 }
 
@@ -138,6 +144,7 @@ impl RedisStore {
             timeout,
             probe_timeout: connect_timeout * 4,
             probing: Arc::default(),
+            clock: Arc::new(RedisClock::new()),
             scripts: Scripts::new(),
         };
         // Wait for the first attempt's outcome, not for `timeout`: the
@@ -158,6 +165,9 @@ impl RedisStore {
             Ok(Ok(())) => {
                 if let Err(error) = store.load_scripts().await {
                     tracing::warn!(%error, "could not preload the Lua scripts; they load on first use");
+                }
+                if let (_, true) = store.clock.deadline_ms(timeout) {
+                    sample_clock(store.client.clone(), store.clock.clone(), timeout).await;
                 }
             }
             Ok(Err(error)) => tracing::warn!(
@@ -274,6 +284,38 @@ impl RedisStore {
             .unwrap_or_else(|| self.client.clone())
     }
 
+    /// The deadline a counting script is handed (`deadline`), in Redis's
+    /// ms, 0 for none; starts a sample of Redis's clock when one is due.
+    fn script_deadline(&self) -> i64 {
+        let (deadline, sample) = self.clock.deadline_ms(self.timeout);
+        if sample {
+            let (client, clock) = (self.client_here(), self.clock.clone());
+            match tokio::runtime::Handle::try_current() {
+                Ok(runtime) => {
+                    runtime.spawn(sample_clock(client, clock, self.timeout));
+                }
+                Err(_) => {
+                    let now = clock.local_ms();
+                    clock.sampled(now, None, now, self.timeout);
+                }
+            }
+        }
+        deadline
+    }
+
+    /// A counting script that found its deadline passed changed nothing and
+    /// answered `late`. Its caller still waited, so the offset may be wrong
+    /// (a clock stepped): calls carry no deadline until the next sample, and
+    /// this one answers as a timeout would.
+    fn refuse_late(&self, answer: &[u8]) -> Result<(), StoreError> {
+        if answer != LATE {
+            return Ok(());
+        }
+        tracing::debug!("a script answered after its deadline; sampling Redis's clock again");
+        self.clock.forget();
+        Err(StoreError::Timeout)
+    }
+
     /// Fail fast while disconnected, bound the call by the timeout, map errors.
     async fn run<T>(
         &self,
@@ -336,6 +378,24 @@ impl RedisStore {
     }
 }
 
+/// Read Redis's `TIME` on `client` (any node of a cluster) into `clock`,
+/// ending the sample `clock` handed out.
+async fn sample_clock(client: Client, clock: Arc<RedisClock>, budget: Duration) {
+    let sent = clock.local_ms();
+    let time = CustomCommand::new_static("TIME", ClusterHash::Random, false);
+    let answer = tokio::time::timeout(
+        budget,
+        client.custom::<Vec<String>, Value>(time, Vec::new()),
+    )
+    .await;
+    let received = clock.local_ms();
+    let redis_ms = match answer {
+        Ok(Ok(answer)) => time_ms(&answer),
+        _ => None,
+    };
+    clock.sampled(sent, redis_ms, received, budget);
+}
+
 /// Keep a timer in this thread's runtime that always fires before any call's
 /// timeout would. tokio wakes its own driver (a write to its eventfd, then
 /// one more epoll round) whenever a new timer fires before every timer it
@@ -372,5 +432,67 @@ fn store_error(error: FredError) -> StoreError {
         | ErrorKind::Auth
         | ErrorKind::Sentinel => StoreError::Unavailable(error.to_string()),
         _ => StoreError::Protocol(error.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{ReserveRequest, SubjectWindows, WindowSpec, WindowStore};
+
+    /// A `late` answer that comes while its caller still waits (the clock's
+    /// mapping wrong, as after a step) fails that call as a timeout, having
+    /// counted nothing; the next call carries no deadline and counts, and
+    /// Redis's clock is read again.
+    #[tokio::test]
+    async fn a_late_answer_fails_one_call_and_the_clock_is_read_again() {
+        let url = std::env::var("TOLLGATE_TEST_REDIS_URL")
+            .unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+        let store = RedisStore::connect(&url, Duration::from_secs(2))
+            .await
+            .expect("a valid URL");
+        let prefix = format!("tgunit-{}", uuid::Uuid::new_v4().simple());
+        let key = format!("{prefix}:{{phone:1}}:sms_send");
+        let windows = [WindowSpec::enforce(1, 60_000)];
+        let subjects = [SubjectWindows {
+            key: &key,
+            windows: &windows,
+        }];
+        let reserve = |member| {
+            store.reserve(ReserveRequest {
+                subjects: &subjects,
+                conversions: &[],
+                member,
+                gate_open: false,
+                force: false,
+                code: None,
+            })
+        };
+        assert_ne!(
+            store.clock.deadline_ms(store.timeout).0,
+            0,
+            "Redis's clock was read at start-up"
+        );
+
+        // Every deadline handed out now has passed in Redis's clock.
+        store.clock.misjudge_by(-60_000);
+        let late = reserve("late").await;
+        assert!(matches!(late, Err(StoreError::Timeout)), "{late:?}");
+        let next = reserve("next").await.expect("Redis answers");
+        assert!(next.recorded, "the late call took no place: {next:?}");
+        let full = reserve("full").await.expect("Redis answers");
+        assert!(!full.recorded, "the window of one holds one: {full:?}");
+
+        let mut read_again = false;
+        for _ in 0..100 {
+            let (deadline, _) = store.clock.deadline_ms(store.timeout);
+            if deadline != 0 {
+                read_again = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(read_again, "Redis's clock is read again");
+        store.delete_prefix(&prefix).await.expect("Redis answers");
     }
 }

@@ -166,8 +166,9 @@ impl RedisStore {
         }
         keys.extend(conversions.iter().map(|c| c.key));
         keys.extend(code.map(|code| code.key));
+        let deadline = self.script_deadline();
         let args = || {
-            let mut args = Vec::with_capacity(7);
+            let mut args = Vec::with_capacity(8);
             args.extend([Value::from(member), flag(gate_open), flag(force)]);
             if let Some(code) = code {
                 args.extend([
@@ -177,6 +178,7 @@ impl RedisStore {
                     Value::from(code.asker),
                 ]);
             }
+            args.push(Value::from(deadline));
             args
         };
         let script = reserve_script_for(
@@ -188,6 +190,7 @@ impl RedisStore {
             },
         );
         let packed: Bytes = self.eval(&script, &keys, args).await?;
+        self.refuse_late(&packed)?;
         let out = unpack_answer(&packed, answer_len(subjects, conversions))?;
         reserve_answer(&out, subjects)
     }
@@ -208,8 +211,9 @@ impl RedisStore {
         }
         keys.extend(ip.map(|ip| ip.key));
         keys.extend(network.map(|network| network.key));
+        let deadline = self.script_deadline();
         let args = || {
-            let mut args = Vec::with_capacity(7);
+            let mut args = Vec::with_capacity(8);
             args.extend([
                 Value::from(req.member),
                 flag(req.success),
@@ -219,6 +223,7 @@ impl RedisStore {
                 flag(req.ip_blocked),
             ]);
             args.extend(req.pair.as_ref().map(|pair| Value::from(pair.ip)));
+            args.push(Value::from(deadline));
             args
         };
         let script = login_script_for(&LoginShape {
@@ -228,6 +233,7 @@ impl RedisStore {
             network: network.map(|network| network.limits),
         });
         let packed: Bytes = self.eval(&script, &keys, args).await?;
+        self.refuse_late(&packed)?;
         let out = unpack_answer(&packed, 11 + usize::from(network.is_some()))?;
         let verdict = match out[0] {
             0 => LoginVerdict::Recorded,

@@ -326,6 +326,105 @@ async fn a_slow_redis_falls_back_to_the_local_store_when_told_to() {
     redis.thaw();
 }
 
+/// A login failure sent to a Redis that pauses past the store's timeout is
+/// answered 503, and counts nothing when that Redis runs it later: not the
+/// failure, nor the lock it would start without its `lock` row.
+#[tokio::test]
+async fn a_failure_redis_runs_after_its_timeout_counts_nothing() {
+    let redis = PrivateRedis::start().await;
+    let url = redis.url();
+    let app = spawn_app(Backend::Redis, move |s| {
+        s.store.redis_url = SecretUrl::new(url);
+        s.store.timeout = Duration::from_millis(200);
+        s.login.captcha_after = 1000;
+        s.login.lock_after = 1;
+    })
+    .await;
+    // Another user's success loads the script: a call Redis answers
+    // NOSCRIPT after the stall would count nothing anyway.
+    let loaded = app
+        .login_attempt(json!({ "user": "b", "success": true }))
+        .await;
+    assert_eq!(loaded.status, 200, "{}", loaded.body);
+
+    redis.freeze();
+    let refused = app
+        .login_attempt(json!({ "user": "a", "success": false }))
+        .await;
+    redis.thaw();
+    assert_eq!(
+        (refused.status.as_u16(), refused.error()),
+        (503, "store_unavailable"),
+        "{}",
+        refused.body
+    );
+    assert!(ready_again(&app).await, "Redis answers again");
+
+    let check = app.login_check(json!({ "user": "a" })).await;
+    assert_eq!(
+        (
+            check.body["decision"].as_str(),
+            check.body["failures"].as_u64()
+        ),
+        (Some("allow"), Some(0)),
+        "the failure Redis ran late counted nothing: {}",
+        check.body
+    );
+    let counted = app
+        .login_attempt(json!({ "user": "a", "success": false }))
+        .await;
+    assert_eq!(
+        counted.body["locked"], true,
+        "a failure in time still counts: {}",
+        counted.body
+    );
+}
+
+/// A send sent to a Redis that pauses past the store's timeout is answered
+/// 503, and takes no place in the phone's window when that Redis runs it
+/// later: no SMS went out.
+#[tokio::test]
+async fn a_send_redis_runs_after_its_timeout_counts_nothing() {
+    let redis = PrivateRedis::start().await;
+    let url = redis.url();
+    let app = spawn_app(Backend::Redis, move |s| {
+        s.store.redis_url = SecretUrl::new(url);
+        s.store.timeout = Duration::from_millis(200);
+        s.sms.code_secret = Secret::new("a-configured-secret");
+        s.sms.phone_limits = vec![LimitSetting::new(1, Duration::from_secs(60))];
+    })
+    .await;
+    // A send to another phone loads the script: a call Redis answers
+    // NOSCRIPT after the stall would count nothing anyway.
+    let loaded = app.sms_send(json!({ "phone": "+8613800138001" })).await;
+    assert_eq!(loaded.status, 200, "{}", loaded.body);
+
+    redis.freeze();
+    let refused = app.sms_send(json!({ "phone": PHONE })).await;
+    redis.thaw();
+    assert_eq!(
+        (refused.status.as_u16(), refused.error()),
+        (503, "store_unavailable"),
+        "{}",
+        refused.body
+    );
+    assert!(ready_again(&app).await, "Redis answers again");
+
+    let sent = app.sms_send(json!({ "phone": PHONE })).await;
+    assert_eq!(
+        sent.status, 200,
+        "the phone's 1/1m window is still empty: {}",
+        sent.body
+    );
+    let full = app.sms_send(json!({ "phone": PHONE })).await;
+    assert_eq!(
+        (full.status.as_u16(), full.body["rule"].as_str()),
+        (429, Some("phone 1/1m")),
+        "{}",
+        full.body
+    );
+}
+
 /// Whether `/readyz` says ready within five seconds (a thawed Redis).
 async fn ready_again(app: &crate::support::app::TestApp) -> bool {
     for _ in 0..100 {

@@ -1,0 +1,211 @@
+//! A counting script's deadline, in Redis's own clock.
+//!
+//! A call that times out may still reach Redis later: a Redis paused by a
+//! fork or a slow command, or a stalled network, runs what it was sent when
+//! it wakes. By then the caller has answered 503 `store_unavailable`, so
+//! what the script counts (a send, a login failure, the lock that failure
+//! starts) would hold with no audit row and no notice. `reserve.lua` and
+//! `login_attempt.lua` therefore take, as their last argument, the moment
+//! after which nobody waits for them, in the `TIME` they read; a call that
+//! finds that moment passed answers `late` and changes nothing.
+//!
+//! The service's clock and Redis's are two clocks, possibly on two hosts.
+//! This maps one onto the other by sampling Redis's `TIME` (at start-up,
+//! then every [`RESAMPLE_AFTER`], and at once after a `late` answer that
+//! came while its caller still waited): Redis's time less this process's
+//! monotonic clock at the sample's midpoint, trusted only from a sample
+//! whose round trip took at most a quarter of the budget. The deadline it
+//! gives is three quarters of the budget after the call starts, so a call
+//! that does count has a quarter of the budget, less the sample's error,
+//! for its answer to come back in time. Until a sample is taken, and after
+//! a `late` answer that shows the estimate wrong, calls carry no deadline
+//! (`0`) and behave as before: refusing every call on a bad estimate would
+//! turn a clock's step into an outage.
+
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::time::{Duration, Instant};
+
+/// How often the offset is sampled again, for clocks that drift or step.
+pub(super) const RESAMPLE_AFTER: Duration = Duration::from_secs(60);
+
+/// The answer of a counting script that found its deadline passed.
+pub(super) const LATE: &[u8] = b"late";
+
+/// No offset known: calls carry no deadline.
+const UNKNOWN: i64 = i64::MIN;
+
+/// Where Redis's clock is against this process's.
+pub(super) struct RedisClock {
+    base: Instant,
+    /// Redis's `TIME` in ms less `base`'s elapsed ms at the same moment.
+    offset_ms: AtomicI64,
+    /// `base`'s elapsed ms when the offset was last sampled, or asked for.
+    sampled_at_ms: AtomicI64,
+    /// A sample is on its way: one at a time.
+    sampling: AtomicBool,
+}
+
+impl RedisClock {
+    pub(super) fn new() -> Self {
+        Self {
+            base: Instant::now(),
+            offset_ms: AtomicI64::new(UNKNOWN),
+            sampled_at_ms: AtomicI64::new(UNKNOWN),
+            sampling: AtomicBool::new(false),
+        }
+    }
+
+    /// Milliseconds of this process's monotonic clock.
+    pub(super) fn local_ms(&self) -> i64 {
+        i64::try_from(self.base.elapsed().as_millis()).unwrap_or(i64::MAX)
+    }
+
+    /// The deadline of a call that starts now with `budget`, in Redis's
+    /// ms (0 when the offset is not known), and whether the caller is to
+    /// take a sample: none yet, or the last one is old, and none is on its
+    /// way. A `true` claims the sample: end it with [`RedisClock::sampled`].
+    pub(super) fn deadline_ms(&self, budget: Duration) -> (i64, bool) {
+        let now = self.local_ms();
+        let at = self.sampled_at_ms.load(Ordering::Relaxed);
+        let due = at == UNKNOWN || now.saturating_sub(at) >= RESAMPLE_AFTER.as_millis() as i64;
+        let claimed = due && !self.sampling.swap(true, Ordering::Acquire);
+        let offset = self.offset_ms.load(Ordering::Relaxed);
+        (deadline_from(now, offset, budget), claimed)
+    }
+
+    /// End a sample claimed with [`RedisClock::deadline_ms`]: `redis_ms`
+    /// is the `TIME` read between `sent_ms` and `received_ms` (this
+    /// clock's), or `None` when the sample failed. A failed or imprecise
+    /// sample keeps the offset there was, and is tried again on the next
+    /// call.
+    pub(super) fn sampled(
+        &self,
+        sent_ms: i64,
+        redis_ms: Option<i64>,
+        received_ms: i64,
+        budget: Duration,
+    ) {
+        if let Some(offset) = redis_ms.and_then(|r| offset_from(sent_ms, r, received_ms, budget)) {
+            self.offset_ms.store(offset, Ordering::Relaxed);
+            self.sampled_at_ms.store(received_ms, Ordering::Relaxed);
+        }
+        self.sampling.store(false, Ordering::Release);
+    }
+
+    /// A script answered `late` while its caller still waited: the offset
+    /// may be wrong (a clock stepped). Carry no deadline until the next
+    /// sample, which is due at once.
+    pub(super) fn forget(&self) {
+        self.offset_ms.store(UNKNOWN, Ordering::Relaxed);
+        self.sampled_at_ms.store(UNKNOWN, Ordering::Relaxed);
+    }
+
+    /// Take Redis's clock to be `ms` further ahead than it is (a negative
+    /// `ms`: behind), as a clock that stepped would.
+    #[cfg(test)]
+    pub(super) fn misjudge_by(&self, ms: i64) {
+        self.offset_ms.fetch_add(ms, Ordering::Relaxed);
+    }
+}
+
+/// Three quarters of `budget` after `local_ms`, in Redis's clock; 0 (no
+/// deadline) when `offset_ms` is unknown.
+fn deadline_from(local_ms: i64, offset_ms: i64, budget: Duration) -> i64 {
+    if offset_ms == UNKNOWN {
+        return 0;
+    }
+    let reach = (budget.as_millis() as i64).saturating_mul(3) / 4;
+    local_ms
+        .saturating_add(offset_ms)
+        .saturating_add(reach.max(1))
+        .max(1)
+}
+
+/// Redis's clock less this process's, from a `TIME` read between `sent_ms`
+/// and `received_ms`: at most half the round trip wrong, so a round trip
+/// longer than a quarter of `budget` gives nothing.
+fn offset_from(sent_ms: i64, redis_ms: i64, received_ms: i64, budget: Duration) -> Option<i64> {
+    let round_trip = received_ms.checked_sub(sent_ms)?;
+    if round_trip < 0 || round_trip > budget.as_millis() as i64 / 4 {
+        return None;
+    }
+    Some(redis_ms - (sent_ms + round_trip / 2))
+}
+
+/// Redis's `TIME` answer (seconds, microseconds) in ms.
+pub(super) fn time_ms(answer: &[String]) -> Option<i64> {
+    let [seconds, micros] = answer else {
+        return None;
+    };
+    let seconds: i64 = seconds.parse().ok()?;
+    let micros: i64 = micros.parse().ok()?;
+    seconds.checked_mul(1000)?.checked_add(micros / 1000)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BUDGET: Duration = Duration::from_millis(100);
+
+    #[test]
+    fn no_deadline_until_the_offset_is_known() {
+        assert_eq!(deadline_from(5_000, UNKNOWN, BUDGET), 0);
+    }
+
+    #[test]
+    fn the_deadline_is_three_quarters_of_the_budget_in_redis_time() {
+        // Redis's clock reads 1,700,000,000,000 when ours reads 5,000.
+        let offset = 1_700_000_000_000 - 5_000;
+        assert_eq!(deadline_from(5_000, offset, BUDGET), 1_700_000_000_075);
+        assert_eq!(
+            deadline_from(5_000, offset, Duration::from_millis(1)),
+            1_700_000_000_001,
+            "a budget under 4 ms still leaves a millisecond"
+        );
+    }
+
+    #[test]
+    fn the_offset_is_taken_at_the_round_trips_midpoint() {
+        assert_eq!(offset_from(1_000, 90_010, 1_020, BUDGET), Some(89_000));
+    }
+
+    #[test]
+    fn a_slow_or_backward_sample_gives_no_offset() {
+        assert_eq!(offset_from(1_000, 90_010, 1_026, BUDGET), None);
+        assert_eq!(offset_from(1_000, 90_010, 1_025, BUDGET), Some(88_998));
+        assert_eq!(offset_from(1_000, 90_010, 999, BUDGET), None);
+    }
+
+    #[test]
+    fn time_answers_are_read_as_milliseconds() {
+        let answer = |s: &str, us: &str| time_ms(&[s.to_string(), us.to_string()]);
+        assert_eq!(answer("1700000000", "123456"), Some(1_700_000_000_123));
+        assert_eq!(answer("x", "1"), None);
+        assert_eq!(time_ms(&["1".to_string()]), None);
+    }
+
+    #[test]
+    fn one_sample_at_a_time_then_none_until_it_is_old() {
+        let clock = RedisClock::new();
+        assert_eq!(clock.deadline_ms(BUDGET), (0, true), "none taken yet");
+        assert_eq!(clock.deadline_ms(BUDGET), (0, false), "one on its way");
+        let now = clock.local_ms();
+        clock.sampled(now, Some(1_700_000_000_000), now, BUDGET);
+        let (deadline, due) = clock.deadline_ms(BUDGET);
+        assert!(!due, "a fresh sample");
+        assert!(deadline >= 1_700_000_000_075, "{deadline}");
+        clock.forget();
+        assert_eq!(
+            clock.deadline_ms(BUDGET),
+            (0, true),
+            "forgotten: due at once"
+        );
+        clock.sampled(now, None, now, BUDGET);
+        assert_eq!(
+            clock.deadline_ms(BUDGET),
+            (0, true),
+            "a failed sample is tried again"
+        );
+    }
+}
