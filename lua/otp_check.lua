@@ -23,6 +23,10 @@
 -- ARGV[2]  attempts a stand-in allows (those of a code)
 -- ARGV[3]  a stand-in's ttl in ms (a code's)
 -- ARGV[4]  the trying address, as its IP subject's id; '' for none
+-- ARGV[5]  deadline: the caller stops waiting after this TIME in ms (0: none);
+--          a call that runs later answers { 3, 0, 0 } and changes nothing
+--          (src/store/redis/deadline.rs): a match its caller never heard of
+--          must not use the code up
 --
 -- Returns an array of three integers: { outcome, value, counted }
 --   0 = valid (value = the try's attempts left before it), 1 = wrong (value =
@@ -41,7 +45,7 @@
 -- for a code and a stand-in alike; a match DEL.
 --
 -- Example:
---   EVALSHA <sha> 1 "tg:{phone:+33612345678}:otp" "9f86d08..." 5 300000 "203.0.113.7"
+--   EVALSHA <sha> 1 "tg:{phone:+33612345678}:otp" "9f86d08..." 5 300000 "203.0.113.7" 0
 --   -> { 1, 4, 1 }
 
 local key = KEYS[1]
@@ -49,6 +53,8 @@ local offered = ARGV[1]
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local deadline = tonumber(ARGV[5]) or 0
+if deadline > 0 and now > deadline then return { 3, 0, 0 } end
 
 local h = redis.call('HMGET', key, 'mac', 'left', 'exp', 'u', 'n', 'lo', 'ne')
 local mac, left, exp = h[1], tonumber(h[2]), tonumber(h[3])

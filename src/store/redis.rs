@@ -303,17 +303,22 @@ impl RedisStore {
         deadline
     }
 
-    /// A counting script that found its deadline passed changed nothing and
-    /// answered `late`. Its caller still waited, so the offset may be wrong
+    /// A script that found its deadline passed changed nothing and answered
+    /// `late` (`otp_check.lua` its outcome 3). Its caller still waited, so the offset may be wrong
     /// (a clock stepped): calls carry no deadline until the next sample, and
     /// this one answers as a timeout would.
     fn refuse_late(&self, answer: &[u8]) -> Result<(), StoreError> {
         if answer != LATE {
             return Ok(());
         }
+        Err(self.late())
+    }
+
+    /// The error of a call whose script answered `late` (`refuse_late`).
+    fn late(&self) -> StoreError {
         tracing::debug!("a script answered after its deadline; sampling Redis's clock again");
         self.clock.forget();
-        Err(StoreError::Timeout)
+        StoreError::Timeout
     }
 
     /// Fail fast while disconnected, bound the call by the timeout, map errors.

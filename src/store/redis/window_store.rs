@@ -320,12 +320,14 @@ impl WindowStore for RedisStore {
     }
 
     async fn otp_check(&self, code: CodeTry<'_>) -> Result<OtpOutcome, StoreError> {
+        let deadline = self.script_deadline();
         let args = || {
             vec![
                 Value::from(code.mac),
                 int(u64::from(code.attempts)),
                 int(code.ttl_ms),
                 Value::from(code.client),
+                Value::from(deadline),
             ]
         };
         let out = self
@@ -342,6 +344,7 @@ impl WindowStore for RedisStore {
             2 => OtpOutcome::Burnt {
                 retry_after_ms: wait(out[1]),
             },
+            3 => return Err(self.late()),
             v => {
                 return Err(StoreError::Protocol(format!(
                     "bad outcome {v} from otp_check"

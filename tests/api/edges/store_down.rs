@@ -425,6 +425,60 @@ async fn a_send_redis_runs_after_its_timeout_counts_nothing() {
     );
 }
 
+/// A right code checked against a Redis that pauses past the store's
+/// timeout is answered 503, and is not used up when that Redis runs the
+/// check later: the user's retry of the same code is valid.
+#[tokio::test]
+async fn a_code_check_redis_runs_after_its_timeout_leaves_the_code() {
+    let redis = PrivateRedis::start().await;
+    let url = redis.url();
+    let app = spawn_app(Backend::Redis, move |s| {
+        s.store.redis_url = SecretUrl::new(url);
+        s.store.timeout = Duration::from_millis(200);
+        s.sms.code_secret = Secret::new("a-configured-secret");
+        // No window of failed tries: the code's check is the call the
+        // stall holds (a window's call, first, is covered as a send's is).
+        s.sms.verify_ip_limits = Vec::new();
+        s.sms.verify_network_limits = Vec::new();
+    })
+    .await;
+    assert_eq!(
+        app.sms_send(json!({ "phone": PHONE })).await.status,
+        200,
+        "a code sent"
+    );
+    let code = delivered_codes(&app).pop().expect("one code delivered");
+    // A wrong code loads the check's script: a call Redis answers NOSCRIPT
+    // after the stall would change nothing anyway.
+    let wrong = app
+        .sms_verify(json!({ "phone": PHONE, "code": "000000" }))
+        .await;
+    assert_eq!(wrong.body["valid"], false, "{}", wrong.body);
+
+    redis.freeze();
+    let refused = app
+        .sms_verify(json!({ "phone": PHONE, "code": code }))
+        .await;
+    redis.thaw();
+    assert_eq!(
+        (refused.status.as_u16(), refused.error()),
+        (503, "store_unavailable"),
+        "{}",
+        refused.body
+    );
+    assert!(ready_again(&app).await, "Redis answers again");
+
+    let retried = app
+        .sms_verify(json!({ "phone": PHONE, "code": code }))
+        .await;
+    assert_eq!(
+        (retried.status.as_u16(), retried.body["valid"].as_bool()),
+        (200, Some(true)),
+        "the check Redis ran late did not use the code up: {}",
+        retried.body
+    );
+}
+
 /// Whether `/readyz` says ready within five seconds (a thawed Redis).
 async fn ready_again(app: &crate::support::app::TestApp) -> bool {
     for _ in 0..100 {
