@@ -12,7 +12,9 @@
 //! The service's clock and Redis's are two clocks, possibly on two hosts.
 //! This maps one onto the other by sampling Redis's `TIME` (at start-up,
 //! then every [`RESAMPLE_AFTER`], and at once after a `late` answer that
-//! came while its caller still waited): Redis's time less this process's
+//! came while its caller still waited; a sample that failed is tried again
+//! after [`RETRY_AFTER`], not at every call, so that a slow Redis is not
+//! sent a `TIME` per request): Redis's time less this process's
 //! monotonic clock at the sample's midpoint, trusted only from a sample
 //! whose round trip took at most a quarter of the budget. The deadline it
 //! gives is three quarters of the budget after the call starts, so a call
@@ -28,6 +30,10 @@ use std::time::{Duration, Instant};
 /// How often the offset is sampled again, for clocks that drift or step.
 pub(super) const RESAMPLE_AFTER: Duration = Duration::from_secs(60);
 
+/// How soon a sample that failed (no answer, or too slow a one) is tried
+/// again.
+pub(super) const RETRY_AFTER: Duration = Duration::from_secs(1);
+
 /// The answer of a counting script that found its deadline passed.
 pub(super) const LATE: &[u8] = b"late";
 
@@ -39,8 +45,8 @@ pub(super) struct RedisClock {
     base: Instant,
     /// Redis's `TIME` in ms less `base`'s elapsed ms at the same moment.
     offset_ms: AtomicI64,
-    /// `base`'s elapsed ms when the offset was last sampled, or asked for.
-    sampled_at_ms: AtomicI64,
+    /// `base`'s elapsed ms when the last sample was started.
+    tried_at_ms: AtomicI64,
     /// A sample is on its way: one at a time.
     sampling: AtomicBool,
 }
@@ -50,7 +56,7 @@ impl RedisClock {
         Self {
             base: Instant::now(),
             offset_ms: AtomicI64::new(UNKNOWN),
-            sampled_at_ms: AtomicI64::new(UNKNOWN),
+            tried_at_ms: AtomicI64::new(UNKNOWN),
             sampling: AtomicBool::new(false),
         }
     }
@@ -66,18 +72,21 @@ impl RedisClock {
     /// way. A `true` claims the sample: end it with [`RedisClock::sampled`].
     pub(super) fn deadline_ms(&self, budget: Duration) -> (i64, bool) {
         let now = self.local_ms();
-        let at = self.sampled_at_ms.load(Ordering::Relaxed);
-        let due = at == UNKNOWN || now.saturating_sub(at) >= RESAMPLE_AFTER.as_millis() as i64;
-        let claimed = due && !self.sampling.swap(true, Ordering::Acquire);
         let offset = self.offset_ms.load(Ordering::Relaxed);
+        let tried = self.tried_at_ms.load(Ordering::Relaxed);
+        let claimed = sample_due(now, tried, offset != UNKNOWN)
+            && !self.sampling.swap(true, Ordering::Acquire);
+        if claimed {
+            self.tried_at_ms.store(now, Ordering::Relaxed);
+        }
         (deadline_from(now, offset, budget), claimed)
     }
 
     /// End a sample claimed with [`RedisClock::deadline_ms`]: `redis_ms`
     /// is the `TIME` read between `sent_ms` and `received_ms` (this
     /// clock's), or `None` when the sample failed. A failed or imprecise
-    /// sample keeps the offset there was, and is tried again on the next
-    /// call.
+    /// sample keeps the offset there was, and is tried again after
+    /// [`RETRY_AFTER`] when there is none.
     pub(super) fn sampled(
         &self,
         sent_ms: i64,
@@ -87,7 +96,6 @@ impl RedisClock {
     ) {
         if let Some(offset) = redis_ms.and_then(|r| offset_from(sent_ms, r, received_ms, budget)) {
             self.offset_ms.store(offset, Ordering::Relaxed);
-            self.sampled_at_ms.store(received_ms, Ordering::Relaxed);
         }
         self.sampling.store(false, Ordering::Release);
     }
@@ -97,7 +105,7 @@ impl RedisClock {
     /// sample, which is due at once.
     pub(super) fn forget(&self) {
         self.offset_ms.store(UNKNOWN, Ordering::Relaxed);
-        self.sampled_at_ms.store(UNKNOWN, Ordering::Relaxed);
+        self.tried_at_ms.store(UNKNOWN, Ordering::Relaxed);
     }
 
     /// Take Redis's clock to be `ms` further ahead than it is (a negative
@@ -106,6 +114,13 @@ impl RedisClock {
     pub(super) fn misjudge_by(&self, ms: i64) {
         self.offset_ms.fetch_add(ms, Ordering::Relaxed);
     }
+}
+
+/// Whether a sample is due at `now`: none tried yet, or the last one tried
+/// [`RESAMPLE_AFTER`] ago, or [`RETRY_AFTER`] ago when it gave no offset.
+fn sample_due(now: i64, tried_at: i64, known: bool) -> bool {
+    let wait = if known { RESAMPLE_AFTER } else { RETRY_AFTER };
+    tried_at == UNKNOWN || now.saturating_sub(tried_at) >= wait.as_millis() as i64
 }
 
 /// Three quarters of `budget` after `local_ms`, in Redis's clock; 0 (no
@@ -204,8 +219,17 @@ mod tests {
         clock.sampled(now, None, now, BUDGET);
         assert_eq!(
             clock.deadline_ms(BUDGET),
-            (0, true),
-            "a failed sample is tried again"
+            (0, false),
+            "a failed sample is not tried again at every call"
         );
+    }
+
+    #[test]
+    fn a_sample_is_due_a_minute_after_the_last_or_a_second_after_a_failed_one() {
+        assert!(sample_due(5, UNKNOWN, false), "none tried yet");
+        assert!(!sample_due(60_999, 1_000, true));
+        assert!(sample_due(61_000, 1_000, true));
+        assert!(!sample_due(1_999, 1_000, false));
+        assert!(sample_due(2_000, 1_000, false));
     }
 }
