@@ -332,10 +332,7 @@ async fn a_slow_redis_falls_back_to_the_local_store_when_told_to() {
 #[tokio::test]
 async fn a_failure_redis_runs_after_its_timeout_counts_nothing() {
     let redis = PrivateRedis::start().await;
-    let url = redis.url();
-    let app = spawn_app(Backend::Redis, move |s| {
-        s.store.redis_url = SecretUrl::new(url);
-        s.store.timeout = Duration::from_millis(200);
+    let app = stalling_app(&redis, |s| {
         s.login.captcha_after = 1000;
         s.login.lock_after = 1;
     })
@@ -347,18 +344,12 @@ async fn a_failure_redis_runs_after_its_timeout_counts_nothing() {
         .await;
     assert_eq!(loaded.status, 200, "{}", loaded.body);
 
-    redis.freeze();
-    let refused = app
-        .login_attempt(json!({ "user": "a", "success": false }))
-        .await;
-    redis.thaw();
-    assert_eq!(
-        (refused.status.as_u16(), refused.error()),
-        (503, "store_unavailable"),
-        "{}",
-        refused.body
-    );
-    assert!(ready_again(&app).await, "Redis answers again");
+    refused_over_a_stall(
+        &redis,
+        &app,
+        app.login_attempt(json!({ "user": "a", "success": false })),
+    )
+    .await;
 
     let check = app.login_check(json!({ "user": "a" })).await;
     assert_eq!(
@@ -386,11 +377,7 @@ async fn a_failure_redis_runs_after_its_timeout_counts_nothing() {
 #[tokio::test]
 async fn a_send_redis_runs_after_its_timeout_counts_nothing() {
     let redis = PrivateRedis::start().await;
-    let url = redis.url();
-    let app = spawn_app(Backend::Redis, move |s| {
-        s.store.redis_url = SecretUrl::new(url);
-        s.store.timeout = Duration::from_millis(200);
-        s.sms.code_secret = Secret::new("a-configured-secret");
+    let app = stalling_app(&redis, |s| {
         s.sms.phone_limits = vec![LimitSetting::new(1, Duration::from_secs(60))];
     })
     .await;
@@ -399,16 +386,7 @@ async fn a_send_redis_runs_after_its_timeout_counts_nothing() {
     let loaded = app.sms_send(json!({ "phone": "+8613800138001" })).await;
     assert_eq!(loaded.status, 200, "{}", loaded.body);
 
-    redis.freeze();
-    let refused = app.sms_send(json!({ "phone": PHONE })).await;
-    redis.thaw();
-    assert_eq!(
-        (refused.status.as_u16(), refused.error()),
-        (503, "store_unavailable"),
-        "{}",
-        refused.body
-    );
-    assert!(ready_again(&app).await, "Redis answers again");
+    refused_over_a_stall(&redis, &app, app.sms_send(json!({ "phone": PHONE }))).await;
 
     let sent = app.sms_send(json!({ "phone": PHONE })).await;
     assert_eq!(
@@ -431,11 +409,7 @@ async fn a_send_redis_runs_after_its_timeout_counts_nothing() {
 #[tokio::test]
 async fn a_code_check_redis_runs_after_its_timeout_leaves_the_code() {
     let redis = PrivateRedis::start().await;
-    let url = redis.url();
-    let app = spawn_app(Backend::Redis, move |s| {
-        s.store.redis_url = SecretUrl::new(url);
-        s.store.timeout = Duration::from_millis(200);
-        s.sms.code_secret = Secret::new("a-configured-secret");
+    let app = stalling_app(&redis, |s| {
         // No window of failed tries: the code's check is the call the
         // stall holds (a window's call, first, is covered as a send's is).
         s.sms.verify_ip_limits = Vec::new();
@@ -455,18 +429,12 @@ async fn a_code_check_redis_runs_after_its_timeout_leaves_the_code() {
         .await;
     assert_eq!(wrong.body["valid"], false, "{}", wrong.body);
 
-    redis.freeze();
-    let refused = app
-        .sms_verify(json!({ "phone": PHONE, "code": code }))
-        .await;
-    redis.thaw();
-    assert_eq!(
-        (refused.status.as_u16(), refused.error()),
-        (503, "store_unavailable"),
-        "{}",
-        refused.body
-    );
-    assert!(ready_again(&app).await, "Redis answers again");
+    refused_over_a_stall(
+        &redis,
+        &app,
+        app.sms_verify(json!({ "phone": PHONE, "code": code })),
+    )
+    .await;
 
     let retried = app
         .sms_verify(json!({ "phone": PHONE, "code": code }))
@@ -477,6 +445,42 @@ async fn a_code_check_redis_runs_after_its_timeout_leaves_the_code() {
         "the check Redis ran late did not use the code up: {}",
         retried.body
     );
+}
+
+/// An app on `redis` whose store calls give up after 200 ms, with
+/// `configure` applied to its settings too.
+async fn stalling_app(
+    redis: &PrivateRedis,
+    configure: impl FnOnce(&mut tollgate::settings::Settings),
+) -> TestApp {
+    let url = redis.url();
+    spawn_app(Backend::Redis, move |s| {
+        s.store.redis_url = SecretUrl::new(url);
+        s.store.timeout = Duration::from_millis(200);
+        s.sms.code_secret = Secret::new("a-configured-secret");
+        configure(s);
+    })
+    .await
+}
+
+/// Send `request` to `app` while `redis` is frozen, past the store's
+/// timeout: it is answered 503 `store_unavailable`; then thaw `redis`, which
+/// runs what it was sent, and wait until it answers again.
+async fn refused_over_a_stall(
+    redis: &PrivateRedis,
+    app: &TestApp,
+    request: impl std::future::Future<Output = crate::support::app::Answer>,
+) {
+    redis.freeze();
+    let refused = request.await;
+    redis.thaw();
+    assert_eq!(
+        (refused.status.as_u16(), refused.error()),
+        (503, "store_unavailable"),
+        "{}",
+        refused.body
+    );
+    assert!(ready_again(app).await, "Redis answers again");
 }
 
 /// Whether `/readyz` says ready within five seconds (a thawed Redis).
