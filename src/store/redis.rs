@@ -66,7 +66,7 @@ thread_local! {
 pub use self::login_script::{render_login_attempt, LoginShape};
 pub use self::scripts::unpack_answer;
 
-use self::deadline::{time_ms, RedisClock, LATE};
+use self::deadline::{time_ms, RedisClock, Sample, LATE};
 use self::glob::glob_escape;
 use self::scripts::Scripts;
 use crate::settings::redis_url::fred_url;
@@ -166,8 +166,8 @@ impl RedisStore {
                 if let Err(error) = store.load_scripts().await {
                     tracing::warn!(%error, "could not preload the Lua scripts; they load on first use");
                 }
-                if let (_, true) = store.clock.deadline_ms(timeout) {
-                    sample_clock(store.client.clone(), store.clock.clone(), timeout).await;
+                if let (_, Some(sample)) = store.clock.deadline_ms(timeout) {
+                    sample_clock(store.client.clone(), sample, timeout).await;
                 }
             }
             Ok(Err(error)) => tracing::warn!(
@@ -288,17 +288,8 @@ impl RedisStore {
     /// ms, 0 for none; starts a sample of Redis's clock when one is due.
     fn script_deadline(&self) -> i64 {
         let (deadline, sample) = self.clock.deadline_ms(self.timeout);
-        if sample {
-            let (client, clock) = (self.client_here(), self.clock.clone());
-            match tokio::runtime::Handle::try_current() {
-                Ok(runtime) => {
-                    runtime.spawn(sample_clock(client, clock, self.timeout));
-                }
-                Err(_) => {
-                    let now = clock.local_ms();
-                    clock.sampled(now, None, now, self.timeout);
-                }
-            }
+        if let (Some(sample), Ok(runtime)) = (sample, tokio::runtime::Handle::try_current()) {
+            runtime.spawn(sample_clock(self.client_here(), sample, self.timeout));
         }
         deadline
     }
@@ -383,9 +374,9 @@ impl RedisStore {
     }
 }
 
-/// Read Redis's `TIME` on `client` (any node of a cluster) into `clock`,
-/// ending the sample `clock` handed out.
-async fn sample_clock(client: Client, clock: Arc<RedisClock>, budget: Duration) {
+/// Take `sample`: Redis's `TIME` read on `client` (any node of a cluster).
+async fn sample_clock(client: Client, sample: Sample, budget: Duration) {
+    let clock = sample.clock();
     let sent = clock.local_ms();
     let time = CustomCommand::new_static("TIME", ClusterHash::Random, false);
     let answer = tokio::time::timeout(
@@ -394,11 +385,9 @@ async fn sample_clock(client: Client, clock: Arc<RedisClock>, budget: Duration) 
     )
     .await;
     let received = clock.local_ms();
-    let redis_ms = match answer {
-        Ok(Ok(answer)) => time_ms(&answer),
-        _ => None,
-    };
-    clock.sampled(sent, redis_ms, received, budget);
+    if let Some(redis_ms) = answer.ok().and_then(Result::ok).and_then(|a| time_ms(&a)) {
+        sample.finish(sent, redis_ms, received, budget);
+    }
 }
 
 /// Keep a timer in this thread's runtime that always fires before any call's
@@ -474,7 +463,7 @@ mod tests {
             })
         };
         assert_ne!(
-            store.clock.deadline_ms(store.timeout).0,
+            store.script_deadline(),
             0,
             "Redis's clock was read at start-up"
         );
@@ -488,10 +477,10 @@ mod tests {
         let full = reserve("full").await.expect("Redis answers");
         assert!(!full.recorded, "the window of one holds one: {full:?}");
 
+        // The next sample is due a second after the last one tried.
         let mut read_again = false;
-        for _ in 0..100 {
-            let (deadline, _) = store.clock.deadline_ms(store.timeout);
-            if deadline != 0 {
+        for _ in 0..300 {
+            if store.script_deadline() != 0 {
                 read_again = true;
                 break;
             }

@@ -4,17 +4,19 @@
 //! fork or a slow command, or a stalled network, runs what it was sent when
 //! it wakes. By then the caller has answered 503 `store_unavailable`, so
 //! what the script counts (a send, a login failure, the lock that failure
-//! starts) would hold with no audit row and no notice. `reserve.lua` and
-//! `login_attempt.lua` therefore take, as their last argument, the moment
-//! after which nobody waits for them, in the `TIME` they read; a call that
-//! finds that moment passed answers `late` and changes nothing.
+//! starts, a right code used up) would hold with no audit row, no notice,
+//! and no answer. `reserve.lua`, `login_attempt.lua` and `otp_check.lua`
+//! therefore take the moment after which nobody waits for them, in the
+//! `TIME` they read; a call that finds that moment passed answers `late`
+//! and changes nothing.
 //!
 //! The service's clock and Redis's are two clocks, possibly on two hosts.
 //! This maps one onto the other by sampling Redis's `TIME` (at start-up,
-//! then every [`RESAMPLE_AFTER`], and at once after a `late` answer that
-//! came while its caller still waited; a sample that failed is tried again
-//! after [`RETRY_AFTER`], not at every call, so that a slow Redis is not
-//! sent a `TIME` per request): Redis's time less this process's
+//! then every [`RESAMPLE_AFTER`]; after a `late` answer that came while its
+//! caller still waited, and after a sample that failed, again once
+//! [`RETRY_AFTER`] has passed since the last try, so that a slow Redis is
+//! sent at most a `TIME` a second, not one per request): Redis's time less
+//! this process's
 //! monotonic clock at the sample's midpoint, trusted only from a sample
 //! whose round trip took at most a quarter of the budget. The deadline it
 //! gives is three quarters of the budget after the call starts, so a call
@@ -25,6 +27,7 @@
 //! turn a clock's step into an outage.
 
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// How often the offset is sampled again, for clocks that drift or step.
@@ -47,8 +50,37 @@ pub(super) struct RedisClock {
     offset_ms: AtomicI64,
     /// `base`'s elapsed ms when the last sample was started.
     tried_at_ms: AtomicI64,
-    /// A sample is on its way: one at a time.
+    /// A sample is on its way: one at a time. Cleared by the [`Sample`]
+    /// that claimed it, however that ends.
     sampling: AtomicBool,
+}
+
+/// A sample of Redis's clock claimed by [`RedisClock::deadline_ms`]: the
+/// next one can be claimed once this is dropped, finished or not (a task
+/// cut off with its runtime must not stop sampling for good).
+pub(super) struct Sample(Arc<RedisClock>);
+
+impl Sample {
+    /// The clock the sample is of.
+    pub(super) fn clock(&self) -> &RedisClock {
+        &self.0
+    }
+
+    /// Keep `redis_ms`, the `TIME` read between `sent_ms` and `received_ms`
+    /// (this clock's), unless its round trip was longer than a quarter of
+    /// `budget`: the offset there was stays, and when there is none the
+    /// sample is tried again after [`RETRY_AFTER`].
+    pub(super) fn finish(self, sent_ms: i64, redis_ms: i64, received_ms: i64, budget: Duration) {
+        if let Some(offset) = offset_from(sent_ms, redis_ms, received_ms, budget) {
+            self.0.offset_ms.store(offset, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Drop for Sample {
+    fn drop(&mut self) {
+        self.0.sampling.store(false, Ordering::Release);
+    }
 }
 
 impl RedisClock {
@@ -69,43 +101,25 @@ impl RedisClock {
     /// The deadline of a call that starts now with `budget`, in Redis's
     /// ms (0 when the offset is not known), and whether the caller is to
     /// take a sample: none yet, or the last one is old, and none is on its
-    /// way. A `true` claims the sample: end it with [`RedisClock::sampled`].
-    pub(super) fn deadline_ms(&self, budget: Duration) -> (i64, bool) {
+    /// way: then the sample, claimed for the caller to take.
+    pub(super) fn deadline_ms(self: &Arc<Self>, budget: Duration) -> (i64, Option<Sample>) {
         let now = self.local_ms();
         let offset = self.offset_ms.load(Ordering::Relaxed);
         let tried = self.tried_at_ms.load(Ordering::Relaxed);
         let claimed = sample_due(now, tried, offset != UNKNOWN)
             && !self.sampling.swap(true, Ordering::Acquire);
-        if claimed {
+        let sample = claimed.then(|| {
             self.tried_at_ms.store(now, Ordering::Relaxed);
-        }
-        (deadline_from(now, offset, budget), claimed)
-    }
-
-    /// End a sample claimed with [`RedisClock::deadline_ms`]: `redis_ms`
-    /// is the `TIME` read between `sent_ms` and `received_ms` (this
-    /// clock's), or `None` when the sample failed. A failed or imprecise
-    /// sample keeps the offset there was, and is tried again after
-    /// [`RETRY_AFTER`] when there is none.
-    pub(super) fn sampled(
-        &self,
-        sent_ms: i64,
-        redis_ms: Option<i64>,
-        received_ms: i64,
-        budget: Duration,
-    ) {
-        if let Some(offset) = redis_ms.and_then(|r| offset_from(sent_ms, r, received_ms, budget)) {
-            self.offset_ms.store(offset, Ordering::Relaxed);
-        }
-        self.sampling.store(false, Ordering::Release);
+            Sample(Arc::clone(self))
+        });
+        (deadline_from(now, offset, budget), sample)
     }
 
     /// A script answered `late` while its caller still waited: the offset
     /// may be wrong (a clock stepped). Carry no deadline until the next
-    /// sample, which is due at once.
+    /// sample, due once [`RETRY_AFTER`] has passed since the last.
     pub(super) fn forget(&self) {
         self.offset_ms.store(UNKNOWN, Ordering::Relaxed);
-        self.tried_at_ms.store(UNKNOWN, Ordering::Relaxed);
     }
 
     /// Take Redis's clock to be `ms` further ahead than it is (a negative
@@ -202,26 +216,35 @@ mod tests {
 
     #[test]
     fn one_sample_at_a_time_then_none_until_it_is_old() {
-        let clock = RedisClock::new();
-        assert_eq!(clock.deadline_ms(BUDGET), (0, true), "none taken yet");
-        assert_eq!(clock.deadline_ms(BUDGET), (0, false), "one on its way");
+        let clock = Arc::new(RedisClock::new());
+        let (deadline, first) = clock.deadline_ms(BUDGET);
+        assert_eq!(deadline, 0, "no offset yet");
+        let first = first.expect("none taken yet: one is claimed");
+        assert!(clock.deadline_ms(BUDGET).1.is_none(), "one on its way");
         let now = clock.local_ms();
-        clock.sampled(now, Some(1_700_000_000_000), now, BUDGET);
+        first.finish(now, 1_700_000_000_000, now, BUDGET);
         let (deadline, due) = clock.deadline_ms(BUDGET);
-        assert!(!due, "a fresh sample");
+        assert!(due.is_none(), "a fresh sample");
         assert!(deadline >= 1_700_000_000_075, "{deadline}");
         clock.forget();
-        assert_eq!(
-            clock.deadline_ms(BUDGET),
-            (0, true),
-            "forgotten: due at once"
+        let (deadline, due) = clock.deadline_ms(BUDGET);
+        assert_eq!(deadline, 0, "forgotten: no deadline");
+        assert!(
+            due.is_none(),
+            "tried just now: not a sample per late answer (a second after the last)"
         );
-        clock.sampled(now, None, now, BUDGET);
-        assert_eq!(
-            clock.deadline_ms(BUDGET),
-            (0, false),
-            "a failed sample is not tried again at every call"
+    }
+
+    #[test]
+    fn a_sample_that_ends_unfinished_lets_the_next_be_taken() {
+        let clock = Arc::new(RedisClock::new());
+        let (_, sample) = clock.deadline_ms(BUDGET);
+        drop(sample.expect("claimed"));
+        assert!(
+            !clock.sampling.load(Ordering::Acquire),
+            "a sample cut off with its task frees the claim"
         );
+        assert_eq!(clock.offset_ms.load(Ordering::Relaxed), UNKNOWN);
     }
 
     #[test]
