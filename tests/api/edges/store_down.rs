@@ -694,12 +694,8 @@ async fn a_code_sent_during_an_outage_is_verified_after_it() {
 /// An app on `redis` that keeps codes in the process while Redis fails
 /// (`on_error`), with room for several sends to one phone.
 async fn outage_app(redis: &PrivateRedis, on_error: OnStoreError) -> TestApp {
-    let url = redis.url();
-    spawn_app(Backend::Redis, move |s| {
-        s.store.redis_url = SecretUrl::new(url);
-        s.store.timeout = std::time::Duration::from_millis(200);
+    stalling_app(redis, move |s| {
         s.store.on_error = on_error;
-        s.sms.code_secret = Secret::new("a-configured-secret");
         s.sms.phone_limits = limits(&[(10, 3_600_000)]);
         s.sms.captcha_after = 100;
     })
