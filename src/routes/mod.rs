@@ -13,6 +13,7 @@ pub mod ops;
 pub mod request_id;
 mod schemas;
 pub mod sms;
+mod store_probe;
 
 use std::sync::Arc;
 
@@ -20,13 +21,13 @@ use actix_web::{web, HttpResponse};
 
 pub use caller::Access;
 use cors::CorsOrigins;
+pub use store_probe::StoreProbe;
 
 use crate::audit::{AuditDb, AuditSink};
 use crate::error::ApiError;
 use crate::guard::admin::SubjectAdmin;
 use crate::guard::login::LoginGuard;
 use crate::guard::sms::SmsGuard;
-use crate::store::WindowStore;
 
 /// Body limit of the public JSON routes.
 pub const BODY_LIMIT: usize = 16 * 1024;
@@ -46,10 +47,8 @@ pub struct AppState {
     pub oidc: Option<Arc<crate::oidc::Oidc>>,
     /// Failed admin authentications per address, and their throttle.
     pub admin_auth: crate::guard::admin_auth::AdminAuthGuard,
-    /// The store as configured, without the `on_error` fallback, for `/readyz`.
-    pub readiness_store: Arc<dyn WindowStore>,
-    /// The key `/readyz` writes (`Keys::readiness`).
-    pub readiness_key: String,
+    /// `/readyz`'s write to the store, one a second for every probe.
+    pub readiness: StoreProbe,
     /// The audit sink, whose health `/readyz` reads.
     pub audit: Arc<dyn AuditSink>,
     /// The allow and block lists, for the admin API and console.

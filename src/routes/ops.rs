@@ -104,9 +104,10 @@ async fn readyz_detailed(state: web::Data<AppState>) -> HttpResponse {
     }
 }
 
-/// What `/readyz` looks at: one store write (bounded by `store.timeout`),
-/// and the audit trail's state as its writer and journal last saw it (no
-/// database round trip on the probe's path).
+/// What `/readyz` looks at: one store write a second, shared by every probe
+/// (`StoreProbe`, bounded by `store.timeout`), and the audit trail's state
+/// as its writer and journal last saw it (no database round trip on the
+/// probe's path).
 struct Readiness {
     store: bool,
     audit: crate::audit::AuditHealth,
@@ -120,17 +121,9 @@ impl Readiness {
 
 async fn readiness(state: &AppState) -> Readiness {
     Readiness {
-        store: store_ready(state).await,
+        store: state.readiness.writable().await,
         audit: state.audit.health(),
     }
-}
-
-/// The store takes a write, which also tells that it answers: a Redis over
-/// `maxmemory` under `noeviction` answers `PING` but refuses every write a
-/// request makes.
-async fn store_ready(state: &AppState) -> bool {
-    let store = state.readiness_store.as_ref();
-    store.writable(&state.readiness_key).await.is_ok()
 }
 
 /// Prometheus metrics

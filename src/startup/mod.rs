@@ -24,7 +24,7 @@ use crate::guard::sms::SmsGuard;
 use crate::guard::{GuardContext, Policy, PolicyCell};
 use crate::lists::{self, Lists};
 use crate::reload::{Reloadable, SenderSlot};
-use crate::routes::{Access, AppState};
+use crate::routes::{Access, AppState, StoreProbe};
 use crate::settings::Settings;
 use crate::store::{Clock, SystemClock};
 
@@ -133,8 +133,7 @@ impl Application {
             oidc: crate::oidc::Oidc::new(&settings.admin.oidc)
                 .context("cannot set up single sign-on (admin.oidc)")?
                 .map(Arc::new),
-            readiness_store: stores.primary,
-            readiness_key,
+            readiness: StoreProbe::new(stores.primary, readiness_key),
             audit: audit.clone(),
             audit_log: audit_db
                 .clone()

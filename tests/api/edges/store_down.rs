@@ -209,6 +209,20 @@ impl PrivateRedis {
         assert!(status.success());
     }
 
+    /// How many times this server has run `command` (`INFO commandstats`).
+    fn calls(&self, command: &str) -> u64 {
+        let out = std::process::Command::new("redis-cli")
+            .args(["-p", &self.port.to_string(), "info", "commandstats"])
+            .output()
+            .expect("redis-cli runs");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let field = format!("cmdstat_{command}:calls=");
+        text.lines()
+            .find_map(|line| line.strip_prefix(field.as_str()))
+            .and_then(|rest| rest.split(',').next())
+            .map_or(0, |n| n.parse().expect("a count"))
+    }
+
     fn signal(&self, signal: &str) {
         let status = std::process::Command::new("kill")
             .args([signal, &self.child.id().to_string()])
@@ -246,7 +260,8 @@ async fn a_redis_that_refuses_writes_is_not_ready() {
         .login_attempt(json!({ "user": "a", "success": false }))
         .await;
     assert_eq!(refused.status, 503, "{}", refused.body);
-    let full = app.get("/readyz").await;
+    // The probe's last write stands for a second (`StoreProbe`).
+    let full = not_ready_again(&app).await;
     assert_eq!(
         (full.status.as_u16(), full.error()),
         (503, "not_ready"),
@@ -255,7 +270,45 @@ async fn a_redis_that_refuses_writes_is_not_ready() {
     );
 
     redis.config_set("maxmemory", "0");
-    assert_eq!(app.get("/readyz").await.status, 200);
+    assert!(ready_again(&app).await, "Redis takes writes again");
+}
+
+/// The public `/readyz` needs no key: a flood of probes makes Redis take one
+/// write a second, not one a probe, and every probe is answered.
+#[tokio::test]
+async fn a_flood_of_probes_writes_to_redis_once_a_second() {
+    let redis = PrivateRedis::start().await;
+    let url = redis.url();
+    let app = spawn_app(Backend::Redis, move |s| {
+        s.store.redis_url = SecretUrl::new(url);
+    })
+    .await;
+    let before = redis.calls("set");
+    let started = std::time::Instant::now();
+    for _ in 0..5 {
+        let probes = (0..40).map(|_| app.get("/readyz"));
+        for probe in futures::future::join_all(probes).await {
+            assert_eq!(probe.status, 200, "{}", probe.body);
+        }
+    }
+    let seconds = started.elapsed().as_secs();
+    let writes = redis.calls("set") - before;
+    assert!(
+        writes >= 1 && writes <= 1 + seconds,
+        "200 probes in {seconds} s made {writes} writes"
+    );
+}
+
+/// `/readyz`'s answer once it says not ready, within five seconds.
+async fn not_ready_again(app: &crate::support::app::TestApp) -> crate::support::app::Answer {
+    for _ in 0..100 {
+        let ready = app.get("/readyz").await;
+        if ready.status != 200 {
+            return ready;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("/readyz still says ready after five seconds");
 }
 
 #[tokio::test]
