@@ -5,19 +5,36 @@
 //! on PostgreSQL the caller serialises rollup writers with a lock (SQLite
 //! has one writer at a time anyway).
 //!
-//! Each statement's text depends on how many rows it writes, so none is
-//! kept prepared (`persistent(false)`): sqlx keeps up to 100 prepared
-//! statements per connection, and a flood's batches of every size filled
-//! that cache with statements of up to a thousand rows each (on SQLite a
-//! process grew by some 1.3 KB an audited refusal, past 400 MB).
+//! On PostgreSQL the counts and the top keys are each one statement of one
+//! array per column (`UNNEST`), the same text for any batch, kept prepared:
+//! PostgreSQL neither parses nor plans them again, and no placeholder is
+//! formatted per row. Elsewhere a statement's text depends on how many rows
+//! it writes, so none is kept prepared (`persistent(false)`): sqlx keeps up
+//! to 100 prepared statements per connection, and a flood's batches of
+//! every size filled that cache with statements of up to a thousand rows
+//! each (on SQLite a process grew by some 1.3 KB an audited refusal, past
+//! 400 MB).
 
 use sqlx::QueryBuilder;
 
 use super::AuditError;
 use crate::audit::rollup::{prune_cut, Deltas, SummaryKey, PRUNE_ABOVE, TOP_CAPACITY};
 
-/// Rows per multi-row statement (5 binds each).
+/// Rows per multi-row statement on SQLite (5 binds each).
 const ROWS_PER_STATEMENT: usize = 1000;
+
+/// The top summaries' keys with their counts, in primary-key order: writers
+/// (other instances, concurrent inserters) that took them in different
+/// orders would deadlock.
+fn top_keys(deltas: &Deltas) -> Vec<(&SummaryKey, &String, i64)> {
+    let mut keys: Vec<(&SummaryKey, &String, i64)> = deltas
+        .tops
+        .iter()
+        .flat_map(|(s, summary)| summary.keys.iter().map(move |(k, n)| (s, k, *n)))
+        .collect();
+    keys.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+    keys
+}
 
 macro_rules! rollup_writes {
     ($db:ty) => {
@@ -37,64 +54,6 @@ macro_rules! rollup_writes {
             add_errors(tx, &errors).await?;
 
             prune_grown(tx, deltas).await
-        }
-
-        /// The decision counts per bucket, added to.
-        async fn add_counts(
-            tx: &mut sqlx::Transaction<'_, $db>,
-            deltas: &Deltas,
-        ) -> Result<(), AuditError> {
-            let counts: Vec<_> = deltas.counts.iter().collect();
-            for chunk in counts.chunks(ROWS_PER_STATEMENT) {
-                let mut qb = QueryBuilder::<$db>::new(
-                    "INSERT INTO audit_counts (bucket_ms, action, decision, shadow, n) ",
-                );
-                qb.push_values(chunk, |mut row, (key, n)| {
-                    row.push_bind(key.bucket_ms)
-                        .push_bind(key.action)
-                        .push_bind(key.decision)
-                        .push_bind(key.shadow)
-                        .push_bind(**n);
-                });
-                qb.push(
-                    " ON CONFLICT (bucket_ms, action, decision, shadow) \
-                     DO UPDATE SET n = audit_counts.n + excluded.n",
-                );
-                qb.build().persistent(false).execute(&mut **tx).await?;
-            }
-            Ok(())
-        }
-
-        /// The top summaries' keys, their counts added to.
-        async fn add_top_keys(
-            tx: &mut sqlx::Transaction<'_, $db>,
-            deltas: &Deltas,
-        ) -> Result<(), AuditError> {
-            let mut keys: Vec<(&SummaryKey, &String, i64)> = deltas
-                .tops
-                .iter()
-                .flat_map(|(s, summary)| summary.keys.iter().map(move |(k, n)| (s, k, *n)))
-                .collect();
-            // Primary-key order, as every writer takes them.
-            keys.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
-            for chunk in keys.chunks(ROWS_PER_STATEMENT) {
-                let mut qb = QueryBuilder::<$db>::new(
-                    "INSERT INTO audit_top (width_ms, start_ms, list, key, n) ",
-                );
-                qb.push_values(chunk, |mut row, (s, key, n)| {
-                    row.push_bind(s.width_ms)
-                        .push_bind(s.start_ms)
-                        .push_bind(s.list.as_str())
-                        .push_bind(key.as_str())
-                        .push_bind(*n);
-                });
-                qb.push(
-                    " ON CONFLICT (width_ms, start_ms, list, key) \
-                     DO UPDATE SET n = audit_top.n + excluded.n",
-                );
-                qb.build().persistent(false).execute(&mut **tx).await?;
-            }
-            Ok(())
         }
 
         /// Prune the summaries this batch grew past twice their capacity.
@@ -217,9 +176,113 @@ macro_rules! rollup_writes {
 pub mod postgres {
     use super::*;
     rollup_writes!(sqlx::Postgres);
+
+    /// The decision counts per bucket, added to: one statement of one
+    /// array per column, whatever the batch holds, so it is kept prepared.
+    async fn add_counts(
+        tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+        deltas: &Deltas,
+    ) -> Result<(), AuditError> {
+        if deltas.counts.is_empty() {
+            return Ok(());
+        }
+        let keys = || deltas.counts.keys();
+        sqlx::query(
+            "INSERT INTO audit_counts (bucket_ms, action, decision, shadow, n) \
+             SELECT * FROM UNNEST($1::bigint[], $2::text[], $3::text[], $4::bool[], $5::bigint[]) \
+             ON CONFLICT (bucket_ms, action, decision, shadow) \
+             DO UPDATE SET n = audit_counts.n + excluded.n",
+        )
+        .bind(keys().map(|k| k.bucket_ms).collect::<Vec<_>>())
+        .bind(keys().map(|k| k.action).collect::<Vec<_>>())
+        .bind(keys().map(|k| k.decision).collect::<Vec<_>>())
+        .bind(keys().map(|k| k.shadow).collect::<Vec<_>>())
+        .bind(deltas.counts.values().copied().collect::<Vec<_>>())
+        .execute(&mut **tx)
+        .await?;
+        Ok(())
+    }
+
+    /// The top summaries' keys, their counts added to, in primary-key order
+    /// as every writer takes them (`UNNEST` gives its rows in array order).
+    async fn add_top_keys(
+        tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+        deltas: &Deltas,
+    ) -> Result<(), AuditError> {
+        let keys = top_keys(deltas);
+        if keys.is_empty() {
+            return Ok(());
+        }
+        sqlx::query(
+            "INSERT INTO audit_top (width_ms, start_ms, list, key, n) \
+             SELECT * FROM UNNEST($1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::bigint[]) \
+             ON CONFLICT (width_ms, start_ms, list, key) \
+             DO UPDATE SET n = audit_top.n + excluded.n",
+        )
+        .bind(keys.iter().map(|(s, _, _)| s.width_ms).collect::<Vec<_>>())
+        .bind(keys.iter().map(|(s, _, _)| s.start_ms).collect::<Vec<_>>())
+        .bind(keys.iter().map(|(s, _, _)| s.list.as_str()).collect::<Vec<_>>())
+        .bind(keys.iter().map(|(_, k, _)| k.as_str()).collect::<Vec<_>>())
+        .bind(keys.iter().map(|(_, _, n)| *n).collect::<Vec<_>>())
+        .execute(&mut **tx)
+        .await?;
+        Ok(())
+    }
 }
 
 pub mod sqlite {
     use super::*;
     rollup_writes!(sqlx::Sqlite);
+
+    /// The decision counts per bucket, added to.
+    async fn add_counts(
+        tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+        deltas: &Deltas,
+    ) -> Result<(), AuditError> {
+        let counts: Vec<_> = deltas.counts.iter().collect();
+        for chunk in counts.chunks(ROWS_PER_STATEMENT) {
+            let mut qb = QueryBuilder::<sqlx::Sqlite>::new(
+                "INSERT INTO audit_counts (bucket_ms, action, decision, shadow, n) ",
+            );
+            qb.push_values(chunk, |mut row, (key, n)| {
+                row.push_bind(key.bucket_ms)
+                    .push_bind(key.action)
+                    .push_bind(key.decision)
+                    .push_bind(key.shadow)
+                    .push_bind(**n);
+            });
+            qb.push(
+                " ON CONFLICT (bucket_ms, action, decision, shadow) \
+                 DO UPDATE SET n = audit_counts.n + excluded.n",
+            );
+            qb.build().persistent(false).execute(&mut **tx).await?;
+        }
+        Ok(())
+    }
+
+    /// The top summaries' keys, their counts added to, in primary-key order.
+    async fn add_top_keys(
+        tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+        deltas: &Deltas,
+    ) -> Result<(), AuditError> {
+        let keys = top_keys(deltas);
+        for chunk in keys.chunks(ROWS_PER_STATEMENT) {
+            let mut qb = QueryBuilder::<sqlx::Sqlite>::new(
+                "INSERT INTO audit_top (width_ms, start_ms, list, key, n) ",
+            );
+            qb.push_values(chunk, |mut row, (s, key, n)| {
+                row.push_bind(s.width_ms)
+                    .push_bind(s.start_ms)
+                    .push_bind(s.list.as_str())
+                    .push_bind(key.as_str())
+                    .push_bind(*n);
+            });
+            qb.push(
+                " ON CONFLICT (width_ms, start_ms, list, key) \
+                 DO UPDATE SET n = audit_top.n + excluded.n",
+            );
+            qb.build().persistent(false).execute(&mut **tx).await?;
+        }
+        Ok(())
+    }
 }
