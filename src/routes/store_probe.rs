@@ -21,10 +21,10 @@ pub const FRESH: Duration = Duration::from_secs(1);
 /// this process.
 pub struct StoreProbe {
     store: Arc<dyn WindowStore>,
-    key: String,
+    key: Arc<str>,
     /// The last write's answer and when it came; the lock is held across
     /// the write, so that concurrent probes share it.
-    last: tokio::sync::Mutex<Option<(Instant, bool)>>,
+    last: Arc<tokio::sync::Mutex<Option<(Instant, bool)>>>,
 }
 
 impl StoreProbe {
@@ -33,8 +33,8 @@ impl StoreProbe {
     pub fn new(store: Arc<dyn WindowStore>, key: String) -> Self {
         Self {
             store,
-            key,
-            last: tokio::sync::Mutex::new(None),
+            key: key.into(),
+            last: Arc::default(),
         }
     }
 
@@ -43,13 +43,21 @@ impl StoreProbe {
     /// Bounded by `store.timeout`, plus the wait for a write already on its
     /// way.
     pub async fn writable(&self) -> bool {
-        let mut last = self.last.lock().await;
+        let mut last = Arc::clone(&self.last).lock_owned().await;
         if let Some(ok) = fresh(*last, Instant::now()) {
             return ok;
         }
-        let ok = self.store.writable(&self.key).await.is_ok();
-        *last = Some((Instant::now(), ok));
-        ok
+        let (store, key) = (Arc::clone(&self.store), Arc::clone(&self.key));
+        // A task of its own, holding the lock: a probe whose client resets
+        // its connection mid-write is dropped, and had the write been its
+        // own, the next probe in line would write again (a stalled Redis
+        // then took one write per reset connection).
+        let write = tokio::spawn(async move {
+            let ok = store.writable(&key).await.is_ok();
+            *last = Some((Instant::now(), ok));
+            ok
+        });
+        write.await.unwrap_or(false)
     }
 }
 

@@ -299,6 +299,46 @@ async fn a_flood_of_probes_writes_to_redis_once_a_second() {
     );
 }
 
+/// A probe whose client resets its connection while the write waits on a
+/// stalled Redis is dropped; the write goes on for the probes after it, so
+/// five such probes cost Redis one write, not five.
+#[tokio::test]
+async fn probes_reset_mid_write_share_one_write() {
+    use tokio::io::AsyncWriteExt;
+    let redis = PrivateRedis::start().await;
+    let url = redis.url();
+    let app = spawn_app(Backend::Redis, move |s| {
+        s.store.redis_url = SecretUrl::new(url);
+        s.store.timeout = std::time::Duration::from_millis(1500);
+    })
+    .await;
+    // Connected before the stall: a frozen Redis takes no new connection.
+    assert_eq!(app.get("/healthz").await.status, 200);
+    let before = redis.calls("set");
+    redis.freeze();
+    let address = app.address.trim_start_matches("http://").to_string();
+    for _ in 0..5 {
+        let mut probe = tokio::net::TcpStream::connect(address.as_str())
+            .await
+            .expect("the app listens");
+        probe
+            .write_all(b"GET /readyz HTTP/1.1\r\nHost: tollgate\r\n\r\n")
+            .await
+            .expect("the request is sent");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        // An RST, not a FIN: actix keeps a half-closed request's handler.
+        socket2::SockRef::from(&probe)
+            .set_linger(Some(std::time::Duration::ZERO))
+            .expect("SO_LINGER");
+        drop(probe);
+    }
+    redis.thaw();
+    // The writes the stalled server holds in its sockets run once it wakes.
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let writes = redis.calls("set") - before;
+    assert_eq!(writes, 1, "five reset probes made {writes} writes");
+}
+
 /// `/readyz`'s answer once it says not ready, within five seconds.
 async fn not_ready_again(app: &crate::support::app::TestApp) -> crate::support::app::Answer {
     for _ in 0..100 {
