@@ -23,9 +23,10 @@ use crate::audit::rollup::{prune_cut, Deltas, SummaryKey, PRUNE_ABOVE, TOP_CAPAC
 /// Rows per multi-row statement on SQLite (5 binds each).
 const ROWS_PER_STATEMENT: usize = 1000;
 
-/// The top summaries' keys with their counts, in primary-key order: writers
-/// (other instances, concurrent inserters) that took them in different
-/// orders would deadlock.
+/// The top summaries' keys with their counts, in one order every writer
+/// shares (the summary, then the key's bytes): writers (other instances,
+/// concurrent inserters) that took them in different orders could deadlock
+/// where the rollup lock does not serialise them.
 fn top_keys(deltas: &Deltas) -> Vec<(&SummaryKey, &String, i64)> {
     let mut keys: Vec<(&SummaryKey, &String, i64)> = deltas
         .tops
@@ -203,8 +204,8 @@ pub mod postgres {
         Ok(())
     }
 
-    /// The top summaries' keys, their counts added to, in primary-key order
-    /// as every writer takes them (`UNNEST` gives its rows in array order).
+    /// The top summaries' keys, their counts added to, in `top_keys`'s
+    /// order (`UNNEST` gives its rows in array order).
     async fn add_top_keys(
         tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
         deltas: &Deltas,
@@ -260,7 +261,7 @@ pub mod sqlite {
         Ok(())
     }
 
-    /// The top summaries' keys, their counts added to, in primary-key order.
+    /// The top summaries' keys, their counts added to, in `top_keys`'s order.
     async fn add_top_keys(
         tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
         deltas: &Deltas,
