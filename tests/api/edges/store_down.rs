@@ -278,11 +278,7 @@ async fn a_redis_that_refuses_writes_is_not_ready() {
 #[tokio::test]
 async fn a_flood_of_probes_writes_to_redis_once_a_second() {
     let redis = PrivateRedis::start().await;
-    let url = redis.url();
-    let app = spawn_app(Backend::Redis, move |s| {
-        s.store.redis_url = SecretUrl::new(url);
-    })
-    .await;
+    let app = stalling_app(&redis, |_| {}).await;
     let before = redis.calls("set");
     let started = std::time::Instant::now();
     for _ in 0..5 {
@@ -306,12 +302,8 @@ async fn a_flood_of_probes_writes_to_redis_once_a_second() {
 async fn probes_reset_mid_write_share_one_write() {
     use tokio::io::AsyncWriteExt;
     let redis = PrivateRedis::start().await;
-    let url = redis.url();
-    let app = spawn_app(Backend::Redis, move |s| {
-        s.store.redis_url = SecretUrl::new(url);
-        s.store.timeout = std::time::Duration::from_millis(1500);
-    })
-    .await;
+    // The write outlasts the five probes.
+    let app = stalling_app(&redis, |s| s.store.timeout = Duration::from_millis(1500)).await;
     // Connected before the stall: a frozen Redis takes no new connection.
     assert_eq!(app.get("/healthz").await.status, 200);
     let before = redis.calls("set");
