@@ -12,13 +12,14 @@
 //!
 //! The service's clock and Redis's are two clocks, possibly on two hosts.
 //! This maps one onto the other by sampling Redis's `TIME` (at start-up,
-//! then every [`RESAMPLE_AFTER`]; after a `late` answer that came while its
-//! caller still waited, and after a sample that failed, again once
-//! [`RETRY_AFTER`] has passed since the last try, so that a slow Redis is
-//! sent at most a `TIME` a second, not one per request): Redis's time less
-//! this process's
-//! monotonic clock at the sample's midpoint, trusted only from a sample
-//! whose round trip took at most a quarter of the budget. The deadline it
+//! then every [`RESAMPLE_AFTER`]; while no offset is known, after a `late`
+//! answer that came while its caller still waited or a first sample that
+//! failed, again once [`RETRY_AFTER`] has passed since the last try, so
+//! that a slow Redis is sent at most a `TIME` a second, not one per
+//! request; a later sample that fails keeps the offset there was until the
+//! next minute's): Redis's time less this process's monotonic clock at the
+//! sample's midpoint, trusted only from a sample whose round trip took at
+//! most a quarter of the budget. The deadline it
 //! gives is three quarters of the budget after the call starts, so a call
 //! that does count has a quarter of the budget, less the sample's error,
 //! for its answer to come back in time. Until a sample is taken, and after

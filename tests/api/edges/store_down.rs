@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::json;
 use tollgate::domain::Algorithm;
@@ -280,7 +280,7 @@ async fn a_flood_of_probes_writes_to_redis_once_a_second() {
     let redis = PrivateRedis::start().await;
     let app = stalling_app(&redis, |_| {}).await;
     let before = redis.calls("set");
-    let started = std::time::Instant::now();
+    let started = Instant::now();
     for _ in 0..5 {
         let probes = (0..40).map(|_| app.get("/readyz"));
         for probe in futures::future::join_all(probes).await {
@@ -317,16 +317,16 @@ async fn probes_reset_mid_write_share_one_write() {
             .write_all(b"GET /readyz HTTP/1.1\r\nHost: tollgate\r\n\r\n")
             .await
             .expect("the request is sent");
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
         // An RST, not a FIN: actix keeps a half-closed request's handler.
         socket2::SockRef::from(&probe)
-            .set_linger(Some(std::time::Duration::ZERO))
+            .set_linger(Some(Duration::ZERO))
             .expect("SO_LINGER");
         drop(probe);
     }
     redis.thaw();
     // The writes the stalled server holds in its sockets run once it wakes.
-    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
     let writes = redis.calls("set") - before;
     assert_eq!(writes, 1, "five reset probes made {writes} writes");
 }
@@ -338,7 +338,7 @@ async fn not_ready_again(app: &crate::support::app::TestApp) -> crate::support::
         if ready.status != 200 {
             return ready;
         }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
     panic!("/readyz still says ready after five seconds");
 }
@@ -349,7 +349,7 @@ async fn a_slow_redis_is_cut_off_at_the_store_timeout() {
     let url = redis.url();
     let app = spawn_app(Backend::Redis, move |s| {
         s.store.redis_url = SecretUrl::new(url);
-        s.store.timeout = std::time::Duration::from_millis(200);
+        s.store.timeout = Duration::from_millis(200);
         s.sms.code_secret = Secret::new("a-configured-secret");
     })
     .await;
@@ -357,7 +357,7 @@ async fn a_slow_redis_is_cut_off_at_the_store_timeout() {
     let errors_before = app.metric("tollgate_store_errors_total").await;
 
     redis.freeze();
-    let started = std::time::Instant::now();
+    let started = Instant::now();
     let answer = app
         .login_attempt(json!({ "user": "a", "success": false }))
         .await;
@@ -367,7 +367,7 @@ async fn a_slow_redis_is_cut_off_at_the_store_timeout() {
         (503, "store_unavailable")
     );
     assert!(
-        took < std::time::Duration::from_millis(1_500),
+        took < Duration::from_millis(1_500),
         "answered after {took:?}, not after the stall"
     );
     assert!(
@@ -382,7 +382,7 @@ async fn a_slow_redis_falls_back_to_the_local_store_when_told_to() {
     let url = redis.url();
     let app = spawn_app(Backend::Redis, move |s| {
         s.store.redis_url = SecretUrl::new(url);
-        s.store.timeout = std::time::Duration::from_millis(200);
+        s.store.timeout = Duration::from_millis(200);
         s.store.on_error = OnStoreError::Local;
         s.login.captcha_after = 1000;
         s.login.lock_after = 2;
@@ -391,7 +391,7 @@ async fn a_slow_redis_falls_back_to_the_local_store_when_told_to() {
     assert_eq!(app.login_check(json!({ "user": "a" })).await.status, 200);
 
     redis.freeze();
-    let started = std::time::Instant::now();
+    let started = Instant::now();
     let first = app
         .login_attempt(json!({ "user": "a", "success": false }))
         .await;
@@ -405,7 +405,7 @@ async fn a_slow_redis_falls_back_to_the_local_store_when_told_to() {
         second.body
     );
     assert!(
-        started.elapsed() < std::time::Duration::from_secs(3),
+        started.elapsed() < Duration::from_secs(3),
         "each call gave up at the timeout"
     );
     redis.thaw();
