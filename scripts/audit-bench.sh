@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 
 if ! command -v wrk >/dev/null; then
   echo "audit-bench: installing wrk" >&2
-  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null
+  scripts/apt.sh install wrk
 fi
 
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/tollgate-release}"

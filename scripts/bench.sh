@@ -15,7 +15,7 @@ scripts/services.sh >/dev/null
 
 if ! command -v wrk >/dev/null; then
   echo "bench: installing wrk"
-  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null
+  scripts/apt.sh install wrk
 fi
 command -v node >/dev/null || { echo "bench: node is missing" >&2; exit 1; }
 

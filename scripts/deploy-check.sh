@@ -24,7 +24,7 @@ KUBERNETES_VERSIONS=(1.29.0 1.37.0)
 trap '[ $? = 0 ] || { echo "deploy: FAILED  setting up (see above)"; echo "deploy: 0 passed, 1 failed"; }' EXIT
 
 command -v kubectl >/dev/null || { echo "deploy: kubectl is missing (kubectl kustomize renders deploy/kubernetes)" >&2; exit 1; }
-command -v curl >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq curl >/dev/null; }
+command -v curl >/dev/null || scripts/apt.sh install curl
 
 venv="${TOLLGATE_DEPLOY_VENV:-$HOME/.cache/tollgate-deploy-venv}"
 if ! "$venv/bin/kubernetes-validate" --version 2>/dev/null | grep -qx "$KUBERNETES_VALIDATE_VERSION"; then
@@ -39,7 +39,7 @@ promtool="$tools/promtool/promtool"
 if ! "$promtool" --version >/dev/null 2>&1; then
     echo "deploy: unpacking promtool from Debian's prometheus package into $tools/promtool"
     download=$(mktemp -d)
-    apt-cache show prometheus >/dev/null 2>&1 || apt-get update -qq
+    apt-cache show prometheus >/dev/null 2>&1 || scripts/apt.sh update
     # apt's download sandbox user must be able to write there.
     chown _apt "$download" 2>/dev/null || true
     (cd "$download" && apt-get download -qq prometheus)

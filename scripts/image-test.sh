@@ -46,8 +46,7 @@ command -v curl >/dev/null || missing+=(curl)
 command -v psql >/dev/null || missing+=(postgresql-client)
 if ((${#missing[@]})); then
     echo "image: installing ${missing[*]}"
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    scripts/apt.sh install --no-install-recommends "${missing[@]}"
 fi
 scripts/services.sh >/dev/null
 

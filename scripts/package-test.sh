@@ -42,8 +42,7 @@ command -v strace >/dev/null || missing+=(strace)
 command -v systemd-analyze >/dev/null || missing+=(systemd)
 if ((${#missing[@]})); then
     echo "package: installing ${missing[*]}"
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+    scripts/apt.sh install "${missing[@]}"
 fi
 
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/tollgate-target}"

@@ -18,8 +18,7 @@ scripts/redis-cluster.sh
 # headless Chromium through chromedriver.
 if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
     echo "test: installing chromium and chromium-driver (the console's browser test)"
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null
+    scripts/apt.sh install chromium chromium-driver
 fi
 
 # The admin sign-in tests (tests/api/oidc.rs) start a real OpenID provider,

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Debian packages for the scripts, waiting for whatever else runs apt or dpkg
+# (unattended upgrades, a second script started beside this one) to let go of
+# its locks instead of failing at once on them:
+#   scripts/apt.sh update              refresh the package lists
+#   scripts/apt.sh install [opts] pkg  refresh them, then install quietly
+# apt-get waits for dpkg's lock when told to (DPkg::Lock::Timeout), but
+# `apt-get update` gives up on the lists' lock at once, so that is retried.
+set -euo pipefail
+WAIT_SECS=600
+
+update() {
+    local waited=0 err
+    while ! err=$(apt-get update -qq 2>&1 >/dev/null); do
+        case $err in
+            *"Could not get lock"*) ;;
+            *) echo "$err" >&2; return 1 ;;
+        esac
+        if ((waited >= WAIT_SECS)); then
+            echo "$err" >&2
+            echo "apt: the package lists stayed locked for ${WAIT_SECS}s" >&2
+            return 1
+        fi
+        sleep 5
+        waited=$((waited + 5))
+    done
+    [ -z "$err" ] || echo "$err" >&2
+}
+
+case "${1:-}" in
+    update) update ;;
+    install)
+        shift
+        update
+        DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout="$WAIT_SECS" \
+            install -y -qq "$@" >/dev/null
+        ;;
+    *) echo "usage: scripts/apt.sh update | install [apt-get options] package..." >&2; exit 2 ;;
+esac
