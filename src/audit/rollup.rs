@@ -172,14 +172,20 @@ pub fn is_refusal(event: &AuditEvent) -> bool {
 }
 
 /// The rollup deltas of rows just inserted.
+///
+/// Refusals are counted once, per 5-minute stretch and list; an hour's or a
+/// day's counts are the sums of its stretches'. A batch seldom spans more
+/// than one stretch, so its wider summaries are usually the 5-minute one
+/// again, and each refusal costs one map entry instead of one per width.
 pub fn deltas<'a>(events: impl IntoIterator<Item = &'a AuditEvent>, prefix_digits: u32) -> Deltas {
     let mut counts = BTreeMap::new();
-    let mut exact: BTreeMap<SummaryKey, HashMap<String, i64>> = BTreeMap::new();
+    let mut finest: BTreeMap<(i64, TopList), HashMap<String, i64>> = BTreeMap::new();
     for event in events {
         let t = event.occurred_at.timestamp_millis();
+        let bucket_ms = floor_to(t, BUCKET_MS);
         *counts
             .entry(CountKey {
-                bucket_ms: floor_to(t, BUCKET_MS),
+                bucket_ms,
                 action: event.action.as_str(),
                 decision: event.decision.as_str(),
                 shadow: event.shadow,
@@ -189,28 +195,70 @@ pub fn deltas<'a>(events: impl IntoIterator<Item = &'a AuditEvent>, prefix_digit
             continue;
         }
         for list in TopList::ALL {
-            let Some(key) = list_key(list, event, prefix_digits) else {
-                continue;
-            };
-            for width_ms in TOP_WIDTHS {
-                let summary = SummaryKey {
-                    width_ms,
-                    start_ms: floor_to(t, width_ms),
-                    list,
-                };
-                *exact
-                    .entry(summary)
+            if let Some(key) = list_key(list, event, prefix_digits) {
+                *finest
+                    .entry((bucket_ms, list))
                     .or_default()
-                    .entry(key.clone())
+                    .entry(key)
                     .or_insert(0) += 1;
             }
         }
     }
-    let tops = exact
-        .into_iter()
-        .map(|(k, counts)| (k, Summary::of_counts(counts, TOP_CAPACITY)))
-        .collect();
-    Deltas { counts, tops }
+    Deltas {
+        counts,
+        tops: summaries(finest),
+    }
+}
+
+/// Every width's summaries of exact 5-minute counts.
+fn summaries(
+    finest: BTreeMap<(i64, TopList), HashMap<String, i64>>,
+) -> BTreeMap<SummaryKey, Summary> {
+    // Each wider stretch and the 5-minute stretches of the batch it holds.
+    let mut parts: BTreeMap<SummaryKey, Vec<(i64, TopList)>> = BTreeMap::new();
+    for &(start_ms, list) in finest.keys() {
+        for width_ms in &TOP_WIDTHS[1..] {
+            let summary = SummaryKey {
+                width_ms: *width_ms,
+                start_ms: floor_to(start_ms, *width_ms),
+                list,
+            };
+            parts.entry(summary).or_default().push((start_ms, list));
+        }
+    }
+    let mut tops = BTreeMap::new();
+    // A stretch over two or more of them sums their exact counts.
+    for (summary, spans) in &parts {
+        if spans.len() > 1 {
+            let mut sum: HashMap<String, i64> = HashMap::new();
+            for (key, n) in spans.iter().filter_map(|span| finest.get(span)).flatten() {
+                *sum.entry(key.clone()).or_insert(0) += n;
+            }
+            tops.insert(*summary, Summary::of_counts(sum, TOP_CAPACITY));
+        }
+    }
+    for ((start_ms, list), counts) in finest {
+        let summary = SummaryKey {
+            width_ms: BUCKET_MS,
+            start_ms,
+            list,
+        };
+        tops.insert(summary, Summary::of_counts(counts, TOP_CAPACITY));
+    }
+    // Over one, it is that one's summary: the same counts, cut the same way.
+    for (summary, spans) in parts {
+        if let [(start_ms, list)] = spans[..] {
+            let finer = SummaryKey {
+                width_ms: BUCKET_MS,
+                start_ms,
+                list,
+            };
+            if let Some(same) = tops.get(&finer).cloned() {
+                tops.insert(summary, same);
+            }
+        }
+    }
+    tops
 }
 
 /// Which summaries tile `[start_ms, end_ms)` (both on 5-minute
@@ -327,6 +375,67 @@ mod tests {
         assert_eq!(top(TopList::Ip), vec![("203.0.113.9".into(), 2)]);
         assert_eq!(top(TopList::Prefix), vec![("+8613800".into(), 1)]);
         assert_eq!(d.tops.len(), 9, "three lists at three widths");
+    }
+
+    /// Every refusal counted at every width directly: what `deltas` must
+    /// give, however it gets there.
+    fn tops_counted_at_every_width(events: &[AuditEvent]) -> BTreeMap<SummaryKey, Summary> {
+        let mut exact: BTreeMap<SummaryKey, HashMap<String, i64>> = BTreeMap::new();
+        for event in events.iter().filter(|e| is_refusal(e)) {
+            let t = event.occurred_at.timestamp_millis();
+            for list in TopList::ALL {
+                let Some(key) = list_key(list, event, 7) else {
+                    continue;
+                };
+                for width_ms in TOP_WIDTHS {
+                    let summary = SummaryKey {
+                        width_ms,
+                        start_ms: floor_to(t, width_ms),
+                        list,
+                    };
+                    *exact
+                        .entry(summary)
+                        .or_default()
+                        .entry(key.clone())
+                        .or_insert(0) += 1;
+                }
+            }
+        }
+        exact
+            .into_iter()
+            .map(|(k, counts)| (k, Summary::of_counts(counts, TOP_CAPACITY)))
+            .collect()
+    }
+
+    #[test]
+    fn wider_summaries_sum_the_five_minute_stretches_of_a_batch() {
+        // Refusals from 22:50 to 01:10 across a day's end (the first and
+        // last hours two 5-minute stretches each), some keys in many
+        // stretches, more keys than a summary keeps in some of them.
+        let day_end = chrono::DateTime::from_timestamp_millis(20 * DAY_MS).expect("time");
+        let mut events = Vec::new();
+        for i in 0..1_500_i64 {
+            let mut e = refused(
+                SubjectKind::Phone,
+                &format!("+86138{:08}", (i * 7919) % 240),
+                &format!("203.0.113.{}", i % 7),
+            );
+            e.occurred_at = day_end + chrono::Duration::seconds(i * 53 % 8_400 - 4_200);
+            if i % 11 == 0 {
+                e.decision = AuditDecision::Unblock;
+            }
+            events.push(e);
+        }
+        let d = deltas(&events, 7);
+        let widths: std::collections::BTreeSet<i64> = d.tops.keys().map(|k| k.width_ms).collect();
+        assert_eq!(widths.len(), 3);
+        let stretches = |width| d.tops.keys().filter(|k| k.width_ms == width).count();
+        assert!(stretches(BUCKET_MS) > 3 * 3 && stretches(HOUR_MS) > 3 && stretches(DAY_MS) == 6);
+        assert!(d.tops.values().any(|s| s.dropped > 0), "some summaries cut");
+        assert_eq!(d.tops, tops_counted_at_every_width(&events));
+        // A batch within one 5-minute stretch.
+        let one = &events[..1];
+        assert_eq!(deltas(one, 7).tops, tops_counted_at_every_width(one));
     }
 
     #[test]
