@@ -5,13 +5,15 @@
 #   scripts/apt.sh update              refresh the package lists
 #   scripts/apt.sh install [opts] pkg  refresh them, then install quietly
 # apt-get waits for dpkg's lock when told to (DPkg::Lock::Timeout), but
-# `apt-get update` gives up on the lists' lock at once, so that is retried.
+# `apt-get update` gives up on the lists' lock at once, so that is retried;
+# each of the two waits up to WAIT_SECS.
 set -euo pipefail
 WAIT_SECS=600
 
 update() {
     local waited=0 err
-    while ! err=$(apt-get update -qq 2>&1 >/dev/null); do
+    # LC_ALL=C: the lock's message is matched in apt's own words.
+    while ! err=$(LC_ALL=C apt-get update -qq 2>&1 >/dev/null); do
         case $err in
             *"Could not get lock"*) ;;
             *) echo "$err" >&2; return 1 ;;
@@ -21,6 +23,7 @@ update() {
             echo "apt: the package lists stayed locked for ${WAIT_SECS}s" >&2
             return 1
         fi
+        ((waited > 0)) || echo "apt: waiting for another apt to let go of the package lists" >&2
         sleep 5
         waited=$((waited + 5))
     done

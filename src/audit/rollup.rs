@@ -97,7 +97,7 @@ pub struct CountKey {
 /// Which summary: its width, where it starts and what it ranks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct SummaryKey {
-    /// [`BUCKET_MS`] or [`HOUR_MS`].
+    /// [`BUCKET_MS`], [`HOUR_MS`] or [`DAY_MS`].
     pub width_ms: i64,
     /// Start of its stretch, ms since 1970.
     pub start_ms: i64,
@@ -214,8 +214,9 @@ pub fn deltas<'a>(events: impl IntoIterator<Item = &'a AuditEvent>, prefix_digit
 fn summaries(
     finest: BTreeMap<(i64, TopList), HashMap<String, i64>>,
 ) -> BTreeMap<SummaryKey, Summary> {
-    // Each wider stretch and the 5-minute stretches of the batch it holds.
-    let mut parts: BTreeMap<SummaryKey, Vec<(i64, TopList)>> = BTreeMap::new();
+    // Each wider stretch and the starts of the batch's 5-minute stretches
+    // it holds.
+    let mut parts: BTreeMap<SummaryKey, Vec<i64>> = BTreeMap::new();
     for &(start_ms, list) in finest.keys() {
         for width_ms in &TOP_WIDTHS[1..] {
             let summary = SummaryKey {
@@ -223,15 +224,19 @@ fn summaries(
                 start_ms: floor_to(start_ms, *width_ms),
                 list,
             };
-            parts.entry(summary).or_default().push((start_ms, list));
+            parts.entry(summary).or_default().push(start_ms);
         }
     }
     let mut tops = BTreeMap::new();
-    // A stretch over two or more of them sums their exact counts.
-    for (summary, spans) in &parts {
-        if spans.len() > 1 {
+    // Over two or more, the sum of their exact counts, taken before the
+    // 5-minute counts are cut (summing cut summaries would lose more).
+    for (summary, starts) in &parts {
+        if starts.len() > 1 {
             let mut sum: HashMap<String, i64> = HashMap::new();
-            for (key, n) in spans.iter().filter_map(|span| finest.get(span)).flatten() {
+            let counts = starts
+                .iter()
+                .filter_map(|s| finest.get(&(*s, summary.list)));
+            for (key, n) in counts.flatten() {
                 *sum.entry(key.clone()).or_insert(0) += n;
             }
             tops.insert(*summary, Summary::of_counts(sum, TOP_CAPACITY));
@@ -245,13 +250,13 @@ fn summaries(
         };
         tops.insert(summary, Summary::of_counts(counts, TOP_CAPACITY));
     }
-    // Over one, it is that one's summary: the same counts, cut the same way.
-    for (summary, spans) in parts {
-        if let [(start_ms, list)] = spans[..] {
+    // Over one, that one's summary: the same counts, cut the same way.
+    for (summary, starts) in parts {
+        if let [start_ms] = starts[..] {
             let finer = SummaryKey {
                 width_ms: BUCKET_MS,
                 start_ms,
-                list,
+                list: summary.list,
             };
             if let Some(same) = tops.get(&finer).cloned() {
                 tops.insert(summary, same);
@@ -409,33 +414,47 @@ mod tests {
 
     #[test]
     fn wider_summaries_sum_the_five_minute_stretches_of_a_batch() {
-        // Refusals from 22:50 to 01:10 across a day's end (the first and
-        // last hours two 5-minute stretches each), some keys in many
-        // stretches, more keys than a summary keeps in some of them.
-        let day_end = chrono::DateTime::from_timestamp_millis(20 * DAY_MS).expect("time");
+        // Refusals from 22:55 to 01:10 across the end of 1969 (times below
+        // zero too): hours of one, twelve, twelve and two 5-minute
+        // stretches, days of 13 and 14; keys enough that every summary is
+        // cut, 5-minute ones too, and some keys in many stretches.
         let mut events = Vec::new();
-        for i in 0..1_500_i64 {
+        for i in 0..8_000_i64 {
             let mut e = refused(
                 SubjectKind::Phone,
-                &format!("+86138{:08}", (i * 7919) % 240),
-                &format!("203.0.113.{}", i % 7),
+                &format!("+86138{:08}", (i * 7_919) % 1_000),
+                &format!("203.0.113.{}", i % 150),
             );
-            e.occurred_at = day_end + chrono::Duration::seconds(i * 53 % 8_400 - 4_200);
+            let offset_s = (i * 53) % 8_100 - 3_900;
+            e.occurred_at = chrono::DateTime::from_timestamp(offset_s, 0).expect("time");
             if i % 11 == 0 {
                 e.decision = AuditDecision::Unblock;
             }
             events.push(e);
         }
         let d = deltas(&events, 7);
-        let widths: std::collections::BTreeSet<i64> = d.tops.keys().map(|k| k.width_ms).collect();
-        assert_eq!(widths.len(), 3);
         let stretches = |width| d.tops.keys().filter(|k| k.width_ms == width).count();
-        assert!(stretches(BUCKET_MS) > 3 * 3 && stretches(HOUR_MS) > 3 && stretches(DAY_MS) == 6);
-        assert!(d.tops.values().any(|s| s.dropped > 0), "some summaries cut");
+        assert_eq!(stretches(BUCKET_MS), 27 * 3);
+        assert_eq!(stretches(HOUR_MS), 4 * 3);
+        assert_eq!(stretches(DAY_MS), 2 * 3);
+        let cut = |width| {
+            d.tops
+                .iter()
+                .any(|(k, s)| k.width_ms == width && k.list == TopList::Subject && s.dropped > 0)
+        };
+        assert!(cut(BUCKET_MS) && cut(HOUR_MS) && cut(DAY_MS));
         assert_eq!(d.tops, tops_counted_at_every_width(&events));
-        // A batch within one 5-minute stretch.
-        let one = &events[..1];
-        assert_eq!(deltas(one, 7).tops, tops_counted_at_every_width(one));
+
+        // A batch within one 5-minute stretch, more keys than a summary keeps.
+        let one: Vec<AuditEvent> = events
+            .iter()
+            .filter(|e| (0..BUCKET_MS).contains(&e.occurred_at.timestamp_millis()))
+            .cloned()
+            .collect();
+        let d = deltas(&one, 7);
+        assert!(d.tops.values().any(|s| s.dropped > 0));
+        assert_eq!(d.tops.len(), 3 * 3);
+        assert_eq!(d.tops, tops_counted_at_every_width(&one));
     }
 
     #[test]
