@@ -14,6 +14,7 @@ callgrind file stays, for `callgrind_annotate --inclusive=yes`.
   scripts/service_cost.py --binary target/dist/examples/lean_login --lean
   scripts/service_cost.py --binary ... --endpoint hammered   # 50 users, refusals audited
   scripts/service_cost.py --binary ... --endpoint sms
+  scripts/service_cost.py --binary ... --endpoint hammered --threads   # each thread apart
   scripts/service_cost.py --binary target/dist/tollgate --idle 30   # natively: idle CPU, wake-ups
 
 Nothing here asserts: it prints a figure. Standard library only; the
@@ -23,6 +24,7 @@ request bodies are those of ../shared/bench/wrk/anti_abuse.lua.
 import argparse
 import glob
 import http.client
+import itertools
 import os
 import random
 import re
@@ -120,6 +122,10 @@ def main():
                    help="also simulate the caches (callgrind --cache-sim=yes): first-level "
                         "instruction and data misses and last-level misses a request, where "
                         "the CPU time of two builds differs by more than their instructions")
+    p.add_argument("--threads", action="store_true",
+                   help="count each thread apart (callgrind --separate-threads=yes) and print "
+                        "each one's instructions a request besides the total: the HTTP worker "
+                        "against the audit writer's runtime, say")
     p.add_argument("--idle", type=float, metavar="SECONDS",
                    help="run natively, send nothing, and print the service's CPU and wake-ups "
                         "a second over SECONDS once start-up's work is done")
@@ -140,8 +146,11 @@ def main():
         grind = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"]
         if args.idle:
             grind = []
-        elif args.cache_sim:
-            grind.append("--cache-sim=yes")
+        else:
+            if args.cache_sim:
+                grind.append("--cache-sim=yes")
+            if args.threads:
+                grind.append("--separate-threads=yes")
         if args.lean:
             cmd = grind + [args.binary, f"127.0.0.1:{PORT}", f"redis://127.0.0.1:{REDIS_PORT}"]
             env = {}
@@ -205,24 +214,35 @@ code_secret = "bench-code-secret-0123456789abcdef"
         dumps = sorted(glob.glob(out + ".*"), key=os.path.getmtime)
         if not dumps:
             sys.exit("service_cost: callgrind wrote no dump")
-        with open(dumps[-1]) as f:
-            dump = f.read()
-        totals = [int(m.group(1)) for m in re.finditer(r"^(?:totals|summary): (\d+)", dump, re.M)]
-        if not totals:
-            sys.exit("service_cost: no totals in the dump")
+        # With --threads the dump is one file a thread: OUT.<n>-<thread>.
+        last = re.sub(r"-\d+$", "", dumps[-1])
+        files = sorted(d for d in dumps if re.sub(r"-\d+$", "", d) == last)
+        per_thread = []
+        for name in files:
+            with open(name) as f:
+                dump = f.read()
+            m = re.search(r"^(?:totals|summary): (.*)$", dump, re.M)
+            if not m:
+                sys.exit(f"service_cost: no totals in {name}")
+            per_thread.append((name, [int(x) for x in m.group(1).split()]))
+        # A thread that ran nothing has one total (Ir): pad the others' events.
+        counts = [sum(c) for c in itertools.zip_longest(*(c for _, c in per_thread), fillvalue=0)]
         # A send may meet its phone's window again (a repeat among a million
         # phones): a 429 is a decision too. Anything else is a failure.
         decided = {200, 429} if args.endpoint == "sms" else {200}
         if set(statuses) - decided:
             sys.exit(f"service_cost: not every request was decided: {statuses}")
         name = "lean limit" if args.lean else "tollgate"
-        kept = f"; dump {dumps[-1]}" if args.keep else ""
-        print(f"{name} {args.endpoint}: {totals[0] / args.requests:,.0f} instructions a request "
+        kept = f"; dump {last}" + ("-*" if len(files) > 1 else "") if args.keep else ""
+        print(f"{name} {args.endpoint}: {counts[0] / args.requests:,.0f} instructions a request "
               f"({args.requests} requests, statuses {statuses}){kept}")
+        if args.threads:
+            for path, c in per_thread:
+                if c[0] >= counts[0] / 100:
+                    print(f"  thread {path.rsplit('-', 1)[-1]}: {c[0] / args.requests:,.0f} a request")
         if args.cache_sim:
             # events: Ir I1mr ILmr Dr D1mr DLmr Dw D1mw DLmw, in that order
             names = re.search(r"^events: (.*)$", dump, re.M).group(1).split()
-            counts = [int(x) for x in re.search(r"^(?:totals|summary): (.*)$", dump, re.M).group(1).split()]
             per = dict(zip(names, (c / args.requests for c in counts)))
             get = lambda *keys: sum(per.get(k, 0) for k in keys)
             print(f"  a request: {get('I1mr'):,.0f} instruction misses in L1, "
