@@ -124,8 +124,8 @@ def main():
                         "the CPU time of two builds differs by more than their instructions")
     p.add_argument("--threads", action="store_true",
                    help="count each thread apart (callgrind --separate-threads=yes) and print "
-                        "each one's instructions a request besides the total: the HTTP worker "
-                        "against the audit writer's runtime, say")
+                        "each one's instructions a request besides the total (threads under 1 %% "
+                        "of it left out): the HTTP worker against the audit writer's runtime, say")
     p.add_argument("--idle", type=float, metavar="SECONDS",
                    help="run natively, send nothing, and print the service's CPU and wake-ups "
                         "a second over SECONDS once start-up's work is done")
@@ -177,6 +177,7 @@ code_secret = "bench-code-secret-0123456789abcdef"
 {bench.SMS_SETTINGS['default']}""")
             cmd = grind + [args.binary, "serve", "--config", config]
             env = {"RUST_LOG": "info,tollgate::sms=error"}
+        started = time.time()
         service = subprocess.Popen(cmd, stdout=open(os.path.join(tmp, "service.log"), "w"),
                                    stderr=subprocess.STDOUT, env={**os.environ, **env})
         procs.append(service)
@@ -211,20 +212,23 @@ code_secret = "bench-code-secret-0123456789abcdef"
         wait_idle(service.pid, quiet_s=1.0)
         subprocess.run(["callgrind_control", "--dump", str(service.pid)], check=True,
                        capture_output=True)
-        dumps = sorted(glob.glob(out + ".*"), key=os.path.getmtime)
+        # This run's dumps only: a --keep path used before may hold older ones.
+        dumps = sorted((d for d in glob.glob(out + ".*") if os.path.getmtime(d) >= started),
+                       key=os.path.getmtime)
         if not dumps:
             sys.exit("service_cost: callgrind wrote no dump")
         # With --threads the dump is one file a thread: OUT.<n>-<thread>.
-        last = re.sub(r"-\d+$", "", dumps[-1])
-        files = sorted(d for d in dumps if re.sub(r"-\d+$", "", d) == last)
+        last = re.sub(r"-\d+$", "", dumps[-1]) if args.threads else dumps[-1]
+        files = sorted(d for d in dumps if re.fullmatch(re.escape(last) + r"-\d+", d)) \
+            if args.threads else [last]
         per_thread = []
-        for name in files:
-            with open(name) as f:
+        for fname in files:
+            with open(fname) as f:
                 dump = f.read()
             m = re.search(r"^(?:totals|summary): (.*)$", dump, re.M)
             if not m:
-                sys.exit(f"service_cost: no totals in {name}")
-            per_thread.append((name, [int(x) for x in m.group(1).split()]))
+                sys.exit(f"service_cost: no totals in {fname}")
+            per_thread.append((fname, [int(x) for x in m.group(1).split()]))
         # A thread that ran nothing has one total (Ir): pad the others' events.
         counts = [sum(c) for c in itertools.zip_longest(*(c for _, c in per_thread), fillvalue=0)]
         # A send may meet its phone's window again (a repeat among a million
@@ -233,13 +237,13 @@ code_secret = "bench-code-secret-0123456789abcdef"
         if set(statuses) - decided:
             sys.exit(f"service_cost: not every request was decided: {statuses}")
         name = "lean limit" if args.lean else "tollgate"
-        kept = f"; dump {last}" + ("-*" if len(files) > 1 else "") if args.keep else ""
+        kept = f"; dump {last}" + ("-*" if args.threads else "") if args.keep else ""
         print(f"{name} {args.endpoint}: {counts[0] / args.requests:,.0f} instructions a request "
               f"({args.requests} requests, statuses {statuses}){kept}")
         if args.threads:
-            for path, c in per_thread:
+            for fname, c in per_thread:
                 if c[0] >= counts[0] / 100:
-                    print(f"  thread {path.rsplit('-', 1)[-1]}: {c[0] / args.requests:,.0f} a request")
+                    print(f"  thread {fname.rsplit('-', 1)[-1]}: {c[0] / args.requests:,.0f} a request")
         if args.cache_sim:
             # events: Ir I1mr ILmr Dr D1mr DLmr Dw D1mw DLmw, in that order
             names = re.search(r"^events: (.*)$", dump, re.M).group(1).split()
