@@ -2,10 +2,8 @@
 //! recorder behind `GET /metrics`.
 
 mod rule;
-mod sharded;
 
 pub use rule::RuleCounters;
-pub use sharded::Handle;
 
 use std::cell::RefCell;
 use std::sync::OnceLock;
@@ -14,7 +12,7 @@ use std::time::Duration;
 use metrics::{
     counter, describe_counter, describe_gauge, describe_histogram, histogram, Counter, Histogram,
 };
-use metrics_exporter_prometheus::PrometheusBuilder;
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 
 /// Counter of answered requests, by `route` and `decision`.
 pub const REQUESTS: &str = "tollgate_requests_total";
@@ -113,15 +111,14 @@ const HTTP_BUCKETS: [f64; 13] = [
     0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
 ];
 
-static RECORDER: OnceLock<Option<Handle>> = OnceLock::new();
+static RECORDER: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
 
 /// Install the process-wide recorder once (several apps in one test process
-/// share it) and keep its histograms trimmed. Its counters and histograms
-/// are sharded by thread (`sharded`).
-pub fn install() -> Option<Handle> {
+/// share it) and keep its histograms trimmed.
+pub fn install() -> Option<PrometheusHandle> {
     RECORDER
         .get_or_init(|| {
-            let prometheus = PrometheusBuilder::new()
+            let handle = PrometheusBuilder::new()
                 .set_buckets_for_metric(
                     metrics_exporter_prometheus::Matcher::Full(STORE_SECONDS.into()),
                     &[
@@ -134,9 +131,7 @@ pub fn install() -> Option<Handle> {
                     &HTTP_BUCKETS,
                 )
                 .ok()?
-                .build_recorder();
-            let (recorder, handle) = sharded::ShardedRecorder::new(prometheus);
-            metrics::set_global_recorder(recorder)
+                .install_recorder()
                 .map_err(|e| tracing::warn!(error = %e, "metrics recorder not installed"))
                 .ok()?;
             describe();

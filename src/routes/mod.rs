@@ -58,7 +58,7 @@ pub struct AppState {
     /// The trail as admins read it, with its bounds (absent with `audit_db`).
     pub audit_log: Option<crate::audit::AuditLog>,
     /// Renders `/metrics`; absent when no recorder could be installed.
-    pub metrics: Option<crate::metrics::Handle>,
+    pub metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
 }
 
 impl AppState {
