@@ -55,11 +55,18 @@ const INSERT_TRIES: u32 = 3;
 /// to it without asking it per probe.
 const PROBE_EVERY: Duration = Duration::from_secs(1);
 const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
-/// While events keep coming, the writer gathers a batch by looking every
-/// this long instead of waiting on the queue: a waiting receiver is woken
-/// by every event, a context switch on both threads per audit row (under a
-/// login flood, most of the writer thread's CPU in the profile).
+/// Once a batch has begun, the writer gathers it by looking at the queue
+/// after naps instead of waiting on it: a waiting receiver is woken by
+/// every event, a context switch on both threads per audit row (under a
+/// login flood, most of the writer thread's CPU in the profile; with a
+/// few hundred refusals a second, most of the switches tollgate makes
+/// beyond the lean limit's). A nap lasts about as long as the batch would
+/// take to fill at the rate it has filled so far (see [`gather_nap`]),
+/// at least this long ...
 const GATHER_NAP: Duration = Duration::from_millis(1);
+/// ... and at most this long: a flush asked for, or a flood that begins,
+/// waits no more than this for the writer to look.
+const GATHER_NAP_MAX: Duration = Duration::from_millis(20);
 
 /// One batch: events and the segment each went to.
 #[derive(Default)]
@@ -117,14 +124,15 @@ impl Writer {
                 Err(_) => {}
             }
             if !closed {
-                let deadline = Instant::now() + self.flush_interval;
+                let started = Instant::now();
+                let deadline = started + self.flush_interval;
                 let gathering = Gathering {
                     messages: &mut messages,
                     batch: &mut batch,
                     acks: &mut acks,
                 };
                 let most = batch_cap(self.batch_size, flooded);
-                closed = gather(&mut queue, gathering, most, deadline).await;
+                closed = gather(&mut queue, gathering, most, started, deadline).await;
                 flooded = batch.events.len() >= self.batch_size;
             }
             // What memory holds past the journal's bound, the flush itself
@@ -464,12 +472,13 @@ fn batch_cap(batch_size: usize, flooded: bool) -> usize {
 
 /// Add to a started batch until it holds `batch_size`, `deadline` has
 /// passed, someone asks for a flush, or every sender is gone (answered
-/// `true`). While events keep coming it naps between looks rather than
-/// wait on the queue (see `GATHER_NAP`).
+/// `true`). It looks at the queue after naps rather than wait on it (see
+/// `GATHER_NAP`), so that no event wakes the writer.
 async fn gather(
     queue: &mut mpsc::Receiver<Message>,
     into: Gathering<'_>,
     batch_size: usize,
+    started: Instant,
     deadline: Instant,
 ) -> bool {
     let Gathering {
@@ -477,36 +486,32 @@ async fn gather(
         batch,
         acks,
     } = into;
-    let mut closed = false;
-    while !closed && acks.is_empty() && !batch.events.is_empty() && batch.events.len() < batch_size
-    {
-        let room = batch_size - batch.events.len();
-        let (taken, disconnected) = take_ready(queue, messages, room);
-        closed = disconnected;
-        if taken > 0 {
-            // Events are coming: nap, then look again, unwoken.
-            take_all(messages, batch, acks);
-            let now = Instant::now();
-            if now >= deadline {
-                break;
-            }
-            if acks.is_empty() && batch.events.len() < batch_size {
-                tokio::time::sleep(GATHER_NAP.min(deadline - now)).await;
-            }
-            continue;
+    // A nap must not let the queue fill: its senders would spool.
+    let queue_room = (queue.max_capacity() / 2).max(1);
+    loop {
+        let room = batch_size.saturating_sub(batch.events.len());
+        let (_, closed) = take_ready(queue, messages, room);
+        take_all(messages, batch, acks);
+        let now = Instant::now();
+        let full = batch.events.len() >= batch_size;
+        if closed || full || !acks.is_empty() || batch.events.is_empty() || now >= deadline {
+            return closed;
         }
-        if closed {
-            break;
-        }
-        // A quiet queue: wait to be woken by the next event.
-        let more = queue.recv_many(messages, room);
-        match tokio::time::timeout_at(deadline, more).await {
-            Ok(0) => closed = true,
-            Ok(_) => take_all(messages, batch, acks),
-            Err(_) => break,
-        }
+        let room = batch_size
+            .saturating_sub(batch.events.len())
+            .min(queue_room);
+        let nap = gather_nap(now - started, batch.events.len(), room);
+        tokio::time::sleep(nap.min(deadline - now)).await;
     }
-    closed
+}
+
+/// How long to nap before looking at the queue again: about as long as
+/// `room` more events take to come at the rate `gathered` came in
+/// `elapsed`, between `GATHER_NAP` and `GATHER_NAP_MAX`.
+fn gather_nap(elapsed: Duration, gathered: usize, room: usize) -> Duration {
+    let per_event = elapsed.max(GATHER_NAP).as_secs_f64() / gathered.max(1) as f64;
+    Duration::from_secs_f64((per_event * room as f64).min(GATHER_NAP_MAX.as_secs_f64()))
+        .clamp(GATHER_NAP, GATHER_NAP_MAX)
 }
 
 /// Up to `most` messages already queued, without waiting (so without
@@ -597,6 +602,7 @@ mod tests {
                 &mut rx,
                 gathering,
                 usize::MAX,
+                started,
                 started + Duration::from_millis(50),
             ),
         )
@@ -617,6 +623,55 @@ mod tests {
             "{} events gathered",
             batch.events.len()
         );
+    }
+
+    #[test]
+    fn a_nap_lasts_as_long_as_the_batch_takes_to_fill_within_bounds() {
+        let ms = Duration::from_millis;
+        // Three refusals in 30 ms, 497 to go: the longest nap, a few
+        // looks a batch instead of a wake-up an event.
+        assert_eq!(gather_nap(ms(30), 3, 497), GATHER_NAP_MAX);
+        // 40 events a millisecond, room for 200 more: 5 ms.
+        assert_eq!(gather_nap(ms(1), 40, 200), ms(5));
+        // Faster still, or a batch just begun: the shortest nap.
+        assert_eq!(gather_nap(ms(1), 4000, 200), GATHER_NAP);
+        assert_eq!(gather_nap(Duration::ZERO, 1, 1), GATHER_NAP);
+        assert_eq!(gather_nap(ms(5), 0, 0), GATHER_NAP, "nothing to fill");
+    }
+
+    /// A small queue bounds the nap as much as the batch does: a nap that
+    /// let the queue fill would spool what its senders could not queue.
+    #[tokio::test]
+    async fn a_nap_leaves_room_in_a_small_queue() {
+        let (tx, mut rx) = mpsc::channel(8);
+        let (mut messages, mut batch, mut acks) = (Vec::new(), Batch::default(), Vec::new());
+        take_all(&mut vec![event()], &mut batch, &mut acks);
+        let started = Instant::now();
+        let sender = tokio::spawn(async move {
+            for _ in 0..100 {
+                if tx.try_send(event()).is_err() {
+                    return false;
+                }
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            true
+        });
+        let gathering = Gathering {
+            messages: &mut messages,
+            batch: &mut batch,
+            acks: &mut acks,
+        };
+        let closed = gather(
+            &mut rx,
+            gathering,
+            usize::MAX,
+            started,
+            started + Duration::from_secs(5),
+        )
+        .await;
+        assert_eq!(sender.await.ok(), Some(true), "the queue never filled");
+        assert!(closed, "the sender's end seen");
+        assert_eq!(batch.events.len(), 101, "every event gathered");
     }
 
     #[test]
