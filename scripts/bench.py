@@ -124,20 +124,26 @@ def page_faults(pid):
     return int(fields[7]) + int(fields[9])
 
 
-def context_switches(pid):
-    """Voluntary and involuntary context switches of every thread of `pid`:
-    a request that wakes more threads, or wakes one more often, costs the
-    machine more than its instructions show."""
-    total = 0
+def context_switches_by_thread(pid):
+    """Voluntary and involuntary context switches of every thread of `pid`,
+    summed by thread name (an HTTP worker, the audit writer's runtime, the
+    journal's thread): a request that wakes more threads, or wakes one more
+    often, costs the machine more than its instructions show, and the name
+    says which thread it woke."""
+    by_name = {}
     for tid in os.listdir(f"/proc/{pid}/task"):
         try:
+            with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                name = f.read().strip()
+            n = 0
             with open(f"/proc/{pid}/task/{tid}/status") as f:
                 for line in f:
                     if line.startswith(("voluntary_ctxt_switches:", "nonvoluntary_ctxt_switches:")):
-                        total += int(line.split()[-1])
+                        n += int(line.split()[-1])
         except (OSError, ValueError):
             continue  # a thread gone between listdir and open
-    return total
+        by_name[name] = by_name.get(name, 0) + n
+    return by_name
 
 
 def postgres_cpu_seconds():
@@ -693,6 +699,13 @@ code_secret = "bench-code-secret-0123456789abcdef"
             m = lambda k: self.median(rs, k)
             print(f"| {side} | {m('rps'):,.0f} | {m('non2xx'):.0f} | {m('service_us'):.1f} µs | "
                   f"{m('redis_us'):.1f} µs | {m('switches'):.3f} | {m('faults'):.3f} |")
+        for side, rs in runs.items():
+            names = sorted({name for r in rs for name in r["switches_by_thread"]})
+            share = {name: statistics.median(r["switches_by_thread"].get(name, 0.0) for r in rs)
+                     for name in names}
+            busiest = sorted(share.items(), key=lambda kv: -kv[1])[:4]
+            print(f"  {side}'s context switches per request by thread: "
+                  + ", ".join(f"{name} {v:.3f}" for name, v in busiest))
         t, lean = runs["tollgate"], runs["lean"]
         rps = self.median(t, "rps") / self.median(lean, "rps")
         per_round = ", ".join(f"{a['service_us'] / b['service_us']:.2f}" for a, b in zip(t, lean))
@@ -716,7 +729,7 @@ code_secret = "bench-code-secret-0123456789abcdef"
         try:
             redis_cli("FLUSHALL")
             before = (cpu_seconds(proc.pid), cpu_seconds(self.redis.pid))
-            switches = context_switches(proc.pid)
+            switches = context_switches_by_thread(proc.pid)
             faults = page_faults(proc.pid)
             load = self.wrk(port, "login", scenario["identities"], self.args.duration,
                             auth=side == "tollgate", cores={redis_core})
@@ -727,7 +740,10 @@ code_secret = "bench-code-secret-0123456789abcdef"
             n = max(r["requests"], 1)
             r["service_us"] = (cpu_seconds(proc.pid) - before[0]) / n * 1e6
             r["redis_us"] = (cpu_seconds(self.redis.pid) - before[1]) / n * 1e6
-            r["switches"] = (context_switches(proc.pid) - switches) / n
+            by_thread = context_switches_by_thread(proc.pid)
+            r["switches_by_thread"] = {name: (c - switches.get(name, 0)) / n
+                                       for name, c in by_thread.items()}
+            r["switches"] = sum(r["switches_by_thread"].values())
             r["faults"] = (page_faults(proc.pid) - faults) / n
         finally:
             pin(proc.pid, mask)
