@@ -59,7 +59,7 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 /// after naps instead of waiting on it: a waiting receiver is woken by
 /// every event, a context switch on both threads per audit row (under a
 /// login flood, most of the writer thread's CPU in the profile; with a
-/// few hundred refusals a second, most of the switches tollgate makes
+/// few hundred audited events a second, most of the switches tollgate makes
 /// beyond the lean limit's). A nap lasts about as long as the batch would
 /// take to fill at the rate it has filled so far (see [`gather_nap`]),
 /// at least this long ...
