@@ -567,6 +567,76 @@ mod tests {
         Message::Event(Box::new(event), Arc::new(segment))
     }
 
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    /// What [`gather_begun`] ended with.
+    struct Gathered {
+        closed: bool,
+        batch: Batch,
+        acks: Vec<oneshot::Sender<()>>,
+        took: Duration,
+    }
+
+    /// `gather` onto a batch begun with one event, as `run` begins one,
+    /// with its deadline `deadline_in` from now.
+    async fn gather_begun(rx: &mut mpsc::Receiver<Message>, deadline_in: Duration) -> Gathered {
+        let (mut messages, mut batch, mut acks) = (Vec::new(), Batch::default(), Vec::new());
+        take_all(&mut vec![event()], &mut batch, &mut acks);
+        let started = Instant::now();
+        let gathering = Gathering {
+            messages: &mut messages,
+            batch: &mut batch,
+            acks: &mut acks,
+        };
+        let closed = gather(rx, gathering, usize::MAX, started, started + deadline_in).await;
+        Gathered {
+            closed,
+            batch,
+            acks,
+            took: started.elapsed(),
+        }
+    }
+
+    /// A flush asked for while the writer naps ends the batch at its next
+    /// look, not at the batch's deadline; so does every sender going.
+    #[tokio::test]
+    async fn a_flush_or_the_senders_end_cuts_a_nap_short() {
+        let (tx, mut rx) = mpsc::channel(64);
+        let asker = tokio::spawn({
+            let tx = tx.clone();
+            async move {
+                tokio::time::sleep(ms(5)).await;
+                tx.send(flush()).await.is_ok()
+            }
+        });
+        let gathered = gather_begun(&mut rx, Duration::from_secs(30)).await;
+        assert_eq!(asker.await.ok(), Some(true));
+        assert!(!gathered.closed, "senders alive");
+        assert_eq!(gathered.acks.len(), 1, "the flush taken");
+        // One nap is at most GATHER_NAP_MAX; the bound is wide for a
+        // loaded machine, and far below the 30 s deadline.
+        assert!(
+            gathered.took < Duration::from_secs(5),
+            "{:?}",
+            gathered.took
+        );
+
+        let ender = tokio::spawn(async move {
+            tokio::time::sleep(ms(5)).await;
+            drop(tx);
+        });
+        let gathered = gather_begun(&mut rx, Duration::from_secs(30)).await;
+        let _ = ender.await;
+        assert!(gathered.closed, "the senders' end seen");
+        assert!(
+            gathered.took < Duration::from_secs(5),
+            "{:?}",
+            gathered.took
+        );
+    }
+
     /// Events coming faster than the writer looks (a thread of its own
     /// sending twenty every 0.1 ms) leave the queue never empty when it
     /// looks: the batch still ends at its deadline, not when the stream
@@ -588,30 +658,21 @@ mod tests {
                 }
             }
         });
-        let (mut messages, mut batch, mut acks) = (Vec::new(), Batch::default(), Vec::new());
-        take_all(&mut vec![event()], &mut batch, &mut acks);
-        let started = Instant::now();
-        let gathering = Gathering {
-            messages: &mut messages,
-            batch: &mut batch,
-            acks: &mut acks,
-        };
-        let gathered = tokio::time::timeout(
-            Duration::from_secs(3),
-            gather(
-                &mut rx,
-                gathering,
-                usize::MAX,
-                started,
-                started + Duration::from_millis(50),
-            ),
-        )
-        .await;
+        let gathered =
+            tokio::time::timeout(Duration::from_secs(3), gather_begun(&mut rx, ms(50))).await;
         stop.store(true, Ordering::Relaxed);
         drop(rx);
         let _ = stream.join();
-        assert_eq!(gathered, Ok(false), "the batch ended, senders alive");
-        let took = started.elapsed();
+        let Ok(Gathered {
+            closed,
+            batch,
+            took,
+            ..
+        }) = gathered
+        else {
+            panic!("the batch never ended");
+        };
+        assert!(!closed, "the batch ended, senders alive");
         // Past the deadline by one nap and one look, not by the stream's
         // whims: the bound is wide for a loaded machine.
         assert!(
@@ -627,7 +688,6 @@ mod tests {
 
     #[test]
     fn a_nap_lasts_as_long_as_the_batch_takes_to_fill_within_bounds() {
-        let ms = Duration::from_millis;
         // Three refusals in 30 ms, 497 to go: the longest nap, a few
         // looks a batch instead of a wake-up an event.
         assert_eq!(gather_nap(ms(30), 3, 497), GATHER_NAP_MAX);
@@ -644,9 +704,6 @@ mod tests {
     #[tokio::test]
     async fn a_nap_leaves_room_in_a_small_queue() {
         let (tx, mut rx) = mpsc::channel(8);
-        let (mut messages, mut batch, mut acks) = (Vec::new(), Batch::default(), Vec::new());
-        take_all(&mut vec![event()], &mut batch, &mut acks);
-        let started = Instant::now();
         let sender = tokio::spawn(async move {
             for _ in 0..100 {
                 if tx.try_send(event()).is_err() {
@@ -656,19 +713,7 @@ mod tests {
             }
             true
         });
-        let gathering = Gathering {
-            messages: &mut messages,
-            batch: &mut batch,
-            acks: &mut acks,
-        };
-        let closed = gather(
-            &mut rx,
-            gathering,
-            usize::MAX,
-            started,
-            started + Duration::from_secs(5),
-        )
-        .await;
+        let Gathered { closed, batch, .. } = gather_begun(&mut rx, Duration::from_secs(5)).await;
         assert_eq!(sender.await.ok(), Some(true), "the queue never filled");
         assert!(closed, "the sender's end seen");
         assert_eq!(batch.events.len(), 101, "every event gathered");
