@@ -490,7 +490,7 @@ async fn gather(
     let queue_room = (queue.max_capacity() / 2).max(1);
     loop {
         let room = batch_size.saturating_sub(batch.events.len());
-        let (_, closed) = take_ready(queue, messages, room);
+        let closed = take_ready(queue, messages, room);
         take_all(messages, batch, acks);
         let now = Instant::now();
         let full = batch.events.len() >= batch_size;
@@ -510,29 +510,22 @@ async fn gather(
 /// `elapsed`, between `GATHER_NAP` and `GATHER_NAP_MAX`.
 fn gather_nap(elapsed: Duration, gathered: usize, room: usize) -> Duration {
     let per_event = elapsed.max(GATHER_NAP).as_secs_f64() / gathered.max(1) as f64;
+    // Capped before it is made a `Duration`, which a huge `room` would overflow.
     Duration::from_secs_f64((per_event * room as f64).min(GATHER_NAP_MAX.as_secs_f64()))
-        .clamp(GATHER_NAP, GATHER_NAP_MAX)
+        .max(GATHER_NAP)
 }
 
 /// Up to `most` messages already queued, without waiting (so without
-/// registering to be woken); and whether every sender is gone.
-fn take_ready(
-    queue: &mut mpsc::Receiver<Message>,
-    into: &mut Vec<Message>,
-    most: usize,
-) -> (usize, bool) {
-    let mut taken = 0;
-    while taken < most {
+/// registering to be woken); answers whether every sender is gone.
+fn take_ready(queue: &mut mpsc::Receiver<Message>, into: &mut Vec<Message>, most: usize) -> bool {
+    for _ in 0..most {
         match queue.try_recv() {
-            Ok(message) => {
-                into.push(message);
-                taken += 1;
-            }
-            Err(mpsc::error::TryRecvError::Empty) => return (taken, false),
-            Err(mpsc::error::TryRecvError::Disconnected) => return (taken, true),
+            Ok(message) => into.push(message),
+            Err(mpsc::error::TryRecvError::Empty) => return false,
+            Err(mpsc::error::TryRecvError::Disconnected) => return true,
         }
     }
-    (taken, false)
+    false
 }
 
 fn take_all(messages: &mut Vec<Message>, batch: &mut Batch, acks: &mut Vec<oneshot::Sender<()>>) {
@@ -697,6 +690,9 @@ mod tests {
         assert_eq!(gather_nap(ms(1), 4000, 200), GATHER_NAP);
         assert_eq!(gather_nap(Duration::ZERO, 1, 1), GATHER_NAP);
         assert_eq!(gather_nap(ms(5), 0, 0), GATHER_NAP, "nothing to fill");
+        // A batch with no cap of its own (`usize::MAX`) after a slow second:
+        // past what a `Duration` holds, capped before it is made one.
+        assert_eq!(gather_nap(ms(1000), 1, usize::MAX), GATHER_NAP_MAX);
     }
 
     /// A small queue bounds the nap as much as the batch does: a nap that
@@ -730,23 +726,18 @@ mod tests {
     async fn take_ready_takes_what_is_queued_up_to_most_and_sees_the_senders_gone() {
         let (tx, mut rx) = mpsc::channel(8);
         let mut into = Vec::new();
-        assert_eq!(
-            take_ready(&mut rx, &mut into, 4),
-            (0, false),
-            "empty, senders alive"
-        );
+        assert!(!take_ready(&mut rx, &mut into, 4), "empty, senders alive");
+        assert_eq!(into.len(), 0);
         for _ in 0..3 {
             assert!(tx.try_send(flush()).is_ok(), "room");
         }
-        assert_eq!(
-            take_ready(&mut rx, &mut into, 2),
-            (2, false),
-            "at most `most`"
-        );
-        assert_eq!(take_ready(&mut rx, &mut into, 4), (1, false), "the rest");
-        assert_eq!(into.len(), 3);
+        assert!(!take_ready(&mut rx, &mut into, 2));
+        assert_eq!(into.len(), 2, "at most `most`");
+        assert!(!take_ready(&mut rx, &mut into, 4));
+        assert_eq!(into.len(), 3, "the rest");
         drop(tx);
-        assert_eq!(take_ready(&mut rx, &mut into, 4), (0, true), "senders gone");
+        assert!(take_ready(&mut rx, &mut into, 4), "senders gone");
+        assert_eq!(into.len(), 3);
     }
 
     #[test]
