@@ -11,6 +11,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use super::held::Held;
+use super::queue::Receiver;
 use super::{count, dropped, journal_held, Message, SinkConfig, DB_LINES, DROP_LINES};
 use crate::audit::db::{AuditDb, AuditError};
 use crate::audit::journal::{read_events, Journal, Segment};
@@ -64,8 +65,9 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 /// take to fill at the rate it has filled so far (see [`gather_nap`]),
 /// at least this long ...
 const GATHER_NAP: Duration = Duration::from_millis(1);
-/// ... and at most this long: a flush asked for, or a flood that begins,
-/// waits no more than this for the writer to look.
+/// ... and at most this long: a flood that begins waits no more than this
+/// for the writer to look (a flush asked for, or a queue past half full,
+/// nudges it sooner: see [`super::queue`]).
 const GATHER_NAP_MAX: Duration = Duration::from_millis(20);
 
 /// One batch: events and the segment each went to.
@@ -105,7 +107,7 @@ impl Writer {
         }
     }
 
-    pub(super) async fn run(mut self, mut queue: mpsc::Receiver<Message>) {
+    pub(super) async fn run(mut self, mut queue: Receiver) {
         self.tidy().await;
         let mut batch = Batch::default();
         let mut acks: Vec<oneshot::Sender<()>> = Vec::new();
@@ -473,9 +475,10 @@ fn batch_cap(batch_size: usize, flooded: bool) -> usize {
 /// Add to a started batch until it holds `batch_size`, `deadline` has
 /// passed, someone asks for a flush, or every sender is gone (answered
 /// `true`). It looks at the queue after naps rather than wait on it (see
-/// `GATHER_NAP`), so that no event wakes the writer.
+/// `GATHER_NAP`), so that no event wakes the writer, unless the queue
+/// fills past half within a nap (see [`super::queue`]).
 async fn gather(
-    queue: &mut mpsc::Receiver<Message>,
+    queue: &mut Receiver,
     into: Gathering<'_>,
     batch_size: usize,
     started: Instant,
@@ -501,7 +504,7 @@ async fn gather(
             .saturating_sub(batch.events.len())
             .min(queue_room);
         let nap = gather_nap(now - started, batch.events.len(), room);
-        tokio::time::sleep(nap.min(deadline - now)).await;
+        queue.nap(nap.min(deadline - now)).await;
     }
 }
 
@@ -517,7 +520,7 @@ fn gather_nap(elapsed: Duration, gathered: usize, room: usize) -> Duration {
 
 /// Up to `most` messages already queued, without waiting (so without
 /// registering to be woken); answers whether every sender is gone.
-fn take_ready(queue: &mut mpsc::Receiver<Message>, into: &mut Vec<Message>, most: usize) -> bool {
+fn take_ready(queue: &mut Receiver, into: &mut Vec<Message>, most: usize) -> bool {
     for _ in 0..most {
         match queue.try_recv() {
             Ok(message) => into.push(message),
@@ -542,6 +545,7 @@ fn take_all(messages: &mut Vec<Message>, batch: &mut Batch, acks: &mut Vec<onesh
 
 #[cfg(test)]
 mod tests {
+    use super::super::queue::channel;
     use super::*;
 
     fn flush() -> Message {
@@ -574,7 +578,7 @@ mod tests {
 
     /// `gather` onto a batch begun with one event, as `run` begins one,
     /// with its deadline `deadline_in` from now.
-    async fn gather_begun(rx: &mut mpsc::Receiver<Message>, deadline_in: Duration) -> Gathered {
+    async fn gather_begun(rx: &mut Receiver, deadline_in: Duration) -> Gathered {
         let (mut messages, mut batch, mut acks) = (Vec::new(), Batch::default(), Vec::new());
         take_all(&mut vec![event()], &mut batch, &mut acks);
         let started = Instant::now();
@@ -596,7 +600,7 @@ mod tests {
     /// look, not at the batch's deadline; so does every sender going.
     #[tokio::test]
     async fn a_flush_or_the_senders_end_cuts_a_nap_short() {
-        let (tx, mut rx) = mpsc::channel(64);
+        let (tx, mut rx) = channel(64);
         let asker = tokio::spawn({
             let tx = tx.clone();
             async move {
@@ -636,7 +640,7 @@ mod tests {
     /// stops.
     #[tokio::test]
     async fn a_batch_under_a_steady_stream_ends_at_its_deadline() {
-        let (tx, mut rx) = mpsc::channel(10_000);
+        let (tx, mut rx) = channel(10_000);
         let stop = Arc::new(AtomicBool::new(false));
         let stream = std::thread::spawn({
             let stop = stop.clone();
@@ -699,7 +703,7 @@ mod tests {
     /// let the queue fill would spool what its senders could not queue.
     #[tokio::test]
     async fn a_nap_leaves_room_in_a_small_queue() {
-        let (tx, mut rx) = mpsc::channel(8);
+        let (tx, mut rx) = channel(8);
         let sender = tokio::spawn(async move {
             for _ in 0..100 {
                 if tx.try_send(event()).is_err() {
@@ -715,6 +719,32 @@ mod tests {
         assert_eq!(batch.events.len(), 101, "every event gathered");
     }
 
+    /// A burst after a lone event outruns the nap that event set (the
+    /// longest, 20 ms): sixteen events a millisecond would fill a queue of
+    /// eighty in five. The sender that takes the queue past half nudges
+    /// the writer, which takes what is queued before the sender's next
+    /// chunk (one thread: it runs while the sender sleeps), so the queue
+    /// never fills and nothing is spooled.
+    #[tokio::test]
+    async fn a_burst_nudges_the_napping_writer_before_the_queue_fills() {
+        let (tx, mut rx) = channel(80);
+        let sender = tokio::spawn(async move {
+            for _ in 0..20 {
+                for _ in 0..16 {
+                    if tx.try_send(event()).is_err() {
+                        return false;
+                    }
+                }
+                tokio::time::sleep(ms(1)).await;
+            }
+            true
+        });
+        let Gathered { closed, batch, .. } = gather_begun(&mut rx, Duration::from_secs(5)).await;
+        assert_eq!(sender.await.ok(), Some(true), "the queue never filled");
+        assert!(closed, "the sender's end seen");
+        assert_eq!(batch.events.len(), 321, "every event gathered");
+    }
+
     #[test]
     fn a_flood_gathers_four_batches_and_a_calm_queue_one() {
         assert_eq!(batch_cap(500, false), 500);
@@ -724,7 +754,7 @@ mod tests {
 
     #[tokio::test]
     async fn take_ready_takes_what_is_queued_up_to_most_and_sees_the_senders_gone() {
-        let (tx, mut rx) = mpsc::channel(8);
+        let (tx, mut rx) = channel(8);
         let mut into = Vec::new();
         assert!(!take_ready(&mut rx, &mut into, 4), "empty, senders alive");
         assert_eq!(into.len(), 0);

@@ -15,6 +15,7 @@ use tokio::sync::{mpsc, oneshot};
 
 mod batch;
 mod held;
+mod queue;
 
 use batch::Writer;
 use held::Held;
@@ -55,7 +56,7 @@ pub struct SinkConfig {
 
 /// The production sink: the journal, a bounded queue, one batch writer.
 pub struct DbSink {
-    queue: mpsc::Sender<Message>,
+    queue: queue::Sender,
     journal: Arc<Journal>,
     sync: std::sync::mpsc::Sender<SyncCommand>,
     database: Arc<AtomicBool>,
@@ -97,7 +98,7 @@ impl DbSink {
     ) -> std::io::Result<Arc<Self>> {
         let journal = Arc::new(journal);
         let sync = spawn_sync(journal.clone(), config.journal_sync_interval)?;
-        let (queue, receiver) = mpsc::channel(config.queue_capacity.max(1));
+        let (queue, receiver) = queue::channel(config.queue_capacity);
         let database = Arc::new(AtomicBool::new(database_ready));
         let held = Held::default();
         let writer = Writer::new(
