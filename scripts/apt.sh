@@ -6,9 +6,11 @@
 #   scripts/apt.sh install [opts] pkg  refresh them, then install quietly
 # apt-get waits for dpkg's lock when told to (DPkg::Lock::Timeout), but
 # `apt-get update` gives up on the lists' lock at once, so that is retried;
-# each of the two waits up to WAIT_SECS.
+# each of the two waits up to WAIT_SECS (TOLLGATE_APT_WAIT_SECS, 600 unless
+# set: its test sets a few seconds).
 set -euo pipefail
-WAIT_SECS=600
+WAIT_SECS=${TOLLGATE_APT_WAIT_SECS:-600}
+[[ $WAIT_SECS =~ ^[0-9]+$ ]] || { echo "apt: TOLLGATE_APT_WAIT_SECS is not a number of seconds: $WAIT_SECS" >&2; exit 2; }
 
 update() {
     local waited=0 err

@@ -4,6 +4,7 @@
 mod admin;
 mod admin_auth;
 mod admin_roles;
+mod apt_script;
 mod audit;
 mod audit_journal;
 mod audit_scale;
