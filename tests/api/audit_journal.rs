@@ -4,7 +4,7 @@
 //! dropped and made again is migrated again, and a migration held up past
 //! start-up goes on while the service serves; a database that stops
 //! answering is given up on within `audit.write_timeout`; `/readyz` tells
-//! the public nothing but "not ready".
+//! the public nothing but "not ready"; a full queue says so once in the log.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -1119,4 +1119,73 @@ fn files_a_crash_left_while_starting_are_deleted_once_stale() {
     for name in fresh.iter().chain([&locked]) {
         assert!(at(name).exists(), "{name} may be a live neighbour's");
     }
+}
+
+/// A writer that falls behind (here stuck on a locked table) fills the
+/// queue: what does not fit goes to the journal, the log says so once
+/// (not once an event, which a flood would turn into a full disk), and
+/// every refusal reaches the database, once, when the table is free.
+#[tokio::test]
+async fn a_full_queue_is_logged_once_and_what_did_not_fit_is_replayed() {
+    let db = TestDb::new(DbKind::Postgres).await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tollgate.toml");
+    std::fs::write(
+        &path,
+        format!(
+            r#"
+[server]
+bind = "127.0.0.1:0"
+[audit]
+database_url = "{url}"
+spool_dir = "{spool}"
+batch_size = 1
+queue_capacity = 4
+write_timeout = "60s"
+[sms]
+phone_limits = [{{ limit = 1, window = "1h" }}]
+"#,
+            url = db.url,
+            spool = dir.path().join("spool").display()
+        ),
+    )
+    .unwrap();
+    let server = Tollgate::start(&path).await;
+    let client = reqwest::Client::new();
+    let sent = client
+        .post(format!("{}/sms/send", server.address))
+        .json(&json!({ "phone": PHONE }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(sent.status(), 200);
+
+    let mut holder = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    let mut lock = holder.begin().await.unwrap();
+    sqlx::query("LOCK TABLE audit_events IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut *lock)
+        .await
+        .unwrap();
+    let ids: Vec<String> = (0..20).map(|i| format!("past-the-queue-{i}")).collect();
+    for id in &ids {
+        server.refused_send(&client, id).await;
+    }
+    let full = server.logged("audit queue full").await;
+    assert_eq!(full.len(), 1, "one line for the whole overflow: {full:?}");
+    let line: serde_json::Value = serde_json::from_str(&full[0]).unwrap();
+    assert_eq!(line["capacity"], json!(4), "{line}");
+    assert_eq!(line["level"], json!("WARN"), "{line}");
+
+    lock.rollback().await.unwrap();
+    let pool = db.connect().await;
+    eventually(
+        "every refusal in the database",
+        Duration::from_secs(60),
+        || async {
+            let counts = request_id_counts(&all_rows(&pool).await);
+            ids.iter().all(|id| counts.contains_key(id))
+        },
+    )
+    .await;
+    assert!(each_once(&all_rows(&pool).await, &ids));
 }

@@ -85,6 +85,10 @@ fn count(outcome: &'static str, n: usize) {
 /// Lines about the database being down, or events with nowhere to go.
 static DB_LINES: LogBudget = LogBudget::new(Duration::from_secs(10));
 static DROP_LINES: LogBudget = LogBudget::new(Duration::from_secs(10));
+/// Lines about a full queue: the writer fell behind (a database slow to
+/// commit, or a writer that did not get to run), which the `spooled`
+/// counter alone does not date.
+static FULL_LINES: LogBudget = LogBudget::new(Duration::from_secs(10));
 
 impl DbSink {
     /// Start the journal's sync thread and the writer task, which first
@@ -166,6 +170,14 @@ fn journal_held(journal: &Journal, held: &Held) {
     }
 }
 
+/// An event the queue did not take: its segment is replayed.
+fn left_to_the_journal(message: Message) {
+    if let Message::Event(_, segment) = message {
+        segment.mark_for_replay();
+        count("spooled", 1);
+    }
+}
+
 /// An event neither the journal nor memory could keep.
 fn dropped(event: &AuditEvent) {
     count("dropped", 1);
@@ -191,13 +203,17 @@ impl AuditSink for DbSink {
             .try_send(Message::Event(Box::new(event), segment))
         {
             Ok(()) => crate::metrics::audit_queued(),
-            Err(mpsc::error::TrySendError::Full(message))
-            | Err(mpsc::error::TrySendError::Closed(message)) => {
-                if let Message::Event(_, segment) = message {
-                    segment.mark_for_replay();
-                    count("spooled", 1);
+            Err(mpsc::error::TrySendError::Full(message)) => {
+                if let Some(held_back) = FULL_LINES.admit() {
+                    tracing::warn!(
+                        capacity = self.held_cap,
+                        held_back,
+                        "audit queue full: the writer is behind; events are left to the journal and replayed from it"
+                    );
                 }
+                left_to_the_journal(message);
             }
+            Err(mpsc::error::TrySendError::Closed(message)) => left_to_the_journal(message),
         }
     }
 
