@@ -27,6 +27,16 @@ const CLIENTS: usize = 4;
 const MIN_ANSWERED: usize = 100;
 
 fn config(dir: &std::path::Path, name: &str, database_url: &str) -> std::path::PathBuf {
+    config_with(dir, name, database_url, "")
+}
+
+/// `config`, with `audit` lines added to its `[audit]` section.
+fn config_with(
+    dir: &std::path::Path,
+    name: &str,
+    database_url: &str,
+    audit: &str,
+) -> std::path::PathBuf {
     let path = dir.join(name);
     std::fs::write(
         &path,
@@ -37,6 +47,7 @@ bind = "127.0.0.1:0"
 [audit]
 database_url = "{database_url}"
 spool_dir = "{spool}"
+{audit}
 [sms]
 phone_limits = [{{ limit = 1, window = "1h" }}]
 "#,
@@ -140,15 +151,7 @@ async fn killed_mid_load_loses_no_answered_refusal(kind: DbKind, database_up: bo
 
     let _second = Tollgate::start(&config(&dir, "second.toml", &db.url)).await;
     let pool = db.connect().await;
-    eventually(
-        "every answered refusal in the database",
-        Duration::from_secs(60),
-        || async {
-            let counts = request_id_counts(&all_rows(&pool).await);
-            answered.iter().all(|id| counts.contains_key(id))
-        },
-    )
-    .await;
+    every_id_arrives(&pool, &answered).await;
     let rows = all_rows(&pool).await;
     let counts = request_id_counts(&rows);
     let answered_set: std::collections::HashSet<&String> = answered.iter().collect();
@@ -1129,27 +1132,12 @@ fn files_a_crash_left_while_starting_are_deleted_once_stale() {
 async fn a_full_queue_is_logged_once_and_what_did_not_fit_is_replayed() {
     let db = TestDb::new(DbKind::Postgres).await;
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("tollgate.toml");
-    std::fs::write(
-        &path,
-        format!(
-            r#"
-[server]
-bind = "127.0.0.1:0"
-[audit]
-database_url = "{url}"
-spool_dir = "{spool}"
-batch_size = 1
-queue_capacity = 4
-write_timeout = "60s"
-[sms]
-phone_limits = [{{ limit = 1, window = "1h" }}]
-"#,
-            url = db.url,
-            spool = dir.path().join("spool").display()
-        ),
-    )
-    .unwrap();
+    let path = config_with(
+        dir.path(),
+        "tollgate.toml",
+        &db.url,
+        "batch_size = 1\nqueue_capacity = 4\nwrite_timeout = \"60s\"",
+    );
     let server = Tollgate::start(&path).await;
     let client = reqwest::Client::new();
     let sent = client
@@ -1178,14 +1166,20 @@ phone_limits = [{{ limit = 1, window = "1h" }}]
 
     lock.rollback().await.unwrap();
     let pool = db.connect().await;
+    every_id_arrives(&pool, &ids).await;
+    assert!(each_once(&all_rows(&pool).await, &ids));
+}
+
+/// Waits (up to 60 s: a replay follows a segment's sealing) until every
+/// request id in `ids` has a row.
+async fn every_id_arrives(pool: &AuditDb, ids: &[String]) {
     eventually(
         "every refusal in the database",
         Duration::from_secs(60),
         || async {
-            let counts = request_id_counts(&all_rows(&pool).await);
+            let counts = request_id_counts(&all_rows(pool).await);
             ids.iter().all(|id| counts.contains_key(id))
         },
     )
     .await;
-    assert!(each_once(&all_rows(&pool).await, &ids));
 }
