@@ -1095,6 +1095,71 @@ async fn an_admin_read_ends_at_the_read_timeout() {
     assert_eq!(app.admin_get("/admin/api/events").await.status, 200);
 }
 
+/// Rows enough that a filter no index serves takes SQLite far longer than
+/// [`SQLITE_BOUND`] to walk.
+const SQLITE_ROWS: u32 = 300_000;
+/// A read timeout short enough that no machine walks [`SQLITE_ROWS`] in it.
+const SQLITE_BOUND: Duration = Duration::from_millis(20);
+
+/// On SQLite, the embedded default, an admin's read ends at
+/// `audit.read_timeout` too (SQLite's progress handler) with the same 503,
+/// rather than walking the whole trail, and the deadline leaves with the
+/// read: the writer's next batch, on the same pooled connection, is not
+/// cut short by it.
+#[tokio::test]
+async fn on_sqlite_an_admin_read_ends_at_the_read_timeout() {
+    let db = TestDb::new(DbKind::Sqlite).await;
+    let audit = db.connect().await;
+    let AuditDb::Sqlite(pool) = &audit else {
+        panic!("a SQLite test was given PostgreSQL")
+    };
+    // Written by SQL, not batch by batch: three hundred thousand refusals
+    // of a thousand users, a second apart.
+    sqlx::query(&format!(
+        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {SQLITE_ROWS}) \
+         INSERT INTO audit_events \
+             (id, occurred_at, action, decision, reason, subject_kind, subject, ip) \
+         SELECT printf('00000000-0000-7000-8000-%012d', i), \
+                strftime('%Y-%m-%dT%H:%M:%fZ', 'now', printf('-%d seconds', i)), \
+                'login_attempt', 'deny', 'user_locked', 'user', 'u' || (i % 1000), '203.0.113.7' \
+           FROM n"
+    ))
+    .execute(pool)
+    .await
+    .unwrap();
+
+    let app = reads_app(&db, SQLITE_BOUND).await;
+    let answer = app
+        .admin_get("/admin/api/events?subject=nobody&limit=500")
+        .await;
+    assert_eq!(answer.status, 503, "{}", answer.body);
+    assert_eq!(answer.body["error"], "audit_unavailable");
+    // A page the index serves still answers within the bound.
+    let newest = app.admin_get("/admin/api/events?limit=1").await;
+    assert_eq!(newest.status, 200, "{}", newest.body);
+
+    // The same through the database's own pool; then, past the read's
+    // deadline, batches on every connection the pool holds (it hands out
+    // the longest idle first), the read's among them.
+    let nobody = EventFilter {
+        subject: Some("nobody".into()),
+        ..EventFilter::default()
+    };
+    let read = audit.page_within(&nobody, None, 500, SQLITE_BOUND).await;
+    assert!(
+        read.as_ref().is_err_and(|e| e.is_timeout()),
+        "{:?}",
+        read.map(|rows| rows.len())
+    );
+    tokio::time::sleep(SQLITE_BOUND * 3).await;
+    for round in 0..4 {
+        let batch: Vec<AuditEvent> = (0..500)
+            .map(|i| refusal(SubjectKind::User, &format!("late{round}-{i}"), Utc::now()))
+            .collect();
+        assert_eq!(audit.insert(&batch, 7).await.unwrap(), 500, "round {round}");
+    }
+}
+
 /// Slow reads take at most two of the pool's connections: the rest of the
 /// admin surface (here the stats, from the rollups) goes on answering.
 #[tokio::test]

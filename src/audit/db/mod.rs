@@ -17,9 +17,14 @@ pub use sessions::StoredSession;
 use rows::{corrupt, event_from_columns, push_conditions, repository, EventColumns, COLUMNS};
 
 use chrono::{DateTime, NaiveDate, Utc};
+use sqlx::error::DatabaseError;
+use sqlx::sqlite::SqliteError;
 
 use super::query::{Cursor, EventFilter};
 use super::AuditEvent;
+
+/// SQLite's result code for a statement its progress handler ended.
+const SQLITE_INTERRUPT: &str = "9";
 
 /// Why an audit database call failed.
 #[derive(Debug, thiserror::Error)]
@@ -51,14 +56,17 @@ pub enum AuditError {
 impl AuditError {
     /// The database did not answer in time: the writer's own bound, the
     /// bound PostgreSQL enforces for it (`lock_timeout`, 55P03;
-    /// `statement_timeout`, 57014), or no pooled connection within the
-    /// pool's wait. Asking again at once would only wait as long again.
+    /// `statement_timeout`, 57014), the one SQLite's progress handler
+    /// enforces for a read (`SQLITE_INTERRUPT`), or no pooled connection
+    /// within the pool's wait. Asking again at once would only wait as long
+    /// again.
     pub fn is_timeout(&self) -> bool {
         match self {
             Self::TimedOut(_) | Self::Database(sqlx::Error::PoolTimedOut) => true,
-            Self::Database(sqlx::Error::Database(e)) => {
-                matches!(e.code().as_deref(), Some("55P03" | "57014"))
-            }
+            Self::Database(sqlx::Error::Database(e)) => match e.try_downcast_ref::<SqliteError>() {
+                Some(sqlite) => sqlite.code().as_deref() == Some(SQLITE_INTERRUPT),
+                None => matches!(e.code().as_deref(), Some("55P03" | "57014")),
+            },
             _ => false,
         }
     }
@@ -213,9 +221,9 @@ impl AuditDb {
         self.page_bounded(filter, cursor, limit, None).await
     }
 
-    /// [`page`](Self::page), on PostgreSQL ending the read's lock waits and
-    /// statement at `bound` (57014 or 55P03: [`is_timeout`](Self::is_timeout));
-    /// SQLite has no such bound.
+    /// [`page`](Self::page), ending the read at `bound`
+    /// ([`is_timeout`](Self::is_timeout)): on PostgreSQL its lock waits and
+    /// statement (57014 or 55P03), on SQLite its steps (`SQLITE_INTERRUPT`).
     pub async fn page_within(
         &self,
         filter: &EventFilter,
@@ -235,7 +243,7 @@ impl AuditDb {
     ) -> Result<Vec<AuditEvent>, AuditError> {
         match self {
             Self::Postgres(pool) => postgres::page_within(pool, filter, cursor, limit, bound).await,
-            Self::Sqlite(pool) => sqlite::page(pool, filter, cursor, limit).await,
+            Self::Sqlite(pool) => sqlite::page(pool, filter, cursor, limit, bound).await,
         }
     }
 

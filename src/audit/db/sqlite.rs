@@ -3,9 +3,10 @@
 
 use std::collections::HashSet;
 use std::str::FromStr;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
+use sqlx::pool::PoolConnection;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
 use sqlx::{FromRow, QueryBuilder, Sqlite};
 use uuid::Uuid;
@@ -18,7 +19,9 @@ use crate::audit::query::{Cursor, EventFilter};
 use crate::audit::{rollup, AuditEvent};
 
 /// A lazily connecting pool of at most 4 connections, WAL journal, 5 s busy
-/// timeout; creates the file when missing.
+/// timeout; creates the file when missing. A connection going back to the
+/// pool loses the deadline a bounded read gave it ([`bounded`]), so that
+/// the writer's batch that takes it next is never cut short by it.
 pub fn pool(url: &str) -> Result<SqlitePool, AuditError> {
     let options = SqliteConnectOptions::from_str(url)?
         .create_if_missing(true)
@@ -27,7 +30,38 @@ pub fn pool(url: &str) -> Result<SqlitePool, AuditError> {
     Ok(SqlitePoolOptions::new()
         .max_connections(4)
         .acquire_timeout(Duration::from_secs(3))
+        .after_release(|conn, _| {
+            Box::pin(async move {
+                conn.lock_handle().await?.remove_progress_handler();
+                Ok(true)
+            })
+        })
         .connect_lazy_with(options))
+}
+
+/// How many of SQLite's virtual machine steps run between two looks at a
+/// bounded read's deadline: a few microseconds of work, so that a read
+/// ends within a hair of its bound at the cost of a clock read each.
+const STEPS_BETWEEN_LOOKS: i32 = 1_000;
+
+/// A pooled connection whose statements SQLite interrupts past `bound`
+/// from now (`SQLITE_INTERRUPT`: [`AuditError::is_timeout`]). PostgreSQL
+/// has `statement_timeout`; SQLite only this progress handler, and
+/// without it a filter no index serves walks the whole table, even after
+/// the admin who asked has gone (the connection's worker thread does not
+/// know).
+pub(super) async fn bounded(
+    pool: &SqlitePool,
+    bound: Option<Duration>,
+) -> Result<PoolConnection<Sqlite>, AuditError> {
+    let mut conn = pool.acquire().await?;
+    if let Some(bound) = bound {
+        let deadline = Instant::now() + bound;
+        conn.lock_handle()
+            .await?
+            .set_progress_handler(STEPS_BETWEEN_LOOKS, move || Instant::now() < deadline);
+    }
+    Ok(conn)
 }
 
 /// Fixed-width UTC text, so that text order is time order.
@@ -59,15 +93,15 @@ impl Row {
 
 repository!(Sqlite, SqlitePool);
 
-/// Newest first, after `cursor`, at most `limit` rows. SQLite has no
-/// statement bound: the embedded default is one process's own file.
+/// Newest first, after `cursor`, at most `limit` rows, ended past `bound`.
 pub async fn page(
     pool: &SqlitePool,
     filter: &EventFilter,
     cursor: Option<&Cursor>,
     limit: usize,
+    bound: Option<Duration>,
 ) -> Result<Vec<AuditEvent>, AuditError> {
-    read_page(&mut *pool.acquire().await?, filter, cursor, limit).await
+    read_page(&mut *bounded(pool, bound).await?, filter, cursor, limit).await
 }
 
 /// Multi-row INSERTs and the rollups of the rows that were new, all in one

@@ -282,7 +282,7 @@ impl AuditDb {
     /// The overview of `span` ([`Overview`]), and the locks still running at
     /// `now`. On PostgreSQL each statement is ended at `bound`
     /// (`audit.read_timeout`), as an admin's page of events is, and the
-    /// whole at twice it.
+    /// whole at twice it; on SQLite the whole at `bound`.
     pub async fn overview(
         &self,
         span: &Span,
@@ -312,7 +312,9 @@ impl AuditDb {
                 read
             }
             Self::Sqlite(pool) => {
-                let mut conn = pool.acquire().await?;
+                // One deadline for the connection: the bound holds from
+                // the first statement for all of them.
+                let mut conn = super::sqlite::bounded(pool, Some(bound)).await?;
                 sqlite::overview(&mut conn, span, now, limits).await
             }
         }
