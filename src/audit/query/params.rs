@@ -4,7 +4,7 @@
 
 use std::sync::LazyLock;
 
-use chrono::{DateTime, Timelike, Utc};
+use chrono::{DateTime, Datelike, Timelike, Utc};
 use regex::Regex;
 
 use super::{Cursor, EventFilter};
@@ -97,7 +97,10 @@ impl EventParams<'_> {
 }
 
 /// An RFC 3339 date-time as JSON Schema's `date-time` format has it: `T` (or
-/// `t`) between date and time, seconds always, a `Z` or `±hh:mm` offset.
+/// `t`) between date and time, seconds always, a `Z` or `±hh:mm` offset;
+/// and, in UTC, within years 0000-9999, as RFC 3339 has them: an offset
+/// can carry `9999-12-31T23:00:00-05:00` into year 10,000, which the trail's
+/// fixed-width text times (SQLite's, the console's links) cannot hold.
 fn rfc3339(raw: &str) -> Option<DateTime<Utc>> {
     static SHAPE: LazyLock<Regex> = LazyLock::new(|| {
         Regex::new(r"^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:(\d{2})(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$")
@@ -107,7 +110,7 @@ fn rfc3339(raw: &str) -> Option<DateTime<Utc>> {
     let time = DateTime::parse_from_rfc3339(raw).ok()?.with_timezone(&Utc);
     // A leap second is the last second of a UTC day.
     let leap_ok = seconds != "60" || (time.hour(), time.minute()) == (23, 59);
-    leap_ok.then_some(time)
+    (leap_ok && (0..=9999).contains(&time.year())).then_some(time)
 }
 
 /// A page size: digits only, 1 to [`MAX_LIMIT`].
@@ -306,6 +309,15 @@ mod tests {
                 actor: Some("a\u{7}"),
                 ..EventParams::default()
             },
+            // Years 10,000 and -1 in UTC.
+            EventParams {
+                since: Some("9999-12-31T23:00:00-05:00"),
+                ..EventParams::default()
+            },
+            EventParams {
+                until: Some("0000-01-01T00:30:00+01:00"),
+                ..EventParams::default()
+            },
         ] {
             assert!(params.parse(Empty::Refused).is_err(), "{params:?}");
         }
@@ -314,5 +326,11 @@ mod tests {
             ..EventParams::default()
         };
         assert!(last_second.parse(Empty::Refused).is_ok());
+        let edges = EventParams {
+            since: Some("0000-01-01T00:00:00Z"),
+            until: Some("9999-12-31T23:59:59.999Z"),
+            ..EventParams::default()
+        };
+        assert!(edges.parse(Empty::Refused).is_ok(), "the first and last ms");
     }
 }
