@@ -30,6 +30,13 @@ pub enum SubjectKind {
 }
 
 impl SubjectKind {
+    /// Only the caller's own requests fill this subject's windows (its
+    /// address, its network); anyone's fill a phone's, a prefix's, a user's
+    /// or the global ones.
+    pub fn is_callers_own(self) -> bool {
+        matches!(self, Self::Ip | Self::Network)
+    }
+
     /// Every kind, for parsing and for listing them.
     pub const ALL: [SubjectKind; 7] = [
         SubjectKind::Phone,

@@ -226,6 +226,7 @@ impl Reservation<'_> {
             .map(|hit| SubjectWindows {
                 key: &hit.key,
                 windows: hit.rules.windows(),
+                callers_own: hit.subject.kind.is_callers_own(),
             })
             .collect();
         let conversions = self
@@ -264,6 +265,7 @@ pub async fn reserve<'a>(
         .map(|hit| SubjectWindows {
             key: &hit.key,
             windows: hit.rules.windows(),
+            callers_own: hit.subject.kind.is_callers_own(),
         })
         .collect();
     let conversion_hits: Vec<ConversionHit<'_>> = conversions

@@ -451,6 +451,7 @@ mod tests {
         let subjects = [SubjectWindows {
             key: &key,
             windows: &windows,
+            callers_own: false,
         }];
         let reserve = |member| {
             store.reserve(ReserveRequest {

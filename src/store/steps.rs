@@ -4,7 +4,10 @@
 //! and these steps one request at a time) and a Redis Cluster (one slot per
 //! subject). Calls go out concurrently where nothing depends on an earlier
 //! answer; what a refusal makes unwanted is taken back, so on a cluster a
-//! race can refuse too much but never admit too much on a window. The
+//! race can refuse too much but never admit too much on a window. A send is
+//! offered to the caller's own subjects (its address, its network) before
+//! the others, so that a caller they refuse never holds a slot in anyone
+//! else's windows, not even for the moment before it is taken back. The
 //! pumping guard's conversions are the exception: they are checked before
 //! the send is counted, so sends racing to a range at the threshold may all
 //! pass, a few past it (docs/pumping.md).
@@ -13,8 +16,8 @@ use futures::future::join_all;
 
 use super::{
     ConversionOutcome, HitOutcome, HitRequest, HitVerdict, IpFailures, LoginAttemptRequest,
-    LoginOutcome, LoginRequest, ReserveOutcome, ReserveRequest, RollBack, StoreError, WindowSpec,
-    WindowStore,
+    LoginOutcome, LoginRequest, ReserveOutcome, ReserveRequest, RollBack, StoreError,
+    SubjectWindows, WindowSpec, WindowStore,
 };
 
 pub(super) async fn reserve<S: WindowStore + ?Sized>(
@@ -46,21 +49,12 @@ pub(super) async fn reserve<S: WindowStore + ?Sized>(
         });
     }
 
-    let hits = req.subjects.iter().map(|subject| {
-        store.hit(HitRequest {
-            key: subject.key,
-            windows: subject.windows,
-            member: req.member,
-            gate_open: req.gate_open,
-            force: req.force,
-        })
-    });
-    let results = join_all(hits).await;
+    let results = offer_in_waves(store, &req).await;
 
     let mut added = Vec::new();
     let mut outcomes = Vec::with_capacity(results.len());
     let mut error = None;
-    for (subject, result) in req.subjects.iter().zip(results) {
+    for (subject, result) in results {
         match result {
             Ok(outcome) => {
                 if outcome.added {
@@ -100,6 +94,69 @@ pub(super) async fn reserve<S: WindowStore + ?Sized>(
         recorded,
         by_fallback: false,
     })
+}
+
+/// `req`'s event offered to every subject, each answer beside its subject,
+/// in request order: the caller's own subjects first, the others once those
+/// admitted it. Were every subject offered at once, a caller its own address
+/// refuses would hold a slot in a victim phone's windows until taken back,
+/// and a flood of such sends would keep the phone refused for its owner.
+/// Refused there, the others are read without writing, so that the answer's
+/// refusal is the one an atomic store would give.
+async fn offer_in_waves<'a, S: WindowStore + ?Sized>(
+    store: &S,
+    req: &ReserveRequest<'a>,
+) -> Vec<(SubjectWindows<'a>, Result<HitOutcome, StoreError>)> {
+    let (own, others): (Vec<_>, Vec<_>) = req
+        .subjects
+        .iter()
+        .enumerate()
+        .partition(|(_, subject)| subject.callers_own);
+    let own_results = join_all(
+        own.iter()
+            .map(|(_, subject)| store.hit(offer(subject, req))),
+    )
+    .await;
+    let own_admit = own_results
+        .iter()
+        .all(|r| r.as_ref().is_ok_and(|o| o.verdict == HitVerdict::Allowed));
+    let other_results = if own_admit || req.force {
+        join_all(
+            others
+                .iter()
+                .map(|(_, subject)| store.hit(offer(subject, req))),
+        )
+        .await
+    } else {
+        let peeks = others.iter().map(|(_, subject)| async move {
+            let peek = store.peek(subject.key, subject.windows).await?;
+            Ok(HitOutcome::peeked(subject.windows, peek, req.gate_open))
+        });
+        join_all(peeks).await
+    };
+    // Back in request order.
+    let mut results: Vec<_> = own
+        .iter()
+        .zip(own_results)
+        .chain(others.iter().zip(other_results))
+        .map(|((i, subject), result)| (*i, **subject, result))
+        .collect();
+    results.sort_unstable_by_key(|(i, _, _)| *i);
+    results
+        .into_iter()
+        .map(|(_, subject, result)| (subject, result))
+        .collect()
+}
+
+/// `req`'s event offered to one of its subjects.
+fn offer<'a>(subject: &SubjectWindows<'a>, req: &ReserveRequest<'a>) -> HitRequest<'a> {
+    HitRequest {
+        key: subject.key,
+        windows: subject.windows,
+        member: req.member,
+        gate_open: req.gate_open,
+        force: req.force,
+    }
 }
 
 /// Count a recorded event in every conversion. A failure leaves it

@@ -135,6 +135,44 @@ pub enum HitVerdict {
     },
 }
 
+impl HitVerdict {
+    /// `Denied` by the enforce window with the longest wait, else `Gated` by
+    /// the first full gate window (unless the gate is open), else `Allowed`.
+    /// `wait(i)` is window `i`'s wait now.
+    pub fn of(
+        specs: &[WindowSpec],
+        counts: &[u32],
+        gate_open: bool,
+        wait: impl Fn(usize) -> u64,
+    ) -> Self {
+        let mut verdict = Self::Allowed;
+        let mut longest_wait = 0;
+        for (i, spec) in specs.iter().enumerate() {
+            if spec.mode == WindowMode::Enforce && counts[i] >= spec.limit {
+                let wait = wait(i);
+                let first = !matches!(verdict, Self::Denied { .. });
+                if first || wait > longest_wait {
+                    longest_wait = wait;
+                    verdict = Self::Denied {
+                        window: i,
+                        retry_after_ms: wait,
+                    };
+                }
+            }
+        }
+        if verdict == Self::Allowed && !gate_open {
+            if let Some(i) = specs
+                .iter()
+                .zip(counts)
+                .position(|(w, c)| w.mode == WindowMode::Gate && *c >= w.limit)
+            {
+                verdict = Self::Gated { window: i };
+            }
+        }
+        verdict
+    }
+}
+
 /// The answer of `WindowStore::hit`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HitOutcome {
@@ -165,6 +203,40 @@ impl HitOutcome {
             observed_waits: Vec::new(),
         }
     }
+
+    /// What a hit on `specs` would have answered, told from a peek at
+    /// them: nothing added.
+    pub fn peeked(specs: &[WindowSpec], peek: PeekOutcome, gate_open: bool) -> Self {
+        let wait = |i: usize| peek.retry_after_ms.get(i).copied().unwrap_or(0);
+        let verdict = HitVerdict::of(specs, &peek.counts, gate_open, wait);
+        let next_retry_after_ms = specs
+            .iter()
+            .enumerate()
+            .filter(|(_, w)| w.mode == WindowMode::Enforce)
+            .map(|(i, _)| wait(i))
+            .max()
+            .unwrap_or(0);
+        let observed_waits = if specs.iter().any(|w| w.mode == WindowMode::Observe) {
+            specs
+                .iter()
+                .zip(&peek.counts)
+                .enumerate()
+                .map(|(i, (w, count))| match w.mode {
+                    WindowMode::Observe if *count >= w.limit => wait(i),
+                    _ => 0,
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        Self {
+            verdict,
+            added: false,
+            counts: peek.counts,
+            next_retry_after_ms,
+            observed_waits,
+        }
+    }
 }
 
 /// The answer of `WindowStore::peek`.
@@ -184,6 +256,11 @@ pub struct SubjectWindows<'a> {
     pub key: &'a str,
     /// That subject's windows.
     pub windows: &'a [WindowSpec],
+    /// The caller's own subject (its address, its network), whose windows
+    /// only its own requests fill. A store that hits subject by subject
+    /// offers the event to these first, and to the others only once they
+    /// admitted it (`steps::reserve`).
+    pub callers_own: bool,
 }
 
 /// A one-time code to store together with a reservation.
@@ -290,4 +367,53 @@ pub enum OtpOutcome {
         /// pending and when it was sent.
         retry_after_ms: u64,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn observe(limit: u32, window_ms: u64) -> WindowSpec {
+        WindowSpec {
+            mode: WindowMode::Observe,
+            ..WindowSpec::enforce(limit, window_ms)
+        }
+    }
+
+    /// A peek tells what a hit would have answered: the longest wait of the
+    /// full enforced windows, else the first full gate unless open, and the
+    /// waits a rule in shadow would have answered.
+    #[test]
+    fn a_peek_answers_as_the_hit_would_have() {
+        let specs = [
+            WindowSpec::gate(3, 3_600_000),
+            WindowSpec::enforce(1, 60_000),
+            WindowSpec::enforce(10, 3_600_000),
+            observe(2, 60_000),
+        ];
+        let peek = |counts: [u32; 4], waits: [u64; 4]| PeekOutcome {
+            counts: counts.to_vec(),
+            retry_after_ms: waits.to_vec(),
+        };
+
+        let both_full = HitOutcome::peeked(&specs, peek([3, 1, 10, 2], [9, 40, 700, 30]), false);
+        assert_eq!(
+            both_full.verdict,
+            HitVerdict::Denied {
+                window: 2,
+                retry_after_ms: 700
+            },
+            "a rate limit beats a captcha tier, the longest wait wins"
+        );
+        assert_eq!(both_full.next_retry_after_ms, 700);
+        assert_eq!(both_full.observed_waits, [0, 0, 0, 30]);
+        assert!(!both_full.added);
+
+        let gated = HitOutcome::peeked(&specs, peek([3, 0, 4, 0], [9, 0, 0, 0]), false);
+        assert_eq!(gated.verdict, HitVerdict::Gated { window: 0 });
+        assert_eq!(gated.observed_waits, [0, 0, 0, 0]);
+        let opened = HitOutcome::peeked(&specs, peek([3, 0, 4, 0], [9, 0, 0, 0]), true);
+        assert_eq!(opened.verdict, HitVerdict::Allowed);
+        assert_eq!(opened.counts, [3, 0, 4, 0]);
+    }
 }

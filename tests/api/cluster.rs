@@ -72,6 +72,60 @@ async fn sends_are_exact_under_concurrency_and_refusals_roll_back_across_nodes()
     assert_eq!(verified.body, json!({ "valid": true }));
 }
 
+/// A sender its own address refuses holds no slot in anyone else's
+/// windows, not even for the moment before it would be taken back: a flood
+/// of such sends to victims' phones (one send a minute each) leaves every
+/// victim its code. Offered to every subject at once, the flood's sends
+/// sat in the phones' windows a round trip each, and the victims met
+/// `phone 1/1m`.
+#[tokio::test]
+async fn a_sender_its_address_refuses_holds_no_slot_in_a_victims_phone() {
+    let app = on_cluster(|s| {
+        s.sms.phone_limits = limits(&[(1, 60_000)]);
+        s.sms.ip_limits = limits(&[(1, 3_600_000)]);
+    })
+    .await;
+    let attacker = "198.51.100.66";
+    let spent = app
+        .sms_send(json!({ "phone": "+8613700137000", "ip": attacker }))
+        .await;
+    assert_eq!(spent.status, 200, "{}", spent.body);
+
+    let victims: Vec<String> = (0..5).map(|i| format!("+861380013800{i}")).collect();
+    // Forty connections (within the test client's address's cap), eight
+    // sends each.
+    let flood = futures::future::join_all((0..40).map(|c| {
+        let (app, victims) = (&app, &victims);
+        async move {
+            let mut answers = Vec::new();
+            for i in 0..8 {
+                let phone = &victims[(c + i) % victims.len()];
+                answers.push(
+                    app.sms_send(json!({ "phone": phone, "ip": attacker }))
+                        .await,
+                );
+            }
+            answers
+        }
+    }));
+    let owners = futures::future::join_all(victims.iter().enumerate().map(|(i, phone)| {
+        let app = &app;
+        async move {
+            tokio::time::sleep(std::time::Duration::from_millis(10 * i as u64)).await;
+            app.sms_send(json!({ "phone": phone, "ip": format!("203.0.113.{i}") }))
+                .await
+        }
+    }));
+    let (flooded, owners) = futures::future::join(flood, owners).await;
+    for refused in flooded.iter().flatten() {
+        assert_eq!(refused.status, 429, "{}", refused.body);
+        assert_eq!(refused.body["rule"], "ip 1/1h", "the attacker's own window");
+    }
+    for (phone, answer) in victims.iter().zip(&owners) {
+        assert_eq!(answer.status, 200, "{phone}: {}", answer.body);
+    }
+}
+
 #[tokio::test]
 async fn simultaneous_failures_lock_once_and_an_admin_unblocks() {
     let app = on_cluster(|s| {

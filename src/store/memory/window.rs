@@ -5,8 +5,6 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
-use crate::store::{HitVerdict, WindowMode, WindowSpec};
-
 /// A sorted set of events: `(time, member)`, ordered like a Redis ZSET (by
 /// score, then by member bytes), members unique. `times` finds a member's
 /// time, so that finding the member itself is a binary search.
@@ -150,42 +148,6 @@ impl Window {
             self.member_bytes -= member.len();
         }
     }
-}
-
-/// `Denied` by the enforce window with the longest wait, else `Gated` by the
-/// first full gate window (unless the gate is open), else `Allowed`.
-/// `wait(i)` is window `i`'s wait now.
-pub(super) fn verdict(
-    specs: &[WindowSpec],
-    counts: &[u32],
-    gate_open: bool,
-    wait: impl Fn(usize) -> u64,
-) -> HitVerdict {
-    let mut verdict = HitVerdict::Allowed;
-    let mut longest_wait = 0;
-    for (i, spec) in specs.iter().enumerate() {
-        if spec.mode == WindowMode::Enforce && counts[i] >= spec.limit {
-            let wait = wait(i);
-            let first = !matches!(verdict, HitVerdict::Denied { .. });
-            if first || wait > longest_wait {
-                longest_wait = wait;
-                verdict = HitVerdict::Denied {
-                    window: i,
-                    retry_after_ms: wait,
-                };
-            }
-        }
-    }
-    if verdict == HitVerdict::Allowed && !gate_open {
-        if let Some(i) = specs
-            .iter()
-            .zip(counts)
-            .position(|(w, c)| w.mode == WindowMode::Gate && *c >= w.limit)
-        {
-            verdict = HitVerdict::Gated { window: i };
-        }
-    }
-    verdict
 }
 
 #[cfg(test)]

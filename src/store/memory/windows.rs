@@ -5,7 +5,7 @@
 
 use super::entry::Subject;
 use super::meter::Meters;
-use super::window::{verdict, Window};
+use super::window::Window;
 use crate::store::{
     HitOutcome, HitRequest, HitVerdict, Keys, PeekOutcome, StoreError, WindowMode, WindowSpec,
 };
@@ -41,7 +41,7 @@ pub(super) fn hit(
         let count = |window: &Window, meters: &Meters, w| count_of(window, meters, w, now);
         let wait = |window: &Window, meters: &Meters, w| wait_of(window, meters, w, now);
         let counts: Vec<u32> = specs.iter().map(|w| count(window, &meters, w)).collect();
-        let verdict = verdict(specs, &counts, req.gate_open, |i| {
+        let verdict = HitVerdict::of(specs, &counts, req.gate_open, |i| {
             wait(window, &meters, &specs[i])
         });
         // Before the event is added: the wait it would have met.

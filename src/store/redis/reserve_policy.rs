@@ -298,10 +298,12 @@ mod tests {
             SubjectWindows {
                 key: "p",
                 windows: &phone,
+                callers_own: false,
             },
             SubjectWindows {
                 key: "i",
                 windows: &ip,
+                callers_own: false,
             },
         ];
         let policy = ConversionPolicy {
@@ -373,6 +375,7 @@ mod tests {
             let subjects = [SubjectWindows {
                 key: "k",
                 windows: w,
+                callers_own: false,
             }];
             reserve_script_for(&subjects, &[], Render { count: true, code })
                 .sha1()
@@ -387,6 +390,7 @@ mod tests {
             let subjects = [SubjectWindows {
                 key: "k",
                 windows: &windows,
+                callers_own: false,
             }];
             let req = Render {
                 count: false,

@@ -24,6 +24,7 @@ impl WindowStore for RedisStore {
         let subject = [SubjectWindows {
             key: req.key,
             windows: req.windows,
+            callers_own: false,
         }];
         let mut outcome = self
             .reserve_script(

@@ -166,6 +166,7 @@ async fn send(b: &StoreUnderTest, phone: &str, mac: &str, asker: &str) {
     let subjects = [SubjectWindows {
         key: &window_key,
         windows: &windows,
+        callers_own: false,
     }];
     let sent = b
         .store()

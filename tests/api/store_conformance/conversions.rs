@@ -267,6 +267,7 @@ async fn a_forced_send_that_trips_a_block_is_its_first_count(b: &StoreUnderTest)
             subjects: &[SubjectWindows {
                 key: &window_key,
                 windows: &windows,
+                callers_own: false,
             }],
             conversions: &[ConversionHit {
                 key: &key,
@@ -303,6 +304,7 @@ async fn a_refusing_conversion_reserves_nothing_and_a_refused_reservation_counts
     let subjects = [SubjectWindows {
         key: &window_key,
         windows: &windows,
+        callers_own: false,
     }];
     let conversions = [
         ConversionHit {
@@ -427,6 +429,7 @@ async fn a_surge_challenges_and_only_a_passed_captcha_reserves(b: &StoreUnderTes
     let subjects = [SubjectWindows {
         key: &window_key,
         windows: &windows,
+        callers_own: false,
     }];
     let conversions = [ConversionHit {
         key: &key,
