@@ -1095,6 +1095,41 @@ async fn an_admin_read_ends_at_the_read_timeout() {
     assert_eq!(app.admin_get("/admin/api/events").await.status, 200);
 }
 
+/// An admin who asks and goes away cannot keep more reads running than
+/// its turn allows: the read goes on to its bound in its turn (the HTTP
+/// layer does not drop a handler whose client left), so the next asks
+/// queue behind it rather than start reads of their own that PostgreSQL,
+/// which notices a closed client only when it writes to it, would run on.
+#[tokio::test]
+async fn asking_and_leaving_in_a_loop_keeps_one_read_running() {
+    let db = TestDb::new(DbKind::Postgres).await;
+    let app = reads_app(&db, Duration::from_secs(60)).await;
+    let holder = lock_the_trail(&db).await;
+    let client = reqwest::Client::new();
+    for _ in 0..6 {
+        let asked = client
+            .get(format!("{}/admin/api/events?subject=nobody", app.address))
+            .bearer_auth(VIEWER)
+            .timeout(Duration::from_millis(300))
+            .send()
+            .await;
+        assert!(
+            asked.is_err_and(|e| e.is_timeout()),
+            "the read waits on the lock"
+        );
+    }
+    let waiting: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM pg_stat_activity \
+         WHERE datname = current_database() AND wait_event_type = 'Lock' \
+         AND query LIKE '%ORDER BY occurred_at DESC, id DESC LIMIT%'",
+    )
+    .fetch_one(pg_pool(&db.connect().await))
+    .await
+    .unwrap();
+    assert_eq!(waiting, 1, "the first ask's read, in the viewer's one turn");
+    drop(holder);
+}
+
 /// Rows enough that a filter no index serves takes SQLite far longer than
 /// [`SQLITE_BOUND`] to walk.
 const SQLITE_ROWS: u32 = 300_000;
