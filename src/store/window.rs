@@ -138,7 +138,8 @@ pub enum HitVerdict {
 impl HitVerdict {
     /// `Denied` by the enforce window with the longest wait, else `Gated` by
     /// the first full gate window (unless the gate is open), else `Allowed`.
-    /// `wait(i)` is window `i`'s wait now.
+    /// `wait(i)` is window `i`'s wait now; a window without a count (a
+    /// store's short answer) counts as empty.
     pub fn of(
         specs: &[WindowSpec],
         counts: &[u32],
@@ -148,7 +149,8 @@ impl HitVerdict {
         let mut verdict = Self::Allowed;
         let mut longest_wait = 0;
         for (i, spec) in specs.iter().enumerate() {
-            if spec.mode == WindowMode::Enforce && counts[i] >= spec.limit {
+            let count = counts.get(i).copied().unwrap_or(0);
+            if spec.mode == WindowMode::Enforce && count >= spec.limit {
                 let wait = wait(i);
                 let first = !matches!(verdict, Self::Denied { .. });
                 if first || wait > longest_wait {
