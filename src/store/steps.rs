@@ -54,7 +54,7 @@ pub(super) async fn reserve<S: WindowStore + ?Sized>(
     let mut added = Vec::new();
     let mut outcomes = Vec::with_capacity(results.len());
     let mut error = None;
-    for (subject, result) in results {
+    for (subject, result) in req.subjects.iter().zip(results) {
         match result {
             Ok(outcome) => {
                 if outcome.added {
@@ -96,55 +96,39 @@ pub(super) async fn reserve<S: WindowStore + ?Sized>(
     })
 }
 
-/// `req`'s event offered to every subject, each answer beside its subject,
-/// in request order: the caller's own subjects first, the others once those
-/// admitted it. Were every subject offered at once, a caller its own address
-/// refuses would hold a slot in a victim phone's windows until taken back,
-/// and a flood of such sends would keep the phone refused for its owner.
-/// Refused there, the others are read without writing, so that the answer's
-/// refusal is the one an atomic store would give.
-async fn offer_in_waves<'a, S: WindowStore + ?Sized>(
+/// `req`'s event offered to every subject, the answers in request order:
+/// the caller's own subjects first, the others once those admitted it.
+/// Were every subject offered at once, a caller its own address refuses
+/// would hold a slot in a victim phone's windows until taken back, and a
+/// flood of such sends would keep the phone refused for its owner.
+/// Refused there, the others are read without writing, so that the
+/// answer's refusal is the one an atomic store would give.
+async fn offer_in_waves<S: WindowStore + ?Sized>(
     store: &S,
-    req: &ReserveRequest<'a>,
-) -> Vec<(SubjectWindows<'a>, Result<HitOutcome, StoreError>)> {
-    let (own, others): (Vec<_>, Vec<_>) = req
-        .subjects
-        .iter()
-        .enumerate()
-        .partition(|(_, subject)| subject.callers_own);
-    let own_results = join_all(
-        own.iter()
-            .map(|(_, subject)| store.hit(offer(subject, req))),
-    )
-    .await;
-    let own_admit = own_results
+    req: &ReserveRequest<'_>,
+) -> Vec<Result<HitOutcome, StoreError>> {
+    let wave = |own: bool| req.subjects.iter().filter(move |s| s.callers_own == own);
+    let own = join_all(wave(true).map(|subject| store.hit(offer(subject, req)))).await;
+    let admitted = own
         .iter()
         .all(|r| r.as_ref().is_ok_and(|o| o.verdict == HitVerdict::Allowed));
-    let other_results = if own_admit || req.force {
-        join_all(
-            others
-                .iter()
-                .map(|(_, subject)| store.hit(offer(subject, req))),
-        )
-        .await
+    let others = if admitted || req.force {
+        join_all(wave(false).map(|subject| store.hit(offer(subject, req)))).await
     } else {
-        let peeks = others.iter().map(|(_, subject)| async move {
+        join_all(wave(false).map(|subject| async move {
             let peek = store.peek(subject.key, subject.windows).await?;
             Ok(HitOutcome::peeked(subject.windows, peek, req.gate_open))
-        });
-        join_all(peeks).await
+        }))
+        .await
     };
-    // Back in request order.
-    let mut results: Vec<_> = own
+    // Back in request order: each wave kept it among its own.
+    let (mut own, mut others) = (own.into_iter(), others.into_iter());
+    req.subjects
         .iter()
-        .zip(own_results)
-        .chain(others.iter().zip(other_results))
-        .map(|((i, subject), result)| (*i, **subject, result))
-        .collect();
-    results.sort_unstable_by_key(|(i, _, _)| *i);
-    results
-        .into_iter()
-        .map(|(_, subject, result)| (subject, result))
+        .filter_map(|subject| match subject.callers_own {
+            true => own.next(),
+            false => others.next(),
+        })
         .collect()
 }
 

@@ -1067,6 +1067,19 @@ async fn lock_the_trail(db: &TestDb) -> sqlx::PgConnection {
     holder
 }
 
+/// How many admin reads of the trail wait in PostgreSQL on
+/// [`lock_the_trail`]'s lock.
+async fn reads_waiting_on_the_lock(db: &TestDb) -> i64 {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM pg_stat_activity \
+         WHERE datname = current_database() AND wait_event_type = 'Lock' \
+         AND query LIKE '%ORDER BY occurred_at DESC, id DESC LIMIT%'",
+    )
+    .fetch_one(pg_pool(&db.connect().await))
+    .await
+    .unwrap()
+}
+
 /// An admin's read of the trail ends at `audit.read_timeout` with a 503,
 /// and takes its connection back to the pool, rather than waiting as long
 /// as the database does.
@@ -1082,14 +1095,7 @@ async fn an_admin_read_ends_at_the_read_timeout() {
         .expect("PostgreSQL ends the read at the bound");
     assert_eq!(answer.status, 503, "{}", answer.body);
     assert_eq!(answer.body["error"], "audit_unavailable");
-    let waiting: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM pg_stat_activity \
-         WHERE datname = current_database() AND wait_event_type = 'Lock' \
-         AND query LIKE '%ORDER BY occurred_at DESC, id DESC LIMIT%'",
-    )
-    .fetch_one(pg_pool(&db.connect().await))
-    .await
-    .unwrap();
+    let waiting = reads_waiting_on_the_lock(&db).await;
     assert_eq!(waiting, 0, "no read still waits in PostgreSQL");
     drop(holder);
     assert_eq!(app.admin_get("/admin/api/events").await.status, 200);
@@ -1118,14 +1124,7 @@ async fn asking_and_leaving_in_a_loop_keeps_one_read_running() {
             "the read waits on the lock"
         );
     }
-    let waiting: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM pg_stat_activity \
-         WHERE datname = current_database() AND wait_event_type = 'Lock' \
-         AND query LIKE '%ORDER BY occurred_at DESC, id DESC LIMIT%'",
-    )
-    .fetch_one(pg_pool(&db.connect().await))
-    .await
-    .unwrap();
+    let waiting = reads_waiting_on_the_lock(&db).await;
     assert_eq!(waiting, 1, "the first ask's read, in the viewer's one turn");
     drop(holder);
 }
