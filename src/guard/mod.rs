@@ -38,6 +38,12 @@ pub struct RequestInfo {
     /// The caller is a backend that may vouch for outcomes (an API key, or
     /// loopback when none is configured); see `routes::caller`.
     pub backend: bool,
+    /// `ip` is the backend's own address (or the proxy's on its host), not a
+    /// client's: a backend called without naming its client in `ip`
+    /// (DESIGN.md §3's verify body has no `ip`; a keyless loopback
+    /// backend's is never read). Per-client windows that every user would
+    /// add up in (the verify tries) do not count it.
+    pub backends_own_ip: bool,
     /// The admin who asked (`token:oncall`, `oidc:ann@example.com`), on
     /// admin requests: audit rows name it.
     pub actor: Option<String>,

@@ -50,6 +50,9 @@ pub const AUDIT_JOURNAL_ERRORS: &str = "tollgate_audit_journal_errors_total";
 /// to the proxy's, by `reason`: `not_forwarded` (no `client_ip_header`)
 /// or `unusable` (it names no address where one was needed).
 pub const CLIENT_IP_FALLBACKS: &str = "tollgate_client_ip_fallbacks_total";
+/// Counter of `/sms/verify` tries from a backend that named no client
+/// (`ip`): not counted in the per-address verify windows.
+pub const SMS_VERIFY_WITHOUT_CLIENT_IP: &str = "tollgate_sms_verify_without_client_ip_total";
 /// Counter of admin requests with a wrong token or password.
 pub const ADMIN_AUTH_FAILURES: &str = "tollgate_admin_auth_failures_total";
 /// Counter of admin requests refused 429 because their address failed
@@ -165,6 +168,10 @@ fn describe() {
     describe_counter!(
         CLIENT_IP_FALLBACKS,
         "Requests from a trusted proxy counted under its address, by reason: not_forwarded, unusable"
+    );
+    describe_counter!(
+        SMS_VERIFY_WITHOUT_CLIENT_IP,
+        "Verify tries from a backend that named no client address (ip), not counted per address"
     );
     describe_counter!(
         ADMIN_AUTH_FAILURES,
@@ -384,6 +391,11 @@ impl Outcome {
 /// Count one request whose client address fell back to its proxy's.
 pub fn client_ip_fallback(reason: &'static str) {
     counter!(CLIENT_IP_FALLBACKS, "reason" => reason).increment(1);
+}
+
+/// Count one verify try from a backend that named no client.
+pub fn verify_without_client_ip() {
+    counter!(SMS_VERIFY_WITHOUT_CLIENT_IP).increment(1);
 }
 
 /// Count one failed admin authentication.

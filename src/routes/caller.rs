@@ -339,23 +339,31 @@ impl Access {
         key: KeyCheck,
         body_ip: Option<&str>,
     ) -> Result<RequestInfo, ApiError> {
-        let (backend, ip) = match key {
-            KeyCheck::Key => {
-                let ip = match body_ip {
-                    Some(raw) => Some(ClientIp::parse(raw).ok_or_else(|| {
+        let (backend, ip, backends_own_ip) = match key {
+            KeyCheck::Key => match body_ip {
+                Some(raw) => {
+                    let ip = ClientIp::parse(raw).ok_or_else(|| {
                         ApiError::InvalidRequest("ip is not an IP address".into())
-                    })?),
-                    None => self.peer_ip(req),
-                };
-                (true, ip)
-            }
+                    })?;
+                    (true, Some(ip), false)
+                }
+                // Unless a trusted proxy named a client, the address is the
+                // backend's own: the one that called.
+                None => match self.client_address(req) {
+                    Some((ip, named)) => (true, Some(ip), !named),
+                    None => (true, None, false),
+                },
+            },
             // Without a key the body's `ip` is ignored altogether, checked
-            // or not: a browser's placeholder must not fail its send.
-            KeyCheck::Loopback => (true, self.peer_ip(req)),
-            KeyCheck::NoKey | KeyCheck::Keyless => (false, self.peer_ip(req)),
+            // or not: a browser's placeholder must not fail its send. A
+            // loopback backend carries no client-address header, so its
+            // address is its own.
+            KeyCheck::Loopback => (true, self.peer_ip(req), true),
+            KeyCheck::NoKey | KeyCheck::Keyless => (false, self.peer_ip(req), false),
         };
         let mut info = self.info(req, ip);
         info.backend = backend;
+        info.backends_own_ip = backends_own_ip && ip.is_some();
         Ok(info)
     }
 
@@ -393,6 +401,7 @@ impl Access {
             user_agent,
             ip,
             backend: false,
+            backends_own_ip: false,
             actor: None,
         }
     }
@@ -402,11 +411,18 @@ impl Access {
     /// that forwards no usable address is counted (a metric) and reported
     /// (a rate-limited warning); the request counts under its address.
     pub(crate) fn peer_ip(&self, req: &HttpRequest) -> Option<ClientIp> {
+        self.client_address(req).map(|(ip, _)| ip)
+    }
+
+    /// [`peer_ip`](Self::peer_ip), and whether a trusted proxy's header
+    /// named it (a client it forwarded, or one it forwarded unusably,
+    /// counted under the proxy): otherwise the address is the caller's own.
+    fn client_address(&self, req: &HttpRequest) -> Option<(ClientIp, bool)> {
         let peer = req.peer_addr().map(|a| a.ip())?;
         // An untrusted peer's header is not even collected: a client far
         // from any proxy costs nothing however much it sends.
         if !self.trust.reads_header_from(peer) {
-            return Some(ClientIp::new(peer));
+            return Some((ClientIp::new(peer), false));
         }
         // Read lossily, not with `to_str`: an appending proxy puts what the
         // client wrote (any bytes) on the same line as its own entry, and
@@ -418,6 +434,10 @@ impl Access {
             .map(|v| String::from_utf8_lossy(v.as_bytes()))
             .collect();
         let client = self.trust.client(peer, values.iter().map(|v| v.as_ref()));
+        let named = matches!(
+            client,
+            ClientAddress::Forwarded(_) | ClientAddress::Unusable(_)
+        );
         match client {
             ClientAddress::Peer(_) | ClientAddress::Forwarded(_) => {}
             ClientAddress::NotForwarded(_) => crate::metrics::client_ip_fallback("not_forwarded"),
@@ -436,7 +456,7 @@ impl Access {
                 }
             }
         }
-        Some(ClientIp::new(client.ip()))
+        Some((ClientIp::new(client.ip()), named))
     }
 }
 

@@ -18,6 +18,7 @@ on_both_backends!(
     a_code_never_sent_counts_down_like_a_wrong_code,
     the_answers_are_the_same_with_and_without_a_pending_code,
     the_31st_failed_try_from_one_address_is_refused_and_another_still_verifies,
+    a_backend_that_names_no_client_is_not_one_address_that_every_user_fills,
     a_right_code_gives_its_try_back,
     the_64s_of_one_network_share_its_failed_tries,
     strangers_cannot_burn_the_code_of_the_address_that_asked_for_it,
@@ -346,6 +347,51 @@ async fn the_31st_failed_try_from_one_address_is_refused_and_another_still_verif
         .sms_verify(json!({ "phone": "+8613800138050", "code": "000000", "ip": attacker }))
         .await;
     assert_eq!(after.status, 200, "{}", after.body);
+}
+
+/// DESIGN.md §3's verify body has no `ip`: a backend built to it names no
+/// client, and its users' tries must not add up under its own address
+/// (thirty typos an hour, anyone's, would refuse every verify, right codes
+/// too). A browser calling from the same address still counts as itself.
+async fn a_backend_that_names_no_client_is_not_one_address_that_every_user_fills(
+    backend: Backend,
+) {
+    let app = spawn_app(backend, |s| {
+        let defaults = Settings::defaults().expect("the embedded defaults are valid");
+        s.sms.verify_ip_limits = defaults.sms.verify_ip_limits;
+        s.server.keyless_sms = true;
+    })
+    .await;
+    let uncounted = "tollgate_sms_verify_without_client_ip_total";
+    let before = app.metric(uncounted).await;
+    let user = "+8613800138099";
+    app.sms_send(json!({ "phone": user })).await;
+    let code = app.sms.last_code(user);
+    for i in 0..31 {
+        let typo = app
+            .sms_verify(json!({ "phone": format!("+86138001380{i:02}"), "code": "000000" }))
+            .await;
+        assert_eq!(typo.status, 200, "typo {i}: {}", typo.body);
+    }
+    let verified = app
+        .sms_verify(json!({ "phone": user, "code": code }))
+        .await;
+    assert_eq!(verified.body, json!({ "valid": true }));
+    assert!(app.metric(uncounted).await - before >= 32.0);
+
+    // The same address without a key is a browser: its own tries count.
+    let keyless = |phone: String| {
+        app.client
+            .post(format!("{}/sms/verify", app.address))
+            .json(&json!({ "phone": phone, "code": "000000" }))
+    };
+    for i in 0..30 {
+        let probe = app.send_raw(keyless(format!("+86138001381{i:02}"))).await;
+        assert_eq!(probe.status, 200, "probe {i}: {}", probe.body);
+    }
+    let throttled = app.send_raw(keyless("+8613800138150".into())).await;
+    assert_eq!(throttled.status, 429, "{}", throttled.body);
+    assert_eq!(throttled.body["rule"], "ip 30/1h");
 }
 
 /// A user who mistypes pays for it; one who types the code right does not.
