@@ -401,6 +401,23 @@ mod tests {
         assert_eq!(settings.server.admin_tokens.len(), 2);
     }
 
+    /// A send waits for the captcha's and the SMS provider's calls: a
+    /// timeout of minutes (a slipped unit) is refused at start-up.
+    #[test]
+    fn provider_timeouts_past_30s_are_refused() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let path = dir.path().join("tollgate.toml");
+        for (section, key) in [("sms.provider", "sms.provider.timeout"), ("captcha", "captcha.timeout")] {
+            let text = format!("[{section}]\ntimeout = \"5m\"\n");
+            let error = Settings::load_text(&path, &text).expect_err("refused");
+            let error = error.to_string();
+            assert!(error.contains(key), "{error}");
+            assert!(error.contains("at most 30s"), "{error}");
+            let text = format!("[{section}]\ntimeout = \"30s\"\n");
+            Settings::load_text(&path, &text).expect("30s loads");
+        }
+    }
+
     /// A network is 32 to 64 bits: wider would count registries as one
     /// client, narrower splits the /64 an IP subject is.
     #[test]

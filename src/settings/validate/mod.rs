@@ -45,6 +45,23 @@ const MAX_WRITE_TIMEOUT: Duration = Duration::from_secs(3600);
 /// The least `audit.journal_max_bytes`: below it, a typo (a bare `1`).
 const MIN_JOURNAL_MAX_BYTES: u64 = 1 << 20;
 
+/// The longest a provider's call may take (`sms.provider.timeout`,
+/// `captcha.timeout`): a send waits for both, and a slip of a unit (`5m`)
+/// would hold every send open for minutes.
+const MAX_PROVIDER_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A provider call's timeout: positive, at most [`MAX_PROVIDER_TIMEOUT`].
+fn provider_timeout(key: &str, value: Duration) -> Check {
+    duration(key, value)?;
+    if value > MAX_PROVIDER_TIMEOUT {
+        return Err(SettingsError::invalid(
+            key,
+            "must be at most 30s (a send waits for the captcha's and the SMS provider's calls)",
+        ));
+    }
+    Ok(())
+}
+
 /// The smallest `store.memory_limit`: below it a handful of subjects would
 /// evict one another.
 const MIN_MEMORY_LIMIT: u64 = 1 << 20;
@@ -364,7 +381,7 @@ impl Settings {
     /// `[sms.provider]`: its timeout and what its kind needs.
     fn check_sms_provider(&self) -> Check {
         let provider = &self.sms.provider;
-        duration("sms.provider.timeout", provider.timeout)?;
+        provider_timeout("sms.provider.timeout", provider.timeout)?;
         match provider.kind {
             SmsProviderKind::Log => {}
             SmsProviderKind::Webhook => {
@@ -438,7 +455,7 @@ impl Settings {
                 "is required when captcha.kind is not \"none\"",
             ));
         }
-        duration("captcha.timeout", self.captcha.timeout)?;
+        provider_timeout("captcha.timeout", self.captcha.timeout)?;
         server::failure_limit(
             "captcha.failed_token_limit",
             &self.captcha.failed_token_limit,
