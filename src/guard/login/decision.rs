@@ -170,14 +170,17 @@ fn ip_blocked(
 ) -> Option<(LoginState, AuditEvent)> {
     let ip = attempt.ip?;
     let retry = outcome.ip.and_then(|s| s.blocked_retry_after_ms)?;
-    let locked = matches!(
-        outcome.user.verdict,
-        LoginVerdict::Locked { .. } | LoginVerdict::PairLocked { .. }
-    );
+    let lock_retry = match outcome.user.verdict {
+        LoginVerdict::Locked { retry_after_ms } | LoginVerdict::PairLocked { retry_after_ms } => {
+            Some(retry_after_ms)
+        }
+        _ => None,
+    };
+    // A retry passes only once both have ended (`/login/check` says the same).
     let answer = LoginState::deny(Denial {
         reason: Reason::IpBlocked,
-        locked,
-        retry_after_ms: retry,
+        locked: lock_retry.is_some(),
+        retry_after_ms: retry.max(lock_retry.unwrap_or(0)),
         failures: seen.failures,
         captcha_required: seen.captcha_required,
     });
@@ -330,24 +333,26 @@ pub(super) fn check(policy: &Policy, seen: Checked<'_>) -> LoginState {
     let network_captcha = network.is_some_and(|count| network_tier_full(policy, count));
     let captcha_required =
         failures >= policy.login.user_captcha.limit || ip_captcha || network_captcha;
-    // Both may hold: the answer waits for the later end.
-    if let Some(retry) = user
+    // Both locks may hold: the answer waits for the later end.
+    let lock_retry = user
         .locked_retry_after_ms
-        .max(user.pair_locked_retry_after_ms)
-    {
-        return LoginState::deny(Denial {
-            reason: Reason::UserLocked,
-            locked: true,
-            retry_after_ms: retry,
-            failures,
-            captcha_required,
-        });
-    }
+        .max(user.pair_locked_retry_after_ms);
+    // The IP's block answers first, as an attempt's does, and a retry
+    // passes only once the lock has ended too.
     if let Some(peek) = ip.filter(|p| IpLoginRules::block_count(p) >= policy.login.ip.block.limit) {
         let retry = IpLoginRules::block_retry_after_ms(peek);
         return LoginState::deny(Denial {
             reason: Reason::IpBlocked,
-            locked: false,
+            locked: lock_retry.is_some(),
+            retry_after_ms: retry.max(lock_retry.unwrap_or(0)),
+            failures,
+            captcha_required,
+        });
+    }
+    if let Some(retry) = lock_retry {
+        return LoginState::deny(Denial {
+            reason: Reason::UserLocked,
+            locked: true,
             retry_after_ms: retry,
             failures,
             captcha_required,

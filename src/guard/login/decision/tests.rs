@@ -49,8 +49,35 @@ fn refusals_come_in_order_and_shadow_writes_them_all() {
     let decided = attempt(&policy, &outcome, facts());
     let reasons: Vec<_> = decided.refusals.iter().map(|(a, _)| a.reason).collect();
     assert_eq!(reasons, [Some(Reason::IpBlocked), Some(Reason::UserLocked)]);
-    assert_eq!(decided.refusals[0].0.retry_after_secs, Some(5));
+    assert_eq!(
+        decided.refusals[0].0.retry_after_secs,
+        Some(60),
+        "a retry passes once the lock has ended too"
+    );
     assert!(decided.refusals[0].0.locked);
+    assert_eq!(decided.refusals[0].1.retry_after_ms, Some(5_000), "the IP's row");
+
+    // `/login/check` on the same state answers the same.
+    let checked = check(
+        &policy,
+        Checked {
+            user: &LoginStateOutcome {
+                locked_retry_after_ms: Some(60_000),
+                pair_locked_retry_after_ms: None,
+                failures: 12,
+                lock_window_failures: 12,
+            },
+            ip: Some(&PeekOutcome {
+                counts: vec![100, 100],
+                retry_after_ms: vec![5_000, 5_000],
+            }),
+            network: None,
+        },
+    );
+    assert_eq!(
+        (checked.reason, checked.locked, checked.retry_after_secs),
+        (Some(Reason::IpBlocked), true, Some(60))
+    );
 
     let mut shadow = default_policy();
     shadow.login.shadow = true;
