@@ -89,7 +89,7 @@ pub struct Journal {
     sealed_bytes: AtomicU64,
     /// `audit.journal_max_bytes`.
     max_bytes: u64,
-    /// This run's name, `<start ms>-<pid>-<k>`; its segments are
+    /// This run's name, `<start ms>-<pid>-<k>-<random>`; its segments are
     /// `journal-<run>-<n>.jsonl`.
     run: String,
     next: AtomicU64,
@@ -110,19 +110,22 @@ impl Journal {
         static RUNS: AtomicU64 = AtomicU64::new(0);
         let dir = dir.into();
         fs::create_dir_all(&dir)?;
+        // Random bits too: containers on one shared volume are each
+        // process 1, and may start in the same millisecond.
         let run = format!(
-            "{:013}-{}-{}",
+            "{:013}-{}-{}-{:08x}",
             chrono::Utc::now().timestamp_millis(),
             std::process::id(),
-            RUNS.fetch_add(1, Ordering::Relaxed)
+            RUNS.fetch_add(1, Ordering::Relaxed),
+            rand::random::<u32>()
         );
         // Locked under a name no one adopts, then renamed: a process
         // starting beside this one never finds the lock file unlocked,
-        // which would make this run look gone to it.
+        // which would make this run look gone to it. Made new, never
+        // another's taken over.
         let locking = dir.join(format!(".{run}.locking"));
         let lock = OpenOptions::new()
-            .create(true)
-            .truncate(false)
+            .create_new(true)
             .write(true)
             .open(&locking)?;
         if !try_lock(&lock) {
@@ -398,6 +401,23 @@ impl Journal {
                 dir = %self.dir.display(),
                 held_back,
                 "cannot write the audit journal (audit.spool_dir); events wait in memory"
+            );
+        }
+    }
+
+    /// A segment to replay could not be read (its owner or mode changed, a
+    /// directory in its place): counted and said, tried again on the
+    /// writer's next pass. Not a failure of the journal, which still
+    /// takes events: readiness is not touched.
+    pub fn unreadable(&self, segment: &Path, error: &io::Error) {
+        counter!(AUDIT_JOURNAL_ERRORS, "op" => "read").increment(1);
+        if let Some(held_back) = ERROR_LINES.admit() {
+            tracing::error!(
+                error = %error,
+                file = %segment.display(),
+                held_back,
+                "cannot read an audit journal segment to replay it; tried again until it can be, \
+                 or is removed (its events are not in the database)"
             );
         }
     }

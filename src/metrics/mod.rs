@@ -226,7 +226,7 @@ fn describe() {
 }
 
 /// The failure counters the shipped alerts watch (store errors, spooled
-/// and unjournaled audit events), from 0 at start-up: a series that first
+/// and unjournaled audit events, unreadable journal segments), from 0 at start-up: a series that first
 /// appears at 1 hides its first failure from `rate` and `increase`. (The
 /// busy series the other alerts read exist after the first requests.)
 fn zeroes() {
@@ -237,6 +237,7 @@ fn zeroes() {
     for outcome in ["spooled", "unjournaled"] {
         counter!(AUDIT_EVENTS, "outcome" => outcome).increment(0);
     }
+    counter!(AUDIT_JOURNAL_ERRORS, "op" => "read").increment(0);
 }
 
 /// The audit trail's series.
@@ -535,6 +536,7 @@ mod tests {
             "tollgate_store_errors_total 0",
             "tollgate_audit_events_total{outcome=\"spooled\"} 0",
             "tollgate_audit_events_total{outcome=\"unjournaled\"} 0",
+            "tollgate_audit_journal_errors_total{op=\"read\"} 0",
         ] {
             assert!(
                 text.lines().any(|l| l == line),

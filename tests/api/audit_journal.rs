@@ -860,18 +860,19 @@ async fn past_the_journal_bound_a_flush_journals_what_a_hung_insert_has_taken() 
 }
 
 /// A segment that cannot be read (here a directory where a file should
-/// be) holds back none after it: the later segment's events arrive. Once
+/// be) holds back none after it: the later segment's events arrive, and
+/// the journal, which still takes events, stays ready. Once
 /// it is gone altogether (deleted by hand, or by a cleaner of old files),
 /// it is forgotten, not tried again and again.
 #[tokio::test]
 async fn an_unreadable_segment_holds_back_none_after_it_and_a_deleted_one_is_forgotten() {
     let db = TestDb::new(DbKind::Postgres).await;
     let spool = db.spool_dir();
-    std::fs::create_dir_all(spool.join("a.jsonl")).unwrap();
+    std::fs::create_dir_all(spool.join("replay-a.jsonl")).unwrap();
     let mut event = a_refusal("kept");
     event.request_id = Some("kept".to_string());
     let line = serde_json::to_string(&event).unwrap();
-    std::fs::write(spool.join("b.jsonl"), format!("{line}\n")).unwrap();
+    std::fs::write(spool.join("replay-b.jsonl"), format!("{line}\n")).unwrap();
     // An earlier process's spool files, adopted oldest first.
     let app = app_with(db.url.clone(), spool.clone(), false).await;
     let pool = db.connect().await;
@@ -899,6 +900,11 @@ async fn an_unreadable_segment_holds_back_none_after_it_and_a_deleted_one_is_for
         app.metric(reads).await > before
     })
     .await;
+    // A file it cannot read is no journal it cannot write: ready all along.
+    for _ in 0..10 {
+        assert!(app.sink_health().journal, "the journal still takes events");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 
     std::fs::remove_dir(&unreadable[0]).unwrap();
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -1027,6 +1033,43 @@ fn a_shared_spool_dir_adopts_only_the_segments_of_processes_that_are_gone() {
     let events = read_events(adopted[0].path()).unwrap();
     assert_eq!(events.iter().map(|e| e.id).collect::<Vec<_>>(), [lost.id]);
     assert!(live.sealed().is_empty(), "the live run keeps its own");
+}
+
+/// Adopting a file deletes it once replayed: only the journal's own names
+/// are taken (a run's segments, the old spool's `spool.jsonl` and
+/// `replay-*.jsonl`), never another file an operator keeps there.
+#[test]
+fn only_the_journals_own_files_are_adopted() {
+    use tollgate::audit::Journal;
+
+    let dir = tempfile::tempdir().unwrap();
+    let line = |user: &str| {
+        let mut line = serde_json::to_vec(&a_refusal(user)).unwrap();
+        line.push(b'\n');
+        line
+    };
+    std::fs::write(dir.path().join("spool.jsonl"), line("old-spool")).unwrap();
+    std::fs::write(dir.path().join("replay-7.jsonl"), line("old-replay")).unwrap();
+    let kept: Vec<(&str, Vec<u8>)> = ["export.jsonl", "journal-notes.jsonl", "replay.jsonl"]
+        .into_iter()
+        .map(|name| (name, line(name)))
+        .collect();
+    for (name, text) in &kept {
+        std::fs::write(dir.path().join(name), text).unwrap();
+    }
+
+    let next = Journal::open(dir.path(), 1 << 30).unwrap();
+    let adopted: Vec<String> = next
+        .sealed()
+        .iter()
+        .flat_map(|s| tollgate::audit::journal::read_events(s.path()).unwrap())
+        .map(|e| e.subject)
+        .collect();
+    assert_eq!(adopted, ["old-replay", "old-spool"]);
+    for (name, text) in &kept {
+        let now = std::fs::read(dir.path().join(name)).expect("left where it was");
+        assert_eq!(&now, text, "{name} untouched");
+    }
 }
 
 /// A run's lock that cannot be opened for another reason than its absence

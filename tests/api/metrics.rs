@@ -356,6 +356,7 @@ async fn the_alerted_failure_counters_are_exported_before_any_failure() {
         "tollgate_store_errors_total ",
         "tollgate_audit_events_total{outcome=\"spooled\"} ",
         "tollgate_audit_events_total{outcome=\"unjournaled\"} ",
+        "tollgate_audit_journal_errors_total{op=\"read\"} ",
     ] {
         assert!(
             text.lines().any(|l| l.starts_with(series)),

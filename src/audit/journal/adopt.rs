@@ -27,7 +27,7 @@ impl Journal {
                 runs.insert(owner.to_string(), self.claim(owner));
             }
         }
-        for name in names.iter().filter(|n| n.ends_with(".jsonl")) {
+        for name in names.iter().filter(|n| is_journal_file(n)) {
             if let Some(owner) = run_of(name) {
                 // A run whose lock file the listing did not show is asked
                 // all the same: a directory read while others rename into
@@ -114,6 +114,17 @@ const STALE_AFTER: Duration = Duration::from_secs(60);
 /// (`.probe-<run>`, at start-up and when it rechecks a failed directory).
 fn is_momentary_file(name: &str) -> bool {
     name.starts_with(".probe-") || (name.starts_with('.') && name.ends_with(".locking"))
+}
+
+/// A file the journal adopts: a run's segment, or the old spool's
+/// (`spool.jsonl`, `replay-*.jsonl`). Anything else an operator keeps in
+/// the directory is left alone: adopting deletes a file once replayed.
+fn is_journal_file(name: &str) -> bool {
+    run_of(name).is_some()
+        || name == "spool.jsonl"
+        || name
+            .strip_prefix("replay-")
+            .is_some_and(|rest| rest.ends_with(".jsonl"))
 }
 
 /// The run a segment's name says wrote it (`journal-<run>-<n>.jsonl`); none

@@ -394,7 +394,7 @@ impl Writer {
                 return Replay::Unreadable;
             }
             Ok(Err(e)) => {
-                self.journal.failed("read", &e);
+                self.journal.unreadable(segment.path(), &e);
                 return Replay::Unreadable;
             }
             Err(_) => return Replay::Unreadable,
