@@ -113,7 +113,8 @@ impl DbSink {
             held.clone(),
             &config,
         );
-        tokio::spawn(writer.run(receiver));
+        let writing = tokio::spawn(writer.run(receiver));
+        tokio::spawn(watch_the_writer(writing, database.clone()));
         Ok(Arc::new(Self {
             queue,
             journal,
@@ -129,6 +130,22 @@ impl DbSink {
     /// The database the sink writes to.
     pub fn db(&self) -> &AuditDb {
         &self.db
+    }
+}
+
+/// A writer that panicked writes nothing again, though the journal still
+/// takes every event: say so, and have `/readyz` answer 503 from then on,
+/// so that the instance leaves the load balancer and is restarted (a new
+/// process replays the journal).
+async fn watch_the_writer(writing: tokio::task::JoinHandle<()>, database: Arc<AtomicBool>) {
+    if let Err(e) = writing.await {
+        if e.is_panic() {
+            database.store(false, Ordering::Relaxed);
+            tracing::error!(
+                "the audit writer panicked: events are journaled but no longer written to the \
+                 database; /readyz answers 503 until the process is restarted, which replays them"
+            );
+        }
     }
 }
 
@@ -255,5 +272,21 @@ impl AuditSink for DbSink {
             database: self.database.load(Ordering::Relaxed),
             journal: self.journal.healthy(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_writer_that_panicked_leaves_the_sink_unready_and_one_that_ended_does_not() {
+        let database = Arc::new(AtomicBool::new(true));
+        watch_the_writer(tokio::spawn(async { panic!("a bug") }), database.clone()).await;
+        assert!(!database.load(Ordering::Relaxed), "after a panic");
+
+        let database = Arc::new(AtomicBool::new(true));
+        watch_the_writer(tokio::spawn(async {}), database.clone()).await;
+        assert!(database.load(Ordering::Relaxed), "after a clean end");
     }
 }
