@@ -21,7 +21,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use super::{AuditDecision, AuditEvent};
-use crate::domain::SubjectKind;
+use crate::domain::{Action, SubjectKind};
 
 /// Width of a count bucket, and of the finest top summary: 5 minutes.
 pub const BUCKET_MS: i64 = 5 * 60_000;
@@ -166,9 +166,15 @@ fn list_key(list: TopList, event: &AuditEvent, prefix_digits: u32) -> Option<Str
     }
 }
 
-/// Whether an event counts as a refusal in the top lists.
+/// Whether an event counts as a refusal in the top lists: a guard's, not
+/// an admin's (`forbidden`, a failed sign-in). The lists rank whom the
+/// guards refuse, and a viewer refused an unblock of `user:alice` would
+/// otherwise move alice up them at will; admins' refusals are in the counts,
+/// under action `admin`.
 pub fn is_refusal(event: &AuditEvent) -> bool {
-    !event.shadow && AuditDecision::REFUSALS.contains(&event.decision)
+    !event.shadow
+        && event.action != Action::Admin
+        && AuditDecision::REFUSALS.contains(&event.decision)
 }
 
 /// The rollup deltas of rows just inserted.
@@ -306,7 +312,7 @@ pub fn prune_cut(counts_desc: &[i64]) -> Option<i64> {
 mod tests {
     use super::*;
     use crate::audit::AuditDecision;
-    use crate::domain::{Action, Subject};
+    use crate::domain::Subject;
 
     fn refused(kind: SubjectKind, id: &str, ip: &str) -> AuditEvent {
         let mut e = AuditEvent::new(
@@ -362,9 +368,11 @@ mod tests {
         shadowed.shadow = true;
         let mut unblock = refused(SubjectKind::User, "carol", "198.51.100.2");
         unblock.decision = AuditDecision::Unblock;
-        let d = deltas([&phone, &user, &shadowed, &unblock], 7);
+        let mut forbidden = refused(SubjectKind::User, "alice", "198.51.100.3");
+        forbidden.action = Action::Admin;
+        let d = deltas([&phone, &user, &shadowed, &unblock, &forbidden], 7);
 
-        assert_eq!(d.counts.values().sum::<i64>(), 4);
+        assert_eq!(d.counts.values().sum::<i64>(), 5);
         let top = |list| {
             let key = SummaryKey {
                 width_ms: HOUR_MS,
