@@ -407,7 +407,10 @@ mod tests {
     fn provider_timeouts_past_30s_are_refused() {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let path = dir.path().join("tollgate.toml");
-        for (section, key) in [("sms.provider", "sms.provider.timeout"), ("captcha", "captcha.timeout")] {
+        for (section, key) in [
+            ("sms.provider", "sms.provider.timeout"),
+            ("captcha", "captcha.timeout"),
+        ] {
             let text = format!("[{section}]\ntimeout = \"5m\"\n");
             let error = Settings::load_text(&path, &text).expect_err("refused");
             let error = error.to_string();

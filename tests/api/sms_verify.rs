@@ -353,9 +353,7 @@ async fn the_31st_failed_try_from_one_address_is_refused_and_another_still_verif
 /// client, and its users' tries must not add up under its own address
 /// (thirty typos an hour, anyone's, would refuse every verify, right codes
 /// too). A browser calling from the same address still counts as itself.
-async fn a_backend_that_names_no_client_is_not_one_address_that_every_user_fills(
-    backend: Backend,
-) {
+async fn a_backend_that_names_no_client_is_not_one_address_that_every_user_fills(backend: Backend) {
     let app = spawn_app(backend, |s| {
         let defaults = Settings::defaults().expect("the embedded defaults are valid");
         s.sms.verify_ip_limits = defaults.sms.verify_ip_limits;
@@ -373,9 +371,7 @@ async fn a_backend_that_names_no_client_is_not_one_address_that_every_user_fills
             .await;
         assert_eq!(typo.status, 200, "typo {i}: {}", typo.body);
     }
-    let verified = app
-        .sms_verify(json!({ "phone": user, "code": code }))
-        .await;
+    let verified = app.sms_verify(json!({ "phone": user, "code": code })).await;
     assert_eq!(verified.body, json!({ "valid": true }));
     assert!(app.metric(uncounted).await - before >= 32.0);
 

@@ -55,7 +55,11 @@ fn refusals_come_in_order_and_shadow_writes_them_all() {
         "a retry passes once the lock has ended too"
     );
     assert!(decided.refusals[0].0.locked);
-    assert_eq!(decided.refusals[0].1.retry_after_ms, Some(5_000), "the IP's row");
+    assert_eq!(
+        decided.refusals[0].1.retry_after_ms,
+        Some(5_000),
+        "the IP's row"
+    );
 
     // `/login/check` on the same state answers the same.
     let checked = check(
