@@ -121,6 +121,11 @@ async fn serve(settings: Settings, reloader: Reloader) -> anyhow::Result<()> {
     let app = Application::build(settings).await?;
     reloader.start(app.reloadable());
     app.run_until_stopped().await?;
+    if tollgate::audit::writer_panicked() {
+        // A failure exit, so that systemd's Restart=on-failure starts the
+        // next process too; it replays the journal.
+        anyhow::bail!("stopped because the audit writer panicked (see the ERROR above)");
+    }
     Ok(())
 }
 

@@ -114,7 +114,11 @@ impl DbSink {
             &config,
         );
         let writing = tokio::spawn(writer.run(receiver));
-        tokio::spawn(watch_the_writer(writing, database.clone()));
+        tokio::spawn(watch_the_writer(
+            writing,
+            database.clone(),
+            stop_the_process,
+        ));
         Ok(Arc::new(Self {
             queue,
             journal,
@@ -133,19 +137,44 @@ impl DbSink {
     }
 }
 
-/// A writer that panicked writes nothing again, though the journal still
-/// takes every event: say so, and have `/readyz` answer 503 from then on,
-/// so that the instance leaves the load balancer and is restarted (a new
-/// process replays the journal).
-async fn watch_the_writer(writing: tokio::task::JoinHandle<()>, database: Arc<AtomicBool>) {
+/// Set once the writer panicked: the process then stops and exits with an
+/// error (`main`), so that systemd's `Restart=on-failure` or the
+/// orchestrator starts a new one, which replays the journal.
+static WRITER_PANICKED: AtomicBool = AtomicBool::new(false);
+
+/// Whether the audit writer panicked: the service stopped for it.
+pub fn writer_panicked() -> bool {
+    WRITER_PANICKED.load(Ordering::Relaxed)
+}
+
+/// A writer that panicked (a bug) writes nothing again, though the journal
+/// still takes every event. Say so, have `/readyz` answer 503 from then
+/// on, and `stop`: a liveness probe on `/healthz` would never restart it.
+async fn watch_the_writer(
+    writing: tokio::task::JoinHandle<()>,
+    database: Arc<AtomicBool>,
+    stop: impl FnOnce(),
+) {
     if let Err(e) = writing.await {
         if e.is_panic() {
             database.store(false, Ordering::Relaxed);
+            WRITER_PANICKED.store(true, Ordering::Relaxed);
             tracing::error!(
                 "the audit writer panicked: events are journaled but no longer written to the \
-                 database; /readyz answers 503 until the process is restarted, which replays them"
+                 database; stopping, so that a new process replays them"
             );
+            stop();
         }
+    }
+}
+
+/// The graceful stop a `SIGTERM` starts (`startup::stop_signal`): the
+/// listeners drain, the sink's flush journals what memory holds, and the
+/// journal is fsync'd before the process exits.
+fn stop_the_process() {
+    // SAFETY: kill(2) on our own pid with a signal the service handles.
+    unsafe {
+        libc::kill(libc::getpid(), libc::SIGTERM);
     }
 }
 
@@ -280,13 +309,19 @@ mod tests {
     use super::*;
 
     #[tokio::test]
-    async fn a_writer_that_panicked_leaves_the_sink_unready_and_one_that_ended_does_not() {
+    async fn a_writer_that_panicked_stops_the_service_and_one_that_ended_does_not() {
+        let stopped = std::cell::Cell::new(false);
         let database = Arc::new(AtomicBool::new(true));
-        watch_the_writer(tokio::spawn(async { panic!("a bug") }), database.clone()).await;
-        assert!(!database.load(Ordering::Relaxed), "after a panic");
-
-        let database = Arc::new(AtomicBool::new(true));
-        watch_the_writer(tokio::spawn(async {}), database.clone()).await;
+        watch_the_writer(tokio::spawn(async {}), database.clone(), || {
+            stopped.set(true)
+        })
+        .await;
         assert!(database.load(Ordering::Relaxed), "after a clean end");
+        assert!(!stopped.get() && !writer_panicked());
+
+        let writing = tokio::spawn(async { panic!("a bug") });
+        watch_the_writer(writing, database.clone(), || stopped.set(true)).await;
+        assert!(!database.load(Ordering::Relaxed), "unready after a panic");
+        assert!(stopped.get() && writer_panicked(), "and stopping");
     }
 }
