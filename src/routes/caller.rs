@@ -415,8 +415,9 @@ impl Access {
     }
 
     /// [`peer_ip`](Self::peer_ip), and whether a trusted proxy's header
-    /// named it (a client it forwarded, or one it forwarded unusably,
-    /// counted under the proxy): otherwise the address is the caller's own.
+    /// named a client outside the trusted ranges (or named one unusably,
+    /// counted under the proxy): otherwise the address is the caller's own
+    /// (or its proxy's).
     fn client_address(&self, req: &HttpRequest) -> Option<(ClientIp, bool)> {
         let peer = req.peer_addr().map(|a| a.ip())?;
         // An untrusted peer's header is not even collected: a client far
@@ -434,10 +435,13 @@ impl Access {
             .map(|v| String::from_utf8_lossy(v.as_bytes()))
             .collect();
         let client = self.trust.client(peer, values.iter().map(|v| v.as_ref()));
-        let named = matches!(
-            client,
-            ClientAddress::Forwarded(_) | ClientAddress::Unusable(_)
-        );
+        // A forwarded address in the trusted ranges is where the chain
+        // started (every hop trusted): a backend inside them, not a client.
+        let named = match client {
+            ClientAddress::Forwarded(ip) => !self.trust.is_trusted(ip),
+            ClientAddress::Unusable(_) => true,
+            ClientAddress::Peer(_) | ClientAddress::NotForwarded(_) => false,
+        };
         match client {
             ClientAddress::Peer(_) | ClientAddress::Forwarded(_) => {}
             ClientAddress::NotForwarded(_) => crate::metrics::client_ip_fallback("not_forwarded"),
@@ -496,6 +500,74 @@ mod tests {
                     .and_then(|v| credential_of(v, "bearer"));
                 assert!(token.is_none_or(str::is_empty), "{value:?}");
             }
+        }
+    }
+
+    /// Which callers name no client: a backend's own address (or its
+    /// proxy's) never counts in the verify windows every user would fill,
+    /// a client's always does.
+    #[test]
+    fn only_a_backend_that_names_no_client_has_its_own_address() {
+        use actix_web::test::TestRequest;
+        let mut server = crate::settings::Settings::defaults()
+            .expect("the embedded defaults are valid")
+            .server;
+        server.trusted_proxies = vec!["10.0.0.0/8".parse().unwrap()];
+        let access = Access::new(&server);
+        let own = |peer: &str, xff: Option<&str>, key: KeyCheck, body_ip: Option<&str>| {
+            let mut req = TestRequest::default().peer_addr(peer.parse().unwrap());
+            if let Some(xff) = xff {
+                req = req.insert_header(("X-Forwarded-For", xff));
+            }
+            let info = access
+                .caller(&req.to_http_request(), key, body_ip)
+                .expect("a caller");
+            (info.ip.map(|ip| ip.text()), info.backends_own_ip)
+        };
+        let cases = [
+            (
+                ("203.0.113.5:1", None, KeyCheck::Key, None),
+                ("203.0.113.5", true),
+            ),
+            (
+                ("203.0.113.5:1", None, KeyCheck::Key, Some("198.51.100.7")),
+                ("198.51.100.7", false),
+            ),
+            (
+                ("10.0.0.1:1", Some("198.51.100.7"), KeyCheck::Key, None),
+                ("198.51.100.7", false),
+            ),
+            (
+                ("10.0.0.1:1", Some("10.2.3.4"), KeyCheck::Key, None),
+                ("10.2.3.4", true),
+            ),
+            (
+                ("10.0.0.1:1", None, KeyCheck::Key, None),
+                ("10.0.0.1", true),
+            ),
+            (
+                ("10.0.0.1:1", Some("unknown"), KeyCheck::Key, None),
+                ("10.0.0.1", false),
+            ),
+            (
+                ("127.0.0.1:1", None, KeyCheck::Loopback, None),
+                ("127.0.0.1", true),
+            ),
+            (
+                ("198.51.100.7:1", None, KeyCheck::Keyless, None),
+                ("198.51.100.7", false),
+            ),
+            (
+                ("198.51.100.7:1", None, KeyCheck::NoKey, None),
+                ("198.51.100.7", false),
+            ),
+        ];
+        for ((peer, xff, key, body_ip), (ip, expected)) in cases {
+            assert_eq!(
+                own(peer, xff, key, body_ip),
+                (Some(ip.to_string()), expected),
+                "{peer} {xff:?} {key:?} {body_ip:?}"
+            );
         }
     }
 
