@@ -337,31 +337,24 @@ pub(super) fn check(policy: &Policy, seen: Checked<'_>) -> LoginState {
     let lock_retry = user
         .locked_retry_after_ms
         .max(user.pair_locked_retry_after_ms);
-    // The IP's block answers first, as an attempt's does, and a retry
-    // passes only once the lock has ended too.
-    if let Some(peek) = ip.filter(|p| IpLoginRules::block_count(p) >= policy.login.ip.block.limit) {
-        let retry = IpLoginRules::block_retry_after_ms(peek);
-        return LoginState::deny(Denial {
-            reason: Reason::IpBlocked,
-            locked: lock_retry.is_some(),
-            retry_after_ms: retry.max(lock_retry.unwrap_or(0)),
-            failures,
-            captcha_required,
-        });
-    }
-    if let Some(retry) = lock_retry {
-        return LoginState::deny(Denial {
-            reason: Reason::UserLocked,
-            locked: true,
-            retry_after_ms: retry,
-            failures,
-            captcha_required,
-        });
-    }
-    if captcha_required {
-        return LoginState::challenge(failures);
-    }
-    LoginState::allow(failures)
+    let block_retry = ip
+        .filter(|p| IpLoginRules::block_count(p) >= policy.login.ip.block.limit)
+        .map(IpLoginRules::block_retry_after_ms);
+    // The lock answers first here (an attempt names the IP's block first,
+    // as it always has); with both, a retry passes only once both ended.
+    let reason = match (lock_retry, block_retry) {
+        (Some(_), _) => Reason::UserLocked,
+        (None, Some(_)) => Reason::IpBlocked,
+        (None, None) if captcha_required => return LoginState::challenge(failures),
+        (None, None) => return LoginState::allow(failures),
+    };
+    LoginState::deny(Denial {
+        reason,
+        locked: lock_retry.is_some(),
+        retry_after_ms: lock_retry.max(block_retry).unwrap_or(0),
+        failures,
+        captcha_required,
+    })
 }
 
 #[cfg(test)]

@@ -61,7 +61,8 @@ fn refusals_come_in_order_and_shadow_writes_them_all() {
         "the IP's row"
     );
 
-    // `/login/check` on the same state answers the same.
+    // `/login/check` on the same state: the lock named first, as ever,
+    // and the same end.
     let checked = check(
         &policy,
         Checked {
@@ -80,7 +81,7 @@ fn refusals_come_in_order_and_shadow_writes_them_all() {
     );
     assert_eq!(
         (checked.reason, checked.locked, checked.retry_after_secs),
-        (Some(Reason::IpBlocked), true, Some(60))
+        (Some(Reason::UserLocked), true, Some(60))
     );
 
     let mut shadow = default_policy();
