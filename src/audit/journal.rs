@@ -54,6 +54,10 @@ const SEGMENT_AGE: Duration = Duration::from_secs(10);
 /// Journal failures an attacker can provoke by the thousand (one per
 /// refusal, on a full disk): one line per 10 s, every one counted.
 static ERROR_LINES: LogBudget = LogBudget::new(Duration::from_secs(10));
+/// Segments that cannot be read for their replay, tried on every pass of
+/// the writer: a budget of their own, so that a stuck one does not hold
+/// back the line of a failing append or sync.
+static UNREADABLE_LINES: LogBudget = LogBudget::new(Duration::from_secs(10));
 /// Events past `audit.journal_max_bytes`, as many: the same.
 static FULL_LINES: LogBudget = LogBudget::new(Duration::from_secs(10));
 
@@ -411,7 +415,7 @@ impl Journal {
     /// takes events: readiness is not touched.
     pub fn unreadable(&self, segment: &Path, error: &io::Error) {
         counter!(AUDIT_JOURNAL_ERRORS, "op" => "read").increment(1);
-        if let Some(held_back) = ERROR_LINES.admit() {
+        if let Some(held_back) = UNREADABLE_LINES.admit() {
             tracing::error!(
                 error = %error,
                 file = %segment.display(),

@@ -1050,10 +1050,15 @@ fn only_the_journals_own_files_are_adopted() {
     };
     std::fs::write(dir.path().join("spool.jsonl"), line("old-spool")).unwrap();
     std::fs::write(dir.path().join("replay-7.jsonl"), line("old-replay")).unwrap();
-    let kept: Vec<(&str, Vec<u8>)> = ["export.jsonl", "journal-notes.jsonl", "replay.jsonl"]
-        .into_iter()
-        .map(|name| (name, line(name)))
-        .collect();
+    let kept: Vec<(&str, Vec<u8>)> = [
+        "export.jsonl",
+        "journal-notes.jsonl",
+        "journal-2024-05.jsonl",
+        "replay.jsonl",
+    ]
+    .into_iter()
+    .map(|name| (name, line(name)))
+    .collect();
     for (name, text) in &kept {
         std::fs::write(dir.path().join(name), text).unwrap();
     }

@@ -127,9 +127,53 @@ fn is_journal_file(name: &str) -> bool {
             .is_some_and(|rest| rest.ends_with(".jsonl"))
 }
 
-/// The run a segment's name says wrote it (`journal-<run>-<n>.jsonl`); none
-/// for the old spool's files.
+/// The run a segment's name says wrote it (`journal-<run>-<n>.jsonl`, the
+/// run `<start ms>-<pid>-<k>-<8 hex digits>`, or without the hex digits as
+/// before them); none for the old spool's files and for any other name
+/// (`journal-2024-05.jsonl` is an operator's, not a run's).
 fn run_of(name: &str) -> Option<&str> {
     let inner = name.strip_prefix("journal-")?.strip_suffix(".jsonl")?;
-    Some(&inner[..inner.rfind('-')?])
+    let (run, n) = inner.rsplit_once('-')?;
+    let fields: Vec<&str> = run.split('-').collect();
+    let decimal = |f: &str| !f.is_empty() && f.bytes().all(|b| b.is_ascii_digit());
+    let counters =
+        |ms: &str, pid: &str, k: &str| ms.len() >= 13 && decimal(ms) && decimal(pid) && decimal(k);
+    let shaped = match fields.as_slice() {
+        [ms, pid, k] => counters(ms, pid, k),
+        [ms, pid, k, random] => {
+            counters(ms, pid, k)
+                && random.len() == 8
+                && random.bytes().all(|b| b.is_ascii_hexdigit())
+        }
+        _ => false,
+    };
+    (shaped && decimal(n)).then_some(run)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_runs_segment_names_a_run() {
+        let cases = [
+            (
+                "journal-1764835200000-1-0-0a1b2c3d-7.jsonl",
+                Some("1764835200000-1-0-0a1b2c3d"),
+            ),
+            (
+                "journal-1764835200000-4242-3-12.jsonl",
+                Some("1764835200000-4242-3"),
+            ),
+            ("journal-2024-05.jsonl", None),
+            ("journal-2024-05-01-backup.jsonl", None),
+            ("journal-1764835200000-1-0-0a1b2c3d-x.jsonl", None),
+            ("journal-1764835200000-1-0-zz-7.jsonl", None),
+            ("journal-notes.jsonl", None),
+            ("spool.jsonl", None),
+        ];
+        for (name, run) in cases {
+            assert_eq!(run_of(name), run, "{name}");
+        }
+    }
 }
