@@ -21,7 +21,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use super::{AuditDecision, AuditEvent};
-use crate::domain::{Action, SubjectKind};
+use crate::domain::SubjectKind;
 
 /// Width of a count bucket, and of the finest top summary: 5 minutes.
 pub const BUCKET_MS: i64 = 5 * 60_000;
@@ -166,15 +166,14 @@ fn list_key(list: TopList, event: &AuditEvent, prefix_digits: u32) -> Option<Str
     }
 }
 
-/// Whether an event counts as a refusal in the top lists: a guard's, not
-/// an admin's (`forbidden`, a failed sign-in). The lists rank whom the
-/// guards refuse, and a viewer refused an unblock of `user:alice` would
-/// otherwise move alice up them at will; admins' refusals are in the counts,
-/// under action `admin`.
+/// Whether an event counts as a refusal in the top lists: one refusing a
+/// subject, not an admin's own request refused in its name (`forbidden`,
+/// with an `actor`). A viewer refused an unblock of `user:alice` would
+/// otherwise move alice up the lists at will; such rows are in the counts,
+/// under action `admin`. The admin throttle's locks of an address (no
+/// actor) rank as any guard's.
 pub fn is_refusal(event: &AuditEvent) -> bool {
-    !event.shadow
-        && event.action != Action::Admin
-        && AuditDecision::REFUSALS.contains(&event.decision)
+    !event.shadow && event.actor.is_none() && AuditDecision::REFUSALS.contains(&event.decision)
 }
 
 /// The rollup deltas of rows just inserted.
@@ -312,7 +311,7 @@ pub fn prune_cut(counts_desc: &[i64]) -> Option<i64> {
 mod tests {
     use super::*;
     use crate::audit::AuditDecision;
-    use crate::domain::Subject;
+    use crate::domain::{Action, Subject};
 
     fn refused(kind: SubjectKind, id: &str, ip: &str) -> AuditEvent {
         let mut e = AuditEvent::new(
@@ -370,6 +369,7 @@ mod tests {
         unblock.decision = AuditDecision::Unblock;
         let mut forbidden = refused(SubjectKind::User, "alice", "198.51.100.3");
         forbidden.action = Action::Admin;
+        forbidden.actor = Some("token:dashboards".into());
         let d = deltas([&phone, &user, &shadowed, &unblock, &forbidden], 7);
 
         assert_eq!(d.counts.values().sum::<i64>(), 5);
