@@ -247,7 +247,9 @@ fn push_json_str(json: &mut String, text: &str) {
 /// pending. Failed tries are also counted per client IP
 /// (`sms.verify_ip_limits`) and per IPv6 network
 /// (`sms.verify_network_limits`); a full window answers 429 before the
-/// code is looked at.
+/// code is looked at. A backend's call (an API key) without `ip` names
+/// no client and is counted in neither: pass the user's `ip`, as on the
+/// send.
 #[utoipa::path(
     post,
     path = "/sms/verify",
