@@ -61,29 +61,6 @@ fn refusals_come_in_order_and_shadow_writes_them_all() {
         "the IP's row"
     );
 
-    // `/login/check` on the same state: the lock named first, as ever,
-    // and the same end.
-    let checked = check(
-        &policy,
-        Checked {
-            user: &LoginStateOutcome {
-                locked_retry_after_ms: Some(60_000),
-                pair_locked_retry_after_ms: None,
-                failures: 12,
-                lock_window_failures: 12,
-            },
-            ip: Some(&PeekOutcome {
-                counts: vec![100, 100],
-                retry_after_ms: vec![5_000, 5_000],
-            }),
-            network: None,
-        },
-    );
-    assert_eq!(
-        (checked.reason, checked.locked, checked.retry_after_secs),
-        (Some(Reason::UserLocked), true, Some(60))
-    );
-
     let mut shadow = default_policy();
     shadow.login.shadow = true;
     let shadowed = attempt(&shadow, &outcome, facts());
@@ -95,6 +72,40 @@ fn refusals_come_in_order_and_shadow_writes_them_all() {
         .map(|r| (r.reason.as_str(), r.shadow))
         .collect();
     assert_eq!(rows, [("ip_blocked", true), ("user_locked", true)]);
+}
+
+/// `/login/check` on a locked user from a blocked IP: the lock named
+/// first, as ever, and the later of the two ends, whichever it is, as an
+/// attempt gives it.
+#[test]
+fn check_gives_the_later_end_of_a_lock_and_a_block() {
+    let policy = default_policy();
+    let check_with = |lock_ms: u64, block_ms: u64| {
+        check(
+            &policy,
+            Checked {
+                user: &LoginStateOutcome {
+                    locked_retry_after_ms: Some(lock_ms),
+                    pair_locked_retry_after_ms: None,
+                    failures: 12,
+                    lock_window_failures: 12,
+                },
+                ip: Some(&PeekOutcome {
+                    counts: vec![100, 100],
+                    retry_after_ms: vec![block_ms, block_ms],
+                }),
+                network: None,
+            },
+        )
+    };
+    for (lock_ms, block_ms) in [(60_000, 5_000), (5_000, 60_000)] {
+        let checked = check_with(lock_ms, block_ms);
+        assert_eq!(
+            (checked.reason, checked.locked, checked.retry_after_secs),
+            (Some(Reason::UserLocked), true, Some(60)),
+            "lock {lock_ms} ms, block {block_ms} ms"
+        );
+    }
 }
 
 /// The failure that locks: a lock row, the notice's duration, and the
