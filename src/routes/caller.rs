@@ -349,21 +349,25 @@ impl Access {
                 }
                 // Unless a trusted proxy named a client, the address is the
                 // backend's own: the one that called.
-                None => match self.client_address(req) {
-                    Some((ip, named)) => (true, Some(ip), !named),
-                    None => (true, None, false),
-                },
+                None => {
+                    let client = self.client_address(req);
+                    let own = client.is_some_and(|c| self.is_callers_own(c));
+                    (true, client.map(|c| ClientIp::new(c.ip())), own)
+                }
             },
             // Without a key the body's `ip` is ignored altogether, checked
             // or not: a browser's placeholder must not fail its send. A
             // loopback backend carries no client-address header, so its
             // address is its own.
-            KeyCheck::Loopback => (true, self.peer_ip(req), true),
+            KeyCheck::Loopback => {
+                let ip = self.peer_ip(req);
+                (true, ip, ip.is_some())
+            }
             KeyCheck::NoKey | KeyCheck::Keyless => (false, self.peer_ip(req), false),
         };
         let mut info = self.info(req, ip);
         info.backend = backend;
-        info.backends_own_ip = backends_own_ip && ip.is_some();
+        info.backends_own_ip = backends_own_ip;
         Ok(info)
     }
 
@@ -411,19 +415,29 @@ impl Access {
     /// that forwards no usable address is counted (a metric) and reported
     /// (a rate-limited warning); the request counts under its address.
     pub(crate) fn peer_ip(&self, req: &HttpRequest) -> Option<ClientIp> {
-        self.client_address(req).map(|(ip, _)| ip)
+        self.client_address(req).map(|c| ClientIp::new(c.ip()))
     }
 
-    /// [`peer_ip`](Self::peer_ip), and whether a trusted proxy's header
-    /// named a client outside the trusted ranges (or named one unusably,
-    /// counted under the proxy): otherwise the address is the caller's own
-    /// (or its proxy's).
-    fn client_address(&self, req: &HttpRequest) -> Option<(ClientIp, bool)> {
+    /// Whether `client` is the caller's own address (or its proxy's): no
+    /// trusted proxy named a client outside the trusted ranges. A forwarded
+    /// address within them is where the chain started (every hop trusted):
+    /// a backend inside them. One forwarded unusably counts as a client's,
+    /// under the proxy (never uncounted).
+    fn is_callers_own(&self, client: ClientAddress) -> bool {
+        match client {
+            ClientAddress::Forwarded(ip) => self.trust.is_trusted(ip),
+            ClientAddress::Unusable(_) => false,
+            ClientAddress::Peer(_) | ClientAddress::NotForwarded(_) => true,
+        }
+    }
+
+    /// [`peer_ip`](Self::peer_ip), and how it was found.
+    fn client_address(&self, req: &HttpRequest) -> Option<ClientAddress> {
         let peer = req.peer_addr().map(|a| a.ip())?;
         // An untrusted peer's header is not even collected: a client far
         // from any proxy costs nothing however much it sends.
         if !self.trust.reads_header_from(peer) {
-            return Some((ClientIp::new(peer), false));
+            return Some(ClientAddress::Peer(peer));
         }
         // Read lossily, not with `to_str`: an appending proxy puts what the
         // client wrote (any bytes) on the same line as its own entry, and
@@ -435,13 +449,6 @@ impl Access {
             .map(|v| String::from_utf8_lossy(v.as_bytes()))
             .collect();
         let client = self.trust.client(peer, values.iter().map(|v| v.as_ref()));
-        // A forwarded address in the trusted ranges is where the chain
-        // started (every hop trusted): a backend inside them, not a client.
-        let named = match client {
-            ClientAddress::Forwarded(ip) => !self.trust.is_trusted(ip),
-            ClientAddress::Unusable(_) => true,
-            ClientAddress::Peer(_) | ClientAddress::NotForwarded(_) => false,
-        };
         match client {
             ClientAddress::Peer(_) | ClientAddress::Forwarded(_) => {}
             ClientAddress::NotForwarded(_) => crate::metrics::client_ip_fallback("not_forwarded"),
@@ -460,7 +467,7 @@ impl Access {
                 }
             }
         }
-        Some((ClientIp::new(client.ip()), named))
+        Some(client)
     }
 }
 

@@ -210,6 +210,7 @@ impl HitOutcome {
     /// them: nothing added.
     pub fn peeked(specs: &[WindowSpec], peek: PeekOutcome, gate_open: bool) -> Self {
         let wait = |i: usize| peek.retry_after_ms.get(i).copied().unwrap_or(0);
+        let count = |i: usize| peek.counts.get(i).copied().unwrap_or(0);
         let verdict = HitVerdict::of(specs, &peek.counts, gate_open, wait);
         let next_retry_after_ms = specs
             .iter()
@@ -221,10 +222,9 @@ impl HitOutcome {
         let observed_waits = if specs.iter().any(|w| w.mode == WindowMode::Observe) {
             specs
                 .iter()
-                .zip(&peek.counts)
                 .enumerate()
-                .map(|(i, (w, count))| match w.mode {
-                    WindowMode::Observe if *count >= w.limit => wait(i),
+                .map(|(i, w)| match w.mode {
+                    WindowMode::Observe if count(i) >= w.limit => wait(i),
                     _ => 0,
                 })
                 .collect()
@@ -393,10 +393,11 @@ mod tests {
             WindowSpec::enforce(10, 3_600_000),
             observe(2, 60_000),
         ];
-        let peek = |counts: [u32; 4], waits: [u64; 4]| PeekOutcome {
-            counts: counts.to_vec(),
-            retry_after_ms: waits.to_vec(),
+        let peek_of = |counts: Vec<u32>, retry_after_ms: Vec<u64>| PeekOutcome {
+            counts,
+            retry_after_ms,
         };
+        let peek = |counts: [u32; 4], waits: [u64; 4]| peek_of(counts.to_vec(), waits.to_vec());
 
         let both_full = HitOutcome::peeked(&specs, peek([3, 1, 10, 2], [9, 40, 700, 30]), false);
         assert_eq!(
@@ -417,5 +418,11 @@ mod tests {
         let opened = HitOutcome::peeked(&specs, peek([3, 0, 4, 0], [9, 0, 0, 0]), true);
         assert_eq!(opened.verdict, HitVerdict::Allowed);
         assert_eq!(opened.counts, [3, 0, 4, 0]);
+
+        // A store's short answer: the windows it left out count as empty,
+        // and every window still has its wait.
+        let short = HitOutcome::peeked(&specs, peek_of(vec![3], vec![9]), false);
+        assert_eq!(short.verdict, HitVerdict::Gated { window: 0 });
+        assert_eq!(short.observed_waits, [0, 0, 0, 0]);
     }
 }
