@@ -259,7 +259,10 @@ impl GuardContext {
         action: Action,
     ) -> Result<bool, StoreError> {
         Ok(
-            match self.check_captcha(policy, proof, action, info.ip).await? {
+            match self
+                .check_captcha(policy, proof, action, info.client_ip())
+                .await?
+            {
                 ProofCheck::Passed => true,
                 ProofCheck::NotPassed => false,
                 ProofCheck::Throttled(throttle) => {

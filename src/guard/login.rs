@@ -224,7 +224,7 @@ impl LoginGuard {
         let ip = match windows {
             Some(windows) => windows.subject.id.clone(),
             None => info
-                .ip
+                .client_ip()
                 .map_or_else(|| UNKNOWN_IP.to_string(), |ip| ip.subject_id()),
         };
         let keys = &self.ctx.keys;
@@ -242,7 +242,7 @@ impl LoginGuard {
         else {
             return None;
         };
-        let subject = Subject::new(SubjectKind::Ip, info.ip?.subject_id());
+        let subject = Subject::new(SubjectKind::Ip, info.client_ip()?.subject_id());
         Some(IpWindows {
             key: self.ctx.keys.subject_window(&subject, Action::LoginAttempt),
             subject,
@@ -254,7 +254,9 @@ impl LoginGuard {
     /// network's captcha tier is on.
     fn network_window(&self, policy: &Policy, info: &RequestInfo) -> Option<NetworkWindow> {
         let limits = policy.login.network_limits()?;
-        let id = info.ip?.network_id(policy.sms.settings.network_bits)?;
+        let id = info
+            .client_ip()?
+            .network_id(policy.sms.settings.network_bits)?;
         let subject = Subject::new(SubjectKind::Network, id);
         Some(NetworkWindow {
             key: self.ctx.keys.subject_window(&subject, Action::LoginAttempt),
@@ -438,7 +440,7 @@ impl LoginGuard {
                 policy,
                 &attempt.captcha,
                 Action::LoginAttempt,
-                info.ip,
+                info.client_ip(),
             ))
             .await?
             {
@@ -494,7 +496,7 @@ impl LoginGuard {
                 user: attempt.user.as_str().to_string(),
                 locked_for,
                 scope,
-                ip: info.ip.map(|ip| ip.to_string()),
+                ip: info.client_ip().map(|ip| ip.to_string()),
                 locale: attempt.locale.map(Locale::into_string),
             });
         }

@@ -40,9 +40,9 @@ pub struct RequestInfo {
     pub backend: bool,
     /// `ip` is the backend's own address (or the proxy's on its host), not a
     /// client's: a backend called without naming its client in `ip`
-    /// (DESIGN.md §3's verify body has no `ip`; a keyless loopback
-    /// backend's is never read). Per-client windows that every user would
-    /// add up in (the verify tries) do not count it.
+    /// (DESIGN.md §3's verify body has no `ip`, the others' is optional; a
+    /// keyless loopback backend's is never read). Audit rows still name it;
+    /// nothing that judges a client does (see [`client_ip`](Self::client_ip)).
     pub backends_own_ip: bool,
     /// The admin who asked (`token:oncall`, `oidc:ann@example.com`), on
     /// admin requests: audit rows name it.
@@ -50,6 +50,20 @@ pub struct RequestInfo {
 }
 
 impl RequestInfo {
+    /// The client's address, for what judges a client: its windows (IP,
+    /// network, the captcha tokens it had refused), the (user, IP) pair,
+    /// the lists, the captcha provider's `remoteip`. `None` when the address
+    /// is the backend's own: every user of that backend would add up under
+    /// it, so twenty strangers' sends or failures would refuse them all (and
+    /// an allow-listed backend address would let them all through).
+    pub fn client_ip(&self) -> Option<ClientIp> {
+        if self.backends_own_ip {
+            None
+        } else {
+            self.ip
+        }
+    }
+
     /// `event` with what the request tells: client IP, request id, user
     /// agent and, on an admin's request, the admin.
     pub fn stamp(&self, event: AuditEvent) -> AuditEvent {
@@ -133,7 +147,7 @@ impl GuardContext {
         lookup: Lookup,
     ) -> Listing {
         let request = ListRequest {
-            ip: info.ip.map(|ip| ip.addr()),
+            ip: info.client_ip().map(|ip| ip.addr()),
             phone: (kind == SubjectKind::Phone).then_some(id),
             user: (kind == SubjectKind::User).then_some(id),
         };
@@ -147,7 +161,7 @@ impl GuardContext {
             Listed::Blocked(_) if lookup == Lookup::Peek => None,
             Listed::Blocked(entry) => {
                 crate::metrics::list_match(ListName::Block, entry, action);
-                let matched = match (entry, info.ip) {
+                let matched = match (entry, info.client_ip()) {
                     (EntryKind::Ip, Some(ip)) => Subject::new(SubjectKind::Ip, ip.subject_id()),
                     _ => Subject::new(kind, id),
                 };

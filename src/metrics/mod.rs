@@ -50,8 +50,12 @@ pub const AUDIT_JOURNAL_ERRORS: &str = "tollgate_audit_journal_errors_total";
 /// to the proxy's, by `reason`: `not_forwarded` (no `client_ip_header`)
 /// or `unusable` (it names no address where one was needed).
 pub const CLIENT_IP_FALLBACKS: &str = "tollgate_client_ip_fallbacks_total";
+/// Counter of calls from a backend that named no client (`ip`), by
+/// `route`: its address is counted in no per-address window.
+pub const BACKEND_WITHOUT_CLIENT_IP: &str = "tollgate_backend_without_client_ip_total";
 /// Counter of `/sms/verify` tries from a backend that named no client
-/// (`ip`): not counted in the per-address verify windows.
+/// (`ip`), kept beside `BACKEND_WITHOUT_CLIENT_IP` for dashboards made
+/// before that one.
 pub const SMS_VERIFY_WITHOUT_CLIENT_IP: &str = "tollgate_sms_verify_without_client_ip_total";
 /// Counter of admin requests with a wrong token or password.
 pub const ADMIN_AUTH_FAILURES: &str = "tollgate_admin_auth_failures_total";
@@ -168,6 +172,10 @@ fn describe() {
     describe_counter!(
         CLIENT_IP_FALLBACKS,
         "Requests from a trusted proxy counted under its address, by reason: not_forwarded, unusable"
+    );
+    describe_counter!(
+        BACKEND_WITHOUT_CLIENT_IP,
+        "Calls from a backend that named no client address (ip), by route: counted in no per-address window"
     );
     describe_counter!(
         SMS_VERIFY_WITHOUT_CLIENT_IP,
@@ -394,9 +402,12 @@ pub fn client_ip_fallback(reason: &'static str) {
     counter!(CLIENT_IP_FALLBACKS, "reason" => reason).increment(1);
 }
 
-/// Count one verify try from a backend that named no client.
-pub fn verify_without_client_ip() {
-    counter!(SMS_VERIFY_WITHOUT_CLIENT_IP).increment(1);
+/// Count one call from a backend that named no client.
+pub fn backend_without_client_ip(route: Route) {
+    counter!(BACKEND_WITHOUT_CLIENT_IP, "route" => route.as_str()).increment(1);
+    if route == Route::SmsVerify {
+        counter!(SMS_VERIFY_WITHOUT_CLIENT_IP).increment(1);
+    }
 }
 
 /// Count one failed admin authentication.

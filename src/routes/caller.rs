@@ -13,6 +13,7 @@ use crate::domain::forwarding::{ClientAddress, ProxyTrust, CLIENT_ADDRESS_HEADER
 use crate::domain::ClientIp;
 use crate::error::ApiError;
 use crate::guard::RequestInfo;
+use crate::metrics::Route;
 use crate::settings::{AdminToken, Secret, ServerSettings};
 
 const MAX_USER_AGENT: usize = 512;
@@ -213,6 +214,27 @@ pub struct Access {
 static UNUSABLE_FORWARDING: crate::telemetry::log_budget::LogBudget =
     crate::telemetry::log_budget::LogBudget::new(Duration::from_secs(60));
 
+/// A backend that never names its clients does so on every call: one
+/// warning a minute says so, the metric counts them all.
+static BACKENDS_OWN_IP: crate::telemetry::log_budget::LogBudget =
+    crate::telemetry::log_budget::LogBudget::new(Duration::from_secs(60));
+
+/// Count a backend's call that names no client (its address judges no one:
+/// `RequestInfo::client_ip`), and say so a minute at most.
+fn report_backends_own_ip(route: Route, backend: Option<ClientIp>) {
+    crate::metrics::backend_without_client_ip(route);
+    if let Some(held_back) = BACKENDS_OWN_IP.admit() {
+        tracing::warn!(
+            route = route.as_str(),
+            backend = backend.map(|ip| ip.text()).unwrap_or_default(),
+            held_back,
+            "a backend called without the client's address (ip): its users are not counted \
+             per address, not listed, not throttled per address; pass ip on every call \
+             (docs/integration.md)"
+        );
+    }
+}
+
 impl Access {
     /// From `[server]`.
     pub fn new(server: &ServerSettings) -> Self {
@@ -336,6 +358,7 @@ impl Access {
     pub fn caller(
         &self,
         req: &HttpRequest,
+        route: Route,
         key: KeyCheck,
         body_ip: Option<&str>,
     ) -> Result<RequestInfo, ApiError> {
@@ -365,6 +388,9 @@ impl Access {
             }
             KeyCheck::NoKey | KeyCheck::Keyless => (false, self.peer_ip(req), false),
         };
+        if backends_own_ip {
+            report_backends_own_ip(route, ip);
+        }
         let mut info = self.info(req, ip);
         info.backend = backend;
         info.backends_own_ip = backends_own_ip;
@@ -527,7 +553,7 @@ mod tests {
                 req = req.insert_header(("X-Forwarded-For", xff));
             }
             let info = access
-                .caller(&req.to_http_request(), key, body_ip)
+                .caller(&req.to_http_request(), Route::SmsVerify, key, body_ip)
                 .expect("a caller");
             (info.ip.map(|ip| ip.text()), info.backends_own_ip)
         };

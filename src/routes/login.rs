@@ -77,7 +77,9 @@ async fn check(
     BackendKey { state, key }: BackendKey,
     body: json::Body<CheckBody>,
 ) -> Result<HttpResponse, ApiError> {
-    let info = state.access.caller(&req, key, body.ip.as_deref())?;
+    let info = state
+        .access
+        .caller(&req, Route::LoginCheck, key, body.ip.as_deref())?;
     let user = parse_user(&body.user)?;
     let login_state = count(Route::LoginCheck, state.login.check(&user, &info).await)?;
     Ok(answer(&login_state))
@@ -112,7 +114,9 @@ async fn attempt(
     body: json::Body<AttemptBody>,
 ) -> Result<HttpResponse, ApiError> {
     let body = body.into_inner();
-    let info = state.access.caller(&req, key, body.ip.as_deref())?;
+    let info = state
+        .access
+        .caller(&req, Route::LoginAttempt, key, body.ip.as_deref())?;
     let user = parse_user(&body.user)?;
     let notify_email = body
         .notify_email

@@ -141,7 +141,9 @@ async fn send(
     body: json::Body<SendBody>,
 ) -> Result<HttpResponse, ApiError> {
     let body = body.into_inner();
-    let info = state.access.caller(&req, key, body.ip.as_deref())?;
+    let info = state
+        .access
+        .caller(&req, Route::SmsSend, key, body.ip.as_deref())?;
     if body.captcha_passed.is_some() && !info.backend {
         // A browser could say anything here: with a captcha provider it sends
         // `captcha_token`, which tollgate checks itself.
@@ -275,7 +277,9 @@ async fn verify(
     body: json::Body<VerifyBody>,
 ) -> Result<HttpResponse, ApiError> {
     let body = body.into_inner();
-    let info = state.access.caller(&req, key, body.ip.as_deref())?;
+    let info = state
+        .access
+        .caller(&req, Route::SmsVerify, key, body.ip.as_deref())?;
     let phone = PhoneNumber::parse(&body.phone)?;
     // As the document says: at most 64 characters as given, not all white
     // space; compared without the white space around it.

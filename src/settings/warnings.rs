@@ -5,18 +5,15 @@
 use super::Settings;
 
 /// Without API keys a login backend names no client's address (DESIGN.md
-/// §3: only a key's caller may), so every login it reports counts under its
-/// own loopback address, and the per-IP windows add up every user's
-/// failures: a hundred wrong passwords, anyone's, block every login. Its
-/// verify tries are not counted per address at all (`guard::sms::verify`).
+/// §3: only a key's caller may), and its own is every user's, so no
+/// per-address window counts its calls (`RequestInfo::client_ip`): no IP
+/// block stops a password sprayer behind it.
 fn warn_without_api_keys(settings: &Settings) {
     if settings.server.api_keys.is_empty() {
         tracing::warn!(
-            ip_block_after = settings.login.ip_block_after,
-            "server.api_keys is empty: a login backend on loopback cannot name its clients' addresses, \
-             so every login counts under its own and login.ip_block_after failures of all users together \
-             block every login (and its /sms/verify tries are not counted per address); \
-             set server.api_keys in production (docs/security.md)"
+            "server.api_keys is empty: a backend on loopback cannot name its clients' addresses, \
+             so no per-address window counts what it reports (no login.ip_block_after, no IP \
+             limits or lists for its users); set server.api_keys in production (docs/security.md)"
         );
     }
 }

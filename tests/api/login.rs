@@ -30,6 +30,7 @@ on_both_backends!(
     simultaneous_failures_from_one_network_fill_its_tier_exactly,
     a_refused_failure_is_taken_back_from_its_network,
     shadow_mode_answers_allow_and_audits_would_be_refusals,
+    a_backend_that_names_no_client_is_not_one_address_every_failure_fills,
 );
 
 /// The `login_attempt` window of the subject state at `path`.
@@ -816,4 +817,43 @@ async fn lock_escalation_is_exact_and_resets_after_a_day_without_locks() {
         60,
         "the doubling reset"
     );
+}
+
+/// `ip` is optional in DESIGN.md: a login backend that leaves it out
+/// reports every user's failures from its own address. Four strangers'
+/// typos must not block everyone's logins (nor an allow-listed backend
+/// address take every user past its lock); a user's own failures still
+/// lock it, and a client the backend names still counts as itself.
+async fn a_backend_that_names_no_client_is_not_one_address_every_failure_fills(backend: Backend) {
+    let app = spawn_app(backend, |s| {
+        s.login.captcha_after = 2;
+        s.login.lock_after = 3;
+        s.login.ip_captcha_after = 2;
+        s.login.ip_block_after = 4;
+        s.lists.allow_ips = vec!["127.0.0.0/8".parse().unwrap()];
+    })
+    .await;
+    let uncounted = r#"tollgate_backend_without_client_ip_total{route="login_attempt"}"#;
+    let before = app.metric(uncounted).await;
+    for i in 0..6 {
+        let failed = fail(&app, &format!("stranger{i}"), json!({})).await;
+        assert_eq!(failed, state("allow", false, false, None, 1, None), "{i}");
+    }
+    let check = app.login_check(json!({ "user": "someone" })).await;
+    assert_eq!(check.body["decision"], "allow", "{}", check.body);
+    assert!(app.metric(uncounted).await - before >= 6.0);
+
+    let passed = json!({ "captcha_passed": true });
+    for _ in 0..3 {
+        fail(&app, "alice", passed.clone()).await;
+    }
+    let locked = fail(&app, "alice", passed).await;
+    assert_eq!(locked["reason"], "user_locked", "{locked}");
+
+    let named = json!({ "ip": "203.0.113.50", "captcha_passed": true });
+    for i in 0..4 {
+        fail(&app, &format!("named{i}"), named.clone()).await;
+    }
+    let blocked = fail(&app, "named4", named).await;
+    assert_eq!(blocked["reason"], "ip_blocked", "{blocked}");
 }

@@ -197,9 +197,11 @@ verify_url = "http://127.0.0.1:{dead}/siteverify?token=query-secret-in-the-url"
     );
     let server = Tollgate::start(&config).await;
     let client = reqwest::Client::new();
+    // A browser's (a loopback backend's own address fills no window).
     let send = |body: serde_json::Value| {
         client
             .post(format!("{}/sms/send", server.address))
+            .header("x-forwarded-for", "192.0.2.1")
             .json(&body)
             .send()
     };

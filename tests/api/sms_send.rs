@@ -27,6 +27,7 @@ on_both_backends!(
     shadow_mode_lets_everything_through_and_audits_what_it_would_refuse,
     the_64s_of_one_network_share_its_captcha_tier,
     a_network_window_refuses_every_64_of_the_network,
+    a_backend_that_names_no_client_is_not_one_address_every_send_fills,
 );
 
 async fn a_send_answers_the_masked_phone_and_delivers_a_six_digit_code(backend: Backend) {
@@ -583,4 +584,35 @@ async fn a_network_window_refuses_every_64_of_the_network(backend: Backend) {
             (AuditDecision::Deny, "2001:db8:1:100::/56")
         );
     }
+}
+
+/// `ip` is optional in DESIGN.md: a backend that leaves it out sends for
+/// every user from its own address. That address must be neither one IP
+/// window every user fills (two strangers' sends here, twenty by default,
+/// would refuse everyone's) nor an allow-listed address that takes every
+/// user past every limit. A client the backend names counts as itself.
+async fn a_backend_that_names_no_client_is_not_one_address_every_send_fills(backend: Backend) {
+    let app = spawn_app(backend, |s| {
+        s.sms.ip_limits = limits(&[(2, 3_600_000)]);
+        s.sms.phone_limits = limits(&[(1, 3_600_000)]);
+        s.lists.allow_ips = vec!["127.0.0.0/8".parse().unwrap()];
+    })
+    .await;
+    let uncounted = r#"tollgate_backend_without_client_ip_total{route="sms_send"}"#;
+    let before = app.metric(uncounted).await;
+    for phone in [PHONE, OTHER_PHONE, "+8613700137000"] {
+        let sent = app.sms_send(json!({ "phone": phone })).await;
+        assert_eq!(sent.status, 200, "{phone}: {}", sent.body);
+    }
+    let again = app.sms_send(json!({ "phone": PHONE })).await;
+    assert_eq!(again.status, 429, "the phone's own window: {}", again.body);
+    assert_eq!(again.body["rule"], "phone 1/1h");
+    assert!(app.metric(uncounted).await - before >= 4.0);
+
+    let named = |phone: &'static str| app.sms_send(json!({ "phone": phone, "ip": "198.51.100.7" }));
+    assert_eq!(named("+8613600136001").await.status, 200);
+    assert_eq!(named("+8613600136002").await.status, 200);
+    let third = named("+8613600136003").await;
+    assert_eq!(third.status, 429, "{}", third.body);
+    assert_eq!(third.body["rule"], "ip 2/1h");
 }

@@ -201,7 +201,7 @@ impl SmsGuard {
         }
         let check = self
             .ctx
-            .check_captcha(policy, &req.captcha, Action::SmsSend, info.ip);
+            .check_captcha(policy, &req.captcha, Action::SmsSend, info.client_ip());
         let check = Box::pin(check).await?;
         if matches!(check, ProofCheck::NotPassed) {
             return Ok(first);
@@ -236,9 +236,9 @@ impl SmsGuard {
         let prefix_digits = sms.prefix_digits as usize;
         let subjects = [
             Some(Subject::new(SubjectKind::Phone, number.e164())),
-            info.ip
+            info.client_ip()
                 .map(|ip| Subject::new(SubjectKind::Ip, ip.subject_id())),
-            info.ip
+            info.client_ip()
                 .and_then(|ip| ip.network_id(sms.network_bits))
                 .map(|id| Subject::new(SubjectKind::Network, id)),
             Some(Subject::new(

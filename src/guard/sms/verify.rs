@@ -9,11 +9,6 @@ use crate::guard::reserve::{reserve, Offer, Reservation, SubjectHit};
 use crate::guard::{code, pumping, Lookup, Policy, RequestInfo};
 use crate::store::{CodeTry, OtpOutcome};
 
-/// A backend that never names its clients does so on every verify: one
-/// warning a minute says so, the metric counts them all.
-static VERIFY_WITHOUT_CLIENT_IP: crate::telemetry::log_budget::LogBudget =
-    crate::telemetry::log_budget::LogBudget::new(std::time::Duration::from_secs(60));
-
 impl SmsGuard {
     /// Check `code` against the phone's pending code. The client IP's
     /// failed tries are checked first (`sms.verify_ip_limits`, and an IPv6
@@ -96,23 +91,12 @@ impl SmsGuard {
         policy: &'p Policy,
         info: &RequestInfo,
     ) -> Result<Option<Reservation<'p>>, SmsRefusal> {
-        let Some(ip) = info.ip else {
+        // Not a backend's own address: every user's tries would add up
+        // under it, and thirty typos an hour, anyone's, would refuse every
+        // verify (`routes::caller` counts and reports such calls).
+        let Some(ip) = info.client_ip() else {
             return Ok(None);
         };
-        if info.backends_own_ip {
-            // Every user's tries would add up under the backend's address:
-            // thirty typos an hour, anyone's, would refuse every verify.
-            crate::metrics::verify_without_client_ip();
-            if let Some(held_back) = VERIFY_WITHOUT_CLIENT_IP.admit() {
-                tracing::warn!(
-                    backend = %ip.text(),
-                    held_back,
-                    "a backend verified a code without the client's address (ip): \
-                     its users' tries are not counted per address; pass ip (docs/rules.md)"
-                );
-            }
-            return Ok(None);
-        }
         let network_bits = policy.sms.settings.network_bits;
         let subjects = [
             Some(Subject::new(SubjectKind::Ip, ip.subject_id())),
