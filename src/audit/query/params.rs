@@ -196,6 +196,10 @@ impl Reader {
         let Some(raw) = self.text("ip", value)? else {
             return Ok(None);
         };
+        if raw.chars().any(char::is_control) {
+            // Kept as typed, a NUL would reach PostgreSQL, which refuses it.
+            return Err(ParamError("ip contains control characters".into()));
+        }
         match (ClientIp::parse(&raw), self.empty) {
             (Some(ip), _) => Ok(Some(ip.to_string())),
             (None, Empty::NoFilter) => Ok(Some(raw)),
@@ -265,6 +269,25 @@ mod tests {
         assert!(params.parse(Empty::Refused).is_err());
         let console = params.parse(Empty::NoFilter).expect("no filter");
         assert_eq!(console.filter, EventFilter::default());
+    }
+
+    /// The console keeps an `ip` that is no address as typed, to match
+    /// nothing; a NUL kept so would reach PostgreSQL, which refuses it (503).
+    #[test]
+    fn an_ip_with_a_control_character_is_refused_in_both_modes() {
+        for ip in ["\u{0}", "1.2.3.4\u{0}", "a\nb"] {
+            let params = EventParams {
+                ip: Some(ip),
+                ..EventParams::default()
+            };
+            assert!(params.parse(Empty::Refused).is_err(), "{ip:?}");
+            assert!(params.parse(Empty::NoFilter).is_err(), "{ip:?}");
+        }
+        let typed = EventParams {
+            ip: Some("office"),
+            ..EventParams::default()
+        };
+        assert!(typed.parse(Empty::NoFilter).is_ok());
     }
 
     #[test]
