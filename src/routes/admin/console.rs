@@ -31,6 +31,10 @@ use crate::settings::Secret;
 use form_body::FormBody;
 use views::Me;
 
+/// Forged or stale forms can come at any rate: one line a minute.
+static CSRF_LINES: crate::telemetry::log_budget::LogBudget =
+    crate::telemetry::log_budget::LogBudget::new(std::time::Duration::from_secs(60));
+
 /// Rows per page of the event table, unless the form asks for another size.
 const PAGE_SIZE: usize = 50;
 /// Recent events shown on a subject page.
@@ -190,11 +194,14 @@ fn checked_form(
         .find(|(name, _)| name == "csrf")
         .is_some_and(|(_, t)| csrf::verify(key, subject, t, Utc::now()));
     if !valid {
-        tracing::warn!(
-            request_id = %crate::telemetry::request_id(),
-            subject_kind = subject.kind.as_str(),
-            "console form refused: missing or bad CSRF token"
-        );
+        if let Some(held_back) = CSRF_LINES.admit() {
+            tracing::warn!(
+                request_id = %crate::telemetry::request_id(),
+                subject_kind = subject.kind.as_str(),
+                held_back,
+                "console form refused: missing or bad CSRF token"
+            );
+        }
         return Err(Refusal::Forbidden);
     }
     Ok(fields)

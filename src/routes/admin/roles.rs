@@ -11,6 +11,11 @@ use crate::domain::{Action, Reason, Subject};
 use crate::error::ApiError;
 use crate::routes::AppState;
 
+/// An admin may repeat a refused action at will: one line a minute; the
+/// trail has each.
+static REFUSED_LINES: crate::telemetry::log_budget::LogBudget =
+    crate::telemetry::log_budget::LogBudget::new(std::time::Duration::from_secs(60));
+
 /// Ok when `admin` may do `permission` to `subject`; otherwise the refusal,
 /// audited.
 pub(super) fn require(
@@ -23,12 +28,15 @@ pub(super) fn require(
         return Ok(());
     }
     let needed = Roles::needed_for(permission);
-    tracing::warn!(
-        request_id = %admin.info.request_id,
-        actor = %admin.actor,
-        permission = permission.as_str(),
-        "admin action refused: the admin's roles do not allow it"
-    );
+    if let Some(held_back) = REFUSED_LINES.admit() {
+        tracing::warn!(
+            request_id = %admin.info.request_id,
+            actor = %admin.actor,
+            permission = permission.as_str(),
+            held_back,
+            "admin action refused: the admin's roles do not allow it"
+        );
+    }
     let mut event = AuditEvent::new(
         Action::Admin,
         AuditDecision::Deny,

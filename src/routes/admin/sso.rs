@@ -43,6 +43,16 @@ use crate::oidc::{Oidc, PendingLogin, SignInError, LOGIN_TTL};
 use crate::routes::AppState;
 use crate::settings::{Secret, CALLBACK_PATH};
 
+/// Every unauthenticated page asks for a sign-in while the provider is
+/// down: one line a minute says so.
+static CANNOT_START_LINES: crate::telemetry::log_budget::LogBudget =
+    crate::telemetry::log_budget::LogBudget::new(std::time::Duration::from_secs(60));
+
+/// Anyone can fail a sign-in (a replayed callback): one line a minute;
+/// the metric and the trail count them all.
+static FAILED_SIGN_IN_LINES: crate::telemetry::log_budget::LogBudget =
+    crate::telemetry::log_budget::LogBudget::new(std::time::Duration::from_secs(60));
+
 /// Where the console sends the browser when a page does not say.
 const HOME: &str = "/admin";
 /// The console's CSV export, whose link carries a CSRF token.
@@ -178,7 +188,9 @@ async fn begin(state: &AppState, req: &HttpRequest, return_to: &str) -> HttpResp
                 .finish()
         }
         Err(error) => {
-            tracing::warn!(request_id = %crate::telemetry::request_id(), %error, "single sign-on cannot start");
+            if let Some(held_back) = CANNOT_START_LINES.admit() {
+                tracing::warn!(request_id = %crate::telemetry::request_id(), %error, held_back, "single sign-on cannot start");
+            }
             pages::message_page(
                 req,
                 StatusCode::SERVICE_UNAVAILABLE,
@@ -298,7 +310,9 @@ async fn refuse_sign_in(
             (Reason::NoRole, StatusCode::FORBIDDEN)
         }
     };
-    tracing::warn!(request_id = %info.request_id, %error, "admin sign-in failed");
+    if let Some(held_back) = FAILED_SIGN_IN_LINES.admit() {
+        tracing::warn!(request_id = %info.request_id, %error, held_back, "admin sign-in failed");
+    }
     state.admin_auth.failed(&info).await;
     audit_sign_in(state, &info, AuditDecision::SignInFailed, reason);
     failure_page(state, oidc, req, status, reason)
