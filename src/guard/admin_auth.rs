@@ -1,8 +1,9 @@
 //! Throttling online guessing of admin tokens: failed admin authentications
 //! are counted per client address in the store's own windows
-//! (`server.admin_auth_limit`, 20 per 10 minutes by default); while an
-//! address's window is full, every admin request from it is refused before
-//! its token is looked at.
+//! (`server.admin_auth_limit`, 20 per 10 minutes by default), and an IPv6
+//! client's per network too (`server.admin_auth_network_limit`, 100: a /48
+//! holds 65,536 /64s); while either window is full, every admin request
+//! from the address is refused before its token is looked at.
 //!
 //! Why a right token waits too: answering it differently while throttled
 //! would tell a guesser which guess was right, so the throttle would not
@@ -25,7 +26,7 @@ use std::time::Duration;
 use super::{event_member, GuardContext, RequestInfo};
 use crate::audit::{AuditDecision, AuditEvent};
 use crate::domain::{Action, ClientIp, Reason, Rule, Subject, SubjectKind};
-use crate::settings::LimitSetting;
+use crate::settings::ServerSettings;
 use crate::store::WindowSpec;
 use crate::telemetry::log_budget::LogBudget;
 
@@ -43,51 +44,92 @@ pub struct Throttled {
     pub retry_after_ms: u64,
 }
 
-/// Counts failed admin authentications per client address.
+/// Counts failed admin authentications per client address, and an IPv6
+/// client's per network too.
 pub struct AdminAuthGuard {
     ctx: GuardContext,
     rule: Rule,
+    /// `server.admin_auth_network_limit`: one /48 holds 65,536 /64s, each
+    /// with `rule` of its own.
+    network_rule: Rule,
+    network_bits: u8,
 }
 
-impl AdminAuthGuard {
-    /// Over the guards' store and audit sink, with `server.admin_auth_limit`.
-    pub fn new(ctx: GuardContext, limit: &LimitSetting) -> Self {
-        Self {
-            ctx,
-            rule: Rule::new(SubjectKind::Ip, limit.limit, limit.window),
-        }
-    }
+/// One subject's window of failures: an address's, or its network's.
+struct Watched {
+    subject: Subject,
+    key: String,
+    rule: Rule,
+}
 
+impl Watched {
     fn window(&self) -> [WindowSpec; 1] {
         [WindowSpec::enforce(self.rule.limit, self.rule.window_ms())]
     }
+}
 
-    fn key(&self, ip: ClientIp) -> String {
-        let subject = Subject::new(SubjectKind::Ip, ip.subject_id());
-        self.ctx.keys.subject_window(&subject, Action::Admin)
+impl AdminAuthGuard {
+    /// Over the guards' store and audit sink, with `server.admin_auth_limit`
+    /// and `server.admin_auth_network_limit` (networks of `network_bits`).
+    pub fn new(ctx: GuardContext, server: &ServerSettings, network_bits: u8) -> Self {
+        let (limit, network) = (&server.admin_auth_limit, &server.admin_auth_network_limit);
+        Self {
+            ctx,
+            rule: Rule::new(SubjectKind::Ip, limit.limit, limit.window),
+            network_rule: Rule::new(SubjectKind::Network, network.limit, network.window),
+            network_bits,
+        }
+    }
+
+    /// The windows `ip`'s failures count in: its own, then (IPv6) its
+    /// network's.
+    fn watched(&self, ip: ClientIp) -> impl Iterator<Item = Watched> + '_ {
+        let address = Subject::new(SubjectKind::Ip, ip.subject_id());
+        let network = ip
+            .network_id(self.network_bits)
+            .map(|id| Subject::new(SubjectKind::Network, id));
+        [
+            Some((address, self.rule)),
+            network.map(|n| (n, self.network_rule)),
+        ]
+        .into_iter()
+        .flatten()
+        .map(|(subject, rule)| Watched {
+            key: self.ctx.keys.subject_window(&subject, Action::Admin),
+            subject,
+            rule,
+        })
     }
 
     /// Whether `ip` may try to authenticate now: refused while its window
-    /// of failures is full. A request whose address cannot be told is not
-    /// throttled (it has no window).
+    /// of failures, or its network's, is full. A request whose address
+    /// cannot be told is not throttled (it has no window).
     pub async fn check(&self, ip: Option<ClientIp>) -> Result<(), Throttled> {
         let Some(ip) = ip else { return Ok(()) };
-        match self.ctx.store.peek(&self.key(ip), &self.window()).await {
-            Ok(peek) if peek.counts.first().is_some_and(|&n| n >= self.rule.limit) => {
-                crate::metrics::admin_auth_throttled();
-                Err(Throttled {
-                    rule: self.rule.name(),
-                    retry_after_ms: peek.retry_after_ms.first().copied().unwrap_or(0),
-                })
-            }
-            Ok(_) => Ok(()),
-            Err(error) => {
-                if STORE_LINES.admit().is_some() {
-                    tracing::warn!(%error, "failed admin authentications cannot be counted; not throttled");
+        for watched in self.watched(ip) {
+            match self.ctx.store.peek(&watched.key, &watched.window()).await {
+                Ok(peek)
+                    if peek
+                        .counts
+                        .first()
+                        .is_some_and(|&n| n >= watched.rule.limit) =>
+                {
+                    crate::metrics::admin_auth_throttled();
+                    return Err(Throttled {
+                        rule: watched.rule.name(),
+                        retry_after_ms: peek.retry_after_ms.first().copied().unwrap_or(0),
+                    });
                 }
-                Ok(())
+                Ok(_) => {}
+                Err(error) => {
+                    if STORE_LINES.admit().is_some() {
+                        tracing::warn!(%error, "failed admin authentications cannot be counted; not throttled");
+                    }
+                    return Ok(());
+                }
             }
         }
+        Ok(())
     }
 
     /// Record one failed authentication from `info.ip`: counted, logged
@@ -104,35 +146,42 @@ impl AdminAuthGuard {
             );
         }
         let Some(ip) = info.ip else { return };
-        let key = self.key(ip);
+        for watched in self.watched(ip) {
+            self.count(info, ip, &watched).await;
+        }
+    }
+
+    /// Count one failure in `watched`; the one that fills it is audited.
+    async fn count(&self, info: &RequestInfo, ip: ClientIp, watched: &Watched) {
         let member = event_member();
-        let window = self.window();
+        let window = watched.window();
         let hit = crate::store::HitRequest {
-            key: &key,
+            key: &watched.key,
             windows: &window,
             member: &member,
             gate_open: false,
             force: false,
         };
+        let rule = &watched.rule;
         match self.ctx.store.hit(hit).await {
             Ok(outcome)
                 if outcome.added
-                    && outcome.counts.first() == Some(&self.rule.limit.saturating_sub(1)) =>
+                    && outcome.counts.first() == Some(&rule.limit.saturating_sub(1)) =>
             {
                 tracing::warn!(
                     request_id = %info.request_id,
                     ip = %ip,
-                    rule = %self.rule.name(),
+                    subject = %watched.subject.id,
+                    rule = %rule.name(),
                     "admin authentication throttled for this address"
                 );
-                let subject = Subject::new(SubjectKind::Ip, ip.subject_id());
                 let row = AuditEvent::new(
                     Action::Admin,
                     AuditDecision::Lock,
                     Reason::AdminAuthFailures,
-                    &subject,
+                    &watched.subject,
                 )
-                .rule(&self.rule, self.rule.limit)
+                .rule(rule, rule.limit)
                 .retry_after_ms(outcome.next_retry_after_ms);
                 self.ctx.audit(info, row);
             }

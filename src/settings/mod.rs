@@ -105,6 +105,10 @@ pub struct ServerSettings {
     /// Failed admin authentications one client address may make per window
     /// before every admin route answers it 429; default 20 per 10 minutes.
     pub admin_auth_limit: LimitSetting,
+    /// The same per IPv6 network (`sms.network_bits`, a /48): one /48
+    /// holds 65,536 /64s, each with `admin_auth_limit` of its own; default
+    /// 100 per 10 minutes.
+    pub admin_auth_network_limit: LimitSetting,
     /// When non-empty, `/sms/*` and `/login/*` need `Authorization: Bearer <key>`.
     pub api_keys: Vec<Secret>,
     /// With `api_keys`, browsers may still call `/sms/send` and

@@ -20,7 +20,10 @@ use crate::support::app::{
 use crate::support::audit_db::{DbKind, TestDb};
 use crate::support::process::{config_file, Tollgate};
 
-on_both_backends!(twenty_wrong_tokens_throttle_that_address_and_no_other);
+on_both_backends!(
+    twenty_wrong_tokens_throttle_that_address_and_no_other,
+    the_64s_of_one_network_share_a_window_of_failures,
+);
 
 const GUESSER: &str = "198.51.100.66";
 const ADMIN: &str = "198.51.100.77";
@@ -168,6 +171,56 @@ async fn twenty_wrong_tokens_throttle_that_address_and_no_other(backend: Backend
         clock.advance_ms(1);
         assert_eq!(app.send_raw(right()).await.status, 200);
     }
+}
+
+/// One /48 holds 65,536 /64s, each with `admin_auth_limit` failures of
+/// its own: `admin_auth_network_limit` bounds them together (each failure
+/// a row, a log line, perhaps a provider's token call). Another network is
+/// not touched; unblocking the network lifts it.
+async fn the_64s_of_one_network_share_a_window_of_failures(backend: Backend) {
+    let app = spawn_app_with_clock(backend, None, |s| {
+        behind_a_proxy(s);
+        s.server.admin_auth_network_limit =
+            tollgate::settings::LimitSetting::new(3, Duration::from_secs(600));
+    })
+    .await;
+    let events = "/admin/api/subjects/user/alice";
+    for i in 1..=3 {
+        let guesser = format!("2001:db8:7:{i}::1");
+        let wrong = from(&app, "GET", events, &guesser).bearer_auth(format!("guess-{i:016}"));
+        assert_eq!(app.send_raw(wrong).await.status, 401, "{guesser}");
+    }
+    let neighbour = || from(&app, "GET", events, "2001:db8:7:99::1").bearer_auth(ADMIN_TOKEN);
+    let throttled = app.send_raw(neighbour()).await;
+    assert_eq!(throttled.status, 429, "{}", throttled.body);
+    assert_eq!(throttled.body["rule"], "network 3/10m");
+    let elsewhere = from(&app, "GET", events, "2001:db8:8::1").bearer_auth(ADMIN_TOKEN);
+    assert_eq!(app.send_raw(elsewhere).await.status, 200);
+
+    let locks: Vec<_> = app
+        .audit_events()
+        .into_iter()
+        .filter(|e| e.action == Action::Admin && e.decision == AuditDecision::Lock)
+        .map(|e| (e.subject_kind, e.subject, e.rule))
+        .collect();
+    assert_eq!(
+        locks,
+        vec![(
+            SubjectKind::Network,
+            "2001:db8:7::/48".to_string(),
+            Some("network 3/10m".to_string())
+        )]
+    );
+
+    let unblock = from(
+        &app,
+        "POST",
+        "/admin/api/subjects/network/2001:db8:7::%2F48/unblock",
+        ADMIN,
+    )
+    .bearer_auth(ADMIN_TOKEN);
+    assert_eq!(app.send_raw(unblock).await.status, 200);
+    assert_eq!(app.send_raw(neighbour()).await.status, 200);
 }
 
 /// Not a guess: a request without credentials (a browser's first visit, a

@@ -55,7 +55,7 @@ impl Policy {
             (Action::LoginAttempt, SubjectKind::Ip) => Windows::LoginIp(&self.login.ip),
             (Action::LoginAttempt, SubjectKind::User) => Windows::LoginUser,
             (Action::LoginAttempt, SubjectKind::Network) => Windows::Counted(&self.login.network),
-            (Action::Admin, SubjectKind::Ip) => Windows::AdminAuth,
+            (Action::Admin, SubjectKind::Ip | SubjectKind::Network) => Windows::AdminAuth,
             _ => return None,
         };
         Some(windows)

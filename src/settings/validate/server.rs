@@ -89,6 +89,11 @@ pub(super) fn proxies(server: &crate::settings::ServerSettings) -> Check {
         &server.admin_auth_limit,
         "failed admin authentications",
     )?;
+    failure_limit(
+        "server.admin_auth_network_limit",
+        &server.admin_auth_network_limit,
+        "failed admin authentications",
+    )?;
     Ok(())
 }
 
