@@ -179,11 +179,21 @@ impl Actor {
         Self::cut(name)
     }
 
+    /// At most [`MAX_ACTOR`] characters, each that could disguise the name
+    /// (a control, a bidirectional override, a zero-width character)
+    /// shown as U+FFFD: a provider's `sub` of `ann\u{200b}@example.com`
+    /// must not read as `ann@example.com` in the console or a CSV export.
     fn cut(name: String) -> Self {
         let clean: String = name
             .chars()
-            .filter(|c| !c.is_control())
             .take(MAX_ACTOR)
+            .map(|c| {
+                if super::text::disguises(c) {
+                    char::REPLACEMENT_CHARACTER
+                } else {
+                    c
+                }
+            })
             .collect();
         Self(clean)
     }
@@ -244,7 +254,15 @@ mod tests {
             Actor::oidc("ann@example.com").as_str(),
             "oidc:ann@example.com"
         );
-        assert_eq!(Actor::oidc("a\nb\u{7}").as_str(), "oidc:ab");
+        assert_eq!(Actor::oidc("a\nb\u{7}").as_str(), "oidc:a\u{fffd}b\u{fffd}");
+        assert_eq!(
+            Actor::oidc("ann\u{200b}@example.com\u{202e}").as_str(),
+            "oidc:ann\u{fffd}@example.com\u{fffd}"
+        );
+        assert_eq!(
+            Actor::stored("oidc:a\u{fffd}".into()).as_str(),
+            "oidc:a\u{fffd}"
+        );
         assert_eq!(Actor::oidc(&"x".repeat(500)).as_str().len(), MAX_ACTOR);
     }
 }

@@ -11,6 +11,7 @@ pub mod phone;
 pub mod reason;
 pub mod rule;
 pub mod subject;
+pub mod text;
 pub mod username;
 
 pub use client_ip::ClientIp;

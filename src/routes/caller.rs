@@ -10,6 +10,7 @@ use subtle::ConstantTimeEq;
 
 use crate::domain::admin_role::{Actor, Roles};
 use crate::domain::forwarding::{ClientAddress, ProxyTrust, CLIENT_ADDRESS_HEADERS};
+use crate::domain::text::disguises;
 use crate::domain::ClientIp;
 use crate::error::ApiError;
 use crate::guard::RequestInfo;
@@ -44,21 +45,6 @@ fn readable_user_agent(raw: &[u8]) -> String {
             }
         })
         .collect()
-}
-
-fn disguises(c: char) -> bool {
-    use unicode_properties::{GeneralCategory, UnicodeGeneralCategory};
-    // Most user agents are ASCII: no table search per character for them.
-    if c.is_ascii() {
-        return c.is_ascii_control();
-    }
-    matches!(
-        c.general_category(),
-        GeneralCategory::Control
-            | GeneralCategory::Format
-            | GeneralCategory::LineSeparator
-            | GeneralCategory::ParagraphSeparator
-    )
 }
 
 /// A list of bearer secrets, compared in constant time. Comparing digests keeps
