@@ -26,7 +26,7 @@ use std::time::Duration;
 use super::{event_member, GuardContext, RequestInfo};
 use crate::audit::{AuditDecision, AuditEvent};
 use crate::domain::{Action, ClientIp, Reason, Rule, Subject, SubjectKind};
-use crate::settings::ServerSettings;
+use crate::settings::Settings;
 use crate::store::WindowSpec;
 use crate::telemetry::log_budget::LogBudget;
 
@@ -70,14 +70,15 @@ impl Watched {
 
 impl AdminAuthGuard {
     /// Over the guards' store and audit sink, with `server.admin_auth_limit`
-    /// and `server.admin_auth_network_limit` (networks of `network_bits`).
-    pub fn new(ctx: GuardContext, server: &ServerSettings, network_bits: u8) -> Self {
+    /// and `server.admin_auth_network_limit` (networks of `sms.network_bits`).
+    pub fn new(ctx: GuardContext, settings: &Settings) -> Self {
+        let server = &settings.server;
         let (limit, network) = (&server.admin_auth_limit, &server.admin_auth_network_limit);
         Self {
             ctx,
             rule: Rule::new(SubjectKind::Ip, limit.limit, limit.window),
             network_rule: Rule::new(SubjectKind::Network, network.limit, network.window),
-            network_bits,
+            network_bits: settings.sms.network_bits,
         }
     }
 
