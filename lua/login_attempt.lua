@@ -13,7 +13,7 @@
 -- KEYS[1]  the user's failure ZSET (score = failure time in ms, member = attempt
 --          id; with pairs, "<ip>|<attempt id>", so that a pair's failures are
 --          the members that start with its IP and no key per pair is written)
--- KEYS[2]  the user's lock HASH: until (lock end, ms), level (escalation level)
+-- KEYS[2]  the user's lock HASH: until (lock end, ms), level (escalation level), shadow (1: a shadow call wrote it)
 -- when the policy has the pair, its keys, under the user's hash tag:
 --   KEYS[3] the pair's lock HASH (written only when the pair locks)
 --   KEYS[4] the user's index of locked pairs ZSET (member = IP, score = lock start)
@@ -59,6 +59,7 @@
 -- user's failures in the lock window that carry the pair's IP (from the same
 -- read), so a pair costs one HMGET and writes nothing until it locks. A shadow
 -- call records as if allowed; while a lock is live it never starts a new one.
+-- The locks it starts are marked shadow: enforcing calls read none there.
 -- The user keeps at most max(captcha_after, lock_after) newest failures
 -- (lock_after being the account's threshold, above the pair's), the IP
 -- max(ip_captcha_after, ip_block_after), the network net_captcha_after. The
@@ -137,9 +138,12 @@ if netkey then
   if net_count >= net_captcha_after then captcha_demanded = true end
 end
 
--- A lock record: its end and level, and whether it holds now.
+-- A lock record: its end and level, and whether it holds now. A lock a
+-- shadow call wrote (field shadow) is what would have been: an enforcing
+-- call reads no lock there, so switching shadow mode off locks no one.
 local function read_lock(key)
-  local l = redis.call('HMGET', key, 'until', 'level')
+  local l = redis.call('HMGET', key, 'until', 'level', 'shadow')
+  if l[3] == '1' and not shadow then return nil, 0, false end
   local until_ms = l[1] and l[1] + 0
   return until_ms, (l[2] or 0) + 0, until_ms and until_ms > now
 end
@@ -151,8 +155,9 @@ local function lock(key, prev_until, prev_level)
     level = math.min(prev_level + 1, 40)
   end
   local duration = math.min(lock_ms * 2 ^ level, lock_max_ms)
-  redis.call('HSET', key, 'until', now + duration, 'level', level)
-  redis.call('PEXPIRE', key, duration + escalation_reset)
+  redis.call('HSET', key, 'until', string.format('%d', now + duration), 'level', level,
+    'shadow', shadow and '1' or '0')
+  redis.call('PEXPIRE', key, string.format('%d', duration + escalation_reset))
   return duration
 end
 

@@ -5,6 +5,7 @@
 -- KEYS[3]  optional: a (user, IP) pair's lock HASH
 -- ARGV[1]  captcha_window_ms
 -- ARGV[2]  lock_window_ms
+-- ARGV[3]  shadow (1/0): with 0, a lock a shadow call wrote does not hold
 --
 -- Returns an array of integers:
 --   { locked_retry_after_ms, failures, lock_window_failures,
@@ -12,7 +13,7 @@
 --   a retry is -1 when that lock does not hold (or, for the pair, is not asked).
 --
 -- Example:
---   EVALSHA <sha> 2 "tg:{user:alice}:login_attempt" "tg:{user:alice}:lock" 900000 900000
+--   EVALSHA <sha> 2 "tg:{user:alice}:login_attempt" "tg:{user:alice}:lock" 900000 900000 0
 --   -> { 41000, 10, 10, -1 }
 
 local t = redis.call('TIME')
@@ -22,8 +23,12 @@ local function count(length)
   return redis.call('ZCOUNT', KEYS[1], string.format('(%d', now - tonumber(length)), '+inf')
 end
 
+local shadow = ARGV[3] == '1'
+
 local function remaining(key)
-  local lock_until = tonumber(redis.call('HGET', key, 'until'))
+  local l = redis.call('HMGET', key, 'until', 'shadow')
+  if l[2] == '1' and not shadow then return -1 end
+  local lock_until = tonumber(l[1])
   if lock_until and lock_until > now then return lock_until - now end
   return -1
 end

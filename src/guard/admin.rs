@@ -238,7 +238,13 @@ impl SubjectAdmin {
         let login = self
             .ctx
             .store
-            .login_state(&window_key, &lock_key, None, &policy.login.store)
+            .login_state(
+                &window_key,
+                &lock_key,
+                None,
+                &policy.login.store,
+                policy.login.shadow,
+            )
             .await?;
         let rules = &policy.login;
         state.windows = vec![
@@ -334,7 +340,13 @@ impl SubjectAdmin {
             let (window_key, user_lock) = (&window_key, &user_lock);
             async move {
                 store
-                    .login_state(window_key, user_lock, Some(&pair_lock), &policy.login.store)
+                    .login_state(
+                        window_key,
+                        user_lock,
+                        Some(&pair_lock),
+                        &policy.login.store,
+                        policy.login.shadow,
+                    )
                     .await
             }
         }))

@@ -304,7 +304,8 @@ impl LoginGuard {
                 &window_key,
                 &lock_key,
                 pair.as_ref().map(|p| p.lock.as_str()),
-                &policy.login.store
+                &policy.login.store,
+                policy.login.shadow,
             ),
             self.peek_ip(ip.as_ref()),
             self.peek_network(network.as_ref()),

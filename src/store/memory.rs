@@ -368,10 +368,19 @@ impl WindowStore for MemoryStore {
         lock_key: &str,
         pair_lock_key: Option<&str>,
         policy: &LoginPolicy,
+        shadow: bool,
     ) -> Result<LoginStateOutcome, StoreError> {
         let now = self.clock.now_ms();
         self.with_subject(window_key, now, Access::Read, |subject| {
-            login::state(subject, window_key, lock_key, pair_lock_key, policy, now)
+            login::state(
+                subject,
+                window_key,
+                lock_key,
+                pair_lock_key,
+                policy,
+                shadow,
+                now,
+            )
         })
     }
 

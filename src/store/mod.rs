@@ -163,13 +163,15 @@ pub trait WindowStore: Send + Sync {
     }
 
     /// The user's lock and failure counts, and the lock at `pair_lock_key`
-    /// when given; records nothing.
+    /// when given; records nothing. Unless `shadow`, a lock a shadow call
+    /// wrote does not hold.
     async fn login_state(
         &self,
         window_key: &str,
         lock_key: &str,
         pair_lock_key: Option<&str>,
         policy: &LoginPolicy,
+        shadow: bool,
     ) -> Result<LoginStateOutcome, StoreError>;
 
     /// The members of the index at `key` (a user's pair index), newest first,

@@ -338,6 +338,7 @@ impl WindowStore for ResilientStore {
         lock_key: &str,
         pair_lock_key: Option<&str>,
         policy: &LoginPolicy,
+        shadow: bool,
     ) -> Result<LoginStateOutcome, StoreError> {
         let open = LoginStateOutcome {
             locked_retry_after_ms: None,
@@ -345,7 +346,7 @@ impl WindowStore for ResilientStore {
             failures: 0,
             lock_window_failures: 0,
         };
-        resilient!(self, |s| s.login_state(window_key, lock_key, pair_lock_key, policy), open: Some(open))
+        resilient!(self, |s| s.login_state(window_key, lock_key, pair_lock_key, policy, shadow), open: Some(open))
     }
 
     async fn recent_members(

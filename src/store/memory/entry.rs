@@ -66,6 +66,9 @@ pub(super) enum Value {
     Lock {
         until: u64,
         level: u32,
+        /// Written by a shadow call: what would have been, which an
+        /// enforcing call reads as no lock.
+        shadow: bool,
     },
     /// The code, and the live codes it replaced, newest first, which a
     /// failed delivery puts back (otp_keep.lua).
@@ -295,12 +298,22 @@ impl Subject {
         Ok(out)
     }
 
-    /// `(until, level)` of the lock record at `key`, if any.
-    pub(super) fn lock(&mut self, key: &str, now: u64) -> Result<Option<(u64, u32)>, StoreError> {
+    /// `(until, level)` of the lock record at `key`, if any; a shadow
+    /// call's lock is none unless `shadow` (as `login_attempt.lua` reads it).
+    pub(super) fn lock(
+        &mut self,
+        key: &str,
+        now: u64,
+        shadow: bool,
+    ) -> Result<Option<(u64, u32)>, StoreError> {
         match self.live(key, now) {
             None => Ok(None),
             Some(Entry {
-                value: Value::Lock { until, level },
+                value: Value::Lock { shadow: true, .. },
+                ..
+            }) if !shadow => Ok(None),
+            Some(Entry {
+                value: Value::Lock { until, level, .. },
                 ..
             }) => Ok(Some((*until, *level))),
             Some(e) => Err(wrong_type(key, &e.value, "lock")),

@@ -39,9 +39,9 @@ pub(super) fn attempt(
     now: u64,
 ) -> Result<LoginAttemptOutcome, StoreError> {
     let p = req.policy;
-    let prev = subject.lock(req.lock_key, now)?;
+    let prev = subject.lock(req.lock_key, now, req.shadow)?;
     let pair_prev = match &req.pair {
-        Some(pair) => subject.lock(pair.lock_key, now)?,
+        Some(pair) => subject.lock(pair.lock_key, now, req.shadow)?,
         None => None,
     };
     let before = subject.read_window(req.window_key, now, |w| FailuresBefore {
@@ -97,7 +97,7 @@ pub(super) fn attempt(
         now,
     )?;
     if remaining(prev, now).is_none() && lock_count >= p.lock_after {
-        outcome.locked_for_ms = Some(lock(subject, req.lock_key, prev, p, now));
+        outcome.locked_for_ms = Some(lock(subject, req.lock_key, prev, p, req.shadow, now));
     }
     if remaining(pair_prev, now).is_none() {
         outcome.pair_locked_for_ms = lock_pair(subject, req, pair_prev, lock_count, now)?;
@@ -134,7 +134,7 @@ fn lock_pair(
     if pair_count < p.pair_lock_after {
         return Ok(None);
     }
-    let locked_for = lock(subject, pair.lock_key, pair_prev, p, now);
+    let locked_for = lock(subject, pair.lock_key, pair_prev, p, req.shadow, now);
     // The index of locked pairs outlives every lock it lists.
     let index_ttl = p.lock_max_ms + p.escalation_reset_ms;
     subject.change_window(pair.index_key, now, |index| {
@@ -146,12 +146,14 @@ fn lock_pair(
 }
 
 /// Write a lock one level above `prev` (when `prev` ended within the
-/// escalation reset), and answer its length.
+/// escalation reset), marked `shadow` when a shadow call writes it, and
+/// answer its length.
 fn lock(
     subject: &mut Subject,
     lock_key: &str,
     prev: Option<(u64, u32)>,
     p: &LoginPolicy,
+    shadow: bool,
     now: u64,
 ) -> u64 {
     let level = match prev {
@@ -170,6 +172,7 @@ fn lock(
             value: Value::Lock {
                 until: now + duration,
                 level,
+                shadow,
             },
             expires_at: Some(now + duration + p.escalation_reset_ms),
         },
@@ -184,11 +187,12 @@ pub(super) fn state(
     lock_key: &str,
     pair_lock_key: Option<&str>,
     policy: &LoginPolicy,
+    shadow: bool,
     now: u64,
 ) -> Result<LoginStateOutcome, StoreError> {
-    let lock = subject.lock(lock_key, now)?;
+    let lock = subject.lock(lock_key, now, shadow)?;
     let pair_lock = match pair_lock_key {
-        Some(key) => subject.lock(key, now)?,
+        Some(key) => subject.lock(key, now, shadow)?,
         None => None,
     };
     let (failures, lock_window_failures) = subject.read_window(window_key, now, |w| {

@@ -164,8 +164,15 @@ impl WindowStore for RedisStore {
         lock_key: &str,
         pair_lock_key: Option<&str>,
         policy: &LoginPolicy,
+        shadow: bool,
     ) -> Result<LoginStateOutcome, StoreError> {
-        let args = || vec![int(policy.captcha_window_ms), int(policy.lock_window_ms)];
+        let args = || {
+            vec![
+                int(policy.captcha_window_ms),
+                int(policy.lock_window_ms),
+                flag(shadow),
+            ]
+        };
         let mut keys = vec![window_key, lock_key];
         keys.extend(pair_lock_key);
         let out = self

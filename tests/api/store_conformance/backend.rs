@@ -199,10 +199,21 @@ impl StoreUnderTest {
     }
 
     pub async fn login_state(&self, user: &str, policy: &LoginPolicy) -> LoginStateOutcome {
+        self.login_state_as(user, policy, false).await
+    }
+
+    /// [`login_state`](Self::login_state) as a shadow call (`shadow`)
+    /// reads it, or an enforcing one.
+    pub async fn login_state_as(
+        &self,
+        user: &str,
+        policy: &LoginPolicy,
+        shadow: bool,
+    ) -> LoginStateOutcome {
         let window_key = self.keys.window("user", user, "login_attempt");
         let lock_key = self.keys.lock("user", user);
         self.store
-            .login_state(&window_key, &lock_key, None, policy)
+            .login_state(&window_key, &lock_key, None, policy, shadow)
             .await
             .expect("login_state")
     }
@@ -218,7 +229,7 @@ impl StoreUnderTest {
         let lock_key = self.keys.lock("user", user);
         let pair_lock = self.keys.pair_lock(user, ip);
         self.store
-            .login_state(&window_key, &lock_key, Some(&pair_lock), policy)
+            .login_state(&window_key, &lock_key, Some(&pair_lock), policy, false)
             .await
             .expect("login_state")
     }

@@ -15,6 +15,7 @@ on_both_backends!(
     a_demanded_captcha_challenges_until_it_is_passed,
     a_shadow_attempt_is_recorded_but_starts_no_new_lock_while_locked,
     a_shadow_attempt_is_recorded_when_challenged,
+    a_lock_a_shadow_attempt_started_holds_no_enforcing_call,
     login_state_reports_locks_and_failures_without_recording,
     a_lock_key_expires_escalation_reset_after_the_lock_ends,
     a_pair_locks_alone_and_the_account_at_its_own_threshold,
@@ -219,6 +220,50 @@ async fn a_shadow_attempt_is_recorded_but_starts_no_new_lock_while_locked(b: &St
     assert_eq!(state.lock_window_failures, 3);
     let remaining = state.locked_retry_after_ms.expect("still locked");
     b.assert_wait(remaining, 60_000, &start, "the lock was not extended");
+}
+
+/// Shadow mode never stops a failure, so a credential-stuffing run during a
+/// trial locks (and relocks, doubling) every account it touches: what would
+/// have been. Those locks must not hold once shadow mode is switched off;
+/// the failures still count, so the next enforced one locks at level 0.
+async fn a_lock_a_shadow_attempt_started_holds_no_enforcing_call(b: &StoreUnderTest) {
+    let policy = LoginPolicy {
+        captcha_after: 100,
+        lock_after: 2,
+        reset_on_success: false,
+        ..policy()
+    };
+    b.login("trent", &policy, Attempt::failure().shadow()).await;
+    let locking = b.login("trent", &policy, Attempt::failure().shadow()).await;
+    assert_eq!(locking.locked_for_ms, Some(60_000));
+    let shadow = b.login("trent", &policy, Attempt::success().shadow()).await;
+    assert!(
+        matches!(shadow.verdict, LoginVerdict::Locked { .. }),
+        "a shadow call reads its would-be lock: {shadow:?}"
+    );
+    assert!(b
+        .login_state_as("trent", &policy, true)
+        .await
+        .locked_retry_after_ms
+        .is_some());
+    let enforced = b.login_state("trent", &policy).await;
+    assert_eq!(enforced.locked_retry_after_ms, None, "{enforced:?}");
+    assert_eq!(enforced.lock_window_failures, 2);
+
+    let success = b.login("trent", &policy, Attempt::success()).await;
+    assert_eq!(success.verdict, LoginVerdict::Recorded, "{success:?}");
+    let failure = b.login("trent", &policy, Attempt::failure()).await;
+    assert_eq!(failure.verdict, LoginVerdict::Recorded, "{failure:?}");
+    assert_eq!(
+        failure.locked_for_ms,
+        Some(60_000),
+        "level 0: the shadow's lock is no predecessor"
+    );
+    let locked = b.login("trent", &policy, Attempt::failure()).await;
+    assert!(
+        matches!(locked.verdict, LoginVerdict::Locked { .. }),
+        "{locked:?}"
+    );
 }
 
 async fn a_shadow_attempt_is_recorded_when_challenged(b: &StoreUnderTest) {
