@@ -13,7 +13,8 @@
 -- KEYS[1]  the user's failure ZSET (score = failure time in ms, member = attempt
 --          id; with pairs, "<ip>|<attempt id>", so that a pair's failures are
 --          the members that start with its IP and no key per pair is written)
--- KEYS[2]  the user's lock HASH: until (lock end, ms), level (escalation level), shadow (1: a shadow call wrote it)
+-- KEYS[2]  the user's lock HASH: until (lock end, ms), level (escalation level),
+--          s_until and s_level (the lock shadow calls started, apart)
 -- when the policy has the pair, its keys, under the user's hash tag:
 --   KEYS[3] the pair's lock HASH (written only when the pair locks)
 --   KEYS[4] the user's index of locked pairs ZSET (member = IP, score = lock start)
@@ -59,7 +60,8 @@
 -- user's failures in the lock window that carry the pair's IP (from the same
 -- read), so a pair costs one HMGET and writes nothing until it locks. A shadow
 -- call records as if allowed; while a lock is live it never starts a new one.
--- The locks it starts are marked shadow: enforcing calls read none there.
+-- The locks it starts are kept apart (s_until, s_level): enforcing calls read
+-- none of them.
 -- The user keeps at most max(captcha_after, lock_after) newest failures
 -- (lock_after being the account's threshold, above the pair's), the IP
 -- max(ip_captcha_after, ip_block_after), the network net_captcha_after. The
@@ -138,14 +140,19 @@ if netkey then
   if net_count >= net_captcha_after then captcha_demanded = true end
 end
 
--- A lock record: its end and level, and whether it holds now. A lock a
--- shadow call wrote (field shadow) is what would have been: an enforcing
--- call reads no lock there, so switching shadow mode off locks no one.
+-- A lock record: its end and level, and whether it holds now. The locks
+-- shadow calls start are what would have been, kept apart (s_until,
+-- s_level): an enforcing call reads only until and level, so switching
+-- shadow mode off locks no one. A shadow call reads the enforced lock while
+-- it holds, else its own (or, before it has one, the enforced history).
 local function read_lock(key)
-  local l = redis.call('HMGET', key, 'until', 'level', 'shadow')
-  if l[3] == '1' and not shadow then return nil, 0, false end
+  local l = redis.call('HMGET', key, 'until', 'level', 's_until', 's_level')
   local until_ms = l[1] and l[1] + 0
-  return until_ms, (l[2] or 0) + 0, until_ms and until_ms > now
+  local level = (l[2] or 0) + 0
+  if shadow and not (until_ms and until_ms > now) and l[3] then
+    until_ms, level = l[3] + 0, (l[4] or 0) + 0
+  end
+  return until_ms, level, until_ms and until_ms > now
 end
 
 -- Start a lock one level above the previous one when that ended recently.
@@ -155,9 +162,14 @@ local function lock(key, prev_until, prev_level)
     level = math.min(prev_level + 1, 40)
   end
   local duration = math.min(lock_ms * 2 ^ level, lock_max_ms)
-  redis.call('HSET', key, 'until', string.format('%d', now + duration), 'level', level,
-    'shadow', shadow and '1' or '0')
-  redis.call('PEXPIRE', key, string.format('%d', duration + escalation_reset))
+  local u, lv = 'until', 'level'
+  if shadow then u, lv = 's_until', 's_level' end
+  redis.call('HSET', key, u, string.format('%d', now + duration), lv, level)
+  -- One key holds both locks: it lives as long as the longer needs.
+  local ttl = duration + escalation_reset
+  if redis.call('PTTL', key) < ttl then
+    redis.call('PEXPIRE', key, string.format('%d', ttl))
+  end
   return duration
 end
 

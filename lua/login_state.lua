@@ -1,11 +1,12 @@
 -- login_state.lua: a user's lock and failure counts, recording nothing.
 --
 -- KEYS[1]  the user's failure ZSET (score = failure time in ms)
--- KEYS[2]  the user's lock HASH (field until = lock end in ms)
+-- KEYS[2]  the user's lock HASH (until = lock end in ms; s_until = the shadow's)
 -- KEYS[3]  optional: a (user, IP) pair's lock HASH
 -- ARGV[1]  captcha_window_ms
 -- ARGV[2]  lock_window_ms
--- ARGV[3]  shadow (1/0): with 0, a lock a shadow call wrote does not hold
+-- ARGV[3]  shadow (1/0): with 1, a lock shadow calls started (s_until) holds
+--          too
 --
 -- Returns an array of integers:
 --   { locked_retry_after_ms, failures, lock_window_failures,
@@ -26,10 +27,11 @@ end
 local shadow = ARGV[3] == '1'
 
 local function remaining(key)
-  local l = redis.call('HMGET', key, 'until', 'shadow')
-  if l[2] == '1' and not shadow then return -1 end
+  local l = redis.call('HMGET', key, 'until', 's_until')
   local lock_until = tonumber(l[1])
   if lock_until and lock_until > now then return lock_until - now end
+  local would_be = shadow and tonumber(l[2])
+  if would_be and would_be > now then return would_be - now end
   return -1
 end
 

@@ -63,12 +63,12 @@ pub(super) struct KeptCode {
 /// What a key holds: the store's twin of a ZSET, a lock hash, a code hash, a string.
 pub(super) enum Value {
     Window(Window),
+    /// A lock record: `until` and `level` of the enforced lock, and apart
+    /// (`s_until`, `s_level` in `login_attempt.lua`) the lock shadow calls
+    /// started, what would have been, which no enforcing call reads.
     Lock {
-        until: u64,
-        level: u32,
-        /// Written by a shadow call: what would have been, which an
-        /// enforcing call reads as no lock.
-        shadow: bool,
+        until: Option<(u64, u32)>,
+        shadow: Option<(u64, u32)>,
     },
     /// The code, and the live codes it replaced, newest first, which a
     /// failed delivery puts back (otp_keep.lua).
@@ -149,7 +149,8 @@ impl Subject {
         self.entries.values().any(|e| {
             !e.expired(now)
                 && match &e.value {
-                    Value::Lock { until, .. } => *until > now,
+                    // A shadow lock holds no one: not worth keeping.
+                    Value::Lock { until, .. } => until.is_some_and(|(u, _)| u > now),
                     Value::Conversion(c) => c.escalated(now),
                     Value::Text(_) | Value::Expiring(_) => true,
                     Value::Window(_) | Value::Otp { .. } | Value::Meter(_) => false,
@@ -298,8 +299,10 @@ impl Subject {
         Ok(out)
     }
 
-    /// `(until, level)` of the lock record at `key`, if any; a shadow
-    /// call's lock is none unless `shadow` (as `login_attempt.lua` reads it).
+    /// `(until, level)` of the lock record at `key` as a call reads it, as
+    /// `login_attempt.lua` does: an enforcing call the enforced lock; a
+    /// `shadow` call the enforced lock while it holds, else the shadow's
+    /// own (or, before it has one, the enforced lock's history).
     pub(super) fn lock(
         &mut self,
         key: &str,
@@ -309,13 +312,13 @@ impl Subject {
         match self.live(key, now) {
             None => Ok(None),
             Some(Entry {
-                value: Value::Lock { shadow: true, .. },
+                value: Value::Lock { until, shadow: s },
                 ..
-            }) if !shadow => Ok(None),
-            Some(Entry {
-                value: Value::Lock { until, level, .. },
-                ..
-            }) => Ok(Some((*until, *level))),
+            }) => Ok(match (shadow, *until, *s) {
+                (false, enforced, _) => enforced,
+                (true, Some(held), _) if held.0 > now => Some(held),
+                (true, enforced, would_be) => would_be.or(enforced),
+            }),
             Some(e) => Err(wrong_type(key, &e.value, "lock")),
         }
     }

@@ -166,15 +166,33 @@ fn lock(
         .lock_ms
         .saturating_mul(1u64 << level.min(63))
         .min(p.lock_max_ms);
+    let record = Some((now + duration, level));
+    let expires_at = now + duration + p.escalation_reset_ms;
+    // The enforced lock and the shadow's share one record (one key in
+    // Redis), which lives as long as the longer needs.
+    let (until, would_be, kept_until) = match subject.entries.get(lock_key) {
+        Some(entry) if !entry.expired(now) => match entry.value {
+            Value::Lock { until, shadow } => (until, shadow, entry.expires_at),
+            _ => (None, None, None),
+        },
+        _ => (None, None, None),
+    };
+    let value = if shadow {
+        Value::Lock {
+            until,
+            shadow: record,
+        }
+    } else {
+        Value::Lock {
+            until: record,
+            shadow: would_be,
+        }
+    };
     subject.entries.insert(
         lock_key.to_owned(),
         Entry {
-            value: Value::Lock {
-                until: now + duration,
-                level,
-                shadow,
-            },
-            expires_at: Some(now + duration + p.escalation_reset_ms),
+            value,
+            expires_at: Some(kept_until.map_or(expires_at, |k| k.max(expires_at))),
         },
     );
     duration

@@ -16,6 +16,7 @@ on_both_backends!(
     a_shadow_attempt_is_recorded_but_starts_no_new_lock_while_locked,
     a_shadow_attempt_is_recorded_when_challenged,
     a_lock_a_shadow_attempt_started_holds_no_enforcing_call,
+    an_enforced_locks_history_is_kept_apart_from_a_trials,
     login_state_reports_locks_and_failures_without_recording,
     a_lock_key_expires_escalation_reset_after_the_lock_ends,
     a_pair_locks_alone_and_the_account_at_its_own_threshold,
@@ -264,6 +265,50 @@ async fn a_lock_a_shadow_attempt_started_holds_no_enforcing_call(b: &StoreUnderT
         matches!(locked.verdict, LoginVerdict::Locked { .. }),
         "{locked:?}"
     );
+}
+
+/// A trial's locks are kept apart from the enforced lock: a shadow call
+/// escalates from the enforced history (what would have been), and the
+/// next enforced lock escalates from that history, not from the trial's.
+async fn an_enforced_locks_history_is_kept_apart_from_a_trials(b: &StoreUnderTest) {
+    let policy = LoginPolicy {
+        captcha_after: 100,
+        lock_after: 1,
+        lock_ms: 200,
+        lock_max_ms: 60_000,
+        escalation_reset_ms: 60_000,
+        reset_on_success: false,
+        ..policy()
+    };
+    let first = b.login("uma", &policy, Attempt::failure()).await;
+    assert_eq!(first.locked_for_ms, Some(200));
+    b.advance(300).await;
+    let trial = b.login("uma", &policy, Attempt::failure().shadow()).await;
+    assert_eq!(trial.verdict, LoginVerdict::Recorded, "{trial:?}");
+    assert_eq!(
+        trial.locked_for_ms,
+        Some(400),
+        "one level above the enforced lock"
+    );
+    let again = b.login("uma", &policy, Attempt::failure().shadow()).await;
+    assert!(
+        matches!(again.verdict, LoginVerdict::Locked { .. }),
+        "{again:?}"
+    );
+    assert_eq!(
+        b.login_state("uma", &policy).await.locked_retry_after_ms,
+        None
+    );
+
+    let enforced = b.login("uma", &policy, Attempt::failure()).await;
+    assert_eq!(enforced.verdict, LoginVerdict::Recorded, "{enforced:?}");
+    assert_eq!(
+        enforced.locked_for_ms,
+        Some(400),
+        "the enforced history's next level, not the trial's"
+    );
+    let state = b.login_state_as("uma", &policy, true).await;
+    assert!(state.locked_retry_after_ms.is_some(), "{state:?}");
 }
 
 async fn a_shadow_attempt_is_recorded_when_challenged(b: &StoreUnderTest) {
