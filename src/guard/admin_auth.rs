@@ -30,6 +30,11 @@ use crate::settings::Settings;
 use crate::store::WindowSpec;
 use crate::telemetry::log_budget::LogBudget;
 
+/// An admin's network: always a /48, whatever `sms.network_bits` says (an
+/// operator who widens that to a /32 against SMS abuse must not widen who
+/// shares an admin's window of failures with it).
+const NETWORK_BITS: u8 = 48;
+
 /// Lines about failed admin authentication: one per 10 seconds.
 static FAILURE_LINES: LogBudget = LogBudget::new(Duration::from_secs(10));
 /// Lines about a store that cannot count them: one a minute.
@@ -52,7 +57,6 @@ pub struct AdminAuthGuard {
     /// `server.admin_auth_network_limit`: one /48 holds 65,536 /64s, each
     /// with `rule` of its own.
     network_rule: Rule,
-    network_bits: u8,
 }
 
 /// One subject's window of failures: an address's, or its network's.
@@ -70,7 +74,7 @@ impl Watched {
 
 impl AdminAuthGuard {
     /// Over the guards' store and audit sink, with `server.admin_auth_limit`
-    /// and `server.admin_auth_network_limit` (networks of `sms.network_bits`).
+    /// and `server.admin_auth_network_limit` (networks of [`NETWORK_BITS`]).
     pub fn new(ctx: GuardContext, settings: &Settings) -> Self {
         let server = &settings.server;
         let (limit, network) = (&server.admin_auth_limit, &server.admin_auth_network_limit);
@@ -78,7 +82,6 @@ impl AdminAuthGuard {
             ctx,
             rule: Rule::new(SubjectKind::Ip, limit.limit, limit.window),
             network_rule: Rule::new(SubjectKind::Network, network.limit, network.window),
-            network_bits: settings.sms.network_bits,
         }
     }
 
@@ -87,7 +90,7 @@ impl AdminAuthGuard {
     fn watched(&self, ip: ClientIp) -> impl Iterator<Item = Watched> + '_ {
         let address = Subject::new(SubjectKind::Ip, ip.subject_id());
         let network = ip
-            .network_id(self.network_bits)
+            .network_id(NETWORK_BITS)
             .map(|id| Subject::new(SubjectKind::Network, id));
         [
             Some((address, self.rule)),

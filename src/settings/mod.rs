@@ -105,7 +105,7 @@ pub struct ServerSettings {
     /// Failed admin authentications one client address may make per window
     /// before every admin route answers it 429; default 20 per 10 minutes.
     pub admin_auth_limit: LimitSetting,
-    /// The same per IPv6 network (`sms.network_bits`, a /48): one /48
+    /// The same per IPv6 /48 (whatever `sms.network_bits` says): one /48
     /// holds 65,536 /64s, each with `admin_auth_limit` of its own; default
     /// 100 per 10 minutes.
     pub admin_auth_network_limit: LimitSetting,
