@@ -34,7 +34,8 @@ pub enum Reason {
     /// The entry an admin added or deleted is on the block list.
     BlockList,
     /// An address failed admin authentication `server.admin_auth_limit`
-    /// times: its admin requests are refused for the window.
+    /// times (an IPv6 /48 `server.admin_auth_network_limit` times): its
+    /// admin requests are refused for the window.
     AdminAuthFailures,
     /// The admin's role does not allow what it asked (`rule` names the
     /// permission and the role it needs).

@@ -17,7 +17,8 @@
 //!   neither counted nor audited: a cross-site page can make a browser
 //!   send it at will. A throttled
 //!   address gets 429 before anything is checked or audited, so each
-//!   address adds at most `admin_auth_limit` failure rows per window.
+//!   address adds at most `admin_auth_limit` failure rows per window, and
+//!   each IPv6 /48 `admin_auth_network_limit`.
 //! - `POST /admin/logout` (the console's Sign out button, with a CSRF
 //!   token) deletes the session row: the cookie is worthless on every
 //!   instance from then on.

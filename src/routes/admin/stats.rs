@@ -132,7 +132,7 @@ fn top<T>(ranked: &[Ranked<T>], key: impl Fn(&T) -> String, max_error: u64) -> S
         (status = 200, description = "The period's counts and top lists", body = Stats),
         (status = 400, description = "`invalid_request`: an unknown `period` or parameter", body = ErrorBody),
         (status = 401, description = "`unauthorized`: no valid admin token", body = ErrorBody),
-        (status = 429, description = "`rate_limited`: this address failed admin authentication `server.admin_auth_limit` times", body = crate::routes::schemas::RateLimitedError,
+        (status = 429, description = "`rate_limited`: this address failed admin authentication `server.admin_auth_limit` times (or its IPv6 /48 `server.admin_auth_network_limit` times)", body = crate::routes::schemas::RateLimitedError,
             headers(("Retry-After" = u64, description = "Whole seconds until the oldest counted failure leaves the window"))),
         (status = 503, description = "`audit_unavailable`: the audit database is unreachable", body = ErrorBody),
     ),
