@@ -144,13 +144,15 @@ end
 -- shadow calls start are what would have been, kept apart (s_until,
 -- s_level): an enforcing call reads only until and level, so switching
 -- shadow mode off locks no one. A shadow call reads the enforced lock while
--- it holds, else its own (or, before it has one, the enforced history).
+-- it holds, else whichever of the two ended later (its escalation history).
 local function read_lock(key)
   local l = redis.call('HMGET', key, 'until', 'level', 's_until', 's_level')
   local until_ms = l[1] and l[1] + 0
   local level = (l[2] or 0) + 0
-  if shadow and not (until_ms and until_ms > now) and l[3] then
-    until_ms, level = l[3] + 0, (l[4] or 0) + 0
+  local s_until = l[3] and l[3] + 0
+  if shadow and not (until_ms and until_ms > now) and s_until
+    and (not until_ms or s_until >= until_ms) then
+    until_ms, level = s_until, (l[4] or 0) + 0
   end
   return until_ms, level, until_ms and until_ms > now
 end

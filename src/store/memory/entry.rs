@@ -301,8 +301,8 @@ impl Subject {
 
     /// `(until, level)` of the lock record at `key` as a call reads it, as
     /// `login_attempt.lua` does: an enforcing call the enforced lock; a
-    /// `shadow` call the enforced lock while it holds, else the shadow's
-    /// own (or, before it has one, the enforced lock's history).
+    /// `shadow` call the enforced lock while it holds, else whichever of
+    /// the two ended later (its escalation history).
     pub(super) fn lock(
         &mut self,
         key: &str,
@@ -317,6 +317,11 @@ impl Subject {
             }) => Ok(match (shadow, *until, *s) {
                 (false, enforced, _) => enforced,
                 (true, Some(held), _) if held.0 > now => Some(held),
+                (true, Some(enforced), Some(would_be)) => Some(if would_be.0 >= enforced.0 {
+                    would_be
+                } else {
+                    enforced
+                }),
                 (true, enforced, would_be) => would_be.or(enforced),
             }),
             Some(e) => Err(wrong_type(key, &e.value, "lock")),

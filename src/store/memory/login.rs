@@ -146,8 +146,8 @@ fn lock_pair(
 }
 
 /// Write a lock one level above `prev` (when `prev` ended within the
-/// escalation reset), marked `shadow` when a shadow call writes it, and
-/// answer its length.
+/// escalation reset), into the shadow's pair of the record when a shadow
+/// call writes it, and answer its length.
 fn lock(
     subject: &mut Subject,
     lock_key: &str,

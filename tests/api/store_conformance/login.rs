@@ -299,6 +299,9 @@ async fn an_enforced_locks_history_is_kept_apart_from_a_trials(b: &StoreUnderTes
         b.login_state("uma", &policy).await.locked_retry_after_ms,
         None
     );
+    b.advance(500).await;
+    let trial = b.login("uma", &policy, Attempt::failure().shadow()).await;
+    assert_eq!(trial.locked_for_ms, Some(800), "one level above its own");
 
     let enforced = b.login("uma", &policy, Attempt::failure()).await;
     assert_eq!(enforced.verdict, LoginVerdict::Recorded, "{enforced:?}");
@@ -307,8 +310,21 @@ async fn an_enforced_locks_history_is_kept_apart_from_a_trials(b: &StoreUnderTes
         Some(400),
         "the enforced history's next level, not the trial's"
     );
+    // Both end, the trial's later: the next shadow lock escalates from it
+    // (the enforced write kept it), the enforced state shows none.
+    b.advance(900).await;
+    assert_eq!(
+        b.login_state("uma", &policy).await.locked_retry_after_ms,
+        None
+    );
+    let relock = b.login("uma", &policy, Attempt::failure().shadow()).await;
+    assert_eq!(relock.locked_for_ms, Some(1_600), "{relock:?}");
     let state = b.login_state_as("uma", &policy, true).await;
     assert!(state.locked_retry_after_ms.is_some(), "{state:?}");
+    assert_eq!(
+        b.login_state("uma", &policy).await.locked_retry_after_ms,
+        None
+    );
 }
 
 async fn a_shadow_attempt_is_recorded_when_challenged(b: &StoreUnderTest) {
