@@ -26,7 +26,7 @@ use std::time::Duration;
 use super::{event_member, GuardContext, RequestInfo};
 use crate::audit::{AuditDecision, AuditEvent};
 use crate::domain::{Action, ClientIp, Reason, Rule, Subject, SubjectKind};
-use crate::settings::Settings;
+use crate::settings::ServerSettings;
 use crate::store::WindowSpec;
 use crate::telemetry::log_budget::LogBudget;
 
@@ -75,8 +75,7 @@ impl Watched {
 impl AdminAuthGuard {
     /// Over the guards' store and audit sink, with `server.admin_auth_limit`
     /// and `server.admin_auth_network_limit` (networks of [`NETWORK_BITS`]).
-    pub fn new(ctx: GuardContext, settings: &Settings) -> Self {
-        let server = &settings.server;
+    pub fn new(ctx: GuardContext, server: &ServerSettings) -> Self {
         let (limit, network) = (&server.admin_auth_limit, &server.admin_auth_network_limit);
         Self {
             ctx,
@@ -110,8 +109,16 @@ impl AdminAuthGuard {
     /// cannot be told is not throttled (it has no window).
     pub async fn check(&self, ip: Option<ClientIp>) -> Result<(), Throttled> {
         let Some(ip) = ip else { return Ok(()) };
-        for watched in self.watched(ip) {
-            match self.ctx.store.peek(&watched.key, &watched.window()).await {
+        let watched: Vec<Watched> = self.watched(ip).collect();
+        // Both windows at once: an IPv6 admin request waits one round trip.
+        let peeks = futures::future::join_all(
+            watched
+                .iter()
+                .map(|w| async move { self.ctx.store.peek(&w.key, &w.window()).await }),
+        )
+        .await;
+        for (watched, peek) in watched.iter().zip(peeks) {
+            match peek {
                 Ok(peek)
                     if peek
                         .counts

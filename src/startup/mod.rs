@@ -126,7 +126,7 @@ impl Application {
                 settings.sms.code_secret.expose(),
             ),
             login: LoginGuard::new(ctx.clone(), email.lock_notifier()),
-            admin_auth: AdminAuthGuard::new(ctx.clone(), &settings),
+            admin_auth: AdminAuthGuard::new(ctx.clone(), &settings.server),
             admin: SubjectAdmin::new(ctx),
             lists: lists.clone(),
             access: Access::new(&settings.server),
