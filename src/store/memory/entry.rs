@@ -317,12 +317,10 @@ impl Subject {
             }) => Ok(match (shadow, *until, *s) {
                 (false, enforced, _) => enforced,
                 (true, Some(held), _) if held.0 > now => Some(held),
-                (true, Some(enforced), Some(would_be)) => Some(if would_be.0 >= enforced.0 {
-                    would_be
-                } else {
-                    enforced
-                }),
-                (true, enforced, would_be) => would_be.or(enforced),
+                // The later end; on a tie the shadow's, as the script reads it.
+                (true, enforced, would_be) => {
+                    enforced.into_iter().chain(would_be).max_by_key(|l| l.0)
+                }
             }),
             Some(e) => Err(wrong_type(key, &e.value, "lock")),
         }
