@@ -59,6 +59,28 @@ pub fn not_blank() -> String {
     format!("[^{}]", class_members(WHITE_SPACE))
 }
 
+/// Unicode's Default_Ignorable_Code_Point (DerivedCoreProperties.txt): code
+/// points that render as nothing, so a name with them looks like one without.
+pub const DEFAULT_IGNORABLE: &[Range] = &[
+    (0x00ad, 0x00ad),
+    (0x034f, 0x034f),
+    (0x061c, 0x061c),
+    (0x115f, 0x1160),
+    (0x17b4, 0x17b5),
+    (0x180b, 0x180f),
+    (0x200b, 0x200f),
+    (0x202a, 0x202e),
+    (0x2060, 0x206f),
+    (0x3164, 0x3164),
+    (0xfe00, 0xfe0f),
+    (0xfeff, 0xfeff),
+    (0xffa0, 0xffa0),
+    (0xfff0, 0xfff8),
+    (0x1bca0, 0x1bca3),
+    (0x1d173, 0x1d17a),
+    (0xe0000, 0xe0fff),
+];
+
 /// Whether `c` is in one of `ranges`.
 pub fn in_ranges(ranges: &[Range], c: char) -> bool {
     let cp = c as u32;

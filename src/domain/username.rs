@@ -5,7 +5,7 @@ use std::sync::LazyLock;
 
 use unicode_normalization::UnicodeNormalization;
 
-use super::pattern::{class_members, in_ranges, Range, CONTROL, WHITE_SPACE};
+use super::pattern::{class_members, in_ranges, CONTROL, DEFAULT_IGNORABLE, WHITE_SPACE};
 
 /// The most characters a name may have as given (before normalisation).
 pub const MAX_CHARS: usize = 256;
@@ -37,28 +37,6 @@ pub enum UsernameError {
 /// leave unnormalised), which is Unicode's `NFKC_Casefold` in all but name.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Username(String);
-
-/// Unicode's Default_Ignorable_Code_Point (DerivedCoreProperties.txt): code
-/// points that render as nothing, so a name with them looks like one without.
-const DEFAULT_IGNORABLE: &[Range] = &[
-    (0x00ad, 0x00ad),
-    (0x034f, 0x034f),
-    (0x061c, 0x061c),
-    (0x115f, 0x1160),
-    (0x17b4, 0x17b5),
-    (0x180b, 0x180f),
-    (0x200b, 0x200f),
-    (0x202a, 0x202e),
-    (0x2060, 0x206f),
-    (0x3164, 0x3164),
-    (0xfe00, 0xfe0f),
-    (0xfeff, 0xfeff),
-    (0xffa0, 0xffa0),
-    (0xfff0, 0xfff8),
-    (0x1bca0, 0x1bca3),
-    (0x1d173, 0x1d17a),
-    (0xe0000, 0xe0fff),
-];
 
 fn default_ignorable(c: char) -> bool {
     in_ranges(DEFAULT_IGNORABLE, c)
