@@ -32,7 +32,8 @@ use std::time::Duration;
 
 use fred::interfaces::EventInterface;
 use fred::prelude::{
-    Client, ClientLike, Config, Error as FredError, ErrorKind, KeysInterface, ReconnectPolicy,
+    Client, ClientLike, ClusterInterface, Config, Error as FredError, ErrorKind, KeysInterface,
+    ReconnectPolicy, Server,
 };
 use fred::types::{ClusterHash, CustomCommand, Value};
 use futures::{StreamExt, TryStreamExt};
@@ -66,7 +67,7 @@ thread_local! {
 pub use self::login_script::{render_login_attempt, LoginShape};
 pub use self::scripts::unpack_answer;
 
-use self::deadline::{time_ms, RedisClock, Sample, LATE};
+use self::deadline::{time_ms, Reading, RedisClock, Sample, LATE};
 use self::glob::glob_escape;
 use self::scripts::Scripts;
 use crate::settings::redis_url::fred_url;
@@ -374,20 +375,65 @@ impl RedisStore {
     }
 }
 
-/// Take `sample`: Redis's `TIME` read on `client` (any node of a cluster).
+/// Take `sample`: Redis's `TIME` read on `client`, on a cluster on every
+/// primary at once (see [`deadline`] for why the one furthest ahead).
 async fn sample_clock(client: Client, sample: Sample, budget: Duration) {
+    let readings = read_clocks(&client, &sample, budget).await;
+    sample.finish(readings.into_iter().flatten(), budget);
+}
+
+/// `TIME` on the one server, or on every primary of a cluster (when the
+/// cluster's map is not known yet, on any one node).
+async fn read_clocks(client: &Client, sample: &Sample, budget: Duration) -> Vec<Option<Reading>> {
+    let primaries = if client.is_clustered() {
+        client
+            .cached_cluster_state()
+            .map(|state| state.unique_primary_nodes())
+            .unwrap_or_default()
+    } else {
+        Vec::new()
+    };
+    if primaries.is_empty() {
+        return vec![read_time(client, sample, budget).await];
+    }
+    let reads = primaries
+        .into_iter()
+        .map(|node| read_time_on(client, node, sample, budget));
+    futures::future::join_all(reads).await
+}
+
+/// One node's `TIME` (the one `ClusterHash::Random` picks) with this
+/// clock's reading before and after.
+async fn read_time<C: ClientLike>(
+    client: &C,
+    sample: &Sample,
+    budget: Duration,
+) -> Option<Reading> {
     let clock = sample.clock();
-    let sent = clock.local_ms();
+    let sent_ms = clock.local_ms();
     let time = CustomCommand::new_static("TIME", ClusterHash::Random, false);
     let answer = tokio::time::timeout(
         budget,
         client.custom::<Vec<String>, Value>(time, Vec::new()),
     )
     .await;
-    let received = clock.local_ms();
-    if let Some(redis_ms) = answer.ok().and_then(Result::ok).and_then(|a| time_ms(&a)) {
-        sample.finish(sent, redis_ms, received, budget);
-    }
+    let received_ms = clock.local_ms();
+    let redis_ms = answer.ok().and_then(Result::ok).and_then(|a| time_ms(&a))?;
+    Some(Reading {
+        sent_ms,
+        redis_ms,
+        received_ms,
+    })
+}
+
+/// [`read_time`] on the cluster node `node`.
+async fn read_time_on(
+    client: &Client,
+    node: Server,
+    sample: &Sample,
+    budget: Duration,
+) -> Option<Reading> {
+    read_time(&client.with_cluster_node(node), sample, budget).await
 }
 
 /// Keep a timer in this thread's runtime that always fires before any call's
@@ -489,5 +535,25 @@ mod tests {
         }
         assert!(read_again, "Redis's clock is read again");
         store.delete_prefix(&prefix).await.expect("Redis answers");
+    }
+
+    /// On a cluster each primary's clock is read (the deadline follows the
+    /// one furthest ahead: `deadline::tests`).
+    #[tokio::test]
+    async fn every_primary_of_a_cluster_has_its_clock_read() {
+        let url = std::env::var("TOLLGATE_TEST_REDIS_CLUSTER_URL").unwrap_or_else(|_| {
+            "redis-cluster://127.0.0.1:17000,127.0.0.1:17001,127.0.0.1:17002".into()
+        });
+        let store = RedisStore::connect(&url, Duration::from_secs(2))
+            .await
+            .expect("the cluster answers (scripts/redis-cluster.sh)");
+        let clock = Arc::new(RedisClock::new());
+        let sample = clock
+            .deadline_ms(Duration::from_secs(2))
+            .1
+            .expect("none taken yet");
+        let readings = read_clocks(&store.client, &sample, Duration::from_secs(2)).await;
+        assert_eq!(readings.len(), 3, "{readings:?}");
+        assert!(readings.iter().all(Option::is_some), "{readings:?}");
     }
 }

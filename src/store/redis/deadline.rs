@@ -26,6 +26,14 @@
 //! a `late` answer that shows the estimate wrong, calls carry no deadline
 //! (`0`) and behave as before: refusing every call on a bad estimate would
 //! turn a clock's step into an outage.
+//!
+//! On Redis Cluster each primary runs the scripts of its own keys by its
+//! own clock, and their clocks need not agree. Every sample reads every
+//! primary's `TIME` and keeps the offset of the one furthest ahead: a node
+//! ahead of the one read would otherwise find every deadline passed and
+//! answer `late` to every counting call. A node behind by `d` ms runs a
+//! stalled call's deadline `d` ms later than its caller's, the lesser
+//! harm (NTP keeps them within milliseconds).
 
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
@@ -67,15 +75,28 @@ impl Sample {
         &self.0
     }
 
-    /// Keep `redis_ms`, the `TIME` read between `sent_ms` and `received_ms`
-    /// (this clock's), unless its round trip was longer than a quarter of
-    /// `budget`: the offset there was stays, and when there is none the
-    /// sample is tried again after [`RETRY_AFTER`].
-    pub(super) fn finish(self, sent_ms: i64, redis_ms: i64, received_ms: i64, budget: Duration) {
-        if let Some(offset) = offset_from(sent_ms, redis_ms, received_ms, budget) {
+    /// Keep the offset of the reading furthest ahead among `readings` whose
+    /// round trip took at most a quarter of `budget`; with none such, the
+    /// offset there was stays, and when there is none the sample is tried
+    /// again after [`RETRY_AFTER`].
+    pub(super) fn finish(self, readings: impl IntoIterator<Item = Reading>, budget: Duration) {
+        let furthest_ahead = readings
+            .into_iter()
+            .filter_map(|r| offset_from(r.sent_ms, r.redis_ms, r.received_ms, budget))
+            .max();
+        if let Some(offset) = furthest_ahead {
             self.0.offset_ms.store(offset, Ordering::Relaxed);
         }
     }
+}
+
+/// One node's `TIME` in ms, read between `sent_ms` and `received_ms` of
+/// [`RedisClock::local_ms`].
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Reading {
+    pub(super) sent_ms: i64,
+    pub(super) redis_ms: i64,
+    pub(super) received_ms: i64,
 }
 
 impl Drop for Sample {
@@ -216,6 +237,31 @@ mod tests {
     }
 
     #[test]
+    fn a_clusters_offset_is_its_furthest_trusted_node_ahead() {
+        let clock = Arc::new(RedisClock::new());
+        let sample = clock.deadline_ms(BUDGET).1.expect("none taken yet");
+        let now = clock.local_ms();
+        let node = |redis_ms, round_trip| Reading {
+            sent_ms: now,
+            redis_ms,
+            received_ms: now + round_trip,
+        };
+        sample.finish(
+            [
+                node(1_700_000_000_000, 0),
+                node(1_700_000_000_050, 0),
+                // Further ahead, but too slow a reading to trust.
+                node(1_700_000_000_900, 26),
+                node(1_699_999_999_000, 0),
+            ],
+            BUDGET,
+        );
+        let (deadline, _) = clock.deadline_ms(BUDGET);
+        let elapsed = clock.local_ms() - now;
+        assert_eq!(deadline - elapsed, 1_700_000_000_125, "50 ahead + 75");
+    }
+
+    #[test]
     fn one_sample_at_a_time_then_none_until_it_is_old() {
         let clock = Arc::new(RedisClock::new());
         let (deadline, first) = clock.deadline_ms(BUDGET);
@@ -223,7 +269,14 @@ mod tests {
         let first = first.expect("none taken yet: one is claimed");
         assert!(clock.deadline_ms(BUDGET).1.is_none(), "one on its way");
         let now = clock.local_ms();
-        first.finish(now, 1_700_000_000_000, now, BUDGET);
+        first.finish(
+            [Reading {
+                sent_ms: now,
+                redis_ms: 1_700_000_000_000,
+                received_ms: now,
+            }],
+            BUDGET,
+        );
         let (deadline, due) = clock.deadline_ms(BUDGET);
         assert!(due.is_none(), "a fresh sample");
         assert!(deadline >= 1_700_000_000_075, "{deadline}");
