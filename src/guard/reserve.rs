@@ -5,7 +5,7 @@ use super::SubjectRules;
 use crate::domain::{Rule, Subject, SubjectKind};
 use crate::store::{
     CodeToStore, ConversionHit, ConversionOutcome, ConversionPolicy, HitOutcome, HitVerdict,
-    ReserveRequest, RollBack, StoreError, SubjectWindows, WindowStore,
+    ReserveOutcome, ReserveRequest, RollBack, StoreError, SubjectWindows, WindowStore,
 };
 
 /// One subject's share of a request: its key and its kind's rules.
@@ -228,13 +228,16 @@ impl Reservation<'_> {
                 windows: hit.rules.windows(),
                 callers_own: hit.subject.kind.is_callers_own(),
             })
-            .collect();
+            .collect::<Vec<_>>();
         let conversions = self
             .conversions
             .iter()
             .zip(&self.conversion_outcomes)
             .filter_map(|(c, outcome)| Some((c.key.as_str(), outcome.counted_in?)))
-            .collect();
+            .collect::<Vec<_>>();
+        if subjects.is_empty() && conversions.is_empty() {
+            return;
+        }
         store
             .roll_back(&RollBack {
                 subjects,
@@ -275,16 +278,27 @@ pub async fn reserve<'a>(
             policy: c.policy,
         })
         .collect();
-    let outcome = store
-        .reserve(ReserveRequest {
-            subjects: &subjects,
-            conversions: &conversion_hits,
-            member: &member,
-            gate_open,
-            force,
-            code,
-        })
-        .await?;
+    // Nothing to count or store (an allow-listed phone's send from an
+    // address without windows): no store call.
+    let outcome = if subjects.is_empty() && conversion_hits.is_empty() && code.is_none() {
+        ReserveOutcome {
+            outcomes: Vec::new(),
+            conversions: Vec::new(),
+            recorded: true,
+            by_fallback: false,
+        }
+    } else {
+        store
+            .reserve(ReserveRequest {
+                subjects: &subjects,
+                conversions: &conversion_hits,
+                member: &member,
+                gate_open,
+                force,
+                code,
+            })
+            .await?
+    };
     drop((subjects, conversion_hits));
     let refusal = pick_refusal(&hits, &outcome.outcomes);
     Ok(Reservation {

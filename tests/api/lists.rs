@@ -14,6 +14,7 @@ use crate::{on_both_backends, on_both_databases};
 
 on_both_backends!(
     an_allow_listed_ip_is_past_every_limit,
+    an_allow_listed_phone_is_past_its_own_windows_not_its_askers,
     block_entries_are_refused_with_403_and_audited,
     the_block_list_wins_over_the_allow_list,
     in_shadow_mode_a_block_is_audited_not_enforced,
@@ -92,6 +93,52 @@ async fn an_allow_listed_ip_is_past_every_limit(backend: Backend) {
     // Nothing was counted for alice: from elsewhere she starts from zero.
     assert_eq!(fail(&app, "alice", OTHER_IP).await.body["failures"], 1);
     assert!(app.audit_events().iter().all(|e| e.subject != "alice"));
+}
+
+/// An allow-listed phone is past its own window (1/1h here), its prefix's,
+/// the global ones and the pumping guard, but not its asker's: else anyone
+/// could ask for its codes without end and guess each one's tries.
+async fn an_allow_listed_phone_is_past_its_own_windows_not_its_askers(backend: Backend) {
+    let app = spawn_app(backend, |s| {
+        strict(s);
+        s.sms.verify_ip_limits = limits(&[(3, 3_600_000)]);
+        s.lists.allow_phones = vec![PHONE.into()];
+    })
+    .await;
+    let asker = "192.0.2.30";
+    for i in 0..2 {
+        let answer = send(&app, PHONE, asker).await;
+        assert_eq!(answer.status, 200, "send {i}: {}", answer.body);
+    }
+    let third = send(&app, PHONE, asker).await;
+    assert_eq!(third.status, 429, "the asker's 2/1h: {}", third.body);
+    assert_eq!(third.body["rule"], "ip 2/1h");
+    let elsewhere = send(&app, PHONE, OTHER_IP).await;
+    assert_eq!(elsewhere.status, 200, "{}", elsewhere.body);
+    // A backend that names no client has no asker's windows to count.
+    for i in 0..3 {
+        let unnamed = app.sms_send(json!({ "phone": PHONE })).await;
+        assert_eq!(unnamed.status, 200, "unnamed {i}: {}", unnamed.body);
+    }
+    let elsewhere = send(&app, PHONE, OTHER_IP).await;
+    assert_eq!(elsewhere.status, 200, "{}", elsewhere.body);
+
+    let code = app.sms.last_code(PHONE);
+    let guess = |ip: &'static str, code: String| {
+        app.sms_verify(json!({ "phone": PHONE, "code": code, "ip": ip }))
+    };
+    let wrong = if code.starts_with('0') { "1" } else { "0" }.repeat(code.len());
+    for i in 0..3 {
+        let answer = guess(asker, wrong.clone()).await;
+        assert_eq!(answer.body["valid"], false, "guess {i}: {}", answer.body);
+    }
+    let refused = guess(asker, wrong.clone()).await;
+    assert_eq!(refused.status, 429, "the guesser's 3/1h: {}", refused.body);
+    assert_eq!(refused.body["rule"], "ip 3/1h");
+    assert_eq!(
+        guess("192.0.2.31", code).await.body,
+        json!({ "valid": true })
+    );
 }
 
 async fn block_entries_are_refused_with_403_and_audited(backend: Backend) {

@@ -19,7 +19,7 @@ use crate::domain::{Action, PhoneNumber, Reason, Subject, SubjectKind};
 use crate::guard::pumping::{self, Found};
 use crate::guard::reserve::{RefusalKind, Reservation};
 use crate::guard::{Listing, SubjectRules};
-use crate::lists::Listed;
+use crate::lists::{EntryKind, Listed};
 use crate::metrics::SmsDelivery;
 use crate::settings::SmsSettings;
 use crate::store::HitOutcome;
@@ -102,13 +102,19 @@ pub(super) fn give_back(error: &DeliveryError) -> GiveBack {
     }
 }
 
-/// What the lists and the region rule let through goes on one of two ways.
+/// What the lists and the region rule let through goes on one of three ways.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Pass {
     /// Counted in the windows and the pumping guard.
     Counted,
-    /// Allow-listed: no window, captcha tier or pumping block applies, and
-    /// nothing is counted.
+    /// An allow-listed phone: its own, its prefix's and the global windows
+    /// and the pumping guard do not apply, the asking address's and
+    /// network's windows (sends and tries) do. Else anyone could ask for
+    /// the listed phone's codes without end and guess each one's tries:
+    /// a fresh code, fresh tries.
+    AskerCounted,
+    /// An allow-listed address: no window, captcha tier or pumping block
+    /// applies, and nothing is counted.
     Exempt,
 }
 
@@ -219,9 +225,11 @@ impl Region {
     }
 }
 
-/// What the lists say: a block refuses; an allow exempts.
+/// What the lists say: a block refuses; an allowed address exempts, an
+/// allowed phone leaves only its asker counted.
 pub(super) fn lists(listing: Listing) -> Decision<Pass> {
     let pass = match listing.listed {
+        Listed::Allowed(EntryKind::Phone) => Pass::AskerCounted,
         Listed::Allowed(_) => Pass::Exempt,
         _ => Pass::Counted,
     };

@@ -83,10 +83,19 @@ impl SmsGuard {
                 (Grant::default(), None)
             }
             Pass::Counted => {
-                let reservation = self.reserve_send(&policy, &req, &code, info).await?;
+                let reservation = self.reserve_send(&policy, &req, Some(&code), info).await?;
                 reservation.count_rule_hits(policy.sms.shadow);
                 let decided = decision::reserved(&reservation);
                 (self.apply(decided, &policy, info).await?, Some(reservation))
+            }
+            Pass::AskerCounted => {
+                let reservation = self.reserve_send(&policy, &req, None, info).await?;
+                reservation.count_rule_hits(policy.sms.shadow);
+                let decided = decision::reserved(&reservation);
+                let grant = self.apply(decided, &policy, info).await?;
+                // Stored apart, not counted: nor will its verify be.
+                self.ctx.store.otp_put(code.to_store(), false).await?;
+                (grant, Some(reservation))
             }
         };
         self.deliver_or_undo(&req, &code, reservation.as_ref(), info)
@@ -175,7 +184,7 @@ impl SmsGuard {
         &self,
         policy: &'p Policy,
         req: &SendRequest,
-        code: &SmsCode,
+        code: Option<&SmsCode>,
         info: &RequestInfo,
     ) -> Result<Reservation<'p>, SmsRefusal> {
         let store = self.ctx.store.as_ref();
@@ -187,13 +196,21 @@ impl SmsGuard {
             && Box::pin(self.ctx.captcha_passed_now(policy, &req.captcha, info, Action::SmsSend))
                 .await?;
         let member = crate::guard::event_member();
+        // Without a code to store, the send is an allow-listed phone's:
+        // only its asker's windows count (`Pass::AskerCounted`).
         let offer = |gate_open| Offer {
-            hits: self.subject_hits(policy, &req.phone, info),
-            conversions: pumping::subjects(policy, &self.ctx.keys, &req.phone),
+            hits: match code {
+                Some(_) => self.subject_hits(policy, &req.phone, info),
+                None => self.asker_hits(policy, info),
+            },
+            conversions: match code {
+                Some(_) => pumping::subjects(policy, &self.ctx.keys, &req.phone),
+                None => Vec::new(),
+            },
             member: member.clone(),
             gate_open,
             force: policy.sms.shadow,
-            code: Some(code.to_store()),
+            code: code.map(SmsCode::to_store),
         };
         let first = reserve(store, offer(passed_now)).await?;
         if !(ask_later && first.only_captcha_refuses()) {
@@ -254,6 +271,25 @@ impl SmsGuard {
             hits.extend(self.hit(policy, Action::SmsSend, subject, carries_code));
         }
         hits
+    }
+
+    /// The subjects of an allow-listed phone's send: its asker's address
+    /// and an IPv6 asker's network, where they have windows.
+    fn asker_hits<'p>(&self, policy: &'p Policy, info: &RequestInfo) -> Vec<SubjectHit<'p>> {
+        let sms = &policy.sms.settings;
+        let Some(ip) = info.client_ip() else {
+            return Vec::new();
+        };
+        let subjects = [
+            Some(Subject::new(SubjectKind::Ip, ip.subject_id())),
+            ip.network_id(sms.network_bits)
+                .map(|id| Subject::new(SubjectKind::Network, id)),
+        ];
+        subjects
+            .into_iter()
+            .flatten()
+            .filter_map(|subject| self.hit(policy, Action::SmsSend, subject, false))
+            .collect()
     }
 
     /// Render the code's text in the asked locale and hand it to the provider.

@@ -209,6 +209,12 @@ fn an_allow_entry_exempts_and_no_entry_counts() {
         &phone(),
     );
     assert_eq!(exempt.settle().answer.unwrap(), Pass::Exempt);
+    let phone_listed = screen(
+        listing(Listed::Allowed(EntryKind::Phone)),
+        Region::Allowed,
+        &phone(),
+    );
+    assert_eq!(phone_listed.settle().answer.unwrap(), Pass::AskerCounted);
     let counted = screen(listing(Listed::No), Region::Allowed, &phone());
     assert_eq!(counted.shadowed().settle().answer.unwrap(), Pass::Counted);
 }
