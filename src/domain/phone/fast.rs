@@ -4,13 +4,16 @@
 //! while holding it stalls the other (tens of milliseconds at p99 under load).
 //!
 //! The fast path takes only input the crate would parse trivially: `+` and
-//! digits, a calling code that belongs to exactly one region, and a national
-//! number from which the crate strips no national prefix. For those it applies
-//! the crate's own validity rule (the general pattern and one type pattern,
-//! each with its possible lengths, matched from the start) with the crate's
-//! patterns compiled once per region into plain `regex::Regex`es (shared, no
-//! lock). Anything else answers `None` and goes the crate's way; a test holds
-//! both paths equal over every region's examples and thousands of numbers.
+//! digits, a calling code of geographic regions, and a national number from
+//! which the crate strips no national prefix (nor, for a shared code, a
+//! leading zero). For those it picks the region as the crate does (a shared
+//! code's by leading digits or numbering plan, in the crate's order) and
+//! applies the crate's own validity rule (the general pattern and one type
+//! pattern, each with its possible lengths, matched from the start) with the
+//! crate's patterns compiled once per region into plain `regex::Regex`es
+//! (shared, no lock). Anything else answers `None` and goes the crate's way;
+//! a test holds both paths equal over every region's examples and thousands
+//! of numbers.
 
 use std::collections::HashMap;
 use std::sync::{LazyLock, OnceLock};
@@ -68,6 +71,9 @@ fn anchored(pattern: &str) -> Option<Regex> {
 
 struct Region {
     id: String,
+    /// The first digits of its numbers, where its calling code is shared
+    /// (the crate picks a shared code's region by them).
+    leading_digits: Option<Regex>,
     national_prefix: Option<String>,
     prefix_for_parsing: Option<Regex>,
     general: Pattern,
@@ -93,6 +99,10 @@ impl Region {
         ];
         Some(Self {
             id: meta.id().to_string(),
+            leading_digits: match meta.leading_digits() {
+                Some(p) => Some(anchored(p.as_str())?),
+                None => None,
+            },
             national_prefix: meta.national_prefix().map(str::to_string),
             prefix_for_parsing: match meta.national_prefix_for_parsing() {
                 Some(p) => Some(anchored(p.as_str())?),
@@ -125,37 +135,67 @@ impl Region {
     }
 }
 
-/// Calling codes of exactly one geographic region, compiled on first use.
-static REGIONS: LazyLock<HashMap<u16, OnceLock<Option<Region>>>> = LazyLock::new(|| {
-    let mut regions = HashMap::new();
+/// The geographic regions of one calling code, in the crate's order.
+struct Code {
+    regions: Vec<Region>,
+}
+
+impl Code {
+    /// The region whose rules the crate applies to `national`, as its
+    /// `validator::source_for` picks it: a code's one region; else the first
+    /// whose leading digits start `national` or, for a region without any,
+    /// under whose plan it is a number.
+    fn source(&self, national: &str) -> Option<&Region> {
+        if let [only] = self.regions.as_slice() {
+            return Some(only);
+        }
+        self.regions.iter().find(|r| match &r.leading_digits {
+            Some(leading) => leading.is_match(national),
+            None => r.is_valid(national),
+        })
+    }
+}
+
+/// Calling codes whose every region is a geographic one, compiled on first
+/// use. Shared codes (+1, +7, +44, ...) are here too: through the crate,
+/// each of their parses would match a dozen patterns through its cache of
+/// 100 under one lock, and a caller rotating them (or formatted numbers of
+/// many countries) had every parse compile its patterns anew, about ten
+/// times a parse's cost.
+static CODES: LazyLock<HashMap<u16, OnceLock<Option<Code>>>> = LazyLock::new(|| {
+    let mut codes = HashMap::new();
     for meta in DATABASE.iter() {
         let code = meta.country_code();
-        let single = DATABASE
-            .region(&code)
-            .is_some_and(|ids| ids.len() == 1 && ids[0] != "001" && ids[0] == meta.id());
-        if single && meta.id().parse::<phonenumber::country::Id>().is_ok() {
-            regions.insert(code, OnceLock::new());
+        let geographic = DATABASE.region(&code).is_some_and(|ids| {
+            !ids.is_empty()
+                && ids
+                    .iter()
+                    .all(|id| *id != "001" && id.parse::<phonenumber::country::Id>().is_ok())
+        });
+        if geographic {
+            codes.insert(code, OnceLock::new());
         }
     }
-    regions
+    codes
 });
 
-fn region(code: u16) -> Option<&'static Region> {
-    let cell = REGIONS.get(&code)?;
-    cell.get_or_init(|| DATABASE.by_id(&code_region_id(code)?).and_then(Region::new))
-        .as_ref()
+fn code(code: u16) -> Option<&'static Code> {
+    let cell = CODES.get(&code)?;
+    cell.get_or_init(|| {
+        let ids = DATABASE.region(&code)?;
+        let regions = ids
+            .iter()
+            .map(|id| DATABASE.by_id(*id).and_then(Region::new))
+            .collect::<Option<Vec<_>>>()?;
+        Some(Code { regions })
+    })
+    .as_ref()
 }
 
-fn code_region_id(code: u16) -> Option<String> {
-    DATABASE
-        .region(&code)
-        .and_then(|ids| ids.first().map(|id| id.to_string()))
-}
-
-/// Compile every region's patterns now rather than on a first request.
+/// Compile every code's patterns now rather than on a first request.
 pub(super) fn warm_up() {
-    for code in REGIONS.keys() {
-        region(*code);
+    for c in CODES.keys() {
+        code(*c);
     }
 }
 
@@ -169,19 +209,34 @@ pub(super) fn parse(raw: &str) -> Option<Parsed> {
         return None;
     }
     // The crate takes the first 1-, 2- or 3-digit prefix that is a calling code.
-    let (code, national) = (1..=MAX_CODE.min(digits.len())).find_map(|len| {
+    let (code_number, national) = (1..=MAX_CODE.min(digits.len())).find_map(|len| {
         let code: u16 = digits[..len].parse().ok()?;
         DATABASE.by_code(&code).map(|_| (code, &digits[len..]))
     })?;
     if !(MIN_NSN..=MAX_NSN).contains(&national.len()) {
         return None;
     }
-    let region = region(code)?;
+    let regions = code(code_number)?;
+    if regions.regions.len() > 1 && national.starts_with('0') {
+        // The crate reads a shared code's region without the zeros and
+        // judges the number without them: not worth copying.
+        return None;
+    }
+    let Some(region) = regions.source(national) else {
+        // No region's rules: the crate strips nothing and finds it valid
+        // nowhere.
+        return Some(Parsed {
+            country_code: code_number.to_string(),
+            national: national.to_string(),
+            region: String::new(),
+            valid: false,
+        });
+    };
     if !region.keeps(national) {
         return None;
     }
     Some(Parsed {
-        country_code: code.to_string(),
+        country_code: code_number.to_string(),
         national: national.to_string(),
         region: region.id.clone(),
         valid: region.is_valid(national),
