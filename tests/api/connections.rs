@@ -558,6 +558,10 @@ fn bad_timeouts_and_caps_are_refused_naming_their_key() {
             "invalid setting `server.admin_max_connections`: must be positive",
         ),
         (
+            "admin_max_connections_per_ip = 0",
+            "invalid setting `server.admin_max_connections_per_ip`: must be positive",
+        ),
+        (
             "workers = 0",
             "invalid setting `server.workers`: must be positive",
         ),

@@ -173,6 +173,12 @@ impl Settings {
                 "server.max_connections_per_ip",
                 server.max_connections_per_ip,
             ),
+            // 0 would refuse every admin connection that is not a trusted
+            // proxy's: the console and /metrics out of reach until a restart.
+            (
+                "server.admin_max_connections_per_ip",
+                server.admin_max_connections_per_ip,
+            ),
             ("server.workers", server.workers),
         ] {
             if let Some(cap) = cap {
