@@ -83,7 +83,7 @@ impl Reloadable {
             _ => Settings::load(file)?,
         };
         let templates = Templates::load(&TemplateDirs::of(&settings))?;
-        let policy = Policy::from_settings(&settings)?;
+        let policy = Policy::from_settings(&restart_only_kept(&settings, &self.policy))?;
         let sender = match &self.sender {
             Some(slot) => slot.remake(&settings.sms.provider)?.map(|new| (slot, new)),
             None => None,
@@ -96,6 +96,18 @@ impl Reloadable {
         self.templates.replace(templates);
         Ok(settings)
     }
+}
+
+/// `read` with the decision settings a reload cannot apply put back to the
+/// running policy's. `sms.prefix_digits` cuts the phone ranges of the
+/// prefix windows, the pumping guard and the audit rollups alike: applied
+/// to the first two at once, a changed value would start every prefix's
+/// windows from zero and leave the rollups cutting ranges the rules no
+/// longer name, while the log says it waits for a restart.
+fn restart_only_kept(read: &Settings, running: &PolicyCell) -> Settings {
+    let mut kept = read.clone();
+    kept.sms.prefix_digits = running.current().sms.settings.prefix_digits;
+    kept
 }
 
 /// An empty config file (nothing but blank lines and comments) is valid

@@ -97,6 +97,32 @@ fn a_reload_swaps_the_decision_settings_and_a_bad_file_keeps_the_old_ones() {
     }
 }
 
+/// `sms.prefix_digits` waits for a restart, as the log says: the prefix
+/// windows and the pumping guard keep cutting phones where the audit
+/// rollups do.
+#[test]
+fn a_reload_keeps_the_running_prefix_digits_until_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let reloadable = Reloadable {
+        policy: std::sync::Arc::new(PolicyCell::new(
+            Policy::from_settings(&Settings::defaults().unwrap()).unwrap(),
+        )),
+        lists: std::sync::Arc::new(tollgate::lists::Lists::new(Vec::new(), None)),
+        templates: std::sync::Arc::new(TemplatesCell::new(Templates::compiled())),
+        sender: None,
+    };
+    let file = dir.path().join("tollgate.toml");
+    std::fs::write(&file, "[sms]\nprefix_digits = 4\nmax_verify_attempts = 3\n").unwrap();
+    let read = reloadable.reload(Some(&file)).unwrap();
+    assert_eq!(read.sms.prefix_digits, 4, "read, to be named as waiting");
+    let policy = reloadable.policy.current();
+    assert_eq!(policy.sms.settings.prefix_digits, 7, "the running value");
+    assert_eq!(
+        policy.sms.settings.max_verify_attempts, 3,
+        "the rest applies"
+    );
+}
+
 #[tokio::test]
 async fn sighup_reloads_a_running_server_without_a_restart() {
     let dir = tempfile::tempdir().unwrap();
