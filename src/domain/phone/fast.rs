@@ -33,7 +33,9 @@ pub(super) struct Parsed {
     pub country_code: String,
     /// The national significant number (`13800138000`).
     pub national: String,
-    /// The one region the calling code belongs to (ISO 3166 alpha-2).
+    /// The region whose plan the number is judged by (ISO 3166 alpha-2),
+    /// the crate's pick among a shared code's; empty when none claims it
+    /// (then `valid` is false).
     pub region: String,
     /// Whether the crate's validity rule holds for the national number.
     pub valid: bool,

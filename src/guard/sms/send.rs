@@ -59,8 +59,9 @@ impl Grant {
 }
 
 impl SmsGuard {
-    /// Send a code: screened by the lists and the region, counted (or, for
-    /// an allow-listed IP or phone, only stored), then delivered.
+    /// Send a code: screened by the lists and the region, counted (for an
+    /// allow-listed phone, only in its asker's windows; for an allow-listed
+    /// IP, not at all), then delivered.
     pub async fn send(&self, req: SendRequest, info: &RequestInfo) -> Result<Sent, SmsRefusal> {
         let policy = self.ctx.policy.current();
         let sms = &policy.sms.settings;
@@ -70,7 +71,12 @@ impl SmsGuard {
             .ctx
             .listed(Action::SmsSend, info, subject, Lookup::Attempt);
         let screened = decision::screen(listing, Region::of(&req.phone, sms), &phone);
-        let pass = self.apply(screened, &policy, info).await?;
+        let pass = match self.apply(screened, &policy, info).await? {
+            // No asker to count: as any phone's, else a backend that names
+            // no client could ask for the listed phone's codes without end.
+            Pass::AskerCounted if info.client_ip().is_none() => Pass::Counted,
+            pass => pass,
+        };
         // The code is drawn and sealed before the store call, so that it is
         // stored in the same round trip as the reservation.
         let code = self.draw_code(sms, &req.phone, &phone, info).await?;
@@ -93,8 +99,13 @@ impl SmsGuard {
                 reservation.count_rule_hits(policy.sms.shadow);
                 let decided = decision::reserved(&reservation);
                 let grant = self.apply(decided, &policy, info).await?;
-                // Stored apart, not counted: nor will its verify be.
-                self.ctx.store.otp_put(code.to_store(), false).await?;
+                // Stored apart and not counted by the pumping guard, nor its
+                // verify; the asker's windows give the send back without it.
+                let store = self.ctx.store.as_ref();
+                if let Err(e) = store.otp_put(code.to_store(), false).await {
+                    reservation.roll_back_keeping(store, |_| false).await;
+                    return Err(e.into());
+                }
                 (grant, Some(reservation))
             }
         };
