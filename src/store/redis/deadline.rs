@@ -80,13 +80,23 @@ impl Sample {
     /// offset there was stays, and when there is none the sample is tried
     /// again after [`RETRY_AFTER`].
     pub(super) fn finish(self, readings: impl IntoIterator<Item = Reading>, budget: Duration) {
-        let furthest_ahead = readings
+        let offsets: Vec<i64> = readings
             .into_iter()
             .filter_map(|r| offset_from(r.sent_ms, r.redis_ms, r.received_ms, budget))
-            .max();
-        if let Some(offset) = furthest_ahead {
-            self.0.offset_ms.store(offset, Ordering::Relaxed);
+            .collect();
+        let (Some(&behind), Some(&ahead)) = (offsets.iter().min(), offsets.iter().max()) else {
+            return;
+        };
+        // Sampled once a minute: a warning a minute at most.
+        if ahead - behind > budget.as_millis() as i64 / 4 {
+            tracing::warn!(
+                apart_ms = ahead - behind,
+                "the Redis Cluster's primaries disagree on the time by more than a quarter of \
+                 store.timeout: a call stalled on the ones behind counts that much after its \
+                 caller gave up; check their NTP (docs/store.md)"
+            );
         }
+        self.0.offset_ms.store(ahead, Ordering::Relaxed);
     }
 }
 
