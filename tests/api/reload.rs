@@ -41,17 +41,22 @@ block_users = ["mallory-{phone_limit}"]
     )
 }
 
-#[test]
-fn a_reload_swaps_the_decision_settings_and_a_bad_file_keeps_the_old_ones() {
-    let dir = tempfile::tempdir().unwrap();
-    let reloadable = Reloadable {
+/// What a reload swaps, in force on the defaults; no SMS provider to remake.
+fn on_defaults() -> Reloadable {
+    Reloadable {
         policy: std::sync::Arc::new(PolicyCell::new(
             Policy::from_settings(&Settings::defaults().unwrap()).unwrap(),
         )),
         lists: std::sync::Arc::new(tollgate::lists::Lists::new(Vec::new(), None)),
         templates: std::sync::Arc::new(TemplatesCell::new(Templates::compiled())),
         sender: None,
-    };
+    }
+}
+
+#[test]
+fn a_reload_swaps_the_decision_settings_and_a_bad_file_keeps_the_old_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let reloadable = on_defaults();
     let (cell, lists) = (&reloadable.policy, &reloadable.lists);
     assert_eq!(cell.current().sms.phone.rules[0].limit, 1);
 
@@ -103,14 +108,7 @@ fn a_reload_swaps_the_decision_settings_and_a_bad_file_keeps_the_old_ones() {
 #[test]
 fn a_reload_keeps_the_running_prefix_digits_until_a_restart() {
     let dir = tempfile::tempdir().unwrap();
-    let reloadable = Reloadable {
-        policy: std::sync::Arc::new(PolicyCell::new(
-            Policy::from_settings(&Settings::defaults().unwrap()).unwrap(),
-        )),
-        lists: std::sync::Arc::new(tollgate::lists::Lists::new(Vec::new(), None)),
-        templates: std::sync::Arc::new(TemplatesCell::new(Templates::compiled())),
-        sender: None,
-    };
+    let reloadable = on_defaults();
     let file = dir.path().join("tollgate.toml");
     std::fs::write(&file, "[sms]\nprefix_digits = 4\nmax_verify_attempts = 3\n").unwrap();
     let read = reloadable.reload(Some(&file)).unwrap();
