@@ -181,7 +181,7 @@ static CODES: LazyLock<HashMap<u16, OnceLock<Option<Code>>>> = LazyLock::new(|| 
     codes
 });
 
-fn code(code: u16) -> Option<&'static Code> {
+fn calling_code(code: u16) -> Option<&'static Code> {
     let cell = CODES.get(&code)?;
     cell.get_or_init(|| {
         let ids = DATABASE.region(&code)?;
@@ -196,8 +196,8 @@ fn code(code: u16) -> Option<&'static Code> {
 
 /// Compile every code's patterns now rather than on a first request.
 pub(super) fn warm_up() {
-    for c in CODES.keys() {
-        code(*c);
+    for code in CODES.keys() {
+        calling_code(*code);
     }
 }
 
@@ -218,13 +218,13 @@ pub(super) fn parse(raw: &str) -> Option<Parsed> {
     if !(MIN_NSN..=MAX_NSN).contains(&national.len()) {
         return None;
     }
-    let regions = code(code_number)?;
-    if regions.regions.len() > 1 && national.starts_with('0') {
+    let calling = calling_code(code_number)?;
+    if calling.regions.len() > 1 && national.starts_with('0') {
         // The crate reads a shared code's region without the zeros and
         // judges the number without them: not worth copying.
         return None;
     }
-    let Some(region) = regions.source(national) else {
+    let Some(region) = calling.source(national) else {
         // No region's rules: the crate strips nothing and finds it valid
         // nowhere.
         return Some(Parsed {

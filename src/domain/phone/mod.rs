@@ -119,11 +119,12 @@ impl PhoneNumber {
         }
     }
 
-    /// [`PhoneNumber::parse`] without the fast path, for tests that hold
+    /// [`PhoneNumber::parse`] without the fast path and without dropping
+    /// the grouping: the crate's own reading of `raw`, for tests that hold
     /// both equal.
     #[cfg(test)]
     pub(crate) fn parse_with_crate_for_tests(raw: &str) -> Result<Self, PhoneError> {
-        Self::parse_with_crate(&compact(international(raw)?))
+        Self::parse_with_crate(international(raw)?)
     }
 
     /// `raw` has passed [`international`].
@@ -361,6 +362,22 @@ mod tests {
             let ours = PhoneNumber::parse(raw);
             let theirs = PhoneNumber::parse_with_crate(international(raw).unwrap());
             assert_eq!(ours, theirs, "{raw}");
+        }
+        // A grouping the crate refuses reads as its digits: grouping is
+        // dropped before either path parses.
+        for (grouped, plain) in [
+            ("+14-012000000", "+14012000000"),
+            ("+464(20000000", "+46420000000"),
+        ] {
+            assert!(
+                PhoneNumber::parse_with_crate(international(grouped).unwrap()).is_err(),
+                "{grouped}: the crate's own reading"
+            );
+            assert_eq!(
+                PhoneNumber::parse(grouped).map(|p| p.e164().to_string()),
+                Ok(plain.to_string()),
+                "{grouped}"
+            );
         }
     }
 

@@ -225,11 +225,14 @@ impl Region {
     }
 }
 
-/// What the lists say: a block refuses; an allowed address exempts, an
-/// allowed phone leaves only its asker counted.
-pub(super) fn lists(listing: Listing) -> Decision<Pass> {
+/// What the lists say: a block refuses; an allowed address exempts; an
+/// allowed phone leaves only its asker counted, and when the request names
+/// no client (no asker to count) is counted as any phone, else a backend
+/// that leaves out `ip` could ask for its codes without end.
+pub(super) fn lists(listing: Listing, names_client: bool) -> Decision<Pass> {
     let pass = match listing.listed {
-        Listed::Allowed(EntryKind::Phone) => Pass::AskerCounted,
+        Listed::Allowed(EntryKind::Phone) if names_client => Pass::AskerCounted,
+        Listed::Allowed(EntryKind::Phone) => Pass::Counted,
         Listed::Allowed(_) => Pass::Exempt,
         _ => Pass::Counted,
     };
@@ -244,8 +247,13 @@ pub(super) fn lists(listing: Listing) -> Decision<Pass> {
 }
 
 /// A send before any window: the lists, then the region rule.
-pub(super) fn screen(listing: Listing, region: Region, phone: &Subject) -> Decision<Pass> {
-    let mut decision = lists(listing);
+pub(super) fn screen(
+    listing: Listing,
+    names_client: bool,
+    region: Region,
+    phone: &Subject,
+) -> Decision<Pass> {
+    let mut decision = lists(listing, names_client);
     if let Region::Denied(region) = region {
         let row = AuditEvent::new(
             Action::SmsSend,

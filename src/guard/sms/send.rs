@@ -16,6 +16,16 @@ use crate::metrics::SmsDelivery;
 use crate::settings::SmsSettings;
 use crate::store::{CodeToStore, StoreError};
 
+/// What a send's reservation counts.
+#[derive(Clone, Copy)]
+enum Scope<'c> {
+    /// Every window and the pumping guard, and the code stored with them.
+    Whole(&'c SmsCode),
+    /// An allow-listed phone's (`Pass::AskerCounted`): only the asker's
+    /// address and network windows; its code is stored apart.
+    Asker,
+}
+
 /// A drawn code, sealed for the store: the text goes to the phone, only
 /// the MAC is stored.
 struct SmsCode {
@@ -70,13 +80,10 @@ impl SmsGuard {
         let listing = self
             .ctx
             .listed(Action::SmsSend, info, subject, Lookup::Attempt);
-        let screened = decision::screen(listing, Region::of(&req.phone, sms), &phone);
-        let pass = match self.apply(screened, &policy, info).await? {
-            // No asker to count: as any phone's, else a backend that names
-            // no client could ask for the listed phone's codes without end.
-            Pass::AskerCounted if info.client_ip().is_none() => Pass::Counted,
-            pass => pass,
-        };
+        let names_client = info.client_ip().is_some();
+        let region = Region::of(&req.phone, sms);
+        let screened = decision::screen(listing, names_client, region, &phone);
+        let pass = self.apply(screened, &policy, info).await?;
         // The code is drawn and sealed before the store call, so that it is
         // stored in the same round trip as the reservation.
         let code = self.draw_code(sms, &req.phone, &phone, info).await?;
@@ -89,13 +96,15 @@ impl SmsGuard {
                 (Grant::default(), None)
             }
             Pass::Counted => {
-                let reservation = self.reserve_send(&policy, &req, Some(&code), info).await?;
+                let reservation = self
+                    .reserve_send(&policy, &req, Scope::Whole(&code), info)
+                    .await?;
                 reservation.count_rule_hits(policy.sms.shadow);
                 let decided = decision::reserved(&reservation);
                 (self.apply(decided, &policy, info).await?, Some(reservation))
             }
             Pass::AskerCounted => {
-                let reservation = self.reserve_send(&policy, &req, None, info).await?;
+                let reservation = self.reserve_send(&policy, &req, Scope::Asker, info).await?;
                 reservation.count_rule_hits(policy.sms.shadow);
                 let decided = decision::reserved(&reservation);
                 let grant = self.apply(decided, &policy, info).await?;
@@ -195,7 +204,7 @@ impl SmsGuard {
         &self,
         policy: &'p Policy,
         req: &SendRequest,
-        code: Option<&SmsCode>,
+        scope: Scope<'_>,
         info: &RequestInfo,
     ) -> Result<Reservation<'p>, SmsRefusal> {
         let store = self.ctx.store.as_ref();
@@ -207,21 +216,27 @@ impl SmsGuard {
             && Box::pin(self.ctx.captcha_passed_now(policy, &req.captcha, info, Action::SmsSend))
                 .await?;
         let member = crate::guard::event_member();
-        // Without a code to store, the send is an allow-listed phone's:
-        // only its asker's windows count (`Pass::AskerCounted`).
-        let offer = |gate_open| Offer {
-            hits: match code {
-                Some(_) => self.subject_hits(policy, &req.phone, info),
-                None => self.asker_hits(policy, info),
-            },
-            conversions: match code {
-                Some(_) => pumping::subjects(policy, &self.ctx.keys, &req.phone),
-                None => Vec::new(),
-            },
-            member: member.clone(),
-            gate_open,
-            force: policy.sms.shadow,
-            code: code.map(SmsCode::to_store),
+        let offer = |gate_open| {
+            let hits = self.subject_hits(policy, &req.phone, info);
+            let (hits, conversions, code) = match scope {
+                Scope::Whole(code) => (
+                    hits,
+                    pumping::subjects(policy, &self.ctx.keys, &req.phone),
+                    Some(code.to_store()),
+                ),
+                Scope::Asker => {
+                    let asker = |hit: &SubjectHit<'_>| hit.subject.kind.is_callers_own();
+                    (hits.into_iter().filter(asker).collect(), Vec::new(), None)
+                }
+            };
+            Offer {
+                hits,
+                conversions,
+                member: member.clone(),
+                gate_open,
+                force: policy.sms.shadow,
+                code,
+            }
         };
         let first = reserve(store, offer(passed_now)).await?;
         if !(ask_later && first.only_captcha_refuses()) {
@@ -282,25 +297,6 @@ impl SmsGuard {
             hits.extend(self.hit(policy, Action::SmsSend, subject, carries_code));
         }
         hits
-    }
-
-    /// The subjects of an allow-listed phone's send: its asker's address
-    /// and an IPv6 asker's network, where they have windows.
-    fn asker_hits<'p>(&self, policy: &'p Policy, info: &RequestInfo) -> Vec<SubjectHit<'p>> {
-        let sms = &policy.sms.settings;
-        let Some(ip) = info.client_ip() else {
-            return Vec::new();
-        };
-        let subjects = [
-            Some(Subject::new(SubjectKind::Ip, ip.subject_id())),
-            ip.network_id(sms.network_bits)
-                .map(|id| Subject::new(SubjectKind::Network, id)),
-        ];
-        subjects
-            .into_iter()
-            .flatten()
-            .filter_map(|subject| self.hit(policy, Action::SmsSend, subject, false))
-            .collect()
     }
 
     /// Render the code's text in the asked locale and hand it to the provider.

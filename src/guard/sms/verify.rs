@@ -35,7 +35,8 @@ impl SmsGuard {
         let listing = self
             .ctx
             .listed(Action::SmsVerify, info, subject_id, Lookup::Attempt);
-        let address_try = match self.apply(decision::lists(listing), &policy, info).await? {
+        let screened = decision::lists(listing, info.client_ip().is_some());
+        let address_try = match self.apply(screened, &policy, info).await? {
             Pass::Exempt => None,
             // An allow-listed phone's tries count against their address as
             // any other's: its codes come without end.

@@ -190,7 +190,7 @@ fn the_lists_and_the_region_refuse_first_and_shadow_writes_them_all() {
     ];
     let rows = |reasons: &[&str], shadow| reasons.iter().map(|r| row("deny", r, shadow)).collect();
     for (case, listed, region, answer, enforced_rows, shadow_rows) in cases {
-        let [enforced, shadowed] = both(|| screen(listing(listed), region.clone(), &phone()));
+        let [enforced, shadowed] = both(|| screen(listing(listed), true, region.clone(), &phone()));
         assert_eq!(
             enforced,
             (answer.to_string(), rows(enforced_rows, false)),
@@ -205,17 +205,19 @@ fn the_lists_and_the_region_refuse_first_and_shadow_writes_them_all() {
 fn an_allow_entry_exempts_and_no_entry_counts() {
     let exempt = screen(
         listing(Listed::Allowed(EntryKind::Ip)),
+        true,
         Region::Allowed,
         &phone(),
     );
     assert_eq!(exempt.settle().answer.unwrap(), Pass::Exempt);
-    let phone_listed = screen(
-        listing(Listed::Allowed(EntryKind::Phone)),
-        Region::Allowed,
-        &phone(),
-    );
-    assert_eq!(phone_listed.settle().answer.unwrap(), Pass::AskerCounted);
-    let counted = screen(listing(Listed::No), Region::Allowed, &phone());
+    let phone_listed = |names_client| {
+        let listing = listing(Listed::Allowed(EntryKind::Phone));
+        let screened = screen(listing, names_client, Region::Allowed, &phone());
+        screened.settle().answer.unwrap()
+    };
+    assert_eq!(phone_listed(true), Pass::AskerCounted);
+    assert_eq!(phone_listed(false), Pass::Counted, "no asker to count");
+    let counted = screen(listing(Listed::No), true, Region::Allowed, &phone());
     assert_eq!(counted.shadowed().settle().answer.unwrap(), Pass::Counted);
 }
 
