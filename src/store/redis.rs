@@ -33,7 +33,7 @@ use std::time::Duration;
 use fred::interfaces::EventInterface;
 use fred::prelude::{
     Client, ClientLike, ClusterInterface, Config, Error as FredError, ErrorKind, KeysInterface,
-    ReconnectPolicy, Server,
+    ReconnectPolicy,
 };
 use fred::types::{ClusterHash, CustomCommand, Value};
 use futures::{StreamExt, TryStreamExt};
@@ -396,9 +396,9 @@ async fn read_clocks(client: &Client, sample: &Sample, budget: Duration) -> Vec<
     if primaries.is_empty() {
         return vec![read_time(client, sample, budget).await];
     }
-    let reads = primaries
-        .into_iter()
-        .map(|node| read_time_on(client, node, sample, budget));
+    let reads = primaries.into_iter().map(|node| async move {
+        read_time(&client.with_cluster_node(node), sample, budget).await
+    });
     futures::future::join_all(reads).await
 }
 
@@ -424,16 +424,6 @@ async fn read_time<C: ClientLike>(
         redis_ms,
         received_ms,
     })
-}
-
-/// [`read_time`] on the cluster node `node`.
-async fn read_time_on(
-    client: &Client,
-    node: Server,
-    sample: &Sample,
-    budget: Duration,
-) -> Option<Reading> {
-    read_time(&client.with_cluster_node(node), sample, budget).await
 }
 
 /// Keep a timer in this thread's runtime that always fires before any call's
