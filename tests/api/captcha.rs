@@ -461,3 +461,88 @@ async fn a_token_passes_a_login_networks_captcha_tier() {
         assert_eq!(after.body["decision"], "challenge", "{}", after.body);
     }
 }
+
+/// An app whose country (CN) is challenged from its fourth send, asking
+/// `server` about tokens; the three free sends made.
+async fn app_one_send_from_a_country_challenge(
+    server: &MockServer,
+    configure: impl FnOnce(&mut Settings),
+) -> TestApp {
+    let app = app_with_captcha(CaptchaKind::Hcaptcha, server, |s| {
+        s.sms.captcha_after = 1000;
+        s.sms.pumping.country_min_sends = 3;
+        s.captcha.timeout = Duration::from_secs(5);
+        configure(s);
+    })
+    .await;
+    for i in 0..3 {
+        let phone = format!("+86139{i:02}138000");
+        let sent = app.sms_send(json!({ "phone": phone, "ip": IP })).await;
+        assert_eq!(sent.status, 200, "{}", sent.body);
+    }
+    app
+}
+
+/// The audit rows that challenge the country.
+fn country_challenges(app: &TestApp) -> usize {
+    let challenge = tollgate::audit::AuditDecision::Challenge;
+    let rows = app.audit_events();
+    rows.iter()
+        .filter(|e| e.decision == challenge && e.subject == "CN")
+        .count()
+}
+
+/// The country's challenge a send starts is audited before its token goes
+/// to the provider: a send cut short while the provider thinks (a shutdown
+/// past `server.shutdown_timeout` drops it) leaves the row all the same.
+#[tokio::test]
+async fn a_countrys_challenge_is_audited_even_if_the_send_is_cut_during_the_token_check() {
+    let server = MockServer::start().await;
+    let slow_refusal = ResponseTemplate::new(200)
+        .set_body_json(json!({ "success": false }))
+        .set_delay(Duration::from_millis(3000));
+    siteverify_answers(&server, slow_refusal).await;
+    let app = app_one_send_from_a_country_challenge(&server, |s| {
+        s.server.shutdown_timeout = Duration::from_millis(200);
+    })
+    .await;
+
+    let cut = tokio::spawn({
+        let (client, address, key) = (app.client.clone(), app.address.clone(), app.api_key.clone());
+        async move {
+            let mut request = client
+                .post(format!("{address}/sms/send"))
+                .json(&json!({ "phone": "+8613903138000", "ip": IP, "captcha_token": "t" }));
+            if let Some(key) = key {
+                request = request.bearer_auth(key);
+            }
+            request.send().await
+        }
+    });
+    let asked = || async { !forms(&server).await.is_empty() };
+    crate::support::wait::eventually("the provider asked", Duration::from_secs(5), asked).await;
+    app.stop(true).await;
+    let answer = cut.await.expect("the request task ends");
+    assert!(
+        answer.is_err(),
+        "the send was cut, not answered: {answer:?}"
+    );
+    assert_eq!(country_challenges(&app), 1, "{:?}", app.audit_events());
+}
+
+/// A token refused after the send started the challenge: the challenge is
+/// audited once, not once before the check and again with the refusal.
+#[tokio::test]
+async fn a_countrys_challenge_refused_a_token_is_audited_once() {
+    let server = MockServer::start().await;
+    let refusal = ResponseTemplate::new(200).set_body_json(json!({ "success": false }));
+    siteverify_answers(&server, refusal).await;
+    let app = app_one_send_from_a_country_challenge(&server, |_| {}).await;
+
+    let refused = app
+        .sms_send(json!({ "phone": "+8613903138000", "ip": IP, "captcha_token": "t" }))
+        .await;
+    assert_eq!(refused.error(), "captcha_required", "{}", refused.body);
+    assert_eq!(forms(&server).await.len(), 1);
+    assert_eq!(country_challenges(&app), 1, "{:?}", app.audit_events());
+}

@@ -268,8 +268,10 @@ pub(super) fn screen(
 }
 
 /// A send's reservation: the pumping guard's findings, the windows'
-/// refusal, the country's challenge, and what the answer tells.
-pub(super) fn reserved(reservation: &Reservation<'_>) -> Decision<Grant> {
+/// refusal, the country's challenge, and what the answer tells. A
+/// challenge the send started is audited here unless `challenge_audited`
+/// (before a captcha token's check).
+pub(super) fn reserved(reservation: &Reservation<'_>, challenge_audited: bool) -> Decision<Grant> {
     let mut decision = Decision::new(grant(reservation));
     let mut challenged = Vec::new();
     let mut blocked = false;
@@ -285,6 +287,7 @@ pub(super) fn reserved(reservation: &Reservation<'_>) -> Decision<Grant> {
                 blocked = true;
                 decision.rows.push(finding.row);
             }
+            Found::Challenges if challenge_audited => {}
             Found::Challenges => decision.rows.push(finding.row),
             Found::Challenged => challenged.push(finding.row),
         }

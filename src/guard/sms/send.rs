@@ -26,6 +26,22 @@ enum Scope<'c> {
     Asker,
 }
 
+/// A send's reservation, and whether the country challenge it started is
+/// audited already (before its token went to the provider).
+struct Reserved<'p> {
+    reservation: Reservation<'p>,
+    challenge_audited: bool,
+}
+
+impl<'p> Reserved<'p> {
+    fn new(reservation: Reservation<'p>) -> Self {
+        Self {
+            reservation,
+            challenge_audited: false,
+        }
+    }
+}
+
 /// A drawn code, sealed for the store: the text goes to the phone, only
 /// the MAC is stored.
 struct SmsCode {
@@ -96,17 +112,19 @@ impl SmsGuard {
                 (Grant::default(), None)
             }
             Pass::Counted => {
-                let reservation = self
+                let reserved = self
                     .reserve_send(&policy, &req, Scope::Whole(&code), info)
                     .await?;
+                let reservation = reserved.reservation;
                 reservation.count_rule_hits(policy.sms.shadow);
-                let decided = decision::reserved(&reservation);
+                let decided = decision::reserved(&reservation, reserved.challenge_audited);
                 (self.apply(decided, &policy, info).await?, Some(reservation))
             }
             Pass::AskerCounted => {
-                let reservation = self.reserve_send(&policy, &req, Scope::Asker, info).await?;
+                let reserved = self.reserve_send(&policy, &req, Scope::Asker, info).await?;
+                let reservation = reserved.reservation;
                 reservation.count_rule_hits(policy.sms.shadow);
-                let decided = decision::reserved(&reservation);
+                let decided = decision::reserved(&reservation, reserved.challenge_audited);
                 let grant = self.apply(decided, &policy, info).await?;
                 // Stored apart and not counted by the pumping guard, nor its
                 // verify; the asker's windows give the send back without it.
@@ -193,9 +211,11 @@ impl SmsGuard {
     /// captcha alone (a phone's, IP's or network's tier, the country's challenge), no
     /// window's rate limit and no pumping block; then, if the token passes,
     /// the send is offered again with the gate open (the first offer
-    /// recorded nothing; a challenge it started is audited here, as it
-    /// stays). So a send that needs no captcha, or that a limit refuses,
-    /// never costs a provider call, and an address whose tokens the provider
+    /// recorded nothing). A challenge the first offer started stays, and
+    /// is audited before the provider is asked: a send dropped while it
+    /// thinks (a shutdown past `server.shutdown_timeout`) keeps the row.
+    /// So a send that needs no captcha, or that a limit refuses, never
+    /// costs a provider call, and an address whose tokens the provider
     /// refused `captcha.failed_token_limit` times is refused 429 unasked. A
     /// caller's own word (`captcha.kind = "none"`) costs none and is taken at
     /// once, and so is a token in shadow mode, where the first offer already
@@ -206,7 +226,7 @@ impl SmsGuard {
         req: &SendRequest,
         scope: Scope<'_>,
         info: &RequestInfo,
-    ) -> Result<Reservation<'p>, SmsRefusal> {
+    ) -> Result<Reserved<'p>, SmsRefusal> {
         let store = self.ctx.store.as_ref();
         let ask_later = policy.captcha.asks_provider(&req.captcha) && !policy.sms.shadow;
         let passed_now = !ask_later
@@ -240,19 +260,22 @@ impl SmsGuard {
         };
         let first = reserve(store, offer(passed_now)).await?;
         if !(ask_later && first.only_captcha_refuses()) {
-            return Ok(first);
+            return Ok(Reserved::new(first));
+        }
+        for finding in pumping::findings(&first) {
+            if finding.found == pumping::Found::Challenges {
+                self.ctx.audit(info, finding.row);
+            }
         }
         let check = self
             .ctx
             .check_captcha(policy, &req.captcha, Action::SmsSend, info.client_ip());
         let check = Box::pin(check).await?;
         if matches!(check, ProofCheck::NotPassed) {
-            return Ok(first);
-        }
-        for finding in pumping::findings(&first) {
-            if finding.found == pumping::Found::Challenges {
-                self.ctx.audit(info, finding.row);
-            }
+            return Ok(Reserved {
+                reservation: first,
+                challenge_audited: true,
+            });
         }
         if let ProofCheck::Throttled(throttle) = check {
             // Refused here, not by the decision: its rules were met all the same.
@@ -263,7 +286,7 @@ impl SmsGuard {
                 retry_after_ms: throttle.retry_after_ms(),
             });
         }
-        Ok(reserve(store, offer(true)).await?)
+        Ok(Reserved::new(reserve(store, offer(true)).await?))
     }
 
     /// The subjects a send counts against, the phone first: its IP, an

@@ -454,6 +454,12 @@ impl TestApp {
     pub fn audit_events(&self) -> Vec<AuditEvent> {
         self.audit.events()
     }
+
+    /// Stop the server, as SIGTERM does when `graceful`: requests in flight
+    /// get `server.shutdown_timeout`, then are dropped.
+    pub async fn stop(&self, graceful: bool) {
+        self.handle.stop(graceful).await;
+    }
 }
 
 impl Drop for TestApp {

@@ -290,16 +290,39 @@ fn a_reservation_answers_in_order_and_shadow_refuses_nothing() {
         ),
     ];
     for (case, said, answer, rows) in cases {
-        let [enforced, shadowed] = both(|| reserved(&reservation(&policy, said)));
+        let [enforced, shadowed] = both(|| reserved(&reservation(&policy, said), false));
         assert_eq!(enforced, (answer.to_string(), rows.clone()), "{case}");
         let shadow_rows: Vec<_> = rows.into_iter().map(|(d, r, _)| (d, r, true)).collect();
         assert_eq!(shadowed, ("ok".to_string(), shadow_rows), "{case}, shadow");
-        let blocks = reserved(&reservation(&policy, said)).new_blocks;
+        let blocks = reserved(&reservation(&policy, said), false).new_blocks;
         let tripped = said.prefix == Some(ConversionVerdict::Tripped);
         assert_eq!(blocks.len(), usize::from(tripped), "{case}: blocks listed");
-        let shadow_blocks = reserved(&reservation(&policy, said)).shadowed().new_blocks;
+        let shadow_blocks = reserved(&reservation(&policy, said), false)
+            .shadowed()
+            .new_blocks;
         assert!(shadow_blocks.is_empty(), "{case}: shadow lists no block");
     }
+}
+
+/// A challenge the send started, audited before its captcha token went to
+/// the provider (`challenge_audited`), is not written again with the refusal.
+#[test]
+fn a_challenge_audited_before_the_token_check_is_not_written_again() {
+    let policy = policy();
+    let started = Said {
+        country: Some(ConversionVerdict::ChallengeTripped),
+        ..Said::default()
+    };
+    let [fresh, _] = both(|| reserved(&reservation(&policy, started), false));
+    let [audited, _] = both(|| reserved(&reservation(&policy, started), true));
+    assert_eq!(
+        fresh,
+        (
+            "CaptchaRequired".to_string(),
+            vec![row("challenge", "pumping_suspected", false)]
+        )
+    );
+    assert_eq!(audited, ("CaptchaRequired".to_string(), vec![]));
 }
 
 #[test]
@@ -309,7 +332,7 @@ fn a_send_that_goes_ahead_tells_its_wait_quota_and_captcha() {
         counts: [0, 3, 4, 2],
         ..Said::default()
     };
-    let decided = reserved(&reservation(&policy, said));
+    let decided = reserved(&reservation(&policy, said), false);
     let grant = decided.settle().answer.unwrap();
     assert_eq!(
         grant,
@@ -326,7 +349,7 @@ fn a_send_that_goes_ahead_tells_its_wait_quota_and_captcha() {
             }),
         }
     );
-    let shadowed = reserved(&reservation(&policy, said)).shadowed();
+    let shadowed = reserved(&reservation(&policy, said), false).shadowed();
     assert_eq!(shadowed.settle().answer.unwrap(), Grant::default());
 }
 
