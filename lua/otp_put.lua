@@ -15,15 +15,20 @@
 --          by reserve.lua, or by a build before this field, is counted
 -- ARGV[5]  the address that asked for the code, as its IP subject's id; ''
 --          for none
+-- ARGV[6]  deadline: the caller stops waiting after this TIME in ms (0 or
+--          absent: none); a call that runs later answers 3 and changes
+--          nothing (src/store/redis/deadline.rs): its caller, given up,
+--          may have kept the code in its local fallback, and a second copy
+--          here would verify a second time
 --
--- Returns 1. The key expires after ttl (a kept code is put back only before
--- its own exp).
+-- Returns 1, or 3 when late. The key expires after ttl (a kept code is put
+-- back only before its own exp).
 --
 -- Commands per call: TIME, EXISTS; HMGET and DEL when a hash is there; HSET
 -- and PEXPIRE unless ttl <= 0.
 --
 -- Example:
---   EVALSHA <sha> 1 "tg:{phone:+33612345678}:otp" "9f86d08..." 5 300000 1 "203.0.113.7"
+--   EVALSHA <sha> 1 "tg:{phone:+33612345678}:otp" "9f86d08..." 5 300000 1 "203.0.113.7" 0
 --   -> 1
 
 local key = KEYS[1]
@@ -33,6 +38,8 @@ local ttl = tonumber(ARGV[3])
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local deadline = tonumber(ARGV[6]) or 0
+if deadline > 0 and now > deadline then return 3 end
 
 local h = {}
 if redis.call('EXISTS', key) == 1 then

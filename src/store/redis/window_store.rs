@@ -314,6 +314,7 @@ impl WindowStore for RedisStore {
     }
 
     async fn otp_put(&self, code: CodeToStore<'_>, counted: bool) -> Result<(), StoreError> {
+        let deadline = self.script_deadline();
         let args = || {
             vec![
                 Value::from(code.mac),
@@ -321,10 +322,16 @@ impl WindowStore for RedisStore {
                 int(code.ttl_ms),
                 int(u64::from(counted)),
                 Value::from(code.asker),
+                Value::from(deadline),
             ]
         };
-        let _: i64 = self.eval(&self.scripts.otp_put, &[code.key], args).await?;
-        Ok(())
+        match self
+            .eval::<i64>(&self.scripts.otp_put, &[code.key], args)
+            .await?
+        {
+            3 => Err(self.late()),
+            _ => Ok(()),
+        }
     }
 
     async fn otp_check(&self, code: CodeTry<'_>) -> Result<OtpOutcome, StoreError> {

@@ -532,6 +532,57 @@ async fn a_code_check_redis_runs_after_its_timeout_leaves_the_code() {
     );
 }
 
+/// A code stored apart from the windows (an allow-listed address's send)
+/// while Redis does not answer is kept locally; when Redis runs the stalled
+/// write later, the write changes nothing: a second copy there would verify
+/// a second time, once on an instance that never held it locally.
+#[tokio::test]
+async fn a_code_write_redis_runs_after_its_timeout_leaves_no_copy() {
+    const LISTED: &str = "203.0.113.9";
+    let redis = PrivateRedis::start().await;
+    let app = stalling_app(&redis, |s| {
+        s.store.on_error = OnStoreError::Local;
+        s.lists.allow_ips = vec![format!("{LISTED}/32").parse().expect("a CIDR")];
+    })
+    .await;
+    let send = |phone: &'static str| app.sms_send(json!({ "phone": phone, "ip": LISTED }));
+    // Another phone's code loads the script: a call Redis answers NOSCRIPT
+    // after the stall would write nothing anyway.
+    assert_eq!(send("+8613800138001").await.status, 200);
+    let codes_in_redis = || {
+        let out = std::process::Command::new("redis-cli")
+            .args([
+                "-p",
+                &redis.port.to_string(),
+                "--scan",
+                "--pattern",
+                "*+8613800138000*",
+            ])
+            .output()
+            .expect("redis-cli runs");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+
+    redis.freeze();
+    let sent = send(PHONE).await;
+    redis.thaw();
+    assert_eq!(sent.status, 200, "kept locally: {}", sent.body);
+    assert!(ready_again(&app).await, "Redis answers again");
+    // Whatever the thawed server held in its sockets has run by now.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(codes_in_redis(), "", "the late write stored no code");
+
+    let code = app.sms.last_code(PHONE);
+    let verified = app
+        .sms_verify(json!({ "phone": PHONE, "code": code }))
+        .await;
+    assert_eq!(verified.body["valid"], true, "{}", verified.body);
+    let again = app
+        .sms_verify(json!({ "phone": PHONE, "code": code }))
+        .await;
+    assert_eq!(again.body["valid"], false, "single use: {}", again.body);
+}
+
 /// An app on `redis` whose store calls give up after 200 ms, with
 /// `configure` applied to its settings too.
 async fn stalling_app(
