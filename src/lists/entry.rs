@@ -113,18 +113,37 @@ pub fn normalise(kind: EntryKind, value: &str) -> Result<String, String> {
             if holds_the_translation_prefix(net) {
                 return Err(format!(
                     "{value:?} holds 64:ff9b::/96, where a NAT64 or SIIT translator writes IPv4 \
-                     clients, and they count as their IPv4 addresses: list those \
-                     (0.0.0.0/0 for every one) or a range inside the /96"
+                     clients, and they count as their IPv4 addresses: list those, \
+                     or a range inside the /96"
                 ));
             }
             if is_the_mapped_prefix(net) {
                 return Err(format!(
                     "{value:?} is ::ffff:0:0/96, the IPv4-mapped addresses, which count as \
                      the IPv4 addresses they carry: as an entry it would be 0.0.0.0/0, every \
-                     IPv4 client; write 0.0.0.0/0 if that is meant, or a range inside the /96"
+                     IPv4 client; list the IPv4 ranges meant, or a range inside the /96"
                 ));
             }
-            Ok(canonical(net).trunc().to_string())
+            let net = canonical(net);
+            if net.prefix_len() == 0 {
+                return Err(format!(
+                    "{value:?} is every {} address: an allow entry would take every \
+                     limit off, a block entry refuse every client; list the ranges meant",
+                    if net.addr().is_ipv4() { "IPv4" } else { "IPv6" }
+                ));
+            }
+            if net.trunc() != net {
+                // As PostgreSQL's `cidr` and Python's `ip_network` refuse
+                // it: `198.51.100.7/2` was taken as `192.0.0.0/2`, a quarter
+                // of the IPv4 internet, for what was likely a typo.
+                return Err(format!(
+                    "{value:?} has bits set right of its /{} mask: write {} for the range \
+                     it names, or the address alone",
+                    net.prefix_len(),
+                    net.trunc()
+                ));
+            }
+            Ok(net.to_string())
         }
         EntryKind::Phone => normalise_phone(value),
         EntryKind::User => Username::parse(value)
@@ -200,6 +219,12 @@ fn normalise_phone(value: &str) -> Result<String, String> {
                 "{value:?} is not a phone prefix (`+` then 1 to 15 digits, then `*`)"
             ));
         }
+        if !crate::domain::phone::reaches_a_calling_code(digits) {
+            return Err(format!(
+                "{value:?} matches no number: no country calling code starts with, \
+                 or begins, +{digits}"
+            ));
+        }
         return Ok(format!("+{digits}*"));
     }
     PhoneNumber::parse(value)
@@ -235,21 +260,23 @@ mod tests {
     fn values_are_normalised_as_requests_are() {
         let cases = [
             (EntryKind::Ip, "203.0.113.7", "203.0.113.7/32"),
-            (EntryKind::Ip, "203.0.113.7/24", "203.0.113.0/24"),
-            (EntryKind::Ip, "2001:db8::1/64", "2001:db8::/64"),
+            (EntryKind::Ip, "203.0.113.0/24", "203.0.113.0/24"),
+            (EntryKind::Ip, " 2001:db8::/64 ", "2001:db8::/64"),
             (EntryKind::Ip, "::ffff:203.0.113.7", "203.0.113.7/32"),
             (EntryKind::Ip, "::ffff:203.0.113.0/120", "203.0.113.0/24"),
             (EntryKind::Ip, "64:ff9b::203.0.113.7", "203.0.113.7/32"),
             (EntryKind::Ip, "64:ff9b::203.0.113.0/120", "203.0.113.0/24"),
-            (EntryKind::Ip, "64:ff9b::203.0.113.0/97", "128.0.0.0/1"),
+            (EntryKind::Ip, "64:ff9b::128.0.0.0/97", "128.0.0.0/1"),
             (EntryKind::Ip, "::ffff:128.0.0.0/97", "128.0.0.0/1"),
             // Around the mapped /96 are the subject ::/64's own clients.
             (EntryKind::Ip, "::/64", "::/64"),
             (EntryKind::Ip, "::fffe:0:0/95", "::fffe:0:0/95"),
             (EntryKind::Ip, "::/31", "::/31"),
-            (EntryKind::Ip, "::/0", "::/0"),
+            (EntryKind::Ip, "::/1", "::/1"),
             (EntryKind::Phone, "+86 138 0013 8000", "+8613800138000"),
             (EntryKind::Phone, "+88213*", "+88213*"),
+            (EntryKind::Phone, "+8*", "+8*"),
+            (EntryKind::Phone, "+1*", "+1*"),
             (EntryKind::User, "ALICE", "alice"),
         ];
         for (kind, raw, want) in cases {
@@ -264,7 +291,19 @@ mod tests {
             (EntryKind::Ip, "::ffff:0:0/96"),
             (EntryKind::Ip, "::ffff:0.0.0.0/96"),
             (EntryKind::Ip, "::ffff:1.2.3.4/96"),
+            // Host bits: a typo's range, not the one written.
+            (EntryKind::Ip, "203.0.113.7/24"),
+            (EntryKind::Ip, "198.51.100.7/2"),
+            (EntryKind::Ip, "2001:db8::1/64"),
+            (EntryKind::Ip, "64:ff9b::203.0.113.0/97"),
+            // Everyone.
+            (EntryKind::Ip, "0.0.0.0/0"),
+            (EntryKind::Ip, "::/0"),
             (EntryKind::Phone, "+86a*"),
+            // No calling code starts 0, or 28x (spare).
+            (EntryKind::Phone, "+0*"),
+            (EntryKind::Phone, "+28*"),
+            (EntryKind::Phone, "+2851*"),
             (EntryKind::Phone, "*"),
             (EntryKind::Phone, "12345"),
             (EntryKind::User, ""),
@@ -278,5 +317,9 @@ mod tests {
         );
         let translated = normalise(EntryKind::Ip, "64:ff9b::/64").unwrap_err();
         assert!(translated.contains("64:ff9b::/96"), "{translated}");
+        let typo = normalise(EntryKind::Ip, "198.51.100.7/2").unwrap_err();
+        assert!(typo.contains("write 192.0.0.0/2"), "{typo}");
+        let everyone = normalise(EntryKind::Ip, "0.0.0.0/0").unwrap_err();
+        assert!(everyone.contains("every IPv4 address"), "{everyone}");
     }
 }

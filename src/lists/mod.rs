@@ -128,7 +128,13 @@ impl Lists {
             created_at: Some(Utc::now().trunc_subsecs(3)),
         };
         let stored = db.insert(&entry).await?;
-        self.refresh().await?;
+        let added = stored.clone();
+        self.settle(move |entries| {
+            if !entries.iter().any(|e| e.id == added.id) {
+                entries.push(added);
+            }
+        })
+        .await;
         Ok(stored)
     }
 
@@ -137,8 +143,24 @@ impl Lists {
     pub async fn remove(&self, id: Uuid) -> Result<ListEntry, ListError> {
         let db = self.db()?;
         let removed = db.delete(id).await?.ok_or(ListError::NotFound)?;
-        self.refresh().await?;
+        self.settle(|entries| entries.retain(|e| e.id != Some(id)))
+            .await;
         Ok(removed)
+    }
+
+    /// Put a change the database committed in force here: by reading every
+    /// entry back, or, when that read fails, by `change` to the entries
+    /// read last (the next refresh brings the rest). Either way the change
+    /// stands and its caller audits it: answered 503, it would be made
+    /// without its audit row.
+    async fn settle(&self, change: impl FnOnce(&mut Vec<ListEntry>)) {
+        let Err(e) = self.refresh().await else {
+            return;
+        };
+        tracing::warn!(error = %e, "list entries not read back after a change; the change is in force here, the rest at the next refresh");
+        let _one_at_a_time = self.refreshing.lock().await;
+        change(&mut self.stored.write());
+        self.rebuild();
     }
 
     fn db(&self) -> Result<&dyn ListStore, ListError> {
@@ -206,6 +228,50 @@ mod tests {
             source: EntrySource::Admin,
             created_at: None,
         }
+    }
+
+    /// A store that keeps entries but whose read of them fails.
+    #[derive(Default)]
+    struct UnreadableStore(parking_lot::Mutex<Vec<ListEntry>>);
+
+    #[async_trait::async_trait]
+    impl ListStore for UnreadableStore {
+        async fn all(&self) -> Result<Vec<ListEntry>, ListError> {
+            Err(ListError::Unavailable("the read failed".into()))
+        }
+        async fn insert(&self, entry: &ListEntry) -> Result<ListEntry, ListError> {
+            self.0.lock().push(entry.clone());
+            Ok(entry.clone())
+        }
+        async fn delete(&self, id: Uuid) -> Result<Option<ListEntry>, ListError> {
+            let mut entries = self.0.lock();
+            let at = entries.iter().position(|e| e.id == Some(id));
+            Ok(at.map(|at| entries.remove(at)))
+        }
+    }
+
+    /// A change the database committed is answered (and so audited) and in
+    /// force here even when reading the entries back fails.
+    #[tokio::test]
+    async fn a_committed_change_stands_when_the_read_back_fails() {
+        let lists = Lists::new(Vec::new(), Some(Arc::new(UnreadableStore::default())));
+        let listed = |lists: &Lists| {
+            let ip = "198.51.100.7".parse().expect("an address");
+            let request = ListRequest {
+                ip: Some(ip),
+                ..ListRequest::default()
+            };
+            lists.current().check(request) == Listed::Blocked(EntryKind::Ip)
+        };
+        let added = lists
+            .add(ListName::Block, EntryKind::Ip, "198.51.100.0/24", "")
+            .await
+            .expect("added");
+        assert!(listed(&lists));
+        let id = added.id.expect("an id");
+        lists.remove(id).await.expect("removed");
+        assert!(!listed(&lists));
+        assert!(lists.entries().is_empty());
     }
 
     #[test]

@@ -23,6 +23,7 @@ on_both_backends!(
 on_both_databases!(
     admins_add_and_delete_entries_and_every_instance_follows,
     bad_entries_answer_400_and_unknown_ids_404,
+    a_row_no_version_reads_stops_no_refresh_and_no_admins_change,
 );
 
 const ALLOWED_IP: &str = "203.0.113.9";
@@ -528,4 +529,64 @@ fn list_entries_read_from_the_file_and_bad_ones_name_their_key() {
         .unwrap_or_default();
     assert!(error.contains("lists.allow_ips[1]"), "{error}");
     assert!(error.contains("every IPv4 client"), "{error}");
+}
+
+/// A row of `list_entries` that is no entry (edited by hand: a kind no
+/// version writes) is left out; it used to fail every instance's refresh,
+/// and with it every admin's change, answered 503 after the database had
+/// committed it, without its audit row.
+async fn a_row_no_version_reads_stops_no_refresh_and_no_admins_change(kind: DbKind) {
+    let db = TestDb::new(kind).await;
+    let app = db_app(&db, Duration::from_millis(100)).await;
+    let audit = db.connect().await;
+    let insert = "INSERT INTO list_entries (id, list, kind, value, note, created_at_ms) \
+                  VALUES ('0192f0c4-5b6e-7d30-8a55-3f1c2b9e4d10', 'block', 'bogus', 'x', '', 0)";
+    let written = match &audit {
+        tollgate::audit::AuditDb::Postgres(pool) => {
+            sqlx::query(insert).execute(pool).await.map(|_| ())
+        }
+        tollgate::audit::AuditDb::Sqlite(pool) => {
+            sqlx::query(insert).execute(pool).await.map(|_| ())
+        }
+    };
+    written.expect("a row written by hand");
+    // A refresh or two past it.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let blocked = "198.51.100.77";
+    let added = admin_send(
+        &app,
+        reqwest::Method::POST,
+        "/admin/api/lists/ip",
+        Some(json!({ "list": "block", "value": "198.51.100.0/24" })),
+    )
+    .await;
+    assert_eq!(added.status, 201, "{}", added.body);
+    assert_eq!(send(&app, PHONE, blocked).await.error(), "blocklisted");
+    let listed = admin_send(&app, reqwest::Method::GET, "/admin/api/lists", None).await;
+    assert_eq!(listed.status, 200, "{}", listed.body);
+    let values: Vec<&str> = listed.body["entries"]
+        .as_array()
+        .expect("entries")
+        .iter()
+        .filter(|e| e["source"] == "admin")
+        .filter_map(|e| e["value"].as_str())
+        .collect();
+    assert_eq!(values, ["198.51.100.0/24"], "{}", listed.body);
+
+    app.flush_audit().await;
+    let trail = admin_send(
+        &app,
+        reqwest::Method::GET,
+        "/admin/api/events?action=admin",
+        None,
+    )
+    .await;
+    let decisions: Vec<&str> = trail.body["events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .filter_map(|e| e["decision"].as_str())
+        .collect();
+    assert_eq!(decisions, ["list_add"], "{}", trail.body);
 }

@@ -31,6 +31,21 @@ fn entry_from_columns(
     })
 }
 
+/// The rows that read as entries. One that does not (a list or kind no
+/// version writes) is skipped, not allowed to stop every instance's
+/// refresh, and with it every admin's change (each reads the lists back).
+fn readable(rows: Vec<Columns>) -> Vec<ListEntry> {
+    rows.into_iter()
+        .filter_map(|row| {
+            entry_from_columns(row)
+                .map_err(
+                    |e| tracing::warn!(error = %e, "stored list entry cannot be read; skipped"),
+                )
+                .ok()
+        })
+        .collect()
+}
+
 fn created_ms(entry: &ListEntry) -> i64 {
     entry
         .created_at
@@ -45,13 +60,14 @@ macro_rules! list_queries {
             const SELECT: &str =
                 "SELECT id, list, kind, value, note, created_at_ms FROM list_entries";
 
-            /// Every stored entry, oldest first.
+            /// Every stored entry, oldest first; a row that is no entry
+            /// (edited by hand) is left out with a warning.
             pub async fn all(pool: &$pool) -> Result<Vec<ListEntry>, AuditError> {
                 let rows: Vec<Columns> =
                     sqlx::query_as(&format!("{SELECT} ORDER BY created_at_ms, id"))
                         .fetch_all(pool)
                         .await?;
-                rows.into_iter().map(entry_from_columns).collect()
+                Ok(readable(rows))
             }
 
             /// Store `entry` unless an equal one (same list, kind and value)

@@ -197,6 +197,26 @@ impl std::fmt::Display for PhoneNumber {
     }
 }
 
+/// Whether the digits `digits` (of a `+digits*` prefix) begin a number of
+/// some country calling code the metadata knows: a code starts with them
+/// (`+8`), or they start with a code (`+8613`). `+0`, `+28` match nothing.
+pub fn reaches_a_calling_code(digits: &str) -> bool {
+    (1u16..=999).any(|code| {
+        let text = code.to_string();
+        (text.starts_with(digits) || digits.starts_with(&text))
+            && phonenumber::metadata::DATABASE.by_code(&code).is_some()
+    })
+}
+
+/// Whether `region` names a region of the metadata (`GB`, any case), or is
+/// [`NO_REGION`]: `UK`, `EU` or a typo would match no number.
+pub fn is_known_region(region: &str) -> bool {
+    region == NO_REGION
+        || phonenumber::metadata::DATABASE
+            .by_id(region.to_ascii_uppercase().as_str())
+            .is_some()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
