@@ -68,6 +68,12 @@ impl Provider for TypedEnv {
     }
 
     fn data(&self) -> Result<Map<Profile, Dict>, Error> {
+        for (name, _) in std::env::vars_os() {
+            let name = name.to_string_lossy();
+            if let Some(why) = misnamed(&name, &self.defaults) {
+                return Err(Error::from(why));
+            }
+        }
         let mut dict = Dict::new();
         for (key, raw) in self.env.iter() {
             let value = self.typed(key.as_str(), &raw);
@@ -75,6 +81,34 @@ impl Provider for TypedEnv {
         }
         Ok(Profile::Default.collect(dict))
     }
+}
+
+/// Why the variable `name` is a setting figment would pass over without a
+/// word, if it is one: `TOLLGATE__` with an empty segment
+/// (`TOLLGATE__SMS____CODE_TTL`, a trailing `__`), or `TOLLGATE_` with one
+/// underscore before a section and `__` (`TOLLGATE_SMS__CODE_TTL`). Other
+/// `TOLLGATE_…` variables belong to the scripts and tests, not here.
+fn misnamed(name: &str, defaults: &Dict) -> Option<String> {
+    let upper = name.to_ascii_uppercase();
+    if let Some(key) = upper.strip_prefix("TOLLGATE__") {
+        let empty = key.split("__").any(|segment| segment.trim().is_empty());
+        return empty.then(|| {
+            format!(
+                "the environment variable {name} has an empty segment (`__` twice in a row, \
+                 or at the end) and would be ignored: write TOLLGATE__SECTION__KEY"
+            )
+        });
+    }
+    let rest = upper.strip_prefix("TOLLGATE_")?;
+    let (section, key) = rest.split_once("__")?;
+    defaults
+        .contains_key(&section.to_ascii_lowercase())
+        .then(|| {
+            format!(
+                "the environment variable {name} has one underscore after TOLLGATE and would be \
+             ignored: did you mean TOLLGATE__{section}__{key}?"
+            )
+        })
 }
 
 /// The default value at a dotted key (`sms.provider.from`).
@@ -186,6 +220,35 @@ mod tests {
 
     fn typed(key: &str, raw: &str) -> Value {
         TypedEnv::new(defaults()).typed(key, raw)
+    }
+
+    /// Variables figment would pass over silently are named; the scripts'
+    /// and tests' own `TOLLGATE_…` variables are not settings.
+    #[test]
+    fn misnamed_setting_variables_are_named_and_others_left_alone() {
+        let defaults = defaults();
+        for name in [
+            "TOLLGATE__SMS____CODE_TTL",
+            "TOLLGATE__SMS__CODE_TTL__",
+            "TOLLGATE__SMS__ __CODE_TTL",
+            "TOLLGATE_SMS__CODE_TTL",
+            "tollgate_server__bind",
+        ] {
+            let why = misnamed(name, &defaults).unwrap_or_default();
+            assert!(why.contains(name), "{name}: {why:?}");
+        }
+        let one = misnamed("TOLLGATE_SMS__CODE_TTL", &defaults).unwrap_or_default();
+        assert!(one.contains("TOLLGATE__SMS__CODE_TTL?"), "{one}");
+        for name in [
+            "TOLLGATE__SMS__CODE_TTL",
+            "TOLLGATE__SMS__PROVIDER__HEADERS__X_API_KEY",
+            "TOLLGATE_CONFIG",
+            "TOLLGATE_TEST_REDIS_URL",
+            "TOLLGATE_NOT_A_SECTION__X",
+            "PATH",
+        ] {
+            assert_eq!(misnamed(name, &defaults), None, "{name}");
+        }
     }
 
     #[test]

@@ -263,6 +263,41 @@ mod tests {
         );
     }
 
+    /// A region the phone metadata does not know would allow or deny no
+    /// number: refused naming its key, `UK` with its hint; any case of a
+    /// known one, and `001`, pass.
+    #[test]
+    fn regions_the_metadata_does_not_know_are_refused_naming_the_key() {
+        let path = std::path::Path::new("tollgate.toml");
+        let load =
+            |list: &str| Settings::load_text(path, &format!("[sms]\ndenied_regions = [{list}]\n"));
+        for good in ["\"GB\"", "\"gb\", \"US\"", "\"001\""] {
+            assert!(load(good).is_ok(), "{good}");
+        }
+        for (bad, key) in [
+            ("\"UK\"", "sms.denied_regions[0]"),
+            ("\"GB\", \"XX\"", "sms.denied_regions[1]"),
+            ("\"EU\"", "sms.denied_regions[0]"),
+            ("\"002\"", "sms.denied_regions[0]"),
+        ] {
+            let error = load(bad).expect_err(bad).to_string();
+            assert!(error.contains(key), "{bad}: {error}");
+        }
+        let uk = load("\"UK\"").expect_err("UK").to_string();
+        assert!(uk.contains("\"GB\""), "{uk}");
+    }
+
+    #[test]
+    fn a_lists_refresh_under_100ms_is_refused() {
+        let path = std::path::Path::new("tollgate.toml");
+        let load = |every: &str| {
+            Settings::load_text(path, &format!("[lists]\nrefresh_interval = \"{every}\"\n"))
+        };
+        assert!(load("100ms").is_ok());
+        let error = load("1ms").expect_err("1ms").to_string();
+        assert!(error.contains("lists.refresh_interval"), "{error}");
+    }
+
     /// A URL its client could not parse, or a webhook header no request
     /// can carry, stops start-up (and `check-config`) naming its key, not
     /// the first call; the URL's password is not repeated.

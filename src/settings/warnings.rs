@@ -126,8 +126,27 @@ fn warn_of_phones_without_limits(settings: &Settings) {
     }
 }
 
+/// An allow-listed phone is past its own windows; only its asker's count
+/// (docs/rules.md): with no per-address window for sends nor for tries,
+/// anyone may ask for its codes and try them without end.
+fn warn_of_listed_phones_without_asker_limits(settings: &Settings) {
+    let sms = &settings.sms;
+    let none = |limits: &[super::LimitSetting]| limits.iter().all(|window| window.shadow);
+    if !settings.lists.allow_phones.is_empty()
+        && none(&sms.ip_limits)
+        && none(&sms.verify_ip_limits)
+    {
+        tracing::warn!(
+            "lists.allow_phones is set and sms.ip_limits and sms.verify_ip_limits are empty or \
+             all shadow: nothing bounds the codes anyone may ask for an allow-listed phone, nor \
+             the tries at them (docs/rules.md)"
+        );
+    }
+}
+
 /// Settings that work but leave a production service open to misuse.
 pub fn warn_of_risky_settings(settings: &Settings) {
+    warn_of_listed_phones_without_asker_limits(settings);
     warn_without_api_keys(settings);
     warn_of_admin_routes_on_a_public_bind(settings);
     warn_of_codes_in_the_log(settings);

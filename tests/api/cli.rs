@@ -108,6 +108,21 @@ fn check_config_warns_of_what_start_up_would() {
         unlimited.contains("sms.phone_limits is empty or all shadow: no per-phone limit"),
         "{unlimited}"
     );
+    let listed = ("TOLLGATE__LISTS__ALLOW_PHONES", "[+8613800138000]");
+    let (ok, _, counted) = tollgate(&["check-config"], &[listed]);
+    assert!(ok, "{counted}");
+    assert!(!counted.contains("lists.allow_phones is set"), "{counted}");
+    let askers = [
+        listed,
+        ("TOLLGATE__SMS__IP_LIMITS", "[]"),
+        ("TOLLGATE__SMS__VERIFY_IP_LIMITS", "[]"),
+    ];
+    let (ok, _, unbounded) = tollgate(&["check-config"], &askers);
+    assert!(ok, "{unbounded}");
+    assert!(
+        unbounded.contains("lists.allow_phones is set and sms.ip_limits and sms.verify_ip_limits"),
+        "{unbounded}"
+    );
 }
 
 /// Durations come out as a config file writes them, and read back the same.
@@ -472,4 +487,26 @@ fn unset_numeric_server_keys_are_taken_from_the_environment() {
         stderr.contains("`server.workers`: must be positive"),
         "{stderr}"
     );
+}
+
+/// A setting's variable figment would pass over without a word stops
+/// `check-config` (and start-up), naming it.
+#[test]
+fn a_misnamed_setting_variable_is_refused_naming_it() {
+    for (name, hint) in [
+        (
+            "TOLLGATE_SMS__CODE_LENGTH",
+            "did you mean TOLLGATE__SMS__CODE_LENGTH?",
+        ),
+        ("TOLLGATE__SMS____CODE_LENGTH", "empty segment"),
+    ] {
+        let (ok, _, stderr) = tollgate(&["check-config"], &[(name, "8")]);
+        assert!(!ok, "{name}");
+        assert!(
+            stderr.contains(name) && stderr.contains(hint),
+            "{name}: {stderr}"
+        );
+    }
+    let (ok, _, stderr) = tollgate(&["check-config"], &[("TOLLGATE_SOMETHING_ELSE", "x")]);
+    assert!(ok, "{stderr}");
 }

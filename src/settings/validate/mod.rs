@@ -99,14 +99,23 @@ fn limits(key: &str, list: &[LimitSetting]) -> Check {
     Ok(())
 }
 
+/// Regions as the phone metadata names them: a well-formed code it does not
+/// know (`UK` for `GB`) would allow or deny no number, without a word.
 fn regions(key: &str, list: &[String]) -> Check {
     for (i, r) in list.iter().enumerate() {
         let alpha_2 = r.len() == 2 && r.chars().all(|c| c.is_ascii_alphabetic());
-        if !alpha_2 && r != crate::domain::NO_REGION {
+        let known = crate::domain::phone::is_known_region(r);
+        if !(alpha_2 || r == crate::domain::NO_REGION) || !known {
+            let hint = if r.eq_ignore_ascii_case("UK") {
+                " (the United Kingdom is \"GB\")"
+            } else {
+                ""
+            };
             return Err(SettingsError::invalid(
                 &format!("{key}[{i}]"),
                 format!(
-                    "{r:?} is not an ISO 3166 alpha-2 code (or \"{}\", the numbers of no region)",
+                    "{r:?} is not a region of the phone metadata, an ISO 3166 alpha-2 code{hint} \
+                     (or \"{}\", the numbers of no region)",
                     crate::domain::NO_REGION
                 ),
             ));
@@ -518,7 +527,14 @@ impl Settings {
         if let Some((key, why)) = self.lists.invalid() {
             return Err(SettingsError::invalid(&key, &why));
         }
-        duration("lists.refresh_interval", self.lists.refresh_interval)?;
+        // Every instance reads the whole table each interval: at 1 ms, a
+        // thousand queries a second each against the audit database.
+        if self.lists.refresh_interval < Duration::from_millis(100) {
+            return Err(SettingsError::invalid(
+                "lists.refresh_interval",
+                "must be at least 100ms (every instance reads the stored entries each interval)",
+            ));
+        }
         Ok(())
     }
 
