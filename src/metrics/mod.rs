@@ -10,7 +10,8 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use metrics::{
-    counter, describe_counter, describe_gauge, describe_histogram, histogram, Counter, Histogram,
+    counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Counter,
+    Histogram,
 };
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 
@@ -74,6 +75,13 @@ pub const SMS_DELIVERIES: &str = "tollgate_sms_deliveries_total";
 /// Counter of fetches of the OpenID provider's signing keys (JWKS), by
 /// `outcome`: `ok` or `failed`.
 pub const ADMIN_JWKS_FETCHES: &str = "tollgate_admin_jwks_fetches_total";
+/// Counter of configuration reloads (SIGHUP, a changed file), by `outcome`:
+/// `applied`, or `rejected` (the old settings stay in force).
+pub const CONFIG_RELOADS: &str = "tollgate_config_reloads_total";
+/// Gauge: 1 while the settings in force are the config file's (start-up,
+/// or the last reload applied), 0 after a reload was rejected: the file on
+/// disk would not start the service again.
+pub const CONFIG_LAST_RELOAD_SUCCESSFUL: &str = "tollgate_config_last_reload_successful";
 /// Histogram of HTTP request durations, in seconds, by `route` (the matched
 /// pattern, `unmatched` for none), `method` and `status`.
 pub const HTTP_SECONDS: &str = "tollgate_http_request_duration_seconds";
@@ -211,6 +219,28 @@ fn describe() {
         CONNECTIONS_STALLED,
         "Connections closed for not sending a request or not reading an answer in time, by listener"
     );
+    describe_rules();
+    describe_config();
+}
+
+/// The failure counters the shipped alerts watch (store errors, spooled
+/// and unjournaled audit events, unreadable journal segments), from 0 at start-up: a series that first
+/// appears at 1 hides its first failure from `rate` and `increase`. (The
+/// busy series the other alerts read exist after the first requests.)
+fn zeroes() {
+    counter!(STORE_ERRORS).increment(0);
+    for outcome in SmsDelivery::ALL {
+        counter!(SMS_DELIVERIES, "outcome" => outcome.as_str()).increment(0);
+    }
+    for outcome in ["spooled", "unjournaled"] {
+        counter!(AUDIT_EVENTS, "outcome" => outcome).increment(0);
+    }
+    counter!(AUDIT_JOURNAL_ERRORS, "op" => "read").increment(0);
+    gauge!(CONFIG_LAST_RELOAD_SUCCESSFUL).set(1.0);
+}
+
+/// The per-rule series.
+fn describe_rules() {
     describe_counter!(
         RULE_HITS,
         "Requests a rule was evaluated on, by action and rule"
@@ -233,19 +263,16 @@ fn describe() {
     );
 }
 
-/// The failure counters the shipped alerts watch (store errors, spooled
-/// and unjournaled audit events, unreadable journal segments), from 0 at start-up: a series that first
-/// appears at 1 hides its first failure from `rate` and `increase`. (The
-/// busy series the other alerts read exist after the first requests.)
-fn zeroes() {
-    counter!(STORE_ERRORS).increment(0);
-    for outcome in SmsDelivery::ALL {
-        counter!(SMS_DELIVERIES, "outcome" => outcome.as_str()).increment(0);
-    }
-    for outcome in ["spooled", "unjournaled"] {
-        counter!(AUDIT_EVENTS, "outcome" => outcome).increment(0);
-    }
-    counter!(AUDIT_JOURNAL_ERRORS, "op" => "read").increment(0);
+/// The configuration's series.
+fn describe_config() {
+    describe_counter!(
+        CONFIG_RELOADS,
+        "Configuration reloads (SIGHUP, a changed file), applied or rejected"
+    );
+    describe_gauge!(
+        CONFIG_LAST_RELOAD_SUCCESSFUL,
+        "1 while the settings in force are the config file's, 0 after a rejected reload"
+    );
 }
 
 /// The audit trail's series.
@@ -419,6 +446,13 @@ pub fn admin_auth_failure() {
 pub fn admin_jwks_fetch(ok: bool) {
     let outcome = if ok { "ok" } else { "failed" };
     counter!(ADMIN_JWKS_FETCHES, "outcome" => outcome).increment(1);
+}
+
+/// Count one configuration reload, applied or rejected.
+pub fn config_reload(applied: bool) {
+    let outcome = if applied { "applied" } else { "rejected" };
+    counter!(CONFIG_RELOADS, "outcome" => outcome).increment(1);
+    gauge!(CONFIG_LAST_RELOAD_SUCCESSFUL).set(f64::from(u8::from(applied)));
 }
 
 /// Count one captcha token: the provider's verdict, `mismatched`, `throttled` or `paused`.

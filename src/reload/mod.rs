@@ -225,7 +225,9 @@ impl Reloader {
                     continue;
                 }
                 last = Some(now);
-                match reloadable.reload(file.as_deref()) {
+                let reloaded = reloadable.reload(file.as_deref());
+                crate::metrics::config_reload(reloaded.is_ok());
+                match reloaded {
                     Ok(settings) => {
                         let waiting = running
                             .as_deref()

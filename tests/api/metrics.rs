@@ -357,6 +357,7 @@ async fn the_alerted_failure_counters_are_exported_before_any_failure() {
         "tollgate_audit_events_total{outcome=\"spooled\"} ",
         "tollgate_audit_events_total{outcome=\"unjournaled\"} ",
         "tollgate_audit_journal_errors_total{op=\"read\"} ",
+        "tollgate_config_last_reload_successful ",
     ] {
         assert!(
             text.lines().any(|l| l.starts_with(series)),

@@ -156,6 +156,22 @@ async fn sighup_reloads_a_running_server_without_a_restart() {
     assert_eq!(still.status(), 429);
     let body: serde_json::Value = still.json().await.unwrap();
     assert_eq!(body["rule"], "phone 3/1h");
+    // Each reload is counted, for an alert on a rejected one.
+    let metrics = client
+        .get(format!("{}/metrics", server.address))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for line in [
+        r#"tollgate_config_reloads_total{outcome="applied"} 1"#,
+        r#"tollgate_config_reloads_total{outcome="rejected"} 1"#,
+        "tollgate_config_last_reload_successful 0",
+    ] {
+        assert!(metrics.lines().any(|l| l == line), "{line}:\n{metrics}");
+    }
 }
 
 /// A `/sms/send` to the one phone the reload tests use.
