@@ -35,12 +35,12 @@ impl Desk<'_> {
         info: &RequestInfo,
         entry: NewEntry<'_>,
     ) -> Result<ListEntry, ListError> {
-        let stored = self
-            .lists
-            .add(entry.list, entry.kind, entry.value, entry.note)
-            .await?;
-        self.audit_change(info, AuditDecision::ListAdd, &stored);
-        Ok(stored)
+        // Audited once committed, before the lists are read back.
+        let audit = |stored: &ListEntry| self.audit_change(info, AuditDecision::ListAdd, stored);
+        let lists = &self.lists;
+        lists
+            .add(entry.list, entry.kind, entry.value, entry.note, audit)
+            .await
     }
 
     /// Delete the stored entry `id`; the entry deleted.
@@ -49,9 +49,9 @@ impl Desk<'_> {
         info: &RequestInfo,
         id: Uuid,
     ) -> Result<ListEntry, ListError> {
-        let removed = self.lists.remove(id).await?;
-        self.audit_change(info, AuditDecision::ListRemove, &removed);
-        Ok(removed)
+        let audit =
+            |removed: &ListEntry| self.audit_change(info, AuditDecision::ListRemove, removed);
+        self.lists.remove(id, audit).await
     }
 
     fn audit_change(&self, info: &RequestInfo, decision: AuditDecision, entry: &ListEntry) {

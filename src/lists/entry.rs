@@ -104,8 +104,30 @@ pub struct ListEntry {
     pub created_at: Option<DateTime<Utc>>,
 }
 
-/// `value` in the form requests are matched against, or why it is not one.
+/// `value`, a new entry's (the admin API's, the config file's), in the form
+/// requests are matched against, or why it is not one.
 pub fn normalise(kind: EntryKind, value: &str) -> Result<String, String> {
+    read(kind, value, Reading::New)
+}
+
+/// A stored entry's `value` as this version matches it. Read as when it
+/// was added: a range with host bits as its network, a range of every
+/// address, a prefix of no calling code stay in force (and listed, to be
+/// deleted), where a new one is refused; what earlier versions refused
+/// too (the translators' /96) is not.
+pub(super) fn renormalise(kind: EntryKind, value: &str) -> Result<String, String> {
+    read(kind, value, Reading::Stored)
+}
+
+/// Whose value is read: a new entry's, checked for what it seems to say,
+/// or a stored one's, kept as it was taken.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Reading {
+    New,
+    Stored,
+}
+
+fn read(kind: EntryKind, value: &str, reading: Reading) -> Result<String, String> {
     match kind {
         EntryKind::Ip => {
             let net = parse_cidr(value.trim())
@@ -125,6 +147,9 @@ pub fn normalise(kind: EntryKind, value: &str) -> Result<String, String> {
                 ));
             }
             let net = canonical(net);
+            if reading == Reading::Stored {
+                return Ok(net.trunc().to_string());
+            }
             if net.prefix_len() == 0 {
                 return Err(format!(
                     "{value:?} is every {} address: an allow entry would take every \
@@ -145,7 +170,7 @@ pub fn normalise(kind: EntryKind, value: &str) -> Result<String, String> {
             }
             Ok(net.to_string())
         }
-        EntryKind::Phone => normalise_phone(value),
+        EntryKind::Phone => normalise_phone(value, reading),
         EntryKind::User => Username::parse(value)
             .map(|u| u.as_str().to_string())
             .map_err(|e| format!("{value:?} is not a user name: {e}")),
@@ -155,7 +180,7 @@ pub fn normalise(kind: EntryKind, value: &str) -> Result<String, String> {
 /// Whether `net` is RFC 6052's well-known prefix or a range of up to /32
 /// around it: such an entry meant translated clients, which match it no
 /// more (they count as IPv4), or, as the /96 itself, every IPv4 address.
-/// Wider ranges (`::/0`) are about IPv6 at large and stay IPv6.
+/// Wider ranges (`::/31`) are about IPv6 at large and stay IPv6.
 fn holds_the_translation_prefix(net: IpNet) -> bool {
     matches!(net, IpNet::V6(v6) if (32..=96).contains(&v6.prefix_len()) && v6.contains(&TRANSLATION_PREFIX))
 }
@@ -210,7 +235,7 @@ pub fn checked_note(note: &str) -> Result<String, String> {
 }
 
 /// A number in E.164, or `+` digits `*` for a prefix (at least one digit).
-fn normalise_phone(value: &str) -> Result<String, String> {
+fn normalise_phone(value: &str, reading: Reading) -> Result<String, String> {
     let value = value.trim();
     if let Some(prefix) = value.strip_suffix('*') {
         let digits = prefix.strip_prefix('+').unwrap_or_default();
@@ -219,7 +244,7 @@ fn normalise_phone(value: &str) -> Result<String, String> {
                 "{value:?} is not a phone prefix (`+` then 1 to 15 digits, then `*`)"
             ));
         }
-        if !crate::domain::phone::reaches_a_calling_code(digits) {
+        if reading == Reading::New && !crate::domain::phone::reaches_a_calling_code(digits) {
             return Err(format!(
                 "{value:?} matches no number: no country calling code starts with, \
                  or begins, +{digits}"
@@ -317,6 +342,16 @@ mod tests {
         );
         let translated = normalise(EntryKind::Ip, "64:ff9b::/64").unwrap_err();
         assert!(translated.contains("64:ff9b::/96"), "{translated}");
+        // Stored by an earlier version, they stay as they were taken.
+        for (kind, raw, kept) in [
+            (EntryKind::Ip, "0.0.0.0/0", "0.0.0.0/0"),
+            (EntryKind::Ip, "::/0", "::/0"),
+            (EntryKind::Ip, "198.51.100.7/2", "192.0.0.0/2"),
+            (EntryKind::Phone, "+28*", "+28*"),
+        ] {
+            assert_eq!(renormalise(kind, raw).as_deref(), Ok(kept), "{raw}");
+        }
+        assert!(renormalise(EntryKind::Ip, "64:ff9b::/96").is_err());
         let typo = normalise(EntryKind::Ip, "198.51.100.7/2").unwrap_err();
         assert!(typo.contains("write 192.0.0.0/2"), "{typo}");
         let everyone = normalise(EntryKind::Ip, "0.0.0.0/0").unwrap_err();

@@ -106,14 +106,16 @@ impl Lists {
         Ok(())
     }
 
-    /// Store an entry (an equal one already stored is answered instead) and
-    /// put it in force here at once.
+    /// Store an entry (an equal one already stored is answered instead),
+    /// tell `committed` (the caller audits there, before any further wait
+    /// that could drop the request), and put it in force here at once.
     pub async fn add(
         &self,
         list: ListName,
         kind: EntryKind,
         value: &str,
         note: &str,
+        committed: impl FnOnce(&ListEntry),
     ) -> Result<ListEntry, ListError> {
         let db = self.db()?;
         let value = normalise(kind, value).map_err(ListError::Invalid)?;
@@ -128,6 +130,7 @@ impl Lists {
             created_at: Some(Utc::now().trunc_subsecs(3)),
         };
         let stored = db.insert(&entry).await?;
+        committed(&stored);
         let added = stored.clone();
         self.settle(move |entries| {
             if !entries.iter().any(|e| e.id == added.id) {
@@ -138,11 +141,16 @@ impl Lists {
         Ok(stored)
     }
 
-    /// Delete a stored entry and take it out of force here at once; the
-    /// entry deleted.
-    pub async fn remove(&self, id: Uuid) -> Result<ListEntry, ListError> {
+    /// Delete a stored entry, tell `committed`, and take it out of force
+    /// here at once; the entry deleted.
+    pub async fn remove(
+        &self,
+        id: Uuid,
+        committed: impl FnOnce(&ListEntry),
+    ) -> Result<ListEntry, ListError> {
         let db = self.db()?;
         let removed = db.delete(id).await?.ok_or(ListError::NotFound)?;
+        committed(&removed);
         self.settle(|entries| entries.retain(|e| e.id != Some(id)))
             .await;
         Ok(removed)
@@ -196,14 +204,15 @@ pub fn spawn_refresh(lists: Arc<Lists>, every: std::time::Duration) -> tokio::ta
 /// Each value is normalised again: one an earlier version wrote in another
 /// form (`64:ff9b::cb00:7107/128`, before translated addresses counted as
 /// IPv4) stays in force, listed under its id, as this version reads it
-/// (`203.0.113.7/32`). A row that is no entry now (edited by hand, or a
-/// range this version refuses) is left out, not allowed to stop every
-/// refresh.
+/// (`203.0.113.7/32`); one a new entry could not be now (`0.0.0.0/0`)
+/// stays in force as it was taken. A row that is no entry (edited by hand,
+/// or a range every version since the translators' refuses) is left out,
+/// not allowed to stop every refresh.
 fn in_force(stored: Vec<ListEntry>) -> (Vec<ListEntry>, Vec<ListEntry>) {
     let mut valid = Vec::with_capacity(stored.len());
     let mut invalid = Vec::new();
     for mut entry in stored {
-        match normalise(entry.kind, &entry.value) {
+        match entry::renormalise(entry.kind, &entry.value) {
             Ok(value) => {
                 entry.value = value;
                 valid.push(entry);
@@ -263,13 +272,26 @@ mod tests {
             };
             lists.current().check(request) == Listed::Blocked(EntryKind::Ip)
         };
+        let told = std::cell::Cell::new(0);
         let added = lists
-            .add(ListName::Block, EntryKind::Ip, "198.51.100.0/24", "")
+            .add(
+                ListName::Block,
+                EntryKind::Ip,
+                "198.51.100.0/24",
+                "",
+                |_| {
+                    told.set(told.get() + 1);
+                },
+            )
             .await
             .expect("added");
         assert!(listed(&lists));
         let id = added.id.expect("an id");
-        lists.remove(id).await.expect("removed");
+        lists
+            .remove(id, |_| told.set(told.get() + 1))
+            .await
+            .expect("removed");
+        assert_eq!(told.get(), 2, "each change told before it is settled");
         assert!(!listed(&lists));
         assert!(lists.entries().is_empty());
     }

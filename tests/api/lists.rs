@@ -573,6 +573,20 @@ async fn a_row_no_version_reads_stops_no_refresh_and_no_admins_change(kind: DbKi
         .filter_map(|e| e["value"].as_str())
         .collect();
     assert_eq!(values, ["198.51.100.0/24"], "{}", listed.body);
+    // Its deletion could not be audited as an entry's: refused, kept.
+    let unreadable = admin_send(
+        &app,
+        reqwest::Method::DELETE,
+        "/admin/api/lists/0192f0c4-5b6e-7d30-8a55-3f1c2b9e4d10",
+        None,
+    )
+    .await;
+    assert_eq!(
+        (unreadable.status.as_u16(), unreadable.error()),
+        (400, "invalid_request"),
+        "{}",
+        unreadable.body
+    );
 
     app.flush_audit().await;
     let trail = admin_send(

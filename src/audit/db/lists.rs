@@ -92,16 +92,22 @@ macro_rules! list_queries {
                 entry_from_columns(row)
             }
 
-            /// Delete the entry `id`; the entry, when there was one.
+            /// Delete the entry `id`; the entry, when there was one. A row
+            /// that is no entry is not deleted (`AuditError::Corrupt`): its
+            /// deletion could not be audited as one.
             pub async fn delete(pool: &$pool, id: Uuid) -> Result<Option<ListEntry>, AuditError> {
+                let mut tx = pool.begin().await?;
                 let row: Option<Columns> = sqlx::query_as(&format!(
                     "{} RETURNING id, list, kind, value, note, created_at_ms",
                     $delete
                 ))
                 .bind(id.to_string())
-                .fetch_optional(pool)
+                .fetch_optional(&mut *tx)
                 .await?;
-                row.map(entry_from_columns).transpose()
+                // Dropped without a commit on an unreadable row: rolled back.
+                let entry = row.map(entry_from_columns).transpose()?;
+                tx.commit().await?;
+                Ok(entry)
             }
         }
     };
@@ -132,6 +138,11 @@ impl ListStore for AuditDb {
     }
 
     async fn delete(&self, id: Uuid) -> Result<Option<ListEntry>, ListError> {
-        self.delete_list_entry(id).await.map_err(unavailable)
+        self.delete_list_entry(id).await.map_err(|e| match e {
+            AuditError::Corrupt(row) => ListError::Invalid(format!(
+                "{row}: a row no version reads (edited by hand?); delete it in the database"
+            )),
+            e => unavailable(e),
+        })
     }
 }
