@@ -120,9 +120,13 @@ fn check_config_warns_of_what_start_up_would() {
     let (ok, _, unbounded) = tollgate(&["check-config"], &askers);
     assert!(ok, "{unbounded}");
     assert!(
-        unbounded.contains("lists.allow_phones is set and sms.ip_limits and sms.verify_ip_limits"),
+        unbounded
+            .contains("nothing bounds the codes anyone may ask for an allow-listed phone, nor"),
         "{unbounded}"
     );
+    let (ok, _, paid) = tollgate(&["check-config"], &askers[..2]);
+    assert!(ok, "{paid}");
+    assert!(paid.contains("(each an SMS paid for)"), "{paid}");
 }
 
 /// Durations come out as a config file writes them, and read back the same.

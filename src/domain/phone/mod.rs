@@ -197,23 +197,38 @@ impl std::fmt::Display for PhoneNumber {
     }
 }
 
+/// The country calling codes the metadata knows, as text (`1`, `44`, `882`).
+static CALLING_CODES: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new(|| {
+    (1u16..=999)
+        .filter(|code| phonenumber::metadata::DATABASE.by_code(code).is_some())
+        .map(|code| code.to_string())
+        .collect()
+});
+
 /// Whether the digits `digits` (of a `+digits*` prefix) begin a number of
 /// some country calling code the metadata knows: a code starts with them
 /// (`+8`), or they start with a code (`+8613`). `+0`, `+28` match nothing.
 pub fn reaches_a_calling_code(digits: &str) -> bool {
-    (1u16..=999).any(|code| {
-        let text = code.to_string();
-        (text.starts_with(digits) || digits.starts_with(&text))
-            && phonenumber::metadata::DATABASE.by_code(&code).is_some()
-    })
+    CALLING_CODES
+        .iter()
+        .any(|code| code.starts_with(digits) || digits.starts_with(code.as_str()))
 }
 
-/// Whether `region` names a region of the metadata (`GB`, any case), or is
-/// [`NO_REGION`]: `UK`, `EU` or a typo would match no number.
+/// ISO 3166 alpha-2 codes the phone metadata has no numbers for
+/// (Antarctica, Bouvet Island, South Georgia, Heard and McDonald Islands,
+/// Pitcairn, the French Southern Territories, the US Minor Outlying
+/// Islands): valid regions that match no number.
+const NUMBERLESS_REGIONS: [&str; 7] = ["AQ", "BV", "GS", "HM", "PN", "TF", "UM"];
+
+/// Whether `region` names a region (any case): one the phone metadata
+/// knows (`GB`, `XK`, `AC`), an ISO 3166 code it has no numbers for, or
+/// [`NO_REGION`]. `UK`, `EU` or a typo would match no number, unseen.
 pub fn is_known_region(region: &str) -> bool {
+    let upper = region.to_ascii_uppercase();
     region == NO_REGION
+        || NUMBERLESS_REGIONS.contains(&upper.as_str())
         || phonenumber::metadata::DATABASE
-            .by_id(region.to_ascii_uppercase().as_str())
+            .by_id(upper.as_str())
             .is_some()
 }
 

@@ -99,8 +99,8 @@ fn limits(key: &str, list: &[LimitSetting]) -> Check {
     Ok(())
 }
 
-/// Regions as the phone metadata names them: a well-formed code it does not
-/// know (`UK` for `GB`) would allow or deny no number, without a word.
+/// Regions as ISO 3166 and the phone metadata name them: a well-formed code
+/// neither knows (`UK` for `GB`) would allow or deny no number, unseen.
 fn regions(key: &str, list: &[String]) -> Check {
     for (i, r) in list.iter().enumerate() {
         let alpha_2 = r.len() == 2 && r.chars().all(|c| c.is_ascii_alphabetic());
@@ -114,8 +114,8 @@ fn regions(key: &str, list: &[String]) -> Check {
             return Err(SettingsError::invalid(
                 &format!("{key}[{i}]"),
                 format!(
-                    "{r:?} is not a region of the phone metadata, an ISO 3166 alpha-2 code{hint} \
-                     (or \"{}\", the numbers of no region)",
+                    "{r:?} is not an ISO 3166 alpha-2 code or a region of the phone \
+                     metadata{hint} (or \"{}\", the numbers of no region)",
                     crate::domain::NO_REGION
                 ),
             ));
