@@ -4,8 +4,9 @@
 //! fork or a slow command, or a stalled network, runs what it was sent when
 //! it wakes. By then the caller has answered 503 `store_unavailable`, so
 //! what the script counts (a send, a login failure, the lock that failure
-//! starts, a right code used up) would hold with no audit row, no notice,
-//! and no answer. `reserve.lua`, `login_attempt.lua` and `otp_check.lua`
+//! starts, a right code used up, a second copy of a code the caller kept
+//! locally) would hold with no audit row, no notice, and no answer.
+//! `reserve.lua`, `login_attempt.lua`, `otp_check.lua` and `otp_put.lua`
 //! therefore take the moment after which nobody waits for them, in the
 //! `TIME` they read; a call that finds that moment passed answers `late`
 //! and changes nothing.

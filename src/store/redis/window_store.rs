@@ -329,8 +329,9 @@ impl WindowStore for RedisStore {
             .eval::<i64>(&self.scripts.otp_put, &[code.key], args)
             .await?
         {
+            1 => Ok(()),
             3 => Err(self.late()),
-            _ => Ok(()),
+            v => Err(StoreError::Protocol(format!("bad answer {v} from otp_put"))),
         }
     }
 
