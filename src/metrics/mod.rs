@@ -80,7 +80,7 @@ pub const ADMIN_JWKS_FETCHES: &str = "tollgate_admin_jwks_fetches_total";
 pub const CONFIG_RELOADS: &str = "tollgate_config_reloads_total";
 /// Gauge: 1 while the settings in force are the config file's (start-up,
 /// or the last reload applied), 0 after a reload was rejected: the file on
-/// disk would not start the service again.
+/// disk is not what runs (a restart would fail, or run other settings).
 pub const CONFIG_LAST_RELOAD_SUCCESSFUL: &str = "tollgate_config_last_reload_successful";
 /// Histogram of HTTP request durations, in seconds, by `route` (the matched
 /// pattern, `unmatched` for none), `method` and `status`.
