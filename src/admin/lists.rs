@@ -37,8 +37,7 @@ impl Desk<'_> {
     ) -> Result<ListEntry, ListError> {
         // Audited once committed, before the lists are read back.
         let audit = |stored: &ListEntry| self.audit_change(info, AuditDecision::ListAdd, stored);
-        let lists = &self.lists;
-        lists
+        self.lists
             .add(entry.list, entry.kind, entry.value, entry.note, audit)
             .await
     }

@@ -21,7 +21,8 @@ pub use matcher::{Listed, Matcher, Request as ListRequest};
 /// Why a list change was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum ListError {
-    /// The value is not of its kind (400 `invalid_request`).
+    /// The value is not of its kind, or the row to delete is no entry
+    /// (400 `invalid_request`).
     #[error("{0}")]
     Invalid(String),
     /// No runtime entry has this id (404 `not_found`).
@@ -99,7 +100,7 @@ impl Lists {
         let _one_at_a_time = self.refreshing.lock().await;
         let (valid, invalid) = in_force(db.all().await?);
         for entry in invalid {
-            tracing::warn!(id = ?entry.id, kind = entry.kind.as_str(), value = %entry.value, "stored list entry is not in normal form; skipped");
+            tracing::warn!(id = ?entry.id, kind = entry.kind.as_str(), value = %entry.value, "stored list entry is of a range no version since the translators' change takes; skipped");
         }
         *self.stored.write() = valid;
         self.rebuild();
@@ -272,26 +273,30 @@ mod tests {
             };
             lists.current().check(request) == Listed::Blocked(EntryKind::Ip)
         };
+        // Each change is told once committed, before it is in force here.
         let told = std::cell::Cell::new(0);
+        let added_told = |_: &ListEntry| {
+            assert!(!listed(&lists), "told before it is settled");
+            told.set(told.get() + 1);
+        };
         let added = lists
             .add(
                 ListName::Block,
                 EntryKind::Ip,
                 "198.51.100.0/24",
                 "",
-                |_| {
-                    told.set(told.get() + 1);
-                },
+                added_told,
             )
             .await
             .expect("added");
         assert!(listed(&lists));
         let id = added.id.expect("an id");
-        lists
-            .remove(id, |_| told.set(told.get() + 1))
-            .await
-            .expect("removed");
-        assert_eq!(told.get(), 2, "each change told before it is settled");
+        let removed_told = |_: &ListEntry| {
+            assert!(listed(&lists), "told before it is settled");
+            told.set(told.get() + 1);
+        };
+        lists.remove(id, removed_told).await.expect("removed");
+        assert_eq!(told.get(), 2);
         assert!(!listed(&lists));
         assert!(lists.entries().is_empty());
     }

@@ -400,6 +400,11 @@ async fn bad_entries_answer_400_and_unknown_ids_404(kind: DbKind) {
         ("ip", json!({ "list": "block", "value": "64:ff9b::/96" })),
         ("phone", json!({ "list": "block", "value": "+86abc*" })),
         ("phone", json!({ "list": "block", "value": "+1 555" })),
+        // Not what they seem to say: a typo's range, everyone, no number.
+        ("ip", json!({ "list": "block", "value": "198.51.100.7/2" })),
+        ("ip", json!({ "list": "allow", "value": "0.0.0.0/0" })),
+        ("ip", json!({ "list": "block", "value": "::/0" })),
+        ("phone", json!({ "list": "block", "value": "+28*" })),
         ("ip", json!({ "list": "deny", "value": "192.0.2.1" })),
         ("user", json!({ "list": "block" })),
         // PostgreSQL refuses NUL in text: a 400, never a 503 that looks
@@ -529,6 +534,21 @@ fn list_entries_read_from_the_file_and_bad_ones_name_their_key() {
         .unwrap_or_default();
     assert!(error.contains("lists.allow_ips[1]"), "{error}");
     assert!(error.contains("every IPv4 client"), "{error}");
+    // A typo's range, everyone, a prefix of no number: each named by its key.
+    for (file, key) in [
+        ("allow_ips = [\"10.0.0.1/8\"]", "lists.allow_ips[0]"),
+        (
+            "block_ips = [\"10.0.0.0/8\", \"::/0\"]",
+            "lists.block_ips[1]",
+        ),
+        ("block_phones = [\"+0*\"]", "lists.block_phones[0]"),
+    ] {
+        let error = load(&format!("[lists]\n{file}\n"))
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(error.contains(key), "{file}: {error}");
+    }
 }
 
 /// A row of `list_entries` that is no entry (edited by hand: a kind no
@@ -539,19 +559,37 @@ async fn a_row_no_version_reads_stops_no_refresh_and_no_admins_change(kind: DbKi
     let db = TestDb::new(kind).await;
     let app = db_app(&db, Duration::from_millis(100)).await;
     let audit = db.connect().await;
-    let insert = "INSERT INTO list_entries (id, list, kind, value, note, created_at_ms) \
-                  VALUES ('0192f0c4-5b6e-7d30-8a55-3f1c2b9e4d10', 'block', 'bogus', 'x', '', 0)";
-    let written = match &audit {
-        tollgate::audit::AuditDb::Postgres(pool) => {
-            sqlx::query(insert).execute(pool).await.map(|_| ())
-        }
-        tollgate::audit::AuditDb::Sqlite(pool) => {
-            sqlx::query(insert).execute(pool).await.map(|_| ())
-        }
+    // A row no version reads, and an allow entry of everyone an earlier
+    // version took: only a refresh past the first brings in the second.
+    let bogus = "0192f0c4-5b6e-7d30-8a55-3f1c2b9e4d10";
+    run_sql(
+        &audit,
+        &format!(
+            "INSERT INTO list_entries (id, list, kind, value, note, created_at_ms) VALUES \
+             ('{bogus}', 'block', 'bogus', 'x', '', 0), \
+             ('0192f0c4-5b6e-7d30-8a55-3f1c2b9e4d11', 'allow', 'ip', '0.0.0.0/0', '', 1)"
+        ),
+    )
+    .await;
+    let admins_values = || async {
+        let listed = admin_send(&app, reqwest::Method::GET, "/admin/api/lists", None).await;
+        assert_eq!(listed.status, 200, "{}", listed.body);
+        let entries = listed.body["entries"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        entries
+            .iter()
+            .filter(|e| e["source"] == "admin")
+            .filter_map(|e| e["value"].as_str().map(str::to_string))
+            .collect::<Vec<_>>()
     };
-    written.expect("a row written by hand");
-    // A refresh or two past it.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    crate::support::wait::eventually(
+        "the refresh past the row",
+        Duration::from_secs(5),
+        || async { admins_values().await == ["0.0.0.0/0"] },
+    )
+    .await;
 
     let blocked = "198.51.100.77";
     let added = admin_send(
@@ -563,21 +601,12 @@ async fn a_row_no_version_reads_stops_no_refresh_and_no_admins_change(kind: DbKi
     .await;
     assert_eq!(added.status, 201, "{}", added.body);
     assert_eq!(send(&app, PHONE, blocked).await.error(), "blocklisted");
-    let listed = admin_send(&app, reqwest::Method::GET, "/admin/api/lists", None).await;
-    assert_eq!(listed.status, 200, "{}", listed.body);
-    let values: Vec<&str> = listed.body["entries"]
-        .as_array()
-        .expect("entries")
-        .iter()
-        .filter(|e| e["source"] == "admin")
-        .filter_map(|e| e["value"].as_str())
-        .collect();
-    assert_eq!(values, ["198.51.100.0/24"], "{}", listed.body);
+    assert_eq!(admins_values().await, ["0.0.0.0/0", "198.51.100.0/24"]);
     // Its deletion could not be audited as an entry's: refused, kept.
     let unreadable = admin_send(
         &app,
         reqwest::Method::DELETE,
-        "/admin/api/lists/0192f0c4-5b6e-7d30-8a55-3f1c2b9e4d10",
+        &format!("/admin/api/lists/{bogus}"),
         None,
     )
     .await;
@@ -587,6 +616,8 @@ async fn a_row_no_version_reads_stops_no_refresh_and_no_admins_change(kind: DbKi
         "{}",
         unreadable.body
     );
+    let kept = format!("SELECT id FROM list_entries WHERE id = '{bogus}'");
+    assert_eq!(run_sql(&audit, &kept).await, 1, "rolled back");
 
     app.flush_audit().await;
     let trail = admin_send(
@@ -603,4 +634,29 @@ async fn a_row_no_version_reads_stops_no_refresh_and_no_admins_change(kind: DbKi
         .filter_map(|e| e["decision"].as_str())
         .collect();
     assert_eq!(decisions, ["list_add"], "{}", trail.body);
+}
+
+/// Run `sql` on `audit`'s database; the rows it returned or changed.
+async fn run_sql(audit: &tollgate::audit::AuditDb, sql: &str) -> u64 {
+    use tollgate::audit::AuditDb;
+    let returns_rows = sql.trim_start().starts_with("SELECT");
+    match audit {
+        AuditDb::Postgres(pool) if returns_rows => sqlx::query(sql)
+            .fetch_all(pool)
+            .await
+            .map(|r| r.len() as u64),
+        AuditDb::Postgres(pool) => sqlx::query(sql)
+            .execute(pool)
+            .await
+            .map(|r| r.rows_affected()),
+        AuditDb::Sqlite(pool) if returns_rows => sqlx::query(sql)
+            .fetch_all(pool)
+            .await
+            .map(|r| r.len() as u64),
+        AuditDb::Sqlite(pool) => sqlx::query(sql)
+            .execute(pool)
+            .await
+            .map(|r| r.rows_affected()),
+    }
+    .expect("the statement runs")
 }

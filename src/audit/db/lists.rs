@@ -71,9 +71,12 @@ macro_rules! list_queries {
             }
 
             /// Store `entry` unless an equal one (same list, kind and value)
-            /// is stored: answer the stored one.
+            /// is stored: answer the stored one. One transaction: a read
+            /// back that fails leaves nothing stored, rather than an entry
+            /// its caller could not audit.
             pub async fn insert(pool: &$pool, entry: &ListEntry) -> Result<ListEntry, AuditError> {
                 let id = entry.id.unwrap_or_else(crate::uuid_v7::now).to_string();
+                let mut tx = pool.begin().await?;
                 sqlx::query($insert)
                     .bind(id)
                     .bind(entry.list.as_str())
@@ -81,15 +84,17 @@ macro_rules! list_queries {
                     .bind(&entry.value)
                     .bind(&entry.note)
                     .bind(created_ms(entry))
-                    .execute(pool)
+                    .execute(&mut *tx)
                     .await?;
                 let row: Columns = sqlx::query_as(&format!("{SELECT} {}", $find))
                     .bind(entry.list.as_str())
                     .bind(entry.kind.as_str())
                     .bind(&entry.value)
-                    .fetch_one(pool)
+                    .fetch_one(&mut *tx)
                     .await?;
-                entry_from_columns(row)
+                let stored = entry_from_columns(row)?;
+                tx.commit().await?;
+                Ok(stored)
             }
 
             /// Delete the entry `id`; the entry, when there was one. A row
