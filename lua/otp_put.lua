@@ -24,8 +24,8 @@
 -- Returns 1, or 3 when late. The key expires after ttl (a kept code is put
 -- back only before its own exp).
 --
--- Commands per call: TIME, EXISTS; HMGET and DEL when a hash is there; HSET
--- and PEXPIRE unless ttl <= 0.
+-- Commands per call: TIME, and only it when late; EXISTS; HMGET and DEL
+-- when a hash is there; HSET and PEXPIRE unless ttl <= 0.
 --
 -- Example:
 --   EVALSHA <sha> 1 "tg:{phone:+33612345678}:otp" "9f86d08..." 5 300000 1 "203.0.113.7" 0

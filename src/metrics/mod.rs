@@ -78,8 +78,8 @@ pub const ADMIN_JWKS_FETCHES: &str = "tollgate_admin_jwks_fetches_total";
 /// Counter of configuration reloads (SIGHUP, a changed file), by `outcome`:
 /// `applied`, or `rejected` (the old settings stay in force).
 pub const CONFIG_RELOADS: &str = "tollgate_config_reloads_total";
-/// Gauge: 1 while the settings in force are the config file's (start-up,
-/// or the last reload applied), 0 after a reload was rejected: the file on
+/// Gauge: 1 after start-up and after a reload that was applied (keys that
+/// wait for a restart aside), 0 after a reload was rejected: the file on
 /// disk is not what runs (a restart would fail, or run other settings).
 pub const CONFIG_LAST_RELOAD_SUCCESSFUL: &str = "tollgate_config_last_reload_successful";
 /// Histogram of HTTP request durations, in seconds, by `route` (the matched
@@ -223,10 +223,12 @@ fn describe() {
     describe_config();
 }
 
-/// The failure counters the shipped alerts watch (store errors, spooled
-/// and unjournaled audit events, unreadable journal segments), from 0 at start-up: a series that first
-/// appears at 1 hides its first failure from `rate` and `increase`. (The
-/// busy series the other alerts read exist after the first requests.)
+/// The series the shipped alerts watch, there from start-up: the failure
+/// counters (store errors, spooled and unjournaled audit events, unreadable
+/// journal segments) from 0, as a series that first appears at 1 hides its
+/// first failure from `rate` and `increase`, and the last reload's outcome
+/// at 1. (The busy series the other alerts read exist after the first
+/// requests.)
 fn zeroes() {
     counter!(STORE_ERRORS).increment(0);
     for outcome in SmsDelivery::ALL {

@@ -128,26 +128,18 @@ fn warn_of_phones_without_limits(settings: &Settings) {
 
 /// An allow-listed phone is past its own windows; only its asker's count
 /// (docs/rules.md): with no per-address window for sends, anyone may have
-/// it texted without end; with none for tries, try its codes without end.
-/// (Phones admins list at run time are not known here.)
+/// it texted without end, each code tried as many times as any. (Phones
+/// admins list at run time are not known here; `sms.network_limits` bound
+/// IPv6 askers only.)
 fn warn_of_listed_phones_without_asker_limits(settings: &Settings) {
-    let sms = &settings.sms;
-    let none = |limits: &[super::LimitSetting]| limits.iter().all(|window| window.shadow);
-    if settings.lists.allow_phones.is_empty() {
-        return;
+    let unbounded = settings.sms.ip_limits.iter().all(|window| window.shadow);
+    if !settings.lists.allow_phones.is_empty() && unbounded {
+        tracing::warn!(
+            "lists.allow_phones is set and sms.ip_limits is empty or all shadow: nothing bounds \
+             the codes anyone may ask for an allow-listed phone (each an SMS paid for, each \
+             tried as often as any code) (docs/rules.md)"
+        );
     }
-    let unbounded = match (none(&sms.ip_limits), none(&sms.verify_ip_limits)) {
-        (true, true) => "the codes anyone may ask for an allow-listed phone, nor the tries at them",
-        (true, false) => {
-            "the codes anyone may ask for an allow-listed phone (each an SMS paid for)"
-        }
-        (false, true) => "the tries at an allow-listed phone's codes",
-        (false, false) => return,
-    };
-    tracing::warn!(
-        "lists.allow_phones is set and sms.ip_limits or sms.verify_ip_limits is empty or all \
-         shadow: nothing bounds {unbounded} (docs/rules.md)"
-    );
 }
 
 /// Settings that work but leave a production service open to misuse.

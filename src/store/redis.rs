@@ -296,7 +296,7 @@ impl RedisStore {
     }
 
     /// A script that found its deadline passed changed nothing and answered
-    /// `late` (`otp_check.lua` its outcome 3). Its caller still waited, so the offset may be wrong
+    /// `late` (`otp_check.lua` and `otp_put.lua` their answer 3). Its caller still waited, so the offset may be wrong
     /// (a clock stepped): calls carry no deadline until the next sample, and
     /// this one answers as a timeout would.
     fn refuse_late(&self, answer: &[u8]) -> Result<(), StoreError> {

@@ -267,6 +267,17 @@ pub(super) fn screen(
     decision
 }
 
+/// The audit rows of the country challenges a send's offer started: they
+/// stay whatever comes of the send, so they are written before anything
+/// else is awaited (a captcha token's check).
+pub(super) fn started_challenges(reservation: &Reservation<'_>) -> Vec<AuditEvent> {
+    let findings = pumping::findings(reservation).into_iter();
+    findings
+        .filter(|finding| finding.found == Found::Challenges)
+        .map(|finding| finding.row)
+        .collect()
+}
+
 /// A send's reservation: the pumping guard's findings, the windows'
 /// refusal, the country's challenge, and what the answer tells. A
 /// challenge the send started is audited here unless `challenge_audited`

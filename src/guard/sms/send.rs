@@ -262,10 +262,8 @@ impl SmsGuard {
         if !(ask_later && first.only_captcha_refuses()) {
             return Ok(Reserved::new(first));
         }
-        for finding in pumping::findings(&first) {
-            if finding.found == pumping::Found::Challenges {
-                self.ctx.audit(info, finding.row);
-            }
+        for row in decision::started_challenges(&first) {
+            self.ctx.audit(info, row);
         }
         let check = self
             .ctx

@@ -45,6 +45,10 @@ const MAX_WRITE_TIMEOUT: Duration = Duration::from_secs(3600);
 /// The least `audit.journal_max_bytes`: below it, a typo (a bare `1`).
 const MIN_JOURNAL_MAX_BYTES: u64 = 1 << 20;
 
+/// The shortest `lists.refresh_interval`: every instance reads the whole
+/// table each interval (at 1 ms, a thousand queries a second each).
+const MIN_LISTS_REFRESH: Duration = Duration::from_millis(100);
+
 /// The longest a provider's call may take (`sms.provider.timeout`,
 /// `captcha.timeout`): a send waits for both, and a slip of a unit (`5m`)
 /// would hold every send open for minutes.
@@ -103,9 +107,7 @@ fn limits(key: &str, list: &[LimitSetting]) -> Check {
 /// neither knows (`UK` for `GB`) would allow or deny no number, unseen.
 fn regions(key: &str, list: &[String]) -> Check {
     for (i, r) in list.iter().enumerate() {
-        let alpha_2 = r.len() == 2 && r.chars().all(|c| c.is_ascii_alphabetic());
-        let known = crate::domain::phone::is_known_region(r);
-        if !(alpha_2 || r == crate::domain::NO_REGION) || !known {
+        if !crate::domain::phone::is_known_region(r) {
             let hint = if r.eq_ignore_ascii_case("UK") {
                 " (the United Kingdom is \"GB\")"
             } else {
@@ -527,12 +529,13 @@ impl Settings {
         if let Some((key, why)) = self.lists.invalid() {
             return Err(SettingsError::invalid(&key, &why));
         }
-        // Every instance reads the whole table each interval: at 1 ms, a
-        // thousand queries a second each against the audit database.
-        if self.lists.refresh_interval < Duration::from_millis(100) {
+        if self.lists.refresh_interval < MIN_LISTS_REFRESH {
             return Err(SettingsError::invalid(
                 "lists.refresh_interval",
-                "must be at least 100ms (every instance reads the stored entries each interval)",
+                format!(
+                    "must be at least {} (every instance reads the stored entries each interval)",
+                    humantime::format_duration(MIN_LISTS_REFRESH)
+                ),
             ));
         }
         Ok(())
