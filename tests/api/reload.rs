@@ -158,14 +158,7 @@ async fn sighup_reloads_a_running_server_without_a_restart() {
     assert_eq!(body["rule"], "phone 3/1h");
     // Each reload is counted, for an alert on a rejected one (a watched
     // file's change may reload it once more beside the signal).
-    let metrics = client
-        .get(format!("{}/metrics", server.address))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = server.metrics(&client).await;
     let value = |series: &str| {
         metrics.lines().find_map(|l| {
             l.strip_prefix(series)?

@@ -148,17 +148,22 @@ impl Tollgate {
         Vec::new()
     }
 
-    /// Asserts `/metrics` (on the public listener) has each of `series` as
-    /// a whole line.
-    pub async fn assert_metrics(&self, client: &reqwest::Client, series: &[&str]) {
-        let metrics = client
+    /// `/metrics` (on the public listener), as Prometheus text.
+    pub async fn metrics(&self, client: &reqwest::Client) -> String {
+        client
             .get(format!("{}/metrics", self.address))
             .send()
             .await
             .unwrap()
             .text()
             .await
-            .unwrap();
+            .unwrap()
+    }
+
+    /// Asserts `/metrics` (on the public listener) has each of `series` as
+    /// a whole line.
+    pub async fn assert_metrics(&self, client: &reqwest::Client, series: &[&str]) {
+        let metrics = self.metrics(client).await;
         for series in series {
             assert!(
                 metrics.lines().any(|l| l == *series),
