@@ -94,7 +94,7 @@ async fn the_curl_examples_answer_what_the_guide_shows() {
 }
 
 #[tokio::test]
-async fn the_python_login_function_walks_a_user_into_a_captcha_and_a_lock() {
+async fn the_python_login_function_walks_a_user_into_a_captcha_and_a_lock_and_refuses_what_cannot_count() {
     let python = std::env::var("TOLLGATE_PYTHON")
         .expect("TOLLGATE_PYTHON names a python with `requests` (scripts/test.sh sets it)");
     let dir = tempfile::tempdir().unwrap();
@@ -112,6 +112,10 @@ results = {{
     "welcome": login("carol", "pw", "203.0.113.5", False, right),
     "no_captcha": [login("bob", "pw", "203.0.113.9", False, wrong) for _ in range(4)],
     "failures": [login("dave", "pw", "203.0.113.7", True, wrong) for _ in range(11)],
+    "uncountable": [
+        login("erin", "pw", "not-an-address", False, right),
+        login("erin" + " " * 300, "pw", "203.0.113.8", False, right),
+    ],
 }}
 print(json.dumps(results))
 "#,
@@ -141,6 +145,13 @@ print(json.dumps(results))
     assert!(
         failures[..10].iter().all(|r| r == "wrong password"),
         "{failures:?}"
+    );
+    // Bodies tollgate refuses (400) count nothing, so the login fails even
+    // with the right password: else whoever wrote those values (a header the
+    // address is read from, a name the backend trims) would guess uncounted.
+    assert_eq!(
+        results["uncountable"],
+        serde_json::json!(["refused", "refused"])
     );
     let last = failures[10].as_str().unwrap();
     assert!(
