@@ -94,7 +94,8 @@ async fn the_curl_examples_answer_what_the_guide_shows() {
 }
 
 #[tokio::test]
-async fn the_python_login_function_walks_a_user_into_a_captcha_and_a_lock_and_refuses_what_cannot_count() {
+async fn the_python_login_function_walks_a_user_into_a_captcha_and_a_lock_and_refuses_what_cannot_count(
+) {
     let python = std::env::var("TOLLGATE_PYTHON")
         .expect("TOLLGATE_PYTHON names a python with `requests` (scripts/test.sh sets it)");
     let dir = tempfile::tempdir().unwrap();

@@ -53,14 +53,19 @@ pub(super) fn attempt(
             .map(|pair| w.count_pair(now, p.lock_window_ms, pair.ip)),
     })?;
     let failures = before.captcha_window;
-    let verdict = if let Some(retry_after_ms) = remaining(prev, now) {
-        LoginVerdict::Locked { retry_after_ms }
-    } else if let Some(retry_after_ms) = remaining(pair_prev, now) {
-        LoginVerdict::PairLocked { retry_after_ms }
-    } else if (failures >= p.captcha_after || req.captcha_demanded) && !req.captcha_passed {
-        LoginVerdict::Challenged
-    } else {
-        LoginVerdict::Recorded
+    // With both locks on, the later end answers (as `/login/check` does).
+    let verdict = match (remaining(prev, now), remaining(pair_prev, now)) {
+        (Some(own), Some(pair)) if pair > own => LoginVerdict::PairLocked {
+            retry_after_ms: pair,
+        },
+        (Some(retry_after_ms), _) => LoginVerdict::Locked { retry_after_ms },
+        (None, Some(retry_after_ms)) => LoginVerdict::PairLocked { retry_after_ms },
+        (None, None)
+            if (failures >= p.captcha_after || req.captcha_demanded) && !req.captcha_passed =>
+        {
+            LoginVerdict::Challenged
+        }
+        (None, None) => LoginVerdict::Recorded,
     };
     let mut outcome = LoginAttemptOutcome {
         verdict,

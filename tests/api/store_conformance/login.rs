@@ -20,6 +20,7 @@ on_both_backends!(
     login_state_reports_locks_and_failures_without_recording,
     a_lock_key_expires_escalation_reset_after_the_lock_ends,
     a_pair_locks_alone_and_the_account_at_its_own_threshold,
+    with_both_locks_on_the_later_end_answers,
     concurrent_failures_from_one_pair_lock_it_exactly_once,
     a_success_from_a_pair_clears_its_failures,
     each_attempt_answers_the_failures_its_rules_saw_before_it,
@@ -407,6 +408,47 @@ async fn a_lock_key_expires_escalation_reset_after_the_lock_ends(b: &StoreUnderT
     assert!(
         !b.exists(&lock_key).await,
         "gone 800 ms after the lock ended"
+    );
+}
+
+/// A pair's second lock (twice as long) outlasting the account's first:
+/// the attempt names the pair's end, as the state does, not the account's
+/// earlier one, after which a retry would only be refused again.
+async fn with_both_locks_on_the_later_end_answers(b: &StoreUnderTest) {
+    // Short locks: on Redis the test's clock is the real one.
+    let policy = LoginPolicy {
+        lock_after: 6,
+        pair_lock_after: 2,
+        lock_ms: 1_000,
+        ..policy()
+    };
+    let from = |ip| b.login("gina", &policy, Attempt::failure().sent_from(ip));
+    from("192.0.2.1").await;
+    assert_eq!(from("192.0.2.1").await.pair_locked_for_ms, Some(1_000));
+    b.advance(1_100).await;
+    // The pair's two failures are still in its window: one more locks it.
+    assert_eq!(from("192.0.2.1").await.pair_locked_for_ms, Some(2_000));
+    from("192.0.2.2").await;
+    from("192.0.2.3").await;
+    assert_eq!(from("192.0.2.4").await.locked_for_ms, Some(1_000));
+
+    let state = b.pair_state("gina", "192.0.2.1", &policy).await;
+    let (own, pair) = (
+        state.locked_retry_after_ms.expect("the account is locked"),
+        state
+            .pair_locked_retry_after_ms
+            .expect("the pair is locked"),
+    );
+    assert!(pair > own + 500, "{own} {pair}");
+    let refused = from("192.0.2.1").await;
+    assert!(
+        matches!(refused.verdict, LoginVerdict::PairLocked { retry_after_ms } if retry_after_ms + 300 >= pair && retry_after_ms <= pair),
+        "{refused:?}, the pair's lock ends in {pair} ms"
+    );
+    // From elsewhere only the account's lock holds.
+    assert!(
+        matches!(from("192.0.2.9").await.verdict, LoginVerdict::Locked { retry_after_ms } if retry_after_ms <= own),
+        "the account's lock ends in {own} ms"
     );
 }
 
