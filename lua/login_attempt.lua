@@ -204,10 +204,13 @@ local failures = recent(captcha_window)
 local captcha_count, lock_count, pair_count = failures, recent(lock_window), -1
 if pair then pair_count = recent(lock_window, pair_ip .. '|') end
 local verdict, retry = 0, 0
--- With both locks on, the later end answers (as `/login/check` does): a
--- retry after the earlier one would only be refused again.
-if locked and not (pair_locked and pprev_until > prev_until) then
-  verdict, retry = 1, prev_until - now
+if locked then
+  -- The account's lock refuses; with the pair's locked too, the later end
+  -- answers (as `/login/check` does): a retry after the earlier one would
+  -- only be refused again.
+  local ends = prev_until
+  if pair_locked and pprev_until > ends then ends = pprev_until end
+  verdict, retry = 1, ends - now
 elseif pair_locked then
   verdict, retry = 3, pprev_until - now
 elseif (failures >= captcha_after or captcha_demanded) and not captcha_passed then

@@ -209,7 +209,8 @@ pub struct LoginAttemptRequest<'a> {
 pub enum LoginVerdict {
     /// The user is locked; nothing was recorded (unless shadow).
     Locked {
-        /// How long until the user's lock ends.
+        /// How long until the user's lock ends, or the pair's when that
+        /// is locked too and ends later: the wait before a retry can pass.
         retry_after_ms: u64,
     },
     /// The (user, IP) pair is locked, the account is not; nothing was

@@ -53,19 +53,19 @@ pub(super) fn attempt(
             .map(|pair| w.count_pair(now, p.lock_window_ms, pair.ip)),
     })?;
     let failures = before.captcha_window;
-    // With both locks on, the later end answers (as `/login/check` does).
-    let verdict = match (remaining(prev, now), remaining(pair_prev, now)) {
-        (Some(own), Some(pair)) if pair > own => LoginVerdict::PairLocked {
-            retry_after_ms: pair,
-        },
-        (Some(retry_after_ms), _) => LoginVerdict::Locked { retry_after_ms },
-        (None, Some(retry_after_ms)) => LoginVerdict::PairLocked { retry_after_ms },
-        (None, None)
-            if (failures >= p.captcha_after || req.captcha_demanded) && !req.captcha_passed =>
-        {
-            LoginVerdict::Challenged
+    // The account's lock refuses; with the pair's locked too, the later end
+    // answers (as `/login/check` does).
+    let pair_retry = remaining(pair_prev, now);
+    let verdict = if let Some(own) = remaining(prev, now) {
+        LoginVerdict::Locked {
+            retry_after_ms: own.max(pair_retry.unwrap_or(0)),
         }
-        (None, None) => LoginVerdict::Recorded,
+    } else if let Some(retry_after_ms) = pair_retry {
+        LoginVerdict::PairLocked { retry_after_ms }
+    } else if (failures >= p.captcha_after || req.captcha_demanded) && !req.captcha_passed {
+        LoginVerdict::Challenged
+    } else {
+        LoginVerdict::Recorded
     };
     let mut outcome = LoginAttemptOutcome {
         verdict,
