@@ -116,6 +116,9 @@ results = {{
     "uncountable": [
         login("erin", "pw", "not-an-address", False, right),
         login("erin" + " " * 300, "pw", "203.0.113.8", False, right),
+        login("erin\t", "pw", "203.0.113.8", False, right),
+        ask("/login/attempt", {{"user": "fay", "ip": "203.0.113.10", "success": False,
+                               "locale": "en-US,en;q=0.9"}}),
     ],
 }}
 print(json.dumps(results))
@@ -152,7 +155,7 @@ print(json.dumps(results))
     // address is read from, a name the backend trims) would guess uncounted.
     assert_eq!(
         results["uncountable"],
-        serde_json::json!(["refused", "refused"])
+        serde_json::json!(["refused", "refused", "refused", "refused"])
     );
     let last = failures[10].as_str().unwrap();
     assert!(
