@@ -1052,9 +1052,26 @@ async fn reads_app(db: &TestDb, read_timeout: Duration) -> TestApp {
         ];
     })
     .await;
-    // Migrated, so that the lock below has a table to take.
-    assert_eq!(app.admin_get("/admin/api/events").await.status, 200);
+    // Migrated, so that the lock below has a table to take. With SQLite's
+    // 20 ms bound a loaded machine may take longer than it for the first
+    // read (the pool's first connection): a read in time is what counts.
+    assert_eq!(answered_in_time(&app, "/admin/api/events").await, 200);
     app
+}
+
+/// The status of `path`'s read, asked again while it answers 503: on a
+/// machine busy with other tests a read that an index serves may still
+/// miss a bound of milliseconds now and then; one that walks every row
+/// never makes it.
+async fn answered_in_time(app: &TestApp, path: &str) -> reqwest::StatusCode {
+    for _ in 0..20 {
+        let answer = app.admin_get(path).await;
+        if answer.status != reqwest::StatusCode::SERVICE_UNAVAILABLE {
+            return answer.status;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    reqwest::StatusCode::SERVICE_UNAVAILABLE
 }
 
 /// Holds `audit_events` so that every read of it waits: as a filter no
@@ -1169,8 +1186,10 @@ async fn on_sqlite_an_admin_read_ends_at_the_read_timeout() {
     assert_eq!(answer.status, 503, "{}", answer.body);
     assert_eq!(answer.body["error"], "audit_unavailable");
     // A page the index serves still answers within the bound.
-    let newest = app.admin_get("/admin/api/events?limit=1").await;
-    assert_eq!(newest.status, 200, "{}", newest.body);
+    assert_eq!(
+        answered_in_time(&app, "/admin/api/events?limit=1").await,
+        200
+    );
 
     // The same through the database's own pool; then, past the read's
     // deadline, batches on every connection the pool holds (it hands out
