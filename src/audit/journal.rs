@@ -37,12 +37,13 @@ use std::time::{Duration, Instant};
 use metrics::{counter, gauge};
 use parking_lot::{Mutex, RwLock};
 
-pub use super::segment::{read_events, Segment};
+pub use super::segment::{read_events, read_lines, Lines, Segment};
 use super::AuditEvent;
 use crate::metrics::{AUDIT_EVENTS, AUDIT_JOURNAL_BYTES, AUDIT_JOURNAL_ERRORS};
 use crate::telemetry::log_budget::LogBudget;
 
 mod adopt;
+pub use adopt::ADOPT_EVERY;
 mod json_line;
 
 /// A segment is sealed once it holds this many bytes…
@@ -377,6 +378,26 @@ impl Journal {
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => return Err(e),
         }
+        self.forget(segment);
+        Ok(())
+    }
+
+    /// Keep a replayed segment that holds lines this release cannot read:
+    /// renamed `<name>.unread`, which no run adopts, and forgotten. Should
+    /// the rename fail, it is forgotten all the same under its name, and
+    /// the next process adopts and reads it again: never deleted.
+    pub fn set_aside(&self, segment: &Arc<Segment>) -> io::Result<PathBuf> {
+        let mut to = segment.path().as_os_str().to_owned();
+        to.push(".unread");
+        let to = PathBuf::from(to);
+        let renamed = fs::rename(segment.path(), &to);
+        self.forget(segment);
+        renamed.map(|()| to)
+    }
+
+    /// Take `segment` out of the journal's list, and its bytes out of the
+    /// bound.
+    fn forget(&self, segment: &Arc<Segment>) {
         let mut segments = self.segments.lock();
         let before = segments.len();
         segments.retain(|s| !Arc::ptr_eq(s, segment));
@@ -384,7 +405,6 @@ impl Journal {
             self.sealed_bytes
                 .fetch_sub(segment.bytes.load(Ordering::Relaxed), Ordering::Relaxed);
         }
-        Ok(())
     }
 
     /// Whether the last append or sync worked (or, after a failure, a probe

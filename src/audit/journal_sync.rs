@@ -1,12 +1,13 @@
 //! The journal's own thread: fsyncs the open segment every
 //! `audit.journal_sync_interval` (what a machine crash can lose), seals
-//! segments as they fill or age, and rechecks a directory that failed.
+//! segments as they fill or age, adopts the segments of runs that died
+//! beside this one, and rechecks a directory that failed.
 
 use std::io;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use super::journal::Journal;
+use super::journal::{Journal, ADOPT_EVERY};
 
 /// What the sync thread is asked to do besides its periodic fsync.
 pub enum SyncCommand {
@@ -17,8 +18,8 @@ pub enum SyncCommand {
 }
 
 /// The thread that fsyncs every `every`, seals segments as they fill or age,
-/// and rechecks a failed directory. Ends (after a last fsync) when every
-/// sender is dropped.
+/// adopts what dead runs left, and rechecks a failed directory. Ends (after
+/// a last fsync) when every sender is dropped.
 pub fn spawn_sync(
     journal: Arc<Journal>,
     every: Duration,
@@ -27,35 +28,51 @@ pub fn spawn_sync(
     let (sender, commands) = std::sync::mpsc::channel();
     std::thread::Builder::new()
         .name("audit-journal".into())
-        .spawn(move || loop {
-            let mut acks = Vec::new();
-            let mut force = false;
-            let last = match commands.recv_timeout(every) {
-                Ok(SyncCommand::Rotate) => {
-                    force = true;
-                    false
+        .spawn(move || {
+            let mut adopted = Instant::now();
+            loop {
+                let (force, ack, last) = match commands.recv_timeout(every) {
+                    Ok(SyncCommand::Rotate) => (true, None, false),
+                    Ok(SyncCommand::Sync(ack)) => (false, Some(ack), false),
+                    Err(RecvTimeoutError::Timeout) => (false, None, false),
+                    Err(RecvTimeoutError::Disconnected) => (false, None, true),
+                };
+                tend(&journal, force, &mut adopted);
+                if let Some(ack) = ack {
+                    let _ = ack.send(());
                 }
-                Ok(SyncCommand::Sync(ack)) => {
-                    acks.push(ack);
-                    false
+                if last {
+                    break;
                 }
-                Err(RecvTimeoutError::Timeout) => false,
-                Err(RecvTimeoutError::Disconnected) => true,
-            };
-            if let Err(e) = journal.rotate(force) {
-                journal.failed("sync", &e);
-            }
-            if let Err(e) = journal.sync() {
-                journal.failed("sync", &e);
-            }
-            journal.recheck();
-            journal.report_size();
-            for ack in acks {
-                let _ = ack.send(());
-            }
-            if last {
-                break;
             }
         })?;
     Ok(sender)
+}
+
+/// One pass: seal (now when `force`), fsync, adopt when [`ADOPT_EVERY`] has
+/// passed since `adopted`, and recheck a failed directory unless this pass
+/// failed.
+fn tend(journal: &Journal, force: bool, adopted: &mut Instant) {
+    let mut failed = false;
+    if let Err(e) = journal.rotate(force) {
+        journal.failed("sync", &e);
+        failed = true;
+    }
+    if let Err(e) = journal.sync() {
+        journal.failed("sync", &e);
+        failed = true;
+    }
+    if adopted.elapsed() >= ADOPT_EVERY {
+        *adopted = Instant::now();
+        if let Err(e) = journal.adopt() {
+            journal.failed("adopt", &e);
+            failed = true;
+        }
+    }
+    // Not in the pass that failed: the probe's new file would pass where
+    // the segment's fsync just failed, and `/readyz` would never show it.
+    if !failed {
+        journal.recheck();
+    }
+    journal.report_size();
 }

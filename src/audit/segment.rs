@@ -80,23 +80,58 @@ impl Segment {
     }
 }
 
-/// The events of a segment. An unreadable line (a torn append) is skipped
-/// with a warning: its request was never answered.
-pub fn read_events(path: &Path) -> io::Result<Vec<AuditEvent>> {
+/// What a segment holds, read back for a replay.
+#[derive(Debug, Default)]
+pub struct Lines {
+    /// The lines read as events, in file order.
+    pub events: Vec<AuditEvent>,
+    /// Lines whole but not readable as events here (written by a newer
+    /// release, or a byte spoilt on disk): the file is kept for them.
+    pub unread: usize,
+}
+
+/// The events of a segment. A torn append (a line cut short: its request
+/// was never answered) and a crash's zero-filled tail are skipped with a
+/// warning; any other line that is no event is counted in
+/// [`Lines::unread`], so that the file is set aside rather than deleted.
+pub fn read_lines(path: &Path) -> io::Result<Lines> {
     let bytes = fs::read(path)?;
-    let mut events = Vec::new();
+    let mut lines = Lines::default();
+    let (mut torn, mut first_torn, mut first_unread) = (0, None, None);
     for (n, line) in bytes.split(|b| *b == b'\n').enumerate() {
+        // A machine crash can leave a file's last blocks zeroed: its
+        // length was written, its data not yet.
+        let end = line.iter().rposition(|b| *b != 0).map_or(0, |i| i + 1);
+        let line = &line[..end];
         if line.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
         match serde_json::from_slice(line) {
-            Ok(event) => events.push(event),
+            Ok(event) => lines.events.push(event),
+            Err(e) if e.is_eof() => {
+                torn += 1;
+                first_torn.get_or_insert((n + 1, e));
+            }
             Err(e) => {
-                tracing::warn!(file = %path.display(), line = n + 1, error = %e, "skipping an unreadable journal line")
+                lines.unread += 1;
+                first_unread.get_or_insert((n + 1, e));
             }
         }
     }
-    Ok(events)
+    // One line a file, whatever it holds: a spoilt file of a million lines
+    // must not write a million.
+    if let Some((line, error)) = first_torn {
+        tracing::warn!(file = %path.display(), lines = torn, first = line, %error, "skipping torn journal lines (their requests were never answered)");
+    }
+    if let Some((line, error)) = first_unread {
+        tracing::error!(file = %path.display(), lines = lines.unread, first = line, %error, "journal lines this release cannot read");
+    }
+    Ok(lines)
+}
+
+/// The events of a segment that [`read_lines`] can read.
+pub fn read_events(path: &Path) -> io::Result<Vec<AuditEvent>> {
+    read_lines(path).map(|lines| lines.events)
 }
 
 #[cfg(test)]
@@ -124,6 +159,40 @@ mod tests {
         segment.committed(2);
         segment.mark_for_replay();
         assert!(!segment.settled());
+    }
+
+    /// A torn append (a line cut short) and zeros a crash left at the end
+    /// are skipped; a whole line that is no event here is counted, for the
+    /// file to be kept.
+    #[test]
+    fn only_whole_lines_that_are_no_event_count_as_unread() {
+        let event = serde_json::to_string(&AuditEvent::new(
+            crate::domain::Action::LoginAttempt,
+            crate::audit::AuditDecision::Deny,
+            "user_locked",
+            &crate::domain::Subject::new(crate::domain::SubjectKind::User, "u"),
+        ))
+        .unwrap();
+        let newer = event.replace("\"login_attempt\"", "\"teleport\"");
+        assert_ne!(newer, event);
+        let read = |text: Vec<u8>| {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("segment.jsonl");
+            fs::write(&path, text).unwrap();
+            let lines = read_lines(&path).unwrap();
+            (lines.events.len(), lines.unread)
+        };
+        let torn = &event[..event.len() - 7];
+        let mut zeroed = format!("\n{event}\n{torn}").into_bytes();
+        zeroed.extend_from_slice(&[0; 100]);
+        assert_eq!(read(zeroed), (1, 0), "torn, then zeros");
+        assert_eq!(read(format!("\n{torn}\n{event}").into_bytes()), (1, 0));
+        assert_eq!(read(format!("\n{event}\n{newer}\n").into_bytes()), (1, 1));
+        assert_eq!(
+            read(format!("\n{event}\n{{\"id\": 7}}").into_bytes()),
+            (1, 1)
+        );
+        assert_eq!(read(b"\n\xff\xfe{}".to_vec()), (0, 1), "spoilt bytes");
     }
 
     /// Replayed whole while some of its events were still queued: those

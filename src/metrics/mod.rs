@@ -45,7 +45,8 @@ pub const AUDIT_RETENTION_SECONDS: &str = "tollgate_audit_retention_seconds";
 /// Gauge of the audit journal's bytes on disk (bounded by
 /// `audit.journal_max_bytes`).
 pub const AUDIT_JOURNAL_BYTES: &str = "tollgate_audit_journal_bytes";
-/// Counter of audit journal failures, by `op`: append, sync, read, delete.
+/// Counter of audit journal failures, by `op`: append, sync, read, delete,
+/// adopt, and `parse` (a line a replay could not read, set aside).
 pub const AUDIT_JOURNAL_ERRORS: &str = "tollgate_audit_journal_errors_total";
 /// Counter of requests from a trusted proxy whose client address fell back
 /// to the proxy's, by `reason`: `not_forwarded` (no `client_ip_header`)
@@ -238,6 +239,7 @@ fn zeroes() {
         counter!(AUDIT_EVENTS, "outcome" => outcome).increment(0);
     }
     counter!(AUDIT_JOURNAL_ERRORS, "op" => "read").increment(0);
+    counter!(AUDIT_JOURNAL_ERRORS, "op" => "parse").increment(0);
     gauge!(CONFIG_LAST_RELOAD_SUCCESSFUL).set(1.0);
 }
 

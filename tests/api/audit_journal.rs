@@ -240,7 +240,11 @@ async fn ready_again(app: &TestApp) {
     .await;
 }
 
-async fn app_with(db_url: String, spool: std::path::PathBuf, admin_port: bool) -> TestApp {
+pub(crate) async fn app_with(
+    db_url: String,
+    spool: std::path::PathBuf,
+    admin_port: bool,
+) -> TestApp {
     app_configured(db_url, spool, admin_port, |_| {}).await
 }
 
@@ -676,7 +680,7 @@ async fn a_batch_whose_begin_was_refused_leaves_no_aborted_transaction_pooled() 
     }
 }
 
-fn a_refusal(user: &str) -> AuditEvent {
+pub(crate) fn a_refusal(user: &str) -> AuditEvent {
     use tollgate::audit::AuditDecision;
     use tollgate::domain::{Action, Subject, SubjectKind};
     AuditEvent::new(
@@ -931,7 +935,7 @@ fn leave_a_full_journal(spool: &std::path::Path) -> u64 {
 }
 
 /// The journal's segment files, oldest first.
-fn segment_files(spool: &std::path::Path) -> Vec<std::path::PathBuf> {
+pub(crate) fn segment_files(spool: &std::path::Path) -> Vec<std::path::PathBuf> {
     let mut files: Vec<_> = std::fs::read_dir(spool)
         .unwrap()
         .filter_map(|e| Some(e.ok()?.path()))

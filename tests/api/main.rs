@@ -7,6 +7,7 @@ mod admin_roles;
 mod apt_script;
 mod audit;
 mod audit_journal;
+mod audit_leftovers;
 mod audit_scale;
 mod captcha;
 mod captcha_answers;

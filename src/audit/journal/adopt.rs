@@ -1,5 +1,6 @@
-//! At start-up a run adopts the segments of runs that are gone (their lock
-//! is free) and the old spool's files: see the journal's module comment.
+//! A run adopts the segments of runs that are gone (their lock is free)
+//! and the old spool's files, at start-up and then every [`ADOPT_EVERY`]:
+//! see the journal's module comment.
 
 use std::fs::{self, File, OpenOptions};
 use std::io;
@@ -8,14 +9,16 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use super::{try_lock, Journal, Segment};
+use crate::telemetry::log_budget::LogBudget;
 
 impl Journal {
     /// Rename to this run's names, oldest first, the segments of runs that
     /// are gone and the old spool's files; they become leftovers to replay.
     /// A rename that fails because the file is gone lost a race to another
     /// process starting at the same time, which has it now. The lock files
-    /// of runs that are gone are deleted.
-    pub(super) fn adopt(&self) -> io::Result<()> {
+    /// of runs that are gone are deleted. This run's own are never looked
+    /// at.
+    pub fn adopt(&self) -> io::Result<()> {
         let mut names: Vec<String> = fs::read_dir(&self.dir)?
             .filter_map(|e| e.ok()?.file_name().into_string().ok())
             .collect();
@@ -29,6 +32,9 @@ impl Journal {
         }
         for name in names.iter().filter(|n| is_journal_file(n)) {
             if let Some(owner) = run_of(name) {
+                if owner == self.run {
+                    continue;
+                }
                 // A run whose lock file the listing did not show is asked
                 // all the same: a directory read while others rename into
                 // it may show a live run's segment and miss its lock,
@@ -98,12 +104,23 @@ impl Journal {
             Ok(lock) => try_lock(&lock).then_some(Some(lock)),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Some(None),
             Err(e) => {
-                tracing::warn!(run = owner, error = %e, "cannot open another run's journal lock; leaving its segments");
+                if let Some(held_back) = LOCK_LINES.admit() {
+                    tracing::warn!(run = owner, error = %e, held_back, "cannot open another run's journal lock; leaving its segments");
+                }
                 None
             }
         }
     }
 }
+
+/// How often a running process looks for the segments of a run that died
+/// beside it: a survivor takes them, rather than waiting for a process to
+/// start on the directory. A listing and a lock a run: cheap.
+pub const ADOPT_EVERY: Duration = Duration::from_secs(5);
+
+/// Lines about locks that cannot be opened, asked again every
+/// [`ADOPT_EVERY`]: one a minute.
+static LOCK_LINES: LogBudget = LogBudget::new(Duration::from_secs(60));
 
 /// A run's momentary files are older than this only when it died holding
 /// them (or a write to a failing disk left its probe).

@@ -14,10 +14,10 @@ use super::held::Held;
 use super::queue::Receiver;
 use super::{count, dropped, journal_held, Message, SinkConfig, DB_LINES, DROP_LINES};
 use crate::audit::db::{AuditDb, AuditError};
-use crate::audit::journal::{read_events, Journal, Segment};
+use crate::audit::journal::{read_lines, Journal, Segment};
 use crate::audit::journal_sync::SyncCommand;
 use crate::audit::AuditEvent;
-use crate::metrics::AUDIT_BATCHES;
+use crate::metrics::{AUDIT_BATCHES, AUDIT_JOURNAL_ERRORS};
 
 pub(super) struct Writer {
     db: AuditDb,
@@ -377,14 +377,36 @@ impl Writer {
         }
     }
 
+    /// Keep a segment with lines this release cannot read (a newer one
+    /// wrote them, or a byte was spoilt on disk): its events are in the
+    /// database, the lines are not, and deleting it would lose them.
+    fn set_aside(&self, segment: &Arc<Segment>, unread: usize) {
+        counter!(AUDIT_JOURNAL_ERRORS, "op" => "parse").increment(unread as u64);
+        match self.journal.set_aside(segment) {
+            Ok(kept) => tracing::error!(
+                file = %kept.display(),
+                lines = unread,
+                "kept an audit journal segment with lines this release cannot read; \
+                 rename it replay-<anything>.jsonl for a release that can"
+            ),
+            Err(e) => tracing::error!(
+                file = %segment.path().display(),
+                lines = unread,
+                error = %e,
+                "an audit journal segment with lines this release cannot read could not be \
+                 renamed; left for the next process"
+            ),
+        }
+    }
+
     /// Insert a sealed segment whole (ids already present are skipped), then
     /// delete it. A segment that cannot be read does not hold back the ones
     /// after it; one whose file is gone (deleted by hand, or by a cleaner
     /// of old files) is forgotten, its events lost, and said so.
     async fn replay(&mut self, segment: &Arc<Segment>) -> Replay {
         let path = segment.path().to_path_buf();
-        let events = match tokio::task::spawn_blocking(move || read_events(&path)).await {
-            Ok(Ok(events)) => events,
+        let lines = match tokio::task::spawn_blocking(move || read_lines(&path)).await {
+            Ok(Ok(lines)) => lines,
             Ok(Err(e)) if e.kind() == std::io::ErrorKind::NotFound => {
                 tracing::error!(
                     file = %segment.path().display(),
@@ -399,6 +421,7 @@ impl Writer {
             }
             Err(_) => return Replay::Unreadable,
         };
+        let events = lines.events;
         let mut inserted = 0;
         for chunk in events.chunks(self.batch_size * BACKLOG_BATCHES) {
             match self.insert(chunk).await {
@@ -421,7 +444,11 @@ impl Writer {
             file = %segment.path().display(),
             "replayed an audit journal segment"
         );
-        self.remove(segment);
+        if lines.unread == 0 {
+            self.remove(segment);
+        } else {
+            self.set_aside(segment, lines.unread);
+        }
         Replay::Done
     }
 }
