@@ -16,6 +16,7 @@ use crate::support::app::{
 use crate::support::audit_db::{DbKind, TestDb};
 
 mod browser;
+mod cross_site_browser;
 mod overview;
 mod sso_browser;
 
@@ -187,6 +188,55 @@ async fn console_pages_ask_for_basic_credentials_and_refuse_wrong_ones() {
                 .contains("frame-ancestors 'none'"));
         }
     }
+}
+
+/// A console request another site started (`Sec-Fetch-Site` neither
+/// `same-origin` nor `none`) gets no Basic challenge, so that the browser
+/// never sends the credentials of a URL that site chose; those it has
+/// cached it sends unasked, and they work. A wrong credential so marked
+/// is counted all the same: saying "cross-site" escapes no throttle.
+#[tokio::test]
+async fn a_request_another_site_started_is_not_challenged_but_still_counted() {
+    let db = TestDb::new(DbKind::Sqlite).await;
+    let app = db_app(&db, |s| {
+        s.server.admin_auth_limit =
+            tollgate::settings::LimitSetting::new(2, std::time::Duration::from_secs(3600));
+    })
+    .await;
+    let from = |site: &'static str| {
+        client()
+            .get(format!("{}/admin/overview", app.address))
+            .header("sec-fetch-site", site)
+    };
+    for site in ["cross-site", "same-site", "CROSS-SITE"] {
+        let page = send(from(site), Auth::None).await;
+        assert_html(&page, 401, site);
+        assert_eq!(page.header(WWW_AUTHENTICATE), "", "{site}");
+        assert!(
+            page.body.contains("came from another site"),
+            "{site}: {}",
+            page.body
+        );
+        assert_eq!(
+            send(from(site), ADMIN).await.status,
+            200,
+            "{site}, cached credentials"
+        );
+    }
+    for site in ["same-origin", "none"] {
+        let page = send(from(site), Auth::None).await;
+        assert_html(&page, 401, site);
+        assert_eq!(
+            page.header(WWW_AUTHENTICATE),
+            "Basic realm=\"tollgate admin\"",
+            "{site}"
+        );
+    }
+    for _ in 0..2 {
+        let page = send(from("cross-site"), Auth::Basic("admin", "wrong")).await;
+        assert_eq!(page.status, 401);
+    }
+    assert_eq!(send(from("cross-site"), ADMIN).await.status, 429, "counted");
 }
 
 #[tokio::test]

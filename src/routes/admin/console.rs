@@ -19,7 +19,7 @@ use chrono::Utc;
 
 use super::csrf;
 use super::gate::{self, Admin, Via};
-use super::pages::{current, html, logout_form, me, Refusal};
+use super::pages::{cross_site, current, html, logout_form, me, Refusal};
 use super::request::EventsQuery;
 use crate::admin::trail::export_subject;
 use crate::audit::query::Empty;
@@ -134,20 +134,6 @@ async fn console_gate(
 /// tokens.
 fn authenticate(_state: &AppState, req: &HttpRequest) -> Result<Admin, Refusal> {
     current(req).ok_or(Refusal::Unauthorized)
-}
-
-/// Whether the browser says the request came from a page of another origin
-/// (every caller refuses it with [`Refusal::CrossSite`], whose page logs
-/// it). `same-site` too: a sibling subdomain (user content, a forgotten
-/// app) is another origin, and the session cookie, `SameSite=Lax`, goes
-/// with its requests. Only the console's own pages (`same-origin`) and
-/// what the admin typed or bookmarked (`none`) pass; a browser that sends
-/// no such header passes, and the CSRF token guards its posts.
-fn cross_site(req: &HttpRequest) -> bool {
-    req.headers().get("sec-fetch-site").is_some_and(|v| {
-        let v = v.as_bytes();
-        !(v.eq_ignore_ascii_case(b"same-origin") || v.eq_ignore_ascii_case(b"none"))
-    })
 }
 
 /// `permission` for `admin` posting a form, or the 403 page. Checked before

@@ -103,6 +103,18 @@ impl Refusal {
             _ => None,
         };
         let (status, title, message) = match self {
+            // No Basic challenge to a request another site started: a
+            // browser sends the credentials of a URL (`admin:guess@host`)
+            // only in answer to one, and a page an admin visits could
+            // otherwise send twenty wrong ones and throttle the admin's
+            // address. What the browser has cached, it sends unasked.
+            Self::Unauthorized if cross_site(req) => (
+                StatusCode::UNAUTHORIZED,
+                "Sign-in required",
+                "This link came from another site: open the console from its own address \
+                 (typed or bookmarked) to sign in."
+                    .to_string(),
+            ),
             Self::Unauthorized if single_sign_on(req) => (
                 StatusCode::UNAUTHORIZED,
                 "Sign-in required",
@@ -154,7 +166,7 @@ impl Refusal {
         };
         let me = current(req).map(|admin| me(&admin));
         let mut response = html(req, status, ErrorPage { title, message, me });
-        if status == StatusCode::UNAUTHORIZED {
+        if status == StatusCode::UNAUTHORIZED && !cross_site(req) {
             response.headers_mut().insert(
                 header::WWW_AUTHENTICATE,
                 HeaderValue::from_static("Basic realm=\"tollgate admin\""),
@@ -167,6 +179,20 @@ impl Refusal {
         }
         response
     }
+}
+
+/// Whether the browser says the request came from a page of another origin
+/// (every caller refuses it with [`Refusal::CrossSite`], whose page logs
+/// it). `same-site` too: a sibling subdomain (user content, a forgotten
+/// app) is another origin, and the session cookie, `SameSite=Lax`, goes
+/// with its requests. Only the console's own pages (`same-origin`) and
+/// what the admin typed or bookmarked (`none`) pass; a browser that sends
+/// no such header passes, and the CSRF token guards its posts.
+pub(super) fn cross_site(req: &HttpRequest) -> bool {
+    req.headers().get("sec-fetch-site").is_some_and(|v| {
+        let v = v.as_bytes();
+        !(v.eq_ignore_ascii_case(b"same-origin") || v.eq_ignore_ascii_case(b"none"))
+    })
 }
 
 /// Whether `[admin.oidc]` is on.

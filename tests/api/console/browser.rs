@@ -43,8 +43,9 @@ const CHROMIUM_FLAGS: [&str; 11] = [
     "--window-size=1280,1240",
     "--hide-scrollbars",
     // Names other than the loopback's fail at once (the OpenID provider's
-    // development login page imports a web font).
-    "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1",
+    // development login page imports a web font); 127.0.0.2 plays another
+    // site.
+    "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1 , EXCLUDE 127.0.0.2",
 ];
 
 /// The executable `name` on `PATH`, or a failure that says how to get it.
