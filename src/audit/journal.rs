@@ -151,7 +151,7 @@ impl Journal {
             dir_dirty: AtomicBool::new(false),
             _lock: lock,
         };
-        journal.adopt()?;
+        journal.adopt_at_start()?;
         Ok(journal)
     }
 

@@ -37,7 +37,7 @@ pub fn spawn_sync(
                     Err(RecvTimeoutError::Timeout) => (false, None, false),
                     Err(RecvTimeoutError::Disconnected) => (false, None, true),
                 };
-                tend(&journal, force, &mut adopted);
+                tend(&journal, force, (!last).then_some(&mut adopted));
                 if let Some(ack) = ack {
                     let _ = ack.send(());
                 }
@@ -50,9 +50,9 @@ pub fn spawn_sync(
 }
 
 /// One pass: seal (now when `force`), fsync, adopt when [`ADOPT_EVERY`] has
-/// passed since `adopted`, and recheck a failed directory unless this pass
-/// failed.
-fn tend(journal: &Journal, force: bool, adopted: &mut Instant) {
+/// passed since `adopted` (none on the last pass: nothing would replay
+/// it), and recheck a failed directory unless this pass failed.
+fn tend(journal: &Journal, force: bool, adopted: Option<&mut Instant>) {
     let mut failed = false;
     if let Err(e) = journal.rotate(force) {
         journal.failed("sync", &e);
@@ -62,12 +62,9 @@ fn tend(journal: &Journal, force: bool, adopted: &mut Instant) {
         journal.failed("sync", &e);
         failed = true;
     }
-    if adopted.elapsed() >= ADOPT_EVERY {
+    if let Some(adopted) = adopted.filter(|at| at.elapsed() >= ADOPT_EVERY) {
         *adopted = Instant::now();
-        if let Err(e) = journal.adopt() {
-            journal.failed("adopt", &e);
-            failed = true;
-        }
+        journal.adopt();
     }
     // Not in the pass that failed: the probe's new file would pass where
     // the segment's fsync just failed, and `/readyz` would never show it.

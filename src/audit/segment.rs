@@ -90,43 +90,47 @@ pub struct Lines {
     pub unread: usize,
 }
 
-/// The events of a segment. A torn append (a line cut short: its request
-/// was never answered) and a crash's zero-filled tail are skipped with a
-/// warning; any other line that is no event is counted in
-/// [`Lines::unread`], so that the file is set aside rather than deleted.
+/// The events of a segment. Its last line, when cut short (a torn append:
+/// its request was never answered; a machine crash's zeroed tail after
+/// it), is skipped with a warning; any other line that is no event, a
+/// line cut short before the last included (a byte spoilt on disk looks
+/// so as often as not), is counted in [`Lines::unread`], so that the file
+/// is set aside rather than deleted.
 pub fn read_lines(path: &Path) -> io::Result<Lines> {
     let bytes = fs::read(path)?;
-    let mut lines = Lines::default();
-    let (mut torn, mut first_torn, mut first_unread) = (0, None, None);
-    for (n, line) in bytes.split(|b| *b == b'\n').enumerate() {
-        // A machine crash can leave a file's last blocks zeroed: its
-        // length was written, its data not yet.
-        let end = line.iter().rposition(|b| *b != 0).map_or(0, |i| i + 1);
-        let line = &line[..end];
+    // A machine crash can leave a file's last blocks zeroed: its length
+    // was written, its data not yet.
+    let lines: Vec<&[u8]> = bytes
+        .split(|b| *b == b'\n')
+        .map(|line| &line[..line.iter().rposition(|b| *b != 0).map_or(0, |i| i + 1)])
+        .collect();
+    let last = lines
+        .iter()
+        .rposition(|line| !line.iter().all(u8::is_ascii_whitespace));
+    let mut read = Lines::default();
+    let (mut torn, mut first_unread) = (None, None);
+    for (n, line) in lines.iter().enumerate() {
         if line.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
         match serde_json::from_slice(line) {
-            Ok(event) => lines.events.push(event),
-            Err(e) if e.is_eof() => {
-                torn += 1;
-                first_torn.get_or_insert((n + 1, e));
-            }
+            Ok(event) => read.events.push(event),
+            Err(e) if e.is_eof() && Some(n) == last => torn = Some((n + 1, e)),
             Err(e) => {
-                lines.unread += 1;
+                read.unread += 1;
                 first_unread.get_or_insert((n + 1, e));
             }
         }
     }
+    if let Some((line, error)) = torn {
+        tracing::warn!(file = %path.display(), line, %error, "skipping a torn journal line (its request was never answered)");
+    }
     // One line a file, whatever it holds: a spoilt file of a million lines
     // must not write a million.
-    if let Some((line, error)) = first_torn {
-        tracing::warn!(file = %path.display(), lines = torn, first = line, %error, "skipping torn journal lines (their requests were never answered)");
-    }
     if let Some((line, error)) = first_unread {
-        tracing::error!(file = %path.display(), lines = lines.unread, first = line, %error, "journal lines this release cannot read");
+        tracing::error!(file = %path.display(), lines = read.unread, first = line, %error, "journal lines this release cannot read");
     }
-    Ok(lines)
+    Ok(read)
 }
 
 /// The events of a segment that [`read_lines`] can read.
@@ -161,9 +165,10 @@ mod tests {
         assert!(!segment.settled());
     }
 
-    /// A torn append (a line cut short) and zeros a crash left at the end
-    /// are skipped; a whole line that is no event here is counted, for the
-    /// file to be kept.
+    /// A torn last line (an append cut short) and zeros a crash left at
+    /// the end are skipped; any other line that is no event here, one cut
+    /// short before the last included, is counted, for the file to be
+    /// kept.
     #[test]
     fn only_whole_lines_that_are_no_event_count_as_unread() {
         let event = serde_json::to_string(&AuditEvent::new(
@@ -186,7 +191,12 @@ mod tests {
         let mut zeroed = format!("\n{event}\n{torn}").into_bytes();
         zeroed.extend_from_slice(&[0; 100]);
         assert_eq!(read(zeroed), (1, 0), "torn, then zeros");
-        assert_eq!(read(format!("\n{torn}\n{event}").into_bytes()), (1, 0));
+        assert_eq!(read(format!("\n{event}\n{torn}\n\n").into_bytes()), (1, 0));
+        assert_eq!(
+            read(format!("\n{torn}\n{event}").into_bytes()),
+            (1, 1),
+            "cut short, but not last"
+        );
         assert_eq!(read(format!("\n{event}\n{newer}\n").into_bytes()), (1, 1));
         assert_eq!(
             read(format!("\n{event}\n{{\"id\": 7}}").into_bytes()),

@@ -240,6 +240,7 @@ fn zeroes() {
     }
     counter!(AUDIT_JOURNAL_ERRORS, "op" => "read").increment(0);
     counter!(AUDIT_JOURNAL_ERRORS, "op" => "parse").increment(0);
+    counter!(AUDIT_JOURNAL_ERRORS, "op" => "adopt").increment(0);
     gauge!(CONFIG_LAST_RELOAD_SUCCESSFUL).set(1.0);
 }
 

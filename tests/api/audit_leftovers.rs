@@ -22,6 +22,7 @@ fn a_running_journal_adopts_a_run_that_died_after_it_started() {
     running.append(&a_refusal("own")).unwrap();
     let live = Journal::open(dir.path(), 1 << 30).unwrap();
     live.append(&a_refusal("live")).unwrap();
+    live.rotate(true).unwrap();
     let died = Journal::open(dir.path(), 1 << 30).unwrap();
     let lost = a_refusal("died");
     died.append(&lost).unwrap();
@@ -31,7 +32,7 @@ fn a_running_journal_adopts_a_run_that_died_after_it_started() {
         "nothing adopted before it looks"
     );
 
-    running.adopt().unwrap();
+    running.adopt();
     let adopted = running.sealed();
     assert_eq!(adopted.len(), 1, "only the dead run's segment: {adopted:?}");
     let events = read_lines(adopted[0].path()).unwrap().events;
@@ -39,12 +40,47 @@ fn a_running_journal_adopts_a_run_that_died_after_it_started() {
     // Its own segments, sealed or open, stay where they are.
     running.rotate(true).unwrap();
     let own = running.sealed()[0].path().to_path_buf();
-    running.adopt().unwrap();
+    running.adopt();
     let sealed = running.sealed();
     assert_eq!(sealed.len(), 2, "{sealed:?}");
     assert_eq!(sealed[0].path(), own);
     assert!(own.exists());
-    assert!(live.sealed().is_empty(), "the live run keeps its own");
+    let kept = live.sealed();
+    assert!(
+        kept.len() == 1 && kept[0].path().exists(),
+        "the live run keeps its own: {kept:?}"
+    );
+}
+
+/// While running, the old spool's names (`spool.jsonl`, `replay-*.jsonl`),
+/// which no lock guards, are taken only once untouched for a minute: a
+/// file being copied in is not cut short. At start-up they are taken at
+/// once.
+#[test]
+fn a_running_journal_takes_an_unlocked_file_only_once_it_is_a_minute_old() {
+    let dir = tempfile::tempdir().unwrap();
+    let running = Journal::open(dir.path(), 1 << 30).unwrap();
+    let path = dir.path().join("replay-copied-in.jsonl");
+    let event = a_refusal("copied");
+    std::fs::write(
+        &path,
+        format!("\n{}", serde_json::to_string(&event).unwrap()),
+    )
+    .unwrap();
+
+    running.adopt();
+    assert!(running.sealed().is_empty(), "being written, perhaps: left");
+    assert!(path.exists());
+    let file = std::fs::File::options().write(true).open(&path).unwrap();
+    file.set_modified(std::time::SystemTime::now() - Duration::from_secs(61))
+        .unwrap();
+    drop(file);
+    running.adopt();
+    let adopted = running.sealed();
+    assert_eq!(adopted.len(), 1, "{adopted:?}");
+    assert!(!path.exists());
+    let events = read_lines(adopted[0].path()).unwrap().events;
+    assert_eq!(events.iter().map(|e| e.id).collect::<Vec<_>>(), [event.id]);
 }
 
 /// Two instances share a spool directory; one is killed and never comes
@@ -141,7 +177,11 @@ async fn a_segment_with_lines_this_release_cannot_read_is_kept() {
     assert_eq!((lines.events.len(), lines.unread), (1, 1));
     let parse = "tollgate_audit_journal_errors_total{op=\"parse\"}";
     assert!(app.metric(parse).await >= 1.0, "counted");
-    // Set aside, it is not adopted again: no row twice, none of it lost.
+    // Set aside, it is not adopted again, by this process or another: no
+    // row twice, none of it lost.
+    let another = Journal::open(&spool, 1 << 30).unwrap();
+    assert!(another.sealed().is_empty(), "{:?}", another.sealed());
+    drop(another);
     tokio::time::sleep(Duration::from_secs(6)).await;
     assert_eq!(
         crate::support::audit_trail::request_id_counts(&all_rows(&pool).await)["readable"],

@@ -4,21 +4,43 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io;
+use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use metrics::counter;
+
 use super::{try_lock, Journal, Segment};
+use crate::metrics::AUDIT_JOURNAL_ERRORS;
 use crate::telemetry::log_budget::LogBudget;
 
 impl Journal {
-    /// Rename to this run's names, oldest first, the segments of runs that
-    /// are gone and the old spool's files; they become leftovers to replay.
+    /// At start-up: rename to this run's names, oldest first, the segments
+    /// of runs that are gone and the old spool's files; they become
+    /// leftovers to replay. Fails only when the directory cannot be read.
+    pub(super) fn adopt_at_start(&self) -> io::Result<()> {
+        self.adopt_files(Duration::ZERO)
+    }
+
+    /// While running, every [`ADOPT_EVERY`]: the same, but the old spool's
+    /// names (`spool.jsonl`, `replay-*.jsonl`), which no lock guards, only
+    /// once their last write is [`STALE_AFTER`] old: a file an operator is
+    /// copying in, or that a process of a release before segments still
+    /// appends to, is not taken half written. Failures are counted and
+    /// logged here; they leave the journal's readiness alone (appends are
+    /// not what failed).
+    pub fn adopt(&self) {
+        if let Err(e) = self.adopt_files(STALE_AFTER) {
+            self.adopt_failed(&self.dir, &e);
+        }
+    }
+
     /// A rename that fails because the file is gone lost a race to another
-    /// process starting at the same time, which has it now. The lock files
-    /// of runs that are gone are deleted. This run's own are never looked
-    /// at.
-    pub fn adopt(&self) -> io::Result<()> {
+    /// process adopting at the same time, which has it now; any other
+    /// failure skips that file (logged) and goes on. The lock files of runs
+    /// that are gone are deleted. This run's own files are never looked at.
+    fn adopt_files(&self, ownerless_after: Duration) -> io::Result<()> {
         let mut names: Vec<String> = fs::read_dir(&self.dir)?
             .filter_map(|e| e.ok()?.file_name().into_string().ok())
             .collect();
@@ -45,22 +67,11 @@ impl Journal {
                 if gone.is_none() {
                     continue; // a live process's segment
                 }
+            } else if !self.untouched_for(name, ownerless_after) {
+                continue;
             }
-            let to = self.segment_path();
-            match fs::rename(self.dir.join(name), &to) {
-                Ok(()) => {
-                    let bytes = match fs::metadata(&to) {
-                        Ok(metadata) => metadata.len(),
-                        Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-                        Err(e) => return Err(e),
-                    };
-                    self.sealed_bytes.fetch_add(bytes, Ordering::Relaxed);
-                    self.segments
-                        .lock()
-                        .push(Arc::new(Segment::new(to, true, bytes)));
-                }
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                Err(e) => return Err(e),
+            if let Err(e) = self.take(name) {
+                self.adopt_failed(&self.dir.join(name), &e);
             }
         }
         for (owner, lock) in runs {
@@ -72,6 +83,43 @@ impl Journal {
             self.remove_if_stale(name);
         }
         Ok(())
+    }
+
+    /// Rename `name` to this run's next segment, a leftover to replay.
+    fn take(&self, name: &str) -> io::Result<()> {
+        let to = self.segment_path();
+        match fs::rename(self.dir.join(name), &to) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(e),
+        }
+        // Ours now, whatever its size says: a size that cannot be read
+        // counts as none (the replay reads the file, not the count).
+        let bytes = fs::metadata(&to).map_or(0, |m| m.len());
+        self.sealed_bytes.fetch_add(bytes, Ordering::Relaxed);
+        self.segments
+            .lock()
+            .push(Arc::new(Segment::new(to, true, bytes)));
+        Ok(())
+    }
+
+    /// Whether `name` was last written `age` ago or more (always, for a
+    /// zero `age`; never, when its time cannot be read or is ahead).
+    fn untouched_for(&self, name: &str, age: Duration) -> bool {
+        age.is_zero()
+            || fs::metadata(self.dir.join(name))
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|modified| SystemTime::now().duration_since(modified).ok())
+                .is_some_and(|since| since >= age)
+    }
+
+    /// Count and log (one line a minute) what adoption could not do.
+    fn adopt_failed(&self, path: &Path, error: &io::Error) {
+        counter!(AUDIT_JOURNAL_ERRORS, "op" => "adopt").increment(1);
+        if let Some(held_back) = ADOPT_LINES.admit() {
+            tracing::warn!(path = %path.display(), %error, held_back, "cannot adopt what a process that is gone left in the audit journal; tried again");
+        }
     }
 
     /// Delete a momentary file a crash left behind: older than
@@ -121,9 +169,12 @@ pub const ADOPT_EVERY: Duration = Duration::from_secs(5);
 /// Lines about locks that cannot be opened, asked again every
 /// [`ADOPT_EVERY`]: one a minute.
 static LOCK_LINES: LogBudget = LogBudget::new(Duration::from_secs(60));
+/// Lines about files that cannot be adopted: the same.
+static ADOPT_LINES: LogBudget = LogBudget::new(Duration::from_secs(60));
 
 /// A run's momentary files are older than this only when it died holding
-/// them (or a write to a failing disk left its probe).
+/// them (or a write to a failing disk left its probe); a file of the old
+/// spool's names untouched this long is no longer being written.
 const STALE_AFTER: Duration = Duration::from_secs(60);
 
 /// What a run has on disk for moments: its lock file before the rename
