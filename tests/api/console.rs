@@ -406,12 +406,33 @@ async fn bad_filters_answer_a_400_page_with_the_form_and_the_reason(kind: DbKind
         ("subject_kind=planet", "unknown subject_kind"),
         ("decision=maybe", "unknown decision"),
         ("action=fly", "unknown action"),
-        ("colour=blue", "unknown field"),
+        (
+            "colour=blue",
+            "unknown field; expected one of `subject_kind`",
+        ),
     ] {
         let page = get(&app, &format!("/admin?{query}"), ADMIN).await;
         assert_html(&page, 400, query);
         assert!(page.body.contains(reason), "{query}: {}", page.body);
         assert!(page.body.contains("<form class=\"filters\""), "{query}");
+    }
+    // A field's name is any text a link chose: not shown in the console's
+    // own error box.
+    let lure = "Your%20token%20leaked%3B%20rotate%20it%20at%20evil.example%60%2C%20expected%20x";
+    for path in [
+        format!("/admin?{lure}=1"),
+        format!("/admin/overview?{lure}=1"),
+    ] {
+        let page = get(&app, &path, ADMIN).await;
+        assert_html(&page, 400, &path);
+        assert!(page.body.contains("unknown field"), "{path}: {}", page.body);
+        for shown in ["evil.example", "leaked", "expected x"] {
+            assert!(
+                !page.body.contains(shown),
+                "{path} shows {shown}: {}",
+                page.body
+            );
+        }
     }
     let page = get(&app, "/admin?since=yesterday&subject=alice", ADMIN).await;
     assert_eq!(

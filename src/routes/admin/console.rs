@@ -19,7 +19,7 @@ use chrono::Utc;
 
 use super::csrf;
 use super::gate::{self, Admin, Via};
-use super::pages::{cross_site, current, html, logout_form, me, Refusal};
+use super::pages::{cross_site, current, html, logout_form, me, query_error, Refusal};
 use super::request::EventsQuery;
 use crate::admin::trail::export_subject;
 use crate::audit::query::Empty;

@@ -195,6 +195,23 @@ pub(super) fn cross_site(req: &HttpRequest) -> bool {
     })
 }
 
+/// A console query that does not deserialize, as its error box says it.
+/// serde names an unknown field as given, and a link anyone can send an
+/// admin chooses it: "unknown field `Your token leaked, rotate it at …`"
+/// in the console's own red box. The name is left out; the fields the
+/// page takes, which are ours, are kept.
+pub(super) fn query_error(error: impl std::fmt::Display) -> String {
+    let text = error.to_string();
+    let Some(at) = text.find("unknown field `") else {
+        return format!("invalid query: {text}");
+    };
+    // The last `, expected ` is serde's own: a name holding one comes before.
+    match text[at..].rsplit_once("`, expected ") {
+        Some((_, expected)) => format!("invalid query: unknown field; expected {expected}"),
+        None => "invalid query: unknown field".to_string(),
+    }
+}
+
 /// Whether `[admin.oidc]` is on.
 pub(super) fn single_sign_on(req: &HttpRequest) -> bool {
     req.app_data::<web::Data<AppState>>()

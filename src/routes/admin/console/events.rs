@@ -6,7 +6,7 @@ use actix_web::{web, HttpRequest, HttpResponse, ResponseError};
 use chrono::Utc;
 
 use super::views::{self, BlockList, EventsPage, FilterForm};
-use super::{authenticate, html, me, Refusal, PAGE_SIZE};
+use super::{authenticate, html, me, query_error, Refusal, PAGE_SIZE};
 use crate::admin::trail::export_subject;
 use crate::audit::query::Empty;
 use crate::domain::admin_role::Permission;
@@ -44,7 +44,7 @@ async fn show_events(state: &AppState, req: &HttpRequest) -> Result<HttpResponse
     let query = match web::Query::<EventsQuery>::from_query(req.query_string()) {
         Ok(query) => query.into_inner(),
         Err(e) => {
-            let message = format!("invalid query: {e}");
+            let message = query_error(e);
             return refused(
                 blocks,
                 &EventsQuery::default(),

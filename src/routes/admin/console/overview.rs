@@ -16,7 +16,7 @@ use chrono::{DateTime, Utc};
 use serde::Deserialize;
 
 use super::views::overview::{LockList, LockRow, OverviewPage};
-use super::{authenticate, csrf, html, Refusal};
+use super::{authenticate, csrf, html, query_error, Refusal};
 use crate::admin::period::Period;
 use crate::audit::stats::{Limits, OpenLock};
 use crate::audit::AuditError;
@@ -53,7 +53,7 @@ fn db_error(e: AuditError) -> ApiError {
 async fn show(state: &AppState, req: &HttpRequest) -> Result<HttpResponse, Refusal> {
     let admin = authenticate(state, req)?;
     let query = web::Query::<OverviewQuery>::from_query(req.query_string())
-        .map_err(|e| ApiError::InvalidRequest(format!("invalid query: {e}")))?;
+        .map_err(|e| ApiError::InvalidRequest(query_error(e)))?;
     let period = Period::from_query(query.period.as_deref())?;
     let now = Utc::now();
     let span = period.span(now);

@@ -9,8 +9,8 @@ use chrono::Utc;
 use super::form_body::FormBody;
 use super::views::{self, PumpingView, SubjectPage};
 use super::{
-    authenticate, checked_form, csrf, html, me, path_subject, require, see_other, Refusal,
-    SUBJECT_EVENTS,
+    authenticate, checked_form, csrf, html, me, path_subject, query_error, require, see_other,
+    Refusal, SUBJECT_EVENTS,
 };
 use crate::admin::period::Period;
 use crate::audit::query::{EventFilter, EventQuery};
@@ -44,7 +44,7 @@ pub(super) async fn find(state: web::Data<AppState>, req: HttpRequest) -> HttpRe
 /// The subject a query names (`kind=user&id=..`), as the look-up form does.
 fn query_subject(req: &HttpRequest) -> Result<Subject, Refusal> {
     let query = web::Query::<FindSubject>::from_query(req.query_string())
-        .map_err(|e| ApiError::InvalidRequest(format!("invalid query: {e}")))?;
+        .map_err(|e| ApiError::InvalidRequest(query_error(e)))?;
     Ok(Subject::parse(&query.kind, query.id.trim()).map_err(ApiError::from)?)
 }
 
