@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 use metrics::{counter, gauge};
 use parking_lot::{Mutex, RwLock};
 
-pub use super::segment::{read_events, read_lines, Lines, Segment};
+pub use super::segment::{read_lines, Lines, Segment};
 use super::AuditEvent;
 use crate::metrics::{AUDIT_EVENTS, AUDIT_JOURNAL_BYTES, AUDIT_JOURNAL_ERRORS};
 use crate::telemetry::log_budget::LogBudget;

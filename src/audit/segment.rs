@@ -85,8 +85,9 @@ impl Segment {
 pub struct Lines {
     /// The lines read as events, in file order.
     pub events: Vec<AuditEvent>,
-    /// Lines whole but not readable as events here (written by a newer
-    /// release, or a byte spoilt on disk): the file is kept for them.
+    /// Lines not readable as events here, but for a torn last one
+    /// (written by a newer release, a byte spoilt on disk, a line cut
+    /// short before the last): the file is kept for them.
     pub unread: usize,
 }
 
@@ -133,11 +134,6 @@ pub fn read_lines(path: &Path) -> io::Result<Lines> {
     Ok(read)
 }
 
-/// The events of a segment that [`read_lines`] can read.
-pub fn read_events(path: &Path) -> io::Result<Vec<AuditEvent>> {
-    read_lines(path).map(|lines| lines.events)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -170,7 +166,7 @@ mod tests {
     /// short before the last included, is counted, for the file to be
     /// kept.
     #[test]
-    fn only_whole_lines_that_are_no_event_count_as_unread() {
+    fn only_a_torn_last_line_is_skipped_and_every_other_unreadable_one_counts() {
         let event = serde_json::to_string(&AuditEvent::new(
             crate::domain::Action::LoginAttempt,
             crate::audit::AuditDecision::Deny,

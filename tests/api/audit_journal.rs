@@ -949,7 +949,7 @@ pub(crate) fn segment_files(spool: &std::path::Path) -> Vec<std::path::PathBuf> 
 fn journaled(spool: &std::path::Path) -> Vec<AuditEvent> {
     segment_files(spool)
         .iter()
-        .flat_map(|f| tollgate::audit::journal::read_events(f).unwrap())
+        .flat_map(|f| tollgate::audit::journal::read_lines(f).unwrap().events)
         .collect()
 }
 
@@ -1011,7 +1011,7 @@ fn the_writer_counts_are_bounded() {
 /// a process that is gone (its lock is free), never a live one's.
 #[test]
 fn a_shared_spool_dir_adopts_only_the_segments_of_processes_that_are_gone() {
-    use tollgate::audit::journal::read_events;
+    use tollgate::audit::journal::read_lines;
     use tollgate::audit::{AuditDecision, Journal};
     use tollgate::domain::{Action, Subject, SubjectKind};
 
@@ -1034,7 +1034,7 @@ fn a_shared_spool_dir_adopts_only_the_segments_of_processes_that_are_gone() {
     let next = Journal::open(dir.path(), 1 << 30).unwrap();
     let adopted = next.sealed();
     assert_eq!(adopted.len(), 1, "only the dead run's segment");
-    let events = read_events(adopted[0].path()).unwrap();
+    let events = read_lines(adopted[0].path()).unwrap().events;
     assert_eq!(events.iter().map(|e| e.id).collect::<Vec<_>>(), [lost.id]);
     assert!(live.sealed().is_empty(), "the live run keeps its own");
 }
@@ -1071,7 +1071,11 @@ fn only_the_journals_own_files_are_adopted() {
     let adopted: Vec<String> = next
         .sealed()
         .iter()
-        .flat_map(|s| tollgate::audit::journal::read_events(s.path()).unwrap())
+        .flat_map(|s| {
+            tollgate::audit::journal::read_lines(s.path())
+                .unwrap()
+                .events
+        })
         .map(|e| e.subject)
         .collect();
     assert_eq!(adopted, ["old-replay", "old-spool"]);
