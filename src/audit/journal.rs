@@ -98,6 +98,8 @@ pub struct Journal {
     /// `journal-<run>-<n>.jsonl`.
     run: String,
     next: AtomicU64,
+    /// Bytes this run wrote to files of refused events.
+    refused_bytes: AtomicU64,
     healthy: AtomicBool,
     /// Appended to since the last fsync.
     dirty: AtomicBool,
@@ -146,6 +148,7 @@ impl Journal {
             max_bytes,
             run,
             next: AtomicU64::new(0),
+            refused_bytes: AtomicU64::new(0),
             healthy: AtomicBool::new(true),
             dirty: AtomicBool::new(false),
             dir_dirty: AtomicBool::new(false),
@@ -393,6 +396,46 @@ impl Journal {
         let renamed = fs::rename(segment.path(), &to);
         self.forget(segment);
         renamed.map(|()| to)
+    }
+
+    /// Keep events the database refused (a constraint an operator added
+    /// to the table, say) in a file of their own, `refused-<run>-<n>.jsonl`,
+    /// written whole and fsynced before the writer lets their segments go;
+    /// adopted by no run. Renamed `replay-<anything>.jsonl` once the table
+    /// takes them, it is replayed. None, and nothing written, once this
+    /// run's refused files would pass `audit.journal_max_bytes`: a
+    /// constraint that refuses what any caller can send (a user name's
+    /// length, say) must not fill the disk.
+    pub fn keep_refused(&self, events: &[AuditEvent]) -> io::Result<Option<PathBuf>> {
+        let mut lines = Vec::with_capacity(events.len() * 400);
+        for event in events {
+            lines.push(b'\n');
+            json_line::write(&mut lines, event);
+        }
+        let size = lines.len() as u64;
+        let before = self.refused_bytes.fetch_add(size, Ordering::Relaxed);
+        if before.saturating_add(size) > self.max_bytes {
+            self.refused_bytes.fetch_sub(size, Ordering::Relaxed);
+            return Ok(None);
+        }
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        let path = self.dir.join(format!("refused-{}-{n:06}.jsonl", self.run));
+        let written = OpenOptions::new()
+            .create_new(true)
+            .write(true)
+            .open(&path)
+            .and_then(|mut file| {
+                file.write_all(&lines)?;
+                file.sync_all()
+            })
+            .and_then(|()| File::open(&self.dir)?.sync_all());
+        match written {
+            Ok(()) => Ok(Some(path)),
+            Err(e) => {
+                self.refused_bytes.fetch_sub(size, Ordering::Relaxed);
+                Err(e)
+            }
+        }
     }
 
     /// Take `segment` out of the journal's list, and its bytes out of the

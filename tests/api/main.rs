@@ -8,6 +8,7 @@ mod apt_script;
 mod audit;
 mod audit_journal;
 mod audit_leftovers;
+mod audit_refused;
 mod audit_scale;
 mod captcha;
 mod captcha_answers;

@@ -71,6 +71,28 @@ impl AuditError {
         }
     }
 
+    /// The database answered and refused these rows, not the connection:
+    /// a value it will not take (PostgreSQL's classes 22, data exception,
+    /// and 23, integrity constraint; 54000, an index row too large) or a
+    /// constraint or trigger an operator added (SQLite's `SQLITE_CONSTRAINT`,
+    /// `SQLITE_TOOBIG`, `SQLITE_MISMATCH`). Asking again brings the same
+    /// answer, but the other rows of the batch may go in without them.
+    pub fn is_refusal(&self) -> bool {
+        match self {
+            Self::Database(sqlx::Error::Database(e)) => match e.try_downcast_ref::<SqliteError>() {
+                Some(sqlite) => sqlite
+                    .code()
+                    .and_then(|code| code.parse::<i32>().ok())
+                    // Extended result codes keep the primary one in the low byte.
+                    .is_some_and(|code| matches!(code & 0xff, 18..=20)),
+                None => e.code().is_some_and(|code| {
+                    code.starts_with("22") || code.starts_with("23") || code == "54000"
+                }),
+            },
+            _ => false,
+        }
+    }
+
     /// The audit table does not exist (the database was dropped and made
     /// again while running): migrating again fixes it.
     pub fn is_missing_table(&self) -> bool {

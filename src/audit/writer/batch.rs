@@ -12,7 +12,9 @@ use tokio::time::Instant;
 
 use super::held::Held;
 use super::queue::Receiver;
-use super::{count, dropped, journal_held, Message, SinkConfig, DB_LINES, DROP_LINES};
+use super::{
+    count, dropped, journal_held, Message, SinkConfig, DB_LINES, DROP_LINES, REFUSED_LINES,
+};
 use crate::audit::db::{AuditDb, AuditError};
 use crate::audit::journal::{read_lines, Journal, Segment};
 use crate::audit::journal_sync::SyncCommand;
@@ -270,7 +272,7 @@ impl Writer {
         let cutoff = crate::audit::retention::cutoff(chrono::Utc::now(), self.retention);
         let expired = events.iter().filter(|e| e.occurred_at < cutoff).count();
         let inserted = if expired == 0 {
-            self.bounded_insert(events).await
+            self.insert_keeping_refused(events).await
         } else {
             count("expired", expired);
             if let Some(held_back) = DROP_LINES.admit() {
@@ -285,10 +287,85 @@ impl Writer {
                 .filter(|e| e.occurred_at >= cutoff)
                 .cloned()
                 .collect();
-            self.bounded_insert(&kept).await
+            self.insert_keeping_refused(&kept).await
         };
         self.note_missing_table(&inserted);
         inserted
+    }
+
+    /// Insert `events`; should the database refuse the batch for some of
+    /// its rows (a constraint or trigger an operator added, a column
+    /// narrowed by hand), halve it until those rows stand alone, insert the
+    /// rest, and keep the refused ones in a file of their own
+    /// ([`Journal::keep_refused`]): one such row would otherwise fail every
+    /// batch and replay after it, and the trail would stall behind it. A
+    /// failure of any other kind midway ends it as before (the rows already
+    /// in are skipped when the batch goes again), and so does a file that
+    /// cannot be written: the refusal is returned and the events stay in
+    /// the journal.
+    async fn insert_keeping_refused(&self, events: &[AuditEvent]) -> Result<u64, AuditError> {
+        let refusal = match self.bounded_insert(events).await {
+            Err(e) if e.is_refusal() => e,
+            done => return done,
+        };
+        let mut inserted = 0;
+        let mut refused = Vec::new();
+        let mut parts = Vec::new();
+        halve(events, &mut parts, &mut refused);
+        while let Some(part) = parts.pop() {
+            match self.bounded_insert(part).await {
+                Ok(n) => inserted += n,
+                Err(e) if e.is_refusal() => halve(part, &mut parts, &mut refused),
+                Err(e) => return Err(e),
+            }
+        }
+        match self.keep_refused(refused, &refusal).await {
+            Ok(()) => Ok(inserted),
+            Err(()) => Err(refusal),
+        }
+    }
+
+    /// Write the refused events to their file, counted and logged; past
+    /// the bound on such files, drop them, counted and logged as lost.
+    /// `Err` when the file could not be written (a journal failure).
+    async fn keep_refused(&self, refused: Vec<AuditEvent>, refusal: &AuditError) -> Result<(), ()> {
+        let journal = self.journal.clone();
+        let n = refused.len();
+        match tokio::task::spawn_blocking(move || journal.keep_refused(&refused)).await {
+            Ok(Ok(Some(file))) => {
+                count("refused", n);
+                if let Some(held_back) = REFUSED_LINES.admit() {
+                    tracing::error!(
+                        events = n,
+                        file = %file.display(),
+                        error = %refusal,
+                        held_back,
+                        "the audit database refused events; kept in a file of their own: \
+                         once the table takes them, rename it replay-<anything>.jsonl"
+                    );
+                }
+                Ok(())
+            }
+            Ok(Ok(None)) => {
+                count("refused", n);
+                count("dropped", n);
+                if let Some(held_back) = DROP_LINES.admit() {
+                    tracing::error!(
+                        events = n,
+                        error = %refusal,
+                        held_back,
+                        "audit events lost: the audit database refused them, and the files of \
+                         refused events hold audit.journal_max_bytes"
+                    );
+                }
+                Ok(())
+            }
+            Ok(Err(e)) => {
+                self.journal.failed("refused", &e);
+                Err(())
+            }
+            Err(_) => Err(()),
+        }
     }
 
     async fn bounded_insert(&self, events: &[AuditEvent]) -> Result<u64, AuditError> {
@@ -450,6 +527,23 @@ impl Writer {
             self.set_aside(segment, lines.unread);
         }
         Replay::Done
+    }
+}
+
+/// A part of a batch the database refused: a single event is one it
+/// refuses; a longer part is halved, its earlier half to be tried first
+/// (`parts` is a stack).
+fn halve<'a>(
+    part: &'a [AuditEvent],
+    parts: &mut Vec<&'a [AuditEvent]>,
+    refused: &mut Vec<AuditEvent>,
+) {
+    if let [event] = part {
+        refused.push(event.clone());
+    } else {
+        let (earlier, later) = part.split_at(part.len() / 2);
+        parts.push(later);
+        parts.push(earlier);
     }
 }
 

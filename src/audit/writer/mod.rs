@@ -85,6 +85,8 @@ fn count(outcome: &'static str, n: usize) {
 /// Lines about the database being down, or events with nowhere to go.
 static DB_LINES: LogBudget = LogBudget::new(Duration::from_secs(10));
 static DROP_LINES: LogBudget = LogBudget::new(Duration::from_secs(10));
+/// Lines about events the database refused (kept in a file of their own).
+static REFUSED_LINES: LogBudget = LogBudget::new(Duration::from_secs(10));
 /// Lines about a full queue: the writer fell behind (a database slow to
 /// commit, or a writer that did not get to run), which the `spooled`
 /// counter alone does not date.

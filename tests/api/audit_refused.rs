@@ -1,0 +1,165 @@
+//! A row the audit database refuses (a constraint or trigger an operator
+//! added to the table) neither stalls the trail nor is lost: the rest of
+//! its batch goes in, it is kept in a `refused-*.jsonl` file, and once the
+//! table takes it again, that file renamed `replay-*.jsonl` is replayed.
+
+use std::time::{Duration, SystemTime};
+
+use serde_json::json;
+use tollgate::audit::journal::read_lines;
+use tollgate::audit::{AuditDb, Journal};
+
+use crate::audit_journal::{a_refusal, app_with};
+use crate::support::audit_db::{DbKind, TestDb};
+use crate::support::audit_trail::{all_rows, each_once, refused_send, request_id_counts};
+use crate::support::wait::eventually;
+
+const REFUSED: &str = "refused-by-the-table";
+
+#[tokio::test]
+async fn a_row_postgresql_refuses_is_kept_and_the_rest_goes_in() {
+    a_refused_row_is_kept_and_the_rest_goes_in(DbKind::Postgres).await;
+}
+
+#[tokio::test]
+async fn a_row_sqlite_refuses_is_kept_and_the_rest_goes_in() {
+    a_refused_row_is_kept_and_the_rest_goes_in(DbKind::Sqlite).await;
+}
+
+async fn a_refused_row_is_kept_and_the_rest_goes_in(kind: DbKind) {
+    let db = TestDb::new(kind).await;
+    let spool = db.spool_dir();
+    let app = app_with(db.url.clone(), spool.clone(), false).await;
+    let audit = db.connect().await;
+    refuse(&audit, true).await;
+    let series = "tollgate_audit_events_total{outcome=\"refused\"}";
+    let refused_before = app.metric(series).await;
+
+    assert_eq!(
+        app.sms_send(json!({ "phone": "+8613800138000" }))
+            .await
+            .status,
+        200
+    );
+    let taken: Vec<String> = (0..8).map(|i| format!("taken-{i}")).collect();
+    for id in &taken[..4] {
+        refused_send(&app, id).await;
+    }
+    refused_send(&app, REFUSED).await;
+    for id in &taken[4..] {
+        refused_send(&app, id).await;
+    }
+    app.flush_audit().await;
+
+    let rows = all_rows(&audit).await;
+    assert!(each_once(&rows, &taken), "{:?}", request_id_counts(&rows));
+    assert!(!request_id_counts(&rows).contains_key(REFUSED));
+    assert_eq!(
+        app.get("/readyz").await.status,
+        200,
+        "the trail still records"
+    );
+    assert!(app.metric(series).await >= refused_before + 1.0);
+    let kept = refused_files(&spool);
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    let lines = read_lines(&kept[0]).unwrap();
+    assert_eq!(lines.unread, 0);
+    let ids: Vec<_> = lines.events.iter().map(|e| e.request_id.clone()).collect();
+    assert_eq!(ids, [Some(REFUSED.to_string())]);
+
+    // Later events are not held back behind it.
+    refused_send(&app, "after-the-refusal").await;
+    app.flush_audit().await;
+    assert!(each_once(&all_rows(&audit).await, ["after-the-refusal"]));
+
+    // The operator lifts the constraint and hands the file back: replayed
+    // once, like any leftover (a running process takes it a minute old).
+    refuse(&audit, false).await;
+    let back = spool.join("replay-refused.jsonl");
+    std::fs::rename(&kept[0], &back).unwrap();
+    let file = std::fs::File::options().write(true).open(&back).unwrap();
+    file.set_modified(SystemTime::now() - Duration::from_secs(61))
+        .unwrap();
+    drop(file);
+    eventually(
+        "the refused row replayed",
+        Duration::from_secs(30),
+        || async { each_once(&all_rows(&audit).await, [REFUSED]) },
+    )
+    .await;
+    eventually(
+        "the handed-back file deleted",
+        Duration::from_secs(10),
+        || async { !back.exists() },
+    )
+    .await;
+    assert!(refused_files(&spool).is_empty());
+}
+
+/// Files of refused events stop at `audit.journal_max_bytes` for a run: a
+/// constraint refusing what any caller can send cannot fill the disk.
+#[test]
+fn files_of_refused_events_stop_at_the_journal_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let bound = 1 << 20;
+    let journal = Journal::open(dir.path(), bound).unwrap();
+    let events: Vec<_> = (0..1000).map(|i| a_refusal(&format!("user-{i}"))).collect();
+    let first = journal
+        .keep_refused(&events)
+        .unwrap()
+        .expect("within the bound");
+    let size = std::fs::metadata(&first).unwrap().len();
+    assert_eq!(read_lines(&first).unwrap().events, events);
+    let mut kept = 1;
+    while journal.keep_refused(&events).unwrap().is_some() {
+        kept += 1;
+        assert!(kept < 100, "no bound");
+    }
+    assert!(
+        kept * size <= bound && (kept + 1) * size > bound,
+        "{kept} x {size}"
+    );
+    assert_eq!(refused_files(dir.path()).len() as u64, kept);
+    assert!(journal.sealed().is_empty(), "not segments to replay");
+}
+
+/// Add (or drop) what makes the table refuse the row of [`REFUSED`].
+async fn refuse(audit: &AuditDb, on: bool) {
+    match audit {
+        AuditDb::Postgres(pool) => {
+            let sql = if on {
+                format!(
+                    "ALTER TABLE audit_events ADD CONSTRAINT refuse_one \
+                     CHECK (request_id IS DISTINCT FROM '{REFUSED}')"
+                )
+            } else {
+                "ALTER TABLE audit_events DROP CONSTRAINT refuse_one".to_string()
+            };
+            sqlx::query(&sql).execute(pool).await.unwrap();
+        }
+        AuditDb::Sqlite(pool) => {
+            let sql = if on {
+                format!(
+                    "CREATE TRIGGER refuse_one BEFORE INSERT ON audit_events \
+                     WHEN NEW.request_id = '{REFUSED}' \
+                     BEGIN SELECT RAISE(ABORT, 'refused by an operator'); END"
+                )
+            } else {
+                "DROP TRIGGER refuse_one".to_string()
+            };
+            sqlx::query(&sql).execute(pool).await.unwrap();
+        }
+    }
+}
+
+fn refused_files(spool: &std::path::Path) -> Vec<std::path::PathBuf> {
+    std::fs::read_dir(spool)
+        .unwrap()
+        .filter_map(|e| Some(e.ok()?.path()))
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("refused-"))
+        })
+        .collect()
+}
