@@ -175,6 +175,30 @@ mod tests {
         assert_eq!(w.next_send(), None, "nothing waits after a digest");
     }
 
+    /// A user name a caller chose is no link in the admin's mail client;
+    /// tollgate's own formatting (an address) is shown as it is.
+    #[test]
+    fn a_user_name_is_defanged_and_an_address_is_not() {
+        let mut w = watch(100);
+        let t0 = Instant::now();
+        w.observe(&lock("https://evil.example/reset?token=1"), t0);
+        w.observe(&lock("mallory@evil.example"), t0);
+        let mut blocked = lock("unused");
+        blocked.subject_kind = SubjectKind::Ip;
+        blocked.subject = "203.0.113.9".to_string();
+        w.observe(&blocked, t0);
+        let digest = w.take_digest(t0, Utc::now()).expect("due");
+        let shown: Vec<&str> = digest.locks.iter().map(|l| l.subject.as_str()).collect();
+        assert_eq!(
+            shown,
+            [
+                "https[:]//evil[.]example/reset?token=1",
+                "mallory@evil[.]example",
+                "203.0.113.9"
+            ]
+        );
+    }
+
     #[test]
     fn the_next_digest_waits_for_the_interval_and_holds_what_happened_since() {
         let mut w = watch(100);

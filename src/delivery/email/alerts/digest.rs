@@ -10,7 +10,7 @@ use serde::Serialize;
 use tokio::time::Instant;
 
 use crate::audit::{AuditDecision, AuditEvent};
-use crate::domain::Action;
+use crate::domain::{Action, SubjectKind};
 
 /// Locks listed one by one in a digest; the rest are counted.
 pub(super) const LISTED_LOCKS: usize = 50;
@@ -35,7 +35,7 @@ pub struct Digest {
 pub struct LockSeen {
     /// The subject's kind.
     pub kind: String,
-    /// The subject's id.
+    /// The subject's id; a user name defanged (see [`shown_subject`]).
     pub subject: String,
     /// Why, e.g. `too_many_failures`.
     pub reason: String,
@@ -119,7 +119,7 @@ impl Watch {
                 if self.locks.len() < LISTED_LOCKS {
                     self.locks.push(LockSeen {
                         kind: event.subject_kind.to_string(),
-                        subject: event.subject.clone(),
+                        subject: shown_subject(event.subject_kind, &event.subject),
                         reason: event.reason.clone(),
                         rule: event.rule.clone(),
                         minutes: (event.retry_after_ms.unwrap_or(0).max(0) as u64).div_ceil(60_000),
@@ -212,6 +212,20 @@ impl Watch {
         self.last_sent = Some(now);
         self.pending_since = None;
         Some(digest)
+    }
+}
+
+/// A subject as a digest shows it. A user name is whatever a caller sent
+/// to `/login/attempt`: `evil.example/reset-your-token` or
+/// `https://evil.example`, printed as is, becomes a link in the admin's
+/// mail client, in a mail tollgate sent. Its dots and colons are shown as
+/// `[.]` and `[:]` (as security alerts defang addresses), so no client
+/// sees a host or a scheme in it. Phones, prefixes, addresses and
+/// countries are tollgate's own formatting, shown as they are.
+pub(super) fn shown_subject(kind: SubjectKind, subject: &str) -> String {
+    match kind {
+        SubjectKind::User => subject.replace('.', "[.]").replace(':', "[:]"),
+        _ => subject.to_string(),
     }
 }
 
