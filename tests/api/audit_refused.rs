@@ -72,15 +72,29 @@ async fn a_refused_row_is_kept_and_the_rest_goes_in(kind: DbKind) {
     app.flush_audit().await;
     assert!(each_once(&all_rows(&audit).await, ["after-the-refusal"]));
 
+    // Handed back while the table still refuses it, a replay keeps it
+    // again in a file of its own and lets the handed-back one go.
+    let back = hand_back(&kept[0], &spool, "replay-too-soon.jsonl");
+    eventually(
+        "refused again on replay",
+        Duration::from_secs(30),
+        || async { !back.exists() && refused_files(&spool).len() == 1 },
+    )
+    .await;
+    assert!(!request_id_counts(&all_rows(&audit).await).contains_key(REFUSED));
+    let kept = refused_files(&spool);
+    let ids: Vec<_> = read_lines(&kept[0])
+        .unwrap()
+        .events
+        .into_iter()
+        .map(|e| e.request_id)
+        .collect();
+    assert_eq!(ids, [Some(REFUSED.to_string())]);
+
     // The operator lifts the constraint and hands the file back: replayed
     // once, like any leftover (a running process takes it a minute old).
     refuse(&audit, false).await;
-    let back = spool.join("replay-refused.jsonl");
-    std::fs::rename(&kept[0], &back).unwrap();
-    let file = std::fs::File::options().write(true).open(&back).unwrap();
-    file.set_modified(SystemTime::now() - Duration::from_secs(61))
-        .unwrap();
-    drop(file);
+    let back = hand_back(&kept[0], &spool, "replay-refused.jsonl");
     eventually(
         "the refused row replayed",
         Duration::from_secs(30),
@@ -94,6 +108,18 @@ async fn a_refused_row_is_kept_and_the_rest_goes_in(kind: DbKind) {
     )
     .await;
     assert!(refused_files(&spool).is_empty());
+}
+
+/// Rename a file of refused events as a leftover to replay, a minute old
+/// (a running process takes only those).
+fn hand_back(file: &std::path::Path, spool: &std::path::Path, name: &str) -> std::path::PathBuf {
+    let back = spool.join(name);
+    std::fs::rename(file, &back).unwrap();
+    let opened = std::fs::File::options().write(true).open(&back).unwrap();
+    opened
+        .set_modified(SystemTime::now() - Duration::from_secs(61))
+        .unwrap();
+    back
 }
 
 /// Files of refused events stop at `audit.journal_max_bytes` for a run: a

@@ -183,6 +183,7 @@ mod tests {
         let t0 = Instant::now();
         w.observe(&lock("https://evil.example/reset?token=1"), t0);
         w.observe(&lock("mallory@evil.example"), t0);
+        w.observe(&lock("evil\u{3002}example\u{FF61}com"), t0);
         let mut blocked = lock("unused");
         blocked.subject_kind = SubjectKind::Ip;
         blocked.subject = "203.0.113.9".to_string();
@@ -194,6 +195,7 @@ mod tests {
             [
                 "https[:]//evil[.]example/reset?token=1",
                 "mallory@evil[.]example",
+                "evil[.]example[.]com",
                 "203.0.113.9"
             ]
         );

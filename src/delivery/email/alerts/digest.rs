@@ -220,11 +220,14 @@ impl Watch {
 /// `https://evil.example`, printed as is, becomes a link in the admin's
 /// mail client, in a mail tollgate sent. Its dots and colons are shown as
 /// `[.]` and `[:]` (as security alerts defang addresses), so no client
-/// sees a host or a scheme in it. Phones, prefixes, addresses and
-/// countries are tollgate's own formatting, shown as they are.
+/// sees a host or a scheme in it; the dots IDNA also reads as a label's
+/// end (`。`, `．`, `｡`, which NFKC leaves in a name or folds to `.`)
+/// too. Phones, prefixes, addresses and countries are tollgate's own
+/// formatting, shown as they are.
 pub(super) fn shown_subject(kind: SubjectKind, subject: &str) -> String {
+    const DOTS: [char; 4] = ['.', '\u{3002}', '\u{FF0E}', '\u{FF61}'];
     match kind {
-        SubjectKind::User => subject.replace('.', "[.]").replace(':', "[:]"),
+        SubjectKind::User => subject.replace(DOTS, "[.]").replace(':', "[:]"),
         _ => subject.to_string(),
     }
 }
