@@ -4,6 +4,7 @@ pub mod admin_role;
 pub mod client_ip;
 pub mod email;
 pub mod forwarding;
+pub mod ip_range;
 pub mod locale;
 pub mod origin;
 pub mod pattern;

@@ -1,14 +1,11 @@
 //! One allow or block list entry: which list, what it matches, and the
 //! parsing that turns what an operator wrote into the form requests match.
 
-use std::net::Ipv6Addr;
-
 use chrono::{DateTime, Utc};
-use ipnet::{IpNet, Ipv6Net};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::domain::client_ip::{parse_cidr, translated_ipv4, TRANSLATION_PREFIX};
+use crate::domain::ip_range::{checked_range, stored_range, RangeRefusal};
 use crate::domain::{PhoneNumber, Username};
 
 /// Which list an entry is on.
@@ -130,45 +127,12 @@ enum Reading {
 fn read(kind: EntryKind, value: &str, reading: Reading) -> Result<String, String> {
     match kind {
         EntryKind::Ip => {
-            let net = parse_cidr(value.trim())
-                .ok_or_else(|| format!("{value:?} is not an IP address or CIDR"))?;
-            if holds_the_translation_prefix(net) {
-                return Err(format!(
-                    "{value:?} holds 64:ff9b::/96, where a NAT64 or SIIT translator writes IPv4 \
-                     clients, and they count as their IPv4 addresses: list those, \
-                     or a range inside the /96"
-                ));
-            }
-            if is_the_mapped_prefix(net) {
-                return Err(format!(
-                    "{value:?} is ::ffff:0:0/96, the IPv4-mapped addresses, which count as \
-                     the IPv4 addresses they carry: as an entry it would be 0.0.0.0/0, every \
-                     IPv4 client; list the IPv4 ranges meant, or a range inside the /96"
-                ));
-            }
-            let net = canonical(net);
-            if reading == Reading::Stored {
-                return Ok(net.trunc().to_string());
-            }
-            if net.prefix_len() == 0 {
-                return Err(format!(
-                    "{value:?} is every {} address: an allow entry would take every \
-                     limit off, a block entry refuse every client; list the ranges meant",
-                    if net.addr().is_ipv4() { "IPv4" } else { "IPv6" }
-                ));
-            }
-            if net.trunc() != net {
-                // As PostgreSQL's `cidr` and Python's `ip_network` refuse
-                // it: `198.51.100.7/2` was taken as `192.0.0.0/2`, a quarter
-                // of the IPv4 internet, for what was likely a typo.
-                return Err(format!(
-                    "{value:?} has bits set right of its /{} mask: write {} for the range \
-                     it names, or the address alone",
-                    net.prefix_len(),
-                    net.trunc()
-                ));
-            }
-            Ok(net.to_string())
+            let read = match reading {
+                Reading::New => checked_range(value),
+                Reading::Stored => stored_range(value),
+            };
+            read.map(|net| net.to_string())
+                .map_err(|why| range_refused(value, why))
         }
         EntryKind::Phone => normalise_phone(value, reading),
         EntryKind::User => Username::parse(value)
@@ -177,40 +141,32 @@ fn read(kind: EntryKind, value: &str, reading: Reading) -> Result<String, String
     }
 }
 
-/// Whether `net` is RFC 6052's well-known prefix or a range of up to /32
-/// around it: such an entry meant translated clients, which match it no
-/// more (they count as IPv4), or, as the /96 itself, every IPv4 address.
-/// Wider ranges (`::/31`) are about IPv6 at large and stay IPv6.
-fn holds_the_translation_prefix(net: IpNet) -> bool {
-    matches!(net, IpNet::V6(v6) if (32..=96).contains(&v6.prefix_len()) && v6.contains(&TRANSLATION_PREFIX))
-}
-
-/// Whether `net` is the IPv4-mapped /96 itself (`::ffff:0:0/96`, however
-/// written), which `canonical` would make `0.0.0.0/0`: every IPv4 client,
-/// for an entry that named IPv6. Only the /96: unlike the translation
-/// prefix, the ranges around it (`::/64`) hold clients of their own, `::1`
-/// and `::`, which count as the subject `::/64`.
-fn is_the_mapped_prefix(net: IpNet) -> bool {
-    matches!(net, IpNet::V6(v6) if v6.prefix_len() == 96 && v6.contains(&MAPPED_PREFIX))
-}
-
-/// The IPv4-mapped addresses, `::ffff:0:0/96`.
-const MAPPED_PREFIX: Ipv6Net = Ipv6Net::new_assert(Ipv6Addr::new(0, 0, 0, 0, 0, 0xffff, 0, 0), 96);
-
-/// An IPv4-mapped (`::ffff:203.0.113.0/120`) or translated
-/// (`64:ff9b::203.0.113.0/120`) IPv6 range as the IPv4 range it is:
-/// requests carry such addresses as IPv4 (`ClientIp`), so the IPv6 form
-/// would never match.
-fn canonical(net: IpNet) -> IpNet {
-    match net {
-        IpNet::V6(v6) if v6.prefix_len() >= 96 => {
-            let addr = v6.addr();
-            match addr.to_ipv4_mapped().or_else(|| translated_ipv4(addr)) {
-                Some(v4) => IpNet::new(v4.into(), v6.prefix_len() - 96).unwrap_or(net),
-                None => net,
-            }
-        }
-        net => net,
+/// Why `value` is no entry, in a list's words.
+fn range_refused(value: &str, why: RangeRefusal) -> String {
+    match why {
+        RangeRefusal::NotARange => format!("{value:?} is not an IP address or CIDR"),
+        RangeRefusal::HoldsTranslationPrefix => format!(
+            "{value:?} holds 64:ff9b::/96, where a NAT64 or SIIT translator writes IPv4 \
+             clients, and they count as their IPv4 addresses: list those, \
+             or a range inside the /96"
+        ),
+        RangeRefusal::MappedPrefix => format!(
+            "{value:?} is ::ffff:0:0/96, the IPv4-mapped addresses, which count as \
+             the IPv4 addresses they carry: as an entry it would be 0.0.0.0/0, every \
+             IPv4 client; list the IPv4 ranges meant, or a range inside the /96"
+        ),
+        RangeRefusal::EveryAddress { v4 } => format!(
+            "{value:?} is every {} address: an allow entry would take every \
+             limit off, a block entry refuse every client; list the ranges meant",
+            if v4 { "IPv4" } else { "IPv6" }
+        ),
+        RangeRefusal::HostBits {
+            prefix_len,
+            network,
+        } => format!(
+            "{value:?} has bits set right of its /{prefix_len} mask: write {network} for the \
+             range it names, or the address alone"
+        ),
     }
 }
 

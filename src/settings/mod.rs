@@ -87,7 +87,7 @@ pub struct ServerSettings {
     pub watch_config: bool,
     /// CIDRs (or single addresses) of proxies whose `client_ip_header` is
     /// believed (docs/security.md).
-    #[serde(with = "parsed::cidrs")]
+    #[serde(with = "parsed::proxy_cidrs")]
     pub trusted_proxies: Vec<ipnet::IpNet>,
     /// The one header that names the client behind a trusted proxy:
     /// `x-forwarded-for` (the default; the right-most hop no trusted proxy

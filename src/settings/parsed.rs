@@ -29,7 +29,9 @@ where
 /// A list element read by `read`, so the list's error path carries its index.
 struct Element<T>(T);
 
-/// `server.trusted_proxies`: CIDRs, a bare address meaning /32 or /128.
+/// `lists.allow_ips` and `lists.block_ips`: CIDRs, a bare address meaning
+/// /32 or /128; what a list entry may be is checked with the lists'
+/// validation, which names its own rules.
 pub mod cidrs {
     use ipnet::IpNet;
 
@@ -45,6 +47,69 @@ pub mod cidrs {
     /// Reads a list of CIDRs or addresses.
     pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<IpNet>, D::Error> {
         let elements = Vec::<Element<IpNet>>::deserialize(deserializer)?;
+        Ok(elements.into_iter().map(|e| e.0).collect())
+    }
+
+    /// Writes each range as `address/prefix`.
+    pub fn serialize<S: Serializer>(nets: &[IpNet], serializer: S) -> Result<S::Ok, S::Error> {
+        let texts: Vec<String> = nets.iter().map(ToString::to_string).collect();
+        texts.serialize(serializer)
+    }
+}
+
+/// `server.trusted_proxies`: CIDRs, a bare address meaning /32 or /128,
+/// read as list entries are (`domain::ip_range`): a range of every address
+/// or one with host bits set (`203.0.113.7/2`, a typo for a quarter of the
+/// IPv4 internet) would let any client behind it name its own address.
+pub mod proxy_cidrs {
+    use ipnet::IpNet;
+
+    use super::*;
+    use crate::domain::ip_range::{checked_range, RangeRefusal};
+
+    impl<'de> Deserialize<'de> for ProxyRange {
+        fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+            let text = String::deserialize(deserializer)?;
+            checked_range(&text)
+                .map(ProxyRange)
+                .map_err(|why| D::Error::custom(refused(&text, why)))
+        }
+    }
+
+    /// Why `text` is no trusted proxy range.
+    fn refused(text: &str, why: RangeRefusal) -> String {
+        match why {
+            RangeRefusal::NotARange => format!("{text:?} is not a CIDR or IP address"),
+            RangeRefusal::HoldsTranslationPrefix => format!(
+                "{text:?} holds 64:ff9b::/96, where a NAT64 translator writes every IPv4 \
+                 client: list the proxy's own address or range"
+            ),
+            RangeRefusal::MappedPrefix => format!(
+                "{text:?} is ::ffff:0:0/96, every IPv4 address: list the proxy's own \
+                 address or range"
+            ),
+            RangeRefusal::EveryAddress { v4 } => format!(
+                "{text:?} is every {} address: any client could name its own address; \
+                 list the proxies' ranges, or set trusted_proxy_hops when only the load \
+                 balancer can reach tollgate",
+                if v4 { "IPv4" } else { "IPv6" }
+            ),
+            RangeRefusal::HostBits {
+                prefix_len,
+                network,
+            } => format!(
+                "{text:?} has bits set right of its /{prefix_len} mask: write {network} \
+                 for the range it names, or the address alone"
+            ),
+        }
+    }
+
+    /// One proxy range, read by its own rules.
+    struct ProxyRange(IpNet);
+
+    /// Reads a list of CIDRs or addresses.
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<IpNet>, D::Error> {
+        let elements = Vec::<ProxyRange>::deserialize(deserializer)?;
         Ok(elements.into_iter().map(|e| e.0).collect())
     }
 

@@ -346,6 +346,29 @@ fn the_header_and_the_hops_are_checked_at_start_up() {
     let hops = error("[server]\nclient_ip_header = \"cf-connecting-ip\"\ntrusted_proxy_hops = 2\n");
     assert!(hops.contains("`server.trusted_proxy_hops`"), "{hops}");
     assert_eq!(error("[server]\ntrusted_proxy_hops = 2\n"), "");
+    // A range a list entry refuses is no proxy either: each would let any
+    // client behind it name its own address.
+    for (range, says) in [
+        ("0.0.0.0/0", "every IPv4 address"),
+        ("::/0", "every IPv6 address"),
+        ("203.0.113.7/2", "write 192.0.0.0/2"),
+        ("64:ff9b::/96", "64:ff9b::/96"),
+        ("::ffff:0:0/96", "every IPv4 address"),
+    ] {
+        let bad = error(&format!(
+            "[server]\ntrusted_proxies = [\"10.0.0.0/8\", \"{range}\"]\n"
+        ));
+        assert!(
+            bad.contains("server.trusted_proxies[1]") && bad.contains(says),
+            "{range}: {bad}"
+        );
+    }
+    // Read as addresses count: a mapped range is the IPv4 one it carries.
+    let mapped = load("[server]\ntrusted_proxies = [\"::ffff:10.0.0.0/104\"]\n").unwrap();
+    assert_eq!(
+        mapped.server.trusted_proxies,
+        vec!["10.0.0.0/8".parse::<ipnet::IpNet>().unwrap()]
+    );
 }
 
 /// Without API keys a body `ip` is ignored altogether (DESIGN.md §3: the
