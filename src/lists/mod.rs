@@ -6,6 +6,7 @@
 mod entry;
 mod matcher;
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
@@ -57,18 +58,24 @@ pub struct Lists {
     /// One refresh at a time: a periodic read that started before an
     /// admin's change must not install its older snapshot after it.
     refreshing: tokio::sync::Mutex<()>,
+    /// Whether the stored entries were read at least once (or there are
+    /// none to read): until then an admin's block entries are not in
+    /// force here, and `/readyz` says so.
+    read_once: AtomicBool,
 }
 
 impl Lists {
     /// The config file's `entries` in force; `db` keeps the admins' entries
     /// (none without one).
     pub fn new(entries: Vec<ListEntry>, db: Option<Arc<dyn ListStore>>) -> Self {
+        let nothing_stored = db.is_none();
         let lists = Self {
             db,
             config: RwLock::new(entries),
             stored: RwLock::new(Vec::new()),
             matcher: ArcSwap::from_pointee(Matcher::default()),
             refreshing: tokio::sync::Mutex::new(()),
+            read_once: AtomicBool::new(nothing_stored),
         };
         lists.rebuild();
         lists
@@ -77,6 +84,12 @@ impl Lists {
     /// The matcher in force: one `Arc` clone.
     pub fn current(&self) -> Arc<Matcher> {
         self.matcher.load_full()
+    }
+
+    /// Whether the entries in force hold the stored ones: false from a
+    /// start until the database answered once.
+    pub fn read_once(&self) -> bool {
+        self.read_once.load(Ordering::Acquire)
     }
 
     /// Every entry, the config file's first.
@@ -104,6 +117,7 @@ impl Lists {
         }
         *self.stored.write() = valid;
         self.rebuild();
+        self.read_once.store(true, Ordering::Release);
         Ok(())
     }
 

@@ -68,7 +68,7 @@ async fn healthz() -> HttpResponse {
     tag = "operations",
     responses(
         (status = 200, description = "`{\"status\": \"ready\"}`", body = OpsStatus),
-        (status = 503, description = "`not_ready`: the store, the audit database or the audit journal is not ready; only the admin listener's `/readyz` says which", body = ErrorBody),
+        (status = 503, description = "`not_ready`: the store, the audit database, the audit journal or the stored list entries (not read since the start) are not ready; only the admin listener's `/readyz` says which", body = ErrorBody),
     ),
 )]
 async fn readyz(state: web::Data<AppState>) -> HttpResponse {
@@ -88,6 +88,7 @@ async fn readyz_detailed(state: web::Data<AppState>) -> HttpResponse {
         "store": word(r.store, "unavailable"),
         "audit_database": word(r.audit.database, "unavailable"),
         "audit_journal": word(r.audit.journal, "unwritable"),
+        "lists": word(r.lists, "not_read"),
     });
     let mut body = if r.ready() {
         serde_json::json!({ "status": "ready" })
@@ -111,11 +112,14 @@ async fn readyz_detailed(state: web::Data<AppState>) -> HttpResponse {
 struct Readiness {
     store: bool,
     audit: crate::audit::AuditHealth,
+    /// The admins' stored list entries were read since the start: until
+    /// then their block entries are not in force here.
+    lists: bool,
 }
 
 impl Readiness {
     fn ready(&self) -> bool {
-        self.store && self.audit.ready()
+        self.store && self.audit.ready() && self.lists
     }
 }
 
@@ -123,6 +127,7 @@ async fn readiness(state: &AppState) -> Readiness {
     Readiness {
         store: state.readiness.writable().await,
         audit: state.audit.health(),
+        lists: state.lists.read_once(),
     }
 }
 
