@@ -50,7 +50,9 @@ proptest! {
     /// digits; grouped, a number reads as its digits do, or is refused, and
     /// where the crate reads the grouped text itself it reads the same.
     /// (The crate refuses some groupings the documented pattern allows,
-    /// `+14-012000000`, `+464(20000000`: they read as their digits.)
+    /// `+14-012000000`, `+464(20000000`: they read as their digits; and
+    /// reads some it refuses as digits, `+049-201000`: refused, as the
+    /// digits are.)
     #[test]
     fn phone_parsing_agrees_with_the_crate(
         digits in "[0-9]{3,16}",
@@ -69,7 +71,10 @@ proptest! {
         ] {
             let ours = PhoneNumber::parse(&raw);
             prop_assert!(ours == plain || ours.is_err(), "{}: {:?} against {:?}", raw, ours, plain);
-            if let Ok(theirs) = PhoneNumber::parse_with_crate_for_tests(&raw) {
+            // Only where the crate reads the digits themselves: it reads
+            // `+049-201000` as +49 201000 and refuses `+049201000`, and no
+            // calling code starts with 0.
+            if let (Ok(theirs), true) = (PhoneNumber::parse_with_crate_for_tests(&raw), plain.is_ok()) {
                 prop_assert_eq!(ours, Ok(theirs), "{}", raw);
             }
         }
