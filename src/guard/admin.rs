@@ -388,6 +388,12 @@ impl SubjectAdmin {
         if subject.kind == SubjectKind::Ip {
             // Its refused captcha tokens (`captcha.failed_token_limit`).
             doomed.push(keys.window(subject.kind.as_str(), &subject.id, captcha_tokens::REFUSED));
+            // Its failed deliveries (`sms.failed_delivery_limit`).
+            doomed.push(keys.window(
+                subject.kind.as_str(),
+                &subject.id,
+                super::sms::FAILED_DELIVERIES,
+            ));
         }
         if subject.kind == SubjectKind::Phone {
             doomed.push(keys.subject_code(subject));

@@ -111,6 +111,9 @@ struct Listing {
     listed: Listed,
     /// `blocklisted` for the entry that matched, on an attempt's block.
     row: Option<AuditEvent>,
+    /// With an allow-listed address: whether the phone or user is on the
+    /// allow list too (the address is matched first).
+    subject_allowed_too: bool,
 }
 
 impl GuardContext {
@@ -151,7 +154,16 @@ impl GuardContext {
             phone: (kind == SubjectKind::Phone).then_some(id),
             user: (kind == SubjectKind::User).then_some(id),
         };
-        let listed = self.lists.current().check(request);
+        let matcher = self.lists.current();
+        let listed = matcher.check(request);
+        let subject_allowed_too = listed == Listed::Allowed(EntryKind::Ip)
+            && matches!(
+                matcher.check(ListRequest {
+                    ip: None,
+                    ..request
+                }),
+                Listed::Allowed(_)
+            );
         let row = match listed {
             Listed::No => None,
             Listed::Allowed(kind) => {
@@ -170,7 +182,11 @@ impl GuardContext {
                 Some(row)
             }
         };
-        Listing { listed, row }
+        Listing {
+            listed,
+            row,
+            subject_allowed_too,
+        }
     }
 
     fn audit(&self, info: &RequestInfo, event: AuditEvent) {

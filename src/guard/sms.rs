@@ -1,10 +1,12 @@
 //! `POST /sms/send` and `POST /sms/verify` decisions.
 
 mod decision;
+mod failed_deliveries;
 mod refusal;
 mod send;
 mod verify;
 
+pub use failed_deliveries::FAILED as FAILED_DELIVERIES;
 pub use refusal::SmsRefusal;
 
 use std::sync::Arc;
@@ -102,7 +104,7 @@ impl SmsGuard {
     /// A send and a verify must name one address alike, or the asker would
     /// be a stranger to its own code.
     fn code_client(&self, info: &RequestInfo) -> String {
-        info.ip
+        info.client_ip()
             .map(|ip| self.ctx.keys.code_asker(ip.subject_id()))
             .unwrap_or_default()
     }

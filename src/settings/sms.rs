@@ -67,6 +67,13 @@ pub struct SmsSettings {
     /// 30), empty: none. Bounds what one /48's 65,536 /64s can try, and the
     /// stand-in codes they write.
     pub verify_network_limits: Vec<LimitSetting>,
+    /// Failed deliveries per client address (IPv6 per /64) given back
+    /// whole, so that a provider's outage costs no user a window; past it a
+    /// failed send keeps counting in the address's windows, since some
+    /// failures are the caller's pick (a number the account may not text).
+    /// Default 5 per hour.
+    #[serde(default = "default_failed_delivery_limit")]
+    pub failed_delivery_limit: LimitSetting,
     /// Shadow mode for `/sms/*` alone: decide and audit, refuse nothing.
     #[serde(default)]
     pub shadow: bool,
@@ -183,4 +190,8 @@ pub(super) fn default_provider_timeout() -> Duration {
 
 pub(super) fn default_locale() -> String {
     "en".to_string()
+}
+
+fn default_failed_delivery_limit() -> LimitSetting {
+    LimitSetting::new(5, Duration::from_secs(3600))
 }

@@ -24,6 +24,7 @@ on_both_backends!(
     numbers_of_no_region_are_named_001,
     a_failed_delivery_gives_the_reservation_back,
     a_failed_delivery_deletes_its_own_code_not_one_a_racing_send_put,
+    failed_deliveries_past_the_address_budget_count_in_its_windows,
     shadow_mode_lets_everything_through_and_audits_what_it_would_refuse,
     the_64s_of_one_network_share_its_captcha_tier,
     a_network_window_refuses_every_64_of_the_network,
@@ -317,6 +318,50 @@ async fn a_failed_delivery_gives_the_reservation_back(backend: Backend) {
         .sms_verify(json!({ "phone": PHONE, "code": code }))
         .await;
     assert_eq!(verified.body, json!({ "valid": true }));
+}
+
+/// A failure a retry may mend (here the stand-in provider's error, as a
+/// Twilio 21408 for a number the account may not text, which the caller
+/// picks) is given back whole `sms.failed_delivery_limit` times an
+/// address; past that each one counts in the address's windows, which
+/// then refuse it: one address cannot make a provider call per request
+/// without end. The phones' windows are given back all the same.
+async fn failed_deliveries_past_the_address_budget_count_in_its_windows(backend: Backend) {
+    let app = spawn_app(backend, |s| {
+        s.sms.ip_limits = limits(&[(3, 3_600_000)]);
+        s.sms.failed_delivery_limit = limits(&[(2, 3_600_000)]).remove(0);
+    })
+    .await;
+    let attacker = "203.0.113.66";
+    let phone = |i: usize| format!("+86138001382{i:02}");
+    app.sms.fail(true);
+    for i in 0..5 {
+        let failed = app
+            .sms_send(json!({ "phone": phone(i), "ip": attacker }))
+            .await;
+        assert_eq!(
+            failed.error(),
+            "delivery_failed",
+            "send {i}: {}",
+            failed.body
+        );
+    }
+    let refused = app
+        .sms_send(json!({ "phone": phone(5), "ip": attacker }))
+        .await;
+    assert_eq!(
+        (refused.status.as_u16(), refused.error()),
+        (429, "rate_limited"),
+        "two given back, three counted: {}",
+        refused.body
+    );
+    assert_eq!(refused.body["rule"], "ip 3/1h");
+    // Another address starts from nothing, and the phones owe nothing.
+    app.sms.fail(false);
+    let user = app
+        .sms_send(json!({ "phone": phone(4), "ip": "198.51.100.7" }))
+        .await;
+    assert_eq!(user.status, 200, "{}", user.body);
 }
 
 async fn a_failed_delivery_deletes_its_own_code_not_one_a_racing_send_put(backend: Backend) {

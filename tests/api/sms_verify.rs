@@ -22,6 +22,7 @@ on_both_backends!(
     a_right_code_gives_its_try_back,
     the_64s_of_one_network_share_its_failed_tries,
     strangers_cannot_burn_the_code_of_the_address_that_asked_for_it,
+    a_code_sent_naming_no_client_has_no_asker_of_its_own,
 );
 
 fn wrong(code: &str) -> String {
@@ -200,6 +201,34 @@ async fn strangers_cannot_burn_the_code_of_the_address_that_asked_for_it(backend
             .await;
         assert_eq!(refused.status, 429, "burnt for {ip}: {}", refused.body);
     }
+}
+
+/// A backend that sends naming no client is not its code's asker: else
+/// its own tries without `ip` would be the asker's five on top of
+/// everyone else's five, ten guesses at one code.
+async fn a_code_sent_naming_no_client_has_no_asker_of_its_own(backend: Backend) {
+    let app = spawn_app(backend, |_| {}).await;
+    let phone = "+8613800138012";
+    let sent = app.sms_send(json!({ "phone": phone })).await;
+    assert_eq!(sent.status, 200, "{}", sent.body);
+    let code = app.sms.last_code(phone);
+    for left in [4, 3, 2, 1, 0] {
+        let answer = app
+            .sms_verify(json!({ "phone": phone, "code": wrong(&code), "ip": "203.0.113.66" }))
+            .await;
+        assert_eq!(
+            answer.body,
+            json!({ "valid": false, "attempts_left": left })
+        );
+    }
+    let unnamed = app
+        .sms_verify(json!({ "phone": phone, "code": wrong(&code) }))
+        .await;
+    assert_eq!(
+        unnamed.status, 429,
+        "no sixth guess for the backend's own address: {}",
+        unnamed.body
+    );
 }
 
 /// Every answer of one phone, from its first wrong try to the first refused

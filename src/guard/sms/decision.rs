@@ -61,6 +61,10 @@ pub(super) enum GiveBack {
     AllButTheAddress,
     /// Its pumping count alone: the message may have gone (no answer in time).
     PumpingCount,
+    /// Its pumping count and its code, not one window: a failure past the
+    /// address's budget (`failed_deliveries`) on a send that counts in no
+    /// address window (an allow-listed address's).
+    CodeAndPumpingCount,
 }
 
 impl GiveBack {
@@ -70,6 +74,18 @@ impl GiveBack {
             GiveBack::Whole => SmsDelivery::Failed,
             GiveBack::AllButTheAddress => SmsDelivery::RefusedNumber,
             GiveBack::PumpingCount => SmsDelivery::TimedOut,
+            GiveBack::CodeAndPumpingCount => SmsDelivery::Failed,
+        }
+    }
+
+    /// What a failure given back whole becomes once its address spent its
+    /// budget of failed deliveries: its address's windows keep it, or, on
+    /// a send counted in none (`address_counted` false), every window.
+    pub(super) fn past_the_budget(self, address_counted: bool) -> Self {
+        match self {
+            GiveBack::Whole if address_counted => GiveBack::AllButTheAddress,
+            GiveBack::Whole => GiveBack::CodeAndPumpingCount,
+            other => other,
         }
     }
 
@@ -78,7 +94,7 @@ impl GiveBack {
         match self {
             GiveBack::Whole => false,
             GiveBack::AllButTheAddress => ADDRESS_KINDS.contains(&kind),
-            GiveBack::PumpingCount => true,
+            GiveBack::PumpingCount | GiveBack::CodeAndPumpingCount => true,
         }
     }
 
@@ -113,7 +129,14 @@ pub(super) enum Pass {
     /// the listed phone's codes without end and guess each one's tries:
     /// a fresh code, fresh tries.
     AskerCounted,
-    /// An allow-listed address: no window, captcha tier or pumping block
+    /// An allow-listed address: its own and its network's windows and
+    /// every captcha tier do not apply, the phone's, its prefix's, the
+    /// global windows and the pumping guard do. Else whoever may name the
+    /// client (any API key's holder, with `ip`) could name a listed
+    /// address and text any number without end.
+    AddressExempt,
+    /// An allow-listed address asking for an allow-listed phone (a test
+    /// rig and its phone): no window, captcha tier or pumping block
     /// applies, and nothing is counted.
     Exempt,
 }
@@ -231,6 +254,7 @@ impl Region {
 /// that leaves out `ip` could ask for its codes without end.
 pub(super) fn lists(listing: Listing, names_client: bool) -> Decision<Pass> {
     let pass = match listing.listed {
+        Listed::Allowed(EntryKind::Ip) if !listing.subject_allowed_too => Pass::AddressExempt,
         Listed::Allowed(EntryKind::Phone) if names_client => Pass::AskerCounted,
         Listed::Allowed(EntryKind::Phone) => Pass::Counted,
         Listed::Allowed(_) => Pass::Exempt,

@@ -24,6 +24,19 @@ enum Scope<'c> {
     /// An allow-listed phone's (`Pass::AskerCounted`): only the asker's
     /// address and network windows; its code is stored apart.
     Asker,
+    /// An allow-listed address's (`Pass::AddressExempt`): every window but
+    /// the asker's, and the pumping guard, with no captcha tier; the code
+    /// stored with them.
+    AllButTheAsker(&'c SmsCode),
+}
+
+/// What a failed delivery may undo: the send's reservation, under the
+/// policy it was made with, and whether it counts in its address's windows.
+#[derive(Clone, Copy)]
+struct Undo<'a, 'p> {
+    policy: &'a Policy,
+    reservation: Option<&'a Reservation<'p>>,
+    address_counted: bool,
 }
 
 /// A send's reservation, and whether the country challenge it started is
@@ -120,6 +133,14 @@ impl SmsGuard {
                 let decided = decision::reserved(&reservation, reserved.challenge_audited);
                 (self.apply(decided, &policy, info).await?, Some(reservation))
             }
+            Pass::AddressExempt => {
+                let scope = Scope::AllButTheAsker(&code);
+                let reserved = self.reserve_send(&policy, &req, scope, info).await?;
+                let reservation = reserved.reservation;
+                reservation.count_rule_hits(policy.sms.shadow);
+                let decided = decision::reserved(&reservation, reserved.challenge_audited);
+                (self.apply(decided, &policy, info).await?, Some(reservation))
+            }
             Pass::AskerCounted => {
                 let reserved = self.reserve_send(&policy, &req, Scope::Asker, info).await?;
                 let reservation = reserved.reservation;
@@ -136,8 +157,13 @@ impl SmsGuard {
                 (grant, Some(reservation))
             }
         };
-        self.deliver_or_undo(&req, &code, reservation.as_ref(), info)
-            .await?;
+        let address_counted = pass != Pass::AddressExempt;
+        let undo = Undo {
+            policy: &policy,
+            reservation: reservation.as_ref(),
+            address_counted,
+        };
+        self.deliver_or_undo(&req, &code, undo, info).await?;
         Ok(grant.sent(&req.phone, sms))
     }
 
@@ -177,7 +203,7 @@ impl SmsGuard {
         &self,
         req: &SendRequest,
         code: &SmsCode,
-        reservation: Option<&Reservation<'_>>,
+        undo: Undo<'_, '_>,
         info: &RequestInfo,
     ) -> Result<(), SmsRefusal> {
         let ttl_secs = code.ttl.as_secs();
@@ -189,12 +215,20 @@ impl SmsGuard {
         };
         let give_back = decision::give_back(&error);
         crate::metrics::sms_delivery(give_back.outcome());
+        let give_back = self
+            .within_failure_budget(
+                undo.policy,
+                give_back,
+                info.client_ip(),
+                undo.address_counted,
+            )
+            .await;
         // Before the rollback's await: until then a code held locally from
         // an outage would be the one a verify checks, not this one.
         if give_back.keeps_the_code() {
             store.code_delivered(&code.key, &code.mac);
         }
-        if let Some(reservation) = reservation {
+        if let Some(reservation) = undo.reservation {
             let kept = |kind| give_back.keeps_windows_of(kind);
             reservation.roll_back_keeping(store, kept).await;
         }
@@ -228,13 +262,17 @@ impl SmsGuard {
         info: &RequestInfo,
     ) -> Result<Reserved<'p>, SmsRefusal> {
         let store = self.ctx.store.as_ref();
-        let ask_later = policy.captcha.asks_provider(&req.captcha) && !policy.sms.shadow;
-        let passed_now = !ask_later
-            && req.captcha.offered()
-            // Boxed, as below: the rare captcha path stays out of every
-            // send's future (moved whole into its task).
-            && Box::pin(self.ctx.captcha_passed_now(policy, &req.captcha, info, Action::SmsSend))
-                .await?;
+        // An allow-listed address is past every captcha tier: the gate is open.
+        let no_captcha = matches!(scope, Scope::AllButTheAsker(_));
+        let ask_later =
+            !no_captcha && policy.captcha.asks_provider(&req.captcha) && !policy.sms.shadow;
+        let passed_now = no_captcha
+            || (!ask_later
+                && req.captcha.offered()
+                // Boxed, as below: the rare captcha path stays out of every
+                // send's future (moved whole into its task).
+                && Box::pin(self.ctx.captcha_passed_now(policy, &req.captcha, info, Action::SmsSend))
+                    .await?);
         let member = crate::guard::event_member();
         let offer = |gate_open| {
             let hits = self.subject_hits(policy, &req.phone, info);
@@ -247,6 +285,14 @@ impl SmsGuard {
                 Scope::Asker => {
                     let asker = |hit: &SubjectHit<'_>| hit.subject.kind.is_callers_own();
                     (hits.into_iter().filter(asker).collect(), Vec::new(), None)
+                }
+                Scope::AllButTheAsker(code) => {
+                    let others = |hit: &SubjectHit<'_>| !hit.subject.kind.is_callers_own();
+                    (
+                        hits.into_iter().filter(others).collect(),
+                        pumping::subjects(policy, &self.ctx.keys, &req.phone),
+                        Some(code.to_store()),
+                    )
                 }
             };
             Offer {

@@ -37,7 +37,9 @@ impl SmsGuard {
             .listed(Action::SmsVerify, info, subject_id, Lookup::Attempt);
         let screened = decision::lists(listing, info.client_ip().is_some());
         let address_try = match self.apply(screened, &policy, info).await? {
-            Pass::Exempt => None,
+            // An allow-listed address's tries are not counted against it;
+            // each code's own tries still bound them.
+            Pass::Exempt | Pass::AddressExempt => None,
             // An allow-listed phone's tries count against their address as
             // any other's: its codes come without end.
             Pass::Counted | Pass::AskerCounted => self.verify_try(&policy, info).await?,

@@ -350,6 +350,11 @@ impl Settings {
         limits("sms.global_limits", &sms.global_limits)?;
         limits("sms.verify_ip_limits", &sms.verify_ip_limits)?;
         limits("sms.verify_network_limits", &sms.verify_network_limits)?;
+        server::failure_limit(
+            "sms.failed_delivery_limit",
+            &sms.failed_delivery_limit,
+            "failed deliveries",
+        )?;
         if !(1..=15).contains(&sms.prefix_digits) {
             return Err(SettingsError::invalid(
                 "sms.prefix_digits",

@@ -133,7 +133,11 @@ fn listing(listed: Listed) -> Listing {
             &phone(),
         )
     });
-    Listing { listed, row }
+    Listing {
+        listed,
+        row,
+        subject_allowed_too: false,
+    }
 }
 
 fn row(decision: &str, reason: &str, shadow: bool) -> Row {
@@ -209,7 +213,17 @@ fn an_allow_entry_exempts_and_no_entry_counts() {
         Region::Allowed,
         &phone(),
     );
-    assert_eq!(exempt.settle().answer.unwrap(), Pass::Exempt);
+    assert_eq!(exempt.settle().answer.unwrap(), Pass::AddressExempt);
+    let rig = Listing {
+        subject_allowed_too: true,
+        ..listing(Listed::Allowed(EntryKind::Ip))
+    };
+    let rig = screen(rig, true, Region::Allowed, &phone());
+    assert_eq!(
+        rig.settle().answer.unwrap(),
+        Pass::Exempt,
+        "address and phone"
+    );
     let phone_listed = |names_client| {
         let listing = listing(Listed::Allowed(EntryKind::Phone));
         let screened = screen(listing, names_client, Region::Allowed, &phone());
