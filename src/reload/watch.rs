@@ -11,7 +11,7 @@ use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use notify::event::{AccessKind, AccessMode};
+use notify::event::{AccessKind, AccessMode, ModifyKind};
 use notify::{Event, EventKind, RecommendedWatcher, RecursiveMode, Watcher};
 use parking_lot::RwLock;
 use tokio::sync::Notify;
@@ -117,6 +117,15 @@ impl FileWatch {
                 if kind != AccessKind::Close(AccessMode::Write) {
                     return;
                 }
+            }
+            // A write in place counts once the writer closes the file
+            // (inotify says so): read after a pause mid-write, a valid
+            // prefix would be put in force. Where no close is reported,
+            // the writes themselves wake the reload.
+            if cfg!(target_os = "linux")
+                && matches!(event.kind, EventKind::Modify(ModifyKind::Data(_)))
+            {
+                return;
             }
             let targets = seen.read();
             if event.paths.iter().any(|path| targets.concerns(path)) {

@@ -275,6 +275,41 @@ async fn a_changed_config_file_is_reloaded_without_a_signal_and_a_bad_one_is_not
     assert_eq!(reloads(&server), 2, "{:?}", server.log.lock());
 }
 
+/// A file written in place by a writer that pauses (a slow pipe, an
+/// editor flushing in parts) is read once it is closed, not after the
+/// first quiet moment: a valid prefix (here without `[lists]` and with the
+/// default `lock_after`) would be put in force, and locks it made outlive
+/// the good reload.
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn a_file_written_in_place_is_read_once_it_is_closed() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let file = config(dir.path(), 1, 10);
+    let server = Tollgate::start(&file).await;
+    let client = reqwest::Client::new();
+    assert!(in_force(&server, &client, 1).await);
+
+    let text = config_text(dir.path(), 2, 10, true);
+    let (head, tail) = text.split_at(text.find("[login]").expect("a [login] table"));
+    let mut writer = std::fs::File::create(&file).unwrap();
+    writer.write_all(head.as_bytes()).unwrap();
+    writer.flush().unwrap();
+    // Five times the watch's quiet time, the file open and half written.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(
+        in_force(&server, &client, 1).await,
+        "the half-written file was put in force: {:?}",
+        server.log.lock()
+    );
+    writer.write_all(tail.as_bytes()).unwrap();
+    drop(writer);
+    eventually("the whole new file", Duration::from_secs(10), || async {
+        in_force(&server, &client, 2).await
+    })
+    .await;
+}
+
 /// A mounted Kubernetes ConfigMap: `tollgate.toml` is a link through
 /// `..data`, and an update swaps `..data` to a new directory with a rename;
 /// the file itself is never written.
