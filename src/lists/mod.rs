@@ -6,6 +6,7 @@
 mod entry;
 mod matcher;
 
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -62,6 +63,9 @@ pub struct Lists {
     /// none to read): until then an admin's block entries are not in
     /// force here, and `/readyz` says so.
     read_once: AtomicBool,
+    /// The stored rows no version reads, as the last refresh found them:
+    /// each is warned of when first found, not at every refresh.
+    unreadable: parking_lot::Mutex<HashSet<Option<Uuid>>>,
 }
 
 impl Lists {
@@ -76,6 +80,7 @@ impl Lists {
             matcher: ArcSwap::from_pointee(Matcher::default()),
             refreshing: tokio::sync::Mutex::new(()),
             read_once: AtomicBool::new(nothing_stored),
+            unreadable: parking_lot::Mutex::default(),
         };
         lists.rebuild();
         lists
@@ -112,13 +117,22 @@ impl Lists {
         };
         let _one_at_a_time = self.refreshing.lock().await;
         let (valid, invalid) = in_force(db.all().await?);
-        for entry in invalid {
+        for entry in self.newly_unreadable(&invalid) {
             tracing::warn!(id = ?entry.id, kind = entry.kind.as_str(), value = %entry.value, "stored list entry is of a range no version since the translators' change takes; skipped");
         }
         *self.stored.write() = valid;
         self.rebuild();
         self.read_once.store(true, Ordering::Release);
         Ok(())
+    }
+
+    /// The rows of `invalid` the last refresh did not find: the warning
+    /// is one line a row, not one every `refresh_interval`.
+    fn newly_unreadable<'e>(&self, invalid: &'e [ListEntry]) -> Vec<&'e ListEntry> {
+        let mut seen = self.unreadable.lock();
+        let fresh = invalid.iter().filter(|e| !seen.contains(&e.id)).collect();
+        *seen = invalid.iter().map(|e| e.id).collect();
+        fresh
     }
 
     /// Store an entry (an equal one already stored is answered instead),
@@ -313,6 +327,17 @@ mod tests {
         assert_eq!(told.get(), 2);
         assert!(!listed(&lists));
         assert!(lists.entries().is_empty());
+    }
+
+    #[test]
+    fn an_unreadable_row_is_warned_of_when_first_found() {
+        let lists = Lists::new(Vec::new(), None);
+        let row = stored(EntryKind::Phone, "not a phone");
+        let rows = [row.clone()];
+        assert_eq!(lists.newly_unreadable(&rows).len(), 1);
+        assert!(lists.newly_unreadable(&rows).is_empty(), "not again");
+        assert!(lists.newly_unreadable(&[]).is_empty());
+        assert_eq!(lists.newly_unreadable(&rows).len(), 1, "back again");
     }
 
     #[test]
