@@ -16,18 +16,22 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::Notify;
-
 use crate::delivery::{SetupError, TemplateDirs, TemplateLoadError, Templates, TemplatesCell};
 use crate::guard::{Policy, PolicyCell};
 use crate::lists::Lists;
 use crate::settings::Settings;
 pub use sender::SenderSlot;
-use watch::{fingerprint, FileWatch};
+use watch::{fingerprint, Changes, FileWatch};
 
 /// Changes closer together than this are one reload: an editor's save, or a
 /// ConfigMap's swap, is several file events.
 const SETTLE: Duration = Duration::from_millis(200);
+
+/// How long a file written in place and not closed (as far as the events
+/// tell) stays quiet before it is read: a writer that pauses mid-write
+/// this long is rare, and a setup whose events forward writes but no
+/// close (some shared or virtual file systems) must still reload.
+const UNCLOSED_SETTLE: Duration = Duration::from_secs(5);
 
 /// Why a reload kept everything old.
 #[derive(Debug, thiserror::Error)]
@@ -139,7 +143,7 @@ enum Cause {
 pub struct Reloader {
     file: Option<PathBuf>,
     hangups: Hangups,
-    changed: Arc<Notify>,
+    changed: Arc<Changes>,
     watch: Option<FileWatch>,
     dirs: TemplateDirs,
     /// The settings the service starts with, for what a reload cannot apply.
@@ -155,7 +159,7 @@ impl Reloader {
     /// inotify instance left, say) is logged: SIGHUP still reloads.
     pub fn prepare(file: Option<PathBuf>) -> std::io::Result<Self> {
         let hangups = Hangups::new()?;
-        let changed = Arc::new(Notify::new());
+        let changed = Arc::new(Changes::default());
         let mut watch = FileWatch::new(changed.clone())
             .inspect_err(
                 |e| tracing::warn!(error = %e, "cannot watch for changes; SIGHUP still reloads"),
@@ -184,7 +188,7 @@ impl Reloader {
         if !settings.server.watch_config {
             self.watch = None;
             // Events seen before this are not to reload either.
-            self.changed = Arc::new(Notify::new());
+            self.changed = Arc::new(Changes::default());
         }
         if let Some(watch) = &mut self.watch {
             watch.arm(self.file.as_deref(), &self.dirs);
@@ -210,7 +214,7 @@ impl Reloader {
             loop {
                 let cause = tokio::select! {
                     () = hangups.next() => Cause::Hangup,
-                    () = settled(&changed) => Cause::FileChanged,
+                    () = settled(&changed, SETTLE, UNCLOSED_SETTLE) => Cause::FileChanged,
                 };
                 // Watch again first: a directory replaced whole (a deploy's
                 // rename, a swapped link) is not the one watched any more,
@@ -261,13 +265,23 @@ impl Reloader {
     }
 }
 
-/// The first change, then quiet for `SETTLE`.
-async fn settled(changed: &Notify) {
-    changed.notified().await;
-    while tokio::time::timeout(SETTLE, changed.notified())
-        .await
-        .is_ok()
-    {}
+/// The first change, then quiet for `settle`, or for `unclosed_settle`
+/// while the last event was a write its writer has not closed.
+async fn settled(changed: &Changes, settle: Duration, unclosed_settle: Duration) {
+    changed.wake.notified().await;
+    loop {
+        let quiet = if changed.unclosed() {
+            unclosed_settle
+        } else {
+            settle
+        };
+        if tokio::time::timeout(quiet, changed.wake.notified())
+            .await
+            .is_err()
+        {
+            return;
+        }
+    }
 }
 
 /// SIGHUPs, where there are signals.
@@ -290,5 +304,29 @@ impl Hangups {
             return;
         }
         std::future::pending::<()>().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Instant;
+
+    const SHORT: Duration = Duration::from_millis(20);
+    const LONG: Duration = Duration::from_millis(400);
+
+    #[tokio::test]
+    async fn a_write_not_closed_waits_longer_for_quiet_and_a_close_does_not() {
+        let changes = Changes::default();
+        changes.saw(true);
+        let started = Instant::now();
+        settled(&changes, SHORT, LONG).await;
+        assert!(started.elapsed() >= LONG, "{:?}", started.elapsed());
+
+        changes.saw(true);
+        changes.saw(false);
+        let started = Instant::now();
+        settled(&changes, SHORT, LONG).await;
+        assert!(started.elapsed() < LONG, "{:?}", started.elapsed());
     }
 }

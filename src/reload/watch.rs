@@ -9,6 +9,7 @@
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use notify::event::{AccessKind, AccessMode, ModifyKind};
@@ -89,6 +90,28 @@ fn same_dir(a: &Path, b: &Path) -> bool {
         }
 }
 
+/// What the watch tells the reload task: that something changed, and
+/// whether the last change was a write in place not yet closed.
+#[derive(Debug, Default)]
+pub(super) struct Changes {
+    /// Woken on every event that concerns the targets.
+    pub(super) wake: Notify,
+    unclosed: AtomicBool,
+}
+
+impl Changes {
+    /// Whether the last event was a write in place whose writer has not
+    /// closed the file since.
+    pub(super) fn unclosed(&self) -> bool {
+        self.unclosed.load(Ordering::Relaxed)
+    }
+
+    pub(super) fn saw(&self, unclosed_write: bool) {
+        self.unclosed.store(unclosed_write, Ordering::Relaxed);
+        self.wake.notify_one();
+    }
+}
+
 /// The OS watch (inotify on Linux) on the config's directory and the
 /// templates directories.
 pub(super) struct FileWatch {
@@ -100,7 +123,7 @@ pub(super) struct FileWatch {
 impl FileWatch {
     /// A watch that wakes `changed` on every event that concerns its targets;
     /// it watches nothing until [`FileWatch::arm`].
-    pub(super) fn new(changed: Arc<Notify>) -> notify::Result<Self> {
+    pub(super) fn new(changed: Arc<Changes>) -> notify::Result<Self> {
         let targets = Arc::new(RwLock::new(Targets::default()));
         let seen = targets.clone();
         let watcher = notify::recommended_watcher(move |event: notify::Result<Event>| {
@@ -108,7 +131,7 @@ impl FileWatch {
             let event = match event {
                 Ok(event) if !event.need_rescan() => event,
                 _ => {
-                    changed.notify_one();
+                    changed.saw(false);
                     return;
                 }
             };
@@ -120,16 +143,15 @@ impl FileWatch {
             }
             // A write in place counts once the writer closes the file
             // (inotify says so): read after a pause mid-write, a valid
-            // prefix would be put in force. Where no close is reported,
-            // the writes themselves wake the reload.
-            if cfg!(target_os = "linux")
-                && matches!(event.kind, EventKind::Modify(ModifyKind::Data(_)))
-            {
-                return;
-            }
+            // prefix would be put in force. So a write alone waits longer
+            // for quiet (`UNCLOSED_SETTLE`), for a setup whose events
+            // carry writes but no close; where no close is ever reported
+            // (not Linux), the writes wake the reload as any change.
+            let unclosed = cfg!(target_os = "linux")
+                && matches!(event.kind, EventKind::Modify(ModifyKind::Data(_)));
             let targets = seen.read();
             if event.paths.iter().any(|path| targets.concerns(path)) {
-                changed.notify_one();
+                changed.saw(unclosed);
             }
         })?;
         Ok(Self {
