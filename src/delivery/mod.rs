@@ -43,10 +43,19 @@ pub struct SmsMessage {
 /// Why an SMS was not delivered.
 #[derive(Debug, thiserror::Error)]
 pub enum DeliveryError {
-    /// The provider answered with an error status (the text names the
-    /// provider and the status, never the phone).
+    /// The provider answered with an error status that is its own or the
+    /// account's (a wrong token or sender, its throttling, its outage): no
+    /// fault of this request's, and every send meets it alike. The text
+    /// names the provider and the status, never the phone.
     #[error("{0}")]
     Rejected(String),
+    /// The provider would not take this request, for a reason the request
+    /// carries and a retry meets again, though the number itself is not
+    /// refused: the account may not text its region (Twilio's 21408,
+    /// 21612), a webhook's 400 or 404. The caller picks the number, so
+    /// such failures are budgeted per address (`sms.failed_delivery_limit`).
+    #[error("{0}")]
+    Declined(String),
     /// The provider refused to text this number, as it will each time it
     /// is asked (an invalid number, not a mobile, opted out): the text names
     /// the provider, the status and its error code, never the phone.
@@ -65,6 +74,31 @@ pub enum DeliveryError {
     Template(#[from] TemplateError),
 }
 
+/// Whose fault a provider's error answer is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Blame {
+    /// The number's: the provider will never text it (`Refused`).
+    Number,
+    /// The request's: this number, not the provider's state (`Declined`).
+    Request,
+    /// The provider's or the account's (`Rejected`).
+    Provider,
+}
+
+impl Blame {
+    /// What an HTTP status alone says, for a provider that says no more:
+    /// a 4xx is the request's, but for those about credentials (401, 403,
+    /// 407), time (408) and throttling (429), which every send meets alike.
+    fn of_status(status: reqwest::StatusCode) -> Self {
+        let provider_side = [401, 403, 407, 408, 429];
+        if status.is_client_error() && !provider_side.contains(&status.as_u16()) {
+            Blame::Request
+        } else {
+            Blame::Provider
+        }
+    }
+}
+
 impl DeliveryError {
     /// Whether the message may have reached the phone although the call
     /// failed: the provider was sent it and did not answer in time. A late
@@ -80,13 +114,22 @@ impl DeliveryError {
         matches!(self, DeliveryError::Refused(_))
     }
 
-    /// A provider's error answer, `text` naming the provider and the status:
-    /// `Refused` when the provider's word says it refused the number.
-    fn answered(refused_the_number: bool, text: String) -> Self {
-        if refused_the_number {
-            DeliveryError::Refused(text)
-        } else {
-            DeliveryError::Rejected(text)
+    /// Whether the request picked this failure, and another number might
+    /// pass: an address may cost only so many (`Declined`). A refused
+    /// number counts in the address's windows at once; an outage, a
+    /// wrong set-up or the provider's throttling is no one's pick, and
+    /// costs no user anything.
+    pub fn the_requests_own(&self) -> bool {
+        matches!(self, DeliveryError::Declined(_))
+    }
+
+    /// A provider's error answer, `text` naming the provider and the status,
+    /// as `blame` reads it.
+    fn answered(blame: Blame, text: String) -> Self {
+        match blame {
+            Blame::Number => DeliveryError::Refused(text),
+            Blame::Request => DeliveryError::Declined(text),
+            Blame::Provider => DeliveryError::Rejected(text),
         }
     }
 

@@ -7,7 +7,7 @@ use reqwest::header::HeaderMap;
 use reqwest::StatusCode;
 use serde::Deserialize;
 
-use super::{http_client, DeliveryError, SetupError, SmsMessage, SmsSender};
+use super::{http_client, Blame, DeliveryError, SetupError, SmsMessage, SmsSender};
 use crate::settings::SmsProviderSettings;
 
 /// Used when `sms.provider.url` is empty.
@@ -87,17 +87,28 @@ impl SmsSender for TwilioSender {
 /// account's set-up, which a misconfiguration must not charge to users.
 const NUMBER_REFUSED: [u64; 6] = [21211, 21214, 21217, 21268, 21610, 21614];
 
+/// Twilio's error codes for a `To` number this account may not text now,
+/// answered with a 400: its region is not enabled (21408), this sender
+/// cannot reach it (21612). The caller picks the number, so each address
+/// has a budget of them; they are not the number's fault.
+const NUMBER_DECLINED: [u64; 2] = [21408, 21612];
+
 /// What Twilio's error answer means. Only the codes of `NUMBER_REFUSED`
-/// refuse the number: any other (a wrong account, token or `From`, its
+/// refuse the number, and only those of `NUMBER_DECLINED` are the
+/// request's own: any other (a wrong account, token or `From`, its
 /// throttling, its outage) is a failure a retry may mend, and so is a code
 /// Twilio adds later, until it is listed here.
 fn failure(status: StatusCode, code: Option<u64>) -> DeliveryError {
     let Some(code) = code else {
         return DeliveryError::Rejected(format!("twilio answered {status}"));
     };
-    let refused = status == StatusCode::BAD_REQUEST && NUMBER_REFUSED.contains(&code);
+    let blame = match status {
+        StatusCode::BAD_REQUEST if NUMBER_REFUSED.contains(&code) => Blame::Number,
+        StatusCode::BAD_REQUEST if NUMBER_DECLINED.contains(&code) => Blame::Request,
+        _ => Blame::Provider,
+    };
     DeliveryError::answered(
-        refused,
+        blame,
         format!("twilio answered {status}, error code {code}"),
     )
 }
@@ -124,6 +135,27 @@ mod tests {
         for (status, code) in failures {
             assert!(
                 !failure(status, code).refused_the_number(),
+                "{status} {code:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn only_a_region_or_route_the_account_lacks_is_the_requests_own() {
+        for code in NUMBER_DECLINED {
+            assert!(failure(StatusCode::BAD_REQUEST, Some(code)).the_requests_own());
+        }
+        let failures = [
+            (StatusCode::BAD_REQUEST, Some(21211)), // refused, not declined
+            (StatusCode::BAD_REQUEST, Some(21606)), // the account's `From`
+            (StatusCode::BAD_REQUEST, None),
+            (StatusCode::UNAUTHORIZED, Some(20003)),
+            (StatusCode::TOO_MANY_REQUESTS, Some(20429)),
+            (StatusCode::SERVICE_UNAVAILABLE, Some(21408)),
+        ];
+        for (status, code) in failures {
+            assert!(
+                !failure(status, code).the_requests_own(),
                 "{status} {code:?}"
             );
         }

@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use reqwest::StatusCode;
 use serde::Serialize;
 
-use super::{http_client, DeliveryError, SetupError, SmsMessage, SmsSender};
+use super::{http_client, Blame, DeliveryError, SetupError, SmsMessage, SmsSender};
 use crate::settings::SmsProviderSettings;
 
 /// POSTs each message as JSON to `sms.provider.url`.
@@ -63,13 +63,19 @@ impl SmsSender for WebhookSender {
 
 /// What a webhook's error status means: a 422 refuses the number
 /// (docs/delivery.md asks gateways to answer so for a message they will
-/// never deliver); anything else is a failure a retry may mend. Not a 400:
-/// proxies, auth layers and gateways answer it for their own faults (a
-/// plain-HTTP request to a TLS port, a header too large), and each of those
-/// would count against the user's address.
+/// never deliver). Not a 400: proxies, auth layers and gateways answer it
+/// for their own faults (a plain-HTTP request to a TLS port, a header too
+/// large), and each of those would count against the user's address at
+/// once. A 400 or another 4xx about the request is declined, counted in
+/// the address's budget of failures (`Blame::of_status`); anything else
+/// is a failure a retry may mend.
 fn failure(status: StatusCode) -> DeliveryError {
-    let refused = status == StatusCode::UNPROCESSABLE_ENTITY;
-    DeliveryError::answered(refused, format!("webhook answered {status}"))
+    let blame = if status == StatusCode::UNPROCESSABLE_ENTITY {
+        Blame::Number
+    } else {
+        Blame::of_status(status)
+    };
+    DeliveryError::answered(blame, format!("webhook answered {status}"))
 }
 
 #[cfg(test)]
@@ -82,6 +88,18 @@ mod tests {
         for status in [302, 400, 401, 403, 404, 408, 409, 429, 500, 502, 503] {
             let error = failure(StatusCode::from_u16(status).unwrap());
             assert!(!error.refused_the_number(), "{status}");
+        }
+    }
+
+    #[test]
+    fn a_4xx_about_the_request_is_its_own_and_the_rest_no_ones() {
+        for status in [400, 404, 409, 413] {
+            let error = failure(StatusCode::from_u16(status).unwrap());
+            assert!(error.the_requests_own(), "{status}");
+        }
+        for status in [302, 401, 403, 407, 408, 422, 429, 500, 502, 503] {
+            let error = failure(StatusCode::from_u16(status).unwrap());
+            assert!(!error.the_requests_own(), "{status}");
         }
     }
 }

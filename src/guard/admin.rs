@@ -388,6 +388,8 @@ impl SubjectAdmin {
         if subject.kind == SubjectKind::Ip {
             // Its refused captcha tokens (`captcha.failed_token_limit`).
             doomed.push(keys.window(subject.kind.as_str(), &subject.id, captcha_tokens::REFUSED));
+        }
+        if subject.kind.is_callers_own() {
             // Its failed deliveries (`sms.failed_delivery_limit`).
             doomed.push(keys.window(
                 subject.kind.as_str(),

@@ -112,7 +112,8 @@ struct Listing {
     /// `blocklisted` for the entry that matched, on an attempt's block.
     row: Option<AuditEvent>,
     /// With an allow-listed address: whether the phone or user is on the
-    /// allow list too (the address is matched first).
+    /// allow list too, by its own entry, not a prefix (the address is
+    /// matched first).
     subject_allowed_too: bool,
 }
 
@@ -156,14 +157,13 @@ impl GuardContext {
         };
         let matcher = self.lists.current();
         let listed = matcher.check(request);
+        // Only an exact entry: a prefix's whole range would be past every
+        // window for whoever names the listed address.
         let subject_allowed_too = listed == Listed::Allowed(EntryKind::Ip)
-            && matches!(
-                matcher.check(ListRequest {
-                    ip: None,
-                    ..request
-                }),
-                Listed::Allowed(_)
-            );
+            && matcher.allows_exactly(ListRequest {
+                ip: None,
+                ..request
+            });
         let row = match listed {
             Listed::No => None,
             Listed::Allowed(kind) => {

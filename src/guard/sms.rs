@@ -99,12 +99,15 @@ impl SmsGuard {
         }
     }
 
-    /// How a code names the client that asks for it or tries it: its IP
+    /// How a code names the address that asks for it or tries it: its IP
     /// subject's id as `Keys::code_asker` keeps it; `""` without an IP.
     /// A send and a verify must name one address alike, or the asker would
-    /// be a stranger to its own code.
+    /// be a stranger to its own code. A backend that names no client is
+    /// its codes' asker (`info.ip`, not `client_ip`): with no asker, every
+    /// try would count in the strangers' share, and five wrong tries from
+    /// anyone would refuse the backend's own verify of the user's code.
     fn code_client(&self, info: &RequestInfo) -> String {
-        info.client_ip()
+        info.ip
             .map(|ip| self.ctx.keys.code_asker(ip.subject_id()))
             .unwrap_or_default()
     }

@@ -111,6 +111,19 @@ impl Matcher {
         matcher
     }
 
+    /// Whether the allow list names `request`'s phone or user itself, not
+    /// by a prefix: an allow-listed address asking for it is a test rig
+    /// and its own phone, past every window. A prefix entry (`+86138*`)
+    /// would pass a whole range's numbers so.
+    pub fn allows_exactly(&self, request: Request<'_>) -> bool {
+        request
+            .phone
+            .is_some_and(|phone| self.allow.phones.contains(phone))
+            || request
+                .user
+                .is_some_and(|user| self.allow.users.contains(user))
+    }
+
     /// What the lists say of `request`; the block list is asked first.
     pub fn check(&self, request: Request<'_>) -> Listed {
         if self.allow.is_empty() && self.block.is_empty() {
@@ -178,5 +191,31 @@ mod tests {
             Listed::Allowed(EntryKind::User)
         );
         assert_eq!(Matcher::default().check(Request::default()), Listed::No);
+    }
+
+    #[test]
+    fn only_an_entry_of_its_own_allows_a_phone_exactly() {
+        let entries = [
+            entry(ListName::Allow, EntryKind::Phone, "+86138*"),
+            entry(ListName::Allow, EntryKind::Phone, "+8613900139000"),
+            entry(ListName::Allow, EntryKind::User, "Ops"),
+        ];
+        let m = Matcher::new(&entries);
+        let phone = |p| Request {
+            phone: Some(p),
+            ..Request::default()
+        };
+        assert_eq!(
+            m.check(phone("+8613800138000")),
+            Listed::Allowed(EntryKind::Phone)
+        );
+        assert!(!m.allows_exactly(phone("+8613800138000")), "a prefix's");
+        assert!(m.allows_exactly(phone("+8613900139000")));
+        let user = Request {
+            user: Some("ops"),
+            ..Request::default()
+        };
+        assert!(m.allows_exactly(user));
+        assert!(!m.allows_exactly(Request::default()));
     }
 }

@@ -479,15 +479,19 @@ pub enum SmsDelivery {
     Failed,
     /// No answer in time: the send counts, as the SMS may arrive.
     TimedOut,
+    /// A failure the request picked (`DeliveryError::Declined`) past its
+    /// address's budget (`sms.failed_delivery_limit`): the send counts.
+    OverBudget,
 }
 
 impl SmsDelivery {
     /// Every outcome, each at its `as usize` index.
-    const ALL: [SmsDelivery; 4] = [
+    const ALL: [SmsDelivery; 5] = [
         SmsDelivery::Delivered,
         SmsDelivery::RefusedNumber,
         SmsDelivery::Failed,
         SmsDelivery::TimedOut,
+        SmsDelivery::OverBudget,
     ];
 
     /// The `outcome` label's value.
@@ -497,6 +501,7 @@ impl SmsDelivery {
             SmsDelivery::RefusedNumber => "refused_number",
             SmsDelivery::Failed => "failed",
             SmsDelivery::TimedOut => "timed_out",
+            SmsDelivery::OverBudget => "over_budget",
         }
     }
 }

@@ -15,6 +15,7 @@ use crate::{on_both_backends, on_both_databases};
 on_both_backends!(
     an_allow_listed_ip_is_past_every_limit,
     an_allow_listed_phone_is_past_its_own_windows_not_its_askers,
+    an_allow_listed_address_past_its_failure_budget_pays_as_if_delivered,
     block_entries_are_refused_with_403_and_audited,
     the_block_list_wins_over_the_allow_list,
     in_shadow_mode_a_block_is_audited_not_enforced,
@@ -62,7 +63,7 @@ async fn an_allow_listed_ip_is_past_every_limit(backend: Backend) {
     let app = spawn_app(backend, |s| {
         strict(s);
         s.lists.allow_ips = vec!["203.0.113.0/24".parse().unwrap()];
-        s.lists.allow_phones = vec![QA_PHONE.into()];
+        s.lists.allow_phones = vec![QA_PHONE.into(), "+86137*".into()];
     })
     .await;
     let exempted = r#"tollgate_list_matches_total{list="allow",kind="ip",action="sms_send"}"#;
@@ -88,7 +89,13 @@ async fn an_allow_listed_ip_is_past_every_limit(backend: Backend) {
         assert_eq!(answer.status, 200, "the rig's phone {i}: {}", answer.body);
         assert_eq!(answer.body["resend_after_secs"], 0);
     }
-    assert_eq!(app.metric(exempted).await - before, 11.0);
+    // A prefix entry is no rig's phone: its numbers keep their windows.
+    let ranged = "+8613700137000";
+    assert_eq!(send(&app, ranged, ALLOWED_IP).await.status, 200);
+    let again = send(&app, ranged, ALLOWED_IP).await;
+    assert_eq!(again.status, 429, "a prefix's phone: {}", again.body);
+    assert_eq!(again.body["rule"], "phone 1/1h");
+    assert_eq!(app.metric(exempted).await - before, 13.0);
     drop(counting);
     // The code of the last send is the one that verifies: codes still work.
     assert_eq!(send(&app, "+8613900139000", OTHER_IP).await.status, 200);
@@ -115,6 +122,36 @@ async fn an_allow_listed_ip_is_past_every_limit(backend: Backend) {
     // Nothing was counted for alice: from elsewhere she starts from zero.
     assert_eq!(fail(&app, "alice", OTHER_IP).await.body["failures"], 1);
     assert!(app.audit_events().iter().all(|e| e.subject != "alice"));
+}
+
+/// An allow-listed address counts in no address window, so past its
+/// budget of declined deliveries such a send keeps every other window,
+/// as a delivered one would: else whoever names the address could have
+/// the provider called for one number without end.
+async fn an_allow_listed_address_past_its_failure_budget_pays_as_if_delivered(backend: Backend) {
+    let app = spawn_app(backend, |s| {
+        strict(s);
+        s.lists.allow_ips = vec!["203.0.113.0/24".parse().unwrap()];
+        s.sms.failed_delivery_limit = limits(&[(1, 3_600_000)]).remove(0);
+    })
+    .await;
+    app.sms.decline(true);
+    for i in 0..2 {
+        let failed = send(&app, PHONE, ALLOWED_IP).await;
+        assert_eq!(
+            failed.error(),
+            "delivery_failed",
+            "send {i}: {}",
+            failed.body
+        );
+    }
+    let refused = send(&app, PHONE, ALLOWED_IP).await;
+    assert_eq!(
+        (refused.status.as_u16(), refused.body["rule"].as_str()),
+        (429, Some("phone 1/1h")),
+        "one given back, the next kept by the phone's window: {}",
+        refused.body
+    );
 }
 
 /// An allow-listed phone is past its own window (1/1h here), its prefix's,

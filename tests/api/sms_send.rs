@@ -25,6 +25,8 @@ on_both_backends!(
     a_failed_delivery_gives_the_reservation_back,
     a_failed_delivery_deletes_its_own_code_not_one_a_racing_send_put,
     failed_deliveries_past_the_address_budget_count_in_its_windows,
+    an_outage_costs_no_address_its_budget,
+    the_64s_of_one_network_share_one_failure_budget,
     shadow_mode_lets_everything_through_and_audits_what_it_would_refuse,
     the_64s_of_one_network_share_its_captcha_tier,
     a_network_window_refuses_every_64_of_the_network,
@@ -320,12 +322,12 @@ async fn a_failed_delivery_gives_the_reservation_back(backend: Backend) {
     assert_eq!(verified.body, json!({ "valid": true }));
 }
 
-/// A failure a retry may mend (here the stand-in provider's error, as a
-/// Twilio 21408 for a number the account may not text, which the caller
-/// picks) is given back whole `sms.failed_delivery_limit` times an
+/// A failure the caller picks (a Twilio 21408 for a number the account
+/// may not text) is given back whole `sms.failed_delivery_limit` times an
 /// address; past that each one counts in the address's windows, which
 /// then refuse it: one address cannot make a provider call per request
-/// without end. The phones' windows are given back all the same.
+/// without end. The phones' windows are given back all the same, and an
+/// admin's unblock of the address gives it its budget back.
 async fn failed_deliveries_past_the_address_budget_count_in_its_windows(backend: Backend) {
     let app = spawn_app(backend, |s| {
         s.sms.ip_limits = limits(&[(3, 3_600_000)]);
@@ -334,10 +336,113 @@ async fn failed_deliveries_past_the_address_budget_count_in_its_windows(backend:
     .await;
     let attacker = "203.0.113.66";
     let phone = |i: usize| format!("+86138001382{i:02}");
+    // Declined sends until the first refused one: how many reached the provider.
+    let declined_until_refused = |from: &'static str| {
+        let app = &app;
+        async move {
+            for i in 0..10 {
+                let answer = app.sms_send(json!({ "phone": phone(i), "ip": from })).await;
+                if answer.status == 429 {
+                    assert_eq!(answer.body["rule"], "ip 3/1h", "{}", answer.body);
+                    return i;
+                }
+                assert_eq!(
+                    answer.error(),
+                    "delivery_failed",
+                    "send {i}: {}",
+                    answer.body
+                );
+            }
+            panic!("ten declined sends from {from}, none refused");
+        }
+    };
+    let over_budget = r#"tollgate_sms_deliveries_total{outcome="over_budget"}"#;
+    let before = app.metric(over_budget).await;
+    app.sms.decline(true);
+    assert_eq!(
+        declined_until_refused(attacker).await,
+        5,
+        "two given back, three counted"
+    );
+    // Other tests count in the process's series too, never down.
+    assert!(app.metric(over_budget).await - before >= 3.0);
+    let unblocked = app
+        .admin_post(&format!("/admin/api/subjects/ip/{attacker}/unblock"))
+        .await;
+    assert_eq!(unblocked.status, 200, "{}", unblocked.body);
+    assert_eq!(
+        declined_until_refused(attacker).await,
+        5,
+        "the budget is back whole"
+    );
+    // Another address starts from nothing, and the phones owe nothing.
+    app.sms.decline(false);
+    let user = app
+        .sms_send(json!({ "phone": phone(4), "ip": "198.51.100.7" }))
+        .await;
+    assert_eq!(user.status, 200, "{}", user.body);
+}
+
+/// The provider's outage is no one's pick: however many sends it fails
+/// from one address (behind it, a NAT's many users), each is given back
+/// whole and spends no budget.
+async fn an_outage_costs_no_address_its_budget(backend: Backend) {
+    let app = spawn_app(backend, |s| {
+        s.sms.ip_limits = limits(&[(3, 3_600_000)]);
+        s.sms.failed_delivery_limit = limits(&[(2, 3_600_000)]).remove(0);
+    })
+    .await;
+    let nat = "203.0.113.67";
     app.sms.fail(true);
-    for i in 0..5 {
+    for i in 0..8 {
         let failed = app
-            .sms_send(json!({ "phone": phone(i), "ip": attacker }))
+            .sms_send(json!({ "phone": format!("+86138001383{i:02}"), "ip": nat }))
+            .await;
+        assert_eq!(
+            failed.error(),
+            "delivery_failed",
+            "send {i}: {}",
+            failed.body
+        );
+    }
+    // The budget is whole: two declined sends are given back whole...
+    app.sms.fail(false);
+    app.sms.decline(true);
+    for i in 0..2 {
+        let declined = app
+            .sms_send(json!({ "phone": format!("+86138001384{i:02}"), "ip": nat }))
+            .await;
+        assert_eq!(declined.error(), "delivery_failed", "{}", declined.body);
+    }
+    // ...and the NAT's windows too: its 3/1h passes three.
+    app.sms.decline(false);
+    for i in 0..3 {
+        let sent = app
+            .sms_send(json!({ "phone": format!("+86138001385{i:02}"), "ip": nat }))
+            .await;
+        assert_eq!(sent.status, 200, "send {i}: {}", sent.body);
+    }
+}
+
+/// An IPv6 network has one budget for all its /64s: else one /48 would
+/// have 65,536 of them. Past it, each /64's declined sends count in its
+/// windows at once.
+async fn the_64s_of_one_network_share_one_failure_budget(backend: Backend) {
+    let app = spawn_app(backend, |s| {
+        s.sms.ip_limits = limits(&[(3, 3_600_000)]);
+        s.sms.failed_delivery_limit = limits(&[(2, 3_600_000)]).remove(0);
+    })
+    .await;
+    app.sms.decline(true);
+    let phone = |i: usize| format!("+86138001385{i:02}");
+    for (i, ip) in ["2001:db8:7:1::1", "2001:db8:7:1::2"].iter().enumerate() {
+        let failed = app.sms_send(json!({ "phone": phone(i), "ip": ip })).await;
+        assert_eq!(failed.error(), "delivery_failed", "{}", failed.body);
+    }
+    let other_64 = "2001:db8:7:2::1";
+    for i in 2..5 {
+        let failed = app
+            .sms_send(json!({ "phone": phone(i), "ip": other_64 }))
             .await;
         assert_eq!(
             failed.error(),
@@ -347,21 +452,14 @@ async fn failed_deliveries_past_the_address_budget_count_in_its_windows(backend:
         );
     }
     let refused = app
-        .sms_send(json!({ "phone": phone(5), "ip": attacker }))
+        .sms_send(json!({ "phone": phone(5), "ip": other_64 }))
         .await;
     assert_eq!(
-        (refused.status.as_u16(), refused.error()),
-        (429, "rate_limited"),
-        "two given back, three counted: {}",
+        (refused.status.as_u16(), refused.body["rule"].as_str()),
+        (429, Some("ip 3/1h")),
+        "the /48's budget was spent, each failure counted: {}",
         refused.body
     );
-    assert_eq!(refused.body["rule"], "ip 3/1h");
-    // Another address starts from nothing, and the phones owe nothing.
-    app.sms.fail(false);
-    let user = app
-        .sms_send(json!({ "phone": phone(4), "ip": "198.51.100.7" }))
-        .await;
-    assert_eq!(user.status, 200, "{}", user.body);
 }
 
 async fn a_failed_delivery_deletes_its_own_code_not_one_a_racing_send_put(backend: Backend) {

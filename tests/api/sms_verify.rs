@@ -22,7 +22,7 @@ on_both_backends!(
     a_right_code_gives_its_try_back,
     the_64s_of_one_network_share_its_failed_tries,
     strangers_cannot_burn_the_code_of_the_address_that_asked_for_it,
-    a_code_sent_naming_no_client_has_no_asker_of_its_own,
+    strangers_cannot_burn_a_code_the_backend_asked_for_naming_no_client,
 );
 
 fn wrong(code: &str) -> String {
@@ -203,10 +203,10 @@ async fn strangers_cannot_burn_the_code_of_the_address_that_asked_for_it(backend
     }
 }
 
-/// A backend that sends naming no client is not its code's asker: else
-/// its own tries without `ip` would be the asker's five on top of
-/// everyone else's five, ten guesses at one code.
-async fn a_code_sent_naming_no_client_has_no_asker_of_its_own(backend: Backend) {
+/// A backend that sends naming no client is its code's asker: strangers
+/// who use up their share cannot refuse its own tries at the user's code,
+/// as they cannot an asking client's.
+async fn strangers_cannot_burn_a_code_the_backend_asked_for_naming_no_client(backend: Backend) {
     let app = spawn_app(backend, |_| {}).await;
     let phone = "+8613800138012";
     let sent = app.sms_send(json!({ "phone": phone })).await;
@@ -221,14 +221,18 @@ async fn a_code_sent_naming_no_client_has_no_asker_of_its_own(backend: Backend) 
             json!({ "valid": false, "attempts_left": left })
         );
     }
-    let unnamed = app
-        .sms_verify(json!({ "phone": phone, "code": wrong(&code) }))
+    let stranger = app
+        .sms_verify(json!({ "phone": phone, "code": code, "ip": "198.51.100.9" }))
         .await;
     assert_eq!(
-        unnamed.status, 429,
-        "no sixth guess for the backend's own address: {}",
-        unnamed.body
+        stranger.status, 429,
+        "the strangers' share is used up: {}",
+        stranger.body
     );
+    let own = app
+        .sms_verify(json!({ "phone": phone, "code": code }))
+        .await;
+    assert_eq!(own.body, json!({ "valid": true }), "the backend's own try");
 }
 
 /// Every answer of one phone, from its first wrong try to the first refused

@@ -56,14 +56,15 @@ pub(super) enum GiveBack {
     Whole,
     /// All but its client address's windows (the IP's and the IPv6
     /// network's), which go on counting it: the provider refused to text the
-    /// number. Given back whole, such a send could be repeated without end,
+    /// number, or declined it past the address's budget. Given back whole, such a send could be repeated without end,
     /// each a provider call no window saw.
     AllButTheAddress,
     /// Its pumping count alone: the message may have gone (no answer in time).
     PumpingCount,
-    /// Its pumping count and its code, not one window: a failure past the
-    /// address's budget (`failed_deliveries`) on a send that counts in no
-    /// address window (an allow-listed address's).
+    /// Its pumping count and its code, not one window: a declined failure
+    /// past the address's budget (`failed_deliveries`) on a send that
+    /// counts in no address window (an allow-listed address's), which so
+    /// costs what a delivered send would.
     CodeAndPumpingCount,
 }
 
@@ -74,7 +75,7 @@ impl GiveBack {
             GiveBack::Whole => SmsDelivery::Failed,
             GiveBack::AllButTheAddress => SmsDelivery::RefusedNumber,
             GiveBack::PumpingCount => SmsDelivery::TimedOut,
-            GiveBack::CodeAndPumpingCount => SmsDelivery::Failed,
+            GiveBack::CodeAndPumpingCount => SmsDelivery::OverBudget,
         }
     }
 

@@ -1,20 +1,24 @@
-//! A budget on the failed deliveries one address can cost. A send whose
-//! delivery failed for a reason a retry may mend (the provider's outage or
-//! throttling, tollgate's set-up) is given back whole, so that an outage
-//! costs no user their windows. But some such failures are the caller's
-//! pick: a number in a region the account may not text (Twilio's 21408),
-//! a number a webhook answers 400 or 404 for. Given back whole each time,
-//! one address could make a provider call per request without end, and
-//! enough of them would push the account into the provider's own
-//! throttling, failing every real user's send.
+//! A budget on the failed deliveries one address can pick. A send whose
+//! delivery failed for a reason a retry may mend is given back whole, so
+//! that an outage costs no user their windows. But some failures are the
+//! caller's pick, though the number is not refused for good
+//! (`DeliveryError::Declined`): a number in a region the account may not
+//! text (Twilio's 21408), a number a webhook answers 400 or 404 for. Given
+//! back whole each time, one address could make a provider call per
+//! request without end, and enough of them would push the account into the
+//! provider's own throttling, failing every real user's send.
 //!
-//! So each client address (IPv6 per /64) has `sms.failed_delivery_limit`
-//! failures given back whole (5 an hour by default), counted in the
-//! store's own window `tg:{ip:…}:sms_failed`; past it, a failed send keeps
+//! So each client address (IPv6 per /64), and each IPv6 network
+//! (`sms.network_bits`; one /48 holds 65,536 /64s), has
+//! `sms.failed_delivery_limit` such failures given back whole (5 an hour
+//! by default), counted in the store's own windows `tg:{ip:…}:sms_failed`
+//! and `tg:{network:…}:sms_failed`; past either, a declined send keeps
 //! counting in the address's windows (`sms.ip_limits`, the network's), as
-//! a number the provider refused does, and those bound it. A send that
-//! names no client has no address to count and is given back whole, as
-//! every per-address limit leaves it.
+//! a number the provider refused does, and those bound it. The provider's
+//! outage, throttling or a wrong set-up is no one's pick: it is given back
+//! whole and spends no budget, or every user behind one NAT would pay for
+//! it. A send that names no client has no address to count and is given
+//! back whole, as every per-address limit leaves it.
 
 use super::decision::GiveBack;
 use super::SmsGuard;
@@ -22,17 +26,20 @@ use crate::domain::{ClientIp, SubjectKind};
 use crate::guard::{event_member, Policy};
 use crate::store::{HitRequest, HitVerdict, WindowSpec};
 
-/// The failed deliveries' window under the IP subject.
+/// The failed deliveries' window under the IP and network subjects.
 pub const FAILED: &str = "sms_failed";
 
 impl SmsGuard {
-    /// What a failed send from `ip` gives back, `give_back` being what its
-    /// failure alone says: a whole give-back is counted in the address's
-    /// budget, and past it the address's windows keep the send (every
-    /// window, for a send `address_counted` false: an allow-listed
-    /// address's, which no address window counts). Without
-    /// the store's answer the send is not given back whole: an outage of
-    /// the store must not lift the bound.
+    /// What a declined send from `ip` gives back, `give_back` being what
+    /// its failure alone says: a whole give-back is counted in the
+    /// address's budget and its network's, and past either the address's
+    /// windows keep the send (every window, for a send `address_counted`
+    /// false: an allow-listed address's, which no address window counts;
+    /// so it costs what a delivered send would). Without the store's
+    /// answer the send is not given back whole: an outage of the store
+    /// must not lift the bound (a store that fails open,
+    /// `store.on_error = "allow"`, answers allowed, and counts nothing
+    /// then, as it chose).
     pub(super) async fn within_failure_budget(
         &self,
         policy: &Policy,
@@ -43,13 +50,28 @@ impl SmsGuard {
         let (GiveBack::Whole, Some(ip)) = (give_back, ip) else {
             return give_back;
         };
+        let network = ip.network_id(policy.sms.settings.network_bits);
+        let budgets = [
+            Some((SubjectKind::Ip, ip.subject_id())),
+            network.map(|id| (SubjectKind::Network, id)),
+        ];
+        for (kind, id) in budgets.into_iter().flatten() {
+            if !self.spend_budget(policy, kind, &id).await {
+                return give_back.past_the_budget(address_counted);
+            }
+        }
+        GiveBack::Whole
+    }
+
+    /// Count one declined send in the budget of subject `(kind, id)`:
+    /// whether it had room (false when the store could not tell).
+    async fn spend_budget(&self, policy: &Policy, kind: SubjectKind, id: &str) -> bool {
         let budget = &policy.sms.settings.failed_delivery_limit;
         let windows = [WindowSpec::enforce(
             budget.limit,
             budget.window.as_millis() as u64,
         )];
-        let keys = &self.ctx.keys;
-        let key = keys.window(SubjectKind::Ip.as_str(), &ip.subject_id(), FAILED);
+        let key = self.ctx.keys.window(kind.as_str(), id, FAILED);
         let member = event_member();
         let hit = HitRequest {
             key: &key,
@@ -59,11 +81,10 @@ impl SmsGuard {
             force: false,
         };
         match self.ctx.store.hit(hit).await {
-            Ok(outcome) if outcome.verdict == HitVerdict::Allowed => GiveBack::Whole,
-            Ok(_) => give_back.past_the_budget(address_counted),
+            Ok(outcome) => outcome.verdict == HitVerdict::Allowed,
             Err(error) => {
-                tracing::warn!(request_id = %crate::telemetry::request_id(), %error, "a failed delivery could not be counted; the address's windows keep the send");
-                give_back.past_the_budget(address_counted)
+                tracing::warn!(request_id = %crate::telemetry::request_id(), %error, "a declined delivery could not be counted; the address's windows keep the send");
+                false
             }
         }
     }

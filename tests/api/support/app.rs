@@ -62,6 +62,7 @@ macro_rules! on_both_backends {
 pub struct CapturingSender {
     messages: Arc<Mutex<Vec<SmsMessage>>>,
     failing: Arc<Mutex<bool>>,
+    declining: Arc<Mutex<bool>>,
     held: Arc<Mutex<Option<Hold>>>,
 }
 
@@ -109,6 +110,11 @@ impl CapturingSender {
     pub fn fail(&self, failing: bool) {
         *self.failing.lock() = failing;
     }
+    /// While `declining`, every send is declined as the request's own
+    /// pick (Twilio's 21408: a region the account may not text).
+    pub fn decline(&self, declining: bool) {
+        *self.declining.lock() = declining;
+    }
     /// The code in the last message to `phone`.
     pub fn last_code(&self, phone: &str) -> String {
         let messages = self.messages();
@@ -142,6 +148,11 @@ impl SmsSender for CapturingSender {
         }
         if *self.failing.lock() {
             return Err(DeliveryError::Rejected("503 from the test provider".into()));
+        }
+        if *self.declining.lock() {
+            return Err(DeliveryError::Declined(
+                "twilio answered 400 Bad Request, error code 21408".into(),
+            ));
         }
         self.messages.lock().push(message.clone());
         Ok(())
