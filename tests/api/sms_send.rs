@@ -7,7 +7,9 @@ use tollgate::settings::Settings;
 use tollgate::store::ManualClock;
 
 use crate::on_both_backends;
-use crate::support::app::{limits, spawn_app, spawn_app_timed, spawn_app_with_clock, Backend};
+use crate::support::app::{
+    limits, spawn_app, spawn_app_timed, spawn_app_with_clock, Backend, TestApp,
+};
 
 const PHONE: &str = "+8613800138000";
 const OTHER_PHONE: &str = "+8613900139000";
@@ -322,6 +324,27 @@ async fn a_failed_delivery_gives_the_reservation_back(backend: Backend) {
     assert_eq!(verified.body, json!({ "valid": true }));
 }
 
+/// An app whose addresses may send 3 an hour, 2 of them declined and
+/// given back whole.
+async fn spawn_with_failure_budget(backend: Backend) -> TestApp {
+    spawn_app(backend, |s| {
+        s.sms.ip_limits = limits(&[(3, 3_600_000)]);
+        s.sms.failed_delivery_limit = limits(&[(2, 3_600_000)]).remove(0);
+    })
+    .await
+}
+
+/// Send to `phone` from `ip`, which the provider fails.
+async fn failed_send(app: &TestApp, phone: &str, ip: &str) {
+    let failed = app.sms_send(json!({ "phone": phone, "ip": ip })).await;
+    assert_eq!(
+        failed.error(),
+        "delivery_failed",
+        "{phone} from {ip}: {}",
+        failed.body
+    );
+}
+
 /// A failure the caller picks (a Twilio 21408 for a number the account
 /// may not text) is given back whole `sms.failed_delivery_limit` times an
 /// address; past that each one counts in the address's windows, which
@@ -329,11 +352,7 @@ async fn a_failed_delivery_gives_the_reservation_back(backend: Backend) {
 /// without end. The phones' windows are given back all the same, and an
 /// admin's unblock of the address gives it its budget back.
 async fn failed_deliveries_past_the_address_budget_count_in_its_windows(backend: Backend) {
-    let app = spawn_app(backend, |s| {
-        s.sms.ip_limits = limits(&[(3, 3_600_000)]);
-        s.sms.failed_delivery_limit = limits(&[(2, 3_600_000)]).remove(0);
-    })
-    .await;
+    let app = spawn_with_failure_budget(backend).await;
     let attacker = "203.0.113.66";
     let phone = |i: usize| format!("+86138001382{i:02}");
     // Declined sends until the first refused one: how many reached the provider.
@@ -387,32 +406,17 @@ async fn failed_deliveries_past_the_address_budget_count_in_its_windows(backend:
 /// from one address (behind it, a NAT's many users), each is given back
 /// whole and spends no budget.
 async fn an_outage_costs_no_address_its_budget(backend: Backend) {
-    let app = spawn_app(backend, |s| {
-        s.sms.ip_limits = limits(&[(3, 3_600_000)]);
-        s.sms.failed_delivery_limit = limits(&[(2, 3_600_000)]).remove(0);
-    })
-    .await;
+    let app = spawn_with_failure_budget(backend).await;
     let nat = "203.0.113.67";
     app.sms.fail(true);
     for i in 0..8 {
-        let failed = app
-            .sms_send(json!({ "phone": format!("+86138001383{i:02}"), "ip": nat }))
-            .await;
-        assert_eq!(
-            failed.error(),
-            "delivery_failed",
-            "send {i}: {}",
-            failed.body
-        );
+        failed_send(&app, &format!("+86138001383{i:02}"), nat).await;
     }
     // The budget is whole: two declined sends are given back whole...
     app.sms.fail(false);
     app.sms.decline(true);
     for i in 0..2 {
-        let declined = app
-            .sms_send(json!({ "phone": format!("+86138001384{i:02}"), "ip": nat }))
-            .await;
-        assert_eq!(declined.error(), "delivery_failed", "{}", declined.body);
+        failed_send(&app, &format!("+86138001384{i:02}"), nat).await;
     }
     // ...and the NAT's windows too: its 3/1h passes three.
     app.sms.decline(false);
@@ -428,28 +432,15 @@ async fn an_outage_costs_no_address_its_budget(backend: Backend) {
 /// have 65,536 of them. Past it, each /64's declined sends count in its
 /// windows at once.
 async fn the_64s_of_one_network_share_one_failure_budget(backend: Backend) {
-    let app = spawn_app(backend, |s| {
-        s.sms.ip_limits = limits(&[(3, 3_600_000)]);
-        s.sms.failed_delivery_limit = limits(&[(2, 3_600_000)]).remove(0);
-    })
-    .await;
+    let app = spawn_with_failure_budget(backend).await;
     app.sms.decline(true);
     let phone = |i: usize| format!("+86138001385{i:02}");
     for (i, ip) in ["2001:db8:7:1::1", "2001:db8:7:1::2"].iter().enumerate() {
-        let failed = app.sms_send(json!({ "phone": phone(i), "ip": ip })).await;
-        assert_eq!(failed.error(), "delivery_failed", "{}", failed.body);
+        failed_send(&app, &phone(i), ip).await;
     }
     let other_64 = "2001:db8:7:2::1";
     for i in 2..5 {
-        let failed = app
-            .sms_send(json!({ "phone": phone(i), "ip": other_64 }))
-            .await;
-        assert_eq!(
-            failed.error(),
-            "delivery_failed",
-            "send {i}: {}",
-            failed.body
-        );
+        failed_send(&app, &phone(i), other_64).await;
     }
     let refused = app
         .sms_send(json!({ "phone": phone(5), "ip": other_64 }))
