@@ -52,7 +52,7 @@ pub enum DeliveryError {
     /// The provider would not take this request, for a reason the request
     /// carries and a retry meets again, though the number itself is not
     /// refused: the account may not text its region (Twilio's 21408,
-    /// 21612), a webhook's 400 or 404. The caller picks the number, so
+    /// 21612), a webhook's 400. The caller picks the number, so
     /// such failures are budgeted per address (`sms.failed_delivery_limit`).
     #[error("{0}")]
     Declined(String),
@@ -83,20 +83,6 @@ enum Blame {
     Request,
     /// The provider's or the account's (`Rejected`).
     Provider,
-}
-
-impl Blame {
-    /// What an HTTP status alone says, for a provider that says no more:
-    /// a 4xx is the request's, but for those about credentials (401, 403,
-    /// 407), time (408) and throttling (429), which every send meets alike.
-    fn of_status(status: reqwest::StatusCode) -> Self {
-        let provider_side = [401, 403, 407, 408, 429];
-        if status.is_client_error() && !provider_side.contains(&status.as_u16()) {
-            Blame::Request
-        } else {
-            Blame::Provider
-        }
-    }
 }
 
 impl DeliveryError {

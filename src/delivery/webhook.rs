@@ -63,17 +63,17 @@ impl SmsSender for WebhookSender {
 
 /// What a webhook's error status means: a 422 refuses the number
 /// (docs/delivery.md asks gateways to answer so for a message they will
-/// never deliver). Not a 400: proxies, auth layers and gateways answer it
-/// for their own faults (a plain-HTTP request to a TLS port, a header too
-/// large), and each of those would count against the user's address at
-/// once. A 400 or another 4xx about the request is declined, counted in
-/// the address's budget of failures (`Blame::of_status`); anything else
-/// is a failure a retry may mend.
+/// never deliver), a 400 declines this request (a number the gateway will
+/// not take now): counted in the address's budget of failures, not at
+/// once, since proxies, auth layers and gateways answer 400 for their own
+/// faults too (a plain-HTTP request to a TLS port, a header too large).
+/// Anything else (a 404 of a wrong URL, a 413 of a text too long, a
+/// 5xx) is the set-up's or the gateway's, and costs no user anything.
 fn failure(status: StatusCode) -> DeliveryError {
-    let blame = if status == StatusCode::UNPROCESSABLE_ENTITY {
-        Blame::Number
-    } else {
-        Blame::of_status(status)
+    let blame = match status {
+        StatusCode::UNPROCESSABLE_ENTITY => Blame::Number,
+        StatusCode::BAD_REQUEST => Blame::Request,
+        _ => Blame::Provider,
     };
     DeliveryError::answered(blame, format!("webhook answered {status}"))
 }
@@ -92,12 +92,11 @@ mod tests {
     }
 
     #[test]
-    fn a_4xx_about_the_request_is_its_own_and_the_rest_no_ones() {
-        for status in [400, 404, 409, 413] {
-            let error = failure(StatusCode::from_u16(status).unwrap());
-            assert!(error.the_requests_own(), "{status}");
-        }
-        for status in [302, 401, 403, 407, 408, 422, 429, 500, 502, 503] {
+    fn only_a_400_is_the_requests_own() {
+        assert!(failure(StatusCode::BAD_REQUEST).the_requests_own());
+        for status in [
+            302, 401, 403, 404, 405, 407, 408, 409, 413, 415, 422, 429, 431, 500, 502, 503,
+        ] {
             let error = failure(StatusCode::from_u16(status).unwrap());
             assert!(!error.the_requests_own(), "{status}");
         }

@@ -97,6 +97,9 @@ pub(super) struct Changes {
     /// Woken on every event that concerns the targets.
     pub(super) wake: Notify,
     unclosed: AtomicBool,
+    /// Whether this watch ever reported a writer's close: then every
+    /// write in place is followed by one, and a write alone waits for it.
+    closes_reported: AtomicBool,
 }
 
 impl Changes {
@@ -140,15 +143,20 @@ impl FileWatch {
                 if kind != AccessKind::Close(AccessMode::Write) {
                     return;
                 }
+                changed.closes_reported.store(true, Ordering::Relaxed);
             }
             // A write in place counts once the writer closes the file
             // (inotify says so): read after a pause mid-write, a valid
-            // prefix would be put in force. So a write alone waits longer
-            // for quiet (`UNCLOSED_SETTLE`), for a setup whose events
-            // carry writes but no close; where no close is ever reported
+            // prefix would be put in force. Until this watch has reported
+            // a close, a write alone waits longer for quiet
+            // (`UNCLOSED_SETTLE`): a setup whose events carry writes but
+            // no close must still reload. Where no close is ever reported
             // (not Linux), the writes wake the reload as any change.
             let unclosed = cfg!(target_os = "linux")
                 && matches!(event.kind, EventKind::Modify(ModifyKind::Data(_)));
+            if unclosed && changed.closes_reported.load(Ordering::Relaxed) {
+                return;
+            }
             let targets = seen.read();
             if event.paths.iter().any(|path| targets.concerns(path)) {
                 changed.saw(unclosed);

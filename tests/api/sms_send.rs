@@ -435,7 +435,7 @@ async fn the_64s_of_one_network_share_one_failure_budget(backend: Backend) {
     let app = spawn_with_failure_budget(backend).await;
     app.sms.decline(true);
     let phone = |i: usize| format!("+86138001385{i:02}");
-    for (i, ip) in ["2001:db8:7:1::1", "2001:db8:7:1::2"].iter().enumerate() {
+    for (i, ip) in ["2001:db8:7:1::1", "2001:db8:7:3::1"].iter().enumerate() {
         failed_send(&app, &phone(i), ip).await;
     }
     let other_64 = "2001:db8:7:2::1";

@@ -64,7 +64,7 @@ pub(super) enum GiveBack {
     /// Its pumping count and its code, not one window: a declined failure
     /// past the address's budget (`failed_deliveries`) on a send that
     /// counts in no address window (an allow-listed address's), which so
-    /// costs what a delivered send would.
+    /// costs the windows a delivered send would.
     CodeAndPumpingCount,
 }
 
