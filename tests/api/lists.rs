@@ -152,6 +152,20 @@ async fn an_allow_listed_address_past_its_failure_budget_pays_as_if_delivered(ba
         "one given back, the next kept by the phone's window: {}",
         refused.body
     );
+    // A number refused for good is no budget's: the first send's windows
+    // keep it at once.
+    app.sms.decline(false);
+    app.sms.refuse(true);
+    let invalid = "+8613800138077";
+    let failed = send(&app, invalid, ALLOWED_IP).await;
+    assert_eq!(failed.error(), "delivery_failed", "{}", failed.body);
+    let again = send(&app, invalid, ALLOWED_IP).await;
+    assert_eq!(
+        (again.status.as_u16(), again.body["rule"].as_str()),
+        (429, Some("phone 1/1h")),
+        "the refused send kept by the phone's window: {}",
+        again.body
+    );
 }
 
 /// An allow-listed phone is past its own window (1/1h here), its prefix's,

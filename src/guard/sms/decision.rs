@@ -55,37 +55,38 @@ pub(super) enum GiveBack {
     /// provider or the set-up failed, and a retry may pass.
     Whole,
     /// All but its client address's windows (the IP's and the IPv6
-    /// network's), which go on counting it: the provider refused to text the
-    /// number, or declined it past the address's budget. Given back whole, such a send could be repeated without end,
-    /// each a provider call no window saw.
+    /// network's), which go on counting it: the provider refused to text
+    /// the number, or declined it past the address's budget. Given back
+    /// whole, such a send could be repeated without end, each a provider
+    /// call no window saw.
     AllButTheAddress,
     /// Its pumping count alone: the message may have gone (no answer in time).
     PumpingCount,
-    /// Its pumping count and its code, not one window: a declined failure
-    /// past the address's budget (`failed_deliveries`) on a send that
-    /// counts in no address window (an allow-listed address's), which so
-    /// costs the windows a delivered send would.
+    /// Its pumping count and its code, not one window: what
+    /// `AllButTheAddress` becomes on a send that counts in no address
+    /// window (an allow-listed address's), which so costs the windows a
+    /// delivered send would.
     CodeAndPumpingCount,
 }
 
 impl GiveBack {
-    /// What `tollgate_sms_deliveries_total` counts a delivery that failed so as.
-    pub(super) fn outcome(self) -> SmsDelivery {
-        match self {
-            GiveBack::Whole => SmsDelivery::Failed,
-            GiveBack::AllButTheAddress => SmsDelivery::RefusedNumber,
-            GiveBack::PumpingCount => SmsDelivery::TimedOut,
-            GiveBack::CodeAndPumpingCount => SmsDelivery::OverBudget,
+    /// What keeps a send its address must pay for: the address's
+    /// windows, or, on a send counted in none (`address_counted` false: an
+    /// allow-listed address's), every window. Else whoever may name that
+    /// address would make a provider call per request for nothing.
+    fn kept_by_the_address(address_counted: bool) -> Self {
+        if address_counted {
+            GiveBack::AllButTheAddress
+        } else {
+            GiveBack::CodeAndPumpingCount
         }
     }
 
     /// What a failure given back whole becomes once its address spent its
-    /// budget of failed deliveries: its address's windows keep it, or, on
-    /// a send counted in none (`address_counted` false), every window.
+    /// budget of failed deliveries.
     pub(super) fn past_the_budget(self, address_counted: bool) -> Self {
         match self {
-            GiveBack::Whole if address_counted => GiveBack::AllButTheAddress,
-            GiveBack::Whole => GiveBack::CodeAndPumpingCount,
+            GiveBack::Whole => GiveBack::kept_by_the_address(address_counted),
             other => other,
         }
     }
@@ -108,14 +109,27 @@ impl GiveBack {
 /// The subject kinds whose windows keep a send the provider refused.
 const ADDRESS_KINDS: [SubjectKind; 2] = [SubjectKind::Ip, SubjectKind::Network];
 
-/// What a failed delivery gives back of its send.
-pub(super) fn give_back(error: &DeliveryError) -> GiveBack {
+/// What a failed delivery gives back of its send, `address_counted`
+/// telling whether the send counts in its address's windows.
+pub(super) fn give_back(error: &DeliveryError, address_counted: bool) -> GiveBack {
     if error.may_have_been_delivered() {
         GiveBack::PumpingCount
     } else if error.refused_the_number() {
-        GiveBack::AllButTheAddress
+        GiveBack::kept_by_the_address(address_counted)
     } else {
         GiveBack::Whole
+    }
+}
+
+/// What `tollgate_sms_deliveries_total` counts a failed delivery as, by
+/// its failure alone (`OverBudget` is the budget's word).
+pub(super) fn outcome(error: &DeliveryError) -> SmsDelivery {
+    if error.may_have_been_delivered() {
+        SmsDelivery::TimedOut
+    } else if error.refused_the_number() {
+        SmsDelivery::RefusedNumber
+    } else {
+        SmsDelivery::Failed
     }
 }
 

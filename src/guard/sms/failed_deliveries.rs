@@ -3,7 +3,7 @@
 //! that an outage costs no user their windows. But some failures are the
 //! caller's pick, though the number is not refused for good
 //! (`DeliveryError::Declined`): a number in a region the account may not
-//! text (Twilio's 21408), a number a webhook answers 400 or 404 for. Given
+//! text (Twilio's 21408), a number a webhook answers 400 for. Given
 //! back whole each time, one address could make a provider call per
 //! request without end, and enough of them would push the account into the
 //! provider's own throttling, failing every real user's send.

@@ -214,7 +214,7 @@ impl SmsGuard {
             store.code_delivered(&code.key, &code.mac);
             return Ok(());
         };
-        let said = decision::give_back(&error);
+        let said = decision::give_back(&error, undo.address_counted);
         // A send counted nowhere (a test rig's) has nothing to keep past a budget.
         let give_back = if error.the_requests_own() && undo.reservation.is_some() {
             let ip = info.client_ip();
@@ -224,7 +224,7 @@ impl SmsGuard {
             said
         };
         crate::metrics::sms_delivery(if give_back == said {
-            said.outcome()
+            decision::outcome(&error)
         } else {
             SmsDelivery::OverBudget
         });

@@ -63,6 +63,7 @@ pub struct CapturingSender {
     messages: Arc<Mutex<Vec<SmsMessage>>>,
     failing: Arc<Mutex<bool>>,
     declining: Arc<Mutex<bool>>,
+    refusing: Arc<Mutex<bool>>,
     held: Arc<Mutex<Option<Hold>>>,
 }
 
@@ -115,6 +116,10 @@ impl CapturingSender {
     pub fn decline(&self, declining: bool) {
         *self.declining.lock() = declining;
     }
+    /// While `refusing`, every number is refused for good (Twilio's 21211).
+    pub fn refuse(&self, refusing: bool) {
+        *self.refusing.lock() = refusing;
+    }
     /// The code in the last message to `phone`.
     pub fn last_code(&self, phone: &str) -> String {
         let messages = self.messages();
@@ -148,6 +153,11 @@ impl SmsSender for CapturingSender {
         }
         if *self.failing.lock() {
             return Err(DeliveryError::Rejected("503 from the test provider".into()));
+        }
+        if *self.refusing.lock() {
+            return Err(DeliveryError::Refused(
+                "twilio answered 400 Bad Request, error code 21211".into(),
+            ));
         }
         if *self.declining.lock() {
             return Err(DeliveryError::Declined(

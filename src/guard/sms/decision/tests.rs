@@ -370,23 +370,47 @@ fn a_send_that_goes_ahead_tells_its_wait_quota_and_captcha() {
 #[test]
 fn a_failed_delivery_gives_back_what_its_failure_says() {
     let refused = DeliveryError::Refused("twilio answered 400, error code 21211".into());
-    assert_eq!(give_back(&refused), GiveBack::AllButTheAddress);
+    assert_eq!(give_back(&refused, true), GiveBack::AllButTheAddress);
+    // An allow-listed address's send counts in no address window: every
+    // other window keeps it, or naming that address would cost nothing.
+    assert_eq!(give_back(&refused, false), GiveBack::CodeAndPumpingCount);
     let rejected = DeliveryError::Rejected("webhook answered 503".into());
-    assert_eq!(give_back(&rejected), GiveBack::Whole);
+    assert_eq!(give_back(&rejected, true), GiveBack::Whole);
+    let declined = DeliveryError::Declined("webhook answered 400".into());
+    assert_eq!(give_back(&declined, false), GiveBack::Whole);
     let unreachable = DeliveryError::Unreachable("connection refused".into());
-    assert_eq!(give_back(&unreachable), GiveBack::Whole);
-    assert_eq!(give_back(&DeliveryError::TimedOut), GiveBack::PumpingCount);
+    assert_eq!(give_back(&unreachable, true), GiveBack::Whole);
+    let timed_out = DeliveryError::TimedOut;
+    assert_eq!(give_back(&timed_out, false), GiveBack::PumpingCount);
+    assert_eq!(
+        GiveBack::Whole.past_the_budget(true),
+        GiveBack::AllButTheAddress
+    );
+    assert_eq!(
+        GiveBack::Whole.past_the_budget(false),
+        GiveBack::CodeAndPumpingCount
+    );
 }
 
 #[test]
-fn each_give_back_is_counted_as_its_own_delivery_outcome() {
+fn each_failure_is_counted_as_its_own_delivery_outcome() {
     let outcomes = [
-        (GiveBack::Whole, "failed"),
-        (GiveBack::AllButTheAddress, "refused_number"),
-        (GiveBack::PumpingCount, "timed_out"),
+        (
+            DeliveryError::Rejected("webhook answered 503".into()),
+            "failed",
+        ),
+        (
+            DeliveryError::Declined("webhook answered 400".into()),
+            "failed",
+        ),
+        (
+            DeliveryError::Refused("webhook answered 422".into()),
+            "refused_number",
+        ),
+        (DeliveryError::TimedOut, "timed_out"),
     ];
-    for (give_back, label) in outcomes {
-        assert_eq!(give_back.outcome().as_str(), label, "{give_back:?}");
+    for (error, label) in outcomes {
+        assert_eq!(super::outcome(&error).as_str(), label, "{error:?}");
     }
 }
 
