@@ -200,7 +200,7 @@ fn describe() {
     );
     describe_counter!(
         SMS_DELIVERIES,
-        "SMS sends that reached delivery, by outcome: delivered, refused_number (counts against the asking address), failed (given back), timed_out (counts)"
+        "SMS sends that reached delivery, by outcome: delivered, refused_number (counts against the asking address), declined (the request's pick, given back within the address's budget), over_budget (declined past it: counts), failed (given back), timed_out (counts)"
     );
     describe_counter!(
         CAPTCHA_CHECKS,
@@ -480,18 +480,22 @@ pub enum SmsDelivery {
     /// No answer in time: the send counts, as the SMS may arrive.
     TimedOut,
     /// A failure the request picked (`DeliveryError::Declined`) past its
-    /// address's budget (`sms.failed_delivery_limit`): the send counts.
+    /// address's budget (`sms.failed_delivery_limit`) or its network's, or
+    /// one the store could not count in them: the send counts.
     OverBudget,
+    /// A failure the request picked within those budgets: given back whole.
+    Declined,
 }
 
 impl SmsDelivery {
     /// Every outcome, each at its `as usize` index.
-    const ALL: [SmsDelivery; 5] = [
+    const ALL: [SmsDelivery; 6] = [
         SmsDelivery::Delivered,
         SmsDelivery::RefusedNumber,
         SmsDelivery::Failed,
         SmsDelivery::TimedOut,
         SmsDelivery::OverBudget,
+        SmsDelivery::Declined,
     ];
 
     /// The `outcome` label's value.
@@ -502,6 +506,7 @@ impl SmsDelivery {
             SmsDelivery::Failed => "failed",
             SmsDelivery::TimedOut => "timed_out",
             SmsDelivery::OverBudget => "over_budget",
+            SmsDelivery::Declined => "declined",
         }
     }
 }

@@ -74,6 +74,12 @@ pub struct SmsSettings {
     /// Default 5 per hour.
     #[serde(default = "default_failed_delivery_limit")]
     pub failed_delivery_limit: LimitSetting,
+    /// The same budget per IPv6 network (`network_bits`), so that one
+    /// /48's 65,536 /64s do not each have their own; default 1280 per hour
+    /// (a /56's worth of /64s at 5), so that one /64 cannot spend the
+    /// budget of every other /64 of its network.
+    #[serde(default = "default_failed_delivery_network_limit")]
+    pub failed_delivery_network_limit: LimitSetting,
     /// Shadow mode for `/sms/*` alone: decide and audit, refuse nothing.
     #[serde(default)]
     pub shadow: bool,
@@ -194,4 +200,8 @@ pub(super) fn default_locale() -> String {
 
 fn default_failed_delivery_limit() -> LimitSetting {
     LimitSetting::new(5, Duration::from_secs(3600))
+}
+
+fn default_failed_delivery_network_limit() -> LimitSetting {
+    LimitSetting::new(1280, Duration::from_secs(3600))
 }

@@ -325,11 +325,12 @@ async fn a_failed_delivery_gives_the_reservation_back(backend: Backend) {
 }
 
 /// An app whose addresses may send 3 an hour, 2 of them declined and
-/// given back whole.
+/// given back whole, and whose IPv6 networks may have 2 given back.
 async fn spawn_with_failure_budget(backend: Backend) -> TestApp {
     spawn_app(backend, |s| {
         s.sms.ip_limits = limits(&[(3, 3_600_000)]);
         s.sms.failed_delivery_limit = limits(&[(2, 3_600_000)]).remove(0);
+        s.sms.failed_delivery_network_limit = limits(&[(2, 3_600_000)]).remove(0);
     })
     .await
 }
@@ -428,9 +429,11 @@ async fn an_outage_costs_no_address_its_budget(backend: Backend) {
     }
 }
 
-/// An IPv6 network has one budget for all its /64s: else one /48 would
-/// have 65,536 of them. Past it, each /64's declined sends count in its
-/// windows at once.
+/// An IPv6 network has one budget for all its /64s
+/// (`sms.failed_delivery_network_limit`): else one /48 would have 65,536
+/// of them. Past it, each /64's declined sends count in its windows at
+/// once, and spend none of the /64's own budget; the network's Unblock
+/// gives the budget back.
 async fn the_64s_of_one_network_share_one_failure_budget(backend: Backend) {
     let app = spawn_with_failure_budget(backend).await;
     app.sms.decline(true);
@@ -451,6 +454,32 @@ async fn the_64s_of_one_network_share_one_failure_budget(backend: Backend) {
         "the /48's budget was spent, each failure counted: {}",
         refused.body
     );
+    // A /64 whose send the network's budget refused keeps its own budget:
+    // once the network's Unblock clears it, two are given back whole and
+    // two more fill the rest of the /64's 3/1h.
+    let late_64 = "2001:db8:7:4::1";
+    failed_send(&app, &phone(6), late_64).await;
+    let unblocked = app
+        .admin_post("/admin/api/subjects/network/2001:db8:7::%2F48/unblock")
+        .await;
+    assert_eq!(unblocked.status, 200, "{}", unblocked.body);
+    for i in 7..20 {
+        let answer = app
+            .sms_send(json!({ "phone": phone(i), "ip": late_64 }))
+            .await;
+        if answer.status == 429 {
+            assert_eq!(answer.body["rule"], "ip 3/1h", "{}", answer.body);
+            assert_eq!(i - 7, 4, "two given back, two counted after the one before");
+            return;
+        }
+        assert_eq!(
+            answer.error(),
+            "delivery_failed",
+            "send {i}: {}",
+            answer.body
+        );
+    }
+    panic!("thirteen declined sends from {late_64}, none refused");
 }
 
 async fn a_failed_delivery_deletes_its_own_code_not_one_a_racing_send_put(backend: Backend) {

@@ -128,6 +128,8 @@ pub(super) fn outcome(error: &DeliveryError) -> SmsDelivery {
         SmsDelivery::TimedOut
     } else if error.refused_the_number() {
         SmsDelivery::RefusedNumber
+    } else if error.the_requests_own() {
+        SmsDelivery::Declined
     } else {
         SmsDelivery::Failed
     }

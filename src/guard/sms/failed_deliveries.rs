@@ -8,22 +8,28 @@
 //! request without end, and enough of them would push the account into the
 //! provider's own throttling, failing every real user's send.
 //!
-//! So each client address (IPv6 per /64), and each IPv6 network
-//! (`sms.network_bits`; one /48 holds 65,536 /64s), has
-//! `sms.failed_delivery_limit` such failures given back whole (5 an hour
-//! by default), counted in the store's own windows `tg:{ip:…}:sms_failed`
-//! and `tg:{network:…}:sms_failed`; past either, a declined send keeps
+//! So each client address (IPv6 per /64) has `sms.failed_delivery_limit`
+//! such failures given back whole (5 an hour by default), and each IPv6
+//! network (`sms.network_bits`; one /48 holds 65,536 /64s)
+//! `sms.failed_delivery_network_limit` (1280, a /56's worth: one /64
+//! cannot spend the network's for every other /64 in it), counted in the
+//! store's own windows `tg:{ip:…}:sms_failed` and
+//! `tg:{network:…}:sms_failed`; past either, a declined send keeps
 //! counting in the address's windows (`sms.ip_limits`, the network's), as
-//! a number the provider refused does, and those bound it. The provider's
-//! outage, throttling or a wrong set-up is no one's pick: it is given back
-//! whole and spends no budget, or every user behind one NAT would pay for
-//! it. A send that names no client has no address to count and is given
-//! back whole, as every per-address limit leaves it.
+//! a number the provider refused does, and those bound it. The address is
+//! counted first, so that an address past its own budget spends none of
+//! its network's; a send its network's budget refuses takes its count
+//! back from the address's, as the address's windows keep that send.
+//! The provider's outage, throttling or a wrong set-up is no one's pick:
+//! it is given back whole and spends no budget, or every user behind one
+//! NAT would pay for it. A send that names no client has no address to
+//! count and is given back whole, as every per-address limit leaves it.
 
 use super::decision::GiveBack;
 use super::SmsGuard;
 use crate::domain::{ClientIp, SubjectKind};
 use crate::guard::{event_member, Policy};
+use crate::settings::LimitSetting;
 use crate::store::{HitRequest, HitVerdict, WindowSpec};
 
 /// The failed deliveries' window under the IP and network subjects.
@@ -50,33 +56,46 @@ impl SmsGuard {
         let (GiveBack::Whole, Some(ip)) = (give_back, ip) else {
             return give_back;
         };
-        let network = ip.network_id(policy.sms.settings.network_bits);
-        let budgets = [
-            Some((SubjectKind::Ip, ip.subject_id())),
-            network.map(|id| (SubjectKind::Network, id)),
-        ];
-        for (kind, id) in budgets.into_iter().flatten() {
-            if !self.spend_budget(policy, kind, &id).await {
-                return give_back.past_the_budget(address_counted);
-            }
+        let settings = &policy.sms.settings;
+        let address = Budget::new(
+            self,
+            SubjectKind::Ip,
+            &ip.subject_id(),
+            &settings.failed_delivery_limit,
+        );
+        if !self.spend(&address).await {
+            return give_back.past_the_budget(address_counted);
         }
-        GiveBack::Whole
+        let Some(network) = ip.network_id(settings.network_bits) else {
+            return GiveBack::Whole;
+        };
+        let network = Budget::new(
+            self,
+            SubjectKind::Network,
+            &network,
+            &settings.failed_delivery_network_limit,
+        );
+        if self.spend(&network).await {
+            return GiveBack::Whole;
+        }
+        if let Err(error) = self
+            .ctx
+            .store
+            .undo(&address.key, &address.member, &address.windows)
+            .await
+        {
+            tracing::warn!(request_id = %crate::telemetry::request_id(), %error, "a declined delivery's count could not be taken back from its address's budget");
+        }
+        give_back.past_the_budget(address_counted)
     }
 
-    /// Count one declined send in the budget of subject `(kind, id)`:
-    /// whether it had room (false when the store could not tell).
-    async fn spend_budget(&self, policy: &Policy, kind: SubjectKind, id: &str) -> bool {
-        let budget = &policy.sms.settings.failed_delivery_limit;
-        let windows = [WindowSpec::enforce(
-            budget.limit,
-            budget.window.as_millis() as u64,
-        )];
-        let key = self.ctx.keys.window(kind.as_str(), id, FAILED);
-        let member = event_member();
+    /// Count one declined send in `budget`: whether it had room (false
+    /// when the store could not tell).
+    async fn spend(&self, budget: &Budget) -> bool {
         let hit = HitRequest {
-            key: &key,
-            windows: &windows,
-            member: &member,
+            key: &budget.key,
+            windows: &budget.windows,
+            member: &budget.member,
             gate_open: false,
             force: false,
         };
@@ -86,6 +105,26 @@ impl SmsGuard {
                 tracing::warn!(request_id = %crate::telemetry::request_id(), %error, "a declined delivery could not be counted; the address's windows keep the send");
                 false
             }
+        }
+    }
+}
+
+/// One subject's budget of declined sends, and this send's entry in it.
+struct Budget {
+    key: String,
+    windows: [WindowSpec; 1],
+    member: String,
+}
+
+impl Budget {
+    fn new(guard: &SmsGuard, kind: SubjectKind, id: &str, limit: &LimitSetting) -> Self {
+        Budget {
+            key: guard.ctx.keys.window(kind.as_str(), id, FAILED),
+            windows: [WindowSpec::enforce(
+                limit.limit,
+                limit.window.as_millis() as u64,
+            )],
+            member: event_member(),
         }
     }
 }

@@ -355,6 +355,11 @@ impl Settings {
             &sms.failed_delivery_limit,
             "failed deliveries",
         )?;
+        server::failure_limit(
+            "sms.failed_delivery_network_limit",
+            &sms.failed_delivery_network_limit,
+            "failed deliveries",
+        )?;
         if !(1..=15).contains(&sms.prefix_digits) {
             return Err(SettingsError::invalid(
                 "sms.prefix_digits",

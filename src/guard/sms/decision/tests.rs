@@ -401,7 +401,7 @@ fn each_failure_is_counted_as_its_own_delivery_outcome() {
         ),
         (
             DeliveryError::Declined("webhook answered 400".into()),
-            "failed",
+            "declined",
         ),
         (
             DeliveryError::Refused("webhook answered 422".into()),
