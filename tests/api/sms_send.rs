@@ -33,6 +33,7 @@ on_both_backends!(
     the_64s_of_one_network_share_its_captcha_tier,
     a_network_window_refuses_every_64_of_the_network,
     a_backend_that_names_no_client_is_not_one_address_every_send_fills,
+    a_number_refused_for_a_send_naming_no_client_is_kept_by_its_phone,
 );
 
 async fn a_send_answers_the_masked_phone_and_delivers_a_six_digit_code(backend: Backend) {
@@ -778,4 +779,41 @@ async fn a_backend_that_names_no_client_is_not_one_address_every_send_fills(back
     let third = named("+8613600136003").await;
     assert_eq!(third.status, 429, "{}", third.body);
     assert_eq!(third.body["rule"], "ip 2/1h");
+}
+
+/// A number the provider refuses is kept by its asker's windows; a send
+/// that names no client has none, and its phone's, prefix's and global
+/// windows keep it instead, or a backend relaying no address would make a
+/// provider call per request for a number it will never text.
+async fn a_number_refused_for_a_send_naming_no_client_is_kept_by_its_phone(backend: Backend) {
+    let app = spawn_app(backend, |s| {
+        s.sms.phone_limits = limits(&[(1, 3_600_000)]);
+        s.lists.allow_ips = vec!["127.0.0.0/8".parse().unwrap()];
+    })
+    .await;
+    app.sms.refuse(true);
+    let refused = app.sms_send(json!({ "phone": PHONE })).await;
+    assert_eq!(refused.error(), "delivery_failed", "{}", refused.body);
+    assert_eq!(refused.body["number_refused"], true, "{}", refused.body);
+    let again = app.sms_send(json!({ "phone": PHONE })).await;
+    assert_eq!(
+        (again.status.as_u16(), again.body["rule"].as_str()),
+        (429, Some("phone 1/1h")),
+        "the refused send kept by the phone's window: {}",
+        again.body
+    );
+    // A send that names its client leaves the phone's window to it.
+    let named = app
+        .sms_send(json!({ "phone": OTHER_PHONE, "ip": "198.51.100.8" }))
+        .await;
+    assert_eq!(named.error(), "delivery_failed", "{}", named.body);
+    app.sms.refuse(false);
+    let sent = app
+        .sms_send(json!({ "phone": OTHER_PHONE, "ip": "198.51.100.9" }))
+        .await;
+    assert_eq!(
+        sent.status, 200,
+        "the phone's window gave it back: {}",
+        sent.body
+    );
 }

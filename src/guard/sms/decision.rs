@@ -64,16 +64,17 @@ pub(super) enum GiveBack {
     PumpingCount,
     /// Its pumping count and its code, not one window: what
     /// `AllButTheAddress` becomes on a send that counts in no address
-    /// window (an allow-listed address's), which so costs the windows a
-    /// delivered send would.
+    /// window (an allow-listed address's, or one naming no client), which
+    /// so costs the windows a delivered send would.
     CodeAndPumpingCount,
 }
 
 impl GiveBack {
     /// What keeps a send its address must pay for: the address's
     /// windows, or, on a send counted in none (`address_counted` false: an
-    /// allow-listed address's), every window. Else whoever may name that
-    /// address would make a provider call per request for nothing.
+    /// allow-listed address's, or one that names no client), every window.
+    /// Else whoever may name that address, or name none, would make a
+    /// provider call per request for nothing.
     fn kept_by_the_address(address_counted: bool) -> Self {
         if address_counted {
             GiveBack::AllButTheAddress
@@ -108,6 +109,15 @@ impl GiveBack {
 
 /// The subject kinds whose windows keep a send the provider refused.
 const ADDRESS_KINDS: [SubjectKind; 2] = [SubjectKind::Ip, SubjectKind::Network];
+
+/// Whether `reservation` counts its send in a window of its client
+/// address: not an allow-listed address's, nor one that names no client.
+pub(super) fn counts_an_address(reservation: &Reservation<'_>) -> bool {
+    reservation
+        .hits
+        .iter()
+        .any(|hit| ADDRESS_KINDS.contains(&hit.subject.kind))
+}
 
 /// What a failed delivery gives back of its send, `address_counted`
 /// telling whether the send counts in its address's windows.

@@ -31,12 +31,11 @@ enum Scope<'c> {
 }
 
 /// What a failed delivery may undo: the send's reservation, under the
-/// policy it was made with, and whether it counts in its address's windows.
+/// policy it was made with.
 #[derive(Clone, Copy)]
 struct Undo<'a, 'p> {
     policy: &'a Policy,
     reservation: Option<&'a Reservation<'p>>,
-    address_counted: bool,
 }
 
 /// A send's reservation, and whether the country challenge it started is
@@ -158,11 +157,9 @@ impl SmsGuard {
                 (grant, Some(reservation))
             }
         };
-        let address_counted = pass != Pass::AddressExempt;
         let undo = Undo {
             policy: &policy,
             reservation: reservation.as_ref(),
-            address_counted,
         };
         self.deliver_or_undo(&req, &code, undo, info).await?;
         Ok(grant.sent(&req.phone, sms))
@@ -214,11 +211,14 @@ impl SmsGuard {
             store.code_delivered(&code.key, &code.mac);
             return Ok(());
         };
-        let said = decision::give_back(&error, undo.address_counted);
+        // Not the pass's word: a send that names no client, or whose
+        // address has no counted window, counts in no address window either.
+        let address_counted = undo.reservation.is_some_and(decision::counts_an_address);
+        let said = decision::give_back(&error, address_counted);
         // A send counted nowhere (a test rig's) has nothing to keep past a budget.
         let give_back = if error.the_requests_own() && undo.reservation.is_some() {
             let ip = info.client_ip();
-            self.within_failure_budget(undo.policy, said, ip, undo.address_counted)
+            self.within_failure_budget(undo.policy, said, ip, address_counted)
                 .await
         } else {
             said
