@@ -200,7 +200,7 @@ fn describe() {
     );
     describe_counter!(
         SMS_DELIVERIES,
-        "SMS sends that reached delivery, by outcome: delivered, refused_number (counts against the asking address), declined (the request's pick, given back within the address's budget), over_budget (declined past it: counts), failed (given back), timed_out (counts)"
+        "SMS sends that reached delivery, by outcome: delivered, refused_number (counts against the asking address), declined (the request's pick, given back within the address's budget), over_budget (declined past it, or naming no client: counts), failed (given back), timed_out (counts)"
     );
     describe_counter!(
         CAPTCHA_CHECKS,
@@ -472,7 +472,8 @@ pub enum SmsDelivery {
     /// The provider took it.
     Delivered,
     /// The provider refused to text the number; the send still counts in
-    /// the asking address's windows, where it has any.
+    /// the asking address's windows, or, counted in none (naming no
+    /// client, or from an allow-listed address), in every other window.
     RefusedNumber,
     /// Any other failure (a wrong set-up, the provider's throttling or
     /// outage, a template that did not render), given back whole.
@@ -480,8 +481,9 @@ pub enum SmsDelivery {
     /// No answer in time: the send counts, as the SMS may arrive.
     TimedOut,
     /// A failure the request picked (`DeliveryError::Declined`) past its
-    /// address's budget (`sms.failed_delivery_limit`) or its network's, or
-    /// one the store could not count in them: the send counts.
+    /// address's budget (`sms.failed_delivery_limit`) or its network's,
+    /// one that names no client (it has no budget), or one the store could
+    /// not count in them: the send counts.
     OverBudget,
     /// A failure the request picked within those budgets: given back whole.
     Declined,

@@ -34,6 +34,7 @@ on_both_backends!(
     a_network_window_refuses_every_64_of_the_network,
     a_backend_that_names_no_client_is_not_one_address_every_send_fills,
     a_number_refused_for_a_send_naming_no_client_is_kept_by_its_phone,
+    a_declined_send_naming_no_client_is_kept_by_its_phone,
 );
 
 async fn a_send_answers_the_masked_phone_and_delivers_a_six_digit_code(backend: Backend) {
@@ -331,7 +332,9 @@ async fn spawn_with_failure_budget(backend: Backend) -> TestApp {
     spawn_app(backend, |s| {
         s.sms.ip_limits = limits(&[(3, 3_600_000)]);
         s.sms.failed_delivery_limit = limits(&[(2, 3_600_000)]).remove(0);
-        s.sms.failed_delivery_network_limit = limits(&[(2, 3_600_000)]).remove(0);
+        // Larger than the address's, as by default: a test that used the
+        // address's budget for the network's would fail.
+        s.sms.failed_delivery_network_limit = limits(&[(3, 3_600_000)]).remove(0);
     })
     .await
 }
@@ -442,35 +445,36 @@ async fn the_64s_of_one_network_share_one_failure_budget(backend: Backend) {
     for (i, ip) in ["2001:db8:7:1::1", "2001:db8:7:3::1"].iter().enumerate() {
         failed_send(&app, &phone(i), ip).await;
     }
+    // One more is given back whole (the /48's third), then three count.
     let other_64 = "2001:db8:7:2::1";
-    for i in 2..5 {
+    for i in 2..6 {
         failed_send(&app, &phone(i), other_64).await;
     }
     let refused = app
-        .sms_send(json!({ "phone": phone(5), "ip": other_64 }))
+        .sms_send(json!({ "phone": phone(6), "ip": other_64 }))
         .await;
     assert_eq!(
         (refused.status.as_u16(), refused.body["rule"].as_str()),
         (429, Some("ip 3/1h")),
-        "the /48's budget was spent, each failure counted: {}",
+        "the /48's budget was spent, each failure past it counted: {}",
         refused.body
     );
     // A /64 whose send the network's budget refused keeps its own budget:
     // once the network's Unblock clears it, two are given back whole and
     // two more fill the rest of the /64's 3/1h.
     let late_64 = "2001:db8:7:4::1";
-    failed_send(&app, &phone(6), late_64).await;
+    failed_send(&app, &phone(7), late_64).await;
     let unblocked = app
         .admin_post("/admin/api/subjects/network/2001:db8:7::%2F48/unblock")
         .await;
     assert_eq!(unblocked.status, 200, "{}", unblocked.body);
-    for i in 7..20 {
+    for i in 8..21 {
         let answer = app
             .sms_send(json!({ "phone": phone(i), "ip": late_64 }))
             .await;
         if answer.status == 429 {
             assert_eq!(answer.body["rule"], "ip 3/1h", "{}", answer.body);
-            assert_eq!(i - 7, 4, "two given back, two counted after the one before");
+            assert_eq!(i - 8, 4, "two given back, two counted after the one before");
             return;
         }
         assert_eq!(
@@ -816,4 +820,73 @@ async fn a_number_refused_for_a_send_naming_no_client_is_kept_by_its_phone(backe
         "the phone's window gave it back: {}",
         sent.body
     );
+}
+
+/// A declined send (a region the account may not text) is given back
+/// whole within its address's budget; a send that names no client has no
+/// address to budget, and one budget for its backend would be every
+/// user's: its phone's window keeps it, or a backend relaying no `ip`
+/// would make one provider call per request.
+async fn a_declined_send_naming_no_client_is_kept_by_its_phone(backend: Backend) {
+    let app = spawn_app(backend, |s| {
+        s.sms.phone_limits = limits(&[(1, 3_600_000)]);
+        s.lists.allow_ips = vec!["127.0.0.0/8".parse().unwrap()];
+    })
+    .await;
+    app.sms.decline(true);
+    let declined = app.sms_send(json!({ "phone": PHONE })).await;
+    assert_eq!(declined.error(), "delivery_failed", "{}", declined.body);
+    let again = app.sms_send(json!({ "phone": PHONE })).await;
+    assert_eq!(
+        (again.status.as_u16(), again.body["rule"].as_str()),
+        (429, Some("phone 1/1h")),
+        "the declined send kept by the phone's window: {}",
+        again.body
+    );
+    // A send that names its client spends its address's budget instead.
+    let named = app
+        .sms_send(json!({ "phone": OTHER_PHONE, "ip": "198.51.100.8" }))
+        .await;
+    assert_eq!(named.error(), "delivery_failed", "{}", named.body);
+    app.sms.decline(false);
+    let sent = app
+        .sms_send(json!({ "phone": OTHER_PHONE, "ip": "198.51.100.9" }))
+        .await;
+    assert_eq!(
+        sent.status, 200,
+        "the phone's window gave it back: {}",
+        sent.body
+    );
+}
+
+#[test]
+fn the_failed_delivery_budgets_are_checked_at_start_up() {
+    let defaults = crate::support::app::load_config("").unwrap();
+    let (address, network) = (
+        defaults.sms.failed_delivery_limit,
+        defaults.sms.failed_delivery_network_limit,
+    );
+    assert_eq!(
+        (address.limit, address.window),
+        (5, Duration::from_secs(3600))
+    );
+    assert_eq!(
+        (network.limit, network.window),
+        (1280, Duration::from_secs(3600))
+    );
+    for budget in ["failed_delivery_limit", "failed_delivery_network_limit"] {
+        for (toml, field) in [
+            ("{ limit = 0, window = \"1h\" }", "limit"),
+            ("{ limit = 5, window = \"0s\" }", "window"),
+            ("{ limit = 5, window = \"1h\", shadow = true }", "shadow"),
+            (
+                "{ limit = 5, window = \"1h\", algorithm = \"gcra\" }",
+                "algorithm",
+            ),
+        ] {
+            let message = crate::support::app::config_error(&format!("[sms]\n{budget} = {toml}\n"));
+            let key = format!("`sms.{budget}.{field}`");
+            assert!(message.contains(&key), "{budget} = {toml}: {message}");
+        }
+    }
 }

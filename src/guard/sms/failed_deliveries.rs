@@ -23,7 +23,10 @@
 //! The provider's outage, throttling or a wrong set-up is no one's pick:
 //! it is given back whole and spends no budget, or every user behind one
 //! NAT would pay for it. A send that names no client has no address to
-//! count and is given back whole, as every per-address limit leaves it.
+//! count, and one budget for the backend that sent it would be every
+//! user's to spend: it has none, and its phone's, prefix's and global
+//! windows keep it, as they keep a number refused for good, or a backend
+//! relaying no `ip` would make one provider call per request.
 
 use super::decision::GiveBack;
 use super::SmsGuard;
@@ -41,7 +44,8 @@ impl SmsGuard {
     /// address's budget and its network's, and past either the address's
     /// windows keep the send (every window, for a send `address_counted`
     /// false: an allow-listed address's, which no address window counts;
-    /// so it costs what a delivered send would). Without the store's
+    /// so it costs what a delivered send would). A send that names no
+    /// client has no budget: it is past it at once. Without the store's
     /// answer the send is not given back whole: an outage of the store
     /// must not lift the bound (a store that fails open,
     /// `store.on_error = "allow"`, answers allowed, and counts nothing
@@ -53,8 +57,11 @@ impl SmsGuard {
         ip: Option<ClientIp>,
         address_counted: bool,
     ) -> GiveBack {
-        let (GiveBack::Whole, Some(ip)) = (give_back, ip) else {
+        let GiveBack::Whole = give_back else {
             return give_back;
+        };
+        let Some(ip) = ip else {
+            return give_back.past_the_budget(address_counted);
         };
         let settings = &policy.sms.settings;
         let address = Budget::new(
