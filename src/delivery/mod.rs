@@ -53,7 +53,8 @@ pub enum DeliveryError {
     /// carries and a retry meets again, though the number itself is not
     /// refused: the account may not text its region (Twilio's 21408,
     /// 21612), a webhook's 400. The caller picks the number, so
-    /// such failures are budgeted per address (`sms.failed_delivery_limit`).
+    /// such failures are budgeted per client address and IPv6 network
+    /// (`sms.failed_delivery_limit`, `sms.failed_delivery_network_limit`).
     #[error("{0}")]
     Declined(String),
     /// The provider refused to text this number, as it will each time it

@@ -590,6 +590,9 @@ async fn a_provider_or_set_up_failure_is_given_back_to_the_address_too() {
             failed.body
         );
     }
+    // Deltas on the process's series, which tests running at once move
+    // too: these show the outcomes reach the exporter; which label each
+    // failure gets is the unit test's (`each_failure_is_counted_as_its_own_delivery_outcome`).
     let failed = app.metric(&deliveries("failed")).await - failed_before;
     assert!(failed >= 6.0, "six failures counted: {failed}");
     // The webhook's 400 is the request's pick, within its budget.
