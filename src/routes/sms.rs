@@ -130,7 +130,7 @@ pub struct VerifyResult {
         (status = 415, description = "`unsupported_media_type`: body not `application/json`, or compressed (`Content-Encoding`)", body = ErrorBody),
         (status = 429, description = "`rate_limited`", body = RateLimitedError,
             headers(("Retry-After" = u64, description = "Whole seconds until a retry can pass"))),
-        (status = 502, description = "`delivery_failed`: the SMS provider refused or could not be reached, and the reservation is given back (but to the asking address's windows when the provider refused to text the number); or it took the message and did not answer within `sms.provider.timeout`, and the send counts in the windows and its code stays (it may arrive late)", body = ErrorBody),
+        (status = 502, description = "`delivery_failed`: the SMS provider refused or could not be reached, and the reservation is given back (but to the asking address's windows when the provider refused to text the number, or declined it past the address's budget of such failures, `sms.failed_delivery_limit`; a send naming no `ip`, or from an allow-listed address, is kept then by the phone's, prefix's and global windows); or it took the message and did not answer within `sms.provider.timeout`, and the send counts in the windows and its code stays (it may arrive late)", body = ErrorBody),
         (status = 503, description = "`store_unavailable` (only with `store.on_error = \"deny\"`)", body = ErrorBody),
     ),
     security((), ("api_key" = [])),

@@ -35,6 +35,7 @@ on_both_backends!(
     a_backend_that_names_no_client_is_not_one_address_every_send_fills,
     a_number_refused_for_a_send_naming_no_client_is_kept_by_its_phone,
     a_declined_send_naming_no_client_is_kept_by_its_phone,
+    a_refused_number_is_kept_by_the_address_tier_without_address_windows,
 );
 
 async fn a_send_answers_the_masked_phone_and_delivers_a_six_digit_code(backend: Backend) {
@@ -327,7 +328,7 @@ async fn a_failed_delivery_gives_the_reservation_back(backend: Backend) {
 }
 
 /// An app whose addresses may send 3 an hour, 2 of them declined and
-/// given back whole, and whose IPv6 networks may have 2 given back.
+/// given back whole, and whose IPv6 networks may have 3 given back.
 async fn spawn_with_failure_budget(backend: Backend) -> TestApp {
     spawn_app(backend, |s| {
         s.sms.ip_limits = limits(&[(3, 3_600_000)]);
@@ -825,38 +826,100 @@ async fn a_number_refused_for_a_send_naming_no_client_is_kept_by_its_phone(backe
 /// A declined send (a region the account may not text) is given back
 /// whole within its address's budget; a send that names no client has no
 /// address to budget, and one budget for its backend would be every
-/// user's: its phone's window keeps it, or a backend relaying no `ip`
-/// would make one provider call per request.
+/// user's: its phone's and the global windows keep it, or a backend
+/// relaying no `ip` would make one provider call per request. So for a
+/// backend with an API key and for a keyless one on loopback.
 async fn a_declined_send_naming_no_client_is_kept_by_its_phone(backend: Backend) {
+    for keyless in [false, true] {
+        let app = spawn_app(backend, |s| {
+            s.sms.phone_limits = limits(&[(1, 3_600_000)]);
+            s.sms.global_limits = limits(&[(3, 3_600_000)]);
+            // The backend's own address allow-listed, as many set it: a
+            // send it makes for no named client is not exempt by it.
+            s.lists.allow_ips = vec!["127.0.0.0/8".parse().unwrap()];
+            if keyless {
+                s.server.api_keys.clear();
+            }
+        })
+        .await;
+        app.sms.decline(true);
+        let declined = app.sms_send(json!({ "phone": PHONE })).await;
+        assert_eq!(declined.error(), "delivery_failed", "{}", declined.body);
+        let again = app.sms_send(json!({ "phone": PHONE })).await;
+        assert_eq!(
+            (again.status.as_u16(), again.body["rule"].as_str()),
+            (429, Some("phone 1/1h")),
+            "keyless {keyless}: the declined send kept by the phone's window: {}",
+            again.body
+        );
+        // A send that names its client spends its address's budget instead.
+        let named = app
+            .sms_send(json!({ "phone": OTHER_PHONE, "ip": "198.51.100.8" }))
+            .await;
+        assert_eq!(named.error(), "delivery_failed", "{}", named.body);
+        app.sms.decline(false);
+        let sent = app
+            .sms_send(json!({ "phone": OTHER_PHONE, "ip": "198.51.100.9" }))
+            .await;
+        assert_eq!(
+            sent.status, 200,
+            "keyless {keyless}: the phone's window gave it back: {}",
+            sent.body
+        );
+        // The global window holds the declined send and this one; the
+        // named declined send was given back.
+        let third = app
+            .sms_send(json!({ "phone": "+8613700137000", "ip": "198.51.100.9" }))
+            .await;
+        assert_eq!(third.status, 200, "{}", third.body);
+        let fourth = app
+            .sms_send(json!({ "phone": "+8613600136000", "ip": "198.51.100.9" }))
+            .await;
+        assert_eq!(
+            (fourth.status.as_u16(), fourth.body["rule"].as_str()),
+            (429, Some("global 3/1h")),
+            "keyless {keyless}: the declined send kept by the global window: {}",
+            fourth.body
+        );
+    }
+}
+
+/// With no address windows (`sms.ip_limits = []`) an address still counts
+/// for its captcha tier, and a number the provider refuses is kept there
+/// alone: the address soon needs a captcha, and the phone's windows owe
+/// nothing.
+async fn a_refused_number_is_kept_by_the_address_tier_without_address_windows(backend: Backend) {
     let app = spawn_app(backend, |s| {
+        s.sms.ip_limits = Vec::new();
+        s.sms.captcha_after = 2;
         s.sms.phone_limits = limits(&[(1, 3_600_000)]);
-        s.lists.allow_ips = vec!["127.0.0.0/8".parse().unwrap()];
     })
     .await;
-    app.sms.decline(true);
-    let declined = app.sms_send(json!({ "phone": PHONE })).await;
-    assert_eq!(declined.error(), "delivery_failed", "{}", declined.body);
-    let again = app.sms_send(json!({ "phone": PHONE })).await;
-    assert_eq!(
-        (again.status.as_u16(), again.body["rule"].as_str()),
-        (429, Some("phone 1/1h")),
-        "the declined send kept by the phone's window: {}",
-        again.body
-    );
-    // A send that names its client spends its address's budget instead.
-    let named = app
-        .sms_send(json!({ "phone": OTHER_PHONE, "ip": "198.51.100.8" }))
-        .await;
-    assert_eq!(named.error(), "delivery_failed", "{}", named.body);
-    app.sms.decline(false);
-    let sent = app
-        .sms_send(json!({ "phone": OTHER_PHONE, "ip": "198.51.100.9" }))
+    let sender = "203.0.113.71";
+    app.sms.refuse(true);
+    for round in 0..2 {
+        let refused = app.sms_send(json!({ "phone": PHONE, "ip": sender })).await;
+        assert_eq!(
+            (refused.error(), &refused.body["number_refused"]),
+            ("delivery_failed", &json!(true)),
+            "round {round}, the phone's window given back: {}",
+            refused.body
+        );
+    }
+    app.sms.refuse(false);
+    let challenged = app
+        .sms_send(json!({ "phone": OTHER_PHONE, "ip": sender }))
         .await;
     assert_eq!(
-        sent.status, 200,
-        "the phone's window gave it back: {}",
-        sent.body
+        (challenged.status.as_u16(), challenged.error()),
+        (403, "captcha_required"),
+        "the address's tier kept both refused sends: {}",
+        challenged.body
     );
+    let owner = app
+        .sms_send(json!({ "phone": PHONE, "ip": "198.51.100.71" }))
+        .await;
+    assert_eq!(owner.status, 200, "the phone owes nothing: {}", owner.body);
 }
 
 #[test]

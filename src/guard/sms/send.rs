@@ -194,8 +194,9 @@ impl SmsGuard {
     /// provider call per request with it; a send counted in no address
     /// window (naming no client, or an allow-listed address's) keeps every
     /// other window instead. A send the provider declined for the
-    /// request's own reason is given back whole within its address's
-    /// budget (`within_failure_budget`). A provider that took the message
+    /// request's own reason is given back whole within its address's and
+    /// network's budgets, and is kept so past them; one naming no client
+    /// has none (`within_failure_budget`). A provider that took the message
     /// and did not answer in time may have delivered it all the same: that
     /// send keeps its windows and its code, so they count it (or a slow
     /// gateway would text a phone without any limit, every send answered
