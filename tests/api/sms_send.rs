@@ -826,7 +826,8 @@ async fn a_number_refused_for_a_send_naming_no_client_is_kept_by_its_phone(backe
 /// A declined send (a region the account may not text) is given back
 /// whole within its address's budget; a send that names no client has no
 /// address to budget, and one budget for its backend would be every
-/// user's: its phone's and the global windows keep it, or a backend
+/// user's: its phone's, prefix's and global windows keep it (the phone's
+/// and global checked here), or a backend
 /// relaying no `ip` would make one provider call per request. So for a
 /// backend with an API key and for a keyless one on loopback.
 async fn a_declined_send_naming_no_client_is_kept_by_its_phone(backend: Backend) {
