@@ -797,22 +797,36 @@ async fn a_number_refused_for_a_send_naming_no_client_is_kept_by_its_phone(backe
     })
     .await;
     app.sms.refuse(true);
-    let refused = app.sms_send(json!({ "phone": PHONE })).await;
-    assert_eq!(refused.error(), "delivery_failed", "{}", refused.body);
-    assert_eq!(refused.body["number_refused"], true, "{}", refused.body);
+    let refused = kept_by_the_phone(&app).await;
+    assert_eq!(refused["number_refused"], true, "{refused}");
+    // A send that names its client leaves the phone's window to it.
+    given_back_to_a_named_client(&app, || app.sms.refuse(false)).await;
+}
+
+/// Send to `PHONE` naming no client, the provider failing it: the failed
+/// send's answer, once a second send shows the phone's 1/1h kept it.
+async fn kept_by_the_phone(app: &TestApp) -> serde_json::Value {
+    let failed = app.sms_send(json!({ "phone": PHONE })).await;
+    assert_eq!(failed.error(), "delivery_failed", "{}", failed.body);
     let again = app.sms_send(json!({ "phone": PHONE })).await;
     assert_eq!(
         (again.status.as_u16(), again.body["rule"].as_str()),
         (429, Some("phone 1/1h")),
-        "the refused send kept by the phone's window: {}",
+        "the failed send kept by the phone's window: {}",
         again.body
     );
-    // A send that names its client leaves the phone's window to it.
+    failed.body
+}
+
+/// Send to `OTHER_PHONE` naming a client, the provider failing it, then,
+/// once `mend` stops the failures, from another client: the phone's 1/1h
+/// gave the failed send back.
+async fn given_back_to_a_named_client(app: &TestApp, mend: impl FnOnce()) {
     let named = app
         .sms_send(json!({ "phone": OTHER_PHONE, "ip": "198.51.100.8" }))
         .await;
     assert_eq!(named.error(), "delivery_failed", "{}", named.body);
-    app.sms.refuse(false);
+    mend();
     let sent = app
         .sms_send(json!({ "phone": OTHER_PHONE, "ip": "198.51.100.9" }))
         .await;
@@ -844,34 +858,15 @@ async fn a_declined_send_naming_no_client_is_kept_by_its_phone(backend: Backend)
         })
         .await;
         app.sms.decline(true);
-        let declined = app.sms_send(json!({ "phone": PHONE })).await;
-        assert_eq!(declined.error(), "delivery_failed", "{}", declined.body);
-        let again = app.sms_send(json!({ "phone": PHONE })).await;
-        assert_eq!(
-            (again.status.as_u16(), again.body["rule"].as_str()),
-            (429, Some("phone 1/1h")),
-            "keyless {keyless}: the declined send kept by the phone's window: {}",
-            again.body
-        );
+        let declined = kept_by_the_phone(&app).await;
+        assert_eq!(declined.get("number_refused"), None, "{declined}");
         if keyless {
             // A keyless backend's `ip` names no one (security.md): the rest
             // is the keyed backend's.
             continue;
         }
         // A send that names its client spends its address's budget instead.
-        let named = app
-            .sms_send(json!({ "phone": OTHER_PHONE, "ip": "198.51.100.8" }))
-            .await;
-        assert_eq!(named.error(), "delivery_failed", "{}", named.body);
-        app.sms.decline(false);
-        let sent = app
-            .sms_send(json!({ "phone": OTHER_PHONE, "ip": "198.51.100.9" }))
-            .await;
-        assert_eq!(
-            sent.status, 200,
-            "the phone's window gave it back: {}",
-            sent.body
-        );
+        given_back_to_a_named_client(&app, || app.sms.decline(false)).await;
         // The global window holds the declined send and this one; the
         // named declined send was given back.
         let third = app
