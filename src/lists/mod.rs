@@ -6,7 +6,6 @@
 mod entry;
 mod matcher;
 
-use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -64,8 +63,9 @@ pub struct Lists {
     /// force here, and `/readyz` says so.
     read_once: AtomicBool,
     /// The stored rows no version reads, as the last refresh found them:
-    /// each is warned of when first found, not at every refresh.
-    unreadable: parking_lot::Mutex<HashSet<Option<Uuid>>>,
+    /// each is warned of when first found, not at every refresh, and
+    /// listed apart for the admins, as none of them is in force.
+    unreadable: RwLock<Vec<ListEntry>>,
 }
 
 impl Lists {
@@ -80,7 +80,7 @@ impl Lists {
             matcher: ArcSwap::from_pointee(Matcher::default()),
             refreshing: tokio::sync::Mutex::new(()),
             read_once: AtomicBool::new(nothing_stored),
-            unreadable: parking_lot::Mutex::default(),
+            unreadable: RwLock::default(),
         };
         lists.rebuild();
         lists
@@ -120,19 +120,27 @@ impl Lists {
         for entry in self.newly_unreadable(&invalid) {
             tracing::warn!(id = ?entry.id, kind = entry.kind.as_str(), value = %entry.value, "stored list entry is of a range no version since the translators' change takes; skipped");
         }
+        *self.unreadable.write() = invalid;
         *self.stored.write() = valid;
         self.rebuild();
         self.read_once.store(true, Ordering::Release);
         Ok(())
     }
 
+    /// The stored rows the last refresh could not put in force (a value no
+    /// version since reads): an admin's entry that looks stored and is not.
+    pub fn unreadable(&self) -> Vec<ListEntry> {
+        self.unreadable.read().clone()
+    }
+
     /// The rows of `invalid` the last refresh did not find: the warning
     /// is one line a row, not one every `refresh_interval`.
     fn newly_unreadable<'e>(&self, invalid: &'e [ListEntry]) -> Vec<&'e ListEntry> {
-        let mut seen = self.unreadable.lock();
-        let fresh = invalid.iter().filter(|e| !seen.contains(&e.id)).collect();
-        *seen = invalid.iter().map(|e| e.id).collect();
-        fresh
+        let seen = self.unreadable.read();
+        invalid
+            .iter()
+            .filter(|e| !seen.iter().any(|old| old.id == e.id))
+            .collect()
     }
 
     /// Store an entry (an equal one already stored is answered instead),
@@ -333,11 +341,18 @@ mod tests {
     fn an_unreadable_row_is_warned_of_when_first_found() {
         let lists = Lists::new(Vec::new(), None);
         let row = stored(EntryKind::Phone, "not a phone");
-        let rows = [row.clone()];
-        assert_eq!(lists.newly_unreadable(&rows).len(), 1);
-        assert!(lists.newly_unreadable(&rows).is_empty(), "not again");
-        assert!(lists.newly_unreadable(&[]).is_empty());
-        assert_eq!(lists.newly_unreadable(&rows).len(), 1, "back again");
+        let rows = vec![row.clone()];
+        // What a refresh does: warn of the new ones, then keep them all.
+        let refresh = |found: Vec<ListEntry>| {
+            let fresh = lists.newly_unreadable(&found).len();
+            *lists.unreadable.write() = found;
+            fresh
+        };
+        assert_eq!(refresh(rows.clone()), 1);
+        assert_eq!(refresh(rows.clone()), 0, "not again");
+        assert_eq!(lists.unreadable(), rows, "listed for the admins");
+        assert_eq!(refresh(Vec::new()), 0);
+        assert_eq!(refresh(rows), 1, "back again");
     }
 
     #[test]

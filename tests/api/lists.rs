@@ -634,12 +634,16 @@ async fn a_row_no_version_reads_stops_no_refresh_and_no_admins_change(kind: DbKi
     // A row no version reads, and an allow entry of everyone an earlier
     // version took: only a refresh past the first brings in the second.
     let bogus = "0192f0c4-5b6e-7d30-8a55-3f1c2b9e4d10";
+    // And a block entry of a kind this version reads, of a value it does
+    // not: not in force, and shown apart so that an admin sees it is not.
+    let misread = "0192f0c4-5b6e-7d30-8a55-3f1c2b9e4d12";
     run_sql(
         &audit,
         &format!(
             "INSERT INTO list_entries (id, list, kind, value, note, created_at_ms) VALUES \
              ('{bogus}', 'block', 'bogus', 'x', '', 0), \
-             ('0192f0c4-5b6e-7d30-8a55-3f1c2b9e4d11', 'allow', 'ip', '0.0.0.0/0', '', 1)"
+             ('0192f0c4-5b6e-7d30-8a55-3f1c2b9e4d11', 'allow', 'ip', '0.0.0.0/0', '', 1), \
+             ('{misread}', 'block', 'phone', 'not a phone', '', 2)"
         ),
     )
     .await;
@@ -662,6 +666,26 @@ async fn a_row_no_version_reads_stops_no_refresh_and_no_admins_change(kind: DbKi
         || async { admins_values().await == ["0.0.0.0/0"] },
     )
     .await;
+    let unreadable_ids = || async {
+        let listed = admin_send(&app, reqwest::Method::GET, "/admin/api/lists", None).await;
+        listed.body["unreadable"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|e| e["id"].as_str().map(str::to_string))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(unreadable_ids().await, [misread], "listed apart");
+    let deleted = admin_send(
+        &app,
+        reqwest::Method::DELETE,
+        &format!("/admin/api/lists/{misread}"),
+        None,
+    )
+    .await;
+    assert_eq!(deleted.status, 204, "{}", deleted.body);
+    assert!(unreadable_ids().await.is_empty(), "deleted by its id");
 
     let blocked = "198.51.100.77";
     let added = admin_send(
@@ -705,7 +729,7 @@ async fn a_row_no_version_reads_stops_no_refresh_and_no_admins_change(kind: DbKi
         .iter()
         .filter_map(|e| e["decision"].as_str())
         .collect();
-    assert_eq!(decisions, ["list_add"], "{}", trail.body);
+    assert_eq!(decisions, ["list_add", "list_remove"], "{}", trail.body);
 }
 
 /// Run `sql` on `audit`'s database; the rows it returned or changed.

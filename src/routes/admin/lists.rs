@@ -13,11 +13,16 @@ use crate::guard::RequestInfo;
 use crate::lists::{EntryKind, ListEntry, ListError, ListName};
 use crate::routes::{schemas, AppState};
 
-/// Every entry in force.
+/// Every entry in force, and the stored rows that are not.
 #[derive(Debug, serde::Serialize, utoipa::ToSchema)]
 pub struct ListEntries {
     /// The config file's entries first, then the stored ones, oldest first.
     pub entries: Vec<ListEntry>,
+    /// Stored entries of a value no version since reads (an IP range the
+    /// translators' change refuses, a row edited by hand): not in force,
+    /// so an admin's block there blocks no one: delete one by its id
+    /// (`DELETE /admin/api/lists/{id}`) and add what it meant anew.
+    pub unreadable: Vec<ListEntry>,
 }
 
 /// A new entry of one kind; the kind is the path's (`/admin/api/lists/ip`),
@@ -65,7 +70,7 @@ impl From<ListError> for ApiError {
     operation_id = "get_lists",
     tag = "admin",
     responses(
-        (status = 200, description = "Every entry in force", body = ListEntries),
+        (status = 200, description = "Every entry in force, and in `unreadable` the stored rows that are not (a value no version since reads)", body = ListEntries),
         (status = 401, description = "`unauthorized`: no valid admin token", body = ErrorBody),
         (status = 429, description = "`rate_limited`: this address failed admin authentication `server.admin_auth_limit` times (or its IPv6 /48 `server.admin_auth_network_limit` times); every admin route refuses it, token or not, until `Retry-After`", body = crate::routes::schemas::RateLimitedError,
             headers(("Retry-After" = u64, description = "Whole seconds until the oldest counted failure leaves the window"))),
@@ -75,6 +80,7 @@ impl From<ListError> for ApiError {
 pub async fn list(state: web::Data<AppState>, _admin: Admin) -> Result<HttpResponse, ApiError> {
     Ok(HttpResponse::Ok().json(ListEntries {
         entries: state.lists.entries(),
+        unreadable: state.lists.unreadable(),
     }))
 }
 
