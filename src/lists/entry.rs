@@ -90,7 +90,7 @@ pub struct ListEntry {
     pub kind: EntryKind,
     /// What it matches, normalised: a CIDR (`203.0.113.0/24`, one address
     /// as `/32` or `/128`), an E.164 number or a prefix ending in `*`, a
-    /// user name.
+    /// user name; as stored, for an entry listed `unreadable`.
     pub value: String,
     /// Why it was added.
     pub note: String,

@@ -117,10 +117,9 @@ impl Lists {
         };
         let _one_at_a_time = self.refreshing.lock().await;
         let (valid, invalid) = in_force(db.all().await?);
-        for entry in self.newly_unreadable(&invalid) {
-            tracing::warn!(id = ?entry.id, kind = entry.kind.as_str(), value = %entry.value, "stored list entry is of a range no version since the translators' change takes; skipped");
+        for entry in self.replace_unreadable(invalid) {
+            tracing::warn!(id = ?entry.id, kind = entry.kind.as_str(), value = %entry.value, "stored list entry has a value no version since reads (a range the translators' change refuses, a row edited by hand); not in force");
         }
-        *self.unreadable.write() = invalid;
         *self.stored.write() = valid;
         self.rebuild();
         self.read_once.store(true, Ordering::Release);
@@ -133,14 +132,18 @@ impl Lists {
         self.unreadable.read().clone()
     }
 
-    /// The rows of `invalid` the last refresh did not find: the warning
-    /// is one line a row, not one every `refresh_interval`.
-    fn newly_unreadable<'e>(&self, invalid: &'e [ListEntry]) -> Vec<&'e ListEntry> {
-        let seen = self.unreadable.read();
-        invalid
+    /// Keep `invalid` as the unreadable rows; those the last refresh did
+    /// not find, to warn of: one line a row, not one every
+    /// `refresh_interval`.
+    fn replace_unreadable(&self, invalid: Vec<ListEntry>) -> Vec<ListEntry> {
+        let mut kept = self.unreadable.write();
+        let fresh = invalid
             .iter()
-            .filter(|e| !seen.iter().any(|old| old.id == e.id))
-            .collect()
+            .filter(|e| !kept.iter().any(|old| old.id == e.id))
+            .cloned()
+            .collect();
+        *kept = invalid;
+        fresh
     }
 
     /// Store an entry (an equal one already stored is answered instead),
@@ -188,8 +191,11 @@ impl Lists {
         let db = self.db()?;
         let removed = db.delete(id).await?.ok_or(ListError::NotFound)?;
         committed(&removed);
-        self.settle(|entries| entries.retain(|e| e.id != Some(id)))
-            .await;
+        self.settle(|entries| {
+            entries.retain(|e| e.id != Some(id));
+            self.unreadable.write().retain(|e| e.id != Some(id));
+        })
+        .await;
         Ok(removed)
     }
 
@@ -342,12 +348,7 @@ mod tests {
         let lists = Lists::new(Vec::new(), None);
         let row = stored(EntryKind::Phone, "not a phone");
         let rows = vec![row.clone()];
-        // What a refresh does: warn of the new ones, then keep them all.
-        let refresh = |found: Vec<ListEntry>| {
-            let fresh = lists.newly_unreadable(&found).len();
-            *lists.unreadable.write() = found;
-            fresh
-        };
+        let refresh = |found: Vec<ListEntry>| lists.replace_unreadable(found).len();
         assert_eq!(refresh(rows.clone()), 1);
         assert_eq!(refresh(rows.clone()), 0, "not again");
         assert_eq!(lists.unreadable(), rows, "listed for the admins");

@@ -178,7 +178,7 @@ add_route!(
     params(("id" = Uuid, Path, description = "The entry's id")),
     responses(
         (status = 204, description = "Deleted"),
-        (status = 400, description = "`invalid_request`: the id is not a UUID, or names a row no version reads (edited by hand), which is kept", body = ErrorBody),
+        (status = 400, description = "`invalid_request`: the id is not a UUID, or names a row of a list or kind no version writes (edited by hand), which is kept; a row of a value no version reads (listed under `unreadable`) is deleted", body = ErrorBody),
         (status = 401, description = "`unauthorized`: no valid admin token", body = ErrorBody),
         (status = 403, description = "`forbidden`: the admin's role may not change the lists (the operator role may); audited", body = ErrorBody),
         (status = 429, description = "`rate_limited`: this address failed admin authentication `server.admin_auth_limit` times (or its IPv6 /48 `server.admin_auth_network_limit` times); every admin route refuses it, token or not, until `Retry-After`", body = crate::routes::schemas::RateLimitedError,

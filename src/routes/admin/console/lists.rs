@@ -69,6 +69,8 @@ impl From<&ListEntry> for EntryRow {
 pub struct ListsPage {
     /// Every entry, the config file's first.
     pub rows: Vec<EntryRow>,
+    /// The stored rows of a value no version reads: not in force.
+    pub unreadable: Vec<EntryRow>,
     /// The token every add and delete form carries.
     pub csrf: String,
     /// A change just happened: say which.
@@ -90,6 +92,12 @@ pub async fn page(state: web::Data<AppState>, req: HttpRequest) -> HttpResponse 
         };
         let page = ListsPage {
             rows: state.lists.entries().iter().map(EntryRow::from).collect(),
+            unreadable: state
+                .lists
+                .unreadable()
+                .iter()
+                .map(EntryRow::from)
+                .collect(),
             csrf: csrf::issue(&admin.csrf_key, &forms(), Utc::now()),
             notice,
             can_edit: admin.may(Permission::EditLists),
