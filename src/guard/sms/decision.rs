@@ -133,7 +133,7 @@ pub(super) fn give_back(error: &DeliveryError, address_counted: bool) -> GiveBac
 
 /// What `tollgate_sms_deliveries_total` counts a failed delivery as, by
 /// its failure alone (`OverBudget` is the budget's word).
-pub(super) fn outcome(error: &DeliveryError) -> SmsDelivery {
+fn outcome(error: &DeliveryError) -> SmsDelivery {
     if error.may_have_been_delivered() {
         SmsDelivery::TimedOut
     } else if error.refused_the_number() {
@@ -142,6 +142,23 @@ pub(super) fn outcome(error: &DeliveryError) -> SmsDelivery {
         SmsDelivery::Declined
     } else {
         SmsDelivery::Failed
+    }
+}
+
+/// What `tollgate_sms_deliveries_total` counts a failed delivery as: its
+/// failure's own word, unless the failure budgets keep more of it than
+/// that word gives back (`said`, `given` what they left of it): then it is
+/// `OverBudget`, as is a declined send naming no client, which has no
+/// budget at all.
+pub(super) fn delivery_outcome(
+    error: &DeliveryError,
+    said: GiveBack,
+    given: GiveBack,
+) -> SmsDelivery {
+    if given == said {
+        outcome(error)
+    } else {
+        SmsDelivery::OverBudget
     }
 }
 

@@ -228,11 +228,7 @@ impl SmsGuard {
         } else {
             said
         };
-        crate::metrics::sms_delivery(if give_back == said {
-            decision::outcome(&error)
-        } else {
-            SmsDelivery::OverBudget
-        });
+        crate::metrics::sms_delivery(decision::delivery_outcome(&error, said, give_back));
         // Before the rollback's await: until then a code held locally from
         // an outage would be the one a verify checks, not this one.
         if give_back.keeps_the_code() {

@@ -367,6 +367,50 @@ fn a_send_that_goes_ahead_tells_its_wait_quota_and_captcha() {
     assert_eq!(shadowed.settle().answer.unwrap(), Grant::default());
 }
 
+/// The metric's label follows what the send gave back, not only its
+/// failure: a declined send the budgets kept (past them, or naming no
+/// client, which `within_failure_budget` keeps at once) is `over_budget`.
+#[test]
+fn a_failed_delivery_is_counted_by_what_it_gave_back() {
+    let declined = DeliveryError::Declined("twilio answered 400, error code 21408".into());
+    let said = give_back(&declined, true);
+    assert_eq!(
+        delivery_outcome(&declined, said, said),
+        SmsDelivery::Declined
+    );
+    for address_counted in [true, false] {
+        let kept = said.past_the_budget(address_counted);
+        assert_eq!(
+            delivery_outcome(&declined, said, kept),
+            SmsDelivery::OverBudget,
+            "{kept:?}"
+        );
+    }
+    let cases = [
+        (
+            DeliveryError::Refused("21211".into()),
+            true,
+            SmsDelivery::RefusedNumber,
+        ),
+        (
+            DeliveryError::Rejected("503".into()),
+            true,
+            SmsDelivery::Failed,
+        ),
+        (
+            DeliveryError::Unreachable("refused".into()),
+            false,
+            SmsDelivery::Failed,
+        ),
+        (DeliveryError::TimedOut, false, SmsDelivery::TimedOut),
+    ];
+    for (error, address_counted, label) in cases {
+        // No budget is asked of these: what they say is what they give.
+        let said = give_back(&error, address_counted);
+        assert_eq!(delivery_outcome(&error, said, said), label, "{error:?}");
+    }
+}
+
 #[test]
 fn a_failed_delivery_gives_back_what_its_failure_says() {
     let refused = DeliveryError::Refused("twilio answered 400, error code 21211".into());
