@@ -143,6 +143,8 @@ impl Lists {
             .cloned()
             .collect();
         *kept = invalid;
+        // Under the lock: two refreshes' gauges land in the lists' order.
+        crate::metrics::list_unreadable_entries(kept.len());
         fresh
     }
 
@@ -193,7 +195,9 @@ impl Lists {
         committed(&removed);
         self.settle(|entries| {
             entries.retain(|e| e.id != Some(id));
-            self.unreadable.write().retain(|e| e.id != Some(id));
+            let mut unreadable = self.unreadable.write();
+            unreadable.retain(|e| e.id != Some(id));
+            crate::metrics::list_unreadable_entries(unreadable.len());
         })
         .await;
         Ok(removed)
@@ -354,6 +358,29 @@ mod tests {
         assert_eq!(lists.unreadable(), rows, "listed for the admins");
         assert_eq!(refresh(Vec::new()), 0);
         assert_eq!(refresh(rows), 1, "back again");
+    }
+
+    /// The gauge says how many stored rows are out of force, at every
+    /// refresh: what an alert on an admin's entry that blocks no one reads.
+    #[test]
+    fn the_unreadable_rows_are_counted_in_a_gauge() {
+        let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+        let handle = recorder.handle();
+        let gauge = || {
+            let page = handle.render();
+            page.lines()
+                .find_map(|line| line.strip_prefix("tollgate_list_unreadable_entries "))
+                .map(str::to_owned)
+        };
+        let lists = Lists::new(Vec::new(), None);
+        let rows = vec![
+            stored(EntryKind::Phone, "not a phone"),
+            stored(EntryKind::Ip, "64:ff9b::/64"),
+        ];
+        metrics::with_local_recorder(&recorder, || lists.replace_unreadable(rows));
+        assert_eq!(gauge().as_deref(), Some("2"));
+        metrics::with_local_recorder(&recorder, || lists.replace_unreadable(Vec::new()));
+        assert_eq!(gauge().as_deref(), Some("0"), "mended: back to 0");
     }
 
     #[test]

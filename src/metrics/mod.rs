@@ -27,6 +27,9 @@ pub const STORE_EVICTIONS: &str = "tollgate_store_evictions_total";
 /// Counter of requests an allow or block list matched, by `list`, `kind`
 /// (ip, phone, user) and `action`.
 pub const LIST_MATCHES: &str = "tollgate_list_matches_total";
+/// Gauge of stored list rows out of force: a value no version since reads
+/// (`GET /admin/api/lists`' `unreadable`), as of the last refresh.
+pub const LIST_UNREADABLE: &str = "tollgate_list_unreadable_entries";
 /// Counter of audit events by `outcome`: queued, written, spooled (left to
 /// the journal for a replay), replayed, unjournaled (answered without a
 /// journal line: the journal was full or failing), dropped (neither the
@@ -172,6 +175,10 @@ fn describe() {
     describe_counter!(
         LIST_MATCHES,
         "Requests an allow list exempted or a block list refused, by list, kind and action"
+    );
+    describe_gauge!(
+        LIST_UNREADABLE,
+        "Stored list entries out of force: a value this version cannot read (listed as unreadable by GET /admin/api/lists)"
     );
     describe_histogram!(STORE_SECONDS, "Duration of window-store calls");
     describe_counter!(
@@ -545,6 +552,11 @@ pub fn request(route: Route, outcome: Outcome) {
     if counted.flatten().is_none() {
         series().increment(1);
     }
+}
+
+/// How many stored list rows the lists hold out of force.
+pub fn list_unreadable_entries(rows: usize) {
+    gauge!(LIST_UNREADABLE).set(rows as f64);
 }
 
 /// Count one request an allow or block list matched.
