@@ -372,13 +372,23 @@ mod tests {
                 .find_map(|line| line.strip_prefix("tollgate_list_unreadable_entries "))
                 .map(str::to_owned)
         };
-        let lists = Lists::new(Vec::new(), None);
-        let rows = vec![
-            stored(EntryKind::Phone, "not a phone"),
-            stored(EntryKind::Ip, "64:ff9b::/64"),
-        ];
+        let store = Arc::new(UnreadableStore::default());
+        let lists = Lists::new(Vec::new(), Some(store.clone()));
+        let mut misread = stored(EntryKind::Phone, "not a phone");
+        misread.id = Some(crate::uuid_v7::now());
+        store.0.lock().push(misread.clone());
+        let rows = vec![misread.clone(), stored(EntryKind::Ip, "64:ff9b::/64")];
         metrics::with_local_recorder(&recorder, || lists.replace_unreadable(rows));
         assert_eq!(gauge().as_deref(), Some("2"));
+        // Deleted while the entries cannot be read back: the delete's own
+        // fallback takes it off the gauge, not only the next refresh.
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("a runtime");
+        let id = misread.id.expect("an id");
+        metrics::with_local_recorder(&recorder, || runtime.block_on(lists.remove(id, |_| {})))
+            .expect("removed");
+        assert_eq!(gauge().as_deref(), Some("1"), "the delete's fallback");
         metrics::with_local_recorder(&recorder, || lists.replace_unreadable(Vec::new()));
         assert_eq!(gauge().as_deref(), Some("0"), "mended: back to 0");
     }
