@@ -711,6 +711,8 @@ async fn a_row_no_version_reads_stops_no_refresh_and_no_admins_change(kind: DbKi
     )
     .await;
     assert_eq!(added.status, 201, "{}", added.body);
+    // The block list is checked first: this send matches no allow entry,
+    // so it need not take `ALLOW_LISTED_IP_SENDS` with 0.0.0.0/0 in force.
     assert_eq!(send(&app, PHONE, blocked).await.error(), "blocklisted");
     assert_eq!(admins_values().await, ["0.0.0.0/0", "198.51.100.0/24"]);
     // Its deletion could not be audited as an entry's: refused, kept.
