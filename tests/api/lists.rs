@@ -640,7 +640,8 @@ async fn a_row_no_version_reads_stops_no_refresh_and_no_admins_change(kind: DbKi
             "INSERT INTO list_entries (id, list, kind, value, note, created_at_ms) VALUES \
              ('{bogus}', 'block', 'bogus', 'x', '', 0), \
              ('0192f0c4-5b6e-7d30-8a55-3f1c2b9e4d11', 'allow', 'ip', '0.0.0.0/0', '', 1), \
-             ('{misread}', 'block', 'phone', 'not a phone', '', 2)"
+             ('{misread}', 'block', 'phone', 'not a phone', '', 2), \
+             ('not-a-uuid', 'block', 'ip', '203.0.113.0/24', '', 3)"
         ),
     )
     .await;
@@ -732,6 +733,29 @@ async fn a_row_no_version_reads_stops_no_refresh_and_no_admins_change(kind: DbKi
     let kept = format!("SELECT id FROM list_entries WHERE id = '{bogus}'");
     assert_eq!(run_sql(&audit, &kept).await, 1, "rolled back");
 
+    // A row of an entry an admin means, whose id no version reads (edited
+    // by hand), is in force nowhere; the admin's add takes its place rather
+    // than answering it, or the address could never be blocked.
+    let meant = admin_send(
+        &app,
+        reqwest::Method::POST,
+        "/admin/api/lists/ip",
+        Some(json!({ "list": "block", "value": "203.0.113.0/24" })),
+    )
+    .await;
+    assert_eq!(meant.status, 201, "{}", meant.body);
+    assert!(
+        meant.body["id"].as_str().is_some_and(|id| id.len() == 36),
+        "{}",
+        meant.body
+    );
+    assert_eq!(
+        send(&app, PHONE, "203.0.113.9").await.error(),
+        "blocklisted"
+    );
+    let replaced = "SELECT id FROM list_entries WHERE id = 'not-a-uuid'";
+    assert_eq!(run_sql(&audit, replaced).await, 0, "replaced");
+
     app.flush_audit().await;
     let trail = admin_send(
         &app,
@@ -748,7 +772,12 @@ async fn a_row_no_version_reads_stops_no_refresh_and_no_admins_change(kind: DbKi
         .collect();
     // Two rows within one millisecond may come in either order.
     decisions.sort_unstable();
-    assert_eq!(decisions, ["list_add", "list_remove"], "{}", trail.body);
+    assert_eq!(
+        decisions,
+        ["list_add", "list_add", "list_remove"],
+        "{}",
+        trail.body
+    );
 }
 
 /// Run `sql` on `audit`'s database; the rows it returned or changed.

@@ -2,12 +2,15 @@
 //! Both databases keep them in the same plain columns (TEXT id, BIGINT ms),
 //! so one macro writes the queries for each, with its placeholders.
 
+use std::time::Duration;
+
 use chrono::{DateTime, TimeZone, Utc};
 use uuid::Uuid;
 
 use super::AuditDb;
 use super::AuditError;
 use crate::lists::{EntryKind, EntrySource, ListEntry, ListError, ListName, ListStore};
+use crate::telemetry::log_budget::LogBudget;
 
 /// One stored row, as read.
 type Columns = (String, String, String, String, String, i64);
@@ -31,16 +34,24 @@ fn entry_from_columns(
     })
 }
 
+/// Lines about stored rows that are no entry: one a minute, however many
+/// rows and however short `lists.refresh_interval` (each refresh finds
+/// them again).
+static SKIPPED_LINES: LogBudget = LogBudget::new(Duration::from_secs(60));
+
 /// The rows that read as entries. One that does not (a list or kind no
-/// version writes) is skipped, not allowed to stop every instance's
-/// refresh, and with it every admin's change (each reads the lists back).
+/// version writes, an id or time edited by hand) is skipped, not allowed
+/// to stop every instance's refresh, and with it every admin's change
+/// (each reads the lists back).
 fn readable(rows: Vec<Columns>) -> Vec<ListEntry> {
     rows.into_iter()
         .filter_map(|row| {
             entry_from_columns(row)
-                .map_err(
-                    |e| tracing::warn!(error = %e, "stored list entry cannot be read; skipped"),
-                )
+                .map_err(|e| {
+                    if let Some(held_back) = SKIPPED_LINES.admit() {
+                        tracing::warn!(error = %e, held_back, "stored list entry cannot be read; skipped");
+                    }
+                })
                 .ok()
         })
         .collect()
@@ -71,30 +82,50 @@ macro_rules! list_queries {
             }
 
             /// Store `entry` unless an equal one (same list, kind and value)
-            /// is stored: answer the stored one. One transaction: a read
-            /// back that fails leaves nothing stored, rather than an entry
-            /// its caller could not audit.
+            /// is stored: answer the stored one. An equal row no version
+            /// reads (its id or time edited by hand) is in force nowhere
+            /// and would hold the entry out for good: `entry` takes its
+            /// place. One transaction: a read back that fails leaves
+            /// nothing stored, rather than an entry its caller could not
+            /// audit.
             pub async fn insert(pool: &$pool, entry: &ListEntry) -> Result<ListEntry, AuditError> {
                 let id = entry.id.unwrap_or_else(crate::uuid_v7::now).to_string();
                 let mut tx = pool.begin().await?;
-                sqlx::query($insert)
-                    .bind(id)
-                    .bind(entry.list.as_str())
-                    .bind(entry.kind.as_str())
-                    .bind(&entry.value)
-                    .bind(&entry.note)
-                    .bind(created_ms(entry))
-                    .execute(&mut *tx)
-                    .await?;
-                let row: Columns = sqlx::query_as(&format!("{SELECT} {}", $find))
-                    .bind(entry.list.as_str())
-                    .bind(entry.kind.as_str())
-                    .bind(&entry.value)
-                    .fetch_one(&mut *tx)
-                    .await?;
-                let stored = entry_from_columns(row)?;
-                tx.commit().await?;
-                Ok(stored)
+                let mut replaced = false;
+                loop {
+                    sqlx::query($insert)
+                        .bind(&id)
+                        .bind(entry.list.as_str())
+                        .bind(entry.kind.as_str())
+                        .bind(&entry.value)
+                        .bind(&entry.note)
+                        .bind(created_ms(entry))
+                        .execute(&mut *tx)
+                        .await?;
+                    let row: Columns = sqlx::query_as(&format!("{SELECT} {}", $find))
+                        .bind(entry.list.as_str())
+                        .bind(entry.kind.as_str())
+                        .bind(&entry.value)
+                        .fetch_one(&mut *tx)
+                        .await?;
+                    match entry_from_columns(row) {
+                        Ok(stored) => {
+                            tx.commit().await?;
+                            return Ok(stored);
+                        }
+                        Err(error) if !replaced => {
+                            tracing::warn!(%error, "a stored list row no version reads is replaced by an admin's equal entry");
+                            sqlx::query(&format!("DELETE FROM list_entries {}", $find))
+                                .bind(entry.list.as_str())
+                                .bind(entry.kind.as_str())
+                                .bind(&entry.value)
+                                .execute(&mut *tx)
+                                .await?;
+                            replaced = true;
+                        }
+                        Err(error) => return Err(error),
+                    }
+                }
             }
 
             /// Delete the entry `id`; the entry, when there was one. A row
