@@ -6,6 +6,7 @@
 mod entry;
 mod matcher;
 
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -137,9 +138,13 @@ impl Lists {
     /// `refresh_interval`.
     fn replace_unreadable(&self, invalid: Vec<ListEntry>) -> Vec<ListEntry> {
         let mut kept = self.unreadable.write();
+        // A set, not a scan of `kept` a row: thousands of rows, refreshed
+        // every 100 ms, would hold the lock (and the admins' reads) for
+        // their square.
+        let known: HashSet<Option<Uuid>> = kept.iter().map(|e| e.id).collect();
         let fresh = invalid
             .iter()
-            .filter(|e| !kept.iter().any(|old| old.id == e.id))
+            .filter(|e| !known.contains(&e.id))
             .cloned()
             .collect();
         *kept = invalid;
