@@ -8,6 +8,7 @@
 //! partition, so they take turns ([`super::read_turns`]), and on
 //! PostgreSQL each ends at `audit.read_timeout`.
 
+use std::future::Future;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -49,6 +50,30 @@ async fn turn(turns: &ReadTurns, reader: &str, wait: Duration) -> Result<Turn, A
     turns.take(reader, wait).await.ok_or(AuditError::ReadsBusy)
 }
 
+/// Runs `read` to its end in a task of its own that holds `turn` until
+/// then. The turns bound the reads the database works on, not the requests
+/// waiting for them: an admin whose connection resets has its handler
+/// dropped, and had the turn gone with it, asking and resetting in a loop
+/// would start reads without end. PostgreSQL notices a closed client only
+/// when it writes to it, so each would scan to `audit.read_timeout`, and
+/// on SQLite each would hold one of the pool's four connections as long.
+async fn in_turn<T, F>(turn: Turn, read: F) -> Result<T, AuditError>
+where
+    T: Send + 'static,
+    F: Future<Output = Result<T, AuditError>> + Send + 'static,
+{
+    let task = tokio::spawn(async move {
+        let _turn = turn;
+        read.await
+    });
+    match task.await {
+        Ok(read) => read,
+        Err(joined) if joined.is_panic() => std::panic::resume_unwind(joined.into_panic()),
+        // Cancelled: only as the runtime shuts down.
+        Err(_) => Err(AuditError::ReadsBusy),
+    }
+}
+
 fn position(event: &AuditEvent) -> Cursor {
     Cursor {
         occurred_at: event.occurred_at,
@@ -77,8 +102,13 @@ impl AuditLog {
         limit: usize,
         wait: Duration,
     ) -> Result<Vec<AuditEvent>, AuditError> {
-        let _turn = turn(&self.turns, reader, wait).await?;
-        self.db.page_within(filter, cursor, limit, self.bound).await
+        let turn = turn(&self.turns, reader, wait).await?;
+        let (db, bound) = (self.db.clone(), self.bound);
+        let (filter, cursor) = (filter.clone(), cursor.copied());
+        in_turn(turn, async move {
+            db.page_within(&filter, cursor.as_ref(), limit, bound).await
+        })
+        .await
     }
 
     /// Up to `limit` events after `cursor` (from the newest without one),
@@ -113,8 +143,13 @@ impl AuditLog {
         now: DateTime<Utc>,
         limits: Limits,
     ) -> Result<Overview, AuditError> {
-        let _turn = turn(&self.overview_turns, reader, TURN_WAIT).await?;
-        self.db.overview(span, now, limits, self.bound).await
+        let turn = turn(&self.overview_turns, reader, TURN_WAIT).await?;
+        let (db, bound, span) = (self.db.clone(), self.bound, *span);
+        in_turn(
+            turn,
+            async move { db.overview(&span, now, limits, bound).await },
+        )
+        .await
     }
 
     /// Every event after `cursor` that matches, at most `cap`, in pages,

@@ -1120,9 +1120,10 @@ async fn an_admin_read_ends_at_the_read_timeout() {
 
 /// An admin who asks and goes away cannot keep more reads running than
 /// its turn allows: the read goes on to its bound in its turn (the HTTP
-/// layer does not drop a handler whose client left), so the next asks
-/// queue behind it rather than start reads of their own that PostgreSQL,
-/// which notices a closed client only when it writes to it, would run on.
+/// layer does not drop a handler whose client closed its side), so the
+/// next asks queue behind it rather than start reads of their own that
+/// PostgreSQL, which notices a closed client only when it writes to it,
+/// would run on.
 #[tokio::test]
 async fn asking_and_leaving_in_a_loop_keeps_one_read_running() {
     let db = TestDb::new(DbKind::Postgres).await;
@@ -1141,6 +1142,37 @@ async fn asking_and_leaving_in_a_loop_keeps_one_read_running() {
             "the read waits on the lock"
         );
     }
+    let waiting = reads_waiting_on_the_lock(&db).await;
+    assert_eq!(waiting, 1, "the first ask's read, in the viewer's one turn");
+    drop(holder);
+}
+
+/// The same when each ask's connection is reset (a client that closes with
+/// `SO_LINGER` 0 sends RST): the HTTP layer then drops the handler, and
+/// with it the request, but the read it started runs on to its end in the
+/// viewer's turn, so the next asks still queue behind it.
+#[tokio::test]
+async fn asking_and_resetting_in_a_loop_keeps_one_read_running() {
+    use tokio::io::AsyncWriteExt;
+
+    let db = TestDb::new(DbKind::Postgres).await;
+    let app = reads_app(&db, Duration::from_secs(60)).await;
+    let holder = lock_the_trail(&db).await;
+    let host = app.address.trim_start_matches("http://");
+    let ask = format!(
+        "GET /admin/api/events?subject=nobody HTTP/1.1\r\nHost: {host}\r\n\
+         Authorization: Bearer {VIEWER}\r\n\r\n"
+    );
+    for _ in 0..6 {
+        let mut stream = tokio::net::TcpStream::connect(host).await.unwrap();
+        stream.write_all(ask.as_bytes()).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        socket2::SockRef::from(&stream)
+            .set_linger(Some(Duration::ZERO))
+            .expect("SO_LINGER");
+        drop(stream);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
     let waiting = reads_waiting_on_the_lock(&db).await;
     assert_eq!(waiting, 1, "the first ask's read, in the viewer's one turn");
     drop(holder);
