@@ -52,6 +52,16 @@ impl ClientIp {
         self.0
     }
 
+    /// Whether a backend that passes this as its client's address passes
+    /// its own: a loopback address is what a backend behind a proxy on its
+    /// own host reads as every user's (`remote_addr`), and an unspecified
+    /// one is a placeholder. Counted under it, a hundred strangers' typos
+    /// would block every login, and an allow-listed `127.0.0.0/8` would
+    /// take every user past every limit.
+    pub fn names_no_client(&self) -> bool {
+        self.0.is_loopback() || self.0.is_unspecified()
+    }
+
     /// Whether one of `nets` (`server.trusted_proxies`, say) holds `raw` as
     /// it came (`64:ff9b::c000:20a`) or as it counts (`192.0.2.10`): a proxy
     /// reached through a translator is shown, logged and audited as the
@@ -289,6 +299,25 @@ pub fn parse_cidr(raw: &str) -> Option<IpNet> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn loopback_and_unspecified_addresses_name_no_client() {
+        for raw in [
+            "127.0.0.1",
+            "127.8.9.10",
+            "::1",
+            "0.0.0.0",
+            "::",
+            "::ffff:127.0.0.1",
+        ] {
+            let ip = ClientIp::parse(raw).expect(raw);
+            assert!(ip.names_no_client(), "{raw}");
+        }
+        for raw in ["198.51.100.7", "10.0.0.1", "2001:db8::1", "::2", "fe80::1"] {
+            let ip = ClientIp::parse(raw).expect(raw);
+            assert!(!ip.names_no_client(), "{raw}");
+        }
+    }
 
     #[test]
     fn the_text_is_what_display_writes() {

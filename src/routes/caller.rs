@@ -354,7 +354,7 @@ impl Access {
                     let ip = ClientIp::parse(raw).ok_or_else(|| {
                         ApiError::InvalidRequest("ip is not an IP address".into())
                     })?;
-                    (true, Some(ip), false)
+                    (true, Some(ip), ip.names_no_client())
                 }
                 // Unless a trusted proxy named a client, the address is the
                 // backend's own: the one that called.

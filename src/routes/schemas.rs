@@ -97,7 +97,10 @@ pub fn user() -> Object {
         .description(Some(
             "The login name, counted as one subject whatever its case, width or invisible \
              characters (NFKC, default-ignorables dropped, case folded). No control \
-             characters; at least one character that is neither white space nor invisible.",
+             characters; at least one character that is neither white space nor invisible. \
+             Pass the account your backend found (its id or stored login), not the name as \
+             typed: accents stay apart here, and a lookup that folds them would give one \
+             account many users.",
         ))
         .examples(["alice"])
         .build()
@@ -132,7 +135,8 @@ pub fn ip_address() -> Object {
 pub fn optional_ip_address() -> Object {
     nullable(ip_text().description(Some(
         "The client's IPv4 or IPv6 address; honoured only on requests authenticated \
-         with an API key.",
+         with an API key. A loopback or unspecified address names no client: the call \
+         counts as one without `ip`, in no address's window or list.",
     )))
 }
 

@@ -31,6 +31,7 @@ on_both_backends!(
     a_refused_failure_is_taken_back_from_its_network,
     shadow_mode_answers_allow_and_audits_would_be_refusals,
     a_backend_that_names_no_client_is_not_one_address_every_failure_fills,
+    a_backend_that_passes_its_own_loopback_address_names_no_client,
 );
 
 /// The `login_attempt` window of the subject state at `path`.
@@ -817,6 +818,36 @@ async fn lock_escalation_is_exact_and_resets_after_a_day_without_locks() {
         60,
         "the doubling reset"
     );
+}
+
+/// A backend behind a proxy on its own host that passes what it reads as
+/// the client's address (`remote_addr`: loopback) names no client either:
+/// strangers' typos from "127.0.0.1" must not block every user's logins.
+async fn a_backend_that_passes_its_own_loopback_address_names_no_client(backend: Backend) {
+    let app = spawn_app(backend, |s| {
+        s.login.ip_captcha_after = 2;
+        s.login.ip_block_after = 4;
+    })
+    .await;
+    let uncounted = r#"tollgate_backend_without_client_ip_total{route="login_attempt"}"#;
+    let before = app.metric(uncounted).await;
+    let own = [
+        "127.0.0.1",
+        "::1",
+        "::ffff:127.0.0.1",
+        "0.0.0.0",
+        "127.0.0.1",
+        "::1",
+    ];
+    for (i, ip) in own.into_iter().enumerate() {
+        let failed = fail(&app, &format!("stranger{i}"), json!({ "ip": ip })).await;
+        assert_eq!(failed["decision"], "allow", "{ip}: {failed}");
+    }
+    let check = app
+        .login_check(json!({ "user": "someone", "ip": "127.0.0.1" }))
+        .await;
+    assert_eq!(check.body["decision"], "allow", "{}", check.body);
+    assert!(app.metric(uncounted).await - before >= 6.0);
 }
 
 /// `ip` is optional in DESIGN.md: a login backend that leaves it out

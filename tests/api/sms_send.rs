@@ -33,6 +33,7 @@ on_both_backends!(
     the_64s_of_one_network_share_its_captcha_tier,
     a_network_window_refuses_every_64_of_the_network,
     a_backend_that_names_no_client_is_not_one_address_every_send_fills,
+    a_backend_passing_its_loopback_address_is_not_one_address_every_send_fills,
     a_number_refused_for_a_send_naming_no_client_is_kept_by_its_phone,
     a_declined_send_naming_no_client_is_kept_by_its_phone,
     a_refused_number_is_kept_by_the_address_tier_without_address_windows,
@@ -786,6 +787,33 @@ async fn a_backend_that_names_no_client_is_not_one_address_every_send_fills(back
     let third = named("+8613600136003").await;
     assert_eq!(third.status, 429, "{}", third.body);
     assert_eq!(third.body["rule"], "ip 2/1h");
+}
+
+/// A backend behind a proxy on its own host that passes what it reads as
+/// the client's address (loopback) names no client: its users' sends do
+/// not fill one IP window (two strangers' would refuse everyone's here).
+async fn a_backend_passing_its_loopback_address_is_not_one_address_every_send_fills(
+    backend: Backend,
+) {
+    let app = spawn_app(backend, |s| {
+        s.sms.ip_limits = limits(&[(2, 3_600_000)]);
+        s.sms.phone_limits = limits(&[(1, 3_600_000)]);
+    })
+    .await;
+    let uncounted = r#"tollgate_backend_without_client_ip_total{route="sms_send"}"#;
+    let before = app.metric(uncounted).await;
+    let own = ["127.0.0.1", "::1", "0.0.0.0", "::ffff:127.0.0.1"];
+    let phones = [PHONE, OTHER_PHONE, "+8613700137000", "+8613600136009"];
+    for (ip, phone) in own.into_iter().zip(phones) {
+        let sent = app.sms_send(json!({ "phone": phone, "ip": ip })).await;
+        assert_eq!(sent.status, 200, "{ip}, {phone}: {}", sent.body);
+    }
+    let again = app
+        .sms_send(json!({ "phone": PHONE, "ip": "127.0.0.1" }))
+        .await;
+    assert_eq!(again.status, 429, "the phone's own window: {}", again.body);
+    assert_eq!(again.body["rule"], "phone 1/1h");
+    assert!(app.metric(uncounted).await - before >= 5.0);
 }
 
 /// A number the provider refuses is kept by its asker's windows; a send
