@@ -32,6 +32,7 @@ on_both_databases!(
     rollups_count_only_rows_that_were_new,
     stats_answers_counts_and_top_lists_from_the_rollups,
     a_crowd_of_subjects_gives_approximate_top_lists_within_their_bound,
+    tied_top_entries_are_ordered_by_their_bytes,
 );
 
 fn refusal(kind: SubjectKind, id: &str, at: DateTime<Utc>) -> AuditEvent {
@@ -521,6 +522,38 @@ async fn stats_app(db: &TestDb) -> TestApp {
         s.audit.spool_dir = spool.display().to_string();
     })
     .await
+}
+
+/// Tied counts in a top list are ordered by their keys' bytes on both
+/// databases, whatever collation the PostgreSQL cluster defaults to (here a
+/// language's, as one initialised under `en_US.UTF-8` has), so that both
+/// show the same subjects where the list is cut.
+async fn tied_top_entries_are_ordered_by_their_bytes(kind: DbKind) {
+    let db = TestDb::new(kind).await;
+    let audit = db.connect().await;
+    if let AuditDb::Postgres(pool) = &audit {
+        sqlx::query(r#"ALTER TABLE audit_top ALTER COLUMN key TYPE TEXT COLLATE "en-x-icu""#)
+            .execute(pool)
+            .await
+            .unwrap();
+    }
+    let now = Utc::now();
+    let rows: Vec<AuditEvent> = ["z", "\u{e9}", "f"]
+        .into_iter()
+        .map(|user| refusal(SubjectKind::User, user, now))
+        .collect();
+    audit.insert(&rows, 7).await.unwrap();
+
+    let app = stats_app(&db).await;
+    let stats = app.admin_get("/admin/api/stats?period=1h").await;
+    assert_eq!(stats.status, 200, "{}", stats.body);
+    let keys: Vec<&str> = stats.body["top"]["subjects"]["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["key"].as_str().unwrap())
+        .collect();
+    assert_eq!(keys, ["user:f", "user:z", "user:\u{e9}"], "{}", stats.body);
 }
 
 async fn stats_answers_counts_and_top_lists_from_the_rollups(kind: DbKind) {

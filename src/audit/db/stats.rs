@@ -101,8 +101,11 @@ fn sorted(mut buckets: Vec<BucketCount>) -> Vec<BucketCount> {
 const MOST_LOCK_ROWS: usize = 4096;
 
 /// The queries, instantiated per database.
+/// `$key_order` orders tied keys of a top list by their bytes, as SQLite's
+/// `BINARY` does: PostgreSQL's default collation is the cluster's, often a
+/// language's, and the two would then show different keys at the cut.
 macro_rules! stats_queries {
-    ($db:ty, $conn:ty) => {
+    ($db:ty, $conn:ty, $key_order:literal) => {
         /// ` WHERE` a summary tiles the span (`rollup::tiles`).
         fn summaries_within<'a>(qb: &mut QueryBuilder<'a, $db>, span: &Span) {
             qb.push(" WHERE (");
@@ -163,7 +166,7 @@ macro_rules! stats_queries {
             summaries_within(&mut qb, span);
             qb.push(" AND list = ")
                 .push_bind(list.as_str())
-                .push(" GROUP BY key ORDER BY total DESC, key LIMIT ")
+                .push(concat!(" GROUP BY key ORDER BY total DESC, ", $key_order, " LIMIT "))
                 .push_bind(limit as i64);
             let rows: Vec<(String, i64)> = qb.build_query_as().fetch_all(&mut *conn).await?;
             Ok(rows.into_iter().map(ranked_from_columns).collect())
@@ -268,14 +271,14 @@ pub mod postgres {
     use super::*;
     use sqlx::{PgConnection, Postgres};
 
-    stats_queries!(Postgres, PgConnection);
+    stats_queries!(Postgres, PgConnection, "key COLLATE \"C\"");
 }
 
 pub mod sqlite {
     use super::*;
     use sqlx::{Sqlite, SqliteConnection};
 
-    stats_queries!(Sqlite, SqliteConnection);
+    stats_queries!(Sqlite, SqliteConnection, "key");
 }
 
 impl AuditDb {
