@@ -22,6 +22,16 @@
 //! their budget: an unanswered token is not a refusal. A request whose
 //! address cannot be told is not throttled (it has no window), as with
 //! every per-address limit.
+//!
+//! Each token is asked of the provider once: before the call it is
+//! claimed in the store for [`TOKEN_LIFETIME_MS`], by its digest, and a
+//! token already claimed is refused unasked, counted as a refused one (the
+//! provider would say `timeout-or-duplicate`). Providers refuse a token
+//! they verified before, but not always one verified at the same moment
+//! (Turnstile's single use is "subject to network convergence"): without
+//! the claim, one solve sent in twenty parallel login attempts could be
+//! twenty guesses past the captcha tier. A token the provider did not
+//! answer is given back, so that the user may send it again.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -33,11 +43,32 @@ use crate::audit::{AuditDecision, AuditEvent};
 use crate::captcha::{CaptchaProof, TokenVerdict};
 use crate::domain::rule::format_window;
 use crate::domain::{Action, ClientIp, Reason, Rule, Subject, SubjectKind};
-use crate::store::{HitRequest, StoreError, WindowSpec};
+use crate::store::{HitRequest, HitVerdict, StoreError, WindowSpec};
 
 /// The refused tokens' window under the IP subject:
 /// `tg:{ip:203.0.113.7}:captcha_token`.
 pub const REFUSED: &str = "captcha_token";
+
+/// How long a claimed token stays claimed: as long as any provider keeps
+/// a token valid (Turnstile's 300 s; reCAPTCHA's and hCaptcha's are
+/// shorter).
+pub const TOKEN_LIFETIME_MS: u64 = 300_000;
+
+/// The hex digest a token is claimed by: the first 128 bits of its
+/// SHA-256, so that a key name shows no token.
+fn token_digest(token: &str) -> String {
+    use sha2::{Digest, Sha256};
+    crate::hex::lower(&Sha256::digest(token.as_bytes())[..16])
+}
+
+/// One token's claim, to give back when the provider did not answer.
+struct TokenClaim {
+    key: String,
+    member: String,
+    /// Whether the store recorded it: not when it failed and
+    /// `store.on_error = "allow"` let the token through unclaimed.
+    recorded: bool,
+}
 
 /// Each address's tokens at the provider now, in this process: an entry
 /// lives while one of its tokens is out.
@@ -189,11 +220,14 @@ impl GuardContext {
         }
         let address = ip.map(|ip| ip.text());
         let Some(ip) = ip else {
-            return Ok(verdict_of(
-                captcha
-                    .ask_provider(proof, action, None, &self.provider_pause)
-                    .await,
-            ));
+            let Some(claim) = self.claim_token(proof).await? else {
+                return Ok(ProofCheck::NotPassed);
+            };
+            let verdict = captcha
+                .ask_provider(proof, action, None, &self.provider_pause)
+                .await;
+            self.settle_claim(claim, verdict).await;
+            return Ok(verdict_of(verdict));
         };
         let rule = policy.failed_tokens;
         let subject = Subject::new(SubjectKind::Ip, ip.subject_id());
@@ -225,9 +259,16 @@ impl GuardContext {
                 }));
             }
         };
-        let verdict = captcha
-            .ask_provider(proof, action, address.as_deref(), &self.provider_pause)
-            .await;
+        let verdict = match self.claim_token(proof).await? {
+            Some(claim) => {
+                let verdict = captcha
+                    .ask_provider(proof, action, address.as_deref(), &self.provider_pause)
+                    .await;
+                self.settle_claim(claim, verdict).await;
+                verdict
+            }
+            None => TokenVerdict::Refused,
+        };
         if verdict == TokenVerdict::Refused {
             // Counted before the ticket gives its place back, so that a
             // token taking that place sees this refusal.
@@ -245,6 +286,43 @@ impl GuardContext {
             }
         }
         Ok(verdict_of(verdict))
+    }
+
+    /// Claim `proof`'s token for [`TOKEN_LIFETIME_MS`]: `None` (counted in
+    /// the metric as `reused`) when it was claimed before.
+    async fn claim_token(&self, proof: &CaptchaProof) -> Result<Option<TokenClaim>, StoreError> {
+        let token = proof.token.as_deref().unwrap_or_default();
+        let key = self.keys.captcha_token(&token_digest(token));
+        let member = event_member();
+        let claim = HitRequest {
+            key: &key,
+            windows: &[WindowSpec::enforce(1, TOKEN_LIFETIME_MS)],
+            member: &member,
+            gate_open: false,
+            force: false,
+        };
+        let outcome = self.store.hit(claim).await?;
+        if matches!(outcome.verdict, HitVerdict::Denied { .. }) {
+            crate::metrics::captcha_check("reused");
+            return Ok(None);
+        }
+        Ok(Some(TokenClaim {
+            key,
+            member,
+            recorded: outcome.added,
+        }))
+    }
+
+    /// Give the claim back when the provider did not answer (down, slow,
+    /// throttling, or blaming the secret): the token was not spent.
+    async fn settle_claim(&self, claim: TokenClaim, verdict: TokenVerdict) {
+        if verdict != TokenVerdict::Unanswered || !claim.recorded {
+            return;
+        }
+        let window = [WindowSpec::enforce(1, TOKEN_LIFETIME_MS)];
+        if let Err(error) = self.store.undo(&claim.key, &claim.member, &window).await {
+            tracing::warn!(request_id = %crate::telemetry::request_id(), %error, "an unanswered captcha token's claim could not be given back");
+        }
     }
 
     /// Whether `proof` passes before the store is asked: a caller's word,

@@ -166,6 +166,12 @@ impl Keys {
         self.subject_key(kind, id, "otp")
     }
 
+    /// A captcha token's claim (`guard::captcha_tokens`), by the token's
+    /// digest: its own hash tag, touched by no script with another key.
+    pub fn captcha_token(&self, digest: &str) -> String {
+        format!("{}:{{captcha_token:{}}}:used", self.prefix, digest)
+    }
+
     /// What `/readyz` writes to learn that the store takes writes.
     pub fn readiness(&self) -> String {
         format!("{}:readyz", self.prefix)

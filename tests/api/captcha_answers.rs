@@ -185,9 +185,13 @@ async fn a_token_solved_on_another_site_or_for_another_action_is_refused() {
 /// which both routes share, either passes either.
 #[tokio::test]
 async fn a_token_made_for_one_route_does_not_pass_the_other_where_each_has_its_own_actions() {
+    // Each token is asked of the provider once: a second solve on a page
+    // is another token.
     let server = provider(&[
         ("for-login", json!({ "action": "login" })),
+        ("for-login-again", json!({ "action": "login" })),
         ("for-sms", json!({ "action": "sms" })),
+        ("for-sms-again", json!({ "action": "sms" })),
     ])
     .await;
     let split = app(CaptchaKind::Turnstile, &server, |s| {
@@ -213,9 +217,9 @@ async fn a_token_made_for_one_route_does_not_pass_the_other_where_each_has_its_o
         .login_attempt(json!({ "user": "alice", "ip": IP, "success": false }))
         .await;
     assert_eq!(first.body["captcha_required"], true, "{}", first.body);
-    let from_sms = attempt("for-sms").await;
+    let from_sms = attempt("for-sms-again").await;
     assert_eq!(from_sms.body["decision"], "challenge", "{}", from_sms.body);
-    let passed = attempt("for-login").await;
+    let passed = attempt("for-login-again").await;
     assert_eq!(passed.body["decision"], "allow", "{}", passed.body);
     assert_eq!(calls(&server).await, 4);
 

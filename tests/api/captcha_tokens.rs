@@ -16,9 +16,18 @@ const IP: &str = "203.0.113.7";
 const OTHER_IP: &str = "198.51.100.9";
 const BACKENDS: [Backend; 2] = [Backend::Memory, Backend::Redis];
 
-/// A provider that passes `response=good`, answers 500 to `response=down`,
-/// 400 to `response=e400`, 429 to `response=busy` (with `Retry-After: 3`
-/// to `response=busyfor3`), 403 to `response=e403`,
+/// A token of `kind` no request has sent before (`good.7`): each is asked
+/// of the provider once, and the provider answers by its kind.
+fn fresh(kind: &str) -> String {
+    static MADE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("{kind}.{n}")
+}
+
+/// A provider that answers by the token's kind (`good.7` is a `good`
+/// token, see [`fresh`]): it passes `good`, answers 500 to `down`,
+/// 400 to `e400`, 429 to `busy` (with `Retry-After: 3` to `busyfor3`),
+/// 403 to `e403`,
 /// blames the secret for `badsecret`, takes two seconds over `slowgood`
 /// (passed) and `slowbad` (refused), and refuses every other token.
 async fn provider() -> MockServer {
@@ -51,7 +60,7 @@ async fn provider() -> MockServer {
     ] {
         Mock::given(method("POST"))
             .and(path("/siteverify"))
-            .and(body_string_contains(format!("response={token}&")))
+            .and(body_string_contains(format!("response={token}.")))
             .respond_with(answer)
             .mount(&server)
             .await;
@@ -94,8 +103,9 @@ async fn app_with(
     .await
 }
 
-fn send(phone: &str, ip: &str, token: &str) -> serde_json::Value {
-    json!({ "phone": phone, "ip": ip, "captcha_token": token })
+/// A send with a [`fresh`] token of `kind`.
+fn send(phone: &str, ip: &str, kind: &str) -> serde_json::Value {
+    json!({ "phone": phone, "ip": ip, "captcha_token": fresh(kind) })
 }
 
 #[tokio::test]
@@ -161,7 +171,7 @@ async fn passed_and_unanswered_tokens_cost_nothing() {
         let app = app(backend, &server, 2).await;
         let attempt = |token: &str| {
             app.login_attempt(
-                json!({ "user": "alice", "ip": IP, "success": false, "captcha_token": token }),
+                json!({ "user": "alice", "ip": IP, "success": false, "captcha_token": fresh(token) }),
             )
         };
         let first = app
@@ -224,9 +234,8 @@ async fn tokens_in_flight_are_counted_exactly() {
             .login_attempt(json!({ "user": "bob", "ip": IP, "success": false }))
             .await;
         assert_eq!(first.body["captcha_required"], true, "{}", first.body);
-        let body = json!({ "user": "bob", "ip": IP, "success": false, "captcha_token": "slowbad" });
-        let answers =
-            futures::future::join_all((0..20).map(|_| app.login_attempt(body.clone()))).await;
+        let body = || json!({ "user": "bob", "ip": IP, "success": false, "captcha_token": fresh("slowbad") });
+        let answers = futures::future::join_all((0..20).map(|_| app.login_attempt(body()))).await;
 
         let reasons: Vec<_> = answers
             .iter()
@@ -246,7 +255,7 @@ async fn tokens_in_flight_are_counted_exactly() {
             "captcha.timeout: {waits:?}"
         );
 
-        let after = app.login_attempt(body.clone()).await;
+        let after = app.login_attempt(body()).await;
         assert_eq!(after.body["reason"], "rate_limited", "{}", after.body);
         let wait = after.body["retry_after_secs"].as_u64().unwrap();
         assert!(
@@ -254,6 +263,55 @@ async fn tokens_in_flight_are_counted_exactly() {
             "{backend:?}: the refused window: {wait}"
         );
         assert_eq!(calls(&server).await, 5, "{backend:?}");
+    }
+}
+
+/// One solved token passes one request: sent in ten login attempts at once
+/// (the provider slow, as one may be to see a token it verified a moment
+/// ago), it is asked of the provider once and passes once; the other nine
+/// are refused unasked and counted as refused tokens, and so is the token
+/// sent again later. A token the provider did not answer is given back:
+/// the user may send it again, and it is asked again.
+#[tokio::test]
+async fn one_solved_token_passes_one_request() {
+    for backend in BACKENDS {
+        let server = provider().await;
+        let app = app(backend, &server, 20).await;
+        let first = app
+            .login_attempt(json!({ "user": "erin", "ip": IP, "success": false }))
+            .await;
+        assert_eq!(first.body["captcha_required"], true, "{}", first.body);
+        let solved = json!({ "user": "erin", "ip": IP, "success": false, "captcha_token": fresh("slowgood") });
+        let answers =
+            futures::future::join_all((0..10).map(|_| app.login_attempt(solved.clone()))).await;
+        let mut decisions: Vec<&str> = answers
+            .iter()
+            .map(|a| a.body["decision"].as_str().unwrap_or_default())
+            .collect();
+        decisions.sort_unstable();
+        assert_eq!(
+            decisions,
+            [&["allow"][..], &["challenge"; 9]].concat(),
+            "{backend:?}"
+        );
+        assert_eq!(calls(&server).await, 1, "{backend:?}");
+        let later = app.login_attempt(solved).await;
+        assert_eq!(later.body["decision"], "challenge", "{}", later.body);
+        assert_eq!(calls(&server).await, 1, "{backend:?}: spent");
+        let state = app.admin_get(&format!("/admin/api/subjects/ip/{IP}")).await;
+        assert_eq!(
+            state.body["refused_captcha_tokens"]["count"], 10,
+            "{backend:?}: {}",
+            state.body
+        );
+
+        let unanswered =
+            json!({ "user": "erin", "ip": IP, "success": false, "captcha_token": fresh("down") });
+        for _ in 0..3 {
+            let answer = app.login_attempt(unanswered.clone()).await;
+            assert_eq!(answer.body["decision"], "challenge", "{}", answer.body);
+        }
+        assert_eq!(calls(&server).await, 4, "{backend:?}: asked each time");
     }
 }
 
@@ -339,7 +397,7 @@ async fn a_throttling_provider_is_left_alone_until_it_asked_to_be_called_again()
     let app = app(Backend::Memory, &server, 1).await;
     let attempt = |token: &str| {
         app.login_attempt(
-            json!({ "user": "carol", "ip": IP, "success": false, "captcha_token": token }),
+            json!({ "user": "carol", "ip": IP, "success": false, "captcha_token": fresh(token) }),
         )
     };
     let first = app
@@ -412,6 +470,24 @@ async fn with_the_store_down_passed_tokens_are_not_throttled() {
     assert_eq!(calls(&server).await, 6);
 }
 
+/// With Redis down and `store.on_error = "allow"` a token cannot be
+/// claimed, and is asked of the provider all the same (here in shadow
+/// mode, where a send's token is checked first), not refused as reused.
+#[tokio::test]
+async fn with_the_store_down_and_allow_a_token_is_still_asked() {
+    let server = provider().await;
+    let app = app_with(Backend::Redis, &server, 2, |s| {
+        s.store.redis_url = tollgate::settings::SecretUrl::new("redis://127.0.0.1:1");
+        s.store.on_error = tollgate::settings::OnStoreError::Allow;
+        s.store.timeout = Duration::from_millis(200);
+        s.shadow.enabled = true;
+    })
+    .await;
+    let sent = app.sms_send(send("+8613800138040", IP, "good")).await;
+    assert_eq!(sent.status, 200, "{}", sent.body);
+    assert_eq!(calls(&server).await, 1);
+}
+
 #[tokio::test]
 async fn an_admins_unblock_of_the_address_gives_its_tokens_back() {
     for backend in BACKENDS {
@@ -457,7 +533,7 @@ async fn an_ipv6_networks_refused_tokens_show_on_any_of_its_addresses() {
         assert_eq!(first.body["captcha_required"], true, "{}", first.body);
         let refused = app
             .login_attempt(
-                json!({ "user": "dave", "ip": sender, "success": false, "captcha_token": "bad" }),
+                json!({ "user": "dave", "ip": sender, "success": false, "captcha_token": fresh("bad") }),
             )
             .await;
         assert_eq!(refused.body["decision"], "challenge", "{}", refused.body);
