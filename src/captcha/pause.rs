@@ -23,49 +23,54 @@ pub const MAX_PAUSE: Duration = Duration::from_secs(30);
 /// How long after a pause the next 429 still counts as one in a row.
 const STREAK_MEMORY: Duration = Duration::from_secs(600);
 
-/// This process's view of the provider's throttle.
+/// This process's view of the provider's throttle: the newest provider's
+/// (first), and the one before it, whose requests may still be out after
+/// a reload.
 #[derive(Debug, Default)]
-pub struct ProviderPause(Mutex<PauseState>);
+pub struct ProviderPause(Mutex<[PauseState; 2]>);
 
 impl ProviderPause {
-    fn state(&self) -> std::sync::MutexGuard<'_, PauseState> {
+    fn states(&self) -> std::sync::MutexGuard<'_, [PauseState; 2]> {
         // A panic elsewhere while it was held leaves plain fields.
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Whether `provider` (a fingerprint of its address and secret) is to
     /// be left alone now. Every call asks this first, so a provider new
-    /// since a reload starts here with no pause of the old one's.
+    /// since a reload starts here with no pause of the old one's; a request
+    /// still on the settings before the reload reads the old one's and
+    /// leaves the new one's as it is.
     pub fn paused(&self, provider: u64) -> bool {
-        let mut state = self.state();
-        if state.provider != provider {
-            *state = PauseState {
+        let mut states = self.states();
+        if !states.iter().any(|s| s.provider == provider) {
+            states[1] = states[0];
+            states[0] = PauseState {
                 provider,
                 ..PauseState::default()
             };
         }
-        state.paused(Instant::now())
+        states
+            .iter()
+            .any(|s| s.provider == provider && s.paused(Instant::now()))
     }
 
     /// A 429 from `provider` to a call sent at `sent`; answers the pause it
-    /// set, if any. A late answer of a provider replaced since says nothing.
+    /// set, if any. An answer of a provider replaced twice since says nothing.
     pub fn throttled(
         &self,
         provider: u64,
         sent: Instant,
         retry_after: Option<Duration>,
     ) -> Option<Duration> {
-        let mut state = self.state();
-        if state.provider != provider {
-            return None;
-        }
+        let mut states = self.states();
+        let state = states.iter_mut().find(|s| s.provider == provider)?;
         state.throttled(sent, Instant::now(), retry_after)
     }
 
     /// Any other answer of `provider` to a call sent at `sent`, by status.
     pub fn answered(&self, provider: u64, sent: Instant, status: u16) {
-        let mut state = self.state();
-        if state.provider == provider {
+        let mut states = self.states();
+        if let Some(state) = states.iter_mut().find(|s| s.provider == provider) {
             state.answered(sent, status);
         }
     }
@@ -249,15 +254,25 @@ mod tests {
         assert_eq!(pause.throttled(1, sent, Some(secs(20))), Some(secs(20)));
         assert!(pause.paused(1));
         assert!(!pause.paused(2), "a new secret or address is asked at once");
-        // Late answers of the old provider leave the new one's pause alone.
         assert_eq!(
             pause.throttled(2, Instant::now(), Some(secs(20))),
             Some(secs(20))
         );
-        assert_eq!(pause.throttled(1, sent, Some(secs(25))), None);
+        // Late answers and requests of the old provider (on the settings
+        // before the reload) leave the new one's pause alone.
+        assert_eq!(
+            pause.throttled(1, sent, Some(secs(25))),
+            Some(secs(25)),
+            "the old one's own pause, asked longer"
+        );
         pause.answered(1, Instant::now(), 200);
+        assert!(pause.paused(1), "the old one's own pause");
         assert!(pause.paused(2));
-        assert_eq!(pause.state().streak, 1);
+        assert_eq!(pause.states()[0].streak, 1);
+        // A third provider: the first is forgotten.
+        assert!(!pause.paused(3));
+        assert!(pause.paused(2));
+        assert!(!pause.paused(1), "a provider two reloads back starts anew");
     }
 
     #[test]
