@@ -114,6 +114,13 @@ impl CaptchaVerifier {
         let Some(token) = proof.token.as_deref().filter(|t| !t.is_empty()) else {
             return TokenVerdict::Refused;
         };
+        if longest_token(self.kind).is_some_and(|most| token.len() > most) {
+            // No such token was ever made: refused without a call, as the
+            // provider would refuse it, so that a made-up one costs a call
+            // no more than a refused one does.
+            crate::metrics::captcha_check("refused");
+            return TokenVerdict::Refused;
+        }
         // Stamped before the pause is read: a 429 that starts a pause after
         // this look then counts this call as one that raced it.
         let sent = Instant::now();
@@ -148,8 +155,18 @@ impl CaptchaVerifier {
                 TokenVerdict::Unanswered
             }
             Ok(response) if refuses_the_request(response.status()) => {
-                tracing::info!(request_id = %crate::telemetry::request_id(), status = %response.status(), "captcha siteverify refused the token's request");
-                TokenVerdict::Refused
+                let status = response.status();
+                let blamed = crate::answer_body::json::<SiteverifyAnswer>(response)
+                    .await
+                    .map(|answer| answer.error_codes)
+                    .unwrap_or_default();
+                if blamed.iter().any(|c| blames_the_secret(c)) {
+                    tracing::warn!(request_id = %crate::telemetry::request_id(), %status, errors = ?blamed, "captcha siteverify refused the call, not the token: check captcha.secret");
+                    TokenVerdict::Unanswered
+                } else {
+                    tracing::info!(request_id = %crate::telemetry::request_id(), %status, "captcha siteverify refused the token's request");
+                    TokenVerdict::Refused
+                }
             }
             Ok(response) => {
                 tracing::warn!(request_id = %crate::telemetry::request_id(), status = %response.status(), "captcha siteverify refused the call");
@@ -218,9 +235,17 @@ fn fingerprint(verify_url: &str, secret: &str) -> u64 {
     hasher.finish()
 }
 
+/// The longest token a provider makes, where it says: Turnstile's are at
+/// most 2048 characters. hCaptcha and reCAPTCHA give no bound (hCaptcha's
+/// have been seen past 2000), so theirs are bounded by the body's 16 KiB.
+fn longest_token(kind: CaptchaKind) -> Option<usize> {
+    (kind == CaptchaKind::Turnstile).then_some(2048)
+}
+
 /// A status by which the provider refused what the token made of the call:
 /// a bad request, or one too large (a token too long). Counted as a
-/// refused token, or such a token would cost calls without end. Not 401,
+/// refused token, or such a token would cost calls without end, unless its
+/// body's error codes blame the secret ([`blames_the_secret`]). Not 401,
 /// 403, 404 or 405 (a proxy or address set up wrong), nor 408 or 429: no
 /// one's token is at fault there.
 fn refuses_the_request(status: reqwest::StatusCode) -> bool {
@@ -231,11 +256,13 @@ fn refuses_the_request(status: reqwest::StatusCode) -> bool {
 /// (the three providers' names): counting it against the sender's address
 /// would lock every address out after a rotated or mistyped secret.
 fn not_the_tokens(code: &str) -> bool {
-    code.contains("secret")
-        || matches!(
-            code,
-            "invalid-keys" | "bad-request" | "internal-error" | "sitekey-secret-mismatch"
-        )
+    blames_the_secret(code) || matches!(code, "bad-request" | "internal-error")
+}
+
+/// An error code that names the secret or the keys: even on a 400 (as a
+/// provider may answer a rotated secret), no sender's token is at fault.
+fn blames_the_secret(code: &str) -> bool {
+    code.contains("secret") || matches!(code, "invalid-keys" | "sitekey-secret-mismatch")
 }
 
 /// The provider's word on one token.

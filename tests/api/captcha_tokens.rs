@@ -27,7 +27,7 @@ fn fresh(kind: &str) -> String {
 /// A provider that answers by the token's kind (`good.7` is a `good`
 /// token, see [`fresh`]): it passes `good`, answers 500 to `down`,
 /// 400 to `e400`, 429 to `busy` (with `Retry-After: 3` to `busyfor3`),
-/// 403 to `e403`,
+/// 403 to `e403`, 400 blaming the secret to `e400secret`,
 /// blames the secret for `badsecret`, takes two seconds over `slowgood`
 /// (passed) and `slowbad` (refused), and refuses every other token.
 async fn provider() -> MockServer {
@@ -49,6 +49,12 @@ async fn provider() -> MockServer {
             ResponseTemplate::new(429).insert_header("Retry-After", "3"),
         ),
         ("e403", ResponseTemplate::new(403)),
+        (
+            "e400secret",
+            ResponseTemplate::new(400).set_body_json(
+                json!({ "success": false, "error-codes": ["invalid-input-secret"] }),
+            ),
+        ),
         (
             "badsecret",
             ResponseTemplate::new(200).set_body_json(
@@ -371,7 +377,7 @@ async fn a_token_the_provider_will_not_take_counts_as_refused() {
     let busy = app.sms_send(send(phone, IP, "busy")).await;
     assert_eq!(busy.status, 403, "{}", busy.body);
     tokio::time::sleep(Duration::from_millis(1100)).await;
-    for token in ["e403", "badsecret"] {
+    for token in ["e403", "badsecret", "e400secret"] {
         for _ in 0..3 {
             let answer = app.sms_send(send(phone, IP, token)).await;
             assert_eq!(answer.status, 403, "{token}: {}", answer.body);
@@ -384,7 +390,37 @@ async fn a_token_the_provider_will_not_take_counts_as_refused() {
     let throttled = app.sms_send(send(phone, IP, "e400")).await;
     assert_eq!(throttled.status, 429, "{}", throttled.body);
     assert_eq!(throttled.body["rule"], "failed_captcha 2/10m");
-    assert_eq!(calls(&server).await, 9);
+    assert_eq!(calls(&server).await, 12);
+}
+
+/// A Turnstile token is at most 2048 characters: a longer one is refused
+/// without a call, counted as refused, so made-up tokens cost the provider
+/// nothing however long.
+#[tokio::test]
+async fn a_token_longer_than_the_provider_makes_is_refused_unasked() {
+    let server = provider().await;
+    let app = app(Backend::Memory, &server, 2).await;
+    let phone = "+8613800138050";
+    app.sms_send(json!({ "phone": phone, "ip": IP })).await;
+    let longest = format!("{}{}", fresh("good"), "x".repeat(2048))
+        .split_at(2048)
+        .0
+        .to_string();
+    let passed = app
+        .sms_send(json!({ "phone": phone, "ip": IP, "captcha_token": longest }))
+        .await;
+    assert_eq!(passed.status, 200, "2048 characters: {}", passed.body);
+    for _ in 0..2 {
+        let long = format!("{}{}", fresh("good"), "x".repeat(2048));
+        let refused = app
+            .sms_send(json!({ "phone": "+8613800138051", "ip": IP, "captcha_token": long }))
+            .await;
+        assert_eq!(refused.status, 403, "{}", refused.body);
+    }
+    assert_eq!(calls(&server).await, 1, "only the 2048 characters asked");
+    let throttled = app.sms_send(send(phone, IP, "good")).await;
+    assert_eq!(throttled.status, 429, "{}", throttled.body);
+    assert_eq!(throttled.body["rule"], "failed_captcha 2/10m");
 }
 
 /// While the provider throttles, no token is sent to it: each would keep
