@@ -92,6 +92,15 @@ impl CaptchaVerifier {
         self.kind != CaptchaKind::None && proof.token.as_deref().is_some_and(|t| !t.is_empty())
     }
 
+    /// Whether the proof's token is longer than the provider makes one: no
+    /// such token was ever made, so it is refused without a call, as the
+    /// provider would refuse it (a made-up one costs a call no more than a
+    /// refused one does).
+    pub fn too_long(&self, proof: &CaptchaProof) -> bool {
+        let length = proof.token.as_deref().map_or(0, str::len);
+        longest_token(self.kind).is_some_and(|most| length > most)
+    }
+
     /// Whether the proof counts, without a call: `passed: true` with
     /// `kind = "none"`. A token is for [`Self::ask_provider`].
     pub fn vouched(&self, proof: &CaptchaProof) -> bool {
@@ -114,13 +123,6 @@ impl CaptchaVerifier {
         let Some(token) = proof.token.as_deref().filter(|t| !t.is_empty()) else {
             return TokenVerdict::Refused;
         };
-        if longest_token(self.kind).is_some_and(|most| token.len() > most) {
-            // No such token was ever made: refused without a call, as the
-            // provider would refuse it, so that a made-up one costs a call
-            // no more than a refused one does.
-            crate::metrics::captcha_check("refused");
-            return TokenVerdict::Refused;
-        }
         // Stamped before the pause is read: a 429 that starts a pause after
         // this look then counts this call as one that raced it.
         let sent = Instant::now();
@@ -156,10 +158,16 @@ impl CaptchaVerifier {
             }
             Ok(response) if refuses_the_request(response.status()) => {
                 let status = response.status();
-                let blamed = crate::answer_body::json::<SiteverifyAnswer>(response)
+                // Read as any JSON: a refusal's body may carry its error
+                // codes without `success`.
+                let blamed: Vec<String> = crate::answer_body::json::<serde_json::Value>(response)
                     .await
-                    .map(|answer| answer.error_codes)
-                    .unwrap_or_default();
+                    .ok()
+                    .and_then(|body| body.get("error-codes").and_then(|c| c.as_array()).cloned())
+                    .unwrap_or_default()
+                    .iter()
+                    .filter_map(|c| c.as_str().map(str::to_string))
+                    .collect();
                 if blamed.iter().any(|c| blames_the_secret(c)) {
                     tracing::warn!(request_id = %crate::telemetry::request_id(), %status, errors = ?blamed, "captcha siteverify refused the call, not the token: check captcha.secret");
                     TokenVerdict::Unanswered

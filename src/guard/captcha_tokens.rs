@@ -30,8 +30,10 @@
 //! they verified before, but not always one verified at the same moment
 //! (Turnstile's single use is "subject to network convergence"): without
 //! the claim, one solve sent in twenty parallel login attempts could be
-//! twenty guesses past the captcha tier. A token the provider did not
-//! answer is given back, so that the user may send it again.
+//! twenty guesses past the captcha tier. Only a passed token's claim is
+//! kept: one the provider did not answer is given back, so that the user
+//! may send it again, and a refused one, which can never pass, holds no
+//! key (a made-up token costs the store nothing past its request).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -40,10 +42,10 @@ use dashmap::DashMap;
 
 use super::{event_member, GuardContext, Policy, RequestInfo};
 use crate::audit::{AuditDecision, AuditEvent};
-use crate::captcha::{CaptchaProof, TokenVerdict};
+use crate::captcha::{CaptchaProof, CaptchaVerifier, TokenVerdict};
 use crate::domain::rule::format_window;
 use crate::domain::{Action, ClientIp, Reason, Rule, Subject, SubjectKind};
-use crate::store::{HitRequest, HitVerdict, StoreError, WindowSpec};
+use crate::store::{HitRequest, HitVerdict, StoreError, WindowSpec, WindowStore};
 
 /// The refused tokens' window under the IP subject:
 /// `tg:{ip:203.0.113.7}:captcha_token`.
@@ -61,13 +63,46 @@ fn token_digest(token: &str) -> String {
     crate::hex::lower(&Sha256::digest(token.as_bytes())[..16])
 }
 
-/// One token's claim, to give back when the provider did not answer.
+/// One token's claim: kept only for a token the provider passed, given
+/// back otherwise ([`GuardContext::settle_claim`]), and given back when
+/// dropped unsettled (the request was dropped while the provider was
+/// asked), so that a claim never outlives its request for nothing.
 struct TokenClaim {
+    store: Arc<dyn WindowStore>,
     key: String,
     member: String,
     /// Whether the store recorded it: not when it failed and
     /// `store.on_error = "allow"` let the token through unclaimed.
     recorded: bool,
+    settled: bool,
+}
+
+impl TokenClaim {
+    fn window() -> [WindowSpec; 1] {
+        [WindowSpec::enforce(1, TOKEN_LIFETIME_MS)]
+    }
+}
+
+impl Drop for TokenClaim {
+    fn drop(&mut self) {
+        if self.settled || !self.recorded {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let store = Arc::clone(&self.store);
+        let (key, member) = (
+            std::mem::take(&mut self.key),
+            std::mem::take(&mut self.member),
+        );
+        // Spawned: a drop cannot wait, and the request is gone.
+        runtime.spawn(async move {
+            if let Err(error) = store.undo(&key, &member, &TokenClaim::window()).await {
+                tracing::warn!(%error, "a dropped request's captcha token claim could not be given back");
+            }
+        });
+    }
 }
 
 /// Each address's tokens at the provider now, in this process: an entry
@@ -220,13 +255,7 @@ impl GuardContext {
         }
         let address = ip.map(|ip| ip.text());
         let Some(ip) = ip else {
-            let Some(claim) = self.claim_token(proof).await? else {
-                return Ok(ProofCheck::NotPassed);
-            };
-            let verdict = captcha
-                .ask_provider(proof, action, None, &self.provider_pause)
-                .await;
-            self.settle_claim(claim, verdict).await;
+            let verdict = self.ask_once(captcha, proof, action, None).await?;
             return Ok(verdict_of(verdict));
         };
         let rule = policy.failed_tokens;
@@ -259,16 +288,9 @@ impl GuardContext {
                 }));
             }
         };
-        let verdict = match self.claim_token(proof).await? {
-            Some(claim) => {
-                let verdict = captcha
-                    .ask_provider(proof, action, address.as_deref(), &self.provider_pause)
-                    .await;
-                self.settle_claim(claim, verdict).await;
-                verdict
-            }
-            None => TokenVerdict::Refused,
-        };
+        let verdict = self
+            .ask_once(captcha, proof, action, address.as_deref())
+            .await?;
         if verdict == TokenVerdict::Refused {
             // Counted before the ticket gives its place back, so that a
             // token taking that place sees this refusal.
@@ -288,6 +310,30 @@ impl GuardContext {
         Ok(verdict_of(verdict))
     }
 
+    /// The provider's word on `proof`'s token, asked once: a token longer
+    /// than the provider makes is refused without a claim or a call, and
+    /// one claimed before is refused unasked.
+    async fn ask_once(
+        &self,
+        captcha: &CaptchaVerifier,
+        proof: &CaptchaProof,
+        action: Action,
+        address: Option<&str>,
+    ) -> Result<TokenVerdict, StoreError> {
+        if captcha.too_long(proof) {
+            crate::metrics::captcha_check("refused");
+            return Ok(TokenVerdict::Refused);
+        }
+        let Some(claim) = self.claim_token(proof).await? else {
+            return Ok(TokenVerdict::Refused);
+        };
+        let verdict = captcha
+            .ask_provider(proof, action, address, &self.provider_pause)
+            .await;
+        self.settle_claim(claim, verdict).await;
+        Ok(verdict)
+    }
+
     /// Claim `proof`'s token for [`TOKEN_LIFETIME_MS`]: `None` (counted in
     /// the metric as `reused`) when it was claimed before.
     async fn claim_token(&self, proof: &CaptchaProof) -> Result<Option<TokenClaim>, StoreError> {
@@ -296,32 +342,46 @@ impl GuardContext {
         let member = event_member();
         let claim = HitRequest {
             key: &key,
-            windows: &[WindowSpec::enforce(1, TOKEN_LIFETIME_MS)],
+            windows: &TokenClaim::window(),
             member: &member,
             gate_open: false,
             force: false,
         };
-        let outcome = self.store.hit(claim).await?;
+        let outcome = match self.store.hit(claim).await {
+            Ok(outcome) => outcome,
+            Err(error) => {
+                // The claim may have landed before the answer was lost.
+                let _ = self.store.undo(&key, &member, &TokenClaim::window()).await;
+                return Err(error);
+            }
+        };
         if matches!(outcome.verdict, HitVerdict::Denied { .. }) {
             crate::metrics::captcha_check("reused");
             return Ok(None);
         }
         Ok(Some(TokenClaim {
+            store: Arc::clone(&self.store),
             key,
             member,
             recorded: outcome.added,
+            settled: false,
         }))
     }
 
-    /// Give the claim back when the provider did not answer (down, slow,
-    /// throttling, or blaming the secret): the token was not spent.
-    async fn settle_claim(&self, claim: TokenClaim, verdict: TokenVerdict) {
-        if verdict != TokenVerdict::Unanswered || !claim.recorded {
+    /// Keep the claim of a token the provider passed; give back any other:
+    /// an unanswered token was not spent, and a refused one can never pass,
+    /// so only real solves hold a key.
+    async fn settle_claim(&self, mut claim: TokenClaim, verdict: TokenVerdict) {
+        claim.settled = true;
+        if verdict == TokenVerdict::Passed || !claim.recorded {
             return;
         }
-        let window = [WindowSpec::enforce(1, TOKEN_LIFETIME_MS)];
-        if let Err(error) = self.store.undo(&claim.key, &claim.member, &window).await {
-            tracing::warn!(request_id = %crate::telemetry::request_id(), %error, "an unanswered captcha token's claim could not be given back");
+        if let Err(error) = self
+            .store
+            .undo(&claim.key, &claim.member, &TokenClaim::window())
+            .await
+        {
+            tracing::warn!(request_id = %crate::telemetry::request_id(), %error, "a captcha token's claim could not be given back");
         }
     }
 

@@ -375,7 +375,9 @@ impl Access {
             KeyCheck::NoKey | KeyCheck::Keyless => (false, self.peer_ip(req), false),
         };
         if backends_own_ip {
-            report_backends_own_ip(route, ip);
+            // The caller's own address, not a body's loopback `ip`: which
+            // backend it was is what the warning is for.
+            report_backends_own_ip(route, self.peer_ip(req));
         }
         let mut info = self.info(req, ip);
         info.backend = backend;

@@ -51,9 +51,8 @@ async fn provider() -> MockServer {
         ("e403", ResponseTemplate::new(403)),
         (
             "e400secret",
-            ResponseTemplate::new(400).set_body_json(
-                json!({ "success": false, "error-codes": ["invalid-input-secret"] }),
-            ),
+            ResponseTemplate::new(400)
+                .set_body_json(json!({ "error-codes": ["invalid-input-secret"] })),
         ),
         (
             "badsecret",
@@ -311,14 +310,70 @@ async fn one_solved_token_passes_one_request() {
             state.body
         );
 
+        // A refused token can never pass: its claim is given back, and it
+        // is asked (and counted) again.
+        let bad =
+            json!({ "user": "erin", "ip": IP, "success": false, "captcha_token": fresh("bad") });
+        for _ in 0..2 {
+            let answer = app.login_attempt(bad.clone()).await;
+            assert_eq!(answer.body["decision"], "challenge", "{}", answer.body);
+        }
+        assert_eq!(
+            calls(&server).await,
+            3,
+            "{backend:?}: the refused token asked twice"
+        );
+
         let unanswered =
             json!({ "user": "erin", "ip": IP, "success": false, "captcha_token": fresh("down") });
         for _ in 0..3 {
             let answer = app.login_attempt(unanswered.clone()).await;
             assert_eq!(answer.body["decision"], "challenge", "{}", answer.body);
         }
-        assert_eq!(calls(&server).await, 4, "{backend:?}: asked each time");
+        assert_eq!(calls(&server).await, 6, "{backend:?}: asked each time");
     }
+}
+
+/// A request dropped while its token is at the provider (its connection
+/// reset, so actix drops the handler) gives the token's claim back: the
+/// same token sent again is asked again and passes.
+#[tokio::test]
+async fn a_dropped_requests_token_is_given_back() {
+    use tokio::io::AsyncWriteExt;
+
+    let server = provider().await;
+    let app = app(Backend::Redis, &server, 5).await;
+    let first = app
+        .login_attempt(json!({ "user": "fay", "ip": IP, "success": false }))
+        .await;
+    assert_eq!(first.body["captcha_required"], true, "{}", first.body);
+    let body =
+        json!({ "user": "fay", "ip": IP, "success": false, "captcha_token": fresh("slowgood") });
+    let text = body.to_string();
+    let host = app.address.trim_start_matches("http://");
+    let mut ask = format!(
+        "POST /login/attempt HTTP/1.1\r\nHost: {host}\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\n",
+        text.len()
+    );
+    if let Some(key) = &app.api_key {
+        ask.push_str(&format!("authorization: Bearer {key}\r\n"));
+    }
+    ask.push_str("\r\n");
+    ask.push_str(&text);
+    let mut stream = tokio::net::TcpStream::connect(host).await.unwrap();
+    stream.write_all(ask.as_bytes()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(calls(&server).await, 1, "at the provider");
+    socket2::SockRef::from(&stream)
+        .set_linger(Some(Duration::ZERO))
+        .expect("SO_LINGER");
+    drop(stream);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let again = app.login_attempt(body).await;
+    assert_eq!(again.body["decision"], "allow", "{}", again.body);
+    assert_eq!(calls(&server).await, 2, "asked again");
 }
 
 /// Six people behind one address solve captchas while the provider is slow
