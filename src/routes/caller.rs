@@ -375,9 +375,14 @@ impl Access {
             KeyCheck::NoKey | KeyCheck::Keyless => (false, self.peer_ip(req), false),
         };
         if backends_own_ip {
-            // The caller's own address, not a body's loopback `ip`: which
-            // backend it was is what the warning is for.
-            report_backends_own_ip(route, self.peer_ip(req));
+            // For a body's loopback `ip`, the caller's own address: which
+            // backend it was is what the warning is for. (Its peer as the
+            // socket has it: `peer_ip` would count a proxy fallback twice.)
+            let backend = match (key, body_ip) {
+                (KeyCheck::Key, Some(_)) => req.peer_addr().map(|a| ClientIp::new(a.ip())),
+                _ => ip,
+            };
+            report_backends_own_ip(route, backend);
         }
         let mut info = self.info(req, ip);
         info.backend = backend;
