@@ -347,25 +347,25 @@ impl GuardContext {
             gate_open: false,
             force: false,
         };
-        let outcome = match self.store.hit(claim).await {
-            Ok(outcome) => outcome,
-            Err(error) => {
-                // The claim may have landed before the answer was lost.
-                let _ = self.store.undo(&key, &member, &TokenClaim::window()).await;
-                return Err(error);
-            }
-        };
-        if matches!(outcome.verdict, HitVerdict::Denied { .. }) {
-            crate::metrics::captcha_check("reused");
-            return Ok(None);
-        }
-        Ok(Some(TokenClaim {
+        let result = self.store.hit(claim).await;
+        let mut claim = TokenClaim {
             store: Arc::clone(&self.store),
             key,
             member,
-            recorded: outcome.added,
+            recorded: true,
             settled: false,
-        }))
+        };
+        // On an error the claim may have landed before its answer was lost:
+        // dropped unsettled, it is given back without the request waiting
+        // for a store that just failed it.
+        let outcome = result?;
+        if matches!(outcome.verdict, HitVerdict::Denied { .. }) {
+            claim.settled = true;
+            crate::metrics::captcha_check("reused");
+            return Ok(None);
+        }
+        claim.recorded = outcome.added;
+        Ok(Some(claim))
     }
 
     /// Keep the claim of a token the provider passed; give back any other:

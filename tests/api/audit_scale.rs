@@ -1186,24 +1186,16 @@ async fn asking_and_leaving_in_a_loop_keeps_one_read_running() {
 /// viewer's turn, so the next asks still queue behind it.
 #[tokio::test]
 async fn asking_and_resetting_in_a_loop_keeps_one_read_running() {
-    use tokio::io::AsyncWriteExt;
-
     let db = TestDb::new(DbKind::Postgres).await;
     let app = reads_app(&db, Duration::from_secs(60)).await;
     let holder = lock_the_trail(&db).await;
-    let host = app.address.trim_start_matches("http://");
     let ask = format!(
-        "GET /admin/api/events?subject=nobody HTTP/1.1\r\nHost: {host}\r\n\
+        "GET /admin/api/events?subject=nobody HTTP/1.1\r\nHost: tollgate\r\n\
          Authorization: Bearer {VIEWER}\r\n\r\n"
     );
     for _ in 0..6 {
-        let mut stream = tokio::net::TcpStream::connect(host).await.unwrap();
-        stream.write_all(ask.as_bytes()).await.unwrap();
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        socket2::SockRef::from(&stream)
-            .set_linger(Some(Duration::ZERO))
-            .expect("SO_LINGER");
-        drop(stream);
+        app.ask_and_reset(ask.as_bytes(), Duration::from_millis(300))
+            .await;
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
     let waiting = reads_waiting_on_the_lock(&db).await;

@@ -108,6 +108,15 @@ async fn app_with(
     .await
 }
 
+/// One failed login of `user` from `ip` with no captcha: past
+/// `login.captcha_after = 1`, the next one needs a captcha.
+async fn challenge(app: &TestApp, user: &str, ip: &str) {
+    let first = app
+        .login_attempt(json!({ "user": user, "ip": ip, "success": false }))
+        .await;
+    assert_eq!(first.body["captcha_required"], true, "{}", first.body);
+}
+
 /// A send with a [`fresh`] token of `kind`.
 fn send(phone: &str, ip: &str, kind: &str) -> serde_json::Value {
     json!({ "phone": phone, "ip": ip, "captcha_token": fresh(kind) })
@@ -179,10 +188,7 @@ async fn passed_and_unanswered_tokens_cost_nothing() {
                 json!({ "user": "alice", "ip": IP, "success": false, "captcha_token": fresh(token) }),
             )
         };
-        let first = app
-            .login_attempt(json!({ "user": "alice", "ip": IP, "success": false }))
-            .await;
-        assert_eq!(first.body["captcha_required"], true, "{}", first.body);
+        challenge(&app, "alice", IP).await;
 
         // Neither a provider that does not answer nor a passed token is the
         // sender's doing: five of each, and the address keeps its two.
@@ -235,10 +241,7 @@ async fn tokens_in_flight_are_counted_exactly() {
     for backend in BACKENDS {
         let server = provider().await;
         let app = app(backend, &server, 5).await;
-        let first = app
-            .login_attempt(json!({ "user": "bob", "ip": IP, "success": false }))
-            .await;
-        assert_eq!(first.body["captcha_required"], true, "{}", first.body);
+        challenge(&app, "bob", IP).await;
         let body = || json!({ "user": "bob", "ip": IP, "success": false, "captcha_token": fresh("slowbad") });
         let answers = futures::future::join_all((0..20).map(|_| app.login_attempt(body()))).await;
 
@@ -282,10 +285,7 @@ async fn one_solved_token_passes_one_request() {
     for backend in BACKENDS {
         let server = provider().await;
         let app = app(backend, &server, 20).await;
-        let first = app
-            .login_attempt(json!({ "user": "erin", "ip": IP, "success": false }))
-            .await;
-        assert_eq!(first.body["captcha_required"], true, "{}", first.body);
+        challenge(&app, "erin", IP).await;
         let solved = json!({ "user": "erin", "ip": IP, "success": false, "captcha_token": fresh("slowgood") });
         let answers =
             futures::future::join_all((0..10).map(|_| app.login_attempt(solved.clone()))).await;
@@ -339,20 +339,14 @@ async fn one_solved_token_passes_one_request() {
 /// same token sent again is asked again and passes.
 #[tokio::test]
 async fn a_dropped_requests_token_is_given_back() {
-    use tokio::io::AsyncWriteExt;
-
     let server = provider().await;
     let app = app(Backend::Redis, &server, 5).await;
-    let first = app
-        .login_attempt(json!({ "user": "fay", "ip": IP, "success": false }))
-        .await;
-    assert_eq!(first.body["captcha_required"], true, "{}", first.body);
+    challenge(&app, "fay", IP).await;
     let body =
         json!({ "user": "fay", "ip": IP, "success": false, "captcha_token": fresh("slowgood") });
     let text = body.to_string();
-    let host = app.address.trim_start_matches("http://");
     let mut ask = format!(
-        "POST /login/attempt HTTP/1.1\r\nHost: {host}\r\ncontent-type: application/json\r\n\
+        "POST /login/attempt HTTP/1.1\r\nHost: tollgate\r\ncontent-type: application/json\r\n\
          content-length: {}\r\n",
         text.len()
     );
@@ -361,14 +355,13 @@ async fn a_dropped_requests_token_is_given_back() {
     }
     ask.push_str("\r\n");
     ask.push_str(&text);
-    let mut stream = tokio::net::TcpStream::connect(host).await.unwrap();
-    stream.write_all(ask.as_bytes()).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(calls(&server).await, 1, "at the provider");
-    socket2::SockRef::from(&stream)
-        .set_linger(Some(Duration::ZERO))
-        .expect("SO_LINGER");
-    drop(stream);
+    let asked = app.ask_and_reset(ask.as_bytes(), Duration::from_millis(500));
+    let at_the_provider = async {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        calls(&server).await
+    };
+    let ((), calls_then) = tokio::join!(asked, at_the_provider);
+    assert_eq!(calls_then, 1, "at the provider");
     tokio::time::sleep(Duration::from_millis(300)).await;
 
     let again = app.login_attempt(body).await;
@@ -491,10 +484,7 @@ async fn a_throttling_provider_is_left_alone_until_it_asked_to_be_called_again()
             json!({ "user": "carol", "ip": IP, "success": false, "captcha_token": fresh(token) }),
         )
     };
-    let first = app
-        .login_attempt(json!({ "user": "carol", "ip": IP, "success": false }))
-        .await;
-    assert_eq!(first.body["captcha_required"], true, "{}", first.body);
+    challenge(&app, "carol", IP).await;
     let challenged = |answer: &crate::support::app::Answer| {
         assert_eq!(answer.body["decision"], "challenge", "{}", answer.body);
     };
@@ -618,10 +608,7 @@ async fn an_ipv6_networks_refused_tokens_show_on_any_of_its_addresses() {
         let server = provider().await;
         let app = app_with(backend, &server, 5, |s| s.store.hash_subject_ids = hashed).await;
         let sender = "2001:db8:1:2::9";
-        let first = app
-            .login_attempt(json!({ "user": "dave", "ip": sender, "success": false }))
-            .await;
-        assert_eq!(first.body["captcha_required"], true, "{}", first.body);
+        challenge(&app, "dave", sender).await;
         let refused = app
             .login_attempt(
                 json!({ "user": "dave", "ip": sender, "success": false, "captcha_token": fresh("bad") }),

@@ -300,7 +300,6 @@ async fn a_flood_of_probes_writes_to_redis_once_a_second() {
 /// five such probes cost Redis one write, not five.
 #[tokio::test]
 async fn probes_reset_mid_write_share_one_write() {
-    use tokio::io::AsyncWriteExt;
     let redis = PrivateRedis::start().await;
     // The write outlasts the five probes.
     let app = stalling_app(&redis, |s| s.store.timeout = Duration::from_millis(1500)).await;
@@ -308,21 +307,12 @@ async fn probes_reset_mid_write_share_one_write() {
     assert_eq!(app.get("/healthz").await.status, 200);
     let before = redis.calls("set");
     redis.freeze();
-    let address = app.address.trim_start_matches("http://").to_string();
     for _ in 0..5 {
-        let mut probe = tokio::net::TcpStream::connect(address.as_str())
-            .await
-            .expect("the app listens");
-        probe
-            .write_all(b"GET /readyz HTTP/1.1\r\nHost: tollgate\r\n\r\n")
-            .await
-            .expect("the request is sent");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        // An RST, not a FIN: actix keeps a half-closed request's handler.
-        socket2::SockRef::from(&probe)
-            .set_linger(Some(Duration::ZERO))
-            .expect("SO_LINGER");
-        drop(probe);
+        app.ask_and_reset(
+            b"GET /readyz HTTP/1.1\r\nHost: tollgate\r\n\r\n",
+            Duration::from_millis(100),
+        )
+        .await;
     }
     redis.thaw();
     // The writes the stalled server holds in its sockets run once it wakes.

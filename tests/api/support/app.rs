@@ -406,6 +406,24 @@ impl TestApp {
         Answer::from(request.send().await.expect("the request is answered")).await
     }
 
+    /// Send `raw` (a whole HTTP/1.1 request) on a connection of its own,
+    /// wait `wait`, then reset the connection: an RST, not a FIN, since
+    /// actix drops a reset connection's handler and keeps a half-closed
+    /// one's. What a client that gives up mid-answer does to the server.
+    pub async fn ask_and_reset(&self, raw: &[u8], wait: Duration) {
+        use tokio::io::AsyncWriteExt;
+        let host = self.address.trim_start_matches("http://");
+        let mut stream = tokio::net::TcpStream::connect(host)
+            .await
+            .expect("the app listens");
+        stream.write_all(raw).await.expect("the request is sent");
+        tokio::time::sleep(wait).await;
+        socket2::SockRef::from(&stream)
+            .set_linger(Some(Duration::ZERO))
+            .expect("SO_LINGER");
+        drop(stream);
+    }
+
     pub async fn send_raw(&self, request: reqwest::RequestBuilder) -> Answer {
         Answer::from(request.send().await.expect("the request is answered")).await
     }
