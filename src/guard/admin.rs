@@ -404,21 +404,28 @@ impl SubjectAdmin {
             let index = keys.pair_index(&subject.id);
             let ips = self.ctx.store.index_members(&index, usize::MAX).await?;
             // A pair's failures are the user's (deleted above); its lock is
-            // in the index of locked pairs.
+            // in the index of locked pairs. The index itself stays: a pair
+            // that locks between this read and the delete is added to it,
+            // so it stays shown and a second unblock finds it (deleting the
+            // index hid it for up to `lock_max_duration`). Entries of
+            // lifted locks show nothing and age out with the index.
             for ip in ips {
                 doomed.push(keys.pair_lock(&subject.id, &ip));
             }
-            doomed.push(index);
         }
         if pumping::counts(subject.kind) {
             doomed.push(keys.subject_conversion(subject));
+        }
+        self.ctx.store.delete(&doomed).await?;
+        if pumping::counts(subject.kind) {
+            // After the counts and block are gone: a delete that failed
+            // leaves the block in force and listed, not in force and hidden.
             let member = pumping::listed_member(subject);
             self.ctx
                 .store
                 .expiring_remove(&keys.conversion_blocks(), &member)
                 .await?;
         }
-        self.ctx.store.delete(&doomed).await?;
         let event = AuditEvent::new(
             Action::Admin,
             AuditDecision::Unblock,

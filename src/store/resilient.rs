@@ -349,6 +349,10 @@ impl WindowStore for ResilientStore {
         resilient!(self, |s| s.login_state(window_key, lock_key, pair_lock_key, policy, shadow), open: Some(open))
     }
 
+    // An admin's view of a subject follows what decides meanwhile: the
+    // local store's while the primary fails (under `Allow` it holds
+    // nothing, as nothing is enforced then). An admin's change goes to the
+    // primary alone (`delete`, `expiring_remove`).
     async fn recent_members(
         &self,
         key: &str,
@@ -359,7 +363,6 @@ impl WindowStore for ResilientStore {
     }
 
     async fn index_members(&self, key: &str, max: usize) -> Result<Vec<String>, StoreError> {
-        // No open answer: an unblock that found no pairs would say it cleared them.
         resilient!(self, |s| s.index_members(key, max), open: None)
     }
 
@@ -412,8 +415,18 @@ impl WindowStore for ResilientStore {
         resilient!(self, |s| s.expiring_add(key, member, ttl_ms), open: Some(()))
     }
 
+    /// An admin's change: the primary's, or an error (503: the local
+    /// store's success would report the primary's block lifted while it
+    /// stays); the local store's copy goes too, so a later outage does not bring
+    /// it back.
     async fn expiring_remove(&self, key: &str, member: &str) -> Result<(), StoreError> {
-        resilient!(self, |s| s.expiring_remove(key, member), open: Some(()))
+        let removed = self
+            .primary_only(self.primary.expiring_remove(key, member))
+            .await;
+        if let Some(local) = self.code_store() {
+            let _ = local.expiring_remove(key, member).await;
+        }
+        removed
     }
 
     async fn expiring_members(
@@ -487,9 +500,14 @@ impl WindowStore for ResilientStore {
         dropped
     }
 
+    /// An admin's change: the primary's, or an error (503: the local
+    /// store's success would report an unblock done that left the
+    /// primary's lock in place). The local store's keys go too, whether or not the
+    /// primary answered: a code it holds from an outage, and what it counted
+    /// then, which it would decide with again in the next one.
     async fn delete(&self, keys: &[String]) -> Result<(), StoreError> {
-        let deleted = resilient!(self, |s| s.delete(keys), open: None);
-        if let Some(local) = self.local_codes() {
+        let deleted = self.primary_only(self.primary.delete(keys)).await;
+        if let Some(local) = self.code_store() {
             let _ = local.delete(keys).await;
         }
         deleted

@@ -1151,3 +1151,102 @@ async fn the_console_names_a_store_failure_without_the_stores_words() {
     );
     assert!(!page.contains("127.0.0.1:1"), "{page}");
 }
+
+/// An app on `redis` whose user locks after two failures (account-wide),
+/// falling back to the local store as `on_error` says.
+async fn locking_app(redis: &PrivateRedis, on_error: OnStoreError) -> TestApp {
+    stalling_app(redis, move |s| {
+        s.store.on_error = on_error;
+        s.login.captcha_after = 100;
+        s.login.lock_after = 2;
+        s.login.lock_scope = tollgate::settings::LockScope::User;
+    })
+    .await
+}
+
+/// Two failures of alice's: she is locked where they were counted.
+async fn lock_alice(app: &TestApp) {
+    let mut last = None;
+    for _ in 0..2 {
+        let failed = app
+            .login_attempt(json!({ "user": "alice", "success": false, "ip": "203.0.113.1" }))
+            .await;
+        assert_eq!(failed.status, 200, "{}", failed.body);
+        last = Some(failed.body);
+    }
+    let last = last.expect("two answers");
+    assert_eq!(last["locked"], true, "{last}");
+}
+
+fn unblock_rows(app: &TestApp) -> usize {
+    app.audit_events()
+        .iter()
+        .filter(|e| e.decision == tollgate::audit::AuditDecision::Unblock)
+        .count()
+}
+
+/// An unblock must reach Redis, whatever `on_error` says: the fallback
+/// store would take it, answer the lock lifted and audit it, while Redis
+/// kept the lock. Refused 503 and not audited; done once Redis answers.
+#[tokio::test]
+async fn an_unblock_while_redis_stalls_is_refused_whatever_the_fallback() {
+    for on_error in [OnStoreError::Allow, OnStoreError::Local] {
+        let redis = PrivateRedis::start().await;
+        let app = locking_app(&redis, on_error).await;
+        lock_alice(&app).await;
+        redis.freeze();
+        let refused = app
+            .admin_post("/admin/api/subjects/user/alice/unblock")
+            .await;
+        redis.thaw();
+        assert_eq!(
+            (refused.status.as_u16(), refused.error()),
+            (503, "store_unavailable"),
+            "{on_error:?}: {}",
+            refused.body
+        );
+        app.flush_audit().await;
+        assert_eq!(unblock_rows(&app), 0, "{on_error:?}: nothing audited");
+        assert!(ready_again(&app).await, "{on_error:?}: Redis answers again");
+        let done = app
+            .admin_post("/admin/api/subjects/user/alice/unblock")
+            .await;
+        assert_eq!(done.status, 200, "{on_error:?}: {}", done.body);
+        let check = app
+            .login_check(json!({ "user": "alice", "ip": "203.0.113.1" }))
+            .await;
+        assert_eq!(check.body["locked"], false, "{on_error:?}: {}", check.body);
+        app.flush_audit().await;
+        assert_eq!(unblock_rows(&app), 1, "{on_error:?}");
+    }
+}
+
+/// What the local store counted in an outage is lifted by an unblock made
+/// after it, so that the next outage does not bring the lock back.
+#[tokio::test]
+async fn an_unblock_clears_what_the_local_store_counted_in_an_outage() {
+    let redis = PrivateRedis::start().await;
+    let app = locking_app(&redis, OnStoreError::Local).await;
+    redis.refuse_writes(true);
+    lock_alice(&app).await;
+    redis.refuse_writes(false);
+    assert!(ready_again(&app).await, "Redis answers again");
+    let done = app
+        .admin_post("/admin/api/subjects/user/alice/unblock")
+        .await;
+    assert_eq!(done.status, 200, "{}", done.body);
+    redis.refuse_writes(true);
+    let failed = app
+        .login_attempt(json!({ "user": "alice", "success": false, "ip": "203.0.113.1" }))
+        .await;
+    redis.refuse_writes(false);
+    assert_eq!(
+        (
+            failed.body["decision"].as_str(),
+            failed.body["locked"].as_bool()
+        ),
+        (Some("allow"), Some(false)),
+        "the second outage starts from nothing: {}",
+        failed.body
+    );
+}
