@@ -31,11 +31,13 @@ pub enum AuditDecision {
     SignIn,
     /// A single sign-on attempt failed (`reason` says why).
     SignInFailed,
+    /// An admin signed out of the console (reason `oidc`).
+    SignOut,
 }
 
 impl AuditDecision {
     /// Every decision, for parsing and for listing them.
-    pub const ALL: [AuditDecision; 9] = [
+    pub const ALL: [AuditDecision; 10] = [
         AuditDecision::Deny,
         AuditDecision::Challenge,
         AuditDecision::Lock,
@@ -45,6 +47,7 @@ impl AuditDecision {
         AuditDecision::Export,
         AuditDecision::SignIn,
         AuditDecision::SignInFailed,
+        AuditDecision::SignOut,
     ];
 
     /// The decisions that count as refusals (what the stats and roll-ups count).
@@ -66,6 +69,7 @@ impl AuditDecision {
             AuditDecision::Export => "export",
             AuditDecision::SignIn => "sign_in",
             AuditDecision::SignInFailed => "sign_in_failed",
+            AuditDecision::SignOut => "sign_out",
         }
     }
 

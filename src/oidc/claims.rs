@@ -16,6 +16,34 @@ pub struct Identity {
     pub actor: Actor,
     /// What `role_map` grants; may be empty (then the admin is refused).
     pub roles: Roles,
+    /// The values of `roles_claim` that granted them: a console session
+    /// keeps them, to map them again through the `role_map` of its day.
+    pub grants: Grants,
+}
+
+/// The values of one claim that granted roles at sign-in.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Grants {
+    /// The `roles_claim` they were read from.
+    pub claim: String,
+    /// Its values that `role_map` mapped to a role.
+    pub values: Vec<String>,
+}
+
+impl Grants {
+    /// The roles these values grant under `roles_claim` and `role_map` now:
+    /// none when the claim read is another one. A session holds these, so
+    /// that an admin taken out of `role_map` (or lowered) loses the roles
+    /// with the restart that applies it, not when the session ends.
+    pub fn roles_now(&self, roles_claim: &str, role_map: &BTreeMap<String, Role>) -> Roles {
+        if self.claim != roles_claim {
+            return Roles::NONE;
+        }
+        self.values
+            .iter()
+            .filter_map(|v| role_of(v, roles_claim, role_map))
+            .fold(Roles::NONE, Roles::with)
+    }
 }
 
 /// The claim at a dotted `path` (`realm_access.roles`).
@@ -54,39 +82,48 @@ fn email_verified(claims: &Map<String, Value>) -> bool {
     }
 }
 
-/// The roles the values of `roles_claim` (a string or a list of strings)
-/// map to. An `email` grants roles only when verified: anyone could else
-/// type an operator's address into their own profile and sign in as one.
-fn roles(
+/// The role one value of `roles_claim` maps to. Addresses are matched
+/// without (ASCII) case: providers keep the case people typed
+/// (`Ann.Lee@Example.com`), operators write `ann.lee@example.com`;
+/// start-up refuses two keys that differ only so.
+fn role_of(value: &str, roles_claim: &str, role_map: &BTreeMap<String, Role>) -> Option<Role> {
+    if roles_claim == "email" {
+        role_map
+            .iter()
+            .find(|(address, _)| address.eq_ignore_ascii_case(value))
+            .map(|(_, role)| *role)
+    } else {
+        role_map.get(value).copied()
+    }
+}
+
+/// The values of `roles_claim` (a string or a list of strings) that map
+/// to a role. An `email` grants roles only when verified: anyone could
+/// else type an operator's address into their own profile and sign in as
+/// one.
+fn grants(
     claims: &Map<String, Value>,
     roles_claim: &str,
     role_map: &BTreeMap<String, Role>,
-) -> Roles {
+) -> Grants {
+    let mut grants = Grants {
+        claim: roles_claim.to_string(),
+        values: Vec::new(),
+    };
     if roles_claim == "email" && !email_verified(claims) {
-        return Roles::NONE;
+        return grants;
     }
     let values: Vec<&str> = match claim(claims, roles_claim) {
         Some(Value::String(one)) => vec![one.as_str()],
         Some(Value::Array(many)) => many.iter().filter_map(Value::as_str).collect(),
         _ => Vec::new(),
     };
-    // Addresses are matched without (ASCII) case: providers keep the case
-    // people typed (`Ann.Lee@Example.com`), operators write
-    // `ann.lee@example.com`; start-up refuses two keys that differ only so.
-    let by_email = roles_claim == "email";
-    values
+    grants.values = values
         .into_iter()
-        .filter_map(|v| {
-            if by_email {
-                role_map
-                    .iter()
-                    .find(|(address, _)| address.eq_ignore_ascii_case(v))
-                    .map(|(_, role)| *role)
-            } else {
-                role_map.get(v).copied()
-            }
-        })
-        .fold(Roles::NONE, Roles::with)
+        .filter(|v| role_of(v, roles_claim, role_map).is_some())
+        .map(str::to_string)
+        .collect();
+    grants
 }
 
 /// The identity verified `claims` carry; `None` when they name nobody.
@@ -95,9 +132,12 @@ pub fn identity(
     roles_claim: &str,
     role_map: &BTreeMap<String, Role>,
 ) -> Option<Identity> {
+    let actor = actor(claims)?;
+    let grants = grants(claims, roles_claim, role_map);
     Some(Identity {
-        actor: actor(claims)?,
-        roles: roles(claims, roles_claim, role_map),
+        actor,
+        roles: grants.roles_now(roles_claim, role_map),
+        grants,
     })
 }
 
@@ -254,5 +294,42 @@ mod tests {
         ] {
             assert_eq!(roles_of(claims.clone()), Roles::NONE, "{claims}");
         }
+    }
+
+    /// A session keeps the values that granted its roles and maps them
+    /// again through the `role_map` of the day: taken out, the admin has
+    /// nothing; another `roles_claim` grants nothing.
+    #[test]
+    fn the_values_that_granted_map_again_through_a_changed_map() {
+        let claims = of(json!({"sub": "a", "groups": ["tollgate-operator", "staff"]}));
+        let found = identity(&claims, "groups", &map()).unwrap();
+        assert_eq!(
+            found.grants,
+            Grants {
+                claim: "groups".into(),
+                values: vec!["tollgate-operator".into()]
+            }
+        );
+        assert_eq!(found.roles, Roles::of(&[Role::Operator]));
+        assert_eq!(found.grants.roles_now("groups", &map()), found.roles);
+        let lowered: BTreeMap<String, Role> =
+            [("tollgate-operator".to_string(), Role::Viewer)].into();
+        assert_eq!(
+            found.grants.roles_now("groups", &lowered),
+            Roles::of(&[Role::Viewer])
+        );
+        let removed: BTreeMap<String, Role> = [("staff".to_string(), Role::Viewer)].into();
+        assert_eq!(found.grants.roles_now("groups", &removed), Roles::NONE);
+        assert_eq!(found.grants.roles_now("roles", &map()), Roles::NONE);
+
+        let by_email: BTreeMap<String, Role> =
+            [("Ann@Example.com".to_string(), Role::Auditor)].into();
+        let ann = of(json!({"sub": "a", "email": "ann@example.com", "email_verified": true}));
+        let grants = identity(&ann, "email", &by_email).unwrap().grants;
+        assert_eq!(
+            grants.roles_now("email", &by_email),
+            Roles::of(&[Role::Auditor])
+        );
+        assert_eq!(grants.roles_now("email", &map()), Roles::NONE);
     }
 }

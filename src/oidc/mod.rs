@@ -33,10 +33,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use subtle::ConstantTimeEq;
 
-pub use claims::Identity;
+pub use claims::{Grants, Identity};
 use http::Http;
 use jwks::KeyCache;
 
+use crate::domain::admin_role::Roles;
 use crate::settings::OidcSettings;
 
 /// Least time between two discovery attempts after one failed.
@@ -44,6 +45,9 @@ pub const DISCOVERY_RETRY: Duration = Duration::from_secs(10);
 /// How long a browser may take at the provider, from leaving tollgate to
 /// coming back with a code.
 pub const LOGIN_TTL: Duration = Duration::from_secs(600);
+/// How far apart instances' clocks may be for a sign-in started on one
+/// to finish on another (as the console's CSRF tokens allow).
+const CLOCK_SKEW_SECS: i64 = 60;
 
 /// Every claim of the ID token besides the standard ones, kept so that
 /// `roles_claim` can name any of them.
@@ -101,10 +105,12 @@ pub struct PendingLogin {
 
 impl PendingLogin {
     /// Whether a callback carrying `state` answers this sign-in, while it
-    /// is fresh (`LOGIN_TTL`); compared in constant time.
+    /// is fresh (`LOGIN_TTL`); compared in constant time. A start up to
+    /// [`CLOCK_SKEW_SECS`] ahead is fresh: the callback may reach another
+    /// instance whose clock is behind the one that started it.
     pub fn answered_by(&self, state: &str) -> bool {
         let age = now_secs().saturating_sub(self.started);
-        let fresh = (0..=LOGIN_TTL.as_secs() as i64).contains(&age);
+        let fresh = (-CLOCK_SKEW_SECS..=LOGIN_TTL.as_secs() as i64).contains(&age);
         fresh && bool::from(self.state.as_bytes().ct_eq(state.as_bytes()))
     }
 }
@@ -210,9 +216,23 @@ impl Oidc {
         self.settings.session_ttl
     }
 
+    /// What a console session holds now: the roles today's `role_map`
+    /// grants to the claim values it signed in with (`grants`, its row's
+    /// JSON). A row without them (written before they were kept) or
+    /// unreadable holds nothing, so its admin signs in again.
+    pub fn session_roles(&self, grants: Option<&str>) -> Roles {
+        let Some(grants) = grants.and_then(|g| serde_json::from_str::<Grants>(g).ok()) else {
+            return Roles::NONE;
+        };
+        grants.roles_now(&self.settings.roles_claim, &self.settings.role_map)
+    }
+
     /// Whether the console is reached over https (its `redirect_url` is).
     pub fn served_over_https(&self) -> bool {
-        self.settings.redirect_url.starts_with("https://")
+        // Parsed, as start-up checked it: `HTTPS://…` or a value with a
+        // leading space is https too (a prefix test left such a console's
+        // cookies without `Secure`).
+        url::Url::parse(self.settings.redirect_url.trim()).is_ok_and(|url| url.scheme() == "https")
     }
 
     /// What keys the console's cookies: the client secret, which every
@@ -336,5 +356,67 @@ impl Oidc {
             return Err(BearerError::NoRole);
         }
         Ok(found)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::settings::Secret;
+
+    fn pending(started: i64) -> PendingLogin {
+        PendingLogin {
+            state: "s".repeat(43),
+            nonce: "n".into(),
+            verifier: "v".into(),
+            return_to: "/admin".into(),
+            started,
+        }
+    }
+
+    /// A callback on an instance whose clock is a little behind the one
+    /// that started the sign-in still answers it; a stale or far-future
+    /// start does not.
+    #[test]
+    fn a_sign_in_started_a_little_ahead_is_fresh() {
+        let state = "s".repeat(43);
+        let now = now_secs();
+        for (started, fresh) in [
+            (now, true),
+            (now + 1, true),
+            (now + CLOCK_SKEW_SECS - 5, true),
+            (now + CLOCK_SKEW_SECS + 5, false),
+            (now - LOGIN_TTL.as_secs() as i64 + 5, true),
+            (now - LOGIN_TTL.as_secs() as i64 - 5, false),
+        ] {
+            assert_eq!(
+                pending(started).answered_by(&state),
+                fresh,
+                "{}",
+                started - now
+            );
+        }
+        assert!(!pending(now).answered_by("another state"));
+    }
+
+    /// `redirect_url` is judged as parsed, as start-up checked it.
+    #[test]
+    fn a_console_is_https_by_its_parsed_redirect_url() {
+        for (url, https) in [
+            ("https://tollgate.example.com/admin/oidc/callback", true),
+            ("HTTPS://tollgate.example.com/admin/oidc/callback", true),
+            (" https://tollgate.example.com/admin/oidc/callback", true),
+            ("http://127.0.0.1:8080/admin/oidc/callback", false),
+        ] {
+            let settings = OidcSettings {
+                issuer_url: "https://sso.example.com".into(),
+                client_id: "tollgate".into(),
+                client_secret: Secret::new("s".repeat(32)),
+                redirect_url: url.into(),
+                ..OidcSettings::default()
+            };
+            let oidc = Oidc::new(&settings).expect("built").expect("on");
+            assert_eq!(oidc.served_over_https(), https, "{url:?}");
+        }
     }
 }

@@ -386,9 +386,219 @@ async fn signing_in_opens_a_session_that_names_the_admin_until_sign_out(kind: Db
     // vera's session is untouched.
     let still = vera.client.get(&console).send().await.unwrap();
     assert_eq!(still.status(), StatusCode::OK);
+    // The trail says whose session ended.
+    let all = db.trail(&app).await;
+    let outs = find(&all, "sign_out", "oidc");
+    assert_eq!(outs.len(), 1, "{outs:?}");
+    assert_eq!(outs[0].actor.as_deref(), Some("oidc:olga@example.com"));
 }
 
 on_both_databases!(signing_in_opens_a_session_that_names_the_admin_until_sign_out);
+
+/// Another tollgate on `db` trusting `provider`, its `role_map` as
+/// `configure` leaves it: the same deployment restarted with new settings.
+async fn restarted(
+    db: &TestDb,
+    provider: &OidcProvider,
+    configure: impl FnOnce(&mut Settings) + Send + 'static,
+) -> (TestApp, tempfile::TempDir) {
+    let spool = tempfile::tempdir().unwrap();
+    let (url, spool_path, issuer) = (
+        db.url.clone(),
+        spool.path().to_path_buf(),
+        provider.issuer.clone(),
+    );
+    let port = free_port();
+    let app = spawn_app_with_audit_db(Backend::Memory, move |s| {
+        s.audit.database_url = tollgate::settings::SecretUrl::new(url);
+        s.audit.spool_dir = spool_path.display().to_string();
+        sso_settings(s, &issuer, port);
+        configure(s);
+    })
+    .await;
+    (app, spool)
+}
+
+/// The console page of alice as `browser` sees it on `app`: its status and
+/// whether it offers an Unblock form.
+async fn unblock_offered(browser: &Browser, app: &TestApp) -> (StatusCode, bool) {
+    let page = browser
+        .client
+        .get(format!("{}/admin/subjects/user/alice", app.address))
+        .send()
+        .await
+        .unwrap();
+    let status = page.status();
+    (
+        status,
+        page.text().await.unwrap().contains("class=\"unblock\""),
+    )
+}
+
+/// A session holds what today's `role_map` grants to the claim values it
+/// signed in with: an operator lowered to viewer loses Unblock at once and
+/// gets it back when raised again, one taken out of the map (or read from
+/// another claim) is sent to sign in again, and a row from before the
+/// values were kept holds nothing.
+#[tokio::test]
+async fn a_session_loses_the_roles_its_admin_was_taken_out_of() {
+    let SsoApp { app, provider, db } = sso_app(DbKind::Sqlite, |_| {}).await;
+    let olga = sign_in(&app, &provider, "olga").await;
+    assert_eq!(unblock_offered(&olga, &app).await, (StatusCode::OK, true));
+
+    let (lowered, _spool) = restarted(&db, &provider, |s| {
+        s.admin.oidc.role_map = [
+            ("tollgate-viewer".to_string(), Role::Viewer),
+            ("tollgate-operator".to_string(), Role::Viewer),
+        ]
+        .into();
+    })
+    .await;
+    assert_eq!(
+        unblock_offered(&olga, &lowered).await,
+        (StatusCode::OK, false),
+        "lowered to viewer"
+    );
+    let (raised, _spool) = restarted(&db, &provider, |s| {
+        s.admin.oidc.role_map = [
+            ("tollgate-viewer".to_string(), Role::Viewer),
+            ("tollgate-operator".to_string(), Role::Operator),
+        ]
+        .into();
+    })
+    .await;
+    assert_eq!(
+        unblock_offered(&olga, &raised).await,
+        (StatusCode::OK, true)
+    );
+    let (removed, _spool) = restarted(&db, &provider, |s| {
+        s.admin.oidc.role_map = [("tollgate-viewer".to_string(), Role::Viewer)].into();
+    })
+    .await;
+    assert_eq!(
+        unblock_offered(&olga, &removed).await,
+        (StatusCode::FOUND, false),
+        "taken out: sent to sign in again"
+    );
+    let (other_claim, _spool) = restarted(&db, &provider, |s| {
+        s.admin.oidc.roles_claim = "groups".into();
+        s.admin.oidc.role_map = [("tollgate-operator".to_string(), Role::Operator)].into();
+    })
+    .await;
+    assert_eq!(
+        unblock_offered(&olga, &other_claim).await,
+        (StatusCode::FOUND, false),
+        "another claim grants nothing"
+    );
+
+    // The same session as a row written before the values were kept.
+    let audit = db.connect().await;
+    match &audit {
+        tollgate::audit::AuditDb::Sqlite(pool) => {
+            sqlx::query("UPDATE admin_sessions SET grants = NULL")
+                .execute(pool)
+                .await
+                .unwrap();
+        }
+        tollgate::audit::AuditDb::Postgres(_) => unreachable!("a SQLite test"),
+    }
+    assert_eq!(
+        unblock_offered(&olga, &app).await,
+        (StatusCode::FOUND, false),
+        "a row from before signs in again"
+    );
+}
+
+/// A browser that signs in again gives up the session it held: a copy of
+/// the old cookie no longer opens the console.
+#[tokio::test]
+async fn signing_in_again_ends_the_browsers_previous_session() {
+    let SsoApp { app, provider, .. } = sso_app(DbKind::Sqlite, |_| {}).await;
+    let olga = sign_in(&app, &provider, "olga").await;
+    let console = format!("{}/admin", app.address);
+    let before = olga.cookies(&console).expect("a session cookie");
+    let with = |cookie: String| {
+        let console = console.clone();
+        async move {
+            reqwest::Client::builder()
+                .redirect(reqwest::redirect::Policy::none())
+                .build()
+                .unwrap()
+                .get(&console)
+                .header(COOKIE, cookie)
+                .send()
+                .await
+                .unwrap()
+                .status()
+        }
+    };
+    assert_eq!(with(before.clone()).await, StatusCode::OK);
+    let callback = format!("{}/admin/oidc/callback", app.address);
+    let (_, again) = olga
+        .follow(&format!("{}/admin/login", app.address), &callback)
+        .await;
+    let again = again.expect("the provider's session signs olga in at once");
+    let done = olga.client.get(&again).send().await.unwrap();
+    assert_eq!(done.status(), StatusCode::SEE_OTHER);
+    let after = olga.cookies(&console).expect("a session cookie");
+    assert_ne!(after, before);
+    assert_eq!(with(after).await, StatusCode::OK);
+    assert_eq!(with(before).await, StatusCode::FOUND, "the old one ended");
+}
+
+/// Someone sharing a signed-in admin's address (a NAT) cannot lock the
+/// admin out with wrong passwords: a live session is let in, Sign out
+/// included, while the address is throttled for everything else.
+#[tokio::test]
+async fn a_throttled_address_keeps_its_live_session() {
+    let SsoApp { app, provider, db } = sso_app(DbKind::Sqlite, |s| {
+        s.server.admin_auth_limit = LimitSetting::new(3, std::time::Duration::from_secs(600));
+    })
+    .await;
+    let olga = sign_in(&app, &provider, "olga").await;
+    let stranger = reqwest::Client::new();
+    for _ in 0..4 {
+        stranger
+            .get(format!("{}/admin", app.address))
+            .basic_auth("admin", Some("a guess"))
+            .send()
+            .await
+            .unwrap();
+    }
+    let throttled = stranger
+        .get(format!("{}/admin", app.address))
+        .basic_auth("admin", Some("another guess"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(throttled.status(), StatusCode::TOO_MANY_REQUESTS);
+    let console = format!("{}/admin", app.address);
+    let page = olga.client.get(&console).send().await.unwrap();
+    assert_eq!(page.status(), StatusCode::OK, "the session is let in");
+    let page = page.text().await.unwrap();
+    let marker = "name=\"csrf\" value=\"";
+    let start = page
+        .find("action=\"/admin/logout\"")
+        .expect("a Sign out form");
+    let token_at = page[start..].find(marker).unwrap() + start + marker.len();
+    let token = &page[token_at..token_at + page[token_at..].find('"').unwrap()];
+    let out = olga
+        .client
+        .post(format!("{}/admin/logout", app.address))
+        .form(&[("csrf", token)])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(out.status(), StatusCode::OK, "signed out");
+    let after = olga.client.get(&console).send().await.unwrap();
+    assert_eq!(
+        after.status(),
+        StatusCode::TOO_MANY_REQUESTS,
+        "signed out, the address is throttled as any other"
+    );
+    let all = db.trail(&app).await;
+    assert_eq!(find(&all, "sign_out", "oidc").len(), 1);
+}
 
 #[tokio::test]
 async fn forged_replayed_and_refused_callbacks_fail_are_audited_and_throttled() {

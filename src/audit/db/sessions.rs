@@ -14,23 +14,32 @@ pub struct StoredSession {
     pub id_hash: String,
     /// `oidc:<email or subject>`.
     pub actor: String,
-    /// `operator,auditor`: the roles, as `Roles::to_list` writes them.
+    /// `operator,auditor`: the roles at sign-in, as `Roles::to_list` writes
+    /// them (for whoever reads the table; a session's roles come from
+    /// `grants`).
     pub roles: String,
     /// Unix milliseconds.
     pub created_at_ms: i64,
     /// Unix milliseconds; the session is over from then on.
     pub expires_at_ms: i64,
+    /// The claim values that granted the roles, as JSON
+    /// (`oidc::Grants`): mapped again on each use. `None` in rows written
+    /// before they were kept.
+    pub grants: Option<String>,
 }
 
-type Columns = (String, String, String, i64, i64);
+type Columns = (String, String, String, i64, i64, Option<String>);
 
-fn from_columns((id_hash, actor, roles, created_at_ms, expires_at_ms): Columns) -> StoredSession {
+fn from_columns(
+    (id_hash, actor, roles, created_at_ms, expires_at_ms, grants): Columns,
+) -> StoredSession {
     StoredSession {
         id_hash,
         actor,
         roles,
         created_at_ms,
         expires_at_ms,
+        grants,
     }
 }
 
@@ -55,6 +64,7 @@ macro_rules! session_queries {
                     .bind(&s.roles)
                     .bind(s.created_at_ms)
                     .bind(s.expires_at_ms)
+                    .bind(&s.grants)
                     .execute(pool)
                     .await?;
                 Ok(())
@@ -84,13 +94,13 @@ macro_rules! session_queries {
 }
 
 session_queries!(postgres, sqlx::PgPool,
-    insert: "INSERT INTO admin_sessions (id_hash, actor, roles, created_at_ms, expires_at_ms) VALUES ($1, $2, $3, $4, $5)",
-    find: "SELECT id_hash, actor, roles, created_at_ms, expires_at_ms FROM admin_sessions WHERE id_hash = $1 AND expires_at_ms > $2",
+    insert: "INSERT INTO admin_sessions (id_hash, actor, roles, created_at_ms, expires_at_ms, grants) VALUES ($1, $2, $3, $4, $5, $6)",
+    find: "SELECT id_hash, actor, roles, created_at_ms, expires_at_ms, grants FROM admin_sessions WHERE id_hash = $1 AND expires_at_ms > $2",
     delete: "DELETE FROM admin_sessions WHERE id_hash = $1",
     purge: "DELETE FROM admin_sessions WHERE expires_at_ms <= $1");
 
 session_queries!(sqlite, sqlx::SqlitePool,
-    insert: "INSERT INTO admin_sessions (id_hash, actor, roles, created_at_ms, expires_at_ms) VALUES (?, ?, ?, ?, ?)",
-    find: "SELECT id_hash, actor, roles, created_at_ms, expires_at_ms FROM admin_sessions WHERE id_hash = ? AND expires_at_ms > ?",
+    insert: "INSERT INTO admin_sessions (id_hash, actor, roles, created_at_ms, expires_at_ms, grants) VALUES (?, ?, ?, ?, ?, ?)",
+    find: "SELECT id_hash, actor, roles, created_at_ms, expires_at_ms, grants FROM admin_sessions WHERE id_hash = ? AND expires_at_ms > ?",
     delete: "DELETE FROM admin_sessions WHERE id_hash = ?",
     purge: "DELETE FROM admin_sessions WHERE expires_at_ms <= ?");

@@ -241,7 +241,9 @@ async fn logout(
         let admin = authenticate(&state, &req)?;
         checked_form(&req, &admin.csrf_key, &logout_form(), &body)?;
         match &admin.via {
-            Via::Session { id_hash } => Ok(super::sso::end_session(&state, &req, id_hash).await),
+            Via::Session { id_hash } => {
+                Ok(super::sso::end_session(&state, &req, &admin.info, id_hash).await)
+            }
             Via::Token | Via::Jwt => Err(Refusal::Api(ApiError::InvalidRequest(
                 "only a single sign-on session signs out; a token stays valid until removed from \
                  server.admin_tokens"

@@ -3,7 +3,7 @@
 //!
 //! 1. An address throttled for failed admin authentication
 //!    (`guard::admin_auth`) gets 429 `rate_limited` with `Retry-After`,
-//!    whatever it presents.
+//!    whatever it presents but a live console session.
 //! 2. A request without an admin credential gets 401, whatever its path,
 //!    query or body: a stranger learns nothing about what a route takes (not
 //!    400, 404, 405 or 415). A wrong token or password, and a JWT access
@@ -28,7 +28,9 @@ use actix_web::{web, HttpMessage, HttpRequest, HttpResponse, ResponseError};
 
 pub use super::admitted::{Admin, Via};
 use super::sso;
+use crate::domain::admin_role::{Actor, Roles};
 use crate::error::ApiError;
+use crate::guard::RequestInfo;
 use crate::oidc::BearerError;
 use crate::routes::caller::AdminCredential;
 use crate::routes::AppState;
@@ -57,23 +59,46 @@ pub(super) enum Credentials {
     BearerOrBasic,
 }
 
-/// Decide whether `req` may in: the throttle first, then the credential;
-/// a wrong one is counted against its address.
+/// Decide whether `req` may in: a live console session first, then the
+/// throttle, then the credential; a wrong one is counted against its
+/// address.
+///
+/// A session goes before the throttle: its id is 256 random bits sealed
+/// with the cookie key, so there is nothing to guess, and someone sharing
+/// the admin's address (a NAT, conference Wi-Fi) could else shut a signed-in
+/// admin out of the console, Sign out included, with 20 wrong passwords.
 pub(super) async fn admit(
     state: &AppState,
     req: &HttpRequest,
     credentials: Credentials,
 ) -> Result<Admin, Shut> {
     let ip = state.access.peer_ip(req);
+    let console = matches!(credentials, Credentials::BearerOrBasic);
+    let info = state.access.info(req, ip);
+    let credential = state.access.admin_credential(req, console);
+    // Nothing was read of an unread credential: as without one.
+    let by_session = console
+        && state.oidc.is_some()
+        && matches!(
+            credential,
+            AdminCredential::Missing | AdminCredential::Unread
+        );
+    if by_session {
+        match sso::session(state, req).await {
+            Ok(Some((actor, roles, csrf_key, via))) => {
+                return Ok(admitted(info, actor, roles, csrf_key, via))
+            }
+            Ok(None) => {}
+            Err(error) => return Err(Shut::Unavailable(error)),
+        }
+    }
     if let Err(throttled) = state.admin_auth.check(ip).await {
         return Err(Shut::Throttled(ApiError::RateLimited {
             rule: throttled.rule,
             retry_after_ms: throttled.retry_after_ms,
         }));
     }
-    let console = matches!(credentials, Credentials::BearerOrBasic);
-    let mut info = state.access.info(req, ip);
-    let (actor, roles, csrf_key, via) = match state.access.admin_credential(req, console) {
+    let (actor, roles, csrf_key, via) = match credential {
         AdminCredential::Token(token) => (token.actor, token.roles, token.secret, Via::Token),
         AdminCredential::Jwt(jwt) => {
             let Some(oidc) = state.oidc.as_ref().filter(|o| o.accepts_bearer_tokens()) else {
@@ -96,27 +121,33 @@ pub(super) async fn admit(
             state.admin_auth.failed(&info).await;
             return Err(Shut::Unauthorized);
         }
-        // Nothing was read of an unread credential: as without one.
-        AdminCredential::Missing | AdminCredential::Unread if console && state.oidc.is_some() => {
-            match sso::session(state, req).await {
-                Ok(Some(session)) => session,
-                Ok(None) if req.method() == actix_web::http::Method::GET => {
-                    return Err(Shut::SignIn)
-                }
-                Ok(None) => return Err(Shut::Unauthorized),
-                Err(error) => return Err(Shut::Unavailable(error)),
-            }
+        // No live session (looked up above): a page goes to sign in.
+        AdminCredential::Missing | AdminCredential::Unread
+            if by_session && req.method() == actix_web::http::Method::GET =>
+        {
+            return Err(Shut::SignIn)
         }
         AdminCredential::Missing | AdminCredential::Unread => return Err(Shut::Unauthorized),
     };
+    Ok(admitted(info, actor, roles, csrf_key, via))
+}
+
+/// The admin let in, named in its request's info.
+fn admitted(
+    mut info: RequestInfo,
+    actor: Actor,
+    roles: Roles,
+    csrf_key: Secret,
+    via: Via,
+) -> Admin {
     info.actor = Some(actor.to_string());
-    Ok(Admin {
+    Admin {
         info,
         actor,
         roles,
         csrf_key,
         via,
-    })
+    }
 }
 
 /// `Cache-Control: no-store` on `response`.

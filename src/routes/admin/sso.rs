@@ -19,9 +19,13 @@
 //!   address gets 429 before anything is checked or audited, so each
 //!   address adds at most `admin_auth_limit` failure rows per window, and
 //!   each IPv6 /48 `admin_auth_network_limit`.
+//!   A browser that held a session gives it up: its row is deleted.
+//! - A session's roles are what today's `role_map` grants to the claim
+//!   values it kept (`oidc::Grants`): an admin taken out of `role_map` or
+//!   lowered loses the roles at the next request after the restart.
 //! - `POST /admin/logout` (the console's Sign out button, with a CSRF
-//!   token) deletes the session row: the cookie is worthless on every
-//!   instance from then on.
+//!   token) deletes the session row, audited as `sign_out`: the cookie is
+//!   worthless on every instance from then on.
 
 mod cookies;
 
@@ -97,7 +101,9 @@ pub(super) async fn session(
         ApiError::AuditUnavailable
     })?;
     Ok(found.and_then(|row| {
-        let roles = Roles::from_list(&row.roles);
+        // Mapped again through today's role_map: an admin taken out of it
+        // (or lowered) since signing in loses the roles now.
+        let roles = oidc.session_roles(row.grants.as_deref());
         (!roles.is_empty()).then(|| {
             (
                 Actor::stored(row.actor),
@@ -211,8 +217,8 @@ async fn login(state: web::Data<AppState>, req: HttpRequest) -> HttpResponse {
     begin(&state, &req, &return_to).await
 }
 
-/// The audit row of a sign-in or a failed one: on the client's address,
-/// naming the admin when known.
+/// The audit row of a sign-in, a failed one or a sign-out: on the
+/// client's address, naming the admin when known.
 fn audit_sign_in(state: &AppState, info: &RequestInfo, decision: AuditDecision, reason: Reason) {
     let subject = match info.ip {
         Some(ip) => Subject::new(SubjectKind::Ip, ip.subject_id()),
@@ -361,20 +367,33 @@ async fn open_session(
     );
     let now = now_ms();
     let ttl = oidc.session_ttl();
+    let grants = match serde_json::to_string(&identity.grants) {
+        Ok(grants) => grants,
+        Err(e) => return pages::api_error_page(req, ApiError::Internal(e.into())),
+    };
     let row = StoredSession {
         id_hash: id_hash(&id),
         actor: identity.actor.to_string(),
         roles: identity.roles.to_list(),
         created_at_ms: now,
         expires_at_ms: now.saturating_add(i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX)),
+        grants: Some(grants),
     };
     if let Err(e) = db.insert_session(&row, now).await {
         tracing::warn!(error = %e, "an admin session cannot be stored");
         return pages::api_error_page(req, ApiError::AuditUnavailable);
     }
+    // The browser's session before this one ends: its cookie is replaced,
+    // and a copy of it (another browser profile, a stolen cookie) must not
+    // outlive the admin's new sign-in.
+    let key = cookies::key(oidc.cookie_secret());
+    if let Some(before) = cookies::opened(&key, req, cookies::SESSION, secure(state, oidc, req)) {
+        if let Err(e) = db.delete_session(&id_hash(&before)).await {
+            tracing::warn!(error = %e, "an admin's previous session cannot be deleted");
+        }
+    }
     audit_sign_in(state, info, AuditDecision::SignIn, Reason::Oidc);
     let secure = secure(state, oidc, req);
-    let key = cookies::key(oidc.cookie_secret());
     HttpResponse::SeeOther()
         .insert_header((header::LOCATION, back))
         .insert_header((header::CACHE_CONTROL, "no-store"))
@@ -384,10 +403,13 @@ async fn open_session(
 }
 
 /// End the session of `admin` (behind the console's door, CSRF checked by
-/// the caller): its row is deleted and the browser's cookie removed.
+/// the caller): its row is deleted, the sign-out audited with its admin
+/// (so that the trail tells which sessions ended) and the browser's cookie
+/// removed.
 pub(super) async fn end_session(
     state: &AppState,
     req: &HttpRequest,
+    info: &RequestInfo,
     id_hash: &str,
 ) -> HttpResponse {
     if let Some(db) = state.audit_db.as_ref() {
@@ -396,6 +418,7 @@ pub(super) async fn end_session(
             return pages::api_error_page(req, ApiError::AuditUnavailable);
         }
     }
+    audit_sign_in(state, info, AuditDecision::SignOut, Reason::Oidc);
     let secure = state
         .oidc
         .as_deref()

@@ -243,6 +243,7 @@ pub(super) fn alert_worthy(event: &AuditEvent) -> bool {
         | AuditDecision::ListRemove
         | AuditDecision::Export
         | AuditDecision::SignIn
-        | AuditDecision::SignInFailed => false,
+        | AuditDecision::SignInFailed
+        | AuditDecision::SignOut => false,
     }
 }
