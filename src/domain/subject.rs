@@ -86,8 +86,10 @@ pub struct Subject {
 /// Why a subject an admin named is not one.
 #[derive(Debug, thiserror::Error)]
 pub enum SubjectError {
-    /// The kind is none of [`SubjectKind::ALL`].
-    #[error("unknown subject kind {0:?}")]
+    /// The kind is none of [`SubjectKind::ALL`]. Neither this nor
+    /// `Malformed` says the text given: a link anyone can send an admin
+    /// chooses it, and the console shows the message in its own red box.
+    #[error("unknown subject kind")]
     UnknownKind(String),
     /// A phone subject that is no phone number (`invalid_phone`).
     #[error(transparent)]
@@ -96,13 +98,23 @@ pub enum SubjectError {
     #[error(transparent)]
     User(#[from] UsernameError),
     /// An id that cannot be of its kind; the message says what it must be.
-    #[error("{id:?} is not {expected}")]
+    #[error("the id is not {expected}")]
     Malformed {
         /// The id as given.
         id: String,
         /// What an id of the kind looks like.
         expected: &'static str,
     },
+}
+
+/// An id from a query string with the `+` a form or link lost put back: a
+/// raw `+` arrives as a space (`id=+8613800138000`), and a phone or prefix
+/// without it is refused.
+pub fn plus_restored(raw: &str) -> std::borrow::Cow<'_, str> {
+    match raw.strip_prefix(' ') {
+        Some(rest) if rest.starts_with(|c: char| c.is_ascii_digit()) => format!("+{rest}").into(),
+        _ => raw.into(),
+    }
 }
 
 impl Subject {

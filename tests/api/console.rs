@@ -434,6 +434,29 @@ async fn bad_filters_answer_a_400_page_with_the_form_and_the_reason(kind: DbKind
             );
         }
     }
+    // Nor a value's: a filter's or a subject's id (the form may keep what
+    // was typed; the red box does not say it).
+    for path in [
+        format!("/admin?decision={lure}"),
+        format!("/admin?subject_kind={lure}"),
+        format!("/admin/subjects/ip/{lure}"),
+        format!("/admin/subjects/{lure}/x"),
+        format!("/admin/subjects/network/{lure}"),
+        format!("/admin/subjects/prefix/{lure}"),
+    ] {
+        let page = get(&app, &path, ADMIN).await;
+        assert_html(&page, 400, &path);
+        let alert = page
+            .body
+            .split("role=\"alert\">")
+            .nth(1)
+            .and_then(|rest| rest.split("</p>").next())
+            .unwrap_or_else(|| panic!("{path}: an error box: {}", page.body));
+        assert!(!alert.is_empty(), "{path}");
+        for shown in ["evil.example", "leaked", "expected x"] {
+            assert!(!alert.contains(shown), "{path} says {shown}: {alert}");
+        }
+    }
     let page = get(&app, "/admin?since=yesterday&subject=alice", ADMIN).await;
     assert_eq!(
         page.input("since"),
@@ -602,6 +625,21 @@ async fn a_locked_user_shows_its_state_and_windows_on_the_subject_page() {
     let found = get(&app, "/admin/subjects?kind=user&id=+ALICE+", ADMIN).await;
     assert_eq!(found.status, 303);
     assert_eq!(found.header(LOCATION), "/admin/subjects/user/alice");
+    // A number typed with its `+` arrives with a space for it.
+    for (query, page) in [
+        (
+            "kind=phone&id=+8613800138000",
+            "/admin/subjects/phone/%2B8613800138000",
+        ),
+        (
+            "kind=prefix&id=+8613800",
+            "/admin/subjects/prefix/%2B8613800",
+        ),
+    ] {
+        let found = get(&app, &format!("/admin/subjects?{query}"), ADMIN).await;
+        assert_eq!(found.status, 303, "{query}: {}", found.body);
+        assert_eq!(found.header(LOCATION), page, "{query}");
+    }
 }
 
 /// An IPv6 network is looked up from the header's form by any address of

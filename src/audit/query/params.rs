@@ -155,7 +155,9 @@ impl Reader {
         value: Option<&str>,
         parse: impl FnOnce(&str) -> Option<T>,
     ) -> Read<T> {
-        self.parsed(name, value, parse, |raw| format!("unknown {name} {raw:?}"))
+        // Not the text given: a link chose it, and the console shows this
+        // in its own red box (as `pages::query_error`).
+        self.parsed(name, value, parse, |_| format!("unknown {name}"))
     }
 
     fn time(&self, name: &str, value: Option<&str>) -> Read<DateTime<Utc>> {
@@ -174,11 +176,7 @@ impl Reader {
         if raw.chars().any(char::is_control) {
             return Err(ParamError("subject contains control characters".into()));
         }
-        // A raw `+` in a query string arrives as a space: `subject=+8613800138000`.
-        let raw = match raw.strip_prefix(' ') {
-            Some(rest) if rest.starts_with(|c: char| c.is_ascii_digit()) => format!("+{rest}"),
-            _ => raw,
-        };
+        let raw = crate::domain::subject::plus_restored(&raw).into_owned();
         Ok(Some(match kind {
             Some(kind) => Subject::parse(kind.as_str(), &raw)
                 .map(|s| s.id)

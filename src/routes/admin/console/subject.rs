@@ -45,7 +45,8 @@ pub(super) async fn find(state: web::Data<AppState>, req: HttpRequest) -> HttpRe
 fn query_subject(req: &HttpRequest) -> Result<Subject, Refusal> {
     let query = web::Query::<FindSubject>::from_query(req.query_string())
         .map_err(|e| ApiError::InvalidRequest(query_error(e)))?;
-    Ok(Subject::parse(&query.kind, query.id.trim()).map_err(ApiError::from)?)
+    let id = crate::domain::subject::plus_restored(&query.id);
+    Ok(Subject::parse(&query.kind, id.trim()).map_err(ApiError::from)?)
 }
 
 /// `GET /admin/subjects/{kind}/{id}`: the subject's page, or the refusal's page.
