@@ -19,7 +19,7 @@ use std::time::Duration;
 use crate::delivery::{SetupError, TemplateDirs, TemplateLoadError, Templates, TemplatesCell};
 use crate::guard::{Policy, PolicyCell};
 use crate::lists::Lists;
-use crate::settings::Settings;
+use crate::settings::{Settings, SettingsError};
 pub use sender::SenderSlot;
 use watch::{fingerprint, Changes, FileWatch};
 
@@ -77,14 +77,21 @@ impl Reloadable {
     /// and the templates it names; swap them all in only when every part is
     /// good. Returns the settings read.
     pub fn reload(&self, file: Option<&Path>) -> Result<Settings, ReloadError> {
-        let settings = match file.map(|path| (path, std::fs::read_to_string(path))) {
-            // The text checked is the text loaded: read once.
-            Some((path, Ok(text))) => {
+        let settings = match file {
+            // The text checked is the text loaded: read once. A file that
+            // cannot be read is refused as it is, not read a second time
+            // (which a file recreated empty meanwhile would pass unchecked).
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|e| match e.kind() {
+                    std::io::ErrorKind::NotFound => {
+                        SettingsError::MissingFile(path.display().to_string())
+                    }
+                    _ => SettingsError::Load(format!("config file {}: {e}", path.display())),
+                })?;
                 refuse_empty(path, &text)?;
                 Settings::load_text(path, &text)?
             }
-            // Settings::load says why the file cannot be read.
-            _ => Settings::load(file)?,
+            None => Settings::load(None)?,
         };
         let templates = Templates::load(&TemplateDirs::of(&settings))?;
         let policy = Policy::from_settings(&restart_only_kept(&settings, &self.policy))?;
@@ -257,7 +264,23 @@ impl Reloader {
                         }
                     }
                     Err(e) => {
-                        tracing::error!(cause = ?cause, error = %e, "config rejected, keeping the old settings")
+                        tracing::error!(cause = ?cause, error = %e, "config rejected, keeping the old settings");
+                        // The directories the rejected file names are the
+                        // ones its fix may land in (a template's typo):
+                        // watched from now on, and the next change reloads
+                        // even if the file itself is as it was.
+                        last = None;
+                        let named = file
+                            .as_deref()
+                            .and_then(|path| std::fs::read_to_string(path).ok().map(|t| (path, t)))
+                            .and_then(|(path, text)| Settings::load_text(path, &text).ok())
+                            .map(|read| TemplateDirs::of(&read));
+                        if let Some(named) = named.filter(|named| *named != dirs) {
+                            dirs = named;
+                            if let Some(watch) = &mut watch {
+                                watch.arm(file.as_deref(), &dirs);
+                            }
+                        }
                     }
                 }
             }

@@ -157,3 +157,69 @@ fn a_broken_template_stops_check_config_and_start_up_naming_the_file_and_line() 
     assert!(ok, "{stderr}");
     assert!(stdout.contains("templates_dir"), "{stdout}");
 }
+
+/// A config that names a new templates directory whose template is broken
+/// is refused; mending the template there is then noticed and reloads,
+/// though the config file itself is unchanged (before, only the directory
+/// of the settings in force was watched).
+#[tokio::test]
+async fn a_template_mended_in_a_directory_a_refused_config_named_is_reloaded() {
+    let provider = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(200))
+        .mount(&provider)
+        .await;
+    let dir = tempfile::tempdir().unwrap();
+    let first = dir.path().join("first");
+    let second = dir.path().join("second");
+    for (templates, text) in [
+        (&first, "Premier : {{ code }}"),
+        (&second, "Second :\n{{ code "),
+    ] {
+        std::fs::create_dir(templates).unwrap();
+        std::fs::write(templates.join("fr.txt"), text).unwrap();
+    }
+    let config = write_config(dir.path(), &provider.uri(), &first);
+    let server = Tollgate::start(&config).await;
+    let client = reqwest::Client::new();
+    let send = |phone: String| {
+        let client = client.clone();
+        let url = format!("{}/sms/send", server.address);
+        async move {
+            let response = client
+                .post(url)
+                .json(&json!({ "phone": phone, "locale": "fr" }))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(response.status(), 200);
+        }
+    };
+    send("+8613800138001".into()).await;
+
+    write_config(dir.path(), &provider.uri(), &second);
+    let broken = format!("{}:2: syntax error", second.join("fr.txt").display());
+    eventually("the rejection in the log", Duration::from_secs(10), || {
+        let found = server
+            .log
+            .lock()
+            .iter()
+            .any(|l| l.contains("config rejected") && l.contains(&broken));
+        async move { found }
+    })
+    .await;
+
+    std::fs::write(second.join("fr.txt"), "Second : {{ code }}").unwrap();
+    let mut phone = 10;
+    eventually("the mended template", Duration::from_secs(10), || {
+        phone += 1;
+        let send = send(format!("+86138001380{phone}"));
+        let provider = &provider;
+        async move {
+            send.await;
+            let bodies = sent_bodies(provider).await;
+            bodies.last().unwrap().1.starts_with("Second : ")
+        }
+    })
+    .await;
+}
