@@ -86,6 +86,10 @@ pub const CONFIG_RELOADS: &str = "tollgate_config_reloads_total";
 /// wait for a restart aside), 0 after a reload was rejected: the file on
 /// disk is not what runs (a restart would fail, or run other settings).
 pub const CONFIG_LAST_RELOAD_SUCCESSFUL: &str = "tollgate_config_last_reload_successful";
+/// Gauge: how many parts of the config file in force wait for a restart
+/// (`[server]`, `[admin]`, `sms.code_secret`, …): a reload that revokes a
+/// leaked API or admin token is applied to nothing until then.
+pub const CONFIG_RESTART_PENDING: &str = "tollgate_config_restart_pending";
 /// Histogram of HTTP request durations, in seconds, by `route` (the matched
 /// pattern, `unmatched` for none), `method` and `status`.
 pub const HTTP_SECONDS: &str = "tollgate_http_request_duration_seconds";
@@ -249,6 +253,7 @@ fn zeroes() {
     counter!(AUDIT_JOURNAL_ERRORS, "op" => "parse").increment(0);
     counter!(AUDIT_JOURNAL_ERRORS, "op" => "adopt").increment(0);
     gauge!(CONFIG_LAST_RELOAD_SUCCESSFUL).set(1.0);
+    gauge!(CONFIG_RESTART_PENDING).set(0.0);
 }
 
 /// The per-rule series.
@@ -284,6 +289,10 @@ fn describe_config() {
     describe_gauge!(
         CONFIG_LAST_RELOAD_SUCCESSFUL,
         "1 while the settings in force are the config file's, 0 after a rejected reload"
+    );
+    describe_gauge!(
+        CONFIG_RESTART_PENDING,
+        "Parts of the config file applied by the last reload that wait for a restart"
     );
 }
 
@@ -465,6 +474,11 @@ pub fn config_reload(applied: bool) {
     let outcome = if applied { "applied" } else { "rejected" };
     counter!(CONFIG_RELOADS, "outcome" => outcome).increment(1);
     gauge!(CONFIG_LAST_RELOAD_SUCCESSFUL).set(f64::from(u8::from(applied)));
+}
+
+/// How many parts of the reloaded config file wait for a restart.
+pub fn config_restart_pending(parts: usize) {
+    gauge!(CONFIG_RESTART_PENDING).set(parts as f64);
 }
 
 /// Count one captcha token: the provider's verdict, `mismatched`, `throttled` or `paused`.

@@ -244,6 +244,7 @@ impl Reloader {
                             .as_deref()
                             .map(|running| restart::pending(running, &settings))
                             .unwrap_or_default();
+                        crate::metrics::config_restart_pending(waiting.len());
                         crate::settings::warnings::warn_of_risky_settings(&settings);
                         if waiting.is_empty() {
                             tracing::info!(cause = ?cause, "settings reloaded");

@@ -477,6 +477,21 @@ async fn a_reload_swaps_the_sms_provider_and_names_what_waits_for_a_restart() {
         waiting.iter().any(|line| line.contains("[server]")),
         "{waiting:?}"
     );
+    // A gauge an alert can watch: the file is not all in force.
+    let metrics = client
+        .get(format!("{}/metrics", server.address))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l == "tollgate_config_restart_pending 1"),
+        "{metrics}"
+    );
     assert_eq!(send().await, 200);
     assert_eq!((received(&first).await, received(&second).await), (1, 1));
 
