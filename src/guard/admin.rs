@@ -185,6 +185,42 @@ impl SubjectAdmin {
         self.ctx.policy.current().sms.settings.prefix_digits
     }
 
+    /// Why an unblock of `subject` would lift nothing: a prefix of another
+    /// length than `sms.prefix_digits`, or a network of another length than
+    /// `sms.network_bits` and the admin sign-in throttle's /48, which no
+    /// limit counts (the subject page shows such a subject empty; an
+    /// unblock of it would answer and be audited as done while the block
+    /// counted under the right length stays).
+    pub fn counts_nothing(&self, subject: &Subject) -> Option<String> {
+        let settings = &self.ctx.policy.current().sms.settings;
+        match subject.kind {
+            SubjectKind::Prefix => {
+                let digits = subject.id.trim_start_matches('+').len();
+                (digits != settings.prefix_digits as usize).then(|| {
+                    format!(
+                        "a prefix has {} digits here (sms.prefix_digits): no limit counts one of {digits}",
+                        settings.prefix_digits
+                    )
+                })
+            }
+            SubjectKind::Network => {
+                let bits = subject
+                    .id
+                    .rsplit_once('/')
+                    .and_then(|(_, bits)| bits.parse::<u8>().ok());
+                let counted = [settings.network_bits, super::admin_auth::NETWORK_BITS];
+                (!bits.is_some_and(|bits| counted.contains(&bits))).then(|| {
+                    format!(
+                        "networks are counted as /{} (sms.network_bits) and /{} (admin sign-ins) here",
+                        settings.network_bits,
+                        super::admin_auth::NETWORK_BITS
+                    )
+                })
+            }
+            _ => None,
+        }
+    }
+
     /// What the store holds for `subject` now; reads only, counts nothing.
     pub async fn state(&self, subject: &Subject) -> Result<SubjectState, StoreError> {
         let policy = self.ctx.policy.current();

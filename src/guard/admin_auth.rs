@@ -33,7 +33,7 @@ use crate::telemetry::log_budget::LogBudget;
 /// An admin's network: always a /48, whatever `sms.network_bits` says (an
 /// operator who widens that to a /32 against SMS abuse must not widen who
 /// shares an admin's window of failures with it).
-const NETWORK_BITS: u8 = 48;
+pub const NETWORK_BITS: u8 = 48;
 
 /// Lines about failed admin authentication: one per 10 seconds.
 static FAILURE_LINES: LogBudget = LogBudget::new(Duration::from_secs(10));

@@ -677,6 +677,48 @@ async fn a_blocked_ip_is_unblocked(backend: Backend) {
     );
 }
 
+/// An unblock of a prefix or network of a length no limit counts would
+/// lift nothing and be audited as done: refused 400, naming the lengths
+/// counted; the counted ones are unblocked.
+#[tokio::test]
+async fn an_unblock_of_a_prefix_or_network_no_limit_counts_is_refused() {
+    let app = spawn_app(Backend::Memory, |s| s.sms.network_bits = 56).await;
+    for (path, counted) in [
+        ("prefix/%2B86138", false),
+        ("prefix/%2B861380013", false),
+        ("prefix/%2B8613800", true),
+        ("network/2001:db8:1::%2F40", false),
+        ("network/2001:db8:1::%2F56", true),
+        ("network/2001:db8:1::%2F48", true),
+    ] {
+        let answer = app
+            .admin_post(&format!("/admin/api/subjects/{path}/unblock"))
+            .await;
+        if counted {
+            assert_eq!(answer.status, 200, "{path}: {}", answer.body);
+        } else {
+            assert_eq!(
+                (answer.status.as_u16(), answer.error()),
+                (400, "invalid_request"),
+                "{path}: {}",
+                answer.body
+            );
+            let message = answer.body["message"].as_str().unwrap_or_default();
+            assert!(
+                message.contains("prefix_digits") || message.contains("network_bits"),
+                "{path}: {message}"
+            );
+        }
+    }
+    app.flush_audit().await;
+    let unblocks = app
+        .audit_events()
+        .into_iter()
+        .filter(|e| e.decision == AuditDecision::Unblock)
+        .count();
+    assert_eq!(unblocks, 3, "only the counted ones are audited");
+}
+
 /// With `server.admin_bind`, the admin API, the console and `/metrics` are
 /// on that listener only, and the public one answers them 404; the API is
 /// on the public one only; both answer the probes.

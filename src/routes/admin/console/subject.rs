@@ -170,6 +170,9 @@ async fn unblock_subject(
     let subject = named(req)?;
     require(state, req, &admin, Permission::Unblock, &subject)?;
     let fields = checked_form(req, &admin.csrf_key, &subject, body)?;
+    if let Some(why) = state.admin.counts_nothing(&subject) {
+        return Err(Refusal::Api(ApiError::InvalidRequest(why)));
+    }
     let back = Back::from_fields(&fields)?;
     state.admin.unblock(&subject, &admin.info).await?;
     let location = match back {
