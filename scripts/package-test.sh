@@ -255,6 +255,26 @@ purge_removes_it_all() {
         [ ! -e "$path" ] || fail "still there after purge: $path"
     done
     if dpkg-statoverride --list "$CONFIG"; then fail "statoverride left behind"; fi
+    ! ls -d /var/backups/tollgate-spool-* 2>/dev/null || fail "a spool kept, with nothing unwritten in it"
+}
+
+# Events the spool holds that never reached the database (PostgreSQL down
+# when the service stopped) are their only copy: a purge keeps them.
+purge_keeps_unwritten_audit_events() {
+    dpkg -i "$deb" </dev/null
+    local spool=/var/lib/tollgate/spool
+    install -d -o tollgate -g tollgate -m 0750 "$spool"
+    echo '{"an":"event"}' > "$spool/journal-0-000001.jsonl"
+    echo 'a line' > "$spool/journal-0-000000.jsonl.unread"
+    dpkg --purge tollgate 2>"$work/purge.err"
+    [ ! -e /var/lib/tollgate ] || fail "/var/lib/tollgate is still there"
+    local kept
+    kept=$(ls -d /var/backups/tollgate-spool-* 2>/dev/null | head -1)
+    [ -n "$kept" ] || fail "the unwritten events were deleted"
+    grep -q "$kept" "$work/purge.err" || fail "purge did not say where: $(cat "$work/purge.err")"
+    [ "$(cat "$kept/journal-0-000001.jsonl")" = '{"an":"event"}' ] || fail "the journal segment was not kept"
+    [ -e "$kept/journal-0-000000.jsonl.unread" ] || fail "the unreadable lines were not kept"
+    rm -rf /var/backups/tollgate-spool-*
 }
 
 checks=(
@@ -271,6 +291,7 @@ checks=(
     "the unit's SystemCallFilter allows every system call it made|the_unit_allows_every_system_call_it_made"
     "reinstalling keeps an edited config and its mode|an_upgrade_keeps_an_edited_config"
     "dpkg --purge removes binary, config, unit and state|purge_removes_it_all"
+    "dpkg --purge keeps audit events the database never got|purge_keeps_unwritten_audit_events"
 )
 started=$(date +%s)
 trap 'report $((${#checks[@]} - passed)); cleanup' EXIT
