@@ -8,6 +8,7 @@ use utoipa::ToSchema;
 
 use crate::audit::query::ParamError;
 use crate::domain::{PhoneError, SubjectError, UsernameError};
+use crate::guard::admin::UnblockError;
 use crate::guard::ceil_secs;
 use crate::guard::login::LoginRefusal;
 use crate::guard::sms::SmsRefusal;
@@ -328,6 +329,15 @@ impl From<UsernameError> for ApiError {
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         ApiError::StoreUnavailable(e)
+    }
+}
+
+impl From<UnblockError> for ApiError {
+    fn from(e: UnblockError) -> Self {
+        match e {
+            UnblockError::CountsNothing(why) => ApiError::InvalidRequest(why),
+            UnblockError::Store(e) => e.into(),
+        }
     }
 }
 

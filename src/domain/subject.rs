@@ -109,10 +109,15 @@ pub enum SubjectError {
 
 /// An id from a query string with the `+` a form or link lost put back: a
 /// raw `+` arrives as a space (`id=+8613800138000`), and a phone or prefix
-/// without it is refused.
-pub fn plus_restored(raw: &str) -> std::borrow::Cow<'_, str> {
+/// without it is refused. Only for those kinds, or no kind (a filter on
+/// any subject): a pasted ` 203.0.113.7` or a user ` 42` keeps its space,
+/// trimmed later.
+pub fn plus_restored(kind: Option<SubjectKind>, raw: &str) -> std::borrow::Cow<'_, str> {
+    let numbered = matches!(kind, None | Some(SubjectKind::Phone | SubjectKind::Prefix));
     match raw.strip_prefix(' ') {
-        Some(rest) if rest.starts_with(|c: char| c.is_ascii_digit()) => format!("+{rest}").into(),
+        Some(rest) if numbered && rest.starts_with(|c: char| c.is_ascii_digit()) => {
+            format!("+{rest}").into()
+        }
         _ => raw.into(),
     }
 }

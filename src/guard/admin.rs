@@ -191,7 +191,7 @@ impl SubjectAdmin {
     /// limit counts (the subject page shows such a subject empty; an
     /// unblock of it would answer and be audited as done while the block
     /// counted under the right length stays).
-    pub fn counts_nothing(&self, subject: &Subject) -> Option<String> {
+    fn counts_nothing(&self, subject: &Subject) -> Option<String> {
         let settings = &self.ctx.policy.current().sms.settings;
         match subject.kind {
             SubjectKind::Prefix => {
@@ -404,14 +404,35 @@ impl SubjectAdmin {
         Ok(pairs.collect())
     }
 
+    /// Whether the pumping guard lists `subject` as blocked now.
+    async fn listed_as_blocked(&self, subject: &Subject) -> Result<bool, StoreError> {
+        if !pumping::counts(subject.kind) {
+            return Ok(false);
+        }
+        let member = pumping::listed_member(subject);
+        let listed = self
+            .ctx
+            .store
+            .expiring_members(&self.ctx.keys.conversion_blocks(), LISTED_BLOCKS_READ)
+            .await?;
+        Ok(listed.members.iter().any(|(m, _)| *m == member))
+    }
+
     /// Clear every window and the lock of a subject (a phone's pending or burnt
     /// code too, a user's pairs, an IP's refused captcha tokens, a prefix's or
-    /// country's pumping counts and block); audited as `unblock`.
+    /// country's pumping counts and block); audited as `unblock`. A subject
+    /// no limit counts is refused, but for a prefix blocked under an
+    /// earlier `sms.prefix_digits`, still listed until its block ends.
     pub async fn unblock(
         &self,
         subject: &Subject,
         info: &RequestInfo,
-    ) -> Result<SubjectState, StoreError> {
+    ) -> Result<SubjectState, UnblockError> {
+        if let Some(why) = self.counts_nothing(subject) {
+            if !self.listed_as_blocked(subject).await? {
+                return Err(UnblockError::CountsNothing(why));
+            }
+        }
         let keys = &self.ctx.keys;
         // Each window's log and the meters beside it (GCRA windows).
         let policy = self.ctx.policy.current();
@@ -456,11 +477,17 @@ impl SubjectAdmin {
         if pumping::counts(subject.kind) {
             // After the counts and block are gone: a delete that failed
             // leaves the block in force and listed, not in force and hidden.
+            // Failing now, the unblock is done all the same (and audited):
+            // the listing ages out with the block it named.
             let member = pumping::listed_member(subject);
-            self.ctx
+            if let Err(e) = self
+                .ctx
                 .store
                 .expiring_remove(&keys.conversion_blocks(), &member)
-                .await?;
+                .await
+            {
+                tracing::warn!(error = %e, subject = %subject.kind.as_str(), "an unblocked range stays listed as blocked until its block would have ended");
+            }
         }
         let event = AuditEvent::new(
             Action::Admin,
@@ -469,9 +496,24 @@ impl SubjectAdmin {
             subject,
         );
         self.ctx.audit(info, event);
-        self.state(subject).await
+        Ok(self.state(subject).await?)
     }
 }
+
+/// Why an unblock was not done.
+#[derive(Debug, thiserror::Error)]
+pub enum UnblockError {
+    /// The subject is of a length no limit counts (400 `invalid_request`):
+    /// its unblock would lift nothing and be audited as done.
+    #[error("{0}")]
+    CountsNothing(String),
+    /// The store did not answer (503 `store_unavailable`).
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// How many listed pumping blocks an unblock reads to find its subject's.
+const LISTED_BLOCKS_READ: usize = 10_000;
 
 #[cfg(test)]
 mod tests {

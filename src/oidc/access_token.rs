@@ -27,7 +27,7 @@ const ASYMMETRIC: [Algorithm; 9] = [
 ];
 
 /// Clock skew allowed on `exp` and `nbf`, in seconds.
-const LEEWAY_SECS: u64 = 60;
+const LEEWAY_SECS: u64 = super::CLOCK_SKEW_SECS.unsigned_abs();
 
 /// Why an access token was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

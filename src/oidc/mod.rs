@@ -45,9 +45,10 @@ pub const DISCOVERY_RETRY: Duration = Duration::from_secs(10);
 /// How long a browser may take at the provider, from leaving tollgate to
 /// coming back with a code.
 pub const LOGIN_TTL: Duration = Duration::from_secs(600);
-/// How far apart instances' clocks may be for a sign-in started on one
-/// to finish on another (as the console's CSRF tokens allow).
-const CLOCK_SKEW_SECS: i64 = 60;
+/// How far apart clocks may be: instances' (a sign-in started on one
+/// finishes on another; a console form rendered by one is posted to
+/// another) and the provider's (a token's `exp` and `nbf`).
+pub const CLOCK_SKEW_SECS: i64 = 60;
 
 /// Every claim of the ID token besides the standard ones, kept so that
 /// `roles_claim` can name any of them.

@@ -77,7 +77,12 @@ impl Reloadable {
     /// and the templates it names; swap them all in only when every part is
     /// good. Returns the settings read.
     pub fn reload(&self, file: Option<&Path>) -> Result<Settings, ReloadError> {
-        let settings = match file {
+        self.apply(Self::read(file)?)
+    }
+
+    /// The settings `file` holds over the defaults and the environment.
+    pub fn read(file: Option<&Path>) -> Result<Settings, ReloadError> {
+        Ok(match file {
             // The text checked is the text loaded: read once. A file that
             // cannot be read is refused as it is, not read a second time
             // (which a file recreated empty meanwhile would pass unchecked).
@@ -92,7 +97,12 @@ impl Reloadable {
                 Settings::load_text(path, &text)?
             }
             None => Settings::load(None)?,
-        };
+        })
+    }
+
+    /// Swap in `settings` and the templates they name, only when every
+    /// part is good; returns them.
+    pub fn apply(&self, settings: Settings) -> Result<Settings, ReloadError> {
         let templates = Templates::load(&TemplateDirs::of(&settings))?;
         let policy = Policy::from_settings(&restart_only_kept(&settings, &self.policy))?;
         let sender = match &self.sender {
@@ -236,7 +246,11 @@ impl Reloader {
                     continue;
                 }
                 last = Some(now);
-                let reloaded = reloadable.reload(file.as_deref());
+                let read = Reloadable::read(file.as_deref());
+                // The directories a file names are where its next fix may
+                // land, even when it is refused (a template's typo).
+                let named = read.as_ref().ok().map(TemplateDirs::of);
+                let reloaded = read.and_then(|settings| reloadable.apply(settings));
                 crate::metrics::config_reload(reloaded.is_ok());
                 match reloaded {
                     Ok(settings) => {
@@ -255,33 +269,16 @@ impl Reloader {
                                 "settings reloaded; changes to these take effect at the next start"
                             );
                         }
-                        let named = TemplateDirs::of(&settings);
-                        if named != dirs {
-                            dirs = named;
-                            last = None;
-                            if let Some(watch) = &mut watch {
-                                watch.arm(file.as_deref(), &dirs);
-                            }
-                        }
                     }
                     Err(e) => {
-                        tracing::error!(cause = ?cause, error = %e, "config rejected, keeping the old settings");
-                        // The directories the rejected file names are the
-                        // ones its fix may land in (a template's typo):
-                        // watched from now on, and the next change reloads
-                        // even if the file itself is as it was.
-                        last = None;
-                        let named = file
-                            .as_deref()
-                            .and_then(|path| std::fs::read_to_string(path).ok().map(|t| (path, t)))
-                            .and_then(|(path, text)| Settings::load_text(path, &text).ok())
-                            .map(|read| TemplateDirs::of(&read));
-                        if let Some(named) = named.filter(|named| *named != dirs) {
-                            dirs = named;
-                            if let Some(watch) = &mut watch {
-                                watch.arm(file.as_deref(), &dirs);
-                            }
-                        }
+                        tracing::error!(cause = ?cause, error = %e, "config rejected, keeping the old settings")
+                    }
+                }
+                if let Some(named) = named.filter(|named| *named != dirs) {
+                    dirs = named;
+                    last = None;
+                    if let Some(watch) = &mut watch {
+                        watch.arm(file.as_deref(), &dirs);
                     }
                 }
             }

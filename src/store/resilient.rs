@@ -417,16 +417,17 @@ impl WindowStore for ResilientStore {
 
     /// An admin's change: the primary's, or an error (503: the local
     /// store's success would report the primary's block lifted while it
-    /// stays); the local store's copy goes too, so a later outage does not bring
-    /// it back.
+    /// stays). Once the primary has taken it, the local store's copy goes
+    /// too, so a later outage does not bring it back; while the primary
+    /// fails the local one, which decides then, is left as it is: a
+    /// refused change changes nothing.
     async fn expiring_remove(&self, key: &str, member: &str) -> Result<(), StoreError> {
-        let removed = self
-            .primary_only(self.primary.expiring_remove(key, member))
-            .await;
+        self.primary_only(self.primary.expiring_remove(key, member))
+            .await?;
         if let Some(local) = self.code_store() {
             let _ = local.expiring_remove(key, member).await;
         }
-        removed
+        Ok(())
     }
 
     async fn expiring_members(
@@ -502,15 +503,17 @@ impl WindowStore for ResilientStore {
 
     /// An admin's change: the primary's, or an error (503: the local
     /// store's success would report an unblock done that left the
-    /// primary's lock in place). The local store's keys go too, whether or not the
-    /// primary answered: a code it holds from an outage, and what it counted
-    /// then, which it would decide with again in the next one.
+    /// primary's lock in place). Once the primary has taken it, the local
+    /// store's keys go too: a code it holds from an outage, and what it
+    /// counted then, which it would decide with again in the next one.
+    /// While the primary fails the local store, which decides then, is left
+    /// as it is: a refused unblock changes nothing.
     async fn delete(&self, keys: &[String]) -> Result<(), StoreError> {
-        let deleted = self.primary_only(self.primary.delete(keys)).await;
+        self.primary_only(self.primary.delete(keys)).await?;
         if let Some(local) = self.code_store() {
             let _ = local.delete(keys).await;
         }
-        deleted
+        Ok(())
     }
 
     async fn get_or_init(&self, key: &str, candidate: &str) -> Result<String, StoreError> {

@@ -635,6 +635,9 @@ async fn a_locked_user_shows_its_state_and_windows_on_the_subject_page() {
             "kind=prefix&id=+8613800",
             "/admin/subjects/prefix/%2B8613800",
         ),
+        // A space pasted before an address or a name is no lost `+`.
+        ("kind=ip&id=+203.0.113.7", "/admin/subjects/ip/203.0.113.7"),
+        ("kind=user&id=+42", "/admin/subjects/user/42"),
     ] {
         let found = get(&app, &format!("/admin/subjects?{query}"), ADMIN).await;
         assert_eq!(found.status, 303, "{query}: {}", found.body);

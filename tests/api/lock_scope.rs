@@ -190,6 +190,43 @@ async fn subject_state_names_the_pairs_and_unblock_clears_them(backend: Backend)
     assert_eq!(attempt(&app, Some(ATTACKER), false).await["locked"], true);
 }
 
+/// An unblock leaves the user's index of locked pairs in Redis: a pair that
+/// locks while the unblock runs (after it read the index, before it
+/// deleted) is added to it, and so stays shown and liftable by a second
+/// unblock; deleting the index hid that lock until it ended. Entries of
+/// lifted locks show nothing.
+#[tokio::test]
+async fn an_unblock_keeps_the_index_of_locked_pairs() {
+    let app = spawn_app(Backend::Redis, scoped).await;
+    for _ in 0..3 {
+        attempt(&app, Some(ATTACKER), false).await;
+    }
+    let index = || async {
+        let store = tollgate::store::redis::RedisStore::connect(
+            &app.redis_url,
+            std::time::Duration::from_secs(2),
+        )
+        .await
+        .unwrap();
+        store
+            .keys_with_prefix(&app.key_prefix)
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|k| k.ends_with("login_pairs"))
+            .count()
+    };
+    assert_eq!(index().await, 1, "the pair locked and was indexed");
+    let unblocked = app
+        .admin_post("/admin/api/subjects/user/alice/unblock")
+        .await;
+    assert_eq!(unblocked.status, 200, "{}", unblocked.body);
+    assert_eq!(index().await, 1, "the index stays");
+    let state = app.admin_get("/admin/api/subjects/user/alice").await;
+    assert_eq!(state.body.get("pairs"), None, "{}", state.body);
+    assert_eq!(attempt(&app, Some(ATTACKER), false).await["locked"], false);
+}
+
 async fn with_lock_scope_user_failures_from_anywhere_lock_the_account(backend: Backend) {
     let app = spawn_app(backend, |s| {
         scoped(s);

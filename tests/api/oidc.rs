@@ -513,7 +513,7 @@ async fn a_session_loses_the_roles_its_admin_was_taken_out_of() {
 /// the old cookie no longer opens the console.
 #[tokio::test]
 async fn signing_in_again_ends_the_browsers_previous_session() {
-    let SsoApp { app, provider, .. } = sso_app(DbKind::Sqlite, |_| {}).await;
+    let SsoApp { app, provider, db } = sso_app(DbKind::Sqlite, |_| {}).await;
     let olga = sign_in(&app, &provider, "olga").await;
     let console = format!("{}/admin", app.address);
     let before = olga.cookies(&console).expect("a session cookie");
@@ -544,6 +544,11 @@ async fn signing_in_again_ends_the_browsers_previous_session() {
     assert_ne!(after, before);
     assert_eq!(with(after).await, StatusCode::OK);
     assert_eq!(with(before).await, StatusCode::FOUND, "the old one ended");
+    // The trail says the earlier session ended, and whose it was.
+    let all = db.trail(&app).await;
+    let outs = find(&all, "sign_out", "oidc");
+    assert_eq!(outs.len(), 1, "{outs:?}");
+    assert_eq!(outs[0].actor.as_deref(), Some("oidc:olga@example.com"));
 }
 
 /// Someone sharing a signed-in admin's address (a NAT) cannot lock the

@@ -835,3 +835,36 @@ fn the_settings_are_printed_back_and_bad_values_are_refused_naming_the_key() {
         assert!(stderr.contains(&named), "{key} = {value}: {stderr}");
     }
 }
+
+/// A prefix blocked under an earlier `sms.prefix_digits` (a restart
+/// changed it) stays listed until its block ends, and its unblock lifts it
+/// and the listing; then, as any length no limit counts, it is refused.
+#[tokio::test]
+async fn a_prefix_blocked_under_an_earlier_length_can_be_unblocked() {
+    let app = spawn_app(Backend::Redis, country_floor(5)).await;
+    sent(&app, 0, 5).await;
+    verify(&app, &phone(0)).await;
+    assert_eq!(send(&app, &phone(5)).await.error(), "pumping_suspected");
+    let key_prefix = app.key_prefix.clone();
+    let restarted = spawn_app(Backend::Redis, move |s| {
+        country_floor(5)(s);
+        s.store.key_prefix = key_prefix;
+        s.sms.prefix_digits = 6;
+    })
+    .await;
+    let path = "/admin/api/subjects/prefix/%2B8613800/unblock";
+    let unblocked = restarted.admin_post(path).await;
+    assert_eq!(unblocked.status, 200, "{}", unblocked.body);
+    assert_eq!(unblocked.body["pumping"]["block"], Value::Null);
+    let again = restarted.admin_post(path).await;
+    assert_eq!(
+        (again.status.as_u16(), again.error()),
+        (400, "invalid_request"),
+        "no longer listed: {}",
+        again.body
+    );
+    let counted = restarted
+        .admin_post("/admin/api/subjects/prefix/%2B861380/unblock")
+        .await;
+    assert_eq!(counted.status, 200, "{}", counted.body);
+}

@@ -170,13 +170,14 @@ impl Reader {
     /// known; an id that cannot be of that kind is kept as given and
     /// matches nothing.
     fn subject(&self, kind: Option<SubjectKind>, value: Option<&str>) -> Read<String> {
-        let Some(raw) = self.text("subject", value)? else {
+        // Before `text` trims the space a lost `+` left.
+        let value = value.map(|v| crate::domain::subject::plus_restored(kind, v));
+        let Some(raw) = self.text("subject", value.as_deref())? else {
             return Ok(None);
         };
         if raw.chars().any(char::is_control) {
             return Err(ParamError("subject contains control characters".into()));
         }
-        let raw = crate::domain::subject::plus_restored(&raw).into_owned();
         Ok(Some(match kind {
             Some(kind) => Subject::parse(kind.as_str(), &raw)
                 .map(|s| s.id)
@@ -295,12 +296,24 @@ mod tests {
             subject: Some(" 8613800138000"),
             ..EventParams::default()
         };
-        let query = params.parse(Empty::Refused).expect("valid");
-        assert_eq!(query.filter.subject.as_deref(), Some("+8613800138000"));
-        assert_eq!(
-            query.filter.describe(None),
-            "subject_kind=phone&subject=%2B8613800138000"
-        );
+        for empty in [Empty::Refused, Empty::NoFilter] {
+            let query = params.parse(empty).expect("valid");
+            assert_eq!(query.filter.subject.as_deref(), Some("+8613800138000"));
+            assert_eq!(
+                query.filter.describe(None),
+                "subject_kind=phone&subject=%2B8613800138000"
+            );
+        }
+        // Not for an address or a user: a pasted leading space is trimmed.
+        for (kind, typed, kept) in [("ip", " 203.0.113.7", "203.0.113.7"), ("user", " 42", "42")] {
+            let params = EventParams {
+                subject_kind: Some(kind),
+                subject: Some(typed),
+                ..EventParams::default()
+            };
+            let query = params.parse(Empty::NoFilter).expect("valid");
+            assert_eq!(query.filter.subject.as_deref(), Some(kept), "{kind}");
+        }
     }
 
     #[test]

@@ -18,7 +18,7 @@ const PURPOSE: &[u8] = b"tollgate console unblock v1";
 /// How long a rendered form stays usable.
 const VALID_SECS: i64 = 12 * 3600;
 /// Clock skew tolerated between instances.
-const SKEW_SECS: i64 = 60;
+const SKEW_SECS: i64 = crate::oidc::CLOCK_SKEW_SECS;
 
 fn mac(key: &Secret, subject: &Subject, issued: i64) -> Hmac<Sha256> {
     let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(key.expose().as_bytes())

@@ -219,7 +219,12 @@ async fn login(state: web::Data<AppState>, req: HttpRequest) -> HttpResponse {
 
 /// The audit row of a sign-in, a failed one or a sign-out: on the
 /// client's address, naming the admin when known.
-fn audit_sign_in(state: &AppState, info: &RequestInfo, decision: AuditDecision, reason: Reason) {
+fn audit_session_event(
+    state: &AppState,
+    info: &RequestInfo,
+    decision: AuditDecision,
+    reason: Reason,
+) {
     let subject = match info.ip {
         Some(ip) => Subject::new(SubjectKind::Ip, ip.subject_id()),
         None => Subject::new(SubjectKind::Global, "admin"),
@@ -321,7 +326,7 @@ async fn refuse_sign_in(
         tracing::warn!(request_id = %info.request_id, %error, held_back, "admin sign-in failed");
     }
     state.admin_auth.failed(&info).await;
-    audit_sign_in(state, &info, AuditDecision::SignInFailed, reason);
+    audit_session_event(state, &info, AuditDecision::SignInFailed, reason);
     failure_page(state, oidc, req, status, reason)
 }
 
@@ -388,11 +393,9 @@ async fn open_session(
     // outlive the admin's new sign-in.
     let key = cookies::key(oidc.cookie_secret());
     if let Some(before) = cookies::opened(&key, req, cookies::SESSION, secure(state, oidc, req)) {
-        if let Err(e) = db.delete_session(&id_hash(&before)).await {
-            tracing::warn!(error = %e, "an admin's previous session cannot be deleted");
-        }
+        end_replaced_session(state, db, info, &id_hash(&before)).await;
     }
-    audit_sign_in(state, info, AuditDecision::SignIn, Reason::Oidc);
+    audit_session_event(state, info, AuditDecision::SignIn, Reason::Oidc);
     let secure = secure(state, oidc, req);
     HttpResponse::SeeOther()
         .insert_header((header::LOCATION, back))
@@ -400,6 +403,34 @@ async fn open_session(
         .cookie(cookies::sealed(&key, cookies::SESSION, id, secure, ttl))
         .cookie(cookies::removal(cookies::LOGIN, secure))
         .finish()
+}
+
+/// End the live session `id_hash` a browser signing in again held,
+/// audited as `sign_out` of its own admin (who may be another person's
+/// sign-in on a shared browser).
+async fn end_replaced_session(
+    state: &AppState,
+    db: &crate::audit::AuditDb,
+    info: &RequestInfo,
+    id_hash: &str,
+) {
+    let found = match db.find_session(id_hash, now_ms()).await {
+        Ok(found) => found,
+        Err(e) => {
+            tracing::warn!(error = %e, "an admin's previous session cannot be read");
+            return;
+        }
+    };
+    let Some(row) = found else { return };
+    match db.delete_session(id_hash).await {
+        Ok(true) => {
+            let mut ended = info.clone();
+            ended.actor = Some(row.actor);
+            audit_session_event(state, &ended, AuditDecision::SignOut, Reason::Oidc);
+        }
+        Ok(false) => {}
+        Err(e) => tracing::warn!(error = %e, "an admin's previous session cannot be deleted"),
+    }
 }
 
 /// End the session of `admin` (behind the console's door, CSRF checked by
@@ -418,7 +449,7 @@ pub(super) async fn end_session(
             return pages::api_error_page(req, ApiError::AuditUnavailable);
         }
     }
-    audit_sign_in(state, info, AuditDecision::SignOut, Reason::Oidc);
+    audit_session_event(state, info, AuditDecision::SignOut, Reason::Oidc);
     let secure = state
         .oidc
         .as_deref()

@@ -74,8 +74,5 @@ pub async fn unblock(
 ) -> Result<HttpResponse, ApiError> {
     let subject = path_subject(&req, API_PREFIX, "/unblock")?;
     super::roles::require(&state, &admin, Permission::Unblock, &subject)?;
-    if let Some(why) = state.admin.counts_nothing(&subject) {
-        return Err(ApiError::InvalidRequest(why));
-    }
     Ok(HttpResponse::Ok().json(state.admin.unblock(&subject, &admin.info).await?))
 }

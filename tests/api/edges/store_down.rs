@@ -1221,6 +1221,33 @@ async fn an_unblock_while_redis_stalls_is_refused_whatever_the_fallback() {
     }
 }
 
+/// During an outage under `on_error = "local"` the local store decides: an
+/// unblock refused then (Redis does not answer) leaves its lock as it is,
+/// as nothing audited it.
+#[tokio::test]
+async fn an_unblock_refused_in_an_outage_leaves_the_local_stores_lock() {
+    let redis = PrivateRedis::start().await;
+    let app = locking_app(&redis, OnStoreError::Local).await;
+    redis.freeze();
+    lock_alice(&app).await;
+    let refused = app
+        .admin_post("/admin/api/subjects/user/alice/unblock")
+        .await;
+    let still = app
+        .login_attempt(json!({ "user": "alice", "success": true, "ip": "203.0.113.1" }))
+        .await;
+    redis.thaw();
+    assert_eq!(
+        (refused.status.as_u16(), refused.error()),
+        (503, "store_unavailable"),
+        "{}",
+        refused.body
+    );
+    assert_eq!(still.body["locked"], true, "{}", still.body);
+    app.flush_audit().await;
+    assert_eq!(unblock_rows(&app), 0);
+}
+
 /// What the local store counted in an outage is lifted by an unblock made
 /// after it, so that the next outage does not bring the lock back.
 #[tokio::test]

@@ -15,7 +15,7 @@ use super::{
 use crate::admin::period::Period;
 use crate::audit::query::{EventFilter, EventQuery};
 use crate::domain::admin_role::Permission;
-use crate::domain::Subject;
+use crate::domain::{Subject, SubjectKind};
 use crate::error::ApiError;
 use crate::routes::AppState;
 
@@ -45,7 +45,7 @@ pub(super) async fn find(state: web::Data<AppState>, req: HttpRequest) -> HttpRe
 fn query_subject(req: &HttpRequest) -> Result<Subject, Refusal> {
     let query = web::Query::<FindSubject>::from_query(req.query_string())
         .map_err(|e| ApiError::InvalidRequest(query_error(e)))?;
-    let id = crate::domain::subject::plus_restored(&query.id);
+    let id = crate::domain::subject::plus_restored(SubjectKind::parse(&query.kind), &query.id);
     Ok(Subject::parse(&query.kind, id.trim()).map_err(ApiError::from)?)
 }
 
@@ -170,11 +170,12 @@ async fn unblock_subject(
     let subject = named(req)?;
     require(state, req, &admin, Permission::Unblock, &subject)?;
     let fields = checked_form(req, &admin.csrf_key, &subject, body)?;
-    if let Some(why) = state.admin.counts_nothing(&subject) {
-        return Err(Refusal::Api(ApiError::InvalidRequest(why)));
-    }
     let back = Back::from_fields(&fields)?;
-    state.admin.unblock(&subject, &admin.info).await?;
+    state
+        .admin
+        .unblock(&subject, &admin.info)
+        .await
+        .map_err(ApiError::from)?;
     let location = match back {
         Back::Subject => views::unblocked_href(subject.kind, &subject.id),
         Back::Overview(period) => format!("{}&unblocked=1", views::overview::overview_href(period)),
