@@ -169,6 +169,32 @@ pub async fn sign_in(app: &TestApp, provider: &OidcProvider, user: &str) -> Brow
     browser
 }
 
+/// Press the console's Sign out as `browser` (its page's CSRF token).
+async fn sign_out(browser: &Browser, app: &TestApp) -> reqwest::Response {
+    let page = browser
+        .client
+        .get(format!("{}/admin", app.address))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let marker = "name=\"csrf\" value=\"";
+    let start = page
+        .find("action=\"/admin/logout\"")
+        .expect("a Sign out form");
+    let token_at = page[start..].find(marker).unwrap() + start + marker.len();
+    let token = &page[token_at..token_at + page[token_at..].find('"').unwrap()];
+    browser
+        .client
+        .post(format!("{}/admin/logout", app.address))
+        .form(&[("csrf", token)])
+        .send()
+        .await
+        .unwrap()
+}
+
 fn find<'a>(rows: &'a [AuditEvent], decision: &str, reason: &str) -> Vec<&'a AuditEvent> {
     rows.iter()
         .filter(|e| e.decision.as_str() == decision && e.reason == reason)
@@ -347,27 +373,7 @@ async fn signing_in_opens_a_session_that_names_the_admin_until_sign_out(kind: Db
     // Sign out: the session ends everywhere, a copy of the cookie included.
     let console = format!("{}/admin", app.address);
     let copied = olga.cookies(&console).expect("a session cookie");
-    let page = olga
-        .client
-        .get(&console)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let start = page
-        .find("action=\"/admin/logout\"")
-        .expect("a Sign out form");
-    let token_at = page[start..].find(marker).unwrap() + start + marker.len();
-    let token = &page[token_at..token_at + page[token_at..].find('"').unwrap()];
-    let out = olga
-        .client
-        .post(format!("{}/admin/logout", app.address))
-        .form(&[("csrf", token)])
-        .send()
-        .await
-        .unwrap();
+    let out = sign_out(&olga, &app).await;
     assert_eq!(out.status(), StatusCode::OK);
     assert!(out.headers()[SET_COOKIE]
         .to_str()
@@ -580,20 +586,7 @@ async fn a_throttled_address_keeps_its_live_session() {
     let console = format!("{}/admin", app.address);
     let page = olga.client.get(&console).send().await.unwrap();
     assert_eq!(page.status(), StatusCode::OK, "the session is let in");
-    let page = page.text().await.unwrap();
-    let marker = "name=\"csrf\" value=\"";
-    let start = page
-        .find("action=\"/admin/logout\"")
-        .expect("a Sign out form");
-    let token_at = page[start..].find(marker).unwrap() + start + marker.len();
-    let token = &page[token_at..token_at + page[token_at..].find('"').unwrap()];
-    let out = olga
-        .client
-        .post(format!("{}/admin/logout", app.address))
-        .form(&[("csrf", token)])
-        .send()
-        .await
-        .unwrap();
+    let out = sign_out(&olga, &app).await;
     assert_eq!(out.status(), StatusCode::OK, "signed out");
     let after = olga.client.get(&console).send().await.unwrap();
     assert_eq!(

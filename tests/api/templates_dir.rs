@@ -30,6 +30,31 @@ url = "{provider}/sms"
     config_file(dir, "", &sms)
 }
 
+/// Wait until `server` has logged a reload refused for a syntax error on
+/// line 2 of `template`.
+async fn rejected_naming_line_2(server: &Tollgate, template: &Path) {
+    let broken = format!("{}:2: syntax error", template.display());
+    eventually("the rejection in the log", Duration::from_secs(10), || {
+        let found = server
+            .log
+            .lock()
+            .iter()
+            .any(|l| l.contains("config rejected") && l.contains(&broken));
+        async move { found }
+    })
+    .await;
+}
+
+/// A stand-in SMS provider that takes every message.
+async fn accepting_provider() -> MockServer {
+    let provider = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(200))
+        .mount(&provider)
+        .await;
+    provider
+}
+
 /// The bodies the stand-in provider got, in order.
 async fn sent_bodies(provider: &MockServer) -> Vec<(String, String)> {
     provider
@@ -49,11 +74,7 @@ async fn sent_bodies(provider: &MockServer) -> Vec<(String, String)> {
 
 #[tokio::test]
 async fn sms_texts_come_from_the_directory_and_a_changed_file_is_sent_without_a_restart() {
-    let provider = MockServer::start().await;
-    Mock::given(method("POST"))
-        .respond_with(ResponseTemplate::new(200))
-        .mount(&provider)
-        .await;
+    let provider = accepting_provider().await;
     let dir = tempfile::tempdir().unwrap();
     let templates = dir.path().join("sms-texts");
     std::fs::create_dir(&templates).unwrap();
@@ -107,16 +128,7 @@ async fn sms_texts_come_from_the_directory_and_a_changed_file_is_sent_without_a_
 
     // A broken edit is refused, named by file and line; the last good text stays.
     std::fs::write(templates.join("fr.txt"), "Code tollgate :\n{{ code ").unwrap();
-    let broken = format!("{}:2: syntax error", templates.join("fr.txt").display());
-    eventually("the rejection in the log", Duration::from_secs(10), || {
-        let found = server
-            .log
-            .lock()
-            .iter()
-            .any(|l| l.contains("config rejected") && l.contains(&broken));
-        async move { found }
-    })
-    .await;
+    rejected_naming_line_2(&server, &templates.join("fr.txt")).await;
     send("+8613800138009", "fr").await;
     let bodies = sent_bodies(&provider).await;
     assert!(
@@ -164,11 +176,7 @@ fn a_broken_template_stops_check_config_and_start_up_naming_the_file_and_line() 
 /// of the settings in force was watched).
 #[tokio::test]
 async fn a_template_mended_in_a_directory_a_refused_config_named_is_reloaded() {
-    let provider = MockServer::start().await;
-    Mock::given(method("POST"))
-        .respond_with(ResponseTemplate::new(200))
-        .mount(&provider)
-        .await;
+    let provider = accepting_provider().await;
     let dir = tempfile::tempdir().unwrap();
     let first = dir.path().join("first");
     let second = dir.path().join("second");
@@ -198,16 +206,7 @@ async fn a_template_mended_in_a_directory_a_refused_config_named_is_reloaded() {
     send("+8613800138001".into()).await;
 
     write_config(dir.path(), &provider.uri(), &second);
-    let broken = format!("{}:2: syntax error", second.join("fr.txt").display());
-    eventually("the rejection in the log", Duration::from_secs(10), || {
-        let found = server
-            .log
-            .lock()
-            .iter()
-            .any(|l| l.contains("config rejected") && l.contains(&broken));
-        async move { found }
-    })
-    .await;
+    rejected_naming_line_2(&server, &second.join("fr.txt")).await;
 
     std::fs::write(second.join("fr.txt"), "Second : {{ code }}").unwrap();
     let mut phone = 10;
