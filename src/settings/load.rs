@@ -382,6 +382,12 @@ mod tests {
             "[audit]\ndatabase_url = \"postgresql://u:p@[::1]:5432/db?sslmode=require\"\n".into(),
             webhook("https://hooks.example/sms?t=1", "\"X-Token\" = \"t0k\""),
             "[email]\nsmtp_url = \"smtps://u:p@mail.example:465\"\n".into(),
+            "[email]\nsmtp_url = \"smtp://u:p@mail.example:587?tls=required\"\n".into(),
+            // A relay on this host may take a login in clear; no login, no secret.
+            "[email]\nsmtp_url = \"smtp://u:p@127.0.0.1:25\"\n".into(),
+            "[email]\nsmtp_url = \"smtp://u:p@[::1]:25\"\n".into(),
+            "[email]\nsmtp_url = \"smtp://u:p@localhost:25?tls=opportunistic\"\n".into(),
+            "[email]\nsmtp_url = \"smtp://mail.example:25\"\n".into(),
         ];
         for text in taken {
             Settings::load_text(&path, &text).expect(&text);

@@ -769,6 +769,15 @@ fn bad_delivery_captcha_email_and_proxy_settings_fail_naming_the_key() {
         ("captcha.timeout", "[captcha]\ntimeout = \"0ms\""),
         ("captcha.secret", "[captcha]\nkind = \"turnstile\""),
         ("email.smtp_url", "[email]\nsmtp_url = \"http://mail:25\""),
+        // A login sent in clear (plain SMTP, or STARTTLS anyone can strip).
+        (
+            "email.smtp_url",
+            "[email]\nsmtp_url = \"smtp://u:p@mail.example:587\"",
+        ),
+        (
+            "email.smtp_url",
+            "[email]\nsmtp_url = \"smtp://u:p@mail.example:587?tls=opportunistic\"",
+        ),
         ("email.from", "[email]\nfrom = \"tollgate at example\""),
         (
             "email.admin_alerts_to[1]",

@@ -81,7 +81,7 @@ kind = "turnstile"
 secret = "captcha-secret"
 verify_url = "https://cap-user:cap-pass@captcha.example/siteverify?api_key=cap-key"
 [email]
-smtp_url = "smtp://mailer:smtp-pass@mail.example:587?auth=plain-secret"
+smtp_url = "smtp://mailer:smtp-pass@mail.example:587?auth=plain-secret&tls=required"
 "#;
     let (ok, stdout, stderr) = check_config(toml, &[]);
     assert!(ok, "{stderr}");
@@ -116,7 +116,7 @@ smtp_url = "smtp://mailer:smtp-pass@mail.example:587?auth=plain-secret"
             ),
             (
                 "email.smtp_url",
-                r#""smtp://mailer:***@mail.example:587?auth=***""#,
+                r#""smtp://mailer:***@mail.example:587?auth=***&tls=required""#,
             ),
         ],
     );

@@ -149,6 +149,41 @@ fn url_with_host(key: &str, url: &str, schemes: &[&str]) -> Check {
     }
 }
 
+/// An `smtp_url` with a login sends it encrypted, or to this host: lettre
+/// reads `smtp://` without `tls=required` as plain SMTP (the password in
+/// clear on the wire) and `tls=opportunistic` as STARTTLS only if offered,
+/// which anyone on the path can strip. A relay on a loopback address may
+/// take it in clear.
+fn smtp_login_encrypted(raw: &str) -> Check {
+    let Ok(url) = url::Url::parse(raw) else {
+        return Ok(());
+    };
+    let login = !url.username().is_empty() || url.password().is_some();
+    let required = url.scheme() == "smtps"
+        || url
+            .query_pairs()
+            .any(|(key, value)| key == "tls" && value == "required");
+    // `smtp` is no scheme the URL standard knows: its host is opaque text,
+    // an address included.
+    let loopback = match url.host() {
+        Some(url::Host::Domain(d)) => {
+            d == "localhost"
+                || d.parse::<std::net::IpAddr>()
+                    .is_ok_and(|ip| ip.is_loopback())
+        }
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+        None => false,
+    };
+    if login && !required && !loopback {
+        return Err(SettingsError::invalid(
+            "email.smtp_url",
+            "sends its login unencrypted: use smtps://… or add ?tls=required (STARTTLS)",
+        ));
+    }
+    Ok(())
+}
+
 /// `audit.database_url` as sqlx reads it when it opens the pool.
 fn database_url(url: &str) -> Check {
     use std::str::FromStr;
@@ -560,6 +595,7 @@ impl Settings {
                 email.smtp_url.expose(),
                 &["smtp://", "smtps://"],
             )?;
+            smtp_login_encrypted(email.smtp_url.expose())?;
         }
         positive("email.alert_threshold", email.alert_threshold.into())?;
         duration("email.alert_window", email.alert_window)?;
