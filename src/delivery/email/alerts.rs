@@ -184,6 +184,10 @@ mod tests {
         w.observe(&lock("https://evil.example/reset?token=1"), t0);
         w.observe(&lock("mallory@evil.example"), t0);
         w.observe(&lock("evil\u{3002}example\u{FF61}com"), t0);
+        w.observe(
+            &lock("x\u{2028}\u{2028}No further locks\u{2029}\u{202e}"),
+            t0,
+        );
         let mut blocked = lock("unused");
         blocked.subject_kind = SubjectKind::Ip;
         blocked.subject = "203.0.113.9".to_string();
@@ -196,6 +200,7 @@ mod tests {
                 "https[:]//evil[.]example/reset?token=1",
                 "mallory@evil[.]example",
                 "evil[.]example[.]com",
+                "x\u{FFFD}\u{FFFD}No further locks\u{FFFD}\u{FFFD}",
                 "203.0.113.9"
             ]
         );

@@ -285,12 +285,17 @@ impl Templates {
             })
         });
         let (subject, body) = rendered.map_err(|source| TemplateError { name, source })?;
-        // A header must stay one line, whatever a variable held.
+        // A header must stay one line, whatever a variable held: not only
+        // control characters but line and paragraph separators (which mail
+        // clients break lines at) and format characters (bidi overrides)
+        // go. `=?` would open an encoded word a mail client decodes, so a
+        // name could smuggle in text of its choosing: spaced apart.
         let subject = subject
-            .split(char::is_control)
+            .split(crate::domain::text::disguises)
             .filter(|part| !part.is_empty())
             .collect::<Vec<_>>()
-            .join(" ");
+            .join(" ")
+            .replace("=?", "= ?");
         Ok(RenderedEmail {
             subject: subject.trim().to_string(),
             body: format!("{}\n", body.trim()),

@@ -165,6 +165,19 @@ fn a_subject_never_spans_lines() {
         .render_email(EmailKind::LockNotice, Some("en"), vars)
         .unwrap();
     assert!(!email.subject.contains(['\r', '\n']), "{:?}", email.subject);
+    // Nor at the separators mail clients break lines at, nor through an
+    // encoded word a client would decode.
+    vars = lock_vars("");
+    vars["user"] = json!("eve\u{2028}Re: your invoice\u{2029}\u{202e} =?utf-8?b?SGk=?=");
+    let email = compiled()
+        .render_email(EmailKind::LockNotice, Some("en"), vars)
+        .unwrap();
+    assert!(
+        !email.subject.contains(['\u{2028}', '\u{2029}', '\u{202e}'])
+            && !email.subject.contains("=?"),
+        "{:?}",
+        email.subject
+    );
 }
 
 #[test]

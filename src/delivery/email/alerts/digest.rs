@@ -227,7 +227,14 @@ impl Watch {
 pub(super) fn shown_subject(kind: SubjectKind, subject: &str) -> String {
     const DOTS: [char; 4] = ['.', '\u{3002}', '\u{FF0E}', '\u{FF61}'];
     match kind {
-        SubjectKind::User => subject.replace(DOTS, "[.]").replace(':', "[:]"),
+        // A line or paragraph separator (U+2028, U+2029) passes the
+        // guards' check for control characters, and mail clients break
+        // lines at it: a name could write lines of its own into the digest
+        // ("No further locks."). Shown as U+FFFD, as the console does.
+        SubjectKind::User => subject
+            .replace(crate::domain::text::disguises, "\u{FFFD}")
+            .replace(DOTS, "[.]")
+            .replace(':', "[:]"),
         _ => subject.to_string(),
     }
 }
