@@ -78,6 +78,11 @@ pub enum ApiError {
     /// 404: no such route.
     #[error("not found")]
     NotFound,
+    /// 404: a subject no limit counts (a prefix or network of another
+    /// length than the running settings'): nothing to unblock. Not 400: the
+    /// name is well formed, and which lengths count is the deployment's.
+    #[error("{0}")]
+    NotCounted(String),
     /// Carries the methods the route does allow, for the `Allow` header.
     #[error("method not allowed; this route accepts {0}")]
     MethodNotAllowed(&'static str),
@@ -213,7 +218,7 @@ impl ApiError {
             ApiError::AuditUnavailable => ErrorCode::AuditUnavailable,
             ApiError::IdentityProviderUnavailable => ErrorCode::IdentityProviderUnavailable,
             ApiError::DeliveryFailed { .. } => ErrorCode::DeliveryFailed,
-            ApiError::NotFound => ErrorCode::NotFound,
+            ApiError::NotFound | ApiError::NotCounted(_) => ErrorCode::NotFound,
             ApiError::MethodNotAllowed(_) => ErrorCode::MethodNotAllowed,
             ApiError::PayloadTooLarge(_) => ErrorCode::PayloadTooLarge,
             ApiError::UnsupportedMediaType => ErrorCode::UnsupportedMediaType,
@@ -240,7 +245,7 @@ impl ResponseError for ApiError {
             | ApiError::AuditUnavailable
             | ApiError::IdentityProviderUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::DeliveryFailed { .. } => StatusCode::BAD_GATEWAY,
-            ApiError::NotFound => StatusCode::NOT_FOUND,
+            ApiError::NotFound | ApiError::NotCounted(_) => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -335,7 +340,7 @@ impl From<StoreError> for ApiError {
 impl From<UnblockError> for ApiError {
     fn from(e: UnblockError) -> Self {
         match e {
-            UnblockError::CountsNothing(why) => ApiError::InvalidRequest(why),
+            UnblockError::CountsNothing(why) => ApiError::NotCounted(why),
             UnblockError::Store(e) => e.into(),
         }
     }

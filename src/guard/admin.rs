@@ -503,7 +503,7 @@ impl SubjectAdmin {
 /// Why an unblock was not done.
 #[derive(Debug, thiserror::Error)]
 pub enum UnblockError {
-    /// The subject is of a length no limit counts (400 `invalid_request`):
+    /// The subject is of a length no limit counts (404 `not_found`):
     /// its unblock would lift nothing and be audited as done.
     #[error("{0}")]
     CountsNothing(String),

@@ -678,7 +678,7 @@ async fn a_blocked_ip_is_unblocked(backend: Backend) {
 }
 
 /// An unblock of a prefix or network of a length no limit counts would
-/// lift nothing and be audited as done: refused 400, naming the lengths
+/// lift nothing and be audited as done: answered 404, naming the lengths
 /// counted; the counted ones are unblocked.
 #[tokio::test]
 async fn an_unblock_of_a_prefix_or_network_no_limit_counts_is_refused() {
@@ -699,7 +699,7 @@ async fn an_unblock_of_a_prefix_or_network_no_limit_counts_is_refused() {
         } else {
             assert_eq!(
                 (answer.status.as_u16(), answer.error()),
-                (400, "invalid_request"),
+                (404, "not_found"),
                 "{path}: {}",
                 answer.body
             );

@@ -859,7 +859,7 @@ async fn a_prefix_blocked_under_an_earlier_length_can_be_unblocked() {
     let again = restarted.admin_post(path).await;
     assert_eq!(
         (again.status.as_u16(), again.error()),
-        (400, "invalid_request"),
+        (404, "not_found"),
         "no longer listed: {}",
         again.body
     );

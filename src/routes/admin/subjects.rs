@@ -58,7 +58,8 @@ pub async fn state(
     ),
     responses(
         (status = 200, description = "The subject's state after the unblock", body = SubjectState),
-        (status = 400, description = "`invalid_request` (unknown kind, malformed id, a prefix or network of a length no limit counts), `invalid_phone`, or `subject_too_long` (a user name over 256 characters once normalised)", body = ErrorBody),
+        (status = 404, description = "`not_found`: a prefix or network of a length no limit counts (`sms.prefix_digits`; `sms.network_bits` and the admin sign-in throttle's /48): nothing to unblock, nothing audited. A prefix still listed as blocked under an earlier `sms.prefix_digits` is unblocked", body = ErrorBody),
+        (status = 400, description = "`invalid_request` (unknown kind, malformed id), `invalid_phone`, or `subject_too_long` (a user name over 256 characters once normalised)", body = ErrorBody),
         (status = 401, description = "`unauthorized`: no valid admin token", body = ErrorBody),
         (status = 403, description = "`forbidden`: the admin's role may not unblock (the operator role may); audited", body = ErrorBody),
         (status = 429, description = "`rate_limited`: this address failed admin authentication `server.admin_auth_limit` times (or its IPv6 /48 `server.admin_auth_network_limit` times); every admin route refuses it, token or not, until `Retry-After`", body = crate::routes::schemas::RateLimitedError,
