@@ -382,15 +382,39 @@ mod tests {
             "[audit]\ndatabase_url = \"postgresql://u:p@[::1]:5432/db?sslmode=require\"\n".into(),
             webhook("https://hooks.example/sms?t=1", "\"X-Token\" = \"t0k\""),
             "[email]\nsmtp_url = \"smtps://u:p@mail.example:465\"\n".into(),
-            "[email]\nsmtp_url = \"smtp://u:p@mail.example:587?tls=required\"\n".into(),
-            // A relay on this host may take a login in clear; no login, no secret.
-            "[email]\nsmtp_url = \"smtp://u:p@127.0.0.1:25\"\n".into(),
-            "[email]\nsmtp_url = \"smtp://u:p@[::1]:25\"\n".into(),
-            "[email]\nsmtp_url = \"smtp://u:p@localhost:25?tls=opportunistic\"\n".into(),
-            "[email]\nsmtp_url = \"smtp://mail.example:25\"\n".into(),
         ];
         for text in taken {
             Settings::load_text(&path, &text).expect(&text);
+        }
+    }
+
+    /// An SMTP login goes encrypted, or to a relay on this host; a URL
+    /// without one has no secret to lose.
+    #[test]
+    fn an_smtp_login_is_taken_encrypted_or_to_this_host() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let path = dir.path().join("tollgate.toml");
+        for url in [
+            "smtp://u:p@mail.example:587?tls=required",
+            "smtps://u:p@mail.example:465",
+            "smtp://u:p@127.0.0.1:25",
+            "smtp://u:p@[::1]:25",
+            "smtp://u:p@localhost:25?tls=opportunistic",
+            "smtp://mail.example:25",
+        ] {
+            let text = format!("[email]\nsmtp_url = \"{url}\"\n");
+            Settings::load_text(&path, &text).expect(url);
+        }
+        for url in [
+            "smtp://u:p@mail.example:587",
+            "smtp://u:p@mail.example:587?tls=opportunistic",
+            "smtp://u@192.0.2.1:587",
+        ] {
+            let text = format!("[email]\nsmtp_url = \"{url}\"\n");
+            let error = Settings::load_text(&path, &text)
+                .expect_err(url)
+                .to_string();
+            assert!(error.contains("email.smtp_url"), "{url}: {error}");
         }
     }
 
