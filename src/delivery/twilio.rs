@@ -81,11 +81,18 @@ impl SmsSender for TwilioSender {
 
 /// Twilio's error codes for a `To` number it will not text, whoever sends,
 /// answered with a 400 (its error dictionary): invalid (21211, 21217),
-/// unreachable (21214), premium rate (21268), opted out (21610), not a
-/// mobile (21614). Not 21408 (the account may not text the number's
-/// region) nor 21612 (this sender cannot reach it now): those are the
-/// account's set-up, which a misconfiguration must not charge to users.
-const NUMBER_REFUSED: [u64; 6] = [21211, 21214, 21217, 21268, 21610, 21614];
+/// unreachable (21214), a short code (21265), the account's own `From`
+/// (21266), premium rate (21268), opted out (21610), not a mobile (21614),
+/// a landline (21635). The caller picks each of these numbers: left
+/// unlisted they were the provider's failures, given back whole, so one
+/// address could loop a landline's number, one Twilio call a request that
+/// no window saw, into the account's throttling. Not 21408 (the account
+/// may not text the number's region) nor 21612 (this sender cannot reach
+/// it now): those are the account's set-up, which a misconfiguration must
+/// not charge to users.
+const NUMBER_REFUSED: [u64; 9] = [
+    21211, 21214, 21217, 21265, 21266, 21268, 21610, 21614, 21635,
+];
 
 /// Twilio's error codes for a `To` number this account may not text now,
 /// answered with a 400: its region is not enabled (21408), this sender
@@ -121,6 +128,14 @@ mod tests {
     fn only_a_400_naming_the_to_number_refuses_it() {
         for code in NUMBER_REFUSED {
             assert!(failure(StatusCode::BAD_REQUEST, Some(code)).refused_the_number());
+        }
+        // Numbers a caller picks that Twilio will not text: a landline, a
+        // short code, the account's own `From`.
+        for code in [21635, 21265, 21266] {
+            assert!(
+                failure(StatusCode::BAD_REQUEST, Some(code)).refused_the_number(),
+                "{code}"
+            );
         }
         let failures = [
             (StatusCode::BAD_REQUEST, Some(21606)), // `From` not an SMS-capable number
