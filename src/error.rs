@@ -69,11 +69,15 @@ pub enum ApiError {
     #[error("the identity provider is unavailable")]
     IdentityProviderUnavailable,
     /// 502: the SMS provider refused the message or did not answer;
-    /// `number_refused` when it refused to text the number itself.
-    #[error("{}", if *number_refused { "the SMS provider refused to text this number" } else { "the SMS provider did not accept the message" })]
+    /// `number_refused` when it refused to text the number itself,
+    /// `may_arrive` when it took the message and did not answer in time.
+    #[error("{}", if *number_refused { "the SMS provider refused to text this number" } else if *may_arrive { "the SMS provider did not answer in time: the message may still arrive" } else { "the SMS provider did not accept the message" })]
     DeliveryFailed {
         /// The provider refused the number: a resend to it is refused again.
         number_refused: bool,
+        /// The provider may deliver the message late: its code verifies
+        /// then, and the send counted (a resend meets the phone's windows).
+        may_arrive: bool,
     },
     /// 404: no such route.
     #[error("not found")]
@@ -184,6 +188,12 @@ pub struct ErrorBody {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     pub number_refused: Option<bool>,
+    /// `delivery_failed` only: `true` when the provider took the message and
+    /// did not answer in time. It may still arrive, and its code verifies
+    /// then; the send counted, so a resend meets the phone's windows.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub may_arrive: Option<bool>,
 }
 
 impl ErrorBody {
@@ -196,6 +206,7 @@ impl ErrorBody {
             rule: None,
             captcha_required: None,
             number_refused: None,
+            may_arrive: None,
         }
     }
 }
@@ -273,8 +284,12 @@ impl ResponseError for ApiError {
             }
             ApiError::CaptchaRequired => body.captcha_required = Some(true),
             ApiError::DeliveryFailed {
-                number_refused: true,
-            } => body.number_refused = Some(true),
+                number_refused,
+                may_arrive,
+            } => {
+                body.number_refused = number_refused.then_some(true);
+                body.may_arrive = may_arrive.then_some(true);
+            }
             ApiError::Unauthorized => {
                 response.insert_header((header::WWW_AUTHENTICATE, "Bearer"));
             }
@@ -373,6 +388,7 @@ impl From<SmsRefusal> for ApiError {
                 tracing::warn!(request_id = %crate::telemetry::request_id(), error = %cause, "sms delivery failed");
                 ApiError::DeliveryFailed {
                     number_refused: cause.refused_the_number(),
+                    may_arrive: cause.may_have_been_delivered(),
                 }
             }
             SmsRefusal::Store(e) => ApiError::StoreUnavailable(e),

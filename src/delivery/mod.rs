@@ -66,6 +66,12 @@ pub enum DeliveryError {
     /// may carry a token.
     #[error("provider unreachable: {0}")]
     Unreachable(String),
+    /// The connection closed or was reset once the request was on its
+    /// way, before an answer: the provider may have read the message, or a
+    /// proxy in TCP mode before a provider that is down closed it unread;
+    /// no one can tell which. The text leaves out the URL.
+    #[error("provider closed the connection before answering: {0}")]
+    Dropped(String),
     /// No answer within `sms.provider.timeout` once connected: the provider
     /// may have taken the message all the same.
     #[error("provider did not answer in time")]
@@ -110,6 +116,18 @@ impl DeliveryError {
         matches!(self, DeliveryError::Declined(_))
     }
 
+    /// Whether a retry of this failure is given back only within the
+    /// asking address's budget of failed deliveries: one the request picked
+    /// (`Declined`), or a connection dropped after the message went out
+    /// (`Dropped`), which a provider that takes a message and then drops
+    /// the connection answers to every send while it texts the phone. Given
+    /// back whole without end, one address could text a phone through it
+    /// without limit; counted at once, a proxy's dropped connections during
+    /// an outage would fill every user's windows.
+    pub fn spends_the_failure_budget(&self) -> bool {
+        matches!(self, DeliveryError::Declined(_) | DeliveryError::Dropped(_))
+    }
+
     /// A provider's error answer, `text` naming the provider and the status,
     /// as `blame` reads it.
     fn answered(blame: Blame, text: String) -> Self {
@@ -123,12 +141,20 @@ impl DeliveryError {
     fn from_reqwest(e: reqwest::Error) -> Self {
         // A connect that timed out sent nothing: unreachable, not unanswered.
         if e.is_timeout() && !e.is_connect() {
-            DeliveryError::TimedOut
+            return DeliveryError::TimedOut;
+        }
+        // Without the URL: a webhook URL may carry a token. With its
+        // causes: "error sending request" alone does not tell a refused
+        // connection from one closed or reset.
+        // Past the connect (TLS included, which the connector does), the
+        // request was written or being written: hyper itself retries a
+        // pooled connection found closed before anything went out.
+        let dropped = e.is_request() && !e.is_connect();
+        let text = with_causes(&e.without_url());
+        if dropped {
+            DeliveryError::Dropped(text)
         } else {
-            // Without the URL: a webhook URL may carry a token. With its
-            // causes: "error sending request" alone does not tell a refused
-            // connection from one closed or reset.
-            DeliveryError::Unreachable(with_causes(&e.without_url()))
+            DeliveryError::Unreachable(text)
         }
     }
 }
@@ -240,5 +266,36 @@ mod tests {
             "the cause is named: {text}"
         );
         assert!(!text.contains("secret-token"), "{text}");
+    }
+
+    /// A connection that took the request and closed without an answer
+    /// is no unreachable host: the message may have gone out.
+    #[tokio::test]
+    async fn a_connection_closed_after_the_request_is_dropped_not_unreachable() {
+        use tokio::io::AsyncReadExt;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let closing = tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let mut chunk = [0u8; 4096];
+            let _ = socket.read(&mut chunk).await;
+            drop(socket); // answered nothing
+        });
+        let error = reqwest::Client::builder()
+            .no_proxy()
+            .build()
+            .unwrap()
+            .post(format!("http://127.0.0.1:{port}/hook?token=secret-token"))
+            .body("{}")
+            .send()
+            .await
+            .unwrap_err();
+        let dropped = DeliveryError::from_reqwest(error);
+        assert!(dropped.spends_the_failure_budget(), "{dropped:?}");
+        let DeliveryError::Dropped(text) = dropped else {
+            panic!("a connection closed after the request is dropped: {dropped:?}");
+        };
+        assert!(!text.contains("secret-token"), "{text}");
+        closing.await.unwrap();
     }
 }

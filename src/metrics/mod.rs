@@ -508,17 +508,21 @@ pub enum SmsDelivery {
     OverBudget,
     /// A failure the request picked within those budgets: given back whole.
     Declined,
+    /// A connection closed or reset once the request went out
+    /// (`DeliveryError::Dropped`), within the same budgets: given back whole.
+    Dropped,
 }
 
 impl SmsDelivery {
     /// Every outcome, each at its `as usize` index.
-    const ALL: [SmsDelivery; 6] = [
+    const ALL: [SmsDelivery; 7] = [
         SmsDelivery::Delivered,
         SmsDelivery::RefusedNumber,
         SmsDelivery::Failed,
         SmsDelivery::TimedOut,
         SmsDelivery::OverBudget,
         SmsDelivery::Declined,
+        SmsDelivery::Dropped,
     ];
 
     /// The `outcome` label's value.
@@ -530,6 +534,7 @@ impl SmsDelivery {
             SmsDelivery::TimedOut => "timed_out",
             SmsDelivery::OverBudget => "over_budget",
             SmsDelivery::Declined => "declined",
+            SmsDelivery::Dropped => "dropped",
         }
     }
 }

@@ -309,6 +309,7 @@ async fn a_webhook_that_does_not_answer_in_time_answers_502_and_its_send_still_c
 
     assert_eq!(slow.status, 502, "{}", slow.body);
     assert_eq!(slow.error(), "delivery_failed");
+    assert_eq!(slow.body["may_arrive"], true, "{}", slow.body);
     assert!(
         started.elapsed() < Duration::from_secs(2),
         "gave up after the timeout: {:?}",
@@ -709,45 +710,118 @@ async fn a_connection_that_hangs_is_given_back() {
     held.abort();
 }
 
+/// A provider behind which every connection closes unanswered, every
+/// other one once it has read the whole request; it stops when dropped.
+struct ClosingProvider {
+    port: u16,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl ClosingProvider {
+    async fn start() -> Self {
+        use tokio::io::AsyncReadExt;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let task = tokio::spawn(async move {
+            let mut read_first = false;
+            while let Ok((mut socket, _)) = listener.accept().await {
+                read_first = !read_first;
+                let mut request = Vec::new();
+                let mut chunk = [0u8; 4096];
+                while read_first && !crate::support::whole_request(&request) {
+                    match socket.read(&mut chunk).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => request.extend_from_slice(&chunk[..n]),
+                    }
+                }
+                drop(socket); // answered nothing
+            }
+        });
+        Self { port, task }
+    }
+}
+
+impl Drop for ClosingProvider {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
 /// A connection that closes before an answer, whether or not the message
-/// was read, is given back like an unreachable host: a proxy in TCP mode
-/// before a provider that is down closes every connection so, and counting
-/// those would refuse every user's retry for the phone's windows.
+/// was read, is given back within the asking address's budget of failed
+/// deliveries: a proxy in TCP mode before a provider that is down closes
+/// every connection so, and counting those at once would refuse every
+/// user's retry for the phone's windows.
 #[tokio::test]
 async fn a_connection_closed_before_an_answer_is_given_back() {
-    use tokio::io::AsyncReadExt;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let closing = tokio::spawn(async move {
-        let mut read_first = false;
-        while let Ok((mut socket, _)) = listener.accept().await {
-            // Every other connection reads the whole request first.
-            read_first = !read_first;
-            let mut request = Vec::new();
-            let mut chunk = [0u8; 4096];
-            while read_first && !crate::support::whole_request(&request) {
-                match socket.read(&mut chunk).await {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => request.extend_from_slice(&chunk[..n]),
-                }
-            }
-            drop(socket); // answered nothing
-        }
-    });
+    let closing = ClosingProvider::start().await;
+    let port = closing.port;
     let app = spawn_app_with_sms_provider(Backend::Memory, move |s| {
         s.sms.phone_limits = limits(&[(1, 3_600_000)]);
         s.sms.provider.kind = SmsProviderKind::Webhook;
         s.sms.provider.url = format!("http://127.0.0.1:{port}/sms").into();
     })
     .await;
+    let dropped_before = app.metric(&deliveries("dropped")).await;
 
+    // Within the address's budget (5 an hour by default). A send naming
+    // no client has none: its phone's windows keep it (sms_send.rs).
     for _ in 0..2 {
-        let closed = app.sms_send(json!({ "phone": PHONE })).await;
+        let closed = app
+            .sms_send(json!({ "phone": PHONE, "ip": "203.0.113.7" }))
+            .await;
         assert_eq!(closed.status, 502, "{}", closed.body);
         assert_eq!(closed.error(), "delivery_failed");
+        assert_eq!(closed.body.get("may_arrive"), None, "{}", closed.body);
     }
     assert_the_phone_counts_nothing(&app).await;
-    closing.abort();
+    let dropped = app.metric(&deliveries("dropped")).await - dropped_before;
+    assert!(dropped >= 2.0, "{dropped}");
+}
+
+/// A provider that takes the message and then drops the connection (it
+/// may text the phone each time): past the address's budget of failed
+/// deliveries, its sends count in the address's windows, which then
+/// refuse it, so one address cannot text a phone through it without
+/// limit; the phone's windows still give each back.
+#[tokio::test]
+async fn connections_dropped_past_the_failure_budget_count_against_the_address() {
+    let closing = ClosingProvider::start().await;
+    let port = closing.port;
+    let app = spawn_app_with_sms_provider(Backend::Memory, move |s| {
+        s.sms.phone_limits = limits(&[(1, 3_600_000)]);
+        s.sms.ip_limits = limits(&[(1, 3_600_000)]);
+        s.sms.failed_delivery_limit = limits(&[(2, 3_600_000)]).remove(0);
+        s.sms.provider.kind = SmsProviderKind::Webhook;
+        s.sms.provider.url = format!("http://127.0.0.1:{port}/sms").into();
+    })
+    .await;
+    let over_before = app.metric(&deliveries("over_budget")).await;
+
+    // Two within the budget, the third past it: each answers 502.
+    for _ in 0..3 {
+        let closed = app
+            .sms_send(json!({ "phone": PHONE, "ip": "203.0.113.7" }))
+            .await;
+        assert_eq!(closed.status, 502, "{}", closed.body);
+    }
+    let refused = app
+        .sms_send(json!({ "phone": PHONE, "ip": "203.0.113.7" }))
+        .await;
+    assert_eq!(
+        refused.status, 429,
+        "the third send counted: {}",
+        refused.body
+    );
+    assert_eq!(refused.body["rule"], "ip 1/1h", "{}", refused.body);
+    // The phone's window gave every one back: another address reaches the
+    // provider again.
+    let other = app
+        .sms_send(json!({ "phone": PHONE, "ip": "198.51.100.9" }))
+        .await;
+    assert_eq!(other.status, 502, "{}", other.body);
+    let over = app.metric(&deliveries("over_budget")).await - over_before;
+    assert!(over >= 1.0, "{over}");
 }
 
 #[test]

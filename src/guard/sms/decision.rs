@@ -140,6 +140,8 @@ fn outcome(error: &DeliveryError) -> SmsDelivery {
         SmsDelivery::RefusedNumber
     } else if error.the_requests_own() {
         SmsDelivery::Declined
+    } else if error.spends_the_failure_budget() {
+        SmsDelivery::Dropped
     } else {
         SmsDelivery::Failed
     }

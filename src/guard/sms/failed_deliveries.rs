@@ -6,7 +6,13 @@
 //! text (Twilio's 21408), a number a webhook answers 400 for. Given
 //! back whole each time, one address could make a provider call per
 //! request without end, and enough of them would push the account into the
-//! provider's own throttling, failing every real user's send.
+//! provider's own throttling, failing every real user's send. A
+//! connection closed or reset once the message went out
+//! (`DeliveryError::Dropped`) is budgeted alike: a provider that takes a
+//! message and then drops the connection would otherwise text a phone
+//! without limit, every send answered 502 and given back; a proxy that
+//! drops every connection while the provider is down costs an address
+//! its budget, not its users' windows at once.
 //!
 //! So each client address (IPv6 per /64) has `sms.failed_delivery_limit`
 //! such failures given back whole (5 an hour by default), and each IPv6

@@ -194,9 +194,10 @@ impl SmsGuard {
     /// provider call per request with it; a send counted in no address
     /// window (naming no client, or an allow-listed address's) keeps every
     /// other window instead. A send the provider declined for the
-    /// request's own reason is given back whole within its address's and
-    /// network's budgets, and is kept so past them; one naming no client
-    /// has none (`within_failure_budget`). A provider that took the message
+    /// request's own reason, or whose connection closed once the message
+    /// went out, is given back whole within its address's and network's
+    /// budgets, and is kept so past them; one naming no client has none
+    /// (`within_failure_budget`). A provider that took the message
     /// and did not answer in time may have delivered it all the same: that
     /// send keeps its windows and its code, so they count it (or a slow
     /// gateway would text a phone without any limit, every send answered
@@ -221,7 +222,7 @@ impl SmsGuard {
         let address_counted = undo.reservation.is_some_and(decision::counts_an_address);
         let said = decision::give_back(&error, address_counted);
         // A send counted nowhere (a test rig's) has nothing to keep past a budget.
-        let give_back = if error.the_requests_own() && undo.reservation.is_some() {
+        let give_back = if error.spends_the_failure_budget() && undo.reservation.is_some() {
             let ip = info.client_ip();
             self.within_failure_budget(undo.policy, said, ip, address_counted)
                 .await

@@ -386,6 +386,15 @@ fn a_failed_delivery_is_counted_by_what_it_gave_back() {
             "{kept:?}"
         );
     }
+    let dropped = DeliveryError::Dropped("connection reset by peer".into());
+    let said = give_back(&dropped, true);
+    assert_eq!(said, GiveBack::Whole);
+    assert_eq!(delivery_outcome(&dropped, said, said), SmsDelivery::Dropped);
+    let kept = said.past_the_budget(true);
+    assert_eq!(
+        delivery_outcome(&dropped, said, kept),
+        SmsDelivery::OverBudget
+    );
     let cases = [
         (
             DeliveryError::Refused("21211".into()),
