@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 use lettre::message::Mailbox;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -18,6 +18,7 @@ mod digest;
 use super::mailer::{Mailer, Outgoing};
 use crate::audit::{AuditEvent, AuditObserver};
 use crate::delivery::{EmailKind, TemplatesCell};
+use crate::telemetry::log_budget::LogBudget;
 use digest::{alert_worthy, Watch};
 pub(crate) use digest::{Digest, LockSeen, RuleOverThreshold};
 
@@ -60,12 +61,22 @@ impl AdminAlerts {
     }
 }
 
+/// A flood fills the alert queue by the thousand a second: one line per
+/// interval says so, with how many went unsaid.
+static DROPPED_LINES: LogBudget = LogBudget::new(Duration::from_secs(10));
+
 impl AuditObserver for AdminAlerts {
     fn observe(&self, event: &AuditEvent) {
-        if alert_worthy(event) {
-            if let Err(mpsc::error::TrySendError::Full(_)) = self.tx.try_send(event.clone()) {
-                tracing::warn!("admin alert queue full: event not counted for alerts");
-            }
+        if !alert_worthy(event) {
+            return;
+        }
+        let why = match self.tx.try_send(event.clone()) {
+            Ok(()) => return,
+            Err(mpsc::error::TrySendError::Full(_)) => "admin alert queue full",
+            Err(mpsc::error::TrySendError::Closed(_)) => "admin alert task stopped",
+        };
+        if let Some(held_back) = DROPPED_LINES.admit() {
+            tracing::warn!(held_back, "{why}: event not counted for alerts");
         }
     }
 }
@@ -82,8 +93,11 @@ async fn run(
         settings.interval,
         Utc::now(),
     );
+    // The digest the mailer is sending, and how it will tell whether any
+    // admin got it; the next one waits for that word.
+    let mut in_flight: Option<(Digest, oneshot::Receiver<bool>)> = None;
     loop {
-        let next = watch.next_send();
+        let next = watch.next_send().filter(|_| in_flight.is_none());
         // A disabled branch's future is still built: give it some instant.
         let sleep =
             tokio::time::sleep_until(next.unwrap_or_else(|| Instant::now() + settings.interval));
@@ -92,34 +106,61 @@ async fn run(
                 Some(event) => watch.observe(&event, Instant::now()),
                 None => break,
             },
+            reached = async {
+                match in_flight.as_mut() {
+                    Some((_, reached)) => reached.await.unwrap_or(false),
+                    None => std::future::pending().await,
+                }
+            } => {
+                if let Some((digest, _)) = in_flight.take() {
+                    if !reached {
+                        tracing::warn!("no admin got the alert digest: the next one tells it");
+                        watch.restore(digest, Instant::now());
+                    }
+                }
+            }
             _ = sleep, if next.is_some() => {
                 if let Some(digest) = watch.take_digest(Instant::now(), Utc::now()) {
-                    send_digest(&mailer, &settings, &templates, digest);
+                    in_flight = send_digest(&mailer, &settings, &templates, digest, &mut watch);
                 }
             }
         }
     }
 }
 
+/// Queue `digest` to every admin: what to wait for, or `None` when it
+/// could not be queued (then `watch` has it back) or rendered (a bug:
+/// the templates are checked at start-up and on reload).
 fn send_digest(
     mailer: &Mailer,
     settings: &AlertSettings,
     templates: &TemplatesCell,
     digest: Digest,
-) {
+    watch: &mut Watch,
+) -> Option<(Digest, oneshot::Receiver<bool>)> {
     let rendered =
         templates
             .current()
             .render_email(EmailKind::AlertDigest, Some(&settings.locale), &digest);
-    match rendered {
-        Ok(email) => {
-            mailer.enqueue(Outgoing {
-                kind: EmailKind::AlertDigest,
-                to: settings.to.clone(),
-                email,
-            });
+    let email = match rendered {
+        Ok(email) => email,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot render the admin alert digest");
+            return None;
         }
-        Err(e) => tracing::error!(error = %e, "cannot render the admin alert digest"),
+    };
+    let (reached, told) = oneshot::channel();
+    let queued = mailer.enqueue(Outgoing {
+        kind: EmailKind::AlertDigest,
+        to: settings.to.clone(),
+        email,
+        reached: Some(reached),
+    });
+    if queued {
+        Some((digest, told))
+    } else {
+        watch.restore(digest, Instant::now());
+        None
     }
 }
 
@@ -298,6 +339,73 @@ mod tests {
         )));
         assert!(alert_worthy(&lock("alice")));
         assert!(alert_worthy(&sms_denial("+8613800138000")));
+    }
+
+    fn ip_block(ip: &str) -> AuditEvent {
+        let mut blocked = lock("unused");
+        blocked.subject_kind = SubjectKind::Ip;
+        blocked.subject = ip.to_string();
+        blocked
+    }
+
+    /// Made-up names locked by the dozen must not push a lock of another
+    /// kind out of the listing: it takes the place of the latest user lock.
+    #[test]
+    fn a_flood_of_one_kind_leaves_room_for_a_lock_of_another() {
+        let mut w = watch(100);
+        let t0 = Instant::now();
+        for i in 0..(LISTED_LOCKS + 20) {
+            w.observe(&lock(&format!("junk{i}")), t0);
+        }
+        w.observe(&ip_block("203.0.113.9"), t0);
+        w.observe(&ip_block("203.0.113.10"), t0);
+        for i in 0..5 {
+            w.observe(&lock(&format!("more{i}")), t0);
+        }
+        let digest = w.take_digest(t0, Utc::now()).unwrap();
+        assert_eq!(digest.locks.len(), LISTED_LOCKS);
+        assert_eq!(digest.more_locks, 27, "every lock is told");
+        let ips: Vec<&str> = digest
+            .locks
+            .iter()
+            .filter(|l| l.kind == "ip")
+            .map(|l| l.subject.as_str())
+            .collect();
+        assert_eq!(ips, ["203.0.113.9", "203.0.113.10"]);
+        // The user locks listed are the first ones, in their order.
+        assert_eq!(digest.locks[0].subject, "junk0");
+        assert_eq!(digest.locks[47].subject, "junk47");
+    }
+
+    /// A digest no admin got is told by the next one: its period, its
+    /// locks first, its rules' denials added to the ones since.
+    #[test]
+    fn a_digest_no_admin_got_is_told_by_the_next() {
+        let mut w = watch(2);
+        let t0 = Instant::now();
+        let started = Utc::now();
+        w.observe(&lock("alice"), t0);
+        for _ in 0..3 {
+            w.observe(&sms_denial("+8613800138000"), t0);
+        }
+        let lost = w.take_digest(t0, started).expect("due");
+        assert_eq!(lost.rules.len(), 1);
+        w.observe(&lock("bob"), t0 + MIN);
+        w.observe(&sms_denial("+8613800138000"), t0 + MIN);
+        w.restore(lost.clone(), t0 + 2 * MIN);
+        assert_eq!(
+            w.next_send(),
+            Some(t0 + 60 * MIN),
+            "it waits for the interval, as any second digest does"
+        );
+        let next = w
+            .take_digest(t0 + 60 * MIN, Utc::now())
+            .expect("due after the interval");
+        assert_eq!(next.since, lost.since);
+        let users: Vec<&str> = next.locks.iter().map(|l| l.subject.as_str()).collect();
+        assert_eq!(users, ["alice", "bob"]);
+        assert_eq!(next.rules.len(), 1, "{:?}", next.rules);
+        assert_eq!(next.rules[0].denials, 4);
     }
 
     #[test]

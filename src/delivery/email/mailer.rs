@@ -6,11 +6,12 @@ use std::time::Duration;
 use lettre::message::header::ContentType;
 use lettre::message::Mailbox;
 use lettre::{AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
 use super::super::{EmailKind, RenderedEmail, SetupError};
 use crate::settings::EmailSettings;
+use crate::telemetry::log_budget::LogBudget;
 
 /// How the background task treats a queue and a failing SMTP server.
 #[derive(Debug, Clone, Copy)]
@@ -48,16 +49,20 @@ impl Default for MailerConfig {
 pub struct Outgoing {
     /// Which email, for log lines.
     pub kind: EmailKind,
-    /// Its recipients.
+    /// Its recipients, each sent a copy of their own.
     pub to: Vec<Mailbox>,
     /// Its subject and body.
     pub email: RenderedEmail,
+    /// Told, once every copy was tried, whether any recipient got one.
+    pub reached: Option<oneshot::Sender<bool>>,
 }
 
 /// Admin digests queued apart from the lock notices, and sent first: a
 /// wave of locks (an attack) fills the notices' queue, and the digest that
 /// tells the admins of it must not be the email dropped.
 const DIGEST_QUEUE: usize = 4;
+
+static DROPPED_LINES: LogBudget = LogBudget::new(Duration::from_secs(10));
 
 /// Hands emails to the background task; cheap to clone.
 #[derive(Clone)]
@@ -102,17 +107,17 @@ impl Mailer {
             EmailKind::AlertDigest => &self.digests,
             EmailKind::LockNotice => &self.notices,
         };
-        match queue.try_send(outgoing) {
-            Ok(()) => true,
-            Err(mpsc::error::TrySendError::Full(_)) => {
-                tracing::warn!(kind, "email queue full: email dropped");
-                false
-            }
-            Err(mpsc::error::TrySendError::Closed(_)) => {
-                tracing::warn!(kind, "email sender stopped: email dropped");
-                false
-            }
+        let why = match queue.try_send(outgoing) {
+            Ok(()) => return true,
+            Err(mpsc::error::TrySendError::Full(_)) => "email queue full",
+            Err(mpsc::error::TrySendError::Closed(_)) => "email sender stopped",
+        };
+        // A wave of locks with `notify_email` drops notices by the
+        // thousand: one line per interval, with how many went unsaid.
+        if let Some(held_back) = DROPPED_LINES.admit() {
+            tracing::warn!(kind, held_back, "{why}: email dropped");
         }
+        false
     }
 }
 
@@ -142,28 +147,45 @@ async fn run(
     config: MailerConfig,
 ) {
     while let Some(outgoing) = queues.next().await {
-        let kind = outgoing.kind.as_str();
-        let recipients = outgoing.to.len();
-        let message = match build(&from, outgoing) {
-            Ok(message) => message,
-            Err(e) => {
-                tracing::warn!(kind, error = %e, "cannot build the email: dropped");
-                continue;
-            }
-        };
-        send_with_retries(&transport, &message, kind, recipients, config).await;
+        let Outgoing {
+            kind,
+            to,
+            email,
+            reached,
+        } = outgoing;
+        let kind = kind.as_str();
+        // A copy each, not one envelope: a server refuses a whole message
+        // when it refuses one of its recipients (a mistyped or left admin's
+        // `550`), and every other admin would lose the digest with it.
+        let mut got_one = false;
+        for (recipient, to) in to.into_iter().enumerate() {
+            let message = match build(&from, to, &email) {
+                Ok(message) => message,
+                Err(e) => {
+                    tracing::warn!(kind, recipient, error = %e, "cannot build the email: dropped");
+                    continue;
+                }
+            };
+            got_one |= send_with_retries(&transport, &message, kind, recipient, config).await;
+        }
+        if let Some(reached) = reached {
+            // The alert task may have stopped (a shutdown): nothing to tell.
+            let _ = reached.send(got_one);
+        }
     }
 }
 
-fn build(from: &Mailbox, outgoing: Outgoing) -> Result<Message, lettre::error::Error> {
-    let mut builder = Message::builder()
+fn build(
+    from: &Mailbox,
+    to: Mailbox,
+    email: &RenderedEmail,
+) -> Result<Message, lettre::error::Error> {
+    Message::builder()
         .from(from.clone())
-        .subject(outgoing.email.subject)
-        .header(ContentType::TEXT_PLAIN);
-    for to in outgoing.to {
-        builder = builder.to(to);
-    }
-    builder.body(outgoing.email.body)
+        .to(to)
+        .subject(email.subject.clone())
+        .header(ContentType::TEXT_PLAIN)
+        .body(email.body.clone())
 }
 
 /// Why a try failed, as logged: lettre's own text quotes the server's
@@ -210,13 +232,15 @@ impl Failure {
     }
 }
 
+/// Whether the server took `message`; `recipient` is its place in the
+/// email's list, for log lines (the address itself is not logged).
 async fn send_with_retries(
     transport: &AsyncSmtpTransport<Tokio1Executor>,
     message: &Message,
     kind: &'static str,
-    recipients: usize,
+    recipient: usize,
     config: MailerConfig,
-) {
+) -> bool {
     let attempts = config.attempts.max(1);
     let bound = config.smtp_timeout.saturating_mul(COMMANDS_PER_SEND);
     let mut backoff = config.first_backoff;
@@ -224,8 +248,8 @@ async fn send_with_retries(
         let sent = tokio::time::timeout(bound, transport.send(message.clone())).await;
         let failure = match sent {
             Ok(Ok(_)) => {
-                tracing::info!(kind, recipients, attempt, "email sent");
-                return;
+                tracing::info!(kind, recipient, attempt, "email sent");
+                return true;
             }
             Ok(Err(e)) => Failure::of(&e),
             Err(_) => Failure::cut_off(),
@@ -238,25 +262,28 @@ async fn send_with_retries(
         if permanent {
             tracing::warn!(
                 kind,
+                recipient,
                 attempt,
                 smtp_code = code,
                 error = what,
                 "the SMTP server refused the email: not retried"
             );
-            return;
+            return false;
         }
         if attempt == attempts {
             tracing::warn!(
                 kind,
+                recipient,
                 attempt,
                 smtp_code = code,
                 error = what,
                 "email not sent: giving up"
             );
-            return;
+            return false;
         }
         tracing::warn!(
             kind,
+            recipient,
             attempt,
             smtp_code = code,
             error = what,
@@ -266,6 +293,7 @@ async fn send_with_retries(
         tokio::time::sleep(backoff).await;
         backoff = backoff.saturating_mul(2);
     }
+    false
 }
 
 #[cfg(test)]
@@ -285,6 +313,7 @@ mod tests {
                 subject: "locked".into(),
                 body: "locked\n".into(),
             },
+            reached: None,
         }
     }
 

@@ -106,6 +106,7 @@ impl LockNotifier for EmailLockNotifier {
                     kind: EmailKind::LockNotice,
                     to: vec![to],
                     email,
+                    reached: None,
                 });
             }
             Err(e) => tracing::error!(error = %e, "cannot render the lock notice"),

@@ -29,6 +29,7 @@ pub struct Inbox {
     mails: Arc<Mutex<Vec<Mail>>>,
     refuse: Arc<AtomicU32>,
     tries: Arc<AtomicU32>,
+    refused_recipients: Arc<Mutex<Vec<String>>>,
 }
 
 impl Inbox {
@@ -39,6 +40,11 @@ impl Inbox {
     /// Answer the next `n` messages' `MAIL FROM` with `451` (a transient failure).
     pub fn refuse_next(&self, n: u32) {
         self.refuse.store(n, Ordering::SeqCst);
+    }
+
+    /// Answer `RCPT TO` for `address` with `550` (no such mailbox), always.
+    pub fn refuse_recipient(&self, address: &str) {
+        self.refused_recipients.lock().push(address.to_string());
     }
 
     /// Messages offered, accepted or not.
@@ -99,6 +105,14 @@ impl Handler for Session {
             .is_ok()
         {
             return response::INTERNAL_ERROR;
+        }
+        response::OK
+    }
+
+    fn rcpt(&mut self, to: &str) -> Response {
+        let refused = self.inbox.refused_recipients.lock();
+        if refused.iter().any(|address| to.contains(address.as_str())) {
+            return response::NO_MAILBOX;
         }
         response::OK
     }

@@ -22,7 +22,7 @@ pub struct Digest {
     pub since: String,
     /// End of that period, RFC 3339.
     pub until: String,
-    /// Locks of the period, the first 50 of them.
+    /// Locks of the period, at most 50, shared among the kinds of subject.
     pub locks: Vec<LockSeen>,
     /// Locks beyond those listed.
     pub more_locks: u64,
@@ -116,19 +116,15 @@ impl Watch {
         }
         let alerting = match event.decision {
             AuditDecision::Lock => {
-                if self.locks.len() < LISTED_LOCKS {
-                    self.locks.push(LockSeen {
-                        kind: event.subject_kind.to_string(),
-                        subject: shown_subject(event.subject_kind, &event.subject),
-                        reason: event.reason.clone(),
-                        rule: event.rule.clone(),
-                        minutes: (event.retry_after_ms.unwrap_or(0).max(0) as u64).div_ceil(60_000),
-                        at: event.occurred_at.to_rfc3339_opts(SecondsFormat::Secs, true),
-                        shadow: event.shadow,
-                    });
-                } else {
-                    self.more_locks += 1;
-                }
+                self.list(LockSeen {
+                    kind: event.subject_kind.to_string(),
+                    subject: shown_subject(event.subject_kind, &event.subject),
+                    reason: event.reason.clone(),
+                    rule: event.rule.clone(),
+                    minutes: (event.retry_after_ms.unwrap_or(0).max(0) as u64).div_ceil(60_000),
+                    at: event.occurred_at.to_rfc3339_opts(SecondsFormat::Secs, true),
+                    shadow: event.shadow,
+                });
                 true
             }
             AuditDecision::Deny => {
@@ -161,6 +157,58 @@ impl Watch {
         if alerting && self.pending_since.is_none() {
             self.pending_since = Some(now);
         }
+    }
+
+    /// List `lock`, or count it among the rest. The listed locks are
+    /// shared among the kinds of subject: once the list is full, a lock
+    /// of a kind with fewer listed than the most listed kind takes the
+    /// place of that kind's latest. First come, first listed, would let
+    /// anyone push a real lock out of sight: ten wrong passwords for each
+    /// of 50 made-up names fill the list with user locks, and the pumping
+    /// block or IP block after them became "and N more".
+    fn list(&mut self, lock: LockSeen) {
+        if self.locks.len() < LISTED_LOCKS {
+            self.locks.push(lock);
+            return;
+        }
+        self.more_locks += 1;
+        let mut listed: BTreeMap<&str, usize> = BTreeMap::new();
+        for seen in &self.locks {
+            *listed.entry(seen.kind.as_str()).or_default() += 1;
+        }
+        let own = listed.get(lock.kind.as_str()).copied().unwrap_or(0);
+        let Some((crowded, most)) = listed.into_iter().max_by_key(|&(_, n)| n) else {
+            return;
+        };
+        if own + 1 >= most {
+            return;
+        }
+        let crowded = crowded.to_string();
+        if let Some(latest) = self.locks.iter().rposition(|seen| seen.kind == crowded) {
+            self.locks.remove(latest);
+            self.locks.push(lock);
+        }
+    }
+
+    /// Take back a digest no admin got, so that the next one tells it:
+    /// its period, its locks before the ones seen since (within the
+    /// listing's bound), its rules' denials. It waits for the interval, as
+    /// any digest after a first one does.
+    pub(super) fn restore(&mut self, digest: Digest, now: Instant) {
+        if let Ok(since) = DateTime::parse_from_rfc3339(&digest.since) {
+            self.since = self.since.min(since.with_timezone(&Utc));
+        }
+        let seen_since = std::mem::take(&mut self.locks);
+        self.more_locks += digest.more_locks;
+        for lock in digest.locks.into_iter().chain(seen_since) {
+            self.list(lock);
+        }
+        for rule in digest.rules {
+            let count = self.rules.entry((rule.action, rule.rule)).or_default();
+            count.since_last += rule.denials;
+            count.over = true;
+        }
+        self.pending_since.get_or_insert(now);
     }
 
     /// When the next digest may go out; `None` while nothing waits for one.
