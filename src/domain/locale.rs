@@ -37,6 +37,34 @@ impl Locale {
     }
 }
 
+/// Whether two tags name one locale: alike but for the case of a letter
+/// and `-` against `_` (`zh-CN`, `zh-cn`, `zh_CN`), as a request or a file
+/// name may spell it.
+pub fn same_tag(a: &str, b: &str) -> bool {
+    let unit = |c: char| {
+        if c == '_' {
+            '-'
+        } else {
+            c.to_ascii_lowercase()
+        }
+    };
+    a.len() == b.len() && a.chars().map(unit).eq(b.chars().map(unit))
+}
+
+/// One spelling of each locale [`same_tag`] puts together: lower case,
+/// `-` between the parts.
+pub fn canonical(tag: &str) -> String {
+    tag.chars()
+        .map(|c| {
+            if c == '_' {
+                '-'
+            } else {
+                c.to_ascii_lowercase()
+            }
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -55,6 +83,18 @@ mod tests {
             &"a".repeat(36),
         ] {
             assert_eq!(Locale::parse(raw).is_ok(), pattern.is_match(raw), "{raw:?}");
+        }
+    }
+
+    #[test]
+    fn tags_alike_but_for_case_and_separator_are_one_locale() {
+        for (a, b) in [("zh-CN", "zh-cn"), ("pt_BR", "pt-BR"), ("EN", "en")] {
+            assert!(same_tag(a, b), "{a} {b}");
+            assert_eq!(canonical(a), canonical(b));
+        }
+        for (a, b) in [("zh-CN", "zh-TW"), ("pt", "pt-BR"), ("en-", "en")] {
+            assert!(!same_tag(a, b), "{a} {b}");
+            assert_ne!(canonical(a), canonical(b));
         }
     }
 }

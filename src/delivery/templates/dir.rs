@@ -142,9 +142,33 @@ fn locale_of(path: &Path, name: &str) -> Result<String, TemplateLoadError> {
     })
 }
 
+/// The locales one directory names, so that two names of one locale
+/// (`pt_BR` and `pt-BR`, `zh-CN` and `zh-cn`) are refused rather than one
+/// silently left unused.
+#[derive(Default)]
+struct Named(Vec<String>);
+
+impl Named {
+    fn add(&mut self, path: &Path, locale: &str) -> Result<(), TemplateLoadError> {
+        if let Some(earlier) = self
+            .0
+            .iter()
+            .find(|l| crate::domain::locale::same_tag(l, locale))
+        {
+            return Err(TemplateLoadError::layout(
+                path,
+                format!("{locale:?} names the locale {earlier:?} names too: keep one"),
+            ));
+        }
+        self.0.push(locale.to_string());
+        Ok(())
+    }
+}
+
 /// The `<locale>.txt` files of `sms.templates_dir`.
 pub(super) fn sms_sources(dir: &Path) -> Result<Vec<Source>, TemplateLoadError> {
     let mut sources = Vec::new();
+    let mut named = Named::default();
     for (name, path, is_dir) in entries(dir)? {
         let stem = name
             .strip_suffix(".txt")
@@ -152,9 +176,11 @@ pub(super) fn sms_sources(dir: &Path) -> Result<Vec<Source>, TemplateLoadError> 
             .ok_or_else(|| {
                 TemplateLoadError::layout(&path, "expected a <locale>.txt file, such as en.txt")
             })?;
+        let locale = locale_of(&path, stem)?;
+        named.add(&path, &locale)?;
         sources.push(Source {
             text: Text::Sms,
-            locale: locale_of(&path, stem)?,
+            locale,
             body: read(&path)?,
             origin: path,
         });
@@ -165,6 +191,7 @@ pub(super) fn sms_sources(dir: &Path) -> Result<Vec<Source>, TemplateLoadError> 
 /// The `<locale>/<kind>.txt` files of `email.templates_dir`.
 pub(super) fn email_sources(dir: &Path) -> Result<Vec<Source>, TemplateLoadError> {
     let mut sources = Vec::new();
+    let mut named = Named::default();
     for (name, locale_dir, is_dir) in entries(dir)? {
         if !is_dir {
             return Err(TemplateLoadError::layout(
@@ -173,6 +200,7 @@ pub(super) fn email_sources(dir: &Path) -> Result<Vec<Source>, TemplateLoadError
             ));
         }
         let locale = locale_of(&locale_dir, &name)?;
+        named.add(&locale_dir, &locale)?;
         for (file, path, is_dir) in entries(&locale_dir)? {
             let kind = EmailKind::ALL
                 .into_iter()

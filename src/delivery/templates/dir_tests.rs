@@ -53,6 +53,29 @@ fn a_directory_replaces_a_locale_and_adds_new_ones_from_file_names() {
     );
 }
 
+/// A file for a built-in locale spelled otherwise replaces it (it stood
+/// beside it unused), and a request finds a locale spelled with `_`.
+#[test]
+fn a_locale_is_one_whatever_the_case_and_separator_of_its_name() {
+    let dir = tempfile::tempdir().unwrap();
+    write(&dir.path().join("zh-cn.txt"), "验证码 {{ code }}");
+    write(&dir.path().join("pt_BR.txt"), "Código {{ code }}");
+    let templates = Templates::load(&sms_dir(dir.path())).unwrap();
+    assert_eq!(templates.sms_locales(), ["en", "pt_BR", "zh-CN"]);
+    assert_eq!(
+        templates.render_sms(Some("zh-CN"), "123456", 300).unwrap(),
+        ("zh-CN".to_string(), "验证码 123456".to_string())
+    );
+    assert_eq!(
+        templates.render_sms(Some("pt-br"), "123456", 300).unwrap(),
+        ("pt_BR".to_string(), "Código 123456".to_string())
+    );
+
+    write(&dir.path().join("pt-BR.txt"), "Código: {{ code }}");
+    let error = load_error(&sms_dir(dir.path()));
+    assert!(error.contains("pt_BR"), "{error}");
+}
+
 #[test]
 fn an_email_locale_may_hold_one_kind_and_the_other_falls_back_to_english() {
     let dir = tempfile::tempdir().unwrap();

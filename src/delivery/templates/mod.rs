@@ -27,6 +27,7 @@ use plain::PlainSms;
 pub(crate) use dir::skipped as skipped_template_name;
 pub use dir::TemplateLoadError;
 
+use crate::domain::locale;
 use crate::settings::Settings;
 
 const FALLBACK: &str = "en";
@@ -128,9 +129,16 @@ impl Templates {
     /// adds a locale. Every template is parsed and rendered once with sample
     /// variables; the first that fails is the error.
     pub fn load(dirs: &TemplateDirs) -> Result<Self, TemplateLoadError> {
+        // Keyed by the locale's canonical spelling: a file for a built-in
+        // locale spelled otherwise (`zh-cn.txt`) replaces it under the
+        // built-in spelling, where it once stood beside it unused.
         let mut sources: BTreeMap<String, Source> = BTreeMap::new();
-        let mut add = |source: Source| {
-            sources.insert(source.text.name(&source.locale), source);
+        let mut add = |mut source: Source| {
+            let key = source.text.name(&locale::canonical(&source.locale));
+            if let Some(earlier) = sources.get(&key) {
+                source.locale.clone_from(&earlier.locale);
+            }
+            sources.insert(key, source);
         };
         compiled::sources().for_each(&mut add);
         if let Some(path) = &dirs.sms {
@@ -145,8 +153,8 @@ impl Templates {
         env.set_trim_blocks(true);
         env.set_lstrip_blocks(true);
         let mut locales: BTreeMap<Text, Vec<String>> = BTreeMap::new();
-        for (name, source) in &sources {
-            env.add_template_owned(name.clone(), source.body.clone())
+        for source in sources.values() {
+            env.add_template_owned(source.text.name(&source.locale), source.body.clone())
                 .map_err(|e| TemplateLoadError::template(&source.origin, &source.body, &e))?;
             locales
                 .entry(source.text)
@@ -162,14 +170,18 @@ impl Templates {
             templates.check(source)?;
         }
         templates.plain = sources
-            .iter()
-            .filter(|(_, source)| source.text == Text::Sms)
-            .filter_map(|(name, source)| Some((name, PlainSms::parse(&source.body)?)))
+            .values()
+            .filter(|source| source.text == Text::Sms)
+            .filter_map(|source| {
+                Some((
+                    source.text.name(&source.locale),
+                    PlainSms::parse(&source.body)?,
+                ))
+            })
             .filter(|(name, plain)| {
                 let sample = vars::sms();
                 templates.render_named(name, &sample).ok() == Some(plain.render(&sample))
             })
-            .map(|(name, plain)| (name.clone(), plain))
             .collect();
         Ok(templates)
     }
@@ -204,15 +216,16 @@ impl Templates {
         self.locales.get(&text).map(Vec::as_slice).unwrap_or(&[])
     }
 
-    /// The locale used for `text`: an exact match (case-insensitive), then the
-    /// language alone (`en-GB` → `en`; `zh-TW` → none), then `en`.
+    /// The locale used for `text`: an exact match (but for case and `-`
+    /// against `_`: `pt_BR` finds `pt-BR`), then the language alone (`en-GB`
+    /// → `en`; `zh-TW` → none), then `en`.
     fn resolve(&self, text: Text, requested: Option<&str>) -> &str {
         let locales = self.locales_of(text);
         let requested = requested.unwrap_or(FALLBACK);
         let language = requested.split(['-', '_']).next().unwrap_or("");
         [requested, language]
             .iter()
-            .find_map(|wanted| locales.iter().find(|l| l.eq_ignore_ascii_case(wanted)))
+            .find_map(|wanted| locales.iter().find(|l| locale::same_tag(l, wanted)))
             .map(String::as_str)
             .unwrap_or(FALLBACK)
     }
