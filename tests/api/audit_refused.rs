@@ -21,17 +21,38 @@ async fn a_row_postgresql_refuses_is_kept_and_the_rest_goes_in() {
     a_refused_row_is_kept_and_the_rest_goes_in(DbKind::Postgres).await;
 }
 
+/// A trigger's `RAISE EXCEPTION` (SQLSTATE P0001, no constraint's class)
+/// is a refusal too: taken for an outage, it held every later journal
+/// segment behind the one with its row.
+#[tokio::test]
+async fn a_row_a_postgresql_trigger_refuses_is_kept_and_the_rest_goes_in() {
+    let db = TestDb::new(DbKind::Postgres).await;
+    a_refused_row_is_kept_and_the_rest_goes_in_with(db, By::Trigger).await;
+}
+
 #[tokio::test]
 async fn a_row_sqlite_refuses_is_kept_and_the_rest_goes_in() {
     a_refused_row_is_kept_and_the_rest_goes_in(DbKind::Sqlite).await;
 }
 
+/// How the table refuses the row: PostgreSQL's constraint or trigger
+/// (SQLite's is always a trigger).
+#[derive(Clone, Copy)]
+enum By {
+    Constraint,
+    Trigger,
+}
+
 async fn a_refused_row_is_kept_and_the_rest_goes_in(kind: DbKind) {
     let db = TestDb::new(kind).await;
+    a_refused_row_is_kept_and_the_rest_goes_in_with(db, By::Constraint).await;
+}
+
+async fn a_refused_row_is_kept_and_the_rest_goes_in_with(db: TestDb, by: By) {
     let spool = db.spool_dir();
     let app = app_with(db.url.clone(), spool.clone(), false).await;
     let audit = db.connect().await;
-    refuse(&audit, true).await;
+    refuse(&audit, Some(by)).await;
     let series = "tollgate_audit_events_total{outcome=\"refused\"}";
     let refused_before = app.metric(series).await;
 
@@ -93,7 +114,7 @@ async fn a_refused_row_is_kept_and_the_rest_goes_in(kind: DbKind) {
 
     // The operator lifts the constraint and hands the file back: replayed
     // once, like any leftover (a running process takes it a minute old).
-    refuse(&audit, false).await;
+    refuse(&audit, None).await;
     let back = hand_back(&kept[0], &spool, "replay-refused.jsonl");
     eventually(
         "the refused row replayed",
@@ -149,31 +170,44 @@ fn files_of_refused_events_stop_at_the_journal_bound() {
     assert!(journal.sealed().is_empty(), "not segments to replay");
 }
 
-/// Add (or drop) what makes the table refuse the row of [`REFUSED`].
-async fn refuse(audit: &AuditDb, on: bool) {
-    match audit {
-        AuditDb::Postgres(pool) => {
-            let sql = if on {
-                format!(
-                    "ALTER TABLE audit_events ADD CONSTRAINT refuse_one \
-                     CHECK (request_id IS DISTINCT FROM '{REFUSED}')"
-                )
-            } else {
-                "ALTER TABLE audit_events DROP CONSTRAINT refuse_one".to_string()
-            };
-            sqlx::query(&sql).execute(pool).await.unwrap();
-        }
-        AuditDb::Sqlite(pool) => {
-            let sql = if on {
-                format!(
-                    "CREATE TRIGGER refuse_one BEFORE INSERT ON audit_events \
-                     WHEN NEW.request_id = '{REFUSED}' \
-                     BEGIN SELECT RAISE(ABORT, 'refused by an operator'); END"
-                )
-            } else {
-                "DROP TRIGGER refuse_one".to_string()
-            };
-            sqlx::query(&sql).execute(pool).await.unwrap();
+/// Add what makes the table refuse the row of [`REFUSED`] (`by`), or
+/// drop it (`None`).
+async fn refuse(audit: &AuditDb, by: Option<By>) {
+    let statements: Vec<String> = match (audit, by) {
+        (AuditDb::Postgres(_), Some(By::Constraint)) => vec![format!(
+            "ALTER TABLE audit_events ADD CONSTRAINT refuse_one \
+             CHECK (request_id IS DISTINCT FROM '{REFUSED}')"
+        )],
+        (AuditDb::Postgres(_), Some(By::Trigger)) => vec![
+            format!(
+                "CREATE FUNCTION refuse_one() RETURNS trigger LANGUAGE plpgsql AS $$ \
+                 BEGIN IF NEW.request_id = '{REFUSED}' THEN \
+                 RAISE EXCEPTION 'refused by an operator'; END IF; RETURN NEW; END $$"
+            ),
+            "CREATE TRIGGER refuse_one BEFORE INSERT ON audit_events \
+             FOR EACH ROW EXECUTE FUNCTION refuse_one()"
+                .to_string(),
+        ],
+        (AuditDb::Postgres(_), None) => vec![
+            "ALTER TABLE audit_events DROP CONSTRAINT IF EXISTS refuse_one".to_string(),
+            "DROP TRIGGER IF EXISTS refuse_one ON audit_events".to_string(),
+            "DROP FUNCTION IF EXISTS refuse_one()".to_string(),
+        ],
+        (AuditDb::Sqlite(_), Some(_)) => vec![format!(
+            "CREATE TRIGGER refuse_one BEFORE INSERT ON audit_events \
+             WHEN NEW.request_id = '{REFUSED}' \
+             BEGIN SELECT RAISE(ABORT, 'refused by an operator'); END"
+        )],
+        (AuditDb::Sqlite(_), None) => vec!["DROP TRIGGER refuse_one".to_string()],
+    };
+    for sql in statements {
+        match audit {
+            AuditDb::Postgres(pool) => {
+                sqlx::query(&sql).execute(pool).await.unwrap();
+            }
+            AuditDb::Sqlite(pool) => {
+                sqlx::query(&sql).execute(pool).await.unwrap();
+            }
         }
     }
 }

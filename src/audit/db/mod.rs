@@ -73,10 +73,13 @@ impl AuditError {
 
     /// The database answered and refused these rows, not the connection:
     /// a value it will not take (PostgreSQL's classes 22, data exception,
-    /// and 23, integrity constraint; 54000, an index row too large) or a
+    /// and 23, integrity constraint; 54000, an index row too large; P0001,
+    /// a trigger's `RAISE EXCEPTION`, which is not a constraint's class) or a
     /// constraint or trigger an operator added (SQLite's `SQLITE_CONSTRAINT`,
     /// `SQLITE_TOOBIG`, `SQLITE_MISMATCH`). Asking again brings the same
-    /// answer, but the other rows of the batch may go in without them.
+    /// answer, but the other rows of the batch may go in without them: a
+    /// trigger's refusal taken for an outage held every later journal
+    /// segment behind the one that holds its row, for good.
     pub fn is_refusal(&self) -> bool {
         match self {
             Self::Database(sqlx::Error::Database(e)) => match e.try_downcast_ref::<SqliteError>() {
@@ -86,7 +89,10 @@ impl AuditError {
                     // Extended result codes keep the primary one in the low byte.
                     .is_some_and(|code| matches!(code & 0xff, 18..=20)),
                 None => e.code().is_some_and(|code| {
-                    code.starts_with("22") || code.starts_with("23") || code == "54000"
+                    code.starts_with("22")
+                        || code.starts_with("23")
+                        || code == "54000"
+                        || code == "P0001"
                 }),
             },
             _ => false,
