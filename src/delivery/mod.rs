@@ -128,6 +128,13 @@ impl DeliveryError {
         matches!(self, DeliveryError::Declined(_) | DeliveryError::Dropped(_))
     }
 
+    /// Whether the connection closed or was reset once the request went
+    /// out (`Dropped`): every send meets that alike while a proxy before a
+    /// provider that is down drops them, whoever asks.
+    pub fn dropped_the_connection(&self) -> bool {
+        matches!(self, DeliveryError::Dropped(_))
+    }
+
     /// A provider's error answer, `text` naming the provider and the status,
     /// as `blame` reads it.
     fn answered(blame: Blame, text: String) -> Self {
@@ -143,20 +150,67 @@ impl DeliveryError {
         if e.is_timeout() && !e.is_connect() {
             return DeliveryError::TimedOut;
         }
+        let cut = if e.is_connect() {
+            Cut::NothingSent
+        } else {
+            cut_of(&e)
+        };
         // Without the URL: a webhook URL may carry a token. With its
         // causes: "error sending request" alone does not tell a refused
         // connection from one closed or reset.
-        // Past the connect (TLS included, which the connector does), the
-        // request was written or being written: hyper itself retries a
-        // pooled connection found closed before anything went out.
-        let dropped = e.is_request() && !e.is_connect();
         let text = with_causes(&e.without_url());
-        if dropped {
-            DeliveryError::Dropped(text)
-        } else {
-            DeliveryError::Unreachable(text)
+        match cut {
+            Cut::NothingSent => DeliveryError::Unreachable(text),
+            Cut::AfterSending => DeliveryError::Dropped(text),
+            Cut::NotHttp => DeliveryError::Rejected(format!("provider answered no HTTP: {text}")),
         }
     }
+}
+
+/// Where a call that got no answer broke off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Cut {
+    /// Before the request went out: no connection, or hyper handed the
+    /// request back unsent (`Canceled`), or a cause not known here.
+    NothingSent,
+    /// Once the request was on its way: the connection closed before a
+    /// whole answer (hyper's `IncompleteMessage`) or was reset.
+    AfterSending,
+    /// What came back was no HTTP (an `http://` URL at a TLS port): the
+    /// set-up's fault, every send meets it alike.
+    NotHttp,
+}
+
+/// Where `error`'s call broke off, from hyper's and the system's causes
+/// in its chain.
+fn cut_of(error: &(dyn std::error::Error + 'static)) -> Cut {
+    let mut source = Some(error);
+    while let Some(cause) = source {
+        if let Some(hyper) = cause.downcast_ref::<hyper::Error>() {
+            if hyper.is_incomplete_message() {
+                return Cut::AfterSending;
+            }
+            if hyper.is_canceled() {
+                return Cut::NothingSent;
+            }
+            if hyper.is_parse() || hyper.is_parse_status() {
+                return Cut::NotHttp;
+            }
+        }
+        if let Some(io) = cause.downcast_ref::<std::io::Error>() {
+            use std::io::ErrorKind::{
+                BrokenPipe, ConnectionAborted, ConnectionReset, UnexpectedEof,
+            };
+            if matches!(
+                io.kind(),
+                ConnectionReset | BrokenPipe | ConnectionAborted | UnexpectedEof
+            ) {
+                return Cut::AfterSending;
+            }
+        }
+        source = cause.source();
+    }
+    Cut::NothingSent
 }
 
 /// An error's text followed by its sources', joined by ": ".
@@ -223,6 +277,9 @@ pub fn build_sender(settings: &SmsProviderSettings) -> Result<Arc<dyn SmsSender>
 /// that timed out after its message went out.
 const MAX_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 
+/// How long an idle connection to a provider is kept for the next send.
+const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(4);
+
 /// The HTTP client of the SMS providers: one `timeout` for the whole call,
 /// a shorter one to connect, no retries (a retried send could text a phone
 /// twice), no redirects (a POST must not turn into a GET elsewhere).
@@ -233,6 +290,10 @@ fn http_client(
     reqwest::Client::builder()
         .timeout(timeout)
         .connect_timeout((timeout / 2).min(MAX_CONNECT_TIMEOUT))
+        // Shorter than the idle timeouts of common servers (Node's 5 s): a
+        // request sent on a connection the server is closing meets a cut
+        // answer, which a send may pay for (`Dropped`).
+        .pool_idle_timeout(POOL_IDLE_TIMEOUT)
         .retry(reqwest::retry::never())
         .redirect(reqwest::redirect::Policy::none())
         .default_headers(headers)
@@ -266,6 +327,38 @@ mod tests {
             "the cause is named: {text}"
         );
         assert!(!text.contains("secret-token"), "{text}");
+    }
+
+    /// An answer that is no HTTP (an `http://` URL at a TLS port) is the
+    /// set-up's fault, not a cut connection a user's budget pays for.
+    #[tokio::test]
+    async fn an_answer_that_is_no_http_is_rejected_not_dropped() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let alert = tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let mut chunk = [0u8; 4096];
+            let _ = socket.read(&mut chunk).await;
+            // A TLS alert record, as a TLS port answers plain HTTP.
+            let _ = socket.write_all(b"\x15\x03\x01\x00\x02\x02\x46").await;
+        });
+        let error = reqwest::Client::builder()
+            .no_proxy()
+            .build()
+            .unwrap()
+            .post(format!("http://127.0.0.1:{port}/hook"))
+            .body("{}")
+            .send()
+            .await
+            .unwrap_err();
+        let rejected = DeliveryError::from_reqwest(error);
+        assert!(!rejected.spends_the_failure_budget(), "{rejected:?}");
+        assert!(
+            matches!(rejected, DeliveryError::Rejected(_)),
+            "{rejected:?}"
+        );
+        alert.await.unwrap();
     }
 
     /// A connection that took the request and closed without an answer

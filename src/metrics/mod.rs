@@ -501,7 +501,8 @@ pub enum SmsDelivery {
     Failed,
     /// No answer in time: the send counts, as the SMS may arrive.
     TimedOut,
-    /// A failure the request picked (`DeliveryError::Declined`) past its
+    /// A failure the request picked (`DeliveryError::Declined`), or a
+    /// connection dropped once the request went out (`Dropped`), past its
     /// address's budget (`sms.failed_delivery_limit`) or its network's,
     /// one that names no client (it has no budget), or one the store could
     /// not count in them: the send counts.

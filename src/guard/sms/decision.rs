@@ -60,6 +60,13 @@ pub(super) enum GiveBack {
     /// whole, such a send could be repeated without end, each a provider
     /// call no window saw.
     AllButTheAddress,
+    /// All but the phone's windows, which go on counting it: a connection
+    /// dropped once the message went out, on a send that names no client
+    /// and so has no budget of failures. The phone's windows bound what a
+    /// provider that takes a message and then drops the connection can
+    /// text one phone; the prefix's and the global ones are everyone's, and
+    /// a proxy dropping every send during an outage would fill them.
+    AllButThePhone,
     /// Its pumping count alone: the message may have gone (no answer in time).
     PumpingCount,
     /// Its pumping count and its code, not one window: what
@@ -97,6 +104,7 @@ impl GiveBack {
         match self {
             GiveBack::Whole => false,
             GiveBack::AllButTheAddress => ADDRESS_KINDS.contains(&kind),
+            GiveBack::AllButThePhone => kind == SubjectKind::Phone,
             GiveBack::PumpingCount | GiveBack::CodeAndPumpingCount => true,
         }
     }
@@ -128,6 +136,23 @@ pub(super) fn give_back(error: &DeliveryError, address_counted: bool) -> GiveBac
         GiveBack::kept_by_the_address(address_counted)
     } else {
         GiveBack::Whole
+    }
+}
+
+/// What a failure that spends the budget of failed deliveries gives back
+/// on a send that names no client, which has no budget (`said` being what
+/// the failure alone gives). A declined send keeps what a delivered one
+/// would, or a backend relaying no `ip` would make a provider call per
+/// request; a dropped connection only the phone's windows.
+pub(super) fn without_a_budget(
+    error: &DeliveryError,
+    said: GiveBack,
+    address_counted: bool,
+) -> GiveBack {
+    if error.dropped_the_connection() {
+        GiveBack::AllButThePhone
+    } else {
+        said.past_the_budget(address_counted)
     }
 }
 

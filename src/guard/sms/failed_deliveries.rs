@@ -31,8 +31,11 @@
 //! NAT would pay for it. A send that names no client has no address to
 //! count, and one budget for the backend that sent it would be every
 //! user's to spend: it has none, and its phone's, prefix's and global
-//! windows keep it, as they keep a number refused for good, or a backend
-//! relaying no `ip` would make one provider call per request.
+//! windows keep a declined send, as they keep a number refused for good,
+//! or a backend relaying no `ip` would make one provider call per
+//! request. A dropped connection naming no client is kept by the phone's
+//! windows alone: during an outage behind a proxy every send meets it,
+//! and the prefix's and global windows are everyone's.
 
 use super::decision::GiveBack;
 use super::SmsGuard;
@@ -51,7 +54,7 @@ impl SmsGuard {
     /// windows keep the send (every window, for a send `address_counted`
     /// false: an allow-listed address's, which no address window counts;
     /// so it costs what a delivered send would). A send that names no
-    /// client has no budget: it is past it at once. Without the store's
+    /// client has no budget (`decision::without_a_budget`). Without the store's
     /// answer the send is not given back whole: an outage of the store
     /// must not lift the bound (a store that fails open,
     /// `store.on_error = "allow"`, answers allowed, and counts nothing
@@ -60,14 +63,11 @@ impl SmsGuard {
         &self,
         policy: &Policy,
         give_back: GiveBack,
-        ip: Option<ClientIp>,
+        ip: ClientIp,
         address_counted: bool,
     ) -> GiveBack {
         let GiveBack::Whole = give_back else {
             return give_back;
-        };
-        let Some(ip) = ip else {
-            return give_back.past_the_budget(address_counted);
         };
         let settings = &policy.sms.settings;
         let address = Budget::new(

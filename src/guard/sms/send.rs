@@ -222,12 +222,14 @@ impl SmsGuard {
         let address_counted = undo.reservation.is_some_and(decision::counts_an_address);
         let said = decision::give_back(&error, address_counted);
         // A send counted nowhere (a test rig's) has nothing to keep past a budget.
-        let give_back = if error.spends_the_failure_budget() && undo.reservation.is_some() {
-            let ip = info.client_ip();
-            self.within_failure_budget(undo.policy, said, ip, address_counted)
-                .await
-        } else {
-            said
+        let budgeted = error.spends_the_failure_budget() && undo.reservation.is_some();
+        let give_back = match info.client_ip() {
+            _ if !budgeted => said,
+            Some(ip) => {
+                self.within_failure_budget(undo.policy, said, ip, address_counted)
+                    .await
+            }
+            None => decision::without_a_budget(&error, said, address_counted),
         };
         crate::metrics::sms_delivery(decision::delivery_outcome(&error, said, give_back));
         // Before the rollback's await: until then a code held locally from

@@ -420,6 +420,32 @@ fn a_failed_delivery_is_counted_by_what_it_gave_back() {
     }
 }
 
+/// A send naming no client has no budget of failures: a declined one
+/// keeps what a delivered one would, a dropped connection only the
+/// phone's windows (every send meets it alike in an outage).
+#[test]
+fn a_send_naming_no_client_keeps_by_its_failure() {
+    let declined = DeliveryError::Declined("webhook answered 400".into());
+    assert_eq!(
+        without_a_budget(&declined, GiveBack::Whole, false),
+        GiveBack::CodeAndPumpingCount
+    );
+    let dropped = DeliveryError::Dropped("connection reset by peer".into());
+    let kept = without_a_budget(&dropped, GiveBack::Whole, false);
+    assert_eq!(kept, GiveBack::AllButThePhone);
+    for kind in [
+        SubjectKind::Prefix,
+        SubjectKind::Global,
+        SubjectKind::Country,
+        SubjectKind::Ip,
+        SubjectKind::Network,
+    ] {
+        assert!(!kept.keeps_windows_of(kind), "{kind:?}");
+    }
+    assert!(kept.keeps_windows_of(SubjectKind::Phone));
+    assert!(!kept.keeps_the_code());
+}
+
 #[test]
 fn a_failed_delivery_gives_back_what_its_failure_says() {
     let refused = DeliveryError::Refused("twilio answered 400, error code 21211".into());
