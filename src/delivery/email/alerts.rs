@@ -15,7 +15,7 @@ use tokio::time::Instant;
 
 mod digest;
 
-use super::mailer::{Mailer, Outgoing};
+use super::mailer::{Mailer, Outgoing, Reach};
 use crate::audit::{AuditEvent, AuditObserver};
 use crate::delivery::{EmailKind, TemplatesCell};
 use crate::telemetry::log_budget::LogBudget;
@@ -95,7 +95,7 @@ async fn run(
     );
     // The digest the mailer is sending, and how it will tell whether any
     // admin got it; the next one waits for that word.
-    let mut in_flight: Option<(Digest, oneshot::Receiver<bool>)> = None;
+    let mut in_flight: Option<(Digest, oneshot::Receiver<Reach>)> = None;
     loop {
         let next = watch.next_send().filter(|_| in_flight.is_none());
         // A disabled branch's future is still built: give it some instant.
@@ -106,17 +106,14 @@ async fn run(
                 Some(event) => watch.observe(&event, Instant::now()),
                 None => break,
             },
-            reached = async {
+            reach = async {
                 match in_flight.as_mut() {
-                    Some((_, reached)) => reached.await.unwrap_or(false),
+                    Some((_, reached)) => reached.await.unwrap_or(Reach::Failed),
                     None => std::future::pending().await,
                 }
             } => {
                 if let Some((digest, _)) = in_flight.take() {
-                    if !reached {
-                        tracing::warn!("no admin got the alert digest: the next one tells it");
-                        watch.restore(digest, Instant::now());
-                    }
+                    took_back(&mut watch, digest, reach);
                 }
             }
             _ = sleep, if next.is_some() => {
@@ -128,6 +125,23 @@ async fn run(
     }
 }
 
+/// Give `watch` back what of a sent `digest` no admin got. A digest the
+/// server refused for good may be refused for its text (a content filter's
+/// `554` at a user name a caller chose): its locks come back as a count
+/// only, or that name would be in every digest after it, each refused.
+fn took_back(watch: &mut Watch, digest: Digest, reach: Reach) {
+    let keep_locks = match reach {
+        Reach::Reached => return,
+        Reach::Failed => true,
+        Reach::Refused => false,
+    };
+    tracing::warn!(
+        ?reach,
+        "no admin got the alert digest: the next one tells it"
+    );
+    watch.restore(digest, keep_locks, Instant::now());
+}
+
 /// Queue `digest` to every admin: what to wait for, or `None` when it
 /// could not be queued (then `watch` has it back) or rendered (a bug:
 /// the templates are checked at start-up and on reload).
@@ -137,7 +151,7 @@ fn send_digest(
     templates: &TemplatesCell,
     digest: Digest,
     watch: &mut Watch,
-) -> Option<(Digest, oneshot::Receiver<bool>)> {
+) -> Option<(Digest, oneshot::Receiver<Reach>)> {
     let rendered =
         templates
             .current()
@@ -159,7 +173,7 @@ fn send_digest(
     if queued {
         Some((digest, told))
     } else {
-        watch.restore(digest, Instant::now());
+        watch.restore(digest, true, Instant::now());
         None
     }
 }
@@ -392,7 +406,7 @@ mod tests {
         assert_eq!(lost.rules.len(), 1);
         w.observe(&lock("bob"), t0 + MIN);
         w.observe(&sms_denial("+8613800138000"), t0 + MIN);
-        w.restore(lost.clone(), t0 + 2 * MIN);
+        w.restore(lost.clone(), true, t0 + 2 * MIN);
         assert_eq!(
             w.next_send(),
             Some(t0 + 60 * MIN),
@@ -406,6 +420,17 @@ mod tests {
         assert_eq!(users, ["alice", "bob"]);
         assert_eq!(next.rules.len(), 1, "{:?}", next.rules);
         assert_eq!(next.rules[0].denials, 4);
+
+        // Refused for good, perhaps for a name in it: its locks come back
+        // as a count, not as text.
+        w.observe(&lock("poison"), t0 + 61 * MIN);
+        let refused = w.take_digest(t0 + 120 * MIN, Utc::now()).expect("due");
+        w.restore(refused, false, t0 + 121 * MIN);
+        w.observe(&lock("carol"), t0 + 122 * MIN);
+        let after = w.take_digest(t0 + 180 * MIN, Utc::now()).expect("due");
+        let users: Vec<&str> = after.locks.iter().map(|l| l.subject.as_str()).collect();
+        assert_eq!(users, ["carol"]);
+        assert_eq!(after.more_locks, 1);
     }
 
     #[test]

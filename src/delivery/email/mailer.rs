@@ -53,8 +53,20 @@ pub struct Outgoing {
     pub to: Vec<Mailbox>,
     /// Its subject and body.
     pub email: RenderedEmail,
-    /// Told, once every copy was tried, whether any recipient got one.
-    pub reached: Option<oneshot::Sender<bool>>,
+    /// Told once every copy was tried.
+    pub reached: Option<oneshot::Sender<Reach>>,
+}
+
+/// What became of an email's copies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reach {
+    /// At least one recipient got it.
+    Reached,
+    /// None did, and the server refused at least one copy for good (a
+    /// `5xx`): its text may be what it refuses.
+    Refused,
+    /// None did, for failures a later try may pass (no connection, `4xx`).
+    Failed,
 }
 
 /// Admin digests queued apart from the lock notices, and sent first: a
@@ -157,7 +169,7 @@ async fn run(
         // A copy each, not one envelope: a server refuses a whole message
         // when it refuses one of its recipients (a mistyped or left admin's
         // `550`), and every other admin would lose the digest with it.
-        let mut got_one = false;
+        let mut reach = Reach::Failed;
         for (recipient, to) in to.into_iter().enumerate() {
             let message = match build(&from, to, &email) {
                 Ok(message) => message,
@@ -166,11 +178,16 @@ async fn run(
                     continue;
                 }
             };
-            got_one |= send_with_retries(&transport, &message, kind, recipient, config).await;
+            let sent = send_with_retries(&transport, &message, kind, recipient, config).await;
+            reach = match (reach, sent) {
+                (Reach::Reached, _) | (_, Sent::Yes) => Reach::Reached,
+                (Reach::Refused, _) | (_, Sent::Refused) => Reach::Refused,
+                (Reach::Failed, Sent::No) => Reach::Failed,
+            };
         }
         if let Some(reached) = reached {
             // The alert task may have stopped (a shutdown): nothing to tell.
-            let _ = reached.send(got_one);
+            let _ = reached.send(reach);
         }
     }
 }
@@ -232,6 +249,16 @@ impl Failure {
     }
 }
 
+/// What became of one copy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sent {
+    Yes,
+    /// Refused for good (`5xx`): not tried again.
+    Refused,
+    /// Every try failed for a passing reason.
+    No,
+}
+
 /// Whether the server took `message`; `recipient` is its place in the
 /// email's list, for log lines (the address itself is not logged).
 async fn send_with_retries(
@@ -240,7 +267,7 @@ async fn send_with_retries(
     kind: &'static str,
     recipient: usize,
     config: MailerConfig,
-) -> bool {
+) -> Sent {
     let attempts = config.attempts.max(1);
     let bound = config.smtp_timeout.saturating_mul(COMMANDS_PER_SEND);
     let mut backoff = config.first_backoff;
@@ -249,7 +276,7 @@ async fn send_with_retries(
         let failure = match sent {
             Ok(Ok(_)) => {
                 tracing::info!(kind, recipient, attempt, "email sent");
-                return true;
+                return Sent::Yes;
             }
             Ok(Err(e)) => Failure::of(&e),
             Err(_) => Failure::cut_off(),
@@ -268,7 +295,7 @@ async fn send_with_retries(
                 error = what,
                 "the SMTP server refused the email: not retried"
             );
-            return false;
+            return Sent::Refused;
         }
         if attempt == attempts {
             tracing::warn!(
@@ -279,7 +306,7 @@ async fn send_with_retries(
                 error = what,
                 "email not sent: giving up"
             );
-            return false;
+            return Sent::No;
         }
         tracing::warn!(
             kind,
@@ -293,7 +320,7 @@ async fn send_with_retries(
         tokio::time::sleep(backoff).await;
         backoff = backoff.saturating_mul(2);
     }
-    false
+    Sent::No
 }
 
 #[cfg(test)]

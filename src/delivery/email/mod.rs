@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 pub use alerts::{AdminAlerts, AlertSettings};
 pub(crate) use alerts::{Digest, LockSeen, RuleOverThreshold};
-pub use mailer::{Mailer, MailerConfig, Outgoing};
+pub use mailer::{Mailer, MailerConfig, Outgoing, Reach};
 pub(crate) use notice::LockNoticeVars;
 pub use notice::{mask_email, EmailLockNotifier, LockNotice, LockNotifier, LockedScope, NoNotices};
 

@@ -192,16 +192,21 @@ impl Watch {
 
     /// Take back a digest no admin got, so that the next one tells it:
     /// its period, its locks before the ones seen since (within the
-    /// listing's bound), its rules' denials. It waits for the interval, as
-    /// any digest after a first one does.
-    pub(super) fn restore(&mut self, digest: Digest, now: Instant) {
+    /// listing's bound; with `keep_locks` false, only counted), its rules'
+    /// denials. It waits for the interval, as any digest after a first one
+    /// does.
+    pub(super) fn restore(&mut self, digest: Digest, keep_locks: bool, now: Instant) {
         if let Ok(since) = DateTime::parse_from_rfc3339(&digest.since) {
             self.since = self.since.min(since.with_timezone(&Utc));
         }
-        let seen_since = std::mem::take(&mut self.locks);
         self.more_locks += digest.more_locks;
-        for lock in digest.locks.into_iter().chain(seen_since) {
-            self.list(lock);
+        if keep_locks {
+            let seen_since = std::mem::take(&mut self.locks);
+            for lock in digest.locks.into_iter().chain(seen_since) {
+                self.list(lock);
+            }
+        } else {
+            self.more_locks += digest.locks.len() as u64;
         }
         for rule in digest.rules {
             let count = self.rules.entry((rule.action, rule.rule)).or_default();
