@@ -20,11 +20,14 @@ pub use entry::{
 };
 pub use matcher::{Listed, Matcher, Request as ListRequest};
 
+/// Stored entries (the API's and the console's) the lists hold at most.
+pub const MAX_STORED_ENTRIES: usize = 10_000;
+
 /// Why a list change was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum ListError {
-    /// The value is not of its kind, or the row to delete is no entry
-    /// (400 `invalid_request`).
+    /// The value is not of its kind, the row to delete is no entry, or
+    /// the lists are full (400 `invalid_request`).
     #[error("{0}")]
     Invalid(String),
     /// No runtime entry has this id (404 `not_found`).
@@ -154,6 +157,7 @@ impl Lists {
     }
 
     /// Store an entry (an equal one already stored is answered instead),
+    /// unless the stored entries number [`MAX_STORED_ENTRIES`] already,
     /// tell `committed` (the caller audits there, before any further wait
     /// that could drop the request), and put it in force here at once.
     pub async fn add(
@@ -167,6 +171,7 @@ impl Lists {
         let db = self.db()?;
         let value = normalise(kind, value).map_err(ListError::Invalid)?;
         let note = checked_note(note).map_err(ListError::Invalid)?;
+        self.room_for(list, kind, &value)?;
         let entry = ListEntry {
             id: Some(crate::uuid_v7::now()),
             list,
@@ -186,6 +191,27 @@ impl Lists {
         })
         .await;
         Ok(stored)
+    }
+
+    /// Whether a new entry may be stored: every request on every instance
+    /// scans the entries, and every instance reads them all each
+    /// `lists.refresh_interval`, so an operator's credential (or a leaked
+    /// one) adding them in a loop would slow every decision. As this
+    /// instance last read them: others' additions within the refresh
+    /// interval may pass it by a little.
+    fn room_for(&self, list: ListName, kind: EntryKind, value: &str) -> Result<(), ListError> {
+        let stored = self.stored.read();
+        let again = || {
+            stored
+                .iter()
+                .any(|e| e.list == list && e.kind == kind && e.value == value)
+        };
+        if stored.len() >= MAX_STORED_ENTRIES && !again() {
+            return Err(ListError::Invalid(format!(
+                "the lists hold {MAX_STORED_ENTRIES} stored entries, their most: delete some, or use a range"
+            )));
+        }
+        Ok(())
     }
 
     /// Delete a stored entry, tell `committed`, and take it out of force
@@ -301,7 +327,14 @@ mod tests {
             Err(ListError::Unavailable("the read failed".into()))
         }
         async fn insert(&self, entry: &ListEntry) -> Result<ListEntry, ListError> {
-            self.0.lock().push(entry.clone());
+            let mut entries = self.0.lock();
+            let equal = |e: &&ListEntry| {
+                e.list == entry.list && e.kind == entry.kind && e.value == entry.value
+            };
+            if let Some(stored) = entries.iter().find(equal) {
+                return Ok(stored.clone());
+            }
+            entries.push(entry.clone());
             Ok(entry.clone())
         }
         async fn delete(&self, id: Uuid) -> Result<Option<ListEntry>, ListError> {
@@ -350,6 +383,39 @@ mod tests {
         assert_eq!(told.get(), 2);
         assert!(!listed(&lists));
         assert!(lists.entries().is_empty());
+    }
+
+    /// Past [`MAX_STORED_ENTRIES`] a new entry is refused; an equal one
+    /// is still answered, and a deletion makes room.
+    #[tokio::test]
+    async fn the_stored_entries_are_bounded() {
+        let full: Vec<ListEntry> = (0..MAX_STORED_ENTRIES)
+            .map(|n| ListEntry {
+                id: Some(Uuid::from_u128(n as u128 + 1)),
+                ..stored(EntryKind::User, &format!("user{n}"))
+            })
+            .collect();
+        let store = UnreadableStore(parking_lot::Mutex::new(full.clone()));
+        let lists = Lists::new(Vec::new(), Some(Arc::new(store)));
+        *lists.stored.write() = full;
+        let add = |value: &'static str| {
+            let lists = &lists;
+            async move {
+                lists
+                    .add(ListName::Block, EntryKind::User, value, "", |_| {})
+                    .await
+            }
+        };
+        let Err(ListError::Invalid(why)) = add("one-more").await else {
+            panic!("one past the bound is stored");
+        };
+        assert!(why.contains("10000"), "{why}");
+        assert!(add("user7").await.is_ok(), "an equal entry is answered");
+        lists
+            .remove(Uuid::from_u128(1), |_| {})
+            .await
+            .expect("removed");
+        assert!(add("one-more").await.is_ok(), "room once one is gone");
     }
 
     #[test]
