@@ -95,10 +95,15 @@ def check_manifests(rendered):
     if missing:
         fail(f"the Deployment lacks: {missing}")
 
-    for probe, path in (("readinessProbe", "/readyz"), ("livenessProbe", "/healthz")):
+    # Liveness on the admin listener: a flood that fills the public one's
+    # connections must not get the pod restarted, the admin port with it.
+    for probe, path, port in (
+        ("readinessProbe", "/readyz", "http"),
+        ("livenessProbe", "/healthz", "admin"),
+    ):
         get = container[probe]["httpGet"]
-        if get["path"] != path or get["port"] not in ports:
-            fail(f"{probe} asks {get}, not {path} on a container port")
+        if get["path"] != path or get["port"] != port or port not in ports:
+            fail(f"{probe} asks {get}, not {path} on the container port {port}")
 
     # The config: the whole ConfigMap mounted as a directory (a subPath
     # mount never sees an update, so nothing would reload).

@@ -14,6 +14,21 @@ use tokio::net::TcpStream;
 /// status line: a probe answers with a few dozen bytes.
 const MOST_HEAD_BYTES: usize = 4096;
 
+/// The listener a probe asks: readiness the public one (`bind`), which is
+/// what serves; liveness the admin one when there is one, since a flood
+/// that fills the public listener's connections (its cap is there to hold)
+/// must not get the process restarted, and the admin listener with it.
+pub fn listener_to_ask(
+    bind: SocketAddr,
+    admin_bind: Option<SocketAddr>,
+    ready: bool,
+) -> SocketAddr {
+    match admin_bind {
+        Some(admin) if !ready => admin,
+        _ => bind,
+    }
+}
+
 /// Where a server listening on `bind` is reached from its own host: an
 /// unspecified address (`0.0.0.0`, `::`, as in a container) on loopback.
 pub fn local_address(bind: SocketAddr) -> anyhow::Result<SocketAddr> {

@@ -72,11 +72,23 @@ async fn main() -> ExitCode {
     }
 }
 
+/// Write `text` to standard output. A reader that went away (`tollgate
+/// openapi | head`) ends the output, not the process in a panic, as
+/// `print!` does on a closed pipe.
+fn print_out(text: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        written => Ok(written?),
+    }
+}
+
 async fn run(cli: Cli) -> anyhow::Result<()> {
     let load = || Settings::load(cli.config.as_deref());
     match cli.command.unwrap_or(Command::Serve) {
         // The document is the code's, not the config's: no file is read.
-        Command::Openapi => print!("{}", tollgate::routes::openapi::pretty_document()),
+        Command::Openapi => print_out(&tollgate::routes::openapi::pretty_document())?,
         Command::Healthcheck {
             ready,
             address,
@@ -84,10 +96,15 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         } => {
             let address = match address {
                 Some(address) => address,
-                None => healthcheck::local_address(load()?.server.bind)?,
+                None => {
+                    let server = load()?.server;
+                    let bind = healthcheck::listener_to_ask(server.bind, server.admin_bind, ready);
+                    healthcheck::local_address(bind)?
+                }
             };
             let path = if ready { "/readyz" } else { "/healthz" };
-            println!("{}", healthcheck::probe(address, path, timeout).await?);
+            let status = healthcheck::probe(address, path, timeout).await?;
+            print_out(&format!("{status}\n"))?;
         }
         Command::CheckConfig => {
             let settings = load()?;
@@ -96,11 +113,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             // What start-up would warn of, on stderr: stdout stays TOML.
             tollgate::telemetry::init();
             tollgate::settings::warnings::warn_of_risky_settings(&settings);
-            print!("{}", settings.to_redacted_toml());
+            print_out(&settings.to_redacted_toml())?;
         }
         Command::Migrate => {
             migrate(&load()?).await?;
-            println!("tollgate: audit database is up to date");
+            print_out("tollgate: audit database is up to date\n")?;
         }
         Command::Serve => {
             tollgate::telemetry::init();

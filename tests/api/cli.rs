@@ -360,6 +360,54 @@ fn healthcheck_asks_loopback_on_the_configured_port_and_wants_a_200() {
     assert!(stderr.contains("pass --address"), "{stderr}");
 }
 
+/// A reader that goes away (`tollgate openapi | head -1`) ends the output:
+/// the document is larger than a pipe holds, and `print!` panicked on the
+/// closed pipe (exit 101).
+#[test]
+fn a_reader_that_goes_away_ends_the_output_without_a_panic() {
+    use std::io::Read;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .arg("openapi")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("the binary runs");
+    let mut first = [0u8; 1];
+    let mut stdout = child.stdout.take().expect("a pipe");
+    stdout.read_exact(&mut first).expect("a byte");
+    drop(stdout);
+    let output = child.wait_with_output().expect("it ends");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(output.status.success(), "{:?}: {stderr}", output.status);
+}
+
+/// With an admin listener, liveness asks it (a flood filling the public
+/// listener's connections must not get the process restarted) and
+/// readiness the public one.
+#[test]
+fn healthcheck_asks_liveness_of_the_admin_listener_when_there_is_one() {
+    let (admin_port, admin) = scripted_server(vec![Some("HTTP/1.1 200 OK")]);
+    let (public_port, public) = scripted_server(vec![Some("HTTP/1.1 503 Service Unavailable")]);
+    let bind = format!("0.0.0.0:{public_port}");
+    let admin_bind = format!("0.0.0.0:{admin_port}");
+    let env = [
+        ("TOLLGATE__SERVER__BIND", bind.as_str()),
+        ("TOLLGATE__SERVER__ADMIN_BIND", admin_bind.as_str()),
+    ];
+    let (ok, stdout, stderr) = tollgate(&["healthcheck"], &env);
+    assert!(ok, "{stderr}");
+    assert_eq!(stdout, "HTTP/1.1 200 OK\n");
+    let (ok, _, stderr) = tollgate(&["healthcheck", "--ready"], &env);
+    assert!(!ok, "the public listener answered 503");
+    assert!(
+        stderr.contains(&format!(":{public_port}/readyz")),
+        "{stderr}"
+    );
+    assert_eq!(admin.join().unwrap(), ["GET /healthz HTTP/1.1"]);
+    assert_eq!(public.join().unwrap(), ["GET /readyz HTTP/1.1"]);
+}
+
 /// Against the real server: live and ready with its SQLite audit file;
 /// with Redis unreachable, still live (the container is not restarted for
 /// it) but not ready.
