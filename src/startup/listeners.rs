@@ -39,15 +39,20 @@ pub(super) fn bind(settings: &Settings, shared: &Shared) -> anyhow::Result<Liste
     // With `trusted_proxy_hops` every peer is a proxy by its position (the
     // balancers' addresses are not listed): counting them per address
     // would let one busy client fill its balancer's slots for everyone.
-    let per_ip_of = |cap: u64| {
+    // An IPv6 /48 gets twice an address's connections on the public
+    // listener, once its on the admin one: neither is filled by one
+    // customer's /64s.
+    let per_ip_of = |cap: u64, per_network: u32| {
         (settings.server.trusted_proxy_hops == 0).then(|| {
+            let cap = u32::try_from(cap).unwrap_or(u32::MAX);
             PerIp::new(
-                u32::try_from(cap).unwrap_or(u32::MAX),
+                cap,
+                cap.saturating_mul(per_network),
                 settings.server.trusted_proxies.clone(),
             )
         })
     };
-    let per_ip = per_ip_of(plan.per_ip);
+    let per_ip = per_ip_of(plan.per_ip, 2);
     let server = http_server(
         Serve {
             listener,
@@ -69,7 +74,7 @@ pub(super) fn bind(settings: &Settings, shared: &Shared) -> anyhow::Result<Liste
                     routes,
                     name: Listener::Admin,
                     cap,
-                    per_ip: plan.admin_per_ip.and_then(per_ip_of),
+                    per_ip: plan.admin_per_ip.and_then(|cap| per_ip_of(cap, 1)),
                 },
                 shared,
             )?;
