@@ -329,50 +329,17 @@ mod tests {
         assert!(!text.contains("secret-token"), "{text}");
     }
 
-    /// An answer that is no HTTP (an `http://` URL at a TLS port) is the
-    /// set-up's fault, not a cut connection a user's budget pays for.
-    #[tokio::test]
-    async fn an_answer_that_is_no_http_is_rejected_not_dropped() {
+    /// What a provider call to a server that reads the request, then
+    /// writes `answer` (raw bytes, perhaps none) and closes, fails with.
+    async fn failure_of_a_call_answered(answer: &'static [u8]) -> DeliveryError {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
-        let alert = tokio::spawn(async move {
+        let server = tokio::spawn(async move {
             let (mut socket, _) = listener.accept().await.unwrap();
             let mut chunk = [0u8; 4096];
             let _ = socket.read(&mut chunk).await;
-            // A TLS alert record, as a TLS port answers plain HTTP.
-            let _ = socket.write_all(b"\x15\x03\x01\x00\x02\x02\x46").await;
-        });
-        let error = reqwest::Client::builder()
-            .no_proxy()
-            .build()
-            .unwrap()
-            .post(format!("http://127.0.0.1:{port}/hook"))
-            .body("{}")
-            .send()
-            .await
-            .unwrap_err();
-        let rejected = DeliveryError::from_reqwest(error);
-        assert!(!rejected.spends_the_failure_budget(), "{rejected:?}");
-        assert!(
-            matches!(rejected, DeliveryError::Rejected(_)),
-            "{rejected:?}"
-        );
-        alert.await.unwrap();
-    }
-
-    /// A connection that took the request and closed without an answer
-    /// is no unreachable host: the message may have gone out.
-    #[tokio::test]
-    async fn a_connection_closed_after_the_request_is_dropped_not_unreachable() {
-        use tokio::io::AsyncReadExt;
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let closing = tokio::spawn(async move {
-            let (mut socket, _) = listener.accept().await.unwrap();
-            let mut chunk = [0u8; 4096];
-            let _ = socket.read(&mut chunk).await;
-            drop(socket); // answered nothing
+            let _ = socket.write_all(answer).await;
         });
         let error = reqwest::Client::builder()
             .no_proxy()
@@ -383,12 +350,32 @@ mod tests {
             .send()
             .await
             .unwrap_err();
-        let dropped = DeliveryError::from_reqwest(error);
+        server.await.unwrap();
+        DeliveryError::from_reqwest(error)
+    }
+
+    /// An answer that is no HTTP (an `http://` URL at a TLS port) is the
+    /// set-up's fault, not a cut connection a user's budget pays for.
+    #[tokio::test]
+    async fn an_answer_that_is_no_http_is_rejected_not_dropped() {
+        // A TLS alert record, as a TLS port answers plain HTTP.
+        let rejected = failure_of_a_call_answered(b"\x15\x03\x01\x00\x02\x02\x46").await;
+        assert!(!rejected.spends_the_failure_budget(), "{rejected:?}");
+        assert!(
+            matches!(rejected, DeliveryError::Rejected(_)),
+            "{rejected:?}"
+        );
+    }
+
+    /// A connection that took the request and closed without an answer
+    /// is no unreachable host: the message may have gone out.
+    #[tokio::test]
+    async fn a_connection_closed_after_the_request_is_dropped_not_unreachable() {
+        let dropped = failure_of_a_call_answered(b"").await;
         assert!(dropped.spends_the_failure_budget(), "{dropped:?}");
         let DeliveryError::Dropped(text) = dropped else {
             panic!("a connection closed after the request is dropped: {dropped:?}");
         };
         assert!(!text.contains("secret-token"), "{text}");
-        closing.await.unwrap();
     }
 }

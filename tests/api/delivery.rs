@@ -743,6 +743,24 @@ impl ClosingProvider {
     }
 }
 
+/// An app whose webhook provider is a [`ClosingProvider`] (`always_read`
+/// as there), with `configure`'s limits; the provider lives as long as the
+/// first of the pair.
+async fn app_with_closing_provider(
+    always_read: bool,
+    configure: impl FnOnce(&mut tollgate::settings::Settings),
+) -> (ClosingProvider, TestApp) {
+    let closing = ClosingProvider::start(always_read).await;
+    let port = closing.port;
+    let app = spawn_app_with_sms_provider(Backend::Memory, move |s| {
+        configure(s);
+        s.sms.provider.kind = SmsProviderKind::Webhook;
+        s.sms.provider.url = format!("http://127.0.0.1:{port}/sms").into();
+    })
+    .await;
+    (closing, app)
+}
+
 impl Drop for ClosingProvider {
     fn drop(&mut self) {
         self.task.abort();
@@ -756,12 +774,8 @@ impl Drop for ClosingProvider {
 /// user's retry for the phone's windows.
 #[tokio::test]
 async fn a_connection_closed_before_an_answer_is_given_back() {
-    let closing = ClosingProvider::start(false).await;
-    let port = closing.port;
-    let app = spawn_app_with_sms_provider(Backend::Memory, move |s| {
+    let (_closing, app) = app_with_closing_provider(false, |s| {
         s.sms.phone_limits = limits(&[(1, 3_600_000)]);
-        s.sms.provider.kind = SmsProviderKind::Webhook;
-        s.sms.provider.url = format!("http://127.0.0.1:{port}/sms").into();
     })
     .await;
 
@@ -785,14 +799,10 @@ async fn a_connection_closed_before_an_answer_is_given_back() {
 /// limit; the phone's windows still give each back.
 #[tokio::test]
 async fn connections_dropped_past_the_failure_budget_count_against_the_address() {
-    let closing = ClosingProvider::start(true).await;
-    let port = closing.port;
-    let app = spawn_app_with_sms_provider(Backend::Memory, move |s| {
+    let (_closing, app) = app_with_closing_provider(true, |s| {
         s.sms.phone_limits = limits(&[(1, 3_600_000)]);
         s.sms.ip_limits = limits(&[(1, 3_600_000)]);
         s.sms.failed_delivery_limit = limits(&[(2, 3_600_000)]).remove(0);
-        s.sms.provider.kind = SmsProviderKind::Webhook;
-        s.sms.provider.url = format!("http://127.0.0.1:{port}/sms").into();
     })
     .await;
 
@@ -826,14 +836,10 @@ async fn connections_dropped_past_the_failure_budget_count_against_the_address()
 /// them all during an outage.
 #[tokio::test]
 async fn a_dropped_connection_naming_no_client_is_kept_by_its_phone_alone() {
-    let closing = ClosingProvider::start(true).await;
-    let port = closing.port;
-    let app = spawn_app_with_sms_provider(Backend::Memory, move |s| {
+    let (_closing, app) = app_with_closing_provider(true, |s| {
         s.sms.phone_limits = limits(&[(1, 3_600_000)]);
         s.sms.prefix_limits = limits(&[(1, 3_600_000)]);
         s.sms.global_limits = limits(&[(2, 3_600_000)]);
-        s.sms.provider.kind = SmsProviderKind::Webhook;
-        s.sms.provider.url = format!("http://127.0.0.1:{port}/sms").into();
     })
     .await;
 
