@@ -170,6 +170,7 @@ async fn run(
         // when it refuses one of its recipients (a mistyped or left admin's
         // `550`), and every other admin would lose the digest with it.
         let mut reach = Reach::Failed;
+        let copies = to.len();
         for (recipient, to) in to.into_iter().enumerate() {
             let message = match build(&from, to, &email) {
                 Ok(message) => message,
@@ -182,8 +183,19 @@ async fn run(
             reach = match (reach, sent) {
                 (Reach::Reached, _) | (_, Sent::Yes) => Reach::Reached,
                 (Reach::Refused, _) | (_, Sent::Refused) => Reach::Refused,
-                (Reach::Failed, Sent::No) => Reach::Failed,
+                (Reach::Failed, Sent::No | Sent::NoServer) => Reach::Failed,
             };
+            // A server that did not answer on any try (down, hung, a
+            // tarpit) would hold the one mail task as long again for each
+            // further copy, the lock notices queued behind them.
+            if sent == Sent::NoServer && recipient + 1 < copies {
+                tracing::warn!(
+                    kind,
+                    left = copies - recipient - 1,
+                    "the SMTP server is not answering: the other copies are not tried"
+                );
+                break;
+            }
         }
         if let Some(reached) = reached {
             // The alert task may have stopped (a shutdown): nothing to tell.
@@ -255,8 +267,11 @@ enum Sent {
     Yes,
     /// Refused for good (`5xx`): not tried again.
     Refused,
-    /// Every try failed for a passing reason.
+    /// Every try failed for a passing reason the server answered (`4xx`).
     No,
+    /// Every try failed, the last without an answer from the server (no
+    /// connection, a timeout, TLS).
+    NoServer,
 }
 
 /// Whether the server took `message`; `recipient` is its place in the
@@ -286,6 +301,7 @@ async fn send_with_retries(
             what,
             permanent,
         } = failure;
+        let answered = code.is_some();
         if permanent {
             tracing::warn!(
                 kind,
@@ -306,7 +322,7 @@ async fn send_with_retries(
                 error = what,
                 "email not sent: giving up"
             );
-            return Sent::No;
+            return if answered { Sent::No } else { Sent::NoServer };
         }
         tracing::warn!(
             kind,
@@ -327,6 +343,7 @@ async fn send_with_retries(
 mod tests {
     use super::*;
     use crate::settings::{SecretUrl, Settings};
+    use std::sync::Arc;
 
     fn notice() -> Outgoing {
         email(EmailKind::LockNotice)
@@ -376,6 +393,50 @@ mod tests {
         let ended = tokio::time::timeout(Duration::from_secs(10), task).await;
         assert!(ended.is_ok(), "the mail task is stuck on a silent server");
         drop(silent);
+    }
+
+    /// A server that answers no try of the first copy is not tried for the
+    /// others (each would hold the mail task as long again): the email's
+    /// sender hears that no one got it.
+    #[tokio::test]
+    async fn a_silent_server_is_not_tried_for_every_copy() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let accepted = Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let counted = accepted.clone();
+        let silent = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((socket, _)) = listener.accept().await {
+                counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                held.push(socket); // never a word
+            }
+        });
+        let mut settings = Settings::defaults().expect("defaults").email;
+        settings.smtp_url = SecretUrl::new(format!("smtp://127.0.0.1:{port}"));
+        let config = MailerConfig {
+            queue_capacity: 8,
+            attempts: 2,
+            first_backoff: Duration::from_millis(10),
+            smtp_timeout: Duration::from_millis(100),
+        };
+        let (mailer, task) = Mailer::start(&settings, config).expect("a mailer");
+        let (reached, told) = oneshot::channel();
+        let mut digest = email(EmailKind::AlertDigest);
+        digest.to = ["ops@example.com", "sec@example.com", "cto@example.com"]
+            .iter()
+            .map(|to| to.parse().expect("a mailbox"))
+            .collect();
+        digest.reached = Some(reached);
+        assert!(mailer.enqueue(digest));
+        assert_eq!(told.await.expect("told"), Reach::Failed);
+        drop(mailer);
+        task.await.expect("the task ends");
+        assert_eq!(
+            accepted.load(std::sync::atomic::Ordering::SeqCst),
+            2,
+            "two tries of the first copy, none of the others"
+        );
+        silent.abort();
     }
 
     /// A wave of lock notices fills their queue; the digest that tells the
