@@ -303,6 +303,12 @@ fn the_lock_scope_reads_from_the_file_and_bad_values_are_refused() {
     assert!(below.contains("login.account_lock_after"), "{below}");
     // With lock_scope = "user" the account threshold is not used.
     assert!(load("[login]\nlock_scope = \"user\"\naccount_lock_after = 5\n").is_ok());
+    // Each attempt on a user reads as many of its failures as these keep.
+    let huge = error("[login]\naccount_lock_after = 1001\n");
+    assert!(huge.contains("login.account_lock_after"), "{huge}");
+    let huge = error("[login]\ncaptcha_after = 1001\n");
+    assert!(huge.contains("login.captcha_after"), "{huge}");
+    assert!(load("[login]\ncaptcha_after = 1000\naccount_lock_after = 1000\n").is_ok());
     let unknown = error("[login]\nlock_scope = \"ip\"\n");
     assert!(unknown.contains("login.lock_scope"), "{unknown}");
 }

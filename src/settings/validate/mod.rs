@@ -33,6 +33,9 @@ fn within(key: &str, value: usize, max: usize) -> Check {
 
 /// The most events in one audit batch: a transaction takes up to four.
 const MAX_BATCH_SIZE: usize = 100_000;
+
+/// Most of `login.captcha_after` and `login.account_lock_after`.
+const MOST_USER_FAILURES_KEPT: u32 = 1000;
 /// The most events the audit writer holds in memory (about a kilobyte each).
 const MAX_QUEUE_CAPACITY: usize = 10_000_000;
 
@@ -480,6 +483,21 @@ impl Settings {
     fn check_login(&self) -> Check {
         let login = &self.login;
         positive("login.captcha_after", login.captcha_after.into())?;
+        // A user's failures are one sorted set that keeps the larger of
+        // these, and every attempt on the name reads it whole: past a
+        // thousand, each attempt on a sprayed name (a refused one too)
+        // would cost Redis's one thread in proportion.
+        for (key, value) in [
+            ("login.captcha_after", login.captcha_after),
+            ("login.account_lock_after", login.account_lock_after),
+        ] {
+            if value > MOST_USER_FAILURES_KEPT {
+                return Err(SettingsError::invalid(
+                    key,
+                    format!("must be at most {MOST_USER_FAILURES_KEPT} (each attempt on a user reads as many failures)"),
+                ));
+            }
+        }
         duration("login.captcha_window", login.captcha_window)?;
         positive("login.lock_after", login.lock_after.into())?;
         if login.lock_scope == LockScope::UserIp && login.account_lock_after < login.lock_after {
