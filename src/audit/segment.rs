@@ -98,6 +98,15 @@ pub struct Lines {
 /// so as often as not), is counted in [`Lines::unread`], so that the file
 /// is set aside rather than deleted.
 pub fn read_lines(path: &Path) -> io::Result<Lines> {
+    // Whoever may write the spool directory could put a FIFO there under
+    // a journal's name: opening it would wait for a writer for good, and
+    // the audit writer's replay with it. A device is no journal either.
+    if !fs::metadata(path)?.is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "not a regular file",
+        ));
+    }
     let bytes = fs::read(path)?;
     // A machine crash can leave a file's last blocks zeroed: its length
     // was written, its data not yet.
@@ -213,5 +222,26 @@ mod tests {
         assert!(segment.settled());
         segment.committed(2);
         assert!(segment.settled());
+    }
+
+    /// A FIFO under a journal's name is refused at once, not waited on.
+    #[test]
+    fn a_fifo_is_no_journal_and_is_not_waited_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("replay-fifo.jsonl");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&path)
+            .status()
+            .expect("mkfifo runs");
+        assert!(made.success());
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(read_lines(&path).map(|lines| lines.events.len()));
+        });
+        let read = rx
+            .recv_timeout(std::time::Duration::from_secs(5))
+            .expect("the read waits on the FIFO");
+        let error = read.expect_err("a FIFO is read");
+        assert_eq!(error.kind(), io::ErrorKind::InvalidInput);
     }
 }
