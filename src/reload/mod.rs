@@ -8,6 +8,7 @@
 //! old stays. Other sections need a restart, and a reload that changes them
 //! says so ([`restart::pending`]).
 
+mod loosened;
 mod restart;
 mod sender;
 mod watch;
@@ -228,6 +229,8 @@ impl Reloader {
             // None until the first reload: what start-up read is not known
             // byte for byte, so the first change always reloads.
             let mut last: Option<u64> = None;
+            // The settings in force, to tell what a reload loosens.
+            let mut applied: Option<Settings> = running.as_deref().cloned();
             loop {
                 let cause = tokio::select! {
                     () = hangups.next() => Cause::Hangup,
@@ -260,6 +263,17 @@ impl Reloader {
                             .unwrap_or_default();
                         crate::metrics::config_restart_pending(waiting.len());
                         crate::settings::warnings::warn_of_risky_settings(&settings);
+                        let looser = applied
+                            .as_ref()
+                            .map(|before| loosened::loosened(before, &settings))
+                            .unwrap_or_default();
+                        if !looser.is_empty() {
+                            tracing::warn!(
+                                cause = ?cause,
+                                loosened = %looser.join(", "),
+                                "settings reloaded looser than before"
+                            );
+                        }
                         if waiting.is_empty() {
                             tracing::info!(cause = ?cause, "settings reloaded");
                         } else {
@@ -269,6 +283,7 @@ impl Reloader {
                                 "settings reloaded; changes to these take effect at the next start"
                             );
                         }
+                        applied = Some(settings);
                     }
                     Err(e) => {
                         tracing::error!(cause = ?cause, error = %e, "config rejected, keeping the old settings")

@@ -431,6 +431,50 @@ async fn a_sighup_during_start_up_neither_kills_nor_is_lost() {
     drop(silent);
 }
 
+/// A reload that loosens protection (shadow mode on, a block-list entry
+/// removed, an allow-list entry added) is warned of by name, not only
+/// logged as a routine reload; a reload after it that changes nothing of
+/// that says nothing of it.
+#[tokio::test]
+async fn a_reload_that_loosens_protection_is_warned_of() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |rest: &str| crate::support::process::config_file(dir.path(), "", rest);
+    let file = write("[lists]\nblock_ips = [\"198.51.100.0/24\"]");
+    let server = Tollgate::start(&file).await;
+    assert!(server.lines("settings reloaded looser").is_empty());
+
+    write("[sms]\nshadow = true\n[lists]\nallow_users = [\"ops\"]");
+    server.signal("-HUP");
+    let looser = server.logged("settings reloaded looser").await;
+    let line = looser.first().expect("a warning");
+    for part in [
+        "sms.shadow turned on",
+        "1 block-list entries removed",
+        "1 allow-list entries added",
+        "WARN",
+    ] {
+        assert!(line.contains(part), "{part}: {line}");
+    }
+
+    // The same file again: loosening nothing further, said nothing more.
+    write("[sms]\nshadow = true\n[lists]\nallow_users = [\"ops\"]\n# again");
+    server.signal("-HUP");
+    let reloads = |server: &Tollgate| {
+        server
+            .lines("settings reloaded")
+            .iter()
+            .filter(|l| l.contains("Hangup") && !l.contains("looser"))
+            .count()
+    };
+    crate::support::wait::eventually(
+        "the second reload",
+        std::time::Duration::from_secs(10),
+        || async { reloads(&server) >= 2 },
+    )
+    .await;
+    assert_eq!(server.lines("settings reloaded looser").len(), 1);
+}
+
 /// A reload puts a new `[sms.provider]` in force (a ConfigMap's placeholder
 /// URL mended, a token rotated) in a running server, but not `log` in
 /// place of a real one; a change it cannot apply (here `[server]`) is
