@@ -67,10 +67,11 @@ pub enum DeliveryError {
     #[error("provider unreachable: {0}")]
     Unreachable(String),
     /// The connection closed or was reset once the request was on its
-    /// way, before an answer: the provider may have read the message, or a
-    /// proxy in TCP mode before a provider that is down closed it unread;
-    /// no one can tell which. The text leaves out the URL.
-    #[error("provider closed the connection before answering: {0}")]
+    /// way, before a whole answer, or what came back was no HTTP: the
+    /// provider may have read the message, or a proxy in TCP mode before a
+    /// provider that is down closed it unread; no one can tell which. The
+    /// text leaves out the URL.
+    #[error("no whole answer from the provider: {0}")]
     Dropped(String),
     /// No answer within `sms.provider.timeout` once connected: the provider
     /// may have taken the message all the same.
@@ -162,7 +163,6 @@ impl DeliveryError {
         match cut {
             Cut::NothingSent => DeliveryError::Unreachable(text),
             Cut::AfterSending => DeliveryError::Dropped(text),
-            Cut::NotHttp => DeliveryError::Rejected(format!("provider answered no HTTP: {text}")),
         }
     }
 }
@@ -174,11 +174,11 @@ enum Cut {
     /// request back unsent (`Canceled`), or a cause not known here.
     NothingSent,
     /// Once the request was on its way: the connection closed before a
-    /// whole answer (hyper's `IncompleteMessage`) or was reset.
+    /// whole answer (hyper's `IncompleteMessage`) or was reset, or what
+    /// came back was no HTTP. A gateway that took the message may answer
+    /// a broken head as well as drop the connection; an `http://` URL at a
+    /// TLS port answers so too, and costs a budget like any other cut.
     AfterSending,
-    /// What came back was no HTTP (an `http://` URL at a TLS port): the
-    /// set-up's fault, every send meets it alike.
-    NotHttp,
 }
 
 /// Where `error`'s call broke off, from hyper's and the system's causes
@@ -194,7 +194,7 @@ fn cut_of(error: &(dyn std::error::Error + 'static)) -> Cut {
                 return Cut::NothingSent;
             }
             if hyper.is_parse() || hyper.is_parse_status() {
-                return Cut::NotHttp;
+                return Cut::AfterSending;
             }
         }
         if let Some(io) = cause.downcast_ref::<std::io::Error>() {
@@ -354,17 +354,21 @@ mod tests {
         DeliveryError::from_reqwest(error)
     }
 
-    /// An answer that is no HTTP (an `http://` URL at a TLS port) is the
-    /// set-up's fault, not a cut connection a user's budget pays for.
+    /// An answer that is no HTTP came after the request: a gateway that
+    /// took the message may answer a broken head, so it is budgeted as a
+    /// cut connection is, not given back whole (a TLS port's alert record
+    /// too: no one can tell the two apart for sure).
     #[tokio::test]
-    async fn an_answer_that_is_no_http_is_rejected_not_dropped() {
-        // A TLS alert record, as a TLS port answers plain HTTP.
-        let rejected = failure_of_a_call_answered(b"\x15\x03\x01\x00\x02\x02\x46").await;
-        assert!(!rejected.spends_the_failure_budget(), "{rejected:?}");
-        assert!(
-            matches!(rejected, DeliveryError::Rejected(_)),
-            "{rejected:?}"
-        );
+    async fn an_answer_that_is_no_http_spends_the_failure_budget() {
+        for answer in [
+            &b"HTTP/1.1 200 OK\r\nBad Header\r\nContent-Length: 2\r\n\r\nok"[..],
+            b"HTTP/1.1 2000 OK\r\n\r\n",
+            b"\x15\x03\x01\x00\x02\x02\x46",
+        ] {
+            let failed = failure_of_a_call_answered(answer).await;
+            assert!(failed.spends_the_failure_budget(), "{failed:?}");
+            assert!(matches!(failed, DeliveryError::Dropped(_)), "{failed:?}");
+        }
     }
 
     /// A connection that took the request and closed without an answer

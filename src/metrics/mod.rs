@@ -211,7 +211,7 @@ fn describe() {
     );
     describe_counter!(
         SMS_DELIVERIES,
-        "SMS sends that reached delivery, by outcome: delivered, refused_number (counts against the asking address), declined (the request's pick, given back within the address's budget), over_budget (declined past it, or naming no client: counts), failed (given back), timed_out (counts)"
+        "SMS sends that reached delivery, by outcome: delivered, refused_number (counts against the asking address), declined (the request's pick, given back within the address's budget), dropped (no whole answer once the request went out, within the same budget), over_budget (declined or dropped past it, or naming no client: counts), failed (given back), timed_out (counts)"
     );
     describe_counter!(
         CAPTCHA_CHECKS,
