@@ -62,6 +62,10 @@ pub struct Lists {
     /// One refresh at a time: a periodic read that started before an
     /// admin's change must not install its older snapshot after it.
     refreshing: tokio::sync::Mutex<()>,
+    /// One admin's add at a time here, from the bound's check to the entry
+    /// in force: concurrent adds each saw room under the bound and passed
+    /// it together.
+    adding: tokio::sync::Mutex<()>,
     /// Whether the stored entries were read at least once (or there are
     /// none to read): until then an admin's block entries are not in
     /// force here, and `/readyz` says so.
@@ -83,6 +87,7 @@ impl Lists {
             stored: RwLock::new(Vec::new()),
             matcher: ArcSwap::from_pointee(Matcher::default()),
             refreshing: tokio::sync::Mutex::new(()),
+            adding: tokio::sync::Mutex::new(()),
             read_once: AtomicBool::new(nothing_stored),
             unreadable: RwLock::default(),
         };
@@ -171,6 +176,7 @@ impl Lists {
         let db = self.db()?;
         let value = normalise(kind, value).map_err(ListError::Invalid)?;
         let note = checked_note(note).map_err(ListError::Invalid)?;
+        let _one_at_a_time = self.adding.lock().await;
         self.room_for(list, kind, &value)?;
         let entry = ListEntry {
             id: Some(crate::uuid_v7::now()),
@@ -327,6 +333,8 @@ mod tests {
             Err(ListError::Unavailable("the read failed".into()))
         }
         async fn insert(&self, entry: &ListEntry) -> Result<ListEntry, ListError> {
+            // As a database would: others run while this one waits.
+            tokio::task::yield_now().await;
             let mut entries = self.0.lock();
             let equal = |e: &&ListEntry| {
                 e.list == entry.list && e.kind == entry.kind && e.value == entry.value
@@ -416,6 +424,27 @@ mod tests {
             .await
             .expect("removed");
         assert!(add("one-more").await.is_ok(), "room once one is gone");
+
+        // Adds at once each see room under the bound: one at a time here.
+        lists
+            .remove(Uuid::from_u128(2), |_| {})
+            .await
+            .expect("removed");
+        lists
+            .remove(Uuid::from_u128(3), |_| {})
+            .await
+            .expect("removed");
+        let values: Vec<String> = (0..20).map(|n| format!("racer{n}")).collect();
+        let racing = values
+            .iter()
+            .map(|value| lists.add(ListName::Block, EntryKind::User, value, "", |_| {}));
+        let added = futures::future::join_all(racing)
+            .await
+            .into_iter()
+            .filter(Result::is_ok)
+            .count();
+        assert_eq!(added, 2, "two places were free");
+        assert_eq!(lists.stored.read().len(), MAX_STORED_ENTRIES);
     }
 
     #[test]
