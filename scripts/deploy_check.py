@@ -95,15 +95,20 @@ def check_manifests(rendered):
     if missing:
         fail(f"the Deployment lacks: {missing}")
 
-    # Liveness on the admin listener: a flood that fills the public one's
-    # connections must not get the pod restarted, the admin port with it.
-    for probe, path, port in (
-        ("readinessProbe", "/readyz", "http"),
-        ("livenessProbe", "/healthz", "admin"),
+    # Readiness of the public listener; liveness by `tollgate healthcheck`,
+    # live while either listener answers: a flood that fills one's
+    # connections must not get the pod restarted, the other port with it.
+    get = container["readinessProbe"]["httpGet"]
+    if get["path"] != "/readyz" or get["port"] != "http" or "http" not in ports:
+        fail(f"readinessProbe asks {get}, not /readyz on the container port http")
+    live = container["livenessProbe"].get("exec", {}).get("command", [])
+    asked = [arg.split(":")[-1] for arg in live if arg.startswith("--address=")]
+    if (
+        live[:2] != ["tollgate", "healthcheck"]
+        or "--ready" in live
+        or sorted(int(port) for port in asked) != sorted(ports.values())
     ):
-        get = container[probe]["httpGet"]
-        if get["path"] != path or get["port"] != port or port not in ports:
-            fail(f"{probe} asks {get}, not {path} on the container port {port}")
+        fail(f"livenessProbe runs {live}, not `tollgate healthcheck` of every container port")
 
     # The config: the whole ConfigMap mounted as a directory (a subPath
     # mount never sees an update, so nothing would reload).

@@ -14,18 +14,20 @@ use tokio::net::TcpStream;
 /// status line: a probe answers with a few dozen bytes.
 const MOST_HEAD_BYTES: usize = 4096;
 
-/// The listener a probe asks: readiness the public one (`bind`), which is
-/// what serves; liveness the admin one when there is one, since a flood
-/// that fills the public listener's connections (its cap is there to hold)
-/// must not get the process restarted, and the admin listener with it.
-pub fn listener_to_ask(
+/// The listeners a probe asks, in turn, until one answers 200: readiness
+/// the public one (`bind`), which is what serves; liveness the admin one
+/// as well when there is one. A flood that fills one listener's
+/// connections (its cap is there to hold) must not get the process
+/// restarted, and the other listener with it: the process is live while
+/// either answers.
+pub fn listeners_to_ask(
     bind: SocketAddr,
     admin_bind: Option<SocketAddr>,
     ready: bool,
-) -> SocketAddr {
+) -> Vec<SocketAddr> {
     match admin_bind {
-        Some(admin) if !ready => admin,
-        _ => bind,
+        Some(admin) if !ready => vec![admin, bind],
+        _ => vec![bind],
     }
 }
 
@@ -41,6 +43,23 @@ pub fn local_address(bind: SocketAddr) -> anyhow::Result<SocketAddr> {
         ip => ip,
     };
     Ok(SocketAddr::new(ip, bind.port()))
+}
+
+/// [`probe`] each of `addresses` in turn: the first 200's status line, or
+/// every failure, joined.
+pub async fn probe_any(
+    addresses: &[SocketAddr],
+    path: &str,
+    timeout: Duration,
+) -> anyhow::Result<String> {
+    let mut failures = Vec::new();
+    for &address in addresses {
+        match probe(address, path, timeout).await {
+            Ok(status) => return Ok(status),
+            Err(e) => failures.push(format!("{e:#}")),
+        }
+    }
+    bail!("{}", failures.join("; "))
 }
 
 /// GET `path` from `address` within `timeout`: the status line on 200, an

@@ -49,11 +49,13 @@ enum Command {
         /// database answer.
         #[arg(long)]
         ready: bool,
-        /// The server's address (host:port). Default: the config's
-        /// server.bind, 0.0.0.0 and :: read as loopback; given, no config is
+        /// The server's address (host:port); given more than once, each is
+        /// asked in turn until one answers 200. Default: the config's
+        /// server.admin_bind, then server.bind (readiness: server.bind
+        /// alone), 0.0.0.0 and :: read as loopback; given, no config is
         /// read.
         #[arg(long)]
-        address: Option<SocketAddr>,
+        address: Vec<SocketAddr>,
         /// Longest wait for the answer.
         #[arg(long, default_value = "3s", value_parser = humantime::parse_duration)]
         timeout: Duration,
@@ -94,16 +96,18 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             address,
             timeout,
         } => {
-            let address = match address {
-                Some(address) => address,
-                None => {
+            let addresses = match address {
+                given if !given.is_empty() => given,
+                _ => {
                     let server = load()?.server;
-                    let bind = healthcheck::listener_to_ask(server.bind, server.admin_bind, ready);
-                    healthcheck::local_address(bind)?
+                    healthcheck::listeners_to_ask(server.bind, server.admin_bind, ready)
+                        .into_iter()
+                        .map(healthcheck::local_address)
+                        .collect::<anyhow::Result<_>>()?
                 }
             };
             let path = if ready { "/readyz" } else { "/healthz" };
-            let status = healthcheck::probe(address, path, timeout).await?;
+            let status = healthcheck::probe_any(&addresses, path, timeout).await?;
             print_out(&format!("{status}\n"))?;
         }
         Command::CheckConfig => {

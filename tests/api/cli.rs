@@ -382,30 +382,66 @@ fn a_reader_that_goes_away_ends_the_output_without_a_panic() {
     assert!(output.status.success(), "{:?}: {stderr}", output.status);
 }
 
-/// With an admin listener, liveness asks it (a flood filling the public
-/// listener's connections must not get the process restarted) and
-/// readiness the public one.
+/// With an admin listener, liveness asks it first, then the public one:
+/// the process is live while either answers (a flood filling one
+/// listener's connections must not get it restarted); readiness asks the
+/// public one alone.
 #[test]
-fn healthcheck_asks_liveness_of_the_admin_listener_when_there_is_one() {
+fn healthcheck_is_live_while_either_listener_answers() {
+    let closed = crate::support::app::free_port();
     let (admin_port, admin) = scripted_server(vec![Some("HTTP/1.1 200 OK")]);
-    let (public_port, public) = scripted_server(vec![Some("HTTP/1.1 503 Service Unavailable")]);
-    let bind = format!("0.0.0.0:{public_port}");
-    let admin_bind = format!("0.0.0.0:{admin_port}");
-    let env = [
-        ("TOLLGATE__SERVER__BIND", bind.as_str()),
-        ("TOLLGATE__SERVER__ADMIN_BIND", admin_bind.as_str()),
-    ];
-    let (ok, stdout, stderr) = tollgate(&["healthcheck"], &env);
+    let (public_port, public) = scripted_server(vec![
+        Some("HTTP/1.1 503 Service Unavailable"),
+        Some("HTTP/1.1 200 OK"),
+    ]);
+    let env = |public: u16, admin: u16| {
+        [
+            ("TOLLGATE__SERVER__BIND", format!("0.0.0.0:{public}")),
+            ("TOLLGATE__SERVER__ADMIN_BIND", format!("0.0.0.0:{admin}")),
+        ]
+    };
+    let run = |args: &[&str], env: &[(&str, String); 2]| {
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        tollgate(args, &env)
+    };
+    // The admin listener answers: the public one is not asked.
+    let (ok, stdout, stderr) = run(&["healthcheck"], &env(public_port, admin_port));
     assert!(ok, "{stderr}");
     assert_eq!(stdout, "HTTP/1.1 200 OK\n");
-    let (ok, _, stderr) = tollgate(&["healthcheck", "--ready"], &env);
+    assert_eq!(admin.join().unwrap(), ["GET /healthz HTTP/1.1"]);
+    // Readiness is the public listener's: a 503 there is not ready.
+    let (ok, _, stderr) = run(&["healthcheck", "--ready"], &env(public_port, closed));
     assert!(!ok, "the public listener answered 503");
     assert!(
         stderr.contains(&format!(":{public_port}/readyz")),
         "{stderr}"
     );
-    assert_eq!(admin.join().unwrap(), ["GET /healthz HTTP/1.1"]);
-    assert_eq!(public.join().unwrap(), ["GET /readyz HTTP/1.1"]);
+    // The admin listener does not answer: the public one's 200 is live.
+    let (ok, _, stderr) = run(&["healthcheck"], &env(public_port, closed));
+    assert!(ok, "{stderr}");
+    assert_eq!(
+        public.join().unwrap(),
+        ["GET /readyz HTTP/1.1", "GET /healthz HTTP/1.1"]
+    );
+    // Neither answers: not live, and both are named.
+    let also_closed = crate::support::app::free_port();
+    let (ok, _, stderr) = run(&["healthcheck"], &env(also_closed, closed));
+    assert!(!ok);
+    for port in [closed, also_closed] {
+        assert!(stderr.contains(&format!(":{port}/healthz")), "{stderr}");
+    }
+    // Given addresses: each asked in turn, no config read.
+    let (port, given) = scripted_server(vec![Some("HTTP/1.1 200 OK")]);
+    let (first, second) = (
+        format!("--address=127.0.0.1:{closed}"),
+        format!("--address=127.0.0.1:{port}"),
+    );
+    let (ok, _, stderr) = tollgate(
+        &["healthcheck", &first, &second],
+        &[("TOLLGATE__SERVER__BIND", "not an address")],
+    );
+    assert!(ok, "{stderr}");
+    assert_eq!(given.join().unwrap(), ["GET /healthz HTTP/1.1"]);
 }
 
 /// Against the real server: live and ready with its SQLite audit file;
