@@ -1,5 +1,5 @@
-//! What a reload makes looser than the settings it replaces: shadow mode
-//! turned on, block-list entries removed, allow-list entries added.
+//! What a reload makes looser than the settings it replaces: a shadow
+//! mode turned on (all of it, or the SMS or login rules'), block-list entries removed, allow-list entries added.
 //! Whoever can write the config file (or a mistaken edit, or a deploy of
 //! an old file) lifts protection so, and a line at `info` among the
 //! routine reloads is easy to miss: these are warned of, by name.
@@ -13,6 +13,11 @@ use crate::settings::Settings;
 pub fn loosened(before: &Settings, after: &Settings) -> Vec<String> {
     let mut found = Vec::new();
     for (key, was, is) in [
+        (
+            "shadow.enabled",
+            before.shadow.enabled,
+            after.shadow.enabled,
+        ),
         ("sms.shadow", before.sms.shadow, after.sms.shadow),
         ("login.shadow", before.login.shadow, after.login.shadow),
     ] {
@@ -60,12 +65,14 @@ mod tests {
         let net = |text: &str| text.parse::<ipnet::IpNet>().unwrap();
         before.lists.block_ips = vec![net("198.51.100.0/24"), net("203.0.113.9/32")];
         let mut after = before.clone();
+        after.shadow.enabled = true;
         after.sms.shadow = true;
         after.lists.block_ips = vec![net("203.0.113.9/32")];
         after.lists.allow_users = vec!["ops".into()];
         assert_eq!(
             loosened(&before, &after),
             [
+                "shadow.enabled turned on",
                 "sms.shadow turned on",
                 "1 block-list entries removed",
                 "1 allow-list entries added"
