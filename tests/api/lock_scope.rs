@@ -308,6 +308,8 @@ fn the_lock_scope_reads_from_the_file_and_bad_values_are_refused() {
     assert!(huge.contains("login.account_lock_after"), "{huge}");
     let huge = error("[login]\ncaptcha_after = 1001\n");
     assert!(huge.contains("login.captcha_after"), "{huge}");
+    let huge = error("[login]\nlock_scope = \"user\"\nlock_after = 5000\n");
+    assert!(huge.contains("login.lock_after"), "{huge}");
     assert!(load("[login]\ncaptcha_after = 1000\naccount_lock_after = 1000\n").is_ok());
     let unknown = error("[login]\nlock_scope = \"ip\"\n");
     assert!(unknown.contains("login.lock_scope"), "{unknown}");

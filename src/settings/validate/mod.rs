@@ -487,8 +487,10 @@ impl Settings {
         // these, and every attempt on the name reads it whole: past a
         // thousand, each attempt on a sprayed name (a refused one too)
         // would cost Redis's one thread in proportion.
+        // `lock_after` is the user's own threshold under lock_scope = "user".
         for (key, value) in [
             ("login.captcha_after", login.captcha_after),
+            ("login.lock_after", login.lock_after),
             ("login.account_lock_after", login.account_lock_after),
         ] {
             if value > MOST_USER_FAILURES_KEPT {
