@@ -156,9 +156,10 @@ async fn run(
     transport: AsyncSmtpTransport<Tokio1Executor>,
     from: Mailbox,
     mut queues: Queues,
-    config: MailerConfig,
+    configured: MailerConfig,
 ) {
     while let Some(outgoing) = queues.next().await {
+        let mut config = configured;
         let Outgoing {
             kind,
             to,
@@ -187,14 +188,16 @@ async fn run(
             };
             // A server that did not answer on any try (down, hung, a
             // tarpit) would hold the one mail task as long again for each
-            // further copy, the lock notices queued behind them.
-            if sent == Sent::NoServer && recipient + 1 < copies {
+            // further copy, the lock notices queued behind them: the
+            // others get one try each (a slow check of one address may be
+            // all that failed).
+            if sent == Sent::NoServer && config.attempts > 1 && recipient + 1 < copies {
                 tracing::warn!(
                     kind,
                     left = copies - recipient - 1,
-                    "the SMTP server is not answering: the other copies are not tried"
+                    "the SMTP server is not answering: one try for each other copy"
                 );
-                break;
+                config.attempts = 1;
             }
         }
         if let Some(reached) = reached {
@@ -395,9 +398,9 @@ mod tests {
         drop(silent);
     }
 
-    /// A server that answers no try of the first copy is not tried for the
-    /// others (each would hold the mail task as long again): the email's
-    /// sender hears that no one got it.
+    /// A server that answers no try of the first copy gets one try for
+    /// each other copy, not every try (each would hold the mail task as
+    /// long again): the email's sender hears that no one got it.
     #[tokio::test]
     async fn a_silent_server_is_not_tried_for_every_copy() {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -433,8 +436,8 @@ mod tests {
         task.await.expect("the task ends");
         assert_eq!(
             accepted.load(std::sync::atomic::Ordering::SeqCst),
-            2,
-            "two tries of the first copy, none of the others"
+            4,
+            "two tries of the first copy, one of each other"
         );
         silent.abort();
     }
