@@ -12,8 +12,11 @@
 //! /56 (256 of them) and anyone a tunnel broker's free /48: each /64 at its
 //! own cap, eight of them filled the public listener and two the admin
 //! one. So an IPv6 /48 has a cap of its own too, `network_cap` (twice an
-//! address's on the public listener, once on the admin one), as the rate
-//! limits and the admin sign-in throttle count a /48.
+//! address's on the public listener, once on the admin one), as the
+//! admin sign-in throttle counts a /48 (and the SMS network windows by
+//! default, `sms.network_bits`). A fixed /48, not a setting: a carrier
+//! that puts many devices in one /48 and reaches tollgate directly needs a
+//! higher `max_connections_per_ip`.
 //!
 //! An address inside `server.trusted_proxies` is not counted: a proxy
 //! carries many clients on few addresses, and each of its requests is
