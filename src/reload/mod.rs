@@ -271,7 +271,7 @@ impl Reloader {
                             tracing::warn!(
                                 cause = ?cause,
                                 loosened = %looser.join(", "),
-                                "settings reloaded looser than before"
+                                "a reload loosened protection"
                             );
                         }
                         if waiting.is_empty() {
