@@ -45,16 +45,18 @@ pub fn local_address(bind: SocketAddr) -> anyhow::Result<SocketAddr> {
     Ok(SocketAddr::new(ip, bind.port()))
 }
 
-/// [`probe`] each of `addresses` in turn: the first 200's status line, or
-/// every failure, joined.
+/// [`probe`] each of `addresses` in turn, `timeout` shared among them (a
+/// container runtime bounds the whole check): the first 200's status line,
+/// or every failure, joined.
 pub async fn probe_any(
     addresses: &[SocketAddr],
     path: &str,
     timeout: Duration,
 ) -> anyhow::Result<String> {
+    let share = timeout / u32::try_from(addresses.len().max(1)).unwrap_or(u32::MAX);
     let mut failures = Vec::new();
     for &address in addresses {
-        match probe(address, path, timeout).await {
+        match probe(address, path, share).await {
             Ok(status) => return Ok(status),
             Err(e) => failures.push(format!("{e:#}")),
         }

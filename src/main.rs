@@ -56,7 +56,7 @@ enum Command {
         /// read.
         #[arg(long)]
         address: Vec<SocketAddr>,
-        /// Longest wait for the answer.
+        /// Longest wait for the answer, shared among the addresses asked.
         #[arg(long, default_value = "3s", value_parser = humantime::parse_duration)]
         timeout: Duration,
     },
