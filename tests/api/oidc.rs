@@ -171,15 +171,7 @@ pub async fn sign_in(app: &TestApp, provider: &OidcProvider, user: &str) -> Brow
 
 /// Press the console's Sign out as `browser` (its page's CSRF token).
 async fn sign_out(browser: &Browser, app: &TestApp) -> reqwest::Response {
-    let page = browser
-        .client
-        .get(format!("{}/admin", app.address))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let page = crate::support::text_of(browser.client.get(format!("{}/admin", app.address))).await;
     let marker = "name=\"csrf\" value=\"";
     let start = page
         .find("action=\"/admin/logout\"")

@@ -522,14 +522,7 @@ async fn a_reload_swaps_the_sms_provider_and_names_what_waits_for_a_restart() {
         "{waiting:?}"
     );
     // A gauge an alert can watch: the file is not all in force.
-    let metrics = client
-        .get(format!("{}/metrics", server.address))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = server.metrics(&client).await;
     assert!(
         metrics
             .lines()

@@ -606,12 +606,7 @@ async fn refused_over_a_stall(
     redis.freeze();
     let refused = request.await;
     redis.thaw();
-    assert_eq!(
-        (refused.status.as_u16(), refused.error()),
-        (503, "store_unavailable"),
-        "{}",
-        refused.body
-    );
+    assert_store_unavailable(&refused, "over a stall");
     assert!(ready_again(app).await, "Redis answers again");
 }
 
@@ -1135,16 +1130,12 @@ async fn a_connection_that_goes_silent_is_replaced() {
 #[tokio::test]
 async fn the_console_names_a_store_failure_without_the_stores_words() {
     let app = spawn_app(Backend::Redis, unreachable_redis(OnStoreError::Deny)).await;
-    let page = app
-        .client
-        .get(format!("{}/admin", app.address))
-        .basic_auth("admin", Some(crate::support::app::ADMIN_TOKEN))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let page = crate::support::text_of(
+        app.client
+            .get(format!("{}/admin", app.address))
+            .basic_auth("admin", Some(crate::support::app::ADMIN_TOKEN)),
+    )
+    .await;
     assert!(
         page.contains("The blocked number ranges cannot be read: the store is unavailable."),
         "{page}"
@@ -1185,6 +1176,16 @@ fn unblock_rows(app: &TestApp) -> usize {
         .count()
 }
 
+/// `answer` is the 503 a store that does not answer gives.
+fn assert_store_unavailable(answer: &crate::support::app::Answer, context: &str) {
+    assert_eq!(
+        (answer.status.as_u16(), answer.error()),
+        (503, "store_unavailable"),
+        "{context}: {}",
+        answer.body
+    );
+}
+
 /// An unblock must reach Redis, whatever `on_error` says: the fallback
 /// store would take it, answer the lock lifted and audit it, while Redis
 /// kept the lock. Refused 503 and not audited; done once Redis answers.
@@ -1199,12 +1200,7 @@ async fn an_unblock_while_redis_stalls_is_refused_whatever_the_fallback() {
             .admin_post("/admin/api/subjects/user/alice/unblock")
             .await;
         redis.thaw();
-        assert_eq!(
-            (refused.status.as_u16(), refused.error()),
-            (503, "store_unavailable"),
-            "{on_error:?}: {}",
-            refused.body
-        );
+        assert_store_unavailable(&refused, &format!("{on_error:?}"));
         app.flush_audit().await;
         assert_eq!(unblock_rows(&app), 0, "{on_error:?}: nothing audited");
         assert!(ready_again(&app).await, "{on_error:?}: Redis answers again");
@@ -1237,12 +1233,7 @@ async fn an_unblock_refused_in_an_outage_leaves_the_local_stores_lock() {
         .login_attempt(json!({ "user": "alice", "success": true, "ip": "203.0.113.1" }))
         .await;
     redis.thaw();
-    assert_eq!(
-        (refused.status.as_u16(), refused.error()),
-        (503, "store_unavailable"),
-        "{}",
-        refused.body
-    );
+    assert_store_unavailable(&refused, "on_error = local");
     assert_eq!(still.body["locked"], true, "{}", still.body);
     app.flush_audit().await;
     assert_eq!(unblock_rows(&app), 0);

@@ -48,3 +48,14 @@ pub fn whole_request(request: &[u8]) -> bool {
         .unwrap_or(0);
     request.len() >= end + 4 + length
 }
+
+/// The body of `request`'s answer, as text (a test's GET of a page).
+pub async fn text_of(request: reqwest::RequestBuilder) -> String {
+    request
+        .send()
+        .await
+        .expect("an answer")
+        .text()
+        .await
+        .expect("a text body")
+}

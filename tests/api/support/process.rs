@@ -150,14 +150,7 @@ impl Tollgate {
 
     /// `/metrics` (on the public listener), as Prometheus text.
     pub async fn metrics(&self, client: &reqwest::Client) -> String {
-        client
-            .get(format!("{}/metrics", self.address))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap()
+        super::text_of(client.get(format!("{}/metrics", self.address))).await
     }
 
     /// Asserts `/metrics` (on the public listener) has each of `series` as
