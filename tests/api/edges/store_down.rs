@@ -1,7 +1,7 @@
 //! Health and readiness, and a store that is down or slow: fail closed,
 //! fail open, fall back; metrics of decisions and store calls.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use std::time::{Duration, Instant};
@@ -197,6 +197,19 @@ impl PrivateRedis {
     fn refuse_writes(&self, refuse: bool) {
         self.config_set("maxmemory-policy", "noeviction");
         self.config_set("maxmemory", if refuse { "1" } else { "0" });
+    }
+
+    /// Make this server a replica of the one at `port` (`REPLICAOF`): its
+    /// clients stay connected, and every write they send is refused
+    /// `READONLY`.
+    fn replica_of(&self, port: u16) {
+        let status = std::process::Command::new("redis-cli")
+            .args(["-p", &self.port.to_string(), "replicaof", "127.0.0.1"])
+            .arg(port.to_string())
+            .stdout(std::process::Stdio::null())
+            .status()
+            .expect("redis-cli runs");
+        assert!(status.success());
     }
 
     /// `CONFIG SET` on this server, by `redis-cli`.
@@ -970,9 +983,11 @@ async fn a_slow_delivery_between_two_outages_leaves_the_second_ones_code() {
 /// A TCP proxy to a Redis whose open connections can be silenced: they stop
 /// carrying anything either way but stay open, as a connection to a host
 /// that died or went behind a firewall that drops. Connections made after
-/// that are carried as before.
+/// that are carried as before, to the Redis they are sent to then (a
+/// failover behind one address).
 struct SilencingProxy {
     port: u16,
+    to: Arc<AtomicU16>,
     silenced: Arc<Mutex<Vec<Arc<AtomicBool>>>>,
     accepted: Arc<AtomicUsize>,
     task: tokio::task::JoinHandle<()>,
@@ -984,11 +999,13 @@ impl SilencingProxy {
             .await
             .expect("a free port");
         let port = listener.local_addr().expect("bound").port();
+        let to = Arc::new(AtomicU16::new(to));
         let silenced: Arc<Mutex<Vec<Arc<AtomicBool>>>> = Arc::default();
         let accepted = Arc::new(AtomicUsize::new(0));
-        let (flags, count) = (silenced.clone(), accepted.clone());
+        let (target, flags, count) = (to.clone(), silenced.clone(), accepted.clone());
         let task = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
+                let to = target.load(Ordering::SeqCst);
                 let Ok(server) = tokio::net::TcpStream::connect(("127.0.0.1", to)).await else {
                     continue;
                 };
@@ -1003,10 +1020,17 @@ impl SilencingProxy {
         });
         Self {
             port,
+            to,
             silenced,
             accepted,
             task,
         }
+    }
+
+    /// Carry the connections made from now on to the Redis at `port`; the
+    /// open ones stay where they are.
+    fn send_new_connections_to(&self, port: u16) {
+        self.to.store(port, Ordering::SeqCst);
     }
 
     /// Copy `from` to `to` until either ends; once `silenced`, hold both
@@ -1070,18 +1094,7 @@ async fn a_connection_that_goes_silent_is_replaced() {
     })
     .await;
     assert_eq!(app.login_check(json!({ "user": "a" })).await.status, 200);
-    // Every client connects (each worker's in the background): silence
-    // them all, once the count has stood still for a second.
-    let mut connections = proxy.accepted();
-    loop {
-        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
-        let now = proxy.accepted();
-        if now == connections {
-            break;
-        }
-        connections = now;
-    }
-    assert!(connections >= 2, "the start-up client and the workers'");
+    let connections = settled_connections(&proxy).await;
 
     proxy.silence_open_connections();
     let cut_off = app.login_check(json!({ "user": "a" })).await;
@@ -1113,6 +1126,75 @@ async fn a_connection_that_goes_silent_is_replaced() {
             "still no answers from Redis after 30 s"
         );
         if check().await.ok() == Some(200) {
+            in_a_row += 1;
+        } else {
+            in_a_row = 0;
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    }
+    assert!(
+        proxy.accepted() > connections,
+        "answered through new connections"
+    );
+}
+
+/// How many connections `proxy` carries once every client of the app has
+/// connected (each worker's in the background): once the count has stood
+/// still for a second.
+async fn settled_connections(proxy: &SilencingProxy) -> usize {
+    let mut connections = proxy.accepted();
+    loop {
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        let now = proxy.accepted();
+        if now == connections {
+            break;
+        }
+        connections = now;
+    }
+    assert!(connections >= 2, "the start-up client and the workers'");
+    connections
+}
+
+/// A primary turned into a replica while its clients stay connected (a
+/// failover behind one name or address that closes no connection) refuses
+/// every write `READONLY`: each client connects again at its first such
+/// answer, and the new connections reach the new primary. Without that, a
+/// deployment answered 503 until something outside cut the connections.
+#[tokio::test]
+async fn a_primary_turned_replica_under_open_connections_is_left() {
+    let old = PrivateRedis::start().await;
+    let new = PrivateRedis::start().await;
+    let proxy = SilencingProxy::start(old.port).await;
+    let url = proxy.url();
+    let app = spawn_app(Backend::Redis, move |s| {
+        s.store.redis_url = SecretUrl::new(url);
+    })
+    .await;
+    let attempt = json!({ "user": "a", "success": true });
+    assert_eq!(app.login_attempt(attempt.clone()).await.status, 200);
+    let connections = settled_connections(&proxy).await;
+
+    proxy.send_new_connections_to(new.port);
+    old.replica_of(new.port);
+    let fresh = reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()
+        .expect("an HTTP client");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let mut in_a_row = 0;
+    while in_a_row < 10 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "writes still refused after 30 s"
+        );
+        let answer = fresh
+            .post(format!("{}/login/attempt", app.address))
+            .bearer_auth(crate::support::app::API_KEY)
+            .json(&attempt)
+            .send()
+            .await
+            .map(|answer| answer.status().as_u16());
+        if answer.ok() == Some(200) {
             in_a_row += 1;
         } else {
             in_a_row = 0;
