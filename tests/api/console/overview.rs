@@ -269,6 +269,10 @@ async fn open_locks_are_those_not_run_out_nor_unblocked_latest_first(kind: DbKin
     shadow.shadow = true;
     let mut deny = lock("2026-03-01T11:59:00Z", subject(User, "gina"), 10);
     deny.decision = AuditDecision::Deny;
+    // The admin sign-in throttle's lock, ending last: the store's state
+    // never confirms it, so listed it would only push users' locks off.
+    let mut throttled = lock("2026-03-01T11:59:00Z", subject(Ip, "198.51.100.1"), 20 * 60);
+    throttled.action = Action::Admin;
     audit
         .insert(
             &[
@@ -288,6 +292,7 @@ async fn open_locks_are_those_not_run_out_nor_unblocked_latest_first(kind: DbKin
                 lock("2026-03-01T06:00:00Z", subject(Prefix, "+8613900"), 12 * 60),
                 shadow,
                 deny,
+                throttled,
             ],
             7,
         )
