@@ -236,8 +236,8 @@ fn describe() {
 }
 
 /// The series the shipped alerts watch, there from start-up: the failure
-/// counters (store errors, spooled and unjournaled audit events, unreadable
-/// journal segments) from 0, as a series that first appears at 1 hides its
+/// counters (store errors, spooled, unjournaled and refused audit events,
+/// unreadable journal segments, each route's refusals) from 0, as a series that first appears at 1 hides its
 /// first failure from `rate` and `increase`, and the last reload's outcome
 /// at 1. (The busy series the other alerts read exist after the first
 /// requests.)
@@ -246,8 +246,13 @@ fn zeroes() {
     for outcome in SmsDelivery::ALL {
         counter!(SMS_DELIVERIES, "outcome" => outcome.as_str()).increment(0);
     }
-    for outcome in ["spooled", "unjournaled"] {
+    for outcome in ["spooled", "unjournaled", "refused"] {
         counter!(AUDIT_EVENTS, "outcome" => outcome).increment(0);
+    }
+    // `TollgatePumpingBlock` reads the send refusals from their first.
+    for route in Route::ALL {
+        counter!(REQUESTS, "route" => route.as_str(), "decision" => Outcome::Deny.as_str())
+            .increment(0);
     }
     counter!(AUDIT_JOURNAL_ERRORS, "op" => "read").increment(0);
     counter!(AUDIT_JOURNAL_ERRORS, "op" => "parse").increment(0);
@@ -630,6 +635,8 @@ mod tests {
             "tollgate_store_errors_total 0",
             "tollgate_audit_events_total{outcome=\"spooled\"} 0",
             "tollgate_audit_events_total{outcome=\"unjournaled\"} 0",
+            "tollgate_audit_events_total{outcome=\"refused\"} 0",
+            "tollgate_requests_total{route=\"sms_send\",decision=\"deny\"} 0",
             "tollgate_audit_journal_errors_total{op=\"read\"} 0",
         ] {
             assert!(
