@@ -72,7 +72,9 @@ async fn show_events(state: &AppState, req: &HttpRequest) -> Result<HttpResponse
             .then(|| views::events_href(&parsed.filter, parsed.limit, None)),
         next_href: next_cursor.map(|c| views::events_href(&parsed.filter, parsed.limit, Some(&c))),
         export_href: admin.may(Permission::ExportCsv).then(|| {
-            let href = views::events_href(&parsed.filter, parsed.limit, None);
+            // The whole filter, from its newest row: not the page's size,
+            // which would cut the file with nothing in it to say so.
+            let href = views::events_href(&parsed.filter, None, None);
             let token = csrf::issue(&admin.csrf_key, &export_subject(), Utc::now());
             let token = form_urlencoded::Serializer::new(String::new())
                 .append_pair(csrf::QUERY_PARAMETER, &token)
