@@ -46,8 +46,13 @@ impl Grants {
     }
 }
 
-/// The claim at a dotted `path` (`realm_access.roles`).
+/// The claim named `path`, else the one at `path` read as dotted
+/// (`realm_access.roles`): Auth0's claims are named by URLs
+/// (`https://example.com/roles`), whose dots are no path.
 fn claim<'a>(claims: &'a Map<String, Value>, path: &str) -> Option<&'a Value> {
+    if let Some(value) = claims.get(path) {
+        return Some(value);
+    }
     let mut parts = path.split('.');
     let mut value = claims.get(parts.next()?)?;
     for part in parts {
@@ -229,6 +234,11 @@ mod tests {
                 "realm_access.roles"
             ),
             Roles::of(&[Role::Operator])
+        );
+        let auth0 = "https://tollgate.example.com/roles";
+        assert_eq!(
+            roles_of(json!({"sub": "a", auth0: ["tollgate-viewer"]}), auth0),
+            Roles::of(&[Role::Viewer])
         );
         for claims in [
             json!({"sub": "a"}),
