@@ -147,15 +147,20 @@ async fn metrics_count_decisions_and_store_calls_in_prometheus_text() {
 struct PrivateRedis {
     port: u16,
     child: std::process::Child,
+    /// Its working directory: a replica's sync writes a `dump.rdb` there.
+    _dir: tempfile::TempDir,
 }
 
 impl PrivateRedis {
     async fn start() -> Self {
         let port = crate::support::app::free_port();
+        let dir = tempfile::tempdir().expect("a temporary directory");
         let child = std::process::Command::new("redis-server")
             .args([
                 "--port",
                 &port.to_string(),
+                "--dir",
+                &dir.path().to_string_lossy(),
                 "--bind",
                 "127.0.0.1",
                 "--save",
@@ -175,7 +180,11 @@ impl PrivateRedis {
             }
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
-        Self { port, child }
+        Self {
+            port,
+            child,
+            _dir: dir,
+        }
     }
 
     fn url(&self) -> String {
