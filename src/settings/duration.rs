@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use serde::de::Error as _;
-use serde::{Deserializer, Serializer};
+use serde::{Deserialize, Deserializer, Serializer};
 
 /// The longest duration any setting takes: a century (`"36500d"`). A longer
 /// one is a slip, and far enough out (a few hundred thousand years) it no
@@ -15,8 +15,22 @@ use serde::{Deserializer, Serializer};
 pub const LONGEST: Duration = Duration::from_secs(36_500 * 86_400);
 
 /// Reads humantime text: `"500ms"`, `"90d"`, `"1h 30m"`; at most [`LONGEST`].
+/// humantime's `M` is a month: `"1M"` for a minute would be 43,830 of them
+/// (a phone's one send a month, a code valid for half a year), so it is
+/// refused, and months are written as days.
 pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
-    let value: Duration = humantime_serde::deserialize(deserializer)?;
+    use serde::de::IntoDeserializer;
+    let text = String::deserialize(deserializer)?;
+    if text
+        .split(|c: char| !c.is_ascii_alphabetic())
+        .any(|unit| unit == "M")
+    {
+        return Err(D::Error::custom(
+            "`M` is a month: write minutes as `m`, and months as days (`30d`)",
+        ));
+    }
+    let value: Duration = humantime_serde::deserialize(text.into_deserializer())
+        .map_err(|e: serde::de::value::Error| D::Error::custom(e))?;
     if value > LONGEST {
         return Err(D::Error::custom("must be at most 36500d (a century)"));
     }
@@ -85,6 +99,33 @@ mod tests {
             let err = toml::from_str::<Holder>(text).expect_err(text).to_string();
             assert!(err.contains("at most 36500d"), "{text}: {err}");
         }
+    }
+
+    #[test]
+    fn a_month_written_m_is_refused_and_minutes_read_as_ever() {
+        for text in [
+            r#"d = "1M""#,
+            r#"d = "5M""#,
+            r#"d = "1h 1M""#,
+            r#"d = "2M3d""#,
+        ] {
+            let err = toml::from_str::<Holder>(text).expect_err(text).to_string();
+            assert!(err.contains("`M` is a month"), "{text}: {err}");
+        }
+        for (text, duration) in [
+            (r#"d = "1m""#, Duration::from_secs(60)),
+            (r#"d = "5ms""#, Duration::from_millis(5)),
+            (r#"d = "1min""#, Duration::from_secs(60)),
+            (r#"d = "1h 30m""#, Duration::from_secs(5400)),
+        ] {
+            assert_eq!(
+                toml::from_str::<Holder>(text).unwrap().d,
+                duration,
+                "{text}"
+            );
+        }
+        let err = toml::from_str::<Holder>(r#"d = "soon""#).expect_err("no duration");
+        assert!(err.to_string().contains("soon"), "{err}");
     }
 
     #[test]
