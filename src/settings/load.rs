@@ -507,4 +507,29 @@ mod tests {
             assert_eq!(settings.sms.network_bits, bits);
         }
     }
+
+    /// `store.timeout` and `audit.flush_interval` have a ceiling: a slip
+    /// of a unit (`100m` for `100ms`) would hold every decision, or the
+    /// trail, for hours.
+    #[test]
+    fn a_store_timeout_or_flush_interval_of_minutes_is_refused() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let path = dir.path().join("tollgate.toml");
+        for (text, key) in [
+            ("[store]\ntimeout = \"100m\"\n", "store.timeout"),
+            ("[store]\ntimeout = \"10001ms\"\n", "store.timeout"),
+            (
+                "[audit]\nflush_interval = \"200m\"\n",
+                "audit.flush_interval",
+            ),
+        ] {
+            let error = Settings::load_text(&path, text)
+                .expect_err(text)
+                .to_string();
+            assert!(error.contains(key), "{text}: {error}");
+        }
+        let text = "[store]\ntimeout = \"10s\"\n[audit]\nflush_interval = \"60s\"\n";
+        let settings = Settings::load_text(&path, text).expect("loads");
+        assert_eq!(settings.store.timeout, std::time::Duration::from_secs(10));
+    }
 }
