@@ -126,9 +126,15 @@ impl Reloadable {
 /// to the first two at once, a changed value would start every prefix's
 /// windows from zero and leave the rollups cutting ranges the rules no
 /// longer name, while the log says it waits for a restart.
+/// `sms.network_bits` names every IPv6 network subject (the send, verify,
+/// failed-delivery and login network windows): changed mid-window, each
+/// would start from zero, and the admin's look-ups at the old length would
+/// find nothing.
 fn restart_only_kept(read: &Settings, running: &PolicyCell) -> Settings {
     let mut kept = read.clone();
-    kept.sms.prefix_digits = running.current().sms.settings.prefix_digits;
+    let running = running.current();
+    kept.sms.prefix_digits = running.sms.settings.prefix_digits;
+    kept.sms.network_bits = running.sms.settings.network_bits;
     kept
 }
 

@@ -35,6 +35,11 @@ pub fn pending(running: &Settings, read: &Settings) -> Vec<&'static str> {
             "sms.prefix_digits",
             running.sms.prefix_digits != read.sms.prefix_digits,
         ),
+        // Every IPv6 network subject's name (reload::restart_only_kept).
+        (
+            "sms.network_bits",
+            running.sms.network_bits != read.sms.network_bits,
+        ),
     ];
     changed
         .into_iter()
@@ -73,13 +78,15 @@ mod tests {
         read.sms.code_secret = Secret::new("another-secret-0123456789");
         read.audit.batch_size += 1;
         read.lists.refresh_interval *= 2;
+        read.sms.network_bits = 56;
         assert_eq!(
             pending(&running, &read),
             [
                 "[server]",
                 "[audit]",
                 "lists.refresh_interval",
-                "sms.code_secret"
+                "sms.code_secret",
+                "sms.network_bits"
             ]
         );
     }

@@ -102,19 +102,25 @@ fn a_reload_swaps_the_decision_settings_and_a_bad_file_keeps_the_old_ones() {
     }
 }
 
-/// `sms.prefix_digits` waits for a restart, as the log says: the prefix
-/// windows and the pumping guard keep cutting phones where the audit
-/// rollups do.
+/// `sms.prefix_digits` and `sms.network_bits` wait for a restart, as the
+/// log says: the prefix windows and the pumping guard keep cutting phones
+/// where the audit rollups do, and every network window keeps its subjects.
 #[test]
-fn a_reload_keeps_the_running_prefix_digits_until_a_restart() {
+fn a_reload_keeps_the_running_prefix_digits_and_network_bits_until_a_restart() {
     let dir = tempfile::tempdir().unwrap();
     let reloadable = on_defaults();
     let file = dir.path().join("tollgate.toml");
-    std::fs::write(&file, "[sms]\nprefix_digits = 4\nmax_verify_attempts = 3\n").unwrap();
+    std::fs::write(
+        &file,
+        "[sms]\nprefix_digits = 4\nnetwork_bits = 56\nmax_verify_attempts = 3\n",
+    )
+    .unwrap();
     let read = reloadable.reload(Some(&file)).unwrap();
     assert_eq!(read.sms.prefix_digits, 4, "read, to be named as waiting");
+    assert_eq!(read.sms.network_bits, 56, "read, to be named as waiting");
     let policy = reloadable.policy.current();
     assert_eq!(policy.sms.settings.prefix_digits, 7, "the running value");
+    assert_eq!(policy.sms.settings.network_bits, 48, "the running value");
     assert_eq!(
         policy.sms.settings.max_verify_attempts, 3,
         "the rest applies"
