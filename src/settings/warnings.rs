@@ -142,8 +142,79 @@ fn warn_of_listed_phones_without_asker_limits(settings: &Settings) {
     }
 }
 
+/// Shadow mode decides and audits but refuses nothing. A reload that turns
+/// it on says so (`reload::loosened`); a start in it, by the file or by
+/// `TOLLGATE__SHADOW__ENABLED`, said nothing.
+fn warn_of_shadow_mode(settings: &Settings) {
+    let on: Vec<&str> = [
+        ("shadow.enabled", settings.shadow.enabled),
+        ("sms.shadow", settings.sms.shadow),
+        ("login.shadow", settings.login.shadow),
+    ]
+    .into_iter()
+    .filter_map(|(key, on)| on.then_some(key))
+    .collect();
+    if !on.is_empty() {
+        tracing::warn!(
+            settings = %on.join(", "),
+            "shadow mode is on: requests are decided and audited, and none is refused \
+             (docs/rules.md)"
+        );
+    }
+}
+
+/// `sms.prefix_digits` counts the country code: a handful of digits makes a
+/// prefix a whole country's or operator's numbers, which share every prefix
+/// limit and which twenty unverified sends block for everyone; a dozen
+/// makes it one number, which the phone's windows keep below the pumping
+/// guard's `min_sends`.
+fn warn_of_prefixes_far_from_a_range(settings: &Settings) {
+    let digits = settings.sms.prefix_digits;
+    if digits < 5 {
+        tracing::warn!(
+            digits,
+            "sms.prefix_digits counts the country code: a prefix this short holds a country's \
+             or an operator's numbers, whose sends share each prefix limit and which twenty \
+             unverified sends block for everyone (docs/pumping.md)"
+        );
+    } else if digits > 10 {
+        tracing::warn!(
+            digits,
+            "sms.prefix_digits this long makes a prefix a few numbers (a whole +1 number at \
+             11): prefix limits count as a phone's, and the pumping guard sees no range \
+             (docs/pumping.md)"
+        );
+    }
+}
+
+/// A captcha tier whose threshold is at or past the lock's or block's
+/// never asks: the lock comes first.
+fn warn_of_login_captchas_that_never_ask(settings: &Settings) {
+    use super::LockScope;
+    let login = &settings.login;
+    let (lock_key, lock_after) = match login.lock_scope {
+        LockScope::User => ("login.lock_after", login.lock_after),
+        LockScope::UserIp => ("login.account_lock_after", login.account_lock_after),
+    };
+    if login.captcha_after >= lock_after {
+        tracing::warn!(
+            "login.captcha_after is not below {lock_key}: the account is locked before any \
+             captcha is asked (docs/rules.md)"
+        );
+    }
+    if login.ip_captcha_after >= login.ip_block_after {
+        tracing::warn!(
+            "login.ip_captcha_after is not below login.ip_block_after: an address is blocked \
+             before any captcha is asked (docs/rules.md)"
+        );
+    }
+}
+
 /// Settings that work but leave a production service open to misuse.
 pub fn warn_of_risky_settings(settings: &Settings) {
+    warn_of_shadow_mode(settings);
+    warn_of_prefixes_far_from_a_range(settings);
+    warn_of_login_captchas_that_never_ask(settings);
     warn_of_listed_phones_without_asker_limits(settings);
     warn_without_api_keys(settings);
     warn_of_admin_routes_on_a_public_bind(settings);

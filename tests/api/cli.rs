@@ -129,6 +129,55 @@ fn check_config_warns_of_what_start_up_would() {
     );
 }
 
+/// Shadow mode, a prefix that is a country or a number, and a captcha tier
+/// the lock always beats are said on stderr; the defaults say none of it.
+#[test]
+fn check_config_warns_of_shadow_mode_odd_prefixes_and_captchas_never_asked() {
+    let (ok, _, quiet) = tollgate(&["check-config"], &[]);
+    assert!(ok, "{quiet}");
+    for said in [
+        "shadow mode is on",
+        "sms.prefix_digits",
+        "before any captcha",
+    ] {
+        assert!(!quiet.contains(said), "{said}: {quiet}");
+    }
+    for (env, said) in [
+        (
+            [("TOLLGATE__SHADOW__ENABLED", "true")].as_slice(),
+            "shadow mode is on",
+        ),
+        (&[("TOLLGATE__LOGIN__SHADOW", "true")], "login.shadow"),
+        (
+            &[("TOLLGATE__SMS__PREFIX_DIGITS", "4")],
+            "a prefix this short",
+        ),
+        (
+            &[("TOLLGATE__SMS__PREFIX_DIGITS", "11")],
+            "a prefix a few numbers",
+        ),
+        (
+            &[("TOLLGATE__LOGIN__CAPTCHA_AFTER", "100")],
+            "login.captcha_after is not below login.account_lock_after",
+        ),
+        (
+            &[
+                ("TOLLGATE__LOGIN__LOCK_SCOPE", "user"),
+                ("TOLLGATE__LOGIN__CAPTCHA_AFTER", "10"),
+            ],
+            "login.captcha_after is not below login.lock_after",
+        ),
+        (
+            &[("TOLLGATE__LOGIN__IP_CAPTCHA_AFTER", "100")],
+            "login.ip_captcha_after is not below login.ip_block_after",
+        ),
+    ] {
+        let (ok, _, stderr) = tollgate(&["check-config"], env);
+        assert!(ok, "{stderr}");
+        assert!(stderr.contains(said), "{env:?}: {said}: {stderr}");
+    }
+}
+
 /// Durations come out as a config file writes them, and read back the same.
 #[test]
 fn check_config_prints_durations_as_the_configuration_writes_them() {
