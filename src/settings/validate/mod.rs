@@ -74,10 +74,6 @@ fn provider_timeout(key: &str, value: Duration) -> Check {
 /// it, and a slip of a unit (`100m` for `100ms`) held requests for hours.
 const MAX_STORE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The longest `audit.flush_interval`: a batch waits that long to fill, and
-/// a writer with rows pending that long between tries.
-const MAX_FLUSH_INTERVAL: Duration = Duration::from_secs(60);
-
 /// The smallest `store.memory_limit`: below it a handful of subjects would
 /// evict one another.
 const MIN_MEMORY_LIMIT: u64 = 1 << 20;
@@ -309,12 +305,6 @@ impl Settings {
             MAX_QUEUE_CAPACITY,
         )?;
         duration("audit.flush_interval", audit.flush_interval)?;
-        if audit.flush_interval > MAX_FLUSH_INTERVAL {
-            return Err(SettingsError::invalid(
-                "audit.flush_interval",
-                "must be at most 60s (a batch waits that long to fill, and the trail lags behind)",
-            ));
-        }
         duration("audit.write_timeout", audit.write_timeout)?;
         if !(MIN_WRITE_TIMEOUT..=MAX_WRITE_TIMEOUT).contains(&audit.write_timeout) {
             return Err(SettingsError::invalid(
