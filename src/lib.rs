@@ -18,6 +18,7 @@ pub mod in_force;
 pub mod lists;
 pub mod metrics;
 pub mod oidc;
+mod regular_file;
 pub mod reload;
 pub mod routes;
 pub mod settings;

@@ -15,7 +15,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 pub use self::log::LogSender;
-pub(crate) use templates::skipped_template_name;
+pub(crate) use templates::{skipped_template_name, MAX_TEMPLATE_BYTES};
 pub use templates::{
     EmailKind, RenderedEmail, TemplateDirs, TemplateError, TemplateLoadError, Templates,
     TemplatesCell,

@@ -81,19 +81,24 @@ impl Reloadable {
         self.apply(Self::read(file)?)
     }
 
-    /// The settings `file` holds over the defaults and the environment.
+    /// The settings `file` holds over the defaults and the environment: a
+    /// regular file of at most [`crate::settings::MAX_CONFIG_BYTES`].
     pub fn read(file: Option<&Path>) -> Result<Settings, ReloadError> {
         Ok(match file {
             // The text checked is the text loaded: read once. A file that
             // cannot be read is refused as it is, not read a second time
             // (which a file recreated empty meanwhile would pass unchecked).
             Some(path) => {
-                let text = std::fs::read_to_string(path).map_err(|e| match e.kind() {
-                    std::io::ErrorKind::NotFound => {
-                        SettingsError::MissingFile(path.display().to_string())
-                    }
-                    _ => SettingsError::Load(format!("config file {}: {e}", path.display())),
-                })?;
+                let text =
+                    crate::regular_file::read_to_string(path, crate::settings::MAX_CONFIG_BYTES)
+                        .map_err(|e| match e.kind() {
+                            std::io::ErrorKind::NotFound => {
+                                SettingsError::MissingFile(path.display().to_string())
+                            }
+                            _ => {
+                                SettingsError::Load(format!("config file {}: {e}", path.display()))
+                            }
+                        })?;
                 refuse_empty(path, &text)?;
                 Settings::load_text(path, &text)?
             }

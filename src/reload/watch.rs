@@ -195,7 +195,7 @@ impl FileWatch {
 pub(super) fn fingerprint(file: Option<&Path>, dirs: &TemplateDirs) -> u64 {
     let mut hasher = DefaultHasher::new();
     if let Some(file) = file {
-        std::fs::read(file).ok().hash(&mut hasher);
+        read(file, crate::settings::MAX_CONFIG_BYTES).hash(&mut hasher);
     }
     for dir in [&dirs.sms, &dirs.email].into_iter().flatten() {
         hash_tree(dir, MAX_DEPTH, &mut hasher);
@@ -225,9 +225,15 @@ fn hash_tree(dir: &Path, depth: usize, hasher: &mut DefaultHasher) {
                 hash_tree(&path, depth - 1, hasher);
             }
         } else {
-            std::fs::read(&path).ok().hash(hasher);
+            read(&path, crate::delivery::MAX_TEMPLATE_BYTES).hash(hasher);
         }
     }
+}
+
+/// A file's bytes for the fingerprint, or why they cannot be read (a FIFO
+/// is not waited on: the watch would stop with it).
+fn read(path: &Path, limit: u64) -> Result<Vec<u8>, std::io::ErrorKind> {
+    crate::regular_file::read(path, limit).map_err(|e| e.kind())
 }
 
 #[cfg(test)]

@@ -11,6 +11,11 @@ use figment::{Figment, Metadata, Profile, Provider};
 use super::env::TypedEnv;
 use super::{Settings, DEFAULTS};
 
+/// The largest config file read: a file of block lists and limits is some
+/// kilobytes; a link to `/dev/zero` or a runaway generator is not read
+/// into memory.
+pub const MAX_CONFIG_BYTES: u64 = 16 * 1024 * 1024;
+
 /// Why the settings were refused, at start-up or on SIGHUP.
 #[derive(Debug, thiserror::Error)]
 pub enum SettingsError {
@@ -48,15 +53,18 @@ impl Settings {
     }
 
     /// Defaults, then `file` (when given), then `TOLLGATE__SECTION__KEY` variables.
+    /// The file is read as a reload reads it (a regular file of at most
+    /// [`MAX_CONFIG_BYTES`]), so that what starts also reloads.
     pub fn load(file: Option<&Path>) -> Result<Self, SettingsError> {
-        let mut figment = Figment::from(Toml::string(DEFAULTS));
-        if let Some(path) = file {
-            if !path.is_file() {
-                return Err(SettingsError::MissingFile(path.display().to_string()));
-            }
-            figment = figment.merge(Toml::file(path));
+        let Some(path) = file else {
+            return Self::with_env(Figment::from(Toml::string(DEFAULTS)));
+        };
+        if !path.is_file() {
+            return Err(SettingsError::MissingFile(path.display().to_string()));
         }
-        Self::with_env(figment)
+        let text = crate::regular_file::read_to_string(path, MAX_CONFIG_BYTES)
+            .map_err(|e| SettingsError::Load(format!("config file {}: {e}", path.display())))?;
+        Self::load_text(path, &text)
     }
 
     /// As [`Settings::load`], with `text` as the content of the config file
@@ -508,27 +516,39 @@ mod tests {
         }
     }
 
-    /// `store.timeout` and `audit.flush_interval` have a ceiling: a slip
-    /// of a unit (`100m` for `100ms`) would hold every decision, or the
-    /// trail, for hours.
+    /// Start-up reads the file as a reload does: one past 16 MiB is refused
+    /// (it started, and then every reload was refused).
     #[test]
-    fn a_store_timeout_or_flush_interval_of_minutes_is_refused() {
+    fn a_config_file_past_16_mib_is_refused_at_start_up() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let path = dir.path().join("tollgate.toml");
+        let mut text = "#".repeat(MAX_CONFIG_BYTES as usize);
+        std::fs::write(&path, &text).expect("written");
+        Settings::load(Some(&path)).expect("16 MiB of comments load");
+        text.push('#');
+        std::fs::write(&path, &text).expect("written");
+        let error = Settings::load(Some(&path)).expect_err("refused").to_string();
+        assert!(error.contains("larger than"), "{error}");
+    }
+
+    /// `store.timeout` has a ceiling: a slip of a unit (`100m` for `100ms`)
+    /// would hold every decision for hours. `audit.flush_interval` has
+    /// none: an hour holds a batch back on purpose (the image test's
+    /// kill -9 of a queue), and the journal keeps every row meanwhile.
+    #[test]
+    fn a_store_timeout_of_minutes_is_refused() {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let path = dir.path().join("tollgate.toml");
         for (text, key) in [
             ("[store]\ntimeout = \"100m\"\n", "store.timeout"),
             ("[store]\ntimeout = \"10001ms\"\n", "store.timeout"),
-            (
-                "[audit]\nflush_interval = \"200m\"\n",
-                "audit.flush_interval",
-            ),
         ] {
             let error = Settings::load_text(&path, text)
                 .expect_err(text)
                 .to_string();
             assert!(error.contains(key), "{text}: {error}");
         }
-        let text = "[store]\ntimeout = \"10s\"\n[audit]\nflush_interval = \"60s\"\n";
+        let text = "[store]\ntimeout = \"10s\"\n[audit]\nflush_interval = \"1h\"\n";
         let settings = Settings::load_text(&path, text).expect("loads");
         assert_eq!(settings.store.timeout, std::time::Duration::from_secs(10));
     }

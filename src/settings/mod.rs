@@ -31,7 +31,7 @@ pub use crate::domain::Algorithm;
 pub use admin::{AdminSettings, AdminToken, NamedAdminToken, OidcSettings, CALLBACK_PATH};
 pub use fraction::{percent, Fraction};
 pub use lists::ListSettings;
-pub use load::SettingsError;
+pub use load::{SettingsError, MAX_CONFIG_BYTES};
 pub use login::{LockScope, LoginSettings};
 pub use secret::{Secret, SecretUrl};
 pub use sms::{PumpingSettings, SmsProviderKind, SmsProviderSettings, SmsSettings};

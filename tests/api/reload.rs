@@ -281,6 +281,48 @@ async fn a_changed_config_file_is_reloaded_without_a_signal_and_a_bad_one_is_not
     assert_eq!(reloads(&server), 2, "{:?}", server.log.lock());
 }
 
+/// A FIFO renamed over the config file (a botched deploy) is refused at
+/// once, not waited on: the next good file is reloaded, and SIGTERM still
+/// stops the server. Opened as a file, the FIFO held the reload, every
+/// later one, and the shutdown that waits for it, for good.
+#[tokio::test]
+async fn a_fifo_in_the_config_files_place_is_refused_and_reloads_go_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = config(dir.path(), 1, 10);
+    let mut server = Tollgate::start(&file).await;
+    let client = reqwest::Client::new();
+    assert!(in_force(&server, &client, 1).await);
+
+    let fifo = dir.path().join(".tollgate.fifo");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    std::fs::rename(&fifo, &file).unwrap();
+    eventually(
+        "the FIFO's rejection in the log",
+        Duration::from_secs(10),
+        || async { rejected(&server, "not a regular file", "FileChanged") },
+    )
+    .await;
+
+    let saved = dir.path().join(".tollgate.toml.new");
+    std::fs::write(&saved, config_text(dir.path(), 30, 10, true)).unwrap();
+    std::fs::rename(&saved, &file).unwrap();
+    eventually("the new phone limit", Duration::from_secs(10), || async {
+        in_force(&server, &client, 30).await
+    })
+    .await;
+
+    server.signal("-TERM");
+    let status = tokio::time::timeout(Duration::from_secs(15), server.child.wait())
+        .await
+        .expect("stopped within 15 s of SIGTERM")
+        .unwrap();
+    assert!(status.success(), "{status}");
+}
+
 /// A file written in place by a writer that pauses (a slow pipe, an
 /// editor flushing in parts) is read once it is closed, not after the
 /// first quiet moment: a valid prefix (here without `[lists]` and with the

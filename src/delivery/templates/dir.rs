@@ -126,10 +126,18 @@ fn entries(dir: &Path) -> Result<Vec<(String, PathBuf, bool)>, TemplateLoadError
     Ok(found)
 }
 
+/// The most a template file holds: an SMS is a few hundred bytes, a mail
+/// notice a few thousand.
+pub(crate) const MAX_TEMPLATE_BYTES: u64 = 64 * 1024;
+
+/// A template's text: a regular file (a FIFO would block the load, and a
+/// reload with it, for good) of at most [`MAX_TEMPLATE_BYTES`].
 fn read(path: &Path) -> Result<String, TemplateLoadError> {
-    std::fs::read_to_string(path).map_err(|source| TemplateLoadError::Read {
-        path: path.to_path_buf(),
-        source,
+    crate::regular_file::read_to_string(path, MAX_TEMPLATE_BYTES).map_err(|source| {
+        TemplateLoadError::Read {
+            path: path.to_path_buf(),
+            source,
+        }
     })
 }
 

@@ -26,6 +26,7 @@ use plain::PlainSms;
 
 pub(crate) use dir::skipped as skipped_template_name;
 pub use dir::TemplateLoadError;
+pub(crate) use dir::MAX_TEMPLATE_BYTES;
 
 use crate::domain::locale;
 use crate::settings::Settings;
