@@ -527,7 +527,9 @@ mod tests {
         Settings::load(Some(&path)).expect("16 MiB of comments load");
         text.push('#');
         std::fs::write(&path, &text).expect("written");
-        let error = Settings::load(Some(&path)).expect_err("refused").to_string();
+        let error = Settings::load(Some(&path))
+            .expect_err("refused")
+            .to_string();
         assert!(error.contains("larger than"), "{error}");
     }
 

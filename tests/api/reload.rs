@@ -207,6 +207,14 @@ async fn in_force(server: &Tollgate, client: &reqwest::Client, n: u32) -> bool {
 
 /// Whether the log holds the rejection of a config naming `key`, reloaded
 /// for `cause` (`Hangup` or `FileChanged`).
+/// The config with a phone limit of `phone_limit` saved the way editors
+/// do: a new file renamed over the old one.
+fn save_as_editors_do(dir: &std::path::Path, file: &std::path::Path, phone_limit: u32) {
+    let saved = dir.join(".tollgate.toml.new");
+    std::fs::write(&saved, config_text(dir, phone_limit, 10, true)).unwrap();
+    std::fs::rename(&saved, file).unwrap();
+}
+
 fn rejected(server: &Tollgate, key: &str, cause: &str) -> bool {
     server
         .log
@@ -223,10 +231,7 @@ async fn a_changed_config_file_is_reloaded_without_a_signal_and_a_bad_one_is_not
     let client = reqwest::Client::new();
     assert!(in_force(&server, &client, 1).await);
 
-    // Saved the way editors do: a new file renamed over the old one.
-    let saved = dir.path().join(".tollgate.toml.new");
-    std::fs::write(&saved, config_text(dir.path(), 30, 10, true)).unwrap();
-    std::fs::rename(&saved, &file).unwrap();
+    save_as_editors_do(dir.path(), &file, 30);
     eventually("the new phone limit", Duration::from_secs(10), || async {
         in_force(&server, &client, 30).await
     })
@@ -307,9 +312,7 @@ async fn a_fifo_in_the_config_files_place_is_refused_and_reloads_go_on() {
     )
     .await;
 
-    let saved = dir.path().join(".tollgate.toml.new");
-    std::fs::write(&saved, config_text(dir.path(), 30, 10, true)).unwrap();
-    std::fs::rename(&saved, &file).unwrap();
+    save_as_editors_do(dir.path(), &file, 30);
     eventually("the new phone limit", Duration::from_secs(10), || async {
         in_force(&server, &client, 30).await
     })

@@ -1114,37 +1114,39 @@ async fn a_connection_that_goes_silent_is_replaced() {
     // Every client of the app (one per worker) is replaced once its calls
     // time out: ten answers in a row, each on a connection of its own (the
     // workers take new connections in turn), say they all were.
-    let fresh = reqwest::Client::builder()
-        .pool_max_idle_per_host(0)
-        .build()
-        .expect("an HTTP client");
-    let check = || async {
-        fresh
-            .post(format!("{}/login/check", app.address))
-            .bearer_auth(crate::support::app::API_KEY)
-            .json(&json!({ "user": "a" }))
-            .send()
-            .await
-            .map(|answer| answer.status().as_u16())
-    };
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    let mut in_a_row = 0;
-    while in_a_row < 10 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "still no answers from Redis after 30 s"
-        );
-        if check().await.ok() == Some(200) {
-            in_a_row += 1;
-        } else {
-            in_a_row = 0;
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        }
-    }
+    ten_answers_in_a_row(&app, "/login/check", &json!({ "user": "a" }), "no answers").await;
     assert!(
         proxy.accepted() > connections,
         "answered through new connections"
     );
+}
+
+/// Ten 200s in a row from `path`, each on an HTTP connection of its own
+/// (the workers take new connections in turn, so every worker's Redis
+/// client answered), within 30 s; `failing` says what it is otherwise.
+async fn ten_answers_in_a_row(app: &TestApp, path: &str, body: &serde_json::Value, failing: &str) {
+    let fresh = reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()
+        .expect("an HTTP client");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut in_a_row = 0;
+    while in_a_row < 10 {
+        assert!(Instant::now() < deadline, "{failing} after 30 s");
+        let answer = fresh
+            .post(format!("{}{path}", app.address))
+            .bearer_auth(crate::support::app::API_KEY)
+            .json(body)
+            .send()
+            .await
+            .map(|answer| answer.status().as_u16());
+        if answer.ok() == Some(200) {
+            in_a_row += 1;
+        } else {
+            in_a_row = 0;
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
 }
 
 /// How many connections `proxy` carries once every client of the app has
@@ -1185,31 +1187,7 @@ async fn a_primary_turned_replica_under_open_connections_is_left() {
 
     proxy.send_new_connections_to(new.port);
     old.replica_of(new.port);
-    let fresh = reqwest::Client::builder()
-        .pool_max_idle_per_host(0)
-        .build()
-        .expect("an HTTP client");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    let mut in_a_row = 0;
-    while in_a_row < 10 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "writes still refused after 30 s"
-        );
-        let answer = fresh
-            .post(format!("{}/login/attempt", app.address))
-            .bearer_auth(crate::support::app::API_KEY)
-            .json(&attempt)
-            .send()
-            .await
-            .map(|answer| answer.status().as_u16());
-        if answer.ok() == Some(200) {
-            in_a_row += 1;
-        } else {
-            in_a_row = 0;
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        }
-    }
+    ten_answers_in_a_row(&app, "/login/attempt", &attempt, "writes still refused").await;
     assert!(
         proxy.accepted() > connections,
         "answered through new connections"
