@@ -1,5 +1,6 @@
-//! Reading a file an operator names (the config file, a template): it must
-//! be a regular file, and not larger than its kind of file ever is.
+//! Reading a file an operator names (the config file, a template) or one
+//! found in the audit spool: it must be a regular file, and not larger
+//! than its kind of file ever is.
 //!
 //! A FIFO put under such a name blocked its reader at `open` until a writer
 //! came: a reload then waited for good, every later reload and change with

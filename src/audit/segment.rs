@@ -2,7 +2,6 @@
 //! of its events (appended, committed, sealed, to replay), and reading it
 //! back for a replay.
 
-use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -101,13 +100,8 @@ pub fn read_lines(path: &Path) -> io::Result<Lines> {
     // Whoever may write the spool directory could put a FIFO there under
     // a journal's name: opening it would wait for a writer for good, and
     // the audit writer's replay with it. A device is no journal either.
-    if !fs::metadata(path)?.is_file() {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "not a regular file",
-        ));
-    }
-    let bytes = fs::read(path)?;
+    // No bound but the journal's own (`audit.journal_max_bytes`).
+    let bytes = crate::regular_file::read(path, u64::MAX)?;
     // A machine crash can leave a file's last blocks zeroed: its length
     // was written, its data not yet.
     let lines: Vec<&[u8]> = bytes
@@ -188,7 +182,7 @@ mod tests {
         let read = |text: Vec<u8>| {
             let dir = tempfile::tempdir().unwrap();
             let path = dir.path().join("segment.jsonl");
-            fs::write(&path, text).unwrap();
+            std::fs::write(&path, text).unwrap();
             let lines = read_lines(&path).unwrap();
             (lines.events.len(), lines.unread)
         };

@@ -27,7 +27,7 @@ use std::collections::HashMap;
 use std::net::{IpAddr, Ipv6Addr};
 use std::sync::Arc;
 
-use ipnet::IpNet;
+use ipnet::{IpNet, Ipv6Net};
 use parking_lot::Mutex;
 
 use crate::domain::ClientIp;
@@ -138,10 +138,7 @@ fn release<K: std::hash::Hash + Eq>(counts: &mut HashMap<K, u32>, key: K) {
 fn network_of(key: IpAddr) -> Option<Ipv6Addr> {
     match key {
         IpAddr::V4(_) => None,
-        IpAddr::V6(v6) => {
-            let mask = u128::MAX << (128 - u32::from(NETWORK_BITS));
-            Some(Ipv6Addr::from(u128::from(v6) & mask))
-        }
+        IpAddr::V6(v6) => Ipv6Net::new(v6, NETWORK_BITS).ok().map(|net| net.network()),
     }
 }
 
