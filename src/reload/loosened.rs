@@ -12,15 +12,8 @@ use crate::settings::Settings;
 /// What `after` loosens of `before`, as the log names it.
 pub fn loosened(before: &Settings, after: &Settings) -> Vec<String> {
     let mut found = Vec::new();
-    for (key, was, is) in [
-        (
-            "shadow.enabled",
-            before.shadow.enabled,
-            after.shadow.enabled,
-        ),
-        ("sms.shadow", before.sms.shadow, after.sms.shadow),
-        ("login.shadow", before.login.shadow, after.login.shadow),
-    ] {
+    let switches = before.shadow_switches().into_iter();
+    for ((key, was), (_, is)) in switches.zip(after.shadow_switches()) {
         if is && !was {
             found.push(format!("{key} turned on"));
         }

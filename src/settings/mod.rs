@@ -66,6 +66,18 @@ pub struct Settings {
     pub admin: AdminSettings,
 }
 
+impl Settings {
+    /// The shadow-mode switches, as a config file names them, each with
+    /// whether it is on: any of them on refuses nothing it covers.
+    pub fn shadow_switches(&self) -> [(&'static str, bool); 3] {
+        [
+            ("shadow.enabled", self.shadow.enabled),
+            ("sms.shadow", self.sms.shadow),
+            ("login.shadow", self.login.shadow),
+        ]
+    }
+}
+
 /// `[server]`: the listener and the credentials callers must present.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

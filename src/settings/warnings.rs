@@ -146,14 +146,11 @@ fn warn_of_listed_phones_without_asker_limits(settings: &Settings) {
 /// it on says so (`reload::loosened`); a start in it, by the file or by
 /// `TOLLGATE__SHADOW__ENABLED`, said nothing.
 fn warn_of_shadow_mode(settings: &Settings) {
-    let on: Vec<&str> = [
-        ("shadow.enabled", settings.shadow.enabled),
-        ("sms.shadow", settings.sms.shadow),
-        ("login.shadow", settings.login.shadow),
-    ]
-    .into_iter()
-    .filter_map(|(key, on)| on.then_some(key))
-    .collect();
+    let on: Vec<&str> = settings
+        .shadow_switches()
+        .into_iter()
+        .filter_map(|(key, on)| on.then_some(key))
+        .collect();
     if !on.is_empty() {
         tracing::warn!(
             settings = %on.join(", "),
