@@ -76,6 +76,9 @@ pub const CAPTCHA_CHECKS: &str = "tollgate_captcha_checks_total";
 /// Counter of SMS sends that reached delivery, by `outcome`
 /// ([`SmsDelivery`]).
 pub const SMS_DELIVERIES: &str = "tollgate_sms_deliveries_total";
+/// Counter of SMS sends the pumping guard refused (403
+/// `pumping_suspected`): its number prefix or its country is blocked.
+pub const PUMPING_REFUSALS: &str = "tollgate_pumping_refusals_total";
 /// Counter of fetches of the OpenID provider's signing keys (JWKS), by
 /// `outcome`: `ok` or `failed`.
 pub const ADMIN_JWKS_FETCHES: &str = "tollgate_admin_jwks_fetches_total";
@@ -214,6 +217,10 @@ fn describe() {
         "SMS sends that reached delivery, by outcome: delivered, refused_number (counts against the asking address), declined (the request's pick, given back within the address's budget), dropped (no whole answer once the request went out, within the same budget), over_budget (declined or dropped past it, or naming no client: counts), failed (given back), timed_out (counts)"
     );
     describe_counter!(
+        PUMPING_REFUSALS,
+        "SMS sends refused because the pumping guard blocked their number prefix or country"
+    );
+    describe_counter!(
         CAPTCHA_CHECKS,
         "Captcha tokens, by outcome: passed, refused, mismatched, unanswered (the provider's word), throttled or paused (not asked)"
     );
@@ -236,15 +243,14 @@ fn describe() {
 }
 
 /// The series the shipped alerts watch, there from start-up: the failure
-/// counters (store errors, spooled, unjournaled and refused audit events,
-/// unreadable journal segments) from 0, as a series that first appears at 1 hides its
-/// first failure from `rate` and `increase`, and the last reload's outcome
-/// at 1. (The busy series the other alerts read exist after the first
-/// requests. Not the send refusals `TollgatePumpingBlock` reads: it takes
-/// away the 429s and block-list matches, which appear at their first count,
-/// so refusals there from 0 would fire it at the first 429 after a start.)
+/// counters (store errors, pumping refusals, spooled, unjournaled and
+/// refused audit events, unreadable journal segments) from 0, as a series
+/// that first appears at 1 hides its first failure from `rate` and
+/// `increase`, and the last reload's outcome at 1. (The busy series the
+/// other alerts read exist after the first requests.)
 fn zeroes() {
     counter!(STORE_ERRORS).increment(0);
+    counter!(PUMPING_REFUSALS).increment(0);
     for outcome in SmsDelivery::ALL {
         counter!(SMS_DELIVERIES, "outcome" => outcome.as_str()).increment(0);
     }
@@ -553,6 +559,11 @@ pub fn sms_delivery(outcome: SmsDelivery) {
     if counted.flatten().is_none() {
         series().increment(1);
     }
+}
+
+/// Count one SMS send the pumping guard refused.
+pub fn pumping_refusal() {
+    counter!(PUMPING_REFUSALS).increment(1);
 }
 
 /// Count one admin request refused while its address is throttled.

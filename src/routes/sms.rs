@@ -175,6 +175,9 @@ async fn send(
             Err(_) => Outcome::Error,
         },
     );
+    if matches!(result, Err(SmsRefusal::PumpingSuspected)) {
+        metrics::pumping_refusal();
+    }
     let sent = result?;
     let mut answer = HttpResponse::Ok();
     // IETF draft-ietf-httpapi-ratelimit-headers: a page can show a countdown.

@@ -354,6 +354,7 @@ async fn the_alerted_failure_counters_are_exported_before_any_failure() {
     let text = text.as_str().expect("Prometheus text");
     for series in [
         "tollgate_store_errors_total ",
+        "tollgate_pumping_refusals_total ",
         "tollgate_audit_events_total{outcome=\"spooled\"} ",
         "tollgate_audit_events_total{outcome=\"unjournaled\"} ",
         "tollgate_audit_journal_errors_total{op=\"read\"} ",

@@ -92,6 +92,7 @@ async fn exactly_at_the_threshold_a_prefix_is_not_blocked(backend: Backend) {
 
 async fn just_below_the_threshold_the_send_is_refused_and_the_block_audited_once(backend: Backend) {
     let app = spawn_app(backend, guard).await;
+    let refusals_before = app.metric("tollgate_pumping_refusals_total").await;
     sent(&app, 0, 5).await;
     verify(&app, &phone(0)).await;
 
@@ -100,6 +101,11 @@ async fn just_below_the_threshold_the_send_is_refused_and_the_block_audited_once
     assert_eq!(refused.error(), "pumping_suspected");
     assert!(refused.retry_after.is_none());
     assert_eq!(app.sms.messages().len(), 5, "the refused code was not sent");
+    // The alert's counter. The recorder is the test process's, shared by
+    // every app in it: at least as many, as other tests refuse too.
+    let refusals = "tollgate_pumping_refusals_total";
+    let counted = app.metric(refusals).await - refusals_before;
+    assert!(counted >= 1.0, "the alert's counter: {counted}");
 
     let locks = pumping_rows(&app);
     let subjects: Vec<(SubjectKind, &str, AuditDecision)> = locks
@@ -131,6 +137,8 @@ async fn just_below_the_threshold_the_send_is_refused_and_the_block_audited_once
     }
     let rows = pumping_rows(&app);
     assert_eq!(rows.len(), 4);
+    let counted = app.metric(refusals).await - refusals_before;
+    assert!(counted >= 4.0, "{counted}");
     for deny in &rows[1..] {
         assert_eq!(deny.decision, AuditDecision::Deny);
         assert_eq!(deny.observed, Some(5));
