@@ -168,6 +168,9 @@ series_and_labels_exist() {
         sleep 0.1
         waited=$((waited + 1))
     done
+    # The Deployment's readiness path, as the binary answers it.
+    curl -sf -o /dev/null "http://127.0.0.1:$port/readyz?exclude=audit_database" \
+        || fail "/readyz?exclude=audit_database (the readinessProbe's path) is not 200"
     local json=(-H 'content-type: application/json')
     curl -s "${json[@]}" -d '{"phone": "+8613800138000"}' "http://127.0.0.1:$port/sms/send" >/dev/null
     curl -s "${json[@]}" -d '{"phone": "+8613800138000"}' "http://127.0.0.1:$port/sms/send" >/dev/null

@@ -95,12 +95,14 @@ def check_manifests(rendered):
     if missing:
         fail(f"the Deployment lacks: {missing}")
 
-    # Readiness of the public listener; liveness by `tollgate healthcheck`,
-    # live while either listener answers: a flood that fills one's
-    # connections must not get the pod restarted, the other port with it.
+    # Readiness of the public listener, but for the audit database (the
+    # journal holds the trail through its outage); liveness by `tollgate
+    # healthcheck`, live while either listener answers: a flood that fills
+    # one's connections must not get the pod restarted, the other port with it.
     get = container["readinessProbe"]["httpGet"]
-    if get["path"] != "/readyz" or get["port"] != "http" or "http" not in ports:
-        fail(f"readinessProbe asks {get}, not /readyz on the container port http")
+    ready = "/readyz?exclude=audit_database"
+    if get["path"] != ready or get["port"] != "http" or "http" not in ports:
+        fail(f"readinessProbe asks {get}, not {ready} on the container port http")
     live = container["livenessProbe"].get("exec", {}).get("command", [])
     asked = [arg.split(":")[-1] for arg in live if arg.startswith("--address=")]
     if (

@@ -1,7 +1,7 @@
 //! Operations: liveness (`/healthz`), readiness (`/readyz`) and Prometheus
 //! metrics (`/metrics`).
 
-use actix_web::{web, HttpResponse};
+use actix_web::{web, HttpRequest, HttpResponse};
 use serde::Serialize;
 use utoipa::ToSchema;
 
@@ -66,13 +66,20 @@ async fn healthz() -> HttpResponse {
     path = "/readyz",
     operation_id = "readyz",
     tag = "operations",
+    params(
+        ("exclude" = Option<String>, Query, description = "Parts of readiness this probe leaves out, comma-separated or the parameter repeated, as kube-apiserver's `/readyz?exclude=`: `store`, `audit_database`, `audit_journal`, `lists`. The shipped Kubernetes probe leaves out `audit_database`, so that pods journal the audit trail through a database outage instead of leaving the Service.", example = "audit_database", pattern = "^(store|audit_database|audit_journal|lists)(,(store|audit_database|audit_journal|lists))*$"),
+    ),
     responses(
         (status = 200, description = "`{\"status\": \"ready\"}`", body = OpsStatus),
-        (status = 503, description = "`not_ready`: the store, the audit database, the audit journal or the stored list entries (not read since the start) are not ready; only the admin listener's `/readyz` says which", body = ErrorBody),
+        (status = 400, description = "`invalid_request`: `exclude` names no part of readiness", body = ErrorBody),
+        (status = 503, description = "`not_ready`: the store, the audit database, the audit journal or the stored list entries (not read since the start) are not ready, of the parts not excluded; only the admin listener's `/readyz` says which", body = ErrorBody),
     ),
 )]
-async fn readyz(state: web::Data<AppState>) -> HttpResponse {
-    if readiness(&state).await.ready() {
+async fn readyz(req: HttpRequest, state: web::Data<AppState>) -> HttpResponse {
+    let Some(excluded) = excluded(req.query_string()) else {
+        return no_such_part();
+    };
+    if readiness(&state).await.ready(&excluded) {
         HttpResponse::Ok().json(OpsStatus { status: "ready" })
     } else {
         HttpResponse::ServiceUnavailable().json(ErrorBody::new(ErrorCode::NotReady, "not ready"))
@@ -80,17 +87,21 @@ async fn readyz(state: web::Data<AppState>) -> HttpResponse {
 }
 
 /// `/readyz` on the admin listener: the same answer, plus which part is
-/// not ready.
-async fn readyz_detailed(state: web::Data<AppState>) -> HttpResponse {
+/// not ready (every part, excluded or not).
+async fn readyz_detailed(req: HttpRequest, state: web::Data<AppState>) -> HttpResponse {
+    let Some(excluded) = excluded(req.query_string()) else {
+        return no_such_part();
+    };
     let r = readiness(&state).await;
-    let word = |ok: bool, bad: &'static str| if ok { "ok" } else { bad };
+    let ready = r.ready(&excluded);
+    let word = |part: ReadyPart, bad: &'static str| if r.part(part) { "ok" } else { bad };
     let parts = serde_json::json!({
-        "store": word(r.store, "unavailable"),
-        "audit_database": word(r.audit.database, "unavailable"),
-        "audit_journal": word(r.audit.journal, "unwritable"),
-        "lists": word(r.lists, "not_read"),
+        "store": word(ReadyPart::Store, "unavailable"),
+        "audit_database": word(ReadyPart::AuditDatabase, "unavailable"),
+        "audit_journal": word(ReadyPart::AuditJournal, "unwritable"),
+        "lists": word(ReadyPart::Lists, "not_read"),
     });
-    let mut body = if r.ready() {
+    let mut body = if ready {
         serde_json::json!({ "status": "ready" })
     } else {
         serde_json::json!({ "error": ErrorCode::NotReady, "message": "not ready" })
@@ -98,11 +109,68 @@ async fn readyz_detailed(state: web::Data<AppState>) -> HttpResponse {
     if let (Some(body), Some(parts)) = (body.as_object_mut(), parts.as_object()) {
         body.extend(parts.clone());
     }
-    if r.ready() {
+    if ready {
         HttpResponse::Ok().json(body)
     } else {
         HttpResponse::ServiceUnavailable().json(body)
     }
+}
+
+/// A part of readiness, by the name the admin listener's `/readyz` gives it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ReadyPart {
+    Store,
+    AuditDatabase,
+    AuditJournal,
+    Lists,
+}
+
+impl ReadyPart {
+    const ALL: [ReadyPart; 4] = [
+        ReadyPart::Store,
+        ReadyPart::AuditDatabase,
+        ReadyPart::AuditJournal,
+        ReadyPart::Lists,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            ReadyPart::Store => "store",
+            ReadyPart::AuditDatabase => "audit_database",
+            ReadyPart::AuditJournal => "audit_journal",
+            ReadyPart::Lists => "lists",
+        }
+    }
+}
+
+/// The parts a probe's query leaves out: each `exclude` parameter, a part's
+/// name or several comma-separated, exactly; `None` when one is anything
+/// else. Other parameters are ignored, as they always were; a name that is
+/// no part is refused (400), not ignored, so that a misspelt probe does not
+/// wait on the part it meant to leave out.
+fn excluded(query: &str) -> Option<Vec<ReadyPart>> {
+    let mut parts = Vec::new();
+    for (key, value) in form_urlencoded::parse(query.as_bytes()) {
+        if key != "exclude" {
+            continue;
+        }
+        for name in value.split(',') {
+            let part = ReadyPart::ALL
+                .into_iter()
+                .find(|part| part.name() == name)?;
+            parts.push(part);
+        }
+    }
+    Some(parts)
+}
+
+/// 400 for an `exclude` that names no part.
+fn no_such_part() -> HttpResponse {
+    HttpResponse::BadRequest().json(ErrorBody::new(
+        ErrorCode::InvalidRequest,
+        "exclude names a part readiness does not have: store, audit_database, audit_journal \
+         or lists",
+    ))
 }
 
 /// What `/readyz` looks at: one store write a second, shared by every probe
@@ -118,8 +186,20 @@ struct Readiness {
 }
 
 impl Readiness {
-    fn ready(&self) -> bool {
-        self.store && self.audit.ready() && self.lists
+    /// Every part but the `excluded` is ready.
+    fn ready(&self, excluded: &[ReadyPart]) -> bool {
+        ReadyPart::ALL
+            .into_iter()
+            .all(|part| excluded.contains(&part) || self.part(part))
+    }
+
+    fn part(&self, part: ReadyPart) -> bool {
+        match part {
+            ReadyPart::Store => self.store,
+            ReadyPart::AuditDatabase => self.audit.database,
+            ReadyPart::AuditJournal => self.audit.journal,
+            ReadyPart::Lists => self.lists,
+        }
     }
 }
 
