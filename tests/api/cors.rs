@@ -127,6 +127,20 @@ fn a_bad_origin_is_refused_naming_its_key() {
         assert!(error.contains("server.cors_origins[0]"), "{error}");
         assert!(error.contains(&format!("{form:?}")), "{error}");
     }
+    // Beside named origins, `*` meant every origin or only the named ones
+    // by the list's order (actix-cors keeps the last call's).
+    for (list, at) in [
+        (r#"["*", "https://ok.example"]"#, 0),
+        (r#"["https://ok.example", "*"]"#, 1),
+    ] {
+        let error =
+            crate::support::app::config_error(&format!("[server]\ncors_origins = {list}\n"));
+        assert!(
+            error.contains(&format!("server.cors_origins[{at}]")),
+            "{error}"
+        );
+        assert!(error.contains("list it alone"), "{error}");
+    }
 }
 
 /// `/sms/send` answers the phone's tightest window in the IETF `RateLimit`

@@ -41,6 +41,29 @@ fn api_keys_and_admin_tokens_shorter_than_16_characters_stop_start_up() {
         assert!(!ok, "{toml}");
         assert!(stderr.contains(key), "{stderr}");
     }
+    // A secret no header can carry whole, as a file's last newline or a
+    // pasted space leaves it, or with a non-ASCII letter, is refused too.
+    for (toml, key) in [
+        (
+            "[server]\napi_keys = [\"0123456789abcdef\\n\"]\n",
+            "`server.api_keys[0]`",
+        ),
+        (
+            "[server]\nadmin_tokens = [\" 0123456789abcdef\"]\n",
+            "`server.admin_tokens[0]`",
+        ),
+        (
+            "[server]\napi_keys = [\"0123456789abcdef\", \"0123456789abcdéf\"]\n",
+            "`server.api_keys[1]`",
+        ),
+    ] {
+        let (ok, _, stderr) = check_config(toml, &[]);
+        assert!(!ok, "{toml}");
+        assert!(
+            stderr.contains(key) && stderr.contains("visible ASCII"),
+            "{toml}: {stderr}"
+        );
+    }
     // Sixteen characters are enough.
     let (ok, _, stderr) = check_config(
         "[server]\napi_keys = [\"0123456789abcdef\"]\nadmin_tokens = [\"fedcba9876543210\"]\n",

@@ -39,6 +39,17 @@ pub(super) fn bearer_secrets(server: &crate::settings::ServerSettings) -> Check 
                     ),
                 ));
             }
+            // A header carries visible ASCII only, and a caller's credential
+            // is trimmed: a secret with a space, a line break (a file's last
+            // newline) or a non-ASCII letter in it could never be presented,
+            // and each admin's try would count against their own address.
+            if !secret.expose().bytes().all(|b| b.is_ascii_graphic()) {
+                return Err(SettingsError::invalid(
+                    &format!("{key}[{i}]"),
+                    "must be visible ASCII characters only: no space, line break or \
+                     non-ASCII letter (a header cannot carry it, so no caller could present it)",
+                ));
+            }
         }
     }
     for (j, token) in admin_tokens.iter().enumerate() {
@@ -135,6 +146,16 @@ impl Settings {
             return Err(SettingsError::invalid(
                 &format!("server.cors_origins[{i}]"),
                 message,
+            ));
+        }
+        let origins = &self.server.cors_origins;
+        if let (Some(i), true) = (origins.iter().position(|o| o == "*"), origins.len() > 1) {
+            // actix-cors keeps the last of "any origin" and a named one, so
+            // the list would allow every origin or only the named ones by
+            // its order.
+            return Err(SettingsError::invalid(
+                &format!("server.cors_origins[{i}]"),
+                "`*` allows every origin: list it alone, or list the origins without it",
             ));
         }
         if self
