@@ -416,6 +416,8 @@ mod tests {
         for url in [
             "smtp://u:p@mail.example:587",
             "smtp://u:p@mail.example:587?tls=opportunistic",
+            // lettre goes by the first `tls`.
+            "smtp://u:p@mail.example:587?tls=opportunistic&tls=required",
             "smtp://u@192.0.2.1:587",
         ] {
             let text = format!("[email]\nsmtp_url = \"{url}\"\n");
@@ -553,5 +555,20 @@ mod tests {
         let text = "[store]\ntimeout = \"10s\"\n[audit]\nflush_interval = \"1h\"\n";
         let settings = Settings::load_text(&path, text).expect("loads");
         assert_eq!(settings.store.timeout, std::time::Duration::from_secs(10));
+    }
+
+    /// An alert threshold of billions, to mute the alerts, let a flood of
+    /// denials grow each rule's list of their times without end.
+    #[test]
+    fn an_alert_threshold_past_100_000_is_refused() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let path = dir.path().join("tollgate.toml");
+        let error = Settings::load_text(&path, "[email]\nalert_threshold = 100001\n")
+            .expect_err("refused")
+            .to_string();
+        assert!(error.contains("email.alert_threshold"), "{error}");
+        let text = "[email]\nalert_threshold = 100000\n";
+        let settings = Settings::load_text(&path, text).expect("loads");
+        assert_eq!(settings.email.alert_threshold, 100_000);
     }
 }

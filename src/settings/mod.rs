@@ -449,7 +449,7 @@ pub struct EmailSettings {
     #[serde(with = "parsed::mailboxes")]
     pub admin_alerts_to: Vec<lettre::message::Mailbox>,
     /// Denials of one SMS rule within `alert_window` above which the admins
-    /// are alerted (a lock alerts at once); default 100.
+    /// are alerted (a lock alerts at once); default 100, at most 100,000.
     pub alert_threshold: u32,
     /// The window of `alert_threshold`; default 5 minutes.
     #[serde(with = "duration")]

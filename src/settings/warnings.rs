@@ -207,15 +207,94 @@ fn warn_of_login_captchas_that_never_ask(settings: &Settings) {
     }
 }
 
+/// An enforced send window at least as long as `sms.captcha_window` that
+/// admits no more than `sms.captcha_after` sends refuses its subject before
+/// the captcha tier would ask: the tier never asks that phone or address.
+fn warn_of_sms_captchas_that_never_ask(settings: &Settings) {
+    let sms = &settings.sms;
+    for (key, limits) in [
+        ("sms.phone_limits", &sms.phone_limits),
+        ("sms.ip_limits", &sms.ip_limits),
+    ] {
+        let first = limits.iter().find(|window| {
+            !window.shadow
+                && window.window >= sms.captcha_window
+                && window.limit <= sms.captcha_after
+        });
+        if let Some(window) = first {
+            tracing::warn!(
+                limit = window.limit,
+                window = %humantime::format_duration(window.window),
+                "{key} refuses at or before sms.captcha_after sends within                  sms.captcha_window: that window refuses before any captcha is asked                  (docs/rules.md)"
+            );
+        }
+    }
+}
+
+/// A prefix window at least as long as the pumping guard's that admits
+/// fewer sends than `sms.pumping.min_sends` keeps every prefix below the
+/// count the guard judges: it never blocks a prefix (the window alone
+/// stops the pumping).
+fn warn_of_a_pumping_guard_that_never_judges_a_prefix(settings: &Settings) {
+    let sms = &settings.sms;
+    let pumping = &sms.pumping;
+    let first = sms.prefix_limits.iter().find(|window| {
+        !window.shadow && window.window >= pumping.window && window.limit < pumping.min_sends
+    });
+    if let (true, Some(window)) = (pumping.enabled, first) {
+        tracing::warn!(
+            limit = window.limit,
+            window = %humantime::format_duration(window.window),
+            min_sends = pumping.min_sends,
+            "sms.prefix_limits admits fewer sends than sms.pumping.min_sends within              sms.pumping.window: no prefix reaches the count the pumping guard judges, so it              never blocks one (docs/pumping.md)"
+        );
+    }
+}
+
+/// Notices and digests name accounts, client addresses and owners'
+/// addresses: over plain SMTP to another host (or STARTTLS only if
+/// offered, which anyone on the path can strip) they can be read or
+/// dropped on the way. A login is refused so at start-up already
+/// (`validate::smtp_login_encrypted`); a relay without one is warned of.
+/// Digests under a minute apart are as many mails as anyone causing locks
+/// (junk user names) makes.
+fn warn_of_mail_in_clear_or_too_often(settings: &Settings) {
+    let email = &settings.email;
+    let raw = email.smtp_url.expose();
+    if raw.is_empty() {
+        return;
+    }
+    let reach = super::validate::smtp_reach(raw);
+    if reach.is_some_and(|reach| !reach.encrypted && !reach.loopback) {
+        tracing::warn!(
+            "email.smtp_url sends to another host without TLS (no smtps://, no \
+             ?tls=required): lock notices and digests, with account names and addresses, \
+             can be read or dropped on the way (docs/delivery.md)"
+        );
+    }
+    if !email.admin_alerts_to.is_empty()
+        && email.alert_interval < std::time::Duration::from_secs(60)
+    {
+        tracing::warn!(
+            interval = %humantime::format_duration(email.alert_interval),
+            "email.alert_interval is under a minute: anyone who can cause locks (junk user \
+             names) sends every admin a mail that often (docs/delivery.md)"
+        );
+    }
+}
+
 /// Settings that work but leave a production service open to misuse.
 pub fn warn_of_risky_settings(settings: &Settings) {
     warn_of_shadow_mode(settings);
     warn_of_prefixes_far_from_a_range(settings);
     warn_of_login_captchas_that_never_ask(settings);
+    warn_of_sms_captchas_that_never_ask(settings);
+    warn_of_a_pumping_guard_that_never_judges_a_prefix(settings);
     warn_of_listed_phones_without_asker_limits(settings);
     warn_without_api_keys(settings);
     warn_of_admin_routes_on_a_public_bind(settings);
     warn_of_codes_in_the_log(settings);
+    warn_of_mail_in_clear_or_too_often(settings);
     warn_of_captchas_no_browser_can_pass(settings);
     warn_of_answer_checks_without_a_provider(settings);
     warn_of_a_half_split_of_actions(settings);

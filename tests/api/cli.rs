@@ -132,13 +132,16 @@ fn check_config_warns_of_what_start_up_would() {
 /// Shadow mode, a prefix that is a country or a number, and a captcha tier
 /// the lock always beats are said on stderr; the defaults say none of it.
 #[test]
-fn check_config_warns_of_shadow_mode_odd_prefixes_and_captchas_never_asked() {
+fn check_config_warns_of_settings_that_defeat_their_purpose() {
     let (ok, _, quiet) = tollgate(&["check-config"], &[]);
     assert!(ok, "{quiet}");
     for said in [
         "shadow mode is on",
         "sms.prefix_digits",
         "before any captcha",
+        "pumping guard judges",
+        "email.smtp_url",
+        "email.alert_interval",
     ] {
         assert!(!quiet.contains(said), "{said}: {quiet}");
     }
@@ -170,6 +173,30 @@ fn check_config_warns_of_shadow_mode_odd_prefixes_and_captchas_never_asked() {
         (
             &[("TOLLGATE__LOGIN__IP_CAPTCHA_AFTER", "100")],
             "login.ip_captcha_after is not below login.ip_block_after",
+        ),
+        (
+            &[("TOLLGATE__SMS__CAPTCHA_AFTER", "5")],
+            "sms.phone_limits refuses at or before sms.captcha_after",
+        ),
+        (
+            &[("TOLLGATE__SMS__CAPTCHA_AFTER", "20")],
+            "sms.ip_limits refuses at or before sms.captcha_after",
+        ),
+        (
+            &[("TOLLGATE__SMS__PUMPING__MIN_SENDS", "60")],
+            "no prefix reaches the count the pumping guard judges",
+        ),
+        (
+            &[("TOLLGATE__EMAIL__SMTP_URL", "smtp://mail.example:25")],
+            "email.smtp_url sends to another host without TLS",
+        ),
+        (
+            &[
+                ("TOLLGATE__EMAIL__SMTP_URL", "smtp://127.0.0.1:25"),
+                ("TOLLGATE__EMAIL__ADMIN_ALERTS_TO", r#"["ops@example.com"]"#),
+                ("TOLLGATE__EMAIL__ALERT_INTERVAL", "30s"),
+            ],
+            "email.alert_interval is under a minute",
         ),
     ] {
         let (ok, _, stderr) = tollgate(&["check-config"], env);

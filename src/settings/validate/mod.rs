@@ -31,6 +31,9 @@ fn within(key: &str, value: usize, max: usize) -> Check {
     Ok(())
 }
 
+/// The most denials of one rule `email.alert_threshold` may wait for.
+const MAX_ALERT_THRESHOLD: usize = 100_000;
+
 /// The most events in one audit batch: a transaction takes up to four.
 const MAX_BATCH_SIZE: usize = 100_000;
 
@@ -157,20 +160,29 @@ fn url_with_host(key: &str, url: &str, schemes: &[&str]) -> Check {
     }
 }
 
-/// An `smtp_url` with a login sends it encrypted, or to this host: lettre
-/// reads `smtp://` without `tls=required` as plain SMTP (the password in
-/// clear on the wire) and `tls=opportunistic` as STARTTLS only if offered,
-/// which anyone on the path can strip. A relay on a loopback address may
-/// take it in clear.
-fn smtp_login_encrypted(raw: &str) -> Check {
-    let Ok(url) = url::Url::parse(raw) else {
-        return Ok(());
-    };
+/// How an `smtp_url` reaches its server, as lettre reads it.
+pub(super) struct SmtpReach {
+    /// The URL holds a user name or a password.
+    pub login: bool,
+    /// `smtps://`, or `tls=required` (STARTTLS or nothing): lettre reads
+    /// `smtp://` without it as plain SMTP, and `tls=opportunistic` as
+    /// STARTTLS only if offered, which anyone on the path can strip.
+    /// lettre goes by the first `tls` pair (`?tls=opportunistic&tls=required`
+    /// is opportunistic).
+    pub encrypted: bool,
+    /// The server is on this host.
+    pub loopback: bool,
+}
+
+/// `raw` as lettre reads it, or `None` when it is no URL.
+pub(super) fn smtp_reach(raw: &str) -> Option<SmtpReach> {
+    let url = url::Url::parse(raw).ok()?;
     let login = !url.username().is_empty() || url.password().is_some();
-    let required = url.scheme() == "smtps"
+    let encrypted = url.scheme() == "smtps"
         || url
             .query_pairs()
-            .any(|(key, value)| key == "tls" && value == "required");
+            .find(|(key, _)| key == "tls")
+            .is_some_and(|(_, value)| value == "required");
     // `smtp` is no scheme the URL standard knows: its host is opaque text,
     // an address included.
     let loopback = match url.host() {
@@ -183,13 +195,25 @@ fn smtp_login_encrypted(raw: &str) -> Check {
         Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
         None => false,
     };
-    if login && !required && !loopback {
-        return Err(SettingsError::invalid(
-            "email.smtp_url",
-            "sends its login unencrypted: use smtps://… or add ?tls=required (STARTTLS)",
-        ));
+    Some(SmtpReach {
+        login,
+        encrypted,
+        loopback,
+    })
+}
+
+/// An `smtp_url` with a login sends it encrypted, or to this host (a relay
+/// on a loopback address may take it in clear).
+fn smtp_login_encrypted(raw: &str) -> Check {
+    match smtp_reach(raw) {
+        Some(reach) if reach.login && !reach.encrypted && !reach.loopback => {
+            Err(SettingsError::invalid(
+                "email.smtp_url",
+                "sends its login unencrypted: use smtps://… or add ?tls=required (STARTTLS)",
+            ))
+        }
+        _ => Ok(()),
     }
-    Ok(())
 }
 
 /// `audit.database_url` as sqlx reads it when it opens the pool.
@@ -629,7 +653,14 @@ impl Settings {
             )?;
             smtp_login_encrypted(email.smtp_url.expose())?;
         }
-        positive("email.alert_threshold", email.alert_threshold.into())?;
+        // Each SMS rule keeps the times of its last `alert_threshold + 1`
+        // denials: a threshold of billions to mute the alerts let a flood
+        // of denials grow memory without end.
+        within(
+            "email.alert_threshold",
+            email.alert_threshold as usize,
+            MAX_ALERT_THRESHOLD,
+        )?;
         duration("email.alert_window", email.alert_window)?;
         duration("email.alert_interval", email.alert_interval)?;
         Ok(())
