@@ -8,7 +8,7 @@
 # It packages the dev build (target/debug/tollgate, which cargo test has just
 # built) with `cargo deb --no-build --profile dev`: a release build would add
 # about 8 minutes to CI for the same files and scripts. Releases are built
-# with plain `cargo deb` (docs/packaging.md).
+# with `cargo deb --profile dist` (docs/packaging.md).
 #
 # Needs root (dpkg -i) and refuses to touch a tollgate package it did not
 # install. Prints one line per check, then `package: N passed, N failed`.
