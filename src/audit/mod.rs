@@ -22,7 +22,7 @@ pub use event::{now_ms, rfc3339_ms, AuditDecision, AuditEvent};
 pub use journal::Journal;
 pub use log::{AuditLog, Page};
 pub use sinks::{CapturingSink, ObservedSink};
-pub use writer::{writer_panicked, DbSink, SinkConfig};
+pub use writer::{stop_asked, writer_panicked, DbSink, SinkConfig};
 
 use async_trait::async_trait;
 

@@ -269,19 +269,36 @@ impl Lists {
     }
 }
 
-/// Re-read the stored entries every `every`, so that what an admin added on
-/// another instance is in force here within that time.
-pub fn spawn_refresh(lists: Arc<Lists>, every: std::time::Duration) -> tokio::task::JoinHandle<()> {
+/// Re-read the stored entries every `every`, each read given up after
+/// `bound`, so that what an admin added on another instance is in force
+/// here within that time.
+pub fn spawn_refresh(
+    lists: Arc<Lists>,
+    every: std::time::Duration,
+    bound: std::time::Duration,
+) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            if let Err(e) = lists.refresh().await {
+            if let Err(e) = refresh_within(&lists, bound).await {
                 tracing::warn!(error = %e, at = %Utc::now(), "list entries not refreshed; the last ones read stay in force");
             }
         }
     })
+}
+
+/// [`Lists::refresh`], given up after `bound` (the read and its wait for
+/// another refresh together): the entries last read stay in force.
+pub async fn refresh_within(lists: &Lists, bound: std::time::Duration) -> Result<(), ListError> {
+    tokio::time::timeout(bound, lists.refresh())
+        .await
+        .unwrap_or_else(|_| {
+            Err(ListError::Unavailable(format!(
+                "no answer within {bound:?}"
+            )))
+        })
 }
 
 /// The stored entries as this version matches them, and those it cannot.

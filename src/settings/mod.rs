@@ -273,7 +273,8 @@ pub struct AuditSettings {
     pub write_timeout: Duration,
     /// Longest one admin read of the trail (a page of events, a page of a
     /// CSV export) may run on PostgreSQL before it answers 503: a filter
-    /// no index serves reads every partition; default 10 s.
+    /// no index serves reads every partition; and each read of the stored
+    /// list entries (start-up's first one included); default 10 s.
     #[serde(with = "duration")]
     pub read_timeout: Duration,
     /// Directory of the audit journal: every event is appended there before

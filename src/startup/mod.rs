@@ -13,7 +13,7 @@ use actix_web::web;
 use anyhow::Context;
 
 use crate::audit::{AuditDb, AuditLog, AuditSink, ObservedSink};
-use crate::delivery::email::Email;
+use crate::delivery::email::{AlertsStop, Email};
 use crate::delivery::{
     build_sender, SenderCell, SmsSender, TemplateDirs, Templates, TemplatesCell,
 };
@@ -46,6 +46,8 @@ pub struct Application {
     /// The admin listener (`server.admin_bind`) and its port.
     admin: Option<(Server, u16)>,
     audit: Arc<dyn AuditSink>,
+    /// The admin alert mails, told of the stop after the audit flush.
+    alerts: Option<AlertsStop>,
     reloadable: Reloadable,
     background: Vec<tokio::task::JoinHandle<()>>,
 }
@@ -68,13 +70,22 @@ fn sms_sender(
     })
 }
 
-/// The audit sink, with the alert mails watching it when `email` sends them.
-fn with_alerts(audit: Arc<dyn AuditSink>, email: &Email) -> Arc<dyn AuditSink> {
+/// The audit sink, with the alert mails watching it when `email` sends
+/// them, and what ends those at shutdown.
+fn with_alerts(
+    audit: Arc<dyn AuditSink>,
+    email: &Email,
+) -> (Arc<dyn AuditSink>, Option<AlertsStop>) {
     match email.alerts() {
-        Some(alerts) => Arc::new(ObservedSink::new(audit, vec![alerts])),
-        None => audit,
+        Some((alerts, stop)) => (Arc::new(ObservedSink::new(audit, vec![alerts])), Some(stop)),
+        None => (audit, None),
     }
 }
+
+/// How long the last admin alert digest may take at shutdown, after the
+/// audit flush: within the 30 s a Kubernetes pod or a systemd unit waits
+/// for the whole stop by default.
+const LAST_DIGEST_BOUND: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl Application {
     /// Build everything `settings` configures and bind `server.bind`.
@@ -104,7 +115,7 @@ impl Application {
         };
         let email =
             Email::start(&settings.email, templates.clone()).context("cannot set up email")?;
-        let audit = with_alerts(audit, &email);
+        let (audit, alerts) = with_alerts(audit, &email);
         let (sms_sender, sender_slot) = sms_sender(&settings, overrides.sms_sender)?;
         let policy = Policy::from_settings(&settings).context("cannot build the captcha client")?;
         let policy = Arc::new(PolicyCell::new(policy));
@@ -155,6 +166,7 @@ impl Application {
             port,
             admin,
             audit,
+            alerts,
             reloadable: Reloadable {
                 policy,
                 lists,
@@ -199,7 +211,8 @@ impl Application {
     ///    at most `server.shutdown_timeout` (actix closes what is left);
     /// 2. the audit queue is written out: every answered request's events
     ///    are in it by then;
-    /// 3. the background tasks stop.
+    /// 3. the admin alert digest of what waits goes out (at most 5 s);
+    /// 4. the background tasks stop.
     pub async fn run_until_stopped(self) -> std::io::Result<()> {
         let public_handle = self.server.handle();
         let mut public = tokio::spawn(self.server);
@@ -209,18 +222,16 @@ impl Application {
         };
         let admin_stopped = async {
             match admin.as_mut() {
-                Some(task) => {
-                    let _ = task.await;
-                }
+                Some(task) => task.await,
                 None => std::future::pending().await,
             }
         };
         // A task whose end was awaited here must not be awaited again.
-        let (mut public_ended, mut admin_ended) = (None, false);
+        let (mut public_ended, mut admin_ended) = (None, None);
         tokio::select! {
             () = stop_signal() => {}
             ended = &mut public => public_ended = Some(ended),
-            () = admin_stopped => admin_ended = true,
+            ended = admin_stopped => admin_ended = Some(ended),
         }
 
         tracing::info!("stopping: finishing open connections");
@@ -234,13 +245,24 @@ impl Application {
             Some(ended) => ended,
             None => public.await,
         };
-        let result = ended.unwrap_or_else(|e| Err(std::io::Error::other(e)));
-        if let Some(task) = admin.filter(|_| !admin_ended) {
-            let _ = task.await;
-        }
+        let admin_ended = match (admin_ended, admin) {
+            (Some(ended), _) => Some(ended),
+            (None, Some(task)) => Some(task.await),
+            (None, None) => None,
+        };
+        // Either listener's failure fails the run (a panic in its task
+        // included), so that the process exits with an error and systemd's
+        // `Restart=on-failure` starts the next: the admin one's was dropped.
+        let failed = |ended: Result<std::io::Result<()>, tokio::task::JoinError>| {
+            ended.unwrap_or_else(|e| Err(std::io::Error::other(e)))
+        };
+        let result = failed(ended).and(admin_ended.map_or(Ok(()), failed));
 
         tracing::info!("connections closed; writing the audit queue");
         self.audit.flush().await;
+        if let Some(alerts) = self.alerts {
+            alerts.finish(LAST_DIGEST_BOUND).await;
+        }
         for task in self.background {
             task.abort();
         }
@@ -260,18 +282,25 @@ async fn open_lists(
         settings.lists.entries(),
         audit_db.map(|db| Arc::new(db) as Arc<dyn lists::ListStore>),
     ));
-    if let Err(e) = lists.refresh().await {
+    // Bounded: a database that takes the connection but not the query (a
+    // table another instance's migration locks) held start-up, no port
+    // bound, until liveness killed the pod. Until a read, `/readyz` says
+    // the lists are not read.
+    let bound = settings.audit.read_timeout;
+    if let Err(e) = lists::refresh_within(&lists, bound).await {
         tracing::warn!(error = %e, "stored list entries not read yet; retried every lists.refresh_interval");
     }
     background.push(lists::spawn_refresh(
         lists.clone(),
         settings.lists.refresh_interval,
+        bound,
     ));
     lists
 }
 
-/// SIGTERM or SIGINT (Ctrl-C): both stop gracefully. actix's own signal
-/// handling is off, so that one place stops both listeners at once.
+/// SIGTERM or SIGINT (Ctrl-C), or an audit writer that panicked: each
+/// stops gracefully. actix's own signal handling is off, so that one place
+/// stops both listeners at once.
 async fn stop_signal() {
     use tokio::signal::unix::{signal, SignalKind};
     let terminate = async {
@@ -288,5 +317,6 @@ async fn stop_signal() {
     tokio::select! {
         () = terminate => {}
         _ = tokio::signal::ctrl_c() => {}
+        () = crate::audit::stop_asked() => {}
     }
 }

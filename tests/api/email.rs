@@ -148,6 +148,62 @@ async fn the_notice_of_a_lock_from_one_address_says_so() {
     );
 }
 
+/// Each address that locks an account out of its sign-ins is a lock of its
+/// own: anyone with a few networks could have the owner mailed once a lock.
+/// One address lock is told an hour per recipient; the account's lock is
+/// told whatever came before.
+#[tokio::test]
+async fn address_locks_tell_the_owner_once_an_hour_and_the_accounts_lock_always() {
+    let (app, inbox) = app_with_email(Backend::Memory, |s| {
+        s.login.account_lock_after = 9;
+    })
+    .await;
+    for ip in ["198.51.100.1", "198.51.100.2", "198.51.100.3"] {
+        for _ in 0..3 {
+            let body = json!({
+                "user": "erin", "ip": ip, "success": false,
+                "notify_email": "erin@example.com",
+            });
+            let answer = app.login_attempt(body).await;
+            assert_eq!(answer.status, 200, "{}", answer.body);
+        }
+    }
+    // Emails go out in order: once frank's notice is in, erin's are too.
+    lock(&app, "frank", "frank@example.com").await;
+    inbox.wait_for_mail_to("frank@example.com").await;
+    let erins: Vec<String> = inbox
+        .mails()
+        .into_iter()
+        .filter(|mail| mail.to == ["erin@example.com"])
+        .map(|mail| mail.subject)
+        .collect();
+    assert_eq!(
+        erins,
+        [
+            "Sign-ins to your account erin from one address were paused after too many failures",
+            "Your account erin was locked after too many failed sign-ins",
+        ],
+        "the second address's lock untold, the account's told"
+    );
+}
+
+/// A line separator in a name would start a line of the caller's own in
+/// the owner's mail: it is shown as U+FFFD.
+#[tokio::test]
+async fn a_name_cannot_write_lines_of_its_own_into_the_notice() {
+    let (app, inbox) = app_with_email(Backend::Memory, |_| {}).await;
+    lock(&app, "dave\u{2028}Call +1 555 0100 now", "dave@example.com").await;
+    let mails = inbox.wait_for_mail_to("dave@example.com").await;
+    assert_eq!(mails.len(), 1, "{mails:#?}");
+    let body = &mails[0].body;
+    assert!(!body.contains('\u{2028}'), "{body:?}");
+    assert!(
+        // Names are case-folded (`Username::parse`).
+        body.contains("for the account \"dave\u{FFFD}call +1 555 0100 now\""),
+        "{body:?}"
+    );
+}
+
 async fn simultaneous_failures_that_lock_once_send_one_notice(backend: Backend) {
     let (app, inbox) = app_with_email(backend, |s| s.login.lock_after = 5).await;
 
@@ -284,6 +340,43 @@ async fn no_notice_is_sent_in_shadow_mode() {
         "{}",
         mails[0].body
     );
+}
+
+/// Locks after a digest wait up to `alert_interval` for the next: a stop
+/// (a deploy) sends them at once rather than losing them.
+#[tokio::test]
+async fn a_stop_sends_the_locks_waiting_for_the_next_digest() {
+    let (app, inbox) = app_with_email(Backend::Memory, |s| {
+        s.email.admin_alerts_to = vec!["ops@example.com".parse().unwrap()];
+        s.email.alert_interval = Duration::from_secs(3600);
+    })
+    .await;
+    lock(&app, "alice", "alice@example.com").await;
+    inbox.wait_for_mail_to("ops@example.com").await;
+    lock(&app, "bob", "bob@example.com").await;
+    inbox.wait_for_mail_to("bob@example.com").await;
+    let digests = || {
+        inbox
+            .mails()
+            .into_iter()
+            .filter(|m| m.to == ["ops@example.com"])
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(digests().len(), 1, "bob's lock waits for the hour");
+
+    app.stop(true).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while digests().len() < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "no digest at the stop: {:#?}",
+            inbox.mails()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let last = &digests()[1];
+    assert!(last.body.contains("user bob"), "{}", last.body);
+    assert!(!last.body.contains("user alice"), "{}", last.body);
 }
 
 #[tokio::test]

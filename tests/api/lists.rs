@@ -804,3 +804,39 @@ async fn run_sql(audit: &tollgate::audit::AuditDb, sql: &str) -> u64 {
     }
     .expect("the statement runs")
 }
+
+/// A database that takes the connection but not the query (the table
+/// locked by another instance's migration) holds no start-up: the ports
+/// are bound within `audit.read_timeout`, `/readyz` says not ready for the
+/// lists, and once the lock goes the next refresh reads them.
+#[tokio::test]
+async fn a_locked_list_table_does_not_hold_start_up() {
+    use sqlx::Connection;
+    let db = TestDb::new(DbKind::Postgres).await;
+    db.connect().await;
+    let mut holder = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    let mut lock = holder.begin().await.unwrap();
+    sqlx::query("LOCK TABLE list_entries IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut *lock)
+        .await
+        .unwrap();
+    let (url, spool) = (db.url.clone(), db.spool_dir());
+    let start = spawn_app_with_audit_db(Backend::Memory, move |s| {
+        s.audit.database_url = tollgate::settings::SecretUrl::new(url);
+        s.audit.spool_dir = spool.display().to_string();
+        s.audit.read_timeout = Duration::from_secs(1);
+        s.lists.refresh_interval = Duration::from_millis(200);
+    });
+    let app = tokio::time::timeout(Duration::from_secs(20), start)
+        .await
+        .expect("start-up is not held by the locked table");
+    assert_eq!(app.get("/healthz").await.status, 200);
+    let ready = app.get("/readyz?exclude=audit_database").await;
+    assert_eq!(ready.status, 503, "the lists are not read: {}", ready.body);
+
+    lock.rollback().await.unwrap();
+    crate::support::wait::eventually("the lists read", Duration::from_secs(30), || async {
+        app.get("/readyz").await.status == 200
+    })
+    .await;
+}

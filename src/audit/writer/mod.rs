@@ -170,14 +170,26 @@ async fn watch_the_writer(
     }
 }
 
+/// Asked by a writer that panicked, awaited by `startup::stop_signal`
+/// beside `SIGTERM`. A signal to ourselves was lost when the writer
+/// panicked during start-up, before the handler was installed: as PID 1
+/// in a container the kernel drops it (the process ran on, unready for
+/// good), and under systemd it killed the process as a clean stop, which
+/// `Restart=on-failure` does not restart. A `Notify` keeps the request
+/// until someone waits for it.
+static STOP: tokio::sync::Notify = tokio::sync::Notify::const_new();
+
 /// The graceful stop a `SIGTERM` starts (`startup::stop_signal`): the
 /// listeners drain, the sink's flush journals what memory holds, and the
 /// journal is fsync'd before the process exits.
 fn stop_the_process() {
-    // SAFETY: kill(2) on our own pid with a signal the service handles.
-    unsafe {
-        libc::kill(libc::getpid(), libc::SIGTERM);
-    }
+    STOP.notify_one();
+}
+
+/// Returns once the writer panicked and asked the service to stop, at
+/// once if it did before this was called.
+pub async fn stop_asked() {
+    STOP.notified().await;
 }
 
 /// An event as JSON for a log line, a phone subject masked (`+86138****8000`).
@@ -325,5 +337,14 @@ mod tests {
         watch_the_writer(writing, database.clone(), || stopped.set(true)).await;
         assert!(!database.load(Ordering::Relaxed), "unready after a panic");
         assert!(stopped.get() && writer_panicked(), "and stopping");
+    }
+
+    /// A writer may panic before the service waits for a stop (during
+    /// start-up): the request is kept for it.
+    #[tokio::test]
+    async fn a_stop_asked_before_anyone_waits_is_kept() {
+        stop_the_process();
+        let waited = tokio::time::timeout(std::time::Duration::from_secs(5), stop_asked()).await;
+        assert!(waited.is_ok(), "the stop asked earlier was lost");
     }
 }

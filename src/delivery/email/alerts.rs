@@ -49,15 +49,39 @@ pub struct AdminAlerts {
 
 impl AdminAlerts {
     /// Spawns the alert task on the current Tokio runtime; it ends once the
-    /// observer is dropped.
+    /// observer is dropped, or at [`AlertsStop::finish`].
     pub fn start(
         settings: AlertSettings,
         mailer: Mailer,
         templates: Arc<TemplatesCell>,
-    ) -> (Self, JoinHandle<()>) {
+    ) -> (Self, AlertsStop) {
         let (tx, rx) = mpsc::channel(ALERT_QUEUE);
-        let task = tokio::spawn(run(rx, settings, mailer, templates));
-        (Self { tx }, task)
+        let (stop, stopped) = oneshot::channel();
+        let task = tokio::spawn(run(rx, stopped, settings, mailer, templates));
+        (Self { tx }, AlertsStop { stop, task })
+    }
+}
+
+/// Ends the alert task at shutdown. Between two digests, locks wait up to
+/// `email.alert_interval` for the next one: a stop (a deploy, an eviction)
+/// that dropped the task lost them, with no digest and no log line.
+pub struct AlertsStop {
+    stop: oneshot::Sender<()>,
+    task: JoinHandle<()>,
+}
+
+impl AlertsStop {
+    /// Send the digest of what waits at once, and wait for the mail server's
+    /// word on it, for at most `bound`.
+    pub async fn finish(self, bound: Duration) {
+        let _ = self.stop.send(());
+        if tokio::time::timeout(bound, self.task).await.is_err() {
+            tracing::warn!(
+                ?bound,
+                "the last admin alert digest was not sent in time at shutdown: its locks are \
+                 in the audit trail"
+            );
+        }
     }
 }
 
@@ -83,6 +107,7 @@ impl AuditObserver for AdminAlerts {
 
 async fn run(
     mut rx: mpsc::Receiver<AuditEvent>,
+    mut stopped: oneshot::Receiver<()>,
     settings: AlertSettings,
     mailer: Mailer,
     templates: Arc<TemplatesCell>,
@@ -102,6 +127,8 @@ async fn run(
         let sleep =
             tokio::time::sleep_until(next.unwrap_or_else(|| Instant::now() + settings.interval));
         tokio::select! {
+            // Asked to stop, or the one asking gone.
+            _ = &mut stopped => break,
             event = rx.recv() => match event {
                 Some(event) => watch.observe(&event, Instant::now()),
                 None => break,
@@ -120,6 +147,23 @@ async fn run(
                 if let Some(digest) = watch.take_digest(Instant::now(), Utc::now()) {
                     in_flight = send_digest(&mailer, &settings, &templates, digest, &mut watch);
                 }
+            }
+        }
+    }
+    // Stopping: the digest in flight first, then what waits goes now, the
+    // events already queued counted (the caller bounds how long this takes).
+    if let Some((digest, reached)) = in_flight.take() {
+        let reach = reached.await.unwrap_or(Reach::Failed);
+        took_back(&mut watch, digest, reach);
+    }
+    while let Ok(event) = rx.try_recv() {
+        watch.observe(&event, Instant::now());
+    }
+    if let Some(digest) = watch.take_pending(Instant::now(), Utc::now()) {
+        if let Some((_, reached)) = send_digest(&mailer, &settings, &templates, digest, &mut watch)
+        {
+            if reached.await.unwrap_or(Reach::Failed) != Reach::Reached {
+                tracing::warn!("no admin got the last alert digest at shutdown: its locks are in the audit trail");
             }
         }
     }

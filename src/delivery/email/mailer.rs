@@ -62,8 +62,9 @@ pub struct Outgoing {
 pub enum Reach {
     /// At least one recipient got it.
     Reached,
-    /// None did, and the server refused at least one copy for good (a
-    /// `5xx`): its text may be what it refuses.
+    /// None did, and the server refused every copy for good (a `5xx`):
+    /// its text may be what it refuses. One address refused (an admin who
+    /// left) beside others that failed for now is `Failed`.
     Refused,
     /// None did, for failures a later try may pass (no connection, `4xx`).
     Failed,
@@ -170,22 +171,19 @@ async fn run(
         // A copy each, not one envelope: a server refuses a whole message
         // when it refuses one of its recipients (a mistyped or left admin's
         // `550`), and every other admin would lose the digest with it.
-        let mut reach = Reach::Failed;
         let copies = to.len();
+        let mut sents = Vec::with_capacity(copies);
         for (recipient, to) in to.into_iter().enumerate() {
             let message = match build(&from, to, &email) {
                 Ok(message) => message,
                 Err(e) => {
                     tracing::warn!(kind, recipient, error = %e, "cannot build the email: dropped");
+                    sents.push(Sent::No);
                     continue;
                 }
             };
             let sent = send_with_retries(&transport, &message, kind, recipient, config).await;
-            reach = match (reach, sent) {
-                (Reach::Reached, _) | (_, Sent::Yes) => Reach::Reached,
-                (Reach::Refused, _) | (_, Sent::Refused) => Reach::Refused,
-                (Reach::Failed, Sent::No | Sent::NoServer) => Reach::Failed,
-            };
+            sents.push(sent);
             // A server that did not answer on any try (down, hung, a
             // tarpit) would hold the one mail task as long again for each
             // further copy, the lock notices queued behind them: the
@@ -202,7 +200,7 @@ async fn run(
         }
         if let Some(reached) = reached {
             // The alert task may have stopped (a shutdown): nothing to tell.
-            let _ = reached.send(reach);
+            let _ = reached.send(reach_of(&sents));
         }
     }
 }
@@ -277,6 +275,17 @@ enum Sent {
     NoServer,
 }
 
+/// What became of an email whose copies went as `sents`.
+fn reach_of(sents: &[Sent]) -> Reach {
+    if sents.contains(&Sent::Yes) {
+        Reach::Reached
+    } else if !sents.is_empty() && sents.iter().all(|sent| *sent == Sent::Refused) {
+        Reach::Refused
+    } else {
+        Reach::Failed
+    }
+}
+
 /// Whether the server took `message`; `recipient` is its place in the
 /// email's list, for log lines (the address itself is not logged).
 async fn send_with_retries(
@@ -347,6 +356,16 @@ mod tests {
     use super::*;
     use crate::settings::{SecretUrl, Settings};
     use std::sync::Arc;
+
+    #[test]
+    fn an_email_is_refused_only_when_every_copy_is() {
+        assert_eq!(reach_of(&[Sent::Refused, Sent::Yes]), Reach::Reached);
+        assert_eq!(reach_of(&[Sent::Refused, Sent::Refused]), Reach::Refused);
+        // One admin's address gone, the others' server busy for now.
+        assert_eq!(reach_of(&[Sent::Refused, Sent::No]), Reach::Failed);
+        assert_eq!(reach_of(&[Sent::NoServer, Sent::Refused]), Reach::Failed);
+        assert_eq!(reach_of(&[]), Reach::Failed);
+    }
 
     fn notice() -> Outgoing {
         email(EmailKind::LockNotice)

@@ -8,10 +8,11 @@
 mod alerts;
 mod mailer;
 mod notice;
+mod notice_gate;
 
 use std::sync::Arc;
 
-pub use alerts::{AdminAlerts, AlertSettings};
+pub use alerts::{AdminAlerts, AlertSettings, AlertsStop};
 pub(crate) use alerts::{Digest, LockSeen, RuleOverThreshold};
 pub use mailer::{Mailer, MailerConfig, Outgoing, Reach};
 pub(crate) use notice::LockNoticeVars;
@@ -84,13 +85,16 @@ impl Email {
         }
     }
 
-    /// The admin alerts' watch on the audit trail, when they are on (this
-    /// starts the alert task, which ends once the watch is dropped).
-    pub fn alerts(&self) -> Option<Arc<dyn AuditObserver>> {
+    /// The admin alerts' watch on the audit trail, when they are on, and
+    /// what ends them at shutdown (this starts the alert task, which ends
+    /// there or once the watch is dropped).
+    pub fn alerts(&self) -> Option<(Arc<dyn AuditObserver>, AlertsStop)> {
         match (&self.mailer, &self.alerts) {
-            (Some(mailer), Some(alerts)) => Some(Arc::new(
-                AdminAlerts::start(alerts.clone(), mailer.clone(), self.templates.clone()).0,
-            )),
+            (Some(mailer), Some(alerts)) => {
+                let (watch, stop) =
+                    AdminAlerts::start(alerts.clone(), mailer.clone(), self.templates.clone());
+                Some((Arc::new(watch), stop))
+            }
             _ => None,
         }
     }

@@ -8,6 +8,7 @@ use lettre::message::Mailbox;
 use serde::Serialize;
 
 use super::mailer::{Mailer, Outgoing};
+use super::notice_gate::NoticeGate;
 use std::sync::Arc;
 
 use crate::delivery::{EmailKind, TemplatesCell};
@@ -53,16 +54,22 @@ impl LockNotifier for NoNotices {
     fn lock_notice(&self, _notice: LockNotice) {}
 }
 
-/// Sends lock notices through the mailer.
+/// Sends lock notices through the mailer, an address's lock at most once an
+/// hour per recipient ([`NoticeGate`]).
 pub struct EmailLockNotifier {
     mailer: Mailer,
     templates: Arc<TemplatesCell>,
+    gate: parking_lot::Mutex<NoticeGate>,
 }
 
 impl EmailLockNotifier {
     /// Notices through `mailer`, in the texts `templates` holds when each is sent.
     pub fn new(mailer: Mailer, templates: Arc<TemplatesCell>) -> Self {
-        Self { mailer, templates }
+        Self {
+            mailer,
+            templates,
+            gate: parking_lot::Mutex::new(NoticeGate::default()),
+        }
     }
 }
 
@@ -86,10 +93,21 @@ impl LockNotifier for EmailLockNotifier {
                 return;
             }
         };
+        let now = tokio::time::Instant::now();
+        if !self.gate.lock().admit(&notice.to, notice.scope, now) {
+            tracing::info!(to = %mask_email(&notice.to), "a notice went to this address within the hour: this address lock is not told");
+            return;
+        }
         let until = Utc::now()
             + chrono::Duration::from_std(notice.locked_for).unwrap_or(chrono::Duration::zero());
+        // A name reaches the notice as the caller sent it: a line separator
+        // (U+2028) or a bidirectional override passes the guards' control
+        // check and would write lines, or reorder text, in the owner's mail.
+        let user = notice
+            .user
+            .replace(crate::domain::text::disguises, "\u{FFFD}");
         let vars = LockNoticeVars {
-            user: &notice.user,
+            user: &user,
             locked_minutes: notice.locked_for.as_secs().div_ceil(60),
             locked_until: until.to_rfc3339_opts(SecondsFormat::Secs, true),
             ip: notice.ip.as_deref().unwrap_or(""),

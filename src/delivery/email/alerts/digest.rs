@@ -225,6 +225,12 @@ impl Watch {
         })
     }
 
+    /// The digest of whatever waits, due or not (at shutdown).
+    pub(super) fn take_pending(&mut self, now: Instant, wall: DateTime<Utc>) -> Option<Digest> {
+        let due = self.next_send()?;
+        self.take_digest(due.max(now), wall)
+    }
+
     /// The digest, if one is due at `now`; starts the next period.
     pub(super) fn take_digest(&mut self, now: Instant, wall: DateTime<Utc>) -> Option<Digest> {
         if self.next_send().is_none_or(|due| due > now) {
