@@ -9,6 +9,7 @@ mod matcher;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use chrono::{SubsecRound, Utc};
@@ -22,6 +23,14 @@ pub use matcher::{Listed, Matcher, Request as ListRequest};
 
 /// Stored entries (the API's and the console's) the lists hold at most.
 pub const MAX_STORED_ENTRIES: usize = 10_000;
+
+/// A read's bound unless [`Lists::reading_within`] gives one: the
+/// default `audit.read_timeout`.
+const DEFAULT_READ_BOUND: Duration = Duration::from_secs(10);
+
+/// Past the database's own bound: waiting for a pooled connection, or for
+/// another refresh to end.
+const READ_GRACE: Duration = Duration::from_secs(1);
 
 /// Why a list change was refused.
 #[derive(Debug, thiserror::Error)]
@@ -44,8 +53,9 @@ pub enum ListError {
 /// trail. A failure is `ListError::Unavailable`.
 #[async_trait::async_trait]
 pub trait ListStore: Send + Sync {
-    /// The stored entries, oldest first.
-    async fn all(&self) -> Result<Vec<ListEntry>, ListError>;
+    /// The stored entries, oldest first, the read given up past `bound`
+    /// (its lock waits included).
+    async fn all(&self, bound: Duration) -> Result<Vec<ListEntry>, ListError>;
     /// Store `entry`, or answer the equal one already stored.
     async fn insert(&self, entry: &ListEntry) -> Result<ListEntry, ListError>;
     /// Delete the entry with `id`; the entry, when there was one.
@@ -62,6 +72,8 @@ pub struct Lists {
     /// One refresh at a time: a periodic read that started before an
     /// admin's change must not install its older snapshot after it.
     refreshing: tokio::sync::Mutex<()>,
+    /// How long one read of the stored entries may take (`audit.read_timeout`).
+    read_bound: Duration,
     /// One admin's add at a time here, from the bound's check to the entry
     /// in force: concurrent adds each saw room under the bound and passed
     /// it together.
@@ -87,12 +99,22 @@ impl Lists {
             stored: RwLock::new(Vec::new()),
             matcher: ArcSwap::from_pointee(Matcher::default()),
             refreshing: tokio::sync::Mutex::new(()),
+            read_bound: DEFAULT_READ_BOUND,
             adding: tokio::sync::Mutex::new(()),
             read_once: AtomicBool::new(nothing_stored),
             unreadable: RwLock::default(),
         };
         lists.rebuild();
         lists
+    }
+
+    /// Each read of the stored entries given up past `bound`
+    /// (`audit.read_timeout`): a database that takes the connection but not
+    /// the query (a table another instance's migration locks) held the
+    /// start-up's first read, no port bound, and later every refresh.
+    pub fn reading_within(mut self, bound: Duration) -> Self {
+        self.read_bound = bound;
+        self
     }
 
     /// The matcher in force: one `Arc` clone.
@@ -124,15 +146,32 @@ impl Lists {
         let Some(db) = &self.db else {
             return Ok(());
         };
-        let _one_at_a_time = self.refreshing.lock().await;
-        let (valid, invalid) = in_force(db.all().await?);
+        let bound = self.read_bound;
+        // The database bounds the query itself; this bounds the rest (a
+        // connection from a pool all of whose connections are busy).
+        let read = async {
+            let _one_at_a_time = self.refreshing.lock().await;
+            let stored = db.all(bound).await?;
+            self.put_in_force(stored);
+            Ok(())
+        };
+        tokio::time::timeout(bound + READ_GRACE, read)
+            .await
+            .unwrap_or_else(|_| {
+                Err(ListError::Unavailable(format!(
+                    "no answer within {bound:?}"
+                )))
+            })
+    }
+
+    fn put_in_force(&self, stored: Vec<ListEntry>) {
+        let (valid, invalid) = in_force(stored);
         for entry in self.replace_unreadable(invalid) {
             tracing::warn!(id = ?entry.id, kind = entry.kind.as_str(), value = %entry.value, "stored list entry has a value no version since reads (a range the translators' change refuses, a row edited by hand); not in force");
         }
         *self.stored.write() = valid;
         self.rebuild();
         self.read_once.store(true, Ordering::Release);
-        Ok(())
     }
 
     /// The stored rows the last refresh could not put in force (a value no
@@ -269,36 +308,19 @@ impl Lists {
     }
 }
 
-/// Re-read the stored entries every `every`, each read given up after
-/// `bound`, so that what an admin added on another instance is in force
-/// here within that time.
-pub fn spawn_refresh(
-    lists: Arc<Lists>,
-    every: std::time::Duration,
-    bound: std::time::Duration,
-) -> tokio::task::JoinHandle<()> {
+/// Re-read the stored entries every `every`, so that what an admin added on
+/// another instance is in force here within that time.
+pub fn spawn_refresh(lists: Arc<Lists>, every: std::time::Duration) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            if let Err(e) = refresh_within(&lists, bound).await {
+            if let Err(e) = lists.refresh().await {
                 tracing::warn!(error = %e, at = %Utc::now(), "list entries not refreshed; the last ones read stay in force");
             }
         }
     })
-}
-
-/// [`Lists::refresh`], given up after `bound` (the read and its wait for
-/// another refresh together): the entries last read stay in force.
-pub async fn refresh_within(lists: &Lists, bound: std::time::Duration) -> Result<(), ListError> {
-    tokio::time::timeout(bound, lists.refresh())
-        .await
-        .unwrap_or_else(|_| {
-            Err(ListError::Unavailable(format!(
-                "no answer within {bound:?}"
-            )))
-        })
 }
 
 /// The stored entries as this version matches them, and those it cannot.
@@ -346,7 +368,7 @@ mod tests {
 
     #[async_trait::async_trait]
     impl ListStore for UnreadableStore {
-        async fn all(&self) -> Result<Vec<ListEntry>, ListError> {
+        async fn all(&self, _bound: Duration) -> Result<Vec<ListEntry>, ListError> {
             Err(ListError::Unavailable("the read failed".into()))
         }
         async fn insert(&self, entry: &ListEntry) -> Result<ListEntry, ListError> {
@@ -500,6 +522,7 @@ mod tests {
         // Deleted while the entries cannot be read back: the delete's own
         // fallback takes it off the gauge, not only the next refresh.
         let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
             .build()
             .expect("a runtime");
         let id = misread.id.expect("an id");

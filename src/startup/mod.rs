@@ -278,22 +278,22 @@ async fn open_lists(
     audit_db: Option<AuditDb>,
     background: &mut Vec<tokio::task::JoinHandle<()>>,
 ) -> Arc<Lists> {
-    let lists = Arc::new(Lists::new(
+    // Each read bounded: a database that takes the connection but not the
+    // query (a table another instance's migration locks) held start-up, no
+    // port bound, until liveness killed the pod. Until a read, `/readyz`
+    // says the lists are not read.
+    let lists = Lists::new(
         settings.lists.entries(),
         audit_db.map(|db| Arc::new(db) as Arc<dyn lists::ListStore>),
-    ));
-    // Bounded: a database that takes the connection but not the query (a
-    // table another instance's migration locks) held start-up, no port
-    // bound, until liveness killed the pod. Until a read, `/readyz` says
-    // the lists are not read.
-    let bound = settings.audit.read_timeout;
-    if let Err(e) = lists::refresh_within(&lists, bound).await {
+    )
+    .reading_within(settings.audit.read_timeout);
+    let lists = Arc::new(lists);
+    if let Err(e) = lists.refresh().await {
         tracing::warn!(error = %e, "stored list entries not read yet; retried every lists.refresh_interval");
     }
     background.push(lists::spawn_refresh(
         lists.clone(),
         settings.lists.refresh_interval,
-        bound,
     ));
     lists
 }

@@ -825,7 +825,9 @@ async fn a_locked_list_table_does_not_hold_start_up() {
         s.audit.database_url = tollgate::settings::SecretUrl::new(url);
         s.audit.spool_dir = spool.display().to_string();
         s.audit.read_timeout = Duration::from_secs(1);
+        s.audit.write_timeout = Duration::from_secs(2);
         s.lists.refresh_interval = Duration::from_millis(200);
+        s.sms.phone_limits = limits(&[(1, 3_600_000)]);
     });
     let app = tokio::time::timeout(Duration::from_secs(20), start)
         .await
@@ -833,6 +835,19 @@ async fn a_locked_list_table_does_not_hold_start_up() {
     assert_eq!(app.get("/healthz").await.status, 200);
     let ready = app.get("/readyz?exclude=audit_database").await;
     assert_eq!(ready.status, 503, "the lists are not read: {}", ready.body);
+
+    // Refreshes go on meanwhile, each given up by PostgreSQL itself: cut
+    // off on the client, each left its query queued behind the lock on a
+    // pooled connection, and within seconds the audit writer had none.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let phone = "+8613800138000";
+    assert_eq!(app.sms_send(json!({ "phone": phone })).await.status, 200);
+    assert_eq!(app.sms_send(json!({ "phone": phone })).await.status, 429);
+    let trail = db.trail(&app).await;
+    assert!(
+        trail.iter().any(|e| e.subject == phone),
+        "the refusal reached the database while the lists' table stayed locked: {trail:?}"
+    );
 
     lock.rollback().await.unwrap();
     crate::support::wait::eventually("the lists read", Duration::from_secs(30), || async {

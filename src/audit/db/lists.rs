@@ -63,23 +63,48 @@ fn created_ms(entry: &ListEntry) -> i64 {
         .map_or(0, |t: DateTime<Utc>| t.timestamp_millis())
 }
 
+/// The columns of a stored row.
+const SELECT: &str = "SELECT id, list, kind, value, note, created_at_ms FROM list_entries";
+
+/// Every stored row, oldest first.
+const SELECT_ALL: &str = "SELECT id, list, kind, value, note, created_at_ms FROM list_entries \
+                          ORDER BY created_at_ms, id";
+
+/// Every stored entry, oldest first; a row that is no entry (edited by
+/// hand) is left out with a warning.
+pub async fn sqlite_all(pool: &sqlx::SqlitePool) -> Result<Vec<ListEntry>, AuditError> {
+    let rows: Vec<Columns> = sqlx::query_as(SELECT_ALL).fetch_all(pool).await?;
+    Ok(readable(rows))
+}
+
+/// [`sqlite_all`] on PostgreSQL, the server ending the read, its wait for a lock
+/// included, past `bound`: cut off on the client instead, the query stayed
+/// queued behind the lock on a connection the pool took back, and the next
+/// user of it (the audit writer, an admin's read) waited there too. A
+/// connection cut off mid-read is closed (`closing`).
+pub async fn postgres_all_within(
+    pool: &sqlx::PgPool,
+    bound: Duration,
+) -> Result<Vec<ListEntry>, AuditError> {
+    let mut conn = super::closing::ClosedUnlessDone::acquire(pool).await?;
+    let tx = super::postgres::begin(&mut conn, Some(bound)).await?;
+    let read = read_all_in(tx).await;
+    conn.done();
+    read
+}
+
+async fn read_all_in(
+    mut tx: sqlx::Transaction<'_, sqlx::Postgres>,
+) -> Result<Vec<ListEntry>, AuditError> {
+    let rows: Vec<Columns> = sqlx::query_as(SELECT_ALL).fetch_all(&mut *tx).await?;
+    tx.commit().await?;
+    Ok(readable(rows))
+}
+
 macro_rules! list_queries {
     ($module:ident, $pool:ty, insert: $insert:literal, find: $find:literal, delete: $delete:literal) => {
         pub mod $module {
             use super::*;
-
-            const SELECT: &str =
-                "SELECT id, list, kind, value, note, created_at_ms FROM list_entries";
-
-            /// Every stored entry, oldest first; a row that is no entry
-            /// (edited by hand) is left out with a warning.
-            pub async fn all(pool: &$pool) -> Result<Vec<ListEntry>, AuditError> {
-                let rows: Vec<Columns> =
-                    sqlx::query_as(&format!("{SELECT} ORDER BY created_at_ms, id"))
-                        .fetch_all(pool)
-                        .await?;
-                Ok(readable(rows))
-            }
 
             /// Store `entry` unless an equal one (same list, kind and value)
             /// is stored: answer the stored one. An equal row no version
@@ -165,8 +190,8 @@ fn unavailable(e: AuditError) -> ListError {
 
 #[async_trait::async_trait]
 impl ListStore for AuditDb {
-    async fn all(&self) -> Result<Vec<ListEntry>, ListError> {
-        self.list_entries().await.map_err(unavailable)
+    async fn all(&self, bound: Duration) -> Result<Vec<ListEntry>, ListError> {
+        self.list_entries_within(bound).await.map_err(unavailable)
     }
 
     async fn insert(&self, entry: &ListEntry) -> Result<ListEntry, ListError> {

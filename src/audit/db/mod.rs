@@ -295,11 +295,16 @@ impl AuditDb {
         }
     }
 
-    /// The allow and block entries admins stored, oldest first.
-    pub async fn list_entries(&self) -> Result<Vec<crate::lists::ListEntry>, AuditError> {
+    /// The allow and block entries admins stored, oldest first, the read
+    /// given up past `bound` (on PostgreSQL by the server, its lock waits
+    /// included; SQLite waits on no other process's lock for long).
+    pub async fn list_entries_within(
+        &self,
+        bound: std::time::Duration,
+    ) -> Result<Vec<crate::lists::ListEntry>, AuditError> {
         match self {
-            Self::Postgres(pool) => lists::postgres::all(pool).await,
-            Self::Sqlite(pool) => lists::sqlite::all(pool).await,
+            Self::Postgres(pool) => lists::postgres_all_within(pool, bound).await,
+            Self::Sqlite(pool) => lists::sqlite_all(pool).await,
         }
     }
 
