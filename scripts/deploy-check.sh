@@ -159,7 +159,8 @@ series_and_labels_exist() {
     port=$(free_port)
     admin=$(free_port)
     (cd "$work" && exec env TOLLGATE__SERVER__BIND="127.0.0.1:$port" TOLLGATE__SERVER__ADMIN_BIND="127.0.0.1:$admin" \
-        TOLLGATE__LISTS__BLOCK_PHONES='["+8821*"]' "$CARGO_TARGET_DIR/debug/tollgate" serve) >"$work/serve.log" 2>&1 &
+        TOLLGATE__LISTS__BLOCK_PHONES='["+8821*"]' TOLLGATE__SMS__DENIED_REGIONS='["GB"]' \
+        "$CARGO_TARGET_DIR/debug/tollgate" serve) >"$work/serve.log" 2>&1 &
     server_pid=$!
     local waited=0
     until curl -sf -o /dev/null "http://127.0.0.1:$port/readyz"; do
@@ -175,10 +176,16 @@ series_and_labels_exist() {
     curl -s "${json[@]}" -d '{"phone": "+8613800138000"}' "http://127.0.0.1:$port/sms/send" >/dev/null
     curl -s "${json[@]}" -d '{"phone": "+8613800138000"}' "http://127.0.0.1:$port/sms/send" >/dev/null
     curl -s "${json[@]}" -d '{"phone": "+88216123456"}' "http://127.0.0.1:$port/sms/send" >/dev/null
+    local region
+    region=$(curl -s "${json[@]}" -d '{"phone": "+447400123456"}' "http://127.0.0.1:$port/sms/send")
+    case "$region" in *region_blocked*) ;; *) fail "a send to a denied region answered $region" ;; esac
     curl -s "${json[@]}" -d '{"phone": "+8613800138000", "code": "000000"}' "http://127.0.0.1:$port/sms/verify" >/dev/null
     curl -s "${json[@]}" -d '{"user": "alice", "success": false}' "http://127.0.0.1:$port/login/attempt" >/dev/null
     curl -s "http://127.0.0.1:$admin/metrics" >"$work/scrape"
     grep -q '^tollgate_list_matches_total' "$work/scrape" || fail "the scrape lacks the traffic: $(head -20 "$work/scrape")"
+    # The block list's and the region's 403s are not the pumping guard's.
+    grep -qx 'tollgate_pumping_refusals_total 0' "$work/scrape" \
+        || fail "other 403s counted as pumping refusals: $(grep '^tollgate_pumping' "$work/scrape")"
     "$python" scripts/deploy_check.py series "$work/scrape" "$alerts" "$dashboard"
 }
 

@@ -26,6 +26,11 @@ pub fn disguises(c: char) -> bool {
     ) || in_ranges(DEFAULT_IGNORABLE, c)
 }
 
+/// `text` with every character that [`disguises`] it shown as U+FFFD.
+pub fn undisguised(text: &str) -> String {
+    text.replace(disguises, "\u{FFFD}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::disguises;

@@ -225,7 +225,9 @@ fn warn_of_sms_captchas_that_never_ask(settings: &Settings) {
             tracing::warn!(
                 limit = window.limit,
                 window = %humantime::format_duration(window.window),
-                "{key} refuses at or before sms.captcha_after sends within                  sms.captcha_window: that window refuses before any captcha is asked                  (docs/rules.md)"
+                "{key} refuses at or before sms.captcha_after sends within \
+                 sms.captcha_window: that window refuses before any captcha is asked \
+                 (docs/rules.md)"
             );
         }
     }
@@ -246,7 +248,9 @@ fn warn_of_a_pumping_guard_that_never_judges_a_prefix(settings: &Settings) {
             limit = window.limit,
             window = %humantime::format_duration(window.window),
             min_sends = pumping.min_sends,
-            "sms.prefix_limits admits fewer sends than sms.pumping.min_sends within              sms.pumping.window: no prefix reaches the count the pumping guard judges, so it              never blocks one (docs/pumping.md)"
+            "sms.prefix_limits admits fewer sends than sms.pumping.min_sends within \
+             sms.pumping.window: no prefix reaches the count the pumping guard judges, so it \
+             never blocks one (docs/pumping.md)"
         );
     }
 }

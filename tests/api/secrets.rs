@@ -49,8 +49,12 @@ fn api_keys_and_admin_tokens_shorter_than_16_characters_stop_start_up() {
             "`server.api_keys[0]`",
         ),
         (
-            "[server]\nadmin_tokens = [\" 0123456789abcdef\"]\n",
+            "[server]\nadmin_tokens = [\"0123456789abcdef\\n\"]\n",
             "`server.admin_tokens[0]`",
+        ),
+        (
+            "[server]\napi_keys = [\" 0123456789abcdef\"]\n",
+            "`server.api_keys[0]`",
         ),
         (
             "[server]\napi_keys = [\"0123456789abcdef\", \"0123456789abcdéf\"]\n",
@@ -64,6 +68,12 @@ fn api_keys_and_admin_tokens_shorter_than_16_characters_stop_start_up() {
             "{toml}: {stderr}"
         );
     }
+    // An admin token is a console password too, which may hold a space.
+    let (ok, _, stderr) = check_config(
+        "[server]\nadmin_tokens = [\"correct horse battery staple\"]\n",
+        &[],
+    );
+    assert!(ok, "{stderr}");
     // Sixteen characters are enough.
     let (ok, _, stderr) = check_config(
         "[server]\napi_keys = [\"0123456789abcdef\"]\nadmin_tokens = [\"fedcba9876543210\"]\n",

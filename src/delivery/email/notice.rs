@@ -1,5 +1,6 @@
-//! The lockout notice: one email to `notify_email` per lock. The address goes
-//! from the request to the mail queue and nowhere else.
+//! The lockout notice: one email to `notify_email` per lock, an address's
+//! lock at most once an hour per recipient (`notice_gate`). The address
+//! goes from the request to the mail queue and nowhere else.
 
 use std::time::Duration;
 
@@ -94,7 +95,7 @@ impl LockNotifier for EmailLockNotifier {
             }
         };
         let now = tokio::time::Instant::now();
-        if !self.gate.lock().admit(&notice.to, notice.scope, now) {
+        if !self.gate.lock().admits(&notice.to, notice.scope, now) {
             tracing::info!(to = %mask_email(&notice.to), "a notice went to this address within the hour: this address lock is not told");
             return;
         }
@@ -103,9 +104,7 @@ impl LockNotifier for EmailLockNotifier {
         // A name reaches the notice as the caller sent it: a line separator
         // (U+2028) or a bidirectional override passes the guards' control
         // check and would write lines, or reorder text, in the owner's mail.
-        let user = notice
-            .user
-            .replace(crate::domain::text::disguises, "\u{FFFD}");
+        let user = crate::domain::text::undisguised(&notice.user);
         let vars = LockNoticeVars {
             user: &user,
             locked_minutes: notice.locked_for.as_secs().div_ceil(60),
@@ -120,12 +119,15 @@ impl LockNotifier for EmailLockNotifier {
         );
         match rendered {
             Ok(email) => {
-                self.mailer.enqueue(Outgoing {
+                let queued = self.mailer.enqueue(Outgoing {
                     kind: EmailKind::LockNotice,
                     to: vec![to],
                     email,
                     reached: None,
                 });
+                if queued {
+                    self.gate.lock().told(&notice.to, now);
+                }
             }
             Err(e) => tracing::error!(error = %e, "cannot render the lock notice"),
         }

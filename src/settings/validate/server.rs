@@ -39,15 +39,22 @@ pub(super) fn bearer_secrets(server: &crate::settings::ServerSettings) -> Check 
                     ),
                 ));
             }
-            // A header carries visible ASCII only, and a caller's credential
-            // is trimmed: a secret with a space, a line break (a file's last
-            // newline) or a non-ASCII letter in it could never be presented,
-            // and each admin's try would count against their own address.
-            if !secret.expose().bytes().all(|b| b.is_ascii_graphic()) {
+            // An API key goes in a header, which carries visible ASCII only,
+            // trimmed: one with a space, a line break (a file's last
+            // newline) or a non-ASCII letter could never be presented. An
+            // admin token is also a console password (HTTP Basic, decoded,
+            // not trimmed), which may hold spaces and letters; but a control
+            // character, a line break included, no one types there either.
+            let presentable = match key {
+                "server.api_keys" => secret.expose().bytes().all(|b| b.is_ascii_graphic()),
+                _ => !secret.expose().chars().any(char::is_control),
+            };
+            if !presentable {
                 return Err(SettingsError::invalid(
                     &format!("{key}[{i}]"),
-                    "must be visible ASCII characters only: no space, line break or \
-                     non-ASCII letter (a header cannot carry it, so no caller could present it)",
+                    "holds a character no caller can present: an API key must be visible \
+                     ASCII (no space, line break or non-ASCII letter), an admin token free of \
+                     control characters and line breaks",
                 ));
             }
         }

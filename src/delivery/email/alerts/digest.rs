@@ -290,8 +290,7 @@ pub(super) fn shown_subject(kind: SubjectKind, subject: &str) -> String {
         // guards' check for control characters, and mail clients break
         // lines at it: a name could write lines of its own into the digest
         // ("No further locks."). Shown as U+FFFD, as the console does.
-        SubjectKind::User => subject
-            .replace(crate::domain::text::disguises, "\u{FFFD}")
+        SubjectKind::User => crate::domain::text::undisguised(subject)
             .replace(DOTS, "[.]")
             .replace(':', "[:]"),
         _ => subject.to_string(),
