@@ -187,6 +187,36 @@ async fn address_locks_tell_the_owner_once_an_hour_and_the_accounts_lock_always(
     );
 }
 
+/// A notice the relay never took spends no hour: the owner's next address
+/// lock is told.
+#[tokio::test]
+async fn a_notice_that_never_arrived_does_not_silence_its_recipient() {
+    let (app, inbox) = app_with_email(Backend::Memory, |_| {}).await;
+    let fail_from = |ip: &'static str| {
+        let body = json!({
+            "user": "gina", "ip": ip, "success": false, "notify_email": "gina@example.com",
+        });
+        let app = &app;
+        async move {
+            for _ in 0..3 {
+                assert_eq!(app.login_attempt(body.clone()).await.status, 200);
+            }
+        }
+    };
+    inbox.refuse_next(4);
+    fail_from("198.51.100.21").await;
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while inbox.tries() < 4 {
+        assert!(Instant::now() < deadline, "the four tries were not made");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The mail task tells the notifier after its last try.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    fail_from("198.51.100.22").await;
+    let mails = inbox.wait_for_mail_to("gina@example.com").await;
+    assert_eq!(mails.len(), 1, "{mails:#?}");
+}
+
 /// A line separator in a name would start a line of the caller's own in
 /// the owner's mail: it is shown as U+FFFD.
 #[tokio::test]

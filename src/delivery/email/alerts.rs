@@ -213,6 +213,7 @@ fn send_digest(
         to: settings.to.clone(),
         email,
         reached: Some(reached),
+        ahead: false,
     });
     if queued {
         Some((digest, told))

@@ -55,6 +55,10 @@ pub struct Outgoing {
     pub email: RenderedEmail,
     /// Told once every copy was tried.
     pub reached: Option<oneshot::Sender<Reach>>,
+    /// Queued apart and sent before the other notices: a whole account's
+    /// lock, which a wave of address locks (anyone with a few hundred
+    /// addresses) must not drop from a full queue.
+    pub ahead: bool,
 }
 
 /// What became of an email's copies.
@@ -75,12 +79,16 @@ pub enum Reach {
 /// tells the admins of it must not be the email dropped.
 const DIGEST_QUEUE: usize = 4;
 
+/// Notices of a whole account's lock queued apart ([`Outgoing::ahead`]).
+const AHEAD_QUEUE: usize = 64;
+
 static DROPPED_LINES: LogBudget = LogBudget::new(Duration::from_secs(10));
 
 /// Hands emails to the background task; cheap to clone.
 #[derive(Clone)]
 pub struct Mailer {
     notices: mpsc::Sender<Outgoing>,
+    ahead: mpsc::Sender<Outgoing>,
     digests: mpsc::Sender<Outgoing>,
 }
 
@@ -103,22 +111,32 @@ impl Mailer {
             .build();
         let from = settings.from.clone();
         let (notices, notices_rx) = mpsc::channel(config.queue_capacity.max(1));
+        let (ahead, ahead_rx) = mpsc::channel(AHEAD_QUEUE);
         let (digests, digests_rx) = mpsc::channel(DIGEST_QUEUE);
         let queues = Queues {
             notices: notices_rx,
+            ahead: ahead_rx,
             digests: digests_rx,
         };
         let task = tokio::spawn(run(transport, from, queues, config));
-        Ok((Self { notices, digests }, task))
+        Ok((
+            Self {
+                notices,
+                ahead,
+                digests,
+            },
+            task,
+        ))
     }
 
     /// Queue one email; never waits. A full or closed queue drops it with a
     /// warning; whether it was queued.
     pub fn enqueue(&self, outgoing: Outgoing) -> bool {
         let kind = outgoing.kind.as_str();
-        let queue = match outgoing.kind {
-            EmailKind::AlertDigest => &self.digests,
-            EmailKind::LockNotice => &self.notices,
+        let queue = match (outgoing.kind, outgoing.ahead) {
+            (EmailKind::AlertDigest, _) => &self.digests,
+            (EmailKind::LockNotice, true) => &self.ahead,
+            (EmailKind::LockNotice, false) => &self.notices,
         };
         let why = match queue.try_send(outgoing) {
             Ok(()) => return true,
@@ -134,19 +152,21 @@ impl Mailer {
     }
 }
 
-/// The task's two queues.
+/// The task's queues.
 struct Queues {
     notices: mpsc::Receiver<Outgoing>,
+    ahead: mpsc::Receiver<Outgoing>,
     digests: mpsc::Receiver<Outgoing>,
 }
 
 impl Queues {
-    /// The next email, a digest before any notice; `None` once both queues
-    /// are closed and empty.
+    /// The next email, a digest before any notice, an account's lock
+    /// before an address's; `None` once every queue is closed and empty.
     async fn next(&mut self) -> Option<Outgoing> {
         tokio::select! {
             biased;
             Some(digest) = self.digests.recv() => Some(digest),
+            Some(notice) = self.ahead.recv() => Some(notice),
             Some(notice) = self.notices.recv() => Some(notice),
             else => None,
         }
@@ -166,6 +186,7 @@ async fn run(
             to,
             email,
             reached,
+            ahead: _,
         } = outgoing;
         let kind = kind.as_str();
         // A copy each, not one envelope: a server refuses a whole message
@@ -380,6 +401,7 @@ mod tests {
                 body: "locked\n".into(),
             },
             reached: None,
+            ahead: false,
         }
     }
 
@@ -392,6 +414,29 @@ mod tests {
         settings.smtp_url = SecretUrl::new(format!("smtp://127.0.0.1:{port}"));
         let (mailer, task) = Mailer::start(&settings, config).expect("a mailer");
         (mailer, task, silent)
+    }
+
+    /// A wave of address locks fills the notices' queue; an account's
+    /// lock is queued apart, and goes before them.
+    #[tokio::test]
+    async fn an_accounts_lock_is_queued_when_address_locks_fill_the_queue() {
+        let config = MailerConfig {
+            queue_capacity: 2,
+            attempts: 1,
+            first_backoff: Duration::from_millis(10),
+            smtp_timeout: Duration::from_secs(30),
+        };
+        let (mailer, _task, _silent) = to_a_silent_server(config);
+        let mut queued = 0;
+        while mailer.enqueue(notice()) {
+            queued += 1;
+            assert!(queued < 10, "the notices' queue never fills");
+        }
+        let account = Outgoing {
+            ahead: true,
+            ..notice()
+        };
+        assert!(mailer.enqueue(account), "dropped with the address notices");
     }
 
     /// A server that takes the connection and never says a word (lettre

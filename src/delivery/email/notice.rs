@@ -8,7 +8,7 @@ use chrono::{SecondsFormat, Utc};
 use lettre::message::Mailbox;
 use serde::Serialize;
 
-use super::mailer::{Mailer, Outgoing};
+use super::mailer::{Mailer, Outgoing, Reach};
 use super::notice_gate::NoticeGate;
 use std::sync::Arc;
 
@@ -60,7 +60,7 @@ impl LockNotifier for NoNotices {
 pub struct EmailLockNotifier {
     mailer: Mailer,
     templates: Arc<TemplatesCell>,
-    gate: parking_lot::Mutex<NoticeGate>,
+    gate: Arc<parking_lot::Mutex<NoticeGate>>,
 }
 
 impl EmailLockNotifier {
@@ -69,7 +69,7 @@ impl EmailLockNotifier {
         Self {
             mailer,
             templates,
-            gate: parking_lot::Mutex::new(NoticeGate::default()),
+            gate: Arc::new(parking_lot::Mutex::new(NoticeGate::default())),
         }
     }
 }
@@ -119,14 +119,30 @@ impl LockNotifier for EmailLockNotifier {
         );
         match rendered {
             Ok(email) => {
+                let (reached, told) = tokio::sync::oneshot::channel();
                 let queued = self.mailer.enqueue(Outgoing {
                     kind: EmailKind::LockNotice,
                     to: vec![to],
                     email,
-                    reached: None,
+                    reached: Some(reached),
+                    ahead: notice.scope == LockedScope::Account,
                 });
                 if queued {
+                    // Counted from the queue (a second lock meanwhile is not
+                    // told twice), and given back if the notice never
+                    // reached the owner: a relay's outage of a few seconds
+                    // must not silence a recipient for the hour.
                     self.gate.lock().told(&notice.to, now);
+                    let gate = self.gate.clone();
+                    let to = notice.to;
+                    let given_back = async move {
+                        if told.await != Ok(Reach::Reached) {
+                            gate.lock().forget(&to, now);
+                        }
+                    };
+                    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                        runtime.spawn(given_back);
+                    }
                 }
             }
             Err(e) => tracing::error!(error = %e, "cannot render the lock notice"),

@@ -81,6 +81,15 @@ impl NoticeGate {
         }
         self.last.insert(to, now);
     }
+
+    /// The notice told at `at` never reached `to`: its hour is not spent
+    /// (unless a later one was told since).
+    pub(super) fn forget(&mut self, to: &str, at: Instant) {
+        let to = self.key(to);
+        if self.last.get(&to) == Some(&at) {
+            self.last.remove(&to);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -122,9 +131,16 @@ mod tests {
             tell(&mut gate, "alice@example.com", address, later),
             "after the gap"
         );
-        // A notice never queued spends no hour.
+        // A notice never queued spends no hour, nor one that never arrived.
         assert!(gate.admits("carol@example.com", address, later));
-        assert!(gate.admits("carol@example.com", address, later));
+        assert!(tell(&mut gate, "carol@example.com", address, later));
+        gate.forget("Carol@example.com", later);
+        assert!(tell(&mut gate, "carol@example.com", address, later));
+        gate.forget("carol@example.com", t0);
+        assert!(
+            !gate.admits("carol@example.com", address, later),
+            "a later one stays"
+        );
     }
 
     #[test]
