@@ -125,6 +125,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Serve => {
             tollgate::telemetry::init();
+            match tollgate::startup::watch_stop_signals() {
+                Ok(()) => tracing::info!("starting: SIGTERM and SIGINT stop the service from now"),
+                Err(e) => tracing::warn!(error = %e, "SIGTERM cannot be watched yet"),
+            }
             // Before the config is read: SIGHUP and edits during start-up
             // are held for the running service, not lost (or fatal).
             let mut reloader = Reloader::prepare(cli.config.clone())?;

@@ -298,10 +298,44 @@ async fn open_lists(
     lists
 }
 
+/// A stop asked by SIGTERM or SIGINT since [`watch_stop_signals`].
+static STOP_REQUESTED: tokio::sync::Notify = tokio::sync::Notify::const_new();
+
+/// Whether [`watch_stop_signals`] took the signals over.
+static SIGNALS_WATCHED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Take SIGTERM and SIGINT over now, before the service is built (`serve`
+/// does, first thing): until the handler is installed their default action
+/// ends the process, a SIGTERM during start-up (the store's connect, the
+/// migrations, seconds with a slow database) exiting 143 where a stop
+/// exits 0. A stop asked during start-up is kept: the service stops as
+/// soon as it runs. Needs a Tokio runtime.
+pub fn watch_stop_signals() -> std::io::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut terminate = signal(SignalKind::terminate())?;
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = terminate.recv() => {}
+            _ = interrupt.recv() => {}
+        }
+        STOP_REQUESTED.notify_one();
+    });
+    SIGNALS_WATCHED.store(true, std::sync::atomic::Ordering::Release);
+    Ok(())
+}
+
 /// SIGTERM or SIGINT (Ctrl-C), or an audit writer that panicked: each
 /// stops gracefully. actix's own signal handling is off, so that one place
 /// stops both listeners at once.
 async fn stop_signal() {
+    if SIGNALS_WATCHED.load(std::sync::atomic::Ordering::Acquire) {
+        tokio::select! {
+            () = STOP_REQUESTED.notified() => {}
+            () = crate::audit::stop_asked() => {}
+        }
+        return;
+    }
     use tokio::signal::unix::{signal, SignalKind};
     let terminate = async {
         match signal(SignalKind::terminate()) {

@@ -577,3 +577,57 @@ async fn a_reload_warns_of_what_start_up_would() {
         "no warning after the reload"
     );
 }
+
+/// A SIGTERM during start-up (here its wait for the audit database's
+/// migrations, with a PostgreSQL that refuses every connection) is a stop
+/// like any: the service stops as soon as it runs and exits 0, where the
+/// signal's default action ended it with 143 before the handler was
+/// installed.
+#[tokio::test]
+async fn a_sigterm_during_start_up_stops_it_with_0() {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("tollgate.toml");
+    std::fs::write(
+        &config,
+        "[server]\nbind = \"127.0.0.1:0\"\n\
+         [audit]\ndatabase_url = \"postgres://postgres@127.0.0.1:1/nowhere\"\n",
+    )
+    .unwrap();
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .current_dir(dir.path())
+        .arg("--config")
+        .arg(&config)
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let started = tokio::time::timeout(Duration::from_secs(30), async {
+        while let Ok(Some(line)) = lines.next_line().await {
+            assert!(
+                !line.contains("tollgate listening"),
+                "start-up was not slow: {line}"
+            );
+            if line.contains("SIGTERM and SIGINT stop the service") {
+                return;
+            }
+        }
+        panic!("tollgate exited before starting");
+    });
+    started.await.expect("a start-up line within 30 s");
+    let pid = child.id().expect("running").to_string();
+    let killed = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    let status = tokio::time::timeout(Duration::from_secs(30), child.wait())
+        .await
+        .expect("it stops within 30 s")
+        .unwrap();
+    assert!(status.success(), "{status:?}");
+}

@@ -57,6 +57,14 @@ fn api_keys_and_admin_tokens_shorter_than_16_characters_stop_start_up() {
             "`server.api_keys[0]`",
         ),
         (
+            "[server]\nadmin_tokens = [\"  padded-token-1234567890  \"]\n",
+            "`server.admin_tokens[0]`",
+        ),
+        (
+            "[server]\nadmin_tokens = [\"                                \"]\n",
+            "`server.admin_tokens[0]`",
+        ),
+        (
             "[server]\napi_keys = [\"0123456789abcdef\", \"0123456789abcdéf\"]\n",
             "`server.api_keys[1]`",
         ),

@@ -43,18 +43,21 @@ pub(super) fn bearer_secrets(server: &crate::settings::ServerSettings) -> Check 
             // trimmed: one with a space, a line break (a file's last
             // newline) or a non-ASCII letter could never be presented. An
             // admin token is also a console password (HTTP Basic, decoded,
-            // not trimmed), which may hold spaces and letters; but a control
-            // character, a line break included, no one types there either.
+            // not trimmed), which may hold spaces and letters inside; but a
+            // control character no one types there either, and one that
+            // starts or ends with a space works in the console only (or,
+            // all spaces, is no secret at all).
+            let text = secret.expose();
             let presentable = match key {
-                "server.api_keys" => secret.expose().bytes().all(|b| b.is_ascii_graphic()),
-                _ => !secret.expose().chars().any(char::is_control),
+                "server.api_keys" => text.bytes().all(|b| b.is_ascii_graphic()),
+                _ => !text.chars().any(char::is_control) && text.trim() == text,
             };
             if !presentable {
                 return Err(SettingsError::invalid(
                     &format!("{key}[{i}]"),
                     "holds a character no caller can present: an API key must be visible \
                      ASCII (no space, line break or non-ASCII letter), an admin token free of \
-                     control characters and line breaks",
+                     control characters and line breaks, with no space at either end",
                 ));
             }
         }
