@@ -439,6 +439,26 @@ mod tests {
         assert!(mailer.enqueue(account), "dropped with the address notices");
     }
 
+    #[tokio::test]
+    async fn an_accounts_lock_goes_before_the_address_locks_queued_earlier() {
+        let (notices, notices_rx) = mpsc::channel(4);
+        let (ahead, ahead_rx) = mpsc::channel(4);
+        let (_digests, digests_rx) = mpsc::channel(4);
+        let mut queues = Queues {
+            notices: notices_rx,
+            ahead: ahead_rx,
+            digests: digests_rx,
+        };
+        assert!(notices.try_send(notice()).is_ok());
+        let account = Outgoing {
+            ahead: true,
+            ..notice()
+        };
+        assert!(ahead.try_send(account).is_ok());
+        assert!(queues.next().await.is_some_and(|first| first.ahead));
+        assert!(queues.next().await.is_some_and(|second| !second.ahead));
+    }
+
     /// A server that takes the connection and never says a word (lettre
     /// bounds only the connect) gives each send up at its bound, and the
     /// emails queued behind it are tried in turn rather than held forever.

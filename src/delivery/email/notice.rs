@@ -94,8 +94,11 @@ impl LockNotifier for EmailLockNotifier {
                 return;
             }
         };
+        // Checked and counted under one lock: concurrent locks for one
+        // recipient (a burst from many addresses) pass one at a time. Given
+        // back below if the notice is not queued, or never arrives.
         let now = tokio::time::Instant::now();
-        if !self.gate.lock().admits(&notice.to, notice.scope, now) {
+        if !self.gate.lock().admit(&notice.to, notice.scope, now) {
             tracing::info!(to = %mask_email(&notice.to), "a notice went to this address within the hour: this address lock is not told");
             return;
         }
@@ -127,25 +130,29 @@ impl LockNotifier for EmailLockNotifier {
                     reached: Some(reached),
                     ahead: notice.scope == LockedScope::Account,
                 });
-                if queued {
-                    // Counted from the queue (a second lock meanwhile is not
-                    // told twice), and given back if the notice never
-                    // reached the owner: a relay's outage of a few seconds
-                    // must not silence a recipient for the hour.
-                    self.gate.lock().told(&notice.to, now);
-                    let gate = self.gate.clone();
-                    let to = notice.to;
-                    let given_back = async move {
-                        if told.await != Ok(Reach::Reached) {
-                            gate.lock().forget(&to, now);
-                        }
-                    };
-                    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                        runtime.spawn(given_back);
+                if !queued {
+                    self.gate.lock().forget(&notice.to, now);
+                    return;
+                }
+                // Given back when every try failed: a relay's outage of a
+                // few seconds must not silence a recipient for the hour. Not
+                // when the server refused it for good (a mailbox that does
+                // not exist): each lock would cost a transaction again.
+                let gate = self.gate.clone();
+                let to = notice.to;
+                let given_back = async move {
+                    if matches!(told.await, Ok(Reach::Failed) | Err(_)) {
+                        gate.lock().forget(&to, now);
                     }
+                };
+                if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                    runtime.spawn(given_back);
                 }
             }
-            Err(e) => tracing::error!(error = %e, "cannot render the lock notice"),
+            Err(e) => {
+                self.gate.lock().forget(&notice.to, now);
+                tracing::error!(error = %e, "cannot render the lock notice");
+            }
         }
     }
 }

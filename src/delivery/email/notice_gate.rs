@@ -55,35 +55,34 @@ impl NoticeGate {
         self.keys.hash_one(to.to_ascii_lowercase())
     }
 
-    /// Whether a notice of a lock of `scope` may go to `to` at `now`.
-    pub(super) fn admits(&self, to: &str, scope: LockedScope, now: Instant) -> bool {
+    /// Whether a notice of a lock of `scope` goes to `to` at `now`; if so,
+    /// it counts as told then (see [`NoticeGate::forget`]).
+    pub(super) fn admit(&mut self, to: &str, scope: LockedScope, now: Instant) -> bool {
+        let key = self.key(to);
         let told_within_the_gap = self
             .last
-            .get(&self.key(to))
+            .get(&key)
             .is_some_and(|at| now.saturating_duration_since(*at) < self.gap);
-        scope == LockedScope::Account || !told_within_the_gap
-    }
-
-    /// A notice went to `to` at `now` (queued: one dropped, or not
-    /// rendered, leaves the recipient's hour unspent).
-    pub(super) fn told(&mut self, to: &str, now: Instant) {
-        let to = self.key(to);
-        if self.last.len() >= self.remembered && !self.last.contains_key(&to) {
+        if scope == LockedScope::Address && told_within_the_gap {
+            return false;
+        }
+        if self.last.len() >= self.remembered && !self.last.contains_key(&key) {
             let gap = self.gap;
             self.last
                 .retain(|_, at| now.saturating_duration_since(*at) < gap);
             if self.last.len() >= self.remembered {
                 let oldest = self.last.iter().min_by_key(|(_, at)| **at);
-                if let Some(oldest) = oldest.map(|(to, _)| *to) {
+                if let Some(oldest) = oldest.map(|(key, _)| *key) {
                     self.last.remove(&oldest);
                 }
             }
         }
-        self.last.insert(to, now);
+        self.last.insert(key, now);
+        true
     }
 
-    /// The notice told at `at` never reached `to`: its hour is not spent
-    /// (unless a later one was told since).
+    /// The notice told at `at` was not queued, or never reached `to`: its
+    /// hour is not spent (unless a later one was told since).
     pub(super) fn forget(&mut self, to: &str, at: Instant) {
         let to = self.key(to);
         if self.last.get(&to) == Some(&at) {
@@ -96,49 +95,35 @@ impl NoticeGate {
 mod tests {
     use super::*;
 
-    fn tell(gate: &mut NoticeGate, to: &str, scope: LockedScope, now: Instant) -> bool {
-        let admitted = gate.admits(to, scope, now);
-        if admitted {
-            gate.told(to, now);
-        }
-        admitted
-    }
-
     #[test]
     fn an_address_lock_is_told_once_a_gap_and_an_account_lock_always() {
         let mut gate = NoticeGate::new(Duration::from_secs(60), 100);
         let t0 = Instant::now();
         let (address, account) = (LockedScope::Address, LockedScope::Account);
-        assert!(tell(&mut gate, "Alice@example.com", address, t0));
+        assert!(gate.admit("Alice@example.com", address, t0));
         let soon = t0 + Duration::from_secs(59);
         assert!(
-            !tell(&mut gate, "alice@example.com", address, soon),
+            !gate.admit("alice@example.com", address, soon),
             "case aside, one address"
         );
         assert!(
-            tell(&mut gate, "bob@example.com", address, soon),
+            gate.admit("bob@example.com", address, soon),
             "another recipient"
         );
-        assert!(tell(&mut gate, "alice@example.com", account, soon));
-        assert!(!tell(
-            &mut gate,
-            "alice@example.com",
-            address,
-            soon + Duration::from_secs(30)
-        ));
+        assert!(gate.admit("alice@example.com", account, soon));
+        assert!(!gate.admit("alice@example.com", address, soon + Duration::from_secs(30)));
         let later = soon + Duration::from_secs(60);
         assert!(
-            tell(&mut gate, "alice@example.com", address, later),
+            gate.admit("alice@example.com", address, later),
             "after the gap"
         );
-        // A notice never queued spends no hour, nor one that never arrived.
-        assert!(gate.admits("carol@example.com", address, later));
-        assert!(tell(&mut gate, "carol@example.com", address, later));
+        // A notice never queued, or that never arrived, spends no hour.
+        assert!(gate.admit("carol@example.com", address, later));
         gate.forget("Carol@example.com", later);
-        assert!(tell(&mut gate, "carol@example.com", address, later));
+        assert!(gate.admit("carol@example.com", address, later));
         gate.forget("carol@example.com", t0);
         assert!(
-            !gate.admits("carol@example.com", address, later),
+            !gate.admit("carol@example.com", address, later),
             "a later one stays"
         );
     }
@@ -148,24 +133,21 @@ mod tests {
         let mut gate = NoticeGate::new(Duration::from_secs(60), 2);
         let t0 = Instant::now();
         let address = LockedScope::Address;
-        assert!(tell(&mut gate, "a@example.com", address, t0));
+        assert!(gate.admit("a@example.com", address, t0));
         let t1 = t0 + Duration::from_secs(1);
-        assert!(tell(&mut gate, "b@example.com", address, t1));
+        assert!(gate.admit("b@example.com", address, t1));
         assert!(
-            tell(&mut gate, "c@example.com", address, t1),
+            gate.admit("c@example.com", address, t1),
             "full: the oldest goes"
         );
         assert_eq!(gate.last.len(), 2);
         assert!(
-            !tell(&mut gate, "b@example.com", address, t1),
+            !gate.admit("b@example.com", address, t1),
             "still remembered"
         );
-        assert!(
-            tell(&mut gate, "a@example.com", address, t1),
-            "forgotten first"
-        );
+        assert!(gate.admit("a@example.com", address, t1), "forgotten first");
         let later = t1 + Duration::from_secs(61);
-        assert!(tell(&mut gate, "d@example.com", address, later));
+        assert!(gate.admit("d@example.com", address, later));
         assert_eq!(gate.last.len(), 1, "aged out together");
     }
 }
