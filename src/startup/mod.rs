@@ -309,17 +309,29 @@ static SIGNALS_WATCHED: std::sync::atomic::AtomicBool = std::sync::atomic::Atomi
 /// ends the process, a SIGTERM during start-up (the store's connect, the
 /// migrations, seconds with a slow database) exiting 143 where a stop
 /// exits 0. A stop asked during start-up is kept: the service stops as
-/// soon as it runs. Needs a Tokio runtime.
+/// soon as it runs. A second signal exits at once (130). Needs a Tokio
+/// runtime.
 pub fn watch_stop_signals() -> std::io::Result<()> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut terminate = signal(SignalKind::terminate())?;
     let mut interrupt = signal(SignalKind::interrupt())?;
     tokio::spawn(async move {
-        tokio::select! {
-            _ = terminate.recv() => {}
-            _ = interrupt.recv() => {}
+        for signals in 1.. {
+            tokio::select! {
+                _ = terminate.recv() => {}
+                _ = interrupt.recv() => {}
+            }
+            if signals == 1 {
+                STOP_REQUESTED.notify_one();
+                continue;
+            }
+            // A second signal (an operator's second Ctrl-C) ends the process
+            // at once, as the signal's default action did before the
+            // handler: every answered event is in the journal already, and
+            // the next process replays it.
+            tracing::warn!("a second stop signal: exiting without waiting for the stop to finish");
+            std::process::exit(130);
         }
-        STOP_REQUESTED.notify_one();
     });
     SIGNALS_WATCHED.store(true, std::sync::atomic::Ordering::Release);
     Ok(())
