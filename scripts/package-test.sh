@@ -208,9 +208,14 @@ sigterm_stops_it_with_status_0() {
     [ "$status" = 0 ] || fail "exited with $status: $(tail -5 "$work/serve.log")"
 }
 
-# The system calls of a syscall group, nested groups expanded.
+# The system calls of a syscall group, nested groups expanded; a call's own
+# name is itself.
 syscalls_of() {
     local name
+    case $1 in
+        @*) ;;
+        *) echo "$1"; return ;;
+    esac
     systemd-analyze syscall-filter "$1" | sed -n 's/^    \([^#].*\)$/\1/p' | while read -r name; do
         case $name in @*) syscalls_of "$name" ;; *) echo "$name" ;; esac
     done
@@ -222,14 +227,20 @@ syscalls_of() {
 # That covers start-up, HTTP, the in-process store, SQLite, reloads (SIGHUP
 # and the file watch) and drain; not Redis, PostgreSQL, TLS or SMTP.
 the_unit_allows_every_system_call_it_made() {
-    local allow deny
-    allow=$(sed -n 's/^SystemCallFilter=\([^~].*\)$/\1/p' "$UNIT")
-    deny=$(sed -n 's/^SystemCallFilter=~\(.*\)$/\1/p' "$UNIT")
-    [ -n "$allow" ] || fail "no SystemCallFilter= allow list in $UNIT"
-    local group
-    for group in $allow; do syscalls_of "$group"; done | sort -u >"$work/allowed"
-    for group in $deny; do syscalls_of "$group"; done | sort -u >"$work/denied"
-    comm -23 "$work/allowed" "$work/denied" >"$work/permitted"
+    # As systemd reads the lines, in order: the first (an allow list) sets
+    # what is allowed, a `~` line takes calls away, a later allow line
+    # gives calls back.
+    local line group
+    : >"$work/permitted"
+    grep -q '^SystemCallFilter=[^~]' "$UNIT" || fail "no SystemCallFilter= allow list in $UNIT"
+    while read -r line; do
+        for group in ${line#\~}; do syscalls_of "$group"; done | sort -u >"$work/these"
+        case $line in
+            \~*) comm -23 "$work/permitted" "$work/these" >"$work/next" ;;
+            *) sort -u "$work/permitted" "$work/these" >"$work/next" ;;
+        esac
+        mv "$work/next" "$work/permitted"
+    done < <(sed -n 's/^SystemCallFilter=\(.*\)$/\1/p' "$UNIT")
     sed -n '\|execve("/usr/bin/tollgate"|,$p' "$work/syscalls" \
         | sed -n 's/^[0-9]* *\([a-z0-9_]*\)(.*/\1/p' | sort -u >"$work/made"
     [ "$(wc -l <"$work/made")" -gt 20 ] || fail "too few calls traced: $(cat "$work/made")"
