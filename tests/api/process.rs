@@ -632,9 +632,7 @@ async fn a_sigterm_during_start_up_stops_it_with_0() {
     let status = child.wait().await.unwrap();
     assert!(status.success(), "{status:?}: {rest:?}");
     // The signal came while start-up still waited for the database.
-    let waited = rest
-        .iter()
-        .position(|l| l.contains("events spool until"));
+    let waited = rest.iter().position(|l| l.contains("events spool until"));
     let listened = rest.iter().position(|l| l.contains("tollgate listening"));
     assert!(
         matches!((waited, listened), (Some(w), Some(l)) if w < l),
