@@ -392,6 +392,14 @@ mod tests {
         email(EmailKind::LockNotice)
     }
 
+    /// A whole account's lock notice, queued ahead of the others.
+    fn account_notice() -> Outgoing {
+        Outgoing {
+            ahead: true,
+            ..notice()
+        }
+    }
+
     fn email(kind: EmailKind) -> Outgoing {
         Outgoing {
             kind,
@@ -417,7 +425,7 @@ mod tests {
     }
 
     /// A wave of address locks fills the notices' queue; an account's
-    /// lock is queued apart, and goes before them.
+    /// lock is queued apart (and goes before them: the next test).
     #[tokio::test]
     async fn an_accounts_lock_is_queued_when_address_locks_fill_the_queue() {
         let config = MailerConfig {
@@ -432,11 +440,10 @@ mod tests {
             queued += 1;
             assert!(queued < 10, "the notices' queue never fills");
         }
-        let account = Outgoing {
-            ahead: true,
-            ..notice()
-        };
-        assert!(mailer.enqueue(account), "dropped with the address notices");
+        assert!(
+            mailer.enqueue(account_notice()),
+            "dropped with the address notices"
+        );
     }
 
     #[tokio::test]
@@ -450,11 +457,7 @@ mod tests {
             digests: digests_rx,
         };
         assert!(notices.try_send(notice()).is_ok());
-        let account = Outgoing {
-            ahead: true,
-            ..notice()
-        };
-        assert!(ahead.try_send(account).is_ok());
+        assert!(ahead.try_send(account_notice()).is_ok());
         assert!(queues.next().await.is_some_and(|first| first.ahead));
         assert!(queues.next().await.is_some_and(|second| !second.ahead));
     }

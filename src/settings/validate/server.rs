@@ -24,11 +24,25 @@ pub(super) fn bearer_secrets(server: &crate::settings::ServerSettings) -> Check 
     let admin_tokens: Vec<&crate::settings::Secret> =
         server.admin_tokens.iter().map(|t| t.secret()).collect();
     let api_keys: Vec<&crate::settings::Secret> = server.api_keys.iter().collect();
+    // An API key goes in a header, which carries visible ASCII only,
+    // trimmed: one with a space, a line break (a file's last newline) or a
+    // non-ASCII letter could never be presented. An admin token is also a
+    // console password (HTTP Basic, decoded, not trimmed), which may hold
+    // spaces and letters inside; but a control character no one types there
+    // either, and one that starts or ends with a space works in the console
+    // only (or, all spaces, is no secret at all).
+    fn header_safe(text: &str) -> bool {
+        text.bytes().all(|b| b.is_ascii_graphic())
+    }
+    fn typable(text: &str) -> bool {
+        !text.chars().any(char::is_control) && text.trim() == text
+    }
+    type Presentable = fn(&str) -> bool;
     let lists = [
-        ("server.api_keys", &api_keys),
-        ("server.admin_tokens", &admin_tokens),
+        ("server.api_keys", &api_keys, header_safe as Presentable),
+        ("server.admin_tokens", &admin_tokens, typable),
     ];
-    for (key, list) in lists {
+    for (key, list, presentable) in lists {
         for (i, secret) in list.iter().enumerate() {
             if secret.expose().chars().count() < MIN_BEARER {
                 return Err(SettingsError::invalid(
@@ -39,20 +53,7 @@ pub(super) fn bearer_secrets(server: &crate::settings::ServerSettings) -> Check 
                     ),
                 ));
             }
-            // An API key goes in a header, which carries visible ASCII only,
-            // trimmed: one with a space, a line break (a file's last
-            // newline) or a non-ASCII letter could never be presented. An
-            // admin token is also a console password (HTTP Basic, decoded,
-            // not trimmed), which may hold spaces and letters inside; but a
-            // control character no one types there either, and one that
-            // starts or ends with a space works in the console only (or,
-            // all spaces, is no secret at all).
-            let text = secret.expose();
-            let presentable = match key {
-                "server.api_keys" => text.bytes().all(|b| b.is_ascii_graphic()),
-                _ => !text.chars().any(char::is_control) && text.trim() == text,
-            };
-            if !presentable {
+            if !presentable(secret.expose()) {
                 return Err(SettingsError::invalid(
                     &format!("{key}[{i}]"),
                     "holds a character no caller can present: an API key must be visible \
