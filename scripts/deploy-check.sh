@@ -155,11 +155,15 @@ free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1
 # readiness probe.
 series_and_labels_exist() {
     cargo build --locked --quiet --bin tollgate
-    local port admin
+    local port admin smtp
     port=$(free_port)
     admin=$(free_port)
+    # Email on (to a port nothing listens on; nothing is locked): the
+    # email series are exported from start-up.
+    smtp=$(free_port)
     (cd "$work" && exec env TOLLGATE__SERVER__BIND="127.0.0.1:$port" TOLLGATE__SERVER__ADMIN_BIND="127.0.0.1:$admin" \
         TOLLGATE__LISTS__BLOCK_PHONES='["+8821*"]' TOLLGATE__SMS__DENIED_REGIONS='["GB"]' \
+        TOLLGATE__EMAIL__SMTP_URL="smtp://127.0.0.1:$smtp" \
         "$CARGO_TARGET_DIR/debug/tollgate" serve) >"$work/serve.log" 2>&1 &
     server_pid=$!
     local waited=0
@@ -186,6 +190,8 @@ series_and_labels_exist() {
     # The block list's and the region's 403s are not the pumping guard's.
     grep -qx 'tollgate_pumping_refusals_total 0' "$work/scrape" \
         || fail "other 403s counted as pumping refusals: $(grep '^tollgate_pumping' "$work/scrape")"
+    grep -qx 'tollgate_emails_total{kind="lock_notice",outcome="failed"} 0' "$work/scrape" \
+        || fail "the email series are not exported from start-up: $(grep '^tollgate_emails' "$work/scrape")"
     "$python" scripts/deploy_check.py series "$work/scrape" "$alerts" "$dashboard"
 }
 

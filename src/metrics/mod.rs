@@ -79,6 +79,11 @@ pub const SMS_DELIVERIES: &str = "tollgate_sms_deliveries_total";
 /// Counter of SMS sends the pumping guard refused (403
 /// `pumping_suspected`): its number prefix or its country is blocked.
 pub const PUMPING_REFUSALS: &str = "tollgate_pumping_refusals_total";
+/// Counter of email copies (one per recipient), by `kind` (`lock_notice`,
+/// `alert_digest`) and `outcome` ([`EmailOutcome`]): the logs say one line
+/// per interval of a queue that drops them, and a lock notice lost is
+/// otherwise seen by no one.
+pub const EMAILS: &str = "tollgate_emails_total";
 /// Counter of fetches of the OpenID provider's signing keys (JWKS), by
 /// `outcome`: `ok` or `failed`.
 pub const ADMIN_JWKS_FETCHES: &str = "tollgate_admin_jwks_fetches_total";
@@ -219,6 +224,10 @@ fn describe() {
     describe_counter!(
         PUMPING_REFUSALS,
         "SMS sends refused because the pumping guard blocked their number prefix or country"
+    );
+    describe_counter!(
+        EMAILS,
+        "Email copies (one per recipient), by kind (lock_notice, alert_digest) and outcome: sent, refused (5xx: not tried again), failed (every try failed), dropped (never tried: the queue was full)"
     );
     describe_counter!(
         CAPTCHA_CHECKS,
@@ -559,6 +568,53 @@ pub fn sms_delivery(outcome: SmsDelivery) {
     if counted.flatten().is_none() {
         series().increment(1);
     }
+}
+
+/// What became of an email copy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EmailOutcome {
+    /// The SMTP server took it.
+    Sent,
+    /// The server refused it for good (`5xx`): not tried again.
+    Refused,
+    /// Every try failed (no connection, no answer, `4xx`), or it could not
+    /// be built.
+    Failed,
+    /// Never tried: its queue was full (a wave of locks), or the mail task
+    /// had stopped.
+    Dropped,
+}
+
+impl EmailOutcome {
+    const ALL: [EmailOutcome; 4] = [
+        EmailOutcome::Sent,
+        EmailOutcome::Refused,
+        EmailOutcome::Failed,
+        EmailOutcome::Dropped,
+    ];
+
+    /// The `outcome` label's value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EmailOutcome::Sent => "sent",
+            EmailOutcome::Refused => "refused",
+            EmailOutcome::Failed => "failed",
+            EmailOutcome::Dropped => "dropped",
+        }
+    }
+}
+
+/// Export `kind`'s email series at 0, each outcome: the mailer does at its
+/// start, so that an alert's `increase` sees the first lost email.
+pub fn emails_from_zero(kind: &'static str) {
+    for outcome in EmailOutcome::ALL {
+        counter!(EMAILS, "kind" => kind, "outcome" => outcome.as_str()).increment(0);
+    }
+}
+
+/// Count `copies` email copies of `kind` by what became of them.
+pub fn emails(kind: &'static str, outcome: EmailOutcome, copies: usize) {
+    counter!(EMAILS, "kind" => kind, "outcome" => outcome.as_str()).increment(copies as u64);
 }
 
 /// Count one SMS send the pumping guard refused.

@@ -97,6 +97,8 @@ async fn the_failure_that_locks_sends_one_notice_to_notify_email() {
     assert_eq!(notice.to, ["alice@example.com"]);
     assert_eq!(notice.from, FROM);
     assert_eq!(notice.from_header, FROM);
+    // No vacation auto-reply answers it (RFC 3834).
+    assert_eq!(notice.auto_submitted, "auto-generated");
     assert_eq!(
         notice.subject,
         "Your account alice was locked after too many failed sign-ins"
@@ -583,4 +585,67 @@ async fn an_sms_rule_denying_more_than_the_threshold_within_the_window_alerts_th
         "{}",
         digest.body
     );
+}
+
+/// `tollgate_emails_total{kind, outcome}` once it reaches `at_least` (the
+/// mail task counts a copy just after the server's answer), or as it is
+/// after 10 s.
+async fn emails_counted(app: &TestApp, kind: &str, outcome: &str, at_least: f64) -> f64 {
+    let series = format!("tollgate_emails_total{{kind=\"{kind}\",outcome=\"{outcome}\"}}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let counted = app.metric(&series).await;
+        if counted >= at_least || Instant::now() > deadline {
+            return counted;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Each copy's fate is in `/metrics` (other tests in this process send
+/// email too: at least this test's): the owner's notice and one admin's
+/// digest sent, the departed admin's copy refused (550).
+#[tokio::test]
+async fn every_email_copy_is_counted_by_what_became_of_it() {
+    let (app, inbox) = app_with_email(Backend::Memory, |s| {
+        s.login.lock_scope = LockScope::User;
+        s.email.admin_alerts_to = vec![
+            "gone@example.com".parse().unwrap(),
+            "ops@example.com".parse().unwrap(),
+        ];
+    })
+    .await;
+    inbox.refuse_recipient("gone@example.com");
+    let notices = emails_counted(&app, "lock_notice", "sent", 0.0).await;
+    let digests = emails_counted(&app, "alert_digest", "sent", 0.0).await;
+    let refused = emails_counted(&app, "alert_digest", "refused", 0.0).await;
+
+    lock(&app, "alice", "alice@example.com").await;
+    inbox.wait_for_mail_to("ops@example.com").await;
+    inbox.wait_for_mail_to("alice@example.com").await;
+
+    let counted = emails_counted(&app, "lock_notice", "sent", notices + 1.0).await;
+    assert!(counted >= notices + 1.0, "{notices} then {counted}");
+    let counted = emails_counted(&app, "alert_digest", "sent", digests + 1.0).await;
+    assert!(counted >= digests + 1.0, "{digests} then {counted}");
+    let counted = emails_counted(&app, "alert_digest", "refused", refused + 1.0).await;
+    assert!(counted >= refused + 1.0, "{refused} then {counted}");
+}
+
+/// A notice the server would not take on any try (4 refused for now) is
+/// counted as failed: the series `TollgateEmailUndelivered` watches.
+#[tokio::test]
+async fn a_notice_no_try_delivered_is_counted_as_failed() {
+    let (app, inbox) = app_with_email(Backend::Memory, |s| {
+        s.login.lock_scope = LockScope::User;
+    })
+    .await;
+    let failed = emails_counted(&app, "lock_notice", "failed", 0.0).await;
+    inbox.refuse_next(4);
+
+    lock(&app, "alice", "alice@example.com").await;
+
+    let counted = emails_counted(&app, "lock_notice", "failed", failed + 1.0).await;
+    assert!(counted >= failed + 1.0, "{failed} then {counted}");
+    assert_eq!(inbox.tries(), 4, "every try refused");
 }

@@ -3,13 +3,14 @@
 
 use std::time::Duration;
 
-use lettre::message::header::ContentType;
+use lettre::message::header::{ContentType, Header, HeaderName, HeaderValue};
 use lettre::message::Mailbox;
 use lettre::{AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
 use super::super::{EmailKind, RenderedEmail, SetupError};
+use crate::metrics::{self, EmailOutcome};
 use crate::settings::EmailSettings;
 use crate::telemetry::log_budget::LogBudget;
 
@@ -118,6 +119,9 @@ impl Mailer {
             ahead: ahead_rx,
             digests: digests_rx,
         };
+        for kind in EmailKind::ALL {
+            metrics::emails_from_zero(kind.as_str());
+        }
         let task = tokio::spawn(run(transport, from, queues, config));
         Ok((
             Self {
@@ -138,11 +142,12 @@ impl Mailer {
             (EmailKind::LockNotice, true) => &self.ahead,
             (EmailKind::LockNotice, false) => &self.notices,
         };
-        let why = match queue.try_send(outgoing) {
+        let (why, dropped) = match queue.try_send(outgoing) {
             Ok(()) => return true,
-            Err(mpsc::error::TrySendError::Full(_)) => "email queue full",
-            Err(mpsc::error::TrySendError::Closed(_)) => "email sender stopped",
+            Err(mpsc::error::TrySendError::Full(dropped)) => ("email queue full", dropped),
+            Err(mpsc::error::TrySendError::Closed(dropped)) => ("email sender stopped", dropped),
         };
+        metrics::emails(kind, EmailOutcome::Dropped, dropped.to.len());
         // A wave of locks with `notify_email` drops notices by the
         // thousand: one line per interval, with how many went unsaid.
         if let Some(held_back) = DROPPED_LINES.admit() {
@@ -199,11 +204,13 @@ async fn run(
                 Ok(message) => message,
                 Err(e) => {
                     tracing::warn!(kind, recipient, error = %e, "cannot build the email: dropped");
+                    metrics::emails(kind, EmailOutcome::Failed, 1);
                     sents.push(Sent::No);
                     continue;
                 }
             };
             let sent = send_with_retries(&transport, &message, kind, recipient, config).await;
+            metrics::emails(kind, sent.outcome(), 1);
             sents.push(sent);
             // A server that did not answer on any try (down, hung, a
             // tarpit) would hold the one mail task as long again for each
@@ -236,7 +243,28 @@ fn build(
         .to(to)
         .subject(email.subject.clone())
         .header(ContentType::TEXT_PLAIN)
+        .header(AutoSubmitted)
         .body(email.body.clone())
+}
+
+/// `Auto-Submitted: auto-generated` (RFC 3834): an owner's vacation
+/// auto-reply or an admin's mail filter does not answer a lock notice or a
+/// digest, whose sender (`email.from`) may be a real mailbox.
+#[derive(Debug, Clone, Copy)]
+struct AutoSubmitted;
+
+impl Header for AutoSubmitted {
+    fn name() -> HeaderName {
+        HeaderName::new_from_ascii_str("Auto-Submitted")
+    }
+
+    fn parse(_: &str) -> Result<Self, Box<dyn std::error::Error + Send + Sync>> {
+        Ok(Self)
+    }
+
+    fn display(&self) -> HeaderValue {
+        HeaderValue::new(Self::name(), "auto-generated".to_owned())
+    }
 }
 
 /// Why a try failed, as logged: lettre's own text quotes the server's
@@ -294,6 +322,16 @@ enum Sent {
     /// Every try failed, the last without an answer from the server (no
     /// connection, a timeout, TLS).
     NoServer,
+}
+
+impl Sent {
+    fn outcome(self) -> EmailOutcome {
+        match self {
+            Sent::Yes => EmailOutcome::Sent,
+            Sent::Refused => EmailOutcome::Refused,
+            Sent::No | Sent::NoServer => EmailOutcome::Failed,
+        }
+    }
 }
 
 /// What became of an email whose copies went as `sents`.
@@ -422,6 +460,51 @@ mod tests {
         settings.smtp_url = SecretUrl::new(format!("smtp://127.0.0.1:{port}"));
         let (mailer, task) = Mailer::start(&settings, config).expect("a mailer");
         (mailer, task, silent)
+    }
+
+    /// `tollgate_emails_total{kind, outcome}` as `/metrics` shows it now.
+    fn emails_counted(kind: EmailKind, outcome: EmailOutcome) -> f64 {
+        let text = metrics::install().expect("the recorder installs").render();
+        let series = format!(
+            "{}{{kind=\"{}\",outcome=\"{}\"}} ",
+            metrics::EMAILS,
+            kind.as_str(),
+            outcome.as_str()
+        );
+        text.lines()
+            .find_map(|l| l.strip_prefix(&series))
+            .and_then(|value| value.parse().ok())
+            .unwrap_or_else(|| panic!("{series} missing from\n{text}"))
+    }
+
+    /// An email a full queue drops is counted, a copy per recipient (other
+    /// tests here drop notices too: at least this test's).
+    #[tokio::test]
+    async fn a_dropped_email_is_counted_a_copy_per_recipient() {
+        let config = MailerConfig {
+            queue_capacity: 1,
+            attempts: 1,
+            first_backoff: Duration::from_millis(10),
+            smtp_timeout: Duration::from_secs(30),
+        };
+        // Before the mailer exports its series at 0.
+        metrics::install().expect("the recorder installs");
+        let (mailer, _task, _silent) = to_a_silent_server(config);
+        let before = emails_counted(EmailKind::LockNotice, EmailOutcome::Dropped);
+        let mut dropped = 0;
+        for _ in 0..6 {
+            let mut twice = notice();
+            twice.to.push("eve@example.com".parse().expect("a mailbox"));
+            if !mailer.enqueue(twice) {
+                dropped += 2;
+            }
+        }
+        assert!(dropped >= 8, "{dropped} copies dropped");
+        let after = emails_counted(EmailKind::LockNotice, EmailOutcome::Dropped);
+        assert!(
+            after >= before + f64::from(dropped),
+            "{before} then {after}"
+        );
     }
 
     /// A wave of address locks fills the notices' queue; an account's

@@ -20,6 +20,8 @@ pub struct Mail {
     pub subject: String,
     /// The `From:` header.
     pub from_header: String,
+    /// The `Auto-Submitted:` header, empty without one.
+    pub auto_submitted: String,
     pub body: String,
     pub received_at: Instant,
 }
@@ -137,6 +139,7 @@ impl Handler for Session {
             from: self.from.clone(),
             subject: header("Subject"),
             from_header: header("From"),
+            auto_submitted: header("Auto-Submitted"),
             body: parsed
                 .get_body()
                 .expect("a decodable body")
