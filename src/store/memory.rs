@@ -479,12 +479,12 @@ impl WindowStore for MemoryStore {
         })
     }
 
-    async fn otp_drop(&self, key: &str, mac: &str) -> Result<(), StoreError> {
+    async fn otp_drop(&self, key: &str, mac: &str, attempts: u32) -> Result<bool, StoreError> {
         let now = self.clock.now_ms();
-        self.with_subject(key, now, Access::Write, |subject| {
-            subject.drop_otp(key, mac, now)
+        let tried = self.with_subject(key, now, Access::Write, |subject| {
+            subject.drop_otp(key, mac, attempts, now)
         });
-        Ok(())
+        Ok(tried)
     }
 
     async fn delete(&self, keys: &[String]) -> Result<(), StoreError> {

@@ -289,7 +289,11 @@ pub trait WindowStore: Send + Sync {
     /// racing send has put since (whose SMS went out), and leaves the
     /// phone's earlier code as it was. When a racing send has replaced it,
     /// that send forgets it, so that a code no SMS carried never comes back.
-    async fn otp_drop(&self, key: &str, mac: &str) -> Result<(), StoreError>;
+    /// Whether the failed code, stored with `attempts` tries, was tried
+    /// meanwhile: a wrong try on it (here, or where a racing send kept it),
+    /// or it is gone (a right try used it). Its send then keeps the phone's
+    /// windows, so that each code guessed at costs the phone a send.
+    async fn otp_drop(&self, key: &str, mac: &str, attempts: u32) -> Result<bool, StoreError>;
 
     /// The code at `key` sealed as `mac` was delivered, or may have been
     /// (its provider timed out): the newest code now. A store that holds

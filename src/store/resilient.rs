@@ -490,13 +490,13 @@ impl WindowStore for ResilientStore {
         }
     }
 
-    async fn otp_drop(&self, key: &str, mac: &str) -> Result<(), StoreError> {
+    async fn otp_drop(&self, key: &str, mac: &str, attempts: u32) -> Result<bool, StoreError> {
         self.settled_after_held(mac);
         // Both stores: a code put during an outage is held locally, and the
         // call that timed out may have reached Redis after all.
-        let dropped = resilient!(self, |s| s.otp_drop(key, mac), open: None);
+        let dropped = resilient!(self, |s| s.otp_drop(key, mac, attempts), open: None);
         if let Some(local) = self.local_codes() {
-            let _ = local.otp_drop(key, mac).await;
+            let _ = local.otp_drop(key, mac, attempts).await;
         }
         dropped
     }

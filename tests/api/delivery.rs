@@ -284,6 +284,51 @@ async fn a_failed_resend_leaves_the_earlier_code(backend: Backend) {
     );
 }
 
+/// A code guessed at while its delivery is at the provider keeps its send
+/// in the phone's windows when the delivery fails: else each failed send
+/// (an outage, a number the provider refuses) would give a guesser a fresh
+/// code's tries on the phone, forgotten with the code.
+async fn a_failed_send_whose_code_was_tried_keeps_the_phones_window(backend: Backend) {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(503).set_delay(Duration::from_millis(600)))
+        .mount(&server)
+        .await;
+    let url = format!("{}/hooks/sms", server.uri());
+    let app = spawn_app_with_sms_provider(backend, move |s| {
+        s.sms.phone_limits = limits(&[(1, 3_600_000)]);
+        s.sms.provider.kind = SmsProviderKind::Webhook;
+        s.sms.provider.url = url.into();
+    })
+    .await;
+    let guess = async {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        app.sms_verify(json!({ "phone": PHONE, "code": "123456" }))
+            .await
+    };
+
+    let (failed, guessed) = tokio::join!(app.sms_send(json!({ "phone": PHONE })), guess);
+
+    assert_eq!(failed.status, 502, "{}", failed.body);
+    assert_eq!(guessed.body["valid"], false, "{}", guessed.body);
+    let again = app.sms_send(json!({ "phone": PHONE })).await;
+    assert_eq!(
+        again.status, 429,
+        "the guessed-at send counts in the phone's 1/1h: {}",
+        again.body
+    );
+}
+
+#[tokio::test]
+async fn a_failed_send_whose_code_was_tried_keeps_the_phones_window_on_memory() {
+    a_failed_send_whose_code_was_tried_keeps_the_phones_window(Backend::Memory).await;
+}
+
+#[tokio::test]
+async fn a_failed_send_whose_code_was_tried_keeps_the_phones_window_on_redis() {
+    a_failed_send_whose_code_was_tried_keeps_the_phones_window(Backend::Redis).await;
+}
+
 #[tokio::test]
 async fn a_failed_resend_leaves_the_earlier_code_on_memory() {
     a_failed_resend_leaves_the_earlier_code(Backend::Memory).await;

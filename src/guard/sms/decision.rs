@@ -115,6 +115,15 @@ impl GiveBack {
     }
 }
 
+/// Whether the windows of a subject of `kind` go on counting a failed
+/// send that gives back `give_back`, its code `tried` while the provider
+/// had it (`WindowStore::otp_drop`): the phone's windows keep a send whose
+/// code was guessed at, as they would a delivered one's, so that a phone
+/// gets no more tries in a day than its sends allow, whatever fails.
+pub(super) fn keeps_windows_of(give_back: GiveBack, tried: bool, kind: SubjectKind) -> bool {
+    give_back.keeps_windows_of(kind) || (tried && kind == SubjectKind::Phone)
+}
+
 /// The subject kinds whose windows keep a send the provider refused.
 const ADDRESS_KINDS: [SubjectKind; 2] = [SubjectKind::Ip, SubjectKind::Network];
 

@@ -202,7 +202,10 @@ impl SmsGuard {
     /// send keeps its windows and its code, so they count it (or a slow
     /// gateway would text a phone without any limit, every send answered
     /// 502) and the code verifies if it arrives; only the pumping guard's
-    /// count is given back.
+    /// count is given back. A code tried while its delivery was at the
+    /// provider (a wrong try, or a right one that used it) keeps its send
+    /// in the phone's windows: else each failed send would give a guesser
+    /// a fresh code's tries on the phone, forgotten with the code.
     async fn deliver_or_undo(
         &self,
         req: &SendRequest,
@@ -234,17 +237,24 @@ impl SmsGuard {
         crate::metrics::sms_delivery(decision::delivery_outcome(&error, said, give_back));
         // Before the rollback's await: until then a code held locally from
         // an outage would be the one a verify checks, not this one.
-        if give_back.keeps_the_code() {
+        let tried = if give_back.keeps_the_code() {
             store.code_delivered(&code.key, &code.mac);
-        }
+            false
+        } else {
+            // Before the rollback: a code tried while at the provider
+            // keeps its send in the phone's windows.
+            store
+                .otp_drop(&code.key, &code.mac, code.attempts)
+                .await
+                .unwrap_or_else(|e| {
+                    tracing::warn!(request_id = %crate::telemetry::request_id(), error = %e, "could not delete the code of a failed send");
+                    // It may stay, with whatever tries it took.
+                    true
+                })
+        };
         if let Some(reservation) = undo.reservation {
-            let kept = |kind| give_back.keeps_windows_of(kind);
+            let kept = |kind| decision::keeps_windows_of(give_back, tried, kind);
             reservation.roll_back_keeping(store, kept).await;
-        }
-        if !give_back.keeps_the_code() {
-            if let Err(e) = store.otp_drop(&code.key, &code.mac).await {
-                tracing::warn!(request_id = %crate::telemetry::request_id(), error = %e, "could not delete the code of a failed send");
-            }
         }
         Err(error.into())
     }

@@ -44,22 +44,28 @@ impl Subject {
     /// `mac`, delete it and put back the code it replaced (the first it
     /// kept) if that one is still live, with the codes kept behind it; when
     /// a racing send has replaced it since, that send takes it out of those
-    /// it kept, so that it never comes back (otp_drop.lua).
-    pub(super) fn drop_otp(&mut self, key: &str, mac: &str, now: u64) {
+    /// it kept, so that it never comes back (otp_drop.lua). Whether the
+    /// failed code, stored with `attempts` tries, was tried: a wrong try on
+    /// it, here or where a racing send kept it, or it is gone (a right try
+    /// used it).
+    pub(super) fn drop_otp(&mut self, key: &str, mac: &str, attempts: u32, now: u64) -> bool {
+        let untried = |code: &StoredCode| code.left == attempts && code.others_left == attempts;
         let Some(entry) = self.live(key, now) else {
-            return;
+            return true;
         };
         let Value::Otp {
             code: current,
             kept,
         } = &mut entry.value
         else {
-            return;
+            return true;
         };
         if current.mac != mac {
+            let tried = !kept.iter().any(|k| k.code.mac == mac && untried(&k.code));
             kept.retain(|k| k.code.mac != mac);
-            return;
+            return tried;
         }
+        let tried = !untried(current);
         let mut kept = std::mem::take(kept).into_iter();
         self.entries.remove(key);
         // Only the first: one further back was replaced by a send whose SMS
@@ -73,6 +79,7 @@ impl Subject {
             self.entries
                 .insert(key.to_owned(), Entry { value, expires_at });
         }
+        tried
     }
 
     /// `WindowStore::otp_check`: compare in constant time, use up an

@@ -369,10 +369,10 @@ impl WindowStore for RedisStore {
         })
     }
 
-    async fn otp_drop(&self, key: &str, mac: &str) -> Result<(), StoreError> {
-        let args = || vec![Value::from(mac)];
-        let _: i64 = self.eval(&self.scripts.otp_drop, &[key], args).await?;
-        Ok(())
+    async fn otp_drop(&self, key: &str, mac: &str, attempts: u32) -> Result<bool, StoreError> {
+        let args = || vec![Value::from(mac), Value::from(i64::from(attempts))];
+        let tried: i64 = self.eval(&self.scripts.otp_drop, &[key], args).await?;
+        Ok(tried != 0)
     }
 
     async fn delete(&self, keys: &[String]) -> Result<(), StoreError> {

@@ -13,6 +13,7 @@ on_both_backends!(
     without_a_code_a_stand_in_counts_down_and_burns_alike,
     putting_a_code_replaces_the_previous_one,
     dropping_a_code_deletes_it_only_while_it_is_the_one_sealed_so,
+    dropping_a_code_tells_whether_it_was_tried,
     a_failed_resend_puts_the_earlier_code_back_with_the_tries_it_had,
     a_failed_send_brings_back_no_used_expired_or_stand_in_code,
     a_burnt_code_comes_back_burnt,
@@ -375,7 +376,12 @@ async fn dropping_a_code_deletes_it_only_while_it_is_the_one_sealed_so(b: &Store
     let key = b.keys.otp("phone", "+33612345690");
     let drop = |mac: &'static str| {
         let key = key.clone();
-        async move { b.store().otp_drop(&key, mac).await.expect("otp_drop") }
+        async move {
+            b.store()
+                .otp_drop(&key, mac, ATTEMPTS)
+                .await
+                .expect("otp_drop")
+        }
     };
     drop("mac-none").await;
     assert!(!b.exists(&key).await, "dropping nothing puts nothing");
@@ -397,6 +403,53 @@ async fn dropping_a_code_deletes_it_only_while_it_is_the_one_sealed_so(b: &Store
     assert!(!b.exists(&key).await, "its own code is deleted");
 }
 
+/// A failed delivery's roll-back tells whether its code was tried while
+/// the provider had it: a wrong try of the asker's or a stranger's, here
+/// or where a racing send kept it, or a right one that used it (the code
+/// gone); a code no one tried is not, whether reserved or put.
+async fn dropping_a_code_tells_whether_it_was_tried(b: &StoreUnderTest) {
+    let phone = "+33612345697";
+    let key = b.keys.otp("phone", phone);
+    let drop = |mac: &'static str| {
+        let key = key.clone();
+        async move {
+            b.store()
+                .otp_drop(&key, mac, ATTEMPTS)
+                .await
+                .expect("otp_drop")
+        }
+    };
+
+    send(b, phone, "mac-f", ASKER).await;
+    assert!(!drop("mac-f").await, "a reserved code no one tried");
+    put(b, &key, "mac-f", ATTEMPTS, TTL_MS, true).await;
+    assert!(!drop("mac-f").await, "a put code no one tried");
+
+    for trier in [ASKER, STRANGER] {
+        send(b, phone, "mac-f", ASKER).await;
+        check_from(b, &key, "mac-x", trier).await;
+        assert!(drop("mac-f").await, "a wrong try from {trier}");
+    }
+
+    send(b, phone, "mac-f", ASKER).await;
+    check(b, &key, "mac-f").await;
+    assert!(drop("mac-f").await, "a right try used it");
+    assert!(drop("mac-none").await, "no code at all: gone");
+
+    send(b, phone, "mac-f", ASKER).await;
+    send(b, phone, "mac-r", ASKER).await;
+    assert!(!drop("mac-f").await, "kept by a racing send, untried");
+    assert!(!drop("mac-r").await, "the racing send's own, untried");
+
+    send(b, phone, "mac-f", ASKER).await;
+    check_from(b, &key, "mac-x", STRANGER).await;
+    send(b, phone, "mac-r", ASKER).await;
+    assert!(
+        drop("mac-f").await,
+        "kept by a racing send, tried before it"
+    );
+}
+
 /// A resend whose delivery fails leaves the phone's earlier code as it
 /// was: it verifies, with the tries each share had left, whether the
 /// failed send was reserved (`reserve`) or put (`otp_put`, an exempt send).
@@ -410,7 +463,10 @@ async fn a_failed_resend_puts_the_earlier_code_back_with_the_tries_it_had(b: &St
         } else {
             put(b, &key, "mac-b", ATTEMPTS, TTL_MS, true).await;
         }
-        b.store().otp_drop(&key, "mac-b").await.expect("otp_drop");
+        b.store()
+            .otp_drop(&key, "mac-b", ATTEMPTS)
+            .await
+            .expect("otp_drop");
         assert_eq!(
             check_from(b, &key, "mac-b", OTHER_STRANGER).await,
             OtpOutcome::Wrong { attempts_left: 1 },
@@ -440,7 +496,10 @@ async fn a_failed_send_brings_back_no_used_expired_or_stand_in_code(b: &StoreUnd
         let key = key.clone();
         async move {
             send(b, phone, mac, ASKER).await;
-            b.store().otp_drop(&key, mac).await.expect("otp_drop");
+            b.store()
+                .otp_drop(&key, mac, ATTEMPTS)
+                .await
+                .expect("otp_drop");
         }
     };
     put(b, &key, "mac-used", ATTEMPTS, TTL_MS, true).await;
@@ -454,7 +513,10 @@ async fn a_failed_send_brings_back_no_used_expired_or_stand_in_code(b: &StoreUnd
     put(b, &key, "mac-short", ATTEMPTS, 300, true).await;
     send(b, phone, "mac-c", ASKER).await;
     b.advance(400).await;
-    b.store().otp_drop(&key, "mac-c").await.expect("otp_drop");
+    b.store()
+        .otp_drop(&key, "mac-c", ATTEMPTS)
+        .await
+        .expect("otp_drop");
     assert!(
         !b.exists(&key).await,
         "a code that expired while the send was in flight stays expired"
@@ -473,7 +535,10 @@ async fn a_burnt_code_comes_back_burnt(b: &StoreUnderTest) {
     put(b, &key, "mac-a", 1, TTL_MS, true).await;
     count_down(b, &key, &[(ASKER, 0)]).await;
     send(b, phone, "mac-b", ASKER).await;
-    b.store().otp_drop(&key, "mac-b").await.expect("otp_drop");
+    b.store()
+        .otp_drop(&key, "mac-b", ATTEMPTS)
+        .await
+        .expect("otp_drop");
     burnt_for(b, &key, "mac-a", &[ASKER, STRANGER]).await;
 }
 
@@ -485,7 +550,12 @@ async fn a_code_no_sms_carried_never_comes_back(b: &StoreUnderTest) {
     let key = b.keys.otp("phone", phone);
     let drop = |mac: &'static str| {
         let key = key.clone();
-        async move { b.store().otp_drop(&key, mac).await.expect("otp_drop") }
+        async move {
+            b.store()
+                .otp_drop(&key, mac, ATTEMPTS)
+                .await
+                .expect("otp_drop")
+        }
     };
     for (first, second) in [("mac-b", "mac-c"), ("mac-c", "mac-b")] {
         put(b, &key, "mac-a", ATTEMPTS, TTL_MS, true).await;
@@ -533,7 +603,10 @@ async fn a_code_keeps_at_most_eight_it_replaced(b: &StoreUnderTest) {
             send(b, phone, mac, ASKER).await;
         }
         for mac in macs.iter().rev() {
-            b.store().otp_drop(&key, mac).await.expect("otp_drop");
+            b.store()
+                .otp_drop(&key, mac, ATTEMPTS)
+                .await
+                .expect("otp_drop");
         }
         let outcome = check(b, &key, "mac-0").await;
         assert_eq!(
@@ -555,7 +628,7 @@ async fn only_the_code_a_failed_send_replaced_comes_back(b: &StoreUnderTest) {
     send(b, phone, "mac-failed", ASKER).await;
     b.advance(400).await;
     b.store()
-        .otp_drop(&key, "mac-failed")
+        .otp_drop(&key, "mac-failed", ATTEMPTS)
         .await
         .expect("otp_drop");
     assert!(
@@ -697,7 +770,7 @@ async fn earlier_build_codes(b: &StoreUnderTest) {
     b.redis_hset(&earlier, earlier_send(2)).await;
     send(b, phone, "mac-new", ASKER).await;
     b.store()
-        .otp_drop(&earlier, "mac-new")
+        .otp_drop(&earlier, "mac-new", ATTEMPTS)
         .await
         .expect("otp_drop");
     assert_eq!(
