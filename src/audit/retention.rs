@@ -17,6 +17,10 @@ use crate::metrics::{AUDIT_RETENTION_ROWS, AUDIT_RETENTION_SECONDS};
 
 const EVERY: Duration = Duration::from_secs(3600);
 
+/// How far this host's clock and the database's may differ before the log
+/// says so.
+const CLOCK_SKEW_TOLD: chrono::Duration = chrono::Duration::minutes(5);
+
 /// Where `retention` ends at `now`: rows before it are past it.
 pub fn cutoff(now: DateTime<Utc>, retention: Duration) -> DateTime<Utc> {
     let retention = chrono::Duration::from_std(retention).unwrap_or(chrono::Duration::MAX);
@@ -25,12 +29,16 @@ pub fn cutoff(now: DateTime<Utc>, retention: Duration) -> DateTime<Utc> {
 }
 
 /// Make the partitions of the retention period (PostgreSQL), then cut what
-/// is past it; what was cut.
+/// is past it; what was cut. `now` is this host's clock; the cut is made
+/// at the earlier of it and the database's, so that one instance whose
+/// clock is far ahead (a bad RTC at boot, an NTP step) cannot drop the
+/// whole shared trail: a clock behind only delays a cut.
 pub async fn apply(
     db: &AuditDb,
     retention: Duration,
     now: DateTime<Utc>,
 ) -> Result<RetentionCut, AuditError> {
+    let now = earlier_clock(now, db.clock().await?);
     let cutoff = cutoff(now, retention);
     // A failure here must not keep the trim and the cut from running: it is
     // returned once they have.
@@ -52,6 +60,19 @@ pub async fn apply(
     }
     prepared?;
     Ok(cut)
+}
+
+/// The earlier of this host's clock and the database's, told in the log
+/// when they differ by more than [`CLOCK_SKEW_TOLD`].
+fn earlier_clock(host: DateTime<Utc>, database: DateTime<Utc>) -> DateTime<Utc> {
+    let skew = host.signed_duration_since(database);
+    if skew.abs() > CLOCK_SKEW_TOLD {
+        tracing::error!(
+            skew_seconds = skew.num_seconds(),
+            "this host's clock and the audit database's differ: audit retention cuts at the earlier"
+        );
+    }
+    host.min(database)
 }
 
 fn log(cut: &RetentionCut) {

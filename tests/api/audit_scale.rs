@@ -116,6 +116,32 @@ async fn retention_cuts_whole_days_or_hours_past_it_and_their_rollups(kind: DbKi
     assert!(again.partitions.is_empty() && again.rows == 0, "{again:?}");
 }
 
+/// An instance whose clock is far ahead (a bad RTC at boot, an NTP step)
+/// cuts at the database's clock, not its own: it cannot drop the shared
+/// trail's days as past retention.
+#[tokio::test]
+async fn a_clock_far_ahead_cuts_nothing_the_databases_clock_keeps() {
+    let db = TestDb::new(DbKind::Postgres).await;
+    let audit = db.connect().await;
+    let fresh = refusal(SubjectKind::User, "alice", Utc::now());
+    let recent = refusal(SubjectKind::User, "bob", days_ago(10));
+    let old = refusal(SubjectKind::User, "carol", days_ago(91));
+    audit.insert(&[fresh, recent, old], 7).await.unwrap();
+
+    let ahead = Utc::now() + chrono::Duration::days(400);
+    let cut = retention::apply(&audit, Duration::from_secs(90 * 86_400), ahead)
+        .await
+        .unwrap();
+
+    let left: Vec<String> = all_rows(&audit)
+        .await
+        .into_iter()
+        .map(|r| r.subject)
+        .collect();
+    assert_eq!(left, ["alice", "bob"], "{cut:?}");
+    assert_rollups_match(&audit).await;
+}
+
 /// A retention of years makes its partitions a month a transaction: in one,
 /// their locks would pass PostgreSQL's lock table (out of shared memory,
 /// for every session of the server) and retention would never run. (About

@@ -286,6 +286,16 @@ impl AuditDb {
         }
     }
 
+    /// The database's clock: PostgreSQL's `now()`, the one clock every
+    /// instance writing to it shares; SQLite's file is this host's, and so
+    /// is its clock.
+    pub async fn clock(&self) -> Result<DateTime<Utc>, AuditError> {
+        match self {
+            Self::Postgres(pool) => postgres::clock(pool).await,
+            Self::Sqlite(_) => Ok(Utc::now()),
+        }
+    }
+
     /// Delete the top summaries no period reads any more
     /// (`rollup::TOP_KEPT_MS`, as of `now`); how many rows.
     pub async fn trim_summaries(&self, now: DateTime<Utc>) -> Result<u64, AuditError> {
