@@ -225,9 +225,13 @@ pub async fn drop_before(
 pub fn is_missing_partition(e: &AuditError) -> bool {
     match e {
         // 23514: check_violation, "no partition of relation … found for
-        // row" (the table has no CHECK constraint that could raise it
-        // otherwise; the message may be translated, the code is not).
-        AuditError::Database(sqlx::Error::Database(e)) => e.code().as_deref() == Some("23514"),
+        // row" (the message may be translated, the code is not). A CHECK
+        // constraint an operator added (audit.md) raises it too, naming
+        // itself: no partition would mend that row, and taking it for a
+        // missing one cost each refused insert a catalog read and a retry.
+        AuditError::Database(sqlx::Error::Database(e)) => {
+            e.code().as_deref() == Some("23514") && e.constraint().is_none()
+        }
         _ => false,
     }
 }
@@ -235,6 +239,62 @@ pub fn is_missing_partition(e: &AuditError) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A database error with a code and, perhaps, a constraint's name.
+    #[derive(Debug)]
+    struct Refused {
+        code: &'static str,
+        constraint: Option<&'static str>,
+    }
+
+    impl std::fmt::Display for Refused {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "{}", self.code)
+        }
+    }
+
+    impl std::error::Error for Refused {}
+
+    impl sqlx::error::DatabaseError for Refused {
+        fn message(&self) -> &str {
+            "refused"
+        }
+        fn code(&self) -> Option<std::borrow::Cow<'_, str>> {
+            Some(self.code.into())
+        }
+        fn constraint(&self) -> Option<&str> {
+            self.constraint
+        }
+        fn as_error(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+            self
+        }
+        fn as_error_mut(&mut self) -> &mut (dyn std::error::Error + Send + Sync + 'static) {
+            self
+        }
+        fn into_error(self: Box<Self>) -> Box<dyn std::error::Error + Send + Sync + 'static> {
+            self
+        }
+        fn kind(&self) -> sqlx::error::ErrorKind {
+            sqlx::error::ErrorKind::CheckViolation
+        }
+    }
+
+    fn refused(code: &'static str, constraint: Option<&'static str>) -> AuditError {
+        AuditError::Database(sqlx::Error::Database(Box::new(Refused {
+            code,
+            constraint,
+        })))
+    }
+
+    #[test]
+    fn only_a_check_violation_naming_no_constraint_is_a_missing_partition() {
+        assert!(is_missing_partition(&refused("23514", None)));
+        assert!(!is_missing_partition(&refused(
+            "23514",
+            Some("audit_events_user_short")
+        )));
+        assert!(!is_missing_partition(&refused("23505", None)));
+    }
 
     #[test]
     fn a_partition_is_named_after_its_day_and_read_back() {
