@@ -34,6 +34,7 @@ pub(super) struct Scripts {
     pub(super) expiring_add: Script,
     pub(super) expiring_members: Script,
     pub(super) recent_members: Script,
+    pub(super) readyz: Script,
 }
 
 /// A script with `kept_after` in place of its KEEP line.
@@ -56,13 +57,14 @@ impl Scripts {
             expiring_add: Script::from_lua(include_str!("../../../lua/expiring_add.lua")),
             expiring_members: Script::from_lua(include_str!("../../../lua/expiring_members.lua")),
             recent_members: Script::from_lua(include_str!("../../../lua/recent_members.lua")),
+            readyz: Script::from_lua(include_str!("../../../lua/readyz.lua")),
         }
     }
 
     /// `reserve.lua` and `login_attempt.lua` are not among them: they are
     /// rendered per request shape (`reserve_script_for`, `login_script_for`)
     /// and load on their first use.
-    pub(super) fn all(&self) -> [&Script; 12] {
+    pub(super) fn all(&self) -> [&Script; 13] {
         [
             &self.window_peek,
             &self.login_state,
@@ -76,6 +78,7 @@ impl Scripts {
             &self.expiring_add,
             &self.expiring_members,
             &self.recent_members,
+            &self.readyz,
         ]
     }
 }

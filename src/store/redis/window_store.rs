@@ -418,10 +418,22 @@ impl WindowStore for RedisStore {
 
     /// A plain `SET … PX`: a script would not do, as Redis lets one whose
     /// first command frees memory (`ZREMRANGEBYSCORE`) write past
-    /// `maxmemory`.
+    /// `maxmemory`. Then `readyz.lua` over keys of two hash tags (one in a
+    /// Cluster), as a decision's script outside a Cluster: a user whose ACL
+    /// refuses scripts (`NOPERM`), or a sharding proxy that refuses keys of
+    /// several slots in one command (`CROSSSLOT`), takes the `SET` and
+    /// fails every decision.
     async fn writable(&self, key: &str) -> Result<(), StoreError> {
         let expire = Some(fred::types::Expiration::PX(PROBE_TTL_MS));
         self.run(self.client.set::<(), _, _>(key, "1", expire, None, false))
-            .await
+            .await?;
+        let (first, second) = (format!("{key}:{{a}}"), format!("{key}:{{b}}"));
+        let keys: &[&str] = if self.client.is_clustered() {
+            &[&first]
+        } else {
+            &[&first, &second]
+        };
+        let _: i64 = self.eval(&self.scripts.readyz, keys, Vec::new).await?;
+        Ok(())
     }
 }

@@ -55,6 +55,42 @@ async fn a_redis_that_is_down_gives_a_store_that_answers_unavailable_at_once() {
     );
 }
 
+/// A Redis user whose ACL refuses scripts (`-@scripting`), as a managed
+/// Redis may hand out, takes readiness's `SET` and would fail every
+/// decision: `writable` (what `/readyz` asks) says so; given scripts, the
+/// same user passes.
+#[tokio::test]
+async fn a_user_that_may_not_run_scripts_is_not_ready() {
+    let raw = raw_client().await;
+    let user = format!("tgtest-{}", uuid::Uuid::new_v4().simple());
+    let acl = |rules: &[&str]| {
+        let mut args = vec!["SETUSER".to_string(), user.clone()];
+        args.extend(rules.iter().map(|r| r.to_string()));
+        raw.custom::<(), _>(fred::cmd!("ACL"), args)
+    };
+    acl(&["on", ">readyz-secret", "~*", "&*", "+@all", "-@scripting"])
+        .await
+        .expect("ACL SETUSER");
+    let url = redis_url().replacen("redis://", &format!("redis://{user}:readyz-secret@"), 1);
+    let store = RedisStore::connect(&url, Duration::from_secs(2))
+        .await
+        .expect("a store");
+    let key = format!("tgtest-{}:readyz", uuid::Uuid::new_v4().simple());
+
+    let refused = store.writable(&key).await;
+    acl(&["+@scripting"]).await.expect("ACL SETUSER");
+    let allowed = store.writable(&key).await;
+    let _: Result<(), _> = raw
+        .custom(fred::cmd!("ACL"), vec!["DELUSER".to_string(), user.clone()])
+        .await;
+
+    assert!(
+        refused.is_err() && format!("{refused:?}").contains("NOPERM"),
+        "{refused:?}"
+    );
+    assert!(allowed.is_ok(), "{allowed:?}");
+}
+
 #[tokio::test]
 async fn a_malformed_url_is_refused() {
     let result = RedisStore::connect("redis://[::1", Duration::from_millis(100)).await;
