@@ -9,20 +9,19 @@
 -- that code, which its SMS carries, and takes the failed code out of those
 -- it kept, so that a code no SMS carried never comes back.
 --
--- It also tells whether the failed code was tried while its delivery was
--- at the provider: a verify came between the send's reservation, which
--- stores the code, and this call. Its send then keeps the phone's windows
--- (src/guard/sms/send.rs): else each failed send would give a guesser a
--- fresh code's tries on the phone and leave no trace of them.
+-- It also tells what the failed code had come to, for what its send gives
+-- back (src/guard/sms/decision.rs, `guessed_at`): a verify may have come
+-- between the send's reservation, which stores the code, and this call.
 --
 -- KEYS[1]  the subject's code HASH (otp_put.lua)
 -- ARGV[1]  mac of the failed send's code
 -- ARGV[2]  the tries the code was stored with (sms.max_verify_attempts)
 --
--- Returns 1 when the failed code was tried: a wrong try on it (its own
--- tries or everyone else's below ARGV[2], here or where a racing send
--- kept it), or it is gone (a right try used it: no hash, or a hash that
--- neither is nor keeps it); 0 when it was not.
+-- Returns 0 when the failed code was found untried (its own tries and
+-- everyone else's at ARGV[2], here or where a racing send kept it), 1 when
+-- found tried (a wrong try took one of them), 2 when it is not here (no
+-- hash, or a hash that neither is nor keeps it: a right try used it, or
+-- one used the racing send's code that kept it).
 -- Commands per call: TIME, HMGET; when it matches DEL, and HSET and
 -- PEXPIREAT when an earlier code comes back; when it was kept, HSET.
 --
@@ -36,7 +35,7 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 local h = redis.call('HMGET', key, 'mac', 'kept', 'left', 'lo')
 local kept = h[2] or ''
-if not h[1] then return 1 end
+if not h[1] then return 2 end
 if h[1] == failed then
   local tried = 0
   if tonumber(h[3]) ~= attempts or tonumber(h[4] or attempts) ~= attempts then tried = 1 end
@@ -54,11 +53,12 @@ if h[1] == failed then
   end
   return tried
 end
-local others, prefix, taken, tried = {}, failed .. ',', false, 1
+local others, prefix, taken, tried = {}, failed .. ',', false, 2
 for entry in string.gmatch(kept, '[^;]+') do
   if string.sub(entry, 1, #prefix) == prefix then
     taken = true
     local left, lo = string.match(entry, '^[^,]+,(%d+),(%d+),')
+    tried = 1
     if tonumber(left) == attempts and tonumber(lo) == attempts then tried = 0 end
   else
     others[#others + 1] = entry

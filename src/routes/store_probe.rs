@@ -38,10 +38,11 @@ impl StoreProbe {
         }
     }
 
-    /// Whether the store takes a write: a Redis over `maxmemory` under
+    /// Whether the store takes a write and runs a script
+    /// (`WindowStore::writable`): a Redis over `maxmemory` under
     /// `noeviction` answers `PING` but refuses every write a request makes.
-    /// Bounded by `store.timeout`, plus the wait for a write already on its
-    /// way.
+    /// Bounded by twice `store.timeout` (two calls), plus the wait for a
+    /// write already on its way.
     pub async fn writable(&self) -> bool {
         let mut last = Arc::clone(&self.last).lock_owned().await;
         if let Some(ok) = fresh(*last, Instant::now()) {

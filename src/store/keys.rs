@@ -177,6 +177,13 @@ impl Keys {
         format!("{}:readyz", self.prefix)
     }
 
+    /// The keys `readyz.lua` reads beside the `readiness` key, of two
+    /// hash tags (keys of several slots, as a decision's script outside a
+    /// Cluster).
+    pub fn readiness_tags(readiness: &str) -> [String; 2] {
+        [format!("{readiness}:{{a}}"), format!("{readiness}:{{b}}")]
+    }
+
     /// Process-wide secrets shared by every instance (the code HMAC key).
     pub fn secret(&self, name: &str) -> String {
         format!("{}:secret:{}", self.prefix, name)

@@ -33,7 +33,7 @@ use self::entry::{wrong_type, Entry, Subject, Value};
 use self::expiring::Expiring;
 use super::{
     Clock, CodeToStore, CodeTry, ConversionHit, ConversionOutcome, ConversionPolicy,
-    ConversionState, ExpiringMembers, HitOutcome, HitRequest, LoginAttemptOutcome,
+    ConversionState, DroppedCode, ExpiringMembers, HitOutcome, HitRequest, LoginAttemptOutcome,
     LoginAttemptRequest, LoginOutcome, LoginPolicy, LoginRequest, LoginStateOutcome, OtpOutcome,
     PeekOutcome, ReserveOutcome, ReserveRequest, StoreError, WindowSpec, WindowStore,
 };
@@ -479,12 +479,16 @@ impl WindowStore for MemoryStore {
         })
     }
 
-    async fn otp_drop(&self, key: &str, mac: &str, attempts: u32) -> Result<bool, StoreError> {
+    async fn otp_drop(
+        &self,
+        key: &str,
+        mac: &str,
+        attempts: u32,
+    ) -> Result<DroppedCode, StoreError> {
         let now = self.clock.now_ms();
-        let tried = self.with_subject(key, now, Access::Write, |subject| {
+        Ok(self.with_subject(key, now, Access::Write, |subject| {
             subject.drop_otp(key, mac, attempts, now)
-        });
-        Ok(tried)
+        }))
     }
 
     async fn delete(&self, keys: &[String]) -> Result<(), StoreError> {

@@ -31,7 +31,7 @@ pub use login::{
     PAIR_INDEX_KEEP,
 };
 pub use window::{
-    CodeToStore, CodeTry, HitOutcome, HitRequest, HitVerdict, OtpOutcome, PeekOutcome,
+    CodeToStore, CodeTry, DroppedCode, HitOutcome, HitRequest, HitVerdict, OtpOutcome, PeekOutcome,
     ReserveOutcome, ReserveRequest, RollBack, RuleWindow, SubjectWindows, WindowMode, WindowSpec,
 };
 
@@ -289,11 +289,14 @@ pub trait WindowStore: Send + Sync {
     /// racing send has put since (whose SMS went out), and leaves the
     /// phone's earlier code as it was. When a racing send has replaced it,
     /// that send forgets it, so that a code no SMS carried never comes back.
-    /// Whether the failed code, stored with `attempts` tries, was tried
-    /// meanwhile: a wrong try on it (here, or where a racing send kept it),
-    /// or it is gone (a right try used it). Its send then keeps the phone's
-    /// windows, so that each code guessed at costs the phone a send.
-    async fn otp_drop(&self, key: &str, mac: &str, attempts: u32) -> Result<bool, StoreError>;
+    /// What the failed code, stored with `attempts` tries, had come to
+    /// (here, or where a racing send kept it).
+    async fn otp_drop(
+        &self,
+        key: &str,
+        mac: &str,
+        attempts: u32,
+    ) -> Result<DroppedCode, StoreError>;
 
     /// The code at `key` sealed as `mac` was delivered, or may have been
     /// (its provider timed out): the newest code now. A store that holds
@@ -311,8 +314,10 @@ pub trait WindowStore: Send + Sync {
     /// Reachability, for `/readyz`.
     async fn ping(&self) -> Result<(), StoreError>;
 
-    /// Whether the store takes a write (at `key`, which expires), for
-    /// `/readyz`: a Redis over `maxmemory` under `noeviction` answers
-    /// `PING` but refuses every write a request makes.
+    /// Whether the store takes a write (at `key`, which expires) and runs
+    /// a decision's kind of script, for `/readyz`: a Redis over `maxmemory`
+    /// under `noeviction` answers `PING` but refuses every write a request
+    /// makes; a Redis user refused scripts, or a proxy refusing keys of
+    /// several slots, takes the write and fails every decision.
     async fn writable(&self, key: &str) -> Result<(), StoreError>;
 }

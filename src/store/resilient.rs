@@ -11,9 +11,10 @@ use async_trait::async_trait;
 use super::memory::MemoryStore;
 use super::{
     CodeToStore, CodeTry, ConversionHit, ConversionOutcome, ConversionPolicy, ConversionState,
-    ExpiringMembers, HitOutcome, HitRequest, IpFailures, LoginAttemptOutcome, LoginAttemptRequest,
-    LoginOutcome, LoginPolicy, LoginRequest, LoginStateOutcome, LoginVerdict, OtpOutcome,
-    PeekOutcome, ReserveOutcome, ReserveRequest, RollBack, StoreError, WindowSpec, WindowStore,
+    DroppedCode, ExpiringMembers, HitOutcome, HitRequest, IpFailures, LoginAttemptOutcome,
+    LoginAttemptRequest, LoginOutcome, LoginPolicy, LoginRequest, LoginStateOutcome, LoginVerdict,
+    OtpOutcome, PeekOutcome, ReserveOutcome, ReserveRequest, RollBack, StoreError, WindowSpec,
+    WindowStore,
 };
 use crate::metrics;
 
@@ -490,13 +491,24 @@ impl WindowStore for ResilientStore {
         }
     }
 
-    async fn otp_drop(&self, key: &str, mac: &str, attempts: u32) -> Result<bool, StoreError> {
+    async fn otp_drop(
+        &self,
+        key: &str,
+        mac: &str,
+        attempts: u32,
+    ) -> Result<DroppedCode, StoreError> {
         self.settled_after_held(mac);
         // Both stores: a code put during an outage is held locally, and the
-        // call that timed out may have reached Redis after all.
+        // call that timed out may have reached Redis after all. The store
+        // that held the code has the word.
         let dropped = resilient!(self, |s| s.otp_drop(key, mac, attempts), open: None);
         if let Some(local) = self.local_codes() {
-            let _ = local.otp_drop(key, mac, attempts).await;
+            let here = local.otp_drop(key, mac, attempts).await;
+            if matches!(dropped, Ok(DroppedCode::Absent) | Err(_))
+                && matches!(here, Ok(DroppedCode::Untried | DroppedCode::Tried))
+            {
+                return here;
+            }
         }
         dropped
     }

@@ -371,6 +371,20 @@ pub enum OtpOutcome {
     },
 }
 
+/// What `WindowStore::otp_drop` found of a failed send's code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DroppedCode {
+    /// Found with every try it was stored with (its own and everyone
+    /// else's).
+    Untried,
+    /// Found with fewer: a wrong try took one.
+    Tried,
+    /// Not there: a right try used it, or used the code of a racing send
+    /// that kept it; or a store that never held it (the other store of a
+    /// `ResilientStore`).
+    Absent,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

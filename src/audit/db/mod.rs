@@ -286,13 +286,13 @@ impl AuditDb {
         }
     }
 
-    /// The database's clock: PostgreSQL's `now()`, the one clock every
-    /// instance writing to it shares; SQLite's file is this host's, and so
-    /// is its clock.
-    pub async fn clock(&self) -> Result<DateTime<Utc>, AuditError> {
+    /// The database's own clock: PostgreSQL's `now()`, the one clock every
+    /// instance writing to it shares; none for SQLite, whose file is this
+    /// host's, and so is its clock.
+    pub async fn clock(&self) -> Result<Option<DateTime<Utc>>, AuditError> {
         match self {
-            Self::Postgres(pool) => postgres::clock(pool).await,
-            Self::Sqlite(_) => Ok(Utc::now()),
+            Self::Postgres(pool) => postgres::clock(pool).await.map(Some),
+            Self::Sqlite(_) => Ok(None),
         }
     }
 

@@ -270,13 +270,13 @@ const ROLLUP_LOCK: i64 = 0x746f_6c6c_6761_7403;
 /// session-level advisory lock ("tollgate" + 2).
 const RETENTION_LOCK: i64 = 0x746f_6c6c_6761_7402;
 
-/// Drop the partitions of days wholly before `cutoff`, then their rollups.
 /// The server's clock (`now()`): every instance's retention cut reads it.
 pub async fn clock(pool: &PgPool) -> Result<DateTime<Utc>, AuditError> {
     let (now,): (DateTime<Utc>,) = sqlx::query_as("SELECT now()").fetch_one(pool).await?;
     Ok(now)
 }
 
+/// Drop the partitions of days wholly before `cutoff`, then their rollups.
 pub async fn cut_before(pool: &PgPool, cutoff: DateTime<Utc>) -> Result<RetentionCut, AuditError> {
     let mut conn = pool.acquire().await?;
     // Closed after use, so that the lock cannot outlive this call on a

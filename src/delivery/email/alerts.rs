@@ -18,6 +18,7 @@ mod digest;
 use super::mailer::{Mailer, Outgoing, Reach};
 use crate::audit::{AuditEvent, AuditObserver};
 use crate::delivery::{EmailKind, TemplatesCell};
+use crate::metrics::{self, EmailOutcome};
 use crate::telemetry::log_budget::LogBudget;
 use digest::{alert_worthy, Watch};
 pub(crate) use digest::{Digest, LockSeen, RuleOverThreshold};
@@ -204,6 +205,8 @@ fn send_digest(
         Ok(email) => email,
         Err(e) => {
             tracing::error!(error = %e, "cannot render the admin alert digest");
+            let kind = EmailKind::AlertDigest.as_str();
+            metrics::emails(kind, EmailOutcome::Failed, settings.to.len());
             return None;
         }
     };

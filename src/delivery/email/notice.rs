@@ -13,6 +13,7 @@ use super::notice_gate::NoticeGate;
 use std::sync::Arc;
 
 use crate::delivery::{EmailKind, TemplatesCell};
+use crate::metrics::{self, EmailOutcome};
 
 /// What the owner of a just-locked account is told.
 #[derive(Debug, Clone)]
@@ -91,6 +92,7 @@ impl LockNotifier for EmailLockNotifier {
             Ok(to) => to,
             Err(e) => {
                 tracing::warn!(to = %mask_email(&notice.to), error = %e, "notify_email is not deliverable: no lock notice");
+                metrics::emails(EmailKind::LockNotice.as_str(), EmailOutcome::Failed, 1);
                 return;
             }
         };
@@ -152,6 +154,7 @@ impl LockNotifier for EmailLockNotifier {
             Err(e) => {
                 self.gate.lock().forget(&notice.to, now);
                 tracing::error!(error = %e, "cannot render the lock notice");
+                metrics::emails(EmailKind::LockNotice.as_str(), EmailOutcome::Failed, 1);
             }
         }
     }

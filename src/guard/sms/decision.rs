@@ -22,7 +22,7 @@ use crate::guard::{Listing, SubjectRules};
 use crate::lists::{EntryKind, Listed};
 use crate::metrics::SmsDelivery;
 use crate::settings::SmsSettings;
-use crate::store::HitOutcome;
+use crate::store::{DroppedCode, HitOutcome};
 
 /// A decision, before any effect.
 #[derive(Debug)]
@@ -115,13 +115,37 @@ impl GiveBack {
     }
 }
 
+/// Whether a failed send's code may have been guessed at while the
+/// provider had it (a verify comes any time after the reservation stored
+/// it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Guessed {
+    No,
+    /// A wrong try took one of its tries, or it is gone (a right try used
+    /// it, or the racing send's code that kept it), or its drop failed
+    /// and it may stay with whatever tries it took.
+    Maybe,
+}
+
+/// What a failed send's code came to, by what its drop found (`None`: the
+/// drop failed).
+pub(super) fn guessed_at(dropped: Option<DroppedCode>) -> Guessed {
+    match dropped {
+        Some(DroppedCode::Untried) => Guessed::No,
+        Some(DroppedCode::Tried | DroppedCode::Absent) | None => Guessed::Maybe,
+    }
+}
+
 /// Whether the windows of a subject of `kind` go on counting a failed
-/// send that gives back `give_back`, its code `tried` while the provider
-/// had it (`WindowStore::otp_drop`): the phone's windows keep a send whose
-/// code was guessed at, as they would a delivered one's, so that a phone
-/// gets no more tries in a day than its sends allow, whatever fails.
-pub(super) fn keeps_windows_of(give_back: GiveBack, tried: bool, kind: SubjectKind) -> bool {
-    give_back.keeps_windows_of(kind) || (tried && kind == SubjectKind::Phone)
+/// send that gives back `give_back`: the phone's windows keep a send whose
+/// code may have been guessed at, as they would a delivered one's, so that
+/// a phone gets no more tries in a day than its sends allow, whatever
+/// fails. A user who types the code of an earlier SMS while a resend is
+/// at the provider takes a try of the resend's code (the newest is the one
+/// checked), and such a resend, failing, is kept too: one send of the
+/// phone's.
+pub(super) fn keeps_windows_of(give_back: GiveBack, guessed: Guessed, kind: SubjectKind) -> bool {
+    give_back.keeps_windows_of(kind) || (guessed == Guessed::Maybe && kind == SubjectKind::Phone)
 }
 
 /// The subject kinds whose windows keep a send the provider refused.

@@ -237,23 +237,19 @@ impl SmsGuard {
         crate::metrics::sms_delivery(decision::delivery_outcome(&error, said, give_back));
         // Before the rollback's await: until then a code held locally from
         // an outage would be the one a verify checks, not this one.
-        let tried = if give_back.keeps_the_code() {
+        let guessed = if give_back.keeps_the_code() {
             store.code_delivered(&code.key, &code.mac);
-            false
+            decision::Guessed::No
         } else {
-            // Before the rollback: a code tried while at the provider
-            // keeps its send in the phone's windows.
-            store
-                .otp_drop(&code.key, &code.mac, code.attempts)
-                .await
-                .unwrap_or_else(|e| {
-                    tracing::warn!(request_id = %crate::telemetry::request_id(), error = %e, "could not delete the code of a failed send");
-                    // It may stay, with whatever tries it took.
-                    true
-                })
+            // Before the rollback: what the code came to decides it.
+            let dropped = store.otp_drop(&code.key, &code.mac, code.attempts).await;
+            if let Err(e) = &dropped {
+                tracing::warn!(request_id = %crate::telemetry::request_id(), error = %e, "could not delete the code of a failed send");
+            }
+            decision::guessed_at(dropped.ok())
         };
         if let Some(reservation) = undo.reservation {
-            let kept = |kind| decision::keeps_windows_of(give_back, tried, kind);
+            let kept = |kind| decision::keeps_windows_of(give_back, guessed, kind);
             reservation.roll_back_keeping(store, kept).await;
         }
         Err(error.into())

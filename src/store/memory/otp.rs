@@ -4,7 +4,7 @@
 use subtle::ConstantTimeEq;
 
 use super::entry::{wrong_type, Entry, KeptCode, StoredCode, Subject, Value};
-use crate::store::{CodeToStore, CodeTry, OtpOutcome, StoreError};
+use crate::store::{CodeToStore, CodeTry, DroppedCode, OtpOutcome, StoreError};
 
 /// How many replaced codes a code keeps (otp_keep.lua): one for a resend,
 /// more for sends that overlap, each of which may fail while the others
@@ -44,28 +44,39 @@ impl Subject {
     /// `mac`, delete it and put back the code it replaced (the first it
     /// kept) if that one is still live, with the codes kept behind it; when
     /// a racing send has replaced it since, that send takes it out of those
-    /// it kept, so that it never comes back (otp_drop.lua). Whether the
-    /// failed code, stored with `attempts` tries, was tried: a wrong try on
-    /// it, here or where a racing send kept it, or it is gone (a right try
-    /// used it).
-    pub(super) fn drop_otp(&mut self, key: &str, mac: &str, attempts: u32, now: u64) -> bool {
-        let untried = |code: &StoredCode| code.left == attempts && code.others_left == attempts;
+    /// it kept, so that it never comes back (otp_drop.lua). What the failed
+    /// code, stored with `attempts` tries, had come to.
+    pub(super) fn drop_otp(
+        &mut self,
+        key: &str,
+        mac: &str,
+        attempts: u32,
+        now: u64,
+    ) -> DroppedCode {
+        let found = |code: &StoredCode| {
+            if code.left == attempts && code.others_left == attempts {
+                DroppedCode::Untried
+            } else {
+                DroppedCode::Tried
+            }
+        };
         let Some(entry) = self.live(key, now) else {
-            return true;
+            return DroppedCode::Absent;
         };
         let Value::Otp {
             code: current,
             kept,
         } = &mut entry.value
         else {
-            return true;
+            return DroppedCode::Absent;
         };
         if current.mac != mac {
-            let tried = !kept.iter().any(|k| k.code.mac == mac && untried(&k.code));
+            let kept_here = kept.iter().find(|k| k.code.mac == mac);
+            let dropped = kept_here.map_or(DroppedCode::Absent, |k| found(&k.code));
             kept.retain(|k| k.code.mac != mac);
-            return tried;
+            return dropped;
         }
-        let tried = !untried(current);
+        let dropped = found(current);
         let mut kept = std::mem::take(kept).into_iter();
         self.entries.remove(key);
         // Only the first: one further back was replaced by a send whose SMS
@@ -79,7 +90,7 @@ impl Subject {
             self.entries
                 .insert(key.to_owned(), Entry { value, expires_at });
         }
-        tried
+        dropped
     }
 
     /// `WindowStore::otp_check`: compare in constant time, use up an

@@ -9,10 +9,10 @@ use super::scripts::{count, flag, int, no_windows, wait, Conversions};
 use super::RedisStore;
 use crate::store::{
     steps, CodeToStore, CodeTry, ConversionBlock, ConversionHit, ConversionOutcome,
-    ConversionPolicy, ConversionState, Escalation, ExpiringMembers, HitOutcome, HitRequest,
-    LoginAttemptOutcome, LoginAttemptRequest, LoginOutcome, LoginPolicy, LoginRequest,
-    LoginStateOutcome, OtpOutcome, PeekOutcome, ReserveOutcome, ReserveRequest, StoreError,
-    SubjectWindows, WindowSpec, WindowStore,
+    ConversionPolicy, ConversionState, DroppedCode, Escalation, ExpiringMembers, HitOutcome,
+    HitRequest, Keys, LoginAttemptOutcome, LoginAttemptRequest, LoginOutcome, LoginPolicy,
+    LoginRequest, LoginStateOutcome, OtpOutcome, PeekOutcome, ReserveOutcome, ReserveRequest,
+    StoreError, SubjectWindows, WindowSpec, WindowStore,
 };
 
 /// How long `/readyz`'s write lives: a probe every few seconds rewrites it.
@@ -369,10 +369,22 @@ impl WindowStore for RedisStore {
         })
     }
 
-    async fn otp_drop(&self, key: &str, mac: &str, attempts: u32) -> Result<bool, StoreError> {
+    async fn otp_drop(
+        &self,
+        key: &str,
+        mac: &str,
+        attempts: u32,
+    ) -> Result<DroppedCode, StoreError> {
         let args = || vec![Value::from(mac), Value::from(i64::from(attempts))];
-        let tried: i64 = self.eval(&self.scripts.otp_drop, &[key], args).await?;
-        Ok(tried != 0)
+        let found: i64 = self.eval(&self.scripts.otp_drop, &[key], args).await?;
+        match found {
+            0 => Ok(DroppedCode::Untried),
+            1 => Ok(DroppedCode::Tried),
+            2 => Ok(DroppedCode::Absent),
+            v => Err(StoreError::Protocol(format!(
+                "bad answer {v} from otp_drop"
+            ))),
+        }
     }
 
     async fn delete(&self, keys: &[String]) -> Result<(), StoreError> {
@@ -427,7 +439,7 @@ impl WindowStore for RedisStore {
         let expire = Some(fred::types::Expiration::PX(PROBE_TTL_MS));
         self.run(self.client.set::<(), _, _>(key, "1", expire, None, false))
             .await?;
-        let (first, second) = (format!("{key}:{{a}}"), format!("{key}:{{b}}"));
+        let [first, second] = Keys::readiness_tags(key);
         let keys: &[&str] = if self.client.is_clustered() {
             &[&first]
         } else {

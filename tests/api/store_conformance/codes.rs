@@ -1,7 +1,7 @@
 //! One-time codes, deletes, shared secrets and reachability.
 
 use tollgate::store::{
-    CodeToStore, CodeTry, OtpOutcome, ReserveRequest, SubjectWindows, WindowSpec,
+    CodeToStore, CodeTry, DroppedCode, OtpOutcome, ReserveRequest, SubjectWindows, WindowSpec,
 };
 
 use super::backend::StoreUnderTest;
@@ -403,10 +403,10 @@ async fn dropping_a_code_deletes_it_only_while_it_is_the_one_sealed_so(b: &Store
     assert!(!b.exists(&key).await, "its own code is deleted");
 }
 
-/// A failed delivery's roll-back tells whether its code was tried while
-/// the provider had it: a wrong try of the asker's or a stranger's, here
-/// or where a racing send kept it, or a right one that used it (the code
-/// gone); a code no one tried is not, whether reserved or put.
+/// A failed delivery's roll-back tells what its code came to while the
+/// provider had it: untried, tried (a wrong try of the asker's or a
+/// stranger's, here or where a racing send kept it), or absent (a right
+/// try used it); whether reserved or put.
 async fn dropping_a_code_tells_whether_it_was_tried(b: &StoreUnderTest) {
     let phone = "+33612345697";
     let key = b.keys.otp("phone", phone);
@@ -421,32 +421,33 @@ async fn dropping_a_code_tells_whether_it_was_tried(b: &StoreUnderTest) {
     };
 
     send(b, phone, "mac-f", ASKER).await;
-    assert!(!drop("mac-f").await, "a reserved code no one tried");
+    assert_eq!(drop("mac-f").await, DroppedCode::Untried, "reserved");
     put(b, &key, "mac-f", ATTEMPTS, TTL_MS, true).await;
-    assert!(!drop("mac-f").await, "a put code no one tried");
+    assert_eq!(drop("mac-f").await, DroppedCode::Untried, "put");
 
     for trier in [ASKER, STRANGER] {
         send(b, phone, "mac-f", ASKER).await;
         check_from(b, &key, "mac-x", trier).await;
-        assert!(drop("mac-f").await, "a wrong try from {trier}");
+        assert_eq!(drop("mac-f").await, DroppedCode::Tried, "{trier}");
     }
 
     send(b, phone, "mac-f", ASKER).await;
     check(b, &key, "mac-f").await;
-    assert!(drop("mac-f").await, "a right try used it");
-    assert!(drop("mac-none").await, "no code at all: gone");
+    assert_eq!(drop("mac-f").await, DroppedCode::Absent, "used");
+    assert_eq!(drop("mac-none").await, DroppedCode::Absent, "never put");
 
     send(b, phone, "mac-f", ASKER).await;
     send(b, phone, "mac-r", ASKER).await;
-    assert!(!drop("mac-f").await, "kept by a racing send, untried");
-    assert!(!drop("mac-r").await, "the racing send's own, untried");
+    assert_eq!(drop("mac-f").await, DroppedCode::Untried, "kept, untried");
+    assert_eq!(drop("mac-r").await, DroppedCode::Untried, "the racer's");
 
     send(b, phone, "mac-f", ASKER).await;
     check_from(b, &key, "mac-x", STRANGER).await;
     send(b, phone, "mac-r", ASKER).await;
-    assert!(
+    assert_eq!(
         drop("mac-f").await,
-        "kept by a racing send, tried before it"
+        DroppedCode::Tried,
+        "kept, tried before"
     );
 }
 
