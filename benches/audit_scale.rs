@@ -1203,7 +1203,7 @@ async fn run(args: &Args, scratch: &Scratch) -> Report {
     let now = Utc::now();
     let from = now - chrono::Duration::days(DAYS as i64);
     // What the service's retention task does at start-up for its period.
-    db.prepare_partitions(partitions::day(from))
+    db.prepare_partitions(partitions::day(from), now)
         .await
         .expect("the trail's partitions can be made");
     let plan = Plan {

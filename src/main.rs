@@ -159,9 +159,10 @@ async fn migrate(settings: &Settings) -> anyhow::Result<()> {
     db.migrate().await?;
     // Partitions (PostgreSQL) for every day of the retention period, so
     // that rows of any time within it can be inserted by plain SQL too.
-    let first = tollgate::audit::retention::cutoff(chrono::Utc::now(), settings.audit.retention);
+    let now = chrono::Utc::now();
+    let first = tollgate::audit::retention::cutoff(now, settings.audit.retention);
     let made = db
-        .prepare_partitions(tollgate::audit::db::partitions::day(first))
+        .prepare_partitions(tollgate::audit::db::partitions::day(first), now)
         .await?;
     if made > 0 {
         tracing::info!(partitions = made, "made audit partitions");

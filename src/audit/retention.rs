@@ -45,7 +45,7 @@ pub async fn apply(
     let cutoff = cutoff(now, retention);
     // A failure here must not keep the trim and the cut from running: it is
     // returned once they have.
-    let prepared = db.prepare_partitions(partitions::day(cutoff)).await;
+    let prepared = db.prepare_partitions(partitions::day(cutoff), now).await;
     let started = Instant::now();
     // Summaries first, a day per statement: the cut then finds few rollup
     // rows to delete in its one statement per table (the first 30 M-row run

@@ -227,7 +227,7 @@ fn describe() {
     );
     describe_counter!(
         EMAILS,
-        "Email copies (one per recipient), by kind (lock_notice, alert_digest) and outcome: sent, refused (5xx: not tried again), failed (every try failed), dropped (never tried: the queue was full)"
+        "Email copies (one per recipient), by kind (lock_notice, alert_digest) and outcome: sent, refused (5xx: not tried again), failed (every try failed, or not built or rendered), dropped (never tried: the queue was full or the mail task had stopped)"
     );
     describe_counter!(
         CAPTCHA_CHECKS,
@@ -578,7 +578,7 @@ pub enum EmailOutcome {
     /// The server refused it for good (`5xx`): not tried again.
     Refused,
     /// Every try failed (no connection, no answer, `4xx`), or it could not
-    /// be built.
+    /// be built or rendered, or its address parsed.
     Failed,
     /// Never tried: its queue was full (a wave of locks), or the mail task
     /// had stopped.

@@ -499,18 +499,12 @@ impl WindowStore for ResilientStore {
     ) -> Result<DroppedCode, StoreError> {
         self.settled_after_held(mac);
         // Both stores: a code put during an outage is held locally, and the
-        // call that timed out may have reached Redis after all. The store
-        // that held the code has the word.
+        // call that timed out may have reached Redis after all.
         let dropped = resilient!(self, |s| s.otp_drop(key, mac, attempts), open: None);
-        if let Some(local) = self.local_codes() {
-            let here = local.otp_drop(key, mac, attempts).await;
-            if matches!(dropped, Ok(DroppedCode::Absent) | Err(_))
-                && matches!(here, Ok(DroppedCode::Untried | DroppedCode::Tried))
-            {
-                return here;
-            }
+        match self.local_codes() {
+            Some(local) => both_dropped(dropped, local.otp_drop(key, mac, attempts).await),
+            None => dropped,
         }
-        dropped
     }
 
     /// An admin's change: the primary's, or an error (503: the local
@@ -541,6 +535,22 @@ impl WindowStore for ResilientStore {
     }
 }
 
+/// What a code's drop found in both stores, the primary's answer and the
+/// local one's: a code held locally from an outage takes its verifies
+/// there (`held_code`) while a copy the timed-out call left in Redis stays
+/// untouched, so a try found in either store counts; then a code either
+/// found; then the primary's word (an error included).
+fn both_dropped(
+    primary: Result<DroppedCode, StoreError>,
+    local: Result<DroppedCode, StoreError>,
+) -> Result<DroppedCode, StoreError> {
+    match (primary, local) {
+        (Ok(DroppedCode::Tried), _) | (_, Ok(DroppedCode::Tried)) => Ok(DroppedCode::Tried),
+        (_, Ok(DroppedCode::Untried)) => Ok(DroppedCode::Untried),
+        (primary, _) => primary,
+    }
+}
+
 /// A login outcome when failing open: recorded, nothing counted.
 fn open_login() -> LoginAttemptOutcome {
     LoginAttemptOutcome {
@@ -562,6 +572,28 @@ mod tests {
     use crate::store::ManualClock;
 
     const KEY: &str = "tg:{phone:+33612345678}:otp";
+
+    /// A try found in either store counts; a code the primary does not
+    /// have is the local store's to tell; else the primary's word stands.
+    #[test]
+    fn a_drop_takes_a_try_from_either_store_and_a_code_from_the_one_that_held_it() {
+        use DroppedCode::{Absent, Tried, Untried};
+        let down = || Err(StoreError::Timeout);
+        let cases = [
+            (Ok(Untried), Ok(Tried), Some(Tried)),
+            (Ok(Tried), Ok(Absent), Some(Tried)),
+            (down(), Ok(Tried), Some(Tried)),
+            (Ok(Absent), Ok(Untried), Some(Untried)),
+            (down(), Ok(Untried), Some(Untried)),
+            (Ok(Untried), Ok(Absent), Some(Untried)),
+            (Ok(Absent), Ok(Absent), Some(Absent)),
+            (down(), Ok(Absent), None),
+        ];
+        for (primary, local, expected) in cases {
+            let said = format!("{primary:?} and {local:?}");
+            assert_eq!(both_dropped(primary, local).ok(), expected, "{said}");
+        }
+    }
 
     #[tokio::test]
     async fn a_code_held_through_an_outage_is_looked_up_until_it_expires_and_then_no_more() {

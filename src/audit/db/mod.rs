@@ -174,9 +174,10 @@ impl AuditDb {
                     .run_direct(&mut *conn)
                     .await?;
                 drop(conn);
-                let today = partitions::day(Utc::now());
+                let now = Utc::now();
+                let today = partitions::day(now);
                 let first = today.pred_opt().unwrap_or(today);
-                self.prepare_partitions(first).await?;
+                self.prepare_partitions(first, now).await?;
             }
             Self::Sqlite(pool) => sqlx::migrate!("./migrations/sqlite").run(pool).await?,
         }
@@ -184,12 +185,16 @@ impl AuditDb {
     }
 
     /// PostgreSQL: make the partitions from `first` to
-    /// [`PARTITION_DAYS_AHEAD`] days after today that do not exist yet;
-    /// how many were made. SQLite has one table: nothing to do.
-    pub async fn prepare_partitions(&self, first: NaiveDate) -> Result<usize, AuditError> {
+    /// [`PARTITION_DAYS_AHEAD`] days after `now`'s day that do not exist
+    /// yet; how many were made. SQLite has one table: nothing to do.
+    pub async fn prepare_partitions(
+        &self,
+        first: NaiveDate,
+        now: DateTime<Utc>,
+    ) -> Result<usize, AuditError> {
         match self {
             Self::Postgres(pool) => {
-                let today = partitions::day(Utc::now());
+                let today = partitions::day(now);
                 let last = today
                     .checked_add_days(chrono::Days::new(PARTITION_DAYS_AHEAD))
                     .unwrap_or(today);

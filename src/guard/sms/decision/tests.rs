@@ -8,7 +8,7 @@ use crate::guard::reserve::{ConversionSubject, Refusal, SubjectHit};
 use crate::guard::Policy;
 use crate::lists::EntryKind;
 use crate::settings::Settings;
-use crate::store::{ConversionOutcome, ConversionVerdict, HitVerdict};
+use crate::store::{ConversionOutcome, ConversionVerdict, DroppedCode, HitVerdict};
 
 fn policy() -> Policy {
     Policy::from_settings(&Settings::load(None).unwrap()).unwrap()
@@ -517,4 +517,25 @@ fn a_refused_number_keeps_only_the_address_windows_and_a_timeout_keeps_all() {
     assert!(GiveBack::PumpingCount.keeps_the_code());
     assert!(!GiveBack::AllButTheAddress.keeps_the_code());
     assert!(!GiveBack::Whole.keeps_the_code());
+}
+
+/// Only a code its drop found untried is not guessed at: a wrong try, a
+/// code gone (used) and a drop that failed all are; and a send guessed at
+/// keeps the phone's windows alone of those its failure gives back.
+#[test]
+fn a_failed_sends_phone_windows_keep_it_unless_its_code_was_found_untried() {
+    assert_eq!(guessed_at(Some(DroppedCode::Untried)), Guessed::No);
+    for dropped in [Some(DroppedCode::Tried), Some(DroppedCode::Absent), None] {
+        assert_eq!(guessed_at(dropped), Guessed::Maybe, "{dropped:?}");
+    }
+    for kind in [SubjectKind::Phone, SubjectKind::Prefix, SubjectKind::Ip] {
+        assert!(!keeps_windows_of(GiveBack::Whole, Guessed::No, kind));
+        let phone = kind == SubjectKind::Phone;
+        assert_eq!(
+            keeps_windows_of(GiveBack::Whole, Guessed::Maybe, kind),
+            phone
+        );
+    }
+    let address = keeps_windows_of(GiveBack::AllButTheAddress, Guessed::Maybe, SubjectKind::Ip);
+    assert!(address, "what the failure keeps stays kept");
 }
