@@ -41,6 +41,15 @@ const ASKER: &str = "203.0.113.7";
 const STRANGER: &str = "198.51.100.9";
 const OTHER_STRANGER: &str = "2001:db8:1:2::/64";
 
+/// A failed send's roll-back of the code sealed as `mac` at `key`
+/// (`ATTEMPTS` tries): what it found.
+async fn drop_code(b: &StoreUnderTest, key: &str, mac: &str) -> DroppedCode {
+    b.store()
+        .otp_drop(key, mac, ATTEMPTS)
+        .await
+        .expect("otp_drop")
+}
+
 /// A code asked for by `ASKER`.
 async fn put(b: &StoreUnderTest, key: &str, mac: &str, attempts: u32, ttl_ms: u64, counted: bool) {
     put_by(b, key, mac, (attempts, ttl_ms), counted, ASKER).await;
@@ -374,15 +383,7 @@ async fn putting_a_code_replaces_the_previous_one(b: &StoreUnderTest) {
 /// A failed delivery's roll-back: a racing send's code stays.
 async fn dropping_a_code_deletes_it_only_while_it_is_the_one_sealed_so(b: &StoreUnderTest) {
     let key = b.keys.otp("phone", "+33612345690");
-    let drop = |mac: &'static str| {
-        let key = key.clone();
-        async move {
-            b.store()
-                .otp_drop(&key, mac, ATTEMPTS)
-                .await
-                .expect("otp_drop")
-        }
-    };
+    let drop = |mac: &'static str| drop_code(b, &key, mac);
     drop("mac-none").await;
     assert!(!b.exists(&key).await, "dropping nothing puts nothing");
 
@@ -410,15 +411,7 @@ async fn dropping_a_code_deletes_it_only_while_it_is_the_one_sealed_so(b: &Store
 async fn dropping_a_code_tells_whether_it_was_tried(b: &StoreUnderTest) {
     let phone = "+33612345697";
     let key = b.keys.otp("phone", phone);
-    let drop = |mac: &'static str| {
-        let key = key.clone();
-        async move {
-            b.store()
-                .otp_drop(&key, mac, ATTEMPTS)
-                .await
-                .expect("otp_drop")
-        }
-    };
+    let drop = |mac: &'static str| drop_code(b, &key, mac);
 
     send(b, phone, "mac-f", ASKER).await;
     assert_eq!(drop("mac-f").await, DroppedCode::Untried, "reserved");
@@ -464,10 +457,7 @@ async fn a_failed_resend_puts_the_earlier_code_back_with_the_tries_it_had(b: &St
         } else {
             put(b, &key, "mac-b", ATTEMPTS, TTL_MS, true).await;
         }
-        b.store()
-            .otp_drop(&key, "mac-b", ATTEMPTS)
-            .await
-            .expect("otp_drop");
+        drop_code(b, &key, "mac-b").await;
         assert_eq!(
             check_from(b, &key, "mac-b", OTHER_STRANGER).await,
             OtpOutcome::Wrong { attempts_left: 1 },
@@ -497,10 +487,7 @@ async fn a_failed_send_brings_back_no_used_expired_or_stand_in_code(b: &StoreUnd
         let key = key.clone();
         async move {
             send(b, phone, mac, ASKER).await;
-            b.store()
-                .otp_drop(&key, mac, ATTEMPTS)
-                .await
-                .expect("otp_drop");
+            drop_code(b, &key, mac).await;
         }
     };
     put(b, &key, "mac-used", ATTEMPTS, TTL_MS, true).await;
@@ -514,10 +501,7 @@ async fn a_failed_send_brings_back_no_used_expired_or_stand_in_code(b: &StoreUnd
     put(b, &key, "mac-short", ATTEMPTS, 300, true).await;
     send(b, phone, "mac-c", ASKER).await;
     b.advance(400).await;
-    b.store()
-        .otp_drop(&key, "mac-c", ATTEMPTS)
-        .await
-        .expect("otp_drop");
+    drop_code(b, &key, "mac-c").await;
     assert!(
         !b.exists(&key).await,
         "a code that expired while the send was in flight stays expired"
@@ -536,10 +520,7 @@ async fn a_burnt_code_comes_back_burnt(b: &StoreUnderTest) {
     put(b, &key, "mac-a", 1, TTL_MS, true).await;
     count_down(b, &key, &[(ASKER, 0)]).await;
     send(b, phone, "mac-b", ASKER).await;
-    b.store()
-        .otp_drop(&key, "mac-b", ATTEMPTS)
-        .await
-        .expect("otp_drop");
+    drop_code(b, &key, "mac-b").await;
     burnt_for(b, &key, "mac-a", &[ASKER, STRANGER]).await;
 }
 
@@ -549,15 +530,7 @@ async fn a_burnt_code_comes_back_burnt(b: &StoreUnderTest) {
 async fn a_code_no_sms_carried_never_comes_back(b: &StoreUnderTest) {
     let phone = "+33612345698";
     let key = b.keys.otp("phone", phone);
-    let drop = |mac: &'static str| {
-        let key = key.clone();
-        async move {
-            b.store()
-                .otp_drop(&key, mac, ATTEMPTS)
-                .await
-                .expect("otp_drop")
-        }
-    };
+    let drop = |mac: &'static str| drop_code(b, &key, mac);
     for (first, second) in [("mac-b", "mac-c"), ("mac-c", "mac-b")] {
         put(b, &key, "mac-a", ATTEMPTS, TTL_MS, true).await;
         send(b, phone, "mac-b", ASKER).await;
@@ -604,10 +577,7 @@ async fn a_code_keeps_at_most_eight_it_replaced(b: &StoreUnderTest) {
             send(b, phone, mac, ASKER).await;
         }
         for mac in macs.iter().rev() {
-            b.store()
-                .otp_drop(&key, mac, ATTEMPTS)
-                .await
-                .expect("otp_drop");
+            drop_code(b, &key, mac).await;
         }
         let outcome = check(b, &key, "mac-0").await;
         assert_eq!(
@@ -628,10 +598,7 @@ async fn only_the_code_a_failed_send_replaced_comes_back(b: &StoreUnderTest) {
     put(b, &key, "mac-short", ATTEMPTS, 300, true).await;
     send(b, phone, "mac-failed", ASKER).await;
     b.advance(400).await;
-    b.store()
-        .otp_drop(&key, "mac-failed", ATTEMPTS)
-        .await
-        .expect("otp_drop");
+    drop_code(b, &key, "mac-failed").await;
     assert!(
         !b.exists(&key).await,
         "mac-long, which a delivered code replaced, stays replaced"
@@ -770,10 +737,7 @@ async fn earlier_build_codes(b: &StoreUnderTest) {
     let earlier = b.keys.otp("phone", phone);
     b.redis_hset(&earlier, earlier_send(2)).await;
     send(b, phone, "mac-new", ASKER).await;
-    b.store()
-        .otp_drop(&earlier, "mac-new", ATTEMPTS)
-        .await
-        .expect("otp_drop");
+    drop_code(b, &earlier, "mac-new").await;
     assert_eq!(
         check_from(b, &earlier, "mac-wrong", STRANGER).await,
         OtpOutcome::Wrong { attempts_left: 1 },
