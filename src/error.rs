@@ -61,6 +61,10 @@ pub enum ApiError {
     /// 503: the store failed under `store.on_error = "deny"`; the cause is logged.
     #[error("the rate-limit store is unavailable")]
     StoreUnavailable(#[source] StoreError),
+    /// 503 `store_unavailable` after an unblock was done and audited: the
+    /// state after it could not be read (a retry unblocks and audits again).
+    #[error("the unblock was done and audited, but the store did not answer the read of the state after it")]
+    UnblockedStateUnread(#[source] StoreError),
     /// 503: the audit database cannot be reached (admin event queries).
     #[error("the audit database is unavailable")]
     AuditUnavailable,
@@ -225,7 +229,9 @@ impl ApiError {
             ApiError::PumpingSuspected => ErrorCode::PumpingSuspected,
             ApiError::Unauthorized => ErrorCode::Unauthorized,
             ApiError::Forbidden(_) => ErrorCode::Forbidden,
-            ApiError::StoreUnavailable(_) => ErrorCode::StoreUnavailable,
+            ApiError::StoreUnavailable(_) | ApiError::UnblockedStateUnread(_) => {
+                ErrorCode::StoreUnavailable
+            }
             ApiError::AuditUnavailable => ErrorCode::AuditUnavailable,
             ApiError::IdentityProviderUnavailable => ErrorCode::IdentityProviderUnavailable,
             ApiError::DeliveryFailed { .. } => ErrorCode::DeliveryFailed,
@@ -253,6 +259,7 @@ impl ResponseError for ApiError {
             | ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
             ApiError::StoreUnavailable(_)
+            | ApiError::UnblockedStateUnread(_)
             | ApiError::AuditUnavailable
             | ApiError::IdentityProviderUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::DeliveryFailed { .. } => StatusCode::BAD_GATEWAY,
@@ -300,6 +307,9 @@ impl ResponseError for ApiError {
             }
             ApiError::StoreUnavailable(cause) => {
                 tracing::error!(request_id = %crate::telemetry::request_id(), error = %cause, "store unavailable, failing closed");
+            }
+            ApiError::UnblockedStateUnread(cause) => {
+                tracing::error!(request_id = %crate::telemetry::request_id(), error = %cause, "unblocked, but the state after it could not be read");
             }
             ApiError::Internal(cause) => {
                 tracing::error!(request_id = %crate::telemetry::request_id(), error = ?cause, "internal error");

@@ -423,11 +423,9 @@ impl SubjectAdmin {
     /// country's pumping counts and block); audited as `unblock`. A subject
     /// no limit counts is refused, but for a prefix blocked under an
     /// earlier `sms.prefix_digits`, still listed until its block ends.
-    pub async fn unblock(
-        &self,
-        subject: &Subject,
-        info: &RequestInfo,
-    ) -> Result<SubjectState, UnblockError> {
+    /// Done once it answers `Ok`: the caller reads the new state apart, so a
+    /// read that fails afterwards cannot pass for an unblock not done.
+    pub async fn unblock(&self, subject: &Subject, info: &RequestInfo) -> Result<(), UnblockError> {
         if let Some(why) = self.counts_nothing(subject) {
             if !self.listed_as_blocked(subject).await? {
                 return Err(UnblockError::CountsNothing(why));
@@ -496,7 +494,7 @@ impl SubjectAdmin {
             subject,
         );
         self.ctx.audit(info, event);
-        Ok(self.state(subject).await?)
+        Ok(())
     }
 }
 

@@ -183,7 +183,10 @@ fn describe() {
         ADMIN_JWKS_FETCHES,
         "Fetches of the OpenID provider's signing keys, by outcome (ok, failed)"
     );
-    describe_counter!(STORE_ERRORS, "Window-store calls that failed or timed out");
+    describe_counter!(
+        STORE_ERRORS,
+        "Window-store calls that failed, by kind: timeout, unavailable, refused (an error answer: a set-up to mend)"
+    );
     describe_counter!(
         LIST_MATCHES,
         "Requests an allow list exempted or a block list refused, by list, kind and action"
@@ -258,7 +261,9 @@ fn describe() {
 /// `increase`, and the last reload's outcome at 1. (The busy series the
 /// other alerts read exist after the first requests.)
 fn zeroes() {
-    counter!(STORE_ERRORS).increment(0);
+    for kind in StoreFailure::ALL {
+        counter!(STORE_ERRORS, "kind" => kind.as_str()).increment(0);
+    }
     counter!(PUMPING_REFUSALS).increment(0);
     for outcome in SmsDelivery::ALL {
         counter!(SMS_DELIVERIES, "outcome" => outcome.as_str()).increment(0);
@@ -341,9 +346,34 @@ fn describe_audit() {
     );
 }
 
+/// How a store call failed: the `kind` of `tollgate_store_errors_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreFailure {
+    /// No answer within `store.timeout`.
+    Timeout,
+    /// The store could not be reached.
+    Unavailable,
+    /// The store answered with an error (`NOPERM`, `CROSSSLOT`, `OOM`,
+    /// `BUSY`, a script's error) or an answer not understood: a set-up to
+    /// mend, which waiting will not.
+    Refused,
+}
+
+impl StoreFailure {
+    const ALL: [StoreFailure; 3] = [Self::Timeout, Self::Unavailable, Self::Refused];
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Timeout => "timeout",
+            Self::Unavailable => "unavailable",
+            Self::Refused => "refused",
+        }
+    }
+}
+
 /// Count one failed store call.
-pub fn store_error() {
-    counter!(STORE_ERRORS).increment(1);
+pub fn store_error(kind: StoreFailure) {
+    counter!(STORE_ERRORS, "kind" => kind.as_str()).increment(1);
 }
 
 /// Count subjects the in-process store evicted.
@@ -696,7 +726,9 @@ mod tests {
         metrics::with_local_recorder(&recorder, zeroes);
         let text = handle.render();
         for line in [
-            "tollgate_store_errors_total 0",
+            "tollgate_store_errors_total{kind=\"timeout\"} 0",
+            "tollgate_store_errors_total{kind=\"unavailable\"} 0",
+            "tollgate_store_errors_total{kind=\"refused\"} 0",
             "tollgate_audit_events_total{outcome=\"spooled\"} 0",
             "tollgate_audit_events_total{outcome=\"unjournaled\"} 0",
             "tollgate_audit_events_total{outcome=\"refused\"} 0",

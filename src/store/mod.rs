@@ -18,6 +18,8 @@ mod window;
 
 use async_trait::async_trait;
 
+use crate::metrics;
+
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use conversion::{
     normal_milli, ConversionBlock, ConversionHit, ConversionOutcome, ConversionPolicy,
@@ -48,6 +50,17 @@ pub enum StoreError {
     /// type, say).
     #[error("store answered something unexpected: {0}")]
     Protocol(String),
+}
+
+impl StoreError {
+    /// The `kind` this failure is counted under.
+    pub fn failure(&self) -> metrics::StoreFailure {
+        match self {
+            Self::Timeout => metrics::StoreFailure::Timeout,
+            Self::Unavailable(_) => metrics::StoreFailure::Unavailable,
+            Self::Protocol(_) => metrics::StoreFailure::Refused,
+        }
+    }
 }
 
 /// The window store. Times are milliseconds on the store's clock (Redis `TIME`

@@ -183,7 +183,7 @@ impl ResilientStore {
     }
 
     fn failed(&self, e: &StoreError) {
-        metrics::store_error();
+        metrics::store_error(e.failure());
         tracing::warn!(request_id = %crate::telemetry::request_id(), error = %e, "store call failed");
     }
 }

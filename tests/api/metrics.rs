@@ -353,7 +353,9 @@ async fn the_alerted_failure_counters_are_exported_before_any_failure() {
     let text = app.get("/metrics").await.body;
     let text = text.as_str().expect("Prometheus text");
     for series in [
-        "tollgate_store_errors_total ",
+        "tollgate_store_errors_total{kind=\"timeout\"} ",
+        "tollgate_store_errors_total{kind=\"unavailable\"} ",
+        "tollgate_store_errors_total{kind=\"refused\"} ",
         "tollgate_pumping_refusals_total ",
         "tollgate_audit_events_total{outcome=\"spooled\"} ",
         "tollgate_audit_events_total{outcome=\"unjournaled\"} ",

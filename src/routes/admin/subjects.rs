@@ -64,7 +64,7 @@ pub async fn state(
         (status = 403, description = "`forbidden`: the admin's role may not unblock (the operator role may); audited", body = ErrorBody),
         (status = 429, description = "`rate_limited`: this address failed admin authentication `server.admin_auth_limit` times (or its IPv6 /48 `server.admin_auth_network_limit` times); every admin route refuses it, token or not, until `Retry-After`", body = crate::routes::schemas::RateLimitedError,
             headers(("Retry-After" = u64, description = "Whole seconds until the oldest counted failure leaves the window"))),
-        (status = 503, description = "`store_unavailable`", body = ErrorBody),
+        (status = 503, description = "`store_unavailable`: nothing was done, or (its message says so) the unblock was done and audited but the state after it could not be read", body = ErrorBody),
     ),
     security(("admin_token" = []), ("oidc_jwt" = [])),
 )]
@@ -75,5 +75,7 @@ pub async fn unblock(
 ) -> Result<HttpResponse, ApiError> {
     let subject = path_subject(&req, API_PREFIX, "/unblock")?;
     super::roles::require(&state, &admin, Permission::Unblock, &subject)?;
-    Ok(HttpResponse::Ok().json(state.admin.unblock(&subject, &admin.info).await?))
+    state.admin.unblock(&subject, &admin.info).await?;
+    let after = state.admin.state(&subject).await;
+    Ok(HttpResponse::Ok().json(after.map_err(ApiError::UnblockedStateUnread)?))
 }

@@ -231,6 +231,18 @@ impl PrivateRedis {
         assert!(status.success());
     }
 
+    /// Change the default user's ACL (`ACL SETUSER default …`), as a
+    /// managed Redis's operator may while clients are connected.
+    fn acl_default(&self, rules: &[&str]) {
+        let status = std::process::Command::new("redis-cli")
+            .args(["-p", &self.port.to_string(), "acl", "setuser", "default"])
+            .args(rules)
+            .stdout(std::process::Stdio::null())
+            .status()
+            .expect("redis-cli runs");
+        assert!(status.success());
+    }
+
     /// How many times this server has run `command` (`INFO commandstats`).
     fn calls(&self, command: &str) -> u64 {
         let out = std::process::Command::new("redis-cli")
@@ -366,7 +378,9 @@ async fn a_slow_redis_is_cut_off_at_the_store_timeout() {
     })
     .await;
     assert_eq!(app.login_check(json!({ "user": "a" })).await.status, 200);
-    let errors_before = app.metric("tollgate_store_errors_total").await;
+    let errors_before = app
+        .metric("tollgate_store_errors_total{kind=\"timeout\"}")
+        .await;
 
     redis.freeze();
     let started = Instant::now();
@@ -383,7 +397,9 @@ async fn a_slow_redis_is_cut_off_at_the_store_timeout() {
         "answered after {took:?}, not after the stall"
     );
     assert!(
-        app.metric("tollgate_store_errors_total").await > errors_before,
+        app.metric("tollgate_store_errors_total{kind=\"timeout\"}")
+            .await
+            > errors_before,
         "the timeout is counted"
     );
 }
@@ -1284,6 +1300,37 @@ async fn an_unblock_while_redis_stalls_is_refused_whatever_the_fallback() {
         app.flush_audit().await;
         assert_eq!(unblock_rows(&app), 1, "{on_error:?}");
     }
+}
+
+/// An unblock done and audited whose read of the state after it fails (a
+/// Redis that refuses scripts from then on: the index's `ZRANGE` and the
+/// `DEL` pass, the state's script does not) answers 503 saying it was done,
+/// not as if nothing had been: the lock is lifted and one row audits it.
+#[tokio::test]
+async fn an_unblock_whose_state_read_fails_says_it_was_done() {
+    let redis = PrivateRedis::start().await;
+    let app = locking_app(&redis, OnStoreError::Deny).await;
+    lock_alice(&app).await;
+    let refused = "tollgate_store_errors_total{kind=\"refused\"}";
+    let refused_before = app.metric(refused).await;
+    redis.acl_default(&["-@scripting"]);
+    let answer = app
+        .admin_post("/admin/api/subjects/user/alice/unblock")
+        .await;
+    redis.acl_default(&["+@scripting"]);
+    assert_store_unavailable(&answer, "the state read refused");
+    let message = answer.body["message"].as_str().unwrap_or_default();
+    assert!(message.contains("done and audited"), "{}", answer.body);
+    assert!(
+        app.metric(refused).await > refused_before,
+        "NOPERM is counted as refused, not as an outage"
+    );
+    let check = app
+        .login_check(json!({ "user": "alice", "ip": "203.0.113.1" }))
+        .await;
+    assert_eq!(check.body["locked"], false, "{}", check.body);
+    app.flush_audit().await;
+    assert_eq!(unblock_rows(&app), 1);
 }
 
 /// During an outage under `on_error = "local"` the local store decides: an
