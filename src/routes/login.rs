@@ -7,6 +7,7 @@ use serde::Deserialize;
 use utoipa::ToSchema;
 
 use super::api_key::BackendKey;
+use super::to_the_end::to_the_end;
 use super::{json, post, schemas};
 use crate::captcha::CaptchaProof;
 use crate::domain::{EmailAddress, Username};
@@ -134,10 +135,8 @@ async fn attempt(
         notify_email,
         locale: schemas::locale(body.locale)?,
     };
-    let login_state = count(
-        Route::LoginAttempt,
-        state.login.attempt(attempt, &info).await,
-    )?;
+    let attempted = to_the_end(async move { state.login.attempt(attempt, &info).await });
+    let login_state = count(Route::LoginAttempt, attempted.await?)?;
     Ok(answer(&login_state))
 }
 

@@ -14,6 +14,7 @@ pub mod request_id;
 mod schemas;
 pub mod sms;
 mod store_probe;
+mod to_the_end;
 
 use std::sync::Arc;
 

@@ -9,6 +9,7 @@ use utoipa::ToSchema;
 use super::api_key::PublicKey;
 use super::cors::CorsOrigins;
 use super::schemas::{self, RateLimitedError};
+use super::to_the_end::to_the_end;
 use super::{json, post};
 use crate::captcha::CaptchaProof;
 use crate::domain::PhoneNumber;
@@ -160,7 +161,7 @@ async fn send(
             passed: body.captcha_passed,
         },
     };
-    let result = state.sms.send(request, &info).await;
+    let result = to_the_end(async move { state.sms.send(request, &info).await }).await?;
     metrics::request(
         Route::SmsSend,
         match &result {
@@ -289,11 +290,12 @@ async fn verify(
     if body.code.chars().count() > schemas::CODE_MAX_CHARS {
         return Err(ApiError::InvalidRequest("code is too long".into()));
     }
-    let code = body.code.trim();
-    if code.is_empty() {
+    if body.code.trim().is_empty() {
         return Err(ApiError::InvalidRequest("code is required".into()));
     }
-    let result = state.sms.verify(&phone, code, &info).await;
+    let code = body.code;
+    let verified = to_the_end(async move { state.sms.verify(&phone, code.trim(), &info).await });
+    let result = verified.await?;
     metrics::request(
         Route::SmsVerify,
         match &result {

@@ -1302,6 +1302,51 @@ async fn an_unblock_while_redis_stalls_is_refused_whatever_the_fallback() {
     }
 }
 
+/// A failed login whose client resets its connection while Redis has not
+/// answered yet still ends: actix drops a reset connection's handler, but
+/// the decision runs on a task of its own, so the lock Redis sets is
+/// audited (it was not: a lock in force that no row named).
+#[tokio::test]
+async fn a_lock_whose_client_went_away_is_still_audited() {
+    let redis = PrivateRedis::start().await;
+    let app = locking_app(&redis, OnStoreError::Deny).await;
+    let first = app
+        .login_attempt(json!({ "user": "alice", "success": false, "ip": "203.0.113.1" }))
+        .await;
+    assert_eq!(first.status, 200, "{}", first.body);
+    let body = r#"{"user":"alice","success":false,"ip":"203.0.113.1"}"#;
+    let key = app.api_key.as_deref().expect("the test app has an API key");
+    let ask = format!(
+        "POST /login/attempt HTTP/1.1\r\nHost: tollgate\r\nAuthorization: Bearer {key}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    // Reset while the store call waits, well within `store.timeout` (200 ms).
+    redis.freeze();
+    app.ask_and_reset(ask.as_bytes(), Duration::from_millis(60))
+        .await;
+    redis.thaw();
+    // The decision ends on its own time once Redis answers.
+    let mut locks = 0;
+    for _ in 0..40 {
+        app.flush_audit().await;
+        locks = app
+            .audit_events()
+            .iter()
+            .filter(|e| e.decision == tollgate::audit::AuditDecision::Lock)
+            .count();
+        if locks > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(locks, 1, "the lock Redis set is audited");
+    let check = app
+        .login_check(json!({ "user": "alice", "ip": "203.0.113.1" }))
+        .await;
+    assert_eq!(check.body["locked"], true, "{}", check.body);
+}
+
 /// An unblock done and audited whose read of the state after it fails (a
 /// Redis that refuses scripts from then on: the index's `ZRANGE` and the
 /// `DEL` pass, the state's script does not) answers 503 saying it was done,
