@@ -5,6 +5,7 @@ mod pumping_state;
 pub use pumping_state::{ListedBlock, PumpingBlock, PumpingLevel, PumpingState};
 
 use chrono::{DateTime, SubsecRound, Utc};
+use futures::{StreamExt, TryStreamExt};
 use serde::Serialize;
 
 use super::{captcha_tokens, pumping, GuardContext, Policy, RequestInfo, Windows};
@@ -119,6 +120,11 @@ pub struct PairState {
 
 /// The most pairs a subject's state lists.
 const PAIRS_SHOWN: usize = 50;
+
+/// How many of a user's pair locks one state read asks the store for at
+/// once: the overview reads several users' states together, and 50 pairs
+/// each at once made a page load over a thousand calls in flight.
+const PAIR_READS_AT_ONCE: usize = 8;
 
 /// A subject's live state for the admin API and console, and unblocking it.
 pub struct SubjectAdmin {
@@ -371,7 +377,7 @@ impl SubjectAdmin {
         }
         counts.truncate(PAIRS_SHOWN);
         let user_lock = keys.subject_lock(user);
-        let locks = futures::future::try_join_all(counts.iter().map(|(ip, _)| {
+        let locks: Vec<_> = futures::stream::iter(counts.iter().map(|(ip, _)| {
             let pair_lock = keys.pair_lock(&user.id, ip);
             let (window_key, user_lock) = (&window_key, &user_lock);
             async move {
@@ -386,6 +392,8 @@ impl SubjectAdmin {
                     .await
             }
         }))
+        .buffered(PAIR_READS_AT_ONCE)
+        .try_collect()
         .await?;
         let pairs = counts
             .into_iter()

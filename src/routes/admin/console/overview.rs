@@ -13,6 +13,7 @@
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
 use chrono::{DateTime, Utc};
+use futures::StreamExt;
 use serde::Deserialize;
 
 use super::views::overview::{LockList, LockRow, OverviewPage};
@@ -30,6 +31,10 @@ use crate::settings::Secret;
 const TOP: usize = 10;
 /// Locks checked against the store and listed (each one is a store read).
 const LOCKS_LISTED: usize = 25;
+
+/// How many listed locks' states are read at once (each user's reads up
+/// to eight pair locks at once itself).
+const STATES_READ_AT_ONCE: usize = 4;
 
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
@@ -112,7 +117,11 @@ async fn confirmed_locks(
     open: &[OpenLock],
     now: DateTime<Utc>,
 ) -> LockList {
-    let lives = futures::future::join_all(open.iter().map(|l| state.admin.state(&l.subject))).await;
+    // A few at a time: a user's state reads up to 50 pair locks itself.
+    let lives: Vec<_> = futures::stream::iter(open.iter().map(|l| state.admin.state(&l.subject)))
+        .buffered(STATES_READ_AT_ONCE)
+        .collect()
+        .await;
     let mut found = Vec::new();
     let mut failure = None;
     for (lock, live) in open.iter().zip(lives) {
