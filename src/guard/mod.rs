@@ -111,10 +111,11 @@ struct Listing {
     listed: Listed,
     /// `blocklisted` for the entry that matched, on an attempt's block.
     row: Option<AuditEvent>,
-    /// With an allow-listed address: whether the phone or user is on the
-    /// allow list too, by its own entry, not a prefix (the address is
-    /// matched first).
-    subject_allowed_too: bool,
+    /// Whether the phone or user is on the allow list by its own entry, not
+    /// a prefix: with an allow-listed address, besides it (the address is
+    /// matched first); with an allow-listed phone, whether by itself or by
+    /// a range's entry.
+    subject_allowed_exactly: bool,
 }
 
 impl GuardContext {
@@ -158,12 +159,14 @@ impl GuardContext {
         let matcher = self.lists.current();
         let listed = matcher.check(request);
         // Only an exact entry: a prefix's whole range would be past every
-        // window for whoever names the listed address.
-        let subject_allowed_too = listed == Listed::Allowed(EntryKind::Ip)
-            && matcher.allows_exactly(ListRequest {
-                ip: None,
-                ..request
-            });
+        // window for whoever names the listed address, or past each
+        // number's own windows for anyone.
+        let subject_allowed_exactly =
+            matches!(listed, Listed::Allowed(EntryKind::Ip | EntryKind::Phone))
+                && matcher.allows_exactly(ListRequest {
+                    ip: None,
+                    ..request
+                });
         let row = match listed {
             Listed::No => None,
             Listed::Allowed(kind) => {
@@ -185,7 +188,7 @@ impl GuardContext {
         Listing {
             listed,
             row,
-            subject_allowed_too,
+            subject_allowed_exactly,
         }
     }
 

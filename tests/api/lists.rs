@@ -15,6 +15,7 @@ use crate::{on_both_backends, on_both_databases};
 on_both_backends!(
     an_allow_listed_ip_is_past_every_limit,
     an_allow_listed_phone_is_past_its_own_windows_not_its_askers,
+    a_phone_a_prefix_allows_keeps_its_own_windows,
     an_allow_listed_address_past_its_failure_budget_pays_as_if_delivered,
     block_entries_are_refused_with_403_and_audited,
     the_block_list_wins_over_the_allow_list,
@@ -209,6 +210,41 @@ async fn an_allow_listed_phone_is_past_its_own_windows_not_its_askers(backend: B
         guess("192.0.2.31", code).await.body,
         json!({ "valid": true })
     );
+}
+
+/// A phone that a prefix entry (`+86137*`) allows is past its prefix's and
+/// the global windows, but its own windows count, as its asker's do: else
+/// the entry took every limit off each number of the range, and anyone
+/// could text one of them without end.
+async fn a_phone_a_prefix_allows_keeps_its_own_windows(backend: Backend) {
+    const RANGE_PHONE: &str = "+8613700137000";
+    const NEIGHBOUR: &str = "+8613700137001";
+    let app = spawn_app(backend, |s| {
+        strict(s);
+        s.sms.prefix_limits = limits(&[(1, 3_600_000)]);
+        s.lists.allow_phones = vec!["+86137*".into()];
+    })
+    .await;
+    let first = send(&app, RANGE_PHONE, "192.0.2.40").await;
+    assert_eq!(first.status, 200, "{}", first.body);
+    let again = send(&app, RANGE_PHONE, "192.0.2.41").await;
+    assert_eq!(again.status, 429, "the phone's 1/1h: {}", again.body);
+    assert_eq!(again.body["rule"], "phone 1/1h");
+    let neighbour = send(&app, NEIGHBOUR, "192.0.2.41").await;
+    assert_eq!(
+        neighbour.status, 200,
+        "past the prefix's 1/1h: {}",
+        neighbour.body
+    );
+    let second = send(&app, "+8613700137002", "192.0.2.41").await;
+    assert_eq!(second.status, 200, "{}", second.body);
+    let asker_full = send(&app, "+8613700137003", "192.0.2.41").await;
+    assert_eq!(
+        asker_full.status, 429,
+        "the asker's 2/1h: {}",
+        asker_full.body
+    );
+    assert_eq!(asker_full.body["rule"], "ip 2/1h");
 }
 
 async fn block_entries_are_refused_with_403_and_audited(backend: Backend) {

@@ -233,6 +233,12 @@ pub(super) enum Pass {
     /// the listed phone's codes without end and guess each one's tries:
     /// a fresh code, fresh tries.
     AskerCounted,
+    /// A phone allow-listed by a prefix entry (`+44*`) that the request's
+    /// client asks for: its prefix's and the global windows and the
+    /// pumping guard do not apply, its own windows and the asker's do.
+    /// Else such an entry took every limit off each number of its range:
+    /// anyone could text one of them without end.
+    RangeAllowed,
     /// An allow-listed address: its own and its network's windows and
     /// every captcha tier do not apply, the phone's, its prefix's, the
     /// global windows and the pumping guard do. Else whoever may name the
@@ -353,14 +359,16 @@ impl Region {
 }
 
 /// What the lists say: a block refuses; an allowed address exempts; an
-/// allowed phone leaves only its asker counted, and when the request names
-/// no client (no asker to count) is counted as any phone, else a backend
-/// that leaves out `ip` could ask for its codes without end.
+/// allowed phone leaves only its asker counted (one a range's entry allows,
+/// its own windows too), and when the request names no client (no asker to
+/// count) is counted as any phone, else a backend that leaves out `ip`
+/// could ask for its codes without end.
 pub(super) fn lists(listing: Listing, names_client: bool) -> Decision<Pass> {
     let pass = match listing.listed {
-        Listed::Allowed(EntryKind::Ip) if !listing.subject_allowed_too => Pass::AddressExempt,
-        Listed::Allowed(EntryKind::Phone) if names_client => Pass::AskerCounted,
-        Listed::Allowed(EntryKind::Phone) => Pass::Counted,
+        Listed::Allowed(EntryKind::Ip) if !listing.subject_allowed_exactly => Pass::AddressExempt,
+        Listed::Allowed(EntryKind::Phone) if !names_client => Pass::Counted,
+        Listed::Allowed(EntryKind::Phone) if listing.subject_allowed_exactly => Pass::AskerCounted,
+        Listed::Allowed(EntryKind::Phone) => Pass::RangeAllowed,
         Listed::Allowed(_) => Pass::Exempt,
         _ => Pass::Counted,
     };

@@ -24,6 +24,9 @@ enum Scope<'c> {
     /// An allow-listed phone's (`Pass::AskerCounted`): only the asker's
     /// address and network windows; its code is stored apart.
     Asker,
+    /// A phone a range's allow entry lists (`Pass::RangeAllowed`): the
+    /// phone's own windows and the asker's; its code is stored apart.
+    PhoneAndAsker,
     /// An allow-listed address's (`Pass::AddressExempt`): every window but
     /// the asker's, and the pumping guard, with no captcha tier; the code
     /// stored with them.
@@ -141,8 +144,12 @@ impl SmsGuard {
                 let decided = decision::reserved(&reservation, reserved.challenge_audited);
                 (self.apply(decided, &policy, info).await?, Some(reservation))
             }
-            Pass::AskerCounted => {
-                let reserved = self.reserve_send(&policy, &req, Scope::Asker, info).await?;
+            Pass::AskerCounted | Pass::RangeAllowed => {
+                let scope = match pass {
+                    Pass::AskerCounted => Scope::Asker,
+                    _ => Scope::PhoneAndAsker,
+                };
+                let reserved = self.reserve_send(&policy, &req, scope, info).await?;
                 let reservation = reserved.reservation;
                 reservation.count_rule_hits(policy.sms.shadow);
                 let decided = decision::reserved(&reservation, reserved.challenge_audited);
@@ -300,6 +307,12 @@ impl SmsGuard {
                 Scope::Asker => {
                     let asker = |hit: &SubjectHit<'_>| hit.subject.kind.is_callers_own();
                     (hits.into_iter().filter(asker).collect(), Vec::new(), None)
+                }
+                Scope::PhoneAndAsker => {
+                    let kept = |hit: &SubjectHit<'_>| {
+                        hit.subject.kind.is_callers_own() || hit.subject.kind == SubjectKind::Phone
+                    };
+                    (hits.into_iter().filter(kept).collect(), Vec::new(), None)
                 }
                 Scope::AllButTheAsker(code) => {
                     let others = |hit: &SubjectHit<'_>| !hit.subject.kind.is_callers_own();

@@ -42,7 +42,9 @@ impl SmsGuard {
             Pass::Exempt | Pass::AddressExempt => None,
             // An allow-listed phone's tries count against their address as
             // any other's: its codes come without end.
-            Pass::Counted | Pass::AskerCounted => self.verify_try(&policy, info).await?,
+            Pass::Counted | Pass::AskerCounted | Pass::RangeAllowed => {
+                self.verify_try(&policy, info).await?
+            }
         };
         let mac = code::mac(self.secret().await?, phone.e164(), code);
         let otp_key = self.ctx.keys.subject_code(&subject);

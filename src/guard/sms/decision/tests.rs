@@ -136,7 +136,7 @@ fn listing(listed: Listed) -> Listing {
     Listing {
         listed,
         row,
-        subject_allowed_too: false,
+        subject_allowed_exactly: false,
     }
 }
 
@@ -215,7 +215,7 @@ fn an_allow_entry_exempts_and_no_entry_counts() {
     );
     assert_eq!(exempt.settle().answer.unwrap(), Pass::AddressExempt);
     let rig = Listing {
-        subject_allowed_too: true,
+        subject_allowed_exactly: true,
         ..listing(Listed::Allowed(EntryKind::Ip))
     };
     let rig = screen(rig, true, Region::Allowed, &phone());
@@ -224,13 +224,26 @@ fn an_allow_entry_exempts_and_no_entry_counts() {
         Pass::Exempt,
         "address and phone"
     );
-    let phone_listed = |names_client| {
-        let listing = listing(Listed::Allowed(EntryKind::Phone));
+    let phone_listed = |names_client, exactly| {
+        let listing = Listing {
+            subject_allowed_exactly: exactly,
+            ..listing(Listed::Allowed(EntryKind::Phone))
+        };
         let screened = screen(listing, names_client, Region::Allowed, &phone());
         screened.settle().answer.unwrap()
     };
-    assert_eq!(phone_listed(true), Pass::AskerCounted);
-    assert_eq!(phone_listed(false), Pass::Counted, "no asker to count");
+    assert_eq!(phone_listed(true, true), Pass::AskerCounted);
+    assert_eq!(phone_listed(true, false), Pass::RangeAllowed, "a prefix's");
+    assert_eq!(
+        phone_listed(false, true),
+        Pass::Counted,
+        "no asker to count"
+    );
+    assert_eq!(
+        phone_listed(false, false),
+        Pass::Counted,
+        "no asker to count"
+    );
     let counted = screen(listing(Listed::No), true, Region::Allowed, &phone());
     assert_eq!(counted.shadowed().settle().answer.unwrap(), Pass::Counted);
 }
