@@ -28,7 +28,8 @@ local bucket = tonumber(ARGV[4])
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local oldest = math.floor(now / slice_ms) - tonumber(ARGV[2]) + 1
+local slice = math.floor(now / slice_ms)
+local oldest = slice - tonumber(ARGV[2]) + 1
 local current = bucket > 0 and math.floor(now / bucket) or 0
 
 local function read(b) return b >= current - 7 and b < current end
@@ -42,6 +43,8 @@ for j = 1, #raw, 2 do
     fields[raw[j]] = raw[j + 1]
   elseif kind == 'n' then
     if bucket > 0 and read(tonumber(n)) then sum = sum + value end
+  elseif tonumber(n) > slice then
+    -- counted under a longer window (reserve.lua drops it): not summed
   elseif tonumber(n) >= oldest then
     if kind == 'e' then events = events + value else successes = successes + value end
   else

@@ -314,6 +314,11 @@ local function conv_read(o, key, min_events, ppm, slice_ms, slices, block_ms, su
       elseif kind == 'n' then
         buckets = buckets or {}
         buckets[tonumber(n)] = tonumber(raw[j + 1])
+      elseif tonumber(n) > slice then
+        -- a slice "after" now: counted under a longer sms.pumping.window
+        -- (slices numbered from a longer length): stale, and teaches nothing
+        doomed = doomed or {}
+        doomed[#doomed + 1] = raw[j]
       elseif tonumber(n) < oldest then
         doomed = doomed or {}
         doomed[#doomed + 1] = raw[j]
@@ -349,7 +354,8 @@ local function conv_read(o, key, min_events, ppm, slice_ms, slices, block_ms, su
       local current = floor(now / bucket_ms)
       first_bucket = current - 7
       for b, e in pairs(buckets or EMPTY) do
-        if b < first_bucket then
+        -- a bucket "after" now: taught under a longer country_history
+        if b < first_bucket or b > current then
           doomed = doomed or {}
           doomed[#doomed + 1] = 'n:' .. fmt('%d', b)
         elseif b < current then

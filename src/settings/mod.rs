@@ -320,6 +320,25 @@ pub struct LimitSetting {
 }
 
 impl LimitSetting {
+    /// Most events this window admits within `span`, a span no longer
+    /// than the window: a log, `limit`; a meter, `limit` at once and one
+    /// per `window / limit` after (an hour's 15/1h meter admits 29 in an
+    /// hour).
+    pub fn admits_within(&self, span: Duration) -> u64 {
+        let limit = u64::from(self.limit);
+        match self.algorithm {
+            Algorithm::SlidingLog => limit,
+            Algorithm::Gcra => {
+                // One back at each `window / limit` after the burst, the
+                // span's end not included.
+                let refills = (span.as_millis() * u128::from(limit))
+                    .div_ceil(self.window.as_millis().max(1))
+                    .saturating_sub(1);
+                limit.saturating_add(u64::try_from(refills).unwrap_or(u64::MAX))
+            }
+        }
+    }
+
     /// At most `limit` events per `window`, enforced.
     pub fn new(limit: u32, window: Duration) -> Self {
         Self {

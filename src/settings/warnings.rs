@@ -219,7 +219,7 @@ fn warn_of_sms_captchas_that_never_ask(settings: &Settings) {
         let first = limits.iter().find(|window| {
             !window.shadow
                 && window.window >= sms.captcha_window
-                && window.limit <= sms.captcha_after
+                && window.admits_within(sms.captcha_window) <= u64::from(sms.captcha_after)
         });
         if let Some(window) = first {
             tracing::warn!(
@@ -241,7 +241,9 @@ fn warn_of_a_pumping_guard_that_never_judges_a_prefix(settings: &Settings) {
     let sms = &settings.sms;
     let pumping = &sms.pumping;
     let first = sms.prefix_limits.iter().find(|window| {
-        !window.shadow && window.window >= pumping.window && window.limit < pumping.min_sends
+        !window.shadow
+            && window.window >= pumping.window
+            && window.admits_within(pumping.window) < u64::from(pumping.min_sends)
     });
     if let (true, Some(window)) = (pumping.enabled, first) {
         tracing::warn!(
@@ -303,4 +305,28 @@ pub fn warn_of_risky_settings(settings: &Settings) {
     warn_of_answer_checks_without_a_provider(settings);
     warn_of_a_half_split_of_actions(settings);
     warn_of_phones_without_limits(settings);
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use crate::settings::{Algorithm, LimitSetting};
+
+    /// A log admits its limit within any span it covers; a meter its burst
+    /// and one per `window / limit` after, the span's end not included.
+    #[test]
+    fn a_meter_admits_its_burst_and_its_refills_within_a_span() {
+        let (hour, half) = (Duration::from_secs(3600), Duration::from_secs(1800));
+        let log = LimitSetting::new(15, hour);
+        let meter = LimitSetting {
+            algorithm: Algorithm::Gcra,
+            ..log
+        };
+        assert_eq!((log.admits_within(hour), log.admits_within(half)), (15, 15));
+        // Back at 4, 8, .. 56 minutes; at 4 .. 28 within the half hour.
+        assert_eq!(meter.admits_within(hour), 29);
+        assert_eq!(meter.admits_within(half), 22);
+        assert_eq!(meter.admits_within(Duration::ZERO), 15);
+    }
 }

@@ -70,7 +70,12 @@ impl Conversion {
     /// Drop the slices no count sums any more (with a surge, teaching the
     /// normal those whose conversion met the threshold first), the buckets
     /// the normal no longer reads, and an escalation that has ended.
+    /// Slices and buckets "after" now were counted under a longer
+    /// `sms.pumping.window` or `country_history` (numbered from a longer
+    /// length): dropped, teaching nothing, as `reserve.lua` does.
     fn prune(&mut self, policy: &ConversionPolicy, now: u64) {
+        let current = now / policy.slice_ms();
+        drop(self.slices.split_off(&current.saturating_add(1)));
         let live = self.slices.split_off(&Self::oldest(policy, now));
         let stale = std::mem::replace(&mut self.slices, live);
         if let Some(bucket_ms) = policy.bucket_ms() {
@@ -80,7 +85,9 @@ impl Conversion {
                     *self.buckets.entry(bucket).or_default() += u64::from(events);
                 }
             }
-            let first_read = (now / bucket_ms).saturating_sub(HISTORY_BUCKETS);
+            let current = now / bucket_ms;
+            drop(self.buckets.split_off(&current.saturating_add(1)));
+            let first_read = current.saturating_sub(HISTORY_BUCKETS);
             self.buckets = self.buckets.split_off(&first_read);
         }
         if self.level.is_some_and(|l| l.until <= now) {
@@ -92,8 +99,12 @@ impl Conversion {
     /// `now` sums.
     fn sums_from(&self, policy: &ConversionPolicy, now: u64, from: u64) -> (u32, u32) {
         let first = Self::oldest(policy, now).max(from);
+        let current = now / policy.slice_ms();
+        if first > current {
+            return (0, 0);
+        }
         self.slices
-            .range(first..)
+            .range(first..=current)
             .fold((0, 0), |(e, s), (_, (de, ds))| {
                 (e.saturating_add(*de), s.saturating_add(*ds))
             })

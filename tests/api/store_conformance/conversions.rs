@@ -16,6 +16,7 @@ on_both_backends!(
     a_block_answers_with_its_figures_until_it_ends_then_counts_start_afresh,
     an_undone_event_no_longer_counts,
     counts_leave_the_window_slice_by_slice,
+    a_longer_window_drops_the_counts_made_under_a_shorter,
     a_shadow_block_is_seen_only_by_forced_events,
     a_forced_send_that_trips_a_block_is_its_first_count,
     a_refusing_conversion_reserves_nothing_and_a_refused_reservation_counts_nothing,
@@ -225,6 +226,34 @@ async fn counts_leave_the_window_slice_by_slice(b: &StoreUnderTest) {
     assert_eq!((state.events, state.successes), (0, 0));
     b.advance(100).await;
     assert!(!b.exists(&key).await, "the key expires with its window");
+}
+
+/// Slices are numbered from the window's length: under a longer
+/// `sms.pumping.window` (a reload) the counts made under the shorter one
+/// read as slices after now, and were summed for decades (nothing pruned
+/// them). They are dropped, teaching nothing: the counts start afresh.
+async fn a_longer_window_drops_the_counts_made_under_a_shorter(b: &StoreUnderTest) {
+    // Slices of 100 ms, then of an hour.
+    let short = ConversionPolicy {
+        window_ms: 1_200,
+        ..policy(60_000)
+    };
+    let long = ConversionPolicy {
+        window_ms: 12 * 3_600_000,
+        ..policy(60_000)
+    };
+    let key = b.keys.window("prefix", "+3361005", "conversion");
+    record(b, &key, &short, 3, 0).await;
+    let store = b.store();
+    let shorter = store.conversion_state(&key, &short).await.unwrap();
+    assert_eq!(shorter.events, 3);
+    let peeked = store.conversion_state(&key, &long).await.unwrap();
+    assert_eq!(peeked.events, 0, "a peek sums none of them");
+    let first = hit(b, &key, &long, false).await;
+    assert_eq!((first.verdict, first.events), (ConversionVerdict::Open, 0));
+    count(b, &key, &long).await;
+    let counted = store.conversion_state(&key, &long).await.unwrap();
+    assert_eq!(counted.events, 1, "the longer window's own count");
 }
 
 async fn a_shadow_block_is_seen_only_by_forced_events(b: &StoreUnderTest) {
