@@ -56,10 +56,12 @@ pub trait ListStore: Send + Sync {
     /// The stored entries, oldest first, the read given up past `bound`
     /// (its lock waits included).
     async fn all(&self, bound: Duration) -> Result<Vec<ListEntry>, ListError>;
-    /// Store `entry`, or answer the equal one already stored.
-    async fn insert(&self, entry: &ListEntry) -> Result<ListEntry, ListError>;
-    /// Delete the entry with `id`; the entry, when there was one.
-    async fn delete(&self, id: Uuid) -> Result<Option<ListEntry>, ListError>;
+    /// Store `entry`, or answer the equal one already stored; given up
+    /// past `bound` as a read is.
+    async fn insert(&self, entry: &ListEntry, bound: Duration) -> Result<ListEntry, ListError>;
+    /// Delete the entry with `id`; the entry, when there was one; given up
+    /// past `bound`.
+    async fn delete(&self, id: Uuid, bound: Duration) -> Result<Option<ListEntry>, ListError>;
 }
 
 /// The lists in force: the config file's entries and the stored ones, and
@@ -226,7 +228,7 @@ impl Lists {
             source: EntrySource::Admin,
             created_at: Some(Utc::now().trunc_subsecs(3)),
         };
-        let stored = db.insert(&entry).await?;
+        let stored = db.insert(&entry, self.read_bound).await?;
         committed(&stored);
         let added = stored.clone();
         self.settle(move |entries| {
@@ -267,7 +269,10 @@ impl Lists {
         committed: impl FnOnce(&ListEntry),
     ) -> Result<ListEntry, ListError> {
         let db = self.db()?;
-        let removed = db.delete(id).await?.ok_or(ListError::NotFound)?;
+        let removed = db
+            .delete(id, self.read_bound)
+            .await?
+            .ok_or(ListError::NotFound)?;
         committed(&removed);
         self.settle(|entries| {
             entries.retain(|e| e.id != Some(id));
@@ -371,7 +376,11 @@ mod tests {
         async fn all(&self, _bound: Duration) -> Result<Vec<ListEntry>, ListError> {
             Err(ListError::Unavailable("the read failed".into()))
         }
-        async fn insert(&self, entry: &ListEntry) -> Result<ListEntry, ListError> {
+        async fn insert(
+            &self,
+            entry: &ListEntry,
+            _bound: Duration,
+        ) -> Result<ListEntry, ListError> {
             // As a database would: others run while this one waits.
             tokio::task::yield_now().await;
             let mut entries = self.0.lock();
@@ -384,7 +393,7 @@ mod tests {
             entries.push(entry.clone());
             Ok(entry.clone())
         }
-        async fn delete(&self, id: Uuid) -> Result<Option<ListEntry>, ListError> {
+        async fn delete(&self, id: Uuid, _bound: Duration) -> Result<Option<ListEntry>, ListError> {
             let mut entries = self.0.lock();
             let at = entries.iter().position(|e| e.id == Some(id));
             Ok(at.map(|at| entries.remove(at)))

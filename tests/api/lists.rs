@@ -891,3 +891,63 @@ async fn a_locked_list_table_does_not_hold_start_up() {
     })
     .await;
 }
+
+/// An admin's add or delete waits no longer than `audit.read_timeout` on a
+/// table another session locked against writes (reads still pass): 503,
+/// nothing stored, and the audit writer keeps its connections (a statement
+/// left queued on a pooled one held it). Once the lock goes both are done.
+#[tokio::test]
+async fn a_write_to_a_locked_list_table_is_given_up_at_the_read_timeout() {
+    use sqlx::Connection;
+    let db = TestDb::new(DbKind::Postgres).await;
+    let (url, spool) = (db.url.clone(), db.spool_dir());
+    let app = spawn_app_with_audit_db(Backend::Memory, move |s| {
+        s.audit.database_url = tollgate::settings::SecretUrl::new(url);
+        s.audit.spool_dir = spool.display().to_string();
+        s.audit.read_timeout = Duration::from_secs(1);
+        s.sms.phone_limits = limits(&[(1, 3_600_000)]);
+    })
+    .await;
+    let add = || {
+        admin_send(
+            &app,
+            reqwest::Method::POST,
+            "/admin/api/lists/ip",
+            Some(json!({ "list": "block", "value": "198.51.100.0/24" })),
+        )
+    };
+    let mut holder = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    let mut lock = holder.begin().await.unwrap();
+    sqlx::query("LOCK TABLE list_entries IN SHARE MODE")
+        .execute(&mut *lock)
+        .await
+        .unwrap();
+    for _ in 0..6 {
+        let started = std::time::Instant::now();
+        let refused = tokio::time::timeout(Duration::from_secs(10), add())
+            .await
+            .expect("the add is given up, not held by the lock");
+        assert_eq!(
+            (refused.status.as_u16(), refused.error()),
+            (503, "audit_unavailable"),
+            "{}",
+            refused.body
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+    // Six given-up writes left no statement queued on the pool's
+    // connections: a refusal's row still reaches the database.
+    let phone = "+8613800138000";
+    assert_eq!(app.sms_send(json!({ "phone": phone })).await.status, 200);
+    assert_eq!(app.sms_send(json!({ "phone": phone })).await.status, 429);
+    let trail = db.trail(&app).await;
+    assert!(trail.iter().any(|e| e.subject == phone), "{trail:?}");
+
+    lock.rollback().await.unwrap();
+    let added = add().await;
+    assert_eq!(added.status, 201, "{}", added.body);
+}

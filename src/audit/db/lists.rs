@@ -101,8 +101,38 @@ async fn read_all_in(
     Ok(readable(rows))
 }
 
+/// Store `entry` on PostgreSQL, each statement and lock wait given up
+/// past `bound`: a table an operator locked would otherwise hold the
+/// admin's request, and, once the admin gave up, leave the statement queued
+/// on a pooled connection the audit writer then waits behind (a connection
+/// dropped mid-statement is closed, not pooled).
+pub async fn postgres_insert_within(
+    pool: &sqlx::PgPool,
+    entry: &ListEntry,
+    bound: Duration,
+) -> Result<ListEntry, AuditError> {
+    let mut conn = super::closing::ClosedUnlessDone::acquire(pool).await?;
+    let tx = super::postgres::begin(&mut conn, Some(bound)).await?;
+    let stored = postgres::insert_in(tx, entry).await;
+    conn.done();
+    stored
+}
+
+/// Delete the entry `id` on PostgreSQL, bound as [`postgres_insert_within`].
+pub async fn postgres_delete_within(
+    pool: &sqlx::PgPool,
+    id: Uuid,
+    bound: Duration,
+) -> Result<Option<ListEntry>, AuditError> {
+    let mut conn = super::closing::ClosedUnlessDone::acquire(pool).await?;
+    let tx = super::postgres::begin(&mut conn, Some(bound)).await?;
+    let deleted = postgres::delete_in(tx, id).await;
+    conn.done();
+    deleted
+}
+
 macro_rules! list_queries {
-    ($module:ident, $pool:ty, insert: $insert:literal, find: $find:literal, delete: $delete:literal) => {
+    ($module:ident, $db:ty, insert: $insert:literal, find: $find:literal, delete: $delete:literal) => {
         pub mod $module {
             use super::*;
 
@@ -113,9 +143,11 @@ macro_rules! list_queries {
             /// place. One transaction: a read back that fails leaves
             /// nothing stored, rather than an entry its caller could not
             /// audit.
-            pub async fn insert(pool: &$pool, entry: &ListEntry) -> Result<ListEntry, AuditError> {
+            pub async fn insert_in(
+                mut tx: sqlx::Transaction<'_, $db>,
+                entry: &ListEntry,
+            ) -> Result<ListEntry, AuditError> {
                 let id = entry.id.unwrap_or_else(crate::uuid_v7::now).to_string();
-                let mut tx = pool.begin().await?;
                 let mut replaced = false;
                 loop {
                     sqlx::query($insert)
@@ -156,8 +188,10 @@ macro_rules! list_queries {
             /// Delete the entry `id`; the entry, when there was one. A row
             /// that is no entry is not deleted (`AuditError::Corrupt`): its
             /// deletion could not be audited as one.
-            pub async fn delete(pool: &$pool, id: Uuid) -> Result<Option<ListEntry>, AuditError> {
-                let mut tx = pool.begin().await?;
+            pub async fn delete_in(
+                mut tx: sqlx::Transaction<'_, $db>,
+                id: Uuid,
+            ) -> Result<Option<ListEntry>, AuditError> {
                 let row: Option<Columns> = sqlx::query_as(&format!(
                     "{} RETURNING id, list, kind, value, note, created_at_ms",
                     $delete
@@ -174,12 +208,12 @@ macro_rules! list_queries {
     };
 }
 
-list_queries!(postgres, sqlx::PgPool,
+list_queries!(postgres, sqlx::Postgres,
     insert: "INSERT INTO list_entries (id, list, kind, value, note, created_at_ms) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (list, kind, value) DO NOTHING",
     find: "WHERE list = $1 AND kind = $2 AND value = $3",
     delete: "DELETE FROM list_entries WHERE id = $1");
 
-list_queries!(sqlite, sqlx::SqlitePool,
+list_queries!(sqlite, sqlx::Sqlite,
     insert: "INSERT INTO list_entries (id, list, kind, value, note, created_at_ms) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (list, kind, value) DO NOTHING",
     find: "WHERE list = ? AND kind = ? AND value = ?",
     delete: "DELETE FROM list_entries WHERE id = ?");
@@ -194,16 +228,20 @@ impl ListStore for AuditDb {
         self.list_entries_within(bound).await.map_err(unavailable)
     }
 
-    async fn insert(&self, entry: &ListEntry) -> Result<ListEntry, ListError> {
-        self.insert_list_entry(entry).await.map_err(unavailable)
+    async fn insert(&self, entry: &ListEntry, bound: Duration) -> Result<ListEntry, ListError> {
+        self.insert_list_entry(entry, bound)
+            .await
+            .map_err(unavailable)
     }
 
-    async fn delete(&self, id: Uuid) -> Result<Option<ListEntry>, ListError> {
-        self.delete_list_entry(id).await.map_err(|e| match e {
-            AuditError::Corrupt(row) => ListError::Invalid(format!(
-                "{row}: a row no version reads (edited by hand?); delete it in the database"
-            )),
-            e => unavailable(e),
-        })
+    async fn delete(&self, id: Uuid, bound: Duration) -> Result<Option<ListEntry>, ListError> {
+        self.delete_list_entry(id, bound)
+            .await
+            .map_err(|e| match e {
+                AuditError::Corrupt(row) => ListError::Invalid(format!(
+                    "{row}: a row no version reads (edited by hand?); delete it in the database"
+                )),
+                e => unavailable(e),
+            })
     }
 }

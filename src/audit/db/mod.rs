@@ -323,25 +323,29 @@ impl AuditDb {
         }
     }
 
-    /// Store a list entry, or answer the equal one already stored.
+    /// Store a list entry, or answer the equal one already stored; on
+    /// PostgreSQL given up past `bound` (its lock waits included).
     pub async fn insert_list_entry(
         &self,
         entry: &crate::lists::ListEntry,
+        bound: std::time::Duration,
     ) -> Result<crate::lists::ListEntry, AuditError> {
         match self {
-            Self::Postgres(pool) => lists::postgres::insert(pool, entry).await,
-            Self::Sqlite(pool) => lists::sqlite::insert(pool, entry).await,
+            Self::Postgres(pool) => lists::postgres_insert_within(pool, entry, bound).await,
+            Self::Sqlite(pool) => lists::sqlite::insert_in(pool.begin().await?, entry).await,
         }
     }
 
-    /// Delete a stored list entry; the entry, when there was one.
+    /// Delete a stored list entry; the entry, when there was one; bound as
+    /// [`Self::insert_list_entry`].
     pub async fn delete_list_entry(
         &self,
         id: uuid::Uuid,
+        bound: std::time::Duration,
     ) -> Result<Option<crate::lists::ListEntry>, AuditError> {
         match self {
-            Self::Postgres(pool) => lists::postgres::delete(pool, id).await,
-            Self::Sqlite(pool) => lists::sqlite::delete(pool, id).await,
+            Self::Postgres(pool) => lists::postgres_delete_within(pool, id, bound).await,
+            Self::Sqlite(pool) => lists::sqlite::delete_in(pool.begin().await?, id).await,
         }
     }
 
