@@ -135,8 +135,11 @@ async fn attempt(
         notify_email,
         locale: schemas::locale(body.locale)?,
     };
-    let attempted = to_the_end(async move { state.login.attempt(attempt, &info).await });
-    let login_state = count(Route::LoginAttempt, attempted.await?)?;
+    let detached = state.detached.clone();
+    let attempted = to_the_end(detached, async move {
+        state.login.attempt(attempt, &info).await
+    });
+    let login_state = count(Route::LoginAttempt, attempted.await)?;
     Ok(answer(&login_state))
 }
 

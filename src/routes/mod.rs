@@ -14,7 +14,7 @@ pub mod request_id;
 mod schemas;
 pub mod sms;
 mod store_probe;
-mod to_the_end;
+pub mod to_the_end;
 
 use std::sync::Arc;
 
@@ -60,6 +60,8 @@ pub struct AppState {
     pub audit_log: Option<crate::audit::AuditLog>,
     /// Renders `/metrics`; absent when no recorder could be installed.
     pub metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
+    /// Decisions whose requests were dropped, finishing (a stop waits).
+    pub detached: to_the_end::Detached,
 }
 
 impl AppState {

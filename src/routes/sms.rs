@@ -161,7 +161,12 @@ async fn send(
             passed: body.captcha_passed,
         },
     };
-    let result = to_the_end(async move { state.sms.send(request, &info).await }).await?;
+    let detached = state.detached.clone();
+    let result = to_the_end(
+        detached,
+        async move { state.sms.send(request, &info).await },
+    )
+    .await;
     metrics::request(
         Route::SmsSend,
         match &result {
@@ -294,8 +299,11 @@ async fn verify(
         return Err(ApiError::InvalidRequest("code is required".into()));
     }
     let code = body.code;
-    let verified = to_the_end(async move { state.sms.verify(&phone, code.trim(), &info).await });
-    let result = verified.await?;
+    let detached = state.detached.clone();
+    let verified = to_the_end(detached, async move {
+        state.sms.verify(&phone, code.trim(), &info).await
+    });
+    let result = verified.await;
     metrics::request(
         Route::SmsVerify,
         match &result {

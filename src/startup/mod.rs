@@ -50,6 +50,8 @@ pub struct Application {
     alerts: Option<AlertsStop>,
     reloadable: Reloadable,
     background: Vec<tokio::task::JoinHandle<()>>,
+    /// Decisions whose requests were dropped: a stop lets them end.
+    detached: crate::routes::to_the_end::Detached,
 }
 
 /// The SMS provider in force, and what a reload makes it again through: a
@@ -87,6 +89,12 @@ fn with_alerts(
 /// for the whole stop by default.
 const LAST_DIGEST_BOUND: std::time::Duration = std::time::Duration::from_secs(5);
 
+/// How long a stop waits for decisions whose clients went away (each ends
+/// within `store.timeout`, or an SMS provider's timeout) before the
+/// connections are drained: with the drain, the audit flush and the digest
+/// (10 s, 11 s and 5 s by default), within those 30 s too.
+const DETACHED_BOUND: std::time::Duration = std::time::Duration::from_secs(3);
+
 impl Application {
     /// Build everything `settings` configures and bind `server.bind`.
     pub async fn build(settings: Settings) -> anyhow::Result<Self> {
@@ -106,13 +114,7 @@ impl Application {
         let clock: Arc<dyn Clock> = overrides.clock.unwrap_or_else(|| Arc::new(SystemClock));
         let mut background = Vec::new();
         let stores = store::open(&settings, clock, &mut background).await?;
-        let (audit, audit_db) = match overrides.audit {
-            Some(sink) => (sink, None),
-            None => {
-                let (sink, db) = audit::open(&settings, &mut background).await?;
-                (sink, Some(db))
-            }
-        };
+        let (audit, audit_db) = open_audit(&settings, overrides.audit, &mut background).await?;
         let email =
             Email::start(&settings.email, templates.clone()).context("cannot set up email")?;
         let (audit, alerts) = with_alerts(audit, &email);
@@ -121,7 +123,6 @@ impl Application {
         let policy = Arc::new(PolicyCell::new(policy));
         let lists = open_lists(&settings, audit_db.clone(), &mut background).await;
         let keys = store::keys(&settings);
-        let readiness_key = keys.readiness();
         let ctx = GuardContext::new(
             stores.store,
             keys,
@@ -129,6 +130,7 @@ impl Application {
             policy.clone(),
             lists.clone(),
         );
+        let detached = crate::routes::to_the_end::Detached::default();
         let state = web::Data::new(AppState {
             sms: SmsGuard::new(
                 ctx.clone(),
@@ -138,21 +140,21 @@ impl Application {
             ),
             login: LoginGuard::new(ctx.clone(), email.lock_notifier()),
             admin_auth: AdminAuthGuard::new(ctx.clone(), &settings.server),
+            readiness: StoreProbe::new(stores.primary, ctx.keys.readiness()),
             admin: SubjectAdmin::new(ctx),
             lists: lists.clone(),
             access: Access::new(&settings.server),
             oidc: crate::oidc::Oidc::new(&settings.admin.oidc)
                 .context("cannot set up single sign-on (admin.oidc)")?
                 .map(Arc::new),
-            readiness: StoreProbe::new(stores.primary, readiness_key),
             audit: audit.clone(),
             audit_log: audit_db
                 .clone()
                 .map(|db| AuditLog::new(db, settings.audit.read_timeout)),
             audit_db,
             metrics,
+            detached: detached.clone(),
         });
-
         let listeners::Listening {
             server,
             port,
@@ -174,6 +176,7 @@ impl Application {
                 sender: sender_slot,
             },
             background,
+            detached,
         })
     }
 
@@ -234,6 +237,19 @@ impl Application {
             ended = admin_stopped => admin_ended = Some(ended),
         }
 
+        // A decision whose client went away runs on its worker's runtime,
+        // which stops as soon as the worker holds no connection: no new
+        // connection is taken, and those decisions get a bound to end in.
+        public_handle.pause().await;
+        if let Some(handle) = &admin_handle {
+            handle.pause().await;
+        }
+        if !self.detached.settled(DETACHED_BOUND).await {
+            tracing::warn!(
+                running = self.detached.running(),
+                "stopping: decisions whose clients went away had not ended; dropped"
+            );
+        }
         tracing::info!("stopping: finishing open connections");
         let drain_admin = async {
             if let Some(handle) = &admin_handle {
@@ -268,6 +284,21 @@ impl Application {
         }
         result
     }
+}
+
+/// The audit sink a test gave, or the one `[audit]` opens with its database.
+async fn open_audit(
+    settings: &Settings,
+    given: Option<Arc<dyn AuditSink>>,
+    background: &mut Vec<tokio::task::JoinHandle<()>>,
+) -> anyhow::Result<(Arc<dyn AuditSink>, Option<AuditDb>)> {
+    Ok(match given {
+        Some(sink) => (sink, None),
+        None => {
+            let (sink, db) = audit::open(settings, background).await?;
+            (sink, Some(db))
+        }
+    })
 }
 
 /// The allow and block lists: the config's entries and, with an audit

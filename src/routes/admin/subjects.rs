@@ -8,6 +8,7 @@ use crate::domain::admin_role::Permission;
 use crate::domain::SubjectKind;
 use crate::error::{ApiError, ErrorBody};
 use crate::guard::admin::SubjectState;
+use crate::routes::to_the_end::to_the_end;
 use crate::routes::AppState;
 
 use super::request::path_subject;
@@ -75,7 +76,10 @@ pub async fn unblock(
 ) -> Result<HttpResponse, ApiError> {
     let subject = path_subject(&req, API_PREFIX, "/unblock")?;
     super::roles::require(&state, &admin, Permission::Unblock, &subject)?;
-    state.admin.unblock(&subject, &admin.info).await?;
+    // Lifted and audited whether or not the admin waits for the answer.
+    let (lifting, target, info) = (state.clone(), subject.clone(), admin.info.clone());
+    let unblock = async move { lifting.admin.unblock(&target, &info).await };
+    to_the_end(state.detached.clone(), unblock).await?;
     let after = state.admin.state(&subject).await;
     Ok(HttpResponse::Ok().json(after.map_err(ApiError::UnblockedStateUnread)?))
 }

@@ -1309,7 +1309,14 @@ async fn an_unblock_while_redis_stalls_is_refused_whatever_the_fallback() {
 #[tokio::test]
 async fn a_lock_whose_client_went_away_is_still_audited() {
     let redis = PrivateRedis::start().await;
-    let app = locking_app(&redis, OnStoreError::Deny).await;
+    // A store timeout far past the stall: the call waits for Redis.
+    let app = stalling_app(&redis, |s| {
+        s.store.timeout = Duration::from_secs(3);
+        s.login.captcha_after = 100;
+        s.login.lock_after = 2;
+        s.login.lock_scope = tollgate::settings::LockScope::User;
+    })
+    .await;
     let first = app
         .login_attempt(json!({ "user": "alice", "success": false, "ip": "203.0.113.1" }))
         .await;
@@ -1321,10 +1328,11 @@ async fn a_lock_whose_client_went_away_is_still_audited() {
          Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
     );
-    // Reset while the store call waits, well within `store.timeout` (200 ms).
+    // Reset while the store call waits, well within `store.timeout`.
     redis.freeze();
-    app.ask_and_reset(ask.as_bytes(), Duration::from_millis(60))
+    app.ask_and_reset(ask.as_bytes(), Duration::from_millis(300))
         .await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
     redis.thaw();
     // The decision ends on its own time once Redis answers.
     let mut locks = 0;

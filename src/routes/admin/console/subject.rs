@@ -17,6 +17,7 @@ use crate::audit::query::{EventFilter, EventQuery};
 use crate::domain::admin_role::Permission;
 use crate::domain::{Subject, SubjectKind};
 use crate::error::ApiError;
+use crate::routes::to_the_end::to_the_end;
 use crate::routes::AppState;
 
 #[derive(serde::Deserialize)]
@@ -161,7 +162,7 @@ impl Back {
 /// CSRF token for this subject and these credentials, or 403 and nothing
 /// changes.
 async fn unblock_subject(
-    state: &AppState,
+    state: &web::Data<AppState>,
     req: &HttpRequest,
     named: impl FnOnce(&HttpRequest) -> Result<Subject, Refusal>,
     body: &[u8],
@@ -171,9 +172,10 @@ async fn unblock_subject(
     require(state, req, &admin, Permission::Unblock, &subject)?;
     let fields = checked_form(req, &admin.csrf_key, &subject, body)?;
     let back = Back::from_fields(&fields)?;
-    state
-        .admin
-        .unblock(&subject, &admin.info)
+    // Lifted and audited whether or not the browser waits for the answer.
+    let (lifting, target, info) = (state.clone(), subject.clone(), admin.info.clone());
+    let unblock = async move { lifting.admin.unblock(&target, &info).await };
+    to_the_end(state.detached.clone(), unblock)
         .await
         .map_err(ApiError::from)?;
     let location = match back {
