@@ -461,13 +461,62 @@ fn store_error(error: FredError) -> StoreError {
         | ErrorKind::Backpressure
         | ErrorKind::Auth
         | ErrorKind::Sentinel => StoreError::Unavailable(error.to_string()),
+        // fred reads these replies as `Unknown`; waiting mends them (a
+        // restart's load, a failover, a busy script), unlike `NOPERM` or
+        // `CROSSSLOT`, so they count as an outage, not a refusal.
+        _ if PASSING_REPLIES
+            .iter()
+            .any(|reply| error.details().starts_with(reply)) =>
+        {
+            StoreError::Unavailable(error.to_string())
+        }
         _ => StoreError::Protocol(error.to_string()),
     }
 }
 
+/// Error replies of a Redis that serves again by itself.
+const PASSING_REPLIES: [&str; 6] = [
+    "LOADING",
+    "BUSY",
+    "TRYAGAIN",
+    "MASTERDOWN",
+    "READONLY",
+    "CLUSTERDOWN",
+];
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Replies that pass with time count as an outage; a refusal that
+    /// stays (an ACL's, a slot's, memory's) as refused.
+    #[test]
+    fn replies_that_pass_are_an_outage_and_the_others_a_refusal() {
+        // As fred reads an error reply it has no kind for.
+        let reply = |text: &str| store_error(FredError::new(ErrorKind::Unknown, text.to_string()));
+        for passing in [
+            "LOADING Redis is loading the dataset in memory",
+            "BUSY Redis is busy running a script.",
+            "READONLY You can't write against a read only replica.",
+            "MASTERDOWN Link with MASTER is down",
+        ] {
+            assert!(
+                matches!(reply(passing), StoreError::Unavailable(_)),
+                "{passing}"
+            );
+        }
+        for staying in [
+            "NOPERM User tg has no permissions to run the 'evalsha' command",
+            "CROSSSLOT Keys in request don't hash to the same slot",
+            "OOM command not allowed when used memory > 'maxmemory'.",
+            "ERR Error running script",
+        ] {
+            assert!(
+                matches!(reply(staying), StoreError::Protocol(_)),
+                "{staying}"
+            );
+        }
+    }
     use crate::store::{ReserveRequest, SubjectWindows, WindowSpec, WindowStore};
 
     /// A `late` answer that comes while its caller still waits (the clock's
