@@ -392,10 +392,13 @@ local function conv_read(o, key, min_events, ppm, slice_ms, slices, block_ms, su
       if escalate and shadow == force then
         -- the slices from the challenge's first on, and every live slice
         local from = tonumber(fields['from']) or 0
+        -- a first slice after the next was numbered under a longer window:
+        -- counted from this one
+        if from > slice + 1 then from = slice end
         local since, passed, live = 0, 0, {}
         for j = 1, #raw, 2 do
           local kind, n = match(raw[j], '^([es]):(%d+)$')
-          if kind and tonumber(n) >= oldest then
+          if kind and tonumber(n) >= oldest and tonumber(n) <= slice then
             live[#live + 1] = raw[j]
             if tonumber(n) >= from then
               if kind == 'e' then since = since + tonumber(raw[j + 1])
@@ -458,12 +461,13 @@ local function conv_read(o, key, min_events, ppm, slice_ms, slices, block_ms, su
       local kind, n = match(name, '^([esn]):(%d+)$')
       if kind == nil then
         if not drop[name] then f[#f + 1] = name; f[#f + 1] = raw[j + 1] end
-      elseif kind ~= 'n' and n ~= slice_s and tonumber(n) >= oldest then
+      elseif kind ~= 'n' and n ~= slice_s and tonumber(n) >= oldest and tonumber(n) <= slice then
         f[#f + 1] = name; f[#f + 1] = raw[j + 1]
       end
     end
+    local last_bucket = bucket_ms > 0 and floor(now / bucket_ms) or math.huge
     for b, e in pairs(buckets or EMPTY) do
-      if b >= first_bucket then f[#f + 1] = 'n:' .. fmt('%d', b); f[#f + 1] = fmt('%d', e) end
+      if b >= first_bucket and b <= last_bucket then f[#f + 1] = 'n:' .. fmt('%d', b); f[#f + 1] = fmt('%d', e) end
     end
     call('DEL', key)
     call('HSET', key, unpack(f))

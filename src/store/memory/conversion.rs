@@ -75,7 +75,14 @@ impl Conversion {
     /// length): dropped, teaching nothing, as `reserve.lua` does.
     fn prune(&mut self, policy: &ConversionPolicy, now: u64) {
         let current = now / policy.slice_ms();
-        drop(self.slices.split_off(&current.saturating_add(1)));
+        // `split_off` makes a node even when nothing is cut: a send's path.
+        if self
+            .slices
+            .last_key_value()
+            .is_some_and(|(s, _)| *s > current)
+        {
+            drop(self.slices.split_off(&current.saturating_add(1)));
+        }
         let live = self.slices.split_off(&Self::oldest(policy, now));
         let stale = std::mem::replace(&mut self.slices, live);
         if let Some(bucket_ms) = policy.bucket_ms() {
@@ -86,7 +93,13 @@ impl Conversion {
                 }
             }
             let current = now / bucket_ms;
-            drop(self.buckets.split_off(&current.saturating_add(1)));
+            if self
+                .buckets
+                .last_key_value()
+                .is_some_and(|(b, _)| *b > current)
+            {
+                drop(self.buckets.split_off(&current.saturating_add(1)));
+            }
             let first_read = current.saturating_sub(HISTORY_BUCKETS);
             self.buckets = self.buckets.split_off(&first_read);
         }
@@ -168,7 +181,15 @@ impl Conversion {
             // Only events of the challenge's own mode escalate it: shadow
             // mode never sets an enforced block.
             let escalates = policy.surge.is_some_and(|s| s.block) && level.shadow == force;
-            let (since, passed) = self.sums_from(policy, now, level.from);
+            // A first slice after the next was numbered under a longer
+            // window: counted from this one, as `reserve.lua` does.
+            let current = now / policy.slice_ms();
+            let from = if level.from > current + 1 {
+                current
+            } else {
+                level.from
+            };
+            let (since, passed) = self.sums_from(policy, now, from);
             if !(escalates && policy.surges(since, passed, normal)) {
                 return (outcome, None);
             }
