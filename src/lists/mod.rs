@@ -155,6 +155,7 @@ impl Lists {
             let _one_at_a_time = self.refreshing.lock().await;
             let stored = db.all(bound).await?;
             self.put_in_force(stored);
+            crate::metrics::lists_read();
             Ok(())
         };
         tokio::time::timeout(bound + READ_GRACE, read)
@@ -540,6 +541,64 @@ mod tests {
         assert_eq!(gauge().as_deref(), Some("1"), "the delete's fallback");
         metrics::with_local_recorder(&recorder, || lists.replace_unreadable(Vec::new()));
         assert_eq!(gauge().as_deref(), Some("0"), "mended: back to 0");
+    }
+
+    /// A store that holds no entries and reads them fine.
+    struct EmptyStore;
+
+    #[async_trait::async_trait]
+    impl ListStore for EmptyStore {
+        async fn all(&self, _bound: Duration) -> Result<Vec<ListEntry>, ListError> {
+            Ok(Vec::new())
+        }
+        async fn insert(
+            &self,
+            entry: &ListEntry,
+            _bound: Duration,
+        ) -> Result<ListEntry, ListError> {
+            Ok(entry.clone())
+        }
+        async fn delete(
+            &self,
+            _id: Uuid,
+            _bound: Duration,
+        ) -> Result<Option<ListEntry>, ListError> {
+            Ok(None)
+        }
+    }
+
+    /// A read stamps the gauge `TollgateListsStale` reads; a failed one
+    /// leaves it as it was, so that it ages.
+    #[test]
+    fn a_read_stamps_the_lists_read_gauge_and_a_failed_one_does_not() {
+        let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+        let handle = recorder.handle();
+        let stamp = || {
+            let page = handle.render();
+            page.lines()
+                .find_map(|line| line.strip_prefix("tollgate_lists_read_timestamp_seconds "))
+                .map(|v| v.parse::<f64>().expect("a number"))
+        };
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .expect("a runtime");
+        let refresh = |lists: &Lists| {
+            metrics::with_local_recorder(&recorder, || runtime.block_on(lists.refresh()))
+        };
+        let failing = Lists::new(Vec::new(), Some(Arc::new(UnreadableStore::default())));
+        assert!(refresh(&failing).is_err());
+        assert_eq!(stamp(), None, "no read yet");
+        let reading = Lists::new(Vec::new(), Some(Arc::new(EmptyStore)));
+        refresh(&reading).expect("read");
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("after 1970")
+            .as_secs_f64();
+        let read = stamp().expect("stamped");
+        assert!((now - read).abs() < 60.0, "{read} against {now}");
+        assert!(refresh(&failing).is_err());
+        assert_eq!(stamp(), Some(read), "a failed read leaves it");
     }
 
     #[test]

@@ -30,6 +30,8 @@ pub const LIST_MATCHES: &str = "tollgate_list_matches_total";
 /// Gauge of stored list rows out of force: a value no version since reads
 /// (`GET /admin/api/lists`' `unreadable`), as of the last refresh.
 pub const LIST_UNREADABLE: &str = "tollgate_list_unreadable_entries";
+/// Gauge: when the stored list entries were last read (Unix seconds).
+pub const LISTS_READ: &str = "tollgate_lists_read_timestamp_seconds";
 /// Counter of audit events by `outcome`: queued, written, spooled (left to
 /// the journal for a replay), replayed, unjournaled (answered without a
 /// journal line: the journal was full or failing), dropped (neither the
@@ -195,6 +197,10 @@ fn describe() {
         LIST_UNREADABLE,
         "Stored list entries out of force: a value this version cannot read (listed as unreadable by GET /admin/api/lists)"
     );
+    describe_gauge!(
+        LISTS_READ,
+        "When the stored list entries were last read (Unix seconds); absent without an audit database or before the first read"
+    );
     describe_histogram!(STORE_SECONDS, "Duration of window-store calls");
     describe_counter!(
         STORE_EVICTIONS,
@@ -351,10 +357,11 @@ fn describe_audit() {
 pub enum StoreFailure {
     /// No answer within `store.timeout`.
     Timeout,
-    /// The store could not be reached.
+    /// The store could not be reached, refused the credentials, or does
+    /// not serve for now (`LOADING`, `BUSY`, a failover).
     Unavailable,
-    /// The store answered with an error (`NOPERM`, `CROSSSLOT`, `OOM`,
-    /// `BUSY`, a script's error) or an answer not understood: a set-up to
+    /// The store answered with another error (`NOPERM`, `CROSSSLOT`,
+    /// `OOM`, a script's error) or an answer not understood: a set-up to
     /// mend, which waiting will not.
     Refused,
 }
@@ -676,6 +683,14 @@ pub fn request(route: Route, outcome: Outcome) {
 /// How many stored list rows the lists hold out of force.
 pub fn list_unreadable_entries(rows: usize) {
     gauge!(LIST_UNREADABLE).set(rows as f64);
+}
+
+/// The stored list entries were read now.
+pub fn lists_read() {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64());
+    gauge!(LISTS_READ).set(now);
 }
 
 /// Count one request an allow or block list matched.
