@@ -76,7 +76,7 @@ where
         let id = telemetry::current_request_id();
         let rest = async move {
             rest.await;
-            drop(running);
+            running.ended();
         }
         .instrument(tracing::Span::current());
         let spawned = std::panic::catch_unwind(AssertUnwindSafe(move || match id {
@@ -108,7 +108,7 @@ impl Detached {
     /// dropped with its runtime).
     fn start(&self) -> Running {
         self.0.running.fetch_add(1, Ordering::AcqRel);
-        Running(self.0.clone())
+        Running(self.0.clone(), false)
     }
 
     /// How many run now.
@@ -132,10 +132,22 @@ impl Detached {
 }
 
 /// Counts one detached decision while it lives.
-struct Running(Arc<Count>);
+struct Running(Arc<Count>, bool);
+
+impl Running {
+    /// Its decision ran to its end.
+    fn ended(mut self) {
+        self.1 = true;
+    }
+}
 
 impl Drop for Running {
     fn drop(&mut self) {
+        if !self.1 {
+            // A stop past its bound, or a client that reset during the
+            // drain on a worker left with no connection: its runtime went.
+            tracing::warn!("a decision whose client went away was dropped unfinished by the stop: its audit row may be missing");
+        }
         if self.0.running.fetch_sub(1, Ordering::AcqRel) == 1 {
             self.0.ended.notify_waiters();
         }

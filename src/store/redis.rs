@@ -464,9 +464,11 @@ fn store_error(error: FredError) -> StoreError {
         // fred reads these replies as `Unknown`; waiting mends them (a
         // restart's load, a failover, a busy script), unlike `NOPERM` or
         // `CROSSSLOT`, so they count as an outage, not a refusal.
-        _ if PASSING_REPLIES
-            .iter()
-            .any(|reply| error.details().starts_with(reply)) =>
+        _ if error
+            .details()
+            .split_whitespace()
+            .next()
+            .is_some_and(|word| PASSING_REPLIES.contains(&word)) =>
         {
             StoreError::Unavailable(error.to_string())
         }
@@ -475,14 +477,8 @@ fn store_error(error: FredError) -> StoreError {
 }
 
 /// Error replies of a Redis that serves again by itself.
-const PASSING_REPLIES: [&str; 6] = [
-    "LOADING",
-    "BUSY",
-    "TRYAGAIN",
-    "MASTERDOWN",
-    "READONLY",
-    "CLUSTERDOWN",
-];
+/// (`CLUSTERDOWN` fred already reads as a cluster error: unavailable.)
+const PASSING_REPLIES: [&str; 5] = ["LOADING", "BUSY", "TRYAGAIN", "MASTERDOWN", "READONLY"];
 
 #[cfg(test)]
 mod tests {
@@ -508,6 +504,7 @@ mod tests {
         for staying in [
             "NOPERM User tg has no permissions to run the 'evalsha' command",
             "CROSSSLOT Keys in request don't hash to the same slot",
+            "BUSYKEY Target key name already exists.",
             "OOM command not allowed when used memory > 'maxmemory'.",
             "ERR Error running script",
         ] {

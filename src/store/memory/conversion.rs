@@ -196,6 +196,7 @@ impl Conversion {
             self.slices.clear();
             let base = Level {
                 normal_milli: normal_milli(normal),
+                from,
                 ..level
             };
             return self.trip(policy, now, Escalation::Block, (since, passed), base);
